@@ -1,0 +1,34 @@
+"""The transpose-free contraction engine: plans on strided views, GEMM and strided-batched GEMM."""
+
+from tuckerkit.engine._contract import contract, plan_contraction
+from tuckerkit.engine._ops import (
+    MTTKRPPlan,
+    MultiTTMPlan,
+    gram,
+    khatri_rao,
+    mttkrp,
+    mttkrp_plan,
+    multi_ttm,
+    multi_ttm_plan,
+    ttm,
+    ttm_plan,
+)
+from tuckerkit.engine._plan import ContractionPlan, KernelKind, Remedy
+
+__all__ = [
+    "ContractionPlan",
+    "KernelKind",
+    "MTTKRPPlan",
+    "MultiTTMPlan",
+    "Remedy",
+    "contract",
+    "gram",
+    "khatri_rao",
+    "mttkrp",
+    "mttkrp_plan",
+    "multi_ttm",
+    "multi_ttm_plan",
+    "plan_contraction",
+    "ttm",
+    "ttm_plan",
+]

@@ -1,0 +1,502 @@
+"""Tensor operations built on the contraction engine: ttm, multi_ttm, gram, mttkrp, khatri_rao.
+
+None of them unfolds (copies) the tensor: each is one or two ``contract`` calls on views, or a loop of
+GEMMs on views for the Gram matrix of a middle mode.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tuckerkit.backend import array_namespace, result_dtype
+from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
+from tuckerkit.engine._plan import ContractionPlan
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
+_NEW = "z"
+_RANK = "Z"
+
+
+# ---------------------------------------------------------------------------------------------------
+# validation helpers (shared by the ops; the decompositions validate at their own entry)
+# ---------------------------------------------------------------------------------------------------
+def _tensor(X: Any, name: str = "X", min_ndim: int = 1) -> Any:
+    xp = array_namespace(X)
+    if not hasattr(X, "dtype"):
+        X = np.asarray(X)
+    dtype = result_dtype((X.dtype, name))
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    if X.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimension(s); received a {X.ndim}-d array")
+    if X.ndim > len(_LETTERS):
+        raise ValueError(f"{name} has {X.ndim} dimensions; at most {len(_LETTERS)} are supported")
+    return xp, X
+
+
+def _mode(mode: Any, ndim: int, name: str = "mode") -> int:
+    try:
+        m = operator.index(mode)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer; received {type(mode).__name__}") from None
+    if not -ndim <= m < ndim:
+        raise ValueError(f"{name}={m} is out of range for a tensor with {ndim} modes; expected 0 <= {name} < {ndim}")
+    return m % ndim
+
+
+def _matrix(U: Any, name: str, dtype) -> Any:
+    if not hasattr(U, "dtype"):
+        U = np.asarray(U)
+    result_dtype((U.dtype, name))
+    if U.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix; received an array of shape {tuple(U.shape)}")
+    if U.dtype != dtype:
+        U = U.astype(np.result_type(U.dtype, dtype))
+    return U
+
+
+# ---------------------------------------------------------------------------------------------------
+def ttm(
+    X: Any, U: Any, mode: int, *, transpose: bool = False, out: Any = None, plan: ContractionPlan | None = None
+) -> Any:
+    """Tensor-times-matrix along one mode, ``Y = X x_mode U``, without unfolding.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    U : array, shape (J, I_mode), or (I_mode, J) with ``transpose=True``
+    mode : int
+        The mode multiplied (negative values count from the end).
+    transpose : bool, default False
+        Multiply by ``U.T`` (the usual form with Tucker factors of shape (I_n, R_n)).
+    out : array, optional
+        Output array of shape (I_0, ..., J, ..., I_{N-1}).
+    plan : ContractionPlan, optional
+        Reuse a plan (see :func:`ttm_plan`).
+
+    Returns
+    -------
+    array, shape (I_0, ..., J, ..., I_{N-1})
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import ttm
+    >>> X, U = np.ones((3, 4, 5)), np.ones((2, 4))
+    >>> ttm(X, U, 1).shape
+    (3, 2, 5)
+    """
+    _, X = _tensor(X)
+    n = _mode(mode, X.ndim)
+    U = _matrix(U, "U", X.dtype)
+    in_dim = U.shape[0] if transpose else U.shape[1]
+    if in_dim != X.shape[n]:
+        side = "rows" if transpose else "columns"
+        raise ValueError(
+            f"U has {in_dim} {side} but mode {n} of X has size {X.shape[n]}; "
+            f"expected U of shape {('(' + str(X.shape[n]) + ', J)') if transpose else ('(J, ' + str(X.shape[n]) + ')')}"
+        )
+    return contract(_ttm_spec(X.ndim, n, transpose), X, U, out=out, plan=plan)
+
+
+def _ttm_spec(ndim: int, n: int, transpose: bool) -> str:
+    x = _LETTERS[:ndim]
+    u = (x[n] + _NEW) if transpose else (_NEW + x[n])
+    return f"{x},{u}->{x[:n]}{_NEW}{x[n + 1:]}"
+
+
+def ttm_plan(X: Any, U: Any, mode: int, *, transpose: bool = False) -> ContractionPlan:
+    """The plan :func:`ttm` would run for these operands (reusable through ``plan=``)."""
+    _, X = _tensor(X)
+    n = _mode(mode, X.ndim)
+    return plan_contraction(_ttm_spec(X.ndim, n, transpose), X, _matrix(U, "U", X.dtype))
+
+
+@dataclass(frozen=True)
+class MultiTTMPlan:
+    """Order and plans of a chain of TTMs (largest reduction first)."""
+
+    order: tuple[int, ...]
+    plans: tuple[ContractionPlan, ...]
+    transpose: bool
+
+    def explain(self) -> str:
+        lines = [f"multi_ttm over modes {list(self.order)} (largest reduction first):"]
+        for mode, p in zip(self.order, self.plans, strict=True):
+            lines.append(f" mode {mode}: " + p.explain().replace("\n", "\n   "))
+        return "\n".join(lines)
+
+
+def multi_ttm(
+    X: Any,
+    matrices: Sequence[Any],
+    *,
+    modes: Sequence[int] | None = None,
+    skip: int | None = None,
+    transpose: bool = False,
+    plan: MultiTTMPlan | None = None,
+) -> Any:
+    """Multiply ``X`` by a matrix along several modes, largest reduction first.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    matrices : sequence of arrays
+        One per entry of ``modes`` (or one per mode of ``X`` when ``modes`` is None); shape (J_n, I_n), or
+        (I_n, J_n) with ``transpose=True``. The entry of a skipped mode may be None.
+    modes : sequence of int, optional
+        Modes to multiply; default all modes.
+    skip : int, optional
+        A mode left out (the usual HOOI/HOSVD "all but one").
+    transpose : bool, default False
+        Multiply by the transposes (Tucker factors of shape (I_n, R_n) give the core-like projection).
+    plan : MultiTTMPlan, optional
+        Reuse the order and plans of an earlier call on arrays of the same shapes and strides.
+
+    Returns
+    -------
+    array
+        ``X`` with each multiplied mode resized to ``J_n``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import multi_ttm
+    >>> X = np.ones((4, 5, 6))
+    >>> Us = [np.ones((4, 2)), np.ones((5, 3)), np.ones((6, 2))]
+    >>> multi_ttm(X, Us, transpose=True, skip=1).shape
+    (2, 5, 2)
+    """
+    xp, X = _tensor(X)
+    if modes is None:
+        modes = list(range(X.ndim))
+        if len(matrices) != X.ndim:
+            raise ValueError(
+                f"matrices has {len(matrices)} entries; expected one per mode of X ({X.ndim}) when modes is None"
+            )
+    else:
+        modes = [_mode(m, X.ndim, "modes") for m in modes]
+        if len(set(modes)) != len(modes):
+            raise ValueError(f"modes {list(modes)} repeats a mode; each mode may appear once")
+        if len(matrices) != len(modes):
+            raise ValueError(f"matrices has {len(matrices)} entries but modes has {len(modes)}; expected equal")
+    mats = dict(zip(modes, matrices, strict=True))
+    if skip is not None:
+        s = _mode(skip, X.ndim, "skip")
+        mats.pop(s, None)
+    for m, U in list(mats.items()):
+        if U is None:
+            raise ValueError(f"matrices[{m}] is None but mode {m} is not skipped")
+        U = _matrix(U, f"matrices[{m}]", X.dtype)
+        in_dim = U.shape[0] if transpose else U.shape[1]
+        if in_dim != X.shape[m]:
+            raise ValueError(
+                f"matrices[{m}] has shape {tuple(U.shape)} but mode {m} of X has size {X.shape[m]}; "
+                f"expected {'(I_n, J)' if transpose else '(J, I_n)'} with I_n = {X.shape[m]}"
+            )
+        mats[m] = U
+    if plan is None:
+        order: Sequence[int] = _ttm_order(X.shape, mats, transpose)
+        plans: Sequence[ContractionPlan | None] = [None] * len(order)
+    else:
+        order, plans = plan.order, plan.plans
+    Y = X
+    for m, p in zip(order, plans, strict=True):
+        if p is None:
+            p = plan_contraction(_ttm_spec(Y.ndim, m, transpose), Y, mats[m])
+        Y = execute(p, Y, mats[m], None, xp)
+    return Y
+
+
+def _ttm_order(shape, mats, transpose: bool) -> list[int]:
+    """Largest reduction first: ascending J_n / I_n."""
+    return sorted(mats, key=lambda m: (mats[m].shape[1] if transpose else mats[m].shape[0]) / max(shape[m], 1))
+
+
+def multi_ttm_plan(
+    X: Any, matrices: Sequence[Any], *, modes: Sequence[int] | None = None, skip: int | None = None,
+    transpose: bool = False,
+) -> MultiTTMPlan:
+    """The order and per-step plans that :func:`multi_ttm` uses (reusable through ``plan=``)."""
+    _, X = _tensor(X)
+    modes_l = list(range(X.ndim)) if modes is None else [_mode(m, X.ndim, "modes") for m in modes]
+    mats = {m: _matrix(U, f"matrices[{m}]", X.dtype) for m, U in zip(modes_l, matrices, strict=True)
+            if skip is None or m != _mode(skip, X.ndim, "skip")}
+    order = _ttm_order(X.shape, mats, transpose)
+    plans = []
+    Y = X
+    xp = array_namespace(X)
+    for m in order:
+        p = plan_contraction(_ttm_spec(Y.ndim, m, transpose), Y, mats[m])
+        plans.append(p)
+        Y = _empty_like_plan(p, xp, X.dtype)  # carries the step's output layout to the next plan
+    return MultiTTMPlan(tuple(order), tuple(plans), transpose)
+
+
+def _empty_like_plan(p: ContractionPlan, xp, dtype):
+    order = p._out_order
+    buf = xp.empty(tuple(p.shapes[2][i] for i in order), dtype=dtype)
+    return buf.transpose(np.argsort(order)) if order != tuple(range(len(order))) else buf
+
+
+# ---------------------------------------------------------------------------------------------------
+def gram(X: Any, mode: int) -> Any:
+    """The Gram matrix of the mode-``mode`` unfolding, ``X_(n) X_(n)^T``, without forming the unfolding.
+
+    The modes stored outside ``mode`` (larger strides) are looped over; the modes inside it are the
+    reduction of each GEMM (``X[o] @ X[o].T`` on views, which numpy runs as a symmetric rank-k update).
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    mode : int
+
+    Returns
+    -------
+    array, shape (I_mode, I_mode)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import gram
+    >>> X = np.arange(24.0).reshape(2, 3, 4)
+    >>> np.allclose(gram(X, 1), np.moveaxis(X, 1, 0).reshape(3, -1) @ np.moveaxis(X, 1, 0).reshape(3, -1).T)
+    True
+    """
+    xp, X = _tensor(X)
+    n = _mode(mode, X.ndim)
+    In = X.shape[n]
+    st = _elem_strides(X)
+    others = [m for m in range(X.ndim) if m != n and X.shape[m] != 1]
+    outer = sorted((m for m in others if st[m] > st[n] or X.shape[n] == 1), key=lambda m: -st[m])
+    inner = sorted((m for m in others if m not in outer), key=lambda m: -st[m])
+    n_outer = math.prod(X.shape[m] for m in outer)
+    R = math.prod(X.shape[m] for m in inner)
+    try:
+        Xv = X.transpose([*outer, n, *inner, *(m for m in range(X.ndim) if m != n and X.shape[m] == 1)])
+        Xv = Xv.reshape((n_outer, In, R), copy=False)
+    except (ValueError, TypeError):
+        x = _LETTERS[: X.ndim]
+        y = x[:n] + _NEW + x[n + 1:]
+        return contract(f"{x},{y}->{x[n]}{_NEW}", X, X)
+    G = xp.zeros((In, In), dtype=X.dtype)
+    if X.size == 0:
+        return G
+    if R == 1:
+        V = Xv[:, :, 0]
+        return xp.matmul(V.T, V.conj() if V.dtype.kind == "c" else V, out=G)
+    if n_outer == 1:
+        V = Xv[0]
+        return xp.matmul(V, V.conj().T if V.dtype.kind == "c" else V.T, out=G)
+    # loop over the outer index in chunks: batched GEMMs on views, summed (temporary <= ~8 MB)
+    chunk = max(1, min(n_outer, (8 << 20) // max(In * In * X.itemsize, 1)))
+    if R >= 64:
+        chunk = 1
+    tmp = xp.empty((chunk, In, In), dtype=X.dtype)
+    for start in range(0, n_outer, chunk):
+        blk = Xv[start:start + chunk]
+        t = tmp[: blk.shape[0]]
+        xp.matmul(blk, xp.swapaxes(blk.conj() if blk.dtype.kind == "c" else blk, 1, 2), out=t)
+        G += t.sum(axis=0) if t.shape[0] > 1 else t[0]
+    return G
+
+
+# ---------------------------------------------------------------------------------------------------
+def khatri_rao(matrices: Sequence[Any]) -> Any:
+    """Column-wise Kronecker product; the first matrix varies slowest (row-major over the modes).
+
+    Parameters
+    ----------
+    matrices : sequence of arrays, each of shape (I_k, R)
+
+    Returns
+    -------
+    array, shape (prod(I_k), R)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import khatri_rao
+    >>> khatri_rao([np.ones((2, 3)), np.ones((4, 3))]).shape
+    (8, 3)
+    """
+    if len(matrices) == 0:
+        raise ValueError("matrices is empty; expected at least one matrix")
+    mats = list(matrices)
+    R = mats[0].shape[1]
+    for i, U in enumerate(mats):
+        if U.ndim != 2 or U.shape[1] != R:
+            raise ValueError(
+                f"matrices[{i}] has shape {tuple(U.shape)}; expected 2-D with {R} columns like matrices[0]"
+            )
+    out = mats[0]
+    for U in mats[1:]:
+        out = (out[:, None, :] * U[None, :, :]).reshape(-1, R)
+    return out
+
+
+@dataclass(frozen=True)
+class MTTKRPPlan:
+    """How :func:`mttkrp` evaluates one mode: one GEMM, or a GEMM then a batched GEMV.
+
+    ``first`` are the modes contracted by the GEMM with their Khatri-Rao product, ``second`` those
+    contracted afterwards (batched over the rank), each outer to inner in memory.
+    """
+
+    mode: int
+    first: tuple[int, ...]
+    second: tuple[int, ...]
+    plans: tuple[ContractionPlan, ...] = field(default=())
+    intermediate_elements: int = 0
+
+    def explain(self) -> str:
+        head = (
+            f"mttkrp mode {self.mode}: contract modes {list(self.first)} by GEMM"
+            + (f", then modes {list(self.second)} batched over the rank" if self.second else "")
+            + f" (intermediate {self.intermediate_elements:,} elements)"
+        )
+        return "\n".join([head] + ["  " + p.explain().replace("\n", "\n  ") for p in self.plans])
+
+
+def _mttkrp_split(shape, strides, n, R) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    others = [m for m in range(len(shape)) if m != n]
+    outer = sorted((m for m in others if strides[m] > strides[n]), key=lambda m: -strides[m])
+    inner = sorted((m for m in others if strides[m] <= strides[n]), key=lambda m: -strides[m])
+    size = math.prod(shape)
+    if outer and inner:
+        po, pi = math.prod(shape[m] for m in outer), math.prod(shape[m] for m in inner)
+        return (tuple(inner), tuple(outer)) if pi >= po else (tuple(outer), tuple(inner))
+    side = outer or inner
+    if not side:
+        return (), ()
+    full = math.prod(shape[m] for m in side)
+    if full * R <= max(size // 4, 1) or len(side) == 1:
+        return tuple(side), ()
+    # split the side into two chains: first the far end (away from mode n), balancing the temporaries
+    best = None
+    for j in range(1, len(side)):
+        far, near = (side[j:], side[:j]) if side is inner else (side[:j], side[j:])
+        pf = math.prod(shape[m] for m in far)
+        mem = pf * R + size // pf * R + math.prod(shape[m] for m in near) * R
+        if best is None or mem < best[0]:
+            best = (mem, tuple(far), tuple(near))
+    assert best is not None
+    return best[1], best[2]
+
+
+def _rank_outer(xp, X, rest, R, dtype):
+    """An (I_rest..., R) buffer with the rank outermost and the rest in X's memory order."""
+    st = _elem_strides(X)
+    mem = sorted(range(len(rest)), key=lambda i: -st[rest[i]])
+    buf = xp.empty((R, *(X.shape[rest[i]] for i in mem)), dtype=dtype)
+    axes = [0] * (len(rest) + 1)
+    for pos, i in enumerate(mem):
+        axes[i] = pos + 1
+    axes[-1] = 0
+    return buf.transpose(axes)
+
+
+def mttkrp(X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None) -> Any:
+    """Matricized tensor times Khatri-Rao product, ``X_(n) (U_{N-1} ⊙ ... ⊙ U_0)`` (skipping ``n``).
+
+    Evaluated in at most two engine calls, never unfolding ``X`` and never forming a Khatri-Rao product
+    with as many rows as ``X`` has columns in its unfolding when that would be large: the modes on one
+    side of ``mode`` are contracted first by one GEMM with their (small) Khatri-Rao product, the others
+    afterwards by a GEMV batched over the rank.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    factors : sequence of N arrays, shape (I_k, R)
+        ``factors[mode]`` is not used and may be None.
+    mode : int
+    plan : MTTKRPPlan, optional
+
+    Returns
+    -------
+    array, shape (I_mode, R)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import mttkrp
+    >>> X = np.ones((3, 4, 5))
+    >>> U = [np.ones((3, 2)), np.ones((4, 2)), np.ones((5, 2))]
+    >>> mttkrp(X, U, 1)
+    array([[15., 15.],
+           [15., 15.],
+           [15., 15.],
+           [15., 15.]])
+    """
+    xp, X = _tensor(X)
+    n = _mode(mode, X.ndim)
+    if len(factors) != X.ndim:
+        raise ValueError(f"factors has {len(factors)} matrices; expected one per mode of X ({X.ndim})")
+    ranks = set()
+    mats: dict[int, Any] = {}
+    for m, U in enumerate(factors):
+        if m == n and U is None:
+            continue
+        U = _matrix(U, f"factors[{m}]", X.dtype)
+        if U.shape[0] != X.shape[m]:
+            raise ValueError(
+                f"factors[{m}] has {U.shape[0]} rows but mode {m} of X has size {X.shape[m]}; expected equal"
+            )
+        ranks.add(U.shape[1])
+        mats[m] = U
+    if len(ranks) > 1:
+        raise ValueError(f"factors have different numbers of columns {sorted(ranks)}; expected one rank R")
+    R = ranks.pop() if ranks else 0
+    dtype = np.result_type(X.dtype, *(U.dtype for U in mats.values()))
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    if plan is None:
+        first, second = _mttkrp_split(X.shape, _elem_strides(X), n, R)
+    else:
+        first, second = plan.first, plan.second
+    x = _LETTERS[: X.ndim]
+    if not first:  # a 1-way tensor: the sum over nothing
+        return xp.asarray(X)[:, None] * xp.ones((1, R), dtype=dtype)
+    kr1 = khatri_rao([mats[m] for m in first]).reshape(*(X.shape[m] for m in first), R)
+    rest = [m for m in range(X.ndim) if m not in first]
+    p_sub = "".join(x[m] for m in rest) + _RANK
+    spec1 = f"{x},{''.join(x[m] for m in first)}{_RANK}->{p_sub}"
+    if not second:
+        return contract(spec1, X, kr1, out=xp.empty((X.shape[n], R), dtype=dtype))
+    # intermediate with the rank outermost, so that each rank's slice is a plain matrix for step 2
+    P = _rank_outer(xp, X, rest, R, dtype)
+    contract(spec1, X, kr1, out=P)
+    kr2 = khatri_rao([mats[m] for m in second]).reshape(*(X.shape[m] for m in second), R)
+    spec2 = f"{p_sub},{''.join(x[m] for m in second)}{_RANK}->{x[n]}{_RANK}"
+    return contract(spec2, P, kr2, out=xp.empty((X.shape[n], R), dtype=dtype))
+
+
+def mttkrp_plan(X: Any, factors: Sequence[Any], mode: int) -> MTTKRPPlan:
+    """The split :func:`mttkrp` uses for this mode, with the engine plans of its steps."""
+    xp, X = _tensor(X)
+    n = _mode(mode, X.ndim)
+    R = next(U.shape[1] for m, U in enumerate(factors) if U is not None and m != n)
+    first, second = _mttkrp_split(X.shape, _elem_strides(X), n, R)
+    x = _LETTERS[: X.ndim]
+    rest = [m for m in range(X.ndim) if m not in first]
+    p_sub = "".join(x[m] for m in rest) + _RANK
+    kr1 = xp.empty((*(X.shape[m] for m in first), R), dtype=X.dtype)
+    plans = []
+    inter = 0
+    if second:
+        P = _rank_outer(xp, X, rest, R, X.dtype)
+        plans.append(plan_contraction(f"{x},{''.join(x[m] for m in first)}{_RANK}->{p_sub}", X, kr1, out=P))
+        kr2 = xp.empty((*(X.shape[m] for m in second), R), dtype=X.dtype)
+        plans.append(plan_contraction(f"{p_sub},{''.join(x[m] for m in second)}{_RANK}->{x[n]}{_RANK}", P, kr2,
+                                      out=xp.empty((X.shape[n], R), dtype=X.dtype)))
+        inter = P.size
+    else:
+        plans.append(plan_contraction(f"{x},{''.join(x[m] for m in first)}{_RANK}->{p_sub}", X, kr1,
+                                      out=xp.empty((X.shape[n], R), dtype=X.dtype)))
+    return MTTKRPPlan(n, first, second, tuple(plans), inter)

@@ -1,0 +1,582 @@
+"""Contraction planning: flatten, batch, or (for the exceptional cases) pick the cheapest remedy.
+
+The planner follows seed 000 (Shi et al., sections III and IV-D):
+
+* every pairwise contraction is written as ``C[batch, M, N] = sum_K A[batch, M, K] B[batch, K, N]`` where
+  ``M``, ``N`` and ``K`` are *groups* of modes that are flattened into one matrix dimension, and every other
+  free mode is a batch mode looped over by a strided-batched GEMM;
+* a group may only be flattened when its modes are adjacent in memory in every operand that holds it, in the
+  same order (rule 2 of seed III-B: ``stride[outer] == stride[inner] * dim[inner]``): legality follows the
+  strides, not an assumed layout;
+* each 2-D slice handed to BLAS needs one unit stride and a leading dimension at least the other extent
+  (otherwise numpy would fall into its non-BLAS loop or copy behind our back);
+* among the legal candidates a small cost model picks the fastest: GEMM time from the flop count and the
+  efficiency of its three extents (larger GEMMs run closer to peak, IV-D rules 1 and 2), plus a per-call
+  overhead for every GEMM of the batch, plus a 2 % preference for batching over the output's outermost mode
+  (IV-D rule 3, measured on CPUs in the seed's Fig. 5 and 6);
+* when no candidate reaches a level-3 kernel without copying ("exceptional": the only batching left would
+  need a unit-stride mode), the remedies are costed and the cheapest is taken and recorded: a batched GEMV
+  on views, a single copy of the smaller operand into a GEMM-friendly layout, or a GEMM into a temporary
+  output that is copied into ``out``.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuckerkit.engine._spec import Spec
+
+# --- cost model constants (seconds); tuned on a 2-core Zen 4 with OpenBLAS, only their ratios matter ------
+_GEMM_PEAK = 60e9  # flop/s of a large GEMM
+_GEMM_HALF = 16.0  # extent at which a GEMM dimension runs at half efficiency
+_CALL = 1.5e-6  # overhead of one BLAS call inside a batched loop
+_VEC_RATE = 4e9  # flop/s of a level-2 (GEMV, dot) kernel
+_GER_RATE = 1e9  # element updates/s of an outer product loop
+_COPY_BW = 2e9  # bytes/s of a strided (transposing) copy
+_OUTER_PREF = 1.02  # penalty when the batch loop is not over the output's outermost mode
+
+
+class KernelKind(str, enum.Enum):
+    """The BLAS-level kernel a plan runs."""
+
+    DOT = "dot"
+    GEMV = "gemv"
+    GER = "ger"
+    GEMM = "gemm"
+    BATCHED_DOT = "batched_dot"
+    BATCHED_GEMV = "batched_gemv"
+    BATCHED_GER = "batched_ger"
+    STRIDED_BATCHED_GEMM = "strided_batched_gemm"
+    NESTED_BATCHED_GEMM = "nested_batched_gemm"
+    EXCEPTIONAL = "exceptional"
+    EMPTY = "empty"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Remedy(str, enum.Enum):
+    """How an exceptional contraction is evaluated."""
+
+    NONE = "none"
+    BATCHED_GEMV = "batched_gemv"
+    COPY_A = "copy_a"
+    COPY_B = "copy_b"
+    COPY_OUT = "copy_out"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class _OperandLayout:
+    """How the executor turns one operand into its ``(*batch, rows, cols)`` view (no copy)."""
+
+    keep_shape: tuple[int, ...]  # shape after pre-reductions with size-1 axes dropped
+    perm: tuple[int, ...]  # transpose of the kept axes into batch + row group + column group order
+    view_shape: tuple[int, ...]  # final reshape (size-1 entries for batch modes the operand lacks)
+    copy_order: tuple[int, ...] | None = None  # when the plan copies this operand: axis order of the copy
+
+
+@dataclass(frozen=True)
+class ContractionPlan:
+    """A frozen, printable, reusable plan for one pairwise contraction.
+
+    Attributes
+    ----------
+    spec : str
+        Normalized subscripts ``"a,b->c"``.
+    kind : KernelKind
+        Kernel run after any remedy (``EXCEPTIONAL`` when a remedy was needed; see ``remedy``).
+    remedy : Remedy
+        ``NONE`` unless the case is exceptional.
+    inner_kind : KernelKind
+        The kernel actually called (equal to ``kind`` unless exceptional).
+    row_modes, col_modes, contracted_modes : tuple of str
+        The flattened groups ``M``, ``N`` and ``K`` (outer to inner in memory).
+    batch_modes : tuple of str
+        Batched modes, outermost loop first (nested batching when there are several).
+    batch_sizes : tuple of int
+        Extent of each batch mode.
+    batch_strides : tuple of tuple of int
+        ``(stride in A, stride in B, stride in C)`` in elements for each batch mode (0 = broadcast).
+    trans_a, trans_b : bool
+        Row-major BLAS transpose flags: ``False`` when the operand's slice has its column group unit-strided.
+    lda, ldb, ldc : int
+        Leading dimensions (elements) of the slices.
+    m, n, k : int
+        GEMM extents (product of each group).
+    flops : int
+        Multiply-adds times two.
+    bytes_moved : int
+        Bytes read and written: each operand once, plus copies (read and write).
+    copies : int
+        Elements copied (0 for every non-exceptional case).
+    shapes, strides : tuple
+        The operand shapes and element strides the plan was made for (A, B, out).
+    """
+
+    spec: str
+    dtype: str
+    kind: KernelKind
+    remedy: Remedy
+    inner_kind: KernelKind
+    row_modes: tuple[str, ...]
+    col_modes: tuple[str, ...]
+    contracted_modes: tuple[str, ...]
+    batch_modes: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    batch_strides: tuple[tuple[int, int, int], ...]
+    trans_a: bool
+    trans_b: bool
+    lda: int
+    ldb: int
+    ldc: int
+    m: int
+    n: int
+    k: int
+    flops: int
+    bytes_moved: int
+    copies: int
+    summed_modes: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    strides: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    est_seconds: float
+    device: str = "cpu"
+    _a: _OperandLayout | None = field(default=None, repr=False, compare=False)
+    _b: _OperandLayout | None = field(default=None, repr=False, compare=False)
+    _c: _OperandLayout | None = field(default=None, repr=False, compare=False)
+    _out_order: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _sum_a: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _sum_b: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+    # ----------------------------------------------------------------------------------------------
+    def notation(self) -> str:
+        """The evaluation in the seed's notation, e.g. ``C_{m[n]p} = A_{mk} B_{k[n]p}``."""
+        a, b, c = self.spec.replace("->", ",").split(",")
+        groups = [g for g in (self.row_modes, self.col_modes, self.contracted_modes) if len(g) > 1]
+
+        def mark(sub: str, transposed: bool) -> tuple[str, str]:
+            out: list[str] = []
+            done: set[str] = set()
+            for ch in sub:
+                if ch in done:
+                    continue
+                grp = next((g for g in groups if ch in g and all(x in sub for x in g)), None)
+                if ch in self.batch_modes:
+                    out.append(f"[{ch}]")
+                elif grp is not None:
+                    out.append("(" + "".join(x for x in sub if x in grp) + ")")
+                    done.update(grp)
+                else:
+                    out.append(ch)
+            return "".join(out), ("^T" if transposed else "")
+
+        if self.kind == KernelKind.EMPTY:
+            return f"C_{{{c}}} = 0"
+        (cs, _), (as_, at), (bs, bt) = mark(c, False), mark(a, self.trans_a), mark(b, self.trans_b)
+        return f"C_{{{cs}}} = A_{{{as_}}}{at} B_{{{bs}}}{bt}"
+
+    def explain(self) -> str:
+        """A human-readable, multi-line description of the plan."""
+        lines = [f"{self.notation()}  ->  {self.kind}"]
+        if self.remedy != Remedy.NONE:
+            lines[0] += f" (remedy: {self.remedy}, then {self.inner_kind})"
+        if self.batch_modes:
+            desc = ", ".join(
+                f"[{mode}] x{size} (strides A {sa}, B {sb}, C {sc})"
+                for mode, size, (sa, sb, sc) in zip(
+                    self.batch_modes, self.batch_sizes, self.batch_strides, strict=True
+                )
+            )
+            lines.append(f"  batch: {desc}")
+        lines.append(
+            f"  gemm: m={self.m} (modes {''.join(self.row_modes) or '-'}), n={self.n} "
+            f"(modes {''.join(self.col_modes) or '-'}), k={self.k} (modes {''.join(self.contracted_modes) or '-'})"
+        )
+        lines.append(
+            f"  flags: opA={'T' if self.trans_a else 'N'} lda={self.lda}, "
+            f"opB={'T' if self.trans_b else 'N'} ldb={self.ldb}, ldc={self.ldc}"
+        )
+        if self.summed_modes:
+            lines.append(f"  summed before the product: {''.join(self.summed_modes)}")
+        lines.append(
+            f"  cost: {self.flops:,} flops, {self.bytes_moved:,} bytes moved, {self.copies:,} elements copied, "
+            f"dtype {self.dtype}, device {self.device}"
+        )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.explain()
+
+
+# ---------------------------------------------------------------------------------------------------
+# planning
+# ---------------------------------------------------------------------------------------------------
+def _chain(modes: tuple[str, ...], sizes: dict[str, int], stride_maps: list[dict[str, int] | None]):
+    """Order ``modes`` outer->inner if they can be flattened in every operand of ``stride_maps``.
+
+    ``None`` entries stand for operands whose layout is free (they will be copied or allocated).
+    Returns the ordered tuple, or None when flattening is illegal.
+    """
+    if not modes:
+        return ()
+    fixed = [s for s in stride_maps if s is not None]
+    if not fixed:
+        return tuple(modes)
+    ref = fixed[0]
+    order = tuple(sorted(modes, key=lambda x: -ref[x]))
+    for s in fixed:
+        for outer, inner in itertools.pairwise(order):
+            if s[outer] != s[inner] * sizes[inner]:
+                return None
+        if s[order[-1]] <= 0:
+            return None
+    return order
+
+
+def _runs(modes: list[str], key: dict[str, int]) -> list[tuple[str, ...]]:
+    """All contiguous runs (sub-chains) of ``modes`` sorted by descending ``key``, plus the empty run."""
+    ordered = sorted(modes, key=lambda x: -key[x])
+    out: list[tuple[str, ...]] = [()]
+    for i in range(len(ordered)):
+        for j in range(i + 1, len(ordered) + 1):
+            out.append(tuple(ordered[i:j]))
+    return out
+
+
+def _blasable(s_rows: int, rows: int, s_cols: int, cols: int) -> bool:
+    """numpy's test for handing a strided 2-D slice to BLAS: one unit stride, leading dim >= extent."""
+    return (s_cols == 1 and s_rows >= max(cols, 1)) or (s_rows == 1 and s_cols >= max(rows, 1))
+
+
+def _eff(x: int) -> float:
+    return x / (x + _GEMM_HALF)
+
+
+@dataclass
+class _Candidate:
+    M: tuple[str, ...]
+    N: tuple[str, ...]
+    K: tuple[str, ...]
+    batch: tuple[str, ...]
+    kind: KernelKind
+    seconds: float
+    c_order: tuple[str, ...] | None  # output layout (outer -> inner) when the output is allocated here
+
+
+def _group_stride(group: tuple[str, ...], strides: dict[str, int] | None) -> int:
+    if not group or strides is None:
+        return 1
+    return strides[group[-1]]
+
+
+def _evaluate(
+    M, N, K, batch, sizes, sA, sB, sC
+) -> tuple[KernelKind, float, tuple[bool, bool, int, int, int]] | None:
+    """Check BLAS legality of one candidate and estimate its time. ``None`` strides mean 'free layout'."""
+    m = math.prod(sizes[x] for x in M)
+    n = math.prod(sizes[x] for x in N)
+    k = math.prod(sizes[x] for x in K)
+    nb = math.prod(sizes[x] for x in batch)
+    # slice strides; a free layout is laid out as (rows, cols) row-major
+    a_r, a_c = (_group_stride(M, sA), _group_stride(K, sA)) if sA is not None else (k, 1)
+    b_r, b_c = (_group_stride(K, sB), _group_stride(N, sB)) if sB is not None else (n, 1)
+    c_r, c_c = (_group_stride(M, sC), _group_stride(N, sC)) if sC is not None else (n, 1)
+    flops = 2 * m * n * k * nb
+    if m > 1 and n > 1 and k > 1:
+        if not (_blasable(a_r, m, a_c, k) and _blasable(b_r, k, b_c, n) and _blasable(c_r, m, c_c, n)):
+            return None
+        base = KernelKind.GEMM
+        sec = flops / (_GEMM_PEAK * _eff(m) * _eff(n) * _eff(k)) + nb * _CALL
+    elif k > 1 and (m > 1 or n > 1):  # one side is a vector: GEMV on the matrix side
+        if m > 1:
+            if not (_blasable(a_r, m, a_c, k) and b_r > 0):
+                return None
+        elif not (_blasable(b_r, k, b_c, n) and a_c > 0):
+            return None
+        base = KernelKind.GEMV
+        sec = flops / _VEC_RATE + nb * _CALL
+    elif k > 1:
+        base = KernelKind.DOT
+        sec = flops / _VEC_RATE + nb * _CALL
+    else:
+        base = KernelKind.GER
+        sec = m * n * nb / _GER_RATE + nb * _CALL
+    if nb > 1 or batch:
+        kind = {
+            KernelKind.GEMM: KernelKind.STRIDED_BATCHED_GEMM if len(batch) == 1 else KernelKind.NESTED_BATCHED_GEMM,
+            KernelKind.GEMV: KernelKind.BATCHED_GEMV,
+            KernelKind.DOT: KernelKind.BATCHED_DOT,
+            KernelKind.GER: KernelKind.BATCHED_GER,
+        }[base]
+    else:
+        kind = base
+    # transpose flags (row-major convention) and leading dimensions
+    trans_a = not (a_c == 1 and (m == 1 or a_r >= k)) if m > 1 and k > 1 else False
+    trans_b = not (b_c == 1 and (k == 1 or b_r >= n)) if k > 1 and n > 1 else False
+    lda = a_c if trans_a else a_r
+    ldb = b_c if trans_b else b_r
+    ldc = c_r if c_c == 1 else c_c
+    return kind, sec, (trans_a, trans_b, lda, ldb, ldc)
+
+
+def _search(I, J, K, H, sizes, sA, sB, sC, c_pref):  # noqa: E741
+    """Best candidate for the given (possibly free = None) operand layouts, or None."""
+    k_order = _chain(tuple(K), sizes, [sA, sB])
+    if k_order is None:
+        return None
+    best = None
+    key_a = sA if sA is not None else (sC if sC is not None else {x: 0 for x in I})
+    key_b = sB if sB is not None else (sC if sC is not None else {x: 0 for x in J})
+    for M in _runs(I, key_a):
+        m_order = _chain(M, sizes, [sA, sC])
+        if m_order is None:
+            continue
+        for N in _runs(J, key_b):
+            n_order = _chain(N, sizes, [sB, sC])
+            if n_order is None:
+                continue
+            batch = [x for x in H] + [x for x in I if x not in M] + [x for x in J if x not in N]
+            # loop order: outermost in the output first when the output is fixed, else largest stride first
+            ref = sC if sC is not None else {
+                x: max(abs((sA or {}).get(x, 0)), abs((sB or {}).get(x, 0))) for x in batch
+            }
+            batch_t = tuple(sorted(batch, key=lambda x: -ref[x]))
+            res = _evaluate(m_order, n_order, k_order, batch_t, sizes, sA, sB, sC)
+            if res is None:
+                continue
+            kind, sec, _ = res
+            if len(batch_t) >= 1 and c_pref is not None and batch_t[0] != c_pref:
+                sec *= _OUTER_PREF
+            c_order = None
+            if sC is None:
+                c_order = batch_t + m_order + n_order
+            cand = _Candidate(m_order, n_order, k_order, batch_t, kind, sec, c_order)
+            if best is None or cand.seconds < best.seconds - 1e-15:
+                best = cand
+    return best
+
+
+def _contiguous_strides(order: tuple[str, ...], sizes: dict[str, int]) -> dict[str, int]:
+    strides, acc = {}, 1
+    for x in reversed(order):
+        strides[x] = acc
+        acc *= sizes[x]
+    return strides
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _level3(kind: KernelKind) -> bool:
+    return kind in (KernelKind.GEMM, KernelKind.STRIDED_BATCHED_GEMM, KernelKind.NESTED_BATCHED_GEMM)
+
+
+def build_plan(
+    spec: Spec,
+    a_shape: tuple[int, ...],
+    a_strides: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    b_strides: tuple[int, ...],
+    dtype: str,
+    itemsize: int,
+    out_strides: tuple[int, ...] | None,
+    out_layout: str,
+) -> ContractionPlan:
+    """Plan ``spec`` for operands of the given shapes and element strides (see module docstring)."""
+    sizes: dict[str, int] = {}
+    for sub, shape in ((spec.a, a_shape), (spec.b, b_shape)):
+        for ch, n in zip(sub, shape, strict=True):
+            if ch in sizes and sizes[ch] != n:
+                raise ValueError(
+                    f"index {ch!r} has size {sizes[ch]} in A but size {n} in B; "
+                    "contracted and shared indices must have equal sizes"
+                )
+            sizes[ch] = n
+    out_shape = tuple(sizes[ch] for ch in spec.c)
+    # indices that appear in one operand only and not in the output are summed first
+    sum_a = tuple(i for i, ch in enumerate(spec.a) if ch not in spec.b and ch not in spec.c)
+    sum_b = tuple(i for i, ch in enumerate(spec.b) if ch not in spec.a and ch not in spec.c)
+    summed = tuple(spec.a[i] for i in sum_a) + tuple(spec.b[i] for i in sum_b)
+
+    def kept(sub, shape, strides, summed_axes):
+        if summed_axes:  # the pre-summed operand is a fresh C-ordered array
+            rem = [i for i in range(len(sub)) if i not in summed_axes]
+            sub = "".join(sub[i] for i in rem)
+            shape = tuple(shape[i] for i in rem)
+            strides = _c_strides(shape)
+        keep = [i for i, n in enumerate(shape) if n != 1]
+        return sub, {sub[i]: strides[i] for i in keep}, tuple(shape[i] for i in keep), "".join(sub[i] for i in keep)
+
+    _, sA_full, a_keep_shape, a_keep = kept(spec.a, a_shape, a_strides, sum_a)
+    _, sB_full, b_keep_shape, b_keep = kept(spec.b, b_shape, b_strides, sum_b)
+    c_keep = "".join(ch for ch in spec.c if sizes[ch] != 1)
+    sA, sB = dict(sA_full), dict(sB_full)
+    sC = None
+    if out_strides is not None:
+        sC = {ch: st for ch, st, n in zip(spec.c, out_strides, out_shape, strict=True) if n != 1}
+    elif out_layout in ("C", "F"):
+        order = tuple(spec.c) if out_layout == "C" else tuple(reversed(spec.c))
+        full = _contiguous_strides(order, sizes)
+        sC = {ch: full[ch] for ch in c_keep}
+
+    H = [x for x in c_keep if x in a_keep and x in b_keep]
+    I_ = [x for x in c_keep if x in a_keep and x not in b_keep]
+    J = [x for x in c_keep if x in b_keep and x not in a_keep]
+    K = [x for x in a_keep if x in b_keep and x not in c_keep]
+    item = itemsize
+    size_a, size_b, size_c = math.prod(a_shape), math.prod(b_shape), math.prod(out_shape)
+    base_bytes = (size_a + size_b + size_c) * item
+    shapes = (tuple(a_shape), tuple(b_shape), out_shape)
+    strides_rec = (tuple(a_strides), tuple(b_strides), tuple(out_strides) if out_strides is not None else ())
+
+    common: dict[str, Any] = dict(spec=str(spec), dtype=dtype, summed_modes=summed, shapes=shapes, strides=strides_rec,
+                  _sum_a=sum_a, _sum_b=sum_b)
+    if size_c == 0 or any(sizes[x] == 0 for x in spec.a + spec.b):
+        order_e = tuple(range(len(spec.c)))
+        return ContractionPlan(
+            kind=KernelKind.EMPTY, remedy=Remedy.NONE, inner_kind=KernelKind.EMPTY, row_modes=(), col_modes=(),
+            contracted_modes=(), batch_modes=(), batch_sizes=(), batch_strides=(), trans_a=False, trans_b=False,
+            lda=0, ldb=0, ldc=0, m=0, n=0, k=0, flops=0, bytes_moved=size_c * item, copies=0, est_seconds=0.0,
+            _out_order=order_e if out_layout != "F" else order_e[::-1], **common,
+        )
+
+    c_outer = None
+    if sC:
+        c_outer = max(sC, key=lambda x: sC[x])  # type: ignore[index]
+
+    free_out = out_strides is None and out_layout == "auto"
+    # 1. zero-copy candidates
+    best_fixed = None
+    if not free_out:
+        best_fixed = _search(I_, J, K, H, sizes, sA, sB, sC, c_outer)
+    best_free = None
+    if free_out:
+        c_pref_sorted = _contiguous_strides(tuple(c_keep), sizes)
+        best_c = _search(I_, J, K, H, sizes, sA, sB, c_pref_sorted, c_keep[0] if c_keep else None)
+        best_free = _search(I_, J, K, H, sizes, sA, sB, None, None)
+        # prefer the C-ordered output unless the free layout is clearly (>10 %) faster
+        if best_c is not None and (best_free is None or best_c.seconds <= 1.10 * best_free.seconds):
+            best_fixed, sC, best_free = best_c, c_pref_sorted, None
+        elif best_free is not None:
+            best_fixed = best_free
+    remedy = Remedy.NONE
+    gemm_possible = bool(I_ and J and K)
+    chosen = best_fixed
+    copy_a = copy_b = False
+    copy_out = False
+    copies = 0
+    copy_seconds = 0.0
+    if chosen is None or (gemm_possible and not _level3(chosen.kind)):
+        # 2. exceptional: cost the remedies
+        options: list[tuple[float, Remedy, _Candidate, int]] = []
+        if chosen is not None:
+            options.append((chosen.seconds, Remedy.BATCHED_GEMV, chosen, 0))
+        for which, size in (("A", size_a), ("B", size_b)):
+            cand = _search(I_, J, K, H, sizes, None if which == "A" else sA, None if which == "B" else sB,
+                           sC, c_outer)
+            if cand is not None:
+                sec = cand.seconds + 2 * size * item / _COPY_BW
+                options.append((sec, Remedy.COPY_A if which == "A" else Remedy.COPY_B, cand, size))
+        if sC is not None:
+            cand = _search(I_, J, K, H, sizes, sA, sB, None, None)
+            if cand is not None:
+                options.append((cand.seconds + 2 * size_c * item / _COPY_BW, Remedy.COPY_OUT, cand, size_c))
+        if not options:  # neither operand alone can be fixed: copy both
+            cand = _search(I_, J, K, H, sizes, None, None, sC, c_outer)
+            if cand is None:
+                cand = _search(I_, J, K, H, sizes, None, None, None, None)
+                copy_out = True
+            assert cand is not None  # both operands and the output free always admit a GEMM
+            options.append((cand.seconds, Remedy.COPY_A, cand, size_a + size_b))
+            copy_b = True
+        options.sort(key=lambda t: t[0])
+        copy_seconds, remedy, chosen, copies = options[0]
+        copy_a = copy_a or remedy == Remedy.COPY_A
+        copy_b = copy_b or remedy == Remedy.COPY_B
+        copy_out = copy_out or remedy == Remedy.COPY_OUT
+    assert chosen is not None
+
+    # free layouts become concrete: copied operands and allocated outputs are laid out for the kernel
+    if copy_a:
+        sA = _contiguous_strides(tuple(x for x in chosen.batch if x in sA) + chosen.M + chosen.K, sizes)
+    if copy_b:
+        sB = _contiguous_strides(tuple(x for x in chosen.batch if x in sB) + chosen.K + chosen.N, sizes)
+    c_alloc_order: tuple[str, ...] | None = None
+    if chosen.c_order is not None:
+        c_alloc_order = chosen.c_order
+        sC = _contiguous_strides(chosen.c_order, sizes)
+    kind, _, (trans_a, trans_b, lda, ldb, ldc) = _evaluate(  # type: ignore[misc]
+        chosen.M, chosen.N, chosen.K, chosen.batch, sizes, sA, sB, sC
+    )
+    nb_sizes = tuple(sizes[x] for x in chosen.batch)
+    b_strides_rec = tuple(
+        (sA.get(x, 0), sB.get(x, 0), sC.get(x, 0) if sC else 0) for x in chosen.batch
+    )
+
+    def layout(keep: str, keep_shape, groups, copy: bool) -> _OperandLayout:
+        pos = {ch: i for i, ch in enumerate(keep)}
+        order = [x for x in chosen.batch if x in pos] + [x for g in groups for x in g]
+        perm = tuple(pos[x] for x in order)
+        view_shape = tuple(sizes[x] if x in pos else 1 for x in chosen.batch) + tuple(
+            math.prod(sizes[x] for x in g) for g in groups
+        )
+        return _OperandLayout(tuple(keep_shape), perm, view_shape, perm if copy else None)
+
+    la = layout(a_keep, a_keep_shape, (chosen.M, chosen.K), copy_a)
+    lb = layout(b_keep, b_keep_shape, (chosen.K, chosen.N), copy_b)
+    c_keep_shape = tuple(sizes[x] for x in c_keep)
+    lc = layout(c_keep, c_keep_shape, (chosen.M, chosen.N), copy_out)
+    # allocation order of a fresh output (all output axes, size-1 ones last)
+    if out_layout == "F" and out_strides is None:
+        out_order = tuple(reversed(range(len(spec.c))))
+    elif c_alloc_order is not None and not copy_out:
+        pos_c = {ch: i for i, ch in enumerate(spec.c)}
+        out_order = tuple(pos_c[x] for x in c_alloc_order) + tuple(
+            i for i, ch in enumerate(spec.c) if sizes[ch] == 1
+        )
+    else:
+        out_order = tuple(range(len(spec.c)))
+
+    m = math.prod(sizes[x] for x in chosen.M)
+    n = math.prod(sizes[x] for x in chosen.N)
+    k = math.prod(sizes[x] for x in chosen.K)
+    flops = 2 * m * n * k * math.prod(nb_sizes)
+    return ContractionPlan(
+        kind=KernelKind.EXCEPTIONAL if remedy != Remedy.NONE else kind,
+        remedy=remedy,
+        inner_kind=kind,
+        row_modes=chosen.M,
+        col_modes=chosen.N,
+        contracted_modes=chosen.K,
+        batch_modes=chosen.batch,
+        batch_sizes=nb_sizes,
+        batch_strides=b_strides_rec,
+        trans_a=trans_a,
+        trans_b=trans_b,
+        lda=lda,
+        ldb=ldb,
+        ldc=ldc,
+        m=m,
+        n=n,
+        k=k,
+        flops=flops,
+        bytes_moved=base_bytes + 2 * copies * item,
+        copies=copies,
+        est_seconds=copy_seconds if remedy != Remedy.NONE else chosen.seconds,
+        _a=la,
+        _b=lb,
+        _c=lc,
+        _out_order=out_order,
+        **common,
+    )
