@@ -127,34 +127,47 @@ def _view(x, shape):
         return v
 
 
-def execute(plan: ContractionPlan, A, B, out=None, xp=None):
-    """Run ``plan`` on ``A`` and ``B`` (already validated), writing into ``out`` when given."""
-    if xp is None:
-        xp = array_namespace(A, B, out)
+def _alloc_out(plan: ContractionPlan, xp, dtype):
+    order = plan._out_order
     out_shape = plan.shapes[2]
-    if out is None:
-        order = plan._out_order
-        buf = xp.empty(tuple(out_shape[i] for i in order), dtype=A.dtype)
-        out = buf.transpose(np.argsort(order)) if order != tuple(range(len(order))) else buf
-    if plan.kind == KernelKind.EMPTY:
-        out[...] = 0
-        return out
-    if plan._sum_a:
-        A = A.sum(axis=plan._sum_a)
+    buf = xp.empty(tuple(out_shape[i] for i in order), dtype=dtype)
+    return buf.transpose(tuple(np.argsort(order))) if order != tuple(range(len(order))) else buf
+
+
+def operand_views(plan: ContractionPlan, A, B, out, xp=np):
+    """The ``(*batch, rows, cols)`` views (or copies, for a remedy) that the kernel receives.
+
+    Returns ``(a_view, b_view, c_view, c_target)``: ``c_target`` is the part of ``out`` the result must land
+    in when the plan computes into a temporary (``Remedy.COPY_OUT``), else None.
+    """
+    if plan._sum_a:  # the planner laid the summed operand out in C order
+        A = xp.ascontiguousarray(A.sum(axis=plan._sum_a))
     if plan._sum_b:
-        B = B.sum(axis=plan._sum_b)
+        B = xp.ascontiguousarray(B.sum(axis=plan._sum_b))
     la, lb, lc = plan._a, plan._b, plan._c
     assert la is not None and lb is not None and lc is not None
     av = _operand_view(xp, A, la)
     bv = _operand_view(xp, B, lb)
-    ck = out.reshape(lc.keep_shape) if out.shape != lc.keep_shape else out
+    ck = out.reshape(lc.keep_shape) if tuple(out.shape) != lc.keep_shape else out
     if lc.copy_order is not None:
         tmp = xp.empty(tuple(lc.keep_shape[p] for p in lc.copy_order), dtype=out.dtype)
-        xp.matmul(av, bv, out=tmp.reshape(lc.view_shape))
-        ck.transpose(lc.copy_order)[...] = tmp
-    else:
-        cv = _view(ck.transpose(lc.perm), lc.view_shape)
-        xp.matmul(av, bv, out=cv)
+        return av, bv, tmp.reshape(lc.view_shape), ck.transpose(lc.copy_order)
+    return av, bv, _view(ck.transpose(lc.perm), lc.view_shape), None
+
+
+def execute(plan: ContractionPlan, A, B, out=None, xp=None):
+    """Run ``plan`` on ``A`` and ``B`` (already validated), writing into ``out`` when given."""
+    if xp is None:
+        xp = array_namespace(A, B, out)
+    if out is None:
+        out = _alloc_out(plan, xp, A.dtype)
+    if plan.kind == KernelKind.EMPTY:
+        out[...] = 0
+        return out
+    av, bv, cv, target = operand_views(plan, A, B, out, xp)
+    xp.matmul(av, bv, out=cv)
+    if target is not None:
+        target[...] = cv.reshape(target.shape)
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.backend import array_namespace, result_dtype
-from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
+from tuckerkit.engine._contract import _alloc_out, _elem_strides, contract, execute, plan_contraction
 from tuckerkit.engine._plan import ContractionPlan
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
@@ -240,9 +240,7 @@ def multi_ttm_plan(
 
 
 def _empty_like_plan(p: ContractionPlan, xp, dtype):
-    order = p._out_order
-    buf = xp.empty(tuple(p.shapes[2][i] for i in order), dtype=dtype)
-    return buf.transpose(np.argsort(order)) if order != tuple(range(len(order))) else buf
+    return _alloc_out(p, xp, dtype)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -99,7 +99,8 @@ class ContractionPlan:
     row_modes, col_modes, contracted_modes : tuple of str
         The flattened groups ``M``, ``N`` and ``K`` (outer to inner in memory).
     batch_modes : tuple of str
-        Batched modes, outermost loop first (nested batching when there are several).
+        Batched modes, outermost loop first (nested batching when there are several); modes that are
+        adjacent in every operand are flattened into one batch group, e.g. ``"bc"``.
     batch_sizes : tuple of int
         Extent of each batch mode.
     batch_strides : tuple of tuple of int
@@ -167,8 +168,15 @@ class ContractionPlan:
                 if ch in done:
                     continue
                 grp = next((g for g in groups if ch in g and all(x in sub for x in g)), None)
-                if ch in self.batch_modes:
-                    out.append(f"[{ch}]")
+                bgroup = next((g for g in self.batch_modes if ch in g), None)
+                if bgroup is not None:
+                    if len(bgroup) == 1:
+                        out.append(f"[{ch}]")
+                    elif all(x in sub for x in bgroup):
+                        out.append("[(" + "".join(x for x in sub if x in bgroup) + ")]")
+                        done.update(bgroup)
+                    else:
+                        out.append(f"[{ch}]")
                 elif grp is not None:
                     out.append("(" + "".join(x for x in sub if x in grp) + ")")
                     done.update(grp)
@@ -405,8 +413,9 @@ def build_plan(
             sizes[ch] = n
     out_shape = tuple(sizes[ch] for ch in spec.c)
     # indices that appear in one operand only and not in the output are summed first
-    sum_a = tuple(i for i, ch in enumerate(spec.a) if ch not in spec.b and ch not in spec.c)
-    sum_b = tuple(i for i, ch in enumerate(spec.b) if ch not in spec.a and ch not in spec.c)
+    # (size-1 ones are simply dropped with the other size-1 axes)
+    sum_a = tuple(i for i, ch in enumerate(spec.a) if ch not in spec.b and ch not in spec.c and sizes[ch] != 1)
+    sum_b = tuple(i for i, ch in enumerate(spec.b) if ch not in spec.a and ch not in spec.c and sizes[ch] != 1)
     summed = tuple(spec.a[i] for i in sum_a) + tuple(spec.b[i] for i in sum_b)
 
     def kept(sub, shape, strides, summed_axes):
@@ -519,18 +528,36 @@ def build_plan(
     kind, _, (trans_a, trans_b, lda, ldb, ldc) = _evaluate(  # type: ignore[misc]
         chosen.M, chosen.N, chosen.K, chosen.batch, sizes, sA, sB, sC
     )
-    nb_sizes = tuple(sizes[x] for x in chosen.batch)
+    # coalesce batch modes that are adjacent in every operand into one flattened batch group
+    groups: list[list[str]] = []
+    for x in chosen.batch:
+        if groups:
+            y = groups[-1][-1]
+            ok = True
+            for strides_map in (sA, sB, sC or {}):
+                if (x in strides_map) != (y in strides_map):
+                    ok = False
+                elif x in strides_map and strides_map[y] != strides_map[x] * sizes[x]:
+                    ok = False
+            if ok:
+                groups[-1].append(x)
+                continue
+        groups.append([x])
+    batch_groups = tuple("".join(g) for g in groups)
+    if kind in (KernelKind.STRIDED_BATCHED_GEMM, KernelKind.NESTED_BATCHED_GEMM):
+        kind = KernelKind.STRIDED_BATCHED_GEMM if len(batch_groups) == 1 else KernelKind.NESTED_BATCHED_GEMM
+    nb_sizes = tuple(math.prod(sizes[x] for x in g) for g in batch_groups)
     b_strides_rec = tuple(
-        (sA.get(x, 0), sB.get(x, 0), sC.get(x, 0) if sC else 0) for x in chosen.batch
+        (sA.get(g[-1], 0), sB.get(g[-1], 0), sC.get(g[-1], 0) if sC else 0) for g in batch_groups
     )
 
     def layout(keep: str, keep_shape, groups, copy: bool) -> _OperandLayout:
         pos = {ch: i for i, ch in enumerate(keep)}
         order = [x for x in chosen.batch if x in pos] + [x for g in groups for x in g]
         perm = tuple(pos[x] for x in order)
-        view_shape = tuple(sizes[x] if x in pos else 1 for x in chosen.batch) + tuple(
-            math.prod(sizes[x] for x in g) for g in groups
-        )
+        view_shape = tuple(
+            math.prod(sizes[x] for x in bg) if bg[0] in pos else 1 for bg in batch_groups
+        ) + tuple(math.prod(sizes[x] for x in g) for g in groups)
         return _OperandLayout(tuple(keep_shape), perm, view_shape, perm if copy else None)
 
     la = layout(a_keep, a_keep_shape, (chosen.M, chosen.K), copy_a)
@@ -559,7 +586,7 @@ def build_plan(
         row_modes=chosen.M,
         col_modes=chosen.N,
         contracted_modes=chosen.K,
-        batch_modes=chosen.batch,
+        batch_modes=batch_groups,
         batch_sizes=nb_sizes,
         batch_strides=b_strides_rec,
         trans_a=trans_a,

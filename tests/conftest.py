@@ -1,0 +1,101 @@
+"""Shared fixtures: array namespace (numpy, and cupy where a GPU is present), dtype, layout, seed."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+
+def _cupy_ready() -> bool:
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+_XP_PARAMS = [pytest.param("numpy", id="numpy")]
+_XP_PARAMS.append(
+    pytest.param(
+        "cupy",
+        id="cupy",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not _cupy_ready(), reason="cupy or a CUDA GPU is not available")],
+    )
+)
+
+
+@pytest.fixture(params=_XP_PARAMS)
+def xp(request):
+    """The array module under test (cupy tests skip cleanly without a GPU)."""
+    if request.param == "numpy":
+        return np
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture(params=[np.float32, np.float64], ids=["float32", "float64"])
+def dtype(request):
+    return np.dtype(request.param)
+
+
+@pytest.fixture(params=["C", "F", "view"])
+def layout(request):
+    return request.param
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261122)
+
+
+def make_tensor(rng, shape, dtype=np.float64, layout="C", xp=np):
+    """A random tensor of ``shape`` in the given layout: C order, F order, or a strided (sliced, permuted) view."""
+    shape = tuple(shape)
+    if layout == "C":
+        x = rng.standard_normal(shape).astype(dtype)
+    elif layout == "F":
+        x = np.asfortranarray(rng.standard_normal(shape).astype(dtype))
+    elif layout == "view":
+        # a slice with step 2 on the first mode of a bigger array, stored in reversed mode order
+        big = rng.standard_normal(tuple(reversed(shape[1:])) + (2 * shape[0] + 1,)).astype(dtype) if shape else None
+        if not shape:
+            return xp.asarray(rng.standard_normal(()).astype(dtype))
+        x = big.transpose(tuple(range(len(shape) - 1, -1, -1)))[1::2][: shape[0]]
+        assert x.shape == shape
+    else:
+        raise ValueError(layout)
+    if xp is np:
+        return x
+    out = xp.empty(x.shape, dtype=x.dtype, order="F" if layout == "F" else "C")
+    out[...] = xp.asarray(x)
+    return out
+
+
+def to_numpy(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def assert_contraction_close(result, spec, A, B, dtype):
+    """|C - einsum| <= c * k * eps * einsum(|A|, |B|) elementwise (the standard GEMM error bound)."""
+    A, B, C = to_numpy(A), to_numpy(B), to_numpy(result)
+    ref = np.einsum(spec, A.astype(np.float64), B.astype(np.float64))
+    scale = np.einsum(spec, np.abs(A).astype(np.float64), np.abs(B).astype(np.float64))
+    lhs = spec.split("->")[0].split(",")
+    summed = {ch for ch in lhs[0] + lhs[1] if ch not in spec.split("->")[1]}
+    sizes = {}
+    for sub, arr in zip(lhs, (A, B), strict=True):
+        sizes.update(dict(zip(sub, arr.shape, strict=True)))
+    k = int(np.prod([sizes[ch] for ch in summed])) if summed else 1
+    eps = np.finfo(dtype).eps
+    assert C.shape == ref.shape
+    assert C.dtype == np.dtype(dtype)
+    err = np.abs(C.astype(np.float64) - ref)
+    bound = 4 * (k + 2) * eps * scale + np.finfo(dtype).tiny
+    worst = np.max(err - bound) if err.size else 0.0
+    assert worst <= 0, f"error exceeds bound by {worst}: max err {err.max()}"

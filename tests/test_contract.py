@@ -1,0 +1,288 @@
+"""contract / plan_contraction: random contractions (hypothesis), layouts, out=, reuse, dtypes, bad input."""
+
+from __future__ import annotations
+
+import string
+import tracemalloc
+
+import numpy as np
+import pytest
+from conftest import assert_contraction_close, make_tensor
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tuckerkit.engine import ContractionPlan, KernelKind, Remedy, contract, plan_contraction
+
+
+@st.composite
+def contractions(draw):
+    """Random pairwise contractions: orders <= 6, any mix of batch/free/contracted/summed indices."""
+    letters = list(string.ascii_lowercase[:10])
+    n_idx = draw(st.integers(2, 8))
+    idx = letters[:n_idx]
+    roles = {}
+    for ch in idx:
+        roles[ch] = draw(st.sampled_from(["batch", "freeA", "freeB", "contr", "contr", "freeA", "freeB", "sumA"]))
+    a = [ch for ch in idx if roles[ch] in ("batch", "freeA", "contr", "sumA")]
+    b = [ch for ch in idx if roles[ch] in ("batch", "freeB", "contr")]
+    if not a or not b or len(a) > 6 or len(b) > 6:
+        a, b = ["i", "k"], ["k", "j"]
+        roles = {"i": "freeA", "k": "contr", "j": "freeB"}
+    a = draw(st.permutations(a))
+    b = draw(st.permutations(b))
+    c = draw(st.permutations([ch for ch in roles if roles[ch] in ("batch", "freeA", "freeB")]))
+    sizes = {ch: draw(st.sampled_from([1, 2, 3, 4, 5, 7])) for ch in roles}
+    spec = f"{''.join(a)},{''.join(b)}->{''.join(c)}"
+    la = draw(st.sampled_from(["C", "F", "view"]))
+    lb = draw(st.sampled_from(["C", "F", "view"]))
+    dt = draw(st.sampled_from([np.float32, np.float64]))
+    seed = draw(st.integers(0, 2**31))
+    out_kind = draw(st.sampled_from(["none", "C", "F", "auto"]))
+    return spec, sizes, la, lb, dt, seed, out_kind
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(contractions())
+def test_random_contractions_match_einsum(case):
+    spec, sizes, la, lb, dt, seed, out_kind = case
+    rng = np.random.default_rng(seed)
+    lhs, outs = spec.split("->")
+    a, b = lhs.split(",")
+    A = make_tensor(rng, [sizes[ch] for ch in a], dt, la)
+    B = make_tensor(rng, [sizes[ch] for ch in b], dt, lb)
+    A0, B0 = A.copy(), B.copy()
+    if out_kind in ("C", "F"):
+        out = np.empty([sizes[ch] for ch in outs], dtype=dt, order=out_kind)
+        res = contract(spec, A, B, out=out)
+        assert res is out
+    else:
+        res = contract(spec, A, B, out_layout="auto" if out_kind == "auto" else "C")
+    assert_contraction_close(res, spec, A, B, dt)
+    np.testing.assert_array_equal(A, A0)
+    np.testing.assert_array_equal(B, B0)
+    plan = plan_contraction(spec, A, B)
+    if plan.remedy == Remedy.NONE:
+        assert plan.copies == 0
+
+
+def test_higher_order_8way(rng):
+    A = make_tensor(rng, (2, 3, 2, 3, 2, 2, 3, 2), np.float64, "C")
+    B = make_tensor(rng, (3, 2, 3, 2, 2, 3, 2, 2), np.float64, "F")
+    spec = "abcdefgh,gfbiedjk->achijk"
+    assert_contraction_close(contract(spec, A, B), spec, A, B, np.float64)
+
+
+def test_out_is_written_in_place(rng):
+    A = rng.standard_normal((8, 9))
+    B = rng.standard_normal((9, 10, 11))
+    out = np.full((8, 10, 11), np.nan)
+    res = contract("mk,knp->mnp", A, B, out=out)
+    assert res is out and np.shares_memory(res, out)
+    np.testing.assert_allclose(out, np.einsum("mk,knp->mnp", A, B), rtol=1e-12, atol=1e-12)
+
+
+def test_out_view_into_bigger_array(rng):
+    A = rng.standard_normal((8, 9))
+    B = rng.standard_normal((10, 9, 11))
+    big = np.zeros((9, 12, 11))
+    out = big[1:, 1:11, :]
+    contract("mk,nkp->mnp", A, B, out=out)
+    np.testing.assert_allclose(big[1:, 1:11], np.einsum("mk,nkp->mnp", A, B), atol=1e-12)
+    assert np.all(big[0] == 0) and np.all(big[:, 0] == 0) and np.all(big[:, 11] == 0)
+
+
+def test_no_allocation_beyond_output_for_batched_gemm(rng):
+    """A strided-batched plan allocates nothing but (at most) the output: views all the way to BLAS."""
+    A = rng.standard_normal((64, 64))
+    B = rng.standard_normal((64, 64, 64))
+    out = np.empty((64, 64, 64))
+    plan = plan_contraction("mk,nkp->mnp", A, B, out=out)
+    assert plan.kind == KernelKind.STRIDED_BATCHED_GEMM
+    contract("mk,nkp->mnp", A, B, out=out, plan=plan)
+    tracemalloc.start()
+    contract("mk,nkp->mnp", A, B, out=out, plan=plan)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < B.nbytes // 100
+
+
+def test_plan_is_frozen_printable_and_reusable(rng):
+    A = rng.standard_normal((6, 5))
+    B = rng.standard_normal((5, 4, 3))
+    plan = plan_contraction("mk,knp->mnp", A, B)
+    assert isinstance(plan, ContractionPlan)
+    with pytest.raises(AttributeError):
+        plan.kind = KernelKind.GEMM  # type: ignore[misc]
+    text = plan.explain()
+    assert "C_{m(np)} = A_{mk} B_{k(np)}" in text and "gemm" in text and "0 elements copied" in text
+    assert plan.flops == 2 * 6 * 5 * 4 * 3
+    A2, B2 = rng.standard_normal((6, 5)), rng.standard_normal((5, 4, 3))
+    np.testing.assert_allclose(contract("mk,knp->mnp", A2, B2, plan=plan), np.einsum("mk,knp->mnp", A2, B2))
+    with pytest.raises(ValueError, match=r"plan was made for shapes"):
+        contract("mk,knp->mnp", rng.standard_normal((6, 5)), rng.standard_normal((5, 4, 2)), plan=plan)
+    with pytest.raises(ValueError, match=r"plan was made for strides"):
+        contract("mk,knp->mnp", np.asfortranarray(A2), B2, plan=plan)
+    with pytest.raises(ValueError, match=r"plan was made for dtype float64; received float32"):
+        contract("mk,knp->mnp", A2.astype(np.float32), B2.astype(np.float32), plan=plan)
+
+
+def test_strided_batched_notation_and_strides(rng):
+    A = rng.standard_normal((6, 5))
+    B = rng.standard_normal((4, 5, 3))
+    out = np.empty((6, 4, 3))
+    plan = plan_contraction("mk,nkp->mnp", A, B, out=out)
+    assert plan.kind == KernelKind.STRIDED_BATCHED_GEMM
+    assert plan.batch_modes == ("n",)
+    assert plan.batch_strides == ((0, 15, 3),)
+    assert plan.notation() == "C_{m[n]p} = A_{mk} B_{[n]kp}"
+
+
+def test_exceptional_case_reports_remedy_and_copies(rng):
+    A = np.asfortranarray(rng.standard_normal((5, 4)))  # A_nk
+    B = np.asfortranarray(rng.standard_normal((6, 4, 7)))  # B_pkm
+    out = np.empty((7, 5, 6), order="F")
+    plan = plan_contraction("nk,pkm->mnp", A, B, out=out)
+    assert plan.kind == KernelKind.EXCEPTIONAL
+    assert plan.remedy in (Remedy.COPY_A, Remedy.COPY_B, Remedy.COPY_OUT, Remedy.BATCHED_GEMV)
+    expected = {Remedy.COPY_A: A.size, Remedy.COPY_B: B.size, Remedy.COPY_OUT: out.size, Remedy.BATCHED_GEMV: 0}
+    assert plan.copies == expected[plan.remedy]
+    assert "remedy" in plan.explain()
+
+
+def test_auto_layout_avoids_exceptional_copies(rng):
+    """With the output layout free, the seed's exceptional case 3.4 needs no copy (a permuted output)."""
+    A = np.asfortranarray(rng.standard_normal((50, 40)))
+    B = np.asfortranarray(rng.standard_normal((60, 40, 70)))
+    plan = plan_contraction("nk,pkm->mnp", A, B, out_layout="auto")
+    assert plan.copies == 0 and plan.remedy == Remedy.NONE
+    assert_contraction_close(contract("nk,pkm->mnp", A, B), "nk,pkm->mnp", A, B, np.float64)
+
+
+@pytest.mark.parametrize(
+    ("spec", "shapes", "kind"),
+    [
+        ("k,k->", [(7,), (7,)], KernelKind.DOT),
+        ("ik,k->i", [(5, 7), (7,)], KernelKind.GEMV),
+        ("i,j->ij", [(5,), (6,)], KernelKind.GER),
+        ("bk,bk->b", [(4, 7), (4, 7)], KernelKind.BATCHED_DOT),
+        ("bik,bk->bi", [(4, 5, 7), (4, 7)], KernelKind.BATCHED_GEMV),
+        ("bik,bkj->bij", [(4, 5, 7), (4, 7, 6)], KernelKind.STRIDED_BATCHED_GEMM),
+        ("bcik,bckj->bcij", [(3, 4, 5, 7), (3, 4, 7, 6)], KernelKind.STRIDED_BATCHED_GEMM),
+        ("bcik,cbkj->bcij", [(3, 4, 5, 7), (4, 3, 7, 6)], KernelKind.NESTED_BATCHED_GEMM),
+    ],
+)
+def test_degenerate_and_batched_kinds(spec, shapes, kind, rng):
+    A, B = (rng.standard_normal(s) for s in shapes)
+    plan = plan_contraction(spec, A, B, out_layout="C")
+    assert plan.kind == kind, plan.explain()
+    assert_contraction_close(contract(spec, A, B), spec, A, B, np.float64)
+
+
+def test_implicit_output_and_summed_index(rng):
+    A, B = rng.standard_normal((3, 4, 5)), rng.standard_normal((4, 6))
+    np.testing.assert_allclose(contract("ijk,jl", A, B), np.einsum("ijk,jl", A, B), atol=1e-12)
+    plan = plan_contraction("ijk,jl->kl", A, B)
+    assert plan.summed_modes == ("i",)
+    np.testing.assert_allclose(contract("ijk,jl->kl", A, B), np.einsum("ijk,jl->kl", A, B), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("shape_a", "shape_b"),
+    [((0, 4), (4, 5)), ((3, 0), (0, 5)), ((3, 4), (4, 0)), ((1, 4), (4, 1)), ((1, 1), (1, 1))],
+)
+def test_size_zero_and_one_modes(shape_a, shape_b, rng):
+    A, B = rng.standard_normal(shape_a), rng.standard_normal(shape_b)
+    res = contract("ik,kj->ij", A, B)
+    np.testing.assert_allclose(res, A @ B, atol=1e-14)
+    assert res.shape == (shape_a[0], shape_b[1])
+
+
+def test_size_one_modes_in_3d(rng):
+    A, B = rng.standard_normal((1, 5)), rng.standard_normal((5, 1, 7))
+    assert_contraction_close(contract("mk,knp->mnp", A, B), "mk,knp->mnp", A, B, np.float64)
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.int64, np.bool_, np.uint8])
+def test_integer_and_bool_promote_to_float64(dt):
+    A = np.ones((3, 4), dtype=dt)
+    B = np.ones((4, 2), dtype=dt)
+    res = contract("ik,kj->ij", A, B)
+    assert res.dtype == np.float64
+    np.testing.assert_array_equal(res, np.full((3, 2), 4.0))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.complex64, np.complex128])
+def test_float_and_complex_preserved(dt, rng):
+    A = (rng.standard_normal((3, 4)) + (1j * rng.standard_normal((3, 4)) if np.dtype(dt).kind == "c" else 0)).astype(dt)
+    B = rng.standard_normal((4, 5, 2)).astype(dt)
+    res = contract("mk,knp->mnp", A, B)
+    assert res.dtype == np.dtype(dt)
+    np.testing.assert_allclose(res, np.einsum("mk,knp->mnp", A, B), rtol=np.finfo(dt).eps * 100)
+
+
+def test_mixed_precision_promotes_to_float64(rng):
+    res = contract("ik,kj->ij", rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 2)))
+    assert res.dtype == np.float64
+
+
+def test_negative_strides(rng):
+    A = rng.standard_normal((6, 5))[::-1]
+    B = rng.standard_normal((5, 4, 3))[:, ::-1, :]
+    assert_contraction_close(contract("mk,knp->mnp", A, B), "mk,knp->mnp", A, B, np.float64)
+
+
+def test_broadcast_stride_zero_operand(rng):
+    A = np.broadcast_to(rng.standard_normal((1, 5)), (6, 5))
+    B = rng.standard_normal((5, 4))
+    np.testing.assert_allclose(contract("ik,kj->ij", A, B), A @ B, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("mk,knp", None),
+        ("mk->mnp", r"names 1 operand\(s\); contract\(\) takes exactly 2"),
+        ("mk,kn,np->m", r"names 3 operand\(s\)"),
+        ("m1,knp->mnp", r"subscripts of A contain '1'; expected ASCII letters only"),
+        ("mk,knp->mnn", r"output index 'n' is repeated"),
+        ("mk,knp->mnq", r"output index 'q' appears in neither operand"),
+        ("mm,knp->np", r"index 'm' is repeated in operand A"),
+        ("mk,kn->mn->x", r"more than one '->'"),
+        ("mkq,knp->mnp", r"operand A has 3 subscripts but A.ndim is 2"),
+    ],
+)
+def test_malformed_specs(spec, match, rng):
+    A, B = rng.standard_normal((3, 4)), rng.standard_normal((4, 5, 6))
+    if match is None:
+        assert contract(spec, A, B).shape == (3, 5, 6)  # implicit output is fine
+        return
+    with pytest.raises(ValueError, match=match):
+        contract(spec, A, B)
+
+
+def test_size_mismatch_names_index(rng):
+    with pytest.raises(ValueError, match=r"index 'k' has size 4 in A but size 5 in B"):
+        contract("mk,knp->mnp", rng.standard_normal((3, 4)), rng.standard_normal((5, 5, 6)))
+
+
+def test_non_numeric_dtypes_rejected():
+    with pytest.raises(TypeError, match=r"A has dtype <U1; expected a numeric dtype"):
+        contract("ik,kj->ij", np.array([["a"]]), np.ones((1, 1)))
+    with pytest.raises(TypeError, match=r"B has dtype object; expected a numeric dtype"):
+        contract("ik,kj->ij", np.ones((1, 1)), np.array([[object()]], dtype=object))
+
+
+def test_spec_must_be_string(rng):
+    with pytest.raises(TypeError, match=r"spec must be a string"):
+        contract(3, rng.standard_normal((2, 2)), rng.standard_normal((2, 2)))  # type: ignore[arg-type]
+
+
+def test_bad_out(rng):
+    A, B = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
+    with pytest.raises(ValueError, match=r"out has shape \(3, 4\); expected \(3, 5\)"):
+        contract("ik,kj->ij", A, B, out=np.empty((3, 4)))
+    with pytest.raises(TypeError, match=r"out has dtype float32; expected float64"):
+        contract("ik,kj->ij", A, B, out=np.empty((3, 5), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"out_layout='X' is not valid; expected one of 'auto', 'C', 'F'"):
+        contract("ik,kj->ij", A, B, out_layout="X")

@@ -1,0 +1,198 @@
+"""ttm, multi_ttm, gram, mttkrp, khatri_rao against dense numpy oracles; their bad-input messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_tensor
+
+from tuckerkit.engine import gram, khatri_rao, mttkrp, mttkrp_plan, multi_ttm, multi_ttm_plan, ttm, ttm_plan
+
+SHAPES = [(6, 7, 8), (4, 5, 3, 6), (3, 4, 2, 3, 5), (5, 6)]
+
+
+def _unfold(X, n):
+    return np.moveaxis(np.asarray(X), n, 0).reshape(X.shape[n], -1)
+
+
+def _tol(dtype, k):
+    return 8 * (k + 2) * np.finfo(dtype).eps
+
+
+def _ttm_ref(X, U, n):
+    return np.moveaxis(np.tensordot(U.astype(np.float64), X.astype(np.float64), axes=(1, n)), 0, n)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_ttm_every_mode(shape, dtype, layout, rng):
+    X = make_tensor(rng, shape, dtype, layout)
+    X0 = X.copy()
+    for n in range(len(shape)):
+        U = rng.standard_normal((3, shape[n])).astype(dtype)
+        ref = _ttm_ref(X, U, n)
+        scale = _ttm_ref(np.abs(X), np.abs(U), n)
+        for res in (ttm(X, U, n), ttm(X, np.ascontiguousarray(U.T), n, transpose=True), ttm(X, U, n - len(shape))):
+            assert res.dtype == dtype
+            assert res.shape == ref.shape
+            assert np.all(np.abs(res - ref) <= _tol(dtype, shape[n]) * scale + 1e-30)
+    np.testing.assert_array_equal(X, X0)
+
+
+def test_ttm_plan_reuse_and_zero_copy(rng):
+    X = rng.standard_normal((20, 30, 40))
+    U = rng.standard_normal((30, 5))
+    plan = ttm_plan(X, U, 1, transpose=True)
+    assert plan.copies == 0
+    X2 = rng.standard_normal((20, 30, 40))
+    np.testing.assert_allclose(ttm(X2, U, 1, transpose=True, plan=plan), _ttm_ref(X2, U.T, 1), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_multi_ttm_all_and_skip(shape, dtype, layout, rng):
+    X = make_tensor(rng, shape, dtype, layout)
+    Us = [rng.standard_normal((s, max(1, s // 2))).astype(dtype) for s in shape]
+    for skip in [None, *range(len(shape))]:
+        ref = X.astype(np.float64)
+        for n in range(len(shape)):
+            if n != skip:
+                ref = _ttm_ref(ref, Us[n].T, n)
+        res = multi_ttm(X, Us, transpose=True, skip=skip)
+        assert res.dtype == dtype
+        np.testing.assert_allclose(res, ref, rtol=0, atol=_tol(dtype, int(np.prod(shape))) * np.abs(ref).max() * 10)
+    plan = multi_ttm_plan(X, Us, transpose=True, skip=0)
+    np.testing.assert_allclose(multi_ttm(X, Us, transpose=True, skip=0, plan=plan),
+                               multi_ttm(X, Us, transpose=True, skip=0), rtol=0, atol=0)
+    assert all(p.copies == 0 for p in plan.plans) or layout == "view"
+
+
+def test_multi_ttm_order_is_largest_reduction_first(rng):
+    X = rng.standard_normal((40, 10, 30))
+    Us = [rng.standard_normal((40, 2)), rng.standard_normal((10, 8)), rng.standard_normal((30, 3))]
+    plan = multi_ttm_plan(X, Us, transpose=True)
+    assert plan.order == (0, 2, 1)  # 2/40 < 3/30 < 8/10
+    assert "largest reduction first" in plan.explain()
+
+
+def test_multi_ttm_with_modes(rng):
+    X = rng.standard_normal((4, 5, 6))
+    U0, U2 = rng.standard_normal((2, 4)), rng.standard_normal((3, 6))
+    ref = _ttm_ref(_ttm_ref(X, U0, 0), U2, 2)
+    np.testing.assert_allclose(multi_ttm(X, [U0, U2], modes=[0, 2]), ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gram_every_mode(shape, dtype, layout, rng):
+    X = make_tensor(rng, shape, dtype, layout)
+    for n in range(len(shape)):
+        Xn = _unfold(X.astype(np.float64), n)
+        ref = Xn @ Xn.T
+        scale = np.abs(Xn) @ np.abs(Xn).T
+        G = gram(X, n)
+        assert G.dtype == dtype and G.shape == (shape[n], shape[n])
+        assert np.all(np.abs(G - ref) <= _tol(dtype, Xn.shape[1]) * scale)
+
+
+def test_gram_large_inner_loop_path(rng):
+    X = rng.standard_normal((3, 5, 70))
+    Xn = _unfold(X, 1)
+    np.testing.assert_allclose(gram(X, 1), Xn @ Xn.T, rtol=1e-12)
+
+
+def test_khatri_rao_matches_definition(rng):
+    A, B, C = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal((2, 4))
+    K = khatri_rao([A, B, C])
+    for r in range(4):
+        np.testing.assert_allclose(K[:, r], np.kron(np.kron(A[:, r], B[:, r]), C[:, r]))
+    with pytest.raises(ValueError, match=r"matrices\[1\] has shape \(5, 3\); expected 2-D with 4 columns"):
+        khatri_rao([A, B[:, :3]])
+    with pytest.raises(ValueError, match=r"matrices is empty"):
+        khatri_rao([])
+
+
+def _mttkrp_ref(X, factors, n):
+    letters = "abcdefgh"[: X.ndim]
+    ins = ",".join(letters[i] + "r" for i in range(X.ndim) if i != n)
+    return np.einsum(f"{letters},{ins}->{letters[n]}r", X.astype(np.float64),
+                     *[factors[i].astype(np.float64) for i in range(X.ndim) if i != n])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("rank", [1, 3, 40])
+def test_mttkrp_every_mode(shape, rank, dtype, layout, rng):
+    X = make_tensor(rng, shape, dtype, layout)
+    factors = [rng.standard_normal((s, rank)).astype(dtype) for s in shape]
+    for n in range(len(shape)):
+        ref = _mttkrp_ref(X, factors, n)
+        scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], n)
+        M = mttkrp(X, [None if i == n else f for i, f in enumerate(factors)], n)
+        assert M.dtype == dtype and M.shape == (shape[n], rank)
+        k = int(np.prod(shape)) // shape[n]
+        assert np.all(np.abs(M - ref) <= _tol(dtype, k) * scale + 1e-30)
+
+
+def test_mttkrp_plan_two_steps_without_large_khatri_rao(rng):
+    X = rng.standard_normal((30, 40, 50))
+    factors = [rng.standard_normal((s, 8)) for s in X.shape]
+    plan = mttkrp_plan(X, factors, 1)
+    assert plan.first == (2,) and plan.second == (0,)
+    assert plan.intermediate_elements == 30 * 40 * 8
+    assert all(p.copies == 0 for p in plan.plans)
+    assert "batched over the rank" in plan.explain()
+    small = [rng.standard_normal((s, 4)) for s in X.shape]
+    end = mttkrp_plan(X, small, 0)
+    assert end.first == (1, 2) and end.second == ()  # small rank: one GEMM with a Khatri-Rao of 2000 x 4
+    np.testing.assert_allclose(mttkrp(X, factors, 1, plan=plan), _mttkrp_ref(X, factors, 1), rtol=1e-10)
+
+
+def test_mttkrp_large_rank_end_mode_splits(rng):
+    X = rng.standard_normal((6, 7, 8, 9))
+    factors = [rng.standard_normal((s, 50)) for s in X.shape]
+    plan = mttkrp_plan(X, factors, 0)
+    assert plan.second != ()  # rank 50 > sizes: the side is split to keep temporaries small
+    np.testing.assert_allclose(mttkrp(X, factors, 0), _mttkrp_ref(X, factors, 0), rtol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def test_ttm_bad_inputs(rng):
+    X = rng.standard_normal((3, 4, 5))
+    with pytest.raises(ValueError, match=r"mode=3 is out of range for a tensor with 3 modes"):
+        ttm(X, rng.standard_normal((2, 4)), 3)
+    with pytest.raises(TypeError, match=r"mode must be an integer; received float"):
+        ttm(X, rng.standard_normal((2, 4)), 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"U has 5 columns but mode 1 of X has size 4; expected U of shape \(J, 4\)"):
+        ttm(X, rng.standard_normal((2, 5)), 1)
+    with pytest.raises(ValueError, match=r"U has 5 rows but mode 1 of X has size 4"):
+        ttm(X, rng.standard_normal((5, 2)), 1, transpose=True)
+    with pytest.raises(ValueError, match=r"U must be a 2-D matrix; received an array of shape \(4,\)"):
+        ttm(X, rng.standard_normal(4), 1)
+    with pytest.raises(TypeError, match=r"X has dtype object"):
+        ttm(np.empty((2, 2), dtype=object), np.ones((2, 2)), 0)
+
+
+def test_multi_ttm_bad_inputs(rng):
+    X = rng.standard_normal((3, 4, 5))
+    Us = [rng.standard_normal((s, 2)) for s in (3, 4, 5)]
+    with pytest.raises(ValueError, match=r"matrices has 2 entries; expected one per mode of X \(3\)"):
+        multi_ttm(X, Us[:2])
+    with pytest.raises(ValueError, match=r"matrices\[1\] is None but mode 1 is not skipped"):
+        multi_ttm(X, [Us[0], None, Us[2]], transpose=True)
+    with pytest.raises(ValueError, match=r"matrices\[2\] has shape \(4, 2\) but mode 2 of X has size 5"):
+        multi_ttm(X, [Us[0], Us[1], Us[1]], transpose=True)
+    with pytest.raises(ValueError, match=r"modes \[0, 0\] repeats a mode"):
+        multi_ttm(X, Us[:2], modes=[0, 0], transpose=True)
+    with pytest.raises(ValueError, match=r"skip=5 is out of range"):
+        multi_ttm(X, Us, skip=5, transpose=True)
+
+
+def test_gram_and_mttkrp_bad_inputs(rng):
+    X = rng.standard_normal((3, 4, 5))
+    with pytest.raises(ValueError, match=r"mode=-4 is out of range"):
+        gram(X, -4)
+    with pytest.raises(ValueError, match=r"factors has 2 matrices; expected one per mode of X \(3\)"):
+        mttkrp(X, [np.ones((3, 2)), np.ones((4, 2))], 0)
+    with pytest.raises(ValueError, match=r"factors\[2\] has 6 rows but mode 2 of X has size 5"):
+        mttkrp(X, [None, np.ones((4, 2)), np.ones((6, 2))], 0)
+    with pytest.raises(ValueError, match=r"factors have different numbers of columns \[2, 3\]"):
+        mttkrp(X, [None, np.ones((4, 2)), np.ones((5, 3))], 0)
+    with pytest.raises(ValueError, match=r"X must have at least 1 dimension\(s\); received a 0-d array"):
+        gram(np.float64(3.0), 0)
