@@ -63,9 +63,9 @@ def make_tensor(rng, shape, dtype=np.float64, layout="C", xp=np):
         x = np.asfortranarray(rng.standard_normal(shape).astype(dtype))
     elif layout == "view":
         # a slice with step 2 on the first mode of a bigger array, stored in reversed mode order
-        big = rng.standard_normal(tuple(reversed(shape[1:])) + (2 * shape[0] + 1,)).astype(dtype) if shape else None
         if not shape:
             return xp.asarray(rng.standard_normal(()).astype(dtype))
+        big = rng.standard_normal((*reversed(shape[1:]), 2 * shape[0] + 1)).astype(dtype)
         x = big.transpose(tuple(range(len(shape) - 1, -1, -1)))[1::2][: shape[0]]
         assert x.shape == shape
     else:

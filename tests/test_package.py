@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from tuckerkit.cli import app
 from typer.testing import CliRunner
 
 import tuckerkit
-from tuckerkit.cli import app
 
 
 def test_import_does_not_pull_optional_heavy_packages():
