@@ -10,6 +10,7 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._spec import parse_spec
+from tuckerkit.engine._threads import batched_matmul
 
 _LAYOUTS = ("auto", "C", "F")
 
@@ -165,7 +166,10 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
         out[...] = 0
         return out
     av, bv, cv, target = operand_views(plan, A, B, out, xp)
-    xp.matmul(av, bv, out=cv)
+    if xp is np and plan.batch_parallel:
+        batched_matmul(np.matmul, av, bv, cv)
+    else:
+        xp.matmul(av, bv, out=cv)
     if target is not None:
         target[...] = cv.reshape(target.shape)
     return out

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuckerkit.engine._spec import Spec
+from tuckerkit.engine._threads import MIN_PARALLEL_FLOPS
 
 # --- cost model constants (seconds); tuned on a 2-core Zen 4 with OpenBLAS, only their ratios matter ------
 _GEMM_PEAK = 60e9  # flop/s of a large GEMM
@@ -117,6 +118,8 @@ class ContractionPlan:
         Bytes read and written: each operand once, plus copies (read and write).
     copies : int
         Elements copied (0 for every non-exceptional case).
+    batch_parallel : bool
+        Large batches are split across the BLAS threads on the CPU (single-threaded GEMM per call).
     shapes, strides : tuple
         The operand shapes and element strides the plan was made for (A, B, out).
     """
@@ -147,6 +150,7 @@ class ContractionPlan:
     shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
     strides: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
     est_seconds: float
+    batch_parallel: bool = False
     device: str = "cpu"
     _a: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _b: _OperandLayout | None = field(default=None, repr=False, compare=False)
@@ -194,6 +198,8 @@ class ContractionPlan:
         lines = [f"{self.notation()}  ->  {self.kind}"]
         if self.remedy != Remedy.NONE:
             lines[0] += f" (remedy: {self.remedy}, then {self.inner_kind})"
+        if self.batch_parallel:
+            lines.append("  execution: batch split across the BLAS threads, one single-threaded GEMM per call")
         if self.batch_modes:
             desc = ", ".join(
                 f"[{mode}] x{size} (strides A {sa}, B {sb}, C {sc})"
@@ -601,6 +607,7 @@ def build_plan(
         bytes_moved=base_bytes + 2 * copies * item,
         copies=copies,
         est_seconds=copy_seconds if remedy != Remedy.NONE else chosen.seconds,
+        batch_parallel=_level3(kind) and len(batch_groups) > 0 and flops >= MIN_PARALLEL_FLOPS,
         _a=la,
         _b=lb,
         _c=lc,

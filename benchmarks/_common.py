@@ -1,0 +1,85 @@
+"""Shared helpers for the benchmarks: interleaved timing, environment record, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def environment() -> dict:
+    """Machine, library versions and the BLAS kernel that ran (threadpoolctl)."""
+    import numpy as np
+
+    env = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    try:
+        from threadpoolctl import threadpool_info
+
+        env["blas"] = [
+            {k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads", "threading_layer")}
+            for d in threadpool_info()
+        ]
+    except ImportError:  # pragma: no cover
+        env["blas"] = "threadpoolctl not installed"
+    for mod in ("tensorly", "pyttb", "scipy"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception:
+            env[mod] = None
+    return env
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeat: int, min_time: float = 0.0) -> dict[str, float]:
+    """Median seconds of each callable, run round-robin ``repeat`` times after one warm-up each."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    names = list(fns)
+    rounds = 0
+    start = time.perf_counter()
+    while rounds < repeat or ((time.perf_counter() - start) < min_time and rounds < 50 * repeat):
+        order = names[rounds % len(names):] + names[: rounds % len(names)]
+        for k in order:
+            t0 = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t0)
+        rounds += 1
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def write_json(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.replace(path)
+    return path
+
+
+def write_text(name: str, text: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def geomean(xs) -> float:
+    xs = list(xs)
+    return float(statistics.geometric_mean(xs)) if xs else float("nan")
