@@ -76,7 +76,8 @@ def main(argv=None) -> None:
                 rows.append(row)
                 print(
                     f"{'x'.join(map(str, shape)):12s} R={R:3d} mode {mode}: {row['kind']:22s} "
-                    f"{t['tuckerkit'] * 1e3:8.2f} ms | /sum {row['ratio_floor_sum']:.2f} /copy {row['ratio_floor_copy']:.2f} "
+                    f"{t['tuckerkit'] * 1e3:8.2f} ms | /sum {row['ratio_floor_sum']:.2f} "
+                    f"/copy {row['ratio_floor_copy']:.2f} "
                     f"/gemm {row['ratio_gemm']:.2f} | x tensorly {row['speedup_tensorly']:.2f}"
                     + (f" x pyttb {row['speedup_pyttb']:.2f}" if row["speedup_pyttb"] else ""),
                     flush=True,

@@ -498,3 +498,72 @@ def mttkrp_plan(X: Any, factors: Sequence[Any], mode: int) -> MTTKRPPlan:
         plans.append(plan_contraction(f"{x},{''.join(x[m] for m in first)}{_RANK}->{p_sub}", X, kr1,
                                       out=xp.empty((X.shape[n], R), dtype=X.dtype)))
     return MTTKRPPlan(n, first, second, tuple(plans), inter)
+
+
+# ---------------------------------------------------------------------------------------------------
+def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, ...]:
+    """The N MTTKRPs of one ALS sweep, in mode order, sharing partial contractions (a dimension tree).
+
+    ``update(n, M_n)`` is called with each ``M_n`` (shape (I_n, R)) as soon as it is ready; it may replace
+    ``factors[n]``, and later MTTKRPs of the sweep use the new factor (Gauss-Seidel order, as CP-ALS needs).
+    The modes are split into an outer and an inner half: the inner half is contracted first by one GEMM
+    with its Khatri-Rao product (old factors), the outer-half MTTKRPs are finished from that partial result
+    by GEMVs batched over the rank, then the same from the other side with the updated outer factors. The
+    full tensor is read twice per sweep whatever its order.
+
+    Returns the engine plans used, for inspection.
+    """
+    xp, X = _tensor(X, min_ndim=2)
+    st = _elem_strides(X)
+    modes = sorted(range(X.ndim), key=lambda m: -st[m])  # outer -> inner in memory
+    plans: list[ContractionPlan] = []
+    R = factors[0].shape[1]
+
+    def contract_modes(T, t_modes: list[int], gone: list[int], has_r: bool):
+        rest = [m for m in t_modes if m not in gone]
+        x = "".join(_LETTERS[m] for m in t_modes) + (_RANK if has_r else "")
+        out_sub = "".join(_LETTERS[m] for m in rest) + _RANK
+        if not has_r:
+            t_st = _elem_strides(T)
+            order = sorted(gone, key=lambda m: -t_st[t_modes.index(m)])
+            kr = khatri_rao([factors[m] for m in order]).reshape(*(X.shape[m] for m in order), R)
+            spec = f"{x},{''.join(_LETTERS[m] for m in order)}{_RANK}->{out_sub}"
+            out = _rank_outer(xp, T, [t_modes.index(m) for m in rest], R, T.dtype)
+            p = plan_contraction(spec, T, kr, out=out)
+            plans.append(p)
+            return contract(spec, T, kr, out=out, plan=p), rest
+        cur, cur_modes = T, list(t_modes)
+        for m in gone:
+            keep = [k for k in cur_modes if k != m]
+            xs = "".join(_LETTERS[k] for k in cur_modes) + _RANK
+            outs = "".join(_LETTERS[k] for k in keep) + _RANK
+            spec = f"{xs},{_LETTERS[m]}{_RANK}->{outs}"
+            c_st = _elem_strides(cur)
+            mem = sorted(range(len(keep)), key=lambda i: -c_st[cur_modes.index(keep[i])])
+            buf = xp.empty((R, *(X.shape[keep[i]] for i in mem)), dtype=cur.dtype)
+            axes = [0] * (len(keep) + 1)
+            for pos, i in enumerate(mem):
+                axes[i] = pos + 1
+            out = buf.transpose(axes)
+            p = plan_contraction(spec, cur, factors[m], out=out)
+            plans.append(p)
+            cur = contract(spec, cur, factors[m], out=out, plan=p)
+            cur_modes = keep
+        return cur, cur_modes
+
+    def rec(T, t_modes: list[int], has_r: bool, active: list[int]) -> None:
+        if len(active) == 1 and has_r:
+            update(active[0], T)
+            return
+        half = (len(active) + 1) // 2
+        first, second = active[:half], active[half:]
+        T2, m2 = contract_modes(T, t_modes, second, has_r)
+        rec(T2, m2, True, first)
+        T1, m1 = contract_modes(T, t_modes, first, has_r)
+        rec(T1, m1, True, second)
+
+    # mode order is the update order (0..N-1); the split keeps memory-adjacent modes together
+    del modes
+    all_modes = list(range(X.ndim))
+    rec(X, all_modes, False, all_modes)
+    return tuple(plans)

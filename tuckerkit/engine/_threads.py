@@ -10,6 +10,7 @@ thread (threadpoolctl) gets a serial loop.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -72,7 +73,7 @@ def batched_matmul(matmul, av, bv, cv) -> None:
             pool = _pool(workers - 1)
             futures = [
                 pool.submit(matmul, part(av, lo, hi), part(bv, lo, hi), out=part(cv, lo, hi))
-                for lo, hi in zip(bounds[1:-1], bounds[2:], strict=True)
+                for lo, hi in itertools.pairwise(bounds[1:])
             ]
             matmul(part(av, bounds[0], bounds[1]), part(bv, bounds[0], bounds[1]), out=part(cv, bounds[0], bounds[1]))
             for f in futures:

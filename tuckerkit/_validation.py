@@ -1,0 +1,167 @@
+"""Validation of user input, done once at each public entry point before any work.
+
+Messages name the parameter, what was expected and what was received.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tuckerkit.backend import array_namespace
+
+MAX_NDIM = 25
+
+
+def count_nonfinite(X: Any, chunk_elems: int = 1 << 22) -> int:
+    """Number of NaN/Inf entries, computed in slabs so no full-size mask is allocated."""
+    xp = array_namespace(X)
+    if X.ndim == 0:
+        return int(not bool(xp.isfinite(X)))
+    rows = max(1, chunk_elems // max(1, X.size // max(X.shape[0], 1)))
+    bad = 0
+    for start in range(0, X.shape[0], rows):
+        blk = X[start:start + rows]
+        bad += int(blk.size - int(xp.count_nonzero(xp.isfinite(blk))))
+    return bad
+
+
+def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: bool = False) -> Any:
+    """Return ``X`` as a float32/float64 array (ints and bools promoted), or raise a one-line error."""
+    if X is None:
+        raise TypeError(f"{name} is None; expected an array of at least {min_ndim} dimensions")
+    if not hasattr(X, "dtype") or not hasattr(X, "shape"):
+        try:
+            X = np.asarray(X)
+        except (ValueError, TypeError) as exc:
+            raise TypeError(f"{name} could not be converted to an array: {exc}") from None
+    dt = np.dtype(X.dtype)
+    if dt.kind in "biu":
+        X = X.astype(np.float64)
+    elif dt == np.float16:
+        X = X.astype(np.float32)
+    elif dt.kind == "c" and allow_complex:
+        pass
+    elif dt.kind == "c":
+        raise TypeError(f"{name} has complex dtype {dt}; expected a real tensor (float32 or float64)")
+    elif dt not in (np.float32, np.float64):
+        if dt.kind == "f":
+            X = X.astype(np.float64)
+        else:
+            raise TypeError(
+                f"{name} has dtype {dt}; expected a numeric tensor (float32 or float64; integers and bools "
+                "are promoted to float64)"
+            )
+    if X.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must be a tensor with at least {min_ndim} dimensions; received a {X.ndim}-d array "
+            f"of shape {tuple(X.shape)}"
+        )
+    if X.ndim > MAX_NDIM:
+        raise ValueError(f"{name} has {X.ndim} dimensions; at most {MAX_NDIM} are supported")
+    empty = [i for i, s in enumerate(X.shape) if s == 0]
+    if empty:
+        raise ValueError(
+            f"{name} has an empty mode {empty[0]} (shape {tuple(X.shape)}); every mode must have at least one entry"
+        )
+    bad = count_nonfinite(X)
+    if bad:
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first")
+    return X
+
+
+def _as_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
+        raise TypeError(f"{name} must be an integer; received {value!r} ({type(value).__name__})")
+    return operator.index(value)
+
+
+def check_ranks(ranks: Any, shape: Sequence[int], name: str = "ranks") -> tuple[int, ...]:
+    """Tucker ranks: one integer per mode (or one integer for all), each in [1, mode size]."""
+    ndim = len(shape)
+    if isinstance(ranks, numbers.Integral | np.integer) and not isinstance(ranks, bool):
+        ranks = [int(ranks)] * ndim
+    if isinstance(ranks, str) or not isinstance(ranks, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a sequence of {ndim} integers; received {ranks!r}")
+    ranks = list(ranks)
+    if len(ranks) != ndim:
+        raise ValueError(f"{name} has {len(ranks)} entries but the tensor has {ndim} modes; expected {ndim}")
+    out = []
+    for i, r in enumerate(ranks):
+        r = _as_int(r, f"{name}[{i}]")
+        if r < 1:
+            raise ValueError(f"{name}[{i}]={r} is not positive; each rank must be between 1 and its mode size")
+        if r > shape[i]:
+            raise ValueError(
+                f"{name}[{i}]={r} exceeds the size of mode {i} ({shape[i]}); each rank must be between 1 "
+                "and its mode size"
+            )
+        out.append(r)
+    return tuple(out)
+
+
+def check_cp_rank(rank: Any, name: str = "rank") -> int:
+    r = _as_int(rank, name)
+    if r < 1:
+        raise ValueError(f"{name}={r} is not positive; expected an integer >= 1")
+    return r
+
+
+def check_unit_interval(value: Any, name: str) -> float:
+    """A float strictly between 0 and 1 (e.g. the error tolerance of st_hosvd)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number in (0, 1); received {value!r}") from None
+    if not 0.0 < v < 1.0 or not np.isfinite(v):
+        raise ValueError(f"{name}={value!r} is outside (0, 1); expected a relative error such as 0.01")
+    return v
+
+
+def check_nonneg(value: Any, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a non-negative number; received {value!r}") from None
+    if not v >= 0.0 or not np.isfinite(v):
+        raise ValueError(f"{name}={value!r} is invalid; expected a finite number >= 0")
+    return v
+
+
+def check_max_iter(value: Any, name: str = "max_iter") -> int:
+    v = _as_int(value, name)
+    if v < 1:
+        raise ValueError(f"{name}={v} is invalid; expected an integer >= 1")
+    return v
+
+
+def check_random_state(random_state: Any) -> np.random.Generator:
+    """Resolve ``random_state`` once: None, an int seed, a Generator or a legacy RandomState."""
+    if random_state is None or isinstance(random_state, numbers.Integral | np.integer):
+        if isinstance(random_state, bool):
+            raise TypeError("random_state must be None, an int, or a numpy Generator; received a bool")
+        return np.random.default_rng(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(0, 2**31 - 1))
+    raise TypeError(
+        f"random_state must be None, an int, or a numpy Generator; received {type(random_state).__name__}"
+    )
+
+
+def check_choice(value: Any, name: str, options: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in options:
+        opts = ", ".join(repr(o) for o in options)
+        raise ValueError(f"{name}={value!r} is not valid; expected one of {opts}")
+    return value
+
+
+def check_callback(callback: Any) -> Any:
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None; received {type(callback).__name__}")
+    return callback

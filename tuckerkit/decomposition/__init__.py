@@ -1,0 +1,7 @@
+"""Tucker (HOSVD, ST-HOSVD, HOOI) and CP (CP-ALS) decompositions built on the contraction engine."""
+
+from tuckerkit.decomposition._cp import cp_als
+from tuckerkit.decomposition._results import ConvergenceWarning, CPTensor, TuckerTensor
+from tuckerkit.decomposition._tucker import IterationState, hooi, hosvd, st_hosvd
+
+__all__ = ["CPTensor", "ConvergenceWarning", "IterationState", "TuckerTensor", "cp_als", "hooi", "hosvd", "st_hosvd"]

@@ -1,0 +1,173 @@
+"""CP decomposition by alternating least squares (CP-ALS)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._validation import (
+    check_callback,
+    check_choice,
+    check_cp_rank,
+    check_max_iter,
+    check_nonneg,
+    check_random_state,
+    check_tensor,
+)
+from tuckerkit.decomposition._linalg import gram_eigh, sign_fix, spd_solve
+from tuckerkit.decomposition._results import ConvergenceWarning, CPTensor, _sqnorm
+from tuckerkit.decomposition._tucker import IterationState
+from tuckerkit.engine import mttkrp_sweep
+
+logger = logging.getLogger(__name__)
+
+
+def _svd_init(X: Any, rank: int, rng: np.random.Generator) -> list[Any]:
+    """Leading left singular vectors of each unfolding (from the Gram, no unfolding); random columns pad
+    ranks beyond a mode's size."""
+    factors = []
+    for n in range(X.ndim):
+        k = min(rank, X.shape[n])
+        _, V = gram_eigh(X, n, k)
+        U = sign_fix(np.ascontiguousarray(V[:, :k]))
+        if rank > k:
+            U = np.concatenate([U, rng.standard_normal((X.shape[n], rank - k))], axis=1)
+        factors.append(np.ascontiguousarray(U, dtype=X.dtype))
+    return factors
+
+
+def cp_als(
+    X: Any,
+    rank: int,
+    *,
+    init: str | CPTensor = "svd",
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    random_state: Any = None,
+    normalize: bool = True,
+    callback: Callable[[IterationState], bool | None] | None = None,
+    verbose: bool = False,
+) -> CPTensor:
+    """CP decomposition ``X ~ sum_r w_r a_r o b_r o ...`` by alternating least squares.
+
+    Each factor update solves ``U_n (hadamard of the other Grams) = MTTKRP_n`` (Cholesky, least squares
+    when the system is singular). The MTTKRPs of one sweep share partial contractions (a dimension tree
+    on the engine: two full passes over ``X`` per iteration, no unfolding, no Khatri-Rao product with as
+    many rows as the unfolding has columns). The fit comes from the last MTTKRP and the Grams:
+    ``||X - X_hat||^2 = ||X||^2 - 2 <X, X_hat> + ||X_hat||^2``.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    rank : int
+        Number of components (may exceed the mode sizes).
+    init : {"svd", "random"} or CPTensor, default "svd"
+    tol : float, default 1e-8
+        Stop when the fit changes by less than ``tol``.
+    max_iter : int, default 100
+    random_state : None, int or numpy Generator
+    normalize : bool, default True
+        Keep unit-norm factor columns, scale in ``weights``.
+    callback : callable, optional
+        ``callback(state)`` after each iteration; returning True stops.
+    verbose : bool, default False
+        Log each iteration (``logging``, INFO).
+
+    Returns
+    -------
+    CPTensor
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> A, B, C = (rng.standard_normal((n, 2)) for n in (8, 9, 10))
+    >>> X = np.einsum("ir,jr,kr->ijk", A, B, C)
+    >>> round(tk.cp_als(X, 2, random_state=0).fit, 6)
+    1.0
+    """
+    X = check_tensor(X)
+    rank = check_cp_rank(rank)
+    tol = check_nonneg(tol, "tol")
+    max_iter = check_max_iter(max_iter)
+    rng = check_random_state(random_state)
+    check_callback(callback)
+    N = X.ndim
+    if isinstance(init, CPTensor):
+        if init.shape != X.shape or init.rank != rank:
+            raise ValueError(f"init has shape {init.shape} and rank {init.rank}; expected shape {X.shape} and rank {rank}")
+        factors = [np.array(U, dtype=X.dtype) for U in init.factors]
+        factors[0] = factors[0] * np.asarray(init.weights, dtype=X.dtype)[None, :]
+    else:
+        check_choice(init, "init", ("svd", "random"))
+        factors = _svd_init(X, rank, rng) if init == "svd" else [
+            rng.random((X.shape[n], rank)).astype(X.dtype) for n in range(N)
+        ]
+    weights = np.ones(rank, dtype=X.dtype)
+    grams = [U.T @ U for U in factors]
+    normX2 = _sqnorm(X)
+    normX = math.sqrt(normX2)
+    history: list[float] = []
+    converged = stopped = False
+    t0 = time.perf_counter()
+    it = 0
+    last: dict[str, Any] = {}
+
+    def update(n: int, M: Any) -> None:
+        nonlocal weights
+        V = np.ones((rank, rank), dtype=X.dtype)
+        for m in range(N):
+            if m != n:
+                V *= grams[m]
+        U = spd_solve(V, np.asarray(M))
+        if normalize:
+            norms = np.linalg.norm(U, axis=0)
+            norms[norms == 0] = 1
+            U = U / norms[None, :]
+            weights = norms.astype(X.dtype)
+        factors[n] = np.ascontiguousarray(U, dtype=X.dtype)
+        grams[n] = factors[n].T @ factors[n]
+        last["M"], last["n"] = M, n
+
+    plans: tuple = ()
+    for it in range(1, max_iter + 1):
+        if not normalize:
+            weights = np.ones(rank, dtype=X.dtype)
+        plans = mttkrp_sweep(X, factors, update)
+        # fit from the last MTTKRP: <X, X_hat> = sum_r w_r <M[:, r], U_n[:, r]>
+        n = last["n"]
+        inner = float(np.sum(np.sum(np.asarray(last["M"], dtype=np.float64) * factors[n], axis=0) * weights))
+        V = np.ones((rank, rank))
+        for G in grams:
+            V = V * G
+        model2 = float(weights.astype(np.float64) @ V @ weights.astype(np.float64))
+        err = math.sqrt(max(normX2 - 2 * inner + model2, 0.0))
+        fit = 1.0 - err / normX if normX > 0 else 1.0
+        change = abs(fit - history[-1]) if history else float("inf")
+        history.append(fit)
+        if verbose:
+            logger.info("cp_als iteration %d: fit %.10f (change %.3g)", it, fit, change)
+        if callback is not None and callback(
+            IterationState(it, fit, change, time.perf_counter() - t0, tuple(factors))
+        ) is True:
+            stopped = True
+            break
+        if change < tol:
+            converged = True
+            break
+    if not converged and not stopped:
+        warnings.warn(
+            f"cp_als reached max_iter={max_iter} before the fit changed by less than tol={tol}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    if not normalize:
+        weights = np.ones(rank, dtype=X.dtype)
+    return CPTensor(weights, tuple(factors), it, converged, tuple(history), plans, passes_per_iteration=min(N, 2))

@@ -1,0 +1,199 @@
+"""Result containers: TuckerTensor and CPTensor (frozen; unpack like TensorLy's tuples)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tuckerkit.backend import array_namespace
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative decomposition reached ``max_iter`` before its convergence test passed."""
+
+
+def _sqnorm(X: Any, chunk_elems: int = 1 << 21) -> float:
+    """||X||_F^2 accumulated in float64 over slabs (no full-size temporary)."""
+    xp = array_namespace(X)
+    if X.size == 0:
+        return 0.0
+    if X.ndim == 0:
+        v = float(X)
+        return v * v
+    rows = max(1, chunk_elems // max(1, X.size // X.shape[0]))
+    total = 0.0
+    for start in range(0, X.shape[0], rows):
+        blk = X[start:start + rows].astype(xp.float64, copy=False)
+        total += float(xp.vdot(blk.ravel(), blk.ravel()).real)
+    return total
+
+
+@dataclass(frozen=True, eq=False)
+class TuckerTensor:
+    """A Tucker model ``X ~ core x_0 U_0 x_1 U_1 ... x_{N-1} U_{N-1}``.
+
+    Unpacks like TensorLy's ``(core, factors)``: ``core, factors = hooi(X, ranks)``.
+
+    Attributes
+    ----------
+    core : array, shape (R_0, ..., R_{N-1})
+    factors : tuple of arrays, shape (I_n, R_n), orthonormal columns
+    n_iter : int
+        Iterations run (0 for the one-pass HOSVD variants).
+    converged : bool
+    fit_history : tuple of float
+        ``1 - ||X - X_hat|| / ||X||`` after each iteration (HOOI) or after the pass (HOSVD).
+    plans : tuple
+        Kernel plans used by the last iteration (engine ``ContractionPlan`` objects), for inspection.
+    passes_per_iteration : int
+        Full passes over the input tensor per iteration (dimension-tree reuse).
+    """
+
+    core: Any
+    factors: tuple[Any, ...]
+    n_iter: int = 0
+    converged: bool = True
+    fit_history: tuple[float, ...] = ()
+    plans: tuple[Any, ...] = field(default=(), repr=False)
+    passes_per_iteration: int = 0
+
+    def __iter__(self):
+        yield self.core
+        yield list(self.factors)
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int):
+        return (self.core, list(self.factors))[i]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(U.shape[0]) for U in self.factors)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.core.shape)
+
+    @property
+    def fit(self) -> float:
+        return self.fit_history[-1] if self.fit_history else float("nan")
+
+    def to_dense(self) -> Any:
+        """The full tensor ``core x_n U_n`` (allocates ``prod(shape)`` elements)."""
+        from tuckerkit.engine import multi_ttm
+
+        return multi_ttm(self.core, list(self.factors))
+
+    def norm(self) -> float:
+        """Frobenius norm of the model (equal to the core's norm when the factors are orthonormal)."""
+        grams = [U.T @ U for U in self.factors]
+        from tuckerkit.engine import multi_ttm
+
+        G = self.core
+        return math.sqrt(max(float((G * multi_ttm(G, grams)).sum()), 0.0))
+
+    def relative_error(self, X: Any) -> float:
+        """``||X - X_hat||_F / ||X||_F`` computed with a dense reconstruction."""
+        diff = np.asarray(X, dtype=np.float64) - np.asarray(self.to_dense(), dtype=np.float64)
+        return float(np.linalg.norm(diff) / np.linalg.norm(np.asarray(X, dtype=np.float64)))
+
+    def compression_ratio(self) -> float:
+        """Entries of the full tensor over entries stored by the model."""
+        stored = math.prod(self.ranks) + sum(U.size for U in self.factors)
+        return math.prod(self.shape) / stored
+
+    def to_tensorly(self):
+        """Convert to ``tensorly.tucker_tensor.TuckerTensor`` (needs TensorLy)."""
+        from tensorly.tucker_tensor import TuckerTensor as TLTucker
+
+        return TLTucker((self.core, list(self.factors)))
+
+    @classmethod
+    def from_tensorly(cls, obj) -> TuckerTensor:
+        """Build from a TensorLy TuckerTensor or a ``(core, factors)`` pair."""
+        core, factors = obj
+        return cls(np.asarray(core), tuple(np.asarray(U) for U in factors))
+
+
+@dataclass(frozen=True, eq=False)
+class CPTensor:
+    """A CP model ``X ~ sum_r weights[r] * U_0[:, r] o U_1[:, r] o ...``.
+
+    Unpacks like TensorLy's ``(weights, factors)``.
+
+    Attributes
+    ----------
+    weights : array, shape (R,)
+    factors : tuple of arrays, shape (I_n, R) (unit-norm columns when ``normalize=True``)
+    n_iter, converged, fit_history, plans, passes_per_iteration : see :class:`TuckerTensor`
+    """
+
+    weights: Any
+    factors: tuple[Any, ...]
+    n_iter: int = 0
+    converged: bool = True
+    fit_history: tuple[float, ...] = ()
+    plans: tuple[Any, ...] = field(default=(), repr=False)
+    passes_per_iteration: int = 0
+
+    def __iter__(self):
+        yield self.weights
+        yield list(self.factors)
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int):
+        return (self.weights, list(self.factors))[i]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(U.shape[0]) for U in self.factors)
+
+    @property
+    def rank(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def fit(self) -> float:
+        return self.fit_history[-1] if self.fit_history else float("nan")
+
+    def to_dense(self) -> Any:
+        """The full tensor (allocates ``prod(shape)`` elements)."""
+        from tuckerkit.engine import khatri_rao
+
+        first = self.factors[0] * self.weights[None, :]
+        rest = khatri_rao(list(self.factors[1:])) if len(self.factors) > 1 else None
+        if rest is None:
+            return first.sum(axis=1)
+        return (first @ rest.T).reshape(self.shape)
+
+    def norm(self) -> float:
+        """Frobenius norm of the model from the factor Grams (no reconstruction)."""
+        V = np.ones((self.rank, self.rank))
+        for U in self.factors:
+            V = V * np.asarray(U.T @ U, dtype=np.float64)
+        w = np.asarray(self.weights, dtype=np.float64)
+        return math.sqrt(max(float(w @ V @ w), 0.0))
+
+    def relative_error(self, X: Any) -> float:
+        diff = np.asarray(X, dtype=np.float64) - np.asarray(self.to_dense(), dtype=np.float64)
+        return float(np.linalg.norm(diff) / np.linalg.norm(np.asarray(X, dtype=np.float64)))
+
+    def to_tensorly(self):
+        """Convert to ``tensorly.cp_tensor.CPTensor`` (needs TensorLy)."""
+        from tensorly.cp_tensor import CPTensor as TLCP
+
+        return TLCP((self.weights, list(self.factors)))
+
+    @classmethod
+    def from_tensorly(cls, obj) -> CPTensor:
+        weights, factors = obj
+        factors = tuple(np.asarray(U) for U in factors)
+        if weights is None:
+            weights = np.ones(factors[0].shape[1], dtype=factors[0].dtype)
+        return cls(np.asarray(weights), factors)

@@ -1,0 +1,298 @@
+"""Tucker decompositions: HOSVD, sequentially truncated HOSVD (ranks or error tolerance), and HOOI."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._validation import (
+    check_callback,
+    check_max_iter,
+    check_nonneg,
+    check_random_state,
+    check_ranks,
+    check_tensor,
+    check_unit_interval,
+)
+from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, sign_fix
+from tuckerkit.decomposition._results import ConvergenceWarning, TuckerTensor, _sqnorm
+from tuckerkit.engine import multi_ttm, multi_ttm_plan, ttm
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IterationState:
+    """What ``callback(state)`` receives after each iteration; return True to stop."""
+
+    iteration: int
+    fit: float
+    fit_change: float
+    elapsed: float
+    factors: tuple[Any, ...]
+
+
+def _fit(normX2: float, normG2: float) -> float:
+    return 1.0 - math.sqrt(max(normX2 - normG2, 0.0)) / math.sqrt(normX2) if normX2 > 0 else 1.0
+
+
+def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
+    """Truncated higher-order SVD: each factor from the full tensor, then the core.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+        Dense tensor, any layout (C, F or a strided view); float32/float64 kept.
+    ranks : sequence of int, or int
+        Multilinear ranks, each in [1, I_n].
+
+    Returns
+    -------
+    TuckerTensor
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> X = np.random.default_rng(0).standard_normal((6, 7, 8))
+    >>> core, factors = tk.hosvd(X, [2, 3, 4])
+    >>> core.shape, [U.shape for U in factors]
+    ((2, 3, 4), [(6, 2), (7, 3), (8, 4)])
+    """
+    X = check_tensor(X)
+    ranks = check_ranks(ranks, X.shape)
+    factors = []
+    for n in range(X.ndim):
+        U, _ = leading_left_singular(X, n, ranks[n])
+        factors.append(U.astype(X.dtype, copy=False))
+    core = multi_ttm(X, factors, transpose=True)
+    fit = _fit(_sqnorm(X), _sqnorm(core))
+    return TuckerTensor(core, tuple(factors), 0, True, (fit,), passes_per_iteration=X.ndim + 1)
+
+
+def st_hosvd(
+    X: Any,
+    ranks: Sequence[int] | int | None = None,
+    *,
+    tol: float | None = None,
+    order: str | Sequence[int] = "auto",
+) -> TuckerTensor:
+    """Sequentially truncated HOSVD, with given ranks or the smallest ranks meeting an error tolerance.
+
+    Each mode's factor comes from the Gram matrix of the tensor *already truncated* in the modes processed
+    before it, so the work shrinks as it goes.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    ranks : sequence of int, or int, optional
+        Multilinear ranks. Exactly one of ``ranks`` and ``tol`` is given.
+    tol : float in (0, 1), optional
+        Relative error bound: per mode the smallest rank whose discarded eigenvalues sum to at most
+        ``tol**2 * ||X||**2 / N``, which guarantees ``||X - X_hat|| <= tol * ||X||``.
+    order : "auto" or sequence of int
+        Mode processing order. "auto": with ranks, the largest reduction ``I_n / R_n`` first (the tensor
+        shrinks fastest); with ``tol``, the largest mode first.
+
+    Returns
+    -------
+    TuckerTensor
+        ``ranks`` gives the chosen ranks; ``fit_history[0]`` the achieved fit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> X = tk.multi_ttm(rng.standard_normal((2, 3, 2)), [rng.standard_normal((n, r)) for n, r in
+    ...     [(10, 2), (12, 3), (14, 2)]])
+    >>> tk.st_hosvd(X, tol=1e-6).ranks
+    (2, 3, 2)
+    """
+    X = check_tensor(X)
+    if (ranks is None) == (tol is None):
+        raise ValueError(
+            "pass exactly one of ranks and tol; received "
+            + ("both" if ranks is not None else "neither")
+        )
+    N = X.ndim
+    rk = check_ranks(ranks, X.shape) if ranks is not None else None
+    tol_v = check_unit_interval(tol, "tol") if tol is not None else None
+    if isinstance(order, str):
+        if order != "auto":
+            raise ValueError(f"order={order!r} is not valid; expected 'auto' or a permutation of the modes")
+        if rk is not None:
+            seq = sorted(range(N), key=lambda n: rk[n] / X.shape[n])
+        else:
+            seq = sorted(range(N), key=lambda n: -X.shape[n])
+    else:
+        seq = [int(m) for m in order]
+        if sorted(seq) != list(range(N)):
+            raise ValueError(f"order={list(order)} is not a permutation of the modes 0..{N - 1}")
+    normX2 = _sqnorm(X)
+    budget = (tol_v**2) * normX2 / N if tol_v is not None else 0.0
+    factors: list[Any] = [None] * N
+    chosen = [0] * N
+    Y = X
+    for n in seq:
+        if rk is not None:
+            w, V = gram_eigh(Y, n, rk[n])
+            r = rk[n]
+        else:
+            w, V = gram_eigh(Y, n)
+            w = np.clip(np.asarray(w, dtype=np.float64), 0.0, None)
+            tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
+            r = int(np.argmax(tail <= budget))
+            r = max(r, 1)
+        U = sign_fix(np.ascontiguousarray(V[:, :r])).astype(X.dtype, copy=False)
+        factors[n] = U
+        chosen[n] = r
+        Y = ttm(Y, U, n, transpose=True)
+    fit = _fit(normX2, _sqnorm(Y))
+    logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
+    return TuckerTensor(Y, tuple(factors), 0, True, (fit,), passes_per_iteration=1)
+
+
+def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:
+    Q, _ = np.linalg.qr(rng.standard_normal((n, r)))
+    return Q.astype(dtype)
+
+
+def _hooi_sweep(T: Any, active: list[int], factors: list[Any], ranks: tuple[int, ...], routes: dict,
+                plans: list, want_core: bool) -> Any:
+    """One HOOI sweep over ``active`` modes with a dimension tree (updates ``factors`` in mode order).
+
+    ``T`` has every mode outside ``active`` already projected. The first half of the modes is updated from
+    ``T`` projected on the second half (old factors), then the second half from ``T`` projected on the
+    (new) first half: the full tensor is read twice per sweep whatever its order.
+    """
+    if len(active) == 1:
+        n = active[0]
+        U, route = leading_left_singular(T, n, ranks[n])
+        factors[n] = U.astype(T.dtype, copy=False)
+        routes[n] = route
+        return ttm(T, factors[n], n, transpose=True) if want_core else None
+    half = (len(active) + 1) // 2
+    first, second = active[:half], active[half:]
+    mats = [factors[m] for m in second]
+    plans.append(multi_ttm_plan(T, mats, modes=second, transpose=True))
+    _hooi_sweep(multi_ttm(T, mats, modes=second, transpose=True), first, factors, ranks, routes, plans, False)
+    mats = [factors[m] for m in first]
+    plans.append(multi_ttm_plan(T, mats, modes=first, transpose=True))
+    return _hooi_sweep(multi_ttm(T, mats, modes=first, transpose=True), second, factors, ranks, routes, plans,
+                       want_core)
+
+
+def hooi(
+    X: Any,
+    ranks: Sequence[int] | int,
+    *,
+    init: str | TuckerTensor = "st_hosvd",
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    random_state: Any = None,
+    callback: Callable[[IterationState], bool | None] | None = None,
+    verbose: bool = False,
+) -> TuckerTensor:
+    """Tucker decomposition by higher-order orthogonal iteration (HOOI).
+
+    Each factor is the leading left singular subspace of the tensor projected on all other factors
+    (``multi_ttm``), from the I_n x I_n Gram (eigh) or the SVD of the small unfolding, whichever is
+    cheaper. Partial projections are shared across modes (a dimension tree): two full passes over ``X``
+    per iteration for any order. The fit comes from the core, ``1 - sqrt(||X||^2 - ||G||^2) / ||X||``,
+    never from a reconstruction.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    ranks : sequence of int, or int
+    init : {"st_hosvd", "random"} or TuckerTensor, default "st_hosvd"
+    tol : float, default 1e-8
+        Stop when the fit changes by less than ``tol`` between iterations.
+    max_iter : int, default 100
+    random_state : None, int or numpy Generator
+        Used by ``init="random"``.
+    callback : callable, optional
+        ``callback(state)`` after each iteration (:class:`IterationState`); returning True stops.
+    verbose : bool, default False
+        Log each iteration at INFO level (``logging``); never changes the computation.
+
+    Returns
+    -------
+    TuckerTensor
+        With ``n_iter``, ``converged``, ``fit_history`` and ``passes_per_iteration``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When ``max_iter`` is reached before the fit settles.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> X = tk.multi_ttm(rng.standard_normal((3, 3, 3)), [rng.standard_normal((20, 3)) for _ in range(3)])
+    >>> T = tk.hooi(X, [3, 3, 3])
+    >>> T.converged, round(T.fit, 6)
+    (True, 1.0)
+    """
+    X = check_tensor(X)
+    ranks = check_ranks(ranks, X.shape)
+    tol = check_nonneg(tol, "tol")
+    max_iter = check_max_iter(max_iter)
+    rng = check_random_state(random_state)
+    check_callback(callback)
+    N = X.ndim
+    if isinstance(init, TuckerTensor):
+        if init.shape != X.shape or init.ranks != ranks:
+            raise ValueError(
+                f"init has shape {init.shape} and ranks {init.ranks}; expected shape {X.shape} and ranks {ranks}"
+            )
+        factors = [np.asarray(U, dtype=X.dtype) for U in init.factors]
+    elif init == "st_hosvd":
+        factors = list(st_hosvd(X, ranks).factors)
+    elif init == "random":
+        factors = [_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype) for n in range(N)]
+    else:
+        raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'random' or a TuckerTensor")
+    normX2 = _sqnorm(X)
+    history: list[float] = []
+    converged = False
+    stopped = False
+    t0 = time.perf_counter()
+    core = None
+    plans: list = []
+    it = 0
+    for it in range(1, max_iter + 1):
+        plans = []
+        routes: dict[int, str] = {}
+        core = _hooi_sweep(X, list(range(N)), factors, ranks, routes, plans, True)
+        fit = _fit(normX2, _sqnorm(core))
+        change = abs(fit - history[-1]) if history else float("inf")
+        history.append(fit)
+        if verbose:
+            logger.info("hooi iteration %d: fit %.10f (change %.3g)", it, fit, change)
+        if callback is not None and callback(
+            IterationState(it, fit, change, time.perf_counter() - t0, tuple(factors))
+        ) is True:
+            stopped = True
+            break
+        if change < tol:
+            converged = True
+            break
+    if not converged and not stopped:
+        warnings.warn(
+            f"hooi reached max_iter={max_iter} before the fit changed by less than tol={tol}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return TuckerTensor(core, tuple(factors), it, converged, tuple(history), tuple(plans),
+                        passes_per_iteration=min(N, 2))
