@@ -102,7 +102,9 @@ def cp_als(
     N = X.ndim
     if isinstance(init, CPTensor):
         if init.shape != X.shape or init.rank != rank:
-            raise ValueError(f"init has shape {init.shape} and rank {init.rank}; expected shape {X.shape} and rank {rank}")
+            raise ValueError(
+                f"init has shape {init.shape} and rank {init.rank}; expected shape {X.shape} and rank {rank}"
+            )
         factors = [np.array(U, dtype=X.dtype) for U in init.factors]
         factors[0] = factors[0] * np.asarray(init.weights, dtype=X.dtype)[None, :]
     else:
