@@ -69,7 +69,8 @@ def cp_als(
         Number of components (may exceed the mode sizes).
     init : {"svd", "random"} or CPTensor, default "svd"
     tol : float, default 1e-8
-        Stop when the fit changes by less than ``tol``.
+        Stop when the fit changes by less than ``tol``, or (``tol > 0``) when it decreases, which in exact
+        arithmetic it never does (rounding noise, float32). ``tol=0`` runs exactly ``max_iter`` iterations.
     max_iter : int, default 100
     random_state : None, int or numpy Generator
     normalize : bool, default True
@@ -161,7 +162,8 @@ def cp_als(
         ) is True:
             stopped = True
             break
-        if change < tol:
+        # the fit never decreases in exact arithmetic: a decrease means rounding noise dominates (float32)
+        if change < tol or (tol > 0 and len(history) > 1 and fit < history[-2]):
             converged = True
             break
     if not converged and not stopped:

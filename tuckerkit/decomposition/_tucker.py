@@ -215,7 +215,9 @@ def hooi(
     ranks : sequence of int, or int
     init : {"st_hosvd", "random"} or TuckerTensor, default "st_hosvd"
     tol : float, default 1e-8
-        Stop when the fit changes by less than ``tol`` between iterations.
+        Stop when the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it
+        decreases, which in exact arithmetic it never does: the change is then rounding noise (float32).
+        ``tol=0`` runs exactly ``max_iter`` iterations.
     max_iter : int, default 100
     random_state : None, int or numpy Generator
         Used by ``init="random"``.
@@ -285,7 +287,8 @@ def hooi(
         ) is True:
             stopped = True
             break
-        if change < tol:
+        # the fit never decreases in exact arithmetic: a decrease means rounding noise dominates (float32)
+        if change < tol or (tol > 0 and len(history) > 1 and fit < history[-2]):
             converged = True
             break
     if not converged and not stopped:

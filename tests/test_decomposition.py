@@ -1,0 +1,327 @@
+"""hosvd / st_hosvd / hooi / cp_als: planted models, invariants, oracles (TensorLy, pyttb), bad input."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import pytest
+from conftest import make_tensor
+
+import tuckerkit as tk
+from tuckerkit import ConvergenceWarning, CPTensor, TuckerTensor
+
+NOISE = 1e-3
+
+
+def planted_tucker(rng, shape, ranks, dtype, noise=NOISE, layout="C"):
+    core = rng.standard_normal(ranks)
+    Us = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(shape, ranks, strict=True)]
+    X = tk.multi_ttm(core, Us)
+    E = rng.standard_normal(shape)
+    X = X + noise * np.linalg.norm(X) / np.linalg.norm(E) * E
+    Xl = make_tensor(rng, shape, dtype, layout)
+    Xl[...] = X.astype(dtype)
+    return Xl
+
+
+def planted_cp(rng, shape, rank, dtype, noise=NOISE):
+    Us = [rng.standard_normal((n, rank)) for n in shape]
+    X = np.asarray(CPTensor(np.ones(rank), tuple(Us)).to_dense())
+    E = rng.standard_normal(shape)
+    return (X + noise * np.linalg.norm(X) / np.linalg.norm(E) * E).astype(dtype)
+
+
+def _eps(dtype):
+    return float(np.finfo(dtype).eps)
+
+
+CASES = [((12, 13, 14), (3, 4, 2)), ((8, 9, 10, 7), (2, 3, 2, 3)), ((6, 7, 5, 6, 5), (2, 2, 3, 2, 2))]
+
+
+@pytest.mark.parametrize(("shape", "ranks"), CASES)
+@pytest.mark.parametrize("method", ["hosvd", "st_hosvd", "hooi"])
+def test_tucker_recovers_planted_model(shape, ranks, method, dtype, layout, rng):
+    X = planted_tucker(rng, shape, ranks, dtype, layout=layout)
+    X0 = X.copy()
+    T = getattr(tk, method)(X, ranks)
+    assert isinstance(T, TuckerTensor)
+    assert T.core.dtype == dtype and all(U.dtype == dtype for U in T.factors)
+    assert T.ranks == tuple(ranks) and T.shape == tuple(shape)
+    err = T.relative_error(X)
+    assert err <= NOISE * 1.05 + 200 * _eps(dtype)
+    assert abs((1 - err) - T.fit) <= 100 * np.sqrt(_eps(dtype)) * (1 if dtype == np.float64 else 10)
+    for U in T.factors:
+        np.testing.assert_allclose(U.T @ U, np.eye(U.shape[1]), atol=50 * _eps(dtype) * U.shape[0])
+    np.testing.assert_array_equal(X, X0)
+
+
+@pytest.mark.parametrize(("shape", "rank"), [((10, 11, 12), 3), ((7, 8, 6, 9), 2), ((5, 6, 4, 5, 6), 2)])
+def test_cp_recovers_planted_model(shape, rank, dtype, rng):
+    X = planted_cp(rng, shape, rank, dtype)
+    X0 = X.copy()
+    cp = tk.cp_als(X, rank, random_state=1, max_iter=500, tol=1e-12 if dtype == np.float64 else 1e-7)
+    assert isinstance(cp, CPTensor)
+    assert cp.weights.dtype == dtype and all(U.dtype == dtype for U in cp.factors)
+    err = cp.relative_error(X)
+    assert err <= NOISE * 1.05 + 1e3 * _eps(dtype)
+    assert abs((1 - err) - cp.fit) <= 1e-6 if dtype == np.float64 else 5e-3
+    for U in cp.factors:
+        np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, rtol=10 * _eps(dtype))
+    np.testing.assert_array_equal(X, X0)
+
+
+def test_hooi_fit_is_non_decreasing_and_improves_on_hosvd(rng):
+    X = rng.standard_normal((15, 16, 17))  # no planted structure: HOOI has work to do
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        T = tk.hooi(X, [4, 4, 4], init="random", random_state=0, max_iter=30, tol=0)
+    h = np.array(T.fit_history)
+    assert len(h) == 30 and T.n_iter == 30 and not T.converged
+    assert np.all(np.diff(h) >= -1e-12)
+    assert h[-1] >= tk.hosvd(X, [4, 4, 4]).fit - 1e-12
+    assert T.passes_per_iteration == 2
+
+
+def test_st_hosvd_tol_meets_bound_and_ranks_are_minimal(rng):
+    ranks = (3, 4, 2, 3)
+    X = planted_tucker(rng, (10, 11, 9, 12), ranks, np.float64, noise=1e-6)
+    T = tk.st_hosvd(X, tol=1e-3)
+    assert T.ranks == ranks
+    assert T.relative_error(X) <= 1e-3
+    for tol in (0.3, 0.1, 0.03):
+        Y = rng.standard_normal((9, 10, 11))
+        T = tk.st_hosvd(Y, tol=tol)
+        assert T.relative_error(Y) <= tol
+        assert abs(T.relative_error(Y) - (1 - T.fit)) < 1e-10
+        # minimality of the first processed mode (the largest, mode 2): one component fewer breaks its budget
+        w = np.sort(np.linalg.eigvalsh(tk.gram(Y, 2)))[::-1]
+        budget = tol**2 * float(np.sum(Y * Y)) / 3
+        r = T.ranks[2]
+        assert w[r:].sum() <= budget < w[r - 1:].sum()
+
+
+def test_st_hosvd_order_option_and_auto(rng):
+    X = planted_tucker(rng, (10, 20, 30), (2, 3, 4), np.float64)
+    a = tk.st_hosvd(X, (2, 3, 4))
+    b = tk.st_hosvd(X, (2, 3, 4), order=[2, 1, 0])
+    assert abs(a.fit - b.fit) < 1e-6
+
+
+def test_same_random_state_gives_identical_results(rng):
+    X = rng.standard_normal((9, 10, 11))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = tk.hooi(X, [3, 3, 3], init="random", random_state=7, max_iter=5)
+        b = tk.hooi(X, [3, 3, 3], init="random", random_state=7, max_iter=5)
+        c = tk.cp_als(X, 4, init="random", random_state=3, max_iter=5)
+        d = tk.cp_als(X, 4, init="random", random_state=3, max_iter=5)
+    np.testing.assert_array_equal(a.core, b.core)
+    for U, V in zip(c.factors, d.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+@pytest.mark.parametrize("method", ["hooi", "cp_als", "st_hosvd"])
+def test_c_and_f_order_give_the_same_answer(method, rng):
+    X = planted_tucker(rng, (10, 12, 14), (3, 3, 3), np.float64)
+    XF = np.asfortranarray(X)
+    if method == "cp_als":
+        a = tk.cp_als(X, 3, random_state=0, max_iter=20, tol=1e-8)
+        b = tk.cp_als(XF, 3, random_state=0, max_iter=20, tol=1e-8)
+        np.testing.assert_allclose(a.to_dense(), b.to_dense(), atol=1e-8 * np.abs(X).max())
+    else:
+        a, b = getattr(tk, method)(X, (3, 3, 3)), getattr(tk, method)(XF, (3, 3, 3))
+        np.testing.assert_allclose(a.core, b.core, atol=1e-9 * np.abs(a.core).max())
+        for U, V in zip(a.factors, b.factors, strict=True):
+            np.testing.assert_allclose(U, V, atol=1e-9)
+
+
+@pytest.mark.parametrize("order", [2, 6, 8])
+def test_orders_2_to_8(order, rng):
+    shape = (5, 4, 3, 3, 2, 3, 2, 2)[:order]
+    ranks = tuple(max(1, s - 1) for s in shape)
+    X = rng.standard_normal(shape)
+    T = tk.hooi(X, ranks, max_iter=50, tol=1e-10)
+    assert T.ranks == ranks
+    assert abs(T.relative_error(X) - (1 - T.fit)) < 1e-8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        cp = tk.cp_als(X, 3, max_iter=10)
+    assert abs(cp.relative_error(X) - (1 - cp.fit)) < 1e-8
+
+
+def test_cp_rank_may_exceed_mode_sizes(rng):
+    X = rng.standard_normal((3, 4, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        cp = tk.cp_als(X, 7, max_iter=200, random_state=0)
+    assert cp.rank == 7 and [U.shape for U in cp.factors] == [(3, 7), (4, 7), (5, 7)]
+    assert abs(cp.relative_error(X) - (1 - cp.fit)) < 1e-7
+    assert cp.fit > 0.5
+
+
+def test_convergence_warning_callback_and_verbose(rng, caplog):
+    X = rng.standard_normal((8, 9, 10))
+    with pytest.warns(ConvergenceWarning, match=r"hooi reached max_iter=2 before the fit changed by less than tol=0.0"):
+        tk.hooi(X, [2, 2, 2], init="random", random_state=0, max_iter=2, tol=0.0)
+    with pytest.warns(ConvergenceWarning, match=r"cp_als reached max_iter=3"):
+        tk.cp_als(X, 2, max_iter=3, tol=0.0)
+    seen = []
+
+    def stop_at_3(state):
+        seen.append((state.iteration, state.fit))
+        return state.iteration == 3
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        cp = tk.cp_als(X, 2, max_iter=50, tol=0.0, callback=stop_at_3)
+    assert cp.n_iter == 3 and [i for i, _ in seen] == [1, 2, 3] and not cp.converged
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = tk.cp_als(X, 2, max_iter=8, tol=0.0, random_state=0)
+        with caplog.at_level(logging.INFO, logger="tuckerkit"):
+            b = tk.cp_als(X, 2, max_iter=8, tol=0.0, random_state=0, verbose=True)
+    assert "cp_als iteration 8" in caplog.text
+    np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_results_unpack_reconstruct_and_norm(rng):
+    X = planted_tucker(rng, (6, 7, 8), (2, 3, 2), np.float64)
+    T = tk.hooi(X, (2, 3, 2))
+    core, factors = T
+    assert core is T.core and len(factors) == 3 and T[0] is T.core
+    assert abs(T.norm() - np.linalg.norm(T.to_dense())) < 1e-10 * T.norm()
+    assert T.compression_ratio() == 336 / (12 + 12 + 21 + 16)
+    cp = tk.cp_als(planted_cp(rng, (6, 7, 8), 2, np.float64), 2, random_state=0)
+    w, fs = cp
+    assert w is cp.weights and len(fs) == 3
+    assert abs(cp.norm() - np.linalg.norm(cp.to_dense())) < 1e-10 * cp.norm()
+
+
+def test_tensorly_conversion_round_trip(rng):
+    pytest.importorskip("tensorly")
+    import tensorly as tl
+
+    X = planted_tucker(rng, (6, 7, 8), (2, 3, 2), np.float64)
+    T = tk.hooi(X, (2, 3, 2))
+    tlT = T.to_tensorly()
+    np.testing.assert_allclose(tl.tucker_to_tensor(tlT), T.to_dense(), atol=1e-12)
+    back = TuckerTensor.from_tensorly(tlT)
+    np.testing.assert_allclose(back.to_dense(), T.to_dense(), atol=1e-12)
+    cp = tk.cp_als(planted_cp(rng, (6, 7, 8), 2, np.float64), 2, random_state=0)
+    np.testing.assert_allclose(tl.cp_to_tensor(cp.to_tensorly()), cp.to_dense(), atol=1e-12)
+    np.testing.assert_allclose(CPTensor.from_tensorly(cp.to_tensorly()).to_dense(), cp.to_dense(), atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------ oracles: TensorLy, pyttb
+def test_hooi_matches_tensorly_and_pyttb_from_same_init(rng):
+    tl_dec = pytest.importorskip("tensorly.decomposition")
+    ttb = pytest.importorskip("pyttb")
+    X = rng.standard_normal((12, 10, 14))
+    ranks = (3, 4, 2)
+    init = tk.hosvd(X, ranks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = tk.hooi(X, ranks, init=init, max_iter=6, tol=0.0)
+        tlT = tl_dec.tucker(X, rank=list(ranks), init=(init.core.copy(), [U.copy() for U in init.factors]),
+                            n_iter_max=6, tol=0)
+        _, _, info = ttb.tucker_als(ttb.tensor(X.copy()), list(ranks), stoptol=0.0, maxiters=6,
+                                    init=[U.copy() for U in init.factors], printitn=0)
+    tl_fit = 1 - np.linalg.norm(X - np.asarray(tlT.to_tensor())) / np.linalg.norm(X)
+    assert abs(ours.fit - tl_fit) <= 1e-6 * abs(tl_fit)
+    assert abs(ours.fit - info["fit"]) <= 1e-6 * abs(info["fit"])
+
+
+def test_cp_als_matches_tensorly_and_pyttb_from_same_init(rng):
+    tl_dec = pytest.importorskip("tensorly.decomposition")
+    ttb = pytest.importorskip("pyttb")
+    from tensorly.cp_tensor import CPTensor as TLCP
+
+    X = rng.standard_normal((9, 10, 11))
+    R = 4
+    init = [rng.standard_normal((n, R)) for n in X.shape]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = tk.cp_als(X, R, init=CPTensor(np.ones(R), tuple(U.copy() for U in init)), max_iter=7, tol=0.0)
+        tl_cp = tl_dec.parafac(X, R, init=TLCP((np.ones(R), [U.copy() for U in init])), n_iter_max=7, tol=0,
+                               normalize_factors=True)
+        _, _, info = ttb.cp_als(ttb.tensor(X.copy()), R, stoptol=0.0, maxiters=7,
+                                init=ttb.ktensor([U.copy() for U in init]), printitn=0)
+    tl_fit = 1 - np.linalg.norm(X - np.asarray(tl_cp.to_tensor())) / np.linalg.norm(X)
+    assert abs(ours.fit - tl_fit) <= 1e-6 * abs(tl_fit)
+    assert abs(ours.fit - info["fit"]) <= 1e-6 * abs(info["fit"])
+    assert abs(ours.fit - (1 - ours.relative_error(X))) < 1e-10
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"ranks": [2, 2]}, ValueError, r"ranks has 2 entries but the tensor has 3 modes; expected 3"),
+        ({"ranks": [2, 0, 2]}, ValueError, r"ranks\[1\]=0 is not positive; each rank must be between 1 and its mode"),
+        ({"ranks": [2, 9, 2]}, ValueError, r"ranks\[1\]=9 exceeds the size of mode 1 \(5\); each rank must be"),
+        ({"ranks": [2, 2.5, 2]}, TypeError, r"ranks\[1\] must be an integer; received 2.5"),
+        ({"ranks": [2, 2, 2], "max_iter": 0}, ValueError, r"max_iter=0 is invalid; expected an integer >= 1"),
+        ({"ranks": [2, 2, 2], "tol": -1}, ValueError, r"tol=-1 is invalid; expected a finite number >= 0"),
+        ({"ranks": [2, 2, 2], "init": "magic"}, ValueError, r"init='magic' is not valid; expected 'st_hosvd'"),
+        ({"ranks": [2, 2, 2], "random_state": "x"}, TypeError, r"random_state must be None, an int, or a numpy"),
+        ({"ranks": [2, 2, 2], "callback": 3}, TypeError, r"callback must be callable or None; received int"),
+    ],
+)
+def test_hooi_bad_arguments(kwargs, exc, match, rng):
+    with pytest.raises(exc, match=match):
+        tk.hooi(rng.standard_normal((4, 5, 6)), **kwargs)
+
+
+def test_st_hosvd_rank_tol_exclusive_and_range(rng):
+    X = rng.standard_normal((4, 5, 6))
+    with pytest.raises(ValueError, match=r"pass exactly one of ranks and tol; received both"):
+        tk.st_hosvd(X, [2, 2, 2], tol=0.1)
+    with pytest.raises(ValueError, match=r"pass exactly one of ranks and tol; received neither"):
+        tk.st_hosvd(X)
+    for bad in (0, 1, 1.5, -0.1):
+        with pytest.raises(ValueError, match=r"tol=.* is outside \(0, 1\); expected a relative error"):
+            tk.st_hosvd(X, tol=bad)
+    with pytest.raises(ValueError, match=r"order=\[0, 0, 1\] is not a permutation of the modes 0..2"):
+        tk.st_hosvd(X, [2, 2, 2], order=[0, 0, 1])
+
+
+@pytest.mark.parametrize("fn", ["hooi", "cp_als", "hosvd", "st_hosvd"])
+def test_bad_tensors(fn, rng):
+    call = {
+        "hooi": lambda X: tk.hooi(X, 1),
+        "cp_als": lambda X: tk.cp_als(X, 1),
+        "hosvd": lambda X: tk.hosvd(X, 1),
+        "st_hosvd": lambda X: tk.st_hosvd(X, 1),
+    }[fn]
+    X = rng.standard_normal((4, 5, 6))
+    X[1, 2, 3] = np.nan
+    X[0, 0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"X contains 2 NaN or infinite value\(s\); remove or impute them first"):
+        call(X)
+    with pytest.raises(ValueError, match=r"X has an empty mode 1 \(shape \(3, 0, 4\)\)"):
+        call(np.ones((3, 0, 4)))
+    with pytest.raises(ValueError, match=r"X must be a tensor with at least 2 dimensions; received a 1-d array"):
+        call(np.ones(5))
+    with pytest.raises(TypeError, match=r"X has dtype <U1; expected a numeric tensor"):
+        call(np.array([["a", "b"], ["c", "d"]]))
+    with pytest.raises(TypeError, match=r"X has complex dtype complex128; expected a real tensor"):
+        call(np.ones((2, 3), dtype=complex))
+
+
+def test_cp_bad_arguments(rng):
+    X = rng.standard_normal((4, 5, 6))
+    with pytest.raises(ValueError, match=r"rank=0 is not positive; expected an integer >= 1"):
+        tk.cp_als(X, 0)
+    with pytest.raises(ValueError, match=r"init='nvecs' is not valid; expected one of 'svd', 'random'"):
+        tk.cp_als(X, 2, init="nvecs")
+    with pytest.raises(ValueError, match=r"init has shape \(4, 5\) and rank 2; expected shape \(4, 5, 6\)"):
+        tk.cp_als(X, 2, init=CPTensor(np.ones(2), (np.ones((4, 2)), np.ones((5, 2)))))
+
+
+def test_integer_tensor_promoted(rng):
+    X = rng.integers(0, 5, size=(5, 6, 7))
+    T = tk.hooi(X, [2, 2, 2])
+    assert T.core.dtype == np.float64
