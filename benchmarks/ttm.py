@@ -65,7 +65,7 @@ def main(argv=None) -> None:
                 ok = bool(np.allclose(ttm(X, U, mode, transpose=True), ref))
                 row = {
                     "shape": list(shape), "rank": R, "mode": mode, "kind": str(plan.kind), "copies": plan.copies,
-                    "batch_parallel": plan.batch_parallel, "correct": ok,
+                    "parallel": plan.parallel, "correct": ok,
                     **{f"t_{k}": v for k, v in t.items()},
                     "ratio_floor_sum": t["tuckerkit"] / t["floor_sum"],
                     "ratio_floor_copy": t["tuckerkit"] / t["floor_copy"],

@@ -24,6 +24,7 @@ from tuckerkit.decomposition._linalg import gram_eigh, sign_fix, spd_solve
 from tuckerkit.decomposition._results import ConvergenceWarning, CPTensor, _sqnorm
 from tuckerkit.decomposition._tucker import IterationState
 from tuckerkit.engine import mttkrp_sweep
+from tuckerkit.engine._threads import single_threaded_blas
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ def _svd_init(X: Any, rank: int, rng: np.random.Generator) -> list[Any]:
             U = np.concatenate([U, rng.standard_normal((X.shape[n], rank - k))], axis=1)
         factors.append(np.ascontiguousarray(U, dtype=X.dtype))
     return factors
+
 
 
 def cp_als(
@@ -94,6 +96,23 @@ def cp_als(
     >>> round(tk.cp_als(X, 2, random_state=0).fit, 6)
     1.0
     """
+    with single_threaded_blas():
+        return _cp_als_impl(X, rank, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
+                            normalize=normalize, callback=callback, verbose=verbose)
+
+
+def _cp_als_impl(
+    X: Any,
+    rank: int,
+    *,
+    init: str | CPTensor = "svd",
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    random_state: Any = None,
+    normalize: bool = True,
+    callback: Callable[[IterationState], bool | None] | None = None,
+    verbose: bool = False,
+) -> CPTensor:
     X = check_tensor(X)
     rank = check_cp_rank(rank)
     tol = check_nonneg(tol, "tol")

@@ -24,6 +24,7 @@ from tuckerkit._validation import (
 from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, sign_fix
 from tuckerkit.decomposition._results import ConvergenceWarning, TuckerTensor, _sqnorm
 from tuckerkit.engine import multi_ttm, multi_ttm_plan, ttm
+from tuckerkit.engine._threads import single_threaded_blas
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class IterationState:
 
 def _fit(normX2: float, normG2: float) -> float:
     return 1.0 - math.sqrt(max(normX2 - normG2, 0.0)) / math.sqrt(normX2) if normX2 > 0 else 1.0
+
 
 
 def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
@@ -66,6 +68,11 @@ def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
     >>> core.shape, [U.shape for U in factors]
     ((2, 3, 4), [(6, 2), (7, 3), (8, 4)])
     """
+    with single_threaded_blas():
+        return _hosvd_impl(X, ranks)
+
+
+def _hosvd_impl(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
     X = check_tensor(X)
     ranks = check_ranks(ranks, X.shape)
     factors = []
@@ -75,6 +82,7 @@ def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
     core = multi_ttm(X, factors, transpose=True)
     fit = _fit(_sqnorm(X), _sqnorm(core))
     return TuckerTensor(core, tuple(factors), 0, True, (fit,), passes_per_iteration=X.ndim + 1)
+
 
 
 def st_hosvd(
@@ -116,6 +124,17 @@ def st_hosvd(
     >>> tk.st_hosvd(X, tol=1e-6).ranks
     (2, 3, 2)
     """
+    with single_threaded_blas():
+        return _st_hosvd_impl(X, ranks, tol=tol, order=order)
+
+
+def _st_hosvd_impl(
+    X: Any,
+    ranks: Sequence[int] | int | None = None,
+    *,
+    tol: float | None = None,
+    order: str | Sequence[int] = "auto",
+) -> TuckerTensor:
     X = check_tensor(X)
     if (ranks is None) == (tol is None):
         raise ValueError(
@@ -190,6 +209,7 @@ def _hooi_sweep(T: Any, active: list[int], factors: list[Any], ranks: tuple[int,
                        want_core)
 
 
+
 def hooi(
     X: Any,
     ranks: Sequence[int] | int,
@@ -246,6 +266,22 @@ def hooi(
     >>> T.converged, round(T.fit, 6)
     (True, 1.0)
     """
+    with single_threaded_blas():
+        return _hooi_impl(X, ranks, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
+                          callback=callback, verbose=verbose)
+
+
+def _hooi_impl(
+    X: Any,
+    ranks: Sequence[int] | int,
+    *,
+    init: str | TuckerTensor = "st_hosvd",
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    random_state: Any = None,
+    callback: Callable[[IterationState], bool | None] | None = None,
+    verbose: bool = False,
+) -> TuckerTensor:
     X = check_tensor(X)
     ranks = check_ranks(ranks, X.shape)
     tol = check_nonneg(tol, "tol")

@@ -10,7 +10,7 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._spec import parse_spec
-from tuckerkit.engine._threads import batched_matmul
+from tuckerkit.engine._threads import parallel_matmul, single_threaded_blas
 
 _LAYOUTS = ("auto", "C", "F")
 
@@ -165,10 +165,12 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     if plan.kind == KernelKind.EMPTY:
         out[...] = 0
         return out
-    av, bv, cv, target = operand_views(plan, A, B, out, xp)
-    if xp is np and plan.batch_parallel:
-        batched_matmul(np.matmul, av, bv, cv)
+    if xp is np:
+        with single_threaded_blas():
+            av, bv, cv, target = operand_views(plan, A, B, out, xp)
+            parallel_matmul(np.matmul, av, bv, cv, plan.flops)
     else:
+        av, bv, cv, target = operand_views(plan, A, B, out, xp)
         xp.matmul(av, bv, out=cv)
     if target is not None:
         target[...] = cv.reshape(target.shape)

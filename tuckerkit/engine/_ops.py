@@ -17,6 +17,7 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.engine._contract import _alloc_out, _elem_strides, contract, execute, plan_contraction
 from tuckerkit.engine._plan import ContractionPlan
+from tuckerkit.engine._threads import parallel_matmul, single_threaded_blas
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
 _NEW = "z"
@@ -286,23 +287,35 @@ def gram(X: Any, mode: int) -> Any:
     G = xp.zeros((In, In), dtype=X.dtype)
     if X.size == 0:
         return G
-    if R == 1:
-        V = Xv[:, :, 0]
-        return xp.matmul(V.T, V.conj() if V.dtype.kind == "c" else V, out=G)
-    if n_outer == 1:
-        V = Xv[0]
-        return xp.matmul(V, V.conj().T if V.dtype.kind == "c" else V.T, out=G)
-    # loop over the outer index in chunks: batched GEMMs on views, summed (temporary <= ~8 MB)
-    chunk = max(1, min(n_outer, (8 << 20) // max(In * In * X.itemsize, 1)))
-    if R >= 64:
-        chunk = 1
-    tmp = xp.empty((chunk, In, In), dtype=X.dtype)
-    for start in range(0, n_outer, chunk):
-        blk = Xv[start:start + chunk]
-        t = tmp[: blk.shape[0]]
-        xp.matmul(blk, xp.swapaxes(blk.conj() if blk.dtype.kind == "c" else blk, 1, 2), out=t)
-        G += t.sum(axis=0) if t.shape[0] > 1 else t[0]
+    conj = (lambda v: v.conj()) if X.dtype.kind == "c" else (lambda v: v)
+    mm = xp.matmul if xp is not np else None
+    with single_threaded_blas():
+        if R == 1:
+            V = Xv[:, :, 0]
+            _mm(mm, V.T, conj(V), G, 2 * In * In * n_outer)
+            return G
+        if n_outer == 1:
+            V = Xv[0]
+            _mm(mm, V, conj(V).T, G, 2 * In * In * R)
+            return G
+        # loop over the outer index in chunks: batched GEMMs on views, summed (temporary <= ~8 MB)
+        chunk = max(1, min(n_outer, (8 << 20) // max(In * In * X.itemsize, 1)))
+        if R >= 64:
+            chunk = 1
+        tmp = xp.empty((chunk, In, In), dtype=X.dtype)
+        for start in range(0, n_outer, chunk):
+            blk = Xv[start:start + chunk]
+            t = tmp[: blk.shape[0]]
+            _mm(mm, blk, xp.swapaxes(conj(blk), 1, 2), t, 2 * In * In * R * blk.shape[0])
+            G += t.sum(axis=0) if t.shape[0] > 1 else t[0]
     return G
+
+
+def _mm(mm, a, b, out, flops: int) -> None:
+    if mm is None:
+        parallel_matmul(np.matmul, a, b, out, flops)
+    else:
+        mm(a, b, out=out)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -118,8 +118,9 @@ class ContractionPlan:
         Bytes read and written: each operand once, plus copies (read and write).
     copies : int
         Elements copied (0 for every non-exceptional case).
-    batch_parallel : bool
-        Large batches are split across the BLAS threads on the CPU (single-threaded GEMM per call).
+    parallel : bool
+        On the CPU the product is large enough to be split over threads (batch, rows or columns), each
+        part a single-threaded BLAS call (see ``tuckerkit.engine._threads``).
     shapes, strides : tuple
         The operand shapes and element strides the plan was made for (A, B, out).
     """
@@ -150,7 +151,7 @@ class ContractionPlan:
     shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
     strides: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
     est_seconds: float
-    batch_parallel: bool = False
+    parallel: bool = False
     device: str = "cpu"
     _a: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _b: _OperandLayout | None = field(default=None, repr=False, compare=False)
@@ -198,8 +199,8 @@ class ContractionPlan:
         lines = [f"{self.notation()}  ->  {self.kind}"]
         if self.remedy != Remedy.NONE:
             lines[0] += f" (remedy: {self.remedy}, then {self.inner_kind})"
-        if self.batch_parallel:
-            lines.append("  execution: batch split across the BLAS threads, one single-threaded GEMM per call")
+        if self.parallel:
+            lines.append("  execution: split over the CPU threads (single-threaded BLAS per part)")
         if self.batch_modes:
             desc = ", ".join(
                 f"[{mode}] x{size} (strides A {sa}, B {sb}, C {sc})"
@@ -607,7 +608,7 @@ def build_plan(
         bytes_moved=base_bytes + 2 * copies * item,
         copies=copies,
         est_seconds=copy_seconds if remedy != Remedy.NONE else chosen.seconds,
-        batch_parallel=_level3(kind) and len(batch_groups) > 0 and flops >= MIN_PARALLEL_FLOPS,
+        parallel=flops >= MIN_PARALLEL_FLOPS,
         _a=la,
         _b=lb,
         _c=lc,

@@ -1,25 +1,29 @@
-"""Batch-parallel execution of strided-batched GEMMs on the CPU.
+"""CPU threading policy: single-threaded BLAS calls, parallelized by splitting the work ourselves.
 
-OpenBLAS parallelizes inside each GEMM; for the many small GEMMs of a strided batch that parallelism is
-poor (a 16 x 200 x 200 GEMM is over before its threads have spun up). Splitting the *batch* across the
-same number of threads, each running single-threaded GEMMs, measured 1.5-2x faster on 2 cores for
-64^3..200^3 batches (see benchmarks/ttm.py). numpy's matmul releases the GIL around BLAS, so plain
-Python threads suffice. The BLAS thread count is restored afterwards; a caller who limited BLAS to one
-thread (threadpoolctl) gets a serial loop.
+On this project's reference machine (2 cores, OpenBLAS) BLAS's own threads cost more than they give for
+everything but large GEMMs: a 100 x 100 eigen-solve ran 4x slower right after a threaded GEMM, and a HOOI
+iteration on a 100^3 tensor 3.5x slower with two BLAS threads than with one (benchmarks/tucker.py). The
+engine therefore runs every BLAS call single-threaded and splits *large* products itself: over the
+batch of a strided-batched GEMM (the many small GEMMs of a batch are where BLAS threading is worst), or
+over the rows or columns of one large GEMM. numpy's matmul releases the GIL, so plain Python threads
+suffice. The number of workers is the BLAS thread count found on entry, so ``threadpoolctl``'s
+``threadpool_limits(1)`` still makes everything serial.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
-_LOCK = threading.Lock()
-_STATE: dict[str, Any] = {}
+_LOCK = threading.RLock()
+_STATE: dict[str, Any] = {"depth": 0, "workers": 1}
 
-#: below this many flops a batched product runs serially (thread hand-off costs ~50 us)
-MIN_PARALLEL_FLOPS = 8_000_000
+#: below this many flops a product runs in the calling thread (a thread hand-off costs ~30-50 us)
+MIN_PARALLEL_FLOPS = 4_000_000
 
 
 def _blas():
@@ -34,51 +38,86 @@ def _blas():
     return _STATE["blas"]
 
 
-def _pool(workers: int) -> ThreadPoolExecutor:
-    pool = _STATE.get("pool")
-    if pool is None or _STATE.get("workers", 0) < workers:
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tuckerkit-batch")
-        _STATE["pool"], _STATE["workers"] = pool, workers
-    return pool
-
-
 def blas_threads() -> int:
     """Threads the BLAS library is currently set to use (1 when unknown)."""
     lib = _blas()
     return int(lib.num_threads) if lib is not None else 1
 
 
-def batched_matmul(matmul, av, bv, cv) -> None:
-    """``matmul(av, bv, out=cv)`` with the outermost splittable batch axis divided among BLAS's threads."""
+def workers() -> int:
+    """Threads tuckerkit splits large products over (the BLAS thread count on entry)."""
+    return int(_STATE["workers"]) if _STATE["depth"] > 0 else blas_threads()
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Run the enclosed BLAS/LAPACK calls single-threaded (re-entrant); restores the count on exit."""
     lib = _blas()
-    orig = blas_threads()
-    workers = orig
-    axis = next((i for i, s in enumerate(cv.shape[:-2]) if s >= 2), None)
-    if lib is None or workers < 2 or axis is None or not _LOCK.acquire(blocking=False):
+    if lib is None:
+        yield
+        return
+    with _LOCK:
+        if _STATE["depth"] == 0:
+            _STATE["workers"] = max(1, int(lib.num_threads))
+            if _STATE["workers"] > 1:
+                lib.set_num_threads(1)
+        _STATE["depth"] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _STATE["depth"] -= 1
+            if _STATE["depth"] == 0 and _STATE["workers"] > 1:
+                lib.set_num_threads(_STATE["workers"])
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    pool = _STATE.get("pool")
+    if pool is None or _STATE.get("pool_size", 0) < n:
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tuckerkit")
+        _STATE["pool"], _STATE["pool_size"] = pool, n
+    return pool
+
+
+def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
+    """``matmul(av, bv, out=cv)`` on ``(*batch, m, k) @ (*batch, k, n)`` views, split across workers.
+
+    Splits the largest of the batch axes, ``m`` and ``n`` (never ``k``: that would need a reduction).
+    Must be called inside :func:`single_threaded_blas`.
+    """
+    w = workers()
+    if w < 2 or flops < MIN_PARALLEL_FLOPS or threading.current_thread().name.startswith("tuckerkit"):
         matmul(av, bv, out=cv)
         return
-    try:
-        size = cv.shape[axis]
-        workers = min(workers, size)
-        bounds = [size * w // workers for w in range(workers + 1)]
+    nd = cv.ndim
+    # candidate axes of the output: batch axes, then m (nd-2) and n (nd-1)
+    axis = max(range(nd), key=lambda i: cv.shape[i])
+    size = cv.shape[axis]
+    if size < 2:
+        matmul(av, bv, out=cv)
+        return
+    w = min(w, size)
+    bounds = [size * i // w for i in range(w + 1)]
 
-        def part(x, lo, hi):
-            if x.shape[axis] == 1:
+    def parts(lo: int, hi: int):
+        def cut(x, ax):
+            if ax is None or x.shape[ax] == 1:
                 return x
-            idx = (slice(None),) * axis + (slice(lo, hi),)
+            idx = (slice(None),) * ax + (slice(lo, hi),)
             return x[idx]
 
-        lib.set_num_threads(1)
-        try:
-            pool = _pool(workers - 1)
-            futures = [
-                pool.submit(matmul, part(av, lo, hi), part(bv, lo, hi), out=part(cv, lo, hi))
-                for lo, hi in itertools.pairwise(bounds[1:])
-            ]
-            matmul(part(av, bounds[0], bounds[1]), part(bv, bounds[0], bounds[1]), out=part(cv, bounds[0], bounds[1]))
-            for f in futures:
-                f.result()
-        finally:
-            lib.set_num_threads(orig)
-    finally:
-        _LOCK.release()
+        if axis < nd - 2:  # a batch axis: operands have it at the same position (or size 1)
+            return cut(av, axis), cut(bv, axis), cut(cv, axis)
+        if axis == nd - 2:  # rows: A's rows and C's rows
+            return cut(av, av.ndim - 2), bv, cut(cv, axis)
+        return av, cut(bv, bv.ndim - 1), cut(cv, axis)
+
+    pool = _pool(w - 1)
+    futures = []
+    for lo, hi in itertools.pairwise(bounds[1:]):
+        a, b, c = parts(lo, hi)
+        futures.append(pool.submit(matmul, a, b, out=c))
+    a, b, c = parts(bounds[0], bounds[1])
+    matmul(a, b, out=c)
+    for f in futures:
+        f.result()
