@@ -17,7 +17,7 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.engine._contract import _alloc_out, _elem_strides, contract, execute, plan_contraction
 from tuckerkit.engine._plan import ContractionPlan
-from tuckerkit.engine._threads import parallel_matmul, single_threaded_blas
+from tuckerkit.engine._threads import map_workers, single_threaded_blas, threaded_blas, workers
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
 _NEW = "z"
@@ -288,34 +288,39 @@ def gram(X: Any, mode: int) -> Any:
     if X.size == 0:
         return G
     conj = (lambda v: v.conj()) if X.dtype.kind == "c" else (lambda v: v)
-    mm = xp.matmul if xp is not np else None
     with single_threaded_blas():
-        if R == 1:
-            V = Xv[:, :, 0]
-            _mm(mm, V.T, conj(V), G, 2 * In * In * n_outer)
+        if R == 1 or n_outer == 1:
+            # one SYRK (numpy detects V @ V.T); large enough for BLAS's own threads to pay off
+            V = Xv[:, :, 0].T if R == 1 else Xv[0]
+            if xp is np:
+                with threaded_blas():
+                    np.matmul(V, conj(V).T, out=G)
+            else:
+                xp.matmul(V, conj(V).T, out=G)
             return G
-        if n_outer == 1:
-            V = Xv[0]
-            _mm(mm, V, conj(V).T, G, 2 * In * In * R)
-            return G
-        # loop over the outer index in chunks: batched GEMMs on views, summed (temporary <= ~8 MB)
-        chunk = max(1, min(n_outer, (8 << 20) // max(In * In * X.itemsize, 1)))
-        if R >= 64:
-            chunk = 1
-        tmp = xp.empty((chunk, In, In), dtype=X.dtype)
-        for start in range(0, n_outer, chunk):
-            blk = Xv[start:start + chunk]
-            t = tmp[: blk.shape[0]]
-            _mm(mm, blk, xp.swapaxes(conj(blk), 1, 2), t, 2 * In * In * R * blk.shape[0])
-            G += t.sum(axis=0) if t.shape[0] > 1 else t[0]
+        # sum over the outer index: each worker accumulates its share, SYRK per slab or batched GEMMs per chunk
+        chunk = 1 if R >= 64 else max(1, min(n_outer, (4 << 20) // max(In * In * X.itemsize, 1)))
+        starts = list(range(0, n_outer, chunk))
+        w = workers() if xp is np else 1
+        shares = [starts[i::w] for i in range(min(w, len(starts)))]
+
+        def accumulate(share: list[int]):
+            acc = xp.zeros((In, In), dtype=X.dtype)
+            tmp = xp.empty((chunk, In, In), dtype=X.dtype)
+            for start in share:
+                blk = Xv[start:start + chunk]
+                if blk.shape[0] == 1:
+                    xp.matmul(blk[0], conj(blk[0]).T, out=tmp[0])
+                    acc += tmp[0]
+                else:
+                    t = tmp[: blk.shape[0]]
+                    xp.matmul(blk, xp.swapaxes(conj(blk), 1, 2), out=t)
+                    acc += t.sum(axis=0)
+            return acc
+
+        for part in map_workers(accumulate, shares):
+            G += part
     return G
-
-
-def _mm(mm, a, b, out, flops: int) -> None:
-    if mm is None:
-        parallel_matmul(np.matmul, a, b, out, flops)
-    else:
-        mm(a, b, out=out)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ _VEC_RATE = 4e9  # flop/s of a level-2 (GEMV, dot) kernel
 _GER_RATE = 1e9  # element updates/s of an outer product loop
 _COPY_BW = 2e9  # bytes/s of a strided (transposing) copy
 _OUTER_PREF = 1.02  # penalty when the batch loop is not over the output's outermost mode
+_NARROW = 32  # a row-major GEMM output with fewer columns than this, and many rows, ...
+_NARROW_PENALTY = 1.35  # ... ran this much slower than its transpose (benchmarks/ttm.py, last mode)
 
 
 class KernelKind(str, enum.Enum):
@@ -291,7 +293,7 @@ def _group_stride(group: tuple[str, ...], strides: dict[str, int] | None) -> int
 
 
 def _evaluate(
-    M, N, K, batch, sizes, sA, sB, sC
+    M, N, K, batch, sizes, sA, sB, sC, free_c_cols_major: bool = False
 ) -> tuple[KernelKind, float, tuple[bool, bool, int, int, int]] | None:
     """Check BLAS legality of one candidate and estimate its time. ``None`` strides mean 'free layout'."""
     m = math.prod(sizes[x] for x in M)
@@ -301,13 +303,20 @@ def _evaluate(
     # slice strides; a free layout is laid out as (rows, cols) row-major
     a_r, a_c = (_group_stride(M, sA), _group_stride(K, sA)) if sA is not None else (k, 1)
     b_r, b_c = (_group_stride(K, sB), _group_stride(N, sB)) if sB is not None else (n, 1)
-    c_r, c_c = (_group_stride(M, sC), _group_stride(N, sC)) if sC is not None else (n, 1)
+    if sC is not None:
+        c_r, c_c = _group_stride(M, sC), _group_stride(N, sC)
+    else:
+        c_r, c_c = (1, m) if free_c_cols_major else (n, 1)
     flops = 2 * m * n * k * nb
     if m > 1 and n > 1 and k > 1:
         if not (_blasable(a_r, m, a_c, k) and _blasable(b_r, k, b_c, n) and _blasable(c_r, m, c_c, n)):
             return None
         base = KernelKind.GEMM
         sec = flops / (_GEMM_PEAK * _eff(m) * _eff(n) * _eff(k)) + nb * _CALL
+        # numpy runs a column-major output as its transpose: judge the shape BLAS actually sees
+        rows, cols = (m, n) if (c_c == 1 and c_r >= n) else (n, m)
+        if cols < _NARROW and rows > 4 * cols:  # tall-skinny output: ~1.35x slower than short-wide
+            sec *= _NARROW_PENALTY
     elif k > 1 and (m > 1 or n > 1):  # one side is a vector: GEMV on the matrix side
         if m > 1:
             if not (_blasable(a_r, m, a_c, k) and b_r > 0):
@@ -362,18 +371,19 @@ def _search(I, J, K, H, sizes, sA, sB, sC, c_pref):  # noqa: E741
                 x: max(abs((sA or {}).get(x, 0)), abs((sB or {}).get(x, 0))) for x in batch
             }
             batch_t = tuple(sorted(batch, key=lambda x: -ref[x]))
-            res = _evaluate(m_order, n_order, k_order, batch_t, sizes, sA, sB, sC)
-            if res is None:
-                continue
-            kind, sec, _ = res
-            if len(batch_t) >= 1 and c_pref is not None and batch_t[0] != c_pref:
-                sec *= _OUTER_PREF
-            c_order = None
-            if sC is None:
-                c_order = batch_t + m_order + n_order
-            cand = _Candidate(m_order, n_order, k_order, batch_t, kind, sec, c_order)
-            if best is None or cand.seconds < best.seconds - 1e-15:
-                best = cand
+            for cols_major in ((False, True) if sC is None else (False,)):
+                res = _evaluate(m_order, n_order, k_order, batch_t, sizes, sA, sB, sC, cols_major)
+                if res is None:
+                    continue
+                kind, sec, _ = res
+                if len(batch_t) >= 1 and c_pref is not None and batch_t[0] != c_pref:
+                    sec *= _OUTER_PREF
+                c_order = None
+                if sC is None:
+                    c_order = batch_t + (n_order + m_order if cols_major else m_order + n_order)
+                cand = _Candidate(m_order, n_order, k_order, batch_t, kind, sec, c_order)
+                if best is None or cand.seconds < best.seconds - 1e-15:
+                    best = cand
     return best
 
 

@@ -121,3 +121,28 @@ def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
     matmul(a, b, out=c)
     for f in futures:
         f.result()
+
+
+@contextmanager
+def threaded_blas() -> Iterator[None]:
+    """Inside :func:`single_threaded_blas`, give one large BLAS call (a big SYRK) all the workers back."""
+    lib = _blas()
+    w = workers()
+    if lib is None or w < 2 or _STATE["depth"] == 0:
+        yield
+        return
+    lib.set_num_threads(w)
+    try:
+        yield
+    finally:
+        lib.set_num_threads(1)
+
+
+def map_workers(fn, items: list) -> list:
+    """``[fn(item) for item in items]`` spread over the workers (single-threaded BLAS inside each)."""
+    w = min(workers(), len(items))
+    if w < 2 or threading.current_thread().name.startswith("tuckerkit"):
+        return [fn(it) for it in items]
+    pool = _pool(w - 1)
+    futures = [pool.submit(fn, it) for it in items[1:]]
+    return [fn(items[0])] + [f.result() for f in futures]
