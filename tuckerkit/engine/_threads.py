@@ -90,6 +90,10 @@ def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
         matmul(av, bv, out=cv)
         return
     nd = cv.ndim
+    m, n, k = cv.shape[-2], cv.shape[-1], av.shape[-1]
+    if cv.size == m * n and k >= 4 * max(m, n) and m * n <= (1 << 20):
+        _split_reduction(matmul, av, bv, cv, w)
+        return
     # candidate axes of the output: batch axes, then m (nd-2) and n (nd-1)
     axis = max(range(nd), key=lambda i: cv.shape[i])
     size = cv.shape[axis]
@@ -146,3 +150,16 @@ def map_workers(fn, items: list) -> list:
     pool = _pool(w - 1)
     futures = [pool.submit(fn, it) for it in items[1:]]
     return [fn(items[0])] + [f.result() for f in futures]
+
+
+def _split_reduction(matmul, av, bv, cv, w: int) -> None:
+    """Small output, long reduction (e.g. an MTTKRP over the outer modes): split ``k``, then add the parts."""
+    k = av.shape[-1]
+    bounds = [k * i // w for i in range(w + 1)]
+    pool = _pool(w - 1)
+    futures = [
+        pool.submit(matmul, av[..., lo:hi], bv[..., lo:hi, :]) for lo, hi in itertools.pairwise(bounds[1:])
+    ]
+    matmul(av[..., bounds[0]:bounds[1]], bv[..., bounds[0]:bounds[1], :], out=cv)
+    for f in futures:
+        cv += f.result()
