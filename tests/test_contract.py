@@ -286,3 +286,24 @@ def test_bad_out(rng):
         contract("ik,kj->ij", A, B, out=np.empty((3, 5), dtype=np.float32))
     with pytest.raises(ValueError, match=r"out_layout='X' is not valid; expected one of 'auto', 'C', 'F'"):
         contract("ik,kj->ij", A, B, out_layout="X")
+
+
+@pytest.mark.parametrize(
+    ("spec", "shapes"),
+    [
+        ("ik,kj->ij", [(400, 100), (100, 300)]),  # rows or columns split
+        ("ik,kj->ij", [(8, 60000), (60000, 9)]),  # long reduction split, partial outputs added
+        ("bik,bkj->bij", [(40, 60, 50), (40, 50, 70)]),  # batch split
+        ("mk,nkp->mnp", [(64, 64), (64, 64, 64)]),  # strided-batched with a shared operand
+    ],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threaded_execution_paths_match_einsum(spec, shapes, threads, rng):
+    from threadpoolctl import threadpool_limits
+
+    A, B = (rng.standard_normal(s) for s in shapes)
+    plan = plan_contraction(spec, A, B)
+    assert plan.parallel
+    with threadpool_limits(threads, user_api="blas"):
+        res = contract(spec, A, B)
+    assert_contraction_close(res, spec, A, B, np.float64)
