@@ -20,6 +20,8 @@ from tuckerkit.engine._plan import ContractionPlan
 from tuckerkit.engine._threads import map_workers, single_threaded_blas, threaded_blas, workers
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
+#: a SYRK with at least this many multiply-adds gets BLAS's own threads (toggling them costs ~ms)
+_BIG_SYRK = 200_000_000
 _NEW = "z"
 _RANK = "Z"
 
@@ -292,9 +294,11 @@ def gram(X: Any, mode: int) -> Any:
         if R == 1 or n_outer == 1:
             # one SYRK (numpy detects V @ V.T); large enough for BLAS's own threads to pay off
             V = Xv[:, :, 0].T if R == 1 else Xv[0]
-            if xp is np:
+            if xp is np and In * In * V.shape[1] >= _BIG_SYRK:
                 with threaded_blas():
                     np.matmul(V, conj(V).T, out=G)
+            elif xp is np:
+                np.matmul(V, conj(V).T, out=G)
             else:
                 xp.matmul(V, conj(V).T, out=G)
             return G
