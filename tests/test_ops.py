@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import make_tensor
 
-from tuckerkit.engine import gram, khatri_rao, mttkrp, mttkrp_plan, multi_ttm, multi_ttm_plan, ttm, ttm_plan
+from tuckerkit.engine import gram, gram_plan, khatri_rao, mttkrp, mttkrp_plan, multi_ttm, multi_ttm_plan, ttm, ttm_plan
 
 SHAPES = [(6, 7, 8), (4, 5, 3, 6), (3, 4, 2, 3, 5), (5, 6)]
 
@@ -196,3 +196,19 @@ def test_gram_and_mttkrp_bad_inputs(rng):
         mttkrp(X, [None, np.ones((4, 2)), np.ones((5, 3))], 0)
     with pytest.raises(ValueError, match=r"X must have at least 1 dimension\(s\); received a 0-d array"):
         gram(np.float64(3.0), 0)
+
+
+def test_gram_plan_routes_and_reuse(rng):
+    X = rng.standard_normal((6, 7, 8))
+    assert gram_plan(X, 0).route == "syrk" and gram_plan(X, 2).route == "syrk"
+    p1 = gram_plan(X, 1)
+    assert p1.route == "slabs" and p1.outer == (0,) and p1.inner == (2,)
+    assert "loop over modes [0]" in p1.explain()
+    Xn = _unfold(X, 1)
+    np.testing.assert_allclose(gram(X, 1, plan=p1), Xn @ Xn.T, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"plan was made for mode 1, shape \(6, 7, 8\)"):
+        gram(np.asfortranarray(X), 1, plan=p1)
+    V = rng.standard_normal((6, 7, 8, 2))[:, :, :, 0]  # non-flattenable inner modes: the engine's remedy
+    assert gram_plan(V, 0).route in ("contract", "syrk", "slabs")
+    Vn = _unfold(V, 0)
+    np.testing.assert_allclose(gram(V, 0), Vn @ Vn.T, rtol=1e-12)

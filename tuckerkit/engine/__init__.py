@@ -2,9 +2,11 @@
 
 from tuckerkit.engine._contract import contract, plan_contraction
 from tuckerkit.engine._ops import (
+    GramPlan,
     MTTKRPPlan,
     MultiTTMPlan,
     gram,
+    gram_plan,
     khatri_rao,
     mttkrp,
     mttkrp_plan,
@@ -18,12 +20,14 @@ from tuckerkit.engine._plan import ContractionPlan, KernelKind, Remedy
 
 __all__ = [
     "ContractionPlan",
+    "GramPlan",
     "KernelKind",
     "MTTKRPPlan",
     "MultiTTMPlan",
     "Remedy",
     "contract",
     "gram",
+    "gram_plan",
     "khatri_rao",
     "mttkrp",
     "mttkrp_plan",

@@ -247,7 +247,45 @@ def _empty_like_plan(p: ContractionPlan, xp, dtype):
 
 
 # ---------------------------------------------------------------------------------------------------
-def gram(X: Any, mode: int) -> Any:
+@dataclass(frozen=True)
+class GramPlan:
+    """How :func:`gram` evaluates ``X_(n) X_(n)^T``: the modes looped over (``outer``, larger strides than
+    ``mode``) and those reduced by each SYRK/GEMM (``inner``); ``route`` is ``"syrk"`` (one call),
+    ``"slabs"`` (a sum over the outer index, split over the CPU threads) or ``"contract"`` (the modes
+    cannot be flattened without a copy: the engine's remedy)."""
+
+    mode: int
+    outer: tuple[int, ...]
+    inner: tuple[int, ...]
+    route: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def explain(self) -> str:
+        return (f"gram mode {self.mode}: {self.route}, loop over modes {list(self.outer)}, "
+                f"reduce modes {list(self.inner)}")
+
+
+def gram_plan(X: Any, mode: int) -> GramPlan:
+    """The :class:`GramPlan` that :func:`gram` uses for this tensor and mode."""
+    _, X = _tensor(X)
+    n = _mode(mode, X.ndim)
+    st = _elem_strides(X)
+    others = [m for m in range(X.ndim) if m != n and X.shape[m] != 1]
+    outer = tuple(sorted((m for m in others if st[m] > st[n] or X.shape[n] == 1), key=lambda m: -st[m]))
+    inner = tuple(sorted((m for m in others if m not in outer), key=lambda m: -st[m]))
+    n_outer = math.prod(X.shape[m] for m in outer)
+    R = math.prod(X.shape[m] for m in inner)
+    try:
+        X.transpose([*outer, n, *inner, *(m for m in range(X.ndim) if m != n and X.shape[m] == 1)]).reshape(
+            (n_outer, X.shape[n], R), copy=False)
+        route = "syrk" if (R == 1 or n_outer == 1) else "slabs"
+    except (ValueError, TypeError):
+        route = "contract"
+    return GramPlan(n, outer, inner, route, tuple(X.shape), st)
+
+
+def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
     """The Gram matrix of the mode-``mode`` unfolding, ``X_(n) X_(n)^T``, without forming the unfolding.
 
     The modes stored outside ``mode`` (larger strides) are looped over; the modes inside it are the
@@ -257,6 +295,8 @@ def gram(X: Any, mode: int) -> Any:
     ----------
     X : array, shape (I_0, ..., I_{N-1})
     mode : int
+    plan : GramPlan, optional
+        From :func:`gram_plan` for a tensor of the same shape and strides.
 
     Returns
     -------
@@ -272,20 +312,23 @@ def gram(X: Any, mode: int) -> Any:
     """
     xp, X = _tensor(X)
     n = _mode(mode, X.ndim)
+    if plan is None:
+        plan = gram_plan(X, n)
+    elif (plan.mode, plan.shape, plan.strides) != (n, tuple(X.shape), _elem_strides(X)):
+        raise ValueError(
+            f"plan was made for mode {plan.mode}, shape {plan.shape}, strides {plan.strides}; received mode "
+            f"{n}, shape {tuple(X.shape)}, strides {_elem_strides(X)}"
+        )
     In = X.shape[n]
-    st = _elem_strides(X)
-    others = [m for m in range(X.ndim) if m != n and X.shape[m] != 1]
-    outer = sorted((m for m in others if st[m] > st[n] or X.shape[n] == 1), key=lambda m: -st[m])
-    inner = sorted((m for m in others if m not in outer), key=lambda m: -st[m])
+    outer, inner = list(plan.outer), list(plan.inner)
     n_outer = math.prod(X.shape[m] for m in outer)
     R = math.prod(X.shape[m] for m in inner)
-    try:
-        Xv = X.transpose([*outer, n, *inner, *(m for m in range(X.ndim) if m != n and X.shape[m] == 1)])
-        Xv = Xv.reshape((n_outer, In, R), copy=False)
-    except (ValueError, TypeError):
+    if plan.route == "contract":
         x = _LETTERS[: X.ndim]
         y = x[:n] + _NEW + x[n + 1:]
         return contract(f"{x},{y}->{x[n]}{_NEW}", X, X)
+    Xv = X.transpose([*outer, n, *inner, *(m for m in range(X.ndim) if m != n and X.shape[m] == 1)])
+    Xv = Xv.reshape((n_outer, In, R), copy=False)
     G = xp.zeros((In, In), dtype=X.dtype)
     if X.size == 0:
         return G
