@@ -25,12 +25,14 @@ from tuckerkit.engine import (
 )
 
 __all__ = [
+    "CPDecomposer",
     "CPTensor",
     "ContractionPlan",
     "ConvergenceWarning",
     "IterationState",
     "KernelKind",
     "Remedy",
+    "TuckerDecomposer",
     "TuckerTensor",
     "__version__",
     "contract",
@@ -45,3 +47,12 @@ __all__ = [
     "st_hosvd",
     "ttm",
 ]
+
+
+def __getattr__(name: str):
+    # the estimators import scikit-learn: loaded on first use, so `import tuckerkit` stays light
+    if name in ("TuckerDecomposer", "CPDecomposer"):
+        from tuckerkit import estimators
+
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'tuckerkit' has no attribute {name!r}")

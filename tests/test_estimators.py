@@ -1,0 +1,120 @@
+"""TuckerDecomposer / CPDecomposer: scikit-learn compatibility, equivalence with the functions, pipelines."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.pipeline import Pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import tuckerkit as tk
+from tuckerkit import ConvergenceWarning, CPDecomposer, TuckerDecomposer
+
+# checks that cannot apply to a tensor decomposition, each with the reason (none today: every check passes)
+EXPECTED_FAILED: dict[str, str] = {}
+
+
+@parametrize_with_checks(
+    [TuckerDecomposer(ranks=2), CPDecomposer(rank=2, random_state=0, max_iter=50)],
+    expected_failed_checks=lambda est: EXPECTED_FAILED,
+)
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+def _samples(rng, n=30, shape=(6, 7), rank=2, noise=0.01):
+    A = rng.standard_normal((n, rank))
+    Bs = [rng.standard_normal((d, rank)) for d in shape]
+    X = np.asarray(tk.CPTensor(np.ones(rank), (A, *Bs)).to_dense())
+    return X + noise * rng.standard_normal(X.shape)
+
+
+def test_tucker_estimator_matches_function(rng):
+    X = _samples(rng)
+    est = TuckerDecomposer(ranks=(2, 3)).fit(X)
+    T = tk.hooi(X, (6, 2, 3))  # sample rank = prod(feature ranks)
+    for U, V in zip(est.factors_, T.factors[1:], strict=True):
+        np.testing.assert_allclose(np.abs(U.T @ V), np.eye(U.shape[1]), atol=1e-8)
+    assert est.fit_ == pytest.approx(T.fit, abs=1e-12)
+    Z = est.transform(X)
+    assert Z.shape == (30, 6)
+    back = est.inverse_transform(Z)
+    assert back.shape == X.shape
+    assert est.score(X) == pytest.approx(1 - np.linalg.norm(X - back) / np.linalg.norm(X))
+    assert est.score(X) >= est.fit_ - 1e-10  # unconstrained sample mode projects at least as well
+
+
+def test_cp_estimator_matches_function_and_recovers_coefficients(rng):
+    X = _samples(rng, noise=0.0)
+    est = CPDecomposer(rank=2, random_state=0, tol=1e-12, max_iter=500).fit(X)
+    cp = tk.cp_als(X, 2, random_state=0, tol=1e-12, max_iter=500)
+    assert est.fit_ == pytest.approx(cp.fit, abs=1e-12)
+    C = est.transform(X)
+    np.testing.assert_allclose(C, cp.factors[0], atol=1e-6)  # least squares recovers the sample factor
+    np.testing.assert_allclose(est.inverse_transform(C), X, atol=1e-6 * np.abs(X).max())
+    assert est.score(X) > 1 - 1e-6
+
+
+@pytest.mark.parametrize("cls", [TuckerDecomposer, CPDecomposer])
+def test_every_init_parameter_reaches_the_function(cls, monkeypatch, rng):
+    import tuckerkit.estimators._estimators as mod
+
+    seen = {}
+    target = "hooi" if cls is TuckerDecomposer else "cp_als"
+    real = getattr(mod, target)
+
+    def spy(X, r, **kwargs):
+        seen.update(kwargs)
+        return real(X, r, **kwargs)
+
+    monkeypatch.setattr(mod, target, spy)
+    params = {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items() if name != "self"}
+    custom = {"tol": 1e-5, "max_iter": 7, "random_state": 3}
+    if cls is CPDecomposer:
+        custom |= {"init": "random", "normalize": False}
+    else:
+        custom |= {"init": "random"}
+    est = cls(**custom)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(rng.standard_normal((10, 4, 5)))
+    for k, v in custom.items():
+        assert seen[k] == v, k
+    assert set(custom) <= set(params)
+
+
+def test_pipeline_gridsearch_and_cross_val(rng):
+    n = 60
+    y = np.repeat([0, 1], n // 2)
+    base = rng.standard_normal((6, 7))
+    X = rng.standard_normal((n, 6, 7)) * 0.5
+    X[y == 1] += base
+    pipe = Pipeline([("tucker", TuckerDecomposer(ranks=(2, 2))), ("clf", LogisticRegression())])
+    scores = cross_val_score(pipe, X, y, cv=3)
+    assert scores.mean() > 0.8
+    gs = GridSearchCV(pipe, {"tucker__ranks": [(1, 1), (2, 2)]}, cv=3).fit(X, y)
+    assert gs.best_params_["tucker__ranks"] in [(1, 1), (2, 2)]
+    c = clone(TuckerDecomposer(ranks=(3, 2), max_iter=9))
+    assert c.get_params()["ranks"] == (3, 2) and c.get_params()["max_iter"] == 9
+
+
+def test_estimator_bad_input(rng):
+    with pytest.raises(ValueError, match=r"ranks has 3 entries but the samples have 2 feature modes"):
+        TuckerDecomposer(ranks=(2, 2, 2)).fit(rng.standard_normal((5, 4, 4)))
+    fitted = TuckerDecomposer(ranks=2).fit(rng.standard_normal((5, 4, 4)))
+    with pytest.raises(ValueError, match=r"X has samples of shape \(4, 5\), but TuckerDecomposer was fitted"):
+        fitted.transform(rng.standard_normal((3, 4, 5)))
+    X = rng.standard_normal((5, 4, 4))
+    X[1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"Input X contains NaN"):
+        TuckerDecomposer().fit(X)
+    with pytest.raises(ValueError, match=r"ranks=0 is not positive"):
+        TuckerDecomposer(ranks=0).fit(rng.standard_normal((5, 4, 4)))

@@ -1,0 +1,209 @@
+"""scikit-learn estimators: thin shells over hooi / cp_als for tensors of samples."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from tuckerkit._validation import check_tensor
+from tuckerkit.decomposition import ConvergenceWarning, cp_als, hooi
+from tuckerkit.decomposition._linalg import spd_solve
+from tuckerkit.engine import khatri_rao, mttkrp, multi_ttm
+
+
+def _as_samples(X: Any, est: BaseEstimator, reset: bool) -> np.ndarray:
+    """scikit-learn's validation (messages, ``n_features_in_``) plus the tensor checks of tuckerkit."""
+    X = validate_data(est, X, reset=reset, allow_nd=True, dtype=[np.float64, np.float32],
+                      ensure_min_samples=1, ensure_min_features=1)
+    X = check_tensor(X, "X", min_ndim=2)
+    if reset:
+        est.feature_shape_ = tuple(int(s) for s in X.shape[1:])
+    elif tuple(X.shape[1:]) != est.feature_shape_:
+        raise ValueError(
+            f"X has samples of shape {tuple(X.shape[1:])}, but {type(est).__name__} was fitted on samples of "
+            f"shape {est.feature_shape_}"
+        )
+    return X
+
+
+class TuckerDecomposer(TransformerMixin, BaseEstimator):
+    """Tucker decomposition of a tensor of samples ``(n_samples, d_1, ..., d_k)`` as a transformer.
+
+    ``fit`` learns orthonormal factors for the feature modes by HOOI (the sample mode is kept: its rank is
+    ``sample_rank``, by default as large as the feature core, which leaves the feature factors exactly those
+    of a decomposition with the sample mode untouched); ``transform`` projects samples on them and returns
+    ``(n_samples, prod(ranks))`` features; ``inverse_transform`` maps features back.
+
+    Parameters
+    ----------
+    ranks : int or sequence of int, default 5
+        Ranks of the feature modes (an int applies to every feature mode; capped at each mode's size).
+    sample_rank : int, optional
+        Rank of the sample mode during ``fit``.
+    tol, max_iter, random_state : see :func:`tuckerkit.hooi`.
+    init : {"st_hosvd", "random"}, default "st_hosvd"
+
+    Attributes
+    ----------
+    factors_ : list of arrays, shape (d_i, r_i)
+    core_ : array, shape (sample_rank, r_1, ..., r_k)
+    fit_ : float
+        Fit ``1 - ||X - X_hat|| / ||X||`` on the training tensor.
+    n_iter_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit import TuckerDecomposer
+    >>> X = np.random.default_rng(0).standard_normal((20, 6, 7))
+    >>> TuckerDecomposer(ranks=(2, 3)).fit_transform(X).shape
+    (20, 6)
+    """
+
+    def __init__(self, ranks: Any = 5, *, sample_rank: int | None = None, tol: float = 1e-8, max_iter: int = 100,
+                 init: str = "st_hosvd", random_state: Any = None):
+        self.ranks = ranks
+        self.sample_rank = sample_rank
+        self.tol = tol
+        self.max_iter = max_iter
+        self.init = init
+        self.random_state = random_state
+
+    def _feature_ranks(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        k = len(shape)
+        r = self.ranks
+        if isinstance(r, int | np.integer) and not isinstance(r, bool):
+            if r < 1:
+                raise ValueError(f"ranks={r} is not positive; expected integers >= 1")
+            return tuple(min(int(r), s) for s in shape)
+        r = tuple(r)
+        if len(r) != k:
+            raise ValueError(f"ranks has {len(r)} entries but the samples have {k} feature modes; expected {k}")
+        return r
+
+    def fit(self, X, y=None):
+        X = _as_samples(X, self, reset=True)
+        fr = self._feature_ranks(X.shape[1:])
+        s = self.sample_rank if self.sample_rank is not None else min(X.shape[0], math.prod(fr))
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", ConvergenceWarning)
+            T = hooi(X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter,
+                     random_state=self.random_state)
+        self.core_ = T.core
+        self.factors_ = list(T.factors[1:])
+        self.sample_factor_ = T.factors[0]
+        self.fit_ = T.fit
+        self.n_iter_ = T.n_iter
+        self.ranks_ = fr
+        return self
+
+    def transform(self, X):
+        check_is_fitted(self, "factors_")
+        X = _as_samples(X, self, reset=False)
+        Z = multi_ttm(X, [None, *self.factors_], transpose=True, skip=0)
+        return np.ascontiguousarray(Z).reshape(X.shape[0], -1)
+
+    def inverse_transform(self, Z):
+        check_is_fitted(self, "factors_")
+        Z = np.asarray(Z, dtype=self.factors_[0].dtype)
+        if Z.ndim != 2 or Z.shape[1] != math.prod(self.ranks_):
+            raise ValueError(f"Z must have shape (n_samples, {math.prod(self.ranks_)}); received {Z.shape}")
+        G = Z.reshape(Z.shape[0], *self.ranks_)
+        return multi_ttm(G, [None, *self.factors_], skip=0)
+
+    def score(self, X, y=None) -> float:
+        """Fit ``1 - ||X - X_hat|| / ||X||`` of the projection of ``X`` on the learned feature factors."""
+        X = _as_samples(X, self, reset=False)
+        Xh = self.inverse_transform(self.transform(X))
+        nx = float(np.linalg.norm(X.reshape(-1)))
+        return 1.0 - float(np.linalg.norm((X - Xh).reshape(-1))) / nx if nx > 0 else 1.0
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+class CPDecomposer(TransformerMixin, BaseEstimator):
+    """CP decomposition of a tensor of samples as a transformer.
+
+    ``fit`` runs :func:`tuckerkit.cp_als` on ``(n_samples, d_1, ..., d_k)``; ``transform`` solves least squares
+    for the sample-mode coefficients of new samples against the learned feature factors (and weights),
+    returning ``(n_samples, rank)``; ``inverse_transform`` rebuilds samples from coefficients.
+
+    Parameters
+    ----------
+    rank : int, default 5
+    tol, max_iter, init, random_state, normalize : see :func:`tuckerkit.cp_als`.
+
+    Attributes
+    ----------
+    weights_ : array, shape (rank,)
+    factors_ : list of arrays, shape (d_i, rank) (feature modes)
+    fit_ : float
+    n_iter_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit import CPDecomposer
+    >>> X = np.random.default_rng(0).standard_normal((20, 6, 7))
+    >>> CPDecomposer(rank=3, random_state=0).fit_transform(X).shape
+    (20, 3)
+    """
+
+    def __init__(self, rank: int = 5, *, tol: float = 1e-8, max_iter: int = 100, init: str = "svd",
+                 random_state: Any = None, normalize: bool = True):
+        self.rank = rank
+        self.tol = tol
+        self.max_iter = max_iter
+        self.init = init
+        self.random_state = random_state
+        self.normalize = normalize
+
+    def fit(self, X, y=None):
+        X = _as_samples(X, self, reset=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", ConvergenceWarning)
+            cp = cp_als(X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
+                        random_state=self.random_state, normalize=self.normalize)
+        self.weights_ = cp.weights
+        self.sample_factor_ = cp.factors[0]
+        self.factors_ = list(cp.factors[1:])
+        self.fit_ = cp.fit
+        self.n_iter_ = cp.n_iter
+        return self
+
+    def _scaled(self):
+        return [self.factors_[0] * self.weights_[None, :], *self.factors_[1:]]
+
+    def transform(self, X):
+        check_is_fitted(self, "factors_")
+        X = _as_samples(X, self, reset=False)
+        F = self._scaled()
+        M = mttkrp(X, [None, *F], 0)
+        V = np.ones((self.rank, self.rank), dtype=X.dtype)
+        for U in F:
+            V = V * (U.T @ U)
+        return spd_solve(V, M)
+
+    def inverse_transform(self, C):
+        check_is_fitted(self, "factors_")
+        C = np.asarray(C, dtype=self.factors_[0].dtype)
+        if C.ndim != 2 or C.shape[1] != self.rank:
+            raise ValueError(f"C must have shape (n_samples, {self.rank}); received {C.shape}")
+        F = self._scaled()
+        rest = khatri_rao(F)
+        return (C @ rest.T).reshape(C.shape[0], *self.feature_shape_)
+
+    def score(self, X, y=None) -> float:
+        """Fit ``1 - ||X - X_hat|| / ||X||`` of the least-squares reconstruction of ``X``."""
+        X = _as_samples(X, self, reset=False)
+        Xh = self.inverse_transform(self.transform(X))
+        nx = float(np.linalg.norm(X.reshape(-1)))
+        return 1.0 - float(np.linalg.norm((X - Xh).reshape(-1))) / nx if nx > 0 else 1.0

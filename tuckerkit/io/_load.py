@@ -1,0 +1,166 @@
+"""Load tensors from .npy (memory-mapped), .npz, .mat, .tns (FROSTT) and .h5/.hdf5 files."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMATS = (".npy", ".npz", ".mat", ".tns", ".h5", ".hdf5")
+#: a .tns file is densified only up to this many entries (sparse tensors get their own types later)
+TNS_DENSE_LIMIT = 200_000_000
+
+
+class TensorFileError(ValueError):
+    """A tensor file is missing, unreadable, corrupt or of an unsupported kind (one-line message)."""
+
+
+def _check_path(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise TensorFileError(f"input file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise TensorFileError(f"input {str(p)!r} is a directory; expected a tensor file ({', '.join(FORMATS)})")
+    if p.suffix.lower() not in FORMATS:
+        raise TensorFileError(
+            f"input {str(p)!r} has the unknown extension {p.suffix or '(none)'!r}; "
+            f"expected one of {', '.join(FORMATS)}"
+        )
+    if not os.access(p, os.R_OK):
+        raise TensorFileError(f"input file {str(p)!r} is not readable (permission denied)")
+    return p
+
+
+def _check_array(arr: Any, where: str) -> np.ndarray:
+    if not isinstance(arr, np.ndarray):
+        raise TensorFileError(f"{where} does not hold an array (found {type(arr).__name__})")
+    if arr.dtype.kind not in "biuf":
+        raise TensorFileError(
+            f"{where} holds an array of dtype {arr.dtype}; expected numbers (float, int or bool)"
+        )
+    return arr
+
+
+def _pick_key(keys: Sequence[str], key: str | None, where: str) -> str:
+    if key is not None:
+        if key not in keys:
+            names = ", ".join(keys) or "(none)"
+            raise TensorFileError(f"{where} has no array named {key!r}; its arrays are: {names}")
+        return key
+    if len(keys) == 1:
+        return keys[0]
+    if not keys:
+        raise TensorFileError(f"{where} holds no arrays")
+    raise TensorFileError(f"{where} holds several arrays ({', '.join(keys)}); choose one with --key / key=")
+
+
+def _object_error(p: Path) -> TensorFileError:
+    return TensorFileError(f"{str(p)!r} holds an object array; expected numbers (float, int or bool)")
+
+
+def load_tensor(
+    path: str | os.PathLike, *, key: str | None = None, shape: Sequence[int] | None = None, mmap: bool = True
+) -> np.ndarray:
+    """Load a dense tensor from a file, choosing the reader by extension.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``.npy`` (memory-mapped read-only by default, read once), ``.npz`` (one array, or ``key``), ``.mat``
+        (MATLAB, ``key`` selects a variable), ``.tns`` (FROSTT text: 1-based coordinates then the value;
+        ``#`` comments and blank lines allowed; densified), ``.h5``/``.hdf5`` (needs h5py; ``key`` is the
+        dataset path).
+    key : str, optional
+        Array name inside ``.npz``/``.mat``/``.h5`` files holding several.
+    shape : sequence of int, optional
+        Shape of a ``.tns`` tensor (default: the largest index in each mode).
+    mmap : bool, default True
+        Memory-map ``.npy`` files instead of reading them into memory.
+
+    Returns
+    -------
+    numpy.ndarray (or a read-only numpy.memmap)
+
+    Raises
+    ------
+    TensorFileError
+        Missing, unreadable, corrupt or unsupported files, with a one-line message.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from tuckerkit.io import load_tensor
+    >>> d = tempfile.mkdtemp(); p = os.path.join(d, "x.npy"); np.save(p, np.ones((2, 3, 4)))
+    >>> load_tensor(p).shape
+    (2, 3, 4)
+    """
+    p = _check_path(path)
+    ext = p.suffix.lower()
+    if ext == ".npy":
+        try:
+            arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except ValueError as exc:
+            if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+                raise _object_error(p) from None
+            raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({exc})") from None
+        except (OSError, EOFError) as exc:
+            raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({exc})") from None
+        return _check_array(arr, repr(str(p)))
+    if ext == ".npz":
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                k = _pick_key(list(z.files), key, repr(str(p)))
+                arr = z[k]
+        except TensorFileError:
+            raise
+        except ValueError as exc:
+            if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+                raise _object_error(p) from None
+            raise TensorFileError(f"{str(p)!r} is not a valid .npz file ({exc})") from None
+        except (OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+            raise TensorFileError(f"{str(p)!r} is not a valid .npz file ({exc})") from None
+        return _check_array(arr, f"{str(p)!r}[{k!r}]")
+    if ext == ".mat":
+        import scipy.io
+
+        try:
+            data = scipy.io.loadmat(p)
+        except Exception as exc:  # scipy raises many kinds for corrupt files
+            raise TensorFileError(f"{str(p)!r} is not a valid .mat file ({exc})") from None
+        keys = [k for k in data if not k.startswith("__")]
+        k = _pick_key(keys, key, repr(str(p)))
+        return _check_array(data[k], f"{str(p)!r}[{k!r}]")
+    if ext == ".tns":
+        from tuckerkit.io._tns import read_tns
+
+        coords, values, shp = read_tns(p, shape=shape)
+        n = int(np.prod(shp, dtype=np.float64))
+        if n > TNS_DENSE_LIMIT:
+            raise TensorFileError(
+                f"{str(p)!r} describes a tensor of shape {shp} ({n:.3g} entries), too large to densify; "
+                f"sparse decompositions are not available yet (limit {TNS_DENSE_LIMIT:.0e} entries)"
+            )
+        dense = np.zeros(shp, dtype=values.dtype)
+        np.add.at(dense, tuple(coords.T), values)
+        return dense
+    try:
+        import h5py
+    except ImportError:
+        raise TensorFileError(
+            f"reading {ext} files needs h5py, which is not installed; install it with pip install h5py"
+        ) from None
+    try:
+        with h5py.File(p, "r") as f:
+            names: list[str] = []
+            f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+            k = _pick_key(names, key, repr(str(p)))
+            arr = f[k][()]
+    except TensorFileError:
+        raise
+    except Exception as exc:
+        raise TensorFileError(f"{str(p)!r} is not a valid HDF5 file ({exc})") from None
+    return _check_array(arr, f"{str(p)!r}[{k!r}]")

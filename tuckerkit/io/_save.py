@@ -1,0 +1,174 @@
+"""Result files (.npz with the factors and a JSON metadata entry), written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._version import __version__
+from tuckerkit.decomposition import CPTensor, TuckerTensor
+
+
+class OutputFileError(ValueError):
+    """An output file cannot be written safely (exists, is the input, or its folder is not writable)."""
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def check_output(path: str | os.PathLike, *, force: bool = False, inputs: tuple = ()) -> Path:
+    """Refuse an output that is an input, exists (without ``force``), or sits in an unwritable folder."""
+    p = Path(path)
+    for inp in inputs:
+        if inp is not None and (_same_file(p, Path(inp)) or p.resolve() == Path(inp).resolve()):
+            raise OutputFileError(f"output {str(p)!r} is the input file; choose another output path")
+    if p.exists() and p.is_dir():
+        raise OutputFileError(f"output {str(p)!r} is a directory; expected a file path")
+    if p.exists() and not force:
+        raise OutputFileError(f"output {str(p)!r} already exists; pass --force (force=True) to overwrite it")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise OutputFileError(f"output folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputFileError(f"output folder {str(parent)!r} is not writable (permission denied)")
+    return p
+
+
+def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, force: bool = False,
+                 inputs: tuple = ()) -> Path:
+    """Write via a temporary file in the target folder, fsync, then rename over ``path``.
+
+    Nothing is left behind if ``writer`` fails or the process is interrupted.
+    """
+    p = check_output(path, force=force, inputs=inputs)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            writer(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return p
+
+
+def sha256_of(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def save_result(
+    path: str | os.PathLike,
+    result: TuckerTensor | CPTensor,
+    *,
+    metadata: dict | None = None,
+    input_path: str | os.PathLike | None = None,
+    force: bool = False,
+) -> Path:
+    """Save a decomposition as ``.npz``: ``core``/``factors_i`` or ``weights``/``factors_i`` plus ``metadata``.
+
+    The metadata (JSON) records the method, ranks, fit, iterations, dtype, device, input shape, input path and
+    SHA-256, the tuckerkit version and a timestamp, merged with ``metadata``. The write is atomic; an
+    existing file is refused unless ``force``; the output may never be the input.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> import tuckerkit as tk
+    >>> from tuckerkit.io import save_result, load_result
+    >>> T = tk.hosvd(np.random.default_rng(0).standard_normal((4, 5, 6)), 2)
+    >>> p = save_result(os.path.join(tempfile.mkdtemp(), "t.npz"), T)
+    >>> load_result(p).ranks
+    (2, 2, 2)
+    """
+    if not str(path).endswith(".npz"):
+        raise OutputFileError(f"output {str(path)!r} must end in .npz")
+    arrays: dict[str, np.ndarray] = {}
+    if isinstance(result, TuckerTensor):
+        arrays["core"] = np.asarray(result.core)
+        kind = "tucker"
+        ranks: Any = list(result.ranks)
+    elif isinstance(result, CPTensor):
+        arrays["weights"] = np.asarray(result.weights)
+        kind = "cp"
+        ranks = result.rank
+    else:
+        raise TypeError(f"result must be a TuckerTensor or CPTensor; received {type(result).__name__}")
+    for i, U in enumerate(result.factors):
+        arrays[f"factors_{i}"] = np.asarray(U)
+    meta = {
+        "kind": kind,
+        "ranks": ranks,
+        "fit": result.fit,
+        "n_iter": result.n_iter,
+        "converged": result.converged,
+        "dtype": str(result.factors[0].dtype),
+        "shape": list(result.shape),
+        "tuckerkit_version": __version__,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if input_path is not None:
+        meta["input_path"] = str(Path(input_path).resolve())
+        meta["input_sha256"] = sha256_of(input_path)
+    meta.update(metadata or {})
+    arrays["metadata"] = np.array(json.dumps(meta, default=str))
+
+    def writer(f):
+        np.savez(f, **arrays)  # type: ignore[arg-type]
+
+    return atomic_write(path, writer, force=force, inputs=(input_path,))
+
+
+def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
+    """Load a result saved by :func:`save_result` (or the CLI) as a TuckerTensor or CPTensor."""
+    from tuckerkit.io._load import TensorFileError
+
+    p = Path(path)
+    if not p.exists():
+        raise TensorFileError(f"result file {str(p)!r} does not exist")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            files = set(z.files)
+            n = len([f for f in files if f.startswith("factors_")])
+            factors = tuple(z[f"factors_{i}"] for i in range(n))
+            meta = json.loads(str(z["metadata"])) if "metadata" in files else {}
+            if "core" in files:
+                return TuckerTensor(z["core"], factors, n_iter=int(meta.get("n_iter", 0)),
+                                    fit_history=(float(meta["fit"]),) if meta.get("fit") is not None else ())
+            if "weights" in files:
+                return CPTensor(z["weights"], factors, n_iter=int(meta.get("n_iter", 0)),
+                                fit_history=(float(meta["fit"]),) if meta.get("fit") is not None else ())
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file ({exc})") from None
+
+    raise TensorFileError(f"{str(p)!r} is not a tuckerkit result file (no 'core' or 'weights' array)")
+
+
+def load_metadata(path: str | os.PathLike) -> dict:
+    """The JSON metadata of a result file."""
+    with np.load(path, allow_pickle=False) as z:
+        return json.loads(str(z["metadata"])) if "metadata" in z.files else {}
