@@ -1,6 +1,20 @@
-"""Typer application. Commands parse, call the public API and format; nothing else."""
+"""Typer application. Commands parse, call the public API and format; nothing else.
+
+Exit codes: 0 success, 1 bad input or failed run (one line on stderr; ``--debug`` shows the traceback),
+2 usage errors (typer), 130 interrupted.
+"""
 
 from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -12,7 +26,12 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit code 1."""
 
 
 def _version(value: bool) -> None:
@@ -29,8 +48,330 @@ def _root(
 ) -> None:
     """Tucker and CP tensor decompositions.
 
-    Example: tuckerkit plan "mk,pkn->mnp" --shapes 64x64,64x64x64
+    Example: tuckerkit decompose data.npy --ranks 10,10,10
     """
+
+
+def _run(debug: bool, fn, *args, **kwargs):
+    """Run a command body: one-line errors (exit 1), Ctrl-C (exit 130), tracebacks only with --debug."""
+    try:
+        return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        typer.echo("interrupted; no output was written", err=True)
+        raise typer.Exit(130) from None
+    except typer.Exit:
+        raise
+    except (CLIError, ValueError, TypeError, OSError, MemoryError) as exc:
+        if debug:
+            traceback.print_exc()
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        typer.echo(f"error: {msg}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _parse_ints(text: str, name: str) -> list[int]:
+    try:
+        vals = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise CLIError(f"{name} must be comma-separated integers such as 10,10,10; received {text!r}") from None
+    return vals
+
+
+def _check_device(device: str) -> None:
+    if device == "cpu":
+        return
+    if not (device == "cuda" or device.startswith("cuda:")):
+        raise CLIError(f"--device {device!r} is not valid; expected cpu, cuda or cuda:N")
+    try:
+        import cupy
+    except ImportError:
+        raise CLIError(
+            '--device cuda needs cupy, which is not installed; install it with pip install "tuckerkit[gpu]"'
+        ) from None
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        n = 0
+    if n == 0:
+        raise CLIError("--device cuda: no CUDA GPU is available on this machine; use --device cpu")
+    raise CLIError("--device cuda: GPU execution is not available in this version yet; use --device cpu")
+
+
+def _load(path: Path, key: str | None, shape: str | None):
+    from tuckerkit.io import load_tensor
+
+    shp = _parse_ints(shape, "--shape") if shape else None
+    return load_tensor(path, key=key, shape=shp)
+
+
+def _default_output(inp: Path, method: str) -> Path:
+    suffix = ".cp.npz" if method == "cp" else ".tucker.npz"
+    return inp.with_name(inp.name.rsplit(".", 1)[0] + suffix)
+
+
+class _Progress:
+    """A rich progress line on stderr, shown only for runs longer than about a second on a terminal."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled = enabled
+        self.total = total
+        self.start = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, state) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.start < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("iteration {task.completed}/{task.total}"),
+                BarColumn(),
+                TextColumn("fit {task.fields[fit]:.6f}  change {task.fields[change]:.2e}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("decompose", total=self.total, fit=0.0, change=0.0)
+        change = state.fit_change if math.isfinite(state.fit_change) else 0.0
+        self.bar.update(self.task, completed=state.iteration, fit=state.fit, change=change)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@app.command("decompose")
+def decompose_cmd(
+    input: Path = typer.Argument(..., help="Tensor file: .npy, .npz, .mat, .tns, .h5/.hdf5."),
+    ranks: str = typer.Option(None, "--ranks", help="Tucker ranks, one per mode, e.g. 10,10,10."),
+    tol: float = typer.Option(None, "--tol", help="Relative error for automatic Tucker ranks, in (0, 1)."),
+    method: str = typer.Option("hooi", "--method", help="hooi, hosvd or cp."),
+    rank: int = typer.Option(None, "--rank", help="CP rank (with --method cp)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    dtype: str = typer.Option(None, "--dtype", help="float32 or float64 (default: keep the file's)."),
+    max_iter: int = typer.Option(100, "--max-iter", help="Iteration limit for hooi and cp."),
+    seed: int = typer.Option(None, "--seed", help="Random seed (cp initialization)."),
+    output: Path = typer.Option(None, "--output", "-o", help="Result file (.npz); default INPUT.tucker.npz."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    key: str = typer.Option(None, "--key", help="Array name in .npz/.mat/.h5 files holding several."),
+    shape: str = typer.Option(None, "--shape", help="Shape of a .tns tensor, e.g. 100,200,300."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Decompose a tensor file and write the result (.npz).
+
+    Example: tuckerkit decompose data.npy --ranks 10,10,10 --output data.tucker.npz
+    """
+    _run(debug, _decompose, input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force,
+         json_out, quiet, key, shape)
+
+
+def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
+               key, shape):
+    import numpy as np
+
+    import tuckerkit as tk
+    from tuckerkit._validation import check_max_iter, check_ranks, check_shape, check_tensor, check_unit_interval
+    from tuckerkit.io import check_output_path, save_result
+
+    if method not in ("hooi", "hosvd", "cp"):
+        raise CLIError(f"--method {method!r} is not valid; expected hooi, hosvd or cp")
+    if dtype not in (None, "float32", "float64"):
+        raise CLIError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
+    if method == "cp":
+        if rank is None:
+            raise CLIError("--method cp needs --rank R (the number of components)")
+        if ranks is not None or tol is not None:
+            raise CLIError("--method cp takes --rank, not --ranks or --tol")
+        if rank < 1:
+            raise CLIError(f"--rank {rank} is not positive; expected an integer >= 1")
+    else:
+        if rank is not None:
+            raise CLIError(f"--rank is for --method cp; --method {method} takes --ranks or --tol")
+        if ranks is not None and tol is not None:
+            raise CLIError("pass either --ranks or --tol, not both")
+        if ranks is None and tol is None:
+            raise CLIError("pass --ranks (e.g. 10,10,10) or --tol (e.g. 0.01)")
+        if tol is not None:
+            check_unit_interval(tol, "--tol")
+    check_max_iter(max_iter, "--max-iter")
+    _check_device(device)
+    out = output if output is not None else _default_output(input, method)
+    X = _load(input, key, shape)  # memory-mapped for .npy: cheap until the decomposition reads it
+    check_shape(X, f"tensor in {str(input)!r}")
+    rk = None
+    if ranks is not None:
+        rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks")
+    check_output_path(out, force=force, inputs=(input,))
+    if dtype is not None:
+        X = np.asarray(X, dtype=dtype)
+    X = check_tensor(X, f"tensor in {str(input)!r}")
+    progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=max_iter)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", tk.ConvergenceWarning)
+        try:
+            res: tk.TuckerTensor | tk.CPTensor
+            if method == "cp":
+                res = tk.cp_als(X, rank, max_iter=max_iter, random_state=seed, callback=progress)
+            elif method == "hosvd":
+                res = tk.st_hosvd(X, rk) if rk is not None else tk.st_hosvd(X, tol=tol)
+            else:
+                if rk is None:
+                    rk = tk.st_hosvd(X, tol=tol).ranks
+                res = tk.hooi(X, rk, max_iter=max_iter, callback=progress)
+        finally:
+            progress.close()
+    if not quiet:
+        for w in caught:
+            typer.echo(f"warning: {w.message}", err=True)
+    seconds = time.perf_counter() - t0
+    meta = {"method": method, "device": device, "input_shape": list(X.shape), "seconds": seconds}
+    path = save_result(out, res, metadata=meta, input_path=input, force=force)
+    ranks_out: int | list[int]
+    if isinstance(res, tk.CPTensor):
+        stored, ranks_out = res.weights.size, res.rank
+    else:
+        stored, ranks_out = res.core.size, list(res.ranks)
+    stored += sum(U.size for U in res.factors)
+    summary = {
+        "input": str(input),
+        "shape": list(X.shape),
+        "dtype": str(X.dtype),
+        "method": method,
+        "ranks": ranks_out,
+        "fit": res.fit,
+        "relative_error": 1.0 - res.fit,
+        "iterations": res.n_iter,
+        "converged": res.converged,
+        "seconds": round(seconds, 4),
+        "compression_ratio": math.prod(X.shape) / stored,
+        "output": str(path),
+    }
+    if json_out:
+        typer.echo(json.dumps(summary))
+    else:
+        typer.echo(
+            f"{summary['method']} of {'x'.join(map(str, X.shape))} {X.dtype}: ranks {summary['ranks']}, "
+            f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} iterations, "
+            f"{seconds:.2f} s, compression {summary['compression_ratio']:.1f}x -> {path}"
+        )
+
+
+@app.command("info")
+def info_cmd(
+    input: Path = typer.Argument(..., help="Tensor file."),
+    key: str = typer.Option(None, "--key", help="Array name in .npz/.mat/.h5 files holding several."),
+    shape: str = typer.Option(None, "--shape", help="Shape of a .tns tensor."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Describe a tensor file: shape, dtype, memory, nonzeros, norm, and whether it fits in RAM.
+
+    Example: tuckerkit info data.npy
+    """
+    _run(debug, _info, input, key, shape, json_out)
+
+
+def _info(input, key, shape, json_out):
+    import numpy as np
+
+    from tuckerkit.decomposition._results import _sqnorm
+
+    X = _load(input, key, shape)
+    info: dict[str, Any] = {
+        "input": str(input),
+        "shape": list(X.shape),
+        "dtype": str(X.dtype),
+        "bytes": int(X.nbytes),
+        "ndim": X.ndim,
+    }
+    if X.dtype.kind in "biuf" and X.size:
+        Xf = X if X.dtype.kind == "f" else X.astype(np.float64)
+        info["frobenius_norm"] = math.sqrt(_sqnorm(Xf))
+        nnz = int(np.count_nonzero(X))
+        info["nnz"] = nnz
+        info["density"] = nnz / X.size
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        info["available_ram_bytes"] = int(avail)
+        info["fits_in_ram"] = bool(X.nbytes < avail)
+    except (ValueError, OSError, AttributeError):
+        pass
+    if json_out:
+        typer.echo(json.dumps(info))
+        return
+    for k, v in info.items():
+        typer.echo(f"{k:20s} {v}")
+
+
+@app.command("reconstruct")
+def reconstruct_cmd(
+    result: Path = typer.Argument(..., help="Result file written by 'tuckerkit decompose'."),
+    output: Path = typer.Option(..., "--output", "-o", help="Output .npy file."),
+    index: str = typer.Option(None, "--index", help="A slice per mode, e.g. '0,:,3:5' (default: all)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Rebuild the full tensor (or a slice of it) from a result file.
+
+    Example: tuckerkit reconstruct data.tucker.npz --output approx.npy --index 0,:,:
+    """
+    _run(debug, _reconstruct, result, output, index, force)
+
+
+def _parse_index(text: str, shape: tuple[int, ...]) -> list:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != len(shape):
+        raise CLIError(
+            f"--index has {len(parts)} entries but the tensor has {len(shape)} modes; expected one per mode"
+        )
+    out: list = []
+    for m, p in enumerate(parts):
+        try:
+            if p == ":":
+                out.append(slice(None))
+            elif ":" in p:
+                a, b = p.split(":", 1)
+                out.append(slice(int(a) if a else None, int(b) if b else None))
+            else:
+                i = int(p)
+                if not -shape[m] <= i < shape[m]:
+                    raise CLIError(f"--index entry {m} ({i}) is out of range for mode {m} of size {shape[m]}")
+                out.append(i)
+        except ValueError:
+            raise CLIError(f"--index entry {m} ({p!r}) is not an integer, a:b or ':'") from None
+    return out
+
+
+def _reconstruct(result, output, index, force):
+    import numpy as np
+
+    from tuckerkit.decomposition import CPTensor
+    from tuckerkit.engine import multi_ttm
+    from tuckerkit.io import atomic_write, check_output_path, load_result
+
+    if output.suffix != ".npy":
+        raise CLIError(f"--output {str(output)!r} must end in .npy")
+    check_output_path(output, force=force, inputs=(result,))
+    res = load_result(result)
+    idx = _parse_index(index, res.shape) if index else [slice(None)] * len(res.shape)
+    facs = [np.atleast_2d(U[i]) if isinstance(i, int) else U[i] for U, i in zip(res.factors, idx, strict=True)]
+    if isinstance(res, CPTensor):
+        dense = np.asarray(CPTensor(res.weights, tuple(facs)).to_dense())
+    else:
+        dense = np.asarray(multi_ttm(res.core, facs))
+    squeeze = tuple(m for m, i in enumerate(idx) if isinstance(i, int))
+    dense = dense.reshape([s for m, s in enumerate(dense.shape) if m not in squeeze])
+    atomic_write(output, lambda f: np.save(f, dense), force=force, inputs=(result,))
+    typer.echo(f"wrote {'x'.join(map(str, dense.shape))} {dense.dtype} tensor to {output}")
 
 
 @app.command("plan")
@@ -39,29 +380,33 @@ def plan_cmd(
     shapes: str = typer.Option(..., "--shapes", help="Operand shapes, e.g. 64x64,64x64x64."),
     order: str = typer.Option("C", "--order", help="Memory order of the operands: C or F."),
     dtype: str = typer.Option("float64", "--dtype", help="float32 or float64."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Print the contraction plan for operands of the given shapes.
 
     Example: tuckerkit plan "mk,pkn->mnp" --shapes 64x64,64x64x64 --order F
     """
+    _run(debug, _plan, spec, shapes, order, dtype)
+
+
+def _plan(spec, shapes, order, dtype):
     import numpy as np
 
     from tuckerkit.engine import plan_contraction
 
     try:
         parts = [tuple(int(d) for d in s.split("x")) for s in shapes.split(",")]
-        if len(parts) != 2:
-            raise ValueError(f"--shapes names {len(parts)} shape(s); expected two, e.g. 64x64,64x64x64")
-        if order not in ("C", "F"):
-            raise ValueError(f"--order {order!r} is not valid; expected C or F")
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
-        A = np.empty(parts[0], dtype=dtype, order=order)  # type: ignore[call-overload]
-        B = np.empty(parts[1], dtype=dtype, order=order)  # type: ignore[call-overload]
-        typer.echo(plan_contraction(spec, A, B).explain())
-    except (ValueError, TypeError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    except ValueError:
+        raise CLIError(f"--shapes must look like 64x64,64x64x64; received {shapes!r}") from None
+    if len(parts) != 2:
+        raise CLIError(f"--shapes names {len(parts)} shape(s); expected two, e.g. 64x64,64x64x64")
+    if order not in ("C", "F"):
+        raise CLIError(f"--order {order!r} is not valid; expected C or F")
+    if dtype not in ("float32", "float64"):
+        raise CLIError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
+    A = np.empty(parts[0], dtype=dtype, order=order)
+    B = np.empty(parts[1], dtype=dtype, order=order)
+    typer.echo(plan_contraction(spec, A, B).explain())
 
 
 def main() -> None:

@@ -30,6 +30,22 @@ def count_nonfinite(X: Any, chunk_elems: int = 1 << 22) -> int:
     return bad
 
 
+def check_shape(X: Any, name: str = "X", *, min_ndim: int = 2) -> None:
+    """Order and empty modes only (cheap: no pass over the data)."""
+    if X.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must be a tensor with at least {min_ndim} dimensions; received a {X.ndim}-d array "
+            f"of shape {tuple(X.shape)}"
+        )
+    if X.ndim > MAX_NDIM:
+        raise ValueError(f"{name} has {X.ndim} dimensions; at most {MAX_NDIM} are supported")
+    empty = [i for i, s in enumerate(X.shape) if s == 0]
+    if empty:
+        raise ValueError(
+            f"{name} has an empty mode {empty[0]} (shape {tuple(X.shape)}); every mode must have at least one entry"
+        )
+
+
 def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: bool = False) -> Any:
     """Return ``X`` as a float32/float64 array (ints and bools promoted), or raise a one-line error."""
     if X is None:
@@ -56,18 +72,7 @@ def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: b
                 f"{name} has dtype {dt}; expected a numeric tensor (float32 or float64; integers and bools "
                 "are promoted to float64)"
             )
-    if X.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must be a tensor with at least {min_ndim} dimensions; received a {X.ndim}-d array "
-            f"of shape {tuple(X.shape)}"
-        )
-    if X.ndim > MAX_NDIM:
-        raise ValueError(f"{name} has {X.ndim} dimensions; at most {MAX_NDIM} are supported")
-    empty = [i for i, s in enumerate(X.shape) if s == 0]
-    if empty:
-        raise ValueError(
-            f"{name} has an empty mode {empty[0]} (shape {tuple(X.shape)}); every mode must have at least one entry"
-        )
+    check_shape(X, name, min_ndim=min_ndim)
     bad = count_nonfinite(X)
     if bad:
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first")

@@ -1,7 +1,14 @@
 """Tensor files in, result files out: load_tensor, save_result, load_result, .tns read/write."""
 
 from tuckerkit.io._load import FORMATS, TensorFileError, load_tensor
-from tuckerkit.io._save import OutputFileError, atomic_write, load_metadata, load_result, save_result
+from tuckerkit.io._save import (
+    OutputFileError,
+    atomic_write,
+    check_output_path,
+    load_metadata,
+    load_result,
+    save_result,
+)
 from tuckerkit.io._tns import read_tns, write_tns
 
 __all__ = [
@@ -9,6 +16,7 @@ __all__ = [
     "OutputFileError",
     "TensorFileError",
     "atomic_write",
+    "check_output_path",
     "load_metadata",
     "load_result",
     "load_tensor",

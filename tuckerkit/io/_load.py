@@ -104,7 +104,7 @@ def load_tensor(
         try:
             arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
         except ValueError as exc:
-            if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+            if "allow_pickle" in str(exc) or "Object arrays" in str(exc) or "Python objects" in str(exc):
                 raise _object_error(p) from None
             raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({exc})") from None
         except (OSError, EOFError) as exc:

@@ -29,7 +29,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
-def check_output(path: str | os.PathLike, *, force: bool = False, inputs: tuple = ()) -> Path:
+def check_output_path(path: str | os.PathLike, *, force: bool = False, inputs: tuple = ()) -> Path:
     """Refuse an output that is an input, exists (without ``force``), or sits in an unwritable folder."""
     p = Path(path)
     for inp in inputs:
@@ -53,7 +53,7 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
 
     Nothing is left behind if ``writer`` fails or the process is interrupted.
     """
-    p = check_output(path, force=force, inputs=inputs)
+    p = check_output_path(path, force=force, inputs=inputs)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -151,7 +151,10 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     if not p.exists():
         raise TensorFileError(f"result file {str(p)!r} does not exist")
     try:
-        with np.load(p, allow_pickle=False) as z:
+        loaded = np.load(p, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file (expected an .npz archive)")
+        with loaded as z:
             files = set(z.files)
             n = len([f for f in files if f.startswith("factors_")])
             factors = tuple(z[f"factors_{i}"] for i in range(n))

@@ -1,0 +1,251 @@
+"""The tuckerkit command line: decompose / info / reconstruct, and every bad input a new user tries.
+
+Each bad input gives one line on stderr naming the problem, exit code 1, and leaves no file created or
+modified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tuckerkit.cli import app
+from typer.testing import CliRunner
+
+import tuckerkit as tk
+from tuckerkit.io import load_metadata, load_result
+
+runner = CliRunner()
+
+
+def _invoke(args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def tensor_file(tmp_path, rng):
+    Us = [rng.standard_normal((n, r)) for n, r in [(12, 3), (14, 4), (10, 2)]]
+    X = tk.multi_ttm(rng.standard_normal((3, 4, 2)), Us)
+    p = tmp_path / "x.npy"
+    np.save(p, X)
+    return p, X
+
+
+def _snapshot(folder: Path):
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def test_decompose_hooi_writes_result_and_summary(tensor_file):
+    p, X = tensor_file
+    res = _invoke(["decompose", p, "--ranks", "3,4,2"])
+    assert res.exit_code == 0, res.output
+    out = p.with_name("x.tucker.npz")
+    assert out.exists() and f"-> {out}" in res.stdout
+    T = load_result(out)
+    assert T.ranks == (3, 4, 2)
+    assert T.relative_error(X) < 1e-10
+    meta = load_metadata(out)
+    assert meta["method"] == "hooi" and meta["input_shape"] == [12, 14, 10]
+    assert len(meta["input_sha256"]) == 64 and meta["tuckerkit_version"] == tk.__version__
+
+
+def test_decompose_json_tol_and_cp(tensor_file, tmp_path):
+    p, _ = tensor_file
+    res = _invoke(["decompose", p, "--tol", "0.01", "--json", "--output", tmp_path / "auto.npz"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["ranks"] == [3, 4, 2] and summary["relative_error"] < 0.01
+    assert summary["compression_ratio"] > 1 and summary["output"].endswith("auto.npz")
+    res = _invoke(["decompose", p, "--method", "cp", "--rank", "3", "--seed", "0", "--json", "--max-iter", "20",
+                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    cp = load_result(p.with_name("x.cp.npz"))
+    assert isinstance(cp, tk.CPTensor) and cp.rank == 3
+    res = _invoke(["decompose", p, "--method", "hosvd", "--ranks", "2,2,2", "--dtype", "float32", "-o",
+                   tmp_path / "h.npz"])
+    assert res.exit_code == 0, res.output
+    assert load_result(tmp_path / "h.npz").core.dtype == np.float32
+
+
+def test_info_and_reconstruct(tensor_file, tmp_path):
+    p, X = tensor_file
+    res = _invoke(["info", p, "--json"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["shape"] == [12, 14, 10] and info["dtype"] == "float64"
+    assert info["frobenius_norm"] == pytest.approx(np.linalg.norm(X))
+    assert info["fits_in_ram"] is True
+    assert _invoke(["decompose", p, "--ranks", "3,4,2"]).exit_code == 0
+    res = _invoke(["reconstruct", p.with_name("x.tucker.npz"), "-o", tmp_path / "full.npy"])
+    assert res.exit_code == 0, res.output
+    np.testing.assert_allclose(np.load(tmp_path / "full.npy"), X, atol=1e-10 * np.abs(X).max())
+    res = _invoke(["reconstruct", p.with_name("x.tucker.npz"), "-o", tmp_path / "s.npy", "--index", "1,:,2:5"])
+    assert res.exit_code == 0, res.output
+    np.testing.assert_allclose(np.load(tmp_path / "s.npy"), X[1, :, 2:5], atol=1e-10 * np.abs(X).max())
+
+
+def test_tns_input(tmp_path):
+    p = tmp_path / "t.tns"
+    p.write_text("# a comment\n1 1 1 1.5\n\n2 3 1 -2e0  \n2 3 2 4\n")
+    res = _invoke(["info", p, "--json"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["shape"] == [2, 3, 2] and info["nnz"] == 3
+    res = _invoke(["decompose", p, "--ranks", "1,1,1"])
+    assert res.exit_code == 0, res.output
+
+
+def test_help_shows_examples():
+    for cmd in ("decompose", "info", "reconstruct", "plan"):
+        res = _invoke([cmd, "--help"])
+        assert res.exit_code == 0 and "Example: tuckerkit " + cmd in res.stdout
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def _bad(tmp_path, args, match):
+    before = _snapshot(tmp_path)
+    res = _invoke(args)
+    assert res.exit_code == 1, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    assert lines[0].startswith("error: ")
+    assert match in lines[0], lines[0]
+    assert _snapshot(tmp_path) == before  # nothing created or modified
+
+
+@pytest.fixture
+def files(tmp_path, rng):
+    np.save(tmp_path / "good.npy", rng.standard_normal((4, 5, 6)))
+    np.save(tmp_path / "vec.npy", rng.standard_normal(5))
+    np.save(tmp_path / "scalar.npy", np.float64(3))
+    np.save(tmp_path / "empty.npy", np.ones((3, 0, 2)))
+    nan = rng.standard_normal((4, 5, 6))
+    nan[0, 0, 0] = np.nan
+    nan[1, 1, 1] = np.inf
+    np.save(tmp_path / "nan.npy", nan)
+    np.save(tmp_path / "strings.npy", np.array([["a", "b"], ["c", "d"]]))
+    np.save(tmp_path / "objects.npy", np.array([[1, None]], dtype=object), allow_pickle=True)
+    raw = (tmp_path / "good.npy").read_bytes()
+    (tmp_path / "truncated.npy").write_bytes(raw[: len(raw) // 2])
+    (tmp_path / "corrupt.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    np.savez(tmp_path / "two.npz", a=np.ones((2, 2)), b=np.ones((3, 3)))
+    (tmp_path / "x.csv").write_text("1,2\n")
+    (tmp_path / "word.tns").write_text("1 1 1 1.0\n1 2 x 2.0\n")
+    (tmp_path / "cols.tns").write_text("1 1 1 1.0\n1 2 2.0\n")
+    (tmp_path / "zero.tns").write_text("# header\n1 1 1 1.0\n0 2 1 2.0\n")
+    (tmp_path / "neg.tns").write_text("1 1 1 1.0\n\n1 -2 1 2.0\n")
+    (tmp_path / "value.tns").write_text("1 1 1 abc\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "good.tucker.npz").write_bytes(b"existing output")
+    return tmp_path
+
+
+BAD = [
+    (["decompose", "{d}/missing.npy", "--ranks", "1,1,1"], "does not exist"),
+    (["decompose", "{d}/dir", "--ranks", "1,1,1"], "is a directory"),
+    (["decompose", "{d}/x.csv", "--ranks", "1,1"], "unknown extension '.csv'"),
+    (["decompose", "{d}/truncated.npy", "--ranks", "1,1,1", "-o", "{d}/o1.npz"], "is not a valid .npy file"),
+    (["decompose", "{d}/corrupt.npz", "--ranks", "1,1,1", "-o", "{d}/o2.npz"], "is not a valid .npz file"),
+    (["decompose", "{d}/two.npz", "--ranks", "1,1", "-o", "{d}/o3.npz"], "holds several arrays (a, b)"),
+    (["decompose", "{d}/two.npz", "--key", "c", "--ranks", "1,1", "-o", "{d}/o3.npz"], "no array named 'c'"),
+    (["decompose", "{d}/word.tns", "--ranks", "1,1,1", "-o", "{d}/o4.npz"], "line 2 has a coordinate that is not"),
+    (["decompose", "{d}/cols.tns", "--ranks", "1,1,1", "-o", "{d}/o4.npz"], "line 2 has 3 columns but line 1 has 4"),
+    (["decompose", "{d}/zero.tns", "--ranks", "1,1,1", "-o", "{d}/o4.npz"], "line 3 has coordinate(s) below 1"),
+    (["decompose", "{d}/neg.tns", "--ranks", "1,1,1", "-o", "{d}/o4.npz"], "line 3 has coordinate(s) below 1"),
+    (["decompose", "{d}/value.tns", "--ranks", "1,1,1", "-o", "{d}/o4.npz"], "line 1 has a value that is not a number"),
+    (["decompose", "{d}/strings.npy", "--ranks", "1,1", "-o", "{d}/o5.npz"], "expected numbers"),
+    (["decompose", "{d}/objects.npy", "--ranks", "1,1", "-o", "{d}/o5.npz"], "object array"),
+    (["decompose", "{d}/vec.npy", "--ranks", "1", "-o", "{d}/o6.npz"], "at least 2 dimensions; received a 1-d"),
+    (["decompose", "{d}/scalar.npy", "--ranks", "1", "-o", "{d}/o6.npz"], "received a 0-d array"),
+    (["decompose", "{d}/empty.npy", "--ranks", "1,1,1", "-o", "{d}/o6.npz"], "has an empty mode 1"),
+    (["decompose", "{d}/nan.npy", "--ranks", "1,1,1", "-o", "{d}/o7.npz"], "contains 2 NaN or infinite value(s)"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1", "-o", "{d}/o8.npz"], "--ranks has 2 entries but the tensor has 3"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,0,1", "-o", "{d}/o8.npz"], "--ranks[1]=0 is not positive"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,-2,1", "-o", "{d}/o8.npz"], "--ranks[1]=-2 is not positive"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,2.5,1", "-o", "{d}/o8.npz"], "--ranks must be comma-separated"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,9,1", "-o", "{d}/o8.npz"], "--ranks[1]=9 exceeds the size of mode 1"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--tol", "0.1"], "either --ranks or --tol, not both"),
+    (["decompose", "{d}/good.npy", "--tol", "1.5", "-o", "{d}/o9.npz"], "--tol=1.5 is outside (0, 1)"),
+    (["decompose", "{d}/good.npy", "--tol", "0", "-o", "{d}/o9.npz"], "--tol=0.0 is outside (0, 1)"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1"], "already exists; pass --force"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "-o", "{d}/good.npy", "--force"], "is the input file"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "-o", "{d}/nodir/o.npz"], "does not exist"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--device", "cuda", "-o", "{d}/o10.npz"], "cuda"),
+    (["decompose", "{d}/good.npy", "--method", "cp", "-o", "{d}/o11.npz"], "--method cp needs --rank"),
+    (["decompose", "{d}/good.npy", "--method", "tt", "--ranks", "1,1,1"], "--method 'tt' is not valid"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--max-iter", "0", "-o", "{d}/o12.npz"], "--max-iter=0"),
+    (["info", "{d}/missing.npy"], "does not exist"),
+    (["reconstruct", "{d}/good.npy", "-o", "{d}/r.npy"], "not a valid tuckerkit result file"),
+]
+
+
+@pytest.mark.parametrize(("args", "match"), BAD, ids=[f"{a[0]}-{m[:30]}" for a, m in BAD])
+def test_bad_input_one_line_exit_1_no_file(args, match, files):
+    _bad(files, [a.format(d=files) for a in args], match)
+
+
+def test_unwritable_output_folder(files):
+    if os.geteuid() == 0:
+        pytest.skip("root can write into read-only folders")
+    ro = files / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        _bad(files, ["decompose", files / "good.npy", "--ranks", "1,1,1", "-o", ro / "o.npz"], "not writable")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_device_cuda_message_names_the_fix(files):
+    res = _invoke(["decompose", files / "good.npy", "--ranks", "1,1,1", "--device", "cuda", "-o", files / "o.npz"])
+    assert res.exit_code == 1
+    assert 'pip install "tuckerkit[gpu]"' in res.output or "no CUDA GPU" in res.output or "not available" in res.output
+
+
+def test_usage_error_exit_2(files):
+    res = _invoke(["decompose"])
+    assert res.exit_code == 2
+
+
+def test_debug_shows_traceback(files):
+    res = _invoke(["decompose", files / "good.npy", "--ranks", "1,9,1", "-o", files / "o.npz", "--debug"])
+    assert res.exit_code == 1
+    assert "Traceback" in res.output
+
+
+def test_force_overwrites_existing_output(files):
+    res = _invoke(["decompose", files / "good.npy", "--ranks", "1,1,1", "--force"])
+    assert res.exit_code == 0, res.output
+    assert load_result(files / "good.tucker.npz").ranks == (1, 1, 1)
+
+
+def test_interrupt_exits_130_and_leaves_no_output(files, monkeypatch):
+    import tuckerkit
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuckerkit, "hooi", boom)
+    before = _snapshot(files)
+    res = _invoke(["decompose", files / "good.npy", "--ranks", "1,1,1", "-o", files / "int.npz"])
+    assert res.exit_code == 130
+    assert _snapshot(files) == before
+
+
+def test_installed_console_script_subprocess(files):
+    exe = shutil.which("tuckerkit", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    bad = subprocess.run([exe, "decompose", str(files / "good.npy"), "--ranks", "1,9,1", "-o", str(files / "s.npz")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().startswith("error: --ranks[1]=9 exceeds") and "Traceback" not in bad.stderr
+    ok = subprocess.run([exe, "decompose", str(files / "good.npy"), "--ranks", "2,2,2", "-o", str(files / "s.npz"),
+                         "--json"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["ranks"] == [2, 2, 2]
