@@ -259,7 +259,8 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         typer.echo(json.dumps(summary))
     else:
         typer.echo(
-            f"{summary['method']} of {'x'.join(map(str, X.shape))} {X.dtype}: ranks {summary['ranks']}, "
+            f"{summary['method']} of {'x'.join(map(str, X.shape))} {X.dtype}: "
+            f"{'rank' if method == 'cp' else 'ranks'} {summary['ranks']}, "
             f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} iterations, "
             f"{seconds:.2f} s, compression {summary['compression_ratio']:.1f}x -> {path}"
         )

@@ -189,7 +189,7 @@ def _cp_als_impl(
         warnings.warn(
             f"cp_als reached max_iter={max_iter} before the fit changed by less than tol={tol}",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     if not normalize:
         weights = np.ones(rank, dtype=X.dtype)

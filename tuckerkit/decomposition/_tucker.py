@@ -331,7 +331,7 @@ def _hooi_impl(
         warnings.warn(
             f"hooi reached max_iter={max_iter} before the fit changed by less than tol={tol}",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     return TuckerTensor(core, tuple(factors), it, converged, tuple(history), tuple(plans),
                         passes_per_iteration=min(N, 2))
