@@ -15,7 +15,7 @@ class ConvergenceWarning(UserWarning):
     """An iterative decomposition reached ``max_iter`` before its convergence test passed."""
 
 
-def _sqnorm(X: Any, chunk_elems: int = 1 << 21) -> float:
+def _sqnorm(X: Any, chunk_elems: int = 1 << 18) -> float:
     """||X||_F^2 accumulated in float64 over slabs (no full-size temporary)."""
     xp = array_namespace(X)
     if X.size == 0:

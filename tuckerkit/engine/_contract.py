@@ -10,7 +10,7 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._spec import parse_spec
-from tuckerkit.engine._threads import parallel_matmul, single_threaded_blas
+from tuckerkit.engine._threads import run_matmul
 
 _LAYOUTS = ("auto", "C", "F")
 
@@ -166,9 +166,8 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
         out[...] = 0
         return out
     if xp is np:
-        with single_threaded_blas():
-            av, bv, cv, target = operand_views(plan, A, B, out, xp)
-            parallel_matmul(np.matmul, av, bv, cv, plan.flops)
+        av, bv, cv, target = operand_views(plan, A, B, out, xp)
+        run_matmul(np.matmul, av, bv, cv, plan.flops)
     else:
         av, bv, cv, target = operand_views(plan, A, B, out, xp)
         xp.matmul(av, bv, out=cv)

@@ -121,8 +121,8 @@ class ContractionPlan:
     copies : int
         Elements copied (0 for every non-exceptional case).
     parallel : bool
-        On the CPU the product is large enough to be split over threads (batch, rows or columns), each
-        part a single-threaded BLAS call (see ``tuckerkit.engine._threads``).
+        On the CPU the product is large enough to run on several threads: a batch is split over threads
+        (single-threaded GEMMs), a single GEMM uses BLAS's threads (see ``tuckerkit.engine._threads``).
     shapes, strides : tuple
         The operand shapes and element strides the plan was made for (A, B, out).
     """
@@ -202,7 +202,8 @@ class ContractionPlan:
         if self.remedy != Remedy.NONE:
             lines[0] += f" (remedy: {self.remedy}, then {self.inner_kind})"
         if self.parallel:
-            lines.append("  execution: split over the CPU threads (single-threaded BLAS per part)")
+            how = "batch split over the CPU threads" if self.batch_modes else "BLAS threads"
+            lines.append(f"  execution: parallel ({how})")
         if self.batch_modes:
             desc = ", ".join(
                 f"[{mode}] x{size} (strides A {sa}, B {sb}, C {sc})"

@@ -1,13 +1,17 @@
-"""CPU threading policy: single-threaded BLAS calls, parallelized by splitting the work ourselves.
+"""CPU threading policy: BLAS threads only where they pay, our own batch split elsewhere.
 
 On this project's reference machine (2 cores, OpenBLAS) BLAS's own threads cost more than they give for
-everything but large GEMMs: a 100 x 100 eigen-solve ran 4x slower right after a threaded GEMM, and a HOOI
-iteration on a 100^3 tensor 3.5x slower with two BLAS threads than with one (benchmarks/tucker.py). The
-engine therefore runs every BLAS call single-threaded and splits *large* products itself: over the
-batch of a strided-batched GEMM (the many small GEMMs of a batch are where BLAS threading is worst), or
-over the rows or columns of one large GEMM. numpy's matmul releases the GIL, so plain Python threads
-suffice. The number of workers is the BLAS thread count found on entry, so ``threadpoolctl``'s
-``threadpool_limits(1)`` still makes everything serial.
+small calls: a HOOI iteration on a 100^3 tensor ran 3.5x slower with two BLAS threads than with one
+(benchmarks/tucker.py), because every small GEMM, Gram and eigen-solve woke the second thread. So:
+
+* everything runs with single-threaded BLAS (:func:`single_threaded_blas`),
+* a large *single* GEMM (or SYRK) gets BLAS's threads back for that call (:func:`threaded_blas`): BLAS
+  splits one big product better than we can,
+* a large *strided batch* is split over the batch by us, each thread running single-threaded GEMMs: the
+  many small GEMMs of a batch are where BLAS threading is worst (1.5-2x measured on 64^3..200^3 batches).
+
+numpy's matmul releases the GIL, so plain Python threads suffice. The number of workers is the BLAS thread
+count found on entry, so ``threadpoolctl``'s ``threadpool_limits(1)`` still makes everything serial.
 """
 
 from __future__ import annotations
@@ -79,10 +83,20 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return pool
 
 
-def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
-    """``matmul(av, bv, out=cv)`` on ``(*batch, m, k) @ (*batch, k, n)`` views, split across workers.
+def run_matmul(matmul, av, bv, cv, flops: int) -> None:
+    """The engine's entry: outside a decomposition, leave BLAS as the caller set it unless a large batch is
+    to be split (toggling BLAS threads costs a thread wake-up on the next call, ~0.1 ms)."""
+    batched = any(s >= 2 for s in cv.shape[:-2])
+    if _STATE["depth"] == 0 and not (batched and flops >= MIN_PARALLEL_FLOPS and blas_threads() >= 2):
+        matmul(av, bv, out=cv)
+        return
+    with single_threaded_blas():
+        parallel_matmul(matmul, av, bv, cv, flops)
 
-    Splits the largest of the batch axes, ``m`` and ``n`` (never ``k``: that would need a reduction).
+
+def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
+    """``matmul(av, bv, out=cv)`` on ``(*batch, m, k) @ (*batch, k, n)`` views with the policy above.
+
     Must be called inside :func:`single_threaded_blas`.
     """
     w = workers()
@@ -90,31 +104,24 @@ def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
         matmul(av, bv, out=cv)
         return
     nd = cv.ndim
-    m, n, k = cv.shape[-2], cv.shape[-1], av.shape[-1]
-    if cv.size == m * n and k >= 4 * max(m, n) and m * n <= (1 << 20):
-        _split_reduction(matmul, av, bv, cv, w)
+    batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
+    if not batch_axes:
+        # one large GEMM: BLAS's own threads split it best (measured against our row/column/k splits)
+        with threaded_blas():
+            matmul(av, bv, out=cv)
         return
-    # candidate axes of the output: batch axes, then m (nd-2) and n (nd-1)
-    axis = max(range(nd), key=lambda i: cv.shape[i])
+    # a strided batch: split the batch, single-threaded BLAS per GEMM (1.5-2x faster than BLAS threads)
+    axis = max(batch_axes, key=lambda i: cv.shape[i])
     size = cv.shape[axis]
-    if size < 2:
-        matmul(av, bv, out=cv)
-        return
     w = min(w, size)
     bounds = [size * i // w for i in range(w + 1)]
 
     def parts(lo: int, hi: int):
-        def cut(x, ax):
-            if ax is None or x.shape[ax] == 1:
-                return x
-            idx = (slice(None),) * ax + (slice(lo, hi),)
-            return x[idx]
+        # operands hold the batch axis at the same position, or broadcast it with size 1
+        def cut(x):
+            return x if x.shape[axis] == 1 else x[(slice(None),) * axis + (slice(lo, hi),)]
 
-        if axis < nd - 2:  # a batch axis: operands have it at the same position (or size 1)
-            return cut(av, axis), cut(bv, axis), cut(cv, axis)
-        if axis == nd - 2:  # rows: A's rows and C's rows
-            return cut(av, av.ndim - 2), bv, cut(cv, axis)
-        return av, cut(bv, bv.ndim - 1), cut(cv, axis)
+        return cut(av), cut(bv), cut(cv)
 
     pool = _pool(w - 1)
     futures = []
@@ -129,7 +136,7 @@ def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
 
 @contextmanager
 def threaded_blas() -> Iterator[None]:
-    """Inside :func:`single_threaded_blas`, give one large BLAS call (a big SYRK) all the workers back."""
+    """Inside :func:`single_threaded_blas`, give one large BLAS call (a big GEMM or SYRK) the threads back."""
     lib = _blas()
     w = workers()
     if lib is None or w < 2 or _STATE["depth"] == 0:
@@ -150,16 +157,3 @@ def map_workers(fn, items: list) -> list:
     pool = _pool(w - 1)
     futures = [pool.submit(fn, it) for it in items[1:]]
     return [fn(items[0])] + [f.result() for f in futures]
-
-
-def _split_reduction(matmul, av, bv, cv, w: int) -> None:
-    """Small output, long reduction (e.g. an MTTKRP over the outer modes): split ``k``, then add the parts."""
-    k = av.shape[-1]
-    bounds = [k * i // w for i in range(w + 1)]
-    pool = _pool(w - 1)
-    futures = [
-        pool.submit(matmul, av[..., lo:hi], bv[..., lo:hi, :]) for lo, hi in itertools.pairwise(bounds[1:])
-    ]
-    matmul(av[..., bounds[0]:bounds[1]], bv[..., bounds[0]:bounds[1], :], out=cv)
-    for f in futures:
-        cv += f.result()
