@@ -126,20 +126,21 @@ class _Progress:
             if time.perf_counter() - self.start < 1.0:
                 return
             from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, TextColumn
 
             self.bar = Progress(
                 TextColumn("iteration {task.completed}/{task.total}"),
                 BarColumn(),
                 TextColumn("fit {task.fields[fit]:.6f}  change {task.fields[change]:.2e}"),
-                TimeElapsedColumn(),
+                TextColumn("{task.fields[elapsed]:.1f} s"),
                 console=Console(stderr=True),
                 transient=True,
             )
             self.bar.start()
-            self.task = self.bar.add_task("decompose", total=self.total, fit=0.0, change=0.0)
+            self.task = self.bar.add_task("decompose", total=self.total, fit=0.0, change=0.0, elapsed=0.0)
         change = state.fit_change if math.isfinite(state.fit_change) else 0.0
-        self.bar.update(self.task, completed=state.iteration, fit=state.fit, change=change)
+        self.bar.update(self.task, completed=state.iteration, fit=state.fit, change=change,
+                        elapsed=time.perf_counter() - self.start)
 
     def close(self) -> None:
         if self.bar is not None:
