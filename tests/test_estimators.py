@@ -73,22 +73,24 @@ def test_every_init_parameter_reaches_the_function(cls, monkeypatch, rng):
 
     def spy(X, r, **kwargs):
         seen.update(kwargs)
+        seen["_rank_arg"] = r
         return real(X, r, **kwargs)
 
     monkeypatch.setattr(mod, target, spy)
     params = {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items() if name != "self"}
-    custom = {"tol": 1e-5, "max_iter": 7, "random_state": 3}
+    custom = {"tol": 1e-5, "max_iter": 7, "random_state": 3, "init": "random"}
     if cls is CPDecomposer:
-        custom |= {"init": "random", "normalize": False}
+        custom |= {"normalize": False}
+        est = cls(rank=3, **custom)
     else:
-        custom |= {"init": "random"}
-    est = cls(**custom)
+        est = cls(ranks=(2, 3), sample_rank=4, **custom)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(rng.standard_normal((10, 4, 5)))
     for k, v in custom.items():
         assert seen[k] == v, k
-    assert set(custom) <= set(params)
+    assert seen["_rank_arg"] == (3 if cls is CPDecomposer else (4, 2, 3))  # rank / sample_rank + ranks
+    assert set(params) == set(custom) | ({"rank"} if cls is CPDecomposer else {"ranks", "sample_rank"})
 
 
 def test_pipeline_gridsearch_and_cross_val(rng):
