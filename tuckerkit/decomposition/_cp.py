@@ -29,13 +29,27 @@ from tuckerkit.engine._threads import single_threaded_blas
 logger = logging.getLogger(__name__)
 
 
+def _leading_sparse(X: Any, n: int, k: int, rng: np.random.Generator) -> Any:
+    """Leading left singular vectors of a sparse unfolding (ARPACK), or random when it cannot be formed."""
+    import scipy.sparse.linalg
+
+    A = X._tk_unfolding(n)
+    if A is None or k >= min(A.shape) or A.nnz == 0:
+        return rng.standard_normal((X.shape[n], k))
+    U, _, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=k, random_state=int(rng.integers(2**31)))
+    return U[:, ::-1]
+
+
 def _svd_init(X: Any, rank: int, rng: np.random.Generator) -> list[Any]:
-    """Leading left singular vectors of each unfolding (from the Gram, no unfolding); random columns pad
-    ranks beyond a mode's size."""
+    """Leading left singular vectors of each unfolding (from the Gram, no unfolding; sparse tensors use
+    ARPACK on the sparse unfolding); random columns pad ranks beyond a mode's size."""
     factors = []
     for n in range(X.ndim):
         k = min(rank, X.shape[n])
-        _, V = gram_eigh(X, n, k)
+        if hasattr(X, "_tk_mttkrp"):
+            V = _leading_sparse(X, n, k, rng)
+        else:
+            _, V = gram_eigh(X, n, k)
         U = sign_fix(np.ascontiguousarray(V[:, :k]))
         if rank > k:
             U = np.concatenate([U, rng.standard_normal((X.shape[n], rank - k))], axis=1)
@@ -113,7 +127,12 @@ def _cp_als_impl(
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
 ) -> CPTensor:
-    X = check_tensor(X)
+    sparse = hasattr(X, "_tk_mttkrp")
+    if sparse:
+        if X.ndim < 2:
+            raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")
+    else:
+        X = check_tensor(X)
     rank = check_cp_rank(rank)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
@@ -134,7 +153,7 @@ def _cp_als_impl(
         ]
     weights = np.ones(rank, dtype=X.dtype)
     grams = [U.T @ U for U in factors]
-    normX2 = _sqnorm(X)
+    normX2 = X.norm() ** 2 if sparse else _sqnorm(X)
     normX = math.sqrt(normX2)
     history: list[float] = []
     converged = stopped = False

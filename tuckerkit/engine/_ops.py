@@ -465,6 +465,23 @@ def _rank_outer(xp, X, rest, R, dtype):
     return buf.transpose(axes)
 
 
+def _check_factors(X: Any, factors: Sequence[Any], n: int) -> None:
+    if len(factors) != X.ndim:
+        raise ValueError(f"factors has {len(factors)} matrices; expected one per mode of X ({X.ndim})")
+    ranks = set()
+    for m, U in enumerate(factors):
+        if m == n and U is None:
+            continue
+        if U.ndim != 2 or U.shape[0] != X.shape[m]:
+            raise ValueError(
+                f"factors[{m}] has shape {tuple(U.shape)} but mode {m} of X has size {X.shape[m]}; expected "
+                f"({X.shape[m]}, R)"
+            )
+        ranks.add(U.shape[1])
+    if len(ranks) > 1:
+        raise ValueError(f"factors have different numbers of columns {sorted(ranks)}; expected one rank R")
+
+
 def mttkrp(X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None) -> Any:
     """Matricized tensor times Khatri-Rao product, ``X_(n) (U_{N-1} ⊙ ... ⊙ U_0)`` (skipping ``n``).
 
@@ -497,6 +514,10 @@ def mttkrp(X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None
            [15., 15.],
            [15., 15.]])
     """
+    if hasattr(X, "_tk_mttkrp"):  # sparse tensors bring their compiled kernel: sparse is a kernel, not a branch
+        n = _mode(mode, X.ndim)
+        _check_factors(X, factors, n)
+        return X._tk_mttkrp(factors, n)
     xp, X = _tensor(X)
     n = _mode(mode, X.ndim)
     if len(factors) != X.ndim:
@@ -578,6 +599,10 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
 
     Returns the engine plans used, for inspection.
     """
+    if hasattr(X, "_tk_mttkrp"):  # sparse: one compiled CSF kernel per mode (each reads only the nonzeros)
+        for n in range(X.ndim):
+            update(n, X._tk_mttkrp(factors, n))
+        return ()
     xp, X = _tensor(X, min_ndim=2)
     st = _elem_strides(X)
     modes = sorted(range(X.ndim), key=lambda m: -st[m])  # outer -> inner in memory

@@ -1,0 +1,123 @@
+"""Sparse tensors: COO/CSF construction, CSF MTTKRP against the dense engine, sparse CP-ALS == dense CP-ALS."""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+import tuckerkit as tk
+from tuckerkit.sparse import COOTensor, CSFTensor, is_sparse
+
+
+def random_sparse(rng, shape, density=0.2, dtype=np.float64, empty_slices=True):
+    D = rng.standard_normal(shape).astype(dtype)
+    D[rng.random(shape) > density] = 0
+    if empty_slices:
+        D[0] = 0  # an empty slice in mode 0
+        D[(slice(None), -1)] = 0  # and one in mode 1
+    return D
+
+
+@pytest.mark.parametrize("shape", [(6, 7, 8), (5, 4, 6, 3), (3, 4, 2, 3, 4), (1, 5, 6), (7, 1, 1)])
+def test_mttkrp_matches_dense_every_mode(shape, dtype, rng):
+    D = random_sparse(rng, shape, dtype=dtype, empty_slices=min(shape) > 1)
+    X = COOTensor.from_dense(D)
+    for R in (1, 4):
+        fs = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
+        for n in range(len(shape)):
+            got = tk.mttkrp(X, fs, n)
+            ref = tk.mttkrp(D, fs, n)
+            assert got.dtype == dtype
+            np.testing.assert_allclose(got, ref, rtol=50 * np.finfo(dtype).eps, atol=50 * np.finfo(dtype).eps * max(
+                1.0, float(np.abs(ref).max())))
+
+
+def test_coo_sums_duplicates_drops_zeros_and_validates():
+    X = COOTensor([[0, 1, 2], [0, 1, 2], [1, 0, 0], [1, 1, 1]], [1.0, 2.0, 5.0, 0.0], shape=(2, 2, 3))
+    assert X.nnz == 2 and X.to_dense()[0, 1, 2] == 3.0 and X.to_dense()[1, 0, 0] == 5.0
+    assert X.coords.dtype == np.int32
+    assert X.density == pytest.approx(2 / 12)
+    assert X.norm() == pytest.approx(np.sqrt(9 + 25))
+    with pytest.raises(ValueError, match=r"coords\[:, 1\] spans 0..5 but mode 1 has size 3"):
+        COOTensor([[0, 0], [0, 5]], [1.0, 2.0], shape=(2, 3))
+    with pytest.raises(ValueError, match=r"values contains 1 NaN or infinite value"):
+        COOTensor([[0, 0]], [np.nan], shape=(2, 3))
+    with pytest.raises(ValueError, match=r"values must have shape \(2,\) to match coords"):
+        COOTensor([[0, 0], [1, 1]], [1.0], shape=(2, 3))
+    with pytest.raises(ValueError, match=r"to_dense\(\) would allocate 1e\+12 entries"):
+        COOTensor([[0, 0, 0]], [1.0], shape=(10_000, 10_000, 10_000)).to_dense()
+
+
+def test_builders_scipy_and_tns(tmp_path, rng):
+    M = scipy.sparse.random(20, 30, density=0.1, random_state=0, format="csr")
+    X = COOTensor.from_scipy(M)
+    np.testing.assert_array_equal(X.to_dense(), M.toarray())
+    p = tmp_path / "t.tns"
+    p.write_text("# comment\n1 2 3 1.5\n\n2 1 1 2.5e0\n1 2 3 1.0\n")
+    T = COOTensor.from_tns(p)
+    assert T.shape == (2, 2, 3) and T.nnz == 2 and T.to_dense()[0, 1, 2] == 2.5
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1), (1, 2, 0), None])
+def test_csf_round_trip_and_levels(order, rng):
+    D = random_sparse(rng, (6, 7, 8))
+    X = COOTensor.from_dense(D)
+    C = CSFTensor(X, order)
+    np.testing.assert_array_equal(C.to_coo().to_dense(), D)
+    assert len(C.idx[-1]) == X.nnz == C.nnz
+    for lev in range(2):
+        assert C.pos[lev][0] == 0 and C.pos[lev][-1] == len(C.idx[lev + 1])
+        assert np.all(np.diff(C.pos[lev]) >= 1)  # every node has a child
+    assert C.nbytes > 0 and "CSFTensor" in repr(C)
+
+
+def test_sparse_cp_als_equals_dense_cp_als(rng):
+    D = random_sparse(rng, (9, 10, 11), density=0.3)
+    X = COOTensor.from_dense(D)
+    init = tk.CPTensor(np.ones(3), tuple(rng.standard_normal((s, 3)) for s in D.shape))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        a = tk.cp_als(X, 3, init=init, max_iter=8, tol=0.0)
+        b = tk.cp_als(D, 3, init=init, max_iter=8, tol=0.0)
+    assert a.fit == pytest.approx(b.fit, abs=1e-12)
+    np.testing.assert_allclose(a.to_dense(), b.to_dense(), atol=1e-10 * np.abs(D).max())
+    assert is_sparse(X) and not is_sparse(D)
+
+
+def test_sparse_cp_als_svd_init_and_planted_recovery(rng):
+    shape, R = (30, 40, 50), 3
+    Us = [rng.random((s, R)) for s in shape]
+    D = np.asarray(tk.CPTensor(np.ones(R), tuple(Us)).to_dense())
+    D[rng.random(shape) > 0.5] = 0  # a sparse pattern of a low-rank tensor is not low rank; fit stays < 1
+    X = COOTensor.from_dense(D)
+    cp = tk.cp_als(X, R, random_state=0, max_iter=200, tol=1e-9)
+    assert abs(cp.fit - (1 - cp.relative_error(D))) < 1e-8
+
+
+def test_sparse_cp_never_densifies(rng):
+    shape = (10_000, 10_000, 10_000)  # 1e12 logical entries
+    nnz = 100_000
+    coords = rng.integers(0, 10_000, size=(nnz, 3))
+    X = COOTensor(coords, rng.random(nnz), shape)
+    init = tk.CPTensor(np.ones(4), tuple(rng.random((s, 4)) for s in shape))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        tk.cp_als(X, 4, init=init, max_iter=1, tol=0.0)  # compile and build the CSF plan outside the trace
+        tracemalloc.start()
+        cp = tk.cp_als(X, 4, init=init, max_iter=3, tol=0.0)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 64 * 2**20  # far below the 8 TB a dense tensor would need
+    assert np.isfinite(cp.fit)
+
+
+def test_sparse_mttkrp_bad_factors(rng):
+    X = COOTensor.from_dense(random_sparse(rng, (4, 5, 6)))
+    with pytest.raises(ValueError, match=r"factors\[2\] has shape \(7, 2\) but mode 2 of X has size 6"):
+        tk.mttkrp(X, [None, np.ones((5, 2)), np.ones((7, 2))], 0)
+    with pytest.raises(ValueError, match=r"factors has 2 matrices; expected one per mode of X \(3\)"):
+        tk.mttkrp(X, [None, np.ones((5, 2))], 0)

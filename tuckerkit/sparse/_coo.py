@@ -1,0 +1,211 @@
+"""COOTensor: coordinates and values of the nonzeros of a sparse tensor."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: ``to_dense`` refuses tensors with more entries than this (override with ``limit=``)
+DENSE_LIMIT = 100_000_000
+
+
+class COOTensor:
+    """A sparse tensor in coordinate format: ``coords`` (nnz, N) 0-based, ``values`` (nnz,), ``shape``.
+
+    Duplicate coordinates are summed and explicit zeros dropped at construction (so ``nnz`` counts
+    distinct nonzeros); the nonzeros are kept in lexicographic order of their coordinates.
+
+    Parameters
+    ----------
+    coords : array_like of int, shape (nnz, N)
+    values : array_like, shape (nnz,)
+        float32/float64 kept; integers and bools promoted to float64.
+    shape : sequence of int, optional
+        Default: one more than the largest coordinate in each mode.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.sparse import COOTensor
+    >>> X = COOTensor([[0, 1, 2], [0, 1, 2], [1, 0, 0]], [1.0, 2.0, 0.0], shape=(2, 2, 3))
+    >>> X.nnz, X.shape, X.to_dense()[0, 1, 2]
+    (1, (2, 2, 3), 3.0)
+    """
+
+    def __init__(self, coords: Any, values: Any, shape: Sequence[int] | None = None):
+        c = np.asarray(coords)
+        v = np.asarray(values)
+        if c.ndim != 2:
+            raise ValueError(f"coords must be a 2-D array of shape (nnz, N); received shape {c.shape}")
+        if v.ndim != 1 or v.shape[0] != c.shape[0]:
+            raise ValueError(f"values must have shape ({c.shape[0]},) to match coords; received {v.shape}")
+        if c.dtype.kind not in "iu":
+            if c.size and not np.all(np.equal(np.mod(c, 1), 0)):
+                raise TypeError(f"coords must be integers; received dtype {c.dtype} with fractional entries")
+            c = c.astype(np.int64)
+        if v.dtype.kind in "biu":
+            v = v.astype(np.float64)
+        elif v.dtype not in (np.float32, np.float64):
+            raise TypeError(f"values has dtype {v.dtype}; expected float32 or float64 (ints are promoted)")
+        if not np.all(np.isfinite(v)):
+            bad = int(v.size - np.count_nonzero(np.isfinite(v)))
+            raise ValueError(f"values contains {bad} NaN or infinite value(s); remove or impute them first")
+        N = c.shape[1]
+        if shape is None:
+            if c.shape[0] == 0:
+                raise ValueError("shape is required for a tensor without nonzeros")
+            shape = tuple(int(m) + 1 for m in c.max(axis=0))
+        shape = tuple(int(s) for s in shape)
+        if len(shape) != N:
+            raise ValueError(f"shape {shape} has {len(shape)} modes but coords has {N} columns; expected equal")
+        if any(s < 1 for s in shape):
+            raise ValueError(f"shape {shape} has an empty mode; every mode must have at least one entry")
+        if c.size:
+            lo, hi = c.min(axis=0), c.max(axis=0)
+            for m in range(N):
+                if lo[m] < 0 or hi[m] >= shape[m]:
+                    raise ValueError(
+                        f"coords[:, {m}] spans {int(lo[m])}..{int(hi[m])} but mode {m} has size {shape[m]}; "
+                        f"expected 0 <= index < {shape[m]}"
+                    )
+        self.shape = shape
+        self.coords, self.values = _canonical(c, v, shape)
+
+    # ------------------------------------------------------------------------------------------- builders
+    @classmethod
+    def from_dense(cls, X: Any) -> COOTensor:
+        X = np.asarray(X)
+        idx = np.nonzero(X)
+        return cls(np.stack(idx, axis=1), X[idx], X.shape)
+
+    @classmethod
+    def from_scipy(cls, M: Any) -> COOTensor:
+        """From a scipy.sparse matrix (a 2-way tensor)."""
+        M = M.tocoo()
+        return cls(np.stack([M.row, M.col], axis=1), M.data, M.shape)
+
+    @classmethod
+    def from_sparse(cls, S: Any) -> COOTensor:
+        """From a pydata ``sparse.COO`` array."""
+        return cls(np.asarray(S.coords).T, np.asarray(S.data), S.shape)
+
+    @classmethod
+    def from_tns(cls, path: str | os.PathLike, *, shape: Sequence[int] | None = None) -> COOTensor:
+        from tuckerkit.io import read_tns
+
+        coords, values, shp = read_tns(path, shape=shape)
+        return cls(coords, values, shp)
+
+    # ------------------------------------------------------------------------------------------ properties
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def density(self) -> float:
+        return self.nnz / float(math.prod(float(s) for s in self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.coords.nbytes + self.values.nbytes)
+
+    def norm(self) -> float:
+        v = self.values.astype(np.float64)
+        return float(math.sqrt(float(v @ v)))
+
+    def astype(self, dtype: Any) -> COOTensor:
+        out = object.__new__(COOTensor)
+        out.shape, out.coords, out.values = self.shape, self.coords, self.values.astype(dtype)
+        return out
+
+    def to_dense(self, *, limit: int = DENSE_LIMIT) -> np.ndarray:
+        """The dense array; refused above ``limit`` entries (sparse data rarely fits densified)."""
+        n = math.prod(float(s) for s in self.shape)
+        if n > limit:
+            raise ValueError(
+                f"to_dense() would allocate {n:.3g} entries (shape {self.shape}), more than limit={limit:.3g}; "
+                "keep the tensor sparse or raise the limit"
+            )
+        X = np.zeros(self.shape, dtype=self.dtype)
+        X[tuple(self.coords.T)] = self.values
+        return X
+
+    # ---------------------------------------------------------------------- engine dispatch (kernels)
+    def _tk_mttkrp(self, factors, mode: int):
+        """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
+        from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+        return sparse_mttkrp(self, factors, mode)
+
+    def _tk_unfolding(self, mode: int):
+        """The mode-``mode`` unfolding as a scipy CSR matrix (None when its column count overflows int64)."""
+        import scipy.sparse
+
+        from tuckerkit.sparse._csf import as_coo
+
+        coo = as_coo(self)
+        others = [m for m in range(coo.ndim) if m != mode]
+        ncols = 1
+        for m in others:
+            ncols *= coo.shape[m]
+        if ncols >= 2**62:
+            return None
+        col = np.ravel_multi_index(tuple(coo.coords[:, m].astype(np.int64) for m in others),
+                                   tuple(coo.shape[m] for m in others)) if others else np.zeros(coo.nnz, np.int64)
+        return scipy.sparse.csr_matrix((coo.values, (coo.coords[:, mode], col)), shape=(coo.shape[mode], ncols))
+
+    def __repr__(self) -> str:
+        return f"COOTensor(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype})"
+
+
+def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Sort lexicographically, sum duplicates, drop zeros; int32 coordinates when they fit."""
+    if c.shape[0]:
+        key = linear_key(c, shape)
+        if key is not None:  # one int64 key: a single argsort instead of an N-key lexsort
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            c, v = c[order], v[order]
+            new = np.ones(c.shape[0], dtype=bool)
+            new[1:] = key[1:] != key[:-1]
+        else:
+            order = np.lexsort(c.T[::-1])
+            c, v = c[order], v[order]
+            new = np.ones(c.shape[0], dtype=bool)
+            new[1:] = np.any(c[1:] != c[:-1], axis=1)
+        if not new.all():
+            starts = np.flatnonzero(new)
+            v = np.add.reduceat(v, starts)
+            c = c[starts]
+        keep = v != 0
+        if not keep.all():
+            c, v = c[keep], v[keep]
+    itype = np.int32 if max(shape) < 2**31 - 1 else np.int64
+    return np.ascontiguousarray(c, dtype=itype), np.ascontiguousarray(v)
+
+
+def linear_key(c: np.ndarray, shape: Sequence[int]) -> np.ndarray | None:
+    """Row-major linear index of each coordinate row (None when the tensor has 2**63 entries or more)."""
+    if math.prod(float(x) for x in shape) >= 2.0**62:
+        return None
+    key = np.zeros(c.shape[0], dtype=np.int64)
+    for m, size in enumerate(shape):
+        key *= int(size)
+        key += c[:, m]
+    return key

@@ -1,0 +1,148 @@
+"""CSFTensor: compressed sparse fibers (one compressed level per mode, root to leaf)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tuckerkit.sparse._coo import COOTensor, linear_key
+
+
+class CSFTensor:
+    """A sparse tensor stored as a tree of fibers in a chosen mode order (taco's compressed levels).
+
+    Level ``l`` holds ``idx[l]`` (the coordinate in mode ``order[l]`` of each node) and, for every level but
+    the last, ``pos[l]`` (node ``k``'s children are ``pos[l][k]:pos[l][k+1]`` of level ``l+1``). ``values``
+    align with the last level. Index arrays are int32 when the sizes fit.
+
+    Parameters
+    ----------
+    coo : COOTensor
+    order : sequence of int, optional
+        Mode order from root to leaf. Default: the shortest modes first.
+
+    Examples
+    --------
+    >>> from tuckerkit.sparse import COOTensor, CSFTensor
+    >>> X = COOTensor([[0, 0, 1], [0, 1, 0], [1, 1, 1]], [1.0, 2.0, 3.0], shape=(2, 2, 2))
+    >>> C = CSFTensor(X, order=(0, 1, 2))
+    >>> [len(i) for i in C.idx], C.pos[0].tolist()
+    ([2, 3, 3], [0, 2, 3])
+    """
+
+    def __init__(self, coo: COOTensor, order: Sequence[int] | None = None):
+        if not isinstance(coo, COOTensor):
+            raise TypeError(f"CSFTensor is built from a COOTensor; received {type(coo).__name__}")
+        N = coo.ndim
+        if order is None:
+            order = sorted(range(N), key=lambda m: coo.shape[m])
+        order = tuple(int(m) for m in order)
+        if sorted(order) != list(range(N)):
+            raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
+        self.shape = coo.shape
+        self.order = order
+        c = coo.coords[:, list(order)]
+        if coo.nnz and order == tuple(range(N)):  # a COOTensor is already in lexicographic order
+            vals = coo.values
+        elif coo.nnz:
+            key = linear_key(c, [coo.shape[m] for m in order])
+            perm = np.argsort(key, kind="stable") if key is not None else np.lexsort(c.T[::-1])
+            c = c[perm]
+            vals = coo.values[perm]
+        else:
+            vals = coo.values
+        nnz = c.shape[0]
+        itype = np.int32 if max(max(self.shape), nnz) < 2**31 - 1 else np.int64
+        flags = []
+        new = np.zeros(nnz, dtype=bool)
+        if nnz:
+            new[0] = True
+        for lev in range(N):
+            if nnz > 1:
+                new = new.copy()
+                new[1:] |= c[1:, lev] != c[:-1, lev]
+            flags.append(new)
+        self.idx = [np.ascontiguousarray(c[f, lev], dtype=itype) for lev, f in enumerate(flags)]
+        self.pos = []
+        for lev in range(N - 1):
+            node_id = np.cumsum(flags[lev]) - 1  # level-lev node of each nonzero
+            parent = node_id[flags[lev + 1]]  # parent of each level-(lev+1) node, nondecreasing
+            self.pos.append(np.searchsorted(parent, np.arange(len(self.idx[lev]) + 1)).astype(itype))
+        self.values = np.ascontiguousarray(vals)
+
+    @classmethod
+    def from_coo(cls, coo: COOTensor, order: Sequence[int] | None = None) -> CSFTensor:
+        return cls(coo, order)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Memory footprint of the index and value arrays."""
+        return int(sum(a.nbytes for a in self.idx) + sum(a.nbytes for a in self.pos) + self.values.nbytes)
+
+    def norm(self) -> float:
+        v = self.values.astype(np.float64)
+        return float(np.sqrt(v @ v))
+
+    def to_coo(self) -> COOTensor:
+        N = self.ndim
+        cols: list[Any] = [None] * N
+        cols[N - 1] = self.idx[N - 1]
+        expand = np.arange(len(self.idx[N - 1]))
+        for lev in range(N - 2, -1, -1):
+            counts = np.diff(self.pos[lev])
+            owner = np.repeat(np.arange(len(self.idx[lev])), counts)  # level-lev node of each level+1 node
+            expand = owner[expand]
+            cols[lev] = self.idx[lev][expand]
+        coords = np.empty((self.nnz, N), dtype=np.int64)
+        for lev, m in enumerate(self.order):
+            coords[:, m] = cols[lev]
+        return COOTensor(coords, self.values, self.shape)
+
+    # ---------------------------------------------------------------------- engine dispatch (kernels)
+    def _tk_mttkrp(self, factors, mode: int):
+        """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
+        from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+        return sparse_mttkrp(self, factors, mode)
+
+    def _tk_unfolding(self, mode: int):
+        """The mode-``mode`` unfolding as a scipy CSR matrix (None when its column count overflows int64)."""
+        import scipy.sparse
+
+        from tuckerkit.sparse._csf import as_coo
+
+        coo = as_coo(self)
+        others = [m for m in range(coo.ndim) if m != mode]
+        ncols = 1
+        for m in others:
+            ncols *= coo.shape[m]
+        if ncols >= 2**62:
+            return None
+        col = np.ravel_multi_index(tuple(coo.coords[:, m].astype(np.int64) for m in others),
+                                   tuple(coo.shape[m] for m in others)) if others else np.zeros(coo.nnz, np.int64)
+        return scipy.sparse.csr_matrix((coo.values, (coo.coords[:, mode], col)), shape=(coo.shape[mode], ncols))
+
+    def __repr__(self) -> str:
+        return f"CSFTensor(shape={self.shape}, nnz={self.nnz}, order={self.order}, bytes={self.nbytes})"
+
+
+def as_coo(X: Any) -> COOTensor:
+    if isinstance(X, COOTensor):
+        return X
+    if isinstance(X, CSFTensor):
+        return X.to_coo()
+    raise TypeError(f"expected a COOTensor or CSFTensor; received {type(X).__name__}")
