@@ -32,7 +32,7 @@ class COOTensor:
     >>> import numpy as np
     >>> from tuckerkit.sparse import COOTensor
     >>> X = COOTensor([[0, 1, 2], [0, 1, 2], [1, 0, 0]], [1.0, 2.0, 0.0], shape=(2, 2, 3))
-    >>> X.nnz, X.shape, X.to_dense()[0, 1, 2]
+    >>> X.nnz, X.shape, float(X.to_dense()[0, 1, 2])
     (1, (2, 2, 3), 3.0)
     """
 
