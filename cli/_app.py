@@ -205,15 +205,26 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
     check_max_iter(max_iter, "--max-iter")
     _check_device(device)
     out = output if output is not None else _default_output(input, method)
-    X = _load(input, key, shape)  # memory-mapped for .npy: cheap until the decomposition reads it
+    X: Any
+    if method == "cp" and input.suffix.lower() == ".tns":  # sparse CP-ALS on the nonzeros, never densified
+        from tuckerkit.io._load import _check_path
+        from tuckerkit.sparse import COOTensor
+
+        _check_path(input)
+        X = COOTensor.from_tns(input, shape=_parse_ints(shape, "--shape") if shape else None)
+        if dtype is not None:
+            X = X.astype(dtype)
+    else:
+        X = _load(input, key, shape)  # memory-mapped for .npy: cheap until the decomposition reads it
     check_shape(X, f"tensor in {str(input)!r}")
     rk = None
     if ranks is not None:
         rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks")
     check_output_path(out, force=force, inputs=(input,))
-    if dtype is not None:
-        X = np.asarray(X, dtype=dtype)
-    X = check_tensor(X, f"tensor in {str(input)!r}")
+    if not hasattr(X, "_tk_mttkrp"):
+        if dtype is not None:
+            X = np.asarray(X, dtype=dtype)
+        X = check_tensor(X, f"tensor in {str(input)!r}")
     progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=max_iter)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -242,6 +253,7 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
     else:
         stored, ranks_out = res.core.size, list(res.ranks)
     stored += sum(U.size for U in res.factors)
+    logical = math.prod(float(d) for d in X.shape)
     summary = {
         "input": str(input),
         "shape": list(X.shape),
@@ -253,7 +265,7 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         "iterations": res.n_iter,
         "converged": res.converged,
         "seconds": round(seconds, 4),
-        "compression_ratio": math.prod(X.shape) / stored,
+        "compression_ratio": logical / stored,
         "output": str(path),
     }
     if json_out:
@@ -287,6 +299,21 @@ def _info(input, key, shape, json_out):
 
     from tuckerkit.decomposition._results import _sqnorm
 
+    if input.suffix.lower() == ".tns":
+        from tuckerkit.io._load import _check_path
+        from tuckerkit.sparse import COOTensor
+
+        _check_path(input)
+        S = COOTensor.from_tns(input, shape=_parse_ints(shape, "--shape") if shape else None)
+        sinfo = {"input": str(input), "shape": list(S.shape), "dtype": str(S.dtype), "format": "sparse (COO)",
+                 "nnz": S.nnz, "density": S.density, "bytes": S.nbytes, "frobenius_norm": S.norm(),
+                 "dense_bytes": int(math.prod(float(d) for d in S.shape) * S.dtype.itemsize)}
+        if json_out:
+            typer.echo(json.dumps(sinfo))
+        else:
+            for k, v in sinfo.items():
+                typer.echo(f"{k:20s} {v}")
+        return
     X = _load(input, key, shape)
     info: dict[str, Any] = {
         "input": str(input),

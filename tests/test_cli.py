@@ -96,9 +96,12 @@ def test_tns_input(tmp_path):
     res = _invoke(["info", p, "--json"])
     assert res.exit_code == 0, res.output
     info = json.loads(res.stdout)
-    assert info["shape"] == [2, 3, 2] and info["nnz"] == 3
+    assert info["shape"] == [2, 3, 2] and info["nnz"] == 3 and info["format"] == "sparse (COO)"
     res = _invoke(["decompose", p, "--ranks", "1,1,1"])
     assert res.exit_code == 0, res.output
+    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--seed", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["ranks"] == 2
 
 
 def test_help_shows_examples():
