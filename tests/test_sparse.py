@@ -121,3 +121,21 @@ def test_sparse_mttkrp_bad_factors(rng):
         tk.mttkrp(X, [None, np.ones((5, 2)), np.ones((7, 2))], 0)
     with pytest.raises(ValueError, match=r"factors has 2 matrices; expected one per mode of X \(3\)"):
         tk.mttkrp(X, [None, np.ones((5, 2))], 0)
+
+
+def test_sparse_benchmark_generator_is_deterministic_and_covers_every_slice():
+    from tuckerkit.datasets._sparse_bench import sparse_benchmark_coords
+
+    c1, v1 = sparse_benchmark_coords((50, 60, 70), 3000, True, 7)
+    c2, v2 = sparse_benchmark_coords((50, 60, 70), 3000, True, 7)
+    np.testing.assert_array_equal(c1, c2)
+    np.testing.assert_array_equal(v1, v2)
+    assert c1.shape == (3000, 3) and len({tuple(r) for r in c1}) == 3000  # distinct coordinates
+    for m, d in enumerate((50, 60, 70)):
+        assert np.bincount(c1[:, m], minlength=d).min() >= 1  # no empty slice
+    counts = np.bincount(c1[:, 0], minlength=50)
+    assert counts.max() > 5 * np.median(counts)  # power-law slices
+    with pytest.raises(ValueError, match=r"name='big' is not valid; expected one of 'skew3d', 'skew4d', 'unif3d'"):
+        from tuckerkit.datasets import make_sparse_benchmark
+
+        make_sparse_benchmark("big")

@@ -1,0 +1,95 @@
+"""The sparse benchmark tensors (skew3d, skew4d, unif3d), regenerated inside the package.
+
+The project's sparse benchmarks use three FROSTT-style tensors whose recipe is fixed (base seed 12345, a child
+seed per tensor, power-law coordinates with exponent 1.2 relabelled by a random permutation per mode, a
+coverage block that puts at least one nonzero in every slice, first-occurrence de-duplication until exactly
+``nnz`` distinct coordinates exist, uniform(0, 1) values, random output order). This module draws the same
+random numbers in the same order, so the tensors are identical bit for bit to the reference files (checked
+against their md5 sums by ``benchmarks/sparse.py``), and the project never needs files from outside itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tuckerkit.datasets._generators import Dataset
+
+_BASE_SEED = 12345
+_ALPHA = 1.2
+
+#: name -> (dims, nnz, power-law?, seed); md5 of the .tns text written with ``%d ... %.10f``
+SPARSE_BENCHMARKS = {
+    "skew3d": ((20000, 20000, 20000), 2_000_000, True, _BASE_SEED + 1, "8d19ce308edcad9751395810553565bb"),
+    "skew4d": ((5000, 5000, 5000, 5000), 1_000_000, True, _BASE_SEED + 2, "e46f050b6f9408b185b9fee8fa6672ae"),
+    "unif3d": ((10000, 10000, 10000), 1_000_000, False, _BASE_SEED + 3, "1af207d371049572bd6abd18b17ecd1b"),
+}
+
+
+def _mode_sampler(rng: np.random.Generator, dim: int, skewed: bool):
+    if not skewed:
+        return lambda count: rng.integers(0, dim, size=count)
+    weights = np.arange(1, dim + 1, dtype=np.float64) ** (-_ALPHA)
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    relabel = rng.permutation(dim)  # drawn when the sampler is made, mode by mode
+
+    def draw(count: int) -> np.ndarray:
+        ranks = np.minimum(np.searchsorted(cdf, rng.random(count), side="right"), dim - 1)
+        return relabel[ranks]
+
+    return draw
+
+
+def _first_occurrences(coords: np.ndarray, strides: np.ndarray) -> np.ndarray:
+    _, first = np.unique(coords @ strides, return_index=True)
+    return coords[np.sort(first)]
+
+
+def sparse_benchmark_coords(dims, nnz: int, skewed: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """0-based coordinates (nnz, N) and values of one benchmark tensor, in the reference's output order."""
+    rng = np.random.default_rng(seed)
+    n_modes = len(dims)
+    draws = [_mode_sampler(rng, d, skewed) for d in dims]
+    n_cover = max(dims)
+    coords = np.empty((n_cover, n_modes), dtype=np.int64)
+    for m, d in enumerate(dims):
+        column = draws[m](n_cover)
+        column[:d] = rng.permutation(d)  # every slice of every mode gets a nonzero
+        coords[:, m] = column
+    strides = np.ones(n_modes, dtype=np.int64)
+    for m in range(n_modes - 2, -1, -1):
+        strides[m] = strides[m + 1] * dims[m + 1]
+    coords = _first_occurrences(coords, strides)
+    while coords.shape[0] < nnz:
+        missing = nnz - coords.shape[0]
+        batch = int(missing * 1.3) + 1000
+        extra = np.stack([draws[m](batch) for m in range(n_modes)], axis=1)
+        coords = _first_occurrences(np.concatenate([coords, extra]), strides)
+    coords = coords[:nnz]
+    values = rng.random(nnz)
+    shuffle = rng.permutation(nnz)
+    return coords[shuffle], values[shuffle]
+
+
+def make_sparse_benchmark(name: str) -> Dataset:
+    """One of the project's sparse benchmark tensors as a COOTensor (``data``), generated, never downloaded.
+
+    Parameters
+    ----------
+    name : {"skew3d", "skew4d", "unif3d"}
+
+    Returns
+    -------
+    Dataset
+        ``data`` is a :class:`tuckerkit.sparse.COOTensor`; ``extra`` holds the raw coordinates and values in
+        file order and the md5 of the reference ``.tns`` file.
+    """
+    from tuckerkit.sparse import COOTensor
+
+    if name not in SPARSE_BENCHMARKS:
+        raise ValueError(f"name={name!r} is not valid; expected one of {', '.join(map(repr, SPARSE_BENCHMARKS))}")
+    dims, nnz, skewed, seed, md5 = SPARSE_BENCHMARKS[name]
+    coords, values = sparse_benchmark_coords(dims, nnz, skewed, seed)
+    return Dataset(COOTensor(coords, values, dims), description=f"{name}: {'x'.join(map(str, dims))}, {nnz:,} "
+                   f"nonzeros, {'power-law' if skewed else 'uniform'} coordinates",
+                   source="tuckerkit.datasets.make_sparse_benchmark (seeded generator)",
+                   extra={"coords": coords, "values": values, "md5": md5})
