@@ -41,6 +41,9 @@ test: lint
 bench: $(VENV)/.bench
 	$(PY) benchmarks/contractions.py
 	$(PY) benchmarks/ttm.py
+	$(PY) benchmarks/tucker.py
+	$(PY) benchmarks/cp.py
+	$(PY) benchmarks/sparse.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info .pytest_cache .mypy_cache .ruff_cache
