@@ -19,6 +19,7 @@ from tuckerkit.cli import app
 from typer.testing import CliRunner
 
 import tuckerkit as tk
+import tuckerkit.io
 from tuckerkit.io import load_metadata, load_result
 
 runner = CliRunner()
@@ -252,3 +253,21 @@ def test_installed_console_script_subprocess(files):
                          "--json"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["ranks"] == [2, 2, 2]
+
+
+def test_mat_and_h5_inputs(tmp_path, rng):
+    import h5py
+    import scipy.io
+
+    X = rng.standard_normal((5, 6, 7))
+    scipy.io.savemat(tmp_path / "x.mat", {"T": X, "other": np.ones(3)})
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f.create_dataset("group/T", data=X)
+    res = _invoke(["decompose", tmp_path / "x.mat", "--key", "T", "--ranks", "2,2,2", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["shape"] == [5, 6, 7]
+    res = _invoke(["decompose", tmp_path / "x.mat", "--ranks", "2,2,2"])
+    assert res.exit_code == 1 and "holds several arrays (T, other)" in res.output
+    res = _invoke(["decompose", tmp_path / "x.h5", "--ranks", "2,2,2", "--json"])
+    assert res.exit_code == 0, res.output
+    np.testing.assert_allclose(tk.io.load_tensor(tmp_path / "x.h5"), X)
