@@ -268,6 +268,6 @@ def test_mat_and_h5_inputs(tmp_path, rng):
     assert json.loads(res.stdout)["shape"] == [5, 6, 7]
     res = _invoke(["decompose", tmp_path / "x.mat", "--ranks", "2,2,2"])
     assert res.exit_code == 1 and "holds several arrays (T, other)" in res.output
-    res = _invoke(["decompose", tmp_path / "x.h5", "--ranks", "2,2,2", "--json"])
+    res = _invoke(["decompose", tmp_path / "x.h5", "--ranks", "2,2,2", "--json", "-o", tmp_path / "h.npz"])
     assert res.exit_code == 0, res.output
     np.testing.assert_allclose(tk.io.load_tensor(tmp_path / "x.h5"), X)
