@@ -9,11 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from tuckerkit.sparse._dispatch import SparseKernels
+
 #: ``to_dense`` refuses tensors with more entries than this (override with ``limit=``)
 DENSE_LIMIT = 100_000_000
 
 
-class COOTensor:
+class COOTensor(SparseKernels):
     """A sparse tensor in coordinate format: ``coords`` (nnz, N) 0-based, ``values`` (nnz,), ``shape``.
 
     Duplicate coordinates are summed and explicit zeros dropped at construction (so ``nnz`` counts
@@ -145,30 +147,6 @@ class COOTensor:
         X = np.zeros(self.shape, dtype=self.dtype)
         X[tuple(self.coords.T)] = self.values
         return X
-
-    # ---------------------------------------------------------------------- engine dispatch (kernels)
-    def _tk_mttkrp(self, factors, mode: int):
-        """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
-        from tuckerkit.sparse._mttkrp import sparse_mttkrp
-
-        return sparse_mttkrp(self, factors, mode)
-
-    def _tk_unfolding(self, mode: int):
-        """The mode-``mode`` unfolding as a scipy CSR matrix (None when its column count overflows int64)."""
-        import scipy.sparse
-
-        from tuckerkit.sparse._csf import as_coo
-
-        coo = as_coo(self)
-        others = [m for m in range(coo.ndim) if m != mode]
-        ncols = 1
-        for m in others:
-            ncols *= coo.shape[m]
-        if ncols >= 2**62:
-            return None
-        col = np.ravel_multi_index(tuple(coo.coords[:, m].astype(np.int64) for m in others),
-                                   tuple(coo.shape[m] for m in others)) if others else np.zeros(coo.nnz, np.int64)
-        return scipy.sparse.csr_matrix((coo.values, (coo.coords[:, mode], col)), shape=(coo.shape[mode], ncols))
 
     def __repr__(self) -> str:
         return f"COOTensor(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype})"

@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.sparse._coo import COOTensor, linear_key
+from tuckerkit.sparse._dispatch import SparseKernels
 
 
-class CSFTensor:
+class CSFTensor(SparseKernels):
     """A sparse tensor stored as a tree of fibers in a chosen mode order (taco's compressed levels).
 
     Level ``l`` holds ``idx[l]`` (the coordinate in mode ``order[l]`` of each node) and, for every level but
@@ -111,30 +112,6 @@ class CSFTensor:
         for lev, m in enumerate(self.order):
             coords[:, m] = cols[lev]
         return COOTensor(coords, self.values, self.shape)
-
-    # ---------------------------------------------------------------------- engine dispatch (kernels)
-    def _tk_mttkrp(self, factors, mode: int):
-        """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
-        from tuckerkit.sparse._mttkrp import sparse_mttkrp
-
-        return sparse_mttkrp(self, factors, mode)
-
-    def _tk_unfolding(self, mode: int):
-        """The mode-``mode`` unfolding as a scipy CSR matrix (None when its column count overflows int64)."""
-        import scipy.sparse
-
-        from tuckerkit.sparse._csf import as_coo
-
-        coo = as_coo(self)
-        others = [m for m in range(coo.ndim) if m != mode]
-        ncols = 1
-        for m in others:
-            ncols *= coo.shape[m]
-        if ncols >= 2**62:
-            return None
-        col = np.ravel_multi_index(tuple(coo.coords[:, m].astype(np.int64) for m in others),
-                                   tuple(coo.shape[m] for m in others)) if others else np.zeros(coo.nnz, np.int64)
-        return scipy.sparse.csr_matrix((coo.values, (coo.coords[:, mode], col)), shape=(coo.shape[mode], ncols))
 
     def __repr__(self) -> str:
         return f"CSFTensor(shape={self.shape}, nnz={self.nnz}, order={self.order}, bytes={self.nbytes})"

@@ -1,0 +1,39 @@
+"""What the engine calls on a sparse tensor (shared by COOTensor and CSFTensor)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class SparseKernels:
+    """Mixin: the hooks ``tuckerkit.engine`` dispatches to (sparse is a kernel, not a branch)."""
+
+    shape: tuple[int, ...]
+
+    def _tk_mttkrp(self, factors, mode: int):
+        """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
+        from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+        return sparse_mttkrp(self, factors, mode)  # type: ignore[arg-type]
+
+    def _tk_unfolding(self, mode: int) -> Any:
+        """The mode-``mode`` unfolding as a scipy CSR matrix (None when its column count overflows int64)."""
+        import scipy.sparse
+
+        from tuckerkit.sparse._csf import as_coo
+
+        coo = as_coo(self)
+        others = [m for m in range(coo.ndim) if m != mode]
+        ncols = 1
+        for m in others:
+            ncols *= coo.shape[m]
+        if ncols >= 2**62:
+            return None
+        if others:
+            col = np.ravel_multi_index(tuple(coo.coords[:, m].astype(np.int64) for m in others),
+                                       tuple(coo.shape[m] for m in others))
+        else:
+            col = np.zeros(coo.nnz, np.int64)
+        return scipy.sparse.csr_matrix((coo.values, (coo.coords[:, mode], col)), shape=(coo.shape[mode], ncols))
