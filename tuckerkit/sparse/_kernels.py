@@ -2,7 +2,8 @@
 
 MTTKRP for the mode at the root of a CSF: each root node (a slice of the output mode) is one parallel
 task that walks its fiber tree depth-first with one accumulator row per level, so every output row is
-written by exactly one thread (no atomics). Works for any order >= 2.
+written by exactly one thread (no atomics). Works for any order >= 2. The roots are visited in an order
+that gives each thread's contiguous share of the loop the same number of nonzeros (power-law slices).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from numba import njit, prange
 
 
 @njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, out):  # pragma: no cover
+def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, order, out):  # pragma: no cover
     R = out.shape[1]
     n_root = idx_off[1] - idx_off[0]
-    for r in prange(n_root):
+    for t in prange(n_root):
+        r = order[t]
         acc = np.zeros((n_levels, R), dtype=out.dtype)
         cur = np.zeros(n_levels, dtype=np.int64)
         end = np.zeros(n_levels, dtype=np.int64)

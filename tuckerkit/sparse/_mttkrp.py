@@ -46,7 +46,11 @@ def sparse_plan(X: Any) -> tuple[SparsePlan, list[CSFTensor]]:
     return plan, csfs
 
 
-def _pack(csf: CSFTensor, factors: Sequence[Any], dtype) -> tuple:
+def _packed_tree(csf: CSFTensor) -> tuple:
+    """The CSF's levels concatenated once (cached on it): the kernel takes flat arrays plus offsets."""
+    cache = csf.__dict__.setdefault("_tk_cache", {})
+    if "packed" in cache:
+        return cache["packed"]
     N = csf.ndim
     idx_off = np.zeros(N + 1, dtype=np.int64)
     for lev in range(N):
@@ -57,6 +61,41 @@ def _pack(csf: CSFTensor, factors: Sequence[Any], dtype) -> tuple:
     itype = csf.idx[0].dtype
     idx_all = np.concatenate(csf.idx).astype(itype, copy=False)
     pos_all = np.concatenate(csf.pos).astype(itype, copy=False) if N > 1 else np.zeros(1, itype)
+    cache["packed"] = (pos_all, pos_off, idx_all, idx_off)
+    return cache["packed"]
+
+
+def balanced_roots(csf: CSFTensor, threads: int) -> np.ndarray:
+    """A visiting order of the roots whose ``threads`` equal contiguous parts hold equal work.
+
+    numba splits a ``prange`` into equal contiguous chunks; with power-law slices a few roots hold most
+    nonzeros, so the roots are dealt heaviest first, snake-wise, into one bucket per thread.
+    """
+    key = ("_tk_roots", threads)
+    cache = csf.__dict__.setdefault("_tk_cache", {})
+    if key in cache:
+        return cache[key]
+    n_root = len(csf.idx[0])
+    if threads <= 1 or n_root < 2:
+        order = np.arange(n_root, dtype=np.int64)
+    else:
+        # nonzeros under each root: walk the pos arrays down to the leaves
+        lo, hi = csf.pos[0][:-1].astype(np.int64), csf.pos[0][1:].astype(np.int64)
+        for lev in range(1, csf.ndim - 1):
+            lo, hi = csf.pos[lev][lo].astype(np.int64), csf.pos[lev][hi].astype(np.int64)
+        work = hi - lo
+        heavy_first = np.argsort(-work, kind="stable")
+        rounds = np.arange(n_root) // threads
+        lane = np.arange(n_root) % threads
+        bucket = np.where(rounds % 2 == 0, lane, threads - 1 - lane)
+        order = np.concatenate([heavy_first[bucket == b] for b in range(threads)]).astype(np.int64)
+    cache[key] = order
+    return order
+
+
+def _pack(csf: CSFTensor, factors: Sequence[Any], dtype) -> tuple:
+    N = csf.ndim
+    pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
     F_off = np.zeros(N, dtype=np.int64)
     mats = []
     off = 0
@@ -83,7 +122,10 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -
     dtype = np.result_type(csf.values.dtype, *(U.dtype for m, U in enumerate(factors) if m != mode))
     pos_all, pos_off, idx_all, idx_off, F_all, F_off = _pack(csf, factors, dtype)
     out = np.zeros((csf.shape[mode], R), dtype=dtype)
+    import numba
+
+    order = balanced_roots(csf, numba.get_num_threads())
     with single_threaded_blas():  # keep BLAS threads from competing with the kernel's threads
         mttkrp_root(pos_all, pos_off, idx_all, idx_off, csf.values.astype(dtype, copy=False), F_all, F_off,
-                    csf.ndim, out)
+                    csf.ndim, order, out)
     return out
