@@ -604,8 +604,6 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
             update(n, X._tk_mttkrp(factors, n))
         return ()
     xp, X = _tensor(X, min_ndim=2)
-    st = _elem_strides(X)
-    modes = sorted(range(X.ndim), key=lambda m: -st[m])  # outer -> inner in memory
     plans: list[ContractionPlan] = []
     R = factors[0].shape[1]
 
@@ -652,8 +650,7 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
         T1, m1 = contract_modes(T, t_modes, first, has_r)
         rec(T1, m1, True, second)
 
-    # mode order is the update order (0..N-1); the split keeps memory-adjacent modes together
-    del modes
+    # mode order is the update order (0..N-1); for C or F layouts each half is a memory-adjacent chain
     all_modes = list(range(X.ndim))
     rec(X, all_modes, False, all_modes)
     return tuple(plans)

@@ -2,8 +2,8 @@
 
 MTTKRP for the mode at the root of a CSF: each root node (a slice of the output mode) is one parallel
 task that walks its fiber tree depth-first with one accumulator row per level, so every output row is
-written by exactly one thread (no atomics). Works for any order >= 2. The roots are visited in an order
-that gives each thread's contiguous share of the loop the same number of nonzeros (power-law slices).
+written by exactly one thread (no atomics). Works for any order >= 2. Each thread takes one contiguous run
+of roots, cut where the nonzeros divide evenly (power-law slices), so memory is walked in order.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ import numpy as np
 from numba import njit, prange
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, order, out):  # pragma: no cover
+@njit(cache=True, fastmath=False)
+def _root_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
-    n_root = idx_off[1] - idx_off[0]
-    for t in prange(n_root):
-        r = order[t]
-        acc = np.zeros((n_levels, R), dtype=out.dtype)
-        cur = np.zeros(n_levels, dtype=np.int64)
-        end = np.zeros(n_levels, dtype=np.int64)
+    acc = np.zeros((n_levels, R), dtype=out.dtype)
+    cur = np.zeros(n_levels, dtype=np.int64)
+    end = np.zeros(n_levels, dtype=np.int64)
+    for r in range(r0, r1):
         cur[1] = pos_all[pos_off[0] + r]
         end[1] = pos_all[pos_off[0] + r + 1]
         depth = 1
@@ -49,3 +47,11 @@ def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels
         orow = idx_all[idx_off[0] + r]
         for q in range(R):
             out[orow, q] = acc[1, q]
+            acc[1, q] = 0.0
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, bounds, out):  # pragma: no cover
+    # one contiguous run of roots per thread, cut where the nonzeros split evenly (power-law slices)
+    for t in prange(bounds.shape[0] - 1):
+        _root_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, bounds[t], bounds[t + 1], out)
