@@ -1,7 +1,8 @@
 """Tucker (HOSVD, ST-HOSVD, HOOI) and CP (CP-ALS) decompositions built on the contraction engine."""
 
 from tuckerkit.decomposition._cp import cp_als
+from tuckerkit.decomposition._monitor import IterationState
 from tuckerkit.decomposition._results import ConvergenceWarning, CPTensor, TuckerTensor
-from tuckerkit.decomposition._tucker import IterationState, hooi, hosvd, st_hosvd
+from tuckerkit.decomposition._tucker import hooi, hosvd, st_hosvd
 
 __all__ = ["CPTensor", "ConvergenceWarning", "IterationState", "TuckerTensor", "cp_als", "hooi", "hosvd", "st_hosvd"]

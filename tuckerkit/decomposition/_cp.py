@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -21,8 +19,8 @@ from tuckerkit._validation import (
     check_tensor,
 )
 from tuckerkit.decomposition._linalg import gram_eigh, sign_fix, spd_solve
-from tuckerkit.decomposition._results import ConvergenceWarning, CPTensor, _sqnorm
-from tuckerkit.decomposition._tucker import IterationState
+from tuckerkit.decomposition._monitor import IterationState, Monitor
+from tuckerkit.decomposition._results import CPTensor, _sqnorm
 from tuckerkit.engine import mttkrp_sweep
 from tuckerkit.engine._threads import single_threaded_blas
 
@@ -155,9 +153,7 @@ def _cp_als_impl(
     grams = [U.T @ U for U in factors]
     normX2 = X.norm() ** 2 if sparse else _sqnorm(X)
     normX = math.sqrt(normX2)
-    history: list[float] = []
-    converged = stopped = False
-    t0 = time.perf_counter()
+    mon = Monitor("cp_als", tol, max_iter, callback, verbose)
     it = 0
     last: dict[str, Any] = {}
 
@@ -191,25 +187,10 @@ def _cp_als_impl(
         model2 = float(weights.astype(np.float64) @ V @ weights.astype(np.float64))
         err = math.sqrt(max(normX2 - 2 * inner + model2, 0.0))
         fit = 1.0 - err / normX if normX > 0 else 1.0
-        change = abs(fit - history[-1]) if history else float("inf")
-        history.append(fit)
-        if verbose:
-            logger.info("cp_als iteration %d: fit %.10f (change %.3g)", it, fit, change)
-        if callback is not None and callback(
-            IterationState(it, fit, change, time.perf_counter() - t0, tuple(factors))
-        ) is True:
-            stopped = True
+        if mon.step(it, fit, factors):
             break
-        # the fit never decreases in exact arithmetic: a decrease means rounding noise dominates (float32)
-        if change < tol or (tol > 0 and len(history) > 1 and fit < history[-2]):
-            converged = True
-            break
-    if not converged and not stopped:
-        warnings.warn(
-            f"cp_als reached max_iter={max_iter} before the fit changed by less than tol={tol}",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+    mon.finish()
     if not normalize:
         weights = np.ones(rank, dtype=X.dtype)
-    return CPTensor(weights, tuple(factors), it, converged, tuple(history), plans, passes_per_iteration=min(N, 2))
+    return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history), plans,
+                    passes_per_iteration=min(N, 2))

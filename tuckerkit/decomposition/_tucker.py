@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,22 +19,12 @@ from tuckerkit._validation import (
     check_unit_interval,
 )
 from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, sign_fix
-from tuckerkit.decomposition._results import ConvergenceWarning, TuckerTensor, _sqnorm
+from tuckerkit.decomposition._monitor import IterationState, Monitor
+from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
 from tuckerkit.engine import multi_ttm, multi_ttm_plan, ttm
 from tuckerkit.engine._threads import single_threaded_blas
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class IterationState:
-    """What ``callback(state)`` receives after each iteration; return True to stop."""
-
-    iteration: int
-    fit: float
-    fit_change: float
-    elapsed: float
-    factors: tuple[Any, ...]
 
 
 def _fit(normX2: float, normG2: float) -> float:
@@ -302,10 +289,7 @@ def _hooi_impl(
     else:
         raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'random' or a TuckerTensor")
     normX2 = _sqnorm(X)
-    history: list[float] = []
-    converged = False
-    stopped = False
-    t0 = time.perf_counter()
+    mon = Monitor("hooi", tol, max_iter, callback, verbose)
     core = None
     plans: list = []
     it = 0
@@ -314,24 +298,8 @@ def _hooi_impl(
         routes: dict[int, str] = {}
         core = _hooi_sweep(X, list(range(N)), factors, ranks, routes, plans, True)
         fit = _fit(normX2, _sqnorm(core))
-        change = abs(fit - history[-1]) if history else float("inf")
-        history.append(fit)
-        if verbose:
-            logger.info("hooi iteration %d: fit %.10f (change %.3g)", it, fit, change)
-        if callback is not None and callback(
-            IterationState(it, fit, change, time.perf_counter() - t0, tuple(factors))
-        ) is True:
-            stopped = True
+        if mon.step(it, fit, factors):
             break
-        # the fit never decreases in exact arithmetic: a decrease means rounding noise dominates (float32)
-        if change < tol or (tol > 0 and len(history) > 1 and fit < history[-2]):
-            converged = True
-            break
-    if not converged and not stopped:
-        warnings.warn(
-            f"hooi reached max_iter={max_iter} before the fit changed by less than tol={tol}",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
-    return TuckerTensor(core, tuple(factors), it, converged, tuple(history), tuple(plans),
+    mon.finish()
+    return TuckerTensor(core, tuple(factors), it, mon.converged, tuple(mon.history), tuple(plans),
                         passes_per_iteration=min(N, 2))
