@@ -139,3 +139,17 @@ def test_sparse_benchmark_generator_is_deterministic_and_covers_every_slice():
         from tuckerkit.datasets import make_sparse_benchmark
 
         make_sparse_benchmark("big")
+
+
+def test_tns_write_read_round_trip_fast_path(tmp_path, rng):
+    from tuckerkit.io import read_tns, write_tns
+
+    coords = np.stack([rng.integers(0, n, 5000) for n in (30, 40, 50)], axis=1)
+    values = rng.standard_normal(5000)
+    write_tns(tmp_path / "r.tns", coords, values)
+    c, v, shape = read_tns(tmp_path / "r.tns")
+    np.testing.assert_array_equal(c, coords)
+    np.testing.assert_array_equal(v, values)  # %.17g round-trips float64 exactly
+    assert shape == tuple(int(m) + 1 for m in coords.max(axis=0))
+    c2, _, shape2 = read_tns(tmp_path / "r.tns", shape=(30, 40, 50))
+    assert shape2 == (30, 40, 50)

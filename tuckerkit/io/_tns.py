@@ -20,11 +20,17 @@ def read_tns(
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Parse a ``.tns`` file into 0-based ``coords`` (nnz, N), ``values`` (nnz,) and the shape.
 
-    Parsing is vectorized (one split of the whole text, no Python loop per line). ``#`` comments, blank
-    lines, trailing whitespace and scientific notation are accepted; a malformed line is reported by its
-    line number. Duplicate coordinates are kept (they add up when densified).
+    Valid files go through numpy's C parser (``numpy.loadtxt``: no Python loop per line); a file it rejects
+    is read again by a precise reader that names the malformed line. ``#`` comments, blank lines, trailing
+    whitespace and scientific notation are accepted. Duplicate coordinates are kept (they add up when
+    densified or are summed by ``COOTensor``).
     """
     p = Path(path)
+    fast = _read_fast(p, dtype)
+    if fast is not None:
+        coords, vals = fast
+        return coords, vals, _shape_of(p, coords, shape)
+    # slow path: only for files the fast reader rejected, to name the offending line
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
@@ -66,6 +72,31 @@ def read_tns(
     if not np.all(np.isfinite(vals)):
         row = int(np.flatnonzero(~np.isfinite(vals))[0])
         raise _err(p, f"line {body[row][0]} has a value that is NaN or infinite: {arr[row, -1]!r}")
+    return coords, vals, _shape_of(p, coords, shape)
+
+
+def _read_fast(p: Path, dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """numpy's C parser (comments, blank lines, exponents); None when the file needs the precise reader."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "empty input file" and friends: handled by the slow path
+            data = np.loadtxt(p, comments="#", ndmin=2, dtype=np.float64)
+    except (ValueError, UnicodeDecodeError, OSError):
+        return None
+    if data.shape[0] == 0 or data.shape[1] < 2:
+        return None
+    raw = data[:, :-1]
+    if not np.all(raw == np.floor(raw)) or raw.min() < 1 or raw.max() >= 2.0**53:
+        return None
+    vals = data[:, -1].astype(dtype)
+    if not np.all(np.isfinite(vals)):
+        return None
+    return raw.astype(np.int64) - 1, vals
+
+
+def _shape_of(p: Path, coords: np.ndarray, shape: Sequence[int] | None) -> tuple[int, ...]:
     inferred = tuple(int(m) + 1 for m in coords.max(axis=0))
     if shape is None:
         shp = inferred
@@ -78,7 +109,7 @@ def read_tns(
         if over:
             m = over[0]
             raise _err(p, f"mode {m} has index {inferred[m]} but the given shape allows at most {shp[m]}")
-    return coords, vals, shp
+    return shp
 
 
 def _first_bad(block: np.ndarray, conv) -> int:
