@@ -151,5 +151,5 @@ def test_tns_write_read_round_trip_fast_path(tmp_path, rng):
     np.testing.assert_array_equal(c, coords)
     np.testing.assert_array_equal(v, values)  # %.17g round-trips float64 exactly
     assert shape == tuple(int(m) + 1 for m in coords.max(axis=0))
-    c2, _, shape2 = read_tns(tmp_path / "r.tns", shape=(30, 40, 50))
+    _, _, shape2 = read_tns(tmp_path / "r.tns", shape=(30, 40, 50))
     assert shape2 == (30, 40, 50)
