@@ -22,7 +22,7 @@ from tuckerkit.decomposition._linalg import gram_eigh, sign_fix, spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor, _sqnorm
 from tuckerkit.engine import mttkrp_sweep
-from tuckerkit.engine._threads import single_threaded_blas
+from tuckerkit.engine._threads import with_single_threaded_blas
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ def _svd_init(X: Any, rank: int, rng: np.random.Generator) -> list[Any]:
 
 
 
+@with_single_threaded_blas
 def cp_als(
     X: Any,
     rank: int,
@@ -108,23 +109,6 @@ def cp_als(
     >>> round(tk.cp_als(X, 2, random_state=0).fit, 6)
     1.0
     """
-    with single_threaded_blas():
-        return _cp_als_impl(X, rank, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
-                            normalize=normalize, callback=callback, verbose=verbose)
-
-
-def _cp_als_impl(
-    X: Any,
-    rank: int,
-    *,
-    init: str | CPTensor = "svd",
-    tol: float = 1e-8,
-    max_iter: int = 100,
-    random_state: Any = None,
-    normalize: bool = True,
-    callback: Callable[[IterationState], bool | None] | None = None,
-    verbose: bool = False,
-) -> CPTensor:
     sparse = hasattr(X, "_tk_mttkrp")
     if sparse:
         if X.ndim < 2:

@@ -31,8 +31,35 @@ def _sqnorm(X: Any, chunk_elems: int = 1 << 18) -> float:
     return total
 
 
+class _Model:
+    """What both results share: unpacking as a ``(first, factors)`` pair, shape, latest fit."""
+
+    factors: tuple[Any, ...]
+    fit_history: tuple[float, ...]
+
+    def _pair(self) -> tuple[Any, list[Any]]:
+        raise NotImplementedError
+
+    def __iter__(self):
+        return iter(self._pair())
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int):
+        return self._pair()[i]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(U.shape[0]) for U in self.factors)
+
+    @property
+    def fit(self) -> float:
+        return self.fit_history[-1] if self.fit_history else float("nan")
+
+
 @dataclass(frozen=True, eq=False)
-class TuckerTensor:
+class TuckerTensor(_Model):
     """A Tucker model ``X ~ core x_0 U_0 x_1 U_1 ... x_{N-1} U_{N-1}``.
 
     Unpacks like TensorLy's ``(core, factors)``: ``core, factors = hooi(X, ranks)``.
@@ -60,27 +87,12 @@ class TuckerTensor:
     plans: tuple[Any, ...] = field(default=(), repr=False)
     passes_per_iteration: int = 0
 
-    def __iter__(self):
-        yield self.core
-        yield list(self.factors)
-
-    def __len__(self) -> int:
-        return 2
-
-    def __getitem__(self, i: int):
-        return (self.core, list(self.factors))[i]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(int(U.shape[0]) for U in self.factors)
+    def _pair(self) -> tuple[Any, list[Any]]:
+        return self.core, list(self.factors)
 
     @property
     def ranks(self) -> tuple[int, ...]:
         return tuple(int(s) for s in self.core.shape)
-
-    @property
-    def fit(self) -> float:
-        return self.fit_history[-1] if self.fit_history else float("nan")
 
     def to_dense(self) -> Any:
         """The full tensor ``core x_n U_n`` (allocates ``prod(shape)`` elements)."""
@@ -120,7 +132,7 @@ class TuckerTensor:
 
 
 @dataclass(frozen=True, eq=False)
-class CPTensor:
+class CPTensor(_Model):
     """A CP model ``X ~ sum_r weights[r] * U_0[:, r] o U_1[:, r] o ...``.
 
     Unpacks like TensorLy's ``(weights, factors)``.
@@ -140,27 +152,12 @@ class CPTensor:
     plans: tuple[Any, ...] = field(default=(), repr=False)
     passes_per_iteration: int = 0
 
-    def __iter__(self):
-        yield self.weights
-        yield list(self.factors)
-
-    def __len__(self) -> int:
-        return 2
-
-    def __getitem__(self, i: int):
-        return (self.weights, list(self.factors))[i]
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(int(U.shape[0]) for U in self.factors)
+    def _pair(self) -> tuple[Any, list[Any]]:
+        return self.weights, list(self.factors)
 
     @property
     def rank(self) -> int:
         return int(self.weights.shape[0])
-
-    @property
-    def fit(self) -> float:
-        return self.fit_history[-1] if self.fit_history else float("nan")
 
     def to_dense(self) -> Any:
         """The full tensor (allocates ``prod(shape)`` elements)."""

@@ -22,7 +22,7 @@ from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, si
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
 from tuckerkit.engine import multi_ttm, multi_ttm_plan, ttm
-from tuckerkit.engine._threads import single_threaded_blas
+from tuckerkit.engine._threads import with_single_threaded_blas
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ def _fit(normX2: float, normG2: float) -> float:
 
 
 
+@with_single_threaded_blas
 def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
     """Truncated higher-order SVD: each factor from the full tensor, then the core.
 
@@ -55,11 +56,6 @@ def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
     >>> core.shape, [U.shape for U in factors]
     ((2, 3, 4), [(6, 2), (7, 3), (8, 4)])
     """
-    with single_threaded_blas():
-        return _hosvd_impl(X, ranks)
-
-
-def _hosvd_impl(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
     X = check_tensor(X)
     ranks = check_ranks(ranks, X.shape)
     factors = []
@@ -72,6 +68,7 @@ def _hosvd_impl(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
 
 
 
+@with_single_threaded_blas
 def st_hosvd(
     X: Any,
     ranks: Sequence[int] | int | None = None,
@@ -111,17 +108,6 @@ def st_hosvd(
     >>> tk.st_hosvd(X, tol=1e-6).ranks
     (2, 3, 2)
     """
-    with single_threaded_blas():
-        return _st_hosvd_impl(X, ranks, tol=tol, order=order)
-
-
-def _st_hosvd_impl(
-    X: Any,
-    ranks: Sequence[int] | int | None = None,
-    *,
-    tol: float | None = None,
-    order: str | Sequence[int] = "auto",
-) -> TuckerTensor:
     X = check_tensor(X)
     if (ranks is None) == (tol is None):
         raise ValueError(
@@ -197,6 +183,7 @@ def _hooi_sweep(T: Any, active: list[int], factors: list[Any], ranks: tuple[int,
 
 
 
+@with_single_threaded_blas
 def hooi(
     X: Any,
     ranks: Sequence[int] | int,
@@ -253,22 +240,6 @@ def hooi(
     >>> T.converged, round(T.fit, 6)
     (True, 1.0)
     """
-    with single_threaded_blas():
-        return _hooi_impl(X, ranks, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
-                          callback=callback, verbose=verbose)
-
-
-def _hooi_impl(
-    X: Any,
-    ranks: Sequence[int] | int,
-    *,
-    init: str | TuckerTensor = "st_hosvd",
-    tol: float = 1e-8,
-    max_iter: int = 100,
-    random_state: Any = None,
-    callback: Callable[[IterationState], bool | None] | None = None,
-    verbose: bool = False,
-) -> TuckerTensor:
     X = check_tensor(X)
     ranks = check_ranks(ranks, X.shape)
     tol = check_nonneg(tol, "tol")

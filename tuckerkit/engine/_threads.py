@@ -16,6 +16,7 @@ count found on entry, so ``threadpoolctl``'s ``threadpool_limits(1)`` still make
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Iterator
@@ -73,6 +74,17 @@ def single_threaded_blas() -> Iterator[None]:
             _STATE["depth"] -= 1
             if _STATE["depth"] == 0 and _STATE["workers"] > 1:
                 lib.set_num_threads(_STATE["workers"])
+
+
+def with_single_threaded_blas(fn):
+    """Decorator: run ``fn`` inside :func:`single_threaded_blas` (the decompositions' threading policy)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with single_threaded_blas():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _pool(n: int) -> ThreadPoolExecutor:

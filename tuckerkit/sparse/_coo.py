@@ -104,18 +104,6 @@ class COOTensor(SparseKernels):
 
     # ------------------------------------------------------------------------------------------ properties
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nnz(self) -> int:
-        return int(self.values.shape[0])
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.values.dtype
-
-    @property
     def size(self) -> int:
         return math.prod(self.shape)
 
@@ -126,10 +114,6 @@ class COOTensor(SparseKernels):
     @property
     def nbytes(self) -> int:
         return int(self.coords.nbytes + self.values.nbytes)
-
-    def norm(self) -> float:
-        v = self.values.astype(np.float64)
-        return float(math.sqrt(float(v @ v)))
 
     def astype(self, dtype: Any) -> COOTensor:
         out = object.__new__(COOTensor)

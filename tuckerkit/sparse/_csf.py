@@ -78,25 +78,9 @@ class CSFTensor(SparseKernels):
         return cls(coo, order)
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nnz(self) -> int:
-        return int(self.values.shape[0])
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.values.dtype
-
-    @property
     def nbytes(self) -> int:
         """Memory footprint of the index and value arrays."""
         return int(sum(a.nbytes for a in self.idx) + sum(a.nbytes for a in self.pos) + self.values.nbytes)
-
-    def norm(self) -> float:
-        v = self.values.astype(np.float64)
-        return float(np.sqrt(v @ v))
 
     def to_coo(self) -> COOTensor:
         N = self.ndim

@@ -8,9 +8,28 @@ import numpy as np
 
 
 class SparseKernels:
-    """Mixin: the hooks ``tuckerkit.engine`` dispatches to (sparse is a kernel, not a branch)."""
+    """Mixin of COOTensor and CSFTensor: shared properties and the hooks ``tuckerkit.engine`` dispatches to
+    (sparse is a kernel, not a branch)."""
 
     shape: tuple[int, ...]
+    values: np.ndarray
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    def norm(self) -> float:
+        """Frobenius norm from the nonzeros (float64 accumulation)."""
+        v = self.values.astype(np.float64)
+        return float(np.sqrt(v @ v))
 
     def _tk_mttkrp(self, factors, mode: int):
         """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
