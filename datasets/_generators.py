@@ -94,3 +94,157 @@ def make_low_rank_cp(
     X = _noisy(np.asarray(truth.to_dense()), noise, rng).astype(dtype)
     return Dataset(X, truth=truth, description=f"rank-{rank} CP + {noise:g} noise",
                    source="tuckerkit.datasets.make_low_rank_cp")
+
+
+def make_sparse_tensor(
+    shape: Sequence[int], nnz: int | None = None, *, density: float | None = None, distribution: str = "uniform",
+    alpha: float = 1.2, dtype: Any = np.float64, random_state: Any = None,
+) -> Dataset:
+    """A random sparse tensor with exactly ``nnz`` distinct nonzeros, uniform(0, 1] values.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        Mode sizes (order 1 or more).
+    nnz : int, optional
+        Number of nonzeros; or give ``density`` (the fraction of entries) instead.
+    density : float in (0, 1], optional
+    distribution : {"uniform", "power_law"}, default "uniform"
+        ``"power_law"`` draws each coordinate with probability proportional to ``rank ** -alpha`` (then
+        relabels the indices of each mode at random), so slice sizes are skewed like those of ratings,
+        knowledge-graph or text tensors.
+    alpha : float, default 1.2
+        Exponent of the power law.
+    dtype : {float64, float32}, default float64
+    random_state : None, int or numpy.random.Generator
+
+    Returns
+    -------
+    Dataset
+        ``data`` is a :class:`tuckerkit.sparse.COOTensor`.
+
+    Examples
+    --------
+    >>> from tuckerkit.datasets import make_sparse_tensor
+    >>> X = make_sparse_tensor((30, 40, 50), 500, distribution="power_law", random_state=0).data
+    >>> X.shape, X.nnz
+    ((30, 40, 50), 500)
+    """
+    import math
+
+    from tuckerkit.sparse import COOTensor
+    from tuckerkit.sparse._coo import linear_key
+
+    shape = tuple(int(s) for s in shape)
+    if not shape or min(shape) < 1:
+        raise ValueError(f"shape={shape} is not valid; expected positive mode sizes")
+    size = math.prod(shape)
+    if (nnz is None) == (density is None):
+        raise ValueError("give exactly one of nnz and density")
+    if density is not None:
+        if not 0 < density <= 1:
+            raise ValueError(f"density={density} is not valid; expected a fraction in (0, 1]")
+        nnz = max(1, round(density * size))
+    assert nnz is not None
+    if not 1 <= nnz <= size:
+        raise ValueError(f"nnz={nnz} is not valid; expected 1 <= nnz <= {size} (the number of entries)")
+    if distribution not in ("uniform", "power_law"):
+        raise ValueError(f"distribution={distribution!r} is not valid; expected 'uniform' or 'power_law'")
+    if distribution == "power_law" and alpha <= 0:
+        raise ValueError(f"alpha={alpha} is not valid; expected a positive exponent")
+    rng = check_random_state(random_state)
+
+    samplers = []
+    for n in shape:
+        if distribution == "uniform":
+            samplers.append(lambda k, n=n: rng.integers(0, n, size=k))
+        else:
+            cdf = np.cumsum(np.arange(1, n + 1, dtype=np.float64) ** -alpha)
+            cdf /= cdf[-1]
+            relabel = rng.permutation(n)
+            samplers.append(lambda k, n=n, cdf=cdf, relabel=relabel:
+                            relabel[np.minimum(np.searchsorted(cdf, rng.random(k), side="right"), n - 1)])
+
+    def draw(k: int) -> np.ndarray:
+        return np.stack([s(k) for s in samplers], axis=1).astype(np.int64)
+
+    if nnz > size // 2 or size < 64:  # dense-ish: pick distinct linear indices directly
+        keys = rng.choice(size, size=nnz, replace=False)
+        coords = np.stack(np.unravel_index(keys, shape), axis=1).astype(np.int64)
+    else:
+        coords = np.empty((0, len(shape)), dtype=np.int64)
+        while coords.shape[0] < nnz:
+            more = np.concatenate([coords, draw(int((nnz - coords.shape[0]) * 1.3) + 16)])
+            key = linear_key(more, shape)
+            _, first = np.unique(more if key is None else key, axis=0, return_index=True)
+            coords = more[np.sort(first)]
+            if distribution == "power_law" and coords.shape[0] < nnz and more.shape[0] > 50 * nnz:
+                raise ValueError(f"nnz={nnz} distinct coordinates are too many for a power law with alpha={alpha} "
+                                 f"on shape {shape}; lower nnz or alpha")
+        coords = coords[:nnz]
+    values = (1.0 - rng.random(nnz)).astype(dtype)  # in (0, 1]: no explicit zeros
+    return Dataset(COOTensor(coords, values, shape),
+                   description=f"random sparse tensor {'x'.join(map(str, shape))}, {nnz:,} nonzeros, "
+                               f"{distribution.replace('_', '-')} coordinates",
+                   source="tuckerkit.datasets.make_sparse_tensor")
+
+
+def make_lda_corpus(
+    n_documents: int = 2000, n_topics: int = 5, vocabulary_size: int = 200, *, document_length: int = 60,
+    alpha: float | Sequence[float] = 0.5, beta: float = 0.1, dtype: Any = np.float64, random_state: Any = None,
+) -> Dataset:
+    """Documents drawn from a latent Dirichlet allocation model with planted topics.
+
+    Each topic is a word distribution drawn from ``Dirichlet(beta)``; each document draws its topic
+    proportions from ``Dirichlet(alpha)`` and then ``document_length`` words from the mixture.
+
+    Parameters
+    ----------
+    n_documents, n_topics, vocabulary_size : int
+    document_length : int, default 60
+        Words per document (at least 3, as the third-order moment needs three distinct words).
+    alpha : float or sequence of n_topics floats, default 0.5
+        Dirichlet concentration of the topic proportions (a float applies to every topic).
+    beta : float, default 0.1
+        Dirichlet concentration of the topic-word distributions (small: peaked topics).
+    dtype : {float64, float32}, default float64
+    random_state : None, int or numpy.random.Generator
+
+    Returns
+    -------
+    Dataset
+        ``data``: ``scipy.sparse.csr_matrix`` of word counts (n_documents, vocabulary_size); ``truth``: the
+        topic-word matrix (vocabulary_size, n_topics), columns summing to 1; ``extra``: ``alpha`` (array),
+        ``doc_topic`` (n_documents, n_topics) and ``vocabulary`` (word names ``w0``, ``w1``, ...).
+
+    Examples
+    --------
+    >>> from tuckerkit.datasets import make_lda_corpus
+    >>> corpus = make_lda_corpus(100, 3, 50, random_state=0)
+    >>> corpus.shape, corpus.truth.shape, int(corpus.data.sum(axis=1).min())
+    ((100, 50), (50, 3), 60)
+    """
+    import scipy.sparse as sp
+
+    for label, v, lo in (("n_documents", n_documents, 1), ("n_topics", n_topics, 1),
+                         ("vocabulary_size", vocabulary_size, 2), ("document_length", document_length, 3)):
+        if not isinstance(v, int | np.integer) or v < lo:
+            raise ValueError(f"{label}={v!r} is not valid; expected an integer >= {lo}")
+    a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (n_topics,)).copy() if np.ndim(alpha) == 0 \
+        else np.asarray(alpha, dtype=np.float64)
+    if a.shape != (n_topics,) or np.any(a <= 0):
+        raise ValueError(f"alpha must be a positive float or {n_topics} positive floats; received {alpha!r}")
+    if beta <= 0:
+        raise ValueError(f"beta={beta} is not valid; expected a positive concentration")
+    rng = check_random_state(random_state)
+    topics = rng.dirichlet(np.full(vocabulary_size, beta), size=n_topics).T  # (V, k)
+    theta = rng.dirichlet(a, size=n_documents)  # (D, k)
+    p = theta @ topics.T
+    p /= p.sum(axis=1, keepdims=True)
+    counts = rng.multinomial(document_length, p)
+    return Dataset(sp.csr_matrix(counts.astype(dtype)), truth=topics,
+                   description=f"LDA corpus: {n_documents} documents of {document_length} words, {n_topics} topics "
+                               f"over {vocabulary_size} words (alpha={alpha}, beta={beta})",
+                   source="tuckerkit.datasets.make_lda_corpus",
+                   extra={"alpha": a, "doc_topic": theta,
+                          "vocabulary": np.array([f"w{i}" for i in range(vocabulary_size)])})
