@@ -153,3 +153,16 @@ def test_tns_write_read_round_trip_fast_path(tmp_path, rng):
     assert shape == tuple(int(m) + 1 for m in coords.max(axis=0))
     _, _, shape2 = read_tns(tmp_path / "r.tns", shape=(30, 40, 50))
     assert shape2 == (30, 40, 50)
+
+
+def test_sparse_cp_reports_its_per_mode_plan():
+    from tuckerkit.datasets import make_sparse_tensor
+    from tuckerkit.sparse import SparsePlan
+
+    X = make_sparse_tensor((30, 20, 10), 400, random_state=0).data
+    with pytest.warns(tk.ConvergenceWarning, match="max_iter=3"):
+        res = tk.cp_als(X, 3, random_state=0, max_iter=3, tol=0)
+    (plan,) = res.plans
+    assert isinstance(plan, SparsePlan) and plan.kind == "all" and plan is X.plan()
+    assert [o[0] for o in plan.orders] == [0, 1, 2] and plan.bytes > 0
+    assert "mode 2: CSF order [2, 1, 0] (root kernel)" in plan.explain()

@@ -597,12 +597,12 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
     by GEMVs batched over the rank, then the same from the other side with the updated outer factors. The
     full tensor is read twice per sweep whatever its order.
 
-    Returns the engine plans used, for inspection.
+    Returns the engine plans used (for a sparse tensor, its per-mode CSF plan), for inspection.
     """
     if hasattr(X, "_tk_mttkrp"):  # sparse: one compiled CSF kernel per mode (each reads only the nonzeros)
         for n in range(X.ndim):
             update(n, X._tk_mttkrp(factors, n))
-        return ()
+        return (X.plan(),)
     xp, X = _tensor(X, min_ndim=2)
     plans: list[ContractionPlan] = []
     R = factors[0].shape[1]

@@ -31,6 +31,20 @@ class SparseKernels:
         v = self.values.astype(np.float64)
         return float(np.sqrt(v @ v))
 
+    def plan(self) -> Any:
+        """The per-mode kernel plan MTTKRP uses on this tensor (:class:`SparsePlan`; builds the CSFs once).
+
+        Examples
+        --------
+        >>> from tuckerkit.sparse import COOTensor
+        >>> X = COOTensor([[0, 0, 0], [1, 2, 3]], [1.0, 2.0], shape=(2, 3, 4))
+        >>> print(X.plan().explain().splitlines()[1])
+          mode 0: CSF order [0, 1, 2] (root kernel)
+        """
+        from tuckerkit.sparse._mttkrp import sparse_plan
+
+        return sparse_plan(self)[0]
+
     def _tk_mttkrp(self, factors, mode: int):
         """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
         from tuckerkit.sparse._mttkrp import sparse_mttkrp
