@@ -17,14 +17,28 @@ class Dataset:
 
     Attributes
     ----------
-    data : array
-        The tensor.
+    data : array, COOTensor or scipy.sparse matrix
+        The tensor (or the document-term matrix of a corpus).
     target : array or None
         Labels, where the data has them.
     truth : object
-        The planted model for generated data (a TuckerTensor or CPTensor), else None.
+        The planted model of generated data (a TuckerTensor, CPTensor or topic-word matrix), else None.
     description : str
+        One line saying what the data is.
     source : str
+        Where it comes from (package and function, or generator).
+    extra : dict
+        Anything else (vocabulary, wavelengths, label names, ...).
+    shape : tuple of int
+        ``data.shape`` (property).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.datasets import Dataset
+    >>> ds = Dataset(np.zeros((2, 3)), description="zeros", source="example")
+    >>> ds.shape, ds.target is None, ds.extra
+    ((2, 3), True, {})
     """
 
     data: Any
@@ -56,6 +70,20 @@ def make_low_rank_tucker(
 
     ``noise`` is the ratio ``||E|| / ||X||``, so the best rank-``ranks`` fit is about ``1 - noise``.
 
+    Parameters
+    ----------
+    shape : sequence of int
+    ranks : sequence of int
+        One per mode.
+    noise : float, default 0.01
+    dtype : {float64, float32}, default float64
+    random_state : None, int or numpy.random.Generator
+
+    Returns
+    -------
+    Dataset
+        ``data`` (the noisy tensor) and ``truth`` (the planted :class:`~tuckerkit.TuckerTensor`).
+
     Examples
     --------
     >>> from tuckerkit.datasets import make_low_rank_tucker
@@ -79,6 +107,19 @@ def make_low_rank_cp(
     shape: Sequence[int], rank: int, *, noise: float = 0.01, dtype: Any = np.float64, random_state: Any = None
 ) -> Dataset:
     """A rank-``rank`` CP tensor with Gaussian factors plus Gaussian noise (``||E|| / ||X|| = noise``).
+
+    Parameters
+    ----------
+    shape : sequence of int
+    rank : int
+    noise : float, default 0.01
+    dtype : {float64, float32}, default float64
+    random_state : None, int or numpy.random.Generator
+
+    Returns
+    -------
+    Dataset
+        ``data`` (the noisy tensor) and ``truth`` (the planted :class:`~tuckerkit.CPTensor`, unit weights).
 
     Examples
     --------

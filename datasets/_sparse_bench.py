@@ -82,6 +82,13 @@ def make_sparse_benchmark(name: str) -> Dataset:
     Dataset
         ``data`` is a :class:`tuckerkit.sparse.COOTensor`; ``extra`` holds the raw coordinates and values in
         file order and the md5 of the reference ``.tns`` file.
+
+    Examples
+    --------
+    >>> from tuckerkit.datasets import make_sparse_benchmark
+    >>> X = make_sparse_benchmark("unif3d").data
+    >>> X.shape, X.nnz
+    ((10000, 10000, 10000), 1000000)
     """
     from tuckerkit.sparse import COOTensor
 

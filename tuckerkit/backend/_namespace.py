@@ -22,12 +22,45 @@ _KEPT = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.
 
 
 def is_cupy_array(x: Any) -> bool:
-    """Return True when ``x`` is a cupy ndarray (without importing cupy)."""
+    """Return True when ``x`` is a cupy ndarray (without importing cupy).
+
+    Parameters
+    ----------
+    x : object
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import is_cupy_array
+    >>> is_cupy_array(np.ones(3))
+    False
+    """
     return type(x).__module__.split(".")[0] == "cupy"
 
 
 def array_namespace(*arrays: Any) -> ModuleType:
     """Return the array module (``numpy`` or ``cupy``) shared by ``arrays``.
+
+    Parameters
+    ----------
+    *arrays : arrays, scalars or None
+        None and scalars are ignored.
+
+    Returns
+    -------
+    module
+        ``numpy`` or ``cupy``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import array_namespace
+    >>> array_namespace(np.ones(2), None, 3.0).__name__
+    'numpy'
 
     Raises
     ------
@@ -61,7 +94,26 @@ def _checked_dtype(dtype: np.dtype, name: str) -> np.dtype:
 
 
 def result_dtype(*dtypes_and_names: tuple[Any, str]) -> np.dtype:
-    """Common floating dtype of several operands after the policy, e.g. ``(A.dtype, "A")``."""
+    """Common floating dtype of several operands after the policy, e.g. ``(A.dtype, "A")``.
+
+    float32 and float64 are kept, integers and bools become float64, anything else (complex, object,
+    strings) is refused with a message naming the operand.
+
+    Parameters
+    ----------
+    *dtypes_and_names : (dtype, str) pairs
+
+    Returns
+    -------
+    numpy.dtype
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import result_dtype
+    >>> result_dtype((np.float32, "A"), (np.float32, "B")), result_dtype((np.float32, "A"), (np.int64, "B"))
+    (dtype('float32'), dtype('float64'))
+    """
     checked = [_checked_dtype(np.dtype(d), n) for d, n in dtypes_and_names]
     return np.dtype(np.result_type(*checked))
 
@@ -70,6 +122,25 @@ def to_float_array(x: Any, name: str, xp: ModuleType | None = None) -> Any:
     """Return ``x`` as an array of a kept floating dtype, without copying when it already is one.
 
     Lists and scalars are converted; integer/bool arrays are promoted to float64.
+
+    Parameters
+    ----------
+    x : array_like
+    name : str
+        The parameter name used in error messages.
+    xp : module, optional
+        ``numpy`` or ``cupy``; default: the namespace of ``x``.
+
+    Returns
+    -------
+    array
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import to_float_array
+    >>> to_float_array([1, 2], "X").dtype, to_float_array(np.ones(2, np.float32), "X").dtype
+    (dtype('float64'), dtype('float32'))
     """
     if xp is None:
         xp = array_namespace(x)

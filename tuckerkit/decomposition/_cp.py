@@ -69,7 +69,7 @@ def cp_als(
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
 ) -> CPTensor:
-    """CP decomposition ``X ~ sum_r w_r a_r o b_r o ...`` by alternating least squares.
+    """CP decomposition ``X ~ sum_r w_r a_r o b_r o c_r`` (any order) by alternating least squares.
 
     Each factor update solves ``U_n (hadamard of the other Grams) = MTTKRP_n`` (Cholesky, least squares
     when the system is singular). The MTTKRPs of one sweep share partial contractions (a dimension tree

@@ -16,7 +16,31 @@ logger = logging.getLogger("tuckerkit.decomposition")
 
 @dataclass(frozen=True)
 class IterationState:
-    """What ``callback(state)`` receives after each iteration; return True to stop."""
+    """What ``callback(state)`` receives after each iteration; return True to stop.
+
+    Attributes
+    ----------
+    iteration : int
+        1-based iteration number.
+    fit : float
+        ``1 - ||X - X_hat|| / ||X||`` after this iteration.
+    fit_change : float
+        Change of fit since the previous iteration.
+    elapsed : float
+        Seconds since the decomposition started.
+    factors : tuple of arrays
+        The current factor matrices (do not modify them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> X = np.random.default_rng(0).standard_normal((6, 7, 8))
+    >>> seen = []
+    >>> T = tk.hooi(X, (2, 2, 2), callback=lambda s: seen.append(s.iteration) or s.iteration == 3)
+    >>> seen, T.n_iter
+    ([1, 2, 3], 3)
+    """
 
     iteration: int
     fit: float

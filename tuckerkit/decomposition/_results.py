@@ -12,7 +12,23 @@ from tuckerkit.backend import array_namespace
 
 
 class ConvergenceWarning(UserWarning):
-    """An iterative decomposition reached ``max_iter`` before its convergence test passed."""
+    """An iterative decomposition reached ``max_iter`` before its convergence test passed.
+
+    The result is still returned (with ``converged=False``); filter the warning with the standard
+    :mod:`warnings` machinery when running a fixed number of iterations on purpose (``tol=0``).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> X = np.random.default_rng(0).standard_normal((6, 7, 8))
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     T = tk.hooi(X, (2, 2, 2), tol=0, max_iter=2)
+    >>> caught[0].category.__name__, T.converged, T.n_iter
+    ('ConvergenceWarning', False, 2)
+    """
 
 
 def _sqnorm(X: Any, chunk_elems: int = 1 << 18) -> float:
@@ -60,7 +76,7 @@ class _Model:
 
 @dataclass(frozen=True, eq=False)
 class TuckerTensor(_Model):
-    """A Tucker model ``X ~ core x_0 U_0 x_1 U_1 ... x_{N-1} U_{N-1}``.
+    """A Tucker model: ``core`` multiplied along every mode ``n`` by ``factors[n]`` (``X ~ core x_n U_n``).
 
     Unpacks like TensorLy's ``(core, factors)``: ``core, factors = hooi(X, ranks)``.
 
@@ -77,6 +93,22 @@ class TuckerTensor(_Model):
         Kernel plans used by the last iteration (engine ``ContractionPlan`` objects), for inspection.
     passes_per_iteration : int
         Full passes over the input tensor per iteration (dimension-tree reuse).
+    ranks : tuple of int
+        The core's shape (property).
+    fit : float
+        The last entry of ``fit_history`` (property).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> X = np.random.default_rng(0).standard_normal((6, 7, 8))
+    >>> T = tk.hosvd(X, (2, 3, 4))
+    >>> core, factors = T
+    >>> T.ranks, T.to_dense().shape, [U.shape for U in factors]
+    ((2, 3, 4), (6, 7, 8), [(6, 2), (7, 3), (8, 4)])
+    >>> bool(np.isclose(T.fit, 1 - T.relative_error(X)))
+    True
     """
 
     core: Any
@@ -133,7 +165,7 @@ class TuckerTensor(_Model):
 
 @dataclass(frozen=True, eq=False)
 class CPTensor(_Model):
-    """A CP model ``X ~ sum_r weights[r] * U_0[:, r] o U_1[:, r] o ...``.
+    """A CP model: ``X ~ sum_r weights[r] * U_0[:, r] o U_1[:, r] o U_2[:, r]`` (any order).
 
     Unpacks like TensorLy's ``(weights, factors)``.
 
@@ -142,6 +174,20 @@ class CPTensor(_Model):
     weights : array, shape (R,)
     factors : tuple of arrays, shape (I_n, R) (unit-norm columns when ``normalize=True``)
     n_iter, converged, fit_history, plans, passes_per_iteration : see :class:`TuckerTensor`
+    rank : int
+        Number of components (property).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> cp = tk.CPTensor(np.array([2.0, 1.0]), (rng.random((4, 2)), rng.random((5, 2)), rng.random((6, 2))))
+    >>> weights, factors = cp
+    >>> cp.rank, cp.to_dense().shape
+    (2, (4, 5, 6))
+    >>> bool(np.isclose(cp.norm(), np.linalg.norm(cp.to_dense())))
+    True
     """
 
     weights: Any

@@ -115,7 +115,28 @@ def _ttm_spec(ndim: int, n: int, transpose: bool) -> str:
 
 
 def ttm_plan(X: Any, U: Any, mode: int, *, transpose: bool = False) -> ContractionPlan:
-    """The plan :func:`ttm` would run for these operands (reusable through ``plan=``)."""
+    """The plan :func:`ttm` would run for these operands (reusable through ``plan=``).
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    U : array, shape (J, I_mode), or (I_mode, J) with ``transpose=True``
+    mode : int
+    transpose : bool, default False
+
+    Returns
+    -------
+    ContractionPlan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import ttm, ttm_plan
+    >>> X, U = np.ones((4, 5, 6)), np.ones((3, 5))
+    >>> plan = ttm_plan(X, U, 1)
+    >>> plan.kind.value, ttm(X, U, 1, plan=plan).shape
+    ('strided_batched_gemm', (4, 3, 6))
+    """
     _, X = _tensor(X)
     n = _mode(mode, X.ndim)
     return plan_contraction(_ttm_spec(X.ndim, n, transpose), X, _matrix(U, "U", X.dtype))
@@ -123,7 +144,26 @@ def ttm_plan(X: Any, U: Any, mode: int, *, transpose: bool = False) -> Contracti
 
 @dataclass(frozen=True)
 class MultiTTMPlan:
-    """Order and plans of a chain of TTMs (largest reduction first)."""
+    """Order and plans of a chain of TTMs (largest reduction first).
+
+    Attributes
+    ----------
+    order : tuple of int
+        The modes in the order they are multiplied.
+    plans : tuple of ContractionPlan
+        One per step.
+    transpose : bool
+        Whether the matrices are applied transposed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import multi_ttm_plan
+    >>> X = np.ones((4, 5, 6))
+    >>> mats = [np.ones((2, 4)), np.ones((2, 5)), np.ones((2, 6))]
+    >>> multi_ttm_plan(X, mats).order
+    (2, 1, 0)
+    """
 
     order: tuple[int, ...]
     plans: tuple[ContractionPlan, ...]
@@ -226,7 +266,26 @@ def multi_ttm_plan(
     X: Any, matrices: Sequence[Any], *, modes: Sequence[int] | None = None, skip: int | None = None,
     transpose: bool = False,
 ) -> MultiTTMPlan:
-    """The order and per-step plans that :func:`multi_ttm` uses (reusable through ``plan=``)."""
+    """The order and per-step plans that :func:`multi_ttm` uses (reusable through ``plan=``).
+
+    Parameters
+    ----------
+    X, matrices, modes, skip, transpose : see :func:`multi_ttm`
+
+    Returns
+    -------
+    MultiTTMPlan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import multi_ttm, multi_ttm_plan
+    >>> X = np.ones((4, 5, 6))
+    >>> mats = [np.ones((2, 4)), np.ones((2, 5)), np.ones((2, 6))]
+    >>> plan = multi_ttm_plan(X, mats, skip=0)
+    >>> plan.order, multi_ttm(X, mats, skip=0, plan=plan).shape
+    ((2, 1), (4, 2, 2))
+    """
     _, X = _tensor(X)
     modes_l = list(range(X.ndim)) if modes is None else [_mode(m, X.ndim, "modes") for m in modes]
     mats = {m: _matrix(U, f"matrices[{m}]", X.dtype) for m, U in zip(modes_l, matrices, strict=True)
@@ -249,10 +308,28 @@ def _empty_like_plan(p: ContractionPlan, xp, dtype):
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GramPlan:
-    """How :func:`gram` evaluates ``X_(n) X_(n)^T``: the modes looped over (``outer``, larger strides than
-    ``mode``) and those reduced by each SYRK/GEMM (``inner``); ``route`` is ``"syrk"`` (one call),
-    ``"slabs"`` (a sum over the outer index, split over the CPU threads) or ``"contract"`` (the modes
-    cannot be flattened without a copy: the engine's remedy)."""
+    """How :func:`gram` evaluates ``X_(n) X_(n)^T``.
+
+    Attributes
+    ----------
+    mode : int
+    outer : tuple of int
+        Modes looped over (larger strides than ``mode``).
+    inner : tuple of int
+        Modes reduced by each SYRK/GEMM.
+    route : {"syrk", "slabs", "contract"}
+        ``"syrk"``: one call; ``"slabs"``: a sum over the outer index, split over the CPU threads;
+        ``"contract"``: the modes cannot be flattened without a copy (the engine's remedy).
+    shape, strides : tuple of int
+        The tensor the plan was made for.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import gram_plan
+    >>> gram_plan(np.ones((4, 5, 6)), 0).route, gram_plan(np.ones((4, 5, 6)), 1).route
+    ('syrk', 'slabs')
+    """
 
     mode: int
     outer: tuple[int, ...]
@@ -267,7 +344,26 @@ class GramPlan:
 
 
 def gram_plan(X: Any, mode: int) -> GramPlan:
-    """The :class:`GramPlan` that :func:`gram` uses for this tensor and mode."""
+    """The :class:`GramPlan` that :func:`gram` uses for this tensor and mode.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    mode : int
+
+    Returns
+    -------
+    GramPlan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import gram, gram_plan
+    >>> X = np.ones((4, 5, 6))
+    >>> plan = gram_plan(X, 1)
+    >>> plan.route, plan.outer, plan.inner, gram(X, 1, plan=plan).shape
+    ('slabs', (0,), (2,), (5, 5))
+    """
     _, X = _tensor(X)
     n = _mode(mode, X.ndim)
     st = _elem_strides(X)
@@ -408,8 +504,26 @@ def khatri_rao(matrices: Sequence[Any]) -> Any:
 class MTTKRPPlan:
     """How :func:`mttkrp` evaluates one mode: one GEMM, or a GEMM then a batched GEMV.
 
-    ``first`` are the modes contracted by the GEMM with their Khatri-Rao product, ``second`` those
-    contracted afterwards (batched over the rank), each outer to inner in memory.
+    Attributes
+    ----------
+    mode : int
+    first : tuple of int
+        Modes contracted by the GEMM with their Khatri-Rao product (outer to inner in memory).
+    second : tuple of int
+        Modes contracted afterwards, batched over the rank.
+    plans : tuple of ContractionPlan
+        The engine plans of the steps.
+    intermediate_elements : int
+        Size of the partial result between the two steps.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import mttkrp_plan
+    >>> X, U = np.ones((4, 5, 6)), [np.ones((4, 2)), None, np.ones((6, 2))]
+    >>> p = mttkrp_plan(X, U, 1)
+    >>> p.first, p.second, [q.kind.value for q in p.plans]
+    ((2,), (0,), ['gemm', 'batched_gemv'])
     """
 
     mode: int
@@ -483,7 +597,7 @@ def _check_factors(X: Any, factors: Sequence[Any], n: int) -> None:
 
 
 def mttkrp(X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None) -> Any:
-    """Matricized tensor times Khatri-Rao product, ``X_(n) (U_{N-1} ⊙ ... ⊙ U_0)`` (skipping ``n``).
+    """Matricized tensor times Khatri-Rao product: ``X_(n)`` times the Khatri-Rao product of the factors but ``n``.
 
     Evaluated in at most two engine calls, never unfolding ``X`` and never forming a Khatri-Rao product
     with as many rows as ``X`` has columns in its unfolding when that would be large: the modes on one
@@ -562,7 +676,25 @@ def mttkrp(X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None
 
 
 def mttkrp_plan(X: Any, factors: Sequence[Any], mode: int) -> MTTKRPPlan:
-    """The split :func:`mttkrp` uses for this mode, with the engine plans of its steps."""
+    """The split :func:`mttkrp` uses for this mode, with the engine plans of its steps.
+
+    Parameters
+    ----------
+    X, factors, mode : see :func:`mttkrp`
+
+    Returns
+    -------
+    MTTKRPPlan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import mttkrp, mttkrp_plan
+    >>> X, U = np.ones((4, 5, 6)), [np.ones((4, 2)), np.ones((5, 2)), np.ones((6, 2))]
+    >>> plan = mttkrp_plan(X, U, 0)
+    >>> mttkrp(X, U, 0, plan=plan).shape
+    (4, 2)
+    """
     xp, X = _tensor(X)
     n = _mode(mode, X.ndim)
     R = next(U.shape[1] for m, U in enumerate(factors) if U is not None and m != n)
@@ -597,7 +729,29 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
     by GEMVs batched over the rank, then the same from the other side with the updated outer factors. The
     full tensor is read twice per sweep whatever its order.
 
-    Returns the engine plans used (for a sparse tensor, its per-mode CSF plan), for inspection.
+    Parameters
+    ----------
+    X : array or sparse tensor, shape (I_0, ..., I_{N-1})
+    factors : list of arrays, shape (I_n, R)
+        Read, and possibly replaced by ``update``, in place.
+    update : callable ``update(n, M_n)``
+
+    Returns
+    -------
+    tuple
+        The engine plans used (for a sparse tensor, its per-mode CSF plan), for inspection.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import mttkrp, mttkrp_sweep
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.random((4, 5, 6))
+    >>> U = [rng.random((n, 3)) for n in X.shape]
+    >>> out = {}
+    >>> _ = mttkrp_sweep(X, U, lambda n, M: out.setdefault(n, M))
+    >>> all(np.allclose(out[n], mttkrp(X, U, n)) for n in range(3))
+    True
     """
     if hasattr(X, "_tk_mttkrp"):  # sparse: one compiled CSF kernel per mode (each reads only the nonzeros)
         for n in range(X.ndim):

@@ -44,7 +44,21 @@ _NARROW_PENALTY = 1.35  # ... ran this much slower than its transpose (benchmark
 
 
 class KernelKind(str, enum.Enum):
-    """The BLAS-level kernel a plan runs."""
+    """The BLAS-level kernel a plan runs.
+
+    ``GEMM`` (flattened), ``STRIDED_BATCHED_GEMM`` (one batch mode), ``NESTED_BATCHED_GEMM`` (several),
+    ``EXCEPTIONAL`` (a remedy was needed, see :class:`Remedy`), and the degenerate forms ``DOT``, ``GEMV``,
+    ``GER`` and their batched versions when a GEMM extent is 1. Members compare equal to their strings.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit import KernelKind, plan_contraction
+    >>> plan_contraction("ik,kj->ij", np.ones((3, 4)), np.ones((4, 5))).kind is KernelKind.GEMM
+    True
+    >>> KernelKind.STRIDED_BATCHED_GEMM == "strided_batched_gemm"
+    True
+    """
 
     DOT = "dot"
     GEMV = "gemv"
@@ -63,7 +77,20 @@ class KernelKind(str, enum.Enum):
 
 
 class Remedy(str, enum.Enum):
-    """How an exceptional contraction is evaluated."""
+    """How an exceptional contraction is evaluated.
+
+    ``NONE`` (not exceptional), ``BATCHED_GEMV`` (loop the product as matrix-vector calls, no copy),
+    ``COPY_A`` / ``COPY_B`` (copy the smaller operand once into a BLAS-legal layout) or ``COPY_OUT``
+    (compute into a temporary and copy it into the requested output); the cheapest by the cost model wins.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit import Remedy, plan_contraction
+    >>> plan = plan_contraction("ik,kj->ij", np.ones((3, 4)), np.ones((4, 5)))
+    >>> plan.remedy is Remedy.NONE, plan.copies
+    (True, 0)
+    """
 
     NONE = "none"
     BATCHED_GEMV = "batched_gemv"
@@ -125,6 +152,27 @@ class ContractionPlan:
         (single-threaded GEMMs), a single GEMM uses BLAS's threads (see ``tuckerkit.engine._threads``).
     shapes, strides : tuple
         The operand shapes and element strides the plan was made for (A, B, out).
+    dtype : str
+        Result dtype.
+    summed_modes : tuple of str
+        Modes of one operand that appear nowhere else and are summed before the product.
+    est_seconds : float
+        The cost model's time estimate.
+    device : str
+        ``"cpu"`` (``"cuda"`` is reserved for the GPU backend).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit import contract, plan_contraction
+    >>> A, B = np.ones((3, 4)), np.ones((5, 4, 6))
+    >>> plan = plan_contraction("mk,nkp->mnp", A, B)
+    >>> plan.kind.value, plan.batch_modes, plan.copies
+    ('strided_batched_gemm', ('n',), 0)
+    >>> plan.notation()
+    'C_{m[n]p} = A_{mk} B_{[n]kp}'
+    >>> contract("mk,nkp->mnp", A, B, plan=plan).shape
+    (3, 5, 6)
     """
 
     spec: str

@@ -16,7 +16,19 @@ TNS_DENSE_LIMIT = 200_000_000
 
 
 class TensorFileError(ValueError):
-    """A tensor file is missing, unreadable, corrupt or of an unsupported kind (one-line message)."""
+    """A tensor file is missing, unreadable, corrupt or of an unsupported kind (one-line message).
+
+    A subclass of ``ValueError``; the CLI prints its message as ``error: ...`` and exits with status 1.
+
+    Examples
+    --------
+    >>> from tuckerkit.io import TensorFileError, load_tensor
+    >>> try:
+    ...     load_tensor("no-such-file.npy")
+    ... except TensorFileError as exc:
+    ...     print(exc)
+    input file 'no-such-file.npy' does not exist
+    """
 
 
 def _check_path(path: str | os.PathLike) -> Path:

@@ -19,7 +19,19 @@ from tuckerkit.decomposition import CPTensor, TuckerTensor
 
 
 class OutputFileError(ValueError):
-    """An output file cannot be written safely (exists, is the input, or its folder is not writable)."""
+    """An output file cannot be written safely (exists, is the input, or its folder is not writable).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from tuckerkit.io import OutputFileError, check_output_path
+    >>> existing = tempfile.NamedTemporaryFile(suffix=".npz", delete=False).name
+    >>> try:
+    ...     check_output_path(existing)
+    ... except OutputFileError as exc:
+    ...     print(str(exc).split(";")[1].strip())
+    pass --force (force=True) to overwrite it
+    """
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -30,7 +42,33 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_output_path(path: str | os.PathLike, *, force: bool = False, inputs: tuple = ()) -> Path:
-    """Refuse an output that is an input, exists (without ``force``), or sits in an unwritable folder."""
+    """Refuse an output that is an input, exists (without ``force``), or sits in an unwritable folder.
+
+    Parameters
+    ----------
+    path : str or Path
+        The output to be written.
+    force : bool, default False
+        Accept an existing file (never an input, never a directory).
+    inputs : tuple of paths, default ()
+        Files the output must not be (compared by inode, so links and relative paths are caught).
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    OutputFileError
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from tuckerkit.io import check_output_path
+    >>> folder = tempfile.mkdtemp()
+    >>> check_output_path(os.path.join(folder, "new.npz")).name
+    'new.npz'
+    """
     p = Path(path)
     for inp in inputs:
         if inp is not None and (_same_file(p, Path(inp)) or p.resolve() == Path(inp).resolve()):
@@ -52,6 +90,33 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
     """Write via a temporary file in the target folder, fsync, then rename over ``path``.
 
     Nothing is left behind if ``writer`` fails or the process is interrupted.
+
+    Parameters
+    ----------
+    path : str or Path
+    writer : callable
+        ``writer(f)`` writes the content to the binary file object ``f``.
+    force, inputs : see :func:`check_output_path`
+
+    Returns
+    -------
+    Path
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from tuckerkit.io import atomic_write
+    >>> path = os.path.join(tempfile.mkdtemp(), "out.bin")
+    >>> atomic_write(path, lambda f: f.write(b"abc")).read_bytes()
+    b'abc'
+    >>> def broken(f):
+    ...     raise RuntimeError("disk full")
+    >>> try:
+    ...     atomic_write(path, broken, force=True)
+    ... except RuntimeError:
+    ...     pass
+    >>> open(path, "rb").read(), sorted(os.listdir(os.path.dirname(path)))
+    (b'abc', ['out.bin'])
     """
     p = check_output_path(path, force=force, inputs=inputs)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
@@ -94,6 +159,21 @@ def save_result(
     The metadata (JSON) records the method, ranks, fit, iterations, dtype, device, input shape, input path and
     SHA-256, the tuckerkit version and a timestamp, merged with ``metadata``. The write is atomic; an
     existing file is refused unless ``force``; the output may never be the input.
+
+    Parameters
+    ----------
+    path : str or Path
+        Must end in ``.npz``.
+    result : TuckerTensor or CPTensor
+    metadata : dict, optional
+        Extra JSON-serializable entries.
+    input_path : str or Path, optional
+        The decomposed file: recorded with its SHA-256, and refused as the output.
+    force : bool, default False
+
+    Returns
+    -------
+    Path
 
     Examples
     --------
@@ -144,7 +224,34 @@ def save_result(
 
 
 def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
-    """Load a result saved by :func:`save_result` (or the CLI) as a TuckerTensor or CPTensor."""
+    """Load a result saved by :func:`save_result` (or the CLI) as a TuckerTensor or CPTensor.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    TuckerTensor or CPTensor
+        With ``n_iter`` and the final fit restored from the metadata.
+
+    Raises
+    ------
+    TensorFileError
+        Missing, corrupt or not a tuckerkit result.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> from tuckerkit.io import load_result, save_result
+    >>> X = np.random.default_rng(0).standard_normal((4, 5, 6))
+    >>> cp = tk.cp_als(X, 2, random_state=0, tol=1e-4)
+    >>> back = load_result(save_result(os.path.join(tempfile.mkdtemp(), "cp.npz"), cp))
+    >>> back.rank, bool(np.allclose(back.to_dense(), cp.to_dense())), back.fit == cp.fit
+    (2, True, True)
+    """
     from tuckerkit.io._load import TensorFileError
 
     p = Path(path)
@@ -172,6 +279,27 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
 
 
 def load_metadata(path: str | os.PathLike) -> dict:
-    """The JSON metadata of a result file."""
+    """The JSON metadata of a result file.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    dict
+        Empty when the file has no metadata.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> from tuckerkit.io import load_metadata, save_result
+    >>> T = tk.hosvd(np.random.default_rng(0).standard_normal((4, 5, 6)), 2)
+    >>> meta = load_metadata(save_result(os.path.join(tempfile.mkdtemp(), "t.npz"), T, metadata={"run": 7}))
+    >>> meta["kind"], meta["ranks"], meta["run"]
+    ('tucker', [2, 2, 2], 7)
+    """
     with np.load(path, allow_pickle=False) as z:
         return json.loads(str(z["metadata"])) if "metadata" in z.files else {}

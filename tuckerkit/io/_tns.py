@@ -24,6 +24,36 @@ def read_tns(
     is read again by a precise reader that names the malformed line. ``#`` comments, blank lines, trailing
     whitespace and scientific notation are accepted. Duplicate coordinates are kept (they add up when
     densified or are summed by ``COOTensor``).
+
+    Parameters
+    ----------
+    path : str or Path
+    shape : sequence of int, optional
+        Default: the largest index of each mode. A coordinate beyond a given shape is an error.
+    dtype : {float64, float32}, default float64
+        dtype of ``values``.
+
+    Returns
+    -------
+    coords : ndarray of int, shape (nnz, N)
+    values : ndarray, shape (nnz,)
+    shape : tuple of int
+
+    Raises
+    ------
+    TensorFileError
+        Missing file, a malformed line (named by its number), inconsistent column counts, indices < 1.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from tuckerkit.io import read_tns
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.tns")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write("# i j k value\\n1 1 1 2.5\\n2 3 1 -1e-3\\n")
+    >>> coords, values, shape = read_tns(path)
+    >>> coords.tolist(), values.tolist(), shape
+    ([[0, 0, 0], [1, 2, 0]], [2.5, -0.001], (2, 3, 1))
     """
     p = Path(path)
     fast = _read_fast(p, dtype)
@@ -122,8 +152,30 @@ def _first_bad(block: np.ndarray, conv) -> int:
     return 0
 
 
-def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray) -> None:
-    """Write 0-based ``coords`` and ``values`` as a 1-based ``.tns`` file (atomically)."""
+def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *, force: bool = False) -> None:
+    """Write 0-based ``coords`` and ``values`` as a 1-based ``.tns`` file (atomically).
+
+    Parameters
+    ----------
+    path : str or Path
+    coords : array of int, shape (nnz, N)
+    values : array, shape (nnz,)
+        Written with 17 significant digits (float64 round-trips exactly).
+    force : bool, default False
+        Overwrite an existing file (refused otherwise with :class:`OutputFileError`).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from tuckerkit.io import read_tns, write_tns
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.tns")
+    >>> write_tns(path, np.array([[0, 1], [2, 0]]), np.array([0.5, 3.0]))
+    >>> open(path).read().splitlines()
+    ['1 2 0.5', '3 1 3']
+    >>> read_tns(path)[2]
+    (3, 2)
+    """
     from tuckerkit.io._save import atomic_write
 
     coords = np.asarray(coords)
@@ -133,4 +185,4 @@ def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray) -
     def writer(f):
         np.savetxt(f, data, fmt=fmt)
 
-    atomic_write(path, writer, force=True)
+    atomic_write(path, writer, force=force)

@@ -13,6 +13,14 @@ __all__ = ["COOTensor", "CSFTensor", "SparsePlan", "is_sparse"]
 def is_sparse(X: object) -> bool:
     """True for tuckerkit's sparse tensor types (the one dispatch test of the engine).
 
+    Parameters
+    ----------
+    X : object
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> import numpy as np

@@ -15,7 +15,27 @@ from tuckerkit.sparse._csf import CSFTensor, as_coo
 
 @dataclass(frozen=True)
 class SparsePlan:
-    """Which CSF serves which mode (``kind="all"``: one CSF rooted at each mode, the fastest layout)."""
+    """Which CSF serves which mode (``kind="all"``: one CSF rooted at each mode, the fastest layout).
+
+    Attributes
+    ----------
+    kind : str
+        ``"all"``.
+    orders : tuple of tuple of int
+        The mode order of the CSF tree serving each mode (its root first).
+    bytes : int
+        Memory of all the trees.
+    build_seconds : float
+        Time spent building them (once per tensor).
+
+    Examples
+    --------
+    >>> from tuckerkit.datasets import make_sparse_tensor
+    >>> X = make_sparse_tensor((30, 20, 10), 200, random_state=0).data
+    >>> plan = X.plan()
+    >>> plan.kind, plan.orders
+    ('all', ((0, 2, 1), (1, 2, 0), (2, 1, 0)))
+    """
 
     kind: str
     orders: tuple[tuple[int, ...], ...]
