@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs examples clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(VENV)/.core: pyproject.toml | $(PY)
 
 $(VENV)/.test: pyproject.toml | $(PY)
 	$(PIP) install -e ".[test]"
+	touch $@
+
+$(VENV)/.docs: pyproject.toml | $(PY)
+	$(PIP) install -e ".[docs]"
 	touch $@
 
 $(VENV)/.bench: pyproject.toml | $(PY)
@@ -38,6 +42,15 @@ lint: $(VENV)/.test
 test: lint
 	$(PY) -m pytest
 
+# the documentation site, warnings are errors: docs/_build/html/index.html
+docs: $(VENV)/.docs
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs built: docs/_build/html/index.html"
+
+# re-execute the example notebooks and save them with their outputs
+examples: $(VENV)/.test
+	$(PY) examples/run_notebooks.py
+
 bench: $(VENV)/.bench
 	$(PY) benchmarks/contractions.py
 	$(PY) benchmarks/ttm.py
@@ -46,4 +59,4 @@ bench: $(VENV)/.bench
 	$(PY) benchmarks/sparse.py
 
 clean:
-	rm -rf $(VENV) .demo build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo build *.egg-info .pytest_cache .mypy_cache .ruff_cache docs/_build docs/_generated

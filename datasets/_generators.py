@@ -195,19 +195,23 @@ def make_sparse_tensor(
         raise ValueError(f"alpha={alpha} is not valid; expected a positive exponent")
     rng = check_random_state(random_state)
 
-    samplers = []
+    # per mode: None (uniform) or (cdf of rank ** -alpha, random relabelling of the ranks)
+    laws: list[tuple[np.ndarray, np.ndarray] | None] = []
     for n in shape:
         if distribution == "uniform":
-            samplers.append(lambda k, n=n: rng.integers(0, n, size=k))
+            laws.append(None)
         else:
             cdf = np.cumsum(np.arange(1, n + 1, dtype=np.float64) ** -alpha)
-            cdf /= cdf[-1]
-            relabel = rng.permutation(n)
-            samplers.append(lambda k, n=n, cdf=cdf, relabel=relabel:
-                            relabel[np.minimum(np.searchsorted(cdf, rng.random(k), side="right"), n - 1)])
+            laws.append((cdf / cdf[-1], rng.permutation(n)))
+
+    def column(n: int, law: tuple[np.ndarray, np.ndarray] | None, k: int) -> np.ndarray:
+        if law is None:
+            return rng.integers(0, n, size=k)
+        cdf, relabel = law
+        return relabel[np.minimum(np.searchsorted(cdf, rng.random(k), side="right"), n - 1)]
 
     def draw(k: int) -> np.ndarray:
-        return np.stack([s(k) for s in samplers], axis=1).astype(np.int64)
+        return np.stack([column(n, law, k) for n, law in zip(shape, laws, strict=True)], axis=1).astype(np.int64)
 
     if nnz > size // 2 or size < 64:  # dense-ish: pick distinct linear indices directly
         keys = rng.choice(size, size=nnz, replace=False)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from tuckerkit.datasets._generators import Dataset
 
 _EXTRA = "pip install 'tuckerkit[examples]'"

@@ -4,9 +4,9 @@ import importlib.util
 
 import numpy as np
 import pytest
+from tuckerkit.datasets import _loaders
 
 from tuckerkit import datasets as D
-from tuckerkit.datasets import _loaders
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

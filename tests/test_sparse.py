@@ -157,6 +157,7 @@ def test_tns_write_read_round_trip_fast_path(tmp_path, rng):
 
 def test_sparse_cp_reports_its_per_mode_plan():
     from tuckerkit.datasets import make_sparse_tensor
+
     from tuckerkit.sparse import SparsePlan
 
     X = make_sparse_tensor((30, 20, 10), 400, random_state=0).data

@@ -17,7 +17,7 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.engine._contract import _alloc_out, _elem_strides, contract, execute, plan_contraction
 from tuckerkit.engine._plan import ContractionPlan
-from tuckerkit.engine._threads import map_workers, single_threaded_blas, threaded_blas, workers
+from tuckerkit.engine._threads import dynamic_for, single_threaded_blas, threaded_blas, workers
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
 #: a SYRK with at least this many multiply-adds gets BLAS's own threads (toggling them costs ~ms)
@@ -445,24 +445,25 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
         chunk = 1 if R >= 64 else max(1, min(n_outer, (4 << 20) // max(In * In * X.itemsize, 1)))
         starts = list(range(0, n_outer, chunk))
         w = workers() if xp is np else 1
-        shares = [starts[i::w] for i in range(min(w, len(starts)))]
 
-        def accumulate(share: list[int]):
-            acc = xp.zeros((In, In), dtype=X.dtype)
-            tmp = xp.empty((chunk, In, In), dtype=X.dtype)
-            for start in share:
-                blk = Xv[start:start + chunk]
-                if blk.shape[0] == 1:
-                    xp.matmul(blk[0], conj(blk[0]).T, out=tmp[0])
-                    acc += tmp[0]
-                else:
-                    t = tmp[: blk.shape[0]]
-                    xp.matmul(blk, xp.swapaxes(conj(blk), 1, 2), out=t)
-                    acc += t.sum(axis=0)
-            return acc
+        def new_state():
+            return xp.zeros((In, In), dtype=X.dtype), xp.empty((chunk, In, In), dtype=X.dtype)
 
-        for part in map_workers(accumulate, shares):
-            G += part
+        def accumulate(i: int, state) -> None:
+            acc, tmp = state
+            start = starts[i]
+            blk = Xv[start:start + chunk]
+            if blk.shape[0] == 1:
+                xp.matmul(blk[0], conj(blk[0]).T, out=tmp[0])
+                acc += tmp[0]
+            else:
+                t = tmp[: blk.shape[0]]
+                xp.matmul(blk, xp.swapaxes(conj(blk), 1, 2), out=t)
+                acc += t.sum(axis=0)
+
+        # dynamically scheduled slabs, one accumulator per thread (see engine._threads.dynamic_for)
+        for acc, _ in dynamic_for(accumulate, len(starts), new_state, workers_=w):
+            G += acc
     return G
 
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -29,15 +31,41 @@ _STATE: dict[str, Any] = {"depth": 0, "workers": 1}
 
 #: below this many flops a product runs in the calling thread (a thread hand-off costs ~30-50 us)
 MIN_PARALLEL_FLOPS = 4_000_000
+#: the smallest piece of a split product (about 0.1-0.2 ms of one core)
+MIN_CHUNK_FLOPS = 1_000_000
 
 
-def _blas():
+class _AllBlas:
+    """Every BLAS library loaded in the process, switched together.
+
+    numpy and scipy wheels each bundle their own OpenBLAS: limiting only numpy's left scipy's LAPACK
+    (``eigh``, ``svd``, Cholesky) on two threads whose busy-waiting helpers then competed with tuckerkit's
+    own threads (a HOOI next to one busy process ran 1.7x slower than under ``threadpool_limits(1)``).
+    """
+
+    def __init__(self, libs: list) -> None:
+        self.libs = libs
+
+    @property
+    def num_threads(self) -> int:
+        return max(int(lib.num_threads) for lib in self.libs)
+
+    def get(self) -> list[int]:
+        return [int(lib.num_threads) for lib in self.libs]
+
+    def set_num_threads(self, n: int | list[int]) -> None:
+        for lib, k in zip(self.libs, n if isinstance(n, list) else [n] * len(self.libs), strict=True):
+            if int(lib.num_threads) != k:
+                lib.set_num_threads(k)
+
+
+def _blas() -> _AllBlas | None:
     if "blas" not in _STATE:
         try:
             from threadpoolctl import ThreadpoolController
 
             libs = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
-            _STATE["blas"] = libs[0] if libs else None
+            _STATE["blas"] = _AllBlas(libs) if libs else None
         except Exception:  # pragma: no cover - threadpoolctl missing or an unknown BLAS
             _STATE["blas"] = None
     return _STATE["blas"]
@@ -47,6 +75,42 @@ def blas_threads() -> int:
     """Threads the BLAS library is currently set to use (1 when unknown)."""
     lib = _blas()
     return int(lib.num_threads) if lib is not None else 1
+
+
+def _running_elsewhere() -> int | None:
+    """Runnable threads of other processes right now (Linux: /proc/loadavg minus our own running threads)."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        own = 0
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+            own += stat[stat.rfind(")") + 2] == "R"
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, running - own)
+
+
+def free_cpus() -> int:
+    """CPUs not busy with other processes, sampled at most every 0.5 s (the CPU count where unknown).
+
+    Splitting work over threads pays only when every thread gets a core: next to one busy process on a
+    2-core machine, a HOOI iteration with two threads ran 1.5-2x slower than with one (each hand-off waits
+    for a scheduler slice), so tuckerkit drops to one thread while the machine is loaded.
+    """
+    now = time.monotonic()
+    cached = _STATE.get("free")
+    if cached is not None and now - cached[0] < 0.5:
+        return cached[1]
+    try:
+        ncpu = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        ncpu = os.cpu_count() or 1
+    busy = _running_elsewhere()
+    free = ncpu if busy is None else max(1, ncpu - busy)
+    _STATE["free"] = (now, free)
+    return free
 
 
 def workers() -> int:
@@ -63,8 +127,10 @@ def single_threaded_blas() -> Iterator[None]:
         return
     with _LOCK:
         if _STATE["depth"] == 0:
-            _STATE["workers"] = max(1, int(lib.num_threads))
-            if _STATE["workers"] > 1:
+            _STATE["saved_threads"] = lib.get()
+            _STATE["blas_threads"] = max(1, lib.num_threads)
+            _STATE["workers"] = min(_STATE["blas_threads"], free_cpus())
+            if _STATE["blas_threads"] > 1:
                 lib.set_num_threads(1)
         _STATE["depth"] += 1
     try:
@@ -72,8 +138,8 @@ def single_threaded_blas() -> Iterator[None]:
     finally:
         with _LOCK:
             _STATE["depth"] -= 1
-            if _STATE["depth"] == 0 and _STATE["workers"] > 1:
-                lib.set_num_threads(_STATE["workers"])
+            if _STATE["depth"] == 0 and _STATE["blas_threads"] > 1:
+                lib.set_num_threads(_STATE["saved_threads"])
 
 
 def with_single_threaded_blas(fn):
@@ -106,6 +172,60 @@ def run_matmul(matmul, av, bv, cv, flops: int) -> None:
         parallel_matmul(matmul, av, bv, cv, flops)
 
 
+def dynamic_for(work: Callable[[int, Any], None], n_items: int, make_state: Callable[[], Any] = lambda: None,
+                workers_: int | None = None) -> list[Any]:
+    """Run ``work(i, state)`` for ``i in range(n_items)`` on the calling thread and the pool's threads.
+
+    Each thread takes the next unclaimed item when it is free (dynamic scheduling), with its own ``state``
+    from ``make_state()``; the states of the threads that took part are returned. With a static split,
+    one descheduled thread (another process on the machine, a hypervisor's steal) makes everyone wait for
+    its whole share: a HOOI on 200 x 25 x 25 ran 17x slower next to one busy process. Here the caller
+    waits for at most the item in flight, and pool threads that never started are cancelled.
+    """
+    w = min(workers() if workers_ is None else workers_, n_items)
+    if w < 2 or threading.current_thread().name.startswith("tuckerkit"):
+        st = make_state()
+        for i in range(n_items):
+            work(i, st)
+        return [st]
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    def drain() -> Any:
+        st = None
+        while True:
+            with lock:
+                i = next(counter)
+            if i >= n_items:
+                return st
+            if st is None:
+                st = make_state()
+            work(i, st)
+
+    pool = _pool(w - 1)
+    t0, c0 = time.perf_counter(), time.process_time()
+    futures = [pool.submit(drain) for _ in range(w - 1)]
+    states = [drain()]
+    for f in futures:
+        if not f.cancel():  # already running: it holds at most one item
+            states.append(f.result())
+    _record(time.perf_counter() - t0, time.process_time() - c0)
+    return [st for st in states if st is not None]
+
+
+def _record(wall: float, cpu: float) -> None:
+    """Track how much parallelism the split products actually got (CPU seconds per wall second)."""
+    st = _STATE.setdefault("eff", [0.0, 0.0])
+    st[0] += wall
+    st[1] += cpu
+
+
+def _chunks(size: int, flops: int, w: int) -> list[int]:
+    """Cut points splitting ``size`` into up to ``4 w`` pieces of at least MIN_CHUNK_FLOPS each."""
+    n = max(1, min(size, 4 * w, flops // MIN_CHUNK_FLOPS))
+    return [size * i // n for i in range(n + 1)]
+
+
 def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
     """``matmul(av, bv, out=cv)`` on ``(*batch, m, k) @ (*batch, k, n)`` views with the policy above.
 
@@ -117,33 +237,30 @@ def parallel_matmul(matmul, av, bv, cv, flops: int) -> None:
         return
     nd = cv.ndim
     batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
-    if not batch_axes:
-        # one large GEMM: BLAS's own threads split it best (measured against our row/column/k splits)
-        with threaded_blas():
-            matmul(av, bv, out=cv)
+    if batch_axes:
+        # a strided batch: split the batch, single-threaded BLAS per GEMM (1.5-2x faster than BLAS threads)
+        axis = max(batch_axes, key=lambda i: cv.shape[i])
+    else:
+        # one large GEMM: split the longer side of C into row or column blocks
+        axis = nd - 2 if cv.shape[-2] >= cv.shape[-1] else nd - 1
+    bounds = _chunks(cv.shape[axis], flops, w)
+    if len(bounds) <= 2:
+        matmul(av, bv, out=cv)
         return
-    # a strided batch: split the batch, single-threaded BLAS per GEMM (1.5-2x faster than BLAS threads)
-    axis = max(batch_axes, key=lambda i: cv.shape[i])
-    size = cv.shape[axis]
-    w = min(w, size)
-    bounds = [size * i // w for i in range(w + 1)]
 
-    def parts(lo: int, hi: int):
-        # operands hold the batch axis at the same position, or broadcast it with size 1
-        def cut(x):
-            return x if x.shape[axis] == 1 else x[(slice(None),) * axis + (slice(lo, hi),)]
+    def cut(x, lo: int, hi: int, ax: int):
+        if ax < 0 or x.shape[ax] == 1:  # broadcast operand
+            return x
+        return x[(slice(None),) * ax + (slice(lo, hi),)]
 
-        return cut(av), cut(bv), cut(cv)
+    ax_a = axis if axis < nd - 2 else (nd - 2 if axis == nd - 2 else -1)  # rows of C are rows of A
+    ax_b = axis if axis < nd - 2 else (nd - 1 if axis == nd - 1 else -1)  # columns of C are columns of B
 
-    pool = _pool(w - 1)
-    futures = []
-    for lo, hi in itertools.pairwise(bounds[1:]):
-        a, b, c = parts(lo, hi)
-        futures.append(pool.submit(matmul, a, b, out=c))
-    a, b, c = parts(bounds[0], bounds[1])
-    matmul(a, b, out=c)
-    for f in futures:
-        f.result()
+    def work(i: int, _: Any) -> None:
+        lo, hi = bounds[i], bounds[i + 1]
+        matmul(cut(av, lo, hi, ax_a), cut(bv, lo, hi, ax_b), out=cut(cv, lo, hi, axis))
+
+    dynamic_for(work, len(bounds) - 1, workers_=w)
 
 
 @contextmanager
@@ -162,10 +279,12 @@ def threaded_blas() -> Iterator[None]:
 
 
 def map_workers(fn, items: list) -> list:
-    """``[fn(item) for item in items]`` spread over the workers (single-threaded BLAS inside each)."""
-    w = min(workers(), len(items))
-    if w < 2 or threading.current_thread().name.startswith("tuckerkit"):
-        return [fn(it) for it in items]
-    pool = _pool(w - 1)
-    futures = [pool.submit(fn, it) for it in items[1:]]
-    return [fn(items[0])] + [f.result() for f in futures]
+    """``[fn(item) for item in items]`` spread over the workers (single-threaded BLAS inside each),
+    dynamically scheduled (see :func:`dynamic_for`)."""
+    out: list[Any] = [None] * len(items)
+
+    def work(i: int, _: Any) -> None:
+        out[i] = fn(items[i])
+
+    dynamic_for(work, len(items))
+    return out
