@@ -206,7 +206,8 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
     _check_device(device)
     out = output if output is not None else _default_output(input, method)
     X: Any
-    if method == "cp" and input.suffix.lower() == ".tns":  # sparse CP-ALS on the nonzeros, never densified
+    sparse_ok = method == "cp" or (method == "hooi" and ranks is not None)
+    if sparse_ok and input.suffix.lower() == ".tns":  # sparse CP-ALS / HOOI on the nonzeros, never densified
         from tuckerkit.io._load import _check_path
         from tuckerkit.sparse import COOTensor
 

@@ -105,6 +105,22 @@ def test_tns_input(tmp_path):
     assert json.loads(res.stdout)["ranks"] == 2
 
 
+def test_tns_hooi_runs_sparse(tmp_path):
+    from tuckerkit.io import load_result, write_tns
+
+    rng = np.random.default_rng(0)
+    coords = rng.integers(0, 10_000, size=(2000, 3))  # 1e12 logical entries: densifying would be refused
+    p = tmp_path / "big.tns"
+    write_tns(p, coords, rng.random(2000))
+    res = _invoke(["decompose", p, "--ranks", "3,3,3", "--json", "--max-iter", "5", "--shape", "10000,10000,10000"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["shape"] == [10_000, 10_000, 10_000] and out["ranks"] == [3, 3, 3] and 0 < out["fit"] < 1
+    T = load_result(out["output"])
+    for U in T.factors:
+        np.testing.assert_allclose(U.T @ U, np.eye(3), atol=1e-12)
+
+
 def test_help_shows_examples():
     for cmd in ("decompose", "info", "reconstruct", "plan"):
         res = _invoke([cmd, "--help"])

@@ -167,3 +167,85 @@ def test_sparse_cp_reports_its_per_mode_plan():
     assert isinstance(plan, SparsePlan) and plan.kind == "all" and plan is X.plan()
     assert [o[0] for o in plan.orders] == [0, 1, 2] and plan.bytes > 0
     assert "mode 2: CSF order [2, 1, 0] (root kernel)" in plan.explain()
+
+
+@pytest.mark.parametrize("shape", [(6, 7, 8), (5, 4, 6, 3), (3, 4, 2, 3, 4), (1, 5, 6), (7, 1, 1), (9, 8)])
+def test_ttmc_matches_dense_every_mode(shape, dtype, rng):
+    D = random_sparse(rng, shape, dtype=dtype, empty_slices=min(shape) > 1)
+    X = COOTensor.from_dense(D)
+    for ranks in ([1] * len(shape), [min(s, r) for s, r in zip(shape, (2, 3, 1, 2, 3), strict=False)]):
+        fs = [rng.standard_normal((s, r)).astype(dtype) for s, r in zip(shape, ranks, strict=True)]
+        for n in range(len(shape)):
+            got = tk.engine.ttmc(X, fs, n)
+            ref = tk.multi_ttm(D, fs, transpose=True, skip=n)
+            assert got.shape == ref.shape and got.dtype == dtype
+            np.testing.assert_allclose(got, ref, rtol=50 * np.finfo(dtype).eps, atol=50 * np.finfo(dtype).eps * max(
+                1.0, float(np.abs(ref).max())))
+
+
+def test_ttmc_int64_indices_duplicates_and_csf_input(rng):
+    coords = np.array([[0, 1, 2], [0, 1, 2], [3, 0, 1], [2, 2, 0]], dtype=np.int64)
+    X = COOTensor(coords, [1.0, 2.0, -1.0, 4.0], shape=(4, 3, 3))  # the duplicate adds up to 3.0
+    D = X.to_dense()
+    assert D[0, 1, 2] == 3.0
+    fs = [rng.standard_normal((s, 2)) for s in X.shape]
+    for T in (X, CSFTensor(X, (2, 0, 1))):
+        for n in range(3):
+            np.testing.assert_allclose(tk.engine.ttmc(T, fs, n), tk.multi_ttm(D, fs, transpose=True, skip=n),
+                                       rtol=1e-13, atol=1e-13)
+
+
+def test_sparse_multi_ttm_only_all_but_one(rng):
+    X = COOTensor.from_dense(random_sparse(rng, (4, 5, 6)))
+    fs = [rng.standard_normal((s, 2)) for s in X.shape]
+    with pytest.raises(ValueError, match=r"a sparse X supports multi_ttm over all modes but one with "
+                                         r"transpose=True \(the ttmc kernel\); received transpose=False"):
+        tk.multi_ttm(X, [U.T for U in fs], skip=0)
+    with pytest.raises(ValueError, match=r"received 0 modes left out"):
+        tk.multi_ttm(X, fs, transpose=True)
+    with pytest.raises(ValueError, match=r"matrices\[2\] has shape \(5, 2\) but mode 2 of X has size 6"):
+        tk.multi_ttm(X, [fs[0], fs[1], fs[1]], transpose=True, skip=0)
+
+
+@pytest.mark.parametrize("shape", [(9, 10, 11), (6, 7, 5, 4)])
+def test_sparse_hooi_equals_dense_hooi(shape, rng):
+    D = random_sparse(rng, shape, density=0.3)
+    X = COOTensor.from_dense(D)
+    ranks = [3] * len(shape)
+    init = tk.hosvd(D, ranks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        a = tk.hooi(X, ranks, init=init, max_iter=6, tol=0.0)
+        b = tk.hooi(D, ranks, init=init, max_iter=6, tol=0.0)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.to_dense(), b.to_dense(), atol=1e-10 * np.abs(D).max())
+    for U in a.factors:
+        np.testing.assert_allclose(U.T @ U, np.eye(U.shape[1]), atol=1e-12)
+    assert a.passes_per_iteration == len(shape) and a.plans[0] is X.plan()
+
+
+def test_sparse_hooi_default_init_fits_like_dense(rng):
+    D = random_sparse(rng, (20, 25, 30), density=0.2)
+    X = COOTensor.from_dense(D)
+    a = tk.hooi(X, (4, 4, 4), random_state=0)
+    b = tk.hooi(D, (4, 4, 4))
+    assert a.converged and np.all(np.diff(a.fit_history) >= -1e-12)
+    assert abs(a.fit - (1 - a.relative_error(D))) < 1e-10
+    assert a.fit == pytest.approx(b.fit, abs=2e-3)  # HOOI's local optimum from different starts
+
+
+def test_sparse_hooi_never_densifies(rng):
+    shape = (10_000, 10_000, 10_000)  # 1e12 logical entries
+    nnz = 100_000
+    X = COOTensor(rng.integers(0, 10_000, size=(nnz, 3)), rng.random(nnz), shape)
+    init = tk.TuckerTensor(np.zeros((5, 5, 5)), tuple(np.linalg.qr(rng.random((s, 5)))[0] for s in shape))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        tk.hooi(X, 5, init=init, max_iter=1, tol=0.0)  # compile and build the CSF plan outside the trace
+        tracemalloc.start()
+        T = tk.hooi(X, 5, init=init, max_iter=2, tol=0.0)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # the projections are 10_000 x 25 per mode (2 MB); a dense tensor would be 8 TB
+    assert peak < 64 * 2**20
+    assert 0 < T.fit < 1

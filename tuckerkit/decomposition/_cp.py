@@ -32,7 +32,7 @@ def _leading_sparse(X: Any, n: int, k: int, rng: np.random.Generator) -> Any:
     import scipy.sparse.linalg
 
     A = X._tk_unfolding(n)
-    if A is None or k >= min(A.shape) or A.nnz == 0:
+    if k >= min(A.shape) or A.nnz == 0:
         return rng.standard_normal((X.shape[n], k))
     U, _, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=k, random_state=int(rng.integers(2**31)))
     return U[:, ::-1]

@@ -21,7 +21,7 @@ from tuckerkit._validation import (
 from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, sign_fix
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
-from tuckerkit.engine import multi_ttm, multi_ttm_plan, ttm
+from tuckerkit.engine import multi_ttm, ttm, ttmc_sweep
 from tuckerkit.engine._threads import with_single_threaded_blas
 
 logger = logging.getLogger(__name__)
@@ -157,30 +157,15 @@ def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:
     return Q.astype(dtype)
 
 
-def _hooi_sweep(T: Any, active: list[int], factors: list[Any], ranks: tuple[int, ...], routes: dict,
-                plans: list, want_core: bool) -> Any:
-    """One HOOI sweep over ``active`` modes with a dimension tree (updates ``factors`` in mode order).
+def _leading_factor(X: Any, n: int, r: int, rng: np.random.Generator) -> Any:
+    """HOSVD factor of mode ``n``: the Gram's eigenvectors (dense) or ARPACK on the sparse unfolding."""
+    if not hasattr(X, "_tk_unfolding"):
+        U, _ = leading_left_singular(X, n, r)
+        return U.astype(X.dtype, copy=False)
+    from tuckerkit.decomposition._cp import _leading_sparse
 
-    ``T`` has every mode outside ``active`` already projected. The first half of the modes is updated from
-    ``T`` projected on the second half (old factors), then the second half from ``T`` projected on the
-    (new) first half: the full tensor is read twice per sweep whatever its order.
-    """
-    if len(active) == 1:
-        n = active[0]
-        U, route = leading_left_singular(T, n, ranks[n])
-        factors[n] = U.astype(T.dtype, copy=False)
-        routes[n] = route
-        return ttm(T, factors[n], n, transpose=True) if want_core else None
-    half = (len(active) + 1) // 2
-    first, second = active[:half], active[half:]
-    mats = [factors[m] for m in second]
-    plans.append(multi_ttm_plan(T, mats, modes=second, transpose=True))
-    _hooi_sweep(multi_ttm(T, mats, modes=second, transpose=True), first, factors, ranks, routes, plans, False)
-    mats = [factors[m] for m in first]
-    plans.append(multi_ttm_plan(T, mats, modes=first, transpose=True))
-    return _hooi_sweep(multi_ttm(T, mats, modes=first, transpose=True), second, factors, ranks, routes, plans,
-                       want_core)
-
+    Q, _ = np.linalg.qr(_leading_sparse(X, n, r, rng))  # orthonormal also when ARPACK could not run
+    return sign_fix(np.ascontiguousarray(Q)).astype(X.dtype, copy=False)
 
 
 @with_single_threaded_blas
@@ -198,16 +183,19 @@ def hooi(
     """Tucker decomposition by higher-order orthogonal iteration (HOOI).
 
     Each factor is the leading left singular subspace of the tensor projected on all other factors
-    (``multi_ttm``), from the I_n x I_n Gram (eigh) or the SVD of the small unfolding, whichever is
-    cheaper. Partial projections are shared across modes (a dimension tree): two full passes over ``X``
-    per iteration for any order. The fit comes from the core, ``1 - sqrt(||X||^2 - ||G||^2) / ||X||``,
-    never from a reconstruction.
+    (:func:`~tuckerkit.engine.ttmc_sweep`), from the I_n x I_n Gram (eigh) or the SVD of the small
+    unfolding, whichever is cheaper. For a dense tensor partial projections are shared across modes (a
+    dimension tree): two full passes over ``X`` per iteration for any order. A sparse tensor is projected
+    by a compiled CSF kernel per mode (``ttmc``), never densified. The fit comes from the core,
+    ``1 - sqrt(||X||^2 - ||G||^2) / ||X||``, never from a reconstruction.
 
     Parameters
     ----------
-    X : array, shape (I_0, ..., I_{N-1})
+    X : array, COOTensor or CSFTensor, shape (I_0, ..., I_{N-1})
     ranks : sequence of int, or int
-    init : {"st_hosvd", "random"} or TuckerTensor, default "st_hosvd"
+    init : {"st_hosvd", "hosvd", "random"} or TuckerTensor, default "st_hosvd"
+        ``"st_hosvd"`` on a sparse tensor means ``"hosvd"``: each factor from the leading singular vectors
+        of the sparse unfolding (ARPACK), as ST-HOSVD would densify the projected tensor.
     tol : float, default 1e-8
         Stop when the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it
         decreases, which in exact arithmetic it never does: the change is then rounding noise (float32).
@@ -240,7 +228,12 @@ def hooi(
     >>> T.converged, round(T.fit, 6)
     (True, 1.0)
     """
-    X = check_tensor(X)
+    sparse = hasattr(X, "_tk_ttmc")
+    if sparse:
+        if X.ndim < 2:
+            raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")
+    else:
+        X = check_tensor(X)
     ranks = check_ranks(ranks, X.shape)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
@@ -253,24 +246,32 @@ def hooi(
                 f"init has shape {init.shape} and ranks {init.ranks}; expected shape {X.shape} and ranks {ranks}"
             )
         factors = [np.asarray(U, dtype=X.dtype) for U in init.factors]
-    elif init == "st_hosvd":
+    elif init == "st_hosvd" and not sparse:
         factors = list(st_hosvd(X, ranks).factors)
+    elif init in ("hosvd", "st_hosvd"):  # a sparse tensor: each mode from its sparse unfolding (ARPACK)
+        factors = [_leading_factor(X, n, ranks[n], rng) for n in range(N)]
     elif init == "random":
         factors = [_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype) for n in range(N)]
     else:
-        raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'random' or a TuckerTensor")
-    normX2 = _sqnorm(X)
+        raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'hosvd', 'random' or a TuckerTensor")
+    normX2 = X.norm() ** 2 if sparse else _sqnorm(X)
     mon = Monitor("hooi", tol, max_iter, callback, verbose)
     core = None
-    plans: list = []
+    plans: tuple = ()
     it = 0
     for it in range(1, max_iter + 1):
-        plans = []
-        routes: dict[int, str] = {}
-        core = _hooi_sweep(X, list(range(N)), factors, ranks, routes, plans, True)
+        last: dict[str, Any] = {}
+
+        def update(n: int, Y: Any, last=last) -> None:
+            U, _ = leading_left_singular(Y, n, ranks[n])
+            factors[n] = U.astype(X.dtype, copy=False)
+            last["n"], last["Y"] = n, Y
+
+        plans = ttmc_sweep(X, factors, update)
+        core = ttm(last["Y"], factors[last["n"]], last["n"], transpose=True)
         fit = _fit(normX2, _sqnorm(core))
         if mon.step(it, fit, factors):
             break
     mon.finish()
     return TuckerTensor(core, tuple(factors), it, mon.converged, tuple(mon.history), tuple(plans),
-                        passes_per_iteration=min(N, 2))
+                        passes_per_iteration=N if sparse else min(N, 2))

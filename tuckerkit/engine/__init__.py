@@ -15,6 +15,8 @@ from tuckerkit.engine._ops import (
     multi_ttm_plan,
     ttm,
     ttm_plan,
+    ttmc,
+    ttmc_sweep,
 )
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, Remedy
 
@@ -37,4 +39,6 @@ __all__ = [
     "plan_contraction",
     "ttm",
     "ttm_plan",
+    "ttmc",
+    "ttmc_sweep",
 ]

@@ -216,6 +216,8 @@ def multi_ttm(
     >>> multi_ttm(X, Us, transpose=True, skip=1).shape
     (2, 5, 2)
     """
+    if hasattr(X, "_tk_ttmc"):  # sparse: the compiled CSF kernel, which projects all modes but one
+        return _sparse_multi_ttm(X, matrices, modes, skip, transpose)
     xp, X = _tensor(X)
     if modes is None:
         modes = list(range(X.ndim))
@@ -255,6 +257,120 @@ def multi_ttm(
             p = plan_contraction(_ttm_spec(Y.ndim, m, transpose), Y, mats[m])
         Y = execute(p, Y, mats[m], None, xp)
     return Y
+
+
+def _sparse_multi_ttm(X: Any, matrices: Sequence[Any], modes: Sequence[int] | None, skip: int | None,
+                      transpose: bool) -> Any:
+    N = X.ndim
+    modes_l = list(range(N)) if modes is None else [_mode(m, N, "modes") for m in modes]
+    if len(matrices) != len(modes_l):
+        raise ValueError(f"matrices has {len(matrices)} entries; expected one per entry of modes ({len(modes_l)})")
+    mats = dict(zip(modes_l, matrices, strict=True))
+    if skip is not None:
+        mats.pop(_mode(skip, N, "skip"), None)
+    mats = {m: U for m, U in mats.items() if U is not None}
+    left = [m for m in range(N) if m not in mats]
+    if not transpose or len(left) != 1:
+        raise ValueError(
+            "a sparse X supports multi_ttm over all modes but one with transpose=True (the ttmc kernel); "
+            f"received {'transpose=False' if not transpose else f'{len(left)} modes left out'}"
+        )
+    factors: list[Any] = [None] * N
+    for m, U in mats.items():
+        U = _matrix(U, f"matrices[{m}]", X.dtype)
+        if U.shape[0] != X.shape[m]:
+            raise ValueError(f"matrices[{m}] has shape {tuple(U.shape)} but mode {m} of X has size {X.shape[m]}; "
+                             f"expected (I_n, J) with I_n = {X.shape[m]}")
+        factors[m] = U
+    return X._tk_ttmc(factors, left[0])
+
+
+def ttmc(X: Any, factors: Sequence[Any], skip: int) -> Any:
+    """Tensor times all factor matrices but one, transposed: ``X x_m U_m^T`` for every ``m != skip``.
+
+    The projection HOOI needs, for dense tensors (a chain of TTMs, largest reduction first) and sparse ones
+    (one compiled CSF kernel that never forms an intermediate of the tensor's size).
+
+    Parameters
+    ----------
+    X : array or sparse tensor, shape (I_0, ..., I_{N-1})
+    factors : sequence of arrays, shape (I_m, R_m)
+        One per mode; the entry of ``skip`` is ignored (may be None).
+    skip : int
+        The mode left unprojected.
+
+    Returns
+    -------
+    array
+        Shape ``(R_0, ..., I_skip, ..., R_{N-1})``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import ttmc
+    >>> from tuckerkit.sparse import COOTensor
+    >>> X = np.random.default_rng(0).random((4, 5, 6))
+    >>> Us = [np.ones((4, 2)), np.ones((5, 3)), np.ones((6, 2))]
+    >>> Y = ttmc(X, Us, skip=1)
+    >>> Y.shape, bool(np.allclose(ttmc(COOTensor.from_dense(X), Us, skip=1), Y))
+    ((2, 5, 2), True)
+    """
+    return multi_ttm(X, list(factors), transpose=True, skip=skip)
+
+
+def ttmc_sweep(X: Any, factors: list[Any], update) -> tuple[Any, ...]:
+    """The N projections of one HOOI sweep, in mode order, each on the latest factors (Gauss-Seidel).
+
+    ``update(n, Y_n)`` receives ``Y_n = X x_{m != n} U_m^T`` (mode ``n`` unprojected, in place) and may
+    replace ``factors[n]`` before the next projection. Dense tensors share partial projections (a dimension
+    tree): the modes are halved, ``X`` projected on the second half serves the first half and the
+    projection on the updated first half serves the second, so the full tensor is read twice per sweep for
+    any order. Sparse tensors run one compiled ``ttmc`` per mode (reading only the nonzeros).
+
+    Parameters
+    ----------
+    X : array or sparse tensor, shape (I_0, ..., I_{N-1})
+    factors : list of arrays, shape (I_n, R_n)
+    update : callable ``update(n, Y_n)``
+
+    Returns
+    -------
+    tuple
+        The plans used (engine :class:`MultiTTMPlan` objects, or a sparse tensor's per-mode CSF plan).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import ttmc, ttmc_sweep
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.random((4, 5, 6, 7))
+    >>> U = [np.linalg.qr(rng.random((n, 2)))[0] for n in X.shape]
+    >>> seen = {}
+    >>> _ = ttmc_sweep(X, U, lambda n, Y: seen.setdefault(n, Y))
+    >>> all(np.allclose(seen[n], ttmc(X, U, n)) for n in range(4))
+    True
+    """
+    if hasattr(X, "_tk_ttmc"):
+        for n in range(X.ndim):
+            update(n, X._tk_ttmc(factors, n))
+        return (X.plan(),)
+    _, X = _tensor(X)
+    plans: list[Any] = []
+
+    def sweep(T: Any, active: list[int]) -> None:
+        if len(active) == 1:
+            update(active[0], T)
+            return
+        half = (len(active) + 1) // 2
+        first, second = active[:half], active[half:]
+        for part, rest in ((first, second), (second, first)):
+            mats = [factors[m] for m in rest]
+            p = multi_ttm_plan(T, mats, modes=rest, transpose=True)
+            plans.append(p)
+            sweep(multi_ttm(T, mats, modes=rest, transpose=True, plan=p), part)
+
+    sweep(X, list(range(X.ndim)))
+    return tuple(plans)
 
 
 def _ttm_order(shape, mats, transpose: bool) -> list[int]:

@@ -51,22 +51,32 @@ class SparseKernels:
 
         return sparse_mttkrp(self, factors, mode)  # type: ignore[arg-type]
 
+    def _tk_ttmc(self, factors, mode: int):
+        """Called by ``tuckerkit.engine.multi_ttm`` with ``transpose=True, skip=mode``: the compiled CSF kernel."""
+        from tuckerkit.sparse._mttkrp import sparse_ttmc
+
+        return sparse_ttmc(self, factors, mode)  # type: ignore[arg-type]
+
     def _tk_unfolding(self, mode: int) -> Any:
-        """The mode-``mode`` unfolding as a scipy CSR matrix (None when its column count overflows int64)."""
+        """The mode-``mode`` unfolding as a scipy CSR matrix, keeping only the columns that hold nonzeros.
+
+        Dropping empty columns leaves ``A A^T`` and the left singular vectors unchanged, and keeps the
+        matrix at most ``nnz`` wide: ARPACK's final SVD is then ``k x nnz`` instead of ``k x prod(other
+        modes)`` (a 10000^3 tensor's unfolding has 1e8 columns; its SVD took 8 s and 0.8 GB).
+        """
         import scipy.sparse
 
+        from tuckerkit.sparse._coo import linear_key
         from tuckerkit.sparse._csf import as_coo
 
         coo = as_coo(self)
         others = [m for m in range(coo.ndim) if m != mode]
-        ncols = 1
-        for m in others:
-            ncols *= coo.shape[m]
-        if ncols >= 2**62:
-            return None
         if others:
-            col = np.ravel_multi_index(tuple(coo.coords[:, m].astype(np.int64) for m in others),
-                                       tuple(coo.shape[m] for m in others))
+            rest = coo.coords[:, others]
+            key = linear_key(rest, [coo.shape[m] for m in others])
+            _, col = np.unique(rest if key is None else key, axis=0, return_inverse=True)
+            col = col.reshape(-1)
         else:
             col = np.zeros(coo.nnz, np.int64)
+        ncols = int(col.max()) + 1 if col.size else 0
         return scipy.sparse.csr_matrix((coo.values, (coo.coords[:, mode], col)), shape=(coo.shape[mode], ncols))

@@ -55,3 +55,59 @@ def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels
     # one contiguous run of roots per thread, cut where the nonzeros split evenly (power-law slices)
     for t in prange(bounds.shape[0] - 1):
         _root_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, bounds[t], bounds[t + 1], out)
+
+
+@njit(cache=True, fastmath=False)
+def _ttmc_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels, r0, r1,
+                out):  # pragma: no cover
+    # tmp[P_off[l]:P_off[l] + P_lev[l]] accumulates, for the current node's children at level l, the sum of
+    # kron(F_l[idx], ..., F_{N-1}[idx]) * value: row-major over the levels l..N-1 (the CSF order)
+    tmp = np.zeros(P_off[n_levels], dtype=out.dtype)
+    cur = np.zeros(n_levels, dtype=np.int64)
+    end = np.zeros(n_levels, dtype=np.int64)
+    for r in range(r0, r1):
+        cur[1] = pos_all[pos_off[0] + r]
+        end[1] = pos_all[pos_off[0] + r + 1]
+        depth = 1
+        while depth >= 1:
+            if cur[depth] >= end[depth]:
+                depth -= 1
+                if depth >= 1:
+                    node = cur[depth]
+                    frow = F_off[depth] + idx_all[idx_off[depth] + node]
+                    inner = P_lev[depth + 1]
+                    bd, bn = P_off[depth], P_off[depth + 1]
+                    for a in range(R_lev[depth]):
+                        f = F_all[frow, a]
+                        for b in range(inner):
+                            tmp[bd + a * inner + b] += f * tmp[bn + b]
+                    for b in range(inner):
+                        tmp[bn + b] = 0.0
+                    cur[depth] += 1
+                continue
+            node = cur[depth]
+            if depth == n_levels - 1:
+                v = vals[node]
+                frow = F_off[depth] + idx_all[idx_off[depth] + node]
+                bd = P_off[depth]
+                for a in range(R_lev[depth]):
+                    tmp[bd + a] += v * F_all[frow, a]
+                cur[depth] += 1
+            else:
+                cur[depth + 1] = pos_all[pos_off[depth] + node]
+                end[depth + 1] = pos_all[pos_off[depth] + node + 1]
+                depth += 1
+        orow = idx_all[idx_off[0] + r]
+        b1 = P_off[1]
+        for b in range(P_lev[1]):
+            out[orow, b] = tmp[b1 + b]
+            tmp[b1 + b] = 0.0
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def ttmc_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels, bounds,
+              out):  # pragma: no cover
+    """Sparse tensor times all factor matrices but the root's (transposed): one dense row per root slice."""
+    for t in prange(bounds.shape[0] - 1):
+        _ttmc_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels,
+                    bounds[t], bounds[t + 1], out)

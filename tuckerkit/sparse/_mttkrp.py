@@ -144,3 +144,47 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -
         mttkrp_root(pos_all, pos_off, idx_all, idx_off, csf.values.astype(dtype, copy=False), F_all, F_off,
                     csf.ndim, bounds, out)
     return out
+
+
+def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -> np.ndarray:
+    """``X`` times ``factors[m].T`` along every mode ``m != mode``: a dense tensor with ``I_mode`` in position
+    ``mode`` and ``R_m`` elsewhere (the projection sparse HOOI needs), from the CSF rooted at ``mode``."""
+    import numba
+
+    from tuckerkit.engine._threads import single_threaded_blas
+    from tuckerkit.sparse._kernels import ttmc_root
+
+    _, csfs = sparse_plan(X)
+    csf = csfs[mode]
+    N = csf.ndim
+    others = [m for m in range(N) if m != mode]
+    mats = {m: np.asarray(factors[m]) for m in others}
+    for m in others:
+        U = mats[m]
+        if U.ndim != 2 or U.shape[0] != csf.shape[m]:
+            raise ValueError(f"factors[{m}] must have shape ({csf.shape[m]}, R); received {U.shape}")
+    dtype = np.result_type(csf.values.dtype, *(U.dtype for U in mats.values()))
+    ranks = [int(mats[csf.order[lev]].shape[1]) if lev else 0 for lev in range(N)]
+    P_lev = np.ones(N + 1, dtype=np.int64)
+    for lev in range(N - 1, 0, -1):
+        P_lev[lev] = P_lev[lev + 1] * ranks[lev]
+    P_off = np.zeros(N + 1, dtype=np.int64)
+    for lev in range(1, N):
+        P_off[lev + 1] = P_off[lev] + P_lev[lev]
+    R_max = max(ranks[1:])
+    pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
+    F_off = np.zeros(N, dtype=np.int64)
+    F_all = np.zeros((sum(csf.shape[csf.order[lev]] for lev in range(1, N)), R_max), dtype=dtype)
+    off = 0
+    for lev in range(1, N):
+        U = mats[csf.order[lev]]
+        F_off[lev] = off
+        F_all[off:off + U.shape[0], : U.shape[1]] = U
+        off += U.shape[0]
+    out = np.zeros((csf.shape[mode], int(P_lev[1])), dtype=dtype)
+    bounds = balanced_roots(csf, 4 * numba.get_num_threads())
+    with single_threaded_blas():
+        ttmc_root(pos_all, pos_off, idx_all, idx_off, csf.values.astype(dtype, copy=False), F_all, F_off,
+                  np.asarray(ranks, dtype=np.int64), P_lev, P_off, N, bounds, out)
+    Y = out.reshape(csf.shape[mode], *(ranks[lev] for lev in range(1, N)))  # axes in CSF order
+    return Y.transpose(np.argsort(csf.order))  # a view with the modes in place
