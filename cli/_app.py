@@ -164,6 +164,7 @@ def decompose_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     key: str = typer.Option(None, "--key", help="Array name in .npz/.mat/.h5 files holding several."),
     shape: str = typer.Option(None, "--shape", help="Shape of a .tns tensor, e.g. 100,200,300."),
+    csf: str = typer.Option("auto", "--csf", help="Sparse (.tns) kernel plan: auto, all, two or one."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose a tensor file and write the result (.npz).
@@ -171,11 +172,11 @@ def decompose_cmd(
     Example: tuckerkit decompose data.npy --ranks 10,10,10 --output data.tucker.npz
     """
     _run(debug, _decompose, input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force,
-         json_out, quiet, key, shape)
+         json_out, quiet, key, shape, csf)
 
 
 def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
-               key, shape):
+               key, shape, csf="auto"):
     import numpy as np
 
     import tuckerkit as tk
@@ -186,6 +187,8 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         raise CLIError(f"--method {method!r} is not valid; expected hooi, hosvd or cp")
     if dtype not in (None, "float32", "float64"):
         raise CLIError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
+    if csf not in ("auto", "all", "two", "one"):
+        raise CLIError(f"--csf {csf!r} is not valid; expected auto, all, two or one")
     if method == "cp":
         if rank is None:
             raise CLIError("--method cp needs --rank R (the number of components)")
@@ -215,6 +218,7 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         X = COOTensor.from_tns(input, shape=_parse_ints(shape, "--shape") if shape else None)
         if dtype is not None:
             X = X.astype(dtype)
+        X.plan(csf=csf)
     else:
         X = _load(input, key, shape)  # memory-mapped for .npy: cheap until the decomposition reads it
     check_shape(X, f"tensor in {str(input)!r}")
@@ -269,6 +273,8 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         "compression_ratio": logical / stored,
         "output": str(path),
     }
+    if hasattr(X, "plan"):
+        summary["csf_plan"] = X.plan().kind
     if json_out:
         typer.echo(json.dumps(summary))
     else:

@@ -119,6 +119,13 @@ def test_tns_hooi_runs_sparse(tmp_path):
     T = load_result(out["output"])
     for U in T.factors:
         np.testing.assert_allclose(U.T @ U, np.eye(3), atol=1e-12)
+    assert out["csf_plan"] == "all"
+    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--json", "--csf", "one", "--max-iter", "3",
+                   "--shape", "10000,10000,10000", "-o", tmp_path / "cp.npz"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["csf_plan"] == "one"
+    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--csf", "three", "-o", tmp_path / "c2.npz"])
+    assert res.exit_code == 1 and "error: --csf 'three' is not valid; expected auto, all, two or one" in res.stderr
 
 
 def test_help_shows_examples():

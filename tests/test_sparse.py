@@ -22,10 +22,12 @@ def random_sparse(rng, shape, density=0.2, dtype=np.float64, empty_slices=True):
     return D
 
 
+@pytest.mark.parametrize("csf", ["all", "two", "one"])
 @pytest.mark.parametrize("shape", [(6, 7, 8), (5, 4, 6, 3), (3, 4, 2, 3, 4), (1, 5, 6), (7, 1, 1)])
-def test_mttkrp_matches_dense_every_mode(shape, dtype, rng):
+def test_mttkrp_matches_dense_every_mode(shape, dtype, csf, rng):
     D = random_sparse(rng, shape, dtype=dtype, empty_slices=min(shape) > 1)
     X = COOTensor.from_dense(D)
+    assert X.plan(csf=csf).kind == csf
     for R in (1, 4):
         fs = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
         for n in range(len(shape)):
@@ -169,10 +171,12 @@ def test_sparse_cp_reports_its_per_mode_plan():
     assert "mode 2: CSF order [2, 1, 0] (root kernel)" in plan.explain()
 
 
+@pytest.mark.parametrize("csf", ["all", "one"])
 @pytest.mark.parametrize("shape", [(6, 7, 8), (5, 4, 6, 3), (3, 4, 2, 3, 4), (1, 5, 6), (7, 1, 1), (9, 8)])
-def test_ttmc_matches_dense_every_mode(shape, dtype, rng):
+def test_ttmc_matches_dense_every_mode(shape, dtype, csf, rng):
     D = random_sparse(rng, shape, dtype=dtype, empty_slices=min(shape) > 1)
     X = COOTensor.from_dense(D)
+    X.plan(csf=csf)
     for ranks in ([1] * len(shape), [min(s, r) for s, r in zip(shape, (2, 3, 1, 2, 3), strict=False)]):
         fs = [rng.standard_normal((s, r)).astype(dtype) for s, r in zip(shape, ranks, strict=True)]
         for n in range(len(shape)):
@@ -249,3 +253,44 @@ def test_sparse_hooi_never_densifies(rng):
     # the projections are 10_000 x 25 per mode (2 MB); a dense tensor would be 8 TB
     assert peak < 64 * 2**20
     assert 0 < T.fit < 1
+
+
+def test_plan_kinds_memory_and_assignment(rng):
+    X = COOTensor.from_dense(random_sparse(rng, (9, 5, 7, 6), density=0.4))
+    plans = {k: X.plan(csf=k) for k in ("all", "two", "one")}
+    assert plans["all"].bytes > plans["two"].bytes > plans["one"].bytes
+    one = plans["one"]
+    assert one.orders == ((1, 3, 2, 0),)  # short modes first
+    assert [one.kernel(n) for n in range(4)] == ["leaf", "root", "internal", "internal"]
+    two = plans["two"]
+    assert two.orders[1][0] == 0 and two.kernel(0) == "root" and two.kernel(1) == "root"
+    assert all(plans["all"].kernel(n) == "root" for n in range(4))
+    assert "mode 2: CSF order [1, 3, 2, 0] (internal kernel)" in one.explain()
+
+
+def test_auto_plan_follows_the_memory_budget(rng):
+    from tuckerkit.sparse._mttkrp import _estimate_tree_bytes
+
+    X = COOTensor.from_dense(random_sparse(rng, (9, 5, 7), density=0.4))
+    one = _estimate_tree_bytes(X)
+    assert X.plan(memory_budget=3 * one).kind == "all"
+    assert X.plan(memory_budget=3 * one - 1).kind == "two"
+    assert X.plan(memory_budget=2 * one - 1).kind == "one"
+    assert "exceed" in X.plan().reason and X.plan().bytes <= one
+    assert X.plan(csf="auto").kind == "all"  # the default budget (a quarter of the free memory) fits
+    with pytest.raises(ValueError, match=r"csf='three' is not valid; expected 'auto', 'all', 'two' or 'one'"):
+        X.plan(csf="three")
+
+
+@pytest.mark.parametrize("csf", ["two", "one"])
+def test_sparse_cp_als_same_on_every_plan(csf, rng):
+    D = random_sparse(rng, (12, 9, 10), density=0.3)
+    init = tk.CPTensor(np.ones(3), tuple(rng.standard_normal((s, 3)) for s in D.shape))
+    X, Y = COOTensor.from_dense(D), COOTensor.from_dense(D)
+    Y.plan(csf=csf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        a = tk.cp_als(X, 3, init=init, max_iter=5, tol=0.0)
+        b = tk.cp_als(Y, 3, init=init, max_iter=5, tol=0.0)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e-12)
+    assert b.plans[0].kind == csf

@@ -31,8 +31,20 @@ class SparseKernels:
         v = self.values.astype(np.float64)
         return float(np.sqrt(v @ v))
 
-    def plan(self) -> Any:
+    def plan(self, csf: str | None = None, *, memory_budget: int | None = None) -> Any:
         """The per-mode kernel plan MTTKRP uses on this tensor (:class:`SparsePlan`; builds the CSFs once).
+
+        Parameters
+        ----------
+        csf : {None, "auto", "all", "two", "one"}, default None
+            None: the cached plan, else ``"auto"``. ``"auto"`` takes the fastest kind whose trees fit
+            ``memory_budget``; the others force a kind (replacing a cached plan of another kind).
+        memory_budget : int, optional
+            Bytes the CSF trees may use (default: a quarter of the available memory).
+
+        Returns
+        -------
+        SparsePlan
 
         Examples
         --------
@@ -40,10 +52,14 @@ class SparseKernels:
         >>> X = COOTensor([[0, 0, 0], [1, 2, 3]], [1.0, 2.0], shape=(2, 3, 4))
         >>> print(X.plan().explain().splitlines()[1])
           mode 0: CSF order [0, 1, 2] (root kernel)
+        >>> X.plan(memory_budget=100).kind
+        'one'
         """
         from tuckerkit.sparse._mttkrp import sparse_plan
 
-        return sparse_plan(self)[0]
+        if csf is None and memory_budget is not None:
+            csf = "auto"
+        return sparse_plan(self, csf, memory_budget)[0]
 
     def _tk_mttkrp(self, factors, mode: int):
         """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""

@@ -111,3 +111,69 @@ def ttmc_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_l
     for t in prange(bounds.shape[0] - 1):
         _ttmc_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels,
                     bounds[t], bounds[t + 1], out)
+
+
+@njit(cache=True, fastmath=False)
+def _level_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L, r0, r1,
+                 out):  # pragma: no cover
+    # MTTKRP for the mode at level L >= 1 of the tree: for each node at level L, the Hadamard product of the
+    # factor rows on the path above it (pre) times the sum over its subtree below (acc), added into the
+    # output row of its index. Rows repeat across roots, so ``out`` must be private to this call.
+    R = out.shape[1]
+    pre = np.zeros((n_levels, R), dtype=out.dtype)
+    acc = np.zeros((n_levels + 1, R), dtype=out.dtype)
+    cur = np.zeros(n_levels, dtype=np.int64)
+    end = np.zeros(n_levels, dtype=np.int64)
+    for r in range(r0, r1):
+        rrow = F_off[0] + idx_all[idx_off[0] + r]
+        for q in range(R):
+            pre[0, q] = F_all[rrow, q]
+        cur[1] = pos_all[pos_off[0] + r]
+        end[1] = pos_all[pos_off[0] + r + 1]
+        depth = 1
+        while depth >= 1:
+            if cur[depth] >= end[depth]:
+                depth -= 1
+                if depth >= 1:
+                    node = cur[depth]
+                    if depth > L:
+                        frow = F_off[depth] + idx_all[idx_off[depth] + node]
+                        for q in range(R):
+                            acc[depth, q] += acc[depth + 1, q] * F_all[frow, q]
+                            acc[depth + 1, q] = 0.0
+                    elif depth == L:
+                        orow = idx_all[idx_off[depth] + node]
+                        for q in range(R):
+                            out[orow, q] += pre[L - 1, q] * acc[L + 1, q]
+                            acc[L + 1, q] = 0.0
+                    cur[depth] += 1
+                continue
+            node = cur[depth]
+            if depth == n_levels - 1:
+                v = vals[node]
+                if depth == L:
+                    orow = idx_all[idx_off[depth] + node]
+                    for q in range(R):
+                        out[orow, q] += v * pre[L - 1, q]
+                else:
+                    frow = F_off[depth] + idx_all[idx_off[depth] + node]
+                    for q in range(R):
+                        acc[depth, q] += v * F_all[frow, q]
+                cur[depth] += 1
+            else:
+                if depth < L:
+                    frow = F_off[depth] + idx_all[idx_off[depth] + node]
+                    for q in range(R):
+                        pre[depth, q] = pre[depth - 1, q] * F_all[frow, q]
+                cur[depth + 1] = pos_all[pos_off[depth] + node]
+                end[depth + 1] = pos_all[pos_off[depth] + node + 1]
+                depth += 1
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L, bounds,
+                 out_private):  # pragma: no cover
+    """MTTKRP for an internal or leaf level: one private output per run of roots, summed by the caller."""
+    for t in prange(bounds.shape[0] - 1):
+        _level_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L, bounds[t],
+                     bounds[t + 1], out_private[t])

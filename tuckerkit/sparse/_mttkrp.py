@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,21 +13,33 @@ import numpy as np
 from tuckerkit.sparse._coo import COOTensor
 from tuckerkit.sparse._csf import CSFTensor, as_coo
 
+#: plan kinds, most memory first
+CSF_KINDS = ("all", "two", "one")
+
 
 @dataclass(frozen=True)
 class SparsePlan:
-    """Which CSF serves which mode (``kind="all"``: one CSF rooted at each mode, the fastest layout).
+    """Which CSF tree and which kernel serve each mode's MTTKRP.
+
+    ``"all"``: one tree rooted at each mode (every mode gets the root kernel: the fastest, N trees of
+    memory); ``"one"``: a single tree, short modes first, shared by all modes (root kernel for its root,
+    the internal-level kernel for the middle levels, the leaf kernel for the last: least memory);
+    ``"two"``: that tree plus a second one rooted at its leaf mode, so the longest mode gets a root kernel.
 
     Attributes
     ----------
-    kind : str
-        ``"all"``.
+    kind : {"all", "two", "one"}
     orders : tuple of tuple of int
-        The mode order of the CSF tree serving each mode (its root first).
+        The mode order (root first) of each tree.
+    assignment : tuple of (int, int)
+        For each mode, ``(tree, level)``: level 0 runs the root kernel, deeper levels the internal or leaf
+        kernel (thread-private outputs, summed; no atomics).
     bytes : int
-        Memory of all the trees.
+        Memory of the trees.
     build_seconds : float
         Time spent building them (once per tensor).
+    reason : str
+        Why this kind was chosen (the memory budget, or the caller's ``csf=``).
 
     Examples
     --------
@@ -35,33 +48,88 @@ class SparsePlan:
     >>> plan = X.plan()
     >>> plan.kind, plan.orders
     ('all', ((0, 2, 1), (1, 2, 0), (2, 1, 0)))
+    >>> X.plan(csf="one").assignment
+    ((0, 2), (0, 1), (0, 0))
     """
 
     kind: str
     orders: tuple[tuple[int, ...], ...]
+    assignment: tuple[tuple[int, int], ...]
     bytes: int
     build_seconds: float
+    reason: str = ""
+
+    def kernel(self, mode: int) -> str:
+        tree, level = self.assignment[mode]
+        n_levels = len(self.orders[tree])
+        return "root" if level == 0 else ("leaf" if level == n_levels - 1 else "internal")
 
     def explain(self) -> str:
         lines = [f"sparse plan '{self.kind}': {len(self.orders)} CSF tree(s), {self.bytes:,} bytes, "
-                 f"built in {self.build_seconds * 1e3:.1f} ms"]
-        for n, o in enumerate(self.orders):
-            lines.append(f"  mode {n}: CSF order {list(o)} (root kernel)")
+                 f"built in {self.build_seconds * 1e3:.1f} ms" + (f" ({self.reason})" if self.reason else "")]
+        for n, (tree, _level) in enumerate(self.assignment):
+            lines.append(f"  mode {n}: CSF order {list(self.orders[tree])} ({self.kernel(n)} kernel)")
         return "\n".join(lines)
 
 
-def sparse_plan(X: Any) -> tuple[SparsePlan, list[CSFTensor]]:
-    """Build (once, cached on the tensor) one CSF rooted at each mode, short modes first below the root."""
+def _estimate_tree_bytes(coo: COOTensor) -> int:
+    """An upper bound on one CSF tree's memory: values plus, per level, an index and a pointer per node."""
+    itemsize = 4 if max(max(coo.shape), coo.nnz) < 2**31 - 1 else 8
+    return coo.nnz * (coo.values.itemsize + (2 * coo.ndim - 1) * itemsize)
+
+
+def _default_budget() -> int:
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        avail = 8 << 30
+    return int(avail // 4)
+
+
+def _choose_kind(coo: COOTensor, memory_budget: int | None) -> tuple[str, str]:
+    budget = _default_budget() if memory_budget is None else int(memory_budget)
+    one = _estimate_tree_bytes(coo)
+    for kind, trees in (("all", coo.ndim), ("two", 2)):
+        if trees * one <= budget:
+            return kind, f"auto: {trees} trees of <= {one:,} bytes fit the {budget:,}-byte budget"
+    return "one", f"auto: 2 trees of <= {one:,} bytes exceed the {budget:,}-byte budget"
+
+
+def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None) -> tuple[SparsePlan, list]:
+    """The per-mode CSF plan of ``X`` (built once and cached on the tensor).
+
+    ``csf=None`` returns the cached plan or builds ``"auto"``; ``"auto"`` picks the fastest kind whose trees
+    fit ``memory_budget`` bytes (default: a quarter of the available memory); ``"all"``, ``"two"`` and
+    ``"one"`` force a kind. A different kind replaces the cached plan.
+    """
     cache = getattr(X, "_tk_csf", None)
-    if cache is not None:
+    if csf is None and cache is not None:
         return cache
+    if csf is not None and csf != "auto" and csf not in CSF_KINDS:
+        raise ValueError(f"csf={csf!r} is not valid; expected 'auto', 'all', 'two' or 'one'")
     t0 = time.perf_counter()
     coo = as_coo(X)
-    csfs = []
-    for n in range(coo.ndim):
-        rest = sorted((m for m in range(coo.ndim) if m != n), key=lambda m: coo.shape[m])
-        csfs.append(CSFTensor(coo, (n, *rest)))
-    plan = SparsePlan("all", tuple(c.order for c in csfs), sum(c.nbytes for c in csfs), time.perf_counter() - t0)
+    if csf is None or csf == "auto":
+        kind, reason = _choose_kind(coo, memory_budget)
+    else:
+        kind, reason = csf, f"csf={csf!r}"
+    if cache is not None and cache[0].kind == kind:
+        return cache
+    N = coo.ndim
+    short_first = sorted(range(N), key=lambda m: (coo.shape[m], m))
+    if kind == "all":
+        orders = [(n, *sorted((m for m in range(N) if m != n), key=lambda m: coo.shape[m])) for n in range(N)]
+        assignment = [(n, 0) for n in range(N)]
+    else:
+        orders = [tuple(short_first)]
+        assignment = [(0, short_first.index(n)) for n in range(N)]
+        if kind == "two" and N > 1:
+            leaf = short_first[-1]
+            orders.append((leaf, *short_first[:-1]))
+            assignment[leaf] = (1, 0)
+    csfs = [CSFTensor(coo, o) for o in orders]
+    plan = SparsePlan(kind, tuple(c.order for c in csfs), tuple(assignment), sum(c.nbytes for c in csfs),
+                      time.perf_counter() - t0, reason)
     X._tk_csf = (plan, csfs)
     return plan, csfs
 
@@ -108,42 +176,55 @@ def balanced_roots(csf: CSFTensor, parts: int) -> np.ndarray:
     return bounds
 
 
-def _pack(csf: CSFTensor, factors: Sequence[Any], dtype) -> tuple:
+def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype) -> tuple:
     N = csf.ndim
-    pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
     F_off = np.zeros(N, dtype=np.int64)
     mats = []
     off = 0
     for lev in range(N):
-        m = csf.order[lev]
+        U = factors[csf.order[lev]] if lev != skip_level else None
+        U = np.zeros((0, R), dtype=dtype) if U is None else np.asarray(U, dtype=dtype)
         F_off[lev] = off
-        U = factors[m] if lev > 0 else None
-        if U is None:
-            U = np.zeros((0, factors[csf.order[1]].shape[1]), dtype=dtype)
-        mats.append(np.asarray(U, dtype=dtype))
-        off += mats[-1].shape[0]
-    F_all = np.ascontiguousarray(np.concatenate(mats, axis=0))
-    return pos_all, pos_off, idx_all, idx_off, F_all, F_off
+        mats.append(U)
+        off += U.shape[0]
+    return np.ascontiguousarray(np.concatenate(mats, axis=0)), F_off
 
 
 def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -> np.ndarray:
-    """``X_(n) (khatri-rao of the other factors)`` for a sparse tensor, never densifying it."""
-    from tuckerkit.engine._threads import single_threaded_blas
-    from tuckerkit.sparse._kernels import mttkrp_root
+    """``X_(n) (khatri-rao of the other factors)`` for a sparse tensor, never densifying it.
 
-    _, csfs = sparse_plan(X)
-    csf = csfs[mode]
-    R = next(U.shape[1] for m, U in enumerate(factors) if m != mode and U is not None)
-    dtype = np.result_type(csf.values.dtype, *(U.dtype for m, U in enumerate(factors) if m != mode))
-    pos_all, pos_off, idx_all, idx_off, F_all, F_off = _pack(csf, factors, dtype)
-    out = np.zeros((csf.shape[mode], R), dtype=dtype)
+    The plan says which tree and level serve ``mode``: the root kernel writes each output row from one
+    thread; the internal and leaf kernels accumulate into one private output per thread, then add them.
+    """
     import numba
 
-    bounds = balanced_roots(csf, 4 * numba.get_num_threads())
+    from tuckerkit.engine._threads import single_threaded_blas
+    from tuckerkit.sparse._kernels import mttkrp_level, mttkrp_root
+
+    plan, csfs = sparse_plan(X)
+    tree, level = plan.assignment[mode]
+    csf = csfs[tree]
+    R = next(U.shape[1] for m, U in enumerate(factors) if m != mode and U is not None)
+    dtype = np.result_type(csf.values.dtype, *(U.dtype for m, U in enumerate(factors) if m != mode))
+    pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
+    vals = csf.values.astype(dtype, copy=False)
     with single_threaded_blas():  # keep BLAS threads from competing with the kernel's threads
-        mttkrp_root(pos_all, pos_off, idx_all, idx_off, csf.values.astype(dtype, copy=False), F_all, F_off,
-                    csf.ndim, bounds, out)
-    return out
+        if level == 0:
+            F_all, F_off = _pack_levels(csf, factors, 0, R, dtype)
+            out = np.zeros((csf.shape[mode], R), dtype=dtype)
+            bounds = balanced_roots(csf, 4 * numba.get_num_threads())
+            mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
+            return out
+        F_all, F_off = _pack_levels(csf, factors, level, R, dtype)
+        parts = numba.get_num_threads()
+        bounds = balanced_roots(csf, parts)
+        private = np.zeros((len(bounds) - 1, csf.shape[mode], R), dtype=dtype)
+        mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
+        return private.sum(axis=0) if private.shape[0] > 1 else private[0]
+
+
+def _rooted_order(shape: Sequence[int], mode: int) -> tuple[int, ...]:
+    return (mode, *sorted((m for m in range(len(shape)) if m != mode), key=lambda m: shape[m]))
 
 
 def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -> np.ndarray:
@@ -154,8 +235,10 @@ def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -> 
     from tuckerkit.engine._threads import single_threaded_blas
     from tuckerkit.sparse._kernels import ttmc_root
 
-    _, csfs = sparse_plan(X)
-    csf = csfs[mode]
+    plan, csfs = sparse_plan(X)
+    tree, level = plan.assignment[mode]
+    # the kernel needs a tree rooted at ``mode``: a shared-tree plan builds it for this call only
+    csf = csfs[tree] if level == 0 else CSFTensor(as_coo(X), _rooted_order(X.shape, mode))
     N = csf.ndim
     others = [m for m in range(N) if m != mode]
     mats = {m: np.asarray(factors[m]) for m in others}
