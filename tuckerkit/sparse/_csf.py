@@ -44,34 +44,21 @@ class CSFTensor(SparseKernels):
             raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
         self.shape = coo.shape
         self.order = order
-        c = coo.coords[:, list(order)]
-        if coo.nnz and order == tuple(range(N)):  # a COOTensor is already in lexicographic order
-            vals = coo.values
-        elif coo.nnz:
-            key = linear_key(c, [coo.shape[m] for m in order])
-            perm = np.argsort(key, kind="stable") if key is not None else np.lexsort(c.T[::-1])
-            c = c[perm]
-            vals = coo.values[perm]
-        else:
-            vals = coo.values
-        nnz = c.shape[0]
+        from tuckerkit.sparse._kernels import csf_levels, radix_argsort
+
+        nnz = coo.nnz
         itype = np.int32 if max(max(self.shape), nnz) < 2**31 - 1 else np.int64
-        flags = []
-        new = np.zeros(nnz, dtype=bool)
-        if nnz:
-            new[0] = True
-        for lev in range(N):
-            if nnz > 1:
-                new = new.copy()
-                new[1:] |= c[1:, lev] != c[:-1, lev]
-            flags.append(new)
-        self.idx = [np.ascontiguousarray(c[f, lev], dtype=itype) for lev, f in enumerate(flags)]
-        self.pos = []
-        for lev in range(N - 1):
-            node_id = np.cumsum(flags[lev]) - 1  # level-lev node of each nonzero
-            parent = node_id[flags[lev + 1]]  # parent of each level-(lev+1) node, nondecreasing
-            self.pos.append(np.searchsorted(parent, np.arange(len(self.idx[lev]) + 1)).astype(itype))
-        self.values = np.ascontiguousarray(vals)
+        coords = np.ascontiguousarray(coo.coords)
+        if nnz and order != tuple(range(N)):  # a COOTensor is already in lexicographic order
+            c = coords[:, list(order)]
+            key = linear_key(c, [coo.shape[m] for m in order])
+            perm = radix_argsort(key) if key is not None else np.lexsort(c.T[::-1])
+        else:
+            perm = np.empty(0, dtype=np.int64)
+        idx, pos, counts, vals = csf_levels(coords, np.asarray(order, dtype=np.int64), perm, coo.values)
+        self.idx = [idx[lev, : counts[lev]].astype(itype) for lev in range(N)]
+        self.pos = [pos[lev, : counts[lev] + 1].astype(itype) for lev in range(N - 1)]
+        self.values = vals
 
     @classmethod
     def from_coo(cls, coo: COOTensor, order: Sequence[int] | None = None) -> CSFTensor:
