@@ -179,7 +179,7 @@ def mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_level
                      bounds[t + 1], out_private[t])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def radix_argsort(keys):  # pragma: no cover
     """Stable argsort of non-negative int64 keys: LSD radix sort, 16 bits per pass (O(nnz) per pass).
 
@@ -214,7 +214,7 @@ def radix_argsort(keys):  # pragma: no cover
     return perm
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def csf_levels(coords, order, perm, values):  # pragma: no cover
     """One pass over the nonzeros in sorted order (``perm``; empty = already sorted): each level's node
     indices, child pointers and the values in tree order. Returns full-length buffers and node counts."""

@@ -95,6 +95,17 @@ def _choose_kind(coo: COOTensor, memory_budget: int | None) -> tuple[str, str]:
     return "one", f"auto: 2 trees of <= {one:,} bytes exceed the {budget:,}-byte budget"
 
 
+def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
+    """The CSF trees of a plan, built side by side on the CPU threads (the sort and level kernels release
+    the GIL) when there are several and enough nonzeros to pay for the threads."""
+    from tuckerkit.engine._threads import map_workers, single_threaded_blas
+
+    if len(orders) < 2 or coo.nnz < 200_000:
+        return [CSFTensor(coo, o) for o in orders]
+    with single_threaded_blas():
+        return map_workers(lambda o: CSFTensor(coo, o), list(orders))
+
+
 def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None) -> tuple[SparsePlan, list]:
     """The per-mode CSF plan of ``X`` (built once and cached on the tensor).
 
@@ -127,7 +138,7 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
             leaf = short_first[-1]
             orders.append((leaf, *short_first[:-1]))
             assignment[leaf] = (1, 0)
-    csfs = [CSFTensor(coo, o) for o in orders]
+    csfs = _build_trees(coo, orders)
     plan = SparsePlan(kind, tuple(c.order for c in csfs), tuple(assignment), sum(c.nbytes for c in csfs),
                       time.perf_counter() - t0, reason)
     X._tk_csf = (plan, csfs)
