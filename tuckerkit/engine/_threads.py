@@ -108,7 +108,10 @@ def free_cpus() -> int:
     except (AttributeError, OSError):
         ncpu = os.cpu_count() or 1
     busy = _running_elsewhere()
-    free = ncpu if busy is None else max(1, ncpu - busy)
+    # /proc/loadavg counts the whole machine (the host's CPUs, in a container or under an affinity mask):
+    # scale the busy count to the CPUs this process may use
+    total = max(os.cpu_count() or ncpu, ncpu)
+    free = ncpu if busy is None else max(1, ncpu - round(busy * ncpu / total))
     _STATE["free"] = (now, free)
     return free
 
