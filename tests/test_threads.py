@@ -64,9 +64,8 @@ def test_dynamic_for_propagates_errors(two_free_cpus):
 @pytest.mark.parametrize(
     ("spec", "shapes"),
     [
-        ("ik,kj->ij", [(600, 100), (100, 80)]),  # row blocks
-        ("ik,kj->ij", [(80, 100), (100, 600)]),  # column blocks
         ("bik,bkj->bij", [(40, 60, 50), (40, 50, 70)]),  # batch blocks
+        ("ibk,bkj->bij", [(60, 40, 50), (40, 50, 70)]),  # batch blocks on a strided operand
         ("mk,nkp->mnp", [(64, 64), (64, 64, 64)]),  # strided batch with a shared operand
     ],
 )
@@ -75,7 +74,7 @@ def test_split_products_match_numpy(two_free_cpus, spec, shapes, rng):
     th._STATE["eff"] = [0.0, 0.0]
     with th.single_threaded_blas():
         res = contract(spec, A, B)
-    assert th._STATE["eff"][0] > 0, "the product was not split"
+    assert th._STATE["eff"][0] > 0, "the batch was not split"
     ref = np.einsum(spec, A, B)
     k = A.shape[-1]
     np.testing.assert_allclose(res, ref, rtol=0, atol=8 * k * np.finfo(np.float64).eps * np.abs(ref).max())
@@ -94,6 +93,21 @@ def test_free_cpus_is_within_the_cpu_count():
     assert 1 <= th.free_cpus() <= (len(__import__("os").sched_getaffinity(0)))
 
 
+def test_one_large_gemm_uses_blas_threads(two_free_cpus, rng):
+    A, B = rng.standard_normal((400, 300)), rng.standard_normal((300, 200))
+    seen = []
+    lib = th._blas()
+    orig = lib.set_num_threads
+    lib.set_num_threads = lambda n: (seen.append(n), orig(n))[1]
+    try:
+        with th.single_threaded_blas():
+            res = contract("ik,kj->ij", A, B)
+    finally:
+        lib.set_num_threads = orig
+    assert 2 in seen and seen[-1] != 2  # raised for the call, lowered after
+    np.testing.assert_allclose(res, A @ B, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
 def test_hooi_same_answer_serial_and_threaded(two_free_cpus, rng):
     X = rng.standard_normal((60, 50, 40))
@@ -102,3 +116,21 @@ def test_hooi_same_answer_serial_and_threaded(two_free_cpus, rng):
         T1 = hooi(X, (5, 5, 5), tol=0, max_iter=3)
     assert abs(T1.fit - T2.fit) < 1e-12
     np.testing.assert_allclose(np.abs(T1.core), np.abs(T2.core), rtol=1e-8, atol=1e-10)
+
+
+def test_dynamic_for_stops_all_threads_on_error(two_free_cpus):
+    done, lock = [], threading.Lock()
+
+    def work(i, _):
+        if i == 0:
+            raise RuntimeError("first item failed")
+        threading.Event().wait(0.001)  # 1000 items take a second; the failure comes first
+        with lock:
+            done.append(i)
+
+    with th.single_threaded_blas(), pytest.raises(RuntimeError, match="first item failed"):
+        th.dynamic_for(work, 1000)
+    seen = len(done)
+    assert seen < 500  # the others stopped taking items
+    threading.Event().wait(0.05)
+    assert len(done) == seen  # and nothing runs after the call returned
