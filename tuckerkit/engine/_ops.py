@@ -356,21 +356,24 @@ def ttmc_sweep(X: Any, factors: list[Any], update) -> tuple[Any, ...]:
         return (X.plan(),)
     _, X = _tensor(X)
     plans: list[Any] = []
-
-    def sweep(T: Any, active: list[int]) -> None:
-        if len(active) == 1:
-            update(active[0], T)
-            return
-        half = (len(active) + 1) // 2
-        first, second = active[:half], active[half:]
-        for part, rest in ((first, second), (second, first)):
-            mats = [factors[m] for m in rest]
-            p = multi_ttm_plan(T, mats, modes=rest, transpose=True)
-            plans.append(p)
-            sweep(multi_ttm(T, mats, modes=rest, transpose=True, plan=p), part)
-
-    sweep(X, list(range(X.ndim)))
+    _ttmc_tree(X, list(range(X.ndim)), factors, update, plans)
     return tuple(plans)
+
+
+def _ttmc_tree(T: Any, active: list[int], factors: list[Any], update, plans: list) -> None:
+    # a module-level recursion, not a closure: a self-referencing closure is a reference cycle that kept
+    # each sweep's projections alive until the cyclic garbage collector ran (HOOI's peak memory grew with
+    # the iteration count: 2.3x the input after 200 iterations on 50^3, against 0.34x)
+    if len(active) == 1:
+        update(active[0], T)
+        return
+    half = (len(active) + 1) // 2
+    first, second = active[:half], active[half:]
+    for part, rest in ((first, second), (second, first)):
+        mats = [factors[m] for m in rest]
+        p = multi_ttm_plan(T, mats, modes=rest, transpose=True)
+        plans.append(p)
+        _ttmc_tree(multi_ttm(T, mats, modes=rest, transpose=True, plan=p), part, factors, update, plans)
 
 
 def _ttm_order(shape, mats, transpose: bool) -> list[int]:
