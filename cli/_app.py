@@ -165,6 +165,8 @@ def decompose_cmd(
     key: str = typer.Option(None, "--key", help="Array name in .npz/.mat/.h5 files holding several."),
     shape: str = typer.Option(None, "--shape", help="Shape of a .tns tensor, e.g. 100,200,300."),
     csf: str = typer.Option("auto", "--csf", help="Sparse (.tns) kernel plan: auto, all, two or one."),
+    memory_limit: str = typer.Option(None, "--memory-limit",
+                                     help="Read a larger tensor in slabs within this memory, e.g. 4GB."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose a tensor file and write the result (.npz).
@@ -172,11 +174,11 @@ def decompose_cmd(
     Example: tuckerkit decompose data.npy --ranks 10,10,10 --output data.tucker.npz
     """
     _run(debug, _decompose, input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force,
-         json_out, quiet, key, shape, csf)
+         json_out, quiet, key, shape, csf, memory_limit)
 
 
 def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
-               key, shape, csf="auto"):
+               key, shape, csf="auto", memory_limit=None):
     import numpy as np
 
     import tuckerkit as tk
@@ -189,6 +191,13 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         raise CLIError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
     if csf not in ("auto", "all", "two", "one"):
         raise CLIError(f"--csf {csf!r} is not valid; expected auto, all, two or one")
+    limit = None
+    if memory_limit is not None:
+        from tuckerkit.engine._slabs import parse_memory
+
+        limit = parse_memory(memory_limit, "--memory-limit")
+        if method == "cp":
+            raise CLIError("--memory-limit works with --method hooi or hosvd (out-of-core CP-ALS is not available)")
     if method == "cp":
         if rank is None:
             raise CLIError("--method cp needs --rank R (the number of components)")
@@ -226,7 +235,13 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
     if ranks is not None:
         rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks")
     check_output_path(out, force=force, inputs=(input,))
-    if not hasattr(X, "_tk_mttkrp"):
+    streamed = limit is not None and not hasattr(X, "_tk_mttkrp") and \
+        math.prod(X.shape) * np.dtype(dtype or X.dtype).itemsize > limit
+    if streamed:  # read in slabs: never converted or checked as a whole (NaN/Inf surface in the norm pass)
+        from tuckerkit.engine import SlabTensor
+
+        X = SlabTensor(X, limit, dtype=dtype)
+    elif not hasattr(X, "_tk_mttkrp"):
         if dtype is not None:
             X = np.asarray(X, dtype=dtype)
         X = check_tensor(X, f"tensor in {str(input)!r}")
@@ -251,6 +266,8 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
             typer.echo(f"warning: {w.message}", err=True)
     seconds = time.perf_counter() - t0
     meta = {"method": method, "device": device, "input_shape": list(X.shape), "seconds": seconds}
+    if streamed:
+        meta.update(memory_limit=limit, slab_rows=X.slab_rows)
     path = save_result(out, res, metadata=meta, input_path=input, force=force)
     ranks_out: int | list[int]
     if isinstance(res, tk.CPTensor):
@@ -275,6 +292,8 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
     }
     if hasattr(X, "plan"):
         summary["csf_plan"] = X.plan().kind
+    if streamed:
+        summary["memory_limit"], summary["slab_rows"] = limit, X.slab_rows
     if json_out:
         typer.echo(json.dumps(summary))
     else:

@@ -294,3 +294,22 @@ def test_mat_and_h5_inputs(tmp_path, rng):
     res = _invoke(["decompose", tmp_path / "x.h5", "--ranks", "2,2,2", "--json", "-o", tmp_path / "h.npz"])
     assert res.exit_code == 0, res.output
     np.testing.assert_allclose(tk.io.load_tensor(tmp_path / "x.h5"), X)
+
+
+def test_memory_limit_streams_large_npy(tmp_path):
+    from tuckerkit.datasets import make_low_rank_tucker
+
+    X = make_low_rank_tucker((80, 50, 40), (4, 4, 4), noise=0.02, random_state=0).data  # 1.28 MB
+    p = tmp_path / "big.npy"
+    np.save(p, X)
+    res = _invoke(["decompose", p, "--ranks", "4,4,4", "--memory-limit", "300KB", "--json", "-o", tmp_path / "s.npz"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["memory_limit"] == 300_000 and 1 <= out["slab_rows"] < 80
+    ref = _invoke(["decompose", p, "--ranks", "4,4,4", "--json", "-o", tmp_path / "m.npz"])
+    assert abs(json.loads(ref.stdout)["fit"] - out["fit"]) < 1e-10
+    bad = _invoke(["decompose", p, "--method", "cp", "--rank", "3", "--memory-limit", "300KB",
+                   "-o", tmp_path / "c.npz"])
+    assert bad.exit_code == 1 and "--memory-limit works with --method hooi or hosvd" in bad.stderr
+    bad = _invoke(["decompose", p, "--ranks", "4,4,4", "--memory-limit", "lots", "-o", tmp_path / "d.npz"])
+    assert bad.exit_code == 1 and "--memory-limit='lots' is not a memory size" in bad.stderr

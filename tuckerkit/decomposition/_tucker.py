@@ -22,6 +22,7 @@ from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, si
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
 from tuckerkit.engine import multi_ttm, ttm, ttmc_sweep
+from tuckerkit.engine._slabs import SlabTensor, parse_memory
 from tuckerkit.engine._threads import with_single_threaded_blas
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def st_hosvd(
     *,
     tol: float | None = None,
     order: str | Sequence[int] = "auto",
+    memory_limit: Any = None,
 ) -> TuckerTensor:
     """Sequentially truncated HOSVD, with given ranks or the smallest ranks meeting an error tolerance.
 
@@ -91,7 +93,11 @@ def st_hosvd(
         ``tol**2 * ||X||**2 / N``, which guarantees ``||X - X_hat|| <= tol * ||X||``.
     order : "auto" or sequence of int
         Mode processing order. "auto": with ranks, the largest reduction ``I_n / R_n`` first (the tensor
-        shrinks fastest); with ``tol``, the largest mode first.
+        shrinks fastest); with ``tol``, the largest mode first. Out of core, the last mode goes first.
+    memory_limit : int or str, optional
+        Bytes (or ``"4GB"``) the computation may hold. A tensor larger than that (typically a memory-mapped
+        ``.npy``) is read in slabs along mode 0 (:class:`~tuckerkit.engine.SlabTensor`): the first mode's
+        Gram and projection stream over the slabs, the rest runs on the projected tensor in memory.
 
     Returns
     -------
@@ -108,7 +114,10 @@ def st_hosvd(
     >>> tk.st_hosvd(X, tol=1e-6).ranks
     (2, 3, 2)
     """
-    X = check_tensor(X)
+    X = _maybe_streamed(X, memory_limit)
+    streamed = isinstance(X, SlabTensor)
+    if not streamed:
+        X = check_tensor(X)
     if (ranks is None) == (tol is None):
         raise ValueError(
             "pass exactly one of ranks and tol; received "
@@ -128,7 +137,9 @@ def st_hosvd(
         seq = [int(m) for m in order]
         if sorted(seq) != list(range(N)):
             raise ValueError(f"order={list(order)} is not a permutation of the modes 0..{N - 1}")
-    normX2 = _sqnorm(X)
+    if streamed:  # the first step streams; mode 0 is the slab mode, so start from the last one
+        seq = [N - 1, *(m for m in seq if m != N - 1)]
+    normX2 = X.norm() ** 2 if streamed else _sqnorm(X)
     budget = (tol_v**2) * normX2 / N if tol_v is not None else 0.0
     factors: list[Any] = [None] * N
     chosen = [0] * N
@@ -150,6 +161,18 @@ def st_hosvd(
     fit = _fit(normX2, _sqnorm(Y))
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
     return TuckerTensor(Y, tuple(factors), 0, True, (fit,), passes_per_iteration=1)
+
+
+def _maybe_streamed(X: Any, memory_limit: Any) -> Any:
+    """``X`` wrapped as a :class:`SlabTensor` when it is larger than ``memory_limit`` bytes."""
+    if memory_limit is None or isinstance(X, SlabTensor) or hasattr(X, "_tk_mttkrp"):
+        return X
+    limit = parse_memory(memory_limit)
+    if hasattr(X, "shape") and hasattr(X, "dtype"):
+        nbytes = math.prod(X.shape) * max(np.dtype(X.dtype).itemsize, 4)
+        if nbytes > limit:
+            return SlabTensor(X, limit)
+    return X
 
 
 def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:
@@ -179,6 +202,7 @@ def hooi(
     random_state: Any = None,
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
+    memory_limit: Any = None,
 ) -> TuckerTensor:
     """Tucker decomposition by higher-order orthogonal iteration (HOOI).
 
@@ -207,6 +231,10 @@ def hooi(
         ``callback(state)`` after each iteration (:class:`IterationState`); returning True stops.
     verbose : bool, default False
         Log each iteration at INFO level (``logging``); never changes the computation.
+    memory_limit : int or str, optional
+        Bytes (or ``"4GB"``) the computation may hold. A dense tensor larger than that (typically a
+        memory-mapped ``.npy``) is read in slabs along mode 0: two streamed passes per iteration, with the
+        next slab read while the current one is projected (:class:`~tuckerkit.engine.SlabTensor`).
 
     Returns
     -------
@@ -228,11 +256,13 @@ def hooi(
     >>> T.converged, round(T.fit, 6)
     (True, 1.0)
     """
+    X = _maybe_streamed(X, memory_limit)
     sparse = hasattr(X, "_tk_ttmc")
+    streamed = isinstance(X, SlabTensor)
     if sparse:
         if X.ndim < 2:
             raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")
-    else:
+    elif not streamed:
         X = check_tensor(X)
     ranks = check_ranks(ranks, X.shape)
     tol = check_nonneg(tol, "tol")
@@ -246,15 +276,15 @@ def hooi(
                 f"init has shape {init.shape} and ranks {init.ranks}; expected shape {X.shape} and ranks {ranks}"
             )
         factors = [np.asarray(U, dtype=X.dtype) for U in init.factors]
-    elif init == "st_hosvd" and not sparse:
-        factors = list(st_hosvd(X, ranks).factors)
+    elif (init == "st_hosvd" and not sparse) or (init == "hosvd" and streamed):
+        factors = [np.asarray(U, dtype=X.dtype) for U in st_hosvd(X, ranks).factors]
     elif init in ("hosvd", "st_hosvd"):  # a sparse tensor: each mode from its sparse unfolding (ARPACK)
         factors = [_leading_factor(X, n, ranks[n], rng) for n in range(N)]
     elif init == "random":
         factors = [_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype) for n in range(N)]
     else:
         raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'hosvd', 'random' or a TuckerTensor")
-    normX2 = X.norm() ** 2 if sparse else _sqnorm(X)
+    normX2 = X.norm() ** 2 if sparse or streamed else _sqnorm(X)
     mon = Monitor("hooi", tol, max_iter, callback, verbose)
     core = None
     plans: tuple = ()
@@ -274,4 +304,4 @@ def hooi(
             break
     mon.finish()
     return TuckerTensor(core, tuple(factors), it, mon.converged, tuple(mon.history), tuple(plans),
-                        passes_per_iteration=N if sparse else min(N, 2))
+                        passes_per_iteration=N if sparse else 2 if streamed else min(N, 2))

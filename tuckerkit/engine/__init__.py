@@ -19,6 +19,7 @@ from tuckerkit.engine._ops import (
     ttmc_sweep,
 )
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, Remedy
+from tuckerkit.engine._slabs import SlabTensor
 
 __all__ = [
     "ContractionPlan",
@@ -27,6 +28,7 @@ __all__ = [
     "MTTKRPPlan",
     "MultiTTMPlan",
     "Remedy",
+    "SlabTensor",
     "contract",
     "gram",
     "gram_plan",

@@ -95,6 +95,8 @@ def ttm(
     >>> ttm(X, U, 1).shape
     (3, 2, 5)
     """
+    if hasattr(X, "_tk_ttm") and transpose and out is None and plan is None:  # streamed in slabs
+        return X._tk_ttm(_matrix(U, "U", X.dtype), _mode(mode, X.ndim))
     _, X = _tensor(X)
     n = _mode(mode, X.ndim)
     U = _matrix(U, "U", X.dtype)
@@ -354,6 +356,8 @@ def ttmc_sweep(X: Any, factors: list[Any], update) -> tuple[Any, ...]:
         for n in range(X.ndim):
             update(n, X._tk_ttmc(factors, n))
         return (X.plan(),)
+    if hasattr(X, "_tk_ttmc_sweep"):  # out-of-core: two streamed passes
+        return X._tk_ttmc_sweep(factors, update)
     _, X = _tensor(X)
     plans: list[Any] = []
     _ttmc_tree(X, list(range(X.ndim)), factors, update, plans)
@@ -525,6 +529,8 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
     >>> np.allclose(gram(X, 1), np.moveaxis(X, 1, 0).reshape(3, -1) @ np.moveaxis(X, 1, 0).reshape(3, -1).T)
     True
     """
+    if hasattr(X, "_tk_gram") and plan is None:  # streamed in slabs
+        return X._tk_gram(_mode(mode, X.ndim))
     xp, X = _tensor(X)
     n = _mode(mode, X.ndim)
     if plan is None:

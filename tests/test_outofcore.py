@@ -1,0 +1,120 @@
+"""Out-of-core Tucker: a memory-mapped tensor larger than ``memory_limit`` is read in slabs, gives the in-memory
+answer, and never holds more than the limit."""
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+from tuckerkit.datasets import make_low_rank_tucker
+
+import tuckerkit as tk
+from tuckerkit.engine import SlabTensor
+from tuckerkit.engine._slabs import parse_memory
+
+
+@pytest.fixture
+def memmapped(tmp_path):
+    def make(shape, ranks, dtype=np.float64, seed=0):
+        X = make_low_rank_tucker(shape, ranks, noise=0.05, dtype=dtype, random_state=seed).data
+        path = tmp_path / f"x{seed}.npy"
+        np.save(path, X)
+        return X, np.load(path, mmap_mode="r")
+
+    return make
+
+
+@pytest.mark.parametrize(("shape", "ranks", "limit"), [
+    ((61, 50, 40), (5, 6, 4), 450_000),  # slabs of 7 rows (14 in float32): the last one is short
+    ((23, 18, 16, 14), (3, 4, 3, 2), 390_000),  # 4-way, slabs of 3 rows (6 in float32)
+])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_streamed_hooi_equals_in_memory(memmapped, shape, ranks, limit, dtype):
+    X, M = memmapped(shape, ranks, dtype)
+    S = SlabTensor(M, limit)
+    assert 1 < S.slab_rows < shape[0] and shape[0] % S.slab_rows != 0
+    init = tk.hosvd(X, ranks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        a = tk.hooi(X, ranks, init=init, max_iter=4, tol=0)
+        b = tk.hooi(M, ranks, init=init, max_iter=4, tol=0, memory_limit=limit)
+    eps = np.finfo(dtype).eps
+    assert b.core.dtype == dtype and b.passes_per_iteration == 2
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=100 * eps)
+    np.testing.assert_allclose(b.to_dense(), a.to_dense(), rtol=0, atol=200 * eps * np.abs(X).max())
+
+
+def test_streamed_st_hosvd_equals_in_memory(memmapped):
+    X, M = memmapped((61, 50, 40), (5, 6, 4))
+    a = tk.st_hosvd(X, (5, 6, 4), order=[2, 0, 1])
+    b = tk.st_hosvd(M, (5, 6, 4), memory_limit="100KB")  # out of core: the last mode goes first
+    np.testing.assert_allclose(b.to_dense(), a.to_dense(), atol=1e-12 * np.abs(X).max())
+    c = tk.st_hosvd(X, tol=0.1, order=[2, 0, 1])
+    d = tk.st_hosvd(M, tol=0.1, memory_limit=100_000)
+    assert d.ranks == c.ranks and d.relative_error(X) <= 0.1
+    assert d.fit == pytest.approx(c.fit, abs=1e-12)
+
+
+def test_default_init_and_random_init_streamed(memmapped):
+    X, M = memmapped((61, 50, 40), (5, 6, 4))
+    a = tk.hooi(X, (5, 6, 4))
+    b = tk.hooi(M, (5, 6, 4), memory_limit="100KB")
+    assert b.converged and b.fit == pytest.approx(a.fit, abs=1e-9)
+    c = tk.hooi(M, (5, 6, 4), init="random", random_state=0, memory_limit="100KB")
+    assert c.fit == pytest.approx(a.fit, abs=1e-6)
+    for U in b.factors:
+        np.testing.assert_allclose(U.T @ U, np.eye(U.shape[1]), atol=1e-12)
+
+
+def test_peak_memory_stays_under_the_limit(memmapped):
+    X, M = memmapped((120, 60, 50), (4, 4, 4))  # 2.9 MB on disk
+    limit = 700_000
+    init = tk.hosvd(X, (4, 4, 4))
+    del X
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        tk.hooi(M, (4, 4, 4), init=init, max_iter=1, tol=0, memory_limit=limit)  # warm caches and kernels
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        T = tk.hooi(M, (4, 4, 4), init=init, max_iter=3, tol=0, memory_limit=limit)
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+    assert M.nbytes > 4 * limit
+    assert peak < limit, f"peak {peak:,} bytes over the {limit:,}-byte limit"
+    assert 0.9 < T.fit < 1
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_small_tensors_stay_in_memory_and_bad_limits():
+    X = np.random.default_rng(0).standard_normal((10, 11, 12))
+    T = tk.hooi(X, 2, memory_limit="1GB")
+    assert T.passes_per_iteration == 2 and T.fit > 0
+    assert parse_memory("4GB") == 4_000_000_000 and parse_memory("1.5 KiB") == 1536
+    with pytest.raises(ValueError, match=r"memory_limit='lots' is not a memory size; expected bytes or e.g. '4GB'"):
+        tk.hooi(X, 2, memory_limit="lots")
+    with pytest.raises(ValueError, match=r"memory_limit=0 is not positive"):
+        tk.st_hosvd(X, 2, memory_limit=0)
+    with pytest.raises(ValueError, match=r"data must have at least 2 dimensions; received shape \(5,\)"):
+        SlabTensor(np.ones(5), 100)
+
+
+def test_streamed_nan_is_reported(tmp_path):
+    X = np.ones((40, 30, 20))
+    X[33, 2, 7] = np.nan
+    np.save(tmp_path / "nan.npy", X)
+    M = np.load(tmp_path / "nan.npy", mmap_mode="r")
+    with pytest.raises(ValueError, match=r"X contains NaN or infinite value\(s\); remove or impute them first"):
+        tk.hooi(M, 2, memory_limit=50_000)
+
+
+def test_slab_gram_and_ttm_match_the_engine(rng):
+    X = rng.standard_normal((37, 8, 9))
+    S = SlabTensor(X, 4 * 72 * 8 * 5)  # 5 rows per slab
+    U = rng.standard_normal((9, 3))
+    np.testing.assert_allclose(tk.gram(S, 2), tk.gram(X, 2), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tk.ttm(S, U, 2, transpose=True), tk.ttm(X, U, 2, transpose=True), atol=1e-12)
+    V = rng.standard_normal((37, 4))
+    np.testing.assert_allclose(tk.ttm(S, V, 0, transpose=True), tk.ttm(X, V, 0, transpose=True), atol=1e-12)
+    with pytest.raises(ValueError, match="mode-0 Gram needs every pair of slabs"):
+        tk.gram(S, 0)
+    assert S.norm() == pytest.approx(np.linalg.norm(X), rel=1e-14)
