@@ -118,3 +118,12 @@ def test_slab_gram_and_ttm_match_the_engine(rng):
     with pytest.raises(ValueError, match="mode-0 Gram needs every pair of slabs"):
         tk.gram(S, 0)
     assert S.norm() == pytest.approx(np.linalg.norm(X), rel=1e-14)
+
+
+def test_file_reads_and_views_give_the_same_slabs(memmapped):
+    X, M = memmapped((30, 20, 10), (3, 3, 3), seed=3)
+    whole, view = SlabTensor(M, 20_000), SlabTensor(M[4:], 20_000)
+    assert whole._file_source() is not None and view._file_source() is None
+    np.testing.assert_array_equal(np.concatenate([s for _, s in whole.slabs()]), X)
+    np.testing.assert_array_equal(np.concatenate([s for _, s in view.slabs()]), X[4:])
+    assert SlabTensor(M, 20_000, dtype=np.float32).norm() == pytest.approx(np.linalg.norm(X), rel=1e-6)
