@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json, write_text
 
 CHILD = r"""
-import json, resource, sys, time, warnings
+import json, sys, time, warnings
 import numpy as np
 warnings.simplefilter("ignore")
 path, what, limit, iters, rank = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -56,7 +56,10 @@ else:
     out["fit"] = T.fit
     out["passes_per_iteration"] = T.passes_per_iteration
 out["seconds"] = time.perf_counter() - t0
-out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM: this process's own peak resident memory (ru_maxrss would include the parent's at fork time)
+with open("/proc/self/status") as f:
+    hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+out["peak_rss_bytes"] = hwm * 1024
 print("RESULT " + json.dumps(out))
 """
 
