@@ -22,6 +22,7 @@ from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, si
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
 from tuckerkit.engine import multi_ttm, ttm, ttmc_sweep
+from tuckerkit.engine._dask import DaskTensor, is_dask_array
 from tuckerkit.engine._slabs import SlabTensor, parse_memory
 from tuckerkit.engine._threads import with_single_threaded_blas
 
@@ -115,7 +116,7 @@ def st_hosvd(
     (2, 3, 2)
     """
     X = _maybe_streamed(X, memory_limit)
-    streamed = isinstance(X, SlabTensor)
+    streamed = isinstance(X, SlabTensor | DaskTensor)
     if not streamed:
         X = check_tensor(X)
     if (ranks is None) == (tol is None):
@@ -164,8 +165,11 @@ def st_hosvd(
 
 
 def _maybe_streamed(X: Any, memory_limit: Any) -> Any:
-    """``X`` wrapped as a :class:`SlabTensor` when it is larger than ``memory_limit`` bytes."""
-    if memory_limit is None or isinstance(X, SlabTensor) or hasattr(X, "_tk_mttkrp"):
+    """``X`` wrapped as a :class:`DaskTensor` (a Dask array) or a :class:`SlabTensor` (larger than
+    ``memory_limit`` bytes); anything else unchanged."""
+    if is_dask_array(X):
+        return DaskTensor(X)
+    if memory_limit is None or isinstance(X, SlabTensor | DaskTensor) or hasattr(X, "_tk_mttkrp"):
         return X
     limit = parse_memory(memory_limit)
     if hasattr(X, "shape") and hasattr(X, "dtype"):
@@ -258,7 +262,7 @@ def hooi(
     """
     X = _maybe_streamed(X, memory_limit)
     sparse = hasattr(X, "_tk_ttmc")
-    streamed = isinstance(X, SlabTensor)
+    streamed = isinstance(X, SlabTensor | DaskTensor)
     if sparse:
         if X.ndim < 2:
             raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")

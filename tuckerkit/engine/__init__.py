@@ -1,6 +1,7 @@
 """The transpose-free contraction engine: plans on strided views, GEMM and strided-batched GEMM."""
 
 from tuckerkit.engine._contract import contract, plan_contraction
+from tuckerkit.engine._dask import DaskTensor
 from tuckerkit.engine._ops import (
     GramPlan,
     MTTKRPPlan,
@@ -23,6 +24,7 @@ from tuckerkit.engine._slabs import SlabTensor
 
 __all__ = [
     "ContractionPlan",
+    "DaskTensor",
     "GramPlan",
     "KernelKind",
     "MTTKRPPlan",

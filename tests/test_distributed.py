@@ -1,0 +1,57 @@
+"""Dask arrays: the same decompositions run as Dask graphs on a LocalCluster and give the in-memory answer."""
+
+import warnings
+
+import numpy as np
+import pytest
+from tuckerkit.datasets import make_low_rank_tucker
+
+import tuckerkit as tk
+from tuckerkit.engine import DaskTensor
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("dask.distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two worker processes, started and closed by the test module."""
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+@pytest.mark.parametrize(("shape", "ranks", "chunks"), [
+    ((41, 30, 25), (4, 5, 3), (13, 11, 9)),  # chunk boundaries inside every mode, uneven last chunks
+    ((17, 14, 12, 10), (3, 3, 2, 2), (5, 6, 5, 4)),
+])
+def test_dask_hooi_equals_in_memory(client, shape, ranks, chunks):
+    X = make_low_rank_tucker(shape, ranks, noise=0.05, random_state=0).data
+    D = da.from_array(X, chunks=chunks)
+    init = tk.hosvd(X, ranks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        a = tk.hooi(X, ranks, init=init, max_iter=3, tol=0)
+        b = tk.hooi(D, ranks, init=init, max_iter=3, tol=0)
+    assert isinstance(b.core, np.ndarray) and b.passes_per_iteration == 2
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.to_dense(), a.to_dense(), atol=1e-10 * np.abs(X).max())
+
+
+def test_dask_st_hosvd_and_default_init(client):
+    X = make_low_rank_tucker((41, 30, 25), (4, 5, 3), noise=0.05, random_state=1).data
+    D = da.from_array(X, chunks=(10, 30, 7))
+    a = tk.st_hosvd(X, tol=0.1, order=[2, 0, 1])
+    b = tk.st_hosvd(D, tol=0.1)
+    assert b.ranks == a.ranks and b.fit == pytest.approx(a.fit, abs=1e-12)
+    T = tk.hooi(D, (4, 5, 3))
+    assert T.converged and T.fit == pytest.approx(tk.hooi(X, (4, 5, 3)).fit, abs=1e-9)
+
+
+def test_dask_errors():
+    with pytest.raises(TypeError, match=r"data must be a dask\.array\.Array; received ndarray"):
+        DaskTensor(np.ones((3, 4)))
+    bad = da.from_array(np.full((6, 5, 4), np.nan), chunks=3)
+    with pytest.raises(ValueError, match=r"X contains NaN or infinite value\(s\)"):
+        tk.hooi(bad, 2)  # the default (synchronous) scheduler when no client is active

@@ -1,0 +1,113 @@
+"""Distributed tensors: a ``dask.array.Array`` decomposed on whatever Dask scheduler is active.
+
+:class:`DaskTensor` gives the engine's dispatch hooks (norm, Gram, TTM, HOOI's projections) a Dask graph:
+contractions of the chunked tensor with the (small, broadcast) factor matrices are chunk-local products
+summed by Dask's tree reductions, and only the projected tensors, which are small, come back to the
+caller. The chunks never leave the workers. ``dask`` is imported only when a Dask array is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def is_dask_array(X: Any) -> bool:
+    """True for a ``dask.array.Array`` (checked without importing dask).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> is_dask_array(np.ones(3))
+    False
+    """
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "chunks")
+
+
+def _project(da: Any, X: Any, mats: dict[int, Any]) -> Any:
+    """``X x_m U_m^T`` for each ``m`` in ``mats`` as a Dask graph (modes keep their positions)."""
+    Y = X
+    for m, U in sorted(mats.items(), key=lambda kv: kv[1].shape[1] / max(X.shape[kv[0]], 1)):
+        Y = da.moveaxis(da.tensordot(Y, U, axes=([m], [0])), -1, m)
+    return Y
+
+
+class DaskTensor:
+    """A dense tensor held as a ``dask.array.Array``; computations run on the active Dask scheduler.
+
+    Parameters
+    ----------
+    data : dask.array.Array
+        Any chunking; float32/float64 kept, integers computed in float64.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from tuckerkit.engine import DaskTensor
+    >>> X = DaskTensor(da.ones((30, 20, 10), chunks=(7, 20, 10)))
+    >>> X.shape, round(X.norm() ** 2)
+    ((30, 20, 10), 6000)
+    """
+
+    def __init__(self, data: Any):
+        if not is_dask_array(data):
+            raise TypeError(f"data must be a dask.array.Array; received {type(data).__name__}")
+        if data.ndim < 2:
+            raise ValueError(f"data must have at least 2 dimensions; received shape {tuple(data.shape)}")
+        if any(math.isnan(s) for s in data.shape):
+            raise ValueError("data has unknown chunk sizes; call compute_chunk_sizes() first")
+        dt = np.dtype(data.dtype)
+        self.dtype = dt if dt in (np.float32, np.float64) else np.dtype(np.float64)
+        self.data = data.astype(self.dtype) if dt != self.dtype else data
+        self.shape = tuple(int(s) for s in data.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"DaskTensor(shape={self.shape}, dtype={self.dtype}, chunks={self.data.chunksize})"
+
+    def norm(self) -> float:
+        """Frobenius norm (float64 accumulation on the workers); NaN or Inf gives a clear error."""
+        import dask.array as da
+
+        total = float(da.sum(da.square(self.data.astype(np.float64))).compute())
+        if not math.isfinite(total):
+            raise ValueError("X contains NaN or infinite value(s); remove or impute them first")
+        return math.sqrt(total)
+
+    def _tk_gram(self, mode: int) -> np.ndarray:
+        import dask.array as da
+
+        others = [m for m in range(self.ndim) if m != mode]
+        return np.asarray(da.tensordot(self.data, self.data, axes=(others, others)).compute())
+
+    def _tk_ttm(self, U: Any, mode: int) -> np.ndarray:
+        import dask.array as da
+
+        return np.asarray(_project(da, self.data, {mode: np.asarray(U, dtype=self.dtype)}).compute())
+
+    def _tk_ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
+        """HOOI's projections in two distributed passes (the dimension tree's top split); the rest of the
+        tree runs in memory on the projected tensors."""
+        import dask.array as da
+
+        from tuckerkit.engine._ops import _ttmc_tree
+
+        N = self.ndim
+        half = (N + 1) // 2
+        first, second = list(range(half)), list(range(half, N))
+        plans: list[Any] = []
+        for part, rest in ((first, second), (second, first)):
+            mats = {m: np.asarray(factors[m], dtype=self.dtype) for m in rest}
+            Y = np.ascontiguousarray(_project(da, self.data, mats).compute())
+            _ttmc_tree(Y, part, factors, update, plans)
+        return tuple(plans)
