@@ -127,3 +127,10 @@ def test_file_reads_and_views_give_the_same_slabs(memmapped):
     np.testing.assert_array_equal(np.concatenate([s for _, s in whole.slabs()]), X)
     np.testing.assert_array_equal(np.concatenate([s for _, s in view.slabs()]), X[4:])
     assert SlabTensor(M, 20_000, dtype=np.float32).norm() == pytest.approx(np.linalg.norm(X), rel=1e-6)
+
+
+def test_projection_too_large_for_the_limit_is_refused(memmapped):
+    _, M = memmapped((200, 100, 30), (3, 3, 3), seed=5)  # 4.8 MB; the first projection is 200 x 100 x R
+    with pytest.raises(ValueError, match=r"memory_limit=500,000 bytes is too small: the mode-2 projection has shape "
+                                         r"\(200, 100, 20\) \(3,200,000 bytes\), more than the limit"):
+        tk.st_hosvd(M, (3, 3, 20), memory_limit=500_000)

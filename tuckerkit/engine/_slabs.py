@@ -158,12 +158,22 @@ class SlabTensor:
             G += gram(slab, mode)
         return G
 
+    def _check_fits(self, shape: list[int], what: str) -> None:
+        """Refuse an in-memory result that alone would exceed the memory limit."""
+        need = math.prod(shape) * self.dtype.itemsize
+        if need > self.memory_limit:
+            raise ValueError(
+                f"memory_limit={self.memory_limit:,} bytes is too small: {what} has shape {tuple(shape)} "
+                f"({need:,} bytes), more than the limit; raise memory_limit or lower the ranks"
+            )
+
     def _tk_ttm(self, U: Any, mode: int) -> np.ndarray:
         """``X x_mode U^T`` in memory (one pass; mode 0 is accumulated over the slabs)."""
         from tuckerkit.engine._ops import ttm
 
         out_shape = list(self.shape)
         out_shape[mode] = U.shape[1]
+        self._check_fits(out_shape, f"the mode-{mode} projection")
         if mode == 0:  # contract the streamed mode: accumulate the slabs' contributions
             Y = np.zeros(out_shape, dtype=self.dtype)
             for s, slab in self.slabs():
@@ -184,6 +194,7 @@ class SlabTensor:
         first, second = list(range(half)), list(range(half, N))
         plans: list[Any] = []
         shape1 = [self.shape[m] if m < half else factors[m].shape[1] for m in range(N)]
+        self._check_fits(shape1, "the projection on the last modes")
         Y1 = np.empty(shape1, dtype=self.dtype)
         mats = [factors[m] for m in second]
         for s, slab in self.slabs():
