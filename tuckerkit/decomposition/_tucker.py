@@ -94,7 +94,8 @@ def st_hosvd(
         ``tol**2 * ||X||**2 / N``, which guarantees ``||X - X_hat|| <= tol * ||X||``.
     order : "auto" or sequence of int
         Mode processing order. "auto": with ranks, the largest reduction ``I_n / R_n`` first (the tensor
-        shrinks fastest); with ``tol``, the largest mode first. Out of core, the last mode goes first.
+        shrinks fastest); with ``tol``, the largest mode first. Out of core, the shortest mode other than
+        mode 0 goes first (it is the cheapest streamed Gram).
     memory_limit : int or str, optional
         Bytes (or ``"4GB"``) the computation may hold. A tensor larger than that (typically a memory-mapped
         ``.npy``) is read in slabs along mode 0 (:class:`~tuckerkit.engine.SlabTensor`): the first mode's
@@ -138,8 +139,11 @@ def st_hosvd(
         seq = [int(m) for m in order]
         if sorted(seq) != list(range(N)):
             raise ValueError(f"order={list(order)} is not a permutation of the modes 0..{N - 1}")
-    if streamed:  # the first step streams; mode 0 is the slab mode, so start from the last one
-        seq = [N - 1, *(m for m in seq if m != N - 1)]
+    if streamed:
+        # the first step streams over the tensor: its Gram costs I_n x size, so take the shortest mode but 0
+        # (the slab mode, whose Gram would need every pair of slabs); the last one among equals
+        first = min(range(N - 1, 0, -1), key=lambda m: X.shape[m])
+        seq = [first, *(m for m in seq if m != first)]
     normX2 = X.norm() ** 2 if streamed else _sqnorm(X)
     budget = (tol_v**2) * normX2 / N if tol_v is not None else 0.0
     factors: list[Any] = [None] * N
