@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ def _cupy_ready() -> bool:
         return False
 
 
-_XP_PARAMS = [pytest.param("numpy", id="numpy")]
+_XP_PARAMS = [pytest.param("numpy", id="numpy"), pytest.param("fakecupy", id="fakecupy")]
 _XP_PARAMS.append(
     pytest.param(
         "cupy",
@@ -30,10 +31,20 @@ _XP_PARAMS.append(
 
 
 @pytest.fixture(params=_XP_PARAMS)
-def xp(request):
-    """The array module under test (cupy tests skip cleanly without a GPU)."""
+def xp(request, monkeypatch):
+    """The array module under test: numpy; ``fakecupy`` (tests/_fakecupy.py: numpy-backed, so every GPU code
+    path runs and its host round trips are counted without a GPU); the real cupy where a GPU is present
+    (skipped cleanly otherwise)."""
     if request.param == "numpy":
         return np
+    if request.param == "fakecupy":
+        import _fakecupy
+
+        cp, cpx = _fakecupy.make()
+        monkeypatch.setitem(sys.modules, "cupy", cp)
+        monkeypatch.setitem(sys.modules, "cupyx", cpx)
+        _fakecupy.COUNTS.clear()
+        return cp
     import cupy
 
     return cupy

@@ -20,6 +20,7 @@ from tuckerkit._validation import (
 )
 from tuckerkit.decomposition._linalg import gram_eigh, sign_fix, spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
+from tuckerkit.decomposition._placement import like, namespace_of, with_device
 from tuckerkit.decomposition._results import CPTensor, _sqnorm
 from tuckerkit.engine import mttkrp_sweep
 from tuckerkit.engine._threads import with_single_threaded_blas
@@ -41,21 +42,23 @@ def _leading_sparse(X: Any, n: int, k: int, rng: np.random.Generator) -> Any:
 def _svd_init(X: Any, rank: int, rng: np.random.Generator) -> list[Any]:
     """Leading left singular vectors of each unfolding (from the Gram, no unfolding; sparse tensors use
     ARPACK on the sparse unfolding); random columns pad ranks beyond a mode's size."""
+    xp = namespace_of(X)
     factors = []
     for n in range(X.ndim):
         k = min(rank, X.shape[n])
         if hasattr(X, "_tk_mttkrp"):
-            V = _leading_sparse(X, n, k, rng)
+            V = like(X, _leading_sparse(X, n, k, rng), np.float64)
         else:
             _, V = gram_eigh(X, n, k)
-        U = sign_fix(np.ascontiguousarray(V[:, :k]))
+        U = sign_fix(xp.ascontiguousarray(V[:, :k]))
         if rank > k:
-            U = np.concatenate([U, rng.standard_normal((X.shape[n], rank - k))], axis=1)
-        factors.append(np.ascontiguousarray(U, dtype=X.dtype))
+            U = xp.concatenate([U, like(X, rng.standard_normal((X.shape[n], rank - k)), U.dtype)], axis=1)
+        factors.append(xp.ascontiguousarray(U.astype(X.dtype, copy=False)))
     return factors
 
 
 
+@with_device
 @with_single_threaded_blas
 def cp_als(
     X: Any,
@@ -68,6 +71,7 @@ def cp_als(
     normalize: bool = True,
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
+    device: Any = None,
 ) -> CPTensor:
     """CP decomposition ``X ~ sum_r w_r a_r o b_r o c_r`` (any order) by alternating least squares.
 
@@ -94,6 +98,11 @@ def cp_als(
         ``callback(state)`` after each iteration; returning True stops.
     verbose : bool, default False
         Log each iteration (``logging``, INFO).
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where ``X`` lives. A host input (dense, or a COOTensor/CSFTensor, whose
+        nonzeros go to the GPU as COO with an atomics MTTKRP kernel) is copied once; the result comes back
+        as numpy arrays. On a GPU the Grams, solves and MTTKRPs stay on the device; the fit is the one
+        value copied back per iteration.
 
     Returns
     -------
@@ -126,14 +135,15 @@ def cp_als(
             raise ValueError(
                 f"init has shape {init.shape} and rank {init.rank}; expected shape {X.shape} and rank {rank}"
             )
-        factors = [np.array(U, dtype=X.dtype) for U in init.factors]
-        factors[0] = factors[0] * np.asarray(init.weights, dtype=X.dtype)[None, :]
+        factors = [like(X, U, X.dtype).copy() for U in init.factors]
+        factors[0] = factors[0] * like(X, init.weights, X.dtype)[None, :]
     else:
         check_choice(init, "init", ("svd", "random"))
         factors = _svd_init(X, rank, rng) if init == "svd" else [
-            rng.random((X.shape[n], rank)).astype(X.dtype) for n in range(N)
+            like(X, rng.random((X.shape[n], rank)), X.dtype) for n in range(N)
         ]
-    weights = np.ones(rank, dtype=X.dtype)
+    xp = namespace_of(X)
+    weights = xp.ones(rank, dtype=X.dtype)
     grams = [U.T @ U for U in factors]
     normX2 = X.norm() ** 2 if sparse else _sqnorm(X)
     normX = math.sqrt(normX2)
@@ -143,38 +153,39 @@ def cp_als(
 
     def update(n: int, M: Any) -> None:
         nonlocal weights
-        V = np.ones((rank, rank), dtype=X.dtype)
+        V = xp.ones((rank, rank), dtype=X.dtype)
         for m in range(N):
             if m != n:
                 V *= grams[m]
-        U = spd_solve(V, np.asarray(M))
+        U = spd_solve(V, M.astype(X.dtype, copy=False))
         if normalize:
-            norms = np.linalg.norm(U, axis=0)
-            norms[norms == 0] = 1
+            norms = xp.linalg.norm(U, axis=0)
+            norms = xp.where(norms == 0, 1, norms).astype(X.dtype)
             U = U / norms[None, :]
-            weights = norms.astype(X.dtype)
-        factors[n] = np.ascontiguousarray(U, dtype=X.dtype)
+            weights = norms
+        factors[n] = xp.ascontiguousarray(U.astype(X.dtype, copy=False))
         grams[n] = factors[n].T @ factors[n]
         last["M"], last["n"] = M, n
 
     plans: tuple = ()
     for it in range(1, max_iter + 1):
         if not normalize:
-            weights = np.ones(rank, dtype=X.dtype)
+            weights = xp.ones(rank, dtype=X.dtype)
         plans = mttkrp_sweep(X, factors, update)
-        # fit from the last MTTKRP: <X, X_hat> = sum_r w_r <M[:, r], U_n[:, r]>
+        # fit from the last MTTKRP: <X, X_hat> = sum_r w_r <M[:, r], U_n[:, r]>; ||X_hat||^2 = w^T (*G) w;
+        # combined on the device so that one scalar comes back per iteration
         n = last["n"]
-        inner = float(np.sum(np.sum(np.asarray(last["M"], dtype=np.float64) * factors[n], axis=0) * weights))
-        V = np.ones((rank, rank))
+        w64 = weights.astype(xp.float64)
+        inner = xp.sum(xp.sum(last["M"].astype(xp.float64) * factors[n], axis=0) * w64)
+        V = xp.ones((rank, rank))
         for G in grams:
             V = V * G
-        model2 = float(weights.astype(np.float64) @ V @ weights.astype(np.float64))
-        err = math.sqrt(max(normX2 - 2 * inner + model2, 0.0))
+        err = math.sqrt(max(float(normX2 - 2 * inner + w64 @ V @ w64), 0.0))
         fit = 1.0 - err / normX if normX > 0 else 1.0
         if mon.step(it, fit, factors):
             break
     mon.finish()
     if not normalize:
-        weights = np.ones(rank, dtype=X.dtype)
+        weights = xp.ones(rank, dtype=X.dtype)
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history), plans,
                     passes_per_iteration=min(N, 2))

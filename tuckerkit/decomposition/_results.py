@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.backend import array_namespace
+from tuckerkit.backend import array_namespace, device_of, to_device, to_host
 
 
 class ConvergenceWarning(UserWarning):
@@ -47,6 +47,13 @@ def _sqnorm(X: Any, chunk_elems: int = 1 << 18) -> float:
     return total
 
 
+def _relative_error(X: Any, Xhat: Any) -> float:
+    """``||X - X_hat|| / ||X||`` in float64 on the host (a diagnostic: one copy back from a GPU)."""
+    X = np.asarray(to_host(X), dtype=np.float64)
+    diff = X - np.asarray(to_host(Xhat), dtype=np.float64)
+    return float(np.linalg.norm(diff) / np.linalg.norm(X))
+
+
 class _Model:
     """What both results share: unpacking as a ``(first, factors)`` pair, shape, latest fit."""
 
@@ -72,6 +79,33 @@ class _Model:
     @property
     def fit(self) -> float:
         return self.fit_history[-1] if self.fit_history else float("nan")
+
+    @property
+    def device(self) -> str:
+        """Where the arrays live: ``"cpu"`` or ``"cuda:N"``."""
+        return str(device_of(self.factors[0])) if self.factors else "cpu"
+
+    def to(self, device: str) -> Any:
+        """The same model with its arrays on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``); no copy when
+        they are there already.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> T = tk.hosvd(np.random.default_rng(0).standard_normal((4, 5, 6)), 2)
+        >>> T.to("cpu") is T, T.device
+        (True, 'cpu')
+        """
+        import dataclasses
+
+        from tuckerkit.backend import parse_device
+
+        if str(parse_device(device)) == self.device:
+            return self
+        first = "core" if hasattr(self, "core") else "weights"
+        return dataclasses.replace(self, **{first:  # type: ignore[type-var] to_device(getattr(self, first), device),
+                                            "factors": tuple(to_device(U, device) for U in self.factors)})
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,8 +176,7 @@ class TuckerTensor(_Model):
 
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F`` computed with a dense reconstruction."""
-        diff = np.asarray(X, dtype=np.float64) - np.asarray(self.to_dense(), dtype=np.float64)
-        return float(np.linalg.norm(diff) / np.linalg.norm(np.asarray(X, dtype=np.float64)))
+        return _relative_error(X, self.to_dense())
 
     def compression_ratio(self) -> float:
         """Entries of the full tensor over entries stored by the model."""
@@ -219,13 +252,12 @@ class CPTensor(_Model):
         """Frobenius norm of the model from the factor Grams (no reconstruction)."""
         V = np.ones((self.rank, self.rank))
         for U in self.factors:
-            V = V * np.asarray(U.T @ U, dtype=np.float64)
-        w = np.asarray(self.weights, dtype=np.float64)
+            V = V * np.asarray(to_host(U.T @ U), dtype=np.float64)
+        w = np.asarray(to_host(self.weights), dtype=np.float64)
         return math.sqrt(max(float(w @ V @ w), 0.0))
 
     def relative_error(self, X: Any) -> float:
-        diff = np.asarray(X, dtype=np.float64) - np.asarray(self.to_dense(), dtype=np.float64)
-        return float(np.linalg.norm(diff) / np.linalg.norm(np.asarray(X, dtype=np.float64)))
+        return _relative_error(X, self.to_dense())
 
     def to_tensorly(self):
         """Convert to ``tensorly.cp_tensor.CPTensor`` (needs TensorLy)."""

@@ -18,8 +18,10 @@ from tuckerkit._validation import (
     check_tensor,
     check_unit_interval,
 )
+from tuckerkit.backend import to_host
 from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, sign_fix
 from tuckerkit.decomposition._monitor import IterationState, Monitor
+from tuckerkit.decomposition._placement import like, namespace_of, with_device
 from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
 from tuckerkit.engine import multi_ttm, ttm, ttmc_sweep
 from tuckerkit.engine._dask import DaskTensor, is_dask_array
@@ -34,8 +36,9 @@ def _fit(normX2: float, normG2: float) -> float:
 
 
 
+@with_device
 @with_single_threaded_blas
-def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
+def hosvd(X: Any, ranks: Sequence[int] | int, *, device: Any = None) -> TuckerTensor:
     """Truncated higher-order SVD: each factor from the full tensor, then the core.
 
     Parameters
@@ -44,6 +47,10 @@ def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
         Dense tensor, any layout (C, F or a strided view); float32/float64 kept.
     ranks : sequence of int, or int
         Multilinear ranks, each in [1, I_n].
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where ``X`` lives (a cupy array stays on its GPU). A host input with
+        ``device="cuda"`` is copied to the GPU once and the result comes back as numpy arrays
+        (``result.to("cuda")`` keeps a copy on the GPU).
 
     Returns
     -------
@@ -70,6 +77,7 @@ def hosvd(X: Any, ranks: Sequence[int] | int) -> TuckerTensor:
 
 
 
+@with_device
 @with_single_threaded_blas
 def st_hosvd(
     X: Any,
@@ -78,6 +86,7 @@ def st_hosvd(
     tol: float | None = None,
     order: str | Sequence[int] = "auto",
     memory_limit: Any = None,
+    device: Any = None,
 ) -> TuckerTensor:
     """Sequentially truncated HOSVD, with given ranks or the smallest ranks meeting an error tolerance.
 
@@ -100,6 +109,10 @@ def st_hosvd(
         Bytes (or ``"4GB"``) the computation may hold. A tensor larger than that (typically a memory-mapped
         ``.npy``) is read in slabs along mode 0 (:class:`~tuckerkit.engine.SlabTensor`): the first mode's
         Gram and projection stream over the slabs, the rest runs on the projected tensor in memory.
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where ``X`` lives (a cupy array stays on its GPU). A host input with
+        ``device="cuda"`` is copied to the GPU once and the result comes back as numpy arrays
+        (``result.to("cuda")`` keeps a copy on the GPU).
 
     Returns
     -------
@@ -155,11 +168,11 @@ def st_hosvd(
             r = rk[n]
         else:
             w, V = gram_eigh(Y, n)
-            w = np.clip(np.asarray(w, dtype=np.float64), 0.0, None)
+            w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None)  # the rank choice: on the host
             tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
             r = int(np.argmax(tail <= budget))
             r = max(r, 1)
-        U = sign_fix(np.ascontiguousarray(V[:, :r])).astype(X.dtype, copy=False)
+        U = sign_fix(namespace_of(X).ascontiguousarray(V[:, :r])).astype(X.dtype, copy=False)
         factors[n] = U
         chosen[n] = r
         Y = ttm(Y, U, n, transpose=True)
@@ -199,6 +212,7 @@ def _leading_factor(X: Any, n: int, r: int, rng: np.random.Generator) -> Any:
     return sign_fix(np.ascontiguousarray(Q)).astype(X.dtype, copy=False)
 
 
+@with_device
 @with_single_threaded_blas
 def hooi(
     X: Any,
@@ -211,6 +225,7 @@ def hooi(
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
     memory_limit: Any = None,
+    device: Any = None,
 ) -> TuckerTensor:
     """Tucker decomposition by higher-order orthogonal iteration (HOOI).
 
@@ -243,6 +258,12 @@ def hooi(
         Bytes (or ``"4GB"``) the computation may hold. A dense tensor larger than that (typically a
         memory-mapped ``.npy``) is read in slabs along mode 0: two streamed passes per iteration, with the
         next slab read while the current one is projected (:class:`~tuckerkit.engine.SlabTensor`).
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where ``X`` lives (a cupy array stays on its GPU). A host input with
+        ``device="cuda"`` is copied to the GPU once and the result comes back as numpy arrays
+        (``result.to("cuda")`` keeps a copy on the GPU).
+        On a GPU every product, Gram and eigendecomposition stays on the device; the fit is the one value
+        copied back per iteration.
 
     Returns
     -------
@@ -267,6 +288,8 @@ def hooi(
     X = _maybe_streamed(X, memory_limit)
     sparse = hasattr(X, "_tk_ttmc")
     streamed = isinstance(X, SlabTensor | DaskTensor)
+    if hasattr(X, "xp") and not sparse:
+        raise ValueError("sparse HOOI runs on the CPU; pass device='cpu' (sparse CP-ALS runs on a GPU)")
     if sparse:
         if X.ndim < 2:
             raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")
@@ -283,13 +306,13 @@ def hooi(
             raise ValueError(
                 f"init has shape {init.shape} and ranks {init.ranks}; expected shape {X.shape} and ranks {ranks}"
             )
-        factors = [np.asarray(U, dtype=X.dtype) for U in init.factors]
+        factors = [like(X, U, X.dtype) for U in init.factors]
     elif (init == "st_hosvd" and not sparse) or (init == "hosvd" and streamed):
-        factors = [np.asarray(U, dtype=X.dtype) for U in st_hosvd(X, ranks).factors]
+        factors = [like(X, U, X.dtype) for U in st_hosvd(X, ranks).factors]
     elif init in ("hosvd", "st_hosvd"):  # a sparse tensor: each mode from its sparse unfolding (ARPACK)
         factors = [_leading_factor(X, n, ranks[n], rng) for n in range(N)]
     elif init == "random":
-        factors = [_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype) for n in range(N)]
+        factors = [like(X, _random_orthonormal(rng, X.shape[n], ranks[n], X.dtype), X.dtype) for n in range(N)]
     else:
         raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'hosvd', 'random' or a TuckerTensor")
     normX2 = X.norm() ** 2 if sparse or streamed else _sqnorm(X)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import numpy as np
 
 from tuckerkit.backend import array_namespace, result_dtype
+from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._spec import parse_spec
 from tuckerkit.engine._threads import run_matmul
@@ -88,11 +90,18 @@ def plan_contraction(
     >>> plan_contraction("mk,knp->mnp", A, B).notation()
     'C_{m(np)} = A_{mk} B_{k(np)}'
     """
-    _, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
-    return _cached_plan(
+    xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
+    plan = _cached_plan(
         spec, tuple(A.shape), _elem_strides(A), tuple(B.shape), _elem_strides(B), str(dtype), dtype.itemsize,
         out_strides, out_layout,
     )
+    return plan if xp is np else _on_gpu(plan)
+
+
+@functools.lru_cache(maxsize=1024)
+def _on_gpu(plan: ContractionPlan) -> ContractionPlan:
+    """The same plan for cupy operands: issued as cuBLAS strided-batched calls, no CPU thread split."""
+    return dataclasses.replace(plan, device="cuda", parallel=False)
 
 
 def _check_reuse(plan: ContractionPlan, spec: str, A, B, out, out_strides, dtype) -> None:
@@ -125,6 +134,8 @@ def _view(x, shape):
         return x.reshape(shape, copy=False)
     except TypeError:  # namespaces without the copy keyword (cupy)
         v = x.reshape(shape)
+        if v.size > 1 and v.base is None and v is not x:  # a copy: writes into it would be lost
+            raise RuntimeError(f"internal error: a view of shape {shape} needed a copy") from None
         return v
 
 
@@ -168,9 +179,9 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     if xp is np:
         av, bv, cv, target = operand_views(plan, A, B, out, xp)
         run_matmul(np.matmul, av, bv, cv, plan.flops)
-    else:
+    else:  # cupy: cuBLAS strided-batched GEMM on the same views
         av, bv, cv, target = operand_views(plan, A, B, out, xp)
-        xp.matmul(av, bv, out=cv)
+        gpu_matmul(xp, av, bv, cv)
     if target is not None:
         target[...] = cv.reshape(target.shape)
     return out
@@ -220,6 +231,8 @@ def contract(
             spec, tuple(A.shape), _elem_strides(A), tuple(B.shape), _elem_strides(B), str(dtype),
             dtype.itemsize, out_strides, out_layout,
         )
+        if xp is not np:
+            plan = _on_gpu(plan)
     else:
         _check_reuse(plan, spec, A, B, out, out_strides, dtype)
     if out is not None and tuple(out.shape) != plan.shapes[2]:

@@ -159,7 +159,7 @@ class ContractionPlan:
     est_seconds : float
         The cost model's time estimate.
     device : str
-        ``"cpu"`` (``"cuda"`` is reserved for the GPU backend).
+        ``"cpu"``, or ``"cuda"`` for a plan of cupy operands (run as cuBLAS strided-batched calls).
 
     Examples
     --------

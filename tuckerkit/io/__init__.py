@@ -1,5 +1,6 @@
 """Tensor files in, result files out: load_tensor, save_result, load_result, .tns read/write."""
 
+from tuckerkit.io._dask import open_npy_dask
 from tuckerkit.io._load import FORMATS, TensorFileError, load_tensor
 from tuckerkit.io._save import (
     OutputFileError,
@@ -20,6 +21,7 @@ __all__ = [
     "load_metadata",
     "load_result",
     "load_tensor",
+    "open_npy_dask",
     "read_tns",
     "save_result",
     "write_tns",

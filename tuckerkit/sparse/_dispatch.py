@@ -67,6 +67,15 @@ class SparseKernels:
 
         return sparse_mttkrp(self, factors, mode)  # type: ignore[arg-type]
 
+    def _tk_to_device(self, device: Any) -> Any:
+        """This tensor on ``device``: itself on the CPU, a :class:`GpuCOOTensor` on a GPU."""
+        if not device.is_gpu:
+            return self
+        from tuckerkit.sparse._csf import as_coo
+        from tuckerkit.sparse._gpu import GpuCOOTensor
+
+        return GpuCOOTensor(as_coo(self), device)
+
     def _tk_ttmc(self, factors, mode: int):
         """Called by ``tuckerkit.engine.multi_ttm`` with ``transpose=True, skip=mode``: the compiled CSF kernel."""
         from tuckerkit.sparse._mttkrp import sparse_ttmc

@@ -1,0 +1,207 @@
+"""A numpy-backed stand-in for cupy, so the GPU code paths run (and are checked) on a machine without a GPU.
+
+It is *not* a GPU: arrays are numpy arrays of a subclass whose module is ``cupy``, so tuckerkit's namespace
+resolution takes its cupy branch. It counts what would cost a host-device round trip on a real GPU
+(``.get()``, ``asnumpy``, ``float()``/``item()``/``bool()`` of a device scalar, ``asarray`` of host data), and
+it implements ``cublas.{s,d}gemmStridedBatched`` from raw pointers, column-major, exactly as cuBLAS reads
+its arguments, so the engine's strided-batched call descriptors are executed, not just computed.
+Real-GPU runs use the same test bodies with the real cupy (``pytest -m gpu``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import types
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+COUNTS: Counter = Counter()
+
+
+class ndarray(np.ndarray):
+    __module__ = "cupy"
+
+    def get(self) -> np.ndarray:
+        COUNTS["d2h"] += 1
+        return np.array(self.view(np.ndarray))
+
+    def __float__(self) -> float:
+        COUNTS["sync"] += 1
+        return float(self.view(np.ndarray))
+
+    def __int__(self) -> int:
+        COUNTS["sync"] += 1
+        return int(self.view(np.ndarray))
+
+    def __bool__(self) -> bool:
+        COUNTS["sync"] += 1
+        return bool(self.view(np.ndarray))
+
+    def item(self, *args):
+        COUNTS["sync"] += 1
+        return self.view(np.ndarray).item(*args)
+
+    def tolist(self):
+        COUNTS["d2h"] += 1
+        return self.view(np.ndarray).tolist()
+
+    @property
+    def data(self):  # cupy's MemoryPointer: .ptr is the address of the first element
+        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+    @property
+    def device(self):
+        return types.SimpleNamespace(id=0)
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):  # reductions give 0-d device arrays
+        return np.asarray(arr).view(ndarray)
+
+    def __array_function__(self, func, types_, args, kwargs):
+        return _wrap(super().__array_function__(func, types_, args, kwargs))
+
+
+def _dev(x: Any) -> Any:
+    if isinstance(x, np.ndarray) and not isinstance(x, ndarray):
+        return x.view(ndarray)
+    return x
+
+
+def _wrap(out: Any) -> Any:
+    if isinstance(out, np.generic):
+        return np.asarray(out).view(ndarray)
+    if isinstance(out, tuple):
+        return tuple(_wrap(o) for o in out)
+    if isinstance(out, list):
+        return [_wrap(o) for o in out]
+    if type(out).__name__ in ("EighResult", "SVDResult", "QRResult", "SlogdetResult"):
+        return tuple(_wrap(o) for o in out)
+    return _dev(out)
+
+
+def asarray(x: Any, dtype: Any = None, order: Any = None) -> ndarray:
+    if not isinstance(x, ndarray):
+        COUNTS["h2d"] += 1
+        return np.array(x, dtype=dtype, order=order or "K").view(ndarray)
+    return _dev(np.asarray(x, dtype=dtype, order=order))
+
+
+def array(x: Any, dtype: Any = None, copy: bool = True, order: str = "K") -> ndarray:
+    if not isinstance(x, ndarray):
+        COUNTS["h2d"] += 1
+    return np.array(x, dtype=dtype, copy=copy, order=order).view(ndarray)
+
+
+def asnumpy(x: Any) -> np.ndarray:
+    if isinstance(x, ndarray):
+        COUNTS["d2h"] += 1
+        return np.array(x.view(np.ndarray))
+    return np.asarray(x)
+
+
+def _passthrough(name: str):
+    f = getattr(np, name)
+
+    def g(*args, **kwargs):
+        return _wrap(f(*args, **kwargs))
+
+    g.__name__ = name
+    return g
+
+
+class _Module(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        f = getattr(np, name)
+        return _passthrough(name) if callable(f) and not isinstance(f, type) else f
+
+
+def _linalg() -> types.ModuleType:
+    m = types.ModuleType("cupy.linalg")
+    def wrapped(f):
+        return lambda *a, **k: _wrap(f(*a, **k))
+
+    for name in ("eigh", "svd", "qr", "solve", "cholesky", "norm", "pinv", "lstsq", "inv"):
+        setattr(m, name, wrapped(getattr(np.linalg, name)))
+    m.LinAlgError = np.linalg.LinAlgError
+    return m
+
+
+def _read_scalar(ptr: int, dtype) -> float:
+    c = ctypes.c_float if np.dtype(dtype) == np.float32 else ctypes.c_double
+    return c.from_address(ptr).value
+
+
+def _strided(ptr: int, dtype, shape, strides_elems) -> np.ndarray:
+    """A numpy view of device memory at ``ptr`` with element strides (what cuBLAS reads)."""
+    dt = np.dtype(dtype)
+    base = np.ctypeslib.as_array((ctypes.c_byte * dt.itemsize).from_address(ptr)).view(dt)
+    return np.lib.stride_tricks.as_strided(base, shape=shape, strides=[s * dt.itemsize for s in strides_elems])
+
+
+def _gemm_strided_batched(dtype):
+    def gemm(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+             batch):
+        COUNTS["gemmStridedBatched"] += 1
+        for name, ld, rows in (("lda", lda, k if transa else m), ("ldb", ldb, n if transb else k), ("ldc", ldc, m)):
+            assert ld >= max(1, rows), f"cuBLAS would reject {name}={ld} < {rows}"
+        a = _strided(A, dtype, (batch, *((k, m) if transa else (m, k))), (strideA, 1, lda))
+        b = _strided(B, dtype, (batch, *((n, k) if transb else (k, n))), (strideB, 1, ldb))
+        c = _strided(C, dtype, (batch, m, n), (strideC, 1, ldc))
+        opa = np.swapaxes(a, 1, 2) if transa else a
+        opb = np.swapaxes(b, 1, 2) if transb else b
+        al, be = _read_scalar(alpha, dtype), _read_scalar(beta, dtype)
+        res = al * np.matmul(opa, opb)
+        if be != 0:
+            res += be * c
+        c[...] = res
+    return gemm
+
+
+class _Device:
+    def __init__(self, index: int = 0):
+        self.id = index
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Pool:
+    def used_bytes(self) -> int:
+        return 0
+
+    def total_bytes(self) -> int:
+        return 0
+
+
+def make() -> tuple[types.ModuleType, types.ModuleType]:
+    """Fresh ``cupy`` and ``cupyx`` stand-in modules (install them in ``sys.modules``)."""
+    cp = _Module("cupy")
+    cp.ndarray = ndarray
+    cp.asarray, cp.array, cp.asnumpy = asarray, array, asnumpy
+    cp.linalg = _linalg()
+    cp.float32, cp.float64 = np.float32, np.float64
+    cublas = types.SimpleNamespace(sgemmStridedBatched=_gemm_strided_batched(np.float32),
+                                   dgemmStridedBatched=_gemm_strided_batched(np.float64),
+                                   CUBLAS_OP_N=0, CUBLAS_OP_T=1)
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, memGetInfo=lambda: (8 << 30, 16 << 30),
+                                    deviceSynchronize=lambda: COUNTS.update(["sync"]))
+    cp.cuda = types.SimpleNamespace(Device=_Device, runtime=runtime, cublas=cublas,
+                                    device=types.SimpleNamespace(get_cublas_handle=lambda: 0),
+                                    Stream=types.SimpleNamespace(null=types.SimpleNamespace(
+                                        synchronize=lambda: COUNTS.update(["sync"]))))
+    pool = _Pool()
+    cp.get_default_memory_pool = lambda: pool
+    cp.__version__ = "0.0-fake"
+    cpx = types.ModuleType("cupyx")
+
+    def scatter_add(a, indices, b):
+        np.add.at(a.view(np.ndarray), indices, np.asarray(b))
+
+    cpx.scatter_add = scatter_add
+    return cp, cpx

@@ -1,0 +1,198 @@
+"""Devices: ``"cpu"``, ``"cuda"`` and ``"cuda:N"``; moving arrays and results between host and GPU.
+
+cupy is imported only when a GPU device is asked for (or a cupy array is given), so ``import tuckerkit``
+works without it and ``device="cuda"`` then fails with one line saying how to install it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from tuckerkit.backend._namespace import is_cupy_array
+
+GPU_EXTRA = "pip install 'tuckerkit[gpu]'"
+
+
+class DeviceError(RuntimeError):
+    """A device that cannot be used here: cupy missing, no GPU, or an index out of range."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """A parsed device: ``kind`` is ``"cpu"`` or ``"cuda"``, ``index`` the GPU number (0 for ``"cuda"``).
+
+    Examples
+    --------
+    >>> from tuckerkit.backend import parse_device
+    >>> parse_device("cuda:1"), str(parse_device("cpu"))
+    (Device(kind='cuda', index=1), 'cpu')
+    """
+
+    kind: str
+    index: int = 0
+
+    def __str__(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "cuda"
+
+
+def parse_device(device: Any, name: str = "device") -> Device:
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` (or a :class:`Device`) as a :class:`Device`; a clear error otherwise.
+
+    Examples
+    --------
+    >>> from tuckerkit.backend import parse_device
+    >>> parse_device("cuda")
+    Device(kind='cuda', index=0)
+    """
+    if isinstance(device, Device):
+        return device
+    m = re.fullmatch(r"(cpu|cuda|gpu)(?::(\d+))?", str(device).strip().lower()) if isinstance(device, str) else None
+    if m is None or (m.group(1) == "cpu" and m.group(2) is not None):
+        raise ValueError(f"{name}={device!r} is not a device; expected 'cpu', 'cuda' or 'cuda:N'")
+    if m.group(1) == "cpu":
+        return Device("cpu")
+    return Device("cuda", int(m.group(2) or 0))
+
+
+def get_cupy(device: Device | None = None, name: str = "device", label: str | None = None) -> ModuleType:
+    """Import cupy and check that ``device`` exists; one-line :class:`DeviceError` otherwise (``label``: the
+    device as the caller wrote it)."""
+    if label is None:
+        label = str(device) if device is not None else "cuda"
+    try:
+        import cupy
+    except ImportError:
+        raise DeviceError(
+            f"{name}={label!r} needs cupy, which is not installed; install it with: {GPU_EXTRA}"
+        ) from None
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # the CUDA driver/runtime is missing or broken
+        raise DeviceError(f"{name}={label!r}: no usable CUDA GPU on this machine ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'no details'}); use device='cpu'") from None
+    index = device.index if device is not None else 0
+    if count == 0:
+        raise DeviceError(f"{name}={label!r}: no CUDA GPU on this machine; use device='cpu'")
+    if index >= count:
+        raise DeviceError(f"{name}={label!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}")
+    return cupy
+
+
+def device_of(x: Any) -> Device:
+    """The device an array lives on (numpy, memory maps and everything else: cpu).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import device_of
+    >>> str(device_of(np.ones(2)))
+    'cpu'
+    """
+    if is_cupy_array(x):
+        dev = getattr(x, "device", None)
+        return Device("cuda", int(getattr(dev, "id", 0) or 0))
+    return Device("cpu")
+
+
+@contextlib.contextmanager
+def on_device(device: Device) -> Iterator[None]:
+    """Make ``device`` cupy's current device inside the block (nothing for the CPU)."""
+    if not device.is_gpu:
+        yield
+        return
+    cupy = sys.modules["cupy"]
+    with cupy.cuda.Device(device.index):
+        yield
+
+
+def to_device(x: Any, device: Device | str) -> Any:
+    """``x`` on ``device``: numpy -> cupy is one host-to-device copy, cupy -> numpy one copy back; an array
+    already there is returned as is (no copy).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import to_device
+    >>> a = np.ones(3)
+    >>> to_device(a, "cpu") is a
+    True
+    """
+    dev = parse_device(device)
+    if x is None:
+        return None
+    if dev.is_gpu:
+        cupy = get_cupy(dev, label=str(device))
+        if is_cupy_array(x) and device_of(x) == dev:
+            return x
+        with cupy.cuda.Device(dev.index):
+            return cupy.asarray(x)
+    if is_cupy_array(x):
+        return sys.modules["cupy"].asnumpy(x)
+    return x
+
+
+def to_host(x: Any) -> Any:
+    """A numpy array (cupy arrays copied back, anything else unchanged)."""
+    if is_cupy_array(x):
+        return sys.modules["cupy"].asnumpy(x)
+    return x
+
+
+def resolve_device(X: Any, device: Any, name: str = "device") -> tuple[Any, Device, Device]:
+    """The input on the device the work runs on: ``(X_there, compute_device, input_device)``.
+
+    ``device=None`` computes where ``X`` lives (a cupy array stays on its GPU). A host input moves once to a
+    GPU device; a cupy input asked to run on the CPU moves once to the host.
+    """
+    home = device_of(X)
+    if device is None:
+        return X, home, home
+    dev = parse_device(device, name)
+    if dev.is_gpu:
+        get_cupy(dev, name, label=str(device))
+        if hasattr(X, "_tk_to_device"):
+            return X._tk_to_device(dev), dev, home
+        if not hasattr(X, "shape") or not hasattr(X, "dtype"):
+            X = np.asarray(X)
+        return to_device(X, dev), dev, home
+    if hasattr(X, "_tk_to_device"):
+        return X._tk_to_device(dev), dev, home
+    return to_host(X), dev, home
+
+
+def memory_info(device: Device | str = "cuda") -> dict[str, int]:
+    """Free and total bytes of a GPU, plus what cupy's memory pool holds (``used_by_pool``)."""
+    dev = parse_device(device)
+    if not dev.is_gpu:
+        raise ValueError("memory_info reports GPU memory; pass device='cuda' or 'cuda:N'")
+    cupy = get_cupy(dev)
+    with cupy.cuda.Device(dev.index):
+        free, total = cupy.cuda.runtime.memGetInfo()
+        pool = cupy.get_default_memory_pool()
+        return {"free": int(free), "total": int(total), "used_by_pool": int(pool.used_bytes()),
+                "held_by_pool": int(pool.total_bytes())}
+
+
+def check_fits(nbytes: int, device: Device, what: str = "X") -> None:
+    """Refuse, with one line, an input that cannot fit in the GPU's free memory (with room to compute)."""
+    if not device.is_gpu:
+        return
+    info = memory_info(device)
+    avail = info["free"] + info["held_by_pool"] - info["used_by_pool"]
+    if nbytes > avail:
+        raise DeviceError(
+            f"{what} needs {nbytes / 1e9:.2f} GB on {device} but {avail / 1e9:.2f} GB is free; "
+            "use device='cpu' with memory_limit= (out of core) or a smaller dtype"
+        )

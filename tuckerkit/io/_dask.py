@@ -1,0 +1,79 @@
+"""A ``.npy`` file as a Dask array whose tasks read their own rows from the file.
+
+``dask.array.from_array(numpy.load(path, mmap_mode="r"))`` would pickle the memory map, i.e. the whole tensor,
+into the graph; here each task carries only the path and the rows it needs, so a worker (on this machine
+or any machine that sees the same file system) reads just its slab.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuckerkit.io._load import TensorFileError, _check_path
+
+
+class _NpyRows:
+    """Picklable by path: ``shape``, ``dtype`` and row slicing of a ``.npy`` file, opened on each access."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+        arr = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        return np.array(np.load(self.path, mmap_mode="r", allow_pickle=False)[index])
+
+
+def open_npy_dask(path: str | os.PathLike, *, chunk_bytes: int = 256 << 20, chunks: Any = None) -> Any:
+    """Open a ``.npy`` file as a ``dask.array.Array`` chunked along its first mode.
+
+    Parameters
+    ----------
+    path : path-like
+        A ``.npy`` file (read lazily, never loaded whole).
+    chunk_bytes : int, default 256 MiB
+        Target chunk size; chunks hold whole slabs ``X[i:j]``.
+    chunks : optional
+        Explicit Dask chunks (overrides ``chunk_bytes``).
+
+    Returns
+    -------
+    dask.array.Array
+
+    Raises
+    ------
+    TensorFileError
+        For a missing, unreadable or non-numeric file; ``ImportError`` without dask.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> from tuckerkit.io import open_npy_dask
+    >>> p = tempfile.mkdtemp() + "/x.npy"; np.save(p, np.arange(24.0).reshape(4, 3, 2))
+    >>> X = open_npy_dask(p, chunk_bytes=96)
+    >>> X.chunks[0], float(X.sum().compute())
+    ((2, 2), 276.0)
+    """
+    try:
+        import dask.array as da
+    except ImportError:
+        raise ImportError("open_npy_dask needs dask; install it with: pip install 'tuckerkit[distributed]'") from None
+    p = _check_path(path)
+    try:
+        rows = _NpyRows(p)
+    except ValueError as exc:
+        raise TensorFileError(f"{p}: not a readable .npy array ({exc})") from None
+    if rows.dtype.kind not in "biufc":
+        raise TensorFileError(f"{p}: dtype {rows.dtype} is not numeric; expected a numeric array")
+    if rows.ndim < 1:
+        raise TensorFileError(f"{p}: a 0-d array; expected a tensor")
+    if chunks is None:
+        row_bytes = max(1, int(np.prod(rows.shape[1:])) * rows.dtype.itemsize)
+        step = max(1, min(rows.shape[0], int(chunk_bytes) // row_bytes))
+        chunks = (step, *rows.shape[1:])
+    return da.from_array(rows, chunks=chunks, asarray=False, lock=False, inline_array=True, meta=np.empty(
+        (0,) * rows.ndim, dtype=rows.dtype))
