@@ -104,8 +104,9 @@ class _Model:
         if str(parse_device(device)) == self.device:
             return self
         first = "core" if hasattr(self, "core") else "weights"
-        return dataclasses.replace(self, **{first:  # type: ignore[type-var] to_device(getattr(self, first), device),
-                                            "factors": tuple(to_device(U, device) for U in self.factors)})
+        moved = {first: to_device(getattr(self, first), device),
+                 "factors": tuple(to_device(U, device) for U in self.factors)}
+        return dataclasses.replace(self, **moved)  # type: ignore[type-var]
 
 
 @dataclass(frozen=True, eq=False)
