@@ -77,24 +77,37 @@ def _parse_ints(text: str, name: str) -> list[int]:
     return vals
 
 
-def _check_device(device: str) -> None:
-    if device == "cpu":
-        return
-    if not (device == "cuda" or device.startswith("cuda:")):
-        raise CLIError(f"--device {device!r} is not valid; expected cpu, cuda or cuda:N")
+def _check_device(device: str) -> str | None:
+    """None for the CPU, else the device string after checking that cupy and the GPU are there."""
+    from tuckerkit.backend import get_cupy, parse_device
+
     try:
-        import cupy
+        dev = parse_device(device, "--device")
+    except ValueError:
+        raise CLIError(f"--device {device!r} is not valid; expected cpu, cuda or cuda:N") from None
+    if not dev.is_gpu:
+        return None
+    try:
+        get_cupy(dev, "--device", label=device)
+    except RuntimeError as exc:
+        raise CLIError(str(exc)) from None
+    return device
+
+
+def _connect(scheduler: str):
+    """A Dask client: ``local`` starts a LocalCluster on this machine, anything else is a scheduler address."""
+    try:
+        from dask.distributed import Client, LocalCluster
     except ImportError:
-        raise CLIError(
-            '--device cuda needs cupy, which is not installed; install it with pip install "tuckerkit[gpu]"'
-        ) from None
+        raise CLIError("--scheduler needs dask.distributed; install it with: pip install 'tuckerkit[distributed]'") \
+            from None
+    if scheduler == "local":
+        cluster = LocalCluster(dashboard_address=None, processes=True)
+        return Client(cluster), cluster
     try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        n = 0
-    if n == 0:
-        raise CLIError("--device cuda: no CUDA GPU is available on this machine; use --device cpu")
-    raise CLIError("--device cuda: GPU execution is not available in this version yet; use --device cpu")
+        return Client(scheduler, timeout="10s"), None
+    except (OSError, TimeoutError) as exc:
+        raise CLIError(f"--scheduler {scheduler!r}: cannot connect ({str(exc).splitlines()[0]})") from None
 
 
 def _load(path: Path, key: str | None, shape: str | None):
@@ -154,7 +167,7 @@ def decompose_cmd(
     tol: float = typer.Option(None, "--tol", help="Relative error for automatic Tucker ranks, in (0, 1)."),
     method: str = typer.Option("hooi", "--method", help="hooi, hosvd or cp."),
     rank: int = typer.Option(None, "--rank", help="CP rank (with --method cp)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N (needs tuckerkit[gpu])."),
     dtype: str = typer.Option(None, "--dtype", help="float32 or float64 (default: keep the file's)."),
     max_iter: int = typer.Option(100, "--max-iter", help="Iteration limit for hooi and cp."),
     seed: int = typer.Option(None, "--seed", help="Random seed (cp initialization)."),
@@ -167,6 +180,9 @@ def decompose_cmd(
     csf: str = typer.Option("auto", "--csf", help="Sparse (.tns) kernel plan: auto, all, two or one."),
     memory_limit: str = typer.Option(None, "--memory-limit",
                                      help="Read a larger tensor in slabs within this memory, e.g. 4GB."),
+    scheduler: str = typer.Option(None, "--scheduler",
+                                  help="Run on Dask: 'local' (a LocalCluster) or a scheduler address, "
+                                       "e.g. tcp://host:8786 (.npy input)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose a tensor file and write the result (.npz).
@@ -174,11 +190,11 @@ def decompose_cmd(
     Example: tuckerkit decompose data.npy --ranks 10,10,10 --output data.tucker.npz
     """
     _run(debug, _decompose, input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force,
-         json_out, quiet, key, shape, csf, memory_limit)
+         json_out, quiet, key, shape, csf, memory_limit, scheduler)
 
 
 def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
-               key, shape, csf="auto", memory_limit=None):
+               key, shape, csf="auto", memory_limit=None, scheduler=None):
     import numpy as np
 
     import tuckerkit as tk
@@ -215,7 +231,17 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         if tol is not None:
             check_unit_interval(tol, "--tol")
     check_max_iter(max_iter, "--max-iter")
-    _check_device(device)
+    dev = _check_device(device)
+    if dev is not None and (memory_limit is not None or scheduler is not None):
+        raise CLIError(f"--device {device} cannot be combined with --memory-limit or --scheduler (those run on the "
+                       "CPU)")
+    if scheduler is not None:
+        if method == "cp":
+            raise CLIError("--scheduler works with --method hooi or hosvd (distributed CP-ALS is not available)")
+        if input.suffix.lower() != ".npy":
+            raise CLIError(f"--scheduler reads .npy files chunk by chunk; received {input.suffix or 'no extension'!r}")
+        if memory_limit is not None:
+            raise CLIError("pass either --scheduler or --memory-limit, not both")
     out = output if output is not None else _default_output(input, method)
     X: Any
     sparse_ok = method == "cp" or (method == "hooi" and ranks is not None)
@@ -235,13 +261,21 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
     if ranks is not None:
         rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks")
     check_output_path(out, force=force, inputs=(input,))
-    streamed = limit is not None and not hasattr(X, "_tk_mttkrp") and \
+    client = None
+    if scheduler is not None:  # every worker reads its own slabs of the file: nothing is loaded here
+        from tuckerkit.io import open_npy_dask
+
+        client, cluster = _connect(scheduler)
+        X = open_npy_dask(input)
+        if dtype is not None:
+            X = X.astype(dtype)
+    streamed = scheduler is None and limit is not None and not hasattr(X, "_tk_mttkrp") and \
         math.prod(X.shape) * np.dtype(dtype or X.dtype).itemsize > limit
     if streamed:  # read in slabs: never converted or checked as a whole (NaN/Inf surface in the norm pass)
         from tuckerkit.engine import SlabTensor
 
         X = SlabTensor(X, limit, dtype=dtype)
-    elif not hasattr(X, "_tk_mttkrp"):
+    elif not hasattr(X, "_tk_mttkrp") and scheduler is None:
         if dtype is not None:
             X = np.asarray(X, dtype=dtype)
         X = check_tensor(X, f"tensor in {str(input)!r}")
@@ -252,20 +286,26 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         try:
             res: tk.TuckerTensor | tk.CPTensor
             if method == "cp":
-                res = tk.cp_als(X, rank, max_iter=max_iter, random_state=seed, callback=progress)
+                res = tk.cp_als(X, rank, max_iter=max_iter, random_state=seed, callback=progress, device=dev)
             elif method == "hosvd":
-                res = tk.st_hosvd(X, rk) if rk is not None else tk.st_hosvd(X, tol=tol)
+                res = tk.st_hosvd(X, rk, device=dev) if rk is not None else tk.st_hosvd(X, tol=tol, device=dev)
             else:
                 if rk is None:
-                    rk = tk.st_hosvd(X, tol=tol).ranks
-                res = tk.hooi(X, rk, max_iter=max_iter, callback=progress)
+                    rk = tk.st_hosvd(X, tol=tol, device=dev).ranks
+                res = tk.hooi(X, rk, max_iter=max_iter, callback=progress, device=dev)
         finally:
             progress.close()
+            if client is not None:
+                client.close()
+                if cluster is not None:
+                    cluster.close()
     if not quiet:
         for w in caught:
             typer.echo(f"warning: {w.message}", err=True)
     seconds = time.perf_counter() - t0
     meta = {"method": method, "device": device, "input_shape": list(X.shape), "seconds": seconds}
+    if scheduler is not None:
+        meta["scheduler"] = scheduler
     if streamed:
         meta.update(memory_limit=limit, slab_rows=X.slab_rows)
     path = save_result(out, res, metadata=meta, input_path=input, force=force)

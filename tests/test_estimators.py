@@ -78,7 +78,7 @@ def test_every_init_parameter_reaches_the_function(cls, monkeypatch, rng):
 
     monkeypatch.setattr(mod, target, spy)
     params = {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items() if name != "self"}
-    custom = {"tol": 1e-5, "max_iter": 7, "random_state": 3, "init": "random"}
+    custom = {"tol": 1e-5, "max_iter": 7, "random_state": 3, "init": "random", "device": "cpu"}
     if cls is CPDecomposer:
         custom |= {"normalize": False}
         est = cls(rank=3, **custom)
@@ -91,6 +91,28 @@ def test_every_init_parameter_reaches_the_function(cls, monkeypatch, rng):
         assert seen[k] == v, k
     assert seen["_rank_arg"] == (3 if cls is CPDecomposer else (4, 2, 3))  # rank / sample_rank + ranks
     assert set(params) == set(custom) | ({"rank"} if cls is CPDecomposer else {"ranks", "sample_rank"})
+
+
+@pytest.mark.parametrize("cls", [TuckerDecomposer, CPDecomposer])
+def test_estimators_fit_on_the_gpu_path(cls, monkeypatch, rng):
+    """device='cuda' (the cupy stand-in): the same model as on the CPU, host factors, transform unchanged."""
+    import sys
+
+    import _fakecupy
+
+    cp, cpx = _fakecupy.make()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setitem(sys.modules, "cupyx", cpx)
+    X = _samples(rng, noise=0.01)
+    kw = {"rank": 2, "random_state": 0} if cls is CPDecomposer else {"ranks": (2, 2)}
+    a = cls(**kw, tol=0, max_iter=5)
+    b = cls(**kw, tol=0, max_iter=5, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        Za, Zb = a.fit_transform(X), b.fit_transform(X)
+    assert all(type(U) is np.ndarray for U in b.factors_)
+    assert b.fit_ == pytest.approx(a.fit_, abs=1e-10)
+    np.testing.assert_allclose(np.abs(Zb), np.abs(Za), atol=1e-8 * np.abs(Za).max())
 
 
 def test_pipeline_gridsearch_and_cross_val(rng):

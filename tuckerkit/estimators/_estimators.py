@@ -46,6 +46,9 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         Rank of the sample mode during ``fit``.
     tol, max_iter, random_state : see :func:`tuckerkit.hooi`.
     init : {"st_hosvd", "random"}, default "st_hosvd"
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where ``fit`` runs the decomposition (see :func:`tuckerkit.hooi`); the learned factors are host arrays
+        for host inputs, so ``transform`` and pipelines work unchanged.
 
     Attributes
     ----------
@@ -65,8 +68,9 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, ranks: Any = 5, *, sample_rank: int | None = None, tol: float = 1e-8, max_iter: int = 100,
-                 init: str = "st_hosvd", random_state: Any = None):
+                 init: str = "st_hosvd", random_state: Any = None, device: Any = None):
         self.ranks = ranks
+        self.device = device
         self.sample_rank = sample_rank
         self.tol = tol
         self.max_iter = max_iter
@@ -89,7 +93,8 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         X = _as_samples(X, self, reset=True)
         fr = self._feature_ranks(X.shape[1:])
         s = self.sample_rank if self.sample_rank is not None else min(X.shape[0], math.prod(fr))
-        T = hooi(X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter, random_state=self.random_state)
+        T = hooi(X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter, random_state=self.random_state,
+                 device=self.device)
         self.core_ = T.core
         self.factors_ = list(T.factors[1:])
         self.sample_factor_ = T.factors[0]
@@ -136,6 +141,8 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
     ----------
     rank : int, default 5
     tol, max_iter, init, random_state, normalize : see :func:`tuckerkit.cp_als`.
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where ``fit`` runs CP-ALS; the learned factors are host arrays for host inputs.
 
     Attributes
     ----------
@@ -154,8 +161,9 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, rank: int = 5, *, tol: float = 1e-8, max_iter: int = 100, init: str = "svd",
-                 random_state: Any = None, normalize: bool = True):
+                 random_state: Any = None, normalize: bool = True, device: Any = None):
         self.rank = rank
+        self.device = device
         self.tol = tol
         self.max_iter = max_iter
         self.init = init
@@ -165,7 +173,7 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
     def fit(self, X, y=None):
         X = _as_samples(X, self, reset=True)
         cp = cp_als(X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
-                    random_state=self.random_state, normalize=self.normalize)
+                    random_state=self.random_state, normalize=self.normalize, device=self.device)
         self.weights_ = cp.weights
         self.sample_factor_ = cp.factors[0]
         self.factors_ = list(cp.factors[1:])
