@@ -59,7 +59,12 @@ def main(argv=None) -> None:
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="n=32,64 only, 3 repeats (a smoke run)")
+    ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
     args = ap.parse_args(argv)
+    if args.device != "cpu":
+        import gpu
+
+        return gpu.main(["contractions", *(["--quick"] if args.quick else [])])
     sizes = [32, 64] if args.quick else [int(s) for s in args.sizes.split(",")]
     repeat = 3 if args.quick else args.repeat
     rng = np.random.default_rng(0)

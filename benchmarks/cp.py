@@ -38,7 +38,12 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
     args = ap.parse_args(argv)
+    if args.device != "cpu":
+        import gpu
+
+        return gpu.main(["cp", *(["--quick"] if args.quick else [])])
     warnings.simplefilter("ignore")
     import pyttb as ttb
     import tensorly.decomposition as tld

@@ -31,7 +31,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
     args = ap.parse_args(argv)
+    if args.device != "cpu":
+        import gpu
+
+        return gpu.main(["ttm", *(["--quick"] if args.quick else [])])
     import pyttb
     import tensorly.tenalg as tlalg
 

@@ -89,7 +89,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
     args = ap.parse_args(argv)
+    if args.device != "cpu":
+        import gpu
+
+        return gpu.main(["tucker", *(["--quick"] if args.quick else [])])
     warnings.simplefilter("ignore")
     cases = [((n, n, n), (10, 10, 10), "float64", 20) for n in (50, 100, 200, 300)]
     cases += [((n, n, n), (10, 10, 10), "float64", 200) for n in (50, 100)]

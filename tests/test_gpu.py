@@ -279,3 +279,25 @@ def test_cuda_kernel_source_runs_on_cpu(tmp_path, dtype, idx):
         lib.grid(ctypes.c_longlong(S.nnz), 4, 5, n, p(coords.ctypes.data), p(vals.ctypes.data), p(F.ctypes.data),
                  p(off.ctypes.data), p(out.ctypes.data))
         np.testing.assert_allclose(out, mttkrp(S.to_dense(), Us, n), atol=_tol(dtype) * 50)
+
+
+def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
+    """benchmarks/gpu.py end to end at smoke sizes (on the stand-in here, on the GPU with -m gpu)."""
+    if xp is np:
+        pytest.skip("a GPU benchmark")
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    import _common
+    import gpu
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    monkeypatch.setattr(gpu, "RESULTS", tmp_path)
+    gpu.main(["--quick", "--no-tensorly", "--dtypes", "float64"])
+    import json
+
+    out = json.loads((tmp_path / "gpu.json").read_text())
+    assert len(out["contractions"]) == 72 and max(r["rel_err"] for r in out["contractions"]) < 1e-12
+    assert {r["method"] for r in out["tucker"] + out["cp"]} == {"hooi", "cp_als"}
+    assert "| n | dtype | rank | GPU ms/it |" in (tmp_path / "gpu.md").read_text()
