@@ -31,6 +31,7 @@ from _common import RESULTS, environment, geomean, write_json, write_text
 from contractions import table2
 
 import tuckerkit as tk
+from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker
 from tuckerkit.engine import contract, plan_contraction, ttm
 
 SECTIONS = ("contractions", "ttm", "tucker", "cp")
@@ -131,11 +132,11 @@ def decompositions(cp, kind, sizes, dtypes, iters, repeat, with_tensorly):
     for n in sizes:
         for dt in dtypes:
             if kind == "tucker":
-                data = tk.datasets.make_low_rank_tucker((n, n, n), (10, 10, 10), noise=0.01, dtype=dt,
+                data = make_low_rank_tucker((n, n, n), (10, 10, 10), noise=0.01, dtype=dt,
                                                         random_state=0).data
                 init = tk.st_hosvd(data, (10, 10, 10))
             else:
-                data = tk.datasets.make_low_rank_cp((n, n, n), 10, noise=0.01, dtype=dt, random_state=0).data
+                data = make_low_rank_cp((n, n, n), 10, noise=0.01, dtype=dt, random_state=0).data
             Xd = cp.asarray(data)
             for R in ((10,) if kind == "tucker" else (10, 50)):
                 if kind == "tucker":

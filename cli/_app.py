@@ -212,8 +212,6 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         from tuckerkit.engine._slabs import parse_memory
 
         limit = parse_memory(memory_limit, "--memory-limit")
-        if method == "cp":
-            raise CLIError("--memory-limit works with --method hooi or hosvd (out-of-core CP-ALS is not available)")
     if method == "cp":
         if rank is None:
             raise CLIError("--method cp needs --rank R (the number of components)")
@@ -236,8 +234,6 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         raise CLIError(f"--device {device} cannot be combined with --memory-limit or --scheduler (those run on the "
                        "CPU)")
     if scheduler is not None:
-        if method == "cp":
-            raise CLIError("--scheduler works with --method hooi or hosvd (distributed CP-ALS is not available)")
         if input.suffix.lower() != ".npy":
             raise CLIError(f"--scheduler reads .npy files chunk by chunk; received {input.suffix or 'no extension'!r}")
         if memory_limit is not None:

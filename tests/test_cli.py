@@ -240,7 +240,8 @@ def test_device_cuda_message_names_the_fix(files, monkeypatch):
 @pytest.mark.parametrize(("extra", "match"), [
     (["--device", "tpu"], "--device 'tpu' is not valid; expected cpu, cuda or cuda:N"),
     (["--device", "cuda", "--memory-limit", "1GB"], "--device cuda cannot be combined with --memory-limit"),
-    (["--scheduler", "local", "--method", "cp", "--rank", "2"], "--scheduler works with --method hooi or hosvd"),
+    (["--scheduler", "tcp://127.0.0.1:9", "--method", "cp", "--rank", "2"],
+     "--scheduler 'tcp://127.0.0.1:9': cannot connect"),
     (["--scheduler", "local", "--memory-limit", "1GB"], "pass either --scheduler or --memory-limit, not both"),
 ])
 def test_device_and_scheduler_errors(files, monkeypatch, extra, match):
@@ -268,6 +269,17 @@ def test_device_cuda_runs_on_the_gpu_path(files, monkeypatch):
     assert load_metadata(files / "cuda.npz")["device"] == "cuda"
     assert abs(a.fit - b.fit) < 1e-12
     assert type(b.core) is np.ndarray
+
+
+def test_memory_limit_cp_streams_the_npy(files):
+    res = _invoke(["decompose", files / "good.npy", "--method", "cp", "--rank", "2", "--seed", "0", "--memory-limit",
+                   "400B", "--max-iter", "5", "--json", "-q", "-o", files / "c.npz"])
+    assert res.exit_code == 0, res.output
+    meta = load_metadata(files / "c.npz")
+    assert meta["slab_rows"] == 1  # 4 x 5 x 6 float64 read one 240-byte row at a time
+    with pytest.warns(tk.ConvergenceWarning):
+        ref = tk.cp_als(np.load(files / "good.npy"), 2, random_state=0, max_iter=5)
+    assert abs(load_result(files / "c.npz").fit - ref.fit) < 1e-12
 
 
 def test_scheduler_local_reads_the_npy_in_chunks(files):
@@ -356,8 +368,8 @@ def test_memory_limit_streams_large_npy(tmp_path):
     assert out["memory_limit"] == 300_000 and 1 <= out["slab_rows"] < 80
     ref = _invoke(["decompose", p, "--ranks", "4,4,4", "--json", "-o", tmp_path / "m.npz"])
     assert abs(json.loads(ref.stdout)["fit"] - out["fit"]) < 1e-10
-    bad = _invoke(["decompose", p, "--method", "cp", "--rank", "3", "--memory-limit", "300KB",
-                   "-o", tmp_path / "c.npz"])
-    assert bad.exit_code == 1 and "--memory-limit works with --method hooi or hosvd" in bad.stderr
+    cp = _invoke(["decompose", p, "--method", "cp", "--rank", "3", "--memory-limit", "300KB", "--json",
+                  "-o", tmp_path / "c.npz"])  # out-of-core CP-ALS: two streamed passes per iteration
+    assert cp.exit_code == 0 and json.loads(cp.stdout)["slab_rows"] == out["slab_rows"]
     bad = _invoke(["decompose", p, "--ranks", "4,4,4", "--memory-limit", "lots", "-o", tmp_path / "d.npz"])
     assert bad.exit_code == 1 and "--memory-limit='lots' is not a memory size" in bad.stderr

@@ -7,6 +7,7 @@ import pytest
 from tuckerkit.datasets import make_low_rank_tucker
 
 import tuckerkit as tk
+import tuckerkit.io
 from tuckerkit.engine import DaskTensor
 
 da = pytest.importorskip("dask.array")
@@ -47,6 +48,41 @@ def test_dask_st_hosvd_and_default_init(client):
     assert b.ranks == a.ranks and b.fit == pytest.approx(a.fit, abs=1e-12)
     T = tk.hooi(D, (4, 5, 3))
     assert T.converged and T.fit == pytest.approx(tk.hooi(X, (4, 5, 3)).fit, abs=1e-9)
+
+
+def test_dask_cp_als_equals_in_memory(client):
+    from tuckerkit.datasets import make_low_rank_cp
+
+    X = make_low_rank_cp((41, 30, 25), 3, noise=0.05, random_state=0).data
+    D = da.from_array(X, chunks=(13, 11, 9))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        init = tk.cp_als(X, 3, max_iter=1, tol=0, random_state=0)
+        a = tk.cp_als(X, 3, init=init, max_iter=4, tol=0)
+        b = tk.cp_als(D, 3, init=init, max_iter=4, tol=0)
+    assert b.passes_per_iteration == 3
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=1e-12)
+    for U, V in zip(b.factors, a.factors, strict=True):
+        np.testing.assert_allclose(U, V, atol=1e-10)
+
+
+def test_open_npy_dask_reads_slabs_from_the_file(client, tmp_path):
+    from tuckerkit.io import open_npy_dask
+
+    X = make_low_rank_tucker((41, 30, 25), (4, 5, 3), noise=0.05, random_state=2).data
+    np.save(tmp_path / "x.npy", X)
+    D = open_npy_dask(tmp_path / "x.npy", chunk_bytes=8 * 30 * 25 * 6)
+    assert D.chunks[0] == (6, 6, 6, 6, 6, 6, 5)
+    assert len(__import__("pickle").dumps(D)) < 20_000  # the graph holds a path, not the tensor
+    init = tk.hosvd(X, (4, 5, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        a = tk.hooi(X, (4, 5, 3), init=init, max_iter=2, tol=0)
+        b = tk.hooi(D, (4, 5, 3), init=init, max_iter=2, tol=0)
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=1e-12)
+    (tmp_path / "s.npy").write_bytes(b"not an array")
+    with pytest.raises(tk.io.TensorFileError, match=r"not a readable \.npy array"):
+        open_npy_dask(tmp_path / "s.npy")
 
 
 def test_dask_errors():

@@ -134,3 +134,31 @@ def test_projection_too_large_for_the_limit_is_refused(memmapped):
     with pytest.raises(ValueError, match=r"memory_limit=500,000 bytes is too small: the mode-2 projection has shape "
                                          r"\(200, 100, 20\) \(3,200,000 bytes\), more than the limit"):
         tk.st_hosvd(M, (3, 3, 20), memory_limit=500_000)
+
+
+@pytest.mark.parametrize(("shape", "limit"), [
+    ((61, 50, 40), 450_000),  # slabs of 7 rows: the last one short
+    ((23, 18, 16, 14), 390_000),  # 4-way
+    ((300, 40), 40_000),  # a matrix: both halves of the tree are one mode
+])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_streamed_cp_als_equals_in_memory(tmp_path, shape, limit, dtype):
+    from tuckerkit.datasets import make_low_rank_cp
+
+    X = make_low_rank_cp(shape, 3, noise=0.05, dtype=dtype, random_state=0).data
+    np.save(tmp_path / "x.npy", X)
+    M = np.load(tmp_path / "x.npy", mmap_mode="r")
+    S = SlabTensor(M, limit)
+    assert 1 < S.slab_rows < shape[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        init = tk.cp_als(X, 3, max_iter=1, tol=0, random_state=0)
+        a = tk.cp_als(X, 3, init=init, max_iter=5, tol=0)
+        b = tk.cp_als(M, 3, init=init, max_iter=5, tol=0, memory_limit=limit)
+        c = tk.cp_als(M, 3, max_iter=5, tol=0, memory_limit=limit, random_state=0)  # the default (svd) init
+    eps = np.finfo(dtype).eps
+    assert b.passes_per_iteration == 2 and b.weights.dtype == dtype
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=2e4 * eps)
+    for U, V in zip(b.factors, a.factors, strict=True):
+        np.testing.assert_allclose(U, V, atol=1e3 * eps)
+    assert c.fit > 0.9

@@ -20,9 +20,11 @@ from tuckerkit._validation import (
 )
 from tuckerkit.decomposition._linalg import gram_eigh, sign_fix, spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
-from tuckerkit.decomposition._placement import like, namespace_of, with_device
+from tuckerkit.decomposition._placement import _maybe_streamed, like, namespace_of, with_device
 from tuckerkit.decomposition._results import CPTensor, _sqnorm
 from tuckerkit.engine import mttkrp_sweep
+from tuckerkit.engine._dask import DaskTensor
+from tuckerkit.engine._slabs import SlabTensor
 from tuckerkit.engine._threads import with_single_threaded_blas
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,9 @@ def _svd_init(X: Any, rank: int, rng: np.random.Generator) -> list[Any]:
     factors = []
     for n in range(X.ndim):
         k = min(rank, X.shape[n])
+        if n == 0 and isinstance(X, SlabTensor):  # ALS updates mode 0 first: its start is never read
+            factors.append(rng.standard_normal((X.shape[0], rank)).astype(X.dtype))
+            continue
         if hasattr(X, "_tk_mttkrp"):
             V = like(X, _leading_sparse(X, n, k, rng), np.float64)
         else:
@@ -71,6 +76,7 @@ def cp_als(
     normalize: bool = True,
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
+    memory_limit: Any = None,
     device: Any = None,
 ) -> CPTensor:
     """CP decomposition ``X ~ sum_r w_r a_r o b_r o c_r`` (any order) by alternating least squares.
@@ -98,6 +104,11 @@ def cp_als(
         ``callback(state)`` after each iteration; returning True stops.
     verbose : bool, default False
         Log each iteration (``logging``, INFO).
+    memory_limit : int or str, optional
+        Bytes (or ``"4GB"``) the computation may hold. A dense tensor larger than that (typically a
+        memory-mapped ``.npy``) is read in slabs along mode 0: two streamed passes per iteration (the
+        dimension tree's halves), the next slab read while the current one is contracted. A Dask array runs
+        one distributed pass per mode on the active scheduler.
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where to compute; None: where ``X`` lives. A host input (dense, or a COOTensor/CSFTensor, whose
         nonzeros go to the GPU as COO with an atomics MTTKRP kernel) is copied once; the result comes back
@@ -118,11 +129,13 @@ def cp_als(
     >>> round(tk.cp_als(X, 2, random_state=0).fit, 6)
     1.0
     """
+    X = _maybe_streamed(X, memory_limit)
     sparse = hasattr(X, "_tk_mttkrp")
+    streamed = isinstance(X, SlabTensor | DaskTensor)
     if sparse:
         if X.ndim < 2:
             raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")
-    else:
+    elif not streamed:
         X = check_tensor(X)
     rank = check_cp_rank(rank)
     tol = check_nonneg(tol, "tol")
@@ -145,7 +158,7 @@ def cp_als(
     xp = namespace_of(X)
     weights = xp.ones(rank, dtype=X.dtype)
     grams = [U.T @ U for U in factors]
-    normX2 = X.norm() ** 2 if sparse else _sqnorm(X)
+    normX2 = X.norm() ** 2 if sparse or streamed else _sqnorm(X)
     normX = math.sqrt(normX2)
     mon = Monitor("cp_als", tol, max_iter, callback, verbose)
     it = 0
@@ -188,4 +201,4 @@ def cp_als(
     if not normalize:
         weights = xp.ones(rank, dtype=X.dtype)
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history), plans,
-                    passes_per_iteration=min(N, 2))
+                    passes_per_iteration=N if isinstance(X, DaskTensor) else min(N, 2))

@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tuckerkit.backend import array_namespace, check_fits, get_cupy, on_device, parse_device, resolve_device
-from tuckerkit.engine._dask import is_dask_array
+from tuckerkit.engine._dask import DaskTensor, is_dask_array
+from tuckerkit.engine._slabs import SlabTensor, parse_memory
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,3 +63,18 @@ def like(X: Any, U: Any, dtype: Any) -> Any:
 
         return np.asarray(to_host(U), dtype=dtype)
     return xp.asarray(U, dtype=dtype)
+
+
+def _maybe_streamed(X: Any, memory_limit: Any) -> Any:
+    """``X`` wrapped as a :class:`DaskTensor` (a Dask array) or a :class:`SlabTensor` (larger than
+    ``memory_limit`` bytes); anything else unchanged."""
+    if is_dask_array(X):
+        return DaskTensor(X)
+    if memory_limit is None or isinstance(X, SlabTensor | DaskTensor) or hasattr(X, "_tk_mttkrp"):
+        return X
+    limit = parse_memory(memory_limit)
+    if hasattr(X, "shape") and hasattr(X, "dtype"):
+        nbytes = math.prod(X.shape) * max(np.dtype(X.dtype).itemsize, 4)
+        if nbytes > limit:
+            return SlabTensor(X, limit)
+    return X

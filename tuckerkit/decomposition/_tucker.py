@@ -21,11 +21,11 @@ from tuckerkit._validation import (
 from tuckerkit.backend import to_host
 from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, sign_fix
 from tuckerkit.decomposition._monitor import IterationState, Monitor
-from tuckerkit.decomposition._placement import like, namespace_of, with_device
+from tuckerkit.decomposition._placement import _maybe_streamed, like, namespace_of, with_device
 from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
 from tuckerkit.engine import multi_ttm, ttm, ttmc_sweep
-from tuckerkit.engine._dask import DaskTensor, is_dask_array
-from tuckerkit.engine._slabs import SlabTensor, parse_memory
+from tuckerkit.engine._dask import DaskTensor
+from tuckerkit.engine._slabs import SlabTensor
 from tuckerkit.engine._threads import with_single_threaded_blas
 
 logger = logging.getLogger(__name__)
@@ -179,21 +179,6 @@ def st_hosvd(
     fit = _fit(normX2, _sqnorm(Y))
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
     return TuckerTensor(Y, tuple(factors), 0, True, (fit,), passes_per_iteration=1)
-
-
-def _maybe_streamed(X: Any, memory_limit: Any) -> Any:
-    """``X`` wrapped as a :class:`DaskTensor` (a Dask array) or a :class:`SlabTensor` (larger than
-    ``memory_limit`` bytes); anything else unchanged."""
-    if is_dask_array(X):
-        return DaskTensor(X)
-    if memory_limit is None or isinstance(X, SlabTensor | DaskTensor) or hasattr(X, "_tk_mttkrp"):
-        return X
-    limit = parse_memory(memory_limit)
-    if hasattr(X, "shape") and hasattr(X, "dtype"):
-        nbytes = math.prod(X.shape) * max(np.dtype(X.dtype).itemsize, 4)
-        if nbytes > limit:
-            return SlabTensor(X, limit)
-    return X
 
 
 def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:

@@ -111,3 +111,19 @@ class DaskTensor:
             Y = np.ascontiguousarray(_project(da, self.data, mats).compute())
             _ttmc_tree(Y, part, factors, update, plans)
         return tuple(plans)
+
+    def _tk_mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
+        """CP-ALS's MTTKRPs, one distributed pass per mode (Gauss-Seidel order: each uses the factors updated
+        before it): chunk-local products with the broadcast factors, summed by Dask's tree reduction."""
+        import dask.array as da
+
+        N = self.ndim
+        letters = "abcdefghijklmnopqrstuvwxyz"[:N]
+        for n in range(N):
+            others = [m for m in range(N) if m != n]
+            spec = f"{letters}," + ",".join(f"{letters[m]}z" for m in others) + f"->{letters[n]}z"
+            mats = [da.from_array(np.asarray(factors[m], dtype=self.dtype), chunks=(self.data.chunks[m], -1))
+                    for m in others]
+            M = da.einsum(spec, self.data, *mats, optimize=True)
+            update(n, np.asarray(M.compute()))
+        return ()

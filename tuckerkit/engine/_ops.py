@@ -883,18 +883,34 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
         for n in range(X.ndim):
             update(n, X._tk_mttkrp(factors, n))
         return (X.plan(),)
+    if hasattr(X, "_tk_mttkrp_sweep"):  # out of core: two streamed passes
+        return X._tk_mttkrp_sweep(factors, update)
     xp, X = _tensor(X, min_ndim=2)
     plans: list[ContractionPlan] = []
-    R = factors[0].shape[1]
+    # mode order is the update order (0..N-1); for C or F layouts each half is a memory-adjacent chain
+    all_modes = list(range(X.ndim))
+    _MttkrpTree(xp, X.shape, factors, update, plans).rec(X, all_modes, False, all_modes)
+    return tuple(plans)
 
-    def contract_modes(T, t_modes: list[int], gone: list[int], has_r: bool):
+
+class _MttkrpTree:
+    """The dimension tree of one ALS sweep (see :func:`mttkrp_sweep`): ``contract_modes`` removes modes from a
+    tensor (with the Khatri-Rao product of their factors when the rank index is not there yet, else one
+    batched GEMV per mode), ``rec`` splits the active modes in halves and recurses."""
+
+    def __init__(self, xp, shape, factors, update, plans):
+        self.xp, self.shape, self.factors, self.update, self.plans = xp, tuple(shape), factors, update, plans
+        self.R = factors[0].shape[1]
+
+    def contract_modes(self, T, t_modes: list[int], gone: list[int], has_r: bool):
+        xp, factors, R, shape, plans = self.xp, self.factors, self.R, self.shape, self.plans
         rest = [m for m in t_modes if m not in gone]
         x = "".join(_LETTERS[m] for m in t_modes) + (_RANK if has_r else "")
         out_sub = "".join(_LETTERS[m] for m in rest) + _RANK
         if not has_r:
             t_st = _elem_strides(T)
             order = sorted(gone, key=lambda m: -t_st[t_modes.index(m)])
-            kr = khatri_rao([factors[m] for m in order]).reshape(*(X.shape[m] for m in order), R)
+            kr = khatri_rao([factors[m] for m in order]).reshape(*(shape[m] for m in order), R)
             spec = f"{x},{''.join(_LETTERS[m] for m in order)}{_RANK}->{out_sub}"
             out = _rank_outer(xp, T, [t_modes.index(m) for m in rest], R, T.dtype)
             p = plan_contraction(spec, T, kr, out=out)
@@ -908,7 +924,7 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
             spec = f"{xs},{_LETTERS[m]}{_RANK}->{outs}"
             c_st = _elem_strides(cur)
             mem = sorted(range(len(keep)), key=lambda i: -c_st[cur_modes.index(keep[i])])
-            buf = xp.empty((R, *(X.shape[keep[i]] for i in mem)), dtype=cur.dtype)
+            buf = xp.empty((R, *(cur.shape[cur_modes.index(keep[i])] for i in mem)), dtype=cur.dtype)
             axes = [0] * (len(keep) + 1)
             for pos, i in enumerate(mem):
                 axes[i] = pos + 1
@@ -919,18 +935,13 @@ def mttkrp_sweep(X: Any, factors: list[Any], update) -> tuple[ContractionPlan, .
             cur_modes = keep
         return cur, cur_modes
 
-    def rec(T, t_modes: list[int], has_r: bool, active: list[int]) -> None:
+    def rec(self, T, t_modes: list[int], has_r: bool, active: list[int]) -> None:
         if len(active) == 1 and has_r:
-            update(active[0], T)
+            self.update(active[0], T)
             return
         half = (len(active) + 1) // 2
         first, second = active[:half], active[half:]
-        T2, m2 = contract_modes(T, t_modes, second, has_r)
-        rec(T2, m2, True, first)
-        T1, m1 = contract_modes(T, t_modes, first, has_r)
-        rec(T1, m1, True, second)
-
-    # mode order is the update order (0..N-1); for C or F layouts each half is a memory-adjacent chain
-    all_modes = list(range(X.ndim))
-    rec(X, all_modes, False, all_modes)
-    return tuple(plans)
+        T2, m2 = self.contract_modes(T, t_modes, second, has_r)
+        self.rec(T2, m2, True, first)
+        T1, m1 = self.contract_modes(T, t_modes, first, has_r)
+        self.rec(T1, m1, True, second)

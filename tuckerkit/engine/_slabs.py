@@ -210,3 +210,37 @@ class SlabTensor:
             Y2 += part
         _ttmc_tree(Y2, second, factors, update, plans)
         return tuple(plans)
+
+    def _tk_mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
+        """CP-ALS's N MTTKRPs in two passes, the dimension tree of :func:`~tuckerkit.engine.mttkrp_sweep`:
+        the last modes are contracted slab by slab with their Khatri-Rao product into an in-memory partial
+        ``(I_0, ..., R)`` that serves the first modes' MTTKRPs; then the first modes (mode 0 included, with
+        the updated factors) are contracted and summed over the slabs for the last modes'."""
+        from tuckerkit.engine._ops import _MttkrpTree
+
+        N = self.ndim
+        half = (N + 1) // 2
+        first, second = list(range(half)), list(range(half, N))
+        R = int(factors[0].shape[1])
+        plans: list[Any] = []
+        shape1 = [*(self.shape[m] for m in first), R]
+        self._check_fits(shape1, "the MTTKRP partial over the first modes")
+        P1 = np.empty(shape1, dtype=self.dtype)
+        for s, slab in self.slabs():
+            tree = _MttkrpTree(np, slab.shape, factors, update, plans if s == 0 else [])
+            T, _ = tree.contract_modes(slab, list(range(N)), second, False)
+            P1[s:s + slab.shape[0]] = T
+        _MttkrpTree(np, self.shape, factors, update, plans).rec(P1, first, True, first)
+        del P1
+        P2 = None
+        for s, slab in self.slabs():
+            local = [factors[0][s:s + slab.shape[0]], *factors[1:]]
+            tree = _MttkrpTree(np, slab.shape, local, update, plans if s == 0 else [])
+            T, _ = tree.contract_modes(slab, list(range(N)), first, False)
+            if P2 is None:
+                P2 = np.array(T, dtype=self.dtype, order="C")
+            else:
+                P2 += T
+        assert P2 is not None
+        _MttkrpTree(np, self.shape, factors, update, plans).rec(P2, second, True, second)
+        return tuple(plans)
