@@ -47,6 +47,11 @@ class ndarray(np.ndarray):
         COUNTS["d2h"] += 1
         return self.view(np.ndarray).tolist()
 
+    def reshape(self, *shape, order="C", **kwargs):
+        if kwargs:  # cupy's reshape has no copy= (numpy 2's has)
+            raise TypeError(f"reshape() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        return super().reshape(*shape, order=order)
+
     @property
     def data(self):  # cupy's MemoryPointer: .ptr is the address of the first element
         return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])

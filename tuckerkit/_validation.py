@@ -23,6 +23,11 @@ def count_nonfinite(X: Any, chunk_elems: int = 1 << 22) -> int:
     if X.ndim == 0:
         return int(not bool(xp.isfinite(X)))
     rows = max(1, chunk_elems // max(1, X.size // max(X.shape[0], 1)))
+    if xp is not np:  # count on the device, one value back
+        good = xp.zeros((), dtype=xp.int64)
+        for start in range(0, X.shape[0], rows):
+            good += xp.count_nonzero(xp.isfinite(X[start:start + rows]))
+        return int(X.size - int(good))
     bad = 0
     for start in range(0, X.shape[0], rows):
         blk = X[start:start + rows]

@@ -39,6 +39,13 @@ def _sqnorm(X: Any, chunk_elems: int = 1 << 18) -> float:
     if X.ndim == 0:
         v = float(X)
         return v * v
+    if xp is not np:  # on a GPU: accumulate on the device, one value copied back (one synchronization)
+        rows = max(1, (chunk_elems << 6) // max(1, X.size // X.shape[0]))
+        acc = xp.zeros((), dtype=xp.float64)
+        for start in range(0, X.shape[0], rows):
+            blk = X[start:start + rows].astype(xp.float64, copy=False).ravel()
+            acc += xp.vdot(blk, blk).real
+        return float(acc)
     rows = max(1, chunk_elems // max(1, X.size // X.shape[0]))
     total = 0.0
     for start in range(0, X.shape[0], rows):

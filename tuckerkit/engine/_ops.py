@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.backend import array_namespace, result_dtype
-from tuckerkit.engine._contract import _alloc_out, _elem_strides, contract, execute, plan_contraction
+from tuckerkit.engine._contract import _alloc_out, _elem_strides, _view, contract, execute, plan_contraction
+from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import ContractionPlan
 from tuckerkit.engine._threads import dynamic_for, single_threaded_blas, threaded_blas, workers
 
@@ -496,10 +497,10 @@ def gram_plan(X: Any, mode: int) -> GramPlan:
     n_outer = math.prod(X.shape[m] for m in outer)
     R = math.prod(X.shape[m] for m in inner)
     try:
-        X.transpose([*outer, n, *inner, *(m for m in range(X.ndim) if m != n and X.shape[m] == 1)]).reshape(
-            (n_outer, X.shape[n], R), copy=False)
+        _view(X.transpose([*outer, n, *inner, *(m for m in range(X.ndim) if m != n and X.shape[m] == 1)]),
+              (n_outer, X.shape[n], R))
         route = "syrk" if (R == 1 or n_outer == 1) else "slabs"
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RuntimeError):
         route = "contract"
     return GramPlan(n, outer, inner, route, tuple(X.shape), st)
 
@@ -549,8 +550,10 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
         y = x[:n] + _NEW + x[n + 1:]
         return contract(f"{x},{y}->{x[n]}{_NEW}", X, X)
     Xv = X.transpose([*outer, n, *inner, *(m for m in range(X.ndim) if m != n and X.shape[m] == 1)])
-    Xv = Xv.reshape((n_outer, In, R), copy=False)
+    Xv = _view(Xv, (n_outer, In, R))
     G = xp.zeros((In, In), dtype=X.dtype)
+    def mm(a, b, out):  # BLAS, or cuBLAS on the same views
+        return np.matmul(a, b, out=out) if xp is np else gpu_matmul(xp, a, b, out)
     if X.size == 0:
         return G
     conj = (lambda v: v.conj()) if X.dtype.kind == "c" else (lambda v: v)
@@ -564,7 +567,7 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
             elif xp is np:
                 np.matmul(V, conj(V).T, out=G)
             else:
-                xp.matmul(V, conj(V).T, out=G)
+                gpu_matmul(xp, V, conj(V).T, G)
             return G
         # sum over the outer index: each worker accumulates its share, SYRK per slab or batched GEMMs per chunk
         chunk = 1 if R >= 64 else max(1, min(n_outer, (4 << 20) // max(In * In * X.itemsize, 1)))
@@ -579,11 +582,11 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
             start = starts[i]
             blk = Xv[start:start + chunk]
             if blk.shape[0] == 1:
-                xp.matmul(blk[0], conj(blk[0]).T, out=tmp[0])
+                mm(blk[0], conj(blk[0]).T, out=tmp[0])
                 acc += tmp[0]
             else:
                 t = tmp[: blk.shape[0]]
-                xp.matmul(blk, xp.swapaxes(conj(blk), 1, 2), out=t)
+                mm(blk, xp.swapaxes(conj(blk), 1, 2), out=t)
                 acc += t.sum(axis=0)
 
         # dynamically scheduled slabs, one accumulator per thread (see engine._threads.dynamic_for)
