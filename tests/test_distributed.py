@@ -85,6 +85,25 @@ def test_open_npy_dask_reads_slabs_from_the_file(client, tmp_path):
         open_npy_dask(tmp_path / "s.npy")
 
 
+@pytest.mark.parametrize("chunks", [(7, 30, 25), (7, 11, 25), (41, 30, 9)])
+def test_dask_gram_and_projection_by_the_engine(client, chunks):
+    """Chunk-local Grams / projections (tuckerkit's engine per chunk, tree-summed) equal numpy's."""
+    from tuckerkit.engine import gram, multi_ttm
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((41, 30, 25))
+    D = DaskTensor(da.from_array(X, chunks=chunks))
+    for n in range(3):
+        np.testing.assert_allclose(D._tk_gram(n), gram(X, n), rtol=1e-12, atol=1e-10)
+        U = rng.standard_normal((X.shape[n], 4))
+        np.testing.assert_allclose(D._tk_ttm(U, n), tk.ttm(X, U, n, transpose=True), rtol=1e-12, atol=1e-10)
+    Us = [rng.standard_normal((n, 3)) for n in X.shape]
+    from tuckerkit.engine._dask import _project
+
+    got = _project(da, D.data, {0: Us[0], 2: Us[2]}).compute()
+    np.testing.assert_allclose(got, multi_ttm(X, [Us[0], Us[2]], modes=[0, 2], transpose=True), atol=1e-10)
+
+
 def test_dask_errors():
     with pytest.raises(TypeError, match=r"data must be a dask\.array\.Array; received ndarray"):
         DaskTensor(np.ones((3, 4)))

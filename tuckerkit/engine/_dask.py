@@ -28,11 +28,55 @@ def is_dask_array(X: Any) -> bool:
 
 
 def _project(da: Any, X: Any, mats: dict[int, Any]) -> Any:
-    """``X x_m U_m^T`` for each ``m`` in ``mats`` as a Dask graph (modes keep their positions)."""
-    Y = X
-    for m, U in sorted(mats.items(), key=lambda kv: kv[1].shape[1] / max(X.shape[kv[0]], 1)):
-        Y = da.moveaxis(da.tensordot(Y, U, axes=([m], [0])), -1, m)
-    return Y
+    """``X x_m U_m^T`` for each ``m`` in ``mats`` as a Dask graph (modes keep their positions).
+
+    One task per chunk runs tuckerkit's engine (:func:`~tuckerkit.engine.multi_ttm`) on the chunk and the
+    rows of the factors that meet it; the partial products of chunks that differ only in contracted modes
+    are summed by Dask's tree reduction. Nothing but the chunk and the small factors meets in a task.
+    """
+    from tuckerkit.engine._ops import multi_ttm
+
+    N = X.ndim
+    modes = sorted(mats)
+    idx = "abcdefghijklm"[:N]
+    rl = "nopqrstuvwxyz"[:len(modes)]
+    args: list[Any] = [X, idx]
+    for m, r in zip(modes, rl, strict=True):
+        U = np.asarray(mats[m], dtype=X.dtype)
+        args += [da.from_array(U, chunks=(X.chunks[m], U.shape[1])), idx[m] + r]
+    n_keep = N - len(modes)
+
+    def block(x: np.ndarray, *us: np.ndarray) -> np.ndarray:
+        y = multi_ttm(x, list(us), modes=modes, transpose=True)
+        y = np.moveaxis(y, modes, range(N - len(modes), N))  # ranks last, in mode order
+        return np.expand_dims(y, tuple(modes))  # a unit axis where each contracted mode was
+
+    P = da.blockwise(block, idx + rl, *args, adjust_chunks={idx[m]: 1 for m in modes}, dtype=X.dtype,
+                     concatenate=False, meta=np.empty((0,) * (N + len(modes)), dtype=X.dtype))
+    Y = P.sum(axis=tuple(modes))  # kept modes, then one rank axis per contracted mode
+    return da.moveaxis(Y, list(range(n_keep, N)), modes)
+
+
+def _gram(da: Any, X: Any, mode: int) -> Any:
+    """``X_(n) X_(n)^T``: each chunk's Gram by tuckerkit's engine, summed by a tree reduction (mode ``n`` in
+    one chunk); Dask's ``tensordot`` when mode ``n`` is split across chunks (the Gram then pairs chunks)."""
+    from tuckerkit.engine._ops import gram
+
+    N = X.ndim
+    if len(X.chunks[mode]) > 1:
+        others = [m for m in range(N) if m != mode]
+        return da.tensordot(X, X, axes=(others, others))
+    idx = "abcdefghijklm"[:N]
+    out = "yz"
+
+    def block(x: np.ndarray) -> np.ndarray:
+        return gram(x, mode).reshape((1,) * (N - 1) + x.shape[mode:mode + 1] * 2)
+
+    others = [m for m in range(N) if m != mode]
+    P = da.blockwise(block, "".join(idx[m] for m in others) + out, X, idx,
+                     adjust_chunks={idx[m]: 1 for m in others}, new_axes={"y": X.shape[mode], "z": X.shape[mode]},
+                     concatenate=True, dtype=X.dtype, meta=np.empty((0,) * (N + 1), dtype=X.dtype))
+    return P.sum(axis=tuple(range(N - 1)))
 
 
 class DaskTensor:
@@ -87,8 +131,7 @@ class DaskTensor:
     def _tk_gram(self, mode: int) -> np.ndarray:
         import dask.array as da
 
-        others = [m for m in range(self.ndim) if m != mode]
-        return np.asarray(da.tensordot(self.data, self.data, axes=(others, others)).compute())
+        return np.asarray(_gram(da, self.data, mode).compute())
 
     def _tk_ttm(self, U: Any, mode: int) -> np.ndarray:
         import dask.array as da
