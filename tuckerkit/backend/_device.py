@@ -22,12 +22,25 @@ GPU_EXTRA = "pip install 'tuckerkit[gpu]'"
 
 
 class DeviceError(RuntimeError):
-    """A device that cannot be used here: cupy missing, no GPU, or an index out of range."""
+    """A device that cannot be used here: cupy missing, no GPU, an index out of range, too little memory.
+
+    Examples
+    --------
+    >>> from tuckerkit.backend import DeviceError
+    >>> issubclass(DeviceError, RuntimeError)
+    True
+    """
 
 
 @dataclass(frozen=True)
 class Device:
-    """A parsed device: ``kind`` is ``"cpu"`` or ``"cuda"``, ``index`` the GPU number (0 for ``"cuda"``).
+    """A parsed device.
+
+    Attributes
+    ----------
+    kind : {"cpu", "cuda"}
+    index : int
+        The GPU number (0 for ``"cuda"``; 0 and unused for the CPU).
 
     Examples
     --------
@@ -50,6 +63,22 @@ class Device:
 def parse_device(device: Any, name: str = "device") -> Device:
     """``"cpu"``, ``"cuda"``, ``"cuda:N"`` (or a :class:`Device`) as a :class:`Device`; a clear error otherwise.
 
+    Parameters
+    ----------
+    device : str or Device
+        ``"gpu"`` is accepted for ``"cuda"``; case and surrounding spaces are ignored.
+    name : str, default "device"
+        The parameter name used in error messages.
+
+    Returns
+    -------
+    Device
+
+    Raises
+    ------
+    ValueError
+        ``device='tpu' is not a device; expected 'cpu', 'cuda' or 'cuda:N'``.
+
     Examples
     --------
     >>> from tuckerkit.backend import parse_device
@@ -67,8 +96,39 @@ def parse_device(device: Any, name: str = "device") -> Device:
 
 
 def get_cupy(device: Device | None = None, name: str = "device", label: str | None = None) -> ModuleType:
-    """Import cupy and check that ``device`` exists; one-line :class:`DeviceError` otherwise (``label``: the
-    device as the caller wrote it)."""
+    """Import cupy and check that ``device`` exists.
+
+    Parameters
+    ----------
+    device : Device, optional
+        Default ``cuda:0``.
+    name : str, default "device"
+        The parameter name used in error messages.
+    label : str, optional
+        The device as the caller wrote it (for the message).
+
+    Returns
+    -------
+    module
+        ``cupy``.
+
+    Raises
+    ------
+    DeviceError
+        cupy not installed (with the install command), no usable GPU, or an index beyond the GPUs present.
+
+    Examples
+    --------
+    >>> import sys
+    >>> from tuckerkit.backend import DeviceError, get_cupy
+    >>> try:
+    ...     cupy = get_cupy()
+    ... except DeviceError as exc:  # on a machine without cupy or without a GPU
+    ...     print(str(exc).split(";")[0].startswith("device="))
+    ... else:
+    ...     print(True)
+    True
+    """
     if label is None:
         label = str(device) if device is not None else "cuda"
     try:
@@ -93,6 +153,14 @@ def get_cupy(device: Device | None = None, name: str = "device", label: str | No
 def device_of(x: Any) -> Device:
     """The device an array lives on (numpy, memory maps and everything else: cpu).
 
+    Parameters
+    ----------
+    x : object
+
+    Returns
+    -------
+    Device
+
     Examples
     --------
     >>> import numpy as np
@@ -108,7 +176,22 @@ def device_of(x: Any) -> Device:
 
 @contextlib.contextmanager
 def on_device(device: Device) -> Iterator[None]:
-    """Make ``device`` cupy's current device inside the block (nothing for the CPU)."""
+    """Make ``device`` cupy's current device inside the block (nothing for the CPU).
+
+    Parameters
+    ----------
+    device : Device
+
+    Yields
+    ------
+    None
+
+    Examples
+    --------
+    >>> from tuckerkit.backend import on_device, parse_device
+    >>> with on_device(parse_device("cpu")):
+    ...     pass
+    """
     if not device.is_gpu:
         yield
         return
@@ -120,6 +203,15 @@ def on_device(device: Device) -> Iterator[None]:
 def to_device(x: Any, device: Device | str) -> Any:
     """``x`` on ``device``: numpy -> cupy is one host-to-device copy, cupy -> numpy one copy back; an array
     already there is returned as is (no copy).
+
+    Parameters
+    ----------
+    x : array or None
+    device : str or Device
+
+    Returns
+    -------
+    array or None
 
     Examples
     --------
@@ -144,17 +236,56 @@ def to_device(x: Any, device: Device | str) -> Any:
 
 
 def to_host(x: Any) -> Any:
-    """A numpy array (cupy arrays copied back, anything else unchanged)."""
+    """A numpy array (cupy arrays copied back, anything else unchanged).
+
+    Parameters
+    ----------
+    x : object
+
+    Returns
+    -------
+    object
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import to_host
+    >>> a = np.ones(2)
+    >>> to_host(a) is a
+    True
+    """
     if is_cupy_array(x):
         return sys.modules["cupy"].asnumpy(x)
     return x
 
 
 def resolve_device(X: Any, device: Any, name: str = "device") -> tuple[Any, Device, Device]:
-    """The input on the device the work runs on: ``(X_there, compute_device, input_device)``.
+    """The input on the device the work runs on.
 
     ``device=None`` computes where ``X`` lives (a cupy array stays on its GPU). A host input moves once to a
-    GPU device; a cupy input asked to run on the CPU moves once to the host.
+    GPU device; a cupy input asked to run on the CPU moves once to the host. Sparse tensors move through
+    their ``_tk_to_device`` hook.
+
+    Parameters
+    ----------
+    X : array or sparse tensor
+    device : None, str or Device
+    name : str, default "device"
+        The parameter name used in error messages.
+
+    Returns
+    -------
+    tuple
+        ``(X_there, compute_device, input_device)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.backend import resolve_device
+    >>> X = np.ones((2, 3))
+    >>> Y, dev, home = resolve_device(X, "cpu")
+    >>> Y is X, str(dev), str(home)
+    (True, 'cpu', 'cpu')
     """
     home = device_of(X)
     if device is None:
@@ -173,7 +304,25 @@ def resolve_device(X: Any, device: Any, name: str = "device") -> tuple[Any, Devi
 
 
 def memory_info(device: Device | str = "cuda") -> dict[str, int]:
-    """Free and total bytes of a GPU, plus what cupy's memory pool holds (``used_by_pool``)."""
+    """Free and total bytes of a GPU, plus what cupy's memory pool uses and holds.
+
+    Parameters
+    ----------
+    device : str or Device, default "cuda"
+
+    Returns
+    -------
+    dict
+        ``free``, ``total``, ``used_by_pool``, ``held_by_pool`` (bytes).
+
+    Examples
+    --------
+    >>> from tuckerkit.backend import memory_info
+    >>> memory_info("cpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: memory_info reports GPU memory; pass device='cuda' or 'cuda:N'
+    """
     dev = parse_device(device)
     if not dev.is_gpu:
         raise ValueError("memory_info reports GPU memory; pass device='cuda' or 'cuda:N'")
@@ -186,7 +335,27 @@ def memory_info(device: Device | str = "cuda") -> dict[str, int]:
 
 
 def check_fits(nbytes: int, device: Device, what: str = "X") -> None:
-    """Refuse, with one line, an input that cannot fit in the GPU's free memory (with room to compute)."""
+    """Refuse, with one line, an input that cannot fit in the GPU's free memory.
+
+    Parameters
+    ----------
+    nbytes : int
+        Bytes the input needs on the device.
+    device : Device
+        Nothing is checked for the CPU.
+    what : str, default "X"
+        The name used in the message.
+
+    Raises
+    ------
+    DeviceError
+        ``X needs 12.00 GB on cuda:0 but 8.00 GB is free; use device='cpu' with memory_limit= ...``.
+
+    Examples
+    --------
+    >>> from tuckerkit.backend import check_fits, parse_device
+    >>> check_fits(10**12, parse_device("cpu"))  # the CPU is never refused here
+    """
     if not device.is_gpu:
         return
     info = memory_info(device)
