@@ -153,6 +153,7 @@ def main(argv=None) -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--workdir", default="/tmp/tuckerkit-scale")
     ap.add_argument("--cli", action="store_true", help="also run the tuckerkit command on the file")
+    ap.add_argument("--keep", action="store_true", help="keep the generated file (and reuse it next time)")
     ap.add_argument("--dask-iters", type=int, default=0, help="HOOI iterations of a Dask run (0: none)")
     args = ap.parse_args(argv)
     shape = [int(s) for s in args.shape.split(",")]
@@ -160,8 +161,15 @@ def main(argv=None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"big_{'x'.join(map(str, shape))}.npy"
     t0 = time.perf_counter()
-    sha = generate(path, shape, args.rank, noise=0.01)
-    gen_s = time.perf_counter() - t0
+    side = path.with_suffix(".json")
+    if path.exists() and side.exists() and json.loads(side.read_text()).get("bytes") == path.stat().st_size:
+        meta = json.loads(side.read_text())  # written by an earlier run with the same shape
+        sha, gen_s = meta["sha256"], meta["generate_s"]
+        print(f"reusing {path} (sha256 {sha[:16]}... from its generation)", flush=True)
+    else:
+        sha = generate(path, shape, args.rank, noise=0.01)
+        gen_s = time.perf_counter() - t0
+        side.write_text(json.dumps({"bytes": path.stat().st_size, "sha256": sha, "generate_s": gen_s}))
     size = path.stat().st_size
     print(f"wrote {path} ({size / 1e9:.2f} GB) in {gen_s:.0f} s, sha256 {sha[:16]}...", flush=True)
     read = child(path, "read", args.memory_limit, 0, args.rank)
@@ -200,7 +208,9 @@ def main(argv=None) -> None:
     rows = sorted([r for r in old if r["shape"] != shape] + [row], key=lambda r: r["bytes"])
     write_json("scale.json", {"benchmark": "out_of_core_tucker", "environment": environment(), "rows": rows})
     write_text("scale.md", table(rows))
-    path.unlink()
+    if not args.keep:
+        path.unlink()
+        side.unlink()
     spath.unlink()
     print(table(rows))
 

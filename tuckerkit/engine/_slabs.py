@@ -140,9 +140,12 @@ class SlabTensor:
     def norm(self) -> float:
         """Frobenius norm in one pass (float64 accumulation); NaN or Inf anywhere gives a clear error."""
         total = 0.0
+        step = 1 << 20  # float64 accumulation piece by piece: a float64 copy of a whole slab is 2x its size
         for _, slab in self.slabs():
             v = slab.reshape(-1)
-            total += float(np.dot(v, v)) if v.dtype == np.float64 else float(np.dot(v.astype(np.float64), v))
+            for i in range(0, v.size, step):
+                w = v[i:i + step].astype(np.float64, copy=False)
+                total += float(np.dot(w, w))
         if not math.isfinite(total):
             raise ValueError("X contains NaN or infinite value(s); remove or impute them first")
         return math.sqrt(total)
