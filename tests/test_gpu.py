@@ -97,6 +97,31 @@ def test_ops_on_device(xp, dtype):
         np.testing.assert_allclose(to_numpy(got), ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
+def test_ops_device_keyword(xp):
+    """``device=`` on the engine's operations: host operands computed on the device, results back on the host."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((5, 6, 7))
+    Us = [rng.standard_normal((n, 2)) for n in X.shape]
+    dev = "cpu" if xp is np else "cuda"
+    pairs = [
+        (contract("ijk,jr->irk", X, Us[1], device=dev), np.einsum("ijk,jr->irk", X, Us[1])),
+        (ttm(X, Us[2], 2, transpose=True, device=dev), np.einsum("ijk,kr->ijr", X, Us[2])),
+        (multi_ttm(X, Us, transpose=True, device=dev), np.einsum("ijk,ia,jb,kc->abc", X, *Us)),
+        (gram(X, 0, device=dev), np.einsum("ijk,ljk->il", X, X)),
+        (mttkrp(X, Us, 0, device=dev), np.einsum("ijk,jr,kr->ir", X, Us[1], Us[2])),
+        (khatri_rao(Us[:2], device=dev), np.einsum("ir,jr->ijr", Us[0], Us[1]).reshape(-1, 2)),
+    ]
+    for got, ref in pairs:
+        assert type(got) is np.ndarray
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    if xp is not np:
+        Xd = xp.asarray(X)
+        got = ttm(Xd, Us[0], 0, transpose=True, device="cpu")  # a device operand computed on the host
+        assert type(got) is type(Xd)
+        with pytest.raises(ValueError, match=r"out is on cpu; expected it on device='cuda'"):
+            ttm(X, Us[0], 0, transpose=True, out=np.empty((2, 6, 7)), device="cuda")
+
+
 def test_gemm_call_cases():
     # C order everywhere: cuBLAS computes C^T = B^T A^T on the same memory
     c = gemm_call((2, 4, 3), (12, 3, 1), (2, 3, 5), (15, 5, 1), (2, 4, 5), (20, 5, 1))

@@ -7,12 +7,13 @@ works without it and ``device="cuda"`` then fails with one line saying how to in
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -365,3 +366,42 @@ def check_fits(nbytes: int, device: Device, what: str = "X") -> None:
             f"{what} needs {nbytes / 1e9:.2f} GB on {device} but {avail / 1e9:.2f} GB is free; "
             "use device='cpu' with memory_limit= (out of core) or a smaller dtype"
         )
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _is_dense(a: Any) -> bool:
+    return isinstance(a, np.ndarray) or is_cupy_array(a)
+
+
+def device_op(func: _F) -> _F:
+    """Decorator for the engine's operations: ``device=`` copies the dense operands (lists of them too) to that
+    device once, runs there, and returns the result on the first operand's device. ``out=`` must already
+    live on ``device``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        device = kwargs.pop("device", None)
+        if device is None:
+            return func(*args, **kwargs)
+        dev = parse_device(device)
+        if dev.is_gpu:
+            get_cupy(dev, label=str(device))
+        dense = [a for a in args if _is_dense(a)] + [x for a in args if isinstance(a, list | tuple)
+                                                      for x in a if _is_dense(x)]
+        home = device_of(dense[0]) if dense else Device("cpu")
+        out = kwargs.get("out")
+        if out is not None and device_of(out) != dev:
+            raise ValueError(f"out is on {device_of(out)}; expected it on device={device!r}")
+
+        def move(a: Any) -> Any:
+            if isinstance(a, list | tuple):
+                return type(a)(move(x) for x in a)
+            return to_device(a, dev) if _is_dense(a) else a
+
+        with on_device(dev):
+            res = func(*(move(a) for a in args), **kwargs)
+        return res if out is not None or dev == home else to_device(res, home)
+
+    return wrapper  # type: ignore[return-value]

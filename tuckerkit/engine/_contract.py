@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.backend import array_namespace, result_dtype
+from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._spec import parse_spec
@@ -187,6 +188,7 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     return out
 
 
+@device_op
 def contract(
     spec: str,
     A: Any,
@@ -195,6 +197,7 @@ def contract(
     out: Any = None,
     plan: ContractionPlan | None = None,
     out_layout: str = "auto",
+    device: Any = None,
 ) -> Any:
     """Contract two tensors without transposing them: ``C = einsum(spec, A, B)`` on GEMM views.
 
@@ -210,6 +213,10 @@ def contract(
         A plan from :func:`plan_contraction` for arrays of the same shapes, strides and dtype.
     out_layout : {"auto", "C", "F"}, default "auto"
         Layout of a freshly allocated output (see :func:`plan_contraction`).
+
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
 
     Returns
     -------

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.backend import array_namespace, result_dtype
+from tuckerkit.backend._device import device_op
 from tuckerkit.engine._contract import _alloc_out, _elem_strides, _view, contract, execute, plan_contraction
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import ContractionPlan
@@ -66,8 +67,10 @@ def _matrix(U: Any, name: str, dtype) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------
+@device_op
 def ttm(
-    X: Any, U: Any, mode: int, *, transpose: bool = False, out: Any = None, plan: ContractionPlan | None = None
+    X: Any, U: Any, mode: int, *, transpose: bool = False, out: Any = None, plan: ContractionPlan | None = None,
+    device: Any = None,
 ) -> Any:
     """Tensor-times-matrix along one mode, ``Y = X x_mode U``, without unfolding.
 
@@ -83,6 +86,10 @@ def ttm(
         Output array of shape (I_0, ..., J, ..., I_{N-1}).
     plan : ContractionPlan, optional
         Reuse a plan (see :func:`ttm_plan`).
+
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
 
     Returns
     -------
@@ -179,6 +186,7 @@ class MultiTTMPlan:
         return "\n".join(lines)
 
 
+@device_op
 def multi_ttm(
     X: Any,
     matrices: Sequence[Any],
@@ -187,6 +195,7 @@ def multi_ttm(
     skip: int | None = None,
     transpose: bool = False,
     plan: MultiTTMPlan | None = None,
+    device: Any = None,
 ) -> Any:
     """Multiply ``X`` by a matrix along several modes, largest reduction first.
 
@@ -204,6 +213,10 @@ def multi_ttm(
         Multiply by the transposes (Tucker factors of shape (I_n, R_n) give the core-like projection).
     plan : MultiTTMPlan, optional
         Reuse the order and plans of an earlier call on arrays of the same shapes and strides.
+
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
 
     Returns
     -------
@@ -505,7 +518,8 @@ def gram_plan(X: Any, mode: int) -> GramPlan:
     return GramPlan(n, outer, inner, route, tuple(X.shape), st)
 
 
-def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
+@device_op
+def gram(X: Any, mode: int, *, plan: GramPlan | None = None, device: Any = None) -> Any:
     """The Gram matrix of the mode-``mode`` unfolding, ``X_(n) X_(n)^T``, without forming the unfolding.
 
     The modes stored outside ``mode`` (larger strides) are looped over; the modes inside it are the
@@ -517,6 +531,10 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
     mode : int
     plan : GramPlan, optional
         From :func:`gram_plan` for a tensor of the same shape and strides.
+
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
 
     Returns
     -------
@@ -596,12 +614,17 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------
-def khatri_rao(matrices: Sequence[Any]) -> Any:
+@device_op
+def khatri_rao(matrices: Sequence[Any], *, device: Any = None) -> Any:
     """Column-wise Kronecker product; the first matrix varies slowest (row-major over the modes).
 
     Parameters
     ----------
     matrices : sequence of arrays, each of shape (I_k, R)
+
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
 
     Returns
     -------
@@ -725,7 +748,10 @@ def _check_factors(X: Any, factors: Sequence[Any], n: int) -> None:
         raise ValueError(f"factors have different numbers of columns {sorted(ranks)}; expected one rank R")
 
 
-def mttkrp(X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None) -> Any:
+@device_op
+def mttkrp(
+    X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None, device: Any = None
+) -> Any:
     """Matricized tensor times Khatri-Rao product: ``X_(n)`` times the Khatri-Rao product of the factors but ``n``.
 
     Evaluated in at most two engine calls, never unfolding ``X`` and never forming a Khatri-Rao product
@@ -740,6 +766,10 @@ def mttkrp(X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None
         ``factors[mode]`` is not used and may be None.
     mode : int
     plan : MTTKRPPlan, optional
+
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
 
     Returns
     -------
