@@ -55,6 +55,25 @@ def test_streamed_st_hosvd_equals_in_memory(memmapped):
     assert d.fit == pytest.approx(c.fit, abs=1e-12)
 
 
+def test_sketched_first_step(memmapped):
+    """The randomized range finder: the same answer in memory and out of core (same seed), orthonormal
+    factors, an error close to the exact ST-HOSVD's, and HOOI from it converging to the same fit."""
+    X, M = memmapped((61, 50, 40), (5, 6, 4))
+    exact = tk.st_hosvd(X, (5, 6, 4), order=[2, 0, 1])
+    a = tk.st_hosvd(X, (5, 6, 4), order=[2, 0, 1], sketch=True, random_state=3)
+    b = tk.st_hosvd(M, (5, 6, 4), memory_limit="400KB", sketch=True, random_state=3)  # mode 2 first as well
+    np.testing.assert_allclose(b.to_dense(), a.to_dense(), atol=1e-12 * np.abs(X).max())
+    for U in b.factors:
+        np.testing.assert_allclose(U.T @ U, np.eye(U.shape[1]), atol=1e-12)
+    assert b.relative_error(X) <= 1.25 * exact.relative_error(X)
+    c = tk.st_hosvd(M, (5, 6, 4), memory_limit="400KB", sketch=True)  # random_state=None: a fixed seed
+    np.testing.assert_array_equal(c.core, tk.st_hosvd(M, (5, 6, 4), memory_limit="400KB", sketch=True).core)
+    h = tk.hooi(M, (5, 6, 4), memory_limit="400KB")  # streamed: HOOI starts from the sketched ST-HOSVD
+    assert h.converged and h.fit == pytest.approx(tk.hooi(X, (5, 6, 4)).fit, abs=1e-8)
+    with pytest.raises(ValueError, match=r"sketch=True needs ranks; with tol the rank choice needs every"):
+        tk.st_hosvd(X, tol=0.1, sketch=True)
+
+
 def test_default_init_and_random_init_streamed(memmapped):
     X, M = memmapped((61, 50, 40), (5, 6, 4))
     a = tk.hooi(X, (5, 6, 4))

@@ -86,6 +86,8 @@ def st_hosvd(
     tol: float | None = None,
     order: str | Sequence[int] = "auto",
     memory_limit: Any = None,
+    sketch: bool = False,
+    random_state: Any = None,
     device: Any = None,
 ) -> TuckerTensor:
     """Sequentially truncated HOSVD, with given ranks or the smallest ranks meeting an error tolerance.
@@ -109,6 +111,17 @@ def st_hosvd(
         Bytes (or ``"4GB"``) the computation may hold. A tensor larger than that (typically a memory-mapped
         ``.npy``) is read in slabs along mode 0 (:class:`~tuckerkit.engine.SlabTensor`): the first mode's
         Gram and projection stream over the slabs, the rest runs on the projected tensor in memory.
+    sketch : bool, default False
+        Find the first mode's subspace with a randomized range finder instead of its Gram: one pass
+        projecting the other modes on small Gaussian matrices (``R_n + 10`` columns in all), an orthonormal
+        basis ``Q`` of that sketch, one pass projecting mode ``n`` on ``Q``, and the exact leading subspace
+        of that small projection. Both passes cost a few TTMs, where the Gram pass costs ``I_n`` times the
+        tensor's size in flops (out of core on a 31 GB file: 3.4x the time to read it, against 1.2x for a
+        HOOI pass); the subspace is slightly worse when the tensor is noisy (about 10 % more error at 1 %
+        noise). :func:`hooi` uses it for its initialization of a streamed tensor, where the iterations
+        correct it. Needs ``ranks``.
+    random_state : None, int or numpy Generator
+        The Gaussian sketch's seed (None: a fixed seed, so results repeat).
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where to compute; None: where ``X`` lives (a cupy array stays on its GPU). A host input with
         ``device="cuda"`` is copied to the GPU once and the result comes back as numpy arrays
@@ -157,12 +170,19 @@ def st_hosvd(
         # (the slab mode, whose Gram would need every pair of slabs); the last one among equals
         first = min(range(N - 1, 0, -1), key=lambda m: X.shape[m])
         seq = [first, *(m for m in seq if m != first)]
+    if sketch and rk is None:
+        raise ValueError("sketch=True needs ranks; with tol the rank choice needs every eigenvalue")
+    rng = check_random_state(0 if random_state is None else random_state)
     normX2 = X.norm() ** 2 if streamed else _sqnorm(X)
     budget = (tol_v**2) * normX2 / N if tol_v is not None else 0.0
     factors: list[Any] = [None] * N
     chosen = [0] * N
     Y = X
-    for n in seq:
+    for i, n in enumerate(seq):
+        if i == 0 and sketch and rk is not None:
+            U, Y = _sketched_step(X, n, rk[n], rng)
+            factors[n], chosen[n] = U, rk[n]
+            continue
         if rk is not None:
             w, V = gram_eigh(Y, n, rk[n])
             r = rk[n]
@@ -179,6 +199,42 @@ def st_hosvd(
     fit = _fit(normX2, _sqnorm(Y))
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
     return TuckerTensor(Y, tuple(factors), 0, True, (fit,), passes_per_iteration=1)
+
+
+def _sketch_fits(X: Any, ranks: Sequence[int]) -> bool:
+    """Whether the first streamed mode's oversampled projection fits a SlabTensor's memory limit."""
+    if not isinstance(X, SlabTensor):
+        return True
+    n = min(range(X.ndim - 1, 0, -1), key=lambda m: X.shape[m])
+    need = math.prod(X.shape) // X.shape[n] * min(X.shape[n], ranks[n] + 10) * X.dtype.itemsize
+    return need <= X.memory_limit
+
+
+def _sketch_sizes(sizes: list[int], k: int) -> list[int]:
+    """Columns of each mode's Gaussian test matrix: products at least ``k`` (as even as the sizes allow)."""
+    ks = [1] * len(sizes)
+    while math.prod(ks) < k and any(ks[i] < sizes[i] for i in range(len(sizes))):
+        i = min((j for j in range(len(sizes)) if ks[j] < sizes[j]), key=lambda j: ks[j])
+        ks[i] += 1
+    return ks
+
+
+def _sketched_step(X: Any, n: int, r: int, rng: np.random.Generator) -> tuple[Any, Any]:
+    """The mode-``n`` factor by a randomized range finder, and ``X x_n U^T``: two passes over ``X``."""
+    xp = namespace_of(X)
+    others = [m for m in range(X.ndim) if m != n]
+    k = min(X.shape[n], r + 10)
+    ks = _sketch_sizes([X.shape[m] for m in others], k)
+    omegas = {m: like(X, rng.standard_normal((X.shape[m], km)), X.dtype) for m, km in zip(others, ks, strict=True)}
+    Z = X._tk_project(omegas) if hasattr(X, "_tk_project") else multi_ttm(
+        X, list(omegas.values()), modes=others, transpose=True)
+    Zn = xp.moveaxis(Z, n, 0).reshape(X.shape[n], -1)
+    Q, _ = xp.linalg.qr(Zn.astype(xp.float64))
+    Q = xp.ascontiguousarray(Q[:, :k].astype(X.dtype))
+    B = X._tk_project({n: Q}) if hasattr(X, "_tk_project") else ttm(X, Q, n, transpose=True)
+    _, V = gram_eigh(B, n, r)  # the exact leading subspace of the (small) projection
+    U = sign_fix(Q @ xp.ascontiguousarray(V)).astype(X.dtype, copy=False)
+    return U, ttm(B, xp.ascontiguousarray(Q.T @ U), n, transpose=True)  # X x_n U^T = B x_n (Q^T U)^T
 
 
 def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:
@@ -293,7 +349,9 @@ def hooi(
             )
         factors = [like(X, U, X.dtype) for U in init.factors]
     elif (init == "st_hosvd" and not sparse) or (init == "hosvd" and streamed):
-        factors = [like(X, U, X.dtype) for U in st_hosvd(X, ranks).factors]
+        # streamed: the first step by a sketch when its projection fits (two cheap passes, see st_hosvd)
+        sk = streamed and _sketch_fits(X, ranks)
+        factors = [like(X, U, X.dtype) for U in st_hosvd(X, ranks, sketch=sk, random_state=random_state).factors]
     elif init in ("hosvd", "st_hosvd"):  # a sparse tensor: each mode from its sparse unfolding (ARPACK)
         factors = [_leading_factor(X, n, ranks[n], rng) for n in range(N)]
     elif init == "random":

@@ -138,6 +138,13 @@ class DaskTensor:
 
         return np.asarray(_project(da, self.data, {mode: np.asarray(U, dtype=self.dtype)}).compute())
 
+    def _tk_project(self, mats: dict[int, Any]) -> np.ndarray:
+        """``X x_m U_m^T`` for every ``m`` in ``mats``, as one Dask graph."""
+        import dask.array as da
+
+        return np.asarray(_project(da, self.data, {m: np.asarray(U, dtype=self.dtype) for m, U in mats.items()})
+                          .compute())
+
     def _tk_ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
         """HOOI's projections in two distributed passes (the dimension tree's top split); the rest of the
         tree runs in memory on the projected tensors."""

@@ -187,6 +187,24 @@ class SlabTensor:
             ttm(slab, U, mode, transpose=True, out=Y[s:s + slab.shape[0]])
         return Y
 
+    def _tk_project(self, mats: dict[int, Any]) -> np.ndarray:
+        """``X x_m U_m^T`` for every ``m`` in ``mats``, in one pass (mode 0, if in ``mats``, accumulated)."""
+        from tuckerkit.engine._ops import multi_ttm
+
+        modes = sorted(mats)
+        out_shape = [mats[m].shape[1] if m in mats else self.shape[m] for m in range(self.ndim)]
+        self._check_fits(out_shape, "the projection")
+        Y = np.zeros(out_shape, dtype=self.dtype) if 0 in mats else np.empty(out_shape, dtype=self.dtype)
+        for s, slab in self.slabs():
+            rows = slab.shape[0]
+            local = [mats[m][s:s + rows] if m == 0 else mats[m] for m in modes]
+            part = multi_ttm(slab, local, modes=modes, transpose=True)
+            if 0 in mats:
+                Y += part
+            else:
+                Y[s:s + rows] = part
+        return Y
+
     def _tk_ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
         """HOOI's projections in two passes: the second half of the modes projected slab by slab (kept in
         memory), then the first half (mode 0 included) accumulated over the slabs with the updated factors."""
