@@ -29,9 +29,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, environment, geomean, write_json, write_text
 from contractions import table2
+from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker
 
 import tuckerkit as tk
-from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker
 from tuckerkit.engine import contract, plan_contraction, ttm
 
 SECTIONS = ("contractions", "ttm", "tucker", "cp")

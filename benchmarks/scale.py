@@ -64,6 +64,14 @@ elif what == "dask":  # the same file on a 2-process LocalCluster, one chunk per
         out["hooi_s"] = time.perf_counter() - t1
         out["fit"] = T.fit
         out["chunks"] = len(X.chunks[0])
+elif what == "sketch":  # ST-HOSVD with the randomized first step: two TTM-cost passes
+    import tuckerkit as tk
+    X = np.load(path, mmap_mode="r")
+    r = (rank,) * X.ndim
+    t1 = time.perf_counter()
+    st = tk.st_hosvd(X, r, memory_limit=limit, sketch=True)
+    out["st_hosvd_sketch_s"] = time.perf_counter() - t1
+    out["st_hosvd_sketch_fit"] = st.fit
 else:
     import tuckerkit as tk
     X = np.load(path, mmap_mode="r")
@@ -155,7 +163,10 @@ def main(argv=None) -> None:
     ap.add_argument("--cli", action="store_true", help="also run the tuckerkit command on the file")
     ap.add_argument("--keep", action="store_true", help="keep the generated file (and reuse it next time)")
     ap.add_argument("--dask-iters", type=int, default=0, help="HOOI iterations of a Dask run (0: none)")
+    ap.add_argument("--only", default="read,tucker,sketch,cli,dask,replica",
+                    help="which runs (a row measured before keeps the values of the runs left out)")
     args = ap.parse_args(argv)
+    only = set(args.only.split(","))
     shape = [int(s) for s in args.shape.split(",")]
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -172,63 +183,87 @@ def main(argv=None) -> None:
         side.write_text(json.dumps({"bytes": path.stat().st_size, "sha256": sha, "generate_s": gen_s}))
     size = path.stat().st_size
     print(f"wrote {path} ({size / 1e9:.2f} GB) in {gen_s:.0f} s, sha256 {sha[:16]}...", flush=True)
-    read = child(path, "read", args.memory_limit, 0, args.rank)
-    print(f"one read: {read['seconds']:.1f} s, peak RSS {read['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
-    dec = child(path, "tucker", args.memory_limit, args.iters, args.rank)
-    passes = 2 + dec["passes_per_iteration"] * args.iters  # ST-HOSVD: Gram pass + projection pass
-    per_pass = (dec["st_hosvd_s"] + dec["hooi_s"]) / passes
-    print(f"ST-HOSVD {dec['st_hosvd_s']:.1f} s, HOOI x{args.iters} {dec['hooi_s']:.1f} s, {per_pass:.1f} s per pass "
-          f"({per_pass / read['seconds']:.2f}x one read), fit {dec['fit']:.6f}, peak RSS "
-          f"{dec['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
-    extra = {}
-    if args.cli:
-        extra["cli"] = cli_child(path, args.memory_limit, args.rank, work)
-        c = extra["cli"]
-        print(f"CLI: {c['wall_s']:.1f} s wall, {c['iterations']} HOOI iterations, fit {c['fit']:.6f}, peak RSS "
-              f"{c['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
-    if args.dask_iters:
-        extra["dask"] = child(path, "dask", args.memory_limit, args.dask_iters, args.rank)
-        d = extra["dask"]
-        print(f"Dask: ST-HOSVD {d['st_hosvd_s']:.1f} s, HOOI x{args.dask_iters} {d['hooi_s']:.1f} s, fit "
-              f"{d['fit']:.6f}", flush=True)
-    small = [max(2 * args.rank, s // 4) for s in shape]
-    spath = work / "replica.npy"
-    generate(spath, small, args.rank, noise=0.01)
-    import tuckerkit as tk
-
-    Xs = np.load(spath)
-    Ts = tk.hooi(Xs, (args.rank,) * len(shape), tol=0, max_iter=args.iters)
-    row = {"shape": shape, "bytes": size, "sha256": sha, "memory_limit": args.memory_limit, "rank": args.rank,
-           "iterations": args.iters, "generate_s": gen_s, "read_s": read["seconds"],
-           "read_peak_rss": read["peak_rss_bytes"], **dec, "passes": passes, "seconds_per_pass": per_pass,
-           "pass_over_read": per_pass / read["seconds"], "replica_shape": small, "replica_fit": Ts.fit,
-           "dask_iterations": args.dask_iters, **extra, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     res = Path(__file__).resolve().parent / "results" / "scale.json"
     old = json.loads(res.read_text())["rows"] if res.exists() else []
+    row = next((r for r in old if r["shape"] == shape), {})
+    row.update({"shape": shape, "bytes": size, "sha256": sha, "memory_limit": args.memory_limit, "rank": args.rank,
+                "generate_s": gen_s})
+    if "read" in only:
+        read = child(path, "read", args.memory_limit, 0, args.rank)
+        row.update(read_s=read["seconds"], read_peak_rss=read["peak_rss_bytes"])
+        print(f"one read: {read['seconds']:.1f} s, peak RSS {read['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
+    if "tucker" in only:
+        dec = child(path, "tucker", args.memory_limit, args.iters, args.rank)
+        passes = 2 + dec["passes_per_iteration"] * args.iters  # ST-HOSVD: Gram pass + projection pass
+        per_pass = (dec["st_hosvd_s"] + dec["hooi_s"]) / passes
+        row.update(**dec, iterations=args.iters, passes=passes, seconds_per_pass=per_pass)
+        print(f"ST-HOSVD {dec['st_hosvd_s']:.1f} s, HOOI x{args.iters} {dec['hooi_s']:.1f} s, {per_pass:.1f} s per "
+              f"pass, fit {dec['fit']:.6f}, peak RSS {dec['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
+    if "sketch" in only:
+        sk = child(path, "sketch", args.memory_limit, 0, args.rank)
+        row.update(st_hosvd_sketch_s=sk["st_hosvd_sketch_s"], st_hosvd_sketch_fit=sk["st_hosvd_sketch_fit"],
+                   sketch_peak_rss=sk["peak_rss_bytes"])
+        print(f"sketched ST-HOSVD {sk['st_hosvd_sketch_s']:.1f} s (2 passes), fit {sk['st_hosvd_sketch_fit']:.6f}, "
+              f"peak RSS {sk['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
+    if args.cli and "cli" in only:
+        row["cli"] = c = cli_child(path, args.memory_limit, args.rank, work)
+        print(f"CLI: {c['wall_s']:.1f} s wall, {c['iterations']} HOOI iterations, fit {c['fit']:.6f}, peak RSS "
+              f"{c['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
+    if args.dask_iters and "dask" in only:
+        row["dask"] = d = child(path, "dask", args.memory_limit, args.dask_iters, args.rank)
+        row["dask_iterations"] = args.dask_iters
+        print(f"Dask: ST-HOSVD {d['st_hosvd_s']:.1f} s, HOOI x{args.dask_iters} {d['hooi_s']:.1f} s, fit "
+              f"{d['fit']:.6f}", flush=True)
+    spath = work / "replica.npy"
+    if "replica" in only:
+        small = [max(2 * args.rank, s // 4) for s in shape]
+        generate(spath, small, args.rank, noise=0.01)
+        import tuckerkit as tk
+
+        Ts = tk.hooi(np.load(spath), (args.rank,) * len(shape), tol=0, max_iter=args.iters)
+        row.update(replica_shape=small, replica_fit=Ts.fit)
+    if "read_s" in row and "seconds_per_pass" in row:
+        row["hooi_seconds_per_pass"] = row["hooi_s"] / (row["passes_per_iteration"] * row["iterations"])
+        row["pass_over_read"] = row["seconds_per_pass"] / row["read_s"]
+        row["hooi_pass_over_read"] = row["hooi_seconds_per_pass"] / row["read_s"]
+    if "read_s" in row and "st_hosvd_sketch_s" in row:
+        row["sketch_pass_over_read"] = row["st_hosvd_sketch_s"] / 2 / row["read_s"]
+    row["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
     rows = sorted([r for r in old if r["shape"] != shape] + [row], key=lambda r: r["bytes"])
     write_json("scale.json", {"benchmark": "out_of_core_tucker", "environment": environment(), "rows": rows})
     write_text("scale.md", table(rows))
     if not args.keep:
         path.unlink()
         side.unlink()
-    spath.unlink()
+    spath.unlink(missing_ok=True)
     print(table(rows))
 
 
 def table(rows: list[dict]) -> str:
     gb = 1e9
+
+    def f(r, k, fmt):
+        return format(r[k], fmt) if k in r else "-"
+
     lines = ["# Out-of-core Tucker (memory-mapped float32 .npy, slabs along mode 0)", "",
-             "| shape | file GB | memory limit | one read s | ST-HOSVD s | HOOI s (iterations) | s per pass | "
-             "pass / read | peak RSS GB | fit | fit of an in-memory replica |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| shape | file GB | memory limit | one read s | ST-HOSVD s | HOOI s (iterations) | HOOI pass / read | "
+             "all passes / read | peak RSS GB | fit | fit of an in-memory replica | sketched ST-HOSVD s "
+             "(pass / read) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        hp = f(r, "hooi_pass_over_read", ".2f") if "hooi_pass_over_read" in r else "-"
+        sk = (f"{r['st_hosvd_sketch_s']:.1f} ({r['sketch_pass_over_read']:.2f})"
+              if "sketch_pass_over_read" in r else "-")
         lines.append(
-            f"| {'x'.join(map(str, r['shape']))} | {r['bytes'] / gb:.2f} | {r['memory_limit']} | {r['read_s']:.1f} | "
-            f"{r['st_hosvd_s']:.1f} | {r['hooi_s']:.1f} ({r['iterations']}) | {r['seconds_per_pass']:.1f} | "
-            f"{r['pass_over_read']:.2f} | {r['peak_rss_bytes'] / gb:.2f} | {r['fit']:.6f} | "
-            f"{r['replica_fit']:.6f} ({'x'.join(map(str, r['replica_shape']))}) |")
-    lines += ["", "Passes counted: ST-HOSVD 2, HOOI 2 per iteration. 'one read' is a plain read of the same file in "
-              "the same run: from the page cache when the file fits in RAM, from disk when it does not."]
+            f"| {'x'.join(map(str, r['shape']))} | {r['bytes'] / gb:.2f} | {r['memory_limit']} | "
+            f"{f(r, 'read_s', '.1f')} | {f(r, 'st_hosvd_s', '.1f')} | {f(r, 'hooi_s', '.1f')} "
+            f"({r.get('iterations', '-')}) | {hp} | "
+            f"{f(r, 'pass_over_read', '.2f')} | {r['peak_rss_bytes'] / gb:.2f} | {f(r, 'fit', '.6f')} | "
+            f"{f(r, 'replica_fit', '.6f')} ({'x'.join(map(str, r.get('replica_shape', [])))}) | {sk} |")
+    lines += ["", "Passes counted: ST-HOSVD 2 (the first mode's Gram, then the projection), HOOI 2 per iteration; "
+              "the sketched ST-HOSVD replaces the Gram pass by a sketch pass. 'one read' is a plain read of the "
+              "same file in the same run: from the page cache when the file fits in RAM, from disk when it "
+              "does not."]
     cli = [r for r in rows if "cli" in r]
     if cli:
         lines += ["", "The command line on the same files (ST-HOSVD init, HOOI until converged):", "",
