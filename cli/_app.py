@@ -110,9 +110,13 @@ def _connect(scheduler: str):
         raise CLIError(f"--scheduler {scheduler!r}: cannot connect ({str(exc).splitlines()[0]})") from None
 
 
-def _load(path: Path, key: str | None, shape: str | None):
+def _load(path: Path, key: str | None, shape: str | None, lazy: bool = False):
     from tuckerkit.io import load_tensor
 
+    if lazy and path.suffix.lower() in (".h5", ".hdf5"):  # out of core: read in slabs, never whole
+        from tuckerkit.io._load import open_h5_dataset
+
+        return open_h5_dataset(path, key)
     shp = _parse_ints(shape, "--shape") if shape else None
     return load_tensor(path, key=key, shape=shp)
 
@@ -251,7 +255,7 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
             X = X.astype(dtype)
         X.plan(csf=csf)
     else:
-        X = _load(input, key, shape)  # memory-mapped for .npy: cheap until the decomposition reads it
+        X = _load(input, key, shape, lazy=limit is not None)  # .npy memory-mapped, .h5 lazy: cheap until read
     check_shape(X, f"tensor in {str(input)!r}")
     rk = None
     if ranks is not None:
@@ -272,6 +276,8 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
 
         X = SlabTensor(X, limit, dtype=dtype)
     elif not hasattr(X, "_tk_mttkrp") and scheduler is None:
+        if not isinstance(X, np.ndarray):  # a lazily opened HDF5 dataset that fits the limit: read it
+            X = np.asarray(X[()])
         if dtype is not None:
             X = np.asarray(X, dtype=dtype)
         X = check_tensor(X, f"tensor in {str(input)!r}")

@@ -9,6 +9,7 @@ import pytest
 from tuckerkit.datasets import make_low_rank_tucker
 
 import tuckerkit as tk
+import tuckerkit.io
 from tuckerkit.engine import SlabTensor
 from tuckerkit.engine._slabs import parse_memory
 
@@ -181,3 +182,38 @@ def test_streamed_cp_als_equals_in_memory(tmp_path, shape, limit, dtype):
     for U, V in zip(b.factors, a.factors, strict=True):
         np.testing.assert_allclose(U, V, atol=1e3 * eps)
     assert c.fit > 0.9
+
+
+@pytest.mark.parametrize("store", ["hdf5", "zarr"])
+def test_hdf5_and_zarr_arrays_stream(tmp_path, store):
+    """An h5py dataset or a zarr array larger than the limit is read in slabs and gives the in-memory answer."""
+    X = make_low_rank_tucker((61, 50, 40), (5, 6, 4), noise=0.05, random_state=3).data
+    if store == "hdf5":
+        h5py = pytest.importorskip("h5py")
+        f = h5py.File(tmp_path / "x.h5", "w")
+        f.create_dataset("x", data=X, chunks=(7, 50, 40))
+        D = f["x"]
+    else:
+        zarr = pytest.importorskip("zarr")
+        D = zarr.open(str(tmp_path / "x.zarr"), mode="w", shape=X.shape, chunks=(9, 50, 40), dtype=X.dtype)
+        D[...] = X
+    S = SlabTensor(D, 200_000)
+    assert 1 < S.slab_rows < 61 and S._file_source() is None
+    init = tk.hosvd(X, (5, 6, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        a = tk.hooi(X, (5, 6, 4), init=init, max_iter=3, tol=0)
+        b = tk.hooi(D, (5, 6, 4), init=init, max_iter=3, tol=0, memory_limit=200_000)
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=1e-12)
+    if store == "hdf5":
+        f.close()
+        from tuckerkit.cli import app
+        from typer.testing import CliRunner
+
+        res = CliRunner().invoke(app, ["decompose", str(tmp_path / "x.h5"), "--ranks", "5,6,4", "--memory-limit",
+                                       "200KB", "--json", "-q", "-o", str(tmp_path / "o.npz")])
+        assert res.exit_code == 0, res.output
+        assert 1 <= tk.io.load_metadata(tmp_path / "o.npz")["slab_rows"] < 61
+        res = CliRunner().invoke(app, ["decompose", str(tmp_path / "x.h5"), "--ranks", "5,6,4", "--memory-limit",
+                                       "1GB", "--json", "-q", "-o", str(tmp_path / "p.npz")])  # fits: read whole
+        assert res.exit_code == 0, res.output

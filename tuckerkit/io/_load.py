@@ -176,3 +176,27 @@ def load_tensor(
     except Exception as exc:
         raise TensorFileError(f"{str(p)!r} is not a valid HDF5 file ({exc})") from None
     return _check_array(arr, f"{str(p)!r}[{k!r}]")
+
+
+def open_h5_dataset(path: str | os.PathLike, key: str | None = None) -> Any:
+    """An HDF5 dataset opened lazily (read in slabs by an out-of-core run); the file stays open with it."""
+    p = _check_path(path)
+    try:
+        import h5py
+    except ImportError:
+        raise TensorFileError(
+            f"reading {p.suffix} files needs h5py, which is not installed; install it with pip install h5py"
+        ) from None
+    try:
+        f = h5py.File(p, "r")
+        names: list[str] = []
+        f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        k = _pick_key(names, key, repr(str(p)))
+        ds = f[k]
+    except TensorFileError:
+        raise
+    except Exception as exc:
+        raise TensorFileError(f"{str(p)!r} is not a valid HDF5 file ({exc})") from None
+    if ds.dtype.kind not in "biuf":
+        raise TensorFileError(f"{str(p)!r}[{k!r}] holds an array of dtype {ds.dtype}; expected numbers")
+    return ds
