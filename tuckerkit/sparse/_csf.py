@@ -44,12 +44,20 @@ class CSFTensor(SparseKernels):
             raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
         self.shape = coo.shape
         self.order = order
-        from tuckerkit.sparse._kernels import csf_levels, radix_argsort
+        from tuckerkit.sparse._kernels import counting_argsort, csf_levels, radix_argsort
 
         nnz = coo.nnz
         itype = np.int32 if max(max(self.shape), nnz) < 2**31 - 1 else np.int64
         coords = np.ascontiguousarray(coo.coords)
-        if nnz and order != tuple(range(N)):  # a COOTensor is already in lexicographic order
+        # a COOTensor is in lexicographic order: a tree whose order ends in increasing modes needs a stable
+        # sort by its leading modes only (counting sorts); else a radix sort of the linearized key
+        lead = N - 1  # the fewest leading modes after which the order increases
+        while lead > 0 and order[lead - 1] < order[lead]:
+            lead -= 1
+        if nnz and order != tuple(range(N)) and lead <= 2 and sum(coo.shape[m] for m in order[:lead]) <= 4 * nnz:
+            perm = counting_argsort(coords, np.asarray(order[:lead], dtype=np.int64),
+                                    np.asarray(coo.shape, dtype=np.int64))
+        elif nnz and order != tuple(range(N)):
             c = coords[:, list(order)]
             key = linear_key(c, [coo.shape[m] for m in order])
             perm = radix_argsort(key) if key is not None else np.lexsort(c.T[::-1])

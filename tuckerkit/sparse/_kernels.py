@@ -215,6 +215,33 @@ def radix_argsort(keys):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def counting_argsort(coords, key_modes, sizes):  # pragma: no cover
+    """Stable argsort of nonzeros already in lexicographic order, by the coordinates of ``key_modes``
+    (most significant first): one counting sort per key mode, last to first (O(nnz + I_m) each).
+
+    Sorting lexicographically ordered nonzeros stably by a few leading modes leaves the rest in their
+    original (increasing mode) order, so a tree whose order is ``[n, other modes in increasing order]`` needs
+    one pass over the nonzeros, where a radix sort of the linearized key needs one per 16 bits of it.
+    """
+    n = coords.shape[0]
+    perm = np.arange(n)
+    nxt = np.empty(n, dtype=np.int64)
+    for t in range(key_modes.shape[0] - 1, -1, -1):
+        m = key_modes[t]
+        count = np.zeros(sizes[m] + 1, dtype=np.int64)
+        for i in range(n):
+            count[coords[perm[i], m] + 1] += 1
+        for d in range(sizes[m]):
+            count[d + 1] += count[d]
+        for i in range(n):
+            c = coords[perm[i], m]
+            nxt[count[c]] = perm[i]
+            count[c] += 1
+        perm, nxt = nxt, perm
+    return perm
+
+
+@njit(cache=True, nogil=True)
 def csf_levels(coords, order, perm, values):  # pragma: no cover
     """One pass over the nonzeros in sorted order (``perm``; empty = already sorted): each level's node
     indices, child pointers and the values in tree order. Returns full-length buffers and node counts."""
