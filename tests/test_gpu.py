@@ -158,6 +158,14 @@ def test_tucker_on_device_equals_cpu(xp, dtype, method):
     np.testing.assert_allclose(on.to("cpu").core, got.core, rtol=0, atol=50 * _tol(dtype) * np.abs(got.core).max())
 
 
+def test_sketched_st_hosvd_on_device_equals_cpu(xp, dtype):
+    X = make_low_rank_tucker((20, 22, 24), (3, 4, 5), noise=0.01, dtype=dtype, random_state=0).data
+    ref = tk.st_hosvd(X, (3, 4, 5), sketch=True, random_state=1)
+    got = tk.st_hosvd(X, (3, 4, 5), sketch=True, random_state=1, device=_device_arg(xp))
+    assert abs(got.fit - ref.fit) <= _fit_tol(dtype, ref.fit)
+    np.testing.assert_allclose(got.to_dense(), ref.to_dense(), atol=100 * _tol(dtype) * np.abs(X).max())
+
+
 def test_cp_als_on_device_equals_cpu(xp, dtype):
     X = make_low_rank_cp((20, 22, 24), 4, noise=0.01, dtype=dtype, random_state=0).data
     with warnings.catch_warnings():

@@ -283,7 +283,9 @@ def hooi(
     ranks : sequence of int, or int
     init : {"st_hosvd", "hosvd", "random"} or TuckerTensor, default "st_hosvd"
         ``"st_hosvd"`` on a sparse tensor means ``"hosvd"``: each factor from the leading singular vectors
-        of the sparse unfolding (ARPACK), as ST-HOSVD would densify the projected tensor.
+        of the sparse unfolding (ARPACK), as ST-HOSVD would densify the projected tensor. On a streamed
+        tensor (``memory_limit``, Dask) it is ST-HOSVD with ``sketch=True`` when the sketch's projection fits
+        the limit (two cheap passes instead of a Gram pass; the iterations correct the approximation).
     tol : float, default 1e-8
         Stop when the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it
         decreases, which in exact arithmetic it never does: the change is then rounding noise (float32).
