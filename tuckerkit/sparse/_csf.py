@@ -44,7 +44,7 @@ class CSFTensor(SparseKernels):
             raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
         self.shape = coo.shape
         self.order = order
-        from tuckerkit.sparse._kernels import counting_argsort, csf_levels, radix_argsort
+        from tuckerkit.sparse._kernels import counting_argsort, counting_sort_rows, csf_levels, radix_argsort
 
         nnz = coo.nnz
         itype = np.int32 if max(max(self.shape), nnz) < 2**31 - 1 else np.int64
@@ -54,7 +54,11 @@ class CSFTensor(SparseKernels):
         lead = N - 1  # the fewest leading modes after which the order increases
         while lead > 0 and order[lead - 1] < order[lead]:
             lead -= 1
-        if nnz and order != tuple(range(N)) and lead <= 2 and sum(coo.shape[m] for m in order[:lead]) <= 4 * nnz:
+        values = coo.values
+        if nnz and order != tuple(range(N)) and lead == 1 and coo.shape[order[0]] <= 4 * nnz:
+            coords, values = counting_sort_rows(coords, values, order[0], coo.shape[order[0]])
+            perm = np.empty(0, dtype=np.int64)
+        elif nnz and order != tuple(range(N)) and lead <= 2 and sum(coo.shape[m] for m in order[:lead]) <= 4 * nnz:
             perm = counting_argsort(coords, np.asarray(order[:lead], dtype=np.int64),
                                     np.asarray(coo.shape, dtype=np.int64))
         elif nnz and order != tuple(range(N)):
@@ -63,7 +67,7 @@ class CSFTensor(SparseKernels):
             perm = radix_argsort(key) if key is not None else np.lexsort(c.T[::-1])
         else:
             perm = np.empty(0, dtype=np.int64)
-        idx, pos, counts, vals = csf_levels(coords, np.asarray(order, dtype=np.int64), perm, coo.values)
+        idx, pos, counts, vals = csf_levels(coords, np.asarray(order, dtype=np.int64), perm, values)
         self.idx = [idx[lev, : counts[lev]].astype(itype) for lev in range(N)]
         self.pos = [pos[lev, : counts[lev] + 1].astype(itype) for lev in range(N - 1)]
         self.values = vals

@@ -329,6 +329,29 @@ def counting_argsort(coords, key_modes, sizes):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def counting_sort_rows(coords, values, m, size):  # pragma: no cover
+    """Lexicographically ordered nonzeros stably sorted by mode ``m``: the rows and values themselves are
+    moved (one pass of scattered writes), so the tree build then reads them in order instead of gathering
+    each nonzero through a permutation (one cache miss per nonzero, twice the time on 2M nonzeros)."""
+    n, N = coords.shape
+    count = np.zeros(size + 1, dtype=np.int64)
+    for i in range(n):
+        count[coords[i, m] + 1] += 1
+    for d in range(size):
+        count[d + 1] += count[d]
+    out_c = np.empty_like(coords)
+    out_v = np.empty_like(values)
+    for i in range(n):
+        c = coords[i, m]
+        j = count[c]
+        count[c] = j + 1
+        for t in range(N):
+            out_c[j, t] = coords[i, t]
+        out_v[j] = values[i]
+    return out_c, out_v
+
+
+@njit(cache=True, nogil=True)
 def csf_levels(coords, order, perm, values):  # pragma: no cover
     """One pass over the nonzeros in sorted order (``perm``; empty = already sorted): each level's node
     indices, child pointers and the values in tree order. Returns full-length buffers and node counts."""
