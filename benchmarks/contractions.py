@@ -35,22 +35,23 @@ def table2():
     return out
 
 
-def ttgt(spec: str, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """The conventional evaluation (Tensor Toolbox, TensorLy): permute copies, one GEMM, permute the result."""
+def ttgt(spec: str, A, B, xp=np):
+    """The conventional evaluation (Tensor Toolbox, TensorLy): permute copies, one GEMM, permute the result
+    (``xp``: numpy, or cupy for the GPU benchmark)."""
     lhs, c = spec.split("->")
     a, b = lhs.split(",")
     K = [x for x in a if x in b and x not in c]
     I = [x for x in c if x in a]  # noqa: E741
     J = [x for x in c if x in b]
     size = dict(zip(a, A.shape, strict=True)) | dict(zip(b, B.shape, strict=True))
-    Ap = np.ascontiguousarray(A.transpose([a.index(x) for x in I + K])).reshape(
+    Ap = xp.ascontiguousarray(A.transpose([a.index(x) for x in I + K])).reshape(
         math.prod(size[x] for x in I), math.prod(size[x] for x in K)
     )
-    Bp = np.ascontiguousarray(B.transpose([b.index(x) for x in K + J])).reshape(
+    Bp = xp.ascontiguousarray(B.transpose([b.index(x) for x in K + J])).reshape(
         math.prod(size[x] for x in K), math.prod(size[x] for x in J)
     )
     Cp = (Ap @ Bp).reshape([size[x] for x in I + J])
-    return np.ascontiguousarray(Cp.transpose([(I + J).index(x) for x in c]))
+    return xp.ascontiguousarray(Cp.transpose([(I + J).index(x) for x in c]))
 
 
 def main(argv=None) -> None:

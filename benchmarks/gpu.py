@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, environment, geomean, write_json, write_text
-from contractions import table2
+from contractions import table2, ttgt
 from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker
 
 import tuckerkit as tk
@@ -57,21 +57,6 @@ def _median_times(cp, fns: dict, repeat: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def _ttgt(cp, spec: str, A, B):
-    lhs, c = spec.split("->")
-    a, b = lhs.split(",")
-    K = [x for x in a if x in b and x not in c]
-    I = [x for x in c if x in a]  # noqa: E741
-    J = [x for x in c if x in b]
-    size = dict(zip(a, A.shape, strict=True)) | dict(zip(b, B.shape, strict=True))
-    Ap = cp.ascontiguousarray(A.transpose([a.index(x) for x in I + K])).reshape(
-        int(np.prod([size[x] for x in I])), -1)
-    Bp = cp.ascontiguousarray(B.transpose([b.index(x) for x in K + J])).reshape(
-        int(np.prod([size[x] for x in K])), -1)
-    Cp = (Ap @ Bp).reshape([size[x] for x in I + J])
-    return cp.ascontiguousarray(Cp.transpose([(I + J).index(x) for x in c]))
-
-
 def contractions(cp, sizes, dtypes, repeat):
     rows = []
     rng = np.random.default_rng(0)
@@ -86,7 +71,7 @@ def contractions(cp, sizes, dtypes, repeat):
                 err = float(cp.max(cp.abs(got - ref)) / max(float(cp.max(cp.abs(ref))), 1e-30))
                 t = _median_times(cp, {"tuckerkit": lambda s=spec, p=plan, A=A, B=B: contract(s, A, B, plan=p),
                                        "cupy_einsum": lambda s=spec, A=A, B=B: cp.einsum(s, A, B),
-                                       "ttgt": lambda s=spec, A=A, B=B: _ttgt(cp, s, A, B)}, repeat)
+                                       "ttgt": lambda s=spec, A=A, B=B: ttgt(s, A, B, xp=cp)}, repeat)
                 rows.append({"case": case, "spec": spec, "n": n, "dtype": dt, "kind": str(plan.kind),
                              "copies": plan.copies, **{f"t_{k}": v for k, v in t.items()},
                              "speedup_einsum": t["cupy_einsum"] / t["tuckerkit"],

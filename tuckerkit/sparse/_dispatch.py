@@ -7,12 +7,11 @@ from typing import Any
 import numpy as np
 
 
-class SparseKernels:
-    """Mixin of COOTensor and CSFTensor: shared properties and the hooks ``tuckerkit.engine`` dispatches to
-    (sparse is a kernel, not a branch)."""
+class SparseShape:
+    """What every sparse tensor (host or GPU) derives from its ``shape`` and ``values``."""
 
     shape: tuple[int, ...]
-    values: np.ndarray
+    values: Any
 
     @property
     def ndim(self) -> int:
@@ -24,7 +23,14 @@ class SparseKernels:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.values.dtype
+        return np.dtype(self.values.dtype)
+
+
+class SparseKernels(SparseShape):
+    """Mixin of COOTensor and CSFTensor: shared properties and the hooks ``tuckerkit.engine`` dispatches to
+    (sparse is a kernel, not a branch)."""
+
+    values: np.ndarray
 
     def norm(self) -> float:
         """Frobenius norm from the nonzeros (float64 accumulation)."""

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.backend import Device
+from tuckerkit.sparse._dispatch import SparseShape
 
 _KERNEL = r"""
 extern "C" __global__ void coo_mttkrp(const long long nnz, const int N, const int R, const int mode,
@@ -66,7 +67,7 @@ class GpuSparsePlan:
                 f"{self.bytes / 1e6:.1f} MB), one thread per nonzero and column, atomicAdd into the output rows")
 
 
-class GpuCOOTensor:
+class GpuCOOTensor(SparseShape):
     """A :class:`~tuckerkit.sparse.COOTensor` in GPU memory (made by ``cp_als(X, ..., device="cuda")``).
 
     Attributes
@@ -93,18 +94,6 @@ class GpuCOOTensor:
             self.values = cupy.asarray(coo.values)
             offs = np.concatenate([[0], np.cumsum(self.shape)[:-1]]).astype(np.int64)
             self._offsets = cupy.asarray(offs)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nnz(self) -> int:
-        return int(self.values.shape[0])
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.values.dtype)
 
     @property
     def nbytes(self) -> int:
