@@ -217,3 +217,27 @@ def test_hdf5_and_zarr_arrays_stream(tmp_path, store):
         res = CliRunner().invoke(app, ["decompose", str(tmp_path / "x.h5"), "--ranks", "5,6,4", "--memory-limit",
                                        "1GB", "--json", "-q", "-o", str(tmp_path / "p.npz")])  # fits: read whole
         assert res.exit_code == 0, res.output
+
+
+def test_bad_out_of_core_inputs(tmp_path):
+    """One-line errors naming what is wrong, for the new out-of-core entry points."""
+    from tuckerkit.cli import app
+    from typer.testing import CliRunner
+
+    X = np.ones((6, 5, 4))
+    with pytest.raises(ValueError, match=r"memory_limit='lots' is not a memory size; expected bytes or e.g. '4GB'"):
+        tk.cp_als(X, 2, memory_limit="lots")
+    with pytest.raises(tk.io.TensorFileError, match=r"does not exist"):
+        tk.io.open_npy_dask(tmp_path / "missing.npy")
+    (tmp_path / "bad.h5").write_bytes(b"not hdf5 at all")
+    res = CliRunner().invoke(app, ["decompose", str(tmp_path / "bad.h5"), "--ranks", "2,2,2", "--memory-limit",
+                                   "1KB", "-o", str(tmp_path / "o.npz")])
+    assert res.exit_code == 1 and res.output.count("\n") == 1
+    assert "is not a valid HDF5 file" in res.output and not (tmp_path / "o.npz").exists()
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "two.h5", "w") as f:
+        f["a"], f["b"] = X, X
+    res = CliRunner().invoke(app, ["decompose", str(tmp_path / "two.h5"), "--ranks", "2,2,2", "--memory-limit",
+                                   "1KB", "-o", str(tmp_path / "o.npz")])
+    assert res.exit_code == 1
+    assert res.output.strip().endswith("holds several arrays (a, b); choose one with --key / key=")

@@ -134,9 +134,7 @@ class DaskTensor:
         return np.asarray(_gram(da, self.data, mode).compute())
 
     def _tk_ttm(self, U: Any, mode: int) -> np.ndarray:
-        import dask.array as da
-
-        return np.asarray(_project(da, self.data, {mode: np.asarray(U, dtype=self.dtype)}).compute())
+        return self._tk_project({mode: U})
 
     def _tk_project(self, mats: dict[int, Any]) -> np.ndarray:
         """``X x_m U_m^T`` for every ``m`` in ``mats``, as one Dask graph."""

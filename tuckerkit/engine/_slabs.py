@@ -172,37 +172,26 @@ class SlabTensor:
 
     def _tk_ttm(self, U: Any, mode: int) -> np.ndarray:
         """``X x_mode U^T`` in memory (one pass; mode 0 is accumulated over the slabs)."""
-        from tuckerkit.engine._ops import ttm
+        return self._tk_project({mode: U}, f"the mode-{mode} projection")
 
-        out_shape = list(self.shape)
-        out_shape[mode] = U.shape[1]
-        self._check_fits(out_shape, f"the mode-{mode} projection")
-        if mode == 0:  # contract the streamed mode: accumulate the slabs' contributions
-            Y = np.zeros(out_shape, dtype=self.dtype)
-            for s, slab in self.slabs():
-                Y += ttm(slab, U[s:s + slab.shape[0]], 0, transpose=True)
-            return Y
-        Y = np.empty(out_shape, dtype=self.dtype)
-        for s, slab in self.slabs():
-            ttm(slab, U, mode, transpose=True, out=Y[s:s + slab.shape[0]])
-        return Y
-
-    def _tk_project(self, mats: dict[int, Any]) -> np.ndarray:
-        """``X x_m U_m^T`` for every ``m`` in ``mats``, in one pass (mode 0, if in ``mats``, accumulated)."""
-        from tuckerkit.engine._ops import multi_ttm
+    def _tk_project(self, mats: dict[int, Any], what: str = "the projection") -> np.ndarray:
+        """``X x_m U_m^T`` for every ``m`` in ``mats``, in one pass (mode 0, if in ``mats``, accumulated over
+        the slabs; otherwise each slab's product is written in place)."""
+        from tuckerkit.engine._ops import multi_ttm, ttm
 
         modes = sorted(mats)
         out_shape = [mats[m].shape[1] if m in mats else self.shape[m] for m in range(self.ndim)]
-        self._check_fits(out_shape, "the projection")
+        self._check_fits(out_shape, what)
         Y = np.zeros(out_shape, dtype=self.dtype) if 0 in mats else np.empty(out_shape, dtype=self.dtype)
         for s, slab in self.slabs():
             rows = slab.shape[0]
             local = [mats[m][s:s + rows] if m == 0 else mats[m] for m in modes]
-            part = multi_ttm(slab, local, modes=modes, transpose=True)
             if 0 in mats:
-                Y += part
+                Y += multi_ttm(slab, local, modes=modes, transpose=True)
+            elif len(modes) == 1:
+                ttm(slab, local[0], modes[0], transpose=True, out=Y[s:s + rows])
             else:
-                Y[s:s + rows] = part
+                Y[s:s + rows] = multi_ttm(slab, local, modes=modes, transpose=True)
         return Y
 
     def _tk_ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
