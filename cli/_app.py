@@ -61,7 +61,7 @@ def _run(debug: bool, fn, *args, **kwargs):
         raise typer.Exit(130) from None
     except typer.Exit:
         raise
-    except (CLIError, ValueError, TypeError, OSError, MemoryError) as exc:
+    except (CLIError, ValueError, TypeError, OSError, MemoryError, ImportError) as exc:
         if debug:
             traceback.print_exc()
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -92,33 +92,6 @@ def _check_device(device: str) -> str | None:
     except RuntimeError as exc:
         raise CLIError(str(exc)) from None
     return device
-
-
-def _connect(scheduler: str):
-    """A Dask client: ``local`` starts a LocalCluster on this machine, anything else is a scheduler address."""
-    try:
-        from dask.distributed import Client, LocalCluster
-    except ImportError:
-        raise CLIError("--scheduler needs dask.distributed; install it with: pip install 'tuckerkit[distributed]'") \
-            from None
-    if scheduler == "local":
-        cluster = LocalCluster(dashboard_address=None, processes=True)
-        return Client(cluster), cluster
-    try:
-        return Client(scheduler, timeout="10s"), None
-    except (OSError, TimeoutError) as exc:
-        raise CLIError(f"--scheduler {scheduler!r}: cannot connect ({str(exc).splitlines()[0]})") from None
-
-
-def _load(path: Path, key: str | None, shape: str | None, lazy: bool = False):
-    from tuckerkit.io import load_tensor
-
-    if lazy and path.suffix.lower() in (".h5", ".hdf5"):  # out of core: read in slabs, never whole
-        from tuckerkit.io._load import open_h5_dataset
-
-        return open_h5_dataset(path, key)
-    shp = _parse_ints(shape, "--shape") if shape else None
-    return load_tensor(path, key=key, shape=shp)
 
 
 def _default_output(inp: Path, method: str) -> Path:
@@ -197,13 +170,10 @@ def decompose_cmd(
          json_out, quiet, key, shape, csf, memory_limit, scheduler)
 
 
-def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
-               key, shape, csf="auto", memory_limit=None, scheduler=None):
-    import numpy as np
-
-    import tuckerkit as tk
-    from tuckerkit._validation import check_max_iter, check_ranks, check_shape, check_tensor, check_unit_interval
-    from tuckerkit.io import check_output_path, save_result
+def _check_decompose_options(method, ranks, tol, rank, dtype, csf, max_iter, device, memory_limit, scheduler,
+                             input):
+    """The options alone, before any file is touched (one-line errors naming the option)."""
+    from tuckerkit._validation import check_max_iter, check_unit_interval
 
     if method not in ("hooi", "hosvd", "cp"):
         raise CLIError(f"--method {method!r} is not valid; expected hooi, hosvd or cp")
@@ -211,11 +181,6 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         raise CLIError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
     if csf not in ("auto", "all", "two", "one"):
         raise CLIError(f"--csf {csf!r} is not valid; expected auto, all, two or one")
-    limit = None
-    if memory_limit is not None:
-        from tuckerkit.engine._slabs import parse_memory
-
-        limit = parse_memory(memory_limit, "--memory-limit")
     if method == "cp":
         if rank is None:
             raise CLIError("--method cp needs --rank R (the number of components)")
@@ -242,74 +207,63 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
             raise CLIError(f"--scheduler reads .npy files chunk by chunk; received {input.suffix or 'no extension'!r}")
         if memory_limit is not None:
             raise CLIError("pass either --scheduler or --memory-limit, not both")
+    return dev
+
+
+def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
+               key, shape, csf="auto", memory_limit=None, scheduler=None):
+    import tuckerkit as tk
+    from tuckerkit._validation import check_ranks
+    from tuckerkit.engine import parse_memory
+    from tuckerkit.io import check_output_path, connect_scheduler, open_tensor, save_result
+
+    dev = _check_decompose_options(method, ranks, tol, rank, dtype, csf, max_iter, device, memory_limit, scheduler,
+                                   input)
+    limit = parse_memory(memory_limit, "--memory-limit") if memory_limit is not None else None
+    shp = _parse_ints(shape, "--shape") if shape else None
     out = output if output is not None else _default_output(input, method)
-    X: Any
-    sparse_ok = method == "cp" or (method == "hooi" and ranks is not None)
-    if sparse_ok and input.suffix.lower() == ".tns":  # sparse CP-ALS / HOOI on the nonzeros, never densified
-        from tuckerkit.io._load import _check_path
-        from tuckerkit.sparse import COOTensor
-
-        _check_path(input)
-        X = COOTensor.from_tns(input, shape=_parse_ints(shape, "--shape") if shape else None)
-        if dtype is not None:
-            X = X.astype(dtype)
-        X.plan(csf=csf)
-    else:
-        X = _load(input, key, shape, lazy=limit is not None)  # .npy memory-mapped, .h5 lazy: cheap until read
-    check_shape(X, f"tensor in {str(input)!r}")
-    rk = None
-    if ranks is not None:
-        rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks")
-    check_output_path(out, force=force, inputs=(input,))
-    client = None
-    if scheduler is not None:  # every worker reads its own slabs of the file: nothing is loaded here
-        from tuckerkit.io import open_npy_dask
-
-        client, cluster = _connect(scheduler)
-        X = open_npy_dask(input)
-        if dtype is not None:
-            X = X.astype(dtype)
-    streamed = scheduler is None and limit is not None and not hasattr(X, "_tk_mttkrp") and \
-        math.prod(X.shape) * np.dtype(dtype or X.dtype).itemsize > limit
-    if streamed:  # read in slabs: never converted or checked as a whole (NaN/Inf surface in the norm pass)
-        from tuckerkit.engine import SlabTensor
-
-        X = SlabTensor(X, limit, dtype=dtype)
-    elif not hasattr(X, "_tk_mttkrp") and scheduler is None:
-        if not isinstance(X, np.ndarray):  # a lazily opened HDF5 dataset that fits the limit: read it
-            X = np.asarray(X[()])
-        if dtype is not None:
-            X = np.asarray(X, dtype=dtype)
-        X = check_tensor(X, f"tensor in {str(input)!r}")
+    client = cluster = None
     progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=max_iter)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", tk.ConvergenceWarning)
-        try:
-            res: tk.TuckerTensor | tk.CPTensor
-            if method == "cp":
-                res = tk.cp_als(X, rank, max_iter=max_iter, random_state=seed, callback=progress, device=dev)
-            elif method == "hosvd":
-                res = tk.st_hosvd(X, rk, device=dev) if rk is not None else tk.st_hosvd(X, tol=tol, device=dev)
-            else:
-                if rk is None:
-                    rk = tk.st_hosvd(X, tol=tol, device=dev).ranks
-                res = tk.hooi(X, rk, max_iter=max_iter, callback=progress, device=dev)
-        finally:
-            progress.close()
-            if client is not None:
-                client.close()
-                if cluster is not None:
-                    cluster.close()
+    try:
+        if scheduler is not None:  # every worker reads its own slabs of the file: nothing is loaded here
+            client, cluster = connect_scheduler(scheduler, name="--scheduler")
+        # the file's metadata, the ranks and the output path are checked before the one NaN/Inf scan, which
+        # the decomposition runs as it reads the tensor
+        with open_tensor(input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
+                         csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False) as X:
+            rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks") if ranks is not None else None
+            check_output_path(out, force=force, inputs=(input,))
+            t0 = time.perf_counter()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", tk.ConvergenceWarning)
+                try:
+                    res: tk.TuckerTensor | tk.CPTensor
+                    if method == "cp":
+                        res = tk.cp_als(X, rank, max_iter=max_iter, random_state=seed, callback=progress, device=dev)
+                    elif method == "hosvd":
+                        res = tk.st_hosvd(X, rk, device=dev) if rk is not None else tk.st_hosvd(X, tol=tol,
+                                                                                               device=dev)
+                    else:
+                        if rk is None:
+                            rk = tk.st_hosvd(X, tol=tol, device=dev).ranks
+                        res = tk.hooi(X, rk, max_iter=max_iter, callback=progress, device=dev)
+                finally:
+                    progress.close()
+            seconds = time.perf_counter() - t0
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
     if not quiet:
         for w in caught:
             typer.echo(f"warning: {w.message}", err=True)
-    seconds = time.perf_counter() - t0
+    streamed = getattr(X, "slab_rows", None)
     meta = {"method": method, "device": device, "input_shape": list(X.shape), "seconds": seconds}
     if scheduler is not None:
         meta["scheduler"] = scheduler
-    if streamed:
-        meta.update(memory_limit=limit, slab_rows=X.slab_rows)
+    if streamed is not None:
+        meta.update(memory_limit=limit, slab_rows=streamed)
     path = save_result(out, res, metadata=meta, input_path=input, force=force)
     ranks_out: int | list[int]
     if isinstance(res, tk.CPTensor):
@@ -317,7 +271,6 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
     else:
         stored, ranks_out = res.core.size, list(res.ranks)
     stored += sum(U.size for U in res.factors)
-    logical = math.prod(float(d) for d in X.shape)
     summary = {
         "input": str(input),
         "shape": list(X.shape),
@@ -329,21 +282,24 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
         "iterations": res.n_iter,
         "converged": res.converged,
         "seconds": round(seconds, 4),
-        "compression_ratio": logical / stored,
+        "compression_ratio": X.stored_entries / stored,
         "output": str(path),
     }
-    if hasattr(X, "plan"):
+    if X.stored_entries != X.size:
+        summary["nonzeros"] = X.stored_entries
+    if input.suffix.lower() == ".tns":
         summary["csf_plan"] = X.plan().kind
-    if streamed:
-        summary["memory_limit"], summary["slab_rows"] = limit, X.slab_rows
+    if streamed is not None:
+        summary["memory_limit"], summary["slab_rows"] = limit, streamed
     if json_out:
         typer.echo(json.dumps(summary))
     else:
+        against = "the nonzeros" if X.stored_entries != X.size else "the input"
         typer.echo(
             f"{summary['method']} of {'x'.join(map(str, X.shape))} {X.dtype}: "
             f"{'rank' if method == 'cp' else 'ranks'} {summary['ranks']}, "
             f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} iterations, "
-            f"{seconds:.2f} s, compression {summary['compression_ratio']:.1f}x -> {path}"
+            f"{seconds:.2f} s, compression {summary['compression_ratio']:.1f}x against {against} -> {path}"
         )
 
 
@@ -365,43 +321,31 @@ def info_cmd(
 def _info(input, key, shape, json_out):
     import numpy as np
 
-    from tuckerkit.decomposition._results import _sqnorm
+    from tuckerkit.engine._operand import frobenius_norm
+    from tuckerkit.io import load_tensor
+    from tuckerkit.sparse import COOTensor
 
-    if input.suffix.lower() == ".tns":
-        from tuckerkit.io._load import _check_path
-        from tuckerkit.sparse import COOTensor
-
-        _check_path(input)
-        S = COOTensor.from_tns(input, shape=_parse_ints(shape, "--shape") if shape else None)
-        sinfo = {"input": str(input), "shape": list(S.shape), "dtype": str(S.dtype), "format": "sparse (COO)",
-                 "nnz": S.nnz, "density": S.density, "bytes": S.nbytes, "frobenius_norm": S.norm(),
-                 "dense_bytes": int(math.prod(float(d) for d in S.shape) * S.dtype.itemsize)}
-        if json_out:
-            typer.echo(json.dumps(sinfo))
-        else:
-            for k, v in sinfo.items():
-                typer.echo(f"{k:20s} {v}")
-        return
-    X = _load(input, key, shape)
-    info: dict[str, Any] = {
-        "input": str(input),
-        "shape": list(X.shape),
-        "dtype": str(X.dtype),
-        "bytes": int(X.nbytes),
-        "ndim": X.ndim,
-    }
-    if X.dtype.kind in "biuf" and X.size:
-        Xf = X if X.dtype.kind == "f" else X.astype(np.float64)
-        info["frobenius_norm"] = math.sqrt(_sqnorm(Xf))
-        nnz = int(np.count_nonzero(X))
-        info["nnz"] = nnz
-        info["density"] = nnz / X.size
-    try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        info["available_ram_bytes"] = int(avail)
-        info["fits_in_ram"] = bool(X.nbytes < avail)
-    except (ValueError, OSError, AttributeError):
-        pass
+    X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
+    if isinstance(X, COOTensor):
+        info: dict[str, Any] = {
+            "input": str(input), "shape": list(X.shape), "dtype": str(X.dtype), "format": "sparse (COO)",
+            "nnz": X.nnz, "density": X.density, "bytes": X.nbytes, "frobenius_norm": X.norm(),
+            "dense_bytes": int(math.prod(float(d) for d in X.shape) * X.dtype.itemsize)}
+    else:
+        info = {"input": str(input), "shape": list(X.shape), "dtype": str(X.dtype), "bytes": int(X.nbytes),
+                "ndim": X.ndim}
+        if X.dtype.kind in "biuf" and X.size:
+            Xf = X if X.dtype.kind == "f" else X.astype(np.float64)
+            info["frobenius_norm"] = frobenius_norm(Xf)
+            nnz = int(np.count_nonzero(X))
+            info["nnz"] = nnz
+            info["density"] = nnz / X.size
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            info["available_ram_bytes"] = int(avail)
+            info["fits_in_ram"] = bool(X.nbytes < avail)
+        except (ValueError, OSError, AttributeError):
+            pass
     if json_out:
         typer.echo(json.dumps(info))
         return

@@ -94,9 +94,9 @@ def test_dask_gram_and_projection_by_the_engine(client, chunks):
     X = rng.standard_normal((41, 30, 25))
     D = DaskTensor(da.from_array(X, chunks=chunks))
     for n in range(3):
-        np.testing.assert_allclose(D._tk_gram(n), gram(X, n), rtol=1e-12, atol=1e-10)
+        np.testing.assert_allclose(D.gram(n), gram(X, n), rtol=1e-12, atol=1e-10)
         U = rng.standard_normal((X.shape[n], 4))
-        np.testing.assert_allclose(D._tk_ttm(U, n), tk.ttm(X, U, n, transpose=True), rtol=1e-12, atol=1e-10)
+        np.testing.assert_allclose(D.ttm(U, n, transpose=True), tk.ttm(X, U, n, transpose=True), rtol=1e-12, atol=1e-10)
     Us = [rng.standard_normal((n, 3)) for n in X.shape]
     from tuckerkit.engine._dask import _project
 

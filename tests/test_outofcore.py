@@ -135,8 +135,14 @@ def test_slab_gram_and_ttm_match_the_engine(rng):
     np.testing.assert_allclose(tk.ttm(S, U, 2, transpose=True), tk.ttm(X, U, 2, transpose=True), atol=1e-12)
     V = rng.standard_normal((37, 4))
     np.testing.assert_allclose(tk.ttm(S, V, 0, transpose=True), tk.ttm(X, V, 0, transpose=True), atol=1e-12)
-    with pytest.raises(ValueError, match="mode-0 Gram needs every pair of slabs"):
-        tk.gram(S, 0)
+    # the slab mode's Gram pairs every two slabs (blocks G[a, b] = A B^T): equal to the in-memory one
+    np.testing.assert_allclose(tk.gram(S, 0), tk.gram(X, 0), rtol=1e-12, atol=1e-12)
+    W = [rng.standard_normal((n, 2)) for n in X.shape]
+    for n in range(3):  # the MTTKRP of every mode streams too
+        np.testing.assert_allclose(tk.mttkrp(S, W, n), tk.mttkrp(X, W, n), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tk.multi_ttm(S, W, transpose=True), tk.multi_ttm(X, W, transpose=True), atol=1e-12)
+    with pytest.raises(ValueError, match=r"plan= applies to dense arrays; a SlabTensor computes its own result"):
+        tk.gram(S, 1, plan=tk.engine.gram_plan(X, 1))
     assert S.norm() == pytest.approx(np.linalg.norm(X), rel=1e-14)
 
 

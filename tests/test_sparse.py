@@ -119,7 +119,7 @@ def test_sparse_cp_never_densifies(rng):
 
 def test_sparse_mttkrp_bad_factors(rng):
     X = COOTensor.from_dense(random_sparse(rng, (4, 5, 6)))
-    with pytest.raises(ValueError, match=r"factors\[2\] has shape \(7, 2\) but mode 2 of X has size 6"):
+    with pytest.raises(ValueError, match=r"factors\[2\] has 7 rows but mode 2 of X has size 6; expected a matrix of shape \(6, R\)"):
         tk.mttkrp(X, [None, np.ones((5, 2)), np.ones((7, 2))], 0)
     with pytest.raises(ValueError, match=r"factors has 2 matrices; expected one per mode of X \(3\)"):
         tk.mttkrp(X, [None, np.ones((5, 2))], 0)
@@ -199,16 +199,28 @@ def test_ttmc_int64_indices_duplicates_and_csf_input(rng):
                                        rtol=1e-13, atol=1e-13)
 
 
-def test_sparse_multi_ttm_only_all_but_one(rng):
-    X = COOTensor.from_dense(random_sparse(rng, (4, 5, 6)))
+def test_sparse_multi_ttm_on_any_modes_equals_dense(rng):
+    """All modes but one (the ttmc kernel), all modes (ttmc then one dense TTM), fewer modes (COO results, no
+    densifying), transposed or not: every form equals the dense computation."""
+    D = random_sparse(rng, (4, 5, 6))
+    X = COOTensor.from_dense(D)
     fs = [rng.standard_normal((s, 2)) for s in X.shape]
-    with pytest.raises(ValueError, match=r"a sparse X supports multi_ttm over all modes but one with "
-                                         r"transpose=True \(the ttmc kernel\); received transpose=False"):
-        tk.multi_ttm(X, [U.T for U in fs], skip=0)
-    with pytest.raises(ValueError, match=r"received 0 modes left out"):
-        tk.multi_ttm(X, fs, transpose=True)
+    tol = dict(rtol=0, atol=50 * np.finfo(np.float64).eps * np.abs(D).sum())
+    np.testing.assert_allclose(tk.multi_ttm(X, [U.T for U in fs], skip=0), tk.multi_ttm(D, [U.T for U in fs], skip=0),
+                               **tol)
+    core = tk.multi_ttm(X, fs, transpose=True)
+    assert isinstance(core, np.ndarray) and core.shape == (2, 2, 2)
+    np.testing.assert_allclose(core, tk.multi_ttm(D, fs, transpose=True), **tol)
+    part = tk.multi_ttm(X, [fs[1]], modes=[1], transpose=True)
+    assert isinstance(part, COOTensor) and part.shape == (4, 2, 6)
+    np.testing.assert_allclose(part.to_dense(), tk.ttm(D, fs[1], 1, transpose=True), **tol)
+    one = tk.ttm(CSFTensor(X, (2, 0, 1)), fs[2].T, 2)
+    assert isinstance(one, COOTensor)
+    np.testing.assert_allclose(one.to_dense(), tk.ttm(D, fs[2].T, 2), **tol)
     with pytest.raises(ValueError, match=r"matrices\[2\] has shape \(5, 2\) but mode 2 of X has size 6"):
         tk.multi_ttm(X, [fs[0], fs[1], fs[1]], transpose=True, skip=0)
+    with pytest.raises(ValueError, match=r"out= applies to dense arrays; a COOTensor computes its own result"):
+        tk.ttm(X, fs[0], 0, transpose=True, out=np.empty((2, 5, 6)))
 
 
 @pytest.mark.parametrize("shape", [(9, 10, 11), (6, 7, 5, 4)])

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.backend import array_namespace
+from tuckerkit.backend import array_namespace, result_dtype
 
 MAX_NDIM = 25
 
@@ -51,7 +51,8 @@ def check_shape(X: Any, name: str = "X", *, min_ndim: int = 2) -> None:
         )
 
 
-def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: bool = False) -> Any:
+def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: bool = False,
+                 check_finite: bool = True) -> Any:
     """Return ``X`` as a float32/float64 array (ints and bools promoted), or raise a one-line error."""
     if X is None:
         raise TypeError(f"{name} is None; expected an array of at least {min_ndim} dimensions")
@@ -78,7 +79,7 @@ def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: b
                 "are promoted to float64)"
             )
     check_shape(X, name, min_ndim=min_ndim)
-    bad = count_nonfinite(X)
+    bad = count_nonfinite(X) if check_finite else 0
     if bad:
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first")
     return X
@@ -175,3 +176,83 @@ def check_callback(callback: Any) -> Any:
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None; received {type(callback).__name__}")
     return callback
+
+
+# ---------------------------------------------------------------------------------------------------
+# the engine operations' arguments (modes, matrices, factor lists)
+# ---------------------------------------------------------------------------------------------------
+def check_mode(mode: Any, ndim: int, name: str = "mode") -> int:
+    """A mode index in ``[-ndim, ndim)`` (negative counts from the end); bools are refused."""
+    if isinstance(mode, bool) or not isinstance(mode, numbers.Integral | np.integer):
+        raise TypeError(f"{name} must be an integer; received {type(mode).__name__}")
+    m = operator.index(mode)
+    if not -ndim <= m < ndim:
+        raise ValueError(f"{name}={m} is out of range for a tensor with {ndim} modes; expected 0 <= {name} < {ndim}")
+    return m % ndim
+
+
+def describe(x: Any) -> str:
+    """A short description of a value for an error message: never the array's entries."""
+    shape = getattr(x, "shape", None)
+    if shape is not None and hasattr(x, "dtype"):
+        return f"an array of shape {tuple(shape)} and dtype {x.dtype}"
+    text = repr(x)
+    return text if len(text) <= 60 else f"a {type(x).__name__}"
+
+
+def check_matrix(U: Any, name: str, dtype: Any) -> Any:
+    """A 2-D numeric matrix, converted to the result dtype of itself and ``dtype``."""
+    if U is None:
+        raise TypeError(f"{name} is None; expected a 2-D matrix")
+    if not hasattr(U, "dtype") or not hasattr(U, "shape"):
+        try:
+            U = np.asarray(U)
+        except (ValueError, TypeError):
+            raise TypeError(f"{name} could not be converted to a matrix; received {describe(U)}") from None
+    result_dtype((U.dtype, name))
+    if U.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix; received an array of shape {tuple(U.shape)}")
+    want = np.result_type(U.dtype, dtype)
+    if want.kind in "biu":
+        want = np.dtype(np.float64)
+    if U.dtype != want:
+        U = U.astype(want)
+    return U
+
+
+def check_matrices(matrices: Any, name: str = "matrices") -> list[Any]:
+    """A list from any sequence or iterable of matrices (a generator is read once); a one-line error else."""
+    if isinstance(matrices, str) or hasattr(matrices, "shape"):
+        raise TypeError(f"{name} must be a sequence of matrices; received {describe(matrices)}")
+    try:
+        return list(matrices)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of matrices; received {describe(matrices)}") from None
+
+
+def check_factor_list(factors: Any, shape: Sequence[int], skip: int | None, dtype: Any,
+                      name: str = "factors") -> tuple[list[Any], int]:
+    """One (I_m, R) matrix per mode with a common R (the entry of ``skip`` may be None); returns them, R."""
+    facs = check_matrices(factors, name)
+    if len(facs) != len(shape):
+        raise ValueError(f"{name} has {len(facs)} matrices; expected one per mode of X ({len(shape)})")
+    out: list[Any] = []
+    ranks = set()
+    for m, U in enumerate(facs):
+        if m == skip and U is None:
+            out.append(None)
+            continue
+        U = check_matrix(U, f"{name}[{m}]", dtype)
+        if U.shape[0] != shape[m]:
+            raise ValueError(
+                f"{name}[{m}] has {U.shape[0]} rows but mode {m} of X has size {shape[m]}; expected a matrix of "
+                f"shape ({shape[m]}, R)"
+            )
+        ranks.add(int(U.shape[1]))
+        out.append(U)
+    if len(ranks) > 1:
+        raise ValueError(f"{name} have different numbers of columns {sorted(ranks)}; expected one rank R")
+    R = ranks.pop() if ranks else 0
+    if R == 0 and any(U is not None for U in out):
+        raise ValueError(f"{name} have 0 columns; expected a rank R >= 1")
+    return out, R

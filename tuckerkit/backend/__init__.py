@@ -9,7 +9,6 @@ from tuckerkit.backend._device import (
     memory_info,
     on_device,
     parse_device,
-    resolve_device,
     to_device,
     to_host,
 )
@@ -26,7 +25,6 @@ __all__ = [
     "memory_info",
     "on_device",
     "parse_device",
-    "resolve_device",
     "result_dtype",
     "to_device",
     "to_float_array",

@@ -260,50 +260,6 @@ def to_host(x: Any) -> Any:
     return x
 
 
-def resolve_device(X: Any, device: Any, name: str = "device") -> tuple[Any, Device, Device]:
-    """The input on the device the work runs on.
-
-    ``device=None`` computes where ``X`` lives (a cupy array stays on its GPU). A host input moves once to a
-    GPU device; a cupy input asked to run on the CPU moves once to the host. Sparse tensors move through
-    their ``_tk_to_device`` hook.
-
-    Parameters
-    ----------
-    X : array or sparse tensor
-    device : None, str or Device
-    name : str, default "device"
-        The parameter name used in error messages.
-
-    Returns
-    -------
-    tuple
-        ``(X_there, compute_device, input_device)``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from tuckerkit.backend import resolve_device
-    >>> X = np.ones((2, 3))
-    >>> Y, dev, home = resolve_device(X, "cpu")
-    >>> Y is X, str(dev), str(home)
-    (True, 'cpu', 'cpu')
-    """
-    home = device_of(X)
-    if device is None:
-        return X, home, home
-    dev = parse_device(device, name)
-    if dev.is_gpu:
-        get_cupy(dev, name, label=str(device))
-        if hasattr(X, "_tk_to_device"):
-            return X._tk_to_device(dev), dev, home
-        if not hasattr(X, "shape") or not hasattr(X, "dtype"):
-            X = np.asarray(X)
-        return to_device(X, dev), dev, home
-    if hasattr(X, "_tk_to_device"):
-        return X._tk_to_device(dev), dev, home
-    return to_host(X), dev, home
-
-
 def memory_info(device: Device | str = "cuda") -> dict[str, int]:
     """Free and total bytes of a GPU, plus what cupy's memory pool uses and holds.
 

@@ -16,55 +16,33 @@ from tuckerkit._validation import (
     check_max_iter,
     check_nonneg,
     check_random_state,
-    check_tensor,
 )
-from tuckerkit.decomposition._linalg import gram_eigh, sign_fix, spd_solve
+from tuckerkit.decomposition._entry import Call, decomposition_call
+from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
-from tuckerkit.decomposition._placement import _maybe_streamed, like, namespace_of, with_device
-from tuckerkit.decomposition._results import CPTensor, _sqnorm
-from tuckerkit.engine import mttkrp_sweep
-from tuckerkit.engine._dask import DaskTensor
-from tuckerkit.engine._slabs import SlabTensor
-from tuckerkit.engine._threads import with_single_threaded_blas
+from tuckerkit.decomposition._results import CPTensor
 
 logger = logging.getLogger(__name__)
 
 
-def _leading_sparse(X: Any, n: int, k: int, rng: np.random.Generator) -> Any:
-    """Leading left singular vectors of a sparse unfolding (ARPACK), or random when it cannot be formed."""
-    import scipy.sparse.linalg
+def _svd_init(call: Call, rank: int, rng: np.random.Generator) -> list[Any]:
+    """Leading left singular vectors of each unfolding (the operand's own route: a Gram without unfolding,
+    ARPACK on a sparse unfolding, a streamed Gram); random columns pad ranks beyond a mode's size.
 
-    A = X._tk_unfolding(n)
-    if k >= min(A.shape) or A.nnz == 0:
-        return rng.standard_normal((X.shape[n], k))
-    U, _, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=k, random_state=int(rng.integers(2**31)))
-    return U[:, ::-1]
-
-
-def _svd_init(X: Any, rank: int, rng: np.random.Generator) -> list[Any]:
-    """Leading left singular vectors of each unfolding (from the Gram, no unfolding; sparse tensors use
-    ARPACK on the sparse unfolding); random columns pad ranks beyond a mode's size."""
-    xp = namespace_of(X)
-    factors = []
-    for n in range(X.ndim):
+    ALS updates mode 0 first from the other factors alone, so its start is never read: it is left zero (no
+    work, and no Gram of the slab mode of an out-of-core tensor)."""
+    X = call.X
+    xp = X.xp
+    factors = [xp.zeros((X.shape[0], rank), dtype=X.dtype)]
+    for n in range(1, X.ndim):
         k = min(rank, X.shape[n])
-        if n == 0 and isinstance(X, SlabTensor):  # ALS updates mode 0 first: its start is never read
-            factors.append(rng.standard_normal((X.shape[0], rank)).astype(X.dtype))
-            continue
-        if hasattr(X, "_tk_mttkrp"):
-            V = like(X, _leading_sparse(X, n, k, rng), np.float64)
-        else:
-            _, V = gram_eigh(X, n, k)
-        U = sign_fix(xp.ascontiguousarray(V[:, :k]))
+        U, _ = X.leading_subspace(n, k, rng=rng, policy=call.policy)
         if rank > k:
-            U = xp.concatenate([U, like(X, rng.standard_normal((X.shape[n], rank - k)), U.dtype)], axis=1)
+            U = xp.concatenate([U, call.like(rng.standard_normal((X.shape[n], rank - k)), U.dtype)], axis=1)
         factors.append(xp.ascontiguousarray(U.astype(X.dtype, copy=False)))
     return factors
 
 
-
-@with_device
-@with_single_threaded_blas
 def cp_als(
     X: Any,
     rank: int,
@@ -129,14 +107,13 @@ def cp_als(
     >>> round(tk.cp_als(X, 2, random_state=0).fit, 6)
     1.0
     """
-    X = _maybe_streamed(X, memory_limit)
-    sparse = hasattr(X, "_tk_mttkrp")
-    streamed = isinstance(X, SlabTensor | DaskTensor)
-    if sparse:
-        if X.ndim < 2:
-            raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")
-    elif not streamed:
-        X = check_tensor(X)
+    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+        return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose))
+
+
+def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_state: Any, normalize: bool,
+            callback: Any, verbose: bool) -> CPTensor:
+    X, policy = call.X, call.policy
     rank = check_cp_rank(rank)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
@@ -148,18 +125,17 @@ def cp_als(
             raise ValueError(
                 f"init has shape {init.shape} and rank {init.rank}; expected shape {X.shape} and rank {rank}"
             )
-        factors = [like(X, U, X.dtype).copy() for U in init.factors]
-        factors[0] = factors[0] * like(X, init.weights, X.dtype)[None, :]
+        factors = [call.like(U).copy() for U in init.factors]
+        factors[0] = factors[0] * call.like(init.weights)[None, :]
     else:
         check_choice(init, "init", ("svd", "random"))
-        factors = _svd_init(X, rank, rng) if init == "svd" else [
-            like(X, rng.random((X.shape[n], rank)), X.dtype) for n in range(N)
+        factors = _svd_init(call, rank, rng) if init == "svd" else [
+            call.like(rng.random((X.shape[n], rank))) for n in range(N)
         ]
-    xp = namespace_of(X)
+    xp = X.xp
     weights = xp.ones(rank, dtype=X.dtype)
     grams = [U.T @ U for U in factors]
-    normX2 = X.norm() ** 2 if sparse or streamed else _sqnorm(X)
-    normX = math.sqrt(normX2)
+    normX = X.norm()
     mon = Monitor("cp_als", tol, max_iter, callback, verbose)
     it = 0
     last: dict[str, Any] = {}
@@ -180,25 +156,32 @@ def cp_als(
         grams[n] = factors[n].T @ factors[n]
         last["M"], last["n"] = M, n
 
-    plans: tuple = ()
+    sweep = None
     for it in range(1, max_iter + 1):
         if not normalize:
             weights = xp.ones(rank, dtype=X.dtype)
-        plans = mttkrp_sweep(X, factors, update)
-        # fit from the last MTTKRP: <X, X_hat> = sum_r w_r <M[:, r], U_n[:, r]>; ||X_hat||^2 = w^T (*G) w;
-        # combined on the device so that one scalar comes back per iteration
-        n = last["n"]
-        w64 = weights.astype(xp.float64)
-        inner = xp.sum(xp.sum(last["M"].astype(xp.float64) * factors[n], axis=0) * w64)
-        V = xp.ones((rank, rank))
-        for G in grams:
-            V = V * G
-        err = math.sqrt(max(float(normX2 - 2 * inner + w64 @ V @ w64), 0.0))
-        fit = 1.0 - err / normX if normX > 0 else 1.0
+        sweep = X.mttkrp_sweep(factors, update, policy=policy)
+        fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, grams)
         if mon.step(it, fit, factors):
             break
     mon.finish()
     if not normalize:
         weights = xp.ones(rank, dtype=X.dtype)
-    return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history), plans,
-                    passes_per_iteration=N if isinstance(X, DaskTensor) else min(N, 2))
+    return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
+                    sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
+
+
+def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any]) -> float:
+    """The fit from the last MTTKRP ``M`` of mode ``n`` and the Grams, in units of ``||X||`` (no square of the
+    data's scale): ``||X - X_hat||^2 = ||X||^2 - 2 <X, X_hat> + ||X_hat||^2`` with ``<X, X_hat> = sum_r w_r
+    <M[:, r], U_n[:, r]>`` and ``||X_hat||^2 = w^T (hadamard of the Grams) w``; combined on the device so
+    that one scalar comes back per iteration."""
+    if normX <= 0:
+        return 1.0
+    w = weights.astype(xp.float64) / normX
+    inner = xp.sum(xp.sum(M.astype(xp.float64) * U, axis=0) * w) / normX
+    V = xp.ones((w.shape[0], w.shape[0]))
+    for G in grams:
+        V = V * G
+    err2 = float(1.0 - 2 * inner + w @ V @ w)
+    return 1.0 - math.sqrt(max(err2, 0.0))

@@ -1,8 +1,8 @@
-"""Small dense linear algebra shared by the decompositions (factor updates, solves).
+"""Small dense linear algebra of the factor updates: the CP-ALS solve.
 
-On the CPU: LAPACK through scipy (``eigh`` of only the leading pairs, Cholesky). On a GPU the same small
-problems stay on the device (cuSOLVER through ``cupy.linalg``): an I_n x I_n ``eigh`` or an R x R solve is
-cheaper there than a round trip to the host, which would also synchronize once per factor.
+On the CPU: LAPACK through scipy (Cholesky, least squares when singular). On a GPU the same small problem
+stays on the device (cuSOLVER through ``cupy.linalg``): an R x R solve is cheaper there than a round trip to
+the host, which would also synchronize once per factor.
 """
 
 from __future__ import annotations
@@ -13,53 +13,6 @@ import numpy as np
 import scipy.linalg
 
 from tuckerkit.backend import array_namespace
-from tuckerkit.engine import gram
-
-
-def sign_fix(U: Any) -> Any:
-    """Flip column signs so the entry of largest magnitude in each column is positive (deterministic output)."""
-    xp = array_namespace(U)
-    idx = xp.argmax(xp.abs(U), axis=0)
-    signs = xp.sign(U[idx, xp.arange(U.shape[1])])
-    signs = xp.where(signs == 0, 1, signs).astype(U.dtype)
-    return U * signs[None, :]
-
-
-def gram_eigh(Y: Any, n: int, r: int | None = None) -> tuple[Any, Any]:
-    """Eigen-pairs of ``Y_(n) Y_(n)^T`` in decreasing order (all, or the leading ``r``)."""
-    G = gram(Y, n)
-    I_n = G.shape[0]
-    xp = array_namespace(G)
-    if xp is not np:  # cuSOLVER's syevd: all pairs (no subset routine), ascending
-        w, V = xp.linalg.eigh(G)
-        if r is not None and r < I_n:
-            w, V = w[I_n - r:], V[:, I_n - r:]
-    elif r is None or r >= I_n:
-        w, V = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False)
-    else:
-        w, V = scipy.linalg.eigh(G, subset_by_index=[I_n - r, I_n - 1], overwrite_a=True, check_finite=False)
-    return w[::-1], V[:, ::-1]
-
-
-def leading_left_singular(Y: Any, n: int, r: int) -> tuple[Any, str]:
-    """The ``r`` leading left singular vectors of the mode-``n`` unfolding of ``Y`` and the route used.
-
-    ``"gram_eigh"``: eigenvectors of the I_n x I_n Gram (formed without unfolding) when ``I_n <= P``
-    (P = entries per mode-n fiber's complement); ``"svd"``: a thin SVD of the (small) unfolding when P < I_n,
-    cost I_n P^2 instead of I_n^3.
-    """
-    I_n = Y.shape[n]
-    P = Y.size // I_n
-    if I_n <= P or r > P:
-        _, V = gram_eigh(Y, n, r)
-        return sign_fix(array_namespace(V).ascontiguousarray(V)), "gram_eigh"
-    xp = array_namespace(Y)
-    M = xp.moveaxis(Y, n, 0).reshape(I_n, P)
-    if xp is np:
-        U, _, _ = scipy.linalg.svd(M, full_matrices=False, check_finite=False)
-    else:
-        U, _, _ = xp.linalg.svd(M, full_matrices=False)
-    return sign_fix(xp.ascontiguousarray(U[:, :r])), "svd"
 
 
 def spd_solve(V: Any, M: Any) -> Any:

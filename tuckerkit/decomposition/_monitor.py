@@ -80,11 +80,13 @@ class Monitor:
             return True
         return False
 
-    def finish(self, stacklevel: int = 4) -> None:
-        """Warn when the loop ran out of iterations."""
+    def finish(self) -> None:
+        """Warn when the loop ran out of iterations (pointing at the caller's line, outside tuckerkit)."""
+        from tuckerkit.decomposition._entry import caller_stacklevel
+
         if not self.converged and not self.stopped:
             warnings.warn(
                 f"{self.name} reached max_iter={self.max_iter} before the fit changed by less than tol={self.tol}",
                 ConvergenceWarning,
-                stacklevel=stacklevel,
+                stacklevel=caller_stacklevel(),
             )

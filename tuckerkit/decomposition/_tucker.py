@@ -15,29 +15,33 @@ from tuckerkit._validation import (
     check_nonneg,
     check_random_state,
     check_ranks,
-    check_tensor,
     check_unit_interval,
 )
 from tuckerkit.backend import to_host
-from tuckerkit.decomposition._linalg import gram_eigh, leading_left_singular, sign_fix
+from tuckerkit.decomposition._entry import Call, decomposition_call
 from tuckerkit.decomposition._monitor import IterationState, Monitor
-from tuckerkit.decomposition._placement import _maybe_streamed, like, namespace_of, with_device
-from tuckerkit.decomposition._results import TuckerTensor, _sqnorm
-from tuckerkit.engine import multi_ttm, ttm, ttmc_sweep
-from tuckerkit.engine._dask import DaskTensor
-from tuckerkit.engine._slabs import SlabTensor
-from tuckerkit.engine._threads import with_single_threaded_blas
+from tuckerkit.decomposition._results import TuckerTensor
+from tuckerkit.engine import as_operand
+from tuckerkit.engine._operand import frobenius_norm
+from tuckerkit.engine._subspace import eigh_desc, sign_fix
 
 logger = logging.getLogger(__name__)
 
 
-def _fit(normX2: float, normG2: float) -> float:
-    return 1.0 - math.sqrt(max(normX2 - normG2, 0.0)) / math.sqrt(normX2) if normX2 > 0 else 1.0
+def _fit(normX: float, normG: float) -> float:
+    """``1 - ||X - X_hat|| / ||X||`` for orthonormal factors, from the norms alone: ``||X - X_hat||^2 =
+    ||X||^2 - ||G||^2``, in the ratio ``r = ||G|| / ||X||`` (no square of the data's scale is formed)."""
+    if normX <= 0:
+        return 1.0
+    r = normG / normX
+    return 1.0 - math.sqrt(max((1.0 - r) * (1.0 + r), 0.0))
 
 
+def _project_all(call: Call, Y: Any, factors: list[Any]) -> Any:
+    """The core ``Y x_n U_n^T`` over every mode."""
+    return Y.multi_ttm(dict(enumerate(factors)), transpose=True, policy=call.policy)
 
-@with_device
-@with_single_threaded_blas
+
 def hosvd(X: Any, ranks: Sequence[int] | int, *, device: Any = None) -> TuckerTensor:
     """Truncated higher-order SVD: each factor from the full tensor, then the core.
 
@@ -65,20 +69,17 @@ def hosvd(X: Any, ranks: Sequence[int] | int, *, device: Any = None) -> TuckerTe
     >>> core.shape, [U.shape for U in factors]
     ((2, 3, 4), [(6, 2), (7, 3), (8, 4)])
     """
-    X = check_tensor(X)
-    ranks = check_ranks(ranks, X.shape)
-    factors = []
-    for n in range(X.ndim):
-        U, _ = leading_left_singular(X, n, ranks[n])
-        factors.append(U.astype(X.dtype, copy=False))
-    core = multi_ttm(X, factors, transpose=True)
-    fit = _fit(_sqnorm(X), _sqnorm(core))
-    return TuckerTensor(core, tuple(factors), 0, True, (fit,), passes_per_iteration=X.ndim + 1)
+    with decomposition_call(X, device=device) as call:
+        X = call.X
+        ranks = check_ranks(ranks, X.shape)
+        rng = check_random_state(0)
+        factors = [X.leading_subspace(n, ranks[n], rng=rng, policy=call.policy)[0].astype(X.dtype, copy=False)
+                   for n in range(X.ndim)]
+        core = _project_all(call, X, factors)
+        fit = _fit(X.norm(), frobenius_norm(core))
+        return call.result(TuckerTensor(core, tuple(factors), 0, True, (fit,), passes_per_iteration=X.ndim + 1))
 
 
-
-@with_device
-@with_single_threaded_blas
 def st_hosvd(
     X: Any,
     ranks: Sequence[int] | int | None = None,
@@ -142,10 +143,12 @@ def st_hosvd(
     >>> tk.st_hosvd(X, tol=1e-6).ranks
     (2, 3, 2)
     """
-    X = _maybe_streamed(X, memory_limit)
-    streamed = isinstance(X, SlabTensor | DaskTensor)
-    if not streamed:
-        X = check_tensor(X)
+    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+        return call.result(_st_hosvd(call, ranks, tol, order, sketch, random_state))
+
+
+def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random_state: Any) -> TuckerTensor:
+    X = call.X
     if (ranks is None) == (tol is None):
         raise ValueError(
             "pass exactly one of ranks and tol; received "
@@ -162,10 +165,8 @@ def st_hosvd(
         else:
             seq = sorted(range(N), key=lambda n: -X.shape[n])
     else:
-        seq = [int(m) for m in order]
-        if sorted(seq) != list(range(N)):
-            raise ValueError(f"order={list(order)} is not a permutation of the modes 0..{N - 1}")
-    if streamed:
+        seq = _check_order(order, N)
+    if X.streamed:
         # the first step streams over the tensor: its Gram costs I_n x size, so take the shortest mode but 0
         # (the slab mode, whose Gram would need every pair of slabs); the last one among equals
         first = min(range(N - 1, 0, -1), key=lambda m: X.shape[m])
@@ -173,41 +174,59 @@ def st_hosvd(
     if sketch and rk is None:
         raise ValueError("sketch=True needs ranks; with tol the rank choice needs every eigenvalue")
     rng = check_random_state(0 if random_state is None else random_state)
-    normX2 = X.norm() ** 2 if streamed else _sqnorm(X)
-    budget = (tol_v**2) * normX2 / N if tol_v is not None else 0.0
+    normX = X.norm()
+    # squared norms in units of ||X||^2 (no square of the data's scale); the error of ST-HOSVD is exactly the
+    # energy each step discards, so the fit comes from the discarded eigenvalues, not a difference of norms
+    unit = normX * normX if normX > 0 else 1.0
+    budget = (tol_v**2) / N if tol_v is not None else 0.0
+    kept = 1.0 if normX > 0 else 0.0  # ||Y||^2 / ||X||^2 of the current (partially truncated) tensor
+    discarded = 0.0
     factors: list[Any] = [None] * N
     chosen = [0] * N
     Y = X
+    core: Any = None
     for i, n in enumerate(seq):
         if i == 0 and sketch and rk is not None:
-            U, Y = _sketched_step(X, n, rk[n], rng)
+            U, Yn = _sketched_step(call, X, n, rk[n], rng)
             factors[n], chosen[n] = U, rk[n]
+            new_kept = (frobenius_norm(Yn) / normX) ** 2 if normX > 0 else 0.0
+            discarded += max(kept - new_kept, 0.0)
+            kept = new_kept
+            core, Y = Yn, as_operand(Yn)
             continue
         if rk is not None:
-            w, V = gram_eigh(Y, n, rk[n])
             r = rk[n]
+            U, w = Y.leading_subspace(n, r, rng=rng, policy=call.policy)
+            w = np.asarray(to_host(w), dtype=np.float64) / unit
+            new_kept = float(np.sum(np.clip(w, 0.0, None)))
+            # a full rank discards nothing: no difference of nearly equal norms
+            discarded += 0.0 if r >= Y.shape[n] else max(kept - new_kept, 0.0)
+            kept = kept if r >= Y.shape[n] else new_kept
         else:
-            w, V = gram_eigh(Y, n)
-            w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None)  # the rank choice: on the host
+            w, V = eigh_desc(Y.gram(n, policy=call.policy))
+            w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None) / unit  # the rank choice: on the host
             tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
-            r = int(np.argmax(tail <= budget))
-            r = max(r, 1)
-        U = sign_fix(namespace_of(X).ascontiguousarray(V[:, :r])).astype(X.dtype, copy=False)
+            r = max(int(np.argmax(tail <= budget)), 1)
+            U = sign_fix(Y.xp.ascontiguousarray(V[:, :r]))
+            discarded += float(tail[r])
+            kept = float(np.sum(w[:r]))
+        U = U.astype(X.dtype, copy=False)
         factors[n] = U
         chosen[n] = r
-        Y = ttm(Y, U, n, transpose=True)
-    fit = _fit(normX2, _sqnorm(Y))
+        core = Y.ttm(U, n, transpose=True, policy=call.policy)
+        Y = as_operand(core)
+    fit = 1.0 - math.sqrt(min(max(discarded, 0.0), 1.0)) if normX > 0 else 1.0
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
-    return TuckerTensor(Y, tuple(factors), 0, True, (fit,), passes_per_iteration=1)
+    return TuckerTensor(core, tuple(factors), 0, True, (fit,), passes_per_iteration=1)
 
 
-def _sketch_fits(X: Any, ranks: Sequence[int]) -> bool:
-    """Whether the first streamed mode's oversampled projection fits a SlabTensor's memory limit."""
-    if not isinstance(X, SlabTensor):
-        return True
-    n = min(range(X.ndim - 1, 0, -1), key=lambda m: X.shape[m])
-    need = math.prod(X.shape) // X.shape[n] * min(X.shape[n], ranks[n] + 10) * X.dtype.itemsize
-    return need <= X.memory_limit
+def _check_order(order: Any, N: int) -> list[int]:
+    from tuckerkit._validation import check_matrices, check_mode
+
+    seq = [check_mode(m, N, "order") for m in check_matrices(order, "order")]
+    if sorted(seq) != list(range(N)):
+        raise ValueError(f"order={seq} is not a permutation of the modes 0..{N - 1}")
+    return seq
 
 
 def _sketch_sizes(sizes: list[int], k: int) -> list[int]:
@@ -219,22 +238,21 @@ def _sketch_sizes(sizes: list[int], k: int) -> list[int]:
     return ks
 
 
-def _sketched_step(X: Any, n: int, r: int, rng: np.random.Generator) -> tuple[Any, Any]:
+def _sketched_step(call: Call, X: Any, n: int, r: int, rng: np.random.Generator) -> tuple[Any, Any]:
     """The mode-``n`` factor by a randomized range finder, and ``X x_n U^T``: two passes over ``X``."""
-    xp = namespace_of(X)
+    xp = X.xp
     others = [m for m in range(X.ndim) if m != n]
     k = min(X.shape[n], r + 10)
     ks = _sketch_sizes([X.shape[m] for m in others], k)
-    omegas = {m: like(X, rng.standard_normal((X.shape[m], km)), X.dtype) for m, km in zip(others, ks, strict=True)}
-    Z = X._tk_project(omegas) if hasattr(X, "_tk_project") else multi_ttm(
-        X, list(omegas.values()), modes=others, transpose=True)
+    omegas = {m: call.like(rng.standard_normal((X.shape[m], km))) for m, km in zip(others, ks, strict=True)}
+    Z = X.multi_ttm(omegas, transpose=True, policy=call.policy)
     Zn = xp.moveaxis(Z, n, 0).reshape(X.shape[n], -1)
     Q, _ = xp.linalg.qr(Zn.astype(xp.float64))
     Q = xp.ascontiguousarray(Q[:, :k].astype(X.dtype))
-    B = X._tk_project({n: Q}) if hasattr(X, "_tk_project") else ttm(X, Q, n, transpose=True)
-    _, V = gram_eigh(B, n, r)  # the exact leading subspace of the (small) projection
+    B = as_operand(X.ttm(Q, n, transpose=True, policy=call.policy))
+    V, _ = B.leading_subspace(n, r, policy=call.policy)  # the exact leading subspace of the (small) projection
     U = sign_fix(Q @ xp.ascontiguousarray(V)).astype(X.dtype, copy=False)
-    return U, ttm(B, xp.ascontiguousarray(Q.T @ U), n, transpose=True)  # X x_n U^T = B x_n (Q^T U)^T
+    return U, B.ttm(xp.ascontiguousarray(Q.T @ U), n, transpose=True, policy=call.policy)  # X x_n U^T
 
 
 def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:
@@ -242,19 +260,6 @@ def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:
     return Q.astype(dtype)
 
 
-def _leading_factor(X: Any, n: int, r: int, rng: np.random.Generator) -> Any:
-    """HOSVD factor of mode ``n``: the Gram's eigenvectors (dense) or ARPACK on the sparse unfolding."""
-    if not hasattr(X, "_tk_unfolding"):
-        U, _ = leading_left_singular(X, n, r)
-        return U.astype(X.dtype, copy=False)
-    from tuckerkit.decomposition._cp import _leading_sparse
-
-    Q, _ = np.linalg.qr(_leading_sparse(X, n, r, rng))  # orthonormal also when ARPACK could not run
-    return sign_fix(np.ascontiguousarray(Q)).astype(X.dtype, copy=False)
-
-
-@with_device
-@with_single_threaded_blas
 def hooi(
     X: Any,
     ranks: Sequence[int] | int,
@@ -328,16 +333,13 @@ def hooi(
     >>> T.converged, round(T.fit, 6)
     (True, 1.0)
     """
-    X = _maybe_streamed(X, memory_limit)
-    sparse = hasattr(X, "_tk_ttmc")
-    streamed = isinstance(X, SlabTensor | DaskTensor)
-    if hasattr(X, "xp") and not sparse:
-        raise ValueError("sparse HOOI runs on the CPU; pass device='cpu' (sparse CP-ALS runs on a GPU)")
-    if sparse:
-        if X.ndim < 2:
-            raise ValueError(f"X must be a tensor with at least 2 dimensions; received {X.ndim}")
-    elif not streamed:
-        X = check_tensor(X)
+    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+        return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose))
+
+
+def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_state: Any, callback: Any,
+          verbose: bool) -> TuckerTensor:
+    X, policy = call.X, call.policy
     ranks = check_ranks(ranks, X.shape)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
@@ -349,35 +351,37 @@ def hooi(
             raise ValueError(
                 f"init has shape {init.shape} and ranks {init.ranks}; expected shape {X.shape} and ranks {ranks}"
             )
-        factors = [like(X, U, X.dtype) for U in init.factors]
-    elif (init == "st_hosvd" and not sparse) or (init == "hosvd" and streamed):
-        # streamed: the first step by a sketch when its projection fits (two cheap passes, see st_hosvd)
-        sk = streamed and _sketch_fits(X, ranks)
-        factors = [like(X, U, X.dtype) for U in st_hosvd(X, ranks, sketch=sk, random_state=random_state).factors]
-    elif init in ("hosvd", "st_hosvd"):  # a sparse tensor: each mode from its sparse unfolding (ARPACK)
-        factors = [_leading_factor(X, n, ranks[n], rng) for n in range(N)]
-    elif init == "random":
-        factors = [like(X, _random_orthonormal(rng, X.shape[n], ranks[n], X.dtype), X.dtype) for n in range(N)]
+        factors = [call.like(U) for U in init.factors]
+    elif isinstance(init, str) and init in ("st_hosvd", "hosvd", "random"):
+        how = X.preferred_init(ranks) if init == "st_hosvd" else init
+        if how == "hosvd":
+            factors = [X.leading_subspace(n, ranks[n], rng=rng, policy=policy)[0].astype(X.dtype, copy=False)
+                       for n in range(N)]
+        elif how == "random":
+            factors = [call.like(_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype)) for n in range(N)]
+        else:
+            sketch = how == "st_hosvd_sketch"
+            factors = list(_st_hosvd(call, ranks, None, "auto", sketch, random_state).factors)
     else:
         raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'hosvd', 'random' or a TuckerTensor")
-    normX2 = X.norm() ** 2 if sparse or streamed else _sqnorm(X)
+    normX = X.norm()
     mon = Monitor("hooi", tol, max_iter, callback, verbose)
     core = None
-    plans: tuple = ()
+    sweep = None
     it = 0
     for it in range(1, max_iter + 1):
         last: dict[str, Any] = {}
 
         def update(n: int, Y: Any, last=last) -> None:
-            U, _ = leading_left_singular(Y, n, ranks[n])
+            U, _ = as_operand(Y).leading_subspace(n, ranks[n], policy=policy)
             factors[n] = U.astype(X.dtype, copy=False)
             last["n"], last["Y"] = n, Y
 
-        plans = ttmc_sweep(X, factors, update)
-        core = ttm(last["Y"], factors[last["n"]], last["n"], transpose=True)
-        fit = _fit(normX2, _sqnorm(core))
+        sweep = X.ttmc_sweep(factors, update, policy=policy)
+        core = as_operand(last["Y"]).ttm(factors[last["n"]], last["n"], transpose=True, policy=policy)
+        fit = _fit(normX, frobenius_norm(core))
         if mon.step(it, fit, factors):
             break
     mon.finish()
-    return TuckerTensor(core, tuple(factors), it, mon.converged, tuple(mon.history), tuple(plans),
-                        passes_per_iteration=N if sparse else 2 if streamed else min(N, 2))
+    return TuckerTensor(core, tuple(factors), it, mon.converged, tuple(mon.history),
+                        sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)

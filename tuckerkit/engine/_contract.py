@@ -12,16 +12,26 @@ from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import ContractionPlan, KernelKind, build_plan
+from tuckerkit.engine._policy import (
+    MIN_PARALLEL_FLOPS,
+    PIN_FLOPS,
+    ExecutionPolicy,
+    blas_pinned,
+    parallel_for,
+    resolve_policy,
+    split_points,
+)
 from tuckerkit.engine._spec import parse_spec
-from tuckerkit.engine._threads import run_matmul
 
 _LAYOUTS = ("auto", "C", "F")
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(spec, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, out_strides, out_layout):
+def _cached_plan(spec, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, out_strides, out_layout,
+                 policy: ExecutionPolicy):
     parsed = parse_spec(spec, len(a_shape), len(b_shape))
-    return build_plan(parsed, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, out_strides, out_layout)
+    return build_plan(parsed, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, out_strides, out_layout,
+                      policy)
 
 
 def _as_operand(x: Any, name: str, xp, dtype) -> Any:
@@ -61,7 +71,7 @@ def _elem_strides(x) -> tuple[int, ...]:
 
 
 def plan_contraction(
-    spec: str, A: Any, B: Any, *, out: Any = None, out_layout: str = "auto"
+    spec: str, A: Any, B: Any, *, out: Any = None, out_layout: str = "auto", policy: ExecutionPolicy | None = None
 ) -> ContractionPlan:
     """Plan the pairwise contraction ``spec`` of ``A`` and ``B`` without running it.
 
@@ -77,11 +87,14 @@ def plan_contraction(
         Memory layout of a freshly allocated output: ``"C"`` or ``"F"`` order in the output subscripts,
         or ``"auto"``: C order unless another layout is more than 10 % faster (then the result is a
         permuted view, as ``numpy.einsum`` returns).
+    policy : ExecutionPolicy, optional
+        The workers the plan runs on (default: :func:`default_policy`); the result does not depend on it.
 
     Returns
     -------
     ContractionPlan
-        Frozen and reusable on arrays of the same shapes, strides and dtype.
+        Frozen and callable (``plan(A, B)``) on arrays of the same shapes, strides and dtype; ``contract``
+        with ``plan=`` checks the spec too.
 
     Examples
     --------
@@ -94,7 +107,7 @@ def plan_contraction(
     xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
     plan = _cached_plan(
         spec, tuple(A.shape), _elem_strides(A), tuple(B.shape), _elem_strides(B), str(dtype), dtype.itemsize,
-        out_strides, out_layout,
+        out_strides, out_layout, resolve_policy(policy),
     )
     return plan if xp is np else _on_gpu(plan)
 
@@ -103,6 +116,14 @@ def plan_contraction(
 def _on_gpu(plan: ContractionPlan) -> ContractionPlan:
     """The same plan for cupy operands: issued as cuBLAS strided-batched calls, no CPU thread split."""
     return dataclasses.replace(plan, device="cuda", parallel=False)
+
+
+def _check_spec(plan: ContractionPlan, spec: str, A, B) -> None:
+    """A plan runs only the contraction it was made for (a plan of ``ik,kj->ij`` is not one of ``ki,kj->ij``,
+    even on square operands)."""
+    asked = str(parse_spec(spec, len(A.shape), len(B.shape)))
+    if asked != plan.spec:
+        raise ValueError(f"plan was made for spec {plan.spec!r}; received spec {asked!r} (make a plan for it)")
 
 
 def _check_reuse(plan: ContractionPlan, spec: str, A, B, out, out_strides, dtype) -> None:
@@ -168,6 +189,50 @@ def operand_views(plan: ContractionPlan, A, B, out, xp=np):
     return av, bv, _view(ck.transpose(lc.perm), lc.view_shape), None
 
 
+def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
+    """``cv[...] = av @ bv`` on ``(*batch, m, k) @ (*batch, k, n)`` views, BLAS held to one thread.
+
+    A product of at least MIN_PARALLEL_FLOPS is cut into pieces by the sizes alone (:func:`split_points`):
+    a batch over its largest mode, a single GEMM over its rows or its columns (whichever re-reads less of the
+    other operand). Each piece writes its own part of ``cv``, so the bits do not depend on the workers.
+    """
+    if flops < PIN_FLOPS:  # OpenBLAS runs such a product on one thread whatever its setting
+        np.matmul(av, bv, out=cv)
+        return
+    with blas_pinned():
+        if flops < MIN_PARALLEL_FLOPS:
+            np.matmul(av, bv, out=cv)
+            return
+        batch_axes = [i for i in range(cv.ndim - 2) if cv.shape[i] >= 2]
+        if batch_axes:
+            axis = max(batch_axes, key=lambda i: cv.shape[i])
+        else:  # one GEMM: cut the output's rows (re-reading B per piece) or its columns (re-reading A)
+            m, k = av.shape[-2:]
+            n = bv.shape[-1]
+            axis = cv.ndim - 2 if k * n <= m * k else cv.ndim - 1
+        bounds = split_points(cv.shape[axis], flops)
+        if len(bounds) <= 2:
+            np.matmul(av, bv, out=cv)
+            return
+        nd = cv.ndim
+
+        def cut(x, lo: int, hi: int, ax: int):
+            if x.shape[ax] == 1 and ax < nd - 2:  # a broadcast batch axis
+                return x
+            return x[(slice(None),) * ax + (slice(lo, hi),)]
+
+        a_ax = axis if axis < nd - 2 else (nd - 2 if axis == nd - 2 else None)
+        b_ax = axis if axis < nd - 2 else (nd - 1 if axis == nd - 1 else None)
+
+        def work(i: int, _: Any) -> None:
+            lo, hi = bounds[i], bounds[i + 1]
+            a = av if a_ax is None else cut(av, lo, hi, a_ax)
+            b = bv if b_ax is None else cut(bv, lo, hi, b_ax)
+            np.matmul(a, b, out=cut(cv, lo, hi, axis))
+
+        parallel_for(work, len(bounds) - 1, policy)
+
+
 def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     """Run ``plan`` on ``A`` and ``B`` (already validated), writing into ``out`` when given."""
     if xp is None:
@@ -177,15 +242,35 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     if plan.kind == KernelKind.EMPTY:
         out[...] = 0
         return out
+    av, bv, cv, target = operand_views(plan, A, B, out, xp)
     if xp is np:
-        av, bv, cv, target = operand_views(plan, A, B, out, xp)
-        run_matmul(np.matmul, av, bv, cv, plan.flops)
+        cpu_matmul(av, bv, cv, plan.flops, plan.policy)
     else:  # cupy: cuBLAS strided-batched GEMM on the same views
-        av, bv, cv, target = operand_views(plan, A, B, out, xp)
         gpu_matmul(xp, av, bv, cv)
     if target is not None:
         target[...] = cv.reshape(target.shape)
     return out
+
+
+def run_bound_plan(plan: ContractionPlan, A: Any, B: Any, out: Any = None) -> Any:
+    """``plan(A, B, out)``: the operands must be arrays of exactly the shapes, strides and dtype of the plan."""
+    xp = array_namespace(A, B, out)
+    for name, x in (("A", A), ("B", B)):
+        if not hasattr(x, "dtype") or not hasattr(x, "strides"):
+            raise TypeError(f"{name} must be a numpy or cupy array for a plan call; received {type(x).__name__}")
+        if str(x.dtype) != plan.dtype:
+            raise ValueError(f"plan was made for dtype {plan.dtype}; received {name} of dtype {x.dtype}")
+    out_strides = None
+    if out is not None:
+        if str(out.dtype) != plan.dtype:
+            raise ValueError(f"plan was made for dtype {plan.dtype}; received out of dtype {out.dtype}")
+        out_strides = _elem_strides(out)
+        if tuple(out.shape) != plan.shapes[2]:
+            raise ValueError(f"out has shape {tuple(out.shape)}; expected {plan.shapes[2]} for spec {plan.spec!r}")
+    _check_reuse(plan, plan.spec, A, B, out, out_strides, np.dtype(plan.dtype))
+    if (plan.device == "cuda") != (xp is not np):
+        raise ValueError(f"plan was made for device {plan.device!r}; received arrays of the other kind")
+    return execute(plan, A, B, out, xp)
 
 
 @device_op
@@ -197,6 +282,7 @@ def contract(
     out: Any = None,
     plan: ContractionPlan | None = None,
     out_layout: str = "auto",
+    policy: ExecutionPolicy | None = None,
     device: Any = None,
 ) -> Any:
     """Contract two tensors without transposing them: ``C = einsum(spec, A, B)`` on GEMM views.
@@ -210,9 +296,12 @@ def contract(
     out : array, optional
         Array to write the result into (same memory is returned).
     plan : ContractionPlan, optional
-        A plan from :func:`plan_contraction` for arrays of the same shapes, strides and dtype.
+        A plan from :func:`plan_contraction` for the same spec and arrays of the same shapes, strides and
+        dtype (anything else raises a one-line ``ValueError``).
     out_layout : {"auto", "C", "F"}, default "auto"
         Layout of a freshly allocated output (see :func:`plan_contraction`).
+    policy : ExecutionPolicy, optional
+        The workers a new plan runs on (default: :func:`default_policy`); a given ``plan`` carries its own.
 
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
@@ -236,11 +325,14 @@ def contract(
     if plan is None:
         plan = _cached_plan(
             spec, tuple(A.shape), _elem_strides(A), tuple(B.shape), _elem_strides(B), str(dtype),
-            dtype.itemsize, out_strides, out_layout,
+            dtype.itemsize, out_strides, out_layout, resolve_policy(policy),
         )
         if xp is not np:
             plan = _on_gpu(plan)
     else:
+        if not isinstance(plan, ContractionPlan):
+            raise TypeError(f"plan must be a ContractionPlan from plan_contraction; received {type(plan).__name__}")
+        _check_spec(plan, spec, A, B)
         _check_reuse(plan, spec, A, B, out, out_strides, dtype)
     if out is not None and tuple(out.shape) != plan.shapes[2]:
         raise ValueError(f"out has shape {tuple(out.shape)}; expected {plan.shapes[2]} for spec {spec!r}")

@@ -1,6 +1,7 @@
 """Distributed tensors: a ``dask.array.Array`` decomposed on whatever Dask scheduler is active.
 
-:class:`DaskTensor` gives the engine's dispatch hooks (norm, Gram, TTM, HOOI's projections) a Dask graph:
+:class:`DaskTensor` is an :class:`~tuckerkit.engine.Operand` whose norm, Grams, projections, MTTKRPs and sweeps
+are Dask graphs:
 contractions of the chunked tensor with the (small, broadcast) factor matrices are chunk-local products
 summed by Dask's tree reductions, and only the projected tensors, which are small, come back to the
 caller. The chunks never leave the workers. ``dask`` is imported only when a Dask array is given.
@@ -9,10 +10,18 @@ caller. The chunks never leave the workers. ``dask`` is imported only when a Das
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from tuckerkit.engine._operand import OperandBase, combine_scaled, sqnorm_scaled
+from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
+from tuckerkit.engine._subspace import eigh_desc, sign_fix
+from tuckerkit.engine._sweeps import Sweep, ttmc_tree
+
+#: one worker per Dask task: Dask runs the tasks side by side
+_SERIAL = ExecutionPolicy(workers=1)
 
 
 def is_dask_array(X: Any) -> bool:
@@ -34,7 +43,7 @@ def _project(da: Any, X: Any, mats: dict[int, Any]) -> Any:
     rows of the factors that meet it; the partial products of chunks that differ only in contracted modes
     are summed by Dask's tree reduction. Nothing but the chunk and the small factors meets in a task.
     """
-    from tuckerkit.engine._ops import multi_ttm
+    from tuckerkit.engine._ttm import dense_multi_ttm
 
     N = X.ndim
     modes = sorted(mats)
@@ -47,7 +56,7 @@ def _project(da: Any, X: Any, mats: dict[int, Any]) -> Any:
     n_keep = N - len(modes)
 
     def block(x: np.ndarray, *us: np.ndarray) -> np.ndarray:
-        y = multi_ttm(x, list(us), modes=modes, transpose=True)
+        y = dense_multi_ttm(x, dict(zip(modes, us, strict=True)), True, None, _SERIAL)
         y = np.moveaxis(y, modes, range(N - len(modes), N))  # ranks last, in mode order
         return np.expand_dims(y, tuple(modes))  # a unit axis where each contracted mode was
 
@@ -60,7 +69,7 @@ def _project(da: Any, X: Any, mats: dict[int, Any]) -> Any:
 def _gram(da: Any, X: Any, mode: int) -> Any:
     """``X_(n) X_(n)^T``: each chunk's Gram by tuckerkit's engine, summed by a tree reduction (mode ``n`` in
     one chunk); Dask's ``tensordot`` when mode ``n`` is split across chunks (the Gram then pairs chunks)."""
-    from tuckerkit.engine._ops import gram
+    from tuckerkit.engine._gram import dense_gram
 
     N = X.ndim
     if len(X.chunks[mode]) > 1:
@@ -70,7 +79,7 @@ def _gram(da: Any, X: Any, mode: int) -> Any:
     out = "yz"
 
     def block(x: np.ndarray) -> np.ndarray:
-        return gram(x, mode).reshape((1,) * (N - 1) + x.shape[mode:mode + 1] * 2)
+        return dense_gram(x, mode, None, _SERIAL).reshape((1,) * (N - 1) + x.shape[mode:mode + 1] * 2)
 
     others = [m for m in range(N) if m != mode]
     P = da.blockwise(block, "".join(idx[m] for m in others) + out, X, idx,
@@ -79,7 +88,7 @@ def _gram(da: Any, X: Any, mode: int) -> Any:
     return P.sum(axis=tuple(range(N - 1)))
 
 
-class DaskTensor:
+class DaskTensor(OperandBase):
     """A dense tensor held as a ``dask.array.Array``; computations run on the active Dask scheduler.
 
     Parameters
@@ -107,71 +116,97 @@ class DaskTensor:
         self.dtype = dt if dt in (np.float32, np.float64) else np.dtype(np.float64)
         self.data = data.astype(self.dtype) if dt != self.dtype else data
         self.shape = tuple(int(s) for s in data.shape)
+        self.closer: Callable[[], None] | None = None  # closes a Dask client this tensor's opener started
+
+    def close(self) -> None:
+        """Close the Dask client (and cluster) :func:`tuckerkit.io.open_tensor` started for this tensor."""
+        if self.closer is not None:
+            self.closer()
+            self.closer = None
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    def streamed(self) -> bool:
+        return True
 
     def __repr__(self) -> str:
         return f"DaskTensor(shape={self.shape}, dtype={self.dtype}, chunks={self.data.chunksize})"
 
     def norm(self) -> float:
-        """Frobenius norm (float64 accumulation on the workers); NaN or Inf gives a clear error."""
+        """Frobenius norm in one distributed pass: each chunk's scaled sum of squares (float64, see
+        :func:`~tuckerkit.engine._operand.sqnorm_scaled`), combined in chunk order here; NaN or Inf gives a
+        clear error."""
         import dask.array as da
 
-        total = float(da.sum(da.square(self.data.astype(np.float64))).compute())
+        N = self.ndim
+
+        def block(x: np.ndarray) -> np.ndarray:
+            return np.array(sqnorm_scaled(np.asarray(x))).reshape((1,) * N + (2,))
+
+        chunks = (*((1,) * len(c) for c in self.data.chunks), (2,))
+        parts = da.map_blocks(block, self.data, new_axis=N, chunks=chunks, dtype=np.float64).compute()
+        acc = (1.0, 0.0)
+        for s, q in parts.reshape(-1, 2):
+            acc = combine_scaled(acc, (float(s), float(q)))
+        total = acc[0] * math.sqrt(acc[1])
         if not math.isfinite(total):
             raise ValueError("X contains NaN or infinite value(s); remove or impute them first")
-        return math.sqrt(total)
+        return total
 
-    def _tk_gram(self, mode: int) -> np.ndarray:
+    def gram(self, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> np.ndarray:
         import dask.array as da
 
+        self._dense_only("plan=", plan)
         return np.asarray(_gram(da, self.data, mode).compute())
 
-    def _tk_ttm(self, U: Any, mode: int) -> np.ndarray:
-        return self._tk_project({mode: U})
-
-    def _tk_project(self, mats: dict[int, Any]) -> np.ndarray:
-        """``X x_m U_m^T`` for every ``m`` in ``mats``, as one Dask graph."""
+    def multi_ttm(self, mats: Mapping[int, Any], *, transpose: bool = False, plan: Any = None,
+                  policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """``X x_m U_m`` (transposed) for every ``m`` in ``mats``, as one Dask graph."""
         import dask.array as da
 
-        return np.asarray(_project(da, self.data, {m: np.asarray(U, dtype=self.dtype) for m, U in mats.items()})
-                          .compute())
+        self._dense_only("plan=", plan)
+        mats_t = {m: np.ascontiguousarray(U if transpose else U.T, dtype=self.dtype) for m, U in mats.items()}
+        return np.asarray(_project(da, self.data, mats_t).compute())
 
-    def _tk_ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
+    def mttkrp(self, factors: Sequence[Any], mode: int, *, plan: Any = None,
+               policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """One mode's MTTKRP: chunk-local products with the broadcast factors, summed by a tree reduction."""
+        import dask.array as da
+
+        self._dense_only("plan=", plan)
+        N = self.ndim
+        letters = "abcdefghijklmnopqrstuvwxyz"[:N]
+        others = [m for m in range(N) if m != mode]
+        spec = f"{letters}," + ",".join(f"{letters[m]}z" for m in others) + f"->{letters[mode]}z"
+        mats = [da.from_array(np.asarray(factors[m], dtype=self.dtype), chunks=(self.data.chunks[m], -1))
+                for m in others]
+        return np.asarray(da.einsum(spec, self.data, *mats, optimize=True).compute())
+
+    def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
+                         policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
+        w, V = eigh_desc(self.gram(mode), rank)
+        return sign_fix(np.ascontiguousarray(V)), w
+
+    def preferred_init(self, ranks: Sequence[int]) -> str:
+        return "st_hosvd_sketch"
+
+    def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
+                   policy: ExecutionPolicy | None = None) -> Sweep:
         """HOOI's projections in two distributed passes (the dimension tree's top split); the rest of the
         tree runs in memory on the projected tensors."""
-        import dask.array as da
-
-        from tuckerkit.engine._ops import _ttmc_tree
-
+        pol = resolve_policy(policy)
         N = self.ndim
         half = (N + 1) // 2
         first, second = list(range(half)), list(range(half, N))
         plans: list[Any] = []
         for part, rest in ((first, second), (second, first)):
-            mats = {m: np.asarray(factors[m], dtype=self.dtype) for m in rest}
-            Y = np.ascontiguousarray(_project(da, self.data, mats).compute())
-            _ttmc_tree(Y, part, factors, update, plans)
-        return tuple(plans)
+            Y = np.ascontiguousarray(self.multi_ttm({m: factors[m] for m in rest}, transpose=True))
+            ttmc_tree(Y, part, factors, update, plans, pol)
+        return Sweep(tuple(plans), 2)
 
-    def _tk_mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
+    def mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
+                     policy: ExecutionPolicy | None = None) -> Sweep:
         """CP-ALS's MTTKRPs, one distributed pass per mode (Gauss-Seidel order: each uses the factors updated
-        before it): chunk-local products with the broadcast factors, summed by Dask's tree reduction."""
-        import dask.array as da
-
-        N = self.ndim
-        letters = "abcdefghijklmnopqrstuvwxyz"[:N]
-        for n in range(N):
-            others = [m for m in range(N) if m != n]
-            spec = f"{letters}," + ",".join(f"{letters[m]}z" for m in others) + f"->{letters[n]}z"
-            mats = [da.from_array(np.asarray(factors[m], dtype=self.dtype), chunks=(self.data.chunks[m], -1))
-                    for m in others]
-            M = da.einsum(spec, self.data, *mats, optimize=True)
-            update(n, np.asarray(M.compute()))
-        return ()
+        before it)."""
+        for n in range(self.ndim):
+            update(n, self.mttkrp(factors, n))
+        return Sweep((), self.ndim)

@@ -5,21 +5,18 @@ it as stored ("N": ``sr == 1``, leading dimension ``sc``) or as its transpose ("
 dimension ``sr``) -- the seed paper's rule that a GEMM operand needs one unit stride. C = A B is issued
 as is when C can be read column-major, else as ``C^T = B^T A^T``. One batch mode with a constant stride
 becomes the call's batch; further batch modes are looped over (nested batching). A view that no call can
-read (no unit stride, a complex dtype) goes to ``cupy.matmul``, which copies; :data:`GPU_STATS` counts
-both routes so tests and plans can show that no copy happened.
+read (no unit stride, a complex dtype) goes to ``cupy.matmul``, which copies (the tests count its calls).
 """
 
 from __future__ import annotations
 
 import importlib
 import itertools
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-GPU_STATS: Counter = Counter()
 _INT32 = 2**31 - 1
 
 
@@ -107,7 +104,6 @@ def gpu_matmul(cupy: Any, av: Any, bv: Any, cv: Any) -> None:
     dt = np.dtype(cv.dtype)
     nb = cv.ndim - 2
     if dt not in (np.float32, np.float64) or av.dtype != dt or bv.dtype != dt or cv.size == 0:
-        GPU_STATS["matmul_fallback"] += 1
         cupy.matmul(av, bv, out=cv)
         return
     outer = cv.shape[: max(nb - 1, 0)]
@@ -115,7 +111,6 @@ def gpu_matmul(cupy: Any, av: Any, bv: Any, cv: Any) -> None:
     call = gemm_call(av.shape[inner], _strides(av)[inner], bv.shape[inner], _strides(bv)[inner],
                      cv.shape[inner], _strides(cv)[inner])
     if call is None:
-        GPU_STATS["matmul_fallback"] += 1
         cupy.matmul(av, bv, out=cv)
         return
     lib = _cublas(cupy)
@@ -128,4 +123,3 @@ def gpu_matmul(cupy: Any, av: Any, bv: Any, cv: Any) -> None:
         fn(handle, call.transa, call.transb, call.m, call.n, call.k, one.ctypes.data, first.data.ptr, call.lda,
            call.stride_a, second.data.ptr, call.ldb, call.stride_b, zero.ctypes.data, c.data.ptr, call.ldc,
            call.stride_c, call.batch)
-        GPU_STATS["gemm_strided_batched"] += 1

@@ -28,8 +28,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuckerkit.engine._policy import MIN_PARALLEL_FLOPS, ExecutionPolicy
 from tuckerkit.engine._spec import Spec
-from tuckerkit.engine._threads import MIN_PARALLEL_FLOPS
+
+_SERIAL = ExecutionPolicy(workers=1)
 
 # --- cost model constants (seconds); tuned on a 2-core Zen 4 with OpenBLAS, only their ratios matter ------
 _GEMM_PEAK = 60e9  # flop/s of a large GEMM
@@ -148,8 +150,8 @@ class ContractionPlan:
     copies : int
         Elements copied (0 for every non-exceptional case).
     parallel : bool
-        On the CPU the product is large enough to run on several threads: a batch is split over threads
-        (single-threaded GEMMs), a single GEMM uses BLAS's threads (see ``tuckerkit.engine._threads``).
+        On the CPU the product is large enough to be cut into pieces run on the policy's workers (a batch
+        split over its largest mode, a single GEMM over its rows or columns; see ``tuckerkit.engine._policy``).
     shapes, strides : tuple
         The operand shapes and element strides the plan was made for (A, B, out).
     dtype : str
@@ -160,6 +162,11 @@ class ContractionPlan:
         The cost model's time estimate.
     device : str
         ``"cpu"``, or ``"cuda"`` for a plan of cupy operands (run as cuBLAS strided-batched calls).
+    policy : ExecutionPolicy
+        The workers the plan runs on (the result does not depend on them).
+
+    A plan is callable: ``plan(A, B, out=None)`` runs it on operands of exactly the shapes, strides and dtype
+    it was made for, and raises a one-line ``ValueError`` for anything else.
 
     Examples
     --------
@@ -172,6 +179,8 @@ class ContractionPlan:
     >>> plan.notation()
     'C_{m[n]p} = A_{mk} B_{[n]kp}'
     >>> contract("mk,nkp->mnp", A, B, plan=plan).shape
+    (3, 5, 6)
+    >>> plan(A, B).shape
     (3, 5, 6)
     """
 
@@ -203,6 +212,7 @@ class ContractionPlan:
     est_seconds: float
     parallel: bool = False
     device: str = "cpu"
+    policy: ExecutionPolicy = _SERIAL
     _a: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _b: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _c: _OperandLayout | None = field(default=None, repr=False, compare=False)
@@ -211,6 +221,12 @@ class ContractionPlan:
     _sum_b: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     # ----------------------------------------------------------------------------------------------
+    def __call__(self, A: Any, B: Any, out: Any = None) -> Any:
+        """Run the plan on ``A`` and ``B`` (checked against what it was made for), into ``out`` if given."""
+        from tuckerkit.engine._contract import run_bound_plan
+
+        return run_bound_plan(self, A, B, out)
+
     def notation(self) -> str:
         """The evaluation in the seed's notation, e.g. ``C_{m[n]p} = A_{mk} B_{k[n]p}``."""
         a, b, c = self.spec.replace("->", ",").split(",")
@@ -250,8 +266,8 @@ class ContractionPlan:
         if self.remedy != Remedy.NONE:
             lines[0] += f" (remedy: {self.remedy}, then {self.inner_kind})"
         if self.parallel:
-            how = "batch split over the CPU threads" if self.batch_modes else "BLAS threads"
-            lines.append(f"  execution: parallel ({how})")
+            how = "the batch cut into pieces" if self.batch_modes else "rows or columns cut into pieces"
+            lines.append(f"  execution: parallel ({how}, {self.policy.workers} workers)")
         if self.batch_modes:
             desc = ", ".join(
                 f"[{mode}] x{size} (strides A {sa}, B {sb}, C {sc})"
@@ -456,6 +472,210 @@ def _level3(kind: KernelKind) -> bool:
     return kind in (KernelKind.GEMM, KernelKind.STRIDED_BATCHED_GEMM, KernelKind.NESTED_BATCHED_GEMM)
 
 
+# ---------------------------------------------------------------------------------------------------
+# build_plan, in named steps
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class _Problem:
+    """The contraction as the planner sees it: index sizes and classes, and the kept operand layouts."""
+
+    spec: Spec
+    sizes: dict[str, int]
+    out_shape: tuple[int, ...]
+    size_a: int
+    size_b: int
+    sum_a: tuple[int, ...]  # axes of A summed before the product (they appear nowhere else)
+    sum_b: tuple[int, ...]
+    a_keep: str  # A's indices after pre-sums, size-1 ones dropped
+    b_keep: str
+    c_keep: str
+    a_keep_shape: tuple[int, ...]
+    b_keep_shape: tuple[int, ...]
+    sA: dict[str, int]  # element strides of the kept indices
+    sB: dict[str, int]
+    H: list[str]  # batch (in A, B and C)
+    I: list[str]  # noqa: E741  (in A and C)
+    J: list[str]  # in B and C
+    K: list[str]  # contracted (in A and B)
+
+
+@dataclass
+class _Choice:
+    """The candidate the planner settled on, with its remedy and the layouts that became concrete."""
+
+    cand: _Candidate
+    remedy: Remedy
+    seconds: float
+    copies: int
+    copy_a: bool
+    copy_b: bool
+    copy_out: bool
+    sA: dict[str, int]
+    sB: dict[str, int]
+    sC: dict[str, int] | None
+
+
+def _index_sizes(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for sub, shape in ((spec.a, a_shape), (spec.b, b_shape)):
+        for ch, n in zip(sub, shape, strict=True):
+            if ch in sizes and sizes[ch] != n:
+                raise ValueError(
+                    f"index {ch!r} has size {sizes[ch]} in A but size {n} in B; "
+                    "contracted and shared indices must have equal sizes"
+                )
+            sizes[ch] = n
+    return sizes
+
+
+def _kept(sub: str, shape, strides, summed_axes) -> tuple[dict[str, int], tuple[int, ...], str]:
+    """An operand's indices after its pre-sums (a fresh C-ordered array) with size-1 axes dropped."""
+    if summed_axes:
+        rem = [i for i in range(len(sub)) if i not in summed_axes]
+        sub = "".join(sub[i] for i in rem)
+        shape = tuple(shape[i] for i in rem)
+        strides = _c_strides(shape)
+    keep = [i for i, n in enumerate(shape) if n != 1]
+    return {sub[i]: strides[i] for i in keep}, tuple(shape[i] for i in keep), "".join(sub[i] for i in keep)
+
+
+def _problem(spec: Spec, a_shape, a_strides, b_shape, b_strides) -> _Problem:
+    """Step 1: sizes, pre-summed indices, kept layouts and the index classes of seed 000's notation."""
+    sizes = _index_sizes(spec, a_shape, b_shape)
+    # indices that appear in one operand only and not in the output are summed first (size-1 ones are
+    # simply dropped with the other size-1 axes)
+    sum_a = tuple(i for i, ch in enumerate(spec.a) if ch not in spec.b and ch not in spec.c and sizes[ch] != 1)
+    sum_b = tuple(i for i, ch in enumerate(spec.b) if ch not in spec.a and ch not in spec.c and sizes[ch] != 1)
+    sA, a_keep_shape, a_keep = _kept(spec.a, a_shape, a_strides, sum_a)
+    sB, b_keep_shape, b_keep = _kept(spec.b, b_shape, b_strides, sum_b)
+    c_keep = "".join(ch for ch in spec.c if sizes[ch] != 1)
+    return _Problem(
+        spec, sizes, tuple(sizes[ch] for ch in spec.c), math.prod(a_shape), math.prod(b_shape), sum_a, sum_b,
+        a_keep, b_keep, c_keep, a_keep_shape, b_keep_shape, sA, sB,
+        H=[x for x in c_keep if x in a_keep and x in b_keep],
+        I=[x for x in c_keep if x in a_keep and x not in b_keep],
+        J=[x for x in c_keep if x in b_keep and x not in a_keep],
+        K=[x for x in a_keep if x in b_keep and x not in c_keep],
+    )
+
+
+def _output_strides(pb: _Problem, out_strides, out_layout: str) -> dict[str, int] | None:
+    """Step 2: the output's strides when they are fixed (given ``out``, or C/F order), else None (free)."""
+    if out_strides is not None:
+        return {ch: st for ch, st, n in zip(pb.spec.c, out_strides, pb.out_shape, strict=True) if n != 1}
+    if out_layout in ("C", "F"):
+        order = tuple(pb.spec.c) if out_layout == "C" else tuple(reversed(pb.spec.c))
+        full = _contiguous_strides(order, pb.sizes)
+        return {ch: full[ch] for ch in pb.c_keep}
+    return None
+
+
+def _zero_copy(pb: _Problem, sC, free_out: bool) -> tuple[_Candidate | None, dict[str, int] | None]:
+    """Step 3: the best candidate that copies nothing (and the output strides it implies)."""
+    args = (pb.I, pb.J, pb.K, pb.H, pb.sizes, pb.sA, pb.sB)
+    if not free_out:
+        return _search(*args, sC, max(sC, key=lambda x: sC[x]) if sC else None), sC
+    c_pref = _contiguous_strides(tuple(pb.c_keep), pb.sizes)
+    best_c = _search(*args, c_pref, pb.c_keep[0] if pb.c_keep else None)
+    best_free = _search(*args, None, None)
+    # prefer the C-ordered output unless the free layout is clearly (>10 %) faster
+    if best_c is not None and (best_free is None or best_c.seconds <= 1.10 * best_free.seconds):
+        return best_c, c_pref
+    return best_free, None
+
+
+def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, itemsize: int) -> _Choice:
+    """Step 4: an exceptional case (no level-3 kernel without a copy): cost every remedy, take the cheapest.
+
+    ``c_outer`` is the outermost index of an output whose layout was fixed by the caller (None otherwise).
+    """
+    item_free = (pb.I, pb.J, pb.K, pb.H, pb.sizes)
+    size_a, size_b, size_c = pb.size_a, pb.size_b, math.prod(pb.out_shape)
+    options: list[tuple[float, Remedy, _Candidate, int, tuple[bool, bool, bool]]] = []
+    if chosen is not None:
+        options.append((chosen.seconds, Remedy.BATCHED_GEMV, chosen, 0, (False, False, False)))
+    for which, size in (("A", size_a), ("B", size_b)):
+        cand = _search(*item_free, None if which == "A" else pb.sA, None if which == "B" else pb.sB, sC, c_outer)
+        if cand is not None:
+            options.append((cand.seconds + 2 * size * itemsize / _COPY_BW,
+                            Remedy.COPY_A if which == "A" else Remedy.COPY_B, cand, size,
+                            (which == "A", which == "B", False)))
+    if sC is not None:
+        cand = _search(*item_free, pb.sA, pb.sB, None, None)
+        if cand is not None:
+            options.append((cand.seconds + 2 * size_c * itemsize / _COPY_BW, Remedy.COPY_OUT, cand, size_c,
+                            (False, False, True)))
+    if not options:  # neither operand alone can be fixed: copy both (and the output if need be)
+        cand = _search(*item_free, None, None, sC, c_outer)
+        flags = (True, True, False)
+        if cand is None:
+            cand = _search(*item_free, None, None, None, None)
+            flags = (True, True, True)
+        if cand is None:  # pragma: no cover - free operands and output always admit a GEMM
+            raise RuntimeError(f"internal error: no plan for {pb.spec}")
+        options.append((cand.seconds, Remedy.COPY_A, cand, size_a + size_b, flags))
+    seconds, remedy, cand, copies, (ca, cb, co) = min(options, key=lambda t: t[0])
+    return _Choice(cand, remedy, seconds, copies, ca, cb, co, dict(pb.sA), dict(pb.sB), sC)
+
+
+def _concrete_layouts(pb: _Problem, ch: _Choice) -> None:
+    """Step 5: free layouts become concrete: copied operands and an allocated output laid out for the kernel."""
+    c = ch.cand
+    if ch.copy_a:
+        ch.sA = _contiguous_strides(tuple(x for x in c.batch if x in ch.sA) + c.M + c.K, pb.sizes)
+    if ch.copy_b:
+        ch.sB = _contiguous_strides(tuple(x for x in c.batch if x in ch.sB) + c.K + c.N, pb.sizes)
+    if c.c_order is not None:
+        ch.sC = _contiguous_strides(c.c_order, pb.sizes)
+
+
+def _batch_groups(pb: _Problem, ch: _Choice) -> tuple[str, ...]:
+    """Step 6: batch modes adjacent in every operand are coalesced into one flattened batch group."""
+    groups: list[list[str]] = []
+    for x in ch.cand.batch:
+        if groups:
+            y = groups[-1][-1]
+            ok = True
+            for smap in (ch.sA, ch.sB, ch.sC or {}):
+                if (x in smap) != (y in smap) or (x in smap and smap[y] != smap[x] * pb.sizes[x]):
+                    ok = False
+            if ok:
+                groups[-1].append(x)
+                continue
+        groups.append([x])
+    return tuple("".join(g) for g in groups)
+
+
+def _operand_layouts(pb: _Problem, ch: _Choice, batch_groups: tuple[str, ...]):
+    """Step 7: how the executor views A, B and C as ``(*batch, rows, cols)`` (or copies them, for a remedy)."""
+    c = ch.cand
+
+    def layout(keep: str, keep_shape, groups, copy: bool) -> _OperandLayout:
+        pos = {x: i for i, x in enumerate(keep)}
+        order = [x for x in c.batch if x in pos] + [x for g in groups for x in g]
+        perm = tuple(pos[x] for x in order)
+        view_shape = tuple(
+            math.prod(pb.sizes[x] for x in bg) if bg[0] in pos else 1 for bg in batch_groups
+        ) + tuple(math.prod(pb.sizes[x] for x in g) for g in groups)
+        return _OperandLayout(tuple(keep_shape), perm, view_shape, perm if copy else None)
+
+    return (layout(pb.a_keep, pb.a_keep_shape, (c.M, c.K), ch.copy_a),
+            layout(pb.b_keep, pb.b_keep_shape, (c.K, c.N), ch.copy_b),
+            layout(pb.c_keep, tuple(pb.sizes[x] for x in pb.c_keep), (c.M, c.N), ch.copy_out))
+
+
+def _allocation_order(pb: _Problem, ch: _Choice, out_strides, out_layout: str) -> tuple[int, ...]:
+    """Step 8: the axis order a fresh output is allocated in (size-1 axes last)."""
+    spec = pb.spec
+    if out_layout == "F" and out_strides is None:
+        return tuple(reversed(range(len(spec.c))))
+    if ch.cand.c_order is not None and not ch.copy_out:
+        pos_c = {x: i for i, x in enumerate(spec.c)}
+        return tuple(pos_c[x] for x in ch.cand.c_order) + tuple(
+            i for i, x in enumerate(spec.c) if pb.sizes[x] == 1)
+    return tuple(range(len(spec.c)))
+
+
 def build_plan(
     spec: Spec,
     a_shape: tuple[int, ...],
@@ -466,195 +686,57 @@ def build_plan(
     itemsize: int,
     out_strides: tuple[int, ...] | None,
     out_layout: str,
+    policy: ExecutionPolicy = _SERIAL,
 ) -> ContractionPlan:
-    """Plan ``spec`` for operands of the given shapes and element strides (see module docstring)."""
-    sizes: dict[str, int] = {}
-    for sub, shape in ((spec.a, a_shape), (spec.b, b_shape)):
-        for ch, n in zip(sub, shape, strict=True):
-            if ch in sizes and sizes[ch] != n:
-                raise ValueError(
-                    f"index {ch!r} has size {sizes[ch]} in A but size {n} in B; "
-                    "contracted and shared indices must have equal sizes"
-                )
-            sizes[ch] = n
-    out_shape = tuple(sizes[ch] for ch in spec.c)
-    # indices that appear in one operand only and not in the output are summed first
-    # (size-1 ones are simply dropped with the other size-1 axes)
-    sum_a = tuple(i for i, ch in enumerate(spec.a) if ch not in spec.b and ch not in spec.c and sizes[ch] != 1)
-    sum_b = tuple(i for i, ch in enumerate(spec.b) if ch not in spec.a and ch not in spec.c and sizes[ch] != 1)
-    summed = tuple(spec.a[i] for i in sum_a) + tuple(spec.b[i] for i in sum_b)
-
-    def kept(sub, shape, strides, summed_axes):
-        if summed_axes:  # the pre-summed operand is a fresh C-ordered array
-            rem = [i for i in range(len(sub)) if i not in summed_axes]
-            sub = "".join(sub[i] for i in rem)
-            shape = tuple(shape[i] for i in rem)
-            strides = _c_strides(shape)
-        keep = [i for i, n in enumerate(shape) if n != 1]
-        return sub, {sub[i]: strides[i] for i in keep}, tuple(shape[i] for i in keep), "".join(sub[i] for i in keep)
-
-    _, sA_full, a_keep_shape, a_keep = kept(spec.a, a_shape, a_strides, sum_a)
-    _, sB_full, b_keep_shape, b_keep = kept(spec.b, b_shape, b_strides, sum_b)
-    c_keep = "".join(ch for ch in spec.c if sizes[ch] != 1)
-    sA, sB = dict(sA_full), dict(sB_full)
-    sC = None
-    if out_strides is not None:
-        sC = {ch: st for ch, st, n in zip(spec.c, out_strides, out_shape, strict=True) if n != 1}
-    elif out_layout in ("C", "F"):
-        order = tuple(spec.c) if out_layout == "C" else tuple(reversed(spec.c))
-        full = _contiguous_strides(order, sizes)
-        sC = {ch: full[ch] for ch in c_keep}
-
-    H = [x for x in c_keep if x in a_keep and x in b_keep]
-    I_ = [x for x in c_keep if x in a_keep and x not in b_keep]
-    J = [x for x in c_keep if x in b_keep and x not in a_keep]
-    K = [x for x in a_keep if x in b_keep and x not in c_keep]
-    item = itemsize
-    size_a, size_b, size_c = math.prod(a_shape), math.prod(b_shape), math.prod(out_shape)
-    base_bytes = (size_a + size_b + size_c) * item
-    shapes = (tuple(a_shape), tuple(b_shape), out_shape)
-    strides_rec = (tuple(a_strides), tuple(b_strides), tuple(out_strides) if out_strides is not None else ())
-
-    common: dict[str, Any] = dict(spec=str(spec), dtype=dtype, summed_modes=summed, shapes=shapes, strides=strides_rec,
-                  _sum_a=sum_a, _sum_b=sum_b)
-    if size_c == 0 or any(sizes[x] == 0 for x in spec.a + spec.b):
+    """Plan ``spec`` for operands of the given shapes and element strides (see the module docstring)."""
+    pb = _problem(spec, a_shape, a_strides, b_shape, b_strides)
+    common: dict[str, Any] = dict(
+        spec=str(spec), dtype=dtype, summed_modes=tuple(spec.a[i] for i in pb.sum_a) + tuple(
+            spec.b[i] for i in pb.sum_b), shapes=(tuple(a_shape), tuple(b_shape), pb.out_shape),
+        strides=(tuple(a_strides), tuple(b_strides), tuple(out_strides) if out_strides is not None else ()),
+        policy=policy, _sum_a=pb.sum_a, _sum_b=pb.sum_b)
+    size_c = math.prod(pb.out_shape)
+    if size_c == 0 or any(pb.sizes[x] == 0 for x in spec.a + spec.b):
         order_e = tuple(range(len(spec.c)))
         return ContractionPlan(
             kind=KernelKind.EMPTY, remedy=Remedy.NONE, inner_kind=KernelKind.EMPTY, row_modes=(), col_modes=(),
             contracted_modes=(), batch_modes=(), batch_sizes=(), batch_strides=(), trans_a=False, trans_b=False,
-            lda=0, ldb=0, ldc=0, m=0, n=0, k=0, flops=0, bytes_moved=size_c * item, copies=0, est_seconds=0.0,
+            lda=0, ldb=0, ldc=0, m=0, n=0, k=0, flops=0, bytes_moved=size_c * itemsize, copies=0, est_seconds=0.0,
             _out_order=order_e if out_layout != "F" else order_e[::-1], **common,
         )
-
-    c_outer = None
-    if sC:
-        c_outer = max(sC, key=lambda x: sC[x])  # type: ignore[index]
-
-    free_out = out_strides is None and out_layout == "auto"
-    # 1. zero-copy candidates
-    best_fixed = None
-    if not free_out:
-        best_fixed = _search(I_, J, K, H, sizes, sA, sB, sC, c_outer)
-    best_free = None
-    if free_out:
-        c_pref_sorted = _contiguous_strides(tuple(c_keep), sizes)
-        best_c = _search(I_, J, K, H, sizes, sA, sB, c_pref_sorted, c_keep[0] if c_keep else None)
-        best_free = _search(I_, J, K, H, sizes, sA, sB, None, None)
-        # prefer the C-ordered output unless the free layout is clearly (>10 %) faster
-        if best_c is not None and (best_free is None or best_c.seconds <= 1.10 * best_free.seconds):
-            best_fixed, sC, best_free = best_c, c_pref_sorted, None
-        elif best_free is not None:
-            best_fixed = best_free
-    remedy = Remedy.NONE
-    gemm_possible = bool(I_ and J and K)
-    chosen = best_fixed
-    copy_a = copy_b = False
-    copy_out = False
-    copies = 0
-    copy_seconds = 0.0
-    if chosen is None or (gemm_possible and not _level3(chosen.kind)):
-        # 2. exceptional: cost the remedies
-        options: list[tuple[float, Remedy, _Candidate, int]] = []
-        if chosen is not None:
-            options.append((chosen.seconds, Remedy.BATCHED_GEMV, chosen, 0))
-        for which, size in (("A", size_a), ("B", size_b)):
-            cand = _search(I_, J, K, H, sizes, None if which == "A" else sA, None if which == "B" else sB,
-                           sC, c_outer)
-            if cand is not None:
-                sec = cand.seconds + 2 * size * item / _COPY_BW
-                options.append((sec, Remedy.COPY_A if which == "A" else Remedy.COPY_B, cand, size))
-        if sC is not None:
-            cand = _search(I_, J, K, H, sizes, sA, sB, None, None)
-            if cand is not None:
-                options.append((cand.seconds + 2 * size_c * item / _COPY_BW, Remedy.COPY_OUT, cand, size_c))
-        if not options:  # neither operand alone can be fixed: copy both
-            cand = _search(I_, J, K, H, sizes, None, None, sC, c_outer)
-            if cand is None:
-                cand = _search(I_, J, K, H, sizes, None, None, None, None)
-                copy_out = True
-            assert cand is not None  # both operands and the output free always admit a GEMM
-            options.append((cand.seconds, Remedy.COPY_A, cand, size_a + size_b))
-            copy_b = True
-        options.sort(key=lambda t: t[0])
-        copy_seconds, remedy, chosen, copies = options[0]
-        copy_a = copy_a or remedy == Remedy.COPY_A
-        copy_b = copy_b or remedy == Remedy.COPY_B
-        copy_out = copy_out or remedy == Remedy.COPY_OUT
-    assert chosen is not None
-
-    # free layouts become concrete: copied operands and allocated outputs are laid out for the kernel
-    if copy_a:
-        sA = _contiguous_strides(tuple(x for x in chosen.batch if x in sA) + chosen.M + chosen.K, sizes)
-    if copy_b:
-        sB = _contiguous_strides(tuple(x for x in chosen.batch if x in sB) + chosen.K + chosen.N, sizes)
-    c_alloc_order: tuple[str, ...] | None = None
-    if chosen.c_order is not None:
-        c_alloc_order = chosen.c_order
-        sC = _contiguous_strides(chosen.c_order, sizes)
-    kind, _, (trans_a, trans_b, lda, ldb, ldc) = _evaluate(  # type: ignore[misc]
-        chosen.M, chosen.N, chosen.K, chosen.batch, sizes, sA, sB, sC
-    )
-    # coalesce batch modes that are adjacent in every operand into one flattened batch group
-    groups: list[list[str]] = []
-    for x in chosen.batch:
-        if groups:
-            y = groups[-1][-1]
-            ok = True
-            for strides_map in (sA, sB, sC or {}):
-                if (x in strides_map) != (y in strides_map):
-                    ok = False
-                elif x in strides_map and strides_map[y] != strides_map[x] * sizes[x]:
-                    ok = False
-            if ok:
-                groups[-1].append(x)
-                continue
-        groups.append([x])
-    batch_groups = tuple("".join(g) for g in groups)
+    sC = _output_strides(pb, out_strides, out_layout)
+    c_outer = max(sC.items(), key=lambda kv: kv[1])[0] if sC else None
+    best, sC = _zero_copy(pb, sC, free_out=out_strides is None and out_layout == "auto")
+    if best is None or (pb.I and pb.J and pb.K and not _level3(best.kind)):
+        choice = _remedies(pb, best, sC, c_outer, itemsize)
+    else:
+        choice = _Choice(best, Remedy.NONE, best.seconds, 0, False, False, False, dict(pb.sA), dict(pb.sB), sC)
+    _concrete_layouts(pb, choice)
+    c = choice.cand
+    evaluated = _evaluate(c.M, c.N, c.K, c.batch, pb.sizes, choice.sA, choice.sB, choice.sC)
+    if evaluated is None:  # pragma: no cover - the search checked this candidate's legality
+        raise RuntimeError(f"internal error: the chosen plan for {spec} is not BLAS-legal")
+    kind, _, (trans_a, trans_b, lda, ldb, ldc) = evaluated
+    batch_groups = _batch_groups(pb, choice)
     if kind in (KernelKind.STRIDED_BATCHED_GEMM, KernelKind.NESTED_BATCHED_GEMM):
         kind = KernelKind.STRIDED_BATCHED_GEMM if len(batch_groups) == 1 else KernelKind.NESTED_BATCHED_GEMM
+    sizes = pb.sizes
     nb_sizes = tuple(math.prod(sizes[x] for x in g) for g in batch_groups)
-    b_strides_rec = tuple(
-        (sA.get(g[-1], 0), sB.get(g[-1], 0), sC.get(g[-1], 0) if sC else 0) for g in batch_groups
-    )
-
-    def layout(keep: str, keep_shape, groups, copy: bool) -> _OperandLayout:
-        pos = {ch: i for i, ch in enumerate(keep)}
-        order = [x for x in chosen.batch if x in pos] + [x for g in groups for x in g]
-        perm = tuple(pos[x] for x in order)
-        view_shape = tuple(
-            math.prod(sizes[x] for x in bg) if bg[0] in pos else 1 for bg in batch_groups
-        ) + tuple(math.prod(sizes[x] for x in g) for g in groups)
-        return _OperandLayout(tuple(keep_shape), perm, view_shape, perm if copy else None)
-
-    la = layout(a_keep, a_keep_shape, (chosen.M, chosen.K), copy_a)
-    lb = layout(b_keep, b_keep_shape, (chosen.K, chosen.N), copy_b)
-    c_keep_shape = tuple(sizes[x] for x in c_keep)
-    lc = layout(c_keep, c_keep_shape, (chosen.M, chosen.N), copy_out)
-    # allocation order of a fresh output (all output axes, size-1 ones last)
-    if out_layout == "F" and out_strides is None:
-        out_order = tuple(reversed(range(len(spec.c))))
-    elif c_alloc_order is not None and not copy_out:
-        pos_c = {ch: i for i, ch in enumerate(spec.c)}
-        out_order = tuple(pos_c[x] for x in c_alloc_order) + tuple(
-            i for i, ch in enumerate(spec.c) if sizes[ch] == 1
-        )
-    else:
-        out_order = tuple(range(len(spec.c)))
-
-    m = math.prod(sizes[x] for x in chosen.M)
-    n = math.prod(sizes[x] for x in chosen.N)
-    k = math.prod(sizes[x] for x in chosen.K)
+    la, lb, lc = _operand_layouts(pb, choice, batch_groups)
+    m, n, k = (math.prod(sizes[x] for x in grp) for grp in (c.M, c.N, c.K))
     flops = 2 * m * n * k * math.prod(nb_sizes)
+    base_bytes = (math.prod(a_shape) + math.prod(b_shape) + size_c) * itemsize
     return ContractionPlan(
-        kind=KernelKind.EXCEPTIONAL if remedy != Remedy.NONE else kind,
-        remedy=remedy,
+        kind=KernelKind.EXCEPTIONAL if choice.remedy != Remedy.NONE else kind,
+        remedy=choice.remedy,
         inner_kind=kind,
-        row_modes=chosen.M,
-        col_modes=chosen.N,
-        contracted_modes=chosen.K,
+        row_modes=c.M,
+        col_modes=c.N,
+        contracted_modes=c.K,
         batch_modes=batch_groups,
         batch_sizes=nb_sizes,
-        batch_strides=b_strides_rec,
+        batch_strides=tuple((choice.sA.get(g[-1], 0), choice.sB.get(g[-1], 0),
+                             choice.sC.get(g[-1], 0) if choice.sC else 0) for g in batch_groups),
         trans_a=trans_a,
         trans_b=trans_b,
         lda=lda,
@@ -664,13 +746,13 @@ def build_plan(
         n=n,
         k=k,
         flops=flops,
-        bytes_moved=base_bytes + 2 * copies * item,
-        copies=copies,
-        est_seconds=copy_seconds if remedy != Remedy.NONE else chosen.seconds,
-        parallel=flops >= MIN_PARALLEL_FLOPS,
+        bytes_moved=base_bytes + 2 * choice.copies * itemsize,
+        copies=choice.copies,
+        est_seconds=choice.seconds,
+        parallel=flops >= MIN_PARALLEL_FLOPS and policy.workers > 1,
         _a=la,
         _b=lb,
         _c=lc,
-        _out_order=out_order,
+        _out_order=_allocation_order(pb, choice, out_strides, out_layout),
         **common,
     )

@@ -1,10 +1,10 @@
 """Out-of-core tensors: a large array (a memory-mapped ``.npy``, an HDF5 or zarr dataset) read in slabs along
 its first mode, with every pass's memory bounded by a ``memory_limit``.
 
-The engine dispatches to a :class:`SlabTensor` the way it dispatches to a sparse tensor: HOOI's projections
-(``ttmc_sweep``), the Gram and TTM of ST-HOSVD's first step and the norm stream over the slabs and keep only
-small results in memory; everything after the first projection runs in memory as usual. The next slab is
-read on a background thread while the current one is processed.
+A :class:`SlabTensor` is an :class:`~tuckerkit.engine.Operand`: its norm, Grams, projections, MTTKRPs and
+HOOI / CP-ALS sweeps stream over the slabs and keep only small results in memory; everything after the first
+projection runs in memory as usual. The next slab is read on a background thread while the current one is
+processed.
 """
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ from __future__ import annotations
 import math
 import mmap
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from tuckerkit.engine._gram import dense_gram
+from tuckerkit.engine._mttkrp import dense_mttkrp
+from tuckerkit.engine._operand import OperandBase, combine_scaled, sqnorm_scaled
+from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
+from tuckerkit.engine._subspace import eigh_desc, sign_fix
+from tuckerkit.engine._sweeps import MttkrpTree, Sweep, ttmc_tree
+from tuckerkit.engine._ttm import dense_multi_ttm, dense_ttm
 
 _UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
           "TIB": 2**40}
@@ -24,6 +32,16 @@ _UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**
 
 def parse_memory(value: Any, name: str = "memory_limit") -> int:
     """Bytes from an int or a string such as ``"4GB"``, ``"512 MiB"`` or ``"2e9"``.
+
+    Parameters
+    ----------
+    value : int or str
+    name : str, default "memory_limit"
+        How error messages name the parameter.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -43,7 +61,20 @@ def parse_memory(value: Any, name: str = "memory_limit") -> int:
     return v
 
 
-class SlabTensor:
+def streams(shape: Sequence[int], dtype: Any, memory_limit: int) -> bool:
+    """Whether a dense tensor of this shape and dtype is read in slabs under ``memory_limit`` bytes: when it
+    is larger than the limit (counting at least 4 bytes an entry, the smallest dtype computed in).
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._slabs import streams
+    >>> streams((100, 100, 100), "float32", 10**6), streams((10, 10, 10), "float64", 10**6)
+    (True, False)
+    """
+    return math.prod(shape) * max(np.dtype(dtype).itemsize, 4) > memory_limit
+
+
+class SlabTensor(OperandBase):
     """A tensor read in slabs along mode 0 so that no pass holds more than ``memory_limit`` bytes.
 
     Parameters
@@ -69,7 +100,10 @@ class SlabTensor:
             raise TypeError(f"data must be an array-like with shape, dtype and slicing; received {type(data).__name__}")
         if len(data.shape) < 2:
             raise ValueError(f"data must have at least 2 dimensions; received shape {tuple(data.shape)}")
+        if np.dtype(data.dtype).kind not in "biuf":
+            raise TypeError(f"data has dtype {data.dtype}; expected numbers (float, int or bool)")
         self.data = data
+        self.closer: Callable[[], None] | None = None  # closes the file the data lives in, if ours
         self.shape = tuple(int(s) for s in data.shape)
         dt = np.dtype(data.dtype if dtype is None else dtype)
         if dtype is not None and dt not in (np.float32, np.float64):
@@ -81,12 +115,14 @@ class SlabTensor:
         self.slab_rows = max(1, min(self.shape[0], int(self.memory_limit // (4 * max(row, 1)))))
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
+    def streamed(self) -> bool:
+        return True
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    def close(self) -> None:
+        """Close the file the slabs are read from when this tensor opened it (:func:`tuckerkit.io.open_tensor`)."""
+        if self.closer is not None:
+            self.closer()
+            self.closer = None
 
     @property
     def nbytes(self) -> int:
@@ -97,10 +133,11 @@ class SlabTensor:
                 f"slab_rows={self.slab_rows})")
 
     # -- streaming -----------------------------------------------------------------------------------
-    def slabs(self, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """``(start, slab)`` along mode 0, the next slab read on a background thread meanwhile."""
+    def slabs(self, rows: int | None = None, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, slab)`` along mode 0 from row ``start``, the next slab read on a background thread
+        meanwhile."""
         step = rows or self.slab_rows
-        starts = list(range(0, self.shape[0], step))
+        starts = list(range(start, self.shape[0], step))
 
         direct = self._file_source()
 
@@ -121,8 +158,7 @@ class SlabTensor:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuckerkit-read") as pool:
             nxt = pool.submit(read, starts[0]) if starts else None
             for i, s in enumerate(starts):
-                assert nxt is not None
-                slab = nxt.result()
+                slab = nxt.result()  # type: ignore[union-attr]
                 nxt = pool.submit(read, starts[i + 1]) if i + 1 < len(starts) else None
                 yield s, slab
                 del slab
@@ -138,30 +174,16 @@ class SlabTensor:
         return None
 
     def norm(self) -> float:
-        """Frobenius norm in one pass (float64 accumulation); NaN or Inf anywhere gives a clear error."""
-        total = 0.0
-        step = 1 << 20  # float64 accumulation piece by piece: a float64 copy of a whole slab is 2x its size
+        """Frobenius norm in one pass (float64, scaled: no overflow); NaN or Inf anywhere gives a clear error."""
+        acc = (1.0, 0.0)
         for _, slab in self.slabs():
-            v = slab.reshape(-1)
-            for i in range(0, v.size, step):
-                w = v[i:i + step].astype(np.float64, copy=False)
-                total += float(np.dot(w, w))
+            acc = combine_scaled(acc, sqnorm_scaled(slab, 1 << 20))
+        total = acc[0] * math.sqrt(acc[1])
         if not math.isfinite(total):
             raise ValueError("X contains NaN or infinite value(s); remove or impute them first")
-        return math.sqrt(total)
+        return total
 
-    def _tk_gram(self, mode: int) -> np.ndarray:
-        """``X_(n) X_(n)^T`` for ``mode >= 1``: the sum of the slabs' Grams (one pass)."""
-        from tuckerkit.engine._ops import gram
-
-        if mode == 0:
-            raise ValueError("a SlabTensor streams along mode 0; its mode-0 Gram needs every pair of slabs")
-        G = np.zeros((self.shape[mode],) * 2, dtype=self.dtype)
-        for _, slab in self.slabs():
-            G += gram(slab, mode)
-        return G
-
-    def _check_fits(self, shape: list[int], what: str) -> None:
+    def _check_fits(self, shape: Sequence[int], what: str) -> None:
         """Refuse an in-memory result that alone would exceed the memory limit."""
         need = math.prod(shape) * self.dtype.itemsize
         if need > self.memory_limit:
@@ -170,35 +192,87 @@ class SlabTensor:
                 f"({need:,} bytes), more than the limit; raise memory_limit or lower the ranks"
             )
 
-    def _tk_ttm(self, U: Any, mode: int) -> np.ndarray:
-        """``X x_mode U^T`` in memory (one pass; mode 0 is accumulated over the slabs)."""
-        return self._tk_project({mode: U}, f"the mode-{mode} projection")
+    # -- the operand protocol ------------------------------------------------------------------------
+    def gram(self, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """``X_(n) X_(n)^T``: for ``mode >= 1`` the sum of the slabs' Grams (one pass, added in slab order);
+        for mode 0 (the slab mode) the blocks of every pair of slabs, ``(s + 1) / 2`` passes for ``s`` slabs."""
+        self._dense_only("plan=", plan)
+        pol = resolve_policy(policy)
+        self._check_fits([self.shape[mode]] * 2, f"the mode-{mode} Gram")
+        G = np.zeros((self.shape[mode],) * 2, dtype=self.dtype)
+        if mode != 0:
+            for _, slab in self.slabs():
+                G += dense_gram(slab, mode, None, pol)
+            return G
+        for a, slab_a in self.slabs():
+            A = slab_a.reshape(slab_a.shape[0], -1)
+            ra = slice(a, a + A.shape[0])
+            G[ra, ra] = A @ A.T
+            for b, slab_b in self.slabs(start=a + A.shape[0]):
+                B = slab_b.reshape(slab_b.shape[0], -1)
+                blk = A @ B.T
+                G[ra, b:b + B.shape[0]] = blk
+                G[b:b + B.shape[0], ra] = blk.T
+        return G
 
-    def _tk_project(self, mats: dict[int, Any], what: str = "the projection") -> np.ndarray:
-        """``X x_m U_m^T`` for every ``m`` in ``mats``, in one pass (mode 0, if in ``mats``, accumulated over
-        the slabs; otherwise each slab's product is written in place)."""
-        from tuckerkit.engine._ops import multi_ttm, ttm
-
-        modes = sorted(mats)
-        out_shape = [mats[m].shape[1] if m in mats else self.shape[m] for m in range(self.ndim)]
+    def multi_ttm(self, mats: Mapping[int, Any], *, transpose: bool = False, plan: Any = None,
+                  policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """``X x_m U_m`` (transposed) for every ``m`` in ``mats``, in one pass (mode 0, if in ``mats``,
+        accumulated over the slabs; otherwise each slab's product is written in place)."""
+        self._dense_only("plan=", plan)
+        pol = resolve_policy(policy)
+        mats_t = {m: np.ascontiguousarray(U if transpose else U.T) for m, U in mats.items()}  # (I_m, J_m)
+        modes = sorted(mats_t)
+        out_shape = [mats_t[m].shape[1] if m in mats_t else self.shape[m] for m in range(self.ndim)]
+        what = f"the projection on modes {modes}" if len(modes) > 1 else f"the mode-{modes[0]} projection"
         self._check_fits(out_shape, what)
-        Y = np.zeros(out_shape, dtype=self.dtype) if 0 in mats else np.empty(out_shape, dtype=self.dtype)
+        Y = np.zeros(out_shape, dtype=self.dtype) if 0 in mats_t else np.empty(out_shape, dtype=self.dtype)
         for s, slab in self.slabs():
             rows = slab.shape[0]
-            local = [mats[m][s:s + rows] if m == 0 else mats[m] for m in modes]
-            if 0 in mats:
-                Y += multi_ttm(slab, local, modes=modes, transpose=True)
+            local = {m: mats_t[m][s:s + rows] if m == 0 else mats_t[m] for m in modes}
+            if 0 in mats_t:
+                Y += dense_multi_ttm(slab, local, True, None, pol)
             elif len(modes) == 1:
-                ttm(slab, local[0], modes[0], transpose=True, out=Y[s:s + rows])
+                dense_ttm(slab, local[modes[0]], modes[0], True, Y[s:s + rows], None, pol)
             else:
-                Y[s:s + rows] = multi_ttm(slab, local, modes=modes, transpose=True)
+                Y[s:s + rows] = dense_multi_ttm(slab, local, True, None, pol)
         return Y
 
-    def _tk_ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
+    def mttkrp(self, factors: Sequence[Any], mode: int, *, plan: Any = None,
+               policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """One mode's MTTKRP in one pass: mode 0's rows slab by slab, any other mode summed over the slabs."""
+        self._dense_only("plan=", plan)
+        pol = resolve_policy(policy)
+        R = next(int(U.shape[1]) for m, U in enumerate(factors) if m != mode and U is not None)
+        out = np.zeros((self.shape[mode], R), dtype=np.result_type(self.dtype, *(
+            U.dtype for m, U in enumerate(factors) if m != mode)))
+        for s, slab in self.slabs():
+            rows = slab.shape[0]
+            local = [U[s:s + rows] if (m == 0 and U is not None) else U for m, U in enumerate(factors)]
+            part = dense_mttkrp(slab, local, mode, R, None, pol)
+            if mode == 0:
+                out[s:s + rows] = part
+            else:
+                out += part
+        return out
+
+    def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
+                         policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """From the streamed Gram (see :meth:`gram`)."""
+        w, V = eigh_desc(self.gram(mode, policy=policy), rank)
+        return sign_fix(np.ascontiguousarray(V)), w
+
+    def preferred_init(self, ranks: Sequence[int]) -> str:
+        """ST-HOSVD, its first (streamed) step by a sketch when the sketch's projection fits the limit."""
+        n = min(range(self.ndim - 1, 0, -1), key=lambda m: self.shape[m])
+        need = self.size // self.shape[n] * min(self.shape[n], ranks[n] + 10) * self.dtype.itemsize
+        return "st_hosvd_sketch" if need <= self.memory_limit else "st_hosvd"
+
+    def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
+                   policy: ExecutionPolicy | None = None) -> Sweep:
         """HOOI's projections in two passes: the second half of the modes projected slab by slab (kept in
         memory), then the first half (mode 0 included) accumulated over the slabs with the updated factors."""
-        from tuckerkit.engine._ops import _ttmc_tree, multi_ttm
-
+        pol = resolve_policy(policy)
         N = self.ndim
         half = (N + 1) // 2
         first, second = list(range(half)), list(range(half, N))
@@ -206,51 +280,50 @@ class SlabTensor:
         shape1 = [self.shape[m] if m < half else factors[m].shape[1] for m in range(N)]
         self._check_fits(shape1, "the projection on the last modes")
         Y1 = np.empty(shape1, dtype=self.dtype)
-        mats = [factors[m] for m in second]
+        mats = {m: factors[m] for m in second}
         for s, slab in self.slabs():
-            Y1[s:s + slab.shape[0]] = multi_ttm(slab, mats, modes=second, transpose=True)
-        _ttmc_tree(Y1, first, factors, update, plans)
+            Y1[s:s + slab.shape[0]] = dense_multi_ttm(slab, mats, True, None, pol)
+        ttmc_tree(Y1, first, factors, update, plans, pol)
         del Y1
         shape2 = [factors[m].shape[1] if m < half else self.shape[m] for m in range(N)]
         Y2 = np.zeros(shape2, dtype=self.dtype)
-        rest = [m for m in first if m != 0]
         for s, slab in self.slabs():
-            U0 = factors[0][s:s + slab.shape[0]]
-            part = multi_ttm(slab, [U0, *(factors[m] for m in rest)], modes=[0, *rest], transpose=True)
-            Y2 += part
-        _ttmc_tree(Y2, second, factors, update, plans)
-        return tuple(plans)
+            local = {0: factors[0][s:s + slab.shape[0]], **{m: factors[m] for m in first if m != 0}}
+            Y2 += dense_multi_ttm(slab, local, True, None, pol)
+        ttmc_tree(Y2, second, factors, update, plans, pol)
+        return Sweep(tuple(plans), 2)
 
-    def _tk_mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None]) -> tuple[Any, ...]:
+    def mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
+                     policy: ExecutionPolicy | None = None) -> Sweep:
         """CP-ALS's N MTTKRPs in two passes, the dimension tree of :func:`~tuckerkit.engine.mttkrp_sweep`:
         the last modes are contracted slab by slab with their Khatri-Rao product into an in-memory partial
         ``(I_0, ..., R)`` that serves the first modes' MTTKRPs; then the first modes (mode 0 included, with
         the updated factors) are contracted and summed over the slabs for the last modes'."""
-        from tuckerkit.engine._ops import _MttkrpTree
-
+        pol = resolve_policy(policy)
         N = self.ndim
         half = (N + 1) // 2
         first, second = list(range(half)), list(range(half, N))
-        R = int(factors[0].shape[1])
+        R = int(factors[1].shape[1])
         plans: list[Any] = []
         shape1 = [*(self.shape[m] for m in first), R]
         self._check_fits(shape1, "the MTTKRP partial over the first modes")
         P1 = np.empty(shape1, dtype=self.dtype)
         for s, slab in self.slabs():
-            tree = _MttkrpTree(np, slab.shape, factors, update, plans if s == 0 else [])
+            tree = MttkrpTree(np, slab.shape, factors, update, plans if s == 0 else [], pol)
             T, _ = tree.contract_modes(slab, list(range(N)), second, False)
             P1[s:s + slab.shape[0]] = T
-        _MttkrpTree(np, self.shape, factors, update, plans).rec(P1, first, True, first)
+        MttkrpTree(np, self.shape, factors, update, plans, pol).rec(P1, first, True, first)
         del P1
         P2 = None
         for s, slab in self.slabs():
             local = [factors[0][s:s + slab.shape[0]], *factors[1:]]
-            tree = _MttkrpTree(np, slab.shape, local, update, plans if s == 0 else [])
+            tree = MttkrpTree(np, slab.shape, local, update, plans if s == 0 else [], pol)
             T, _ = tree.contract_modes(slab, list(range(N)), first, False)
             if P2 is None:
                 P2 = np.array(T, dtype=self.dtype, order="C")
             else:
                 P2 += T
-        assert P2 is not None
-        _MttkrpTree(np, self.shape, factors, update, plans).rec(P2, second, True, second)
-        return tuple(plans)
+        if P2 is None:  # pragma: no cover - a tensor has at least one slab
+            raise RuntimeError("internal error: no slab was read")
+        MttkrpTree(np, self.shape, factors, update, plans, pol).rec(P2, second, True, second)
+        return Sweep(tuple(plans), 2)

@@ -11,8 +11,6 @@ from typing import Any
 import numpy as np
 
 FORMATS = (".npy", ".npz", ".mat", ".tns", ".h5", ".hdf5")
-#: a .tns file is densified only up to this many entries (sparse tensors get their own types later)
-TNS_DENSE_LIMIT = 200_000_000
 
 
 class TensorFileError(ValueError):
@@ -76,7 +74,7 @@ def _object_error(p: Path) -> TensorFileError:
 
 def load_tensor(
     path: str | os.PathLike, *, key: str | None = None, shape: Sequence[int] | None = None, mmap: bool = True
-) -> np.ndarray:
+) -> Any:
     """Load a dense tensor from a file, choosing the reader by extension.
 
     Parameters
@@ -84,8 +82,8 @@ def load_tensor(
     path : str or Path
         ``.npy`` (memory-mapped read-only by default, read once), ``.npz`` (one array, or ``key``), ``.mat``
         (MATLAB, ``key`` selects a variable), ``.tns`` (FROSTT text: 1-based coordinates then the value;
-        ``#`` comments and blank lines allowed; densified), ``.h5``/``.hdf5`` (needs h5py; ``key`` is the
-        dataset path).
+        ``#`` comments and blank lines allowed; a sparse :class:`~tuckerkit.sparse.COOTensor`, never
+        densified), ``.h5``/``.hdf5`` (needs h5py; ``key`` is the dataset path).
     key : str, optional
         Array name inside ``.npz``/``.mat``/``.h5`` files holding several.
     shape : sequence of int, optional
@@ -95,7 +93,7 @@ def load_tensor(
 
     Returns
     -------
-    numpy.ndarray (or a read-only numpy.memmap)
+    numpy.ndarray (a read-only numpy.memmap for ``.npy``), or a COOTensor for ``.tns``
 
     Raises
     ------
@@ -147,18 +145,9 @@ def load_tensor(
         k = _pick_key(keys, key, repr(str(p)))
         return _check_array(data[k], f"{str(p)!r}[{k!r}]")
     if ext == ".tns":
-        from tuckerkit.io._tns import read_tns
+        from tuckerkit.sparse import COOTensor
 
-        coords, values, shp = read_tns(p, shape=shape)
-        n = int(np.prod(shp, dtype=np.float64))
-        if n > TNS_DENSE_LIMIT:
-            raise TensorFileError(
-                f"{str(p)!r} describes a tensor of shape {shp} ({n:.3g} entries), too large to densify; "
-                f"sparse decompositions are not available yet (limit {TNS_DENSE_LIMIT:.0e} entries)"
-            )
-        dense = np.zeros(shp, dtype=values.dtype)
-        np.add.at(dense, tuple(coords.T), values)
-        return dense
+        return COOTensor.from_tns(p, shape=shape)  # sparse: never densified
     try:
         import h5py
     except ImportError:

@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.sparse._dispatch import SparseKernels
+from tuckerkit.sparse._dispatch import SparseOperand
 
 #: ``to_dense`` refuses tensors with more entries than this (override with ``limit=``)
 DENSE_LIMIT = 100_000_000
 
 
-class COOTensor(SparseKernels):
+class COOTensor(SparseOperand):
     """A sparse tensor in coordinate format: ``coords`` (nnz, N) 0-based, ``values`` (nnz,), ``shape``.
 
     Duplicate coordinates are summed and explicit zeros dropped at construction (so ``nnz`` counts

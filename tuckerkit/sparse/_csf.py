@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.sparse._coo import COOTensor, linear_key
-from tuckerkit.sparse._dispatch import SparseKernels
+from tuckerkit.sparse._dispatch import SparseOperand
 
 
-class CSFTensor(SparseKernels):
+class CSFTensor(SparseOperand):
     """A sparse tensor stored as a tree of fibers in a chosen mode order (taco's compressed levels).
 
     Level ``l`` holds ``idx[l]`` (the coordinate in mode ``order[l]`` of each node) and, for every level but

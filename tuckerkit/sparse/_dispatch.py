@@ -1,10 +1,18 @@
-"""What the engine calls on a sparse tensor (shared by COOTensor and CSFTensor)."""
+"""The operand protocol for sparse tensors (shared by COOTensor and CSFTensor): sparse is a kernel, not a branch."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from tuckerkit.backend import Device
+from tuckerkit.engine._operand import OperandBase
+from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
+from tuckerkit.engine._subspace import sign_fix
+from tuckerkit.engine._sweeps import Sweep
 
 
 class SparseShape:
@@ -26,16 +34,55 @@ class SparseShape:
         return np.dtype(self.values.dtype)
 
 
-class SparseKernels(SparseShape):
-    """Mixin of COOTensor and CSFTensor: shared properties and the hooks ``tuckerkit.engine`` dispatches to
-    (sparse is a kernel, not a branch)."""
+def _available_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 8 << 30
+
+
+def values_norm(values: Any) -> float:
+    """Frobenius norm from the nonzeros (float64, scaled by the largest magnitude: no overflow)."""
+    from tuckerkit.engine._operand import frobenius_norm
+
+    return frobenius_norm(values)
+
+
+def coo_ttm(coo: Any, U: Any, mode: int) -> Any:
+    """``X x_mode U^T`` for a COO tensor and ``U`` of shape (I_mode, J): a COO tensor whose mode ``mode`` has
+    size J; each nonzero becomes J entries (duplicates summed)."""
+    from tuckerkit.sparse._coo import COOTensor
+
+    J = int(U.shape[1])
+    c = np.repeat(coo.coords, J, axis=0)
+    c[:, mode] = np.tile(np.arange(J, dtype=c.dtype), coo.nnz)
+    vals = (coo.values[:, None] * np.asarray(U)[coo.coords[:, mode], :]).reshape(-1)
+    shape = list(coo.shape)
+    shape[mode] = J
+    return COOTensor(c, vals.astype(np.result_type(coo.values.dtype, U.dtype), copy=False), shape)
+
+
+class SparseOperand(SparseShape, OperandBase):
+    """The operand protocol of COOTensor and CSFTensor: compiled CSF kernels, never a densification."""
 
     values: np.ndarray
 
+    @property
+    def device(self) -> Device:
+        return Device("cpu")
+
     def norm(self) -> float:
-        """Frobenius norm from the nonzeros (float64 accumulation)."""
-        v = self.values.astype(np.float64)
-        return float(np.sqrt(v @ v))
+        """Frobenius norm from the nonzeros (float64 accumulation, scaled: no overflow)."""
+        return values_norm(self.values)
+
+    def to(self, device: Device) -> Any:
+        """This tensor on ``device``: itself on the CPU, a :class:`GpuCOOTensor` (COO in device memory) on a GPU."""
+        if not device.is_gpu:
+            return self
+        from tuckerkit.sparse._csf import as_coo
+        from tuckerkit.sparse._gpu import GpuCOOTensor
+
+        return GpuCOOTensor(as_coo(self), device)
 
     def plan(self, csf: str | None = None, *, memory_budget: int | None = None) -> Any:
         """The per-mode kernel plan MTTKRP uses on this tensor (:class:`SparsePlan`; builds the CSFs once).
@@ -67,33 +114,20 @@ class SparseKernels(SparseShape):
             csf = "auto"
         return sparse_plan(self, csf, memory_budget)[0]
 
-    def _tk_mttkrp(self, factors, mode: int):
-        """Called by ``tuckerkit.engine.mttkrp``: the compiled CSF kernel, never a densification."""
-        from tuckerkit.sparse._mttkrp import sparse_mttkrp
-
-        return sparse_mttkrp(self, factors, mode)  # type: ignore[arg-type]
-
-    def _tk_to_device(self, device: Any) -> Any:
-        """This tensor on ``device``: itself on the CPU, a :class:`GpuCOOTensor` on a GPU."""
-        if not device.is_gpu:
-            return self
-        from tuckerkit.sparse._csf import as_coo
-        from tuckerkit.sparse._gpu import GpuCOOTensor
-
-        return GpuCOOTensor(as_coo(self), device)
-
-    def _tk_ttmc(self, factors, mode: int):
-        """Called by ``tuckerkit.engine.multi_ttm`` with ``transpose=True, skip=mode``: the compiled CSF kernel."""
-        from tuckerkit.sparse._mttkrp import sparse_ttmc
-
-        return sparse_ttmc(self, factors, mode)  # type: ignore[arg-type]
-
-    def _tk_unfolding(self, mode: int) -> Any:
+    # -- the operand protocol ------------------------------------------------------------------------
+    def unfolding(self, mode: int) -> Any:
         """The mode-``mode`` unfolding as a scipy CSR matrix, keeping only the columns that hold nonzeros.
 
         Dropping empty columns leaves ``A A^T`` and the left singular vectors unchanged, and keeps the
         matrix at most ``nnz`` wide: ARPACK's final SVD is then ``k x nnz`` instead of ``k x prod(other
         modes)`` (a 10000^3 tensor's unfolding has 1e8 columns; its SVD took 8 s and 0.8 GB).
+
+        Examples
+        --------
+        >>> from tuckerkit.sparse import COOTensor
+        >>> X = COOTensor([[0, 0, 0], [1, 2, 3]], [1.0, 2.0], shape=(2, 3, 4))
+        >>> X.unfolding(0).shape
+        (2, 2)
         """
         import scipy.sparse
 
@@ -111,3 +145,95 @@ class SparseKernels(SparseShape):
             col = np.zeros(coo.nnz, np.int64)
         ncols = int(col.max()) + 1 if col.size else 0
         return scipy.sparse.csr_matrix((coo.values, (coo.coords[:, mode], col)), shape=(coo.shape[mode], ncols))
+
+    def gram(self, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """``X_(n) X_(n)^T`` from the sparse unfolding (a dense I_n x I_n result; refused when it would take
+        more than a quarter of the available memory)."""
+        self._dense_only("plan=", plan)
+        In = self.shape[mode]
+        need = In * In * 8
+        if need > _available_bytes() // 4:
+            raise ValueError(
+                f"the mode-{mode} Gram of this sparse tensor is {In} x {In} ({need / 1e9:.1f} GB), more than a "
+                "quarter of the available memory; pass ranks (leading subspaces by ARPACK) instead of tol"
+            )
+        A = self.unfolding(mode)
+        return np.asarray((A @ A.T).toarray(), dtype=self.dtype)
+
+    def multi_ttm(self, mats: Mapping[int, Any], *, transpose: bool = False, plan: Any = None,
+                  policy: ExecutionPolicy | None = None) -> Any:
+        """``X x_m U_m`` (transposed) for every ``m`` in ``mats``: all modes but at most one by the compiled
+        ttmc kernel (a dense result), fewer modes one at a time as COO tensors (a COOTensor result)."""
+        from tuckerkit.engine._ttm import dense_ttm
+        from tuckerkit.sparse._csf import as_coo
+        from tuckerkit.sparse._mttkrp import sparse_ttmc
+
+        self._dense_only("plan=", plan)
+        pol = resolve_policy(policy)
+        mats_t = {m: np.asarray(U if transpose else U.T) for m, U in mats.items()}  # (I_m, J_m)
+        left = [m for m in range(self.ndim) if m not in mats_t]
+        if len(left) <= 1:
+            # all modes: project all but the shortest by the kernel, then that one densely
+            skip = left[0] if left else min(mats_t, key=lambda m: (self.shape[m], m))
+            factors = [mats_t.get(m) for m in range(self.ndim)]
+            Y = sparse_ttmc(self, factors, skip, pol)  # type: ignore[arg-type]
+            return Y if left else dense_ttm(Y, mats_t[skip], skip, True, None, None, pol)
+        out = as_coo(self)
+        for m in sorted(mats_t, key=lambda m: mats_t[m].shape[1] / self.shape[m]):
+            out = coo_ttm(out, mats_t[m], m)
+        return out
+
+    def mttkrp(self, factors: Sequence[Any], mode: int, *, plan: Any = None,
+               policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """The compiled CSF kernel of this mode's plan (:meth:`plan`)."""
+        from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+        self._dense_only("plan=", plan)
+        return sparse_mttkrp(self, factors, mode, resolve_policy(policy))  # type: ignore[arg-type]
+
+    def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
+                   policy: ExecutionPolicy | None = None) -> Sweep:
+        """One compiled ttmc per mode (each reads only the nonzeros)."""
+        from tuckerkit.sparse._mttkrp import sparse_ttmc
+
+        pol = resolve_policy(policy)
+        for n in range(self.ndim):
+            update(n, sparse_ttmc(self, factors, n, pol))  # type: ignore[arg-type]
+        return Sweep((self.plan(),), self.ndim)
+
+    def mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
+                     policy: ExecutionPolicy | None = None) -> Sweep:
+        """One compiled MTTKRP per mode (each reads only the nonzeros)."""
+        from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+        pol = resolve_policy(policy)
+        for n in range(self.ndim):
+            update(n, sparse_mttkrp(self, factors, n, pol))  # type: ignore[arg-type]
+        return Sweep((self.plan(),), self.ndim)
+
+    def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
+                         policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """ARPACK's leading singular vectors of the sparse unfolding (orthonormalized; random columns when
+        the unfolding has fewer than ``rank + 1`` columns or no nonzeros)."""
+        import scipy.sparse.linalg
+
+        rng = np.random.default_rng(0) if rng is None else rng
+        A = self.unfolding(mode)
+        if rank >= min(A.shape) or A.nnz == 0:
+            V = rng.standard_normal((self.shape[mode], rank))
+            s = np.zeros(rank)
+        else:
+            V, s, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=rank,
+                                               random_state=int(rng.integers(2**31)))
+            V, s = V[:, ::-1], s[::-1]
+        Q, _ = np.linalg.qr(V)  # orthonormal also when ARPACK could not run
+        return sign_fix(np.ascontiguousarray(Q)).astype(self.dtype, copy=False), (s * s).astype(self.dtype)
+
+    def preferred_init(self, ranks: Sequence[int]) -> str:
+        """HOSVD: each factor from the sparse unfolding (ST-HOSVD's projections would grow the nonzeros)."""
+        return "hosvd"
+
+
+def gpu_sparse_refusal(what: str) -> ValueError:
+    return ValueError(f"sparse {what} runs on the CPU; pass device='cpu' (sparse CP-ALS runs on a GPU)")
+

@@ -9,14 +9,16 @@ operations with ``cupyx.scatter_add`` in bounded chunks.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tuckerkit.backend import Device
-from tuckerkit.sparse._dispatch import SparseShape
+from tuckerkit.engine._operand import OperandBase
+from tuckerkit.engine._policy import ExecutionPolicy
+from tuckerkit.engine._sweeps import Sweep
+from tuckerkit.sparse._dispatch import SparseShape, gpu_sparse_refusal
 
 _KERNEL = r"""
 extern "C" __global__ void coo_mttkrp(const long long nnz, const int N, const int R, const int mode,
@@ -67,7 +69,7 @@ class GpuSparsePlan:
                 f"{self.bytes / 1e6:.1f} MB), one thread per nonzero and column, atomicAdd into the output rows")
 
 
-class GpuCOOTensor(SparseShape):
+class GpuCOOTensor(SparseShape, OperandBase):
     """A :class:`~tuckerkit.sparse.COOTensor` in GPU memory (made by ``cp_als(X, ..., device="cuda")``).
 
     Attributes
@@ -84,9 +86,9 @@ class GpuCOOTensor(SparseShape):
         from tuckerkit.backend import get_cupy
 
         cupy = get_cupy(device)
-        self.xp = cupy
+        self._xp = cupy
         self.host = coo
-        self.device = device
+        self._device = device
         self.shape = tuple(coo.shape)
         idx = np.int32 if max(self.shape) < 2**31 else np.int64
         with cupy.cuda.Device(device.index):
@@ -96,6 +98,14 @@ class GpuCOOTensor(SparseShape):
             self._offsets = cupy.asarray(offs)
 
     @property
+    def xp(self) -> Any:
+        return self._xp
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
     def nbytes(self) -> int:
         return int(self.coords.nbytes + self.values.nbytes)
 
@@ -103,23 +113,51 @@ class GpuCOOTensor(SparseShape):
         return f"GpuCOOTensor(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype}, device={self.device})"
 
     def norm(self) -> float:
-        v = self.values.astype(np.float64)
-        return math.sqrt(float(v @ v))
+        from tuckerkit.sparse._dispatch import values_norm
+
+        return values_norm(self.values)
 
     def plan(self) -> GpuSparsePlan:
         """What MTTKRP runs on this tensor (:class:`GpuSparsePlan`)."""
         return GpuSparsePlan("coo_atomic", str(self.device), self.nnz, str(self.coords.dtype), self.nbytes)
 
-    def _tk_to_device(self, device: Device) -> Any:
-        return self if device == self.device else (self.host if not device.is_gpu else GpuCOOTensor(
-            self.host, device))
+    def to(self, device: Device) -> Any:
+        if device == self.device:
+            return self
+        return self.host if not device.is_gpu else GpuCOOTensor(self.host, device)
 
-    def _tk_unfolding(self, mode: int) -> Any:
-        return self.host._tk_unfolding(mode)
+    # -- the operand protocol: MTTKRPs on the device; the small dense problems of the others from the host
+    def gram(self, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> Any:
+        self._dense_only("plan=", plan)
+        return self.xp.asarray(self.host.gram(mode))
 
-    def _tk_mttkrp(self, factors: list[Any], mode: int) -> Any:
+    def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
+                         policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:
+        U, w = self.host.leading_subspace(mode, rank, rng=rng, policy=policy)
+        return self.xp.asarray(U), self.xp.asarray(w)
+
+    def multi_ttm(self, mats: Any, *, transpose: bool = False, plan: Any = None,
+                  policy: ExecutionPolicy | None = None) -> Any:
+        raise gpu_sparse_refusal("TTM (and Tucker)")
+
+    def ttmc_sweep(self, factors: list[Any], update: Any, *, policy: ExecutionPolicy | None = None) -> Sweep:
+        raise gpu_sparse_refusal("HOOI")
+
+    def mttkrp_sweep(self, factors: list[Any], update: Any, *, policy: ExecutionPolicy | None = None) -> Sweep:
+        for n in range(self.ndim):
+            update(n, self.mttkrp(factors, n))
+        return Sweep((self.plan(),), self.ndim)
+
+    def preferred_init(self, ranks: Any) -> str:
+        return "hosvd"
+
+    def mttkrp(self, factors: Any, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> Any:
+        """One thread per (nonzero, column), ``atomicAdd`` into the output rows (a RawKernel), or array
+        operations with ``scatter_add`` where no RawKernel exists."""
+        self._dense_only("plan=", plan)
         xp = self.xp
-        R = int(factors[0].shape[1])
+        R = next(int(U.shape[1]) for m, U in enumerate(factors) if m != mode and U is not None)
+        factors = [xp.zeros((self.shape[m], R), dtype=self.dtype) if U is None else U for m, U in enumerate(factors)]
         dt = np.result_type(self.dtype, *(U.dtype for U in factors))
         out = xp.zeros((self.shape[mode], R), dtype=dt)
         if self.nnz == 0:

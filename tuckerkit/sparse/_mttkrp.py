@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
 from tuckerkit.sparse._coo import COOTensor
 from tuckerkit.sparse._csf import CSFTensor, as_coo
 
@@ -72,6 +73,19 @@ class SparsePlan:
         return "\n".join(lines)
 
 
+def _kernel_workers(policy: ExecutionPolicy | None) -> int:
+    """Threads the compiled kernels run on (the policy's workers, at most numba's pool)."""
+    import numba
+
+    return min(resolve_policy(policy).workers, numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+
+
+def numba_threads(policy: ExecutionPolicy | None) -> Any:
+    from tuckerkit.engine._policy import numba_threads as _nt
+
+    return _nt(resolve_policy(policy))
+
+
 def _estimate_tree_bytes(coo: COOTensor) -> int:
     """An upper bound on one CSF tree's memory: values plus, per level, an index and a pointer per node."""
     itemsize = 4 if max(max(coo.shape), coo.nnz) < 2**31 - 1 else 8
@@ -98,12 +112,12 @@ def _choose_kind(coo: COOTensor, memory_budget: int | None) -> tuple[str, str]:
 def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
     """The CSF trees of a plan, built side by side on the CPU threads (the sort and level kernels release
     the GIL) when there are several and enough nonzeros to pay for the threads."""
-    from tuckerkit.engine._threads import map_workers, single_threaded_blas
+    from tuckerkit.engine._policy import blas_pinned, default_policy, parallel_map
 
     if len(orders) < 2 or coo.nnz < 200_000:
         return [CSFTensor(coo, o) for o in orders]
-    with single_threaded_blas():
-        return map_workers(lambda o: CSFTensor(coo, o), list(orders))
+    with blas_pinned():
+        return parallel_map(lambda o: CSFTensor(coo, o), list(orders), default_policy())
 
 
 def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None) -> tuple[SparsePlan, list]:
@@ -201,15 +215,13 @@ def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int
     return np.ascontiguousarray(np.concatenate(mats, axis=0)), F_off
 
 
-def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -> np.ndarray:
+def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
+                  policy: ExecutionPolicy | None = None) -> np.ndarray:
     """``X_(n) (khatri-rao of the other factors)`` for a sparse tensor, never densifying it.
 
     The plan says which tree and level serve ``mode``: the root kernel writes each output row from one
     thread; the internal and leaf kernels accumulate into one private output per thread, then add them.
     """
-    import numba
-
-    from tuckerkit.engine._threads import single_threaded_blas
     from tuckerkit.sparse._kernels import mttkrp_level, mttkrp_root
 
     plan, csfs = sparse_plan(X)
@@ -219,15 +231,16 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -
     dtype = np.result_type(csf.values.dtype, *(U.dtype for m, U in enumerate(factors) if m != mode))
     pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
     vals = csf.values.astype(dtype, copy=False)
-    with single_threaded_blas():  # keep BLAS threads from competing with the kernel's threads
+    workers = _kernel_workers(policy)
+    with numba_threads(policy):  # BLAS held to one thread meanwhile
         if level == 0:
             F_all, F_off = _pack_levels(csf, factors, 0, R, dtype)
             out = np.zeros((csf.shape[mode], R), dtype=dtype)
-            bounds = balanced_roots(csf, 4 * numba.get_num_threads())
+            bounds = balanced_roots(csf, 4 * workers)
             mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
             return out
         F_all, F_off = _pack_levels(csf, factors, level, R, dtype)
-        parts = numba.get_num_threads()
+        parts = workers
         bounds = balanced_roots(csf, parts)
         private = np.zeros((len(bounds) - 1, csf.shape[mode], R), dtype=dtype)
         mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
@@ -238,12 +251,10 @@ def _rooted_order(shape: Sequence[int], mode: int) -> tuple[int, ...]:
     return (mode, *sorted((m for m in range(len(shape)) if m != mode), key=lambda m: shape[m]))
 
 
-def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -> np.ndarray:
+def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
+                policy: ExecutionPolicy | None = None) -> np.ndarray:
     """``X`` times ``factors[m].T`` along every mode ``m != mode``: a dense tensor with ``I_mode`` in position
     ``mode`` and ``R_m`` elsewhere (the projection sparse HOOI needs), from the CSF rooted at ``mode``."""
-    import numba
-
-    from tuckerkit.engine._threads import single_threaded_blas
     from tuckerkit.sparse._kernels import ttmc_root
 
     plan, csfs = sparse_plan(X)
@@ -276,8 +287,8 @@ def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int) -> 
         F_all[off:off + U.shape[0], : U.shape[1]] = U
         off += U.shape[0]
     out = np.zeros((csf.shape[mode], int(P_lev[1])), dtype=dtype)
-    bounds = balanced_roots(csf, 4 * numba.get_num_threads())
-    with single_threaded_blas():
+    bounds = balanced_roots(csf, 4 * _kernel_workers(policy))
+    with numba_threads(policy):
         ttmc_root(pos_all, pos_off, idx_all, idx_off, csf.values.astype(dtype, copy=False), F_all, F_off,
                   np.asarray(ranks, dtype=np.int64), P_lev, P_off, N, bounds, out)
     Y = out.reshape(csf.shape[mode], *(ranks[lev] for lev in range(1, N)))  # axes in CSF order

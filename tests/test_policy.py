@@ -1,0 +1,227 @@
+"""The execution policy: BLAS held to one thread inside tuckerkit and restored exactly, fixed work splits
+taken dynamically by the workers, and the same bits whatever the number of workers, the machine's load, or
+how many threads call at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+import tuckerkit as tk
+from tuckerkit.engine import ExecutionPolicy, blas_pinned, default_policy, plan_contraction
+from tuckerkit.engine._policy import parallel_for, split_points
+
+TWO = ExecutionPolicy(workers=2)
+ONE = ExecutionPolicy(workers=1)
+
+
+def _blas_threads():
+    return {d["filepath"]: d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}
+
+
+def test_blas_pinned_holds_every_blas_library_and_restores_exactly():
+    import scipy.linalg  # noqa: F401  (scipy's wheel brings its own OpenBLAS)
+
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        assert len(before) >= 1 and set(before.values()) == {2}
+        with blas_pinned():
+            assert set(_blas_threads().values()) == {1}
+            with blas_pinned():  # re-entrant
+                assert set(_blas_threads().values()) == {1}
+            assert set(_blas_threads().values()) == {1}
+            assert default_policy().workers == min(2, len(__import__("os").sched_getaffinity(0)))
+        assert _blas_threads() == before
+        with pytest.raises(RuntimeError, match="inside"), blas_pinned():
+            raise RuntimeError("an error inside")
+        assert _blas_threads() == before  # also after an exception
+
+
+def test_blas_pin_is_held_while_any_thread_is_inside():
+    """Two threads overlap: BLAS stays at one thread until the last leaves, then comes back exactly."""
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        inside, leave_first, seen = threading.Event(), threading.Event(), []
+
+        def first():
+            with blas_pinned():
+                inside.set()
+                leave_first.wait(5)
+
+        t = threading.Thread(target=first)
+        t.start()
+        inside.wait(5)
+        with blas_pinned():
+            leave_first.set()
+            t.join(5)
+            seen.append(set(_blas_threads().values()))  # the first thread left; we are still inside
+        assert seen == [{1}]
+        assert _blas_threads() == before
+
+
+def test_a_call_with_an_error_restores_blas(rng):
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        with pytest.raises(ValueError, match=r"ranks\[0\]=9 exceeds the size of mode 0"):
+            tk.hooi(rng.standard_normal((4, 5, 6)), (9, 2, 2))
+        assert _blas_threads() == before
+
+
+@pytest.mark.parametrize("n_items", [1, 2, 7, 50])
+def test_parallel_for_runs_each_item_once(n_items):
+    seen, lock = [], threading.Lock()
+
+    def work(i, state):
+        state.append(i)
+        with lock:
+            seen.append(i)
+
+    states = parallel_for(work, n_items, TWO, list)
+    assert sorted(seen) == list(range(n_items))
+    assert sorted(i for st in states for i in st) == list(range(n_items))
+    assert 1 <= len(states) <= 2
+
+
+def test_parallel_for_propagates_errors():
+    def work(i, _):
+        if i == 3:
+            raise ValueError("item 3 failed")
+
+    with pytest.raises(ValueError, match="item 3 failed"):
+        parallel_for(work, 8, TWO)
+
+
+def test_parallel_for_stops_all_threads_on_error():
+    done, lock = [], threading.Lock()
+
+    def work(i, _):
+        if i == 0:
+            raise RuntimeError("first item failed")
+        threading.Event().wait(0.001)  # 1000 items take a second; the failure comes first
+        with lock:
+            done.append(i)
+
+    with pytest.raises(RuntimeError, match="first item failed"):
+        parallel_for(work, 1000, TWO)
+    seen = len(done)
+    assert seen < 500  # the others stopped taking items
+    threading.Event().wait(0.05)
+    assert len(done) == seen  # and nothing runs after the call returned
+
+
+def test_split_points_depend_on_the_sizes_only():
+    assert split_points(10, 100) == [0, 10]
+    assert split_points(1000, 10**12) == [1000 * i // 16 for i in range(17)]  # at most 16 pieces
+    assert split_points(3, 10**12) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("spec", "shapes"),
+    [
+        ("bik,bkj->bij", [(40, 60, 50), (40, 50, 70)]),  # batch pieces
+        ("ibk,bkj->bij", [(60, 40, 50), (40, 50, 70)]),  # batch pieces on a strided operand
+        ("mk,nkp->mnp", [(64, 64), (64, 64, 64)]),  # a strided batch with a shared operand
+        ("ik,kj->ij", [(400, 300), (300, 200)]),  # one GEMM cut into row pieces
+        ("ik,kj->ij", [(30, 600), (600, 700)]),  # one GEMM cut into column pieces
+    ],
+)
+def test_split_products_match_numpy_and_are_bitwise_the_same_for_any_workers(spec, shapes, rng):
+    A, B = (rng.standard_normal(s) for s in shapes)
+    p2 = plan_contraction(spec, A, B, policy=TWO)
+    p1 = plan_contraction(spec, A, B, policy=ONE)
+    assert p2.parallel and "2 workers" in p2.explain()
+    r2, r1 = p2(A, B), p1(A, B)
+    np.testing.assert_array_equal(r1, r2)
+    ref = np.einsum(spec, A, B)
+    k = A.shape[-1]
+    np.testing.assert_allclose(r2, ref, rtol=0, atol=8 * k * np.finfo(np.float64).eps * np.abs(ref).max())
+
+
+@pytest.mark.parametrize(("shape", "mode"), [((60, 50, 40), 1), ((120, 300), 0), ((30, 20, 400), 2)])
+def test_gram_is_bitwise_the_same_for_any_workers(shape, mode, rng):
+    X = rng.standard_normal(shape)
+    g1 = tk.engine.gram_plan(X, mode, policy=ONE)(X)
+    g2 = tk.engine.gram_plan(X, mode, policy=TWO)(X)
+    np.testing.assert_array_equal(g1, g2)
+    U = np.moveaxis(X, mode, 0).reshape(shape[mode], -1)
+    np.testing.assert_allclose(g2, U @ U.T, rtol=0, atol=4 * U.shape[1] * np.finfo(float).eps * (U * U).sum(1).max())
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_hooi_and_cp_same_bits_serial_and_threaded(rng):
+    X = rng.standard_normal((60, 50, 40))
+    with threadpool_limits(2, user_api="blas"):
+        T2 = tk.hooi(X, (5, 5, 5), tol=0, max_iter=3)
+        C2 = tk.cp_als(X, 4, tol=0, max_iter=3)
+    with threadpool_limits(1, user_api="blas"):  # the default policy follows: one worker
+        T1 = tk.hooi(X, (5, 5, 5), tol=0, max_iter=3)
+        C1 = tk.cp_als(X, 4, tol=0, max_iter=3)
+    np.testing.assert_array_equal(T1.core, T2.core)
+    assert T1.fit_history == T2.fit_history
+    for U, V in zip(C1.factors, C2.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
+
+
+def _runs(X):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        return (tk.hooi(X, (4, 5, 3), tol=0, max_iter=4), tk.cp_als(X, 3, tol=0, max_iter=4))
+
+
+def _same(a, b):
+    np.testing.assert_array_equal(a[0].core, b[0].core)
+    for U, V in zip(a[0].factors + a[1].factors, b[0].factors + b[1].factors, strict=True):
+        np.testing.assert_array_equal(U, V)
+    np.testing.assert_array_equal(a[1].weights, b[1].weights)
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_concurrent_calls_give_the_sequential_bits(rng):
+    """Four threads decomposing one tensor at once get exactly what the same calls get one after another."""
+    X = rng.standard_normal((70, 60, 50))
+    ref = _runs(X)
+    out: list = [None] * 4
+    errors: list = []
+
+    def run(i):
+        try:
+            out[i] = _runs(X)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    for got in out:
+        _same(got, ref)
+
+
+def test_same_bits_beside_a_busy_process(rng):
+    """A process spinning on every CPU changes how the work is scheduled, never the result."""
+    X = rng.standard_normal((70, 60, 50))
+    ref = _runs(X)
+    busy = subprocess.Popen([sys.executable, "-c", "import multiprocessing as m, itertools\n"
+                             "def spin(_):\n    for _ in itertools.count(): pass\n"
+                             "m.Pool(2).map(spin, range(2))"])
+    try:
+        got = _runs(X)
+    finally:
+        busy.kill()
+        busy.wait()
+    _same(got, ref)
+
+
+def test_policy_is_validated():
+    with pytest.raises(ValueError, match=r"workers=0 is invalid; expected an integer >= 1"):
+        ExecutionPolicy(workers=0)
+    with pytest.raises(TypeError, match=r"policy must be an ExecutionPolicy or None; received int"):
+        plan_contraction("ik,kj->ij", np.ones((2, 3)), np.ones((3, 4)), policy=2)

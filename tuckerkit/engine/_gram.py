@@ -1,0 +1,269 @@
+"""The Gram matrix of an unfolding, ``X_(n) X_(n)^T``, without forming the unfolding."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._validation import check_mode
+from tuckerkit.backend import array_namespace
+from tuckerkit.backend._device import device_op
+from tuckerkit.engine._contract import _elem_strides, _view, contract
+from tuckerkit.engine._gpu import gpu_matmul
+from tuckerkit.engine._policy import (
+    MIN_PARALLEL_FLOPS,
+    PIN_FLOPS,
+    ExecutionPolicy,
+    blas_pinned,
+    parallel_for,
+    resolve_policy,
+    split_points,
+)
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
+#: the partial Grams of a split sum may hold this many bytes in all (else fewer pieces)
+_PARTIALS_BYTES = 64 << 20
+_SERIAL = ExecutionPolicy(workers=1)
+
+
+@dataclass(frozen=True)
+class GramPlan:
+    """How :func:`gram` evaluates ``X_(n) X_(n)^T``, bound to the tensor it was made for.
+
+    Attributes
+    ----------
+    mode : int
+    outer : tuple of int
+        Modes looped over (larger strides than ``mode``).
+    inner : tuple of int
+        Modes reduced by each SYRK/GEMM.
+    route : {"syrk", "slabs", "contract"}
+        ``"syrk"``: one product (cut into row blocks of the lower triangle when large); ``"slabs"``: a sum
+        over the outer index, cut into a fixed number of pieces by the sizes, partial sums added in order;
+        ``"contract"``: the modes cannot be flattened without a copy (the engine's remedy).
+    shape, strides : tuple of int
+        The tensor the plan was made for.
+    dtype : str
+    policy : ExecutionPolicy
+        The workers the pieces run on (the result does not depend on them).
+
+    A plan is callable: ``plan(X)`` on a tensor of the same shape, strides and dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import gram_plan
+    >>> gram_plan(np.ones((4, 5, 6)), 0).route, gram_plan(np.ones((4, 5, 6)), 1).route
+    ('syrk', 'slabs')
+    """
+
+    mode: int
+    outer: tuple[int, ...]
+    inner: tuple[int, ...]
+    route: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str = ""
+    policy: ExecutionPolicy = _SERIAL
+
+    def explain(self) -> str:
+        return (f"gram mode {self.mode}: {self.route}, loop over modes {list(self.outer)}, "
+                f"reduce modes {list(self.inner)}")
+
+    def __call__(self, X: Any) -> Any:
+        """``X_(n) X_(n)^T`` for a tensor of exactly the shape, strides and dtype of the plan."""
+        return dense_gram(X, self.mode, self, self.policy)
+
+    def check(self, X: Any, mode: int) -> None:
+        got = (mode, tuple(X.shape), _elem_strides(X), str(X.dtype))
+        if got != (self.mode, self.shape, self.strides, self.dtype or got[3]):
+            raise ValueError(
+                f"plan was made for mode {self.mode}, shape {self.shape}, strides {self.strides}, dtype "
+                f"{self.dtype}; received mode {got[0]}, shape {got[1]}, strides {got[2]}, dtype {got[3]}"
+            )
+
+
+def build_gram_plan(X: Any, n: int, policy: ExecutionPolicy) -> GramPlan:
+    st = _elem_strides(X)
+    others = [m for m in range(X.ndim) if m != n and X.shape[m] != 1]
+    outer = tuple(sorted((m for m in others if st[m] > st[n] or X.shape[n] == 1), key=lambda m: -st[m]))
+    inner = tuple(sorted((m for m in others if m not in outer), key=lambda m: -st[m]))
+    try:
+        _slab_view(X, n, outer, inner)
+        n_outer = math.prod(X.shape[m] for m in outer)
+        R = math.prod(X.shape[m] for m in inner)
+        route = "syrk" if (R == 1 or n_outer == 1) else "slabs"
+    except (ValueError, TypeError, RuntimeError):
+        route = "contract"
+    return GramPlan(n, outer, inner, route, tuple(X.shape), st, str(X.dtype), policy)
+
+
+def _slab_view(X: Any, n: int, outer, inner) -> Any:
+    """``X`` as (outer, I_n, inner) without a copy (raises when the modes cannot be flattened)."""
+    n_outer = math.prod(X.shape[m] for m in outer)
+    R = math.prod(X.shape[m] for m in inner)
+    ones = [m for m in range(X.ndim) if m != n and X.shape[m] == 1]
+    return _view(X.transpose([*outer, n, *inner, *ones]), (n_outer, X.shape[n], R))
+
+
+def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
+    """``G = V V^H`` for one large (I_n, K) view: the lower triangle cut into row blocks of equal work (a
+    fixed cut, each block written by one product), then mirrored."""
+    In = V.shape[0]
+    flops = In * In * V.shape[1]
+    pieces = max(1, min(16, flops // (4 * MIN_PARALLEL_FLOPS)))
+    # rows [r_i, r_{i+1}) cost about r_{i+1}^2 - r_i^2: equal work cuts at sqrt(i / pieces)
+    cuts = sorted({0, In, *(round(In * math.sqrt(i / pieces)) for i in range(1, pieces))})
+
+    def work(i: int, _: Any) -> None:
+        lo, hi = cuts[i], cuts[i + 1]
+        np.matmul(V[lo:hi], conj(V[:hi]).T, out=G[lo:hi, :hi])
+
+    parallel_for(work, len(cuts) - 1, policy)
+    for lo, hi in itertools.pairwise(cuts):  # the upper triangle from the blocks below
+        G[lo:hi, hi:] = conj(G[hi:, lo:hi]).T
+
+
+def dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -> Any:
+    """``X_(n) X_(n)^T`` of a dense array (arguments validated)."""
+    xp = array_namespace(X)
+    if plan is None:
+        plan = build_gram_plan(X, n, policy)
+    else:
+        if not isinstance(plan, GramPlan):
+            raise TypeError(f"plan must be a GramPlan from gram_plan; received {type(plan).__name__}")
+        plan.check(X, n)
+    In = X.shape[n]
+    if plan.route == "contract":
+        x = _LETTERS[: X.ndim]
+        y = x[:n] + "z" + x[n + 1:]
+        return contract(f"{x},{y}->{x[n]}z", X, X, policy=plan.policy)
+    outer, inner = list(plan.outer), list(plan.inner)
+    Xv = _slab_view(X, n, outer, inner)
+    n_outer, R = Xv.shape[0], Xv.shape[2]
+    G = xp.zeros((In, In), dtype=X.dtype)
+    if X.size == 0:
+        return G
+    conj = (lambda v: v.conj()) if X.dtype.kind == "c" else (lambda v: v)
+    flops = In * In * R * n_outer
+    if R == 1 or n_outer == 1:
+        V = Xv[:, :, 0].T if R == 1 else Xv[0]
+        if xp is not np:
+            gpu_matmul(xp, V, conj(V).T, G)
+        elif flops < PIN_FLOPS:
+            np.matmul(V, conj(V).T, out=G)  # numpy runs V @ V.T as a symmetric rank-k update
+        else:
+            with blas_pinned():
+                if flops < 4 * MIN_PARALLEL_FLOPS:
+                    np.matmul(V, conj(V).T, out=G)
+                else:
+                    _syrk_pieces(V, G, conj, plan.policy)
+        return G
+    # a sum over the outer index: a fixed cut into pieces (by the sizes), one partial Gram per piece, the
+    # partials added in piece order; within a piece, one SYRK per slab or batched GEMMs over a few slabs
+    bounds = split_points(n_outer, flops)
+    most = max(1, _PARTIALS_BYTES // max(In * In * X.itemsize, 1))
+    if len(bounds) - 1 > most:
+        bounds = [n_outer * i // most for i in range(most + 1)]
+    chunk = 1 if R >= 64 else max(1, min(n_outer, (4 << 20) // max(In * In * X.itemsize, 1)))
+    partials = xp.zeros((len(bounds) - 1, In, In), dtype=X.dtype)
+
+    def mm(a, b, out):
+        return np.matmul(a, b, out=out) if xp is np else gpu_matmul(xp, a, b, out)
+
+    def work(i: int, tmp: Any) -> None:
+        acc = partials[i]
+        for start in range(bounds[i], bounds[i + 1], chunk):
+            blk = Xv[start:min(start + chunk, bounds[i + 1])]
+            if blk.shape[0] == 1:
+                mm(blk[0], conj(blk[0]).T, out=tmp[0])
+                acc += tmp[0]
+            else:
+                t = tmp[: blk.shape[0]]
+                mm(blk, xp.swapaxes(conj(blk), 1, 2), out=t)
+                acc += t.sum(axis=0)
+
+    def new_tmp() -> Any:
+        return xp.empty((chunk, In, In), dtype=X.dtype)
+
+    if xp is np and flops >= PIN_FLOPS:
+        with blas_pinned():
+            parallel_for(work, len(bounds) - 1, plan.policy, new_tmp)
+    else:
+        tmp = new_tmp()
+        for i in range(len(bounds) - 1):
+            work(i, tmp)
+    for i in range(partials.shape[0]):  # in piece order: the same bits whoever computed each piece
+        G += partials[i]
+    return G
+
+
+def gram_plan(X: Any, mode: int, *, policy: ExecutionPolicy | None = None) -> GramPlan:
+    """The :class:`GramPlan` that :func:`gram` uses for this dense tensor and mode.
+
+    Parameters
+    ----------
+    X : array, shape (I_0, ..., I_{N-1})
+    mode : int
+    policy : ExecutionPolicy, optional
+        The workers the plan runs on (default: :func:`default_policy`).
+
+    Returns
+    -------
+    GramPlan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import gram, gram_plan
+    >>> X = np.ones((4, 5, 6))
+    >>> plan = gram_plan(X, 1)
+    >>> plan.route, plan.outer, plan.inner, gram(X, 1, plan=plan).shape, plan(X).shape
+    ('slabs', (0,), (2,), (5, 5), (5, 5))
+    """
+    from tuckerkit.engine._operand import dense_array
+
+    X = dense_array(X, "X")
+    return build_gram_plan(X, check_mode(mode, X.ndim), resolve_policy(policy))
+
+
+@device_op
+def gram(X: Any, mode: int, *, plan: GramPlan | None = None, device: Any = None) -> Any:
+    """The Gram matrix of the mode-``mode`` unfolding, ``X_(n) X_(n)^T``, without forming the unfolding.
+
+    On a dense array the modes stored outside ``mode`` (larger strides) are looped over and the modes
+    inside it are the reduction of each GEMM (``X[o] @ X[o].T`` on views, which numpy runs as a symmetric
+    rank-k update). Other tensor kinds bring their own (a sparse unfolding's product, slabs summed, a Dask
+    tree reduction).
+
+    Parameters
+    ----------
+    X : array or tensor, shape (I_0, ..., I_{N-1})
+        A numpy/cupy array, or any tensor :func:`as_operand` accepts.
+    mode : int
+    plan : GramPlan, optional
+        From :func:`gram_plan` for a dense tensor of the same shape, strides and dtype, and this mode.
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
+
+    Returns
+    -------
+    array, shape (I_mode, I_mode)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import gram
+    >>> X = np.arange(24.0).reshape(2, 3, 4)
+    >>> np.allclose(gram(X, 1), np.moveaxis(X, 1, 0).reshape(3, -1) @ np.moveaxis(X, 1, 0).reshape(3, -1).T)
+    True
+    """
+    from tuckerkit.engine._operand import as_operand
+
+    op = as_operand(X)
+    return op.gram(check_mode(mode, op.ndim), plan=plan)

@@ -1,0 +1,306 @@
+"""Matricized tensor times Khatri-Rao product (MTTKRP) on dense arrays, and the Khatri-Rao product."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._validation import check_factor_list, check_matrices, check_mode
+from tuckerkit.backend import array_namespace
+from tuckerkit.backend._device import device_op
+from tuckerkit.engine._contract import _elem_strides, contract, plan_contraction
+from tuckerkit.engine._plan import ContractionPlan
+from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
+_RANK = "Z"
+
+
+@device_op
+def khatri_rao(matrices: Sequence[Any], *, device: Any = None) -> Any:
+    """Column-wise Kronecker product; the first matrix varies slowest (row-major over the modes).
+
+    Parameters
+    ----------
+    matrices : sequence of arrays, each of shape (I_k, R)
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
+
+    Returns
+    -------
+    array, shape (prod(I_k), R)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import khatri_rao
+    >>> khatri_rao([np.ones((2, 3)), np.ones((4, 3))]).shape
+    (8, 3)
+    """
+    mats = check_matrices(matrices)
+    if len(mats) == 0:
+        raise ValueError("matrices is empty; expected at least one matrix")
+    R = mats[0].shape[1] if getattr(mats[0], "ndim", 0) == 2 else None
+    for i, U in enumerate(mats):
+        if getattr(U, "ndim", 0) != 2 or U.shape[1] != R:
+            raise ValueError(
+                f"matrices[{i}] has shape {tuple(getattr(U, 'shape', ()))}; expected 2-D with {R} columns like "
+                "matrices[0]"
+            )
+    return _khatri_rao(mats)
+
+
+def _khatri_rao(mats: Sequence[Any]) -> Any:
+    out = mats[0]
+    R = out.shape[1]
+    for U in mats[1:]:
+        out = (out[:, None, :] * U[None, :, :]).reshape(-1, R)
+    return out
+
+
+@dataclass(frozen=True)
+class MTTKRPPlan:
+    """How :func:`mttkrp` evaluates one mode: one GEMM, or a GEMM then a batched GEMV; bound to the tensor,
+    mode and rank it was made for.
+
+    Attributes
+    ----------
+    mode : int
+    first : tuple of int
+        Modes contracted by the GEMM with their Khatri-Rao product (outer to inner in memory).
+    second : tuple of int
+        Modes contracted afterwards, batched over the rank.
+    plans : tuple of ContractionPlan
+        The engine plans of the steps.
+    intermediate_elements : int
+        Size of the partial result between the two steps.
+    shape, strides : tuple of int
+        The tensor the plan was made for.
+    rank : int
+    dtype : str
+
+    A plan is callable: ``plan(X, factors)``; another mode, tensor or rank raises a one-line ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import mttkrp_plan
+    >>> X, U = np.ones((4, 5, 6)), [np.ones((4, 2)), None, np.ones((6, 2))]
+    >>> p = mttkrp_plan(X, U, 1)
+    >>> p.first, p.second, [q.kind.value for q in p.plans], p(X, U).shape
+    ((2,), (0,), ['gemm', 'batched_gemv'], (5, 2))
+    """
+
+    mode: int
+    first: tuple[int, ...]
+    second: tuple[int, ...]
+    plans: tuple[ContractionPlan, ...] = field(default=())
+    intermediate_elements: int = 0
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    rank: int = 0
+    dtype: str = ""
+
+    def explain(self) -> str:
+        head = (
+            f"mttkrp mode {self.mode}: contract modes {list(self.first)} by GEMM"
+            + (f", then modes {list(self.second)} batched over the rank" if self.second else "")
+            + f" (intermediate {self.intermediate_elements:,} elements)"
+        )
+        return "\n".join([head] + ["  " + p.explain().replace("\n", "\n  ") for p in self.plans])
+
+    def __call__(self, X: Any, factors: Sequence[Any]) -> Any:
+        """The MTTKRP of mode ``self.mode`` for a tensor of exactly the shape, strides and dtype of the plan."""
+        facs, R = check_factor_list(factors, tuple(X.shape), self.mode, X.dtype)
+        return dense_mttkrp(X, facs, self.mode, R, self, self.plans[0].policy if self.plans else ExecutionPolicy())
+
+    def check(self, X: Any, mode: int, R: int) -> None:
+        if mode != self.mode:
+            raise ValueError(f"plan was made for mode {self.mode}; received mode {mode} (make a plan for it)")
+        got = (tuple(X.shape), _elem_strides(X), R, str(X.dtype))
+        if got != (self.shape, self.strides, self.rank, self.dtype):
+            raise ValueError(
+                f"plan was made for X of shape {self.shape}, strides {self.strides}, rank {self.rank}, dtype "
+                f"{self.dtype}; received shape {got[0]}, strides {got[1]}, rank {got[2]}, dtype {got[3]}"
+            )
+
+
+def _mttkrp_split(shape, strides, n, R) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The modes of the first (GEMM) and second (batched over the rank) steps of mode ``n``'s MTTKRP."""
+    others = [m for m in range(len(shape)) if m != n]
+    outer = sorted((m for m in others if strides[m] > strides[n]), key=lambda m: -strides[m])
+    inner = sorted((m for m in others if strides[m] <= strides[n]), key=lambda m: -strides[m])
+    size = math.prod(shape)
+    if outer and inner:
+        po, pi = math.prod(shape[m] for m in outer), math.prod(shape[m] for m in inner)
+        return (tuple(inner), tuple(outer)) if pi >= po else (tuple(outer), tuple(inner))
+    side = outer or inner
+    if not side:
+        return (), ()
+    full = math.prod(shape[m] for m in side)
+    if full * R <= max(size // 4, 1) or len(side) == 1:
+        return tuple(side), ()
+    # split the side into two chains: first the far end (away from mode n), balancing the temporaries
+    best: tuple[int, tuple[int, ...], tuple[int, ...]] = (-1, (), ())
+    for j in range(1, len(side)):
+        far, near = (side[j:], side[:j]) if side is inner else (side[:j], side[j:])
+        pf = math.prod(shape[m] for m in far)
+        mem = pf * R + size // pf * R + math.prod(shape[m] for m in near) * R
+        if best[0] < 0 or mem < best[0]:
+            best = (mem, tuple(far), tuple(near))
+    return best[1], best[2]
+
+
+def rank_outer(xp, X, rest, R, dtype):
+    """An (I_rest..., R) buffer with the rank outermost and the rest in X's memory order."""
+    st = _elem_strides(X)
+    mem = sorted(range(len(rest)), key=lambda i: -st[rest[i]])
+    buf = xp.empty((R, *(X.shape[rest[i]] for i in mem)), dtype=dtype)
+    axes = [0] * (len(rest) + 1)
+    for pos, i in enumerate(mem):
+        axes[i] = pos + 1
+    axes[-1] = 0
+    return buf.transpose(axes)
+
+
+def _specs(ndim: int, n: int, first, second) -> tuple[str, str, list[int]]:
+    x = _LETTERS[:ndim]
+    rest = [m for m in range(ndim) if m not in first]
+    p_sub = "".join(x[m] for m in rest) + _RANK
+    spec1 = f"{x},{''.join(x[m] for m in first)}{_RANK}->{p_sub if second else x[n] + _RANK}"
+    spec2 = f"{p_sub},{''.join(x[m] for m in second)}{_RANK}->{x[n]}{_RANK}"
+    return spec1, spec2, rest
+
+
+def build_mttkrp_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> MTTKRPPlan:
+    xp = array_namespace(X)
+    first, second = _mttkrp_split(X.shape, _elem_strides(X), n, R)
+    spec1, spec2, rest = _specs(X.ndim, n, first, second)
+    out = xp.empty((X.shape[n], R), dtype=X.dtype)
+    kr1 = xp.empty((*(X.shape[m] for m in first), R), dtype=X.dtype)
+    plans = []
+    inter = 0
+    if not first:
+        pass
+    elif second:
+        P = rank_outer(xp, X, rest, R, X.dtype)
+        plans.append(plan_contraction(spec1, X, kr1, out=P, policy=policy))
+        kr2 = xp.empty((*(X.shape[m] for m in second), R), dtype=X.dtype)
+        plans.append(plan_contraction(spec2, P, kr2, out=out, policy=policy))
+        inter = math.prod(P.shape)
+    else:
+        plans.append(plan_contraction(spec1, X, kr1, out=out, policy=policy))
+    return MTTKRPPlan(n, first, second, tuple(plans), inter, tuple(X.shape), _elem_strides(X), R, str(X.dtype))
+
+
+def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPlan | None,
+                 policy: ExecutionPolicy) -> Any:
+    """Mode ``n``'s MTTKRP of a dense array in at most two contractions (arguments validated)."""
+    xp = array_namespace(X)
+    dtype = np.result_type(X.dtype, *(U.dtype for m, U in enumerate(factors) if m != n))
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    if plan is None:
+        plan = build_mttkrp_plan(X, n, R, policy)
+    else:
+        if not isinstance(plan, MTTKRPPlan):
+            raise TypeError(f"plan must be an MTTKRPPlan from mttkrp_plan; received {type(plan).__name__}")
+        plan.check(X, n, R)
+    first, second = plan.first, plan.second
+    if not first:  # a 1-way tensor: the sum over nothing
+        return xp.asarray(X)[:, None] * xp.ones((1, R), dtype=dtype)
+    spec1, spec2, rest = _specs(X.ndim, n, first, second)
+    kr1 = _khatri_rao([factors[m] for m in first]).reshape(*(X.shape[m] for m in first), R)
+    out = xp.empty((X.shape[n], R), dtype=dtype)
+    if not second:
+        return contract(spec1, X, kr1, out=out, plan=plan.plans[0])
+    # intermediate with the rank outermost, so that each rank's slice is a plain matrix for step 2
+    P = rank_outer(xp, X, rest, R, dtype)
+    contract(spec1, X, kr1, out=P, plan=plan.plans[0])
+    kr2 = _khatri_rao([factors[m] for m in second]).reshape(*(X.shape[m] for m in second), R)
+    return contract(spec2, P, kr2, out=out, plan=plan.plans[1])
+
+
+@device_op
+def mttkrp(
+    X: Any, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None, device: Any = None
+) -> Any:
+    """Matricized tensor times Khatri-Rao product: ``X_(n)`` times the Khatri-Rao product of the factors but ``n``.
+
+    On a dense array it runs in at most two engine calls, never unfolding ``X`` and never forming a
+    Khatri-Rao product with as many rows as ``X`` has columns in its unfolding when that would be large: the
+    modes on one side of ``mode`` are contracted first by one GEMM with their (small) Khatri-Rao product, the
+    others afterwards by a GEMV batched over the rank. A sparse tensor runs its compiled CSF kernel, an
+    out-of-core one streams its slabs, a Dask one runs a graph.
+
+    Parameters
+    ----------
+    X : array or tensor, shape (I_0, ..., I_{N-1})
+        A numpy/cupy array, or any tensor :func:`as_operand` accepts.
+    factors : sequence of N arrays, shape (I_k, R)
+        ``factors[mode]`` is not used and may be None.
+    mode : int
+    plan : MTTKRPPlan, optional
+        From :func:`mttkrp_plan` for this mode, rank and a dense tensor of the same shape, strides and dtype.
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+        Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
+        result comes back to the first operand's device.
+
+    Returns
+    -------
+    array, shape (I_mode, R)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import mttkrp
+    >>> X = np.ones((3, 4, 5))
+    >>> U = [np.ones((3, 2)), np.ones((4, 2)), np.ones((5, 2))]
+    >>> mttkrp(X, U, 1)
+    array([[15., 15.],
+           [15., 15.],
+           [15., 15.],
+           [15., 15.]])
+    """
+    from tuckerkit.engine._operand import as_operand
+
+    op = as_operand(X)
+    n = check_mode(mode, op.ndim)
+    facs, _R = check_factor_list(factors, op.shape, n, op.dtype)
+    return op.mttkrp(facs, n, plan=plan)
+
+
+def mttkrp_plan(X: Any, factors: Sequence[Any], mode: int, *, policy: ExecutionPolicy | None = None) -> MTTKRPPlan:
+    """The split :func:`mttkrp` uses for this dense tensor and mode, with the engine plans of its steps.
+
+    Parameters
+    ----------
+    X, factors, mode : see :func:`mttkrp`
+    policy : ExecutionPolicy, optional
+        The workers the plan runs on (default: :func:`default_policy`).
+
+    Returns
+    -------
+    MTTKRPPlan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import mttkrp, mttkrp_plan
+    >>> X, U = np.ones((4, 5, 6)), [np.ones((4, 2)), np.ones((5, 2)), np.ones((6, 2))]
+    >>> plan = mttkrp_plan(X, U, 0)
+    >>> mttkrp(X, U, 0, plan=plan).shape
+    (4, 2)
+    """
+    from tuckerkit.engine._operand import dense_array
+
+    X = dense_array(X, "X")
+    n = check_mode(mode, X.ndim)
+    facs, R = check_factor_list(factors, X.shape, n, X.dtype)
+    dtype = np.result_type(X.dtype, *(U.dtype for m, U in enumerate(facs) if m != n))
+    return build_mttkrp_plan(X.astype(dtype, copy=False), n, R, resolve_policy(policy))

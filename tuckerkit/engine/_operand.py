@@ -1,0 +1,513 @@
+"""One operand protocol: what the decompositions and the engine's operations ask of a tensor.
+
+Every tensor kind tuckerkit accepts implements :class:`Operand` (pyttb's ``tensor`` / ``sptensor`` methods are
+the model): a numpy or cupy array through the :class:`DenseTensor` adapter, the sparse
+:class:`~tuckerkit.sparse.COOTensor` / :class:`~tuckerkit.sparse.CSFTensor`, the out-of-core
+:class:`SlabTensor` and the distributed :class:`DaskTensor`. :func:`as_operand` resolves a user's input to
+one, once, at the public entry; below it, algorithms call ``X.gram(n)``, ``X.ttmc_sweep(...)``,
+``X.mttkrp(...)`` and never ask what ``X`` is. A new tensor kind is one new class.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from tuckerkit._validation import MAX_NDIM, check_shape, check_tensor, count_nonfinite
+from tuckerkit.backend import (
+    Device,
+    array_namespace,
+    check_fits,
+    device_of,
+    get_cupy,
+    parse_device,
+    result_dtype,
+    to_device,
+)
+from tuckerkit.engine._gram import GramPlan, dense_gram
+from tuckerkit.engine._mttkrp import MTTKRPPlan, dense_mttkrp
+from tuckerkit.engine._plan import ContractionPlan
+from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, resolve_policy
+from tuckerkit.engine._subspace import leading_left_singular
+from tuckerkit.engine._sweeps import Sweep, dense_mttkrp_sweep, dense_ttmc_sweep
+from tuckerkit.engine._ttm import MultiTTMPlan, dense_multi_ttm, dense_ttm
+
+#: the engine's subscripts have 50 letters: at most this many modes in a contraction
+MAX_ENGINE_NDIM = 50
+
+Update = Callable[[int, Any], None]
+
+
+@runtime_checkable
+class Operand(Protocol):
+    """What tuckerkit's algorithms need of a tensor, whatever its kind.
+
+    Attributes: ``shape``, ``dtype``, ``ndim``, ``size``; ``xp`` (the array module results live in) and
+    ``device``; ``streamed`` (True when every pass reads the tensor from storage or a cluster: ST-HOSVD then
+    truncates the cheapest mode first).
+
+    Methods return arrays in ``xp`` unless said otherwise; factor matrices have shape (I_n, R_n).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import Operand, as_operand
+    >>> from tuckerkit.sparse import COOTensor
+    >>> X = np.random.default_rng(0).random((4, 5, 6))
+    >>> ops = [as_operand(X), COOTensor.from_dense(X), as_operand(X, memory_limit=500)]
+    >>> all(isinstance(op, Operand) for op in ops)
+    True
+    >>> [bool(np.allclose(op.gram(1), ops[0].gram(1))) for op in ops]
+    [True, True, True]
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def ndim(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def xp(self) -> ModuleType: ...
+
+    @property
+    def device(self) -> Device: ...
+
+    @property
+    def streamed(self) -> bool: ...
+
+    def to(self, device: Device) -> Operand:
+        """The same tensor on ``device`` (itself when it is there); a one-line error where it cannot go."""
+        ...
+
+    def check_finite(self) -> None:
+        """A one-line ``ValueError`` if the tensor holds NaN or Inf (streamed kinds check in their norm pass)."""
+        ...
+
+    def norm(self) -> float:
+        """The Frobenius norm as a Python float (float64, scaled so that no finite input overflows)."""
+        ...
+
+    def gram(self, mode: int, *, plan: GramPlan | None = None, policy: ExecutionPolicy | None = None) -> Any:
+        """``X_(mode) X_(mode)^T``, shape (I_mode, I_mode)."""
+        ...
+
+    def ttm(self, U: Any, mode: int, *, transpose: bool = False, out: Any = None,
+            plan: ContractionPlan | None = None, policy: ExecutionPolicy | None = None) -> Any:
+        """``X x_mode U`` (``U^T`` with ``transpose``)."""
+        ...
+
+    def multi_ttm(self, mats: Mapping[int, Any], *, transpose: bool = False, plan: MultiTTMPlan | None = None,
+                  policy: ExecutionPolicy | None = None) -> Any:
+        """``X`` times ``mats[m]`` (transposed) along every mode in ``mats``."""
+        ...
+
+    def mttkrp(self, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None,
+               policy: ExecutionPolicy | None = None) -> Any:
+        """``X_(mode)`` times the Khatri-Rao product of the other factors, shape (I_mode, R)."""
+        ...
+
+    def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
+        """HOOI's N projections in mode order, ``update(n, X x_{m != n} U_m^T)`` after each."""
+        ...
+
+    def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
+        """CP-ALS's N MTTKRPs in mode order, ``update(n, M_n)`` after each."""
+        ...
+
+    def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
+                         policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:
+        """The ``rank`` leading left singular vectors of ``X_(mode)`` (orthonormal, sign-fixed) and the
+        matching eigenvalues of ``X_(mode) X_(mode)^T``."""
+        ...
+
+    def preferred_init(self, ranks: Sequence[int]) -> str:
+        """How HOOI starts on this tensor by default: ``"st_hosvd"``, ``"st_hosvd_sketch"`` (a streamed
+        tensor whose sketch fits) or ``"hosvd"`` (a sparse tensor, whose projections would grow)."""
+        ...
+
+
+class OperandBase:
+    """Defaults shared by tuckerkit's operand kinds (a third-party kind may implement :class:`Operand`
+    directly instead)."""
+
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def xp(self) -> ModuleType:
+        return np
+
+    @property
+    def device(self) -> Device:
+        return Device("cpu")
+
+    @property
+    def streamed(self) -> bool:
+        return False
+
+    def to(self, device: Device) -> Any:
+        if not device.is_gpu:
+            return self
+        raise ValueError(f"a {type(self).__name__} runs on the CPU; received device={str(device)!r} "
+                         "(out-of-core and distributed runs use device='cpu')")
+
+    @property
+    def stored_entries(self) -> int:
+        """Entries the input stores (every entry of a dense tensor, the nonzeros of a sparse one)."""
+        return self.size
+
+    def check_finite(self) -> None:
+        return None
+
+    def close(self) -> None:
+        """Release what the operand holds open (a file, a Dask client it started); nothing by default."""
+        return None
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _dense_only(self, what: str, value: Any) -> None:
+        if value is not None:
+            raise ValueError(f"{what} applies to dense arrays; a {type(self).__name__} computes its own result")
+
+    def ttm(self, U: Any, mode: int, *, transpose: bool = False, out: Any = None,
+            plan: ContractionPlan | None = None, policy: ExecutionPolicy | None = None) -> Any:
+        self._dense_only("out=", out)
+        self._dense_only("plan=", plan)
+        return self.multi_ttm({mode: U}, transpose=transpose, policy=policy)  # type: ignore[attr-defined]
+
+    def preferred_init(self, ranks: Sequence[int]) -> str:
+        return "st_hosvd"
+
+
+#: pieces whose largest magnitude lies in this range are summed unscaled (no square over/underflows that counts)
+_SAFE_LO, _SAFE_HI = 2.0**-400, 2.0**400
+
+
+def _pieces(X: Any, chunk_elems: int):
+    if X.flags.c_contiguous or X.flags.f_contiguous:
+        flat = X.reshape(-1)
+        return (flat[i:i + chunk_elems] for i in range(0, flat.size, chunk_elems))
+    rows = max(1, chunk_elems // max(1, X.size // X.shape[0]))
+    return (X[s:s + rows] for s in range(0, X.shape[0], rows))
+
+
+def combine_scaled(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """Two ``(scale, ssq)`` pairs (``||x||^2 = scale^2 ssq``) combined into one, without overflow."""
+    (s1, q1), (s2, q2) = a, b
+    if q1 == 0.0:
+        return b
+    if q2 == 0.0:
+        return a
+    if s1 >= s2:
+        return s1, q1 + q2 * (s2 / s1) ** 2
+    return s2, q2 + q1 * (s1 / s2) ** 2
+
+
+def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16) -> tuple[float, float]:
+    """``(scale, ssq)`` with ``||X||^2 = scale^2 * ssq`` of a dense array, accumulated in float64 over pieces;
+    a piece whose largest magnitude is extreme is scaled by a power of two near it, so no finite input
+    overflows or underflows (the idea of LAPACK's nrm2); BLAS is held to one thread, so the bits are the same
+    on every run. On a GPU the pieces accumulate on the device (one value comes back)."""
+    if X.size == 0:
+        return 1.0, 0.0
+    xp = array_namespace(X)
+    if xp is not np:
+        amax = xp.zeros((), dtype=xp.float64)
+        for blk in _pieces(X, chunk_elems << 6):
+            amax = xp.maximum(amax, xp.max(xp.abs(blk)).astype(xp.float64))
+        scale = xp.where(amax > 0, amax, 1.0)
+        ssq = xp.zeros((), dtype=xp.float64)
+        for blk in _pieces(X, chunk_elems << 6):
+            b = blk.astype(xp.float64) / scale
+            ssq += xp.sum(b * b)
+        both = xp.stack([scale, ssq]).get()  # one copy back
+        return float(both[0]), float(both[1])
+    acc = (1.0, 0.0)
+    with blas_pinned():  # one BLAS thread: a dot product's bits depend on the thread count
+        for blk in _pieces(X, chunk_elems):
+            hi, lo = float(blk.max()), float(blk.min())
+            amax = max(hi, -lo)
+            if not math.isfinite(amax) or math.isnan(hi) or math.isnan(lo):
+                return math.inf, 1.0
+            if amax == 0.0:
+                continue
+            b = blk.astype(np.float64, copy=False).reshape(-1)
+            if _SAFE_LO <= amax <= _SAFE_HI:  # squares neither overflow nor lose anything that matters
+                acc = combine_scaled(acc, (1.0, float(np.dot(b, b))))
+            else:
+                s = 2.0 ** math.frexp(amax)[1]
+                b = b / s
+                acc = combine_scaled(acc, (s, float(np.dot(b, b))))
+    return acc
+
+
+def frobenius_norm(X: Any) -> float:
+    """``||X||_F`` of a dense array in float64, scaled against overflow and underflow (see above).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine._operand import frobenius_norm
+    >>> frobenius_norm(np.full((3, 4), 1e200)), frobenius_norm(np.full((3, 4), 1e-200))
+    (3.4641016151377546e+200, 3.4641016151377545e-200)
+    """
+    scale, ssq = sqnorm_scaled(X)
+    return scale * math.sqrt(ssq)
+
+
+class DenseTensor(OperandBase):
+    """The :class:`Operand` adapter of a dense numpy or cupy array (any layout: C, F or a strided view).
+
+    Parameters
+    ----------
+    data : numpy or cupy array
+        float32, float64 (or complex for the engine's operations), kept as it is: no copy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import DenseTensor
+    >>> X = DenseTensor(np.ones((3, 4, 5)))
+    >>> X.shape, round(X.norm() ** 2, 9), X.gram(1).shape
+    ((3, 4, 5), 60.0, (4, 4))
+    """
+
+    def __init__(self, data: Any):
+        self.data = data
+        self.shape = tuple(int(s) for s in data.shape)
+        self.dtype = np.dtype(data.dtype)
+        self._finite = False
+
+    def __repr__(self) -> str:
+        return f"DenseTensor(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+
+    @property
+    def xp(self) -> ModuleType:
+        return array_namespace(self.data)
+
+    @property
+    def device(self) -> Device:
+        return device_of(self.data)
+
+    def to(self, device: Device) -> DenseTensor:
+        if device_of(self.data) == device:
+            return self
+        if device.is_gpu:
+            check_fits(self.size * self.dtype.itemsize, device)
+        moved = DenseTensor(to_device(self.data, device))
+        moved._finite = self._finite
+        return moved
+
+    def check_finite(self) -> None:
+        if not self._finite:
+            bad = count_nonfinite(self.data)
+            if bad:
+                raise ValueError(f"X contains {bad} NaN or infinite value(s); remove or impute them first")
+            self._finite = True
+
+    def norm(self) -> float:
+        return frobenius_norm(self.data)
+
+    def gram(self, mode: int, *, plan: GramPlan | None = None, policy: ExecutionPolicy | None = None) -> Any:
+        return dense_gram(self.data, mode, plan, resolve_policy(policy))
+
+    def ttm(self, U: Any, mode: int, *, transpose: bool = False, out: Any = None,
+            plan: ContractionPlan | None = None, policy: ExecutionPolicy | None = None) -> Any:
+        return dense_ttm(self.data, U, mode, transpose, out, plan, resolve_policy(policy))
+
+    def multi_ttm(self, mats: Mapping[int, Any], *, transpose: bool = False, plan: MultiTTMPlan | None = None,
+                  policy: ExecutionPolicy | None = None) -> Any:
+        return dense_multi_ttm(self.data, mats, transpose, plan, resolve_policy(policy))
+
+    def mttkrp(self, factors: Sequence[Any], mode: int, *, plan: MTTKRPPlan | None = None,
+               policy: ExecutionPolicy | None = None) -> Any:
+        R = next(int(U.shape[1]) for m, U in enumerate(factors) if m != mode and U is not None) \
+            if self.ndim > 1 else int(factors[0].shape[1])
+        return dense_mttkrp(self.data, factors, mode, R, plan, resolve_policy(policy))
+
+    def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
+        return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy))
+
+    def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
+        return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy))
+
+    def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
+                         policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:
+        return leading_left_singular(self.data, mode, rank, resolve_policy(policy))
+
+
+# ---------------------------------------------------------------------------------------------------
+# resolution
+# ---------------------------------------------------------------------------------------------------
+ACCEPTED = ("a numpy or cupy array (or array-like), a COOTensor or CSFTensor, a SlabTensor, a DaskTensor or "
+            "dask.array.Array, or a scipy.sparse matrix")
+
+
+def _module_root(X: Any) -> str:
+    return type(X).__module__.split(".")[0]
+
+
+def dense_array(X: Any, name: str = "X", *, min_ndim: int = 1) -> Any:
+    """``X`` as a numpy/cupy array of a kept dtype (ints and bools promoted to float64); no NaN scan.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine._operand import dense_array
+    >>> dense_array([[1, 2], [3, 4]]).dtype
+    dtype('float64')
+    """
+    if X is None:
+        raise TypeError(f"{name} is None; expected an array")
+    if not (hasattr(X, "dtype") and hasattr(X, "shape") and hasattr(X, "strides")):
+        try:
+            X = np.asarray(X)
+        except (ValueError, TypeError):
+            raise TypeError(f"{name} is a {type(X).__name__}; expected {ACCEPTED}") from None
+        if X.dtype == object:
+            raise TypeError(f"{name} could not be converted to a numeric array (it holds Python objects)")
+    dtype = result_dtype((X.dtype, name))
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    if X.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimension(s); received a {X.ndim}-d array")
+    if X.ndim > MAX_ENGINE_NDIM:
+        raise ValueError(f"{name} has {X.ndim} dimensions; at most {MAX_ENGINE_NDIM} are supported")
+    return X
+
+
+def _is_array_like(X: Any) -> bool:
+    return hasattr(X, "shape") and hasattr(X, "dtype") and hasattr(X, "__getitem__")
+
+
+def as_operand(
+    X: Any,
+    *,
+    memory_limit: Any = None,
+    device: Any = None,
+    check_finite: bool = False,
+    real: bool = False,
+    min_ndim: int = 1,
+    dtype: Any = None,
+    name: str = "X",
+) -> Any:
+    """Resolve any tensor tuckerkit accepts to its :class:`Operand`, once, at a public entry.
+
+    Parameters
+    ----------
+    X : array, array-like or tensor
+        A numpy or cupy array (any layout; ints and bools promoted to float64), a numpy memmap, an HDF5 or
+        zarr dataset, a :class:`~tuckerkit.sparse.COOTensor` / :class:`~tuckerkit.sparse.CSFTensor`, a
+        scipy.sparse matrix (a 2-way sparse tensor), a :class:`SlabTensor`, a :class:`DaskTensor` or a
+        ``dask.array.Array``; an operand is returned as it is.
+    memory_limit : int or str, optional
+        A dense tensor larger than this many bytes (e.g. ``"4GB"``) becomes a :class:`SlabTensor` read in
+        slabs (out of core); smaller ones are read into memory.
+    device : {None, "cpu", "cuda", "cuda:N"}, optional
+        Move the operand there (dense arrays once; sparse tensors as COO in device memory).
+    check_finite : bool, default False
+        Refuse NaN and Inf (once per operand; streamed kinds check during their norm pass).
+    real : bool, default False
+        Refuse complex dtypes (the decompositions are real).
+    min_ndim : int, default 1
+    dtype : {None, float32, float64}, optional
+        Convert a dense input (slab by slab when it streams); default: keep it.
+    name : str, default "X"
+        The parameter name in error messages.
+
+    Returns
+    -------
+    Operand
+
+    Raises
+    ------
+    TypeError
+        One line naming the type received and what is accepted.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import as_operand
+    >>> as_operand(np.ones((100, 20, 30)), memory_limit="100KB")
+    SlabTensor(shape=(100, 20, 30), dtype=float64, memory_limit=100,000, slab_rows=5)
+    >>> as_operand("data.npy")
+    Traceback (most recent call last):
+    ...
+    TypeError: X is a str; expected a numpy or cupy array (or array-like), a COOTensor or CSFTensor, \
+a SlabTensor, a DaskTensor or dask.array.Array, or a scipy.sparse matrix (open files with tuckerkit.io.open_tensor)
+    """
+    from tuckerkit.engine._dask import DaskTensor, is_dask_array
+    from tuckerkit.engine._slabs import SlabTensor, parse_memory, streams
+
+    dev = parse_device(device) if device is not None else None
+    if dev is not None and dev.is_gpu:
+        get_cupy(dev, label=str(device))  # one-line errors naming the device as the caller wrote it
+    limit = parse_memory(memory_limit) if memory_limit is not None else None
+    if dev is not None and dev.is_gpu and (limit is not None or is_dask_array(X) or getattr(X, "streamed", False)):
+        raise ValueError(f"device={device!r} cannot be combined with a Dask array or memory_limit; "
+                         "out-of-core and distributed runs use device='cpu'")
+    op: Any
+    if isinstance(X, OperandBase):
+        op = X
+    elif isinstance(X, np.ndarray) or _module_root(X) == "cupy":
+        op = None
+    elif is_dask_array(X):
+        op = DaskTensor(X)
+    elif _module_root(X) == "scipy" and hasattr(X, "tocoo"):
+        from tuckerkit.sparse import COOTensor
+
+        op = COOTensor.from_scipy(X)
+    elif isinstance(X, Operand):
+        op = X
+    elif isinstance(X, str | bytes) or X is None or not (_is_array_like(X) or isinstance(X, list | tuple)):
+        hint = " (open files with tuckerkit.io.open_tensor)" if isinstance(X, str | bytes) else ""
+        raise TypeError(f"{name} is {'None' if X is None else 'a ' + type(X).__name__}; expected {ACCEPTED}{hint}")
+    else:
+        op = None
+    if dtype is not None:
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise TypeError(f"dtype={dtype} is not supported; expected float32 or float64")
+    if op is None:  # dense
+        if limit is not None and _is_array_like(X) and streams(X.shape, dtype or X.dtype, limit):
+            op = SlabTensor(X, limit, dtype=dtype)
+        if op is None:
+            if not (isinstance(X, np.ndarray) or _module_root(X) == "cupy"):
+                X = np.asarray(X)  # lists, HDF5 / zarr datasets that fit
+            if dtype is not None and X.dtype != dtype:
+                X = X.astype(dtype)
+            if real or check_finite:
+                X = check_tensor(X, name, min_ndim=min_ndim, allow_complex=not real, check_finite=check_finite)
+            else:
+                X = dense_array(X, name, min_ndim=min_ndim)
+            op = DenseTensor(X)
+            op._finite = check_finite
+    else:
+        if real or check_finite or min_ndim > 1:
+            check_shape(op, name, min_ndim=min_ndim)
+            if op.ndim > MAX_NDIM:
+                raise ValueError(f"{name} has {op.ndim} dimensions; at most {MAX_NDIM} are supported")
+        if check_finite:
+            op.check_finite()
+    if dev is not None:
+        op = op.to(dev)
+    return op

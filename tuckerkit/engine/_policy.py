@@ -1,0 +1,313 @@
+"""The execution policy: how many threads a call uses, BLAS held to one thread, and fixed work splits.
+
+Bitwise-repeatable results need two things, both measured on this project's machines:
+
+* **BLAS at a fixed thread count.** OpenBLAS's results depend on its thread count: a 700 x 600 x 500 dgemm
+  differs in the last bits between 1 and 2 threads, a dot product of 10^6 entries by 1e-10, and ``eigh`` of a
+  300 x 300 matrix returns eigenvectors with other signs. The thread count is one setting for the whole
+  process, so tuckerkit holds every loaded BLAS library (numpy's and scipy's bundle their own) to one thread
+  while any of its calls runs (:func:`blas_pinned`, counted across threads, the caller's settings restored
+  exactly when the last call returns, also on an exception). Below about 5e5 flops OpenBLAS runs one thread
+  anyway (``m n k < 262144``), so small products leave BLAS alone.
+* **Splits that do not depend on the machine.** Work is cut into pieces whose number follows from the sizes
+  alone (:func:`split_points`), never from the number of workers or the load; the workers take pieces
+  dynamically (one descheduled thread never holds up a static share), every piece writes its own part of the
+  output, and partial sums are added in piece order. The same call therefore gives the same bits with one
+  worker or several, on an idle or a busy machine, and from several threads at once.
+
+An :class:`ExecutionPolicy` is resolved once at a public entry and passed down (operands and plans carry it);
+nothing below reads a process-wide setting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+#: a product of fewer flops runs as one BLAS call without holding BLAS (OpenBLAS: m n k < 262144 is serial)
+PIN_FLOPS = 500_000
+#: a product of at least this many flops is cut into pieces (a thread hand-off costs ~30-50 us)
+MIN_PARALLEL_FLOPS = 4_000_000
+#: the smallest piece of a split product (about 0.1-0.2 ms of one core)
+MIN_CHUNK_FLOPS = 1_000_000
+#: the most pieces a product is cut into, whatever the machine (enough to balance up to ~8 workers)
+MAX_PIECES = 16
+
+
+@dataclass(frozen=True)
+class ExecutionPolicy:
+    """How a call runs on the CPU, resolved once at the public entry and carried by operands and plans.
+
+    Attributes
+    ----------
+    workers : int
+        Threads tuckerkit spreads its pieces of work and its compiled kernels over. The pieces themselves
+        do not depend on it, so the result is the same bits for any value.
+
+    Examples
+    --------
+    >>> from tuckerkit.engine import ExecutionPolicy
+    >>> ExecutionPolicy(workers=1)
+    ExecutionPolicy(workers=1)
+    >>> ExecutionPolicy(workers=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: workers=0 is invalid; expected an integer >= 1
+    """
+
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers={self.workers!r} is invalid; expected an integer >= 1")
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def default_policy() -> ExecutionPolicy:
+    """The policy of a call that names none: one worker per CPU this process may use, at most as many as
+    the caller lets BLAS use (``threadpoolctl.threadpool_limits(1)`` makes tuckerkit serial too).
+
+    Returns
+    -------
+    ExecutionPolicy
+
+    Examples
+    --------
+    >>> from tuckerkit.engine import default_policy
+    >>> default_policy().workers >= 1
+    True
+    """
+    return ExecutionPolicy(workers=max(1, min(_cpus(), _PIN.caller_threads())))
+
+
+def resolve_policy(policy: ExecutionPolicy | None) -> ExecutionPolicy:
+    """``policy``, or :func:`default_policy` when None; a one-line error for anything else."""
+    if policy is None:
+        return default_policy()
+    if not isinstance(policy, ExecutionPolicy):
+        raise TypeError(f"policy must be an ExecutionPolicy or None; received {type(policy).__name__}")
+    return policy
+
+
+# ---------------------------------------------------------------------------------------------------
+# BLAS threads
+# ---------------------------------------------------------------------------------------------------
+class _BlasPin:
+    """Holds every loaded BLAS library at one thread while at least one tuckerkit call is inside.
+
+    The count is the one piece of process-wide state the engine keeps: BLAS's thread count is itself
+    process-wide, and the caller's settings must come back exactly when the last concurrent call leaves.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.saved: list[int] | None = None
+        self.pinned: list[Any] = []
+        self.libs: list[Any] | None = None
+        self.modules_seen = -1
+
+    def _libraries(self) -> list[Any]:
+        # a library loaded since the last look (an import) is found by looking again
+        if self.libs is None or len(sys.modules) != self.modules_seen:
+            self.modules_seen = len(sys.modules)
+            try:
+                from threadpoolctl import ThreadpoolController
+
+                ctl = ThreadpoolController()
+                self.libs = [c for c in ctl.lib_controllers if c.user_api == "blas"]
+            except Exception:  # pragma: no cover - threadpoolctl missing or an unknown BLAS
+                self.libs = []
+        return self.libs
+
+    def caller_threads(self) -> int:
+        """The BLAS thread count the caller set (while pinned: the count saved on the way in)."""
+        with self.lock:
+            if self.saved is not None:
+                return max(self.saved, default=1)
+            libs = self._libraries()
+            return max((int(lib.num_threads) for lib in libs), default=_cpus())
+
+    @staticmethod
+    def _set(lib: Any, n: int) -> None:
+        # threadpoolctl lets only one "controlling" Python thread change OpenBLAS's (process-wide) count and
+        # silently ignores the others; a tuckerkit call may come from any thread, so set it directly
+        setter = getattr(lib, "_real_set_num_threads", None) or lib.set_num_threads
+        setter(n)
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.inside == 0:
+                libs = self.pinned = self._libraries()
+                self.saved = [int(lib.num_threads) for lib in libs]
+                for lib, n in zip(libs, self.saved, strict=True):
+                    if n != 1:
+                        self._set(lib, 1)
+            self.inside += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.inside -= 1
+            if self.inside == 0:
+                for lib, n in zip(self.pinned, self.saved or [], strict=True):
+                    if int(lib.num_threads) != n:
+                        self._set(lib, n)
+                self.saved = None
+
+
+_PIN = _BlasPin()
+
+
+@contextmanager
+def blas_pinned() -> Iterator[None]:
+    """Every BLAS library at one thread inside the block (re-entrant, safe from several threads); the
+    caller's thread counts restored exactly when the last block exits, also on an exception.
+
+    Yields
+    ------
+    None
+
+    Examples
+    --------
+    >>> from threadpoolctl import threadpool_info
+    >>> from tuckerkit.engine import blas_pinned
+    >>> with blas_pinned():
+    ...     {d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}
+    {1}
+    """
+    _PIN.enter()
+    try:
+        yield
+    finally:
+        _PIN.leave()
+
+
+# ---------------------------------------------------------------------------------------------------
+# splits and workers
+# ---------------------------------------------------------------------------------------------------
+def split_points(size: int, flops: int) -> list[int]:
+    """Cut points splitting ``size`` items of ``flops`` work into pieces of at least MIN_CHUNK_FLOPS each
+    and at most MAX_PIECES pieces: a function of the sizes only, so every machine splits alike.
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._policy import split_points
+    >>> split_points(10, 100), split_points(10, 4_000_000)
+    ([0, 10], [0, 2, 5, 7, 10])
+    """
+    n = max(1, min(size, MAX_PIECES, flops // MIN_CHUNK_FLOPS))
+    return [size * i // n for i in range(n + 1)]
+
+
+_POOL_LOCK = threading.Lock()
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    """A shared pool of ``n`` helper threads (a process resource like numba's own pool; made on first use)."""
+    with _POOL_LOCK:
+        pool = _POOLS.get(n)
+        if pool is None:
+            pool = _POOLS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tuckerkit")
+        return pool
+
+
+def _in_worker() -> bool:
+    return threading.current_thread().name.startswith("tuckerkit")
+
+
+def parallel_for(work: Callable[[int, Any], None], n_items: int, policy: ExecutionPolicy,
+                 make_state: Callable[[], Any] = lambda: None) -> list[Any]:
+    """Run ``work(i, state)`` for ``i in range(n_items)`` on the calling thread and up to ``workers - 1``
+    pool threads; each thread takes the next unclaimed item when free and keeps its own ``state`` from
+    ``make_state()``. Returns the states of the threads that took part.
+
+    Items must not depend on which thread runs them (write disjoint outputs, or partials combined by the
+    caller in item order): then the result is the same for any number of workers. One failing item stops
+    the others taking new items, and nothing runs on after the call returns.
+    """
+    w = min(policy.workers, n_items)
+    if w < 2 or _in_worker():
+        st = make_state()
+        for i in range(n_items):
+            work(i, st)
+        return [st]
+    counter = itertools.count()
+    lock = threading.Lock()
+    failed = threading.Event()
+
+    def drain() -> Any:
+        st = None
+        while not failed.is_set():
+            with lock:
+                i = next(counter)
+            if i >= n_items:
+                return st
+            if st is None:
+                st = make_state()
+            try:
+                work(i, st)
+            except BaseException:
+                failed.set()
+                raise
+        return st
+
+    pool = _pool(w - 1)
+    futures = [pool.submit(drain) for _ in range(w - 1)]
+    error: BaseException | None = None
+    try:
+        states = [drain()]
+    except BaseException as exc:
+        error, states = exc, []
+    for f in futures:
+        if f.cancel():  # never started
+            continue
+        try:  # already running: it holds at most one item; never leave it writing after we return
+            states.append(f.result())
+        except BaseException as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+    return [st for st in states if st is not None]
+
+
+def parallel_map(fn: Callable[[Any], Any], items: list, policy: ExecutionPolicy) -> list:
+    """``[fn(item) for item in items]`` over the policy's workers (dynamically scheduled, results in order)."""
+    out: list[Any] = [None] * len(items)
+
+    def work(i: int, _: Any) -> None:
+        out[i] = fn(items[i])
+
+    parallel_for(work, len(items), policy)
+    return out
+
+
+@contextmanager
+def numba_threads(policy: ExecutionPolicy) -> Iterator[None]:
+    """numba's thread count for the calling thread set to the policy's workers inside the block (numba's
+    setting is per calling thread), BLAS held to one thread meanwhile."""
+    import numba
+
+    before = numba.get_num_threads()
+    want = min(policy.workers, numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    with blas_pinned():
+        if want != before:
+            numba.set_num_threads(want)
+        try:
+            yield
+        finally:
+            if want != before:
+                numba.set_num_threads(before)

@@ -1,0 +1,185 @@
+"""``open_tensor``: a tensor file opened as the operand a decomposition runs on (the CLI's one door)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from tuckerkit.io._load import _check_path, load_tensor, open_h5_dataset
+
+CSF_CHOICES = ("auto", "all", "two", "one")
+
+
+def open_tensor(
+    path: str | os.PathLike,
+    *,
+    key: str | None = None,
+    shape: Sequence[int] | None = None,
+    dtype: Any = None,
+    memory_limit: Any = None,
+    scheduler: Any = None,
+    csf: str | None = None,
+    check_finite: bool = True,
+    name: str | None = None,
+) -> Any:
+    """Open a tensor file as an :class:`~tuckerkit.engine.Operand`, validated once.
+
+    ``.tns`` (FROSTT) files give a sparse :class:`~tuckerkit.sparse.COOTensor` (never densified); ``.npy``
+    files are memory-mapped and read into memory, or read in slabs (a :class:`~tuckerkit.engine.SlabTensor`)
+    when larger than ``memory_limit``, or chunk by chunk on a Dask cluster with ``scheduler``; ``.h5``/``.hdf5``
+    datasets are read lazily under ``memory_limit``; ``.npz`` and ``.mat`` are read into memory. Dense tensors
+    are checked for NaN and Inf here, once (streamed ones during their first pass), so the decomposition that
+    follows does not scan them again.
+
+    Parameters
+    ----------
+    path : path-like
+    key : str, optional
+        Array name inside ``.npz``/``.mat``/``.h5`` files holding several.
+    shape : sequence of int, optional
+        Shape of a ``.tns`` tensor (default: the largest index in each mode).
+    dtype : {None, "float32", "float64"}, optional
+        Convert the tensor (slab by slab when streamed); default: keep the file's (integers become float64).
+    memory_limit : int or str, optional
+        Read a dense tensor larger than this (e.g. ``"4GB"``) in slabs.
+    scheduler : None, "local", an address such as ``"tcp://host:8786"``, or a ``dask.distributed.Client``
+        Read a ``.npy`` file as a Dask array whose tasks read their own rows; a string starts a
+        ``LocalCluster`` or connects to that scheduler, and closing the returned tensor closes them.
+    csf : {None, "auto", "all", "two", "one"}, optional
+        Build this CSF plan of a sparse tensor now (see :meth:`~tuckerkit.sparse.COOTensor.plan`).
+    check_finite : bool, default True
+        Scan a dense tensor for NaN and Inf now; False leaves the (one) scan to the decomposition it is
+        passed to, so that cheaper checks (ranks, the output path) can fail first.
+    name : str, optional
+        How error messages name the tensor (default: ``tensor in '<path>'``).
+
+    Returns
+    -------
+    Operand
+        Usable as a context manager: ``with open_tensor(p) as X: ...`` closes files and Dask clients.
+
+    Raises
+    ------
+    TensorFileError
+        A missing, unreadable, corrupt or unsupported file (one line).
+    ValueError, TypeError
+        A tensor the decompositions cannot take (NaN/Inf, empty modes, fewer than 2 modes), bad options.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from tuckerkit.io import open_tensor
+    >>> d = tempfile.mkdtemp(); p = os.path.join(d, "x.npy"); np.save(p, np.ones((20, 3, 4)))
+    >>> open_tensor(p).shape, open_tensor(p, memory_limit=200)
+    ((20, 3, 4), SlabTensor(shape=(20, 3, 4), dtype=float64, memory_limit=200, slab_rows=1))
+    >>> with open(os.path.join(d, "s.tns"), "w") as f:
+    ...     _ = f.write("1 1 1 2.0\\n3 2 1 1.5\\n")
+    >>> open_tensor(os.path.join(d, "s.tns"))
+    COOTensor(shape=(3, 2, 1), nnz=2, dtype=float64)
+    """
+    from tuckerkit.engine import as_operand
+    from tuckerkit.engine._slabs import parse_memory
+
+    p = _check_path(path)
+    label = name or f"tensor in {str(p)!r}"
+    ext = p.suffix.lower()
+    limit = parse_memory(memory_limit, "memory_limit") if memory_limit is not None else None
+    if csf is not None and csf not in CSF_CHOICES:
+        raise ValueError(f"csf={csf!r} is not valid; expected one of {', '.join(map(repr, CSF_CHOICES))}")
+    if scheduler is not None:
+        if ext != ".npy":
+            raise ValueError(f"scheduler reads .npy files chunk by chunk; received {ext or 'no extension'!r}")
+        if limit is not None:
+            raise ValueError("pass either scheduler or memory_limit, not both")
+        return _open_dask(p, scheduler, dtype, label, check_finite)
+    if ext == ".tns":
+        from tuckerkit.sparse import COOTensor
+
+        X = COOTensor.from_tns(p, shape=shape)
+        if dtype is not None:
+            X = X.astype(dtype)
+        op = as_operand(X, check_finite=check_finite, real=True, min_ndim=2, name=label)
+        if csf is not None:
+            op.plan(csf=csf)
+        return op
+    if limit is not None and ext in (".h5", ".hdf5"):  # out of core: read in slabs, never whole
+        ds = open_h5_dataset(p, key)
+        op = as_operand(ds, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
+                        name=label)
+        if getattr(op, "streamed", False):
+            op.closer = ds.file.close
+        else:
+            ds.file.close()
+        return op
+    data = load_tensor(p, key=key)  # .npy memory-mapped: nothing is read until needed
+    return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
+                      name=label)
+
+
+def _open_dask(p: Any, scheduler: Any, dtype: Any, label: str, check_finite: bool) -> Any:
+    from tuckerkit.engine import DaskTensor, as_operand
+    from tuckerkit.io._dask import open_npy_dask
+
+    data = open_npy_dask(p)
+    if dtype is not None:
+        data = data.astype(dtype)
+    client = cluster = None
+    if isinstance(scheduler, str):
+        client, cluster = connect_scheduler(scheduler)
+    try:
+        op = as_operand(data, check_finite=check_finite, real=True, min_ndim=2, name=label)
+    except BaseException:
+        _close(client, cluster)
+        raise
+    if isinstance(op, DaskTensor) and client is not None:
+        op.closer = lambda: _close(client, cluster)
+    return op
+
+
+def connect_scheduler(scheduler: str, *, name: str = "scheduler") -> tuple[Any, Any]:
+    """A Dask client and the cluster it started (or None): ``"local"`` starts a ``LocalCluster`` on this
+    machine, anything else is a scheduler address such as ``"tcp://host:8786"``.
+
+    Parameters
+    ----------
+    scheduler : str
+    name : str, default "scheduler"
+        How error messages name the parameter.
+
+    Returns
+    -------
+    (dask.distributed.Client, LocalCluster or None)
+
+    Raises
+    ------
+    ConnectionError
+        ``scheduler 'tcp://...': cannot connect (...)``.
+
+    Examples
+    --------
+    >>> from tuckerkit.io import connect_scheduler
+    >>> connect_scheduler("tcp://127.0.0.1:9")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ConnectionError: scheduler 'tcp://127.0.0.1:9': cannot connect (...)
+    """
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise ImportError(f"{name} needs dask.distributed; install it with: pip install 'tuckerkit[distributed]'") \
+            from None
+    if scheduler == "local":
+        cluster = LocalCluster(dashboard_address=None, processes=True)
+        return Client(cluster), cluster
+    try:
+        return Client(scheduler, timeout="10s"), None
+    except (OSError, TimeoutError) as exc:
+        raise ConnectionError(f"{name} {scheduler!r}: cannot connect ({str(exc).splitlines()[0]})") from None
+
+
+def _close(client: Any, cluster: Any) -> None:
+    if client is not None:
+        client.close()
+    if cluster is not None:
+        cluster.close()
