@@ -119,7 +119,8 @@ def test_sparse_cp_never_densifies(rng):
 
 def test_sparse_mttkrp_bad_factors(rng):
     X = COOTensor.from_dense(random_sparse(rng, (4, 5, 6)))
-    with pytest.raises(ValueError, match=r"factors\[2\] has 7 rows but mode 2 of X has size 6; expected a matrix of shape \(6, R\)"):
+    with pytest.raises(ValueError, match=r"factors\[2\] has 7 rows but mode 2 of X has size 6; expected a matrix "
+                                         r"of shape \(6, R\)"):
         tk.mttkrp(X, [None, np.ones((5, 2)), np.ones((7, 2))], 0)
     with pytest.raises(ValueError, match=r"factors has 2 matrices; expected one per mode of X \(3\)"):
         tk.mttkrp(X, [None, np.ones((5, 2))], 0)
