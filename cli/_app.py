@@ -321,7 +321,7 @@ def info_cmd(
 def _info(input, key, shape, json_out):
     import numpy as np
 
-    from tuckerkit.engine._operand import frobenius_norm
+    from tuckerkit.engine import as_operand
     from tuckerkit.io import load_tensor
     from tuckerkit.sparse import COOTensor
 
@@ -336,7 +336,7 @@ def _info(input, key, shape, json_out):
                 "ndim": X.ndim}
         if X.dtype.kind in "biuf" and X.size:
             Xf = X if X.dtype.kind == "f" else X.astype(np.float64)
-            info["frobenius_norm"] = frobenius_norm(Xf)
+            info["frobenius_norm"] = as_operand(Xf).norm()
             nnz = int(np.count_nonzero(X))
             info["nnz"] = nnz
             info["density"] = nnz / X.size

@@ -186,8 +186,7 @@ def make_sparse_tensor(
         if not 0 < density <= 1:
             raise ValueError(f"density={density} is not valid; expected a fraction in (0, 1]")
         nnz = max(1, round(density * size))
-    assert nnz is not None
-    if not 1 <= nnz <= size:
+    if nnz is None or not 1 <= nnz <= size:
         raise ValueError(f"nnz={nnz} is not valid; expected 1 <= nnz <= {size} (the number of entries)")
     if distribution not in ("uniform", "power_law"):
         raise ValueError(f"distribution={distribution!r} is not valid; expected 'uniform' or 'power_law'")

@@ -179,7 +179,8 @@ def operand_views(plan: ContractionPlan, A, B, out, xp=np):
     if plan._sum_b:
         B = xp.ascontiguousarray(B.sum(axis=plan._sum_b))
     la, lb, lc = plan._a, plan._b, plan._c
-    assert la is not None and lb is not None and lc is not None
+    if la is None or lb is None or lc is None:  # pragma: no cover - only EMPTY plans lack layouts
+        raise RuntimeError(f"internal error: plan {plan.spec!r} has no operand layouts")
     av = _operand_view(xp, A, la)
     bv = _operand_view(xp, B, lb)
     ck = out.reshape(lc.keep_shape) if tuple(out.shape) != lc.keep_shape else out

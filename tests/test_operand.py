@@ -1,0 +1,243 @@
+"""One operand protocol: every public operation works on every tensor kind (or says in one line why not),
+plans are bound to what they were made for, and files open as the right operand."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+import tuckerkit as tk
+from tuckerkit.engine import DenseTensor, Operand, SlabTensor, as_operand
+from tuckerkit.sparse import COOTensor, CSFTensor
+
+EPS = np.finfo(np.float64).eps
+
+
+def _sparse_dense(rng, shape, density=0.3):
+    D = rng.standard_normal(shape)
+    D[rng.random(shape) > density] = 0.0
+    return D
+
+
+def _kinds(D):
+    """The same tensor as every operand kind tuckerkit accepts."""
+    import dask.array as da
+
+    coo = COOTensor.from_dense(D)
+    kinds = {
+        "numpy": D,
+        "fortran": np.asfortranarray(D),
+        "coo": coo,
+        "csf": CSFTensor(coo, tuple(reversed(range(D.ndim)))),
+        "slab": SlabTensor(D, memory_limit=4 * D[0].nbytes * 3),  # 3 rows per slab
+        "dask": da.from_array(D, chunks=tuple(max(1, s // 2) for s in D.shape)),
+    }
+    if D.ndim == 2:
+        kinds["scipy"] = scipy.sparse.csr_matrix(D)
+    return kinds
+
+
+def _close(a, b, scale):
+    a = a.to_dense() if isinstance(a, COOTensor) else np.asarray(a)
+    np.testing.assert_allclose(a, b, rtol=0, atol=200 * EPS * scale)
+
+
+@pytest.mark.parametrize("shape", [(7, 6, 5), (9, 8)])
+def test_every_engine_operation_on_every_operand_kind(shape, rng):
+    D = _sparse_dense(rng, shape)
+    scale = np.abs(D).sum()
+    U = [rng.standard_normal((s, 3)) for s in shape]
+    for name, X in _kinds(D).items():
+        assert isinstance(as_operand(X), Operand), name
+        for n in range(len(shape)):
+            _close(tk.ttm(X, U[n], n, transpose=True), tk.ttm(D, U[n], n, transpose=True), scale)
+            _close(tk.ttm(X, U[n].T, n), tk.ttm(D, U[n].T, n), scale)
+            _close(tk.gram(X, n), tk.gram(D, n), scale * np.abs(D).max())
+            _close(tk.mttkrp(X, U, n), tk.mttkrp(D, U, n), scale * 10)
+            _close(tk.multi_ttm(X, U, transpose=True, skip=n), tk.multi_ttm(D, U, transpose=True, skip=n), scale * 10)
+        _close(tk.multi_ttm(X, U, transpose=True), tk.multi_ttm(D, U, transpose=True), scale * 30)
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_every_decomposition_on_every_operand_kind(rng):
+    """The issue's failures: hosvd of a SlabTensor / COOTensor and st_hosvd(COOTensor, tol=) raised deep
+    TypeErrors. Every kind now gives the dense tensor's answer."""
+    D = _sparse_dense(rng, (9, 8, 7), density=0.6)
+    ranks = (3, 3, 2)
+    ref = {
+        "hosvd": tk.hosvd(D, ranks),
+        "st_hosvd": tk.st_hosvd(D, ranks, order=[2, 0, 1]),
+        "tol": tk.st_hosvd(D, tol=0.6),
+        "hooi": tk.hooi(D, ranks, init="hosvd", max_iter=5, tol=0),
+        "cp": tk.cp_als(D, 3, init="random", random_state=1, max_iter=5, tol=0),
+    }
+    for name, X in _kinds(D).items():
+        got = {
+            "hosvd": tk.hosvd(X, ranks),
+            "st_hosvd": tk.st_hosvd(X, ranks, order=[2, 0, 1]),
+            "tol": tk.st_hosvd(X, tol=0.6, order=[2, 0, 1]),
+            "hooi": tk.hooi(X, ranks, init=ref["hosvd"], max_iter=5, tol=0),
+            "cp": tk.cp_als(X, 3, init="random", random_state=1, max_iter=5, tol=0),
+        }
+        for key in ("hosvd", "st_hosvd", "hooi"):
+            assert abs(got[key].fit - ref[key].fit) < 1e-8, (name, key, got[key].fit, ref[key].fit)
+        assert got["tol"].ranks == tk.st_hosvd(D, tol=0.6, order=[2, 0, 1]).ranks, name
+        np.testing.assert_allclose(got["cp"].fit_history, ref["cp"].fit_history, rtol=0, atol=1e-10, err_msg=name)
+
+
+def test_unsupported_types_fail_at_the_entry_in_one_line():
+    msg = (r"X is a dict; expected a numpy or cupy array \(or array-like\), a COOTensor or CSFTensor, a "
+           r"SlabTensor, a DaskTensor or dask.array.Array, or a scipy.sparse matrix$")
+    for call in (lambda: tk.ttm({}, np.ones((2, 2)), 0), lambda: tk.gram({}, 0), lambda: tk.hooi({}, 2),
+                 lambda: tk.cp_als({}, 2), lambda: tk.mttkrp({}, [None], 0)):
+        with pytest.raises(TypeError, match=msg):
+            call()
+    with pytest.raises(TypeError, match=r"X is a str; .* \(open files with tuckerkit.io.open_tensor\)"):
+        tk.hosvd("data.npy", 2)
+    with pytest.raises(TypeError, match=r"X is None; expected"):
+        tk.st_hosvd(None, 2)
+
+
+def test_operations_that_only_dense_arrays_take_say_so(rng):
+    X = COOTensor.from_dense(_sparse_dense(rng, (4, 5, 6)))
+    U = rng.standard_normal((5, 2))
+    with pytest.raises(ValueError, match=r"out= applies to dense arrays; a COOTensor computes its own result"):
+        tk.ttm(X, U, 1, transpose=True, out=np.empty((4, 2, 6)))
+    S = SlabTensor(rng.standard_normal((10, 5, 6)), 4000)
+    with pytest.raises(ValueError, match=r"plan= applies to dense arrays; a SlabTensor computes its own result"):
+        tk.mttkrp(S, [None, U, rng.standard_normal((6, 2))], 0, plan=object())
+    with pytest.raises(ValueError, match=r"a SlabTensor runs on the CPU; received device='cuda:0'"):
+        S.to(tk.backend.parse_device("cuda"))
+
+
+# -------------------------------------------------------------------------------------------- bound plans
+def test_a_contraction_plan_runs_only_its_own_spec(rng):
+    """The issue's case: a plan of ik,kj->ij reused with ki,kj->ij silently returned A @ B."""
+    A, B = rng.standard_normal((5, 5)), rng.standard_normal((5, 5))
+    plan = tk.plan_contraction("ik,kj->ij", A, B)
+    with pytest.raises(ValueError, match=r"plan was made for spec 'ik,kj->ij'; received spec 'ki,kj->ij'"):
+        tk.contract("ki,kj->ij", A, B, plan=plan)
+    np.testing.assert_allclose(tk.contract("ik,kj->ij", A, B, plan=plan), A @ B, atol=1e-13)
+    np.testing.assert_allclose(plan(A, B), A @ B, atol=1e-13)
+    with pytest.raises(ValueError, match=r"plan was made for dtype float64; received A of dtype float32"):
+        plan(A.astype(np.float32), B)
+    with pytest.raises(ValueError, match=r"plan was made for shapes \(\(5, 5\), \(5, 5\)\); received A, B of shapes"):
+        plan(A[:4], B)
+    with pytest.raises(ValueError, match=r"plan was made for strides"):
+        plan(np.asfortranarray(A), B)
+    with pytest.raises(ValueError, match=r"ttm\(mode=0, transpose=False\) runs 'abc,za->zbc'"):
+        X = rng.standard_normal((5, 6, 7))
+        tk.ttm(X, A, 0, plan=tk.engine.ttm_plan(X, rng.standard_normal((5, 6)), 1))
+
+
+def test_an_mttkrp_plan_runs_only_its_own_mode(rng):
+    X = rng.standard_normal((5, 6, 7))
+    U = [rng.standard_normal((s, 3)) for s in X.shape]
+    plan = tk.engine.mttkrp_plan(X, U, 0)
+    with pytest.raises(ValueError, match=r"plan was made for mode 0; received mode 1 \(make a plan for it\)"):
+        tk.mttkrp(X, U, 1, plan=plan)
+    with pytest.raises(ValueError, match=r"plan was made for X of shape \(5, 6, 7\), strides .*rank 3"):
+        tk.mttkrp(X, [V[:, :2] for V in U], 0, plan=plan)
+    np.testing.assert_allclose(plan(X, U), tk.mttkrp(X, U, 0), rtol=1e-13, atol=1e-13)
+
+
+def test_a_multi_ttm_plan_runs_only_its_own_modes(rng):
+    """The issue's case: a plan reused with another skip raised a bare KeyError."""
+    X = rng.standard_normal((5, 6, 7))
+    U = [rng.standard_normal((s, 2)) for s in X.shape]
+    plan = tk.engine.multi_ttm_plan(X, U, transpose=True, skip=0)
+    with pytest.raises(ValueError, match=r"plan was made for modes \[1, 2\] with transpose=True; received modes "
+                                         r"\[0, 2\] with transpose=True"):
+        tk.multi_ttm(X, U, transpose=True, skip=1, plan=plan)
+    with pytest.raises(ValueError, match=r"plan was made for X of shape \(5, 6, 7\)"):
+        tk.multi_ttm(np.asfortranarray(X), U, transpose=True, skip=0, plan=plan)
+    np.testing.assert_array_equal(plan(X, U), tk.multi_ttm(X, U, transpose=True, skip=0, plan=plan))
+
+
+def test_a_gram_plan_runs_only_its_own_tensor(rng):
+    X = rng.standard_normal((5, 6, 7))
+    plan = tk.engine.gram_plan(X, 1)
+    with pytest.raises(ValueError, match=r"plan was made for mode 1, .*; received mode 2"):
+        tk.gram(X, 2, plan=plan)
+    np.testing.assert_array_equal(plan(X), tk.gram(X, 1, plan=plan))
+
+
+def test_plans_are_frozen_and_printable(rng):
+    X = rng.standard_normal((5, 6, 7))
+    U = [rng.standard_normal((s, 2)) for s in X.shape]
+    for p in (tk.engine.multi_ttm_plan(X, U, transpose=True), tk.engine.mttkrp_plan(X, U, 1),
+              tk.engine.gram_plan(X, 0), tk.engine.ttm_plan(X, U[0], 0, transpose=True)):
+        assert "mode" in p.explain() or "C_{" in p.explain()
+        with pytest.raises(AttributeError):
+            p.mode = 3  # type: ignore[misc]
+
+
+# -------------------------------------------------------------------------------------------------- files
+def test_open_tensor_returns_the_right_operand(tmp_path, rng):
+    import h5py
+
+    from tuckerkit.io import load_tensor, open_tensor
+
+    X = rng.standard_normal((20, 6, 5))
+    np.save(tmp_path / "x.npy", X)
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f.create_dataset("T", data=X)
+    S0 = COOTensor.from_dense(_sparse_dense(rng, (4, 5, 6)))
+    tk.io.write_tns(tmp_path / "s.tns", S0.coords, S0.values)
+    assert isinstance(open_tensor(tmp_path / "x.npy"), DenseTensor)
+    with open_tensor(tmp_path / "x.npy", memory_limit=2000) as S:
+        assert isinstance(S, SlabTensor) and S.slab_rows == 2
+        assert S.norm() == pytest.approx(np.linalg.norm(X), rel=1e-14)
+    with open_tensor(tmp_path / "x.h5", memory_limit=2000) as H:
+        assert isinstance(H, SlabTensor)
+        np.testing.assert_allclose(H.gram(1), tk.gram(X, 1), rtol=1e-13)
+    assert not H.data.id.valid  # closing the operand closed the file
+    assert isinstance(open_tensor(tmp_path / "x.h5", memory_limit="1GB"), DenseTensor)  # fits: read whole
+    T = open_tensor(tmp_path / "s.tns", csf="one")
+    assert isinstance(T, COOTensor) and T.plan().kind == "one"
+    assert isinstance(load_tensor(tmp_path / "s.tns"), COOTensor)  # never densified
+    assert isinstance(open_tensor(tmp_path / "x.npy", scheduler=None), DenseTensor)
+
+
+def test_open_tensor_errors(tmp_path, rng):
+    from tuckerkit.io import open_tensor
+
+    bad = rng.standard_normal((4, 5, 6))
+    bad[1, 2, 3] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    np.save(tmp_path / "v.npy", np.ones(5))
+    with pytest.raises(ValueError, match=r"tensor in '.*nan.npy' contains 1 NaN or infinite value\(s\)"):
+        open_tensor(tmp_path / "nan.npy")
+    assert open_tensor(tmp_path / "nan.npy", check_finite=False).shape == (4, 5, 6)
+    with pytest.raises(ValueError, match=r"at least 2 dimensions; received a 1-d array"):
+        open_tensor(tmp_path / "v.npy")
+    with pytest.raises(ValueError, match=r"csf='three' is not valid; expected one of 'auto', 'all', 'two', 'one'"):
+        open_tensor(tmp_path / "v.npy", csf="three")
+    (tmp_path / "x.tns").write_text("1 1 1 1.0\n")
+    with pytest.raises(ValueError, match=r"scheduler reads .npy files chunk by chunk; received '.tns'"):
+        open_tensor(tmp_path / "x.tns", scheduler="local")
+
+
+def test_a_cli_run_scans_for_nan_once(tmp_path, rng, monkeypatch):
+    """The issue: one CLI run scanned X for NaN/Inf three times."""
+    from tuckerkit.cli import app
+    from typer.testing import CliRunner
+
+    from tuckerkit import _validation
+
+    np.save(tmp_path / "x.npy", rng.standard_normal((20, 21, 22)))
+    calls = []
+    real = _validation.count_nonfinite
+    monkeypatch.setattr(_validation, "count_nonfinite", lambda X, *a: calls.append(X.shape) or real(X, *a))
+    monkeypatch.setattr(sys.modules["tuckerkit.engine._operand"], "count_nonfinite", _validation.count_nonfinite)
+    for args in (["--tol", "0.2"], ["--ranks", "2,2,2"], ["--method", "cp", "--rank", "2"]):
+        calls.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = CliRunner().invoke(app, ["decompose", str(tmp_path / "x.npy"), *args, "--force", "-q"])
+        assert res.exit_code == 0, res.output
+        assert calls == [(20, 21, 22)], (args, calls)
