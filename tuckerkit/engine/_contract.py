@@ -193,9 +193,11 @@ def operand_views(plan: ContractionPlan, A, B, out, xp=np):
 def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
     """``cv[...] = av @ bv`` on ``(*batch, m, k) @ (*batch, k, n)`` views, BLAS held to one thread.
 
-    A product of at least MIN_PARALLEL_FLOPS is cut into pieces by the sizes alone (:func:`split_points`):
-    a batch over its largest mode, a single GEMM over its rows or its columns (whichever re-reads less of the
-    other operand). Each piece writes its own part of ``cv``, so the bits do not depend on the workers.
+    A product of at least MIN_PARALLEL_FLOPS is cut into pieces by the sizes alone (:func:`split_points`): a
+    batch over its largest mode; a single GEMM over whichever of its rows, columns or reduction moves the
+    fewest extra bytes (rows re-read B per piece, columns re-read A, a cut reduction writes one partial
+    product per piece, added afterwards in piece order). The cut never depends on the workers, so neither
+    do the bits.
     """
     if flops < PIN_FLOPS:  # OpenBLAS runs such a product on one thread whatever its setting
         np.matmul(av, bv, out=cv)
@@ -204,34 +206,62 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
         if flops < MIN_PARALLEL_FLOPS:
             np.matmul(av, bv, out=cv)
             return
-        batch_axes = [i for i in range(cv.ndim - 2) if cv.shape[i] >= 2]
-        if batch_axes:
-            axis = max(batch_axes, key=lambda i: cv.shape[i])
-        else:  # one GEMM: cut the output's rows (re-reading B per piece) or its columns (re-reading A)
-            m, k = av.shape[-2:]
-            n = bv.shape[-1]
-            axis = cv.ndim - 2 if k * n <= m * k else cv.ndim - 1
-        bounds = split_points(cv.shape[axis], flops)
-        if len(bounds) <= 2:
-            np.matmul(av, bv, out=cv)
-            return
         nd = cv.ndim
+        batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
+        if batch_axes:
+            _split_batch(av, bv, cv, flops, policy, max(batch_axes, key=lambda i: cv.shape[i]))
+            return
+        m, k = av.shape[-2:]
+        n = bv.shape[-1]
+        pieces = len(split_points(max(m, n, k), flops)) - 1
+        extra = {"rows": k * n, "cols": m * k, "reduction": 2 * m * n}  # bytes moved again per extra piece
+        how = min(extra, key=lambda h: extra[h])
+        if how == "reduction" and k >= 2 * pieces:
+            _split_reduction(av, bv, cv, flops, policy)
+        else:
+            _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1)
 
-        def cut(x, lo: int, hi: int, ax: int):
-            if x.shape[ax] == 1 and ax < nd - 2:  # a broadcast batch axis
-                return x
-            return x[(slice(None),) * ax + (slice(lo, hi),)]
 
-        a_ax = axis if axis < nd - 2 else (nd - 2 if axis == nd - 2 else None)
-        b_ax = axis if axis < nd - 2 else (nd - 1 if axis == nd - 1 else None)
+def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int) -> None:
+    """Pieces along one batch axis, or along the rows (``axis == nd - 2``) or columns (``nd - 1``)."""
+    nd = cv.ndim
+    bounds = split_points(cv.shape[axis], flops)
+    if len(bounds) <= 2:
+        np.matmul(av, bv, out=cv)
+        return
 
-        def work(i: int, _: Any) -> None:
-            lo, hi = bounds[i], bounds[i + 1]
-            a = av if a_ax is None else cut(av, lo, hi, a_ax)
-            b = bv if b_ax is None else cut(bv, lo, hi, b_ax)
-            np.matmul(a, b, out=cut(cv, lo, hi, axis))
+    def cut(x, lo: int, hi: int, ax: int):
+        if x.shape[ax] == 1 and ax < nd - 2:  # a broadcast batch axis
+            return x
+        return x[(slice(None),) * ax + (slice(lo, hi),)]
 
-        parallel_for(work, len(bounds) - 1, policy)
+    a_ax = axis if axis < nd - 2 else (nd - 2 if axis == nd - 2 else None)
+    b_ax = axis if axis < nd - 2 else (nd - 1 if axis == nd - 1 else None)
+
+    def work(i: int, _: Any) -> None:
+        lo, hi = bounds[i], bounds[i + 1]
+        a = av if a_ax is None else cut(av, lo, hi, a_ax)
+        b = bv if b_ax is None else cut(bv, lo, hi, b_ax)
+        np.matmul(a, b, out=cut(cv, lo, hi, axis))
+
+    parallel_for(work, len(bounds) - 1, policy)
+
+
+def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
+    """Pieces along the reduction of one GEMM with a small output: a partial product per piece, added in
+    piece order (so the bits do not depend on which worker ran which piece)."""
+    k = av.shape[-1]
+    bounds = split_points(k, flops)
+    partial = np.empty((len(bounds) - 1, *cv.shape), dtype=cv.dtype)
+
+    def work(i: int, _: Any) -> None:
+        lo, hi = bounds[i], bounds[i + 1]
+        np.matmul(av[..., lo:hi], bv[..., lo:hi, :], out=partial[i])
+
+    parallel_for(work, len(bounds) - 1, policy)
+    cv[...] = partial[0]
+    for i in range(1, partial.shape[0]):
+        cv += partial[i]
 
 
 def execute(plan: ContractionPlan, A, B, out=None, xp=None):
