@@ -126,7 +126,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                 f"init has shape {init.shape} and rank {init.rank}; expected shape {X.shape} and rank {rank}"
             )
         factors = [call.like(U).copy() for U in init.factors]
-        factors[0] = factors[0] * call.like(init.weights)[None, :]
+        factors[0] = factors[0] * call.like(init.weights * init.weights.dtype.type(call.scale))[None, :]
     else:
         check_choice(init, "init", ("svd", "random"))
         factors = _svd_init(call, rank, rng) if init == "svd" else [
@@ -135,7 +135,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     xp = X.xp
     weights = xp.ones(rank, dtype=X.dtype)
     grams = [U.T @ U for U in factors]
-    normX = X.norm()
+    normX = call.norm
     mon = Monitor("cp_als", tol, max_iter, callback, verbose)
     it = 0
     last: dict[str, Any] = {}
@@ -165,8 +165,11 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if mon.step(it, fit, factors):
             break
     mon.finish()
-    if not normalize:
+    if normalize:
+        weights = call.unscale(weights)
+    else:
         weights = xp.ones(rank, dtype=X.dtype)
+        factors[0] = call.unscale(factors[0])
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
 

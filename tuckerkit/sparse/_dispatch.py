@@ -75,6 +75,23 @@ class SparseOperand(SparseShape, OperandBase):
         """Frobenius norm from the nonzeros (float64 accumulation, scaled: no overflow)."""
         return values_norm(self.values)
 
+    def scaled(self, factor: float) -> Any:
+        """The tensor with its values times ``factor``; the CSF trees built so far are kept (their index
+        arrays shared, their values scaled)."""
+        import copy
+
+        out = copy.copy(self)
+        out.values = self.values * self.values.dtype.type(factor)
+        cache = self.__dict__.get("_tk_csf")
+        if cache is not None:
+            trees = []
+            for tree in cache[1]:
+                t = copy.copy(tree)
+                t.values = tree.values * tree.values.dtype.type(factor)
+                trees.append(t)
+            out._tk_csf = (cache[0], trees)
+        return out
+
     def to(self, device: Device) -> Any:
         """This tensor on ``device``: itself on the CPU, a :class:`GpuCOOTensor` (COO in device memory) on a GPU."""
         if not device.is_gpu:
