@@ -166,10 +166,10 @@ class SlabTensor(OperandBase):
             else:
                 out = np.ascontiguousarray(self.data[s:s + step], dtype=self.dtype)
             if self.factor != 1.0:
-                f = self.dtype.type(self.factor)
+                mult = self.dtype.type(self.factor)
                 if isinstance(self.data, np.ndarray) and np.may_share_memory(out, self.data):
-                    return out * f  # a view of the caller's array: never scaled in place
-                out *= f
+                    return out * mult  # a view of the caller's array: never scaled in place
+                out *= mult
             return out
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuckerkit-read") as pool:

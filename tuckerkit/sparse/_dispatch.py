@@ -89,7 +89,7 @@ class SparseOperand(SparseShape, OperandBase):
                 t = copy.copy(tree)
                 t.values = tree.values * tree.values.dtype.type(factor)
                 trees.append(t)
-            out._tk_csf = (cache[0], trees)
+            out.__dict__["_tk_csf"] = (cache[0], trees)
         return out
 
     def to(self, device: Device) -> Any:
