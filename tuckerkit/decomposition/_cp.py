@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 
 from tuckerkit._validation import (
+    check_bool,
     check_callback,
     check_choice,
     check_cp_rank,
+    check_fits_memory,
     check_max_iter,
     check_nonneg,
     check_random_state,
@@ -23,6 +25,16 @@ from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
 
 logger = logging.getLogger(__name__)
+
+
+def _check_rank_fits(X: Any, rank: int) -> None:
+    """A CP rank has no upper bound but memory: refuse one whose Grams, factors and MTTKRP partials (the
+    larger half of the modes times R) cannot fit, before allocating anything."""
+    N, item = X.ndim, X.dtype.itemsize
+    half = (N + 1) // 2
+    partial = max(math.prod(X.shape[:half]), math.prod(X.shape[half:]))
+    need = item * rank * ((N + 3) * rank + 3 * sum(X.shape) + partial)
+    check_fits_memory(need, f"rank={rank}", "choose a smaller rank")
 
 
 def _svd_init(call: Call, rank: int, rng: np.random.Generator) -> list[Any]:
@@ -115,6 +127,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             callback: Any, verbose: bool) -> CPTensor:
     X, policy = call.X, call.policy
     rank = check_cp_rank(rank)
+    normalize = check_bool(normalize, "normalize")
+    _check_rank_fits(X, rank)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
     rng = check_random_state(random_state)

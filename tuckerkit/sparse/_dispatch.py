@@ -240,9 +240,18 @@ class SparseOperand(SparseShape, OperandBase):
             V = rng.standard_normal((self.shape[mode], rank))
             s = np.zeros(rank)
         else:
-            V, s, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=rank,
-                                               random_state=int(rng.integers(2**31)))
-            V, s = V[:, ::-1], s[::-1]
+            try:
+                V, s, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=rank,
+                                                   random_state=int(rng.integers(2**31)))
+                V, s = V[:, ::-1], s[::-1]
+            except (scipy.sparse.linalg.ArpackError, scipy.sparse.linalg.ArpackNoConvergence) as exc:
+                if self.shape[mode] > 4096:  # no dense fallback of that size: one line, not a traceback
+                    raise ValueError(f"mode {mode}: ARPACK could not compute the leading {rank} singular vectors "
+                                     f"of the sparse unfolding ({str(exc).splitlines()[0]})") from None
+                from tuckerkit.engine._subspace import eigh_desc
+
+                w, V = eigh_desc((A @ A.T).toarray().astype(np.float64), rank)
+                s = np.sqrt(np.clip(w, 0.0, None))
         Q, _ = np.linalg.qr(V)  # orthonormal also when ARPACK could not run
         return sign_fix(np.ascontiguousarray(Q)).astype(self.dtype, copy=False), (s * s).astype(self.dtype)
 
