@@ -49,6 +49,7 @@ def test_float32_fits_and_ranks_do_not_depend_on_the_scale(exponent):
     _check(np.float32, exponent)
 
 
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
 @pytest.mark.parametrize(("dtype", "scale"), [(np.float32, 1e19), (np.float32, 1e-25), (np.float64, 1e160),
                                               (np.float64, 1e-160)])
 def test_the_issue_cases_and_models_scale_back(dtype, scale):
@@ -64,6 +65,7 @@ def test_the_issue_cases_and_models_scale_back(dtype, scale):
     assert norm == pytest.approx(tk.engine.as_operand(tk.hosvd(X0.astype(dtype), 2).core).norm() * scale, rel=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
 def test_sparse_and_out_of_core_inputs_scale_too():
     D = X0 * 1e200
     S = COOTensor.from_dense(D)

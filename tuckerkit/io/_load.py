@@ -168,7 +168,7 @@ def load_tensor(
         return _check_array(arr, repr(str(p)))
     if ext == ".npz":
         try:
-            with np.load(p, allow_pickle=False) as z:
+            with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:  # closed even when corrupt
                 k = _pick_key(list(z.files), key, repr(str(p)))
                 _check_npz_member(z, k, p)
                 arr = z[k]
