@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint bench docs examples clean
+.PHONY: demo test test-gpu lint bench docs examples clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,58 @@ lint: $(VENV)/.test
 
 test: lint
 	$(PY) -m pytest
+
+# The real-GPU tests and benchmarks/gpu.py, on a machine where cupy is preinstalled and no package registry is
+# reachable: a venv over GPU_PYTHON's packages (also when GPU_PYTHON is itself a venv), tuckerkit installed
+# without dependencies or build isolation, the wheels in WHEELS (e.g. tensorly) installed from that folder
+# only. It FAILS (exit 1, one line) where cupy or a GPU is missing, and the real-cupy tests fail rather
+# than skip (TUCKERKIT_REQUIRE_GPU=1). GPU_BENCH="" runs the full benchmark (several minutes).
+#   make test-gpu [GPU_PYTHON=python3] [WHEELS=dir/of/wheels] [GPU_BENCH=--quick]
+GPU_PYTHON ?= python3
+GPU_VENV   ?= .venv/gpu
+WHEELS     ?=
+GPU_BENCH  ?= --quick
+GPU_PY     := $(GPU_VENV)/bin/python
+
+define GPU_CHECK
+import sys
+try:
+    import cupy
+except Exception as exc:
+    sys.exit(f"test-gpu: FAILED: {sys.executable} cannot import cupy ({type(exc).__name__}: {exc}); run it where "
+             "cupy is installed or name that interpreter: make test-gpu GPU_PYTHON=/path/to/python")
+try:
+    count = int(cupy.cuda.runtime.getDeviceCount())
+except Exception as exc:
+    count, why = 0, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no details'}"
+else:
+    why = "no device"
+if count < 1:
+    sys.exit(f"test-gpu: FAILED: cupy {cupy.__version__} finds no usable CUDA GPU ({why})")
+name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+name = name.decode() if isinstance(name, bytes) else name
+print(f"test-gpu: cupy {cupy.__version__}, {count} GPU(s), cuda:0 is {name}")
+endef
+export GPU_CHECK
+
+define GPU_SITE
+import site, sys
+paths = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if p]
+print("\n".join(dict.fromkeys(paths)))
+endef
+export GPU_SITE
+
+test-gpu:
+	@$(GPU_PYTHON) -c "$$GPU_CHECK"
+	@test -x $(GPU_PY) || $(GPU_PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	@$(GPU_PYTHON) -c "$$GPU_SITE" > "$$($(GPU_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_gpu_python.pth"
+	$(GPU_PY) -m pip install --disable-pip-version-check -q --no-index --no-deps --no-build-isolation -e .
+	@if [ -n "$(WHEELS)" ]; then $(GPU_PY) -m pip install --disable-pip-version-check -q --no-index \
+	    --find-links "$(WHEELS)" "$(WHEELS)"/*.whl; fi
+	@$(GPU_PY) -c "import pytest, hypothesis" 2>/dev/null || { echo "test-gpu: FAILED: pytest or hypothesis \
+	is missing next to cupy; carry their wheels: make test-gpu WHEELS=dir/of/wheels" >&2; exit 1; }
+	TUCKERKIT_REQUIRE_GPU=1 $(GPU_PY) -m pytest tests/test_gpu.py -p no:cacheprovider -q
+	TUCKERKIT_REQUIRE_GPU=1 $(GPU_PY) benchmarks/gpu.py $(GPU_BENCH)
 
 # the documentation site, warnings are errors: docs/_build/html/index.html
 docs: $(VENV)/.docs
