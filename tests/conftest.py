@@ -6,7 +6,6 @@ The real-cupy variants skip cleanly where cupy or a GPU is missing, unless ``TUC
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
@@ -18,11 +17,15 @@ REQUIRE_GPU = os.environ.get("TUCKERKIT_REQUIRE_GPU", "").strip() not in ("", "0
 
 def cupy_unavailable() -> str | None:
     """Why the real cupy cannot run here (one line), or None when it can."""
-    if importlib.util.find_spec("cupy") is None:
-        return "cupy is not installed"
     try:
         import cupy
-
+    except ModuleNotFoundError as exc:
+        if exc.name in (None, "cupy"):
+            return "cupy is not installed"
+        return f"cupy cannot be imported (ModuleNotFoundError: {exc})"
+    except Exception as exc:  # installed but broken (e.g. the build for another CUDA major version)
+        return f"cupy cannot be imported ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    try:
         count = int(cupy.cuda.runtime.getDeviceCount())
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else "no details"

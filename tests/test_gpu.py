@@ -246,7 +246,7 @@ def _fuzz_case(seed: int, xp):
     return op, kind, None
 
 
-_FUZZ_CASES = 480
+_FUZZ_CASES = 800
 
 
 def test_fuzz_views_against_numpy(xp):
@@ -560,11 +560,10 @@ def test_cuda_kernel_source_runs_on_cpu(tmp_path, dtype, idx):
 
 
 def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
-    """benchmarks/gpu.py end to end at smoke sizes (on the stand-in here, on the GPU with -m gpu)."""
+    """benchmarks/gpu.py end to end at smoke sizes (on the stand-in here, on the GPU with -m gpu): every section
+    passes its check, and the results record the status of each section and the device."""
     if xp is np:
         pytest.skip("a GPU benchmark")
-    from pathlib import Path
-
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
     monkeypatch.syspath_prepend(str(bench))
     import _common
@@ -572,10 +571,95 @@ def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
 
     monkeypatch.setattr(_common, "RESULTS", tmp_path)
     monkeypatch.setattr(gpu, "RESULTS", tmp_path)
-    gpu.main(["--quick", "--no-tensorly", "--dtypes", "float64"])
+    assert gpu.main(["--quick", "--no-tensorly", "--dtypes", "float64"]) == 0
     import json
 
-    out = json.loads((tmp_path / "gpu.json").read_text())
-    assert len(out["contractions"]) == 72 and max(r["rel_err"] for r in out["contractions"]) < 1e-12
+    out = json.loads((tmp_path / "gpu_quick.json").read_text())
+    assert out["status"] == {s: {"ok": True, "error": None, "seconds": out["status"][s]["seconds"]}
+                             for s in gpu.SECTIONS}
+    assert out["environment"]["device"]["gpu"] and out["environment"]["device"]["gpus"] >= 1
+    assert len(out["contractions"]) == 72 and max(r["err_over_bound"] for r in out["contractions"]) <= 1
     assert {r["method"] for r in out["tucker"] + out["cp"]} == {"hooi", "cp_als"}
-    assert "| n | dtype | rank | GPU ms/it |" in (tmp_path / "gpu.md").read_text()
+    assert {r["case"] for r in out["sparse"]} == {"cp_als", "atomics_short_mode"}
+    md = (tmp_path / "gpu_quick.md").read_text()
+    assert "| n | dtype | rank | GPU ms/it |" in md and "| sparse | passed |" in md and "short / long" in md
+
+
+def test_gpu_benchmark_records_a_failed_section(xp, tmp_path, monkeypatch):
+    """A section that raises is recorded as FAILED with its error, the others still run, and the exit code is 1."""
+    if _counts(xp) is None:
+        pytest.skip("on the cupy stand-in")
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    import _common
+    import gpu
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    monkeypatch.setattr(gpu, "RESULTS", tmp_path)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+
+    monkeypatch.setattr(gpu, "ttm_section", broken)
+    assert gpu.main(["ttm", "cp", "--quick", "--no-tensorly", "--dtypes", "float64"]) == 1
+    import json
+
+    out = json.loads((tmp_path / "gpu_quick.json").read_text())
+    assert out["status"]["ttm"]["ok"] is False
+    assert out["status"]["ttm"]["error"] == "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"
+    assert out["status"]["cp"]["ok"] is True and len(out["cp"]) == 2
+    assert "| ttm | FAILED | RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED |" in (tmp_path / "gpu_quick.md").read_text()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_gpu_fails_without_a_gpu(tmp_path):
+    """`make test-gpu` where the interpreter has no cupy, or cupy sees no GPU: exit non-zero with one line."""
+    from conftest import cupy_unavailable
+
+    if cupy_unavailable() is None:
+        pytest.skip("a GPU is present: make test-gpu would run")
+    root = Path(__file__).resolve().parents[1]
+    fake = tmp_path / "nocupy"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text("import sys\nsys.modules['cupy'] = None\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    res = subprocess.run(["make", "-s", "-C", str(root), "test-gpu", f"GPU_PYTHON={sys.executable}",
+                          f"GPU_VENV={tmp_path / 'venv'}"], env=env | {"PYTHONPATH": str(fake)},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("test-gpu:")]
+    assert lines == [f"test-gpu: FAILED: {sys.executable} cannot import cupy (ModuleNotFoundError: import of cupy halted; "
+                     "None in sys.modules); run it where cupy is installed or name that interpreter: make test-gpu "
+                     "GPU_PYTHON=/path/to/python"]
+    assert not (tmp_path / "venv").exists()  # nothing built
+    (fake / "cupy").mkdir()  # a cupy that imports but finds no GPU
+    (fake / "sitecustomize.py").write_text("")
+    (fake / "cupy" / "__init__.py").write_text(
+        "import types\n__version__ = '14.2.0'\n"
+        "def _count():\n    raise RuntimeError('cudaErrorNoDevice: no CUDA-capable device is detected')\n"
+        "cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=_count))\n")
+    res = subprocess.run(["make", "-s", "-C", str(root), "test-gpu", f"GPU_PYTHON={sys.executable}",
+                          f"GPU_VENV={tmp_path / 'venv'}"], env=env | {"PYTHONPATH": str(fake)},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("test-gpu:")] == [
+        "test-gpu: FAILED: cupy 14.2.0 finds no usable CUDA GPU (RuntimeError: cudaErrorNoDevice: no CUDA-capable "
+        "device is detected)"]
+
+
+def test_require_gpu_fails_the_real_cupy_variants(tmp_path):
+    """Under TUCKERKIT_REQUIRE_GPU=1 a real-cupy variant without a GPU fails with the reason (not a skip)."""
+    from conftest import cupy_unavailable
+
+    why = cupy_unavailable()
+    if why is None:
+        pytest.skip("a GPU is present: the real-cupy variants run")
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header",
+                          "tests/test_gpu.py::test_gemm_call_cases", "tests/test_gpu.py::test_may_share_bounds",
+                          "tests/test_gpu.py::test_device_views_and_float32"],
+                         cwd=root, env=os.environ | {"TUCKERKIT_REQUIRE_GPU": "1"}, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 1, res.stdout[-2000:]  # the fixture fails: an error at setup, counted as a failure
+    assert f"\nTUCKERKIT_REQUIRE_GPU=1 but {why}\n" in res.stdout
+    assert res.stdout.strip().splitlines()[-1].startswith("4 passed, 1 error")
