@@ -355,7 +355,8 @@ def markdown(out: dict) -> str:
     if out.get("sparse"):
         cp_rows = [r for r in out["sparse"] if r["case"] == "cp_als"]
         lines += ["## Sparse CP-ALS (COO, atomics kernel) vs tuckerkit's CPU kernel", "",
-                  "| tensor | nnz | dtype | rank | GPU ms/it | CPU ms/it | speed-up | fit |", "|---|---|---|---|---|---|---|---|"]
+                  "| tensor | nnz | dtype | rank | GPU ms/it | CPU ms/it | speed-up | fit |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in cp_rows:
             lines.append(f"| {r['tensor']} | {r['nnz']:,} | {r['dtype']} | {r['rank']} | {r['t_gpu'] * 1e3:.2f} | "
                          f"{r['t_cpu'] * 1e3:.2f} | {r['speedup_cpu']:.1f}x | {r['fit_gpu']:.6f} |")
