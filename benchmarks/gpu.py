@@ -1,18 +1,29 @@
-"""GPU benchmarks (cupy): Table II contractions, TTM vs the device-copy floor, HOOI and CP-ALS vs TensorLy-cupy.
+"""GPU benchmarks (cupy): Table II contractions, TTM vs the device-copy floor, HOOI and CP-ALS vs TensorLy-cupy,
+sparse CP-ALS and the sparse MTTKRP's atomics on a short mode.
 
 * contractions: the 36 seed Table II cases on n x n and n x n x n device arrays: tuckerkit (cuBLAS strided-batched
   GEMM on views) vs ``cupy.einsum`` (cuTENSOR when cupy enables it) vs TTGT on cupy (permute copies, one GEMM);
+  each result checked elementwise against a float64 ``cupy.einsum`` (|C - ref| <= 4 (k + 2) eps |A||B|);
 * ttm: ``X x_n U^T`` for every mode, ranks 8 and 16, vs one device copy of X (the bandwidth floor);
 * tucker: HOOI, core 10^3 on n^3 tensors (seed Fig. 9), the same initial factors and iterations for tuckerkit
-  on the GPU, TensorLy with its cupy backend, and tuckerkit on the CPU; float32 and float64;
-* cp: CP-ALS, rank 10 and 50, same set-up.
+  on the GPU, TensorLy with its cupy backend, and tuckerkit on the CPU; float32 and float64; the GPU fit must
+  equal the CPU fit to rounding;
+* cp: CP-ALS, rank 10 and 50, same set-up;
+* sparse: CP-ALS (rank 16) on the project's sparse benchmark tensors, GPU (COO, atomics kernel) vs tuckerkit's
+  CPU kernel, same initial factors; and one MTTKRP on a short mode (8 rows: every atomicAdd of the launch
+  lands on 8 x R addresses) vs a long mode of the same tensor (``short_over_long``: above ~2, contention
+  matters and a row-segmented kernel is worth writing).
 
 Times are medians of interleaved repeats with a device synchronization before each clock read; device memory
-is cupy's memory pool after each run (pool freed before). ``benchmarks/{contractions,ttm,tucker,cp}.py
---device cuda`` run the matching section. Needs a CUDA GPU and ``pip install 'tuckerkit[gpu,bench]'``.
+is cupy's memory pool after each run (pool freed before). A section that raises or fails its check is
+recorded as failed (``status`` in the JSON and the markdown) and the run goes on; the exit code is 1 when any
+failed. The device (name, compute capability, memory, CUDA runtime and driver versions, cupy) is recorded.
+Results are written after each section, so a run cut short keeps what it measured.
+Needs a CUDA GPU and cupy (``tuckerkit[gpu-cuda13]`` or ``[gpu-cuda12]``); TensorLy for its columns.
+``make test-gpu`` runs it after the real-GPU tests on a machine with a preinstalled cupy.
 
-Run:  python benchmarks/gpu.py [contractions ttm tucker cp] [--quick]
-Writes benchmarks/results/gpu.{json,md,png}.
+Run:  python benchmarks/gpu.py [contractions ttm tucker cp sparse] [--quick] [--sizes 200,400,800]
+Writes benchmarks/results/gpu.{json,md,png} (``--quick``: gpu_quick.*, a smoke run that keeps the real results).
 """
 
 from __future__ import annotations
@@ -21,20 +32,33 @@ import argparse
 import statistics
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, geomean, write_json, write_text
+import _common
+from _common import environment, geomean, write_json, write_text
 from contractions import table2, ttgt
-from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker
+from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker, make_sparse_benchmark, make_sparse_tensor
 
 import tuckerkit as tk
 from tuckerkit.engine import contract, plan_contraction, ttm
 
-SECTIONS = ("contractions", "ttm", "tucker", "cp")
+SECTIONS = ("contractions", "ttm", "tucker", "cp", "sparse")
+RESULTS = _common.RESULTS
+
+
+class CheckFailed(RuntimeError):
+    """A section ran but its results are wrong."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (for the JSON and a markdown table cell)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".replace("|", "/")[:300]
 
 
 def _sync(cp) -> None:
@@ -57,6 +81,11 @@ def _median_times(cp, fns: dict, repeat: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def _fit_tol(dt, fit: float) -> float:
+    """GPU and CPU fits of the same run agree to rounding, amplified near a perfect fit (1 - fit small)."""
+    return float(100 * np.finfo(dt).eps / max(1 - fit, 1e-3))
+
+
 def contractions(cp, sizes, dtypes, repeat):
     rows = []
     rng = np.random.default_rng(0)
@@ -64,10 +93,14 @@ def contractions(cp, sizes, dtypes, repeat):
         for dt in dtypes:
             A = cp.asarray(rng.standard_normal((n, n)).astype(dt))
             B = cp.asarray(rng.standard_normal((n, n, n)).astype(dt))
+            A64, B64 = A.astype(np.float64), B.astype(np.float64)
+            aA, aB = cp.abs(A64), cp.abs(B64)
             for case, spec in table2():
                 plan = plan_contraction(spec, A, B)
-                ref = cp.einsum(spec, A, B)
                 got = contract(spec, A, B, plan=plan)
+                ref = cp.einsum(spec, A64, B64)
+                bound = 4 * (n + 2) * float(np.finfo(dt).eps) * cp.einsum(spec, aA, aB)
+                worst = float(cp.max(cp.abs(got.astype(np.float64) - ref) / (bound + np.finfo(dt).tiny)))
                 err = float(cp.max(cp.abs(got - ref)) / max(float(cp.max(cp.abs(ref))), 1e-30))
                 t = _median_times(cp, {"tuckerkit": lambda s=spec, p=plan, A=A, B=B: contract(s, A, B, plan=p),
                                        "cupy_einsum": lambda s=spec, A=A, B=B: cp.einsum(s, A, B),
@@ -75,9 +108,14 @@ def contractions(cp, sizes, dtypes, repeat):
                 rows.append({"case": case, "spec": spec, "n": n, "dtype": dt, "kind": str(plan.kind),
                              "copies": plan.copies, **{f"t_{k}": v for k, v in t.items()},
                              "speedup_einsum": t["cupy_einsum"] / t["tuckerkit"],
-                             "speedup_ttgt": t["ttgt"] / t["tuckerkit"], "rel_err": err})
+                             "speedup_ttgt": t["ttgt"] / t["tuckerkit"], "rel_err": err, "err_over_bound": worst,
+                             "ok": worst <= 1})
                 print(f"n={n} {dt} {case} {spec:12s} tk {t['tuckerkit'] * 1e3:.3f} ms  einsum x"
-                      f"{rows[-1]['speedup_einsum']:.2f}  ttgt x{rows[-1]['speedup_ttgt']:.2f}", flush=True)
+                      f"{rows[-1]['speedup_einsum']:.2f}  ttgt x{rows[-1]['speedup_ttgt']:.2f}"
+                      f"{'' if worst <= 1 else '  WRONG: error ' + format(worst, '.1f') + 'x its bound'}", flush=True)
+    bad = [f"{r['case']} n={r['n']} {r['dtype']}" for r in rows if not r["ok"]]
+    if bad:
+        raise CheckFailed(f"{len(bad)} contraction(s) exceed the GEMM error bound: {', '.join(bad[:5])}")
     return rows
 
 
@@ -107,13 +145,20 @@ def _pool_bytes(cp, fn):
     return out, int(pool.total_bytes())
 
 
-def decompositions(cp, kind, sizes, dtypes, iters, repeat, with_tensorly):
-    rows = []
-    tl = None
-    if with_tensorly:
+def _tensorly(with_tensorly: bool, notes: list[str]):
+    if not with_tensorly:
+        return None
+    try:
         import tensorly
+    except ImportError as exc:
+        notes.append(f"TensorLy-cupy not run: {exc} (carry its wheel: make test-gpu WHEELS=dir)")
+        return None
+    return tensorly
 
-        tl = tensorly
+
+def decompositions(cp, kind, sizes, dtypes, iters, repeat, with_tensorly, notes):
+    rows = []
+    tl = _tensorly(with_tensorly, notes)
     for n in sizes:
         for dt in dtypes:
             if kind == "tucker":
@@ -141,13 +186,24 @@ def decompositions(cp, kind, sizes, dtypes, iters, repeat, with_tensorly):
                         return tk.cp_als(data, R, init=init, tol=0, max_iter=iters)
                 fns = {"tuckerkit_gpu": gpu, "tuckerkit_cpu": cpu}
                 if tl is not None:
-                    fns["tensorly_cupy"] = _tensorly_runner(tl, cp, kind, Xd, init, R, iters)
+                    runner = _tensorly_runner(tl, cp, kind, Xd, init, R, iters)
+                    try:  # TensorLy is a reference, not the thing tested: its failure is noted, not fatal
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            runner()
+                        fns["tensorly_cupy"] = runner
+                    except Exception as exc:
+                        notes.append(f"TensorLy-cupy failed, its columns are n/a: {_one_line(exc)}")
+                        tl = None
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     res, pool = _pool_bytes(cp, gpu)
+                    ref = cpu()
                     t = _median_times(cp, fns, repeat)
+                diff = abs(res.fit - ref.fit)
                 row = {"method": "hooi" if kind == "tucker" else "cp_als", "n": n, "dtype": dt, "rank": R,
                        "iterations": iters, **{f"t_{k}": v / iters for k, v in t.items()}, "fit_gpu": res.fit,
+                       "fit_cpu": ref.fit, "ok": diff <= _fit_tol(dt, ref.fit),
                        "gpu_pool_bytes": pool, "input_bytes": int(Xd.nbytes),
                        "speedup_cpu": t["tuckerkit_cpu"] / t["tuckerkit_gpu"]}
                 if "tensorly_cupy" in t:
@@ -155,7 +211,12 @@ def decompositions(cp, kind, sizes, dtypes, iters, repeat, with_tensorly):
                 rows.append(row)
                 print(f"{row['method']} n={n} {dt} R={R}: GPU {row['t_tuckerkit_gpu'] * 1e3:.2f} ms/it, CPU x"
                       f"{row['speedup_cpu']:.1f}" + (f", TensorLy-cupy x{row['speedup_tensorly_cupy']:.1f}"
-                                                     if "speedup_tensorly_cupy" in row else ""), flush=True)
+                                                     if "speedup_tensorly_cupy" in row else "")
+                      + ("" if row["ok"] else f"  WRONG: fit {res.fit:.8f} on the GPU, {ref.fit:.8f} on the CPU"),
+                      flush=True)
+    bad = [f"{r['method']} n={r['n']} {r['dtype']} R={r['rank']}" for r in rows if not r["ok"]]
+    if bad:
+        raise CheckFailed(f"the GPU fit differs from the CPU fit beyond rounding: {', '.join(bad[:5])}")
     return rows
 
 
@@ -175,8 +236,93 @@ def _tensorly_runner(tl, cp, kind, Xd, init, R, iters):
     return run
 
 
+def sparse_section(cp, quick: bool, dtypes, repeat):
+    """Sparse CP-ALS per iteration, GPU vs CPU (same init), and the short-mode atomics case."""
+    from tuckerkit.backend import Device
+
+    rows: list[dict] = []
+    rank, iters = (4, 3) if quick else (16, 10)
+    tensors = ({"small": make_sparse_tensor((30, 40, 50), nnz=3000, random_state=1).data} if quick else
+               {name: make_sparse_benchmark(name).data for name in ("skew3d", "unif3d", "skew4d")})
+    for name, S in tensors.items():
+        for dt in dtypes:
+            X = S.astype(dt)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                init = tk.cp_als(X, rank, tol=0, max_iter=1, random_state=0)
+
+                def gpu(X=X, init=init):
+                    return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters, device="cuda")
+
+                def cpu(X=X, init=init):
+                    return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters)
+
+                res, ref = gpu(), cpu()
+                t = _median_times(cp, {"tuckerkit_gpu": gpu, "tuckerkit_cpu": cpu}, max(1, repeat // 3))
+            ok = abs(res.fit - ref.fit) <= _fit_tol(X.dtype, ref.fit)
+            rows.append({"case": "cp_als", "tensor": name, "shape": list(X.shape), "nnz": int(X.nnz), "dtype": str(dt),
+                         "rank": rank, "iterations": iters, "t_gpu": t["tuckerkit_gpu"] / iters,
+                         "t_cpu": t["tuckerkit_cpu"] / iters, "speedup_cpu": t["tuckerkit_cpu"] / t["tuckerkit_gpu"],
+                         "fit_gpu": res.fit, "fit_cpu": ref.fit, "ok": ok})
+            print(f"sparse CP-ALS {name} {dt}: GPU {rows[-1]['t_gpu'] * 1e3:.2f} ms/it, CPU x"
+                  f"{rows[-1]['speedup_cpu']:.1f}" + ("" if ok else "  WRONG fit"), flush=True)
+    # atomics on a short mode: the same nonzeros, MTTKRP into 8 rows vs into a long mode
+    shape, nnz = ((8, 60, 60), 4000) if quick else ((8, 20000, 20000), 4_000_000)
+    S = make_sparse_tensor(shape, nnz=nnz, random_state=2).data
+    G = S.to(Device("cuda"))
+    rng = np.random.default_rng(3)
+    for R in (rank, 64):
+        Us = [cp.asarray(rng.standard_normal((n, R))) for n in shape]
+        got = G.mttkrp(Us, 0)
+        ref = S.mttkrp([cp.asnumpy(U) for U in Us], 0)
+        err = float(np.max(np.abs(cp.asnumpy(got) - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+        t = _median_times(cp, {"short": lambda Us=Us: G.mttkrp(Us, 0), "long": lambda Us=Us: G.mttkrp(Us, 1)},
+                          repeat)
+        rows.append({"case": "atomics_short_mode", "shape": list(shape), "nnz": nnz, "dtype": "float64", "rank": R,
+                     "t_short": t["short"], "t_long": t["long"], "short_over_long": t["short"] / t["long"],
+                     "rel_err": err, "ok": err <= 1e-10})
+        print(f"sparse MTTKRP {shape} nnz={nnz} R={R}: mode 0 (8 rows) {t['short'] * 1e3:.3f} ms, mode 1 "
+              f"{t['long'] * 1e3:.3f} ms: x{rows[-1]['short_over_long']:.2f}", flush=True)
+    bad = [f"{r['case']} {r.get('tensor', '')} {r['dtype']} R={r['rank']}" for r in rows if not r["ok"]]
+    if bad:
+        raise CheckFailed(f"sparse results differ from the CPU beyond rounding: {', '.join(bad[:5])}")
+    return rows
+
+
+def device_info(cp) -> dict:
+    """The GPU and CUDA the run used (None for what the cupy build cannot tell)."""
+    info: dict = {"cupy": getattr(cp, "__version__", None)}
+    rt = cp.cuda.runtime
+    for key, fn in (("gpus", "getDeviceCount"), ("cuda_runtime", "runtimeGetVersion"),
+                    ("cuda_driver", "driverGetVersion")):
+        try:
+            info[key] = int(getattr(rt, fn)())
+        except Exception:
+            info[key] = None
+    try:
+        props = rt.getDeviceProperties(0)
+        name = props["name"]
+        info["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+        info["compute_capability"] = f"{props.get('major')}.{props.get('minor')}"
+        info["memory_GB"] = round(int(props.get("totalGlobalMem", 0)) / 1e9, 1)
+        info["multiprocessors"] = props.get("multiProcessorCount")
+    except Exception as exc:
+        info["gpu"] = None
+        info["gpu_error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
 def markdown(out: dict) -> str:
-    lines = ["# GPU (cupy)", ""]
+    dev = out.get("environment", {}).get("device", {})
+    lines = ["# GPU (cupy)", "",
+             f"Device: {dev.get('gpu')} (compute capability {dev.get('compute_capability')}, "
+             f"{dev.get('memory_GB')} GB), CUDA runtime {dev.get('cuda_runtime')}, driver {dev.get('cuda_driver')}, "
+             f"cupy {dev.get('cupy')}.", ""]
+    if out.get("status"):
+        lines += ["| section | status | detail |", "|---|---|---|"]
+        for sec, st in out["status"].items():
+            lines.append(f"| {sec} | {'passed' if st['ok'] else 'FAILED'} | {st.get('error') or ''} |")
+        lines += [""] + [f"* {n}" for n in dict.fromkeys(out.get("notes", []))] + [""]
     if out.get("contractions"):
         rows = out["contractions"]
         lines += ["## Table II contractions", "", "| n | dtype | geo-mean vs cupy.einsum | geo-mean vs TTGT on cupy |",
@@ -206,10 +352,25 @@ def markdown(out: dict) -> str:
                              f"{r['speedup_cpu']:.1f}x | {tlr} | {r['fit_gpu']:.6f} | "
                              f"{r['gpu_pool_bytes'] / 1e6:.0f} |")
             lines.append("")
+    if out.get("sparse"):
+        cp_rows = [r for r in out["sparse"] if r["case"] == "cp_als"]
+        lines += ["## Sparse CP-ALS (COO, atomics kernel) vs tuckerkit's CPU kernel", "",
+                  "| tensor | nnz | dtype | rank | GPU ms/it | CPU ms/it | speed-up | fit |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in cp_rows:
+            lines.append(f"| {r['tensor']} | {r['nnz']:,} | {r['dtype']} | {r['rank']} | {r['t_gpu'] * 1e3:.2f} | "
+                         f"{r['t_cpu'] * 1e3:.2f} | {r['speedup_cpu']:.1f}x | {r['fit_gpu']:.6f} |")
+        lines += ["", "## Sparse MTTKRP: atomics on a short mode (8 rows) vs a long mode, same nonzeros", "",
+                  "| shape | nnz | rank | short ms | long ms | short / long |", "|---|---|---|---|---|---|"]
+        for r in out["sparse"]:
+            if r["case"] == "atomics_short_mode":
+                lines.append(f"| {'x'.join(map(str, r['shape']))} | {r['nnz']:,} | {r['rank']} | "
+                             f"{r['t_short'] * 1e3:.3f} | {r['t_long'] * 1e3:.3f} | {r['short_over_long']:.2f}x |")
+        lines.append("")
     return "\n".join(lines)
 
 
-def plot(out: dict) -> None:
+def plot(out: dict, stem: str) -> None:
     try:
         import matplotlib
 
@@ -228,48 +389,63 @@ def plot(out: dict) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "gpu.png", dpi=120)
+    fig.savefig(RESULTS / f"{stem}.png", dpi=120)
     plt.close(fig)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    """Run the sections asked for; 0 when every one passed, 1 otherwise (what failed is in the results)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sections", nargs="*", help=f"any of {', '.join(SECTIONS)} (default: all)")
-    ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (a smoke run; writes gpu_quick.*)")
     ap.add_argument("--dtypes", default="float32,float64")
+    ap.add_argument("--sizes", default=None, help="n for the tucker and cp sections, e.g. 200,400,800")
     ap.add_argument("--no-tensorly", action="store_true", help="skip the TensorLy-cupy runs")
     args = ap.parse_args(argv)
+    secs = args.sections or list(SECTIONS)
+    if set(secs) - set(SECTIONS):
+        ap.error(f"unknown section(s) {sorted(set(secs) - set(SECTIONS))}; expected any of {', '.join(SECTIONS)}")
     from tuckerkit.backend import get_cupy, parse_device
 
     cp = get_cupy(parse_device("cuda"))
     dtypes = args.dtypes.split(",")
     rep = 3 if args.quick else 9
-    out: dict = {}
-    secs = args.sections or list(SECTIONS)
-    if set(secs) - set(SECTIONS):
-        ap.error(f"unknown section(s) {sorted(set(secs) - set(SECTIONS))}; expected any of {', '.join(SECTIONS)}")
-    if "contractions" in secs:
-        out["contractions"] = contractions(cp, [16, 32] if args.quick else [64, 128, 256, 512], dtypes, rep)
-    if "ttm" in secs:
-        out["ttm"] = ttm_section(cp, 32 if args.quick else 512, dtypes, (8, 16), rep)
-    if "tucker" in secs:
-        out["tucker"] = decompositions(cp, "tucker", [20] if args.quick else [100, 200, 300, 400, 512], dtypes,
-                                       3 if args.quick else 10, rep if args.quick else 5, not args.no_tensorly)
-    if "cp" in secs:
-        out["cp"] = decompositions(cp, "cp", [20] if args.quick else [100, 200, 300], dtypes,
-                                   3 if args.quick else 10, rep if args.quick else 5, not args.no_tensorly)
+    sizes = [int(v) for v in args.sizes.split(",")] if args.sizes else None
+    stem = "gpu_quick" if args.quick else "gpu"
     env = environment()
-    env["cupy"] = getattr(cp, "__version__", None)
-    try:
-        props = cp.cuda.runtime.getDeviceProperties(0)
-        env["gpu"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    except Exception:
-        env["gpu"] = None
-    write_json("gpu.json", {"benchmark": "gpu", "environment": env, **out})
-    write_text("gpu.md", markdown(out))
-    plot(out)
+    env["device"] = device_info(cp)
+    out: dict = {"benchmark": "gpu", "quick": args.quick, "environment": env, "status": {}, "notes": []}
+    runs = {
+        "contractions": lambda: contractions(cp, [16, 32] if args.quick else [64, 128, 256, 512], dtypes, rep),
+        "ttm": lambda: ttm_section(cp, 32 if args.quick else 512, dtypes, (8, 16), rep),
+        "tucker": lambda: decompositions(cp, "tucker", sizes or ([20] if args.quick else [200, 400, 600, 800]),
+                                         dtypes, 3 if args.quick else 10, rep if args.quick else 5,
+                                         not args.no_tensorly, out["notes"]),
+        "cp": lambda: decompositions(cp, "cp", sizes or ([20] if args.quick else [200, 400]), dtypes,
+                                     3 if args.quick else 10, rep if args.quick else 5, not args.no_tensorly,
+                                     out["notes"]),
+        "sparse": lambda: sparse_section(cp, args.quick, dtypes, rep),
+    }
+    for sec in secs:
+        t0 = time.perf_counter()
+        try:
+            out[sec] = runs[sec]()
+            out["status"][sec] = {"ok": True, "error": None}
+        except Exception as exc:  # record it and go on: one broken section must not hide the others
+            out["status"][sec] = {"ok": False, "error": _one_line(exc)}
+            print(f"section {sec} FAILED: {out['status'][sec]['error']}", file=sys.stderr, flush=True)
+            traceback.print_exc()
+        out["status"][sec]["seconds"] = round(time.perf_counter() - t0, 1)
+        write_json(f"{stem}.json", out)
+        write_text(f"{stem}.md", markdown(out))
+    plot(out, stem)
     print(markdown(out))
+    failed = [s for s, st in out["status"].items() if not st["ok"]]
+    if failed:
+        print(f"gpu benchmark: FAILED section(s): {', '.join(failed)} (benchmarks/results/{stem}.json)",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,7 +4,11 @@ It is *not* a GPU: arrays are numpy arrays of a subclass whose module is ``cupy`
 resolution takes its cupy branch. It counts what would cost a host-device round trip on a real GPU
 (``.get()``, ``asnumpy``, ``float()``/``item()``/``bool()`` of a device scalar, ``asarray`` of host data), and
 it implements ``cublas.{s,d}gemmStridedBatched`` from raw pointers, column-major, exactly as cuBLAS reads
-its arguments, so the engine's strided-batched call descriptors are executed, not just computed.
+its arguments, so the engine's strided-batched call descriptors are executed, not just computed, and it
+refuses what cuBLAS does not promise: a negative batch stride (undocumented), a zero output batch stride, an
+output overlapping an input, a handle used while another device is current. It keeps a current device
+(``cuda.Device(i)`` as a context, ``runtime.getDevice``) and gives each new array the current device (a view,
+its base's), so multi-GPU placement is checked too; ``COUNTS["gemm@cuda:N"]`` counts the calls per device.
 Real-GPU runs use the same test bodies with the real cupy (``pytest -m gpu``).
 """
 
@@ -18,6 +22,7 @@ from typing import Any
 import numpy as np
 
 COUNTS: Counter = Counter()
+_CURRENT = [0]  # the current device (cupy.cuda.runtime.getDevice())
 
 
 class ndarray(np.ndarray):
@@ -56,9 +61,12 @@ class ndarray(np.ndarray):
     def data(self):  # cupy's MemoryPointer: .ptr is the address of the first element
         return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
 
+    def __array_finalize__(self, obj):  # a view keeps its base's device; a new array is on the current one
+        self._tk_device = getattr(obj, "_tk_device", _CURRENT[0])
+
     @property
     def device(self):
-        return types.SimpleNamespace(id=0)
+        return types.SimpleNamespace(id=getattr(self, "_tk_device", 0))
 
     def __array_wrap__(self, arr, context=None, return_scalar=False):  # reductions give 0-d device arrays
         return np.asarray(arr).view(ndarray)
@@ -89,7 +97,9 @@ def asarray(x: Any, dtype: Any = None, order: Any = None) -> ndarray:
     if not isinstance(x, ndarray):
         COUNTS["h2d"] += 1
         return np.array(x, dtype=dtype, order=order or "K").view(ndarray)
-    return _dev(np.asarray(x, dtype=dtype, order=order))
+    out = _dev(np.asarray(x, dtype=dtype, order=order))
+    out._tk_device = x._tk_device  # cupy.asarray of a device array leaves it on its device
+    return out
 
 
 def array(x: Any, dtype: Any = None, copy: bool = True, order: str = "K") -> ndarray:
@@ -146,15 +156,35 @@ def _strided(ptr: int, dtype, shape, strides_elems) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(base, shape=shape, strides=[s * dt.itemsize for s in strides_elems])
 
 
+class _Handle(int):
+    """A cuBLAS handle: bound to the device that was current when it was made."""
+
+    device: int
+
+
+def _handle() -> _Handle:
+    h = _Handle(1)
+    h.device = _CURRENT[0]
+    return h
+
+
 def _gemm_strided_batched(dtype):
     def gemm(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
              batch):
         COUNTS["gemmStridedBatched"] += 1
+        COUNTS[f"gemm@cuda:{_CURRENT[0]}"] += 1
+        assert handle.device == _CURRENT[0], (
+            f"the cuBLAS handle of cuda:{handle.device} is used while cuda:{_CURRENT[0]} is current")
         for name, ld, rows in (("lda", lda, k if transa else m), ("ldb", ldb, n if transb else k), ("ldc", ldc, m)):
             assert ld >= max(1, rows), f"cuBLAS would reject {name}={ld} < {rows}"
+        for name, st in (("strideA", strideA), ("strideB", strideB), ("strideC", strideC)):
+            assert st >= 0, f"{name}={st}: cuBLAS documents no negative batch stride"
+        assert batch == 1 or strideC != 0, "strideC=0 writes every batch into one matrix"
         a = _strided(A, dtype, (batch, *((k, m) if transa else (m, k))), (strideA, 1, lda))
         b = _strided(B, dtype, (batch, *((n, k) if transb else (k, n))), (strideB, 1, ldb))
         c = _strided(C, dtype, (batch, m, n), (strideC, 1, ldc))
+        for name, x in (("A", a), ("B", b)):  # cuBLAS reads and writes without a guard
+            assert not (np.may_share_memory(c, x) and np.shares_memory(c, x)), f"C overlaps {name}"
         opa = np.swapaxes(a, 1, 2) if transa else a
         opb = np.swapaxes(b, 1, 2) if transb else b
         al, be = _read_scalar(alpha, dtype), _read_scalar(beta, dtype)
@@ -166,14 +196,26 @@ def _gemm_strided_batched(dtype):
 
 
 class _Device:
-    def __init__(self, index: int = 0):
-        self.id = index
+    def __init__(self, index: int | None = None):
+        self.id = _CURRENT[0] if index is None else int(index)
+        self._stack: list[int] = []
 
     def __enter__(self):
+        self._stack.append(_CURRENT[0])
+        _CURRENT[0] = self.id
         return self
 
     def __exit__(self, *exc):
+        _CURRENT[0] = self._stack.pop()
         return False
+
+
+def _set_device(index: int) -> None:
+    _CURRENT[0] = int(index)
+
+
+_PROPS = {"name": b"cupy stand-in (numpy, no GPU)", "major": 0, "minor": 0, "totalGlobalMem": 16 << 30,
+          "multiProcessorCount": 0}
 
 
 class _Pool:
@@ -194,10 +236,14 @@ def make() -> tuple[types.ModuleType, types.ModuleType]:
     cublas = types.SimpleNamespace(sgemmStridedBatched=_gemm_strided_batched(np.float32),
                                    dgemmStridedBatched=_gemm_strided_batched(np.float64),
                                    CUBLAS_OP_N=0, CUBLAS_OP_T=1)
+    _CURRENT[0] = 0
     runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, memGetInfo=lambda: (8 << 30, 16 << 30),
-                                    deviceSynchronize=lambda: COUNTS.update(["sync"]))
+                                    deviceSynchronize=lambda: COUNTS.update(["sync"]),
+                                    getDevice=lambda: _CURRENT[0], setDevice=_set_device,
+                                    getDeviceProperties=lambda i: dict(_PROPS), runtimeGetVersion=lambda: 0,
+                                    driverGetVersion=lambda: 0)
     cp.cuda = types.SimpleNamespace(Device=_Device, runtime=runtime, cublas=cublas,
-                                    device=types.SimpleNamespace(get_cublas_handle=lambda: 0),
+                                    device=types.SimpleNamespace(get_cublas_handle=_handle),
                                     Stream=types.SimpleNamespace(null=types.SimpleNamespace(
                                         synchronize=lambda: COUNTS.update(["sync"]))))
     pool = _Pool()

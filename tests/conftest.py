@@ -1,31 +1,46 @@
-"""Shared fixtures: array namespace (numpy, and cupy where a GPU is present), dtype, layout, seed."""
+"""Shared fixtures: array namespace (numpy, and cupy where a GPU is present), dtype, layout, seed.
+
+The real-cupy variants skip cleanly where cupy or a GPU is missing, unless ``TUCKERKIT_REQUIRE_GPU=1``
+(``make test-gpu`` sets it): then each of them fails with the reason, so a GPU run cannot pass by skipping.
+"""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import sys
 
 import numpy as np
 import pytest
 
+REQUIRE_GPU = os.environ.get("TUCKERKIT_REQUIRE_GPU", "").strip() not in ("", "0")
 
-def _cupy_ready() -> bool:
-    if importlib.util.find_spec("cupy") is None:
-        return False
+
+def cupy_unavailable() -> str | None:
+    """Why the real cupy cannot run here (one line), or None when it can."""
     try:
         import cupy
+    except ModuleNotFoundError as exc:
+        if exc.name in (None, "cupy"):
+            return "cupy is not installed"
+        return f"cupy cannot be imported (ModuleNotFoundError: {exc})"
+    except Exception as exc:  # installed but broken (e.g. the build for another CUDA major version)
+        return f"cupy cannot be imported ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "no details"
+        return f"cupy finds no usable CUDA GPU ({type(exc).__name__}: {first})"
+    return None if count > 0 else "cupy finds no CUDA GPU"
 
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
 
-
+_CUPY_MISSING = cupy_unavailable()
 _XP_PARAMS = [pytest.param("numpy", id="numpy"), pytest.param("fakecupy", id="fakecupy")]
 _XP_PARAMS.append(
     pytest.param(
         "cupy",
         id="cupy",
-        marks=[pytest.mark.gpu, pytest.mark.skipif(not _cupy_ready(), reason="cupy or a CUDA GPU is not available")],
+        marks=[pytest.mark.gpu] + ([pytest.mark.skip(reason=_CUPY_MISSING)] if _CUPY_MISSING and not REQUIRE_GPU
+                                   else []),
     )
 )
 
@@ -34,7 +49,7 @@ _XP_PARAMS.append(
 def xp(request, monkeypatch):
     """The array module under test: numpy; ``fakecupy`` (tests/_fakecupy.py: numpy-backed, so every GPU code
     path runs and its host round trips are counted without a GPU); the real cupy where a GPU is present
-    (skipped cleanly otherwise)."""
+    (skipped cleanly otherwise; failed, with the reason, under ``TUCKERKIT_REQUIRE_GPU=1``)."""
     if request.param == "numpy":
         return np
     if request.param == "fakecupy":
@@ -45,6 +60,8 @@ def xp(request, monkeypatch):
         monkeypatch.setitem(sys.modules, "cupyx", cpx)
         _fakecupy.COUNTS.clear()
         return cp
+    if _CUPY_MISSING:  # only reached under TUCKERKIT_REQUIRE_GPU=1
+        pytest.fail(f"TUCKERKIT_REQUIRE_GPU=1 but {_CUPY_MISSING}", pytrace=False)
     import cupy
 
     return cupy

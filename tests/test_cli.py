@@ -233,7 +233,8 @@ def test_device_cuda_message_names_the_fix(files, monkeypatch):
     res = _invoke(["decompose", files / "good.npy", "--ranks", "1,1,1", "--device", "cuda", "-o", files / "o.npz"])
     assert res.exit_code == 1
     assert res.output.strip() == ("error: --device='cuda' needs cupy, which is not installed; install it with: "
-                                  "pip install 'tuckerkit[gpu]'")
+                                  "pip install 'tuckerkit[gpu-cuda13]' for a CUDA 13 driver, or "
+                                  "'tuckerkit[gpu-cuda12]' for CUDA 12 (nvidia-smi shows the version)")
     assert not (files / "o.npz").exists()
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from tuckerkit.backend._namespace import is_cupy_array
 
-GPU_EXTRA = "pip install 'tuckerkit[gpu]'"
+GPU_EXTRA = ("pip install 'tuckerkit[gpu-cuda13]' for a CUDA 13 driver, or 'tuckerkit[gpu-cuda12]' for "
+             "CUDA 12 (nvidia-smi shows the version)")
 
 
 class DeviceError(RuntimeError):
@@ -134,7 +135,12 @@ def get_cupy(device: Device | None = None, name: str = "device", label: str | No
         label = str(device) if device is not None else "cuda"
     try:
         import cupy
-    except ImportError:
+    except ImportError as exc:
+        if not isinstance(exc, ModuleNotFoundError) or exc.name not in (None, "cupy"):  # installed but broken
+            first = str(exc).splitlines()[0] if str(exc) else "no details"
+            raise DeviceError(f"{name}={label!r}: cupy is installed but cannot be imported ({type(exc).__name__}: "
+                              f"{first}); is it the build for this machine's CUDA major version? "
+                              f"{GPU_EXTRA}") from None
         raise DeviceError(
             f"{name}={label!r} needs cupy, which is not installed; install it with: {GPU_EXTRA}"
         ) from None
@@ -334,18 +340,23 @@ def _is_dense(a: Any) -> bool:
 def device_op(func: _F) -> _F:
     """Decorator for the engine's operations: ``device=`` copies the dense operands (lists of them too) to that
     device once, runs there, and returns the result on the first operand's device. ``out=`` must already
-    live on ``device``."""
+    live on ``device``. Without ``device=``, an operation on cupy arrays runs with the first one's GPU made
+    current (its allocations, cuBLAS handle and kernel launches; not whichever GPU happens to be current)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         device = kwargs.pop("device", None)
+        dense = [a for a in args if _is_dense(a)] + [x for a in args if isinstance(a, list | tuple)
+                                                      for x in a if _is_dense(x)]
         if device is None:
-            return func(*args, **kwargs)
+            gpu = next((a for a in dense if is_cupy_array(a)), None)
+            if gpu is None:
+                return func(*args, **kwargs)
+            with on_device(device_of(gpu)):
+                return func(*args, **kwargs)
         dev = parse_device(device)
         if dev.is_gpu:
             get_cupy(dev, label=str(device))
-        dense = [a for a in args if _is_dense(a)] + [x for a in args if isinstance(a, list | tuple)
-                                                      for x in a if _is_dense(x)]
         home = device_of(dense[0]) if dense else Device("cpu")
         out = kwargs.get("out")
         if out is not None and device_of(out) != dev:

@@ -4,8 +4,15 @@ cuBLAS is column-major. A 2-D strided matrix X (rows x cols, element strides ``(
 it as stored ("N": ``sr == 1``, leading dimension ``sc``) or as its transpose ("T": ``sc == 1``, leading
 dimension ``sr``) -- the seed paper's rule that a GEMM operand needs one unit stride. C = A B is issued
 as is when C can be read column-major, else as ``C^T = B^T A^T``. One batch mode with a constant stride
-becomes the call's batch; further batch modes are looped over (nested batching). A view that no call can
-read (no unit stride, a complex dtype) goes to ``cupy.matmul``, which copies (the tests count its calls).
+becomes the call's batch; further batch modes are looped over (nested batching), an operand that lacks a
+batch mode (size 1 there) being broadcast: index 0 in the loop, batch stride 0 in the call. A view that no
+call can read (no unit stride, a complex dtype) goes to ``cupy.matmul``, which copies (the tests count its
+calls).
+
+What cuBLAS does not guard, this module does: batch strides handed to it are never negative (cuBLAS
+documents none: an axis whose strides are all negative is walked backwards, one of mixed signs is looped);
+every call runs under the output's device (its handle, its stream), never merely the current one; and an
+output whose memory bounds meet an input's is computed into a temporary first.
 """
 
 from __future__ import annotations
@@ -56,7 +63,9 @@ def _colmajor(shape: tuple[int, int], strides: tuple[int, int]) -> tuple[int, in
 def gemm_call(a_shape, a_strides, b_shape, b_strides, c_shape, c_strides) -> GemmCall | None:
     """The call that computes ``C[b] = A[b] @ B[b]`` over one batch mode (or none), or None.
 
-    Shapes are ``([batch,] m, k)``, ``([batch,] k, n)``, ``([batch,] m, n)``; strides in elements.
+    Shapes are ``([batch,] m, k)``, ``([batch,] k, n)``, ``([batch,] m, n)``; strides in elements. An operand
+    of batch size 1 is broadcast (batch stride 0, which cuBLAS allows); a negative batch stride, which
+    cuBLAS does not document, or a zero output batch stride gives None (the caller flips or loops the axis).
 
     Examples
     --------
@@ -72,7 +81,7 @@ def gemm_call(a_shape, a_strides, b_shape, b_strides, c_shape, c_strides) -> Gem
     sa = a_strides[0] if nb and a_shape[0] > 1 else 0
     sb = b_strides[0] if nb and b_shape[0] > 1 else 0
     scs = c_strides[0] if nb and batch > 1 else 0
-    if batch > 1 and scs == 0:
+    if (batch > 1 and scs == 0) or min(sa, sb, scs) < 0:  # one matrix written twice; undocumented stride
         return None
     m, k = a_shape[-2:]
     n = c_shape[-1]
@@ -99,26 +108,137 @@ def _cublas(cupy: Any) -> Any:
     return lib if lib is not None else importlib.import_module("cupy_backends.cuda.libs.cublas")
 
 
+def _device_id(x: Any) -> int:
+    return int(getattr(getattr(x, "device", None), "id", 0) or 0)
+
+
+def memory_bounds(x: Any) -> tuple[int, int]:
+    """``[lo, hi)``: the byte addresses a strided cupy view can touch (CuPy's ``get_bound``).
+
+    Examples
+    --------
+    >>> import types
+    >>> from tuckerkit.engine._gpu import memory_bounds
+    >>> x = types.SimpleNamespace(data=types.SimpleNamespace(ptr=1000), shape=(3, 4), strides=(-32, 8), itemsize=8)
+    >>> memory_bounds(x)  # rows read backwards from the first element: 2 rows of 32 bytes before it
+    (936, 1032)
+    """
+    lo = hi = int(x.data.ptr)
+    for n, s in zip(x.shape, x.strides, strict=True):
+        if n == 0:
+            return lo, lo
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + x.itemsize
+
+
+def may_share_bounds(a: Any, b: Any) -> bool:
+    """True when the memory bounds of two views intersect (CuPy's ``may_share_bounds``; conservative: views
+    that interleave without touching one element also count).
+
+    Examples
+    --------
+    >>> import types
+    >>> from tuckerkit.engine._gpu import may_share_bounds
+    >>> def view(ptr, n):
+    ...     return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr), shape=(n,), strides=(8,), itemsize=8)
+    >>> may_share_bounds(view(0, 4), view(24, 4)), may_share_bounds(view(0, 4), view(32, 4))
+    (True, False)
+    """
+    la, ha = memory_bounds(a)
+    lb, hb = memory_bounds(b)
+    return la < ha and lb < hb and la < hb and lb < ha
+
+
+def _flip(x: Any, axis: int) -> Any:
+    if x.shape[axis] <= 1:
+        return x
+    return x[(slice(None),) * axis + (slice(None, None, -1),)]
+
+
+def _call_axis(av: Any, bv: Any, cv: Any) -> tuple[int | None, bool]:
+    """The batch axis handed to cuBLAS as the call's batch, and whether to run it backwards.
+
+    cuBLAS documents nothing for a negative ``strideA/B/C`` and a zero ``strideC`` overwrites one matrix, so
+    an axis qualifies when C's stride is not 0 and the strides of the operands that vary along it (size > 1)
+    share one sign; an all-negative axis is walked from its last element (all strides then positive, the
+    same products). The largest qualifying axis is taken (fewest calls); None: every batch axis is looped.
+    """
+    best: tuple[int, int, bool] | None = None
+    for ax in range(cv.ndim - 2):
+        size = cv.shape[ax]
+        if size <= 1 or cv.strides[ax] == 0:
+            continue
+        signs = {s > 0 for x in (av, bv, cv) if x.shape[ax] > 1 for s in (x.strides[ax],) if s != 0}
+        if len(signs) != 1:
+            continue
+        if best is None or size > best[1]:
+            best = (ax, size, signs == {False})
+    return (None, False) if best is None else (best[0], best[2])
+
+
 def gpu_matmul(cupy: Any, av: Any, bv: Any, cv: Any) -> None:
-    """``cv[...] = av @ bv`` on cupy views by strided-batched cuBLAS calls, falling back to ``cupy.matmul``."""
+    """``cv[...] = av @ bv`` on cupy views by strided-batched cuBLAS calls, falling back to ``cupy.matmul``.
+
+    ``av``, ``bv``, ``cv`` are ``(*batch, m, k)``, ``(*batch, k, n)``, ``(*batch, m, n)`` views; an operand
+    lacking a batch mode has size 1 there (broadcast: index 0, batch stride 0). One batch axis becomes the
+    call's batch (:func:`_call_axis`), the others are looped (nested batching). Every call runs on the
+    output's device (its cuBLAS handle and stream), and an ``out`` whose memory bounds meet an operand's is
+    computed into a temporary first (cuBLAS reads and writes without a guard).
+    """
     dt = np.dtype(cv.dtype)
-    nb = cv.ndim - 2
-    if dt not in (np.float32, np.float64) or av.dtype != dt or bv.dtype != dt or cv.size == 0:
+    if (dt not in (np.float32, np.float64) or av.dtype != dt or bv.dtype != dt
+            or cv.size == 0 or av.size == 0 or bv.size == 0):
         cupy.matmul(av, bv, out=cv)
         return
-    outer = cv.shape[: max(nb - 1, 0)]
-    inner = slice(max(nb - 1, 0), None)
-    call = gemm_call(av.shape[inner], _strides(av)[inner], bv.shape[inner], _strides(bv)[inner],
-                     cv.shape[inner], _strides(cv)[inner])
+    devices = {_device_id(x) for x in (av, bv, cv)}
+    if len(devices) > 1:
+        raise ValueError(f"the operands of one product live on GPUs {sorted(devices)}; move them to one device "
+                         "(tuckerkit.backend.to_device) or pass device=")
+    with cupy.cuda.Device(_device_id(cv)):
+        if may_share_bounds(cv, av) or may_share_bounds(cv, bv):  # out= overlapping an input
+            tmp = cupy.empty(cv.shape, dtype=dt)
+            _issue(cupy, av, bv, tmp)
+            cv[...] = tmp
+        else:
+            _issue(cupy, av, bv, cv)
+
+
+def _issue(cupy: Any, av: Any, bv: Any, cv: Any) -> None:
+    nd = cv.ndim
+    if av.ndim < nd:
+        av = av[(None,) * (nd - av.ndim)]
+    if bv.ndim < nd:
+        bv = bv[(None,) * (nd - bv.ndim)]
+    axis, backwards = _call_axis(av, bv, cv)
+    if backwards and axis is not None:
+        av, bv, cv = _flip(av, axis), _flip(bv, axis), _flip(cv, axis)
+    loop = [ax for ax in range(nd - 2) if ax != axis]
+
+    def sub(x: Any, idx: tuple[int, ...]) -> Any:
+        """The view the call reads for the looped index ``idx`` (index 0 on a broadcast axis), with the call's
+        batch axis (or a size-1 one) in front."""
+        key: list[Any] = [slice(None)] * nd
+        for ax, i in zip(loop, idx, strict=True):
+            key[ax] = i if x.shape[ax] > 1 else 0
+        if axis is None:
+            return x[tuple(key)][None]
+        return x[tuple(key)]
+
+    shapes = [(x.shape[axis] if axis is not None else 1, *x.shape[-2:]) for x in (av, bv, cv)]
+    strides = [(_strides(x)[axis] if axis is not None else 0, *_strides(x)[-2:]) for x in (av, bv, cv)]
+    call = gemm_call(shapes[0], strides[0], shapes[1], strides[1], shapes[2], strides[2])
     if call is None:
         cupy.matmul(av, bv, out=cv)
         return
     lib = _cublas(cupy)
-    fn = lib.sgemmStridedBatched if dt == np.float32 else lib.dgemmStridedBatched
-    one, zero = np.ones((), dt), np.zeros((), dt)
+    fn = lib.sgemmStridedBatched if np.dtype(cv.dtype) == np.float32 else lib.dgemmStridedBatched
+    one, zero = np.ones((), cv.dtype), np.zeros((), cv.dtype)
     handle = cupy.cuda.device.get_cublas_handle()
-    for idx in itertools.product(*(range(s) for s in outer)):
-        a, b, c = (av[idx], bv[idx], cv[idx]) if idx else (av, bv, cv)
+    for idx in itertools.product(*(range(cv.shape[ax]) for ax in loop)):
+        a, b, c = sub(av, idx), sub(bv, idx), sub(cv, idx)
         first, second = (b, a) if call.swap else (a, b)
         fn(handle, call.transa, call.transb, call.m, call.n, call.k, one.ctypes.data, first.data.ptr, call.lda,
            call.stride_a, second.data.ptr, call.ldb, call.stride_b, zero.ctypes.data, c.data.ptr, call.ldc,

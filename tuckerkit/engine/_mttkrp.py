@@ -215,15 +215,27 @@ def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPla
     if not first:  # a 1-way tensor: the sum over nothing
         return xp.asarray(X)[:, None] * xp.ones((1, R), dtype=dtype)
     spec1, spec2, rest = _specs(X.ndim, n, first, second)
-    kr1 = _khatri_rao([factors[m] for m in first]).reshape(*(X.shape[m] for m in first), R)
+    kr1 = _as_planned(xp, _khatri_rao([factors[m] for m in first]).reshape(*(X.shape[m] for m in first), R),
+                      plan.plans[0])
     out = xp.empty((X.shape[n], R), dtype=dtype)
     if not second:
         return contract(spec1, X, kr1, out=out, plan=plan.plans[0])
     # intermediate with the rank outermost, so that each rank's slice is a plain matrix for step 2
     P = rank_outer(xp, X, rest, R, dtype)
     contract(spec1, X, kr1, out=P, plan=plan.plans[0])
-    kr2 = _khatri_rao([factors[m] for m in second]).reshape(*(X.shape[m] for m in second), R)
+    kr2 = _as_planned(xp, _khatri_rao([factors[m] for m in second]).reshape(*(X.shape[m] for m in second), R),
+                      plan.plans[1])
     return contract(spec2, P, kr2, out=out, plan=plan.plans[1])
+
+
+def _as_planned(xp, kr: Any, plan: Any) -> Any:
+    """``kr`` with the strides its plan was made for (a fresh C-order array): the Khatri-Rao product of one
+    factor is that factor itself, in whatever layout (F order, a view) the caller gave."""
+    if kr.dtype == np.dtype(plan.dtype) and _elem_strides(kr) == plan.strides[1]:
+        return kr
+    buf = xp.empty(kr.shape, dtype=plan.dtype)
+    buf[...] = kr
+    return buf
 
 
 @device_op

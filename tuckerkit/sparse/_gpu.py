@@ -4,7 +4,12 @@ One CUDA thread per (nonzero, column) pair multiplies the value by the matching 
 and adds the product into the output row with ``atomicAdd`` (threads of one nonzero touch consecutive
 columns, so factor reads and atomics are coalesced); the nonzeros keep the COO order (sorted by mode 0).
 Without a ``RawKernel`` (a namespace that is not cupy proper) the same product runs as array
-operations with ``cupyx.scatter_add`` in bounded chunks.
+operations with ``cupyx.scatter_add`` in bounded chunks. Everything (allocations, the launch) runs under the
+tensor's own GPU, whichever is current.
+
+Not yet measured: on a short mode (``I_n x R`` output addresses, e.g. 4 x 16) every atomic of the launch
+contends for a few addresses; ``benchmarks/gpu.py sparse`` times that case against a long mode with the same
+nonzeros (the ``short_over_long`` column) so that a GPU run says whether a row-segmented kernel is needed.
 """
 
 from __future__ import annotations
@@ -135,14 +140,21 @@ class GpuCOOTensor(SparseShape, OperandBase):
         return self.host if not device.is_gpu else GpuCOOTensor(self.host, device)
 
     # -- the operand protocol: MTTKRPs on the device; the small dense problems of the others from the host
+    def _on_device(self) -> Any:
+        """This tensor's GPU made current (allocations and launches go there, not to the caller's GPU)."""
+        return self.xp.cuda.Device(self.device.index)
+
     def gram(self, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> Any:
         self._dense_only("plan=", plan)
-        return self.xp.asarray(self.host.gram(mode))
+        G = self.host.gram(mode)
+        with self._on_device():
+            return self.xp.asarray(G)
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:
         U, w = self.host.leading_subspace(mode, rank, rng=rng, policy=policy)
-        return self.xp.asarray(U), self.xp.asarray(w)
+        with self._on_device():
+            return self.xp.asarray(U), self.xp.asarray(w)
 
     def multi_ttm(self, mats: Any, *, transpose: bool = False, plan: Any = None,
                   policy: ExecutionPolicy | None = None) -> Any:
@@ -161,8 +173,12 @@ class GpuCOOTensor(SparseShape, OperandBase):
 
     def mttkrp(self, factors: Any, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> Any:
         """One thread per (nonzero, column), ``atomicAdd`` into the output rows (a RawKernel), or array
-        operations with ``scatter_add`` where no RawKernel exists."""
+        operations with ``scatter_add`` where no RawKernel exists; on this tensor's GPU."""
         self._dense_only("plan=", plan)
+        with self._on_device():
+            return self._mttkrp(factors, mode)
+
+    def _mttkrp(self, factors: Any, mode: int) -> Any:
         xp = self.xp
         R = next(int(U.shape[1]) for m, U in enumerate(factors) if m != mode and U is not None)
         factors = [xp.zeros((self.shape[m], R), dtype=self.dtype) if U is None else U for m, U in enumerate(factors)]
