@@ -16,7 +16,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -40,10 +39,10 @@ class _Command(TyperCommand):
     """typer's command with the conventional usage line, ``Usage: tuckerkit decompose [OPTIONS] INPUT``
     (typer writes a required argument as ``{input}``)."""
 
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
-            if isinstance(param, click.Argument):
+            if param.param_type_name == "argument":
                 name = param.metavar or (param.name or "").upper()
                 pieces.append(name if param.required else f"[{name}]")
         return pieces
@@ -54,19 +53,22 @@ def _human_bytes(n: float) -> str:
     n = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
         if abs(n) < 1000 or unit == "PB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
+            return f"{n:.0f} B" if unit == "B" else f"{n:.3g} {unit}"
         n /= 1000
     return f"{n:.3g} PB"  # pragma: no cover
 
 
 def _human_seconds(t: float) -> str:
     """``75.2`` -> ``"1 min 15 s"``."""
-    t = max(float(t), 0.0)
+    t = float(t)
+    if not math.isfinite(t):
+        return "?"
+    t = max(t, 0.0)
     if t < 10:
         return f"{t:.1f} s"
     if t < 60:
         return f"{t:.0f} s"
-    m, sec = divmod(int(round(t)), 60)
+    m, sec = divmod(round(t), 60)
     if m < 60:
         return f"{m} min {sec:02d} s"
     h, m = divmod(m, 60)
@@ -447,12 +449,14 @@ def _result_info(path: Path) -> dict[str, Any]:
     res = load_result(path)
     meta = load_metadata(path)
     cp = isinstance(res, CPTensor)
-    stored = sum(int(U.size) for U in res.factors) + int(res.weights.size if cp else res.core.size)
+    first = res.weights if isinstance(res, CPTensor) else res.core
+    rank: Any = res.rank if isinstance(res, CPTensor) else list(res.ranks)
+    stored = sum(int(U.size) for U in res.factors) + int(first.size)
     itemsize = np.dtype(res.factors[0].dtype).itemsize
     dense = math.prod(res.shape)
     info: dict[str, Any] = {
         "input": str(path), "kind": "CP result" if cp else "Tucker result", "method": meta.get("method", meta.get(
-            "kind")), "shape": list(res.shape), "rank" if cp else "ranks": res.rank if cp else list(res.ranks),
+            "kind")), "shape": list(res.shape), "rank" if cp else "ranks": rank,
         "dtype": str(res.factors[0].dtype), "fit": res.fit if res.fit_history else None,
         "relative_error": 1.0 - res.fit if res.fit_history else None, "iterations": res.n_iter,
         "converged": meta.get("converged"), "bytes": stored * itemsize, "dense_bytes": dense * itemsize,
@@ -463,6 +467,29 @@ def _result_info(path: Path) -> dict[str, Any]:
     return info
 
 
+def _print_result_info(info: dict[str, Any], path: Path, json_out: bool) -> None:
+    if json_out:
+        typer.echo(json.dumps(info))
+        return
+    rk = f"rank {info['rank']}" if "rank" in info else "ranks " + " x ".join(map(str, info["ranks"]))
+    fit = (f"{info['fit']:.6f} (relative error {info['relative_error']:.3e})" if info["fit"] is not None
+           else "not recorded")
+    conv = {True: ", converged", False: ", not converged"}.get(info["converged"], "")
+    lines = [
+        ("file", f"{path} ({info['kind']}, {info['method']})"),
+        ("shape", f"{' x '.join(map(str, info['shape']))} {info['dtype']}, {rk}"),
+        ("fit", f"{fit}, {info['iterations']} iterations{conv}"),
+        ("size", f"{_human_bytes(info['bytes'])} stored, {_human_bytes(info['dense_bytes'])} as a dense tensor "
+                 f"(compression {info['compression_ratio']:.1f}x)"),
+    ]
+    if "input_path" in info:
+        lines.append(("from", f"{info['input_path']} (sha256 {info.get('input_sha256', '?')[:12]}...)"))
+    if "timestamp" in info:
+        lines.append(("written", f"{info['timestamp']} by tuckerkit {info.get('tuckerkit_version', '?')}"))
+    for label, text in lines:
+        typer.echo(f"{label:10s} {text}")
+
+
 def _info(input, key, shape, json_out):
     import numpy as np
 
@@ -471,31 +498,12 @@ def _info(input, key, shape, json_out):
     from tuckerkit.sparse import COOTensor
 
     if key is None and _is_result_file(input):
-        info = _result_info(input)
-        if json_out:
-            typer.echo(json.dumps(info))
-            return
-        rk = f"rank {info['rank']}" if "rank" in info else "ranks " + " x ".join(map(str, info["ranks"]))
-        fit = (f"fit {info['fit']:.6f} (relative error {info['relative_error']:.3e})" if info["fit"] is not None
-               else "fit not recorded")
-        conv = {True: ", converged", False: ", not converged"}.get(info["converged"], "")
-        lines = [
-            ("file", f"{input} ({info['kind']}, {info['method']})"),
-            ("shape", f"{' x '.join(map(str, info['shape']))} {info['dtype']}, {rk}"),
-            ("fit", f"{fit}, {info['iterations']} iterations{conv}"),
-            ("size", f"{_human_bytes(info['bytes'])} stored, {_human_bytes(info['dense_bytes'])} as a dense tensor "
-                     f"(compression {info['compression_ratio']:.1f}x)"),
-        ]
-        if "input_path" in info:
-            lines.append(("from", f"{info['input_path']} (sha256 {info.get('input_sha256', '?')[:12]}...)"))
-        if "timestamp" in info:
-            lines.append(("written", f"{info['timestamp']} by tuckerkit {info.get('tuckerkit_version', '?')}"))
-        for label, text in lines:
-            typer.echo(f"{label:10s} {text}")
+        _print_result_info(_result_info(input), input, json_out)
         return
     X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
+    info: dict[str, Any]
     if isinstance(X, COOTensor):
-        info: dict[str, Any] = {
+        info = {
             "input": str(input), "shape": list(X.shape), "dtype": str(X.dtype), "format": "sparse (COO)",
             "nnz": X.nnz, "density": X.density, "bytes": X.nbytes, "frobenius_norm": X.norm(),
             "dense_bytes": int(math.prod(float(d) for d in X.shape) * X.dtype.itemsize)}
@@ -544,7 +552,8 @@ def reconstruct_cmd(
     against: Path = typer.Option(
         None, "--against", metavar="X.npy",
         help="The original tensor file: print the relative error ||X - X_hat|| / ||X|| (of the --index part)."),
-    key: str = typer.Option(None, "--key", metavar="NAME", help="Array name in the --against file if it holds several."),
+    key: str = typer.Option(None, "--key", metavar="NAME",
+                            help="Array name in the --against file if it holds several."),
     index: str = typer.Option(None, "--index", metavar="0,:,3:5", help="A slice per mode (default: all)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (shape, output, relative_error)."),
