@@ -42,7 +42,7 @@ myst_heading_anchors = 3
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"tuckerkit {release}"
-html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False, "header_links_before_dropdown": 6}
+html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False, "header_links_before_dropdown": 5}
 html_static_path = ["_static"]
 html_css_files = ["tuckerkit.css"]
 # pages without sub-pages get no left sidebar (it would show an empty "Section Navigation")
@@ -85,3 +85,4 @@ def setup(app):
     app.connect("builder-inited", _write_cli_reference)
     app.connect("autodoc-skip-member", _skip_member)
 smartquotes = False  # "--max-iter" stays two hyphens in the CLI reference and the guides
+nb_merge_streams = True  # one output box per cell, not one per print
