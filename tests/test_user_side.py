@@ -693,3 +693,17 @@ def test_coming_from_page_runs():
         warnings.simplefilter("ignore")
         for block in blocks:
             exec(compile(block, "coming_from.md", "exec"), namespace)
+
+
+def test_new_starts_and_rank_targets_are_scale_equivariant(rng):
+    """A factor-list start and hosvd's max_error behave the same on X and on X * 2^900 (rescaled inside)."""
+    X = _planted(rng) + 1e-3 * rng.standard_normal((12, 14, 10))
+    big = X * 2.0**900
+    Us = [rng.random((n, 3)) for n in X.shape]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = tk.cp_als(X, 3, init=Us, max_iter=5, tol=0)
+        b = tk.cp_als(big, 3, init=[U.copy() for U in Us], max_iter=5, tol=0)
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.weights / 2.0**900, a.weights, rtol=1e-10)
+    assert tk.hosvd(big, max_error=0.01).ranks == tk.hosvd(X, max_error=0.01).ranks == (3, 4, 2)

@@ -94,6 +94,8 @@ def _as_int(value: Any, name: str) -> int:
 def check_ranks(ranks: Any, shape: Sequence[int], name: str = "ranks") -> tuple[int, ...]:
     """Tucker ranks: one integer per mode (or one integer for all), each in [1, mode size]."""
     ndim = len(shape)
+    if isinstance(ranks, np.ndarray) and ranks.ndim == 0:
+        ranks = ranks.item()  # a 0-d array is one rank for every mode
     if isinstance(ranks, numbers.Integral | np.integer) and not isinstance(ranks, bool):
         ranks = [int(ranks)] * ndim
     if isinstance(ranks, str) or not isinstance(ranks, Sequence | np.ndarray):
@@ -155,6 +157,9 @@ def check_random_state(random_state: Any) -> np.random.Generator:
     if random_state is None or isinstance(random_state, numbers.Integral | np.integer):
         if isinstance(random_state, bool):
             raise TypeError("random_state must be None, an int, or a numpy Generator; received a bool")
+        if random_state is not None and int(random_state) < 0:
+            raise ValueError(f"random_state={int(random_state)} is invalid; expected None, an int >= 0, or a numpy "
+                             "Generator")
         return np.random.default_rng(None if random_state is None else int(random_state))
     if isinstance(random_state, np.random.Generator):
         return random_state
@@ -384,3 +389,27 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
             raise ValueError("init's weights contain NaN or infinite values; expected finite numbers")
         first = w
     return first, checked
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """True or False (numpy bools too); a one-line ``TypeError`` for anything else (``"no"`` is not False)."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False; received {describe(value)}")
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (the total where it cannot be read)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 8 << 30
+
+
+def check_fits_memory(nbytes: float, what: str, fix: str) -> None:
+    """Refuse, before allocating, work whose memory exceeds what is available, with the figures."""
+    avail = available_memory()
+    if nbytes > avail:
+        raise MemoryError(f"{what} needs about {nbytes / 1e9:.3g} GB but {avail / 1e9:.3g} GB is available; {fix}")

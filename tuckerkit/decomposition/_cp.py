@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 
 from tuckerkit._validation import (
+    check_bool,
     check_callback,
     check_cp_rank,
+    check_fits_memory,
     check_init,
     check_max_iter,
     check_nonneg,
@@ -23,6 +25,16 @@ from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
 
 logger = logging.getLogger(__name__)
+
+
+def _check_rank_fits(X: Any, rank: int) -> None:
+    """A CP rank has no upper bound but memory: refuse one whose Grams, factors and MTTKRP partials (the
+    larger half of the modes times R) cannot fit, before allocating anything."""
+    N, item = X.ndim, X.dtype.itemsize
+    half = (N + 1) // 2
+    partial = max(math.prod(X.shape[:half]), math.prod(X.shape[half:]))
+    need = item * rank * ((N + 3) * rank + 3 * sum(X.shape) + partial)
+    check_fits_memory(need, f"rank={rank}", "choose a smaller rank")
 
 
 def _svd_init(call: Call, rank: int, rng: np.random.Generator) -> list[Any]:
@@ -121,6 +133,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             callback: Any, verbose: bool) -> CPTensor:
     X, policy = call.X, call.policy
     rank = check_cp_rank(rank)
+    normalize = check_bool(normalize, "normalize")
+    _check_rank_fits(X, rank)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
     rng = check_random_state(random_state)
@@ -132,6 +146,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         factors = [call.like(U).copy() for U in given]
         if weights0 is not None:
             factors[0] = factors[0] * call.like(weights0)[None, :]
+        if call.scale != 1.0:  # the start in the units of the (rescaled) operand: a power of two, exact
+            factors[0] = factors[0] * factors[0].dtype.type(call.scale)
     else:
         factors = _svd_init(call, rank, rng) if init == "svd" else [
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
@@ -139,7 +155,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     xp = X.xp
     weights = xp.ones(rank, dtype=X.dtype)
     grams = [U.T @ U for U in factors]
-    normX = X.norm()
+    normX = call.norm
     mon = Monitor("cp_als", tol, max_iter, callback, verbose)
     it = 0
     last: dict[str, Any] = {}
@@ -169,8 +185,11 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if mon.step(it, fit, factors):
             break
     mon.finish()
-    if not normalize:
+    if normalize:
+        weights = call.unscale(weights)
+    else:
         weights = xp.ones(rank, dtype=X.dtype)
+        factors[0] = call.unscale(factors[0])
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
 

@@ -8,6 +8,7 @@ back on the device the input came from (a host input computed on a GPU returns n
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -22,14 +23,27 @@ from tuckerkit.engine import ExecutionPolicy, as_operand, blas_pinned, default_p
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: the root-mean-square magnitude a tensor may have before it is rescaled (a power of two, exact) so that
+#: squares, Grams and norms neither overflow nor underflow: float32 squares span 2^-126..2^128, float64
+#: 2^-1022..2^1024, and a Gram entry sums up to millions of squares
+_RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (2.0**-200, 2.0**200)}
+
+
 @dataclass(frozen=True)
 class Call:
-    """One decomposition call: its operand, policy, and the devices it computes on and returns to."""
+    """One decomposition call: its operand, policy, the devices it computes on and returns to, the norm of
+    the input and the power of two the operand was scaled by (1.0 unless its magnitude was extreme)."""
 
     X: Any
     policy: ExecutionPolicy
     home: Device
     device: Device
+    norm: float = 0.0
+    scale: float = 1.0
+
+    def unscale(self, A: Any) -> Any:
+        """An array of the scaled problem (a core, CP weights) in the input's units."""
+        return A if self.scale == 1.0 else A * A.dtype.type(1.0 / self.scale)
 
     def result(self, model: Any) -> Any:
         """``model`` on the device the input came from."""
@@ -60,7 +74,24 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     with ExitStack() as stack:
         stack.enter_context(blas_pinned())
         stack.enter_context(on_device(op.device))
-        yield Call(op, policy, home, op.device)
+        norm = op.norm()
+        scale = _scale_for(norm, op.size, op.dtype)
+        if scale != 1.0:  # an extreme magnitude: compute on X * 2^k (exact), give the model back in X's units
+            op, norm = op.scaled(scale), norm * scale
+        yield Call(op, policy, home, op.device, norm, scale)
+
+
+def _scale_for(norm: float, size: int, dtype: Any) -> float:
+    """The power of two that brings the tensor's root-mean-square magnitude near 1 when it lies outside the
+    safe range of its dtype, else 1.0 (decompositions are scale-equivariant: their fits and ranks do not
+    change, their cores and weights scale back)."""
+    if not norm > 0 or not math.isfinite(norm):
+        return 1.0
+    rms = norm / math.sqrt(max(size, 1))
+    lo, hi = _RMS_RANGE.get(np.dtype(dtype), (2.0**-40, 2.0**40))
+    if lo <= rms <= hi:
+        return 1.0
+    return 2.0 ** -math.frexp(rms)[1]
 
 
 def _library_dirs() -> tuple[str, ...]:

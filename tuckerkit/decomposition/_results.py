@@ -63,10 +63,13 @@ def _sqnorm(X: Any, chunk_elems: int = 1 << 18) -> float:
 
 
 def _relative_error(X: Any, Xhat: Any) -> float:
-    """``||X - X_hat|| / ||X||`` in float64 on the host (a diagnostic: one copy back from a GPU)."""
+    """``||X - X_hat|| / ||X||`` in float64 on the host (a diagnostic: one copy back from a GPU); the norms
+    are scaled, so no magnitude the dtype can hold overflows or underflows them."""
+    from tuckerkit.engine._operand import frobenius_norm
+
     X = np.asarray(to_host(X), dtype=np.float64)
     diff = X - np.asarray(to_host(Xhat), dtype=np.float64)
-    return float(np.linalg.norm(diff) / np.linalg.norm(X))
+    return frobenius_norm(diff) / frobenius_norm(X)
 
 
 def _read_only(a: Any) -> Any:

@@ -112,16 +112,16 @@ def hosvd(X: Any, ranks: Sequence[int] | int | None = None, *, max_error: float 
                              + ("both" if ranks is not None else "neither"))
         if max_error is not None:
             target = check_unit_interval(max_error, "max_error")
-            normX = X.norm()
-            factors = [_tail_rule_factor(call, X, n, target, normX) for n in range(X.ndim)]
+            factors = [_tail_rule_factor(call, X, n, target, call.norm) for n in range(X.ndim)]
         else:
             ranks = check_ranks(ranks, X.shape)
             rng = check_random_state(0)
             factors = [X.leading_subspace(n, ranks[n], rng=rng, policy=call.policy)[0].astype(X.dtype, copy=False)
                        for n in range(X.ndim)]
         core = _project_all(call, X, factors)
-        fit = _fit(X.norm(), frobenius_norm(core))
-        return call.result(TuckerTensor(core, tuple(factors), 0, True, (fit,), passes_per_iteration=X.ndim + 1))
+        fit = _fit(call.norm, frobenius_norm(core))
+        return call.result(TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,),
+                                        passes_per_iteration=X.ndim + 1))
 
 
 def st_hosvd(
@@ -225,7 +225,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
     if sketch and rk is None:
         raise ValueError(f"sketch=True needs ranks; with {name} the rank choice needs every eigenvalue")
     rng = check_random_state(0 if random_state is None else random_state)
-    normX = X.norm()
+    normX = call.norm
     # squared norms in units of ||X||^2 (no square of the data's scale); the error of ST-HOSVD is exactly the
     # energy each step discards, so the fit comes from the discarded eigenvalues, not a difference of norms
     unit = normX * normX if normX > 0 else 1.0
@@ -268,7 +268,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         Y = as_operand(core)
     fit = 1.0 - math.sqrt(min(max(discarded, 0.0), 1.0)) if normX > 0 else 1.0
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
-    return TuckerTensor(core, tuple(factors), 0, True, (fit,), passes_per_iteration=1)
+    return TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,), passes_per_iteration=1)
 
 
 def _check_order(order: Any, N: int) -> list[int]:
@@ -418,7 +418,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         else:
             sketch = how == "st_hosvd_sketch"
             factors = list(_st_hosvd(call, ranks, None, "auto", sketch, random_state).factors)
-    normX = X.norm()
+    normX = call.norm
     mon = Monitor("hooi", tol, max_iter, callback, verbose)
     core = None
     sweep = None
@@ -437,5 +437,5 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         if mon.step(it, fit, factors):
             break
     mon.finish()
-    return TuckerTensor(core, tuple(factors), it, mon.converged, tuple(mon.history),
+    return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, tuple(mon.history),
                         sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)

@@ -118,6 +118,9 @@ class DaskTensor(OperandBase):
         self.shape = tuple(int(s) for s in data.shape)
         self.closer: Callable[[], None] | None = None  # closes a Dask client this tensor's opener started
 
+    def scaled(self, factor: float) -> DaskTensor:
+        return DaskTensor(self.data * self.dtype.type(factor))
+
     def close(self) -> None:
         """Close the Dask client (and cluster) :func:`tuckerkit.io.open_tensor` started for this tensor."""
         if self.closer is not None:

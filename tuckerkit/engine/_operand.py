@@ -91,6 +91,11 @@ class Operand(Protocol):
         """A one-line ``ValueError`` if the tensor holds NaN or Inf (streamed kinds check in their norm pass)."""
         ...
 
+    def scaled(self, factor: float) -> Operand:
+        """The tensor times ``factor`` (a power of two: exact), for inputs whose scale would overflow or
+        underflow squares; dense data is copied, sparse values are, streamed kinds scale as they read."""
+        ...
+
     def norm(self) -> float:
         """The Frobenius norm as a Python float (float64, scaled so that no finite input overflows)."""
         ...
@@ -326,6 +331,11 @@ class DenseTensor(OperandBase):
 
     def norm(self) -> float:
         return frobenius_norm(self.data)
+
+    def scaled(self, factor: float) -> DenseTensor:
+        out = DenseTensor(self.data * self.data.dtype.type(factor))
+        out._finite = self._finite
+        return out
 
     def gram(self, mode: int, *, plan: GramPlan | None = None, policy: ExecutionPolicy | None = None) -> Any:
         return dense_gram(self.data, mode, plan, resolve_policy(policy))

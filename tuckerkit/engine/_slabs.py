@@ -104,6 +104,7 @@ class SlabTensor(OperandBase):
             raise TypeError(f"data has dtype {data.dtype}; expected numbers (float, int or bool)")
         self.data = data
         self.closer: Callable[[], None] | None = None  # closes the file the data lives in, if ours
+        self.factor = 1.0  # slabs are multiplied by it as they are read (see :meth:`scaled`)
         self.shape = tuple(int(s) for s in data.shape)
         dt = np.dtype(data.dtype if dtype is None else dtype)
         if dtype is not None and dt not in (np.float32, np.float64):
@@ -117,6 +118,15 @@ class SlabTensor(OperandBase):
     @property
     def streamed(self) -> bool:
         return True
+
+    def scaled(self, factor: float) -> SlabTensor:
+        """The same file read with every slab multiplied by ``factor``."""
+        import copy
+
+        out = copy.copy(self)
+        out.factor = self.factor * factor
+        out.closer = None  # the original keeps the file
+        return out
 
     def close(self) -> None:
         """Close the file the slabs are read from when this tensor opened it (:func:`tuckerkit.io.open_tensor`)."""
@@ -152,8 +162,15 @@ class SlabTensor(OperandBase):
                     n = f.readinto(buf.reshape(-1).view(np.uint8).data)
                 if n != buf.nbytes:
                     raise OSError(f"{path}: expected {buf.nbytes} bytes at row {s}, read {n} (truncated file?)")
-                return buf if src_dtype == self.dtype else buf.astype(self.dtype)
-            return np.ascontiguousarray(self.data[s:s + step], dtype=self.dtype)
+                out = buf if src_dtype == self.dtype else buf.astype(self.dtype)
+            else:
+                out = np.ascontiguousarray(self.data[s:s + step], dtype=self.dtype)
+            if self.factor != 1.0:
+                mult = self.dtype.type(self.factor)
+                if isinstance(self.data, np.ndarray) and np.may_share_memory(out, self.data):
+                    return out * mult  # a view of the caller's array: never scaled in place
+                out *= mult
+            return out
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuckerkit-read") as pool:
             nxt = pool.submit(read, starts[0]) if starts else None

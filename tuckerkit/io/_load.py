@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,8 +86,52 @@ def _object_error(p: Path) -> TensorFileError:
     return TensorFileError(f"{str(p)!r} holds an object array; expected numbers (float, int or bool)")
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _check_npz_member(z: Any, k: str, p: Path) -> None:
+    """Compare a member's claimed array size with its real (uncompressed) size and the memory before reading:
+    a 317-byte file claiming 72.8 TiB, or a deflate bomb, is refused here instead of allocating."""
+    name = k + ".npy"
+    try:
+        info = z.zip.getinfo(name)
+        with z.zip.open(name) as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+            header = fh.tell() if hasattr(fh, "tell") else 0
+    except KeyError:
+        return  # numpy reports the missing member itself
+    claimed = int(np.prod([int(d) for d in shape], dtype=np.float64) * np.dtype(dtype).itemsize)
+    if any(int(d) < 0 for d in shape) or claimed > info.file_size - header + 64:
+        raise TensorFileError(
+            f"{str(p)!r}[{k!r}] claims an array of shape {tuple(shape)} ({claimed:,} bytes) but holds "
+            f"{info.file_size:,} bytes; the file is corrupt"
+        )
+    from tuckerkit._validation import available_memory
+
+    if claimed > available_memory():
+        raise TensorFileError(f"{str(p)!r}[{k!r}] holds {claimed / 1e9:.3g} GB, more than the memory available")
+
+
+def _check_h5_storage(ds: Any, where: str, allow_external: bool) -> None:
+    """Refuse datasets whose bytes live in other files (external storage, virtual datasets) unless asked: a
+    crafted .h5 could otherwise pull any local file into a tensor."""
+    if allow_external:
+        return
+    if getattr(ds, "external", None):
+        raise TensorFileError(f"{where} keeps its data in external files ({ds.external[0][0]!r}, ...); pass "
+                              "allow_external=True (--allow-external) to read them")
+    if getattr(ds, "is_virtual", False):
+        raise TensorFileError(f"{where} is a virtual dataset mapping other files; pass allow_external=True "
+                              "(--allow-external) to read it")
+
+
 def load_tensor(
-    path: str | os.PathLike, *, key: str | None = None, shape: Sequence[int] | None = None, mmap: bool = True
+    path: str | os.PathLike, *, key: str | None = None, shape: Sequence[int] | None = None, mmap: bool = True,
+    allow_external: bool = False,
 ) -> Any:
     """Load a dense tensor from a file, choosing the reader by extension.
 
@@ -105,6 +148,9 @@ def load_tensor(
         Shape of a ``.tns`` tensor (default: the largest index in each mode).
     mmap : bool, default True
         Memory-map ``.npy`` files instead of reading them into memory.
+    allow_external : bool, default False
+        Read HDF5 datasets whose data lives in other files (external storage, virtual datasets); refused by
+        default, since a crafted file could otherwise read any local file.
 
     Returns
     -------
@@ -133,13 +179,14 @@ def load_tensor(
             if "allow_pickle" in str(exc) or "Object arrays" in str(exc) or "Python objects" in str(exc):
                 raise _object_error(p) from None
             raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({exc})") from None
-        except (OSError, EOFError) as exc:
-            raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({exc})") from None
+        except Exception as exc:  # a crafted header fails deep inside numpy (OverflowError, ...)
+            raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({_first_line(exc)})") from None
         return _check_array(arr, repr(str(p)))
     if ext == ".npz":
         try:
-            with np.load(p, allow_pickle=False) as z:
+            with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:  # closed even when corrupt
                 k = _pick_key(list(z.files), key, repr(str(p)))
+                _check_npz_member(z, k, p)
                 arr = z[k]
         except TensorFileError:
             raise
@@ -147,8 +194,8 @@ def load_tensor(
             if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
                 raise _object_error(p) from None
             raise TensorFileError(f"{str(p)!r} is not a valid .npz file ({exc})") from None
-        except (OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-            raise TensorFileError(f"{str(p)!r} is not a valid .npz file ({exc})") from None
+        except Exception as exc:
+            raise TensorFileError(f"{str(p)!r} is not a valid .npz file ({_first_line(exc)})") from None
         return _check_array(arr, f"{str(p)!r}[{k!r}]")
     if ext == ".mat":
         import scipy.io
@@ -175,6 +222,7 @@ def load_tensor(
             names: list[str] = []
             f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
             k = _pick_key(names, key, repr(str(p)))
+            _check_h5_storage(f[k], f"{str(p)!r}[{k!r}]", allow_external)
             arr = f[k][()]
     except TensorFileError:
         raise
@@ -183,8 +231,11 @@ def load_tensor(
     return _check_array(arr, f"{str(p)!r}[{k!r}]")
 
 
-def open_h5_dataset(path: str | os.PathLike, key: str | None = None) -> Any:
-    """An HDF5 dataset opened lazily (read in slabs by an out-of-core run); the file stays open with it."""
+def open_h5_dataset(path: str | os.PathLike, key: str | None = None, *, allow_external: bool = False) -> Any:
+    """An HDF5 dataset opened lazily (read in slabs by an out-of-core run); the file stays open with it.
+
+    External storage and virtual datasets (whose data lives in other files) are refused unless
+    ``allow_external=True``."""
     p = _check_path(path)
     try:
         import h5py
@@ -198,10 +249,12 @@ def open_h5_dataset(path: str | os.PathLike, key: str | None = None) -> Any:
         f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
         k = _pick_key(names, key, repr(str(p)))
         ds = f[k]
+        _check_h5_storage(ds, f"{str(p)!r}[{k!r}]", allow_external)
     except TensorFileError:
+        f.close()
         raise
     except Exception as exc:
-        raise TensorFileError(f"{str(p)!r} is not a valid HDF5 file ({exc})") from None
+        raise TensorFileError(f"{str(p)!r} is not a valid HDF5 file ({_first_line(exc)})") from None
     if ds.dtype.kind not in "biuf":
         raise TensorFileError(f"{str(p)!r}[{k!r}] holds an array of dtype {ds.dtype}; expected numbers")
     return ds

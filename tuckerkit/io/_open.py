@@ -21,6 +21,7 @@ def open_tensor(
     scheduler: Any = None,
     csf: str | None = None,
     check_finite: bool = True,
+    allow_external: bool = False,
     name: str | None = None,
 ) -> Any:
     """Open a tensor file as an :class:`~tuckerkit.engine.Operand`, validated once.
@@ -48,6 +49,8 @@ def open_tensor(
         ``LocalCluster`` or connects to that scheduler, and closing the returned tensor closes them.
     csf : {None, "auto", "all", "two", "one"}, optional
         Build this CSF plan of a sparse tensor now (see :meth:`~tuckerkit.sparse.COOTensor.plan`).
+    allow_external : bool, default False
+        Read HDF5 datasets whose data lives in other files (refused by default: see :func:`load_tensor`).
     check_finite : bool, default True
         Scan a dense tensor for NaN and Inf now; False leaves the (one) scan to the decomposition it is
         passed to, so that cheaper checks (ranks, the output path) can fail first.
@@ -104,7 +107,7 @@ def open_tensor(
             op.plan(csf=csf)
         return op
     if limit is not None and ext in (".h5", ".hdf5"):  # out of core: read in slabs, never whole
-        ds = open_h5_dataset(p, key)
+        ds = open_h5_dataset(p, key, allow_external=allow_external)
         op = as_operand(ds, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
                         name=label)
         if getattr(op, "streamed", False):
@@ -112,7 +115,7 @@ def open_tensor(
         else:
             ds.file.close()
         return op
-    data = load_tensor(p, key=key)  # .npy memory-mapped: nothing is read until needed
+    data = load_tensor(p, key=key, allow_external=allow_external)  # .npy memory-mapped: read when needed
     return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
                       name=label)
 

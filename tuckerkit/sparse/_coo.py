@@ -153,8 +153,14 @@ def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...]) -> tuple[np
             new[1:] = np.any(c[1:] != c[:-1], axis=1)
         if not new.all():
             starts = np.flatnonzero(new)
-            v = np.add.reduceat(v, starts)
+            with np.errstate(over="ignore", invalid="ignore"):
+                v = np.add.reduceat(v, starts)
             c = c[starts]
+            if not np.all(np.isfinite(v)):
+                bad = int(v.size - np.count_nonzero(np.isfinite(v)))
+                raise ValueError(f"values: duplicate coordinates sum to NaN or infinity at {bad} coordinate(s) "
+                                 f"(first: {[int(i) for i in c[~np.isfinite(v)][0]]}, 0-based); the sums must be "
+                                 "finite")
         keep = v != 0
         if not keep.all():
             c, v = c[keep], v[keep]

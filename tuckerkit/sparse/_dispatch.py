@@ -75,6 +75,23 @@ class SparseOperand(SparseShape, OperandBase):
         """Frobenius norm from the nonzeros (float64 accumulation, scaled: no overflow)."""
         return values_norm(self.values)
 
+    def scaled(self, factor: float) -> Any:
+        """The tensor with its values times ``factor``; the CSF trees built so far are kept (their index
+        arrays shared, their values scaled)."""
+        import copy
+
+        out = copy.copy(self)
+        out.values = self.values * self.values.dtype.type(factor)
+        cache = self.__dict__.get("_tk_csf")
+        if cache is not None:
+            trees = []
+            for tree in cache[1]:
+                t = copy.copy(tree)
+                t.values = tree.values * tree.values.dtype.type(factor)
+                trees.append(t)
+            out.__dict__["_tk_csf"] = (cache[0], trees)
+        return out
+
     def to(self, device: Device) -> Any:
         """This tensor on ``device``: itself on the CPU, a :class:`GpuCOOTensor` (COO in device memory) on a GPU."""
         if not device.is_gpu:
@@ -223,9 +240,18 @@ class SparseOperand(SparseShape, OperandBase):
             V = rng.standard_normal((self.shape[mode], rank))
             s = np.zeros(rank)
         else:
-            V, s, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=rank,
-                                               random_state=int(rng.integers(2**31)))
-            V, s = V[:, ::-1], s[::-1]
+            try:
+                V, s, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=rank,
+                                                   random_state=int(rng.integers(2**31)))
+                V, s = V[:, ::-1], s[::-1]
+            except (scipy.sparse.linalg.ArpackError, scipy.sparse.linalg.ArpackNoConvergence) as exc:
+                if self.shape[mode] > 4096:  # no dense fallback of that size: one line, not a traceback
+                    raise ValueError(f"mode {mode}: ARPACK could not compute the leading {rank} singular vectors "
+                                     f"of the sparse unfolding ({str(exc).splitlines()[0]})") from None
+                from tuckerkit.engine._subspace import eigh_desc
+
+                w, V = eigh_desc((A @ A.T).toarray().astype(np.float64), rank)
+                s = np.sqrt(np.clip(w, 0.0, None))
         Q, _ = np.linalg.qr(V)  # orthonormal also when ARPACK could not run
         return sign_fix(np.ascontiguousarray(Q)).astype(self.dtype, copy=False), (s * s).astype(self.dtype)
 

@@ -121,6 +121,14 @@ class GpuCOOTensor(SparseShape, OperandBase):
         """What MTTKRP runs on this tensor (:class:`GpuSparsePlan`)."""
         return GpuSparsePlan("coo_atomic", str(self.device), self.nnz, str(self.coords.dtype), self.nbytes)
 
+    def scaled(self, factor: float) -> Any:
+        import copy
+
+        out = copy.copy(self)
+        out.values = self.values * self.values.dtype.type(factor)
+        out.host = self.host.scaled(factor)
+        return out
+
     def to(self, device: Device) -> Any:
         if device == self.device:
             return self
