@@ -32,7 +32,7 @@ demo: $(VENV)/.core
 	np.save('.demo/tucker_200.npy', t((200, 200, 200), (10, 10, 10), noise=0.01, random_state=0).data); \
 	np.save('.demo/cp_250.npy', c((250, 250, 250), 10, noise=0.01, random_state=0).data)"
 	$(VENV)/bin/tuckerkit info .demo/tucker_200.npy
-	$(VENV)/bin/tuckerkit decompose .demo/tucker_200.npy --tol 0.02 --force
+	$(VENV)/bin/tuckerkit decompose .demo/tucker_200.npy --max-error 0.02 --force
 	$(VENV)/bin/tuckerkit decompose .demo/cp_250.npy --method cp --rank 10 --seed 0 --force
 
 lint: $(VENV)/.test

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from tuckerkit._version import __version__
 
@@ -32,6 +33,46 @@ app = typer.Typer(
 
 class CLIError(Exception):
     """A user-facing error: printed as one line, exit code 1."""
+
+
+class _Command(TyperCommand):
+    """typer's command with the conventional usage line, ``Usage: tuckerkit decompose [OPTIONS] INPUT``
+    (typer writes a required argument as ``{input}``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = param.metavar or (param.name or "").upper()
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+
+def _human_bytes(n: float) -> str:
+    """``1280000`` -> ``"1.28 MB"`` (decimal units, as ``--memory-limit 4GB`` reads them)."""
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} B" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} PB"  # pragma: no cover
+
+
+def _human_seconds(t: float) -> str:
+    """``75.2`` -> ``"1 min 15 s"``."""
+    t = float(t)
+    if not math.isfinite(t):
+        return "?"
+    t = max(t, 0.0)
+    if t < 10:
+        return f"{t:.1f} s"
+    if t < 60:
+        return f"{t:.0f} s"
+    m, sec = divmod(round(t), 60)
+    if m < 60:
+        return f"{m} min {sec:02d} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min"
 
 
 def _version(value: bool) -> None:
@@ -65,6 +106,8 @@ def _run(debug: bool, fn, *args, **kwargs):
         if debug:
             traceback.print_exc()
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if getattr(exc, "reason", None) == "exists":  # the library names its keyword; here the option
+            msg = msg.replace("pass force=True to overwrite it", "pass --force to overwrite it")
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1) from None
 
@@ -95,25 +138,40 @@ def _check_device(device: str) -> str | None:
 
 
 def _default_output(inp: Path, method: str) -> Path:
+    """``x.npy`` -> ``x.tucker.npz`` / ``x.cp.npz``; any other format keeps its extension in the name
+    (``x.mat`` -> ``x.mat.tucker.npz``), so that ``x.npy`` and ``x.mat`` beside it never share a result."""
     suffix = ".cp.npz" if method == "cp" else ".tucker.npz"
-    return inp.with_name(inp.name.rsplit(".", 1)[0] + suffix)
+    stem = inp.name[: -len(".npy")] if inp.name.lower().endswith(".npy") else inp.name
+    return inp.with_name(stem + suffix)
 
 
 class _Progress:
-    """A rich progress line on stderr, shown only for runs longer than about a second on a terminal."""
+    """A rich progress line on stderr, shown only for runs longer than about a second on a terminal.
 
-    def __init__(self, enabled: bool, total: int):
+    It shows the iteration, the fit and its change, the time so far and an estimate of the time left: the
+    mean time per iteration so far times the iterations left to ``--max-iter`` (an upper bound: the run stops
+    earlier when it converges, which is why it reads "at most").
+    """
+
+    def __init__(self, enabled: bool, total: int, *, console: Any = None, after: float = 1.0):
         self.enabled = enabled
         self.total = total
+        self.console = console
+        self.after = after
         self.start = time.perf_counter()
         self.bar: Any = None
         self.task: Any = None
+
+    @staticmethod
+    def remaining(elapsed: float, done: int, total: int) -> float:
+        """Seconds left if every remaining iteration takes the mean time of those done."""
+        return elapsed / done * max(total - done, 0) if done > 0 else float("nan")
 
     def __call__(self, state) -> None:
         if not self.enabled:
             return
         if self.bar is None:
-            if time.perf_counter() - self.start < 1.0:
+            if time.perf_counter() - self.start < self.after:
                 return
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn
@@ -122,59 +180,82 @@ class _Progress:
                 TextColumn("iteration {task.completed}/{task.total}"),
                 BarColumn(),
                 TextColumn("fit {task.fields[fit]:.6f}  change {task.fields[change]:.2e}"),
-                TextColumn("{task.fields[elapsed]:.1f} s"),
-                console=Console(stderr=True),
+                TextColumn("{task.fields[elapsed]}, at most {task.fields[left]} left"),
+                console=self.console if self.console is not None else Console(stderr=True),
                 transient=True,
             )
             self.bar.start()
-            self.task = self.bar.add_task("decompose", total=self.total, fit=0.0, change=0.0, elapsed=0.0)
+            self.task = self.bar.add_task("decompose", total=self.total, fit=0.0, change=0.0, elapsed="",
+                                          left="")
         change = state.fit_change if math.isfinite(state.fit_change) else 0.0
+        elapsed = time.perf_counter() - self.start
         self.bar.update(self.task, completed=state.iteration, fit=state.fit, change=change,
-                        elapsed=time.perf_counter() - self.start)
+                        elapsed=_human_seconds(elapsed),
+                        left=_human_seconds(self.remaining(elapsed, state.iteration, self.total)))
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
 
 
-@app.command("decompose")
+_INPUT_HELP = "Tensor file: .npy, .npz, .mat, .tns, .h5/.hdf5."
+
+
+@app.command("decompose", cls=_Command)
 def decompose_cmd(
-    input: Path = typer.Argument(..., help="Tensor file: .npy, .npz, .mat, .tns, .h5/.hdf5."),
-    ranks: str = typer.Option(None, "--ranks", help="Tucker ranks, one per mode, e.g. 10,10,10."),
-    tol: float = typer.Option(None, "--tol", help="Relative error for automatic Tucker ranks, in (0, 1)."),
-    method: str = typer.Option("hooi", "--method", help="hooi, hosvd or cp."),
-    rank: int = typer.Option(None, "--rank", help="CP rank (with --method cp)."),
-    device: str = typer.Option("cpu", "--device",
-                               help="cpu, cuda or cuda:N (needs tuckerkit[gpu-cuda13] or [gpu-cuda12])."),
-    dtype: str = typer.Option(None, "--dtype", help="float32 or float64 (default: keep the file's)."),
-    max_iter: int = typer.Option(100, "--max-iter", help="Iteration limit for hooi and cp."),
-    seed: int = typer.Option(None, "--seed", help="Random seed (cp initialization)."),
-    output: Path = typer.Option(None, "--output", "-o", help="Result file (.npz); default INPUT.tucker.npz."),
+    input: Path = typer.Argument(..., metavar="INPUT", help=_INPUT_HELP, show_default=False),
+    ranks: str = typer.Option(None, "--ranks", metavar="R,R,R", help="Tucker ranks, one per mode, e.g. 10,10,10."),
+    max_error: float = typer.Option(
+        None, "--max-error", metavar="E",
+        help="Choose the Tucker ranks: the smallest with relative error <= E, in (0, 1), e.g. 0.01."),
+    method: str = typer.Option("hooi", "--method", metavar="hooi|hosvd|cp", help="The decomposition."),
+    rank: int = typer.Option(None, "--rank", metavar="R", help="CP rank (with --method cp)."),
+    stop_tol: float = typer.Option(
+        None, "--stop-tol", metavar="T",
+        help="Convergence tolerance of hooi and cp: stop when the fit changes by less than T "
+             "(default 1e-8, Python's tol=); 0 runs --max-iter iterations."),
+    max_iter: int = typer.Option(None, "--max-iter", metavar="N",
+                                 help="Iteration limit of hooi and cp (default 100)."),
+    iterations: int = typer.Option(None, "--iterations", metavar="N",
+                                   help="Run exactly N iterations of hooi or cp: no convergence test, no warning."),
+    device: str = typer.Option("cpu", "--device", metavar="cpu|cuda|cuda:N",
+                               help="Where to compute (cuda needs tuckerkit[gpu-cuda13] or [gpu-cuda12])."),
+    dtype: str = typer.Option(None, "--dtype", metavar="float32|float64",
+                              help="Compute in this precision (default: keep the file's)."),
+    seed: int = typer.Option(None, "--seed", metavar="S", help="Random seed (cp initialization)."),
+    output: Path = typer.Option(
+        None, "--output", "-o", metavar="OUT.npz",
+        help="Result file. Default: the input's name with .tucker.npz (hooi, hosvd) or .cp.npz (cp): "
+             "faces.npy -> faces.tucker.npz; other formats keep their extension: faces.mat -> "
+             "faces.mat.tucker.npz."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-    key: str = typer.Option(None, "--key", help="Array name in .npz/.mat/.h5 files holding several."),
-    shape: str = typer.Option(None, "--shape", help="Shape of a .tns tensor, e.g. 100,200,300."),
-    csf: str = typer.Option("auto", "--csf", help="Sparse (.tns) kernel plan: auto, all, two or one."),
-    memory_limit: str = typer.Option(None, "--memory-limit",
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no convergence warning."),
+    key: str = typer.Option(None, "--key", metavar="NAME", help="Array name in .npz/.mat/.h5 files holding several."),
+    shape: str = typer.Option(None, "--shape", metavar="I,J,K", help="Shape of a .tns tensor, e.g. 100,200,300."),
+    csf: str = typer.Option("auto", "--csf", metavar="auto|all|two|one", help="Sparse (.tns) kernel plan."),
+    memory_limit: str = typer.Option(None, "--memory-limit", metavar="SIZE",
                                      help="Read a larger tensor in slabs within this memory, e.g. 4GB."),
-    scheduler: str = typer.Option(None, "--scheduler",
+    scheduler: str = typer.Option(None, "--scheduler", metavar="local|ADDRESS",
                                   help="Run on Dask: 'local' (a LocalCluster) or a scheduler address, "
                                        "e.g. tcp://host:8786 (.npy input)."),
+    tol: float = typer.Option(None, "--tol", metavar="E",
+                              help="Deprecated name of --max-error (removed in tuckerkit 0.3)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose a tensor file and write the result (.npz).
 
     Example: tuckerkit decompose data.npy --ranks 10,10,10 --output data.tucker.npz
     """
-    _run(debug, _decompose, input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force,
-         json_out, quiet, key, shape, csf, memory_limit, scheduler)
+    _run(debug, _decompose, input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force,
+         json_out, quiet, key, shape, csf, memory_limit, scheduler, stop_tol=stop_tol, iterations=iterations,
+         tol=tol)
 
 
-def _check_decompose_options(method, ranks, tol, rank, dtype, csf, max_iter, device, memory_limit, scheduler,
-                             input):
+def _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
+                             memory_limit, scheduler, input, stop_tol=None, iterations=None):
     """The options alone, before any file is touched (one-line errors naming the option)."""
-    from tuckerkit._validation import check_max_iter, check_unit_interval
+    from tuckerkit._validation import check_max_iter, check_nonneg, check_unit_interval
 
     if method not in ("hooi", "hosvd", "cp"):
         raise CLIError(f"--method {method!r} is not valid; expected hooi, hosvd or cp")
@@ -185,20 +266,29 @@ def _check_decompose_options(method, ranks, tol, rank, dtype, csf, max_iter, dev
     if method == "cp":
         if rank is None:
             raise CLIError("--method cp needs --rank R (the number of components)")
-        if ranks is not None or tol is not None:
-            raise CLIError("--method cp takes --rank, not --ranks or --tol")
+        if ranks is not None or target is not None:
+            raise CLIError(f"--method cp takes --rank, not --ranks or {target_name}")
         if rank < 1:
             raise CLIError(f"--rank {rank} is not positive; expected an integer >= 1")
     else:
         if rank is not None:
-            raise CLIError(f"--rank is for --method cp; --method {method} takes --ranks or --tol")
-        if ranks is not None and tol is not None:
-            raise CLIError("pass either --ranks or --tol, not both")
-        if ranks is None and tol is None:
-            raise CLIError("pass --ranks (e.g. 10,10,10) or --tol (e.g. 0.01)")
-        if tol is not None:
-            check_unit_interval(tol, "--tol")
-    check_max_iter(max_iter, "--max-iter")
+            raise CLIError(f"--rank is for --method cp; --method {method} takes --ranks or --max-error")
+        if ranks is not None and target is not None:
+            raise CLIError(f"pass either --ranks or {target_name}, not both")
+        if ranks is None and target is None:
+            raise CLIError("pass --ranks (e.g. 10,10,10) or --max-error (e.g. 0.01)")
+        if target is not None:
+            check_unit_interval(target, target_name)
+    if iterations is not None:
+        if max_iter is not None or stop_tol is not None:
+            raise CLIError("pass either --iterations N (exactly N iterations) or --max-iter / --stop-tol, not both")
+        check_max_iter(iterations, "--iterations")
+    if max_iter is not None:
+        check_max_iter(max_iter, "--max-iter")
+    if stop_tol is not None:
+        check_nonneg(stop_tol, "--stop-tol")
+    if method == "hosvd" and (iterations is not None or stop_tol is not None or max_iter is not None):
+        raise CLIError("--method hosvd does not iterate; --iterations, --max-iter and --stop-tol are for hooi and cp")
     dev = _check_device(device)
     if dev is not None and (memory_limit is not None or scheduler is not None):
         raise CLIError(f"--device {device} cannot be combined with --memory-limit or --scheduler (those run on the "
@@ -211,20 +301,30 @@ def _check_decompose_options(method, ranks, tol, rank, dtype, csf, max_iter, dev
     return dev
 
 
-def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
-               key, shape, csf="auto", memory_limit=None, scheduler=None):
+def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
+               key, shape, csf="auto", memory_limit=None, scheduler=None, *, stop_tol=None, iterations=None,
+               tol=None):
     import tuckerkit as tk
     from tuckerkit._validation import check_ranks
     from tuckerkit.engine import parse_memory
     from tuckerkit.io import check_output_path, connect_scheduler, open_tensor, save_result
 
-    dev = _check_decompose_options(method, ranks, tol, rank, dtype, csf, max_iter, device, memory_limit, scheduler,
-                                   input)
+    if tol is not None and max_error is not None:
+        raise CLIError("pass --max-error only; --tol is its deprecated name")
+    target, target_name = (tol, "--tol") if tol is not None else (max_error, "--max-error")
+    dev = _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
+                                   memory_limit, scheduler, input, stop_tol=stop_tol, iterations=iterations)
+    if tol is not None:  # printed once the options are known to be valid (an error stays the only line)
+        typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
+                   "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
+    fixed = iterations is not None
+    n_iter_max = iterations if fixed else (max_iter if max_iter is not None else 100)
+    conv_tol = 0.0 if fixed else (stop_tol if stop_tol is not None else 1e-8)
     limit = parse_memory(memory_limit, "--memory-limit") if memory_limit is not None else None
     shp = _parse_ints(shape, "--shape") if shape else None
     out = output if output is not None else _default_output(input, method)
     client = cluster = None
-    progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=max_iter)
+    progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=n_iter_max)
     try:
         if scheduler is not None:  # every worker reads its own slabs of the file: nothing is loaded here
             client, cluster = connect_scheduler(scheduler, name="--scheduler")
@@ -240,14 +340,15 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
                 try:
                     res: tk.TuckerTensor | tk.CPTensor
                     if method == "cp":
-                        res = tk.cp_als(X, rank, max_iter=max_iter, random_state=seed, callback=progress, device=dev)
+                        res = tk.cp_als(X, rank, tol=conv_tol, max_iter=n_iter_max, random_state=seed,
+                                        callback=progress, device=dev)
                     elif method == "hosvd":
-                        res = tk.st_hosvd(X, rk, device=dev) if rk is not None else tk.st_hosvd(X, tol=tol,
-                                                                                               device=dev)
+                        res = tk.st_hosvd(X, rk, device=dev) if rk is not None else tk.st_hosvd(
+                            X, max_error=target, device=dev)
                     else:
                         if rk is None:
-                            rk = tk.st_hosvd(X, tol=tol, device=dev).ranks
-                        res = tk.hooi(X, rk, max_iter=max_iter, callback=progress, device=dev)
+                            rk = tk.st_hosvd(X, max_error=target, device=dev).ranks
+                        res = tk.hooi(X, rk, tol=conv_tol, max_iter=n_iter_max, callback=progress, device=dev)
                 finally:
                     progress.close()
             seconds = time.perf_counter() - t0
@@ -256,11 +357,14 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
             client.close()
         if cluster is not None:
             cluster.close()
-    if not quiet:
+    if not quiet and not fixed:
         for w in caught:
-            typer.echo(f"warning: {w.message}", err=True)
+            typer.echo(f"warning: {w.message}; raise --max-iter, loosen --stop-tol, or pass --iterations N to run "
+                       "a fixed number", err=True)
     streamed = getattr(X, "slab_rows", None)
     meta = {"method": method, "device": device, "input_shape": list(X.shape), "seconds": seconds}
+    if method != "hosvd":
+        meta.update(tol=conv_tol, max_iter=n_iter_max)
     if scheduler is not None:
         meta["scheduler"] = scheduler
     if streamed is not None:
@@ -300,23 +404,90 @@ def _decompose(input, ranks, tol, method, rank, device, dtype, max_iter, seed, o
             f"{summary['method']} of {'x'.join(map(str, X.shape))} {X.dtype}: "
             f"{'rank' if method == 'cp' else 'ranks'} {summary['ranks']}, "
             f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} iterations, "
-            f"{seconds:.2f} s, compression {summary['compression_ratio']:.1f}x against {against} -> {path}"
+            f"{_human_seconds(seconds)}, compression {summary['compression_ratio']:.1f}x against {against} -> "
+            f"{path} ({_human_bytes(path.stat().st_size)})"
         )
 
 
-@app.command("info")
+@app.command("info", cls=_Command)
 def info_cmd(
-    input: Path = typer.Argument(..., help="Tensor file."),
-    key: str = typer.Option(None, "--key", help="Array name in .npz/.mat/.h5 files holding several."),
-    shape: str = typer.Option(None, "--shape", help="Shape of a .tns tensor."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    input: Path = typer.Argument(..., metavar="FILE", show_default=False,
+                                 help="A tensor file (.npy, .npz, .mat, .tns, .h5) or a result written by decompose."),
+    key: str = typer.Option(None, "--key", metavar="NAME", help="Array name in .npz/.mat/.h5 files holding several."),
+    shape: str = typer.Option(None, "--shape", metavar="I,J,K", help="Shape of a .tns tensor."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (sizes in bytes)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Describe a tensor file: shape, dtype, memory, nonzeros, norm, and whether it fits in RAM.
+    """Describe a tensor file (shape, dtype, size, nonzeros, norm, whether it fits in RAM) or a result file
+    (method, ranks, fit, iterations, compression, the input it came from).
 
     Example: tuckerkit info data.npy
     """
     _run(debug, _info, input, key, shape, json_out)
+
+
+def _is_result_file(path: Path) -> bool:
+    """A ``.npz`` written by ``save_result``: ``core`` or ``weights``, ``factors_0`` and ``metadata``."""
+    import zipfile
+
+    if path.suffix.lower() != ".npz" or not path.is_file():
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = {n[:-4] if n.endswith(".npy") else n for n in z.namelist()}
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return "factors_0" in names and "metadata" in names and ("core" in names or "weights" in names)
+
+
+def _result_info(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    from tuckerkit.decomposition import CPTensor
+    from tuckerkit.io import load_metadata, load_result
+
+    res = load_result(path)
+    meta = load_metadata(path)
+    cp = isinstance(res, CPTensor)
+    first = res.weights if isinstance(res, CPTensor) else res.core
+    rank: Any = res.rank if isinstance(res, CPTensor) else list(res.ranks)
+    stored = sum(int(U.size) for U in res.factors) + int(first.size)
+    itemsize = np.dtype(res.factors[0].dtype).itemsize
+    dense = math.prod(res.shape)
+    info: dict[str, Any] = {
+        "input": str(path), "kind": "CP result" if cp else "Tucker result", "method": meta.get("method", meta.get(
+            "kind")), "shape": list(res.shape), "rank" if cp else "ranks": rank,
+        "dtype": str(res.factors[0].dtype), "fit": res.fit if res.fit_history else None,
+        "relative_error": 1.0 - res.fit if res.fit_history else None, "iterations": res.n_iter,
+        "converged": meta.get("converged"), "bytes": stored * itemsize, "dense_bytes": dense * itemsize,
+        "compression_ratio": dense / stored}
+    for k in ("input_path", "input_sha256", "tuckerkit_version", "timestamp", "seconds", "device"):
+        if k in meta:
+            info[k] = meta[k]
+    return info
+
+
+def _print_result_info(info: dict[str, Any], path: Path, json_out: bool) -> None:
+    if json_out:
+        typer.echo(json.dumps(info))
+        return
+    rk = f"rank {info['rank']}" if "rank" in info else "ranks " + " x ".join(map(str, info["ranks"]))
+    fit = (f"{info['fit']:.6f} (relative error {info['relative_error']:.3e})" if info["fit"] is not None
+           else "not recorded")
+    conv = {True: ", converged", False: ", not converged"}.get(info["converged"], "")
+    lines = [
+        ("file", f"{path} ({info['kind']}, {info['method']})"),
+        ("shape", f"{' x '.join(map(str, info['shape']))} {info['dtype']}, {rk}"),
+        ("fit", f"{fit}, {info['iterations']} iterations{conv}"),
+        ("size", f"{_human_bytes(info['bytes'])} stored, {_human_bytes(info['dense_bytes'])} as a dense tensor "
+                 f"(compression {info['compression_ratio']:.1f}x)"),
+    ]
+    if "input_path" in info:
+        lines.append(("from", f"{info['input_path']} (sha256 {info.get('input_sha256', '?')[:12]}...)"))
+    if "timestamp" in info:
+        lines.append(("written", f"{info['timestamp']} by tuckerkit {info.get('tuckerkit_version', '?')}"))
+    for label, text in lines:
+        typer.echo(f"{label:10s} {text}")
 
 
 def _info(input, key, shape, json_out):
@@ -326,9 +497,13 @@ def _info(input, key, shape, json_out):
     from tuckerkit.io import load_tensor
     from tuckerkit.sparse import COOTensor
 
+    if key is None and _is_result_file(input):
+        _print_result_info(_result_info(input), input, json_out)
+        return
     X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
+    info: dict[str, Any]
     if isinstance(X, COOTensor):
-        info: dict[str, Any] = {
+        info = {
             "input": str(input), "shape": list(X.shape), "dtype": str(X.dtype), "format": "sparse (COO)",
             "nnz": X.nnz, "density": X.density, "bytes": X.nbytes, "frobenius_norm": X.norm(),
             "dense_bytes": int(math.prod(float(d) for d in X.shape) * X.dtype.itemsize)}
@@ -350,23 +525,45 @@ def _info(input, key, shape, json_out):
     if json_out:
         typer.echo(json.dumps(info))
         return
+    labels = {"bytes": "size", "dense_bytes": "dense size", "available_ram_bytes": "available RAM",
+              "frobenius_norm": "Frobenius norm", "fits_in_ram": "fits in RAM"}
     for k, v in info.items():
-        typer.echo(f"{k:20s} {v}")
+        if k in ("bytes", "dense_bytes", "available_ram_bytes"):
+            v = f"{_human_bytes(v)} ({v:,} bytes)"
+        elif k == "shape":
+            v = " x ".join(map(str, v))
+        elif k == "density":
+            v = f"{v:.3g}"
+        elif isinstance(v, float):
+            v = f"{v:.6g}"
+        elif isinstance(v, bool):
+            v = "yes" if v else "no"
+        typer.echo(f"{labels.get(k, k):16s} {v}")
 
 
-@app.command("reconstruct")
+@app.command("reconstruct", cls=_Command)
 def reconstruct_cmd(
-    result: Path = typer.Argument(..., help="Result file written by 'tuckerkit decompose'."),
-    output: Path = typer.Option(..., "--output", "-o", help="Output .npy file."),
-    index: str = typer.Option(None, "--index", help="A slice per mode, e.g. '0,:,3:5' (default: all)."),
+    result: Path = typer.Argument(..., metavar="RESULT", show_default=False,
+                                  help="Result file written by 'tuckerkit decompose' (.npz)."),
+    output: Path = typer.Option(
+        None, "--output", "-o", metavar="OUT.npy",
+        help="Where to write the tensor. Default: the result's name with .npy (x.tucker.npz -> x.tucker.npy); "
+             "with --against and no --output nothing is written."),
+    against: Path = typer.Option(
+        None, "--against", metavar="X.npy",
+        help="The original tensor file: print the relative error ||X - X_hat|| / ||X|| (of the --index part)."),
+    key: str = typer.Option(None, "--key", metavar="NAME",
+                            help="Array name in the --against file if it holds several."),
+    index: str = typer.Option(None, "--index", metavar="0,:,3:5", help="A slice per mode (default: all)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (shape, output, relative_error)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Rebuild the full tensor (or a slice of it) from a result file.
+    """Rebuild the full tensor (or a slice of it) from a result file, and compare it with the original.
 
-    Example: tuckerkit reconstruct data.tucker.npz --output approx.npy --index 0,:,:
+    Example: tuckerkit reconstruct data.tucker.npz --output approx.npy --against data.npy --index 0,:,:
     """
-    _run(debug, _reconstruct, result, output, index, force)
+    _run(debug, _reconstruct, result, output, index, force, against=against, key=key, json_out=json_out)
 
 
 def _parse_index(text: str, shape: tuple[int, ...]) -> list:
@@ -393,18 +590,52 @@ def _parse_index(text: str, shape: tuple[int, ...]) -> list:
     return out
 
 
-def _reconstruct(result, output, index, force):
+def _relative_error(X: Any, Xhat: Any) -> float:
+    """``||X - X_hat|| / ||X||`` in float64, a slab of mode 0 at a time (``X`` may be memory-mapped)."""
+    import numpy as np
+
+    if X.ndim == 0:
+        X, Xhat = X.reshape(1), Xhat.reshape(1)
+    rows = max(1, (1 << 22) // max(1, X.size // max(X.shape[0], 1)))
+    num = den = 0.0
+    scale = 0.0
+    for start in range(0, X.shape[0], rows):  # scale-safe: the largest entry first, as LAPACK's nrm2
+        scale = max(scale, float(np.abs(np.asarray(X[start:start + rows])).max(initial=0.0)))
+    scale = scale or 1.0
+    for start in range(0, X.shape[0], rows):
+        a = np.asarray(X[start:start + rows], dtype=np.float64) / scale
+        b = np.asarray(Xhat[start:start + rows], dtype=np.float64) / scale
+        num += float(np.vdot(a - b, a - b))
+        den += float(np.vdot(a, a))
+    return math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+def _reconstruct(result, output, index, force, *, against=None, key=None, json_out=False):
     import numpy as np
 
     from tuckerkit.decomposition import CPTensor
     from tuckerkit.engine import multi_ttm
-    from tuckerkit.io import atomic_write, check_output_path, load_result
+    from tuckerkit.io import atomic_write, check_output_path, load_result, load_tensor
+    from tuckerkit.sparse import COOTensor
 
-    if output.suffix != ".npy":
-        raise CLIError(f"--output {str(output)!r} must end in .npy")
-    check_output_path(output, force=force, inputs=(result,))
+    if output is None and against is None:
+        output = result.with_name((result.name[:-4] if result.name.lower().endswith(".npz") else result.name)
+                                  + ".npy")
+    if output is not None:
+        if output.suffix != ".npy":
+            raise CLIError(f"--output {str(output)!r} must end in .npy")
+        check_output_path(output, force=force, inputs=tuple(p for p in (result, against) if p is not None))
     res = load_result(result)
     idx = _parse_index(index, res.shape) if index else [slice(None)] * len(res.shape)
+    X = None
+    if against is not None:
+        X = load_tensor(against, key=key)
+        if isinstance(X, COOTensor):
+            raise CLIError(f"--against {str(against)!r} is a sparse tensor; compare against a dense file "
+                           "(.npy, .npz, .mat, .h5)")
+        if tuple(X.shape) != tuple(res.shape):
+            raise CLIError(f"--against {str(against)!r} has shape {tuple(X.shape)} but the result reconstructs "
+                           f"shape {tuple(res.shape)}")
     facs = [np.atleast_2d(U[i]) if isinstance(i, int) else U[i] for U, i in zip(res.factors, idx, strict=True)]
     if isinstance(res, CPTensor):
         dense = np.asarray(CPTensor(res.weights, tuple(facs)).to_dense())
@@ -412,16 +643,33 @@ def _reconstruct(result, output, index, force):
         dense = np.asarray(multi_ttm(res.core, facs))
     squeeze = tuple(m for m, i in enumerate(idx) if isinstance(i, int))
     dense = dense.reshape([s for m, s in enumerate(dense.shape) if m not in squeeze])
-    atomic_write(output, lambda f: np.save(f, dense), force=force, inputs=(result,))
-    typer.echo(f"wrote {'x'.join(map(str, dense.shape))} {dense.dtype} tensor to {output}")
+    summary: dict[str, Any] = {"result": str(result), "shape": list(dense.shape), "dtype": str(dense.dtype)}
+    if X is not None:
+        summary["against"] = str(against)
+        summary["relative_error"] = _relative_error(X[tuple(idx)], dense)
+    if output is not None:
+        atomic_write(output, lambda f: np.save(f, dense), force=force,
+                     inputs=tuple(p for p in (result, against) if p is not None))
+        summary["output"] = str(output)
+    if json_out:
+        typer.echo(json.dumps(summary))
+        return
+    part = "" if index is None else f" (index {index})"
+    if output is not None:
+        typer.echo(f"wrote {'x'.join(map(str, dense.shape))} {dense.dtype} tensor{part} to {output} "
+                   f"({_human_bytes(output.stat().st_size)})")
+    if X is not None:
+        err = summary["relative_error"]
+        typer.echo(f"relative error against {against}{part}: {err:.3e} (fit {1 - err:.6f})")
 
 
-@app.command("plan")
+@app.command("plan", cls=_Command)
 def plan_cmd(
-    spec: str = typer.Argument(..., help="Einsum-style subscripts for two operands, e.g. 'mk,pkn->mnp'."),
-    shapes: str = typer.Option(..., "--shapes", help="Operand shapes, e.g. 64x64,64x64x64."),
-    order: str = typer.Option("C", "--order", help="Memory order of the operands: C or F."),
-    dtype: str = typer.Option("float64", "--dtype", help="float32 or float64."),
+    spec: str = typer.Argument(..., metavar="SPEC", show_default=False,
+                               help="Einsum-style subscripts for two operands, e.g. 'mk,pkn->mnp'."),
+    shapes: str = typer.Option(..., "--shapes", metavar="AxB,CxDxE", help="Operand shapes, e.g. 64x64,64x64x64."),
+    order: str = typer.Option("C", "--order", metavar="C|F", help="Memory order of the operands."),
+    dtype: str = typer.Option("float64", "--dtype", metavar="float32|float64", help="Precision of the operands."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Print the contraction plan for operands of the given shapes.

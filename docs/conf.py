@@ -26,7 +26,7 @@ extensions = [
     "myst_nb",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "_generated/cli_reference.md"]  # included by guide/cli
 templates_path = ["_templates"]
 
 autosummary_generate = True
@@ -42,8 +42,11 @@ myst_heading_anchors = 3
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"tuckerkit {release}"
-html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False}
-html_static_path: list[str] = []
+html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False, "header_links_before_dropdown": 5}
+html_static_path = ["_static"]
+html_css_files = ["tuckerkit.css"]
+# pages without sub-pages get no left sidebar (it would show an empty "Section Navigation")
+html_sidebars = {page: [] for page in ("index", "install", "coming_from", "design", "benchmarks", "search")}
 
 
 def _copy_generated(app):
@@ -57,6 +60,17 @@ def _copy_generated(app):
             shutil.copy2(f, dst / f.name)
 
 
+def _write_cli_reference(app):
+    """The command-line reference, generated from the typer application (``guide/cli.md`` includes it)."""
+    from tuckerkit.cli._reference import reference_markdown
+
+    GENERATED.mkdir(parents=True, exist_ok=True)
+    target = GENERATED / "cli_reference.md"
+    text = reference_markdown()
+    if not target.exists() or target.read_text() != text:  # unchanged: no rebuild of the pages including it
+        target.write_text(text)
+
+
 def _skip_member(app, what, name, obj, skip, options):
     """Hide scikit-learn's generated metadata-routing setters and str/Enum plumbing from the class pages."""
     if name.startswith("set_") and name.endswith("_request"):
@@ -68,4 +82,7 @@ def _skip_member(app, what, name, obj, skip, options):
 
 def setup(app):
     app.connect("builder-inited", _copy_generated)
+    app.connect("builder-inited", _write_cli_reference)
     app.connect("autodoc-skip-member", _skip_member)
+smartquotes = False  # "--max-iter" stays two hyphens in the CLI reference and the guides
+nb_merge_streams = True  # one output box per cell, not one per print

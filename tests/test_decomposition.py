@@ -87,12 +87,12 @@ def test_hooi_fit_is_non_decreasing_and_improves_on_hosvd(rng):
 def test_st_hosvd_tol_meets_bound_and_ranks_are_minimal(rng):
     ranks = (3, 4, 2, 3)
     X = planted_tucker(rng, (10, 11, 9, 12), ranks, np.float64, noise=1e-6)
-    T = tk.st_hosvd(X, tol=1e-3)
+    T = tk.st_hosvd(X, max_error=1e-3)
     assert T.ranks == ranks
     assert T.relative_error(X) <= 1e-3
     for tol in (0.3, 0.1, 0.03):
         Y = rng.standard_normal((9, 10, 11))
-        T = tk.st_hosvd(Y, tol=tol)
+        T = tk.st_hosvd(Y, max_error=tol)
         assert T.relative_error(Y) <= tol
         assert abs(T.relative_error(Y) - (1 - T.fit)) < 1e-10
         # minimality of the first processed mode (the largest, mode 2): one component fewer breaks its budget
@@ -279,7 +279,7 @@ def test_st_hosvd_rank_tol_exclusive_and_range(rng):
     X = rng.standard_normal((4, 5, 6))
     with pytest.raises(ValueError, match=r"pass exactly one of ranks and tol; received both"):
         tk.st_hosvd(X, [2, 2, 2], tol=0.1)
-    with pytest.raises(ValueError, match=r"pass exactly one of ranks and tol; received neither"):
+    with pytest.raises(ValueError, match=r"pass exactly one of ranks and max_error; received neither"):
         tk.st_hosvd(X)
     for bad in (0, 1, 1.5, -0.1):
         with pytest.raises(ValueError, match=r"tol=.* is outside \(0, 1\); expected a relative error"):

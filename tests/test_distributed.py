@@ -43,8 +43,8 @@ def test_dask_hooi_equals_in_memory(client, shape, ranks, chunks):
 def test_dask_st_hosvd_and_default_init(client):
     X = make_low_rank_tucker((41, 30, 25), (4, 5, 3), noise=0.05, random_state=1).data
     D = da.from_array(X, chunks=(10, 30, 7))
-    a = tk.st_hosvd(X, tol=0.1, order=[2, 0, 1])
-    b = tk.st_hosvd(D, tol=0.1)
+    a = tk.st_hosvd(X, max_error=0.1, order=[2, 0, 1])
+    b = tk.st_hosvd(D, max_error=0.1)
     assert b.ranks == a.ranks and b.fit == pytest.approx(a.fit, abs=1e-12)
     T = tk.hooi(D, (4, 5, 3))
     assert T.converged and T.fit == pytest.approx(tk.hooi(X, (4, 5, 3)).fit, abs=1e-9)

@@ -90,7 +90,8 @@ def test_every_init_parameter_reaches_the_function(cls, monkeypatch, rng):
     for k, v in custom.items():
         assert seen[k] == v, k
     assert seen["_rank_arg"] == (3 if cls is CPDecomposer else (4, 2, 3))  # rank / sample_rank + ranks
-    assert set(params) == set(custom) | ({"rank"} if cls is CPDecomposer else {"ranks", "sample_rank"})
+    # max_error reaches st_hosvd (see test_tucker_estimator_max_error_chooses_ranks in test_user_side.py)
+    assert set(params) == set(custom) | ({"rank"} if cls is CPDecomposer else {"ranks", "sample_rank", "max_error"})
 
 
 @pytest.mark.parametrize("cls", [TuckerDecomposer, CPDecomposer])

@@ -71,7 +71,7 @@ def test_every_decomposition_on_every_operand_kind(rng):
     ref = {
         "hosvd": tk.hosvd(D, ranks),
         "st_hosvd": tk.st_hosvd(D, ranks, order=[2, 0, 1]),
-        "tol": tk.st_hosvd(D, tol=0.6),
+        "tol": tk.st_hosvd(D, max_error=0.6),
         "hooi": tk.hooi(D, ranks, init="hosvd", max_iter=5, tol=0),
         "cp": tk.cp_als(D, 3, init="random", random_state=1, max_iter=5, tol=0),
     }
@@ -79,13 +79,13 @@ def test_every_decomposition_on_every_operand_kind(rng):
         got = {
             "hosvd": tk.hosvd(X, ranks),
             "st_hosvd": tk.st_hosvd(X, ranks, order=[2, 0, 1]),
-            "tol": tk.st_hosvd(X, tol=0.6, order=[2, 0, 1]),
+            "tol": tk.st_hosvd(X, max_error=0.6, order=[2, 0, 1]),
             "hooi": tk.hooi(X, ranks, init=ref["hosvd"], max_iter=5, tol=0),
             "cp": tk.cp_als(X, 3, init="random", random_state=1, max_iter=5, tol=0),
         }
         for key in ("hosvd", "st_hosvd", "hooi"):
             assert abs(got[key].fit - ref[key].fit) < 1e-8, (name, key, got[key].fit, ref[key].fit)
-        assert got["tol"].ranks == tk.st_hosvd(D, tol=0.6, order=[2, 0, 1]).ranks, name
+        assert got["tol"].ranks == tk.st_hosvd(D, max_error=0.6, order=[2, 0, 1]).ranks, name
         np.testing.assert_allclose(got["cp"].fit_history, ref["cp"].fit_history, rtol=0, atol=1e-10, err_msg=name)
 
 

@@ -50,8 +50,8 @@ def test_streamed_st_hosvd_equals_in_memory(memmapped):
     a = tk.st_hosvd(X, (5, 6, 4), order=[2, 0, 1])
     b = tk.st_hosvd(M, (5, 6, 4), memory_limit="100KB")  # out of core: the shortest mode but 0 goes first
     np.testing.assert_allclose(b.to_dense(), a.to_dense(), atol=1e-12 * np.abs(X).max())
-    c = tk.st_hosvd(X, tol=0.1, order=[2, 0, 1])
-    d = tk.st_hosvd(M, tol=0.1, memory_limit=100_000)
+    c = tk.st_hosvd(X, max_error=0.1, order=[2, 0, 1])
+    d = tk.st_hosvd(M, max_error=0.1, memory_limit=100_000)
     assert d.ranks == c.ranks and d.relative_error(X) <= 0.1
     assert d.fit == pytest.approx(c.fit, abs=1e-12)
 

@@ -20,7 +20,7 @@ X0 = np.random.default_rng(7).standard_normal((6, 7, 8))
 def _fits(Y):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        return (tk.hosvd(Y, 2).fit, tk.hooi(Y, 2).fit, tk.st_hosvd(Y, tol=0.5).ranks,
+        return (tk.hosvd(Y, 2).fit, tk.hooi(Y, 2).fit, tk.st_hosvd(Y, max_error=0.5).ranks,
                 tk.cp_als(Y, 2, random_state=0, max_iter=30).fit)
 
 

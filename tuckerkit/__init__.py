@@ -49,10 +49,20 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # the estimators import scikit-learn: loaded on first use, so `import tuckerkit` stays light
-    if name in ("TuckerDecomposer", "CPDecomposer"):
-        from tuckerkit import estimators
+# subpackages imported on first use (`tk.io.load_tensor`, `tk.datasets.load_faces`), so that `import tuckerkit`
+# stays light: the estimators import scikit-learn, the datasets and io pull in scipy.io and the file readers
+_SUBMODULES = ("backend", "datasets", "decomposition", "engine", "estimators", "io", "sparse")
 
-        return getattr(estimators, name)
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in ("TuckerDecomposer", "CPDecomposer"):
+        return getattr(importlib.import_module("tuckerkit.estimators"), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tuckerkit.{name}")
     raise AttributeError(f"module 'tuckerkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

@@ -65,8 +65,8 @@ def _decompositions(rng) -> None:
     X += 0.01 * np.linalg.norm(X) / np.linalg.norm(noise) * noise
     print(f"\n== decompositions of a {n}^3 float64 tensor: Tucker rank {r} + 1 % noise")
     t0 = time.perf_counter()
-    T = tk.st_hosvd(X, tol=0.02)
-    print(f"   st_hosvd(tol=0.02): ranks {T.ranks}, relative error {1 - T.fit:.5f}, "
+    T = tk.st_hosvd(X, max_error=0.02)
+    print(f"   st_hosvd(max_error=0.02): ranks {T.ranks}, relative error {1 - T.fit:.5f}, "
           f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
     t0 = time.perf_counter()
     T = tk.hooi(X, [r, r, r])

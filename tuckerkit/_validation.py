@@ -87,7 +87,7 @@ def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: b
 
 def _as_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral | np.integer):
-        raise TypeError(f"{name} must be an integer; received {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be an integer; received {describe(value)} ({type(value).__name__})")
     return operator.index(value)
 
 
@@ -99,7 +99,7 @@ def check_ranks(ranks: Any, shape: Sequence[int], name: str = "ranks") -> tuple[
     if isinstance(ranks, numbers.Integral | np.integer) and not isinstance(ranks, bool):
         ranks = [int(ranks)] * ndim
     if isinstance(ranks, str) or not isinstance(ranks, Sequence | np.ndarray):
-        raise TypeError(f"{name} must be a sequence of {ndim} integers; received {ranks!r}")
+        raise TypeError(f"{name} must be a sequence of {ndim} integers; received {describe(ranks)}")
     ranks = list(ranks)
     if len(ranks) != ndim:
         raise ValueError(f"{name} has {len(ranks)} entries but the tensor has {ndim} modes; expected {ndim}")
@@ -129,9 +129,9 @@ def check_unit_interval(value: Any, name: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number in (0, 1); received {value!r}") from None
+        raise TypeError(f"{name} must be a number in (0, 1); received {describe(value)}") from None
     if not 0.0 < v < 1.0 or not np.isfinite(v):
-        raise ValueError(f"{name}={value!r} is outside (0, 1); expected a relative error such as 0.01")
+        raise ValueError(f"{name}={describe(value)} is outside (0, 1); expected a relative error such as 0.01")
     return v
 
 
@@ -139,9 +139,9 @@ def check_nonneg(value: Any, name: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a non-negative number; received {value!r}") from None
+        raise TypeError(f"{name} must be a non-negative number; received {describe(value)}") from None
     if not v >= 0.0 or not np.isfinite(v):
-        raise ValueError(f"{name}={value!r} is invalid; expected a finite number >= 0")
+        raise ValueError(f"{name}={describe(value)} is invalid; expected a finite number >= 0")
     return v
 
 
@@ -173,7 +173,7 @@ def check_random_state(random_state: Any) -> np.random.Generator:
 def check_choice(value: Any, name: str, options: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in options:
         opts = ", ".join(repr(o) for o in options)
-        raise ValueError(f"{name}={value!r} is not valid; expected one of {opts}")
+        raise ValueError(f"{name}={describe(value)} is not valid; expected one of {opts}")
     return value
 
 
@@ -196,13 +196,38 @@ def check_mode(mode: Any, ndim: int, name: str = "mode") -> int:
     return m % ndim
 
 
-def describe(x: Any) -> str:
-    """A short description of a value for an error message: never the array's entries."""
+def describe(x: Any, *, limit: int = 60) -> str:
+    """A short description of a value for an error message: never an array's entries.
+
+    Short scalars and strings are shown as their ``repr``; arrays (anything with ``shape`` and ``dtype``) by
+    shape and dtype; lists and tuples by their length and their items' descriptions (the first few); anything
+    else whose ``repr`` is long or spans lines by its type name. The result stays under a few hundred
+    characters whatever ``x`` holds.
+    """
     shape = getattr(x, "shape", None)
     if shape is not None and hasattr(x, "dtype"):
-        return f"an array of shape {tuple(shape)} and dtype {x.dtype}"
-    text = repr(x)
-    return text if len(text) <= 60 else f"a {type(x).__name__}"
+        try:
+            shp = tuple(int(s) for s in shape)
+        except (TypeError, ValueError):
+            shp = shape
+        if shp == ():
+            return _short_repr(x, limit) or f"a 0-d array of dtype {x.dtype}"
+        return f"an array of shape {shp} and dtype {x.dtype}"
+    if isinstance(x, list | tuple) and not _short_repr(x, limit):
+        kind = type(x).__name__
+        items = [describe(v, limit=40) for v in x[:3]]
+        more = f", ... ({len(x) - 3} more)" if len(x) > 3 else ""
+        return f"a {kind} of {len(x)} item{'s' if len(x) != 1 else ''} ({'; '.join(items)}{more})"
+    return _short_repr(x, limit) or f"a {type(x).__name__}"
+
+
+def _short_repr(x: Any, limit: int) -> str | None:
+    """``repr(x)`` when it is one short line, else None."""
+    try:
+        text = repr(x)
+    except Exception:
+        return None
+    return text if len(text) <= limit and "\n" not in text else None
 
 
 def check_matrix(U: Any, name: str, dtype: Any) -> Any:
@@ -261,6 +286,109 @@ def check_factor_list(factors: Any, shape: Sequence[int], skip: int | None, dtyp
     if R == 0 and any(U is not None for U in out):
         raise ValueError(f"{name} have 0 columns; expected a rank R >= 1")
     return out, R
+
+
+# ---------------------------------------------------------------------------------------------------
+# the decompositions' ``init=``: a method name, a model (ours, TensorLy's, pyttb's) or the factor matrices
+# ---------------------------------------------------------------------------------------------------
+def _is_matrix_list(x: Any) -> bool:
+    return isinstance(x, list | tuple) and all(hasattr(U, "shape") or isinstance(U, list | tuple) for U in x)
+
+
+def _unpack_model(init: Any, kind: str) -> tuple[Any, list[Any]] | None:
+    """``(first, factors)`` of a Tucker or CP model object (tuckerkit's, TensorLy's, pyttb's), or None when
+    ``init`` is not one; a model of the other kind (``kind`` is ``"tucker"`` or ``"cp"``) is refused."""
+    name = type(init).__name__
+    module = type(init).__module__ or ""
+    if module.startswith("tensorly") and name in ("TuckerTensor", "CPTensor"):
+        first, factors = init[0], init[1]
+        got = "tucker" if name == "TuckerTensor" else "cp"
+        label = f"TensorLy's {name}"
+    elif module.startswith("pyttb") and name in ("ttensor", "ktensor"):
+        got = "tucker" if name == "ttensor" else "cp"
+        first = getattr(init.core, "data", init.core) if got == "tucker" else init.weights
+        factors = init.factor_matrices
+        label = f"a pyttb {name}"
+    elif hasattr(init, "factors") and (hasattr(init, "core") or hasattr(init, "weights")):
+        got = "tucker" if hasattr(init, "core") else "cp"
+        first, factors = (init.core if got == "tucker" else init.weights), init.factors
+        label = f"a {name}"
+    else:
+        return None
+    if got != kind:
+        want = "a Tucker model (TuckerTensor)" if kind == "tucker" else "a CP model (CPTensor)"
+        raise TypeError(f"init is {label}, a {'Tucker' if got == 'tucker' else 'CP'} model; expected {want}, "
+                        "a method name or the factor matrices")
+    return first, list(factors)
+
+
+def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, kind: str,
+               methods: Sequence[str]) -> str | tuple[Any, list[Any]]:
+    """The ``init=`` of HOOI (``kind="tucker"``, ``ranks`` per mode) or CP-ALS (``kind="cp"``, one ``rank``).
+
+    Accepted: one of ``methods``; a model (tuckerkit's ``TuckerTensor``/``CPTensor``, TensorLy's, pyttb's
+    ``ttensor``/``ktensor``); a list or tuple of one factor matrix per mode; a ``(core, factors)`` (Tucker) or
+    ``(weights, factors)`` (CP, ``weights`` may be None) pair. Returns the method name, or ``(first,
+    factors)``: the core or weights (None when not given) and the factor matrices, checked for their shapes
+    (``(I_n, R_n)``; CP: ``(I_n, rank)``) and finite, numeric values. Every message is one line and shows
+    shapes and dtypes, never an array's entries.
+    """
+    N = len(shape)
+    if isinstance(init, str):
+        if init not in methods:
+            names = ", ".join(repr(m) for m in methods)
+            what = (f"a TuckerTensor (tuckerkit's or TensorLy's) or a list of {N} factor matrices" if kind == "tucker"
+                    else f"a CPTensor (tuckerkit's or TensorLy's), a list of {N} factor matrices or a "
+                         "(weights, factors) pair")
+            lead = "" if kind == "tucker" else "one of "
+            raise ValueError(f"init={describe(init)} is not valid; expected {lead}{names}, {what}")
+        return init
+    model = _unpack_model(init, kind)
+    if model is not None:
+        first, factors = model
+    elif isinstance(init, list | tuple) and len(init) == 2 and _is_matrix_list(init[1]) and not (
+            hasattr(init[1], "shape")):
+        first, factors = init[0], list(init[1])  # (core, factors) / (weights, factors)
+    elif isinstance(init, list | tuple) and _is_matrix_list(init):
+        first, factors = None, list(init)
+    else:
+        shape_hint = "the factor matrices as a list, one per mode" if hasattr(init, "shape") else \
+            "a method name, a model or a list of factor matrices"
+        opts = ", ".join(repr(m) for m in methods)
+        model_name = "TuckerTensor" if kind == "tucker" else "CPTensor"
+        raise TypeError(f"init is {describe(init)}; expected {opts}, a {model_name} or a list of {N} factor "
+                        f"matrices ({shape_hint})")
+    if not factors:
+        raise ValueError(f"init has no factor matrices; expected {N}, one per mode of X")
+    checked = []
+    for n, U in enumerate(factors):
+        U = check_matrix(U, f"init factor {n}", np.float32)
+        if count_nonfinite(U):
+            raise ValueError(f"init factor {n} contains NaN or infinite values; expected finite numbers")
+        checked.append(U)
+    got_shape = tuple(int(U.shape[0]) for U in checked)
+    cols = tuple(int(U.shape[1]) for U in checked)
+    if kind == "tucker":
+        want = tuple(ranks)  # type: ignore[arg-type]
+        if got_shape != tuple(shape) or cols != want:
+            raise ValueError(f"init has shape {got_shape} and ranks {cols}; expected shape {tuple(shape)} and "
+                             f"ranks {want}")
+        return first, checked
+    if len(set(cols)) > 1:
+        raise ValueError(f"init's factor matrices have {list(cols)} columns; expected {ranks} each (the rank)")
+    if got_shape != tuple(shape) or cols[0] != ranks:
+        raise ValueError(f"init has shape {got_shape} and rank {cols[0]}; expected shape {tuple(shape)} and "
+                         f"rank {ranks}")
+    if first is not None:
+        w = first if hasattr(first, "shape") else np.asarray(first)
+        if tuple(w.shape) != (ranks,):
+            raise ValueError(f"init's weights are {describe(w)}; expected a vector of {ranks} weights (or None)")
+        if np.dtype(w.dtype).kind not in "biuf":
+            raise TypeError(f"init's weights have dtype {w.dtype}; expected real numbers")
+        if count_nonfinite(w):
+            raise ValueError("init's weights contain NaN or infinite values; expected finite numbers")
+        first = w
+    return first, checked
 
 
 def check_bool(value: Any, name: str) -> bool:

@@ -12,9 +12,9 @@ import numpy as np
 from tuckerkit._validation import (
     check_bool,
     check_callback,
-    check_choice,
     check_cp_rank,
     check_fits_memory,
+    check_init,
     check_max_iter,
     check_nonneg,
     check_random_state,
@@ -59,7 +59,7 @@ def cp_als(
     X: Any,
     rank: int,
     *,
-    init: str | CPTensor = "svd",
+    init: Any = "svd",
     tol: float = 1e-8,
     max_iter: int = 100,
     random_state: Any = None,
@@ -82,10 +82,14 @@ def cp_als(
     X : array, shape (I_0, ..., I_{N-1})
     rank : int
         Number of components (may exceed the mode sizes).
-    init : {"svd", "random"} or CPTensor, default "svd"
+    init : {"svd", "random"}, a CP model, or the factor matrices; default "svd"
+        A model: a :class:`CPTensor`, TensorLy's ``CPTensor`` or a pyttb ``ktensor`` of the tensor's shape
+        and ``rank``. Factors: a list or tuple of one ``(I_n, rank)`` matrix per mode, or a
+        ``(weights, factors)`` pair (``weights`` may be None); the weights scale the first factor.
     tol : float, default 1e-8
-        Stop when the fit changes by less than ``tol``, or (``tol > 0``) when it decreases, which in exact
-        arithmetic it never does (rounding noise, float32). ``tol=0`` runs exactly ``max_iter`` iterations.
+        The convergence tolerance (TensorLy's and scikit-learn's ``tol``; pyttb's ``stoptol``): stop when
+        the fit changes by less than ``tol``, or (``tol > 0``) when it decreases, which in exact arithmetic
+        it never does (rounding noise, float32). ``tol=0`` runs exactly ``max_iter`` iterations.
     max_iter : int, default 100
     random_state : None, int or numpy Generator
     normalize : bool, default True
@@ -93,7 +97,9 @@ def cp_als(
     callback : callable, optional
         ``callback(state)`` after each iteration; returning True stops.
     verbose : bool, default False
-        Log each iteration (``logging``, INFO).
+        Print one line per iteration (fit, change, seconds) and a last line saying why it stopped on
+        standard error, as scikit-learn's ``verbose`` does; never changes the computation (the lines also
+        go to the ``tuckerkit.decomposition`` logger at DEBUG level).
     memory_limit : int or str, optional
         Bytes (or ``"4GB"``) the computation may hold. A dense tensor larger than that (typically a
         memory-mapped ``.npy``) is read in slabs along mode 0: two streamed passes per iteration (the
@@ -134,15 +140,15 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     rng = check_random_state(random_state)
     check_callback(callback)
     N = X.ndim
-    if isinstance(init, CPTensor):
-        if init.shape != X.shape or init.rank != rank:
-            raise ValueError(
-                f"init has shape {init.shape} and rank {init.rank}; expected shape {X.shape} and rank {rank}"
-            )
-        factors = [call.like(U).copy() for U in init.factors]
-        factors[0] = factors[0] * call.like(init.weights * init.weights.dtype.type(call.scale))[None, :]
+    init = check_init(init, X.shape, rank, kind="cp", methods=("svd", "random"))
+    if not isinstance(init, str):
+        weights0, given = init
+        factors = [call.like(U).copy() for U in given]
+        if weights0 is not None:
+            factors[0] = factors[0] * call.like(weights0)[None, :]
+        if call.scale != 1.0:  # the start in the units of the (rescaled) operand: a power of two, exact
+            factors[0] = factors[0] * factors[0].dtype.type(call.scale)
     else:
-        check_choice(init, "init", ("svd", "random"))
         factors = _svd_init(call, rank, rng) if init == "svd" else [
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
         ]

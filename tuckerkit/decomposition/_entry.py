@@ -94,17 +94,36 @@ def _scale_for(norm: float, size: int, dtype: Any) -> float:
     return 2.0 ** -math.frexp(rms)[1]
 
 
-def caller_stacklevel() -> int:
-    """The ``stacklevel`` of ``warnings.warn`` that points at the first frame outside tuckerkit (the user's
-    line), however many of tuckerkit's own frames (decorators, context managers, helpers) lie between."""
+def _library_dirs() -> tuple[str, ...]:
+    """tuckerkit's folders, and scikit-learn's when it is loaded: its wrappers (``fit_transform``,
+    ``Pipeline``, ``cross_val_score``) lie between the user's line and the estimators' calls."""
     import sys
 
+    dirs = [_PACKAGE_DIR]
+    for mod in ("tuckerkit.cli", "tuckerkit.datasets", "sklearn"):
+        m = sys.modules.get(mod)
+        path = getattr(m, "__file__", None)
+        if path:
+            dirs.append(os.path.dirname(os.path.abspath(path)))
+    return tuple(d + os.sep for d in dirs)
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` that points at the first frame outside tuckerkit (the user's
+    line), however many of tuckerkit's own frames (decorators, context managers, helpers) and scikit-learn's
+    (an estimator called through ``fit_transform`` or a ``Pipeline``) lie between; the outermost frame when
+    there is none (a call from a worker thread)."""
+    import sys
+
+    skip = _library_dirs()
     frame = sys._getframe(1)
     level = 1
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
-        if not (name.startswith(_PACKAGE_DIR + os.sep) or "contextlib" in name):
+        if not (name.startswith(skip) or os.path.basename(name) == "contextlib.py"):
             return level
-        frame = frame.f_back  # type: ignore[assignment]
+        if frame.f_back is None:
+            return level
+        frame = frame.f_back
         level += 1
     return level

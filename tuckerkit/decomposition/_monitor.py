@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -54,11 +55,17 @@ class Monitor:
 
     Stops when the fit changes by less than ``tol``, or (``tol > 0``) when it decreases, which in exact
     arithmetic it never does for HOOI and ALS (rounding noise, float32); or when the callback returns True.
+
+    Each iteration's line goes to the ``tuckerkit.decomposition`` logger: at DEBUG level, or with ``verbose`` at
+    INFO level and, unless logging is set up to show INFO records of that logger (then they already appear
+    once, through the user's handlers), written to standard error as scikit-learn's ``verbose`` prints its
+    progress: the user asked to see it, and Python's logging hides INFO by default. ``sys.stderr`` is looked
+    up when written, so redirections apply. Nothing here feeds back into the computation.
     """
 
     def __init__(self, name: str, tol: float, max_iter: int, callback: Callable | None, verbose: bool):
         self.name, self.tol, self.max_iter = name, tol, max_iter
-        self.callback, self.verbose = callback, verbose
+        self.callback, self.verbose = callback, bool(verbose)
         self.history: list[float] = []
         self.converged = False
         self.stopped = False
@@ -68,8 +75,8 @@ class Monitor:
         """Record one iteration's fit; True means stop iterating."""
         change = abs(fit - self.history[-1]) if self.history else float("inf")
         self.history.append(fit)
-        if self.verbose:
-            logger.info("%s iteration %d: fit %.10f (change %.3g)", self.name, iteration, fit, change)
+        self._say(f"{self.name} iteration {iteration}: fit {fit:.10f} (change {change:.3g}), "
+                  f"{time.perf_counter() - self.start:.3f} s")
         if self.callback is not None and self.callback(
             IterationState(iteration, fit, change, time.perf_counter() - self.start, tuple(factors))
         ) is True:
@@ -80,10 +87,26 @@ class Monitor:
             return True
         return False
 
+    def _say(self, line: str) -> None:
+        if not self.verbose:
+            logger.debug("%s", line)
+            return
+        logger.info("%s", line)
+        if not (logger.isEnabledFor(logging.INFO) and logger.hasHandlers()):
+            print(line, file=sys.stderr, flush=True)
+
     def finish(self) -> None:
         """Warn when the loop ran out of iterations (pointing at the caller's line, outside tuckerkit)."""
         from tuckerkit.decomposition._entry import caller_stacklevel
 
+        n = len(self.history)
+        if self.converged:
+            self._say(f"{self.name} converged after {n} iteration{'s' if n != 1 else ''} "
+                      f"(fit change below tol={self.tol:g}), fit {self.history[-1]:.10f}")
+        elif self.stopped:
+            self._say(f"{self.name} stopped by the callback after {n} iteration{'s' if n != 1 else ''}")
+        else:
+            self._say(f"{self.name} reached max_iter={self.max_iter} without converging (tol={self.tol:g})")
         if not self.converged and not self.stopped:
             warnings.warn(
                 f"{self.name} reached max_iter={self.max_iter} before the fit changed by less than tol={self.tol}",

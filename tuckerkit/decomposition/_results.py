@@ -1,4 +1,12 @@
-"""Result containers: TuckerTensor and CPTensor (frozen; unpack like TensorLy's tuples)."""
+"""Result containers: TuckerTensor and CPTensor (frozen, with read-only arrays; unpack like TensorLy's tuples).
+
+Frozen means the fields cannot be rebound *and* the numpy arrays they hold cannot be written: each is stored as
+a read-only view (``T.core[0, 0, 0] = 1`` raises ``ValueError: assignment destination is read-only``). The view
+costs nothing and leaves the arrays a user passed in writable; ``T.core.copy()`` gives a writable copy. A model
+that is still being written to by a running algorithm would otherwise change under its reader, and a cached
+result (a fitted estimator's factors, a loaded file) could be corrupted by one stray in-place operation. CuPy
+arrays have no read-only flag: results on a GPU are frozen by convention only.
+"""
 
 from __future__ import annotations
 
@@ -64,11 +72,56 @@ def _relative_error(X: Any, Xhat: Any) -> float:
     return frobenius_norm(diff) / frobenius_norm(X)
 
 
+def _read_only(a: Any) -> Any:
+    """A read-only view of a numpy array (the caller's array keeps its own flags); other arrays unchanged."""
+    if isinstance(a, np.ndarray):
+        if not a.flags.writeable:
+            return a
+        v = a.view()
+        v.flags.writeable = False
+        return v
+    return a
+
+
+def _host_array(a: Any) -> Any:
+    """A peer's array (numpy, or anything ``numpy.asarray`` takes) as numpy, on the host."""
+    return np.asarray(to_host(a)) if hasattr(a, "shape") else np.asarray(a)
+
+
 class _Model:
-    """What both results share: unpacking as a ``(first, factors)`` pair, shape, latest fit."""
+    """What both results share: unpacking as a ``(first, factors)`` pair, shape, latest fit, reconstruction."""
 
     factors: tuple[Any, ...]
     fit_history: tuple[float, ...]
+
+    def _freeze(self, first: str) -> None:
+        object.__setattr__(self, first, _read_only(getattr(self, first)))
+        object.__setattr__(self, "factors", tuple(_read_only(U) for U in self.factors))
+        object.__setattr__(self, "fit_history", tuple(float(f) for f in self.fit_history))
+        object.__setattr__(self, "plans", tuple(self.plans))  # type: ignore[attr-defined]
+
+    def to_dense(self) -> Any:
+        raise NotImplementedError
+
+    def full(self) -> Any:
+        """The full tensor, as pyttb's ``full()`` (the same as :meth:`to_dense`).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> T = tk.hosvd(np.random.default_rng(0).standard_normal((4, 5, 6)), 2)
+        >>> bool(np.array_equal(T.full(), T.to_dense())), np.asarray(T).shape
+        (True, (4, 5, 6))
+        """
+        return self.to_dense()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """``numpy.asarray(model)``: the dense reconstruction on the host (``prod(shape)`` elements)."""
+        if copy is False:
+            raise ValueError("a model cannot be viewed as an array without a copy: it is reconstructed")
+        dense = np.asarray(to_host(self.to_dense()))
+        return dense if dtype is None else dense.astype(dtype, copy=False)
 
     def _pair(self) -> tuple[Any, list[Any]]:
         raise NotImplementedError
@@ -143,6 +196,12 @@ class TuckerTensor(_Model):
     fit : float
         The last entry of ``fit_history`` (property).
 
+    Notes
+    -----
+    Frozen: the fields cannot be rebound and the numpy arrays are read-only views (``core.copy()`` to edit).
+    ``to_dense()``, ``full()`` (pyttb's name) and ``numpy.asarray(T)`` reconstruct the full tensor;
+    ``to_tensorly()`` / ``from_tensorly()`` and ``to_pyttb()`` / ``from_pyttb()`` convert both ways.
+
     Examples
     --------
     >>> import numpy as np
@@ -154,6 +213,8 @@ class TuckerTensor(_Model):
     ((2, 3, 4), (6, 7, 8), [(6, 2), (7, 3), (8, 4)])
     >>> bool(np.isclose(T.fit, 1 - T.relative_error(X)))
     True
+    >>> T.core.flags.writeable
+    False
     """
 
     core: Any
@@ -163,6 +224,9 @@ class TuckerTensor(_Model):
     fit_history: tuple[float, ...] = ()
     plans: tuple[Any, ...] = field(default=(), repr=False)
     passes_per_iteration: int = 0
+
+    def __post_init__(self) -> None:
+        self._freeze("core")
 
     def _pair(self) -> tuple[Any, list[Any]]:
         return self.core, list(self.factors)
@@ -195,16 +259,78 @@ class TuckerTensor(_Model):
         return math.prod(self.shape) / stored
 
     def to_tensorly(self):
-        """Convert to ``tensorly.tucker_tensor.TuckerTensor`` (needs TensorLy)."""
+        """Convert to ``tensorly.tucker_tensor.TuckerTensor`` (needs TensorLy; host arrays, copied so that
+        TensorLy may write to them).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> T = tk.hosvd(np.random.default_rng(0).standard_normal((4, 5, 6)), 2)
+        >>> tl = T.to_tensorly()
+        >>> type(tl).__name__, tk.TuckerTensor.from_tensorly(tl).ranks
+        ('TuckerTensor', (2, 2, 2))
+        """
         from tensorly.tucker_tensor import TuckerTensor as TLTucker
 
-        return TLTucker((self.core, list(self.factors)))
+        return TLTucker((_host_array(self.core).copy(), [_host_array(U).copy() for U in self.factors]))
 
     @classmethod
     def from_tensorly(cls, obj) -> TuckerTensor:
-        """Build from a TensorLy TuckerTensor or a ``(core, factors)`` pair."""
-        core, factors = obj
-        return cls(np.asarray(core), tuple(np.asarray(U) for U in factors))
+        """Build from a TensorLy TuckerTensor or a ``(core, factors)`` pair (host arrays, not copied).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> rng = np.random.default_rng(0)
+        >>> T = tk.TuckerTensor.from_tensorly((rng.random((2, 3)), [rng.random((4, 2)), rng.random((5, 3))]))
+        >>> T.shape, T.ranks
+        ((4, 5), (2, 3))
+        """
+        core, factors = obj[0], obj[1]
+        return cls(_host_array(core), tuple(_host_array(U) for U in factors))
+
+    def to_pyttb(self):
+        """Convert to a ``pyttb.ttensor`` (needs pyttb; host arrays, copied).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> X = np.random.default_rng(0).standard_normal((4, 5, 6))
+        >>> T = tk.hosvd(X, 2)
+        >>> tt = T.to_pyttb()
+        >>> type(tt).__name__, bool(np.allclose(tt.full().data, T.to_dense()))
+        ('ttensor', True)
+        """
+        import pyttb
+
+        return pyttb.ttensor(pyttb.tensor(_host_array(self.core)), [_host_array(U) for U in self.factors], copy=True)
+
+    @classmethod
+    def from_pyttb(cls, obj) -> TuckerTensor:
+        """Build from a ``pyttb.ttensor`` (its core and factor matrices, as host arrays).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import pyttb
+        >>> import tuckerkit as tk
+        >>> rng = np.random.default_rng(0)
+        >>> tt = pyttb.ttensor(pyttb.tensor(rng.random((2, 3))), [rng.random((4, 2)), rng.random((5, 3))])
+        >>> T = tk.TuckerTensor.from_pyttb(tt)
+        >>> T.ranks, bool(np.allclose(T.full(), tt.full().data))
+        ((2, 3), True)
+        """
+        if type(obj).__name__ != "ttensor" or not hasattr(obj, "factor_matrices"):
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"from_pyttb expects a pyttb.ttensor; received {describe(obj)}")
+        core = getattr(obj.core, "data", None)
+        if core is None:
+            raise TypeError(f"from_pyttb expects a ttensor with a dense core; its core is a {type(obj.core).__name__}")
+        return cls(np.asarray(core), tuple(np.asarray(U) for U in obj.factor_matrices))
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,6 +346,12 @@ class CPTensor(_Model):
     n_iter, converged, fit_history, plans, passes_per_iteration : see :class:`TuckerTensor`
     rank : int
         Number of components (property).
+
+    Notes
+    -----
+    Frozen, with read-only arrays, as :class:`TuckerTensor`; ``to_dense()``, ``full()`` and
+    ``numpy.asarray(cp)`` reconstruct; ``to_tensorly()`` / ``from_tensorly()`` and ``to_pyttb()`` /
+    ``from_pyttb()`` (a ``pyttb.ktensor``) convert both ways.
 
     Examples
     --------
@@ -241,6 +373,9 @@ class CPTensor(_Model):
     fit_history: tuple[float, ...] = ()
     plans: tuple[Any, ...] = field(default=(), repr=False)
     passes_per_iteration: int = 0
+
+    def __post_init__(self) -> None:
+        self._freeze("weights")
 
     def _pair(self) -> tuple[Any, list[Any]]:
         return self.weights, list(self.factors)
@@ -271,15 +406,74 @@ class CPTensor(_Model):
         return _relative_error(X, self.to_dense())
 
     def to_tensorly(self):
-        """Convert to ``tensorly.cp_tensor.CPTensor`` (needs TensorLy)."""
+        """Convert to ``tensorly.cp_tensor.CPTensor`` (needs TensorLy; host arrays, copied so that TensorLy
+        may write to them).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> rng = np.random.default_rng(0)
+        >>> cp = tk.CPTensor(np.array([2.0, 1.0]), (rng.random((4, 2)), rng.random((5, 2))))
+        >>> type(cp.to_tensorly()).__name__, tk.CPTensor.from_tensorly(cp.to_tensorly()).rank
+        ('CPTensor', 2)
+        """
         from tensorly.cp_tensor import CPTensor as TLCP
 
-        return TLCP((self.weights, list(self.factors)))
+        return TLCP((_host_array(self.weights).copy(), [_host_array(U).copy() for U in self.factors]))
 
     @classmethod
     def from_tensorly(cls, obj) -> CPTensor:
-        weights, factors = obj
-        factors = tuple(np.asarray(U) for U in factors)
+        """Build from a TensorLy CPTensor or a ``(weights, factors)`` pair; ``weights=None`` means ones.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> rng = np.random.default_rng(0)
+        >>> tk.CPTensor.from_tensorly((None, [rng.random((4, 2)), rng.random((5, 2))])).weights
+        array([1., 1.])
+        """
+        weights, factors = obj[0], obj[1]
+        factors = tuple(_host_array(U) for U in factors)
         if weights is None:
             weights = np.ones(factors[0].shape[1], dtype=factors[0].dtype)
-        return cls(np.asarray(weights), factors)
+        return cls(_host_array(weights), factors)
+
+    def to_pyttb(self):
+        """Convert to a ``pyttb.ktensor`` (needs pyttb; host arrays, copied).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import tuckerkit as tk
+        >>> rng = np.random.default_rng(0)
+        >>> cp = tk.CPTensor(np.array([2.0, 1.0]), (rng.random((4, 2)), rng.random((5, 2)), rng.random((3, 2))))
+        >>> kt = cp.to_pyttb()
+        >>> type(kt).__name__, bool(np.allclose(kt.full().data, cp.to_dense()))
+        ('ktensor', True)
+        """
+        import pyttb
+
+        return pyttb.ktensor([_host_array(U) for U in self.factors], _host_array(self.weights), copy=True)
+
+    @classmethod
+    def from_pyttb(cls, obj) -> CPTensor:
+        """Build from a ``pyttb.ktensor`` (its weights and factor matrices, as host arrays).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import pyttb
+        >>> import tuckerkit as tk
+        >>> rng = np.random.default_rng(0)
+        >>> kt = pyttb.ktensor([rng.random((4, 2)), rng.random((5, 2))], np.array([3.0, 1.0]))
+        >>> cp = tk.CPTensor.from_pyttb(kt)
+        >>> cp.rank, bool(np.allclose(cp.full(), kt.full().data))
+        (2, True)
+        """
+        if type(obj).__name__ != "ktensor" or not hasattr(obj, "factor_matrices"):
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"from_pyttb expects a pyttb.ktensor; received {describe(obj)}")
+        return cls(np.asarray(obj.weights), tuple(np.asarray(U) for U in obj.factor_matrices))

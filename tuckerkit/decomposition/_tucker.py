@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,14 +12,16 @@ import numpy as np
 
 from tuckerkit._validation import (
     check_callback,
+    check_init,
     check_max_iter,
     check_nonneg,
     check_random_state,
     check_ranks,
     check_unit_interval,
+    describe,
 )
 from tuckerkit.backend import to_host
-from tuckerkit.decomposition._entry import Call, decomposition_call
+from tuckerkit.decomposition._entry import Call, caller_stacklevel, decomposition_call
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
 from tuckerkit.engine import as_operand
@@ -42,15 +45,46 @@ def _project_all(call: Call, Y: Any, factors: list[Any]) -> Any:
     return Y.multi_ttm(dict(enumerate(factors)), transpose=True, policy=call.policy)
 
 
-def hosvd(X: Any, ranks: Sequence[int] | int, *, device: Any = None) -> TuckerTensor:
+def _tail_rule_factor(call: Call, X: Any, n: int, max_error: float, normX: float) -> Any:
+    """Mode ``n``'s factor of the smallest rank whose discarded Gram eigenvalues fit the mode's share of the
+    error budget, ``max_error**2 * ||X||**2 / N`` (HOSVD's rank choice; the eigenvalues are all needed)."""
+    unit = normX * normX if normX > 0 else 1.0
+    w, V = eigh_desc(X.gram(n, policy=call.policy))
+    w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None) / unit
+    tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
+    r = max(int(np.argmax(tail <= max_error**2 / X.ndim)), 1)
+    return sign_fix(X.xp.ascontiguousarray(V[:, :r])).astype(X.dtype, copy=False)
+
+
+def _rank_target(max_error: Any, tol: Any, where: str) -> tuple[Any, str]:
+    """``max_error``, or the deprecated ``tol`` (a FutureWarning pointing at the caller), and the name the
+    user gave it (messages name the parameter the user passed)."""
+    if tol is None:
+        return max_error, "max_error"
+    if max_error is not None:
+        raise ValueError(f"pass max_error only; tol is its deprecated name (received both: tol={describe(tol)}, "
+                         f"max_error={describe(max_error)})")
+    warnings.warn(
+        f"{where}(tol=...) is deprecated and will be removed in tuckerkit 0.3; use max_error={describe(tol)} "
+        "(the error target of the rank choice). tol is the convergence tolerance of hooi and cp_als.",
+        FutureWarning, stacklevel=caller_stacklevel())
+    return tol, "tol"
+
+
+def hosvd(X: Any, ranks: Sequence[int] | int | None = None, *, max_error: float | None = None,
+          device: Any = None) -> TuckerTensor:
     """Truncated higher-order SVD: each factor from the full tensor, then the core.
 
     Parameters
     ----------
     X : array, shape (I_0, ..., I_{N-1})
         Dense tensor, any layout (C, F or a strided view); float32/float64 kept.
-    ranks : sequence of int, or int
-        Multilinear ranks, each in [1, I_n].
+    ranks : sequence of int, or int, optional
+        Multilinear ranks, each in [1, I_n]. Exactly one of ``ranks`` and ``max_error`` is given.
+    max_error : float in (0, 1), optional
+        The rank-choice target: per mode the smallest rank whose discarded Gram eigenvalues sum to at most
+        ``max_error**2 * ||X||**2 / N``, which guarantees ``||X - X_hat|| <= max_error * ||X||`` (as
+        :func:`st_hosvd`; pyttb's ``hosvd(X, tol)``). The chosen ranks are ``result.ranks``.
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where to compute; None: where ``X`` lives (a cupy array stays on its GPU). A host input with
         ``device="cuda"`` is copied to the GPU once and the result comes back as numpy arrays
@@ -68,13 +102,22 @@ def hosvd(X: Any, ranks: Sequence[int] | int, *, device: Any = None) -> TuckerTe
     >>> core, factors = tk.hosvd(X, [2, 3, 4])
     >>> core.shape, [U.shape for U in factors]
     ((2, 3, 4), [(6, 2), (7, 3), (8, 4)])
+    >>> tk.hosvd(tk.multi_ttm(core, factors), max_error=1e-6).ranks  # the ranks of an exact Tucker tensor
+    (2, 3, 4)
     """
     with decomposition_call(X, device=device) as call:
         X = call.X
-        ranks = check_ranks(ranks, X.shape)
-        rng = check_random_state(0)
-        factors = [X.leading_subspace(n, ranks[n], rng=rng, policy=call.policy)[0].astype(X.dtype, copy=False)
-                   for n in range(X.ndim)]
+        if (ranks is None) == (max_error is None):
+            raise ValueError("pass exactly one of ranks and max_error; received "
+                             + ("both" if ranks is not None else "neither"))
+        if max_error is not None:
+            target = check_unit_interval(max_error, "max_error")
+            factors = [_tail_rule_factor(call, X, n, target, call.norm) for n in range(X.ndim)]
+        else:
+            ranks = check_ranks(ranks, X.shape)
+            rng = check_random_state(0)
+            factors = [X.leading_subspace(n, ranks[n], rng=rng, policy=call.policy)[0].astype(X.dtype, copy=False)
+                       for n in range(X.ndim)]
         core = _project_all(call, X, factors)
         fit = _fit(call.norm, frobenius_norm(core))
         return call.result(TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,),
@@ -85,14 +128,15 @@ def st_hosvd(
     X: Any,
     ranks: Sequence[int] | int | None = None,
     *,
-    tol: float | None = None,
+    max_error: float | None = None,
     order: str | Sequence[int] = "auto",
     memory_limit: Any = None,
     sketch: bool = False,
     random_state: Any = None,
     device: Any = None,
+    tol: float | None = None,
 ) -> TuckerTensor:
-    """Sequentially truncated HOSVD, with given ranks or the smallest ranks meeting an error tolerance.
+    """Sequentially truncated HOSVD, with given ranks or the smallest ranks meeting an error target.
 
     Each mode's factor comes from the Gram matrix of the tensor *already truncated* in the modes processed
     before it, so the work shrinks as it goes.
@@ -101,13 +145,15 @@ def st_hosvd(
     ----------
     X : array, shape (I_0, ..., I_{N-1})
     ranks : sequence of int, or int, optional
-        Multilinear ranks. Exactly one of ``ranks`` and ``tol`` is given.
-    tol : float in (0, 1), optional
-        Relative error bound: per mode the smallest rank whose discarded eigenvalues sum to at most
-        ``tol**2 * ||X||**2 / N``, which guarantees ``||X - X_hat|| <= tol * ||X||``.
+        Multilinear ranks. Exactly one of ``ranks`` and ``max_error`` is given.
+    max_error : float in (0, 1), optional
+        The rank-choice target, a relative error bound: per mode the smallest rank whose discarded
+        eigenvalues sum to at most ``max_error**2 * ||X||**2 / N``, which guarantees
+        ``||X - X_hat|| <= max_error * ||X||``. (pyttb calls it ``tol`` in ``hosvd``; here ``tol`` is only
+        ever the convergence tolerance of the iterative methods, as in TensorLy and scikit-learn.)
     order : "auto" or sequence of int
         Mode processing order. "auto": with ranks, the largest reduction ``I_n / R_n`` first (the tensor
-        shrinks fastest); with ``tol``, the largest mode first. Out of core, the shortest mode other than
+        shrinks fastest); with ``max_error``, the largest mode first. Out of core, the shortest mode other than
         mode 0 goes first (it is the cheapest streamed Gram).
     memory_limit : int or str, optional
         Bytes (or ``"4GB"``) the computation may hold. A tensor larger than that (typically a memory-mapped
@@ -128,6 +174,8 @@ def st_hosvd(
         Where to compute; None: where ``X`` lives (a cupy array stays on its GPU). A host input with
         ``device="cuda"`` is copied to the GPU once and the result comes back as numpy arrays
         (``result.to("cuda")`` keeps a copy on the GPU).
+    tol : float, optional
+        Deprecated name of ``max_error`` (a ``FutureWarning``; removed in tuckerkit 0.3).
 
     Returns
     -------
@@ -141,23 +189,25 @@ def st_hosvd(
     >>> rng = np.random.default_rng(0)
     >>> X = tk.multi_ttm(rng.standard_normal((2, 3, 2)), [rng.standard_normal((n, r)) for n, r in
     ...     [(10, 2), (12, 3), (14, 2)]])
-    >>> tk.st_hosvd(X, tol=1e-6).ranks
+    >>> tk.st_hosvd(X, max_error=1e-6).ranks
     (2, 3, 2)
     """
+    max_error, name = _rank_target(max_error, tol, "st_hosvd")
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
-        return call.result(_st_hosvd(call, ranks, tol, order, sketch, random_state))
+        return call.result(_st_hosvd(call, ranks, max_error, order, sketch, random_state, name))
 
 
-def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random_state: Any) -> TuckerTensor:
+def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random_state: Any,
+              name: str = "max_error") -> TuckerTensor:
     X = call.X
     if (ranks is None) == (tol is None):
         raise ValueError(
-            "pass exactly one of ranks and tol; received "
+            f"pass exactly one of ranks and {name}; received "
             + ("both" if ranks is not None else "neither")
         )
     N = X.ndim
     rk = check_ranks(ranks, X.shape) if ranks is not None else None
-    tol_v = check_unit_interval(tol, "tol") if tol is not None else None
+    tol_v = check_unit_interval(tol, name) if tol is not None else None
     if isinstance(order, str):
         if order != "auto":
             raise ValueError(f"order={order!r} is not valid; expected 'auto' or a permutation of the modes")
@@ -173,7 +223,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         first = min(range(N - 1, 0, -1), key=lambda m: X.shape[m])
         seq = [first, *(m for m in seq if m != first)]
     if sketch and rk is None:
-        raise ValueError("sketch=True needs ranks; with tol the rank choice needs every eigenvalue")
+        raise ValueError(f"sketch=True needs ranks; with {name} the rank choice needs every eigenvalue")
     rng = check_random_state(0 if random_state is None else random_state)
     normX = call.norm
     # squared norms in units of ||X||^2 (no square of the data's scale); the error of ST-HOSVD is exactly the
@@ -265,7 +315,7 @@ def hooi(
     X: Any,
     ranks: Sequence[int] | int,
     *,
-    init: str | TuckerTensor = "st_hosvd",
+    init: Any = "st_hosvd",
     tol: float = 1e-8,
     max_iter: int = 100,
     random_state: Any = None,
@@ -287,22 +337,30 @@ def hooi(
     ----------
     X : array, COOTensor or CSFTensor, shape (I_0, ..., I_{N-1})
     ranks : sequence of int, or int
-    init : {"st_hosvd", "hosvd", "random"} or TuckerTensor, default "st_hosvd"
+    init : {"st_hosvd", "hosvd", "random"}, a Tucker model, or the factor matrices; default "st_hosvd"
         ``"st_hosvd"`` on a sparse tensor means ``"hosvd"``: each factor from the leading singular vectors
         of the sparse unfolding (ARPACK), as ST-HOSVD would densify the projected tensor. On a streamed
         tensor (``memory_limit``, Dask) it is ST-HOSVD with ``sketch=True`` when the sketch's projection fits
         the limit (two cheap passes instead of a Gram pass; the iterations correct the approximation).
+        A model: a :class:`TuckerTensor`, TensorLy's ``TuckerTensor`` or a pyttb ``ttensor`` with the
+        tensor's shape and ``ranks``. Factors: a list or tuple of one ``(I_n, R_n)`` matrix per mode, or a
+        ``(core, factors)`` pair (TensorLy's ``init=``); the core is not needed and not used (the first
+        update reads only the factors of the other modes).
     tol : float, default 1e-8
-        Stop when the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it
-        decreases, which in exact arithmetic it never does: the change is then rounding noise (float32).
-        ``tol=0`` runs exactly ``max_iter`` iterations.
+        The convergence tolerance (TensorLy's and scikit-learn's ``tol``; pyttb's ``stoptol``): stop when
+        the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it decreases, which in
+        exact arithmetic it never does: the change is then rounding noise (float32). ``tol=0`` runs exactly
+        ``max_iter`` iterations. (The error target that chooses ranks is ``max_error`` of
+        :func:`st_hosvd` and :func:`hosvd`.)
     max_iter : int, default 100
     random_state : None, int or numpy Generator
         Used by ``init="random"``.
     callback : callable, optional
         ``callback(state)`` after each iteration (:class:`IterationState`); returning True stops.
     verbose : bool, default False
-        Log each iteration at INFO level (``logging``); never changes the computation.
+        Print one line per iteration (fit, change, seconds) and a last line saying why it stopped on
+        standard error, as scikit-learn's ``verbose`` does; never changes the computation. The same lines
+        always go to the ``tuckerkit.decomposition`` logger at DEBUG level.
     memory_limit : int or str, optional
         Bytes (or ``"4GB"``) the computation may hold. A dense tensor larger than that (typically a
         memory-mapped ``.npy``) is read in slabs along mode 0: two streamed passes per iteration, with the
@@ -347,13 +405,10 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     rng = check_random_state(random_state)
     check_callback(callback)
     N = X.ndim
-    if isinstance(init, TuckerTensor):
-        if init.shape != X.shape or init.ranks != ranks:
-            raise ValueError(
-                f"init has shape {init.shape} and ranks {init.ranks}; expected shape {X.shape} and ranks {ranks}"
-            )
-        factors = [call.like(U) for U in init.factors]
-    elif isinstance(init, str) and init in ("st_hosvd", "hosvd", "random"):
+    init = check_init(init, X.shape, ranks, kind="tucker", methods=("st_hosvd", "hosvd", "random"))
+    if not isinstance(init, str):
+        factors = [call.like(U) for U in init[1]]
+    else:
         how = X.preferred_init(ranks) if init == "st_hosvd" else init
         if how == "hosvd":
             factors = [X.leading_subspace(n, ranks[n], rng=rng, policy=policy)[0].astype(X.dtype, copy=False)
@@ -363,8 +418,6 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         else:
             sketch = how == "st_hosvd_sketch"
             factors = list(_st_hosvd(call, ranks, None, "auto", sketch, random_state).factors)
-    else:
-        raise ValueError(f"init={init!r} is not valid; expected 'st_hosvd', 'hosvd', 'random' or a TuckerTensor")
     normX = call.norm
     mon = Monitor("hooi", tol, max_iter, callback, verbose)
     core = None

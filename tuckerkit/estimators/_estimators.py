@@ -7,25 +7,42 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tuckerkit._validation import check_tensor
-from tuckerkit.decomposition import cp_als, hooi
+from tuckerkit._validation import check_tensor, check_unit_interval
+from tuckerkit.decomposition import cp_als, hooi, st_hosvd
 from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.engine import khatri_rao, mttkrp, multi_ttm
 
+_CHECKS: dict[str, Any] = {"allow_nd": True, "dtype": [np.float64, np.float32], "ensure_min_samples": 1,
+                           "ensure_min_features": 1}
+
 
 def _as_samples(X: Any, est: BaseEstimator, reset: bool) -> np.ndarray:
-    """scikit-learn's validation (messages, ``n_features_in_``) plus the tensor checks of tuckerkit."""
-    X = validate_data(est, X, reset=reset, allow_nd=True, dtype=[np.float64, np.float32],
-                      ensure_min_samples=1, ensure_min_features=1)
+    """scikit-learn's validation plus the tensor checks of tuckerkit.
+
+    A sample is a tensor of shape ``feature_shape_``; ``n_features_in_`` is its number of entries
+    (``prod(feature_shape_)``: 625 for 25 x 25 images), as every scikit-learn step after a flattening would
+    count them. After fitting on tensors, ``transform`` also takes the samples flattened to
+    ``(n_samples, n_features_in_)``; a sample of another shape is refused in one line naming both shapes.
+    """
+    fitted_nd = not reset and len(getattr(est, "feature_shape_", ())) > 1
+    if fitted_nd:  # scikit-learn would count the second mode's size as the number of features
+        X = check_array(X, **_CHECKS)
+    else:
+        X = validate_data(est, X, reset=reset, **_CHECKS)
     X = check_tensor(X, "X", min_ndim=2)
     if reset:
         est.feature_shape_ = tuple(int(s) for s in X.shape[1:])
+        est.n_features_in_ = math.prod(est.feature_shape_)
+    elif fitted_nd and X.ndim == 2 and X.shape[1] == est.n_features_in_:
+        X = X.reshape(X.shape[0], *est.feature_shape_)  # flattened samples
     elif tuple(X.shape[1:]) != est.feature_shape_:
         raise ValueError(
             f"X has samples of shape {tuple(X.shape[1:])}, but {type(est).__name__} was fitted on samples of "
-            f"shape {est.feature_shape_}"
+            f"shape {est.feature_shape_} ({est.n_features_in_} features; samples flattened to "
+            f"{est.n_features_in_} features are accepted too)"
         )
     return X
 
@@ -40,11 +57,19 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    ranks : int or sequence of int, default 5
+    ranks : int or sequence of int, optional
         Ranks of the feature modes (an int applies to every feature mode; capped at each mode's size).
+        Default: 5, unless ``max_error`` chooses them.
     sample_rank : int, optional
         Rank of the sample mode during ``fit``.
-    tol, max_iter, random_state : see :func:`tuckerkit.hooi`.
+    max_error : float in (0, 1), optional
+        Choose the feature ranks instead of giving them: the smallest ranks with which ST-HOSVD of the
+        training tensor meets ``||X - X_hat|| <= max_error * ||X||`` (see :func:`tuckerkit.st_hosvd`); HOOI
+        then refines them. Not with ``ranks``.
+    tol : float, default 1e-8
+        HOOI's convergence tolerance on the change of fit (see :func:`tuckerkit.hooi`); it does not choose
+        ranks (that is ``max_error``).
+    max_iter, random_state : see :func:`tuckerkit.hooi`.
     init : {"st_hosvd", "random"}, default "st_hosvd"
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where ``fit`` runs the decomposition (see :func:`tuckerkit.hooi`); the learned factors are host arrays
@@ -54,32 +79,49 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
     ----------
     factors_ : list of arrays, shape (d_i, r_i)
     core_ : array, shape (sample_rank, r_1, ..., r_k)
+    ranks_ : tuple of int
+        The feature ranks used (given, or chosen by ``max_error``).
     fit_ : float
         Fit ``1 - ||X - X_hat|| / ||X||`` on the training tensor.
     n_iter_ : int
+    feature_shape_ : tuple of int
+        The shape of one sample, ``(d_1, ..., d_k)``.
+    n_features_in_ : int
+        ``prod(feature_shape_)``, the entries of one sample.
 
     Examples
     --------
     >>> import numpy as np
     >>> from tuckerkit import TuckerDecomposer
     >>> X = np.random.default_rng(0).standard_normal((20, 6, 7))
-    >>> TuckerDecomposer(ranks=(2, 3)).fit_transform(X).shape
-    (20, 6)
+    >>> est = TuckerDecomposer(ranks=(2, 3)).fit(X)
+    >>> est.transform(X).shape, est.n_features_in_, est.transform(X.reshape(20, 42)).shape
+    ((20, 6), 42, (20, 6))
     """
 
-    def __init__(self, ranks: Any = 5, *, sample_rank: int | None = None, tol: float = 1e-8, max_iter: int = 100,
-                 init: str = "st_hosvd", random_state: Any = None, device: Any = None):
+    def __init__(self, ranks: Any = None, *, sample_rank: int | None = None, max_error: float | None = None,
+                 tol: float = 1e-8, max_iter: int = 100, init: str = "st_hosvd", random_state: Any = None,
+                 device: Any = None):
         self.ranks = ranks
         self.device = device
         self.sample_rank = sample_rank
+        self.max_error = max_error
         self.tol = tol
         self.max_iter = max_iter
         self.init = init
         self.random_state = random_state
 
-    def _feature_ranks(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+    def _feature_ranks(self, X: np.ndarray) -> tuple[int, ...]:
+        shape = X.shape[1:]
         k = len(shape)
         r = self.ranks
+        if self.max_error is not None:
+            if r is not None:
+                raise ValueError("pass either ranks or max_error, not both; max_error chooses the ranks")
+            target = check_unit_interval(self.max_error, "max_error")
+            return st_hosvd(X, max_error=target, device=self.device).ranks[1:]
+        if r is None:
+            r = 5
         if isinstance(r, int | np.integer) and not isinstance(r, bool):
             if r < 1:
                 raise ValueError(f"ranks={r} is not positive; expected integers >= 1")
@@ -91,7 +133,7 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         X = _as_samples(X, self, reset=True)
-        fr = self._feature_ranks(X.shape[1:])
+        fr = self._feature_ranks(X)
         s = self.sample_rank if self.sample_rank is not None else min(X.shape[0], math.prod(fr))
         T = hooi(X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter, random_state=self.random_state,
                  device=self.device)

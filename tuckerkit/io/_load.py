@@ -67,6 +67,21 @@ def _pick_key(keys: Sequence[str], key: str | None, where: str) -> str:
     raise TensorFileError(f"{where} holds several arrays ({', '.join(keys)}); choose one with --key / key=")
 
 
+def _check_npy_magic(p: Path) -> None:
+    """A ``.npy`` file starts with ``\\x93NUMPY``; anything else (a text file, a pickle) is not one. Without this
+    check numpy hands the bytes to its pickle fallback, whose refusal reads as "an object array"."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(6)
+    except OSError as exc:
+        raise TensorFileError(f"{str(p)!r} cannot be read ({exc.strerror or exc})") from None
+    if head != b"\x93NUMPY":
+        what = "it is empty" if not head else (
+            "it looks like a text file" if all(32 <= b < 127 or b in (9, 10, 13) for b in head) else
+            "it does not start with the .npy header")
+        raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({what}; expected an array saved by numpy.save)")
+
+
 def _object_error(p: Path) -> TensorFileError:
     return TensorFileError(f"{str(p)!r} holds an object array; expected numbers (float, int or bool)")
 
@@ -157,6 +172,7 @@ def load_tensor(
     p = _check_path(path)
     ext = p.suffix.lower()
     if ext == ".npy":
+        _check_npy_magic(p)
         try:
             arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
         except ValueError as exc:

@@ -21,6 +21,14 @@ from tuckerkit.decomposition import CPTensor, TuckerTensor
 class OutputFileError(ValueError):
     """An output file cannot be written safely (exists, is the input, or its folder is not writable).
 
+    Parameters
+    ----------
+    message : str
+        The one-line message.
+    reason : str, default ""
+        Which check failed: ``"exists"``, ``"input"``, ``"directory"``, ``"no-folder"`` or ``"unwritable"``
+        (the command line words its own hint from it: ``--force`` rather than ``force=True``).
+
     Examples
     --------
     >>> import os, tempfile
@@ -29,9 +37,13 @@ class OutputFileError(ValueError):
     >>> try:
     ...     check_output_path(existing)
     ... except OutputFileError as exc:
-    ...     print(str(exc).split(";")[1].strip())
-    pass --force (force=True) to overwrite it
+    ...     print(str(exc).split(";")[1].strip(), exc.reason)
+    pass force=True to overwrite it exists
     """
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -72,24 +84,48 @@ def check_output_path(path: str | os.PathLike, *, force: bool = False, inputs: t
     p = Path(path)
     for inp in inputs:
         if inp is not None and (_same_file(p, Path(inp)) or p.resolve() == Path(inp).resolve()):
-            raise OutputFileError(f"output {str(p)!r} is the input file; choose another output path")
+            raise OutputFileError(f"output {str(p)!r} is the input file; choose another output path", "input")
     if p.exists() and p.is_dir():
-        raise OutputFileError(f"output {str(p)!r} is a directory; expected a file path")
+        raise OutputFileError(f"output {str(p)!r} is a directory; expected a file path", "directory")
     if p.exists() and not force:
-        raise OutputFileError(f"output {str(p)!r} already exists; pass --force (force=True) to overwrite it")
+        raise OutputFileError(f"output {str(p)!r} already exists; pass force=True to overwrite it", "exists")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
-        raise OutputFileError(f"output folder {str(parent)!r} does not exist")
+        raise OutputFileError(f"output folder {str(parent)!r} does not exist", "no-folder")
     if not os.access(parent, os.W_OK):
-        raise OutputFileError(f"output folder {str(parent)!r} is not writable (permission denied)")
+        raise OutputFileError(f"output folder {str(parent)!r} is not writable (permission denied)", "unwritable")
     return p
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system says it (Linux), else set and restored."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _new_file_mode(p: Path) -> int:
+    """The permission bits ``open(p, "w")`` would give: an existing file's own, else 0o666 less the umask."""
+    try:
+        return p.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
 
 
 def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, force: bool = False,
                  inputs: tuple = ()) -> Path:
     """Write via a temporary file in the target folder, fsync, then rename over ``path``.
 
-    Nothing is left behind if ``writer`` fails or the process is interrupted.
+    Nothing is left behind if ``writer`` fails or the process is interrupted. The file gets the permissions
+    a plain ``open(path, "w")`` would give it (``0o666`` less the umask; an overwritten file keeps its own),
+    not the private ``0o600`` of a temporary file.
 
     Parameters
     ----------
@@ -119,8 +155,10 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
     (b'abc', ['out.bin'])
     """
     p = check_output_path(path, force=force, inputs=inputs)
+    mode = _new_file_mode(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             writer(f)
             f.flush()
@@ -133,6 +171,11 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
             pass
         raise
     return p
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 def sha256_of(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
@@ -260,20 +303,27 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     try:
         loaded = np.load(p, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file (expected an .npz archive)")
+            raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file: it holds one array, not the "
+                                  ".npz archive written by tuckerkit decompose (or save_result)")
         with loaded as z:
             files = set(z.files)
+            if not ({"core", "weights"} & files) or "factors_0" not in files:
+                raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file: it holds "
+                                      f"{', '.join(sorted(files)[:8]) or 'no arrays'}; expected core or weights "
+                                      "and factors_0, ...")
             n = len([f for f in files if f.startswith("factors_")])
             factors = tuple(z[f"factors_{i}"] for i in range(n))
             meta = json.loads(str(z["metadata"])) if "metadata" in files else {}
+            kw: dict[str, Any] = {"n_iter": int(meta.get("n_iter", 0)), "converged": bool(meta.get("converged", True)),
+                                  "fit_history": (float(meta["fit"]),) if meta.get("fit") is not None else ()}
             if "core" in files:
-                return TuckerTensor(z["core"], factors, n_iter=int(meta.get("n_iter", 0)),
-                                    fit_history=(float(meta["fit"]),) if meta.get("fit") is not None else ())
+                return TuckerTensor(z["core"], factors, **kw)
             if "weights" in files:
-                return CPTensor(z["weights"], factors, n_iter=int(meta.get("n_iter", 0)),
-                                fit_history=(float(meta["fit"]),) if meta.get("fit") is not None else ())
+                return CPTensor(z["weights"], factors, **kw)
+    except TensorFileError:
+        raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file ({exc})") from None
+        raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file ({_first_line(exc)})") from None
 
     raise TensorFileError(f"{str(p)!r} is not a tuckerkit result file (no 'core' or 'weights' array)")
 
