@@ -208,25 +208,26 @@ class SparseOperand(SparseShape, OperandBase):
         self._dense_only("plan=", plan)
         return sparse_mttkrp(self, factors, mode, resolve_policy(policy))  # type: ignore[arg-type]
 
+    def _per_mode(self, kernel: Callable[..., Any], factors: list[Any], update: Callable[[int, Any], None],
+                  policy: ExecutionPolicy | None) -> Sweep:
+        pol = resolve_policy(policy)
+        for n in range(self.ndim):  # one compiled kernel per mode, each reading only the nonzeros
+            update(n, kernel(self, factors, n, pol))
+        return Sweep((self.plan(),), self.ndim)
+
     def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
                    policy: ExecutionPolicy | None = None) -> Sweep:
         """One compiled ttmc per mode (each reads only the nonzeros)."""
         from tuckerkit.sparse._mttkrp import sparse_ttmc
 
-        pol = resolve_policy(policy)
-        for n in range(self.ndim):
-            update(n, sparse_ttmc(self, factors, n, pol))  # type: ignore[arg-type]
-        return Sweep((self.plan(),), self.ndim)
+        return self._per_mode(sparse_ttmc, factors, update, policy)
 
     def mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
                      policy: ExecutionPolicy | None = None) -> Sweep:
         """One compiled MTTKRP per mode (each reads only the nonzeros)."""
         from tuckerkit.sparse._mttkrp import sparse_mttkrp
 
-        pol = resolve_policy(policy)
-        for n in range(self.ndim):
-            update(n, sparse_mttkrp(self, factors, n, pol))  # type: ignore[arg-type]
-        return Sweep((self.plan(),), self.ndim)
+        return self._per_mode(sparse_mttkrp, factors, update, policy)
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
