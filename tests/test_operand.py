@@ -241,3 +241,22 @@ def test_a_cli_run_scans_for_nan_once(tmp_path, rng, monkeypatch):
             res = CliRunner().invoke(app, ["decompose", str(tmp_path / "x.npy"), *args, "--force", "-q"])
         assert res.exit_code == 0, res.output
         assert calls == [(20, 21, 22)], (args, calls)
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_relative_error_of_a_huge_sparse_tensor_never_densifies():
+    """cp.relative_error(X_sparse) tried to allocate the dense tensor (44.7 GiB in the report)."""
+    import tracemalloc
+
+    from tuckerkit.datasets import make_sparse_tensor
+
+    X = make_sparse_tensor((10_000, 10_000, 10_000), nnz=5_000, random_state=0).data  # 1e12 logical entries
+    C = tk.cp_als(X, 3, random_state=0, max_iter=5, tol=0)
+    T = tk.hooi(X, (3, 3, 3), max_iter=3, tol=0)
+    tracemalloc.start()
+    errors = (C.relative_error(X), T.relative_error(X))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50e6
+    assert errors[0] == pytest.approx(1 - C.fit, abs=1e-7)
+    assert errors[1] == pytest.approx(1 - T.fit, abs=1e-7)
