@@ -213,9 +213,9 @@ def decompose_cmd(
     stop_tol: float = typer.Option(
         None, "--stop-tol", metavar="T",
         help="Convergence tolerance of hooi and cp: stop when the fit changes by less than T "
-             "(default 1e-8, Python's tol=); 0 runs --max-iter iterations."),
+             "(default: hooi 1e-8, cp 1e-5; Python's tol=); 0 runs --max-iter iterations."),
     max_iter: int = typer.Option(None, "--max-iter", metavar="N",
-                                 help="Iteration limit of hooi and cp (default 100)."),
+                                 help="Iteration limit (default: hooi 100, cp 200)."),
     iterations: int = typer.Option(None, "--iterations", metavar="N",
                                    help="Run exactly N iterations of hooi or cp: no convergence test, no warning."),
     device: str = typer.Option("cpu", "--device", metavar="cpu|cuda|cuda:N",
@@ -318,8 +318,11 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
                    "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
     fixed = iterations is not None
-    n_iter_max = iterations if fixed else (max_iter if max_iter is not None else 100)
-    conv_tol = 0.0 if fixed else (stop_tol if stop_tol is not None else 1e-8)
+    # the defaults are the method's own (CP-ALS stops at a fit change of 1e-5 within 200 iterations, HOOI at
+    # 1e-8 within 100): see tk.cp_als and tk.hooi
+    default_iter, default_tol = (200, 1e-5) if method == "cp" else (100, 1e-8)
+    n_iter_max = iterations if fixed else (max_iter if max_iter is not None else default_iter)
+    conv_tol = 0.0 if fixed else (stop_tol if stop_tol is not None else default_tol)
     limit = parse_memory(memory_limit, "--memory-limit") if memory_limit is not None else None
     shp = _parse_ints(shape, "--shape") if shape else None
     out = output if output is not None else _default_output(input, method)

@@ -202,7 +202,7 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
     (20, 3)
     """
 
-    def __init__(self, rank: int = 5, *, tol: float = 1e-8, max_iter: int = 100, init: str = "svd",
+    def __init__(self, rank: int = 5, *, tol: float = 1e-5, max_iter: int = 200, init: str = "svd",
                  random_state: Any = None, normalize: bool = True, device: Any = None):
         self.rank = rank
         self.device = device
