@@ -127,3 +127,16 @@ def assert_contraction_close(result, spec, A, B, dtype):
     bound = 4 * (k + 2) * eps * scale + np.finfo(dtype).tiny
     worst = np.max(err - bound) if err.size else 0.0
     assert worst <= 0, f"error exceeds bound by {worst}: max err {err.max()}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Cases a test module lists in its ``KNOWN`` as (test name, parameter, value, reason) are expected to fail
+    (strict: one that starts passing fails the run, so the list stays true)."""
+    for item in items:
+        known = getattr(getattr(item, "module", None), "KNOWN", None)
+        if not known:
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for name, param, value, reason in known:
+            if item.originalname == name and (param is None or params.get(param) == value):
+                item.add_marker(pytest.mark.xfail(strict=True, reason=reason))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 MODULES = ["tuckerkit", "tuckerkit.engine", "tuckerkit.decomposition", "tuckerkit.sparse", "tuckerkit.io",
-           "tuckerkit.estimators", "tuckerkit.datasets", "tuckerkit.backend"]
+           "tuckerkit.estimators", "tuckerkit.datasets", "tuckerkit.backend", "tuckerkit.compat.tensorly",
+           "tuckerkit.compat.pyttb"]
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 

@@ -9,14 +9,16 @@ back on the device the input came from (a host input computed on a GPU returns n
 from __future__ import annotations
 
 import math
+import numbers
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tuckerkit._validation import check_mode, describe
 from tuckerkit.backend import Device, device_of, on_device
 from tuckerkit.engine import ExecutionPolicy, as_operand, blas_pinned, default_policy
 
@@ -127,3 +129,17 @@ def caller_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+def check_fixed_modes(fixed_modes: Any, ndim: int, name: str = "fixed_modes") -> frozenset[int]:
+    """Distinct mode indices (``fixed_modes`` of CP-ALS, ``fixed_factors`` of HOOI); None or () for none."""
+    if fixed_modes is None:
+        return frozenset()
+    if isinstance(fixed_modes, numbers.Integral | np.integer) and not isinstance(fixed_modes, bool):
+        fixed_modes = [fixed_modes]
+    if isinstance(fixed_modes, str) or not isinstance(fixed_modes, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a sequence of mode indices; received {describe(fixed_modes)}")
+    modes = [check_mode(m, ndim, f"{name}[{i}]") for i, m in enumerate(fixed_modes)]
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"{name}={describe(list(fixed_modes))} repeats a mode; expected distinct modes")
+    return frozenset(modes)

@@ -31,6 +31,8 @@ class IterationState:
         Seconds since the decomposition started.
     factors : tuple of arrays
         The current factor matrices (do not modify them).
+    weights : array or None
+        CP-ALS: the current weights (do not modify them); None for Tucker.
 
     Examples
     --------
@@ -48,6 +50,7 @@ class IterationState:
     fit_change: float
     elapsed: float
     factors: tuple[Any, ...]
+    weights: Any = None
 
 
 class Monitor:
@@ -71,18 +74,20 @@ class Monitor:
         self.stopped = False
         self.start = time.perf_counter()
 
-    def step(self, iteration: int, fit: float, factors) -> bool:
-        """Record one iteration's fit; True means stop iterating."""
+    def step(self, iteration: int, fit: float, factors, weights: Any = None, *, may_decrease: bool = False) -> bool:
+        """Record one iteration's fit; True means stop iterating. ``may_decrease``: this iteration changed the
+        model outside the algorithm's descent (CP-ALS's ``orthogonalize``), so a lower fit is not a stop."""
         change = abs(fit - self.history[-1]) if self.history else float("inf")
         self.history.append(fit)
         self._say(f"{self.name} iteration {iteration}: fit {fit:.10f} (change {change:.3g}), "
                   f"{time.perf_counter() - self.start:.3f} s")
         if self.callback is not None and self.callback(
-            IterationState(iteration, fit, change, time.perf_counter() - self.start, tuple(factors))
+            IterationState(iteration, fit, change, time.perf_counter() - self.start, tuple(factors), weights)
         ) is True:
             self.stopped = True
             return True
-        if change < self.tol or (self.tol > 0 and len(self.history) > 1 and fit < self.history[-2]):
+        if change < self.tol or (self.tol > 0 and not may_decrease and len(self.history) > 1
+                                 and fit < self.history[-2]):
             self.converged = True
             return True
         return False

@@ -21,7 +21,7 @@ from tuckerkit._validation import (
     describe,
 )
 from tuckerkit.backend import to_host
-from tuckerkit.decomposition._entry import Call, caller_stacklevel, decomposition_call
+from tuckerkit.decomposition._entry import Call, caller_stacklevel, check_fixed_modes, decomposition_call
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
 from tuckerkit.engine import as_operand
@@ -319,6 +319,7 @@ def hooi(
     tol: float = 1e-8,
     max_iter: int = 100,
     random_state: Any = None,
+    fixed_factors: Sequence[int] = (),
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
     memory_limit: Any = None,
@@ -355,6 +356,9 @@ def hooi(
     max_iter : int, default 100
     random_state : None, int or numpy Generator
         Used by ``init="random"``.
+    fixed_factors : sequence of int, default ()
+        Modes whose factor matrix stays as initialized (TensorLy's ``fixed_factors``): give them through
+        ``init``; the core is the projection on every factor, fixed ones included.
     callback : callable, optional
         ``callback(state)`` after each iteration (:class:`IterationState`); returning True stops.
     verbose : bool, default False
@@ -393,13 +397,14 @@ def hooi(
     (True, 1.0)
     """
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
-        return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose))
+        return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose, fixed_factors))
 
 
 def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_state: Any, callback: Any,
-          verbose: bool) -> TuckerTensor:
+          verbose: bool, fixed_factors: Any = ()) -> TuckerTensor:
     X, policy = call.X, call.policy
     ranks = check_ranks(ranks, X.shape)
+    fixed = check_fixed_modes(fixed_factors, X.ndim, "fixed_factors")
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
     rng = check_random_state(random_state)
@@ -407,7 +412,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     N = X.ndim
     init = check_init(init, X.shape, ranks, kind="tucker", methods=("st_hosvd", "hosvd", "random"))
     if not isinstance(init, str):
-        factors = [call.like(U) for U in init[1]]
+        factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
     else:
         how = X.preferred_init(ranks) if init == "st_hosvd" else init
         if how == "hosvd":
@@ -427,9 +432,11 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         last: dict[str, Any] = {}
 
         def update(n: int, Y: Any, last=last) -> None:
+            last["n"], last["Y"] = n, Y
+            if n in fixed:
+                return
             U, _ = as_operand(Y).leading_subspace(n, ranks[n], policy=policy)
             factors[n] = U.astype(X.dtype, copy=False)
-            last["n"], last["Y"] = n, Y
 
         sweep = X.ttmc_sweep(factors, update, policy=policy)
         core = as_operand(last["Y"]).ttm(factors[last["n"]], last["n"], transpose=True, policy=policy)

@@ -1,0 +1,457 @@
+"""TensorLy's decomposition functions, computed by tuckerkit: ``from tuckerkit.compat.tensorly import tucker``.
+
+Same names, arguments, defaults and return values as ``tensorly.decomposition`` (TensorLy 0.8-0.10); the
+results are TensorLy's own ``CPTensor`` / ``TuckerTensor`` when TensorLy is installed, tuckerkit's otherwise.
+The work is tuckerkit's: the dimension-tree sweeps without unfoldings, the engine's contractions. Differences
+that a caller can see are listed in :doc:`/coming_from` and refused in one line where an option cannot be
+honoured (``l2_reg``, complex tensors, an unknown ``svd``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._validation import check_random_state
+
+__all__ = ["CP", "Tucker", "parafac", "partial_tucker", "tucker"]
+
+# TensorLy's SVD choices: every one gives the same leading subspace, which tuckerkit computes its own way.
+_SVD_NAMES = ("truncated_svd", "symeig_svd", "randomized_svd", "svd")
+
+
+def _tk():
+    import tuckerkit
+
+    return tuckerkit
+
+
+def _tensorly_installed() -> bool:
+    try:
+        import tensorly  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _array(tensor: Any, who: str) -> Any:
+    if hasattr(tensor, "dtype") and np.issubdtype(getattr(tensor, "dtype", np.float64), np.complexfloating):
+        raise TypeError(f"{who}: tensor is {tensor.dtype}; tuckerkit decomposes real tensors (float32, float64), "
+                        "complex ones are not supported")
+    return tensor
+
+
+def _random_state(random_state: Any) -> Any:
+    """TensorLy's None: numpy's global RandomState (so ``np.random.seed`` makes a run repeat)."""
+    return np.random.mtrand._rand if random_state is None else random_state
+
+
+def _check_svd(svd: Any, who: str) -> None:
+    if not (isinstance(svd, str) and svd in _SVD_NAMES) and not callable(svd):
+        names = ", ".join(repr(s) for s in _SVD_NAMES)
+        raise ValueError(f"{who}: svd={svd!r} is not valid; expected one of {names}")
+
+
+def _mask_kw(fn: Callable, mask: Any, who: str) -> dict[str, Any]:
+    if mask is None:
+        return {}
+    if "mask" not in inspect.signature(fn).parameters:
+        raise NotImplementedError(f"{who}: mask= is not supported by this version of tuckerkit")
+    return {"mask": np.asarray(mask) != 0}
+
+
+def _orthogonalize(orthogonalise: Any, n_iter_max: int) -> int:
+    # TensorLy orthonormalizes while iteration <= orthogonalise (0-based): True means the first two iterations;
+    # a value that is not an int means every iteration
+    if not orthogonalise:
+        return 0
+    if isinstance(orthogonalise, numbers.Integral):
+        return int(orthogonalise) + 1
+    return max(int(n_iter_max), 1)
+
+
+def _sparsify(residual: np.ndarray, sparsity: Any) -> np.ndarray:
+    """The ``k`` largest-magnitude entries of ``residual`` (TensorLy's ``sparsify_tensor``), the rest zero."""
+    k = int(sparsity * residual.size) if isinstance(sparsity, float) else int(sparsity)
+    k = max(0, min(k, residual.size))
+    out = np.zeros_like(residual)
+    if k:
+        flat = residual.reshape(-1)
+        keep = np.argpartition(np.abs(flat), flat.size - k)[flat.size - k:]
+        out.reshape(-1)[keep] = flat[keep]
+    return out
+
+
+def _cp_result(weights: Any, factors: Sequence[Any]) -> Any:
+    if _tensorly_installed():
+        from tensorly.cp_tensor import CPTensor as TLCP
+
+        return TLCP((np.asarray(weights).copy(), [np.asarray(U).copy() for U in factors]))
+    return _tk().CPTensor(np.asarray(weights), tuple(np.asarray(U) for U in factors))
+
+
+def _tucker_result(core: Any, factors: Sequence[Any]) -> Any:
+    if _tensorly_installed():
+        from tensorly.tucker_tensor import TuckerTensor as TLTucker
+
+        return TLTucker((np.asarray(core).copy(), [np.asarray(U).copy() for U in factors]))
+    return _tk().TuckerTensor(np.asarray(core), tuple(np.asarray(U) for U in factors))
+
+
+def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", svd: Any = "truncated_svd",
+            normalize_factors: bool = False, orthogonalise: Any = False, tol: float = 1e-8,
+            random_state: Any = None, verbose: Any = 0, return_errors: bool = False, sparsity: Any = None,
+            l2_reg: float = 0, mask: Any = None, cvg_criterion: str = "abs_rec_error",
+            fixed_modes: Sequence[int] | None = None, svd_mask_repeats: int = 5, linesearch: bool = False,
+            callback: Callable | None = None) -> Any:
+    """TensorLy's ``parafac`` (CP by alternating least squares), computed by :func:`tuckerkit.cp_als`.
+
+    Parameters are TensorLy's. ``svd`` may be any of TensorLy's names (tuckerkit computes the same leading
+    subspace its own way); ``l2_reg`` other than 0 and complex tensors are refused; ``mask`` needs
+    tuckerkit's ``cp_als(mask=)``. ``n_iter_max=0`` returns the initialization. ``callback(cp_tensor,
+    rec_error)`` is called after each iteration (not before the first) and stops the run by returning True.
+
+    Parameters
+    ----------
+    tensor : array
+        Real, dense (float32 or float64 kept).
+    rank : int
+    n_iter_max, tol, random_state, verbose : as TensorLy's
+        ``max_iter``, ``tol``, ``random_state`` and ``verbose`` of :func:`tuckerkit.cp_als`; ``random_state``
+        None draws from numpy's global RNG as TensorLy does.
+    init : {"svd", "random"}, a CPTensor or (weights, factors)
+    svd : str
+        Any of TensorLy's names (the same subspace, computed tuckerkit's way).
+    normalize_factors : bool
+        Unit-norm columns with the scale in ``weights`` (else ``weights`` are ones).
+    orthogonalise : bool or int
+        QR-orthonormalize the factors during the first iterations (``orthogonalize`` of cp_als).
+    return_errors : bool
+        Also return the relative error after each iteration.
+    sparsity : float or int, optional
+        Also return a sparse component: the residual's largest entries (a fraction of the entries, or a count).
+    l2_reg : float
+        Only 0.
+    mask : array, optional
+        Observed entries (needs tuckerkit's ``cp_als(mask=)``).
+    cvg_criterion : {"abs_rec_error", "rec_error"}
+    fixed_modes : list of int, optional
+    svd_mask_repeats : int
+        Accepted for compatibility; the masked start is tuckerkit's.
+    linesearch : bool
+    callback : callable, optional
+
+    Returns
+    -------
+    CPTensor
+        TensorLy's ``CPTensor`` when TensorLy is installed (tuckerkit's otherwise); ``(cp_tensor, errors)``
+        with ``return_errors``, ``(cp_tensor, sparse_component)`` with ``sparsity`` (and both:
+        ``((cp_tensor, sparse_component), errors)``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import parafac
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 2)) for n in (5, 6, 7)))
+    >>> weights, factors = parafac(X, 2, tol=1e-12, linesearch=True)
+    >>> [U.shape for U in factors]
+    [(5, 2), (6, 2), (7, 2)]
+    """
+    tk = _tk()
+    who = "parafac"
+    tensor = _array(tensor, who)
+    _check_svd(svd, who)
+    if l2_reg:
+        raise NotImplementedError(f"{who}: l2_reg={l2_reg!r} is not supported by tuckerkit; expected 0")
+    if cvg_criterion not in ("abs_rec_error", "rec_error"):
+        raise TypeError(f"{who}: cvg_criterion={cvg_criterion!r} is not valid; expected 'abs_rec_error' or "
+                        "'rec_error'")
+    kw = _mask_kw(tk.cp_als, mask, who)
+    N = np.ndim(tensor)
+    fixed = list(range(N)) if n_iter_max == 0 else list(fixed_modes or ())
+    random_state = _random_state(random_state)
+    init = _free_mode_starts(init, np.shape(tensor), rank, fixed, random_state)
+    tk_callback = None
+    if callback is not None:
+        def tk_callback(state: Any) -> bool:
+            w = state.weights if state.weights is not None else np.ones(rank)
+            return callback(_cp_result(w, state.factors), 1.0 - state.fit) is True
+    with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        cp = tk.cp_als(tensor, rank, init=init, tol=tol, max_iter=max(int(n_iter_max), 1), random_state=random_state,
+                       normalize=bool(normalize_factors), fixed_modes=fixed, linesearch=bool(linesearch),
+                       orthogonalize=_orthogonalize(orthogonalise, n_iter_max), callback=tk_callback,
+                       verbose=bool(verbose), **kw)
+    result = _cp_result(cp.weights, cp.factors)
+    errors = [1.0 - f for f in cp.fit_history]
+    if sparsity:
+        dense = np.asarray(tensor)
+        result = (result, _sparsify(dense - np.asarray(cp.full()), sparsity))
+    return (result, errors) if return_errors else result
+
+
+def _free_mode_starts(init: Any, shape: Sequence[int], rank: int, fixed: Sequence[int], random_state: Any) -> Any:
+    """TensorLy accepts a start whose factor has the wrong number of rows on a mode that is not fixed and is
+    never read before its update (every mode before it fixed): such a factor is replaced by random columns."""
+    if isinstance(init, str):
+        return init
+    weights, factors = (init[0], init[1]) if isinstance(init, tuple | list) and len(init) == 2 and \
+        not hasattr(init[1], "shape") else (getattr(init, "weights", None), getattr(init, "factors", init))
+    try:
+        factors = [np.asarray(U) for U in factors]
+    except TypeError:
+        return init
+    if len(factors) != len(shape) or all(U.ndim != 2 or U.shape[0] == s for U, s in zip(factors, shape, strict=True)):
+        return init
+    rng = check_random_state(random_state)
+    out = []
+    for n, (U, s) in enumerate(zip(factors, shape, strict=True)):
+        unread = n not in fixed and all(m in fixed for m in range(n))
+        out.append(rng.random((s, rank)) if U.ndim == 2 and U.shape[0] != s and unread else U)
+    return (weights, out)
+
+
+def _tucker_ranks(rank: Any, shape: Sequence[int], who: str) -> list[int]:
+    if rank is None:
+        return list(shape)
+    if isinstance(rank, numbers.Integral):
+        return [min(int(rank), s) for s in shape]
+    ranks = [int(r) for r in rank]
+    if len(ranks) != len(shape):
+        raise ValueError(f"{who}: rank has {len(ranks)} entries; expected {len(shape)}, one per mode")
+    return ranks
+
+
+def _tucker_init(init: Any) -> Any:
+    if isinstance(init, str):
+        if init == "svd":
+            return "hosvd"
+        if init == "random":
+            return "random"
+        raise ValueError(f"tucker: init={init!r} is not valid; expected 'svd', 'random', a TuckerTensor or a list "
+                         "of factor matrices")
+    return init
+
+
+def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n_iter_max: int = 100,
+           init: Any = "svd", return_errors: bool = False, svd: Any = "truncated_svd", tol: float = 10e-5,
+           random_state: Any = None, mask: Any = None, verbose: Any = False) -> Any:
+    """TensorLy's ``tucker`` (HOOI), computed by :func:`tuckerkit.hooi`.
+
+    Parameters are TensorLy's: ``rank`` None keeps every mode's size, an int applies to every mode (capped
+    at the mode's size); ``init="svd"`` is tuckerkit's ``"hosvd"``; ``mask`` needs tuckerkit's
+    ``hooi(mask=)``.
+
+    Parameters
+    ----------
+    tensor : array
+    rank : None, int or list of int
+    fixed_factors : list of int, optional
+        Modes whose factor stays as given in ``init``.
+    n_iter_max, tol, random_state, verbose : as TensorLy's
+        ``max_iter``, ``tol``, ``random_state`` and ``verbose`` of :func:`tuckerkit.hooi`.
+    init : {"svd", "random"}, a TuckerTensor, (core, factors) or a list of factors
+    return_errors : bool
+        Also return the relative error after each iteration.
+    svd : str
+        Any of TensorLy's names.
+    mask : array, optional
+        Observed entries (needs tuckerkit's ``hooi(mask=)``).
+
+    Returns
+    -------
+    TuckerTensor
+        TensorLy's ``TuckerTensor`` when TensorLy is installed (tuckerkit's otherwise); ``(tucker_tensor,
+        errors)`` with ``return_errors``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import tucker
+    >>> X = np.random.default_rng(0).random((5, 6, 7))
+    >>> core, factors = tucker(X, rank=[2, 3, 4])
+    >>> core.shape
+    (2, 3, 4)
+    """
+    tk = _tk()
+    who = "tucker"
+    tensor = _array(tensor, who)
+    _check_svd(svd, who)
+    kw = _mask_kw(tk.hooi, mask, who)
+    ranks = _tucker_ranks(rank, np.shape(tensor), who)
+    random_state = _random_state(random_state)
+    with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        fixed = list(range(len(ranks))) if n_iter_max == 0 else list(fixed_factors or ())
+        T = tk.hooi(tensor, ranks, init=_tucker_init(init), tol=tol, max_iter=max(int(n_iter_max), 1),
+                    random_state=random_state, fixed_factors=fixed, verbose=bool(verbose), **kw)
+    result = _tucker_result(T.core, T.factors)
+    return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
+
+
+def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n_iter_max: int = 100,
+                   init: Any = "svd", tol: float = 10e-5, svd: Any = "truncated_svd", random_state: Any = None,
+                   verbose: Any = False, mask: Any = None, svd_mask_repeats: int = 5) -> Any:
+    """TensorLy's ``partial_tucker``: HOOI along ``modes`` only, the other modes kept whole in the core.
+
+    Computed by :func:`tuckerkit.hooi` with identity factors held fixed on the other modes.
+
+    Parameters
+    ----------
+    tensor : array
+    rank : None, int or list of int
+        One rank per entry of ``modes``.
+    modes : list of int, optional
+        The modes to decompose (default: all).
+    n_iter_max, tol, random_state, verbose : as TensorLy's
+    init : {"svd", "random"} or (core, factors)
+    svd : str
+        Any of TensorLy's names.
+    mask : array, optional
+        Observed entries (needs tuckerkit's ``hooi(mask=)``).
+    svd_mask_repeats : int
+        Accepted for compatibility.
+
+    Returns
+    -------
+    ((core, factors), rec_errors)
+        ``factors`` has one matrix per entry of ``modes``; the core keeps the other modes' full sizes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import partial_tucker
+    >>> X = np.random.default_rng(0).random((5, 6, 7))
+    >>> (core, factors), errors = partial_tucker(X, rank=[3, 4], modes=[1, 2])
+    >>> core.shape, [U.shape for U in factors]
+    ((5, 3, 4), [(6, 3), (7, 4)])
+    """
+    tk = _tk()
+    who = "partial_tucker"
+    tensor = _array(tensor, who)
+    _check_svd(svd, who)
+    kw = _mask_kw(tk.hooi, mask, who)
+    shape = np.shape(tensor)
+    N = len(shape)
+    modes = list(range(N)) if modes is None else [int(m) % N for m in modes]
+    sub = _tucker_ranks(rank, [shape[m] for m in modes], who)
+    ranks = list(shape)
+    for m, r in zip(modes, sub, strict=True):
+        ranks[m] = r
+    dtype = np.asarray(tensor).dtype if np.issubdtype(np.asarray(tensor).dtype, np.floating) else np.float64
+    if isinstance(init, str):
+        if init == "svd":
+            guess = tk.hosvd(np.asarray(tensor, dtype=dtype), [ranks[m] if m in modes else 1 for m in range(N)])
+            picked = {m: np.asarray(guess.factors[m]) for m in modes}
+        elif init == "random":
+            rng = check_random_state(_random_state(random_state))
+            picked = {m: np.linalg.qr(rng.standard_normal((shape[m], ranks[m])))[0] for m in modes}
+        else:
+            raise ValueError(f"{who}: init={init!r} is not valid; expected 'svd', 'random' or (core, factors)")
+    else:
+        given = init[1] if isinstance(init, tuple | list) and len(init) == 2 and not hasattr(init[1], "shape") \
+            else getattr(init, "factors", init)
+        picked = {m: np.asarray(U) for m, U in zip(modes, given, strict=True)}
+    factors = [picked[m] if m in picked else np.eye(shape[m], dtype=dtype) for m in range(N)]
+    others = [m for m in range(N) if m not in modes]
+    with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        T = tk.hooi(tensor, ranks, init=factors, tol=tol, max_iter=max(int(n_iter_max), 1),
+                    fixed_factors=list(range(N)) if n_iter_max == 0 else others, verbose=bool(verbose), **kw)
+    core = np.asarray(T.core)
+    return (core, [np.asarray(T.factors[m]).copy() for m in modes]), [1.0 - f for f in T.fit_history]
+
+
+class _Decomposition:
+    """TensorLy's estimator shell: ``fit(tensor)`` returns self, ``fit_transform(tensor)`` the decomposition."""
+
+    def fit_transform(self, tensor: Any) -> Any:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def fit(self, tensor: Any) -> Any:
+        self.fit_transform(tensor)
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__} decomposition of rank {self.rank} (tuckerkit)"  # type: ignore[attr-defined]
+
+
+class CP(_Decomposition):
+    """TensorLy's ``CP`` class: the arguments of :func:`parafac`, kept; ``fit_transform`` runs it.
+
+    After fitting, ``decomposition_`` holds the CP tensor and ``errors_`` the reconstruction errors.
+
+    Parameters
+    ----------
+    rank, n_iter_max, init, svd, normalize_factors, orthogonalise, tol, random_state, verbose : see parafac
+    sparsity, l2_reg, mask, cvg_criterion, fixed_modes, svd_mask_repeats, linesearch, callback : see parafac
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import CP
+    >>> X = np.random.default_rng(0).random((4, 5, 6))
+    >>> len(CP(rank=2, tol=1e-10).fit(X).decomposition_.factors)
+    3
+    """
+
+    def __init__(self, rank: int, n_iter_max: int = 100, init: Any = "svd", svd: Any = "truncated_svd",
+                 normalize_factors: bool = False, orthogonalise: Any = False, tol: float = 1e-8,
+                 random_state: Any = None, verbose: Any = 0, sparsity: Any = None, l2_reg: float = 0,
+                 mask: Any = None, cvg_criterion: str = "abs_rec_error", fixed_modes: Any = None,
+                 svd_mask_repeats: int = 5, linesearch: bool = False, callback: Callable | None = None):
+        self.rank, self.n_iter_max, self.init, self.svd = rank, n_iter_max, init, svd
+        self.normalize_factors, self.orthogonalise, self.tol = normalize_factors, orthogonalise, tol
+        self.random_state, self.verbose, self.sparsity, self.l2_reg = random_state, verbose, sparsity, l2_reg
+        self.mask, self.cvg_criterion, self.fixed_modes = mask, cvg_criterion, fixed_modes
+        self.svd_mask_repeats, self.linesearch, self.callback = svd_mask_repeats, linesearch, callback
+
+    def fit_transform(self, tensor: Any) -> Any:
+        """Decompose ``tensor``; returns (and keeps in ``decomposition_``) the CP tensor."""
+        cp_tensor, errors = parafac(
+            tensor, rank=self.rank, n_iter_max=self.n_iter_max, init=self.init, svd=self.svd,
+            normalize_factors=self.normalize_factors, orthogonalise=self.orthogonalise, tol=self.tol,
+            random_state=self.random_state, verbose=self.verbose, sparsity=self.sparsity, l2_reg=self.l2_reg,
+            mask=self.mask, cvg_criterion=self.cvg_criterion, fixed_modes=self.fixed_modes,
+            svd_mask_repeats=self.svd_mask_repeats, linesearch=self.linesearch, return_errors=True,
+            callback=self.callback)
+        self.decomposition_, self.errors_ = cp_tensor, errors
+        return cp_tensor
+
+
+class Tucker(_Decomposition):
+    """TensorLy's ``Tucker`` class: the arguments of :func:`tucker`, kept; ``fit_transform`` runs it.
+
+    Parameters
+    ----------
+    rank, n_iter_max, init, return_errors, svd, tol, fixed_factors, random_state, mask, verbose : see tucker
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import Tucker
+    >>> X = np.random.default_rng(0).random((4, 5, 6))
+    >>> Tucker(rank=[2, 2, 3]).fit_transform(X).core.shape
+    (2, 2, 3)
+    """
+
+    def __init__(self, rank: Any = None, n_iter_max: int = 100, init: Any = "svd", return_errors: bool = False,
+                 svd: Any = "truncated_svd", tol: float = 10e-5, fixed_factors: Any = None, random_state: Any = None,
+                 mask: Any = None, verbose: Any = False):
+        self.rank, self.n_iter_max, self.init, self.return_errors = rank, n_iter_max, init, return_errors
+        self.svd, self.tol, self.fixed_factors, self.random_state = svd, tol, fixed_factors, random_state
+        self.mask, self.verbose = mask, verbose
+
+    def fit_transform(self, tensor: Any) -> Any:
+        """Decompose ``tensor``; returns (and keeps in ``decomposition_``) the Tucker tensor."""
+        result = tucker(tensor, rank=self.rank, fixed_factors=self.fixed_factors, n_iter_max=self.n_iter_max,
+                        init=self.init, return_errors=self.return_errors, svd=self.svd, tol=self.tol,
+                        random_state=self.random_state, mask=self.mask, verbose=self.verbose)
+        self.decomposition_ = result
+        return result
