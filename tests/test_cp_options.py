@@ -1,0 +1,123 @@
+"""CP-ALS ``fixed_modes`` / ``linesearch`` / ``orthogonalize`` and HOOI ``fixed_factors``: oracles and invariants."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+
+EPS = np.finfo(np.float64).eps
+
+
+def _planted(shape=(9, 10, 11), rank=3, seed=0, collinear=False, noise=1e-3):
+    rng = np.random.default_rng(seed)
+    F = [rng.standard_normal((n, rank)) for n in shape]
+    if collinear:  # two nearly collinear components: the "swamp" where plain ALS crawls
+        F[0][:, 1] = F[0][:, 0] + 0.1 * F[0][:, 1]
+    X = np.einsum("ir,jr,kr->ijk", *F)
+    return X + noise * np.linalg.norm(X) / np.sqrt(X.size) * rng.standard_normal(shape)
+
+
+def _als_sweep(X, factors, fixed):
+    """One ALS sweep in plain numpy (unfold, Khatri-Rao, solve): the oracle."""
+    F = [U.copy() for U in factors]
+    for n in range(X.ndim):
+        if n in fixed:
+            continue
+        others = [m for m in range(X.ndim) if m != n]
+        kr = F[others[0]]
+        for m in others[1:]:
+            kr = np.einsum("ir,jr->ijr", kr, F[m]).reshape(-1, kr.shape[1])
+        Xn = np.moveaxis(X, n, 0).reshape(X.shape[n], -1)
+        V = np.ones((F[0].shape[1],) * 2)
+        for m in others:
+            V *= F[m].T @ F[m]
+        F[n] = np.linalg.solve(V, (Xn @ kr).T).T
+    return F
+
+
+@pytest.mark.parametrize("fixed", [[0], [1], [2], [0, 2]])
+def test_fixed_modes_one_sweep_matches_numpy_als_and_keeps_fixed_factors_bitwise(fixed):
+    X = _planted()
+    rng = np.random.default_rng(1)
+    init = [rng.random((n, 3)) for n in X.shape]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        cp = tk.cp_als(X, 3, init=init, fixed_modes=fixed, max_iter=1, tol=0, normalize=False)
+    for m in fixed:
+        np.testing.assert_array_equal(cp.factors[m], init[m])
+    want = np.einsum("ir,jr,kr->ijk", *_als_sweep(X, init, fixed))
+    np.testing.assert_allclose(cp.full(), want, atol=1e4 * EPS * np.abs(want).max())
+
+
+def test_fixed_modes_init_weights_go_to_a_free_mode_and_all_fixed_returns_the_start():
+    X = _planted()
+    rng = np.random.default_rng(2)
+    init = [rng.random((n, 3)) for n in X.shape]
+    w = np.array([2.0, 3.0, 5.0])
+    before = [U.copy() for U in init]
+    cp = tk.cp_als(X, 3, init=(w, init), fixed_modes=[0, 1], max_iter=3, tol=0)
+    np.testing.assert_array_equal(cp.factors[0], before[0])
+    np.testing.assert_array_equal(cp.factors[1], before[1])
+    for U, U0 in zip(init, before, strict=True):  # the caller's start is not modified
+        np.testing.assert_array_equal(U, U0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        same = tk.cp_als(X, 3, init=(w, init), fixed_modes=[0, 1, 2], max_iter=2, tol=0)
+    np.testing.assert_array_equal(same.weights, w)
+    for U, U0 in zip(same.factors, before, strict=True):
+        np.testing.assert_array_equal(U, U0)
+
+
+def test_linesearch_keeps_the_fit_monotone_and_needs_fewer_iterations_in_a_swamp():
+    X = _planted(collinear=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        plain = tk.cp_als(X, 3, init="random", random_state=0, tol=1e-10, max_iter=2000)
+    fast = tk.cp_als(X, 3, init="random", random_state=0, tol=1e-10, max_iter=2000, linesearch=True)
+    assert fast.converged
+    assert np.all(np.diff(fast.fit_history) >= -100 * EPS)
+    assert fast.n_iter < plain.n_iter / 2
+    assert fast.fit >= plain.fit - 1e-6
+    again = tk.cp_als(X, 3, init="random", random_state=0, tol=1e-10, max_iter=2000, linesearch=True)
+    np.testing.assert_array_equal(again.factors[0], fast.factors[0])  # bitwise repeatable
+
+
+def test_orthogonalize_does_not_stop_on_its_own_fit_drop_and_reaches_the_same_fit():
+    X = _planted(noise=0.05)
+    cp = tk.cp_als(X, 3, init="random", random_state=3, orthogonalize=2, tol=1e-9, max_iter=300)
+    assert cp.n_iter > 2
+    exact = tk.cp_als(X, 3, init="random", random_state=3, tol=1e-9, max_iter=300)
+    assert abs(cp.fit - exact.fit) < 1e-4
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"fixed_modes": [3]}, r"fixed_modes\[0\]=3 is out of range for a tensor with 3 modes"),
+    ({"fixed_modes": [1, 1]}, r"fixed_modes=\[1, 1\] repeats a mode; expected distinct modes"),
+    ({"fixed_modes": "0"}, r"fixed_modes must be a sequence of mode indices; received '0'"),
+    ({"linesearch": "yes"}, r"linesearch"),
+    ({"orthogonalize": -1}, r"orthogonalize=-1 is not valid; expected the number of iterations"),
+    ({"orthogonalize": True}, r"orthogonalize=True is not valid"),
+])
+def test_cp_option_errors_are_one_line(kw, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        tk.cp_als(_planted(), 2, **kw)
+
+
+def test_hooi_fixed_factors_kept_and_core_is_the_projection():
+    X = _planted(noise=0.1)
+    rng = np.random.default_rng(4)
+    init = [np.linalg.qr(rng.standard_normal((n, 2)))[0] for n in X.shape]
+    T = tk.hooi(X, 2, init=init, fixed_factors=[1], max_iter=10, tol=0)
+    np.testing.assert_array_equal(T.factors[1], init[1])
+    for n in (0, 2):
+        np.testing.assert_allclose(T.factors[n].T @ T.factors[n], np.eye(2), atol=100 * EPS)
+    core = np.einsum("ijk,ia,jb,kc->abc", X, *T.factors)
+    np.testing.assert_allclose(T.core, core, atol=1e3 * EPS * np.abs(core).max())
+    free = tk.hooi(X, 2, init=init, max_iter=10, tol=0)
+    assert T.fit <= free.fit + 1e-12
+    with pytest.raises(ValueError, match=r"fixed_factors\[0\]=5 is out of range"):
+        tk.hooi(X, 2, fixed_factors=[5])
