@@ -150,7 +150,8 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
         print("CP_ALS:")
     with warnings.catch_warnings():  # pyttb stops at maxiters silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        cp = tk.cp_als(X, rank, init=start, tol=stoptol, max_iter=maxiters, fixed_modes=fixed, callback=progress)
+        cp = tk.cp_als(X, rank, init=start, tol=stoptol, max_iter=maxiters, fixed_modes=fixed, callback=progress,
+                       linesearch=False)  # pyttb: plain ALS
     progress.finish(cp.fit_history)
     weights = np.array(cp.weights, dtype=np.float64)
     factors = [np.array(U, dtype=np.float64) for U in cp.factors]
