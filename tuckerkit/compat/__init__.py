@@ -7,3 +7,10 @@ honour is refused in one line that names it. Nothing is imported until a submodu
 """
 
 __all__: list[str] = []
+
+
+def _installed(name: str) -> bool:
+    """Whether the peer library ``name`` can be imported (its objects are then returned)."""
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from tuckerkit.compat import _installed
+
 __all__ = ["cp_als", "hosvd", "tucker_als"]
 
 
@@ -23,14 +25,6 @@ def _tk():
     import tuckerkit
 
     return tuckerkit
-
-
-def _pyttb_installed() -> bool:
-    try:
-        import pyttb  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _operand(input_tensor: Any, who: str) -> Any:
@@ -55,6 +49,13 @@ def _natural_order(dimorder: Any, N: int, who: str) -> None:
         raise NotImplementedError(f"{who}: dimorder={[int(d) for d in np.asarray(dimorder).reshape(-1)]} is not "
                                   "supported by "
                                   f"tuckerkit; expected None or {list(range(N))}")
+
+
+def _prepare(input_tensor: Any, dimorder: Any, who: str) -> tuple[Any, tuple[int, ...], int]:
+    X = _operand(input_tensor, who)
+    shape = tuple(int(s) for s in X.shape)
+    _natural_order(dimorder, len(shape), who)
+    return X, shape, len(shape)
 
 
 class _Progress:
@@ -132,11 +133,7 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
     1.0
     """
     tk = _tk()
-    who = "cp_als"
-    X = _operand(input_tensor, who)
-    shape = tuple(X.shape)
-    N = len(shape)
-    _natural_order(dimorder, N, who)
+    X, shape, N = _prepare(input_tensor, dimorder, "cp_als")
     opt = list(range(N)) if optdims is None else [int(d) for d in np.asarray(optdims).reshape(-1)]
     fixed = [n for n in range(N) if n not in opt]
     if isinstance(init, str) and init.lower() == "random":
@@ -182,7 +179,7 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
         init_model = None
     else:
         init_model = start
-    if _pyttb_installed():
+    if _installed("pyttb"):
         import pyttb
 
         model = pyttb.ktensor([U.copy() for U in factors], weights.copy())
@@ -227,11 +224,7 @@ def tucker_als(input_tensor: Any, rank: Any, stoptol: float = 1e-4, maxiters: in
     ((2, 3, 4), True)
     """
     tk = _tk()
-    who = "tucker_als"
-    X = _operand(input_tensor, who)
-    shape = tuple(X.shape)
-    N = len(shape)
-    _natural_order(dimorder, N, who)
+    X, shape, N = _prepare(input_tensor, dimorder, "tucker_als")
     ranks = [int(rank)] * N if np.ndim(rank) == 0 else [int(r) for r in rank]
     if isinstance(init, str) and init.lower() == "random":
         Uinit: list[Any] = [None] + [np.random.uniform(0, 1, (shape[n], ranks[n]))  # noqa: NPY002 (pyttb's draw)
@@ -252,7 +245,7 @@ def tucker_als(input_tensor: Any, rank: Any, stoptol: float = 1e-4, maxiters: in
     normX = float(np.linalg.norm(np.asarray(X).reshape(-1))) if not hasattr(X, "norm") else float(X.norm())
     output = {"params": (stoptol, maxiters, printitn, np.arange(N) if dimorder is None else dimorder),
               "iters": T.n_iter - 1, "normresidual": (1.0 - fit) * normX, "fit": fit}
-    return (T.to_pyttb() if _pyttb_installed() else T), Uinit, output
+    return (T.to_pyttb() if _installed("pyttb") else T), Uinit, output
 
 
 def hosvd(input_tensor: Any, tol: float, verbosity: float = 1, dimorder: Any = None, sequential: bool = True,
@@ -298,4 +291,4 @@ def hosvd(input_tensor: Any, tol: float, verbosity: float = 1, dimorder: Any = N
         T = tk.st_hosvd(X, given, max_error=target, order=order)
     else:
         T = tk.hosvd(X, given, max_error=target)
-    return T.to_pyttb() if _pyttb_installed() else T
+    return T.to_pyttb() if _installed("pyttb") else T

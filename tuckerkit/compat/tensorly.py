@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tuckerkit._validation import check_random_state
+from tuckerkit.compat import _installed
 
 __all__ = ["CP", "Tucker", "parafac", "partial_tucker", "tucker"]
 
@@ -29,14 +30,6 @@ def _tk():
     import tuckerkit
 
     return tuckerkit
-
-
-def _tensorly_installed() -> bool:
-    try:
-        import tensorly  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _array(tensor: Any, who: str) -> Any:
@@ -88,7 +81,7 @@ def _sparsify(residual: np.ndarray, sparsity: Any) -> np.ndarray:
 
 
 def _cp_result(weights: Any, factors: Sequence[Any]) -> Any:
-    if _tensorly_installed():
+    if _installed("tensorly"):
         from tensorly.cp_tensor import CPTensor as TLCP
 
         return TLCP((np.asarray(weights).copy(), [np.asarray(U).copy() for U in factors]))
@@ -96,7 +89,7 @@ def _cp_result(weights: Any, factors: Sequence[Any]) -> Any:
 
 
 def _tucker_result(core: Any, factors: Sequence[Any]) -> Any:
-    if _tensorly_installed():
+    if _installed("tensorly"):
         from tensorly.tucker_tensor import TuckerTensor as TLTucker
 
         return TLTucker((np.asarray(core).copy(), [np.asarray(U).copy() for U in factors]))
