@@ -126,8 +126,8 @@ def main(argv=None) -> None:
             times, iters = [], []
             for _ in range(args.repeat):
                 stop = until(best - 1e-6)
-                t, cp = timed(lambda X=X, F0=F0, ls=ls, stop=stop: tk.cp_als(X, R, init=(None, F0), tol=0, max_iter=1000,
-                                                                             linesearch=ls, callback=stop))
+                t, cp = timed(lambda X=X, F0=F0, ls=ls, stop=stop: tk.cp_als(
+                    X, R, init=(None, F0), tol=0, max_iter=1000, linesearch=ls, callback=stop))
                 times.append(t)
                 iters.append(cp.n_iter)
             ls_rows.append({"tensor": name, "linesearch": ls, "iters": int(statistics.median(iters)),
