@@ -212,3 +212,66 @@ def test_gram_plan_routes_and_reuse(rng):
     assert gram_plan(V, 0).route in ("contract", "syrk", "slabs")
     Vn = _unfold(V, 0)
     np.testing.assert_allclose(gram(V, 0), Vn @ Vn.T, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------ HOOI's factor step: Gram, not SVD
+@pytest.mark.parametrize("shape,n,r", [((40, 3, 4), 0, 5), ((3, 40, 4), 1, 12), ((2, 3, 29), 2, 6),
+                                       ((31, 2, 2, 3), 0, 12), ((5, 6), 1, 4)])
+def test_leading_left_singular_matches_the_svd(shape, n, r, dtype, rng):
+    from tuckerkit.engine import default_policy
+    from tuckerkit.engine._subspace import leading_left_singular, sign_fix
+
+    Y = rng.standard_normal(shape).astype(dtype)
+    U, w = leading_left_singular(Y, n, r, default_policy())
+    M = _unfold(Y.astype(np.float64), n)
+    Ur, s, _ = np.linalg.svd(M, full_matrices=False)
+    eps = np.finfo(dtype).eps
+    gap = (s[r - 1] ** 2 - s[r] ** 2) / s[0] ** 2 if r < len(s) else 1.0
+    assert U.dtype == dtype and U.shape == (shape[n], r) and U.flags.c_contiguous
+    np.testing.assert_allclose(U.T.astype(np.float64) @ U, np.eye(r), atol=64 * eps)
+    # the same vectors as the SVD's (signs fixed the same way), to a few eps over the relative gap
+    assert np.max(np.abs(U - sign_fix(Ur[:, :r]))) <= 64 * eps / gap
+    np.testing.assert_allclose(w, s[:r] ** 2, rtol=0, atol=64 * eps * s[0] ** 2)
+
+
+def test_leading_left_singular_of_a_rank_deficient_projection_is_orthonormal(rng):
+    from tuckerkit.engine import default_policy
+    from tuckerkit.engine._subspace import leading_left_singular
+
+    # rank 2 unfolding (30 x 6), 5 vectors asked: the first 2 span its range, all 5 are orthonormal
+    Y = np.einsum("ir,rj->ij", rng.standard_normal((30, 2)), rng.standard_normal((2, 6))).reshape(30, 2, 3)
+    U, w = leading_left_singular(Y, 0, 5, default_policy())
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(U.T @ U, np.eye(5), atol=64 * eps)
+    Q = np.linalg.qr(Y.reshape(30, 6))[0][:, :2]
+    np.testing.assert_allclose(np.abs(np.linalg.svd(Q.T @ U[:, :2], compute_uv=False)), 1.0, atol=1e3 * eps)
+    assert np.all(w[2:] <= 1e3 * eps * w[0])
+    U2, w2 = leading_left_singular(Y, 0, 5, default_policy())
+    assert U.tobytes() == U2.tobytes() and w.tobytes() == w2.tobytes()
+
+
+@pytest.mark.parametrize("shape,ranks", [((14, 12, 16), (3, 4, 2)), ((9, 8, 7, 10), (2, 3, 2, 3))])
+@pytest.mark.parametrize("iters", [1, 3, 10])
+def test_hooi_fit_equals_tensorly_and_pyttb_to_1e8(shape, ranks, iters, rng):
+    import warnings
+
+    import tuckerkit as tk
+
+    tl_dec = pytest.importorskip("tensorly.decomposition")
+    ttb = pytest.importorskip("pyttb")
+    X = rng.standard_normal(shape)
+    init = tk.hosvd(X, ranks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = tk.hooi(X, ranks, init=init, max_iter=iters, tol=0.0)
+        tlT = tl_dec.tucker(X, rank=list(ranks), init=(init.core.copy(), [U.copy() for U in init.factors]),
+                            n_iter_max=iters, tol=0)
+        _, _, info = ttb.tucker_als(ttb.tensor(X.copy()), list(ranks), stoptol=0.0, maxiters=iters,
+                                    init=[U.copy() for U in init.factors], printitn=0)
+    tl_fit = 1 - np.linalg.norm(X - np.asarray(tlT.to_tensor())) / np.linalg.norm(X)
+    assert ours.n_iter == iters
+    assert abs(ours.fit - tl_fit) <= 1e-8
+    assert abs(ours.fit - float(info["fit"])) <= 1e-8
+    # same subspaces as TensorLy's factors
+    for U, V in zip(ours.factors, tlT.factors, strict=True):
+        np.testing.assert_allclose(np.linalg.svd(U.T @ np.asarray(V), compute_uv=False), 1.0, atol=1e-8)

@@ -11,7 +11,7 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
-from tuckerkit.engine._plan import ContractionPlan, KernelKind, build_plan
+from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._policy import (
     MIN_PARALLEL_FLOPS,
     PIN_FLOPS,
@@ -115,6 +115,8 @@ def plan_contraction(
 @functools.lru_cache(maxsize=1024)
 def _on_gpu(plan: ContractionPlan) -> ContractionPlan:
     """The same plan for cupy operands: issued as cuBLAS strided-batched calls, no CPU thread split."""
+    if plan._sr is not None:  # the compiled kernels are CPU only: cuBLAS on the BLAS plan's layout
+        plan = dataclasses.replace(plan, compiled=CompiledKernel.NONE, _out_order=plan._sr.blas_out_order)
     return dataclasses.replace(plan, device="cuda", parallel=False)
 
 
@@ -273,6 +275,10 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     if plan.kind == KernelKind.EMPTY:
         out[...] = 0
         return out
+    if plan.compiled != CompiledKernel.NONE and xp is np:
+        from tuckerkit.engine._smallgemm import run_small_rank
+
+        return run_small_rank(plan, A, B, out)
     av, bv, cv, target = operand_views(plan, A, B, out, xp)
     if xp is np:
         cpu_matmul(av, bv, cv, plan.flops, plan.policy)

@@ -22,6 +22,7 @@ The planner follows seed 000 (Shi et al., sections III and IV-D):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import math
@@ -104,6 +105,41 @@ class Remedy(str, enum.Enum):
         return self.value
 
 
+class CompiledKernel(str, enum.Enum):
+    """A compiled (numba) kernel that runs the plan in place of BLAS, chosen by the roofline cost model.
+
+    ``NONE`` (BLAS runs, as ``kind`` says), ``TTM_INNER`` (a small-rank TTM whose contracted mode is not the
+    unit-stride one) and ``TTM_OUTER`` (contracted along the unit stride); see ``tuckerkit.engine._smallgemm``.
+    CPU only: a plan moved to the GPU runs cuBLAS.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine import plan_contraction
+    >>> from tuckerkit.engine._plan import CompiledKernel
+    >>> plan_contraction("abc,cz->abz", np.ones((3, 4, 5)), np.ones((5, 2))).compiled is CompiledKernel.NONE
+    True
+    """
+
+    NONE = "none"
+    TTM_INNER = "small_rank_ttm_inner"
+    TTM_OUTER = "small_rank_ttm_outer"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class _SmallRankLayout:
+    """How the compiled small-rank TTM sees its operands (views, no copy of the tensor)."""
+
+    x_perm: tuple[int, ...]  # A's axes as (outer group, contracted axis, inner group), memory order
+    n_outer: int  # axes in the outer group
+    out_perm: tuple[int, ...]  # the output's axes as (outer group, new axis, inner group)
+    u_kz: bool  # B's subscripts are (contracted, new): U = B; else U = B.T
+    blas_out_order: tuple[int, ...]  # the BLAS plan's allocation order (a GPU run allocates that)
+
+
 @dataclass(frozen=True)
 class _OperandLayout:
     """How the executor turns one operand into its ``(*batch, rows, cols)`` view (no copy)."""
@@ -164,6 +200,12 @@ class ContractionPlan:
         ``"cpu"``, or ``"cuda"`` for a plan of cupy operands (run as cuBLAS strided-batched calls).
     policy : ExecutionPolicy
         The workers the plan runs on (the result does not depend on them).
+    compiled : CompiledKernel
+        ``NONE`` when BLAS runs the plan (``kind``); else the compiled small-rank kernel the roofline cost
+        model chose over it (``kind`` is then the BLAS alternative, which a GPU plan runs).
+    estimates : tuple of (str, float)
+        The cost model's seconds for each candidate it weighed (``"roofline"`` is the bound
+        ``max(bytes / bandwidth, flops / peak)`` of one core), when a compiled kernel was considered.
 
     A plan is callable: ``plan(A, B, out=None)`` runs it on operands of exactly the shapes, strides and dtype
     it was made for, and raises a one-line ``ValueError`` for anything else.
@@ -213,12 +255,15 @@ class ContractionPlan:
     parallel: bool = False
     device: str = "cpu"
     policy: ExecutionPolicy = _SERIAL
+    compiled: CompiledKernel = CompiledKernel.NONE
+    estimates: tuple[tuple[str, float], ...] = ()
     _a: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _b: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _c: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _out_order: tuple[int, ...] = field(default=(), repr=False, compare=False)
     _sum_a: tuple[int, ...] = field(default=(), repr=False, compare=False)
     _sum_b: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _sr: _SmallRankLayout | None = field(default=None, repr=False, compare=False)
 
     # ----------------------------------------------------------------------------------------------
     def __call__(self, A: Any, B: Any, out: Any = None) -> Any:
@@ -265,6 +310,13 @@ class ContractionPlan:
         lines = [f"{self.notation()}  ->  {self.kind}"]
         if self.remedy != Remedy.NONE:
             lines[0] += f" (remedy: {self.remedy}, then {self.inner_kind})"
+        if self.compiled != CompiledKernel.NONE:
+            lines[0] = f"{self.notation()}  ->  compiled {self.compiled} (BLAS alternative: {self.kind})"
+        if self.estimates:
+            est = ", ".join(f"{name} {sec * 1e3:.3g} ms" for name, sec in self.estimates)
+            why = ("the compiled kernel computes at least 5 % faster" if self.compiled != CompiledKernel.NONE
+                   else "the compiled kernel would not compute 5 % faster than BLAS")
+            lines.append(f"  choice: {why} (per core: {est})")
         if self.parallel:
             how = "the batch cut into pieces" if self.batch_modes else "rows or columns cut into pieces"
             lines.append(f"  execution: parallel ({how}, {self.policy.workers} workers)")
@@ -726,7 +778,7 @@ def build_plan(
     m, n, k = (math.prod(sizes[x] for x in grp) for grp in (c.M, c.N, c.K))
     flops = 2 * m * n * k * math.prod(nb_sizes)
     base_bytes = (math.prod(a_shape) + math.prod(b_shape) + size_c) * itemsize
-    return ContractionPlan(
+    plan = ContractionPlan(
         kind=KernelKind.EXCEPTIONAL if choice.remedy != Remedy.NONE else kind,
         remedy=choice.remedy,
         inner_kind=kind,
@@ -756,3 +808,117 @@ def build_plan(
         _out_order=_allocation_order(pb, choice, out_strides, out_layout),
         **common,
     )
+    return _consider_small_rank(plan, spec, a_shape, a_strides, b_shape, b_strides, out_strides, out_layout)
+
+
+# ---------------------------------------------------------------------------------------------------
+# compiled small-rank TTM kernels, weighed against BLAS by the roofline cost model
+# ---------------------------------------------------------------------------------------------------
+#: a TTM of fewer flops stays on BLAS (the kernel's launch and the first-call compile are not worth it)
+SMALL_RANK_MIN_FLOPS = MIN_PARALLEL_FLOPS
+#: the compiled kernel must be estimated this much faster than BLAS to be chosen (noise in the constants)
+_SMALL_RANK_MARGIN = 0.95
+
+
+def _flattenable(axes: list[int], shape, strides) -> bool:
+    """The axes (outer to inner) merge into one with the innermost axis's stride (size-1 axes ignored)."""
+    axes = [i for i in axes if shape[i] > 1]
+    return all(strides[p] == strides[q] * shape[q] for p, q in itertools.pairwise(axes))
+
+
+def _ttm_layout(spec: Spec, a_shape, a_strides, b_strides, out_shape, out_strides, out_layout: str):
+    """The small-rank kernel's view of a TTM-shaped contraction, or None when it does not apply.
+
+    TTM-shaped: B is a matrix (k, z) or (z, k), k is contracted with one mode of A, z is new, every other
+    mode of A goes to the output once. The axes of A before k in memory order must merge into one, those
+    after k into one with unit stride (or none: then k is the unit-stride mode), and the output must be
+    laid out the same way with z in k's place (a fresh output with ``out_layout="auto"`` is allocated so).
+    Returns ``(x_perm, n_outer, out_perm, u_kz, fresh)``; ``fresh``: allocate the output as ``out_perm``.
+    """
+    a, b, c = spec.a, spec.b, spec.c
+    if len(b) != 2 or len(set(a)) != len(a) or len(set(c)) != len(c) or b[0] == b[1]:
+        return None
+    shared = [x for x in b if x in a]
+    if len(shared) != 1:
+        return None
+    k = shared[0]
+    z = b[1] if b[0] == k else b[0]
+    if k in c or z not in c or z in a or set(c) != (set(a) - {k}) | {z}:
+        return None
+    ka = a.index(k)
+    if a_shape[ka] < 2 or any(st < 0 for st in a_strides) or any(st < 0 for st in b_strides):
+        return None
+    others = [i for i in range(len(a)) if i != ka]
+    big = sorted((i for i in others if a_shape[i] > 1), key=lambda i: (-a_strides[i], i))
+    ones = [i for i in others if a_shape[i] == 1]
+    outer = [i for i in big if a_strides[i] > a_strides[ka]]
+    inner = [i for i in big if a_strides[i] < a_strides[ka]]
+    if len(outer) + len(inner) != len(big) or not _flattenable(outer, a_shape, a_strides):
+        return None
+    if inner and (a_strides[inner[-1]] != 1 or not _flattenable(inner, a_shape, a_strides)):
+        return None
+    if not inner and a_strides[ka] != 1:
+        return None
+    x_perm = tuple(ones + outer + [ka] + inner)
+    out_perm = tuple(c.index(a[i]) if i != ka else c.index(z) for i in x_perm)
+    n_outer = len(ones) + len(outer)
+    if out_strides is None and out_layout == "auto":
+        return x_perm, n_outer, out_perm, b[0] == k, True
+    if out_strides is None:  # a fresh C- or F-ordered output must happen to have the kernel's layout
+        c_st = _c_strides(tuple(out_shape) if out_layout == "C" else tuple(out_shape)[::-1])
+        out_strides = c_st if out_layout == "C" else c_st[::-1]
+    o = out_strides
+    o_outer = [out_perm[j] for j in range(len(ones), n_outer)]
+    o_inner = [out_perm[j] for j in range(n_outer + 1, len(out_perm))]
+    if any(st < 0 for st in o) or not _flattenable(o_outer, out_shape, o):
+        return None
+    if o_inner and (o[o_inner[-1]] != 1 or not _flattenable(o_inner, out_shape, o)):
+        return None
+    oz = out_perm[n_outer]
+    if o_inner and o[oz] < o[o_inner[0]] * out_shape[o_inner[0]]:
+        return None
+    return x_perm, n_outer, out_perm, b[0] == k, False
+
+
+def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
+                         out_strides, out_layout: str) -> ContractionPlan:
+    """The plan with a compiled small-rank TTM kernel when the roofline cost model says it is faster."""
+    if plan.dtype not in ("float32", "float64") or plan.remedy != Remedy.NONE or plan.kind == KernelKind.EMPTY:
+        return plan
+    if plan.flops < SMALL_RANK_MIN_FLOPS:
+        return plan
+    lay = _ttm_layout(spec, a_shape, a_strides, b_strides, plan.shapes[2], out_strides, out_layout)
+    if lay is None:
+        return plan
+    from tuckerkit.engine._roofline import machine_roofline
+    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency
+
+    x_perm, n_outer, out_perm, u_kz, fresh = lay
+    R = b_shape[1] if u_kz else b_shape[0]
+    if R > MAX_RANK:
+        return plan
+    variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
+    roof = machine_roofline()
+    itemsize = 4 if plan.dtype == "float32" else 8
+    nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
+    t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R))
+    t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, kernel_efficiency(variant.value, plan.dtype, R))
+    estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
+                 ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)))
+    # both read the tensor once: where both are bandwidth-bound the estimates tie and the compute terms
+    # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration)
+    c_comp = 1.0 / kernel_efficiency(variant.value, plan.dtype, R)
+    c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R)
+    if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:
+        return dataclasses.replace(plan, estimates=estimates)
+    small = _SmallRankLayout(x_perm, n_outer, out_perm, u_kz, plan._out_order)
+    # the kernel needs U as (I, R) rows (inner) or (R, I) rows (outer), C-contiguous: one copy of the
+    # matrix unless it already is
+    wants_kz = variant == CompiledKernel.TTM_INNER
+    ka, kb = (0, 1) if u_kz else (1, 0)
+    st = b_strides
+    contiguous = (st[kb] == 1 and st[ka] == b_shape[kb]) if wants_kz else (st[ka] == 1 and st[kb] == b_shape[ka])
+    copies = 0 if contiguous else math.prod(b_shape)
+    return dataclasses.replace(plan, compiled=variant, estimates=estimates, _sr=small, copies=copies,
+                               bytes_moved=nbytes + 2 * copies * itemsize, est_seconds=t_comp,
+                               _out_order=out_perm if fresh else plan._out_order)

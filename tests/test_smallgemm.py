@@ -1,0 +1,216 @@
+"""Compiled small-rank TTM kernels and the roofline cost model that chooses them.
+
+The kernels are checked against ``numpy.einsum`` in float64 (to a few eps of the sum of magnitudes) on every
+mode of orders 2-6, sizes 1, 7 and 13, ranks with and without the register-block tails, C and F order and
+views; through the planner (forced on by the cost model's constants) and directly. Bits do not depend on
+the worker count; GPU plans keep cuBLAS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from conftest import make_tensor
+
+import tuckerkit as tk
+from tuckerkit.engine import ExecutionPolicy, contract, plan_contraction, ttm, ttm_plan
+from tuckerkit.engine import _contract as contract_mod
+from tuckerkit.engine import _plan as plan_mod
+from tuckerkit.engine import _smallgemm as sg
+from tuckerkit.engine._plan import CompiledKernel
+from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_override
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The cost model's constants set so that every eligible TTM runs the compiled kernel, at any size."""
+    monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
+    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    for key in list(sg._KERNEL_EFF):
+        monkeypatch.setitem(sg._KERNEL_EFF, key, (50.0, 50.0))
+    contract_mod._cached_plan.cache_clear()
+    yield
+    contract_mod._cached_plan.cache_clear()
+
+
+def _ref(X, U, n):
+    """``X x_n U^T`` in float64 and the same with absolute values (the scale of the rounding error)."""
+    X64, U64 = X.astype(np.float64), U.astype(np.float64)
+    ref = np.moveaxis(np.tensordot(X64, U64, axes=(n, 0)), -1, n)
+    scale = np.moveaxis(np.tensordot(np.abs(X64), np.abs(U64), axes=(n, 0)), -1, n)
+    return ref, scale
+
+
+def _check(X, U, n, Y):
+    ref, scale = _ref(X, U, n)
+    eps = np.finfo(X.dtype).eps
+    assert Y.dtype == X.dtype and Y.shape == ref.shape
+    assert np.all(np.abs(Y - ref) <= 4 * (X.shape[n] + 2) * eps * scale + 1e-300)
+
+
+def _sliced_view(rng, shape, dtype):
+    """A view: a C-ordered tensor sliced on its outermost mode (outer stride not the product of the rest)."""
+    big = rng.standard_normal((shape[0] + 3, *shape[1:])).astype(dtype)
+    return big[2:2 + shape[0]]
+
+
+SHAPES = [(7, 13), (13, 7, 1), (7, 13, 7), (1, 7, 13, 7), (7, 1, 13, 7, 1), (1, 7, 1, 13, 1, 7)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+@pytest.mark.parametrize("how", ["C", "F", "sliced", "view"])
+def test_compiled_ttm_matches_einsum_on_every_mode(shape, how, dtype, forced, rng):
+    X = _sliced_view(rng, shape, dtype) if how == "sliced" else make_tensor(rng, shape, dtype, how)
+    X0 = X.copy()
+    for n, R in itertools.product(range(len(shape)), (1, 3, 4, 6)):
+        U = rng.standard_normal((shape[n], R)).astype(dtype)
+        plan = ttm_plan(X, U, n, transpose=True)
+        eligible = shape[n] > 1 and (how in ("C", "F") or (how == "sliced" and n >= 1
+                                                             and all(s == 1 for s in shape[1:n])))
+        if eligible:
+            assert plan.compiled != CompiledKernel.NONE, (n, R, plan.explain())
+        _check(X, U, n, ttm(X, U, n, transpose=True, plan=plan))
+        _check(X, U, n, ttm(X, np.ascontiguousarray(U.T), n))  # U given as (R, I): the (z, k) spec
+    np.testing.assert_array_equal(X, X0)
+
+
+@pytest.mark.parametrize("R", [1, 2, 3, 4, 5, 8, 9])
+@pytest.mark.parametrize("I", [1, 2, 3, 5, 13])
+def test_kernels_directly_against_einsum(R, I, dtype, rng):  # noqa: E741
+    X = rng.standard_normal((5, I, 131)).astype(dtype)  # 131: a full tile and a ragged one
+    U = rng.standard_normal((I, R)).astype(dtype)
+    Y = np.full((5, R, 131), np.nan, dtype)
+    sg.ttm_inner(X, U, Y)
+    _check(X, U, 1, Y)
+    X2 = rng.standard_normal((7, I)).astype(dtype)  # 7 rows: a block of four and a tail of three
+    Y2 = np.full((R, 7), np.nan, dtype)
+    sg.ttm_outer(X2, np.ascontiguousarray(U.T), Y2)
+    _check(X2, U, 1, Y2.T)
+    # strided output views: rows of a bigger buffer
+    buf = np.full((R, 3, 7), np.nan, dtype)
+    sg.ttm_outer(X2, np.ascontiguousarray(U.T), buf[:, 1, :])
+    _check(X2, U, 1, buf[:, 1, :].T)
+    assert np.isnan(buf[:, 0]).all() and np.isnan(buf[:, 2]).all()
+
+
+def test_kernels_refuse_negative_strides(rng):
+    X = rng.standard_normal((3, 4, 5))
+    with pytest.raises(ValueError, match="ttm_inner needs non-empty views with non-negative strides"):
+        sg.ttm_inner(X[::-1], np.ones((4, 2)), np.empty((3, 2, 5)))
+    with pytest.raises(ValueError, match="ttm_outer needs non-empty views with non-negative strides"):
+        sg.ttm_outer(X[0, ::-1], np.ones((2, 5)), np.empty((2, 4)))
+
+
+def test_compiled_into_a_given_out(forced, rng):
+    X = rng.standard_normal((9, 8, 7))
+    U = rng.standard_normal((8, 3))
+    out = np.full((9, 3, 7), np.nan)
+    plan = plan_contraction("abc,bz->azc", X, U, out=out)
+    assert plan.compiled is CompiledKernel.TTM_INNER
+    res = contract("abc,bz->azc", X, U, out=out, plan=plan)
+    assert res is out
+    _check(X, U, 1, out)
+    # an out whose layout the kernel cannot write (unit stride on the new mode): BLAS, same numbers
+    outF = np.full((9, 3, 7), np.nan, order="F")
+    planF = plan_contraction("abc,bz->azc", X, U, out=outF)
+    assert planF.compiled is CompiledKernel.NONE
+    _check(X, U, 1, contract("abc,bz->azc", X, U, out=outF, plan=planF))
+
+
+def test_bits_do_not_depend_on_workers_or_repeats(forced, rng):
+    X = rng.standard_normal((37, 29, 41))
+    for n in range(3):
+        U = rng.standard_normal((X.shape[n], 7))
+        spec = "abc,bz->azc" if n == 1 else ("abc,az->zbc" if n == 0 else "abc,cz->abz")
+        results = []
+        for w in (1, 2, 3, 1):
+            plan = plan_contraction(spec, X, U, policy=ExecutionPolicy(w))
+            assert plan.compiled != CompiledKernel.NONE
+            results.append(contract(spec, X, U, plan=plan).tobytes())
+        assert len(set(results)) == 1
+
+
+def test_hooi_unchanged_by_the_compiled_kernels(monkeypatch, rng):
+    X = rng.standard_normal((17, 15, 13, 11))
+    ranks = (3, 4, 2, 3)
+    init = tk.hosvd(X, ranks)
+    with pytest.warns(tk.ConvergenceWarning):
+        blas = tk.hooi(X, ranks, init=init, max_iter=4, tol=0.0)
+    monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
+    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    for key in list(sg._KERNEL_EFF):
+        monkeypatch.setitem(sg._KERNEL_EFF, key, (50.0, 50.0))
+    contract_mod._cached_plan.cache_clear()
+    try:
+        with pytest.warns(tk.ConvergenceWarning):
+            comp = tk.hooi(X, ranks, init=init, max_iter=4, tol=0.0)
+        assert any(p.compiled != CompiledKernel.NONE for mp in comp.plans for p in mp.plans)
+    finally:
+        contract_mod._cached_plan.cache_clear()
+    assert abs(comp.fit - blas.fit) <= 1e-12
+    for U, V in zip(comp.factors, blas.factors, strict=True):
+        np.testing.assert_allclose(U, V, atol=1e-10)
+
+
+def test_explain_records_the_choice_and_both_estimates(forced, rng):
+    X = rng.standard_normal((20, 30, 40))
+    plan = ttm_plan(X, rng.standard_normal((40, 5)), 2, transpose=True)
+    text = plan.explain()
+    assert plan.compiled is CompiledKernel.TTM_OUTER
+    assert "compiled small_rank_ttm_outer (BLAS alternative: gemm)" in text
+    assert "choice: the compiled kernel computes at least 5 % faster" in text
+    names = [name for name, _ in plan.estimates]
+    assert names == ["compiled", "blas gemm", "roofline"]
+    assert plan.copies == 40 * 5  # U transposed once into (R, I) rows
+
+
+def test_small_or_unsuited_cases_stay_on_blas(rng):
+    contract_mod._cached_plan.cache_clear()
+    X = rng.standard_normal((6, 7, 8))
+    assert ttm_plan(X, rng.standard_normal((8, 3)), 2, transpose=True).compiled is CompiledKernel.NONE
+    assert ttm_plan(X, rng.standard_normal((8, 3)), 2, transpose=True).estimates == ()  # too small to weigh
+    Xc = rng.standard_normal((6, 7, 8)) + 1j  # complex: BLAS only
+    assert plan_contraction("abc,cz->abz", Xc, np.ones((8, 2))).compiled is CompiledKernel.NONE
+
+
+def test_gpu_plans_keep_cublas(forced, rng):
+    X = rng.standard_normal((20, 30, 40))
+    plan = ttm_plan(X, rng.standard_normal((30, 5)), 1, transpose=True)
+    assert plan.compiled is CompiledKernel.TTM_INNER
+    gpu = contract_mod._on_gpu(plan)
+    assert gpu.compiled is CompiledKernel.NONE and gpu.device == "cuda"
+    assert gpu._out_order == plan._sr.blas_out_order
+    # the BLAS alternative of the same plan gives the same numbers on the CPU
+    blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE, _out_order=plan._sr.blas_out_order)
+    U = rng.standard_normal((30, 5))
+    np.testing.assert_allclose(blas(X, U), plan(X, U), rtol=0, atol=1e-12)
+
+
+def test_roofline_override_and_errors(monkeypatch):
+    monkeypatch.setenv(ENV, "bw=31e9,peak=1e11")
+    r = machine_roofline()
+    assert r == Roofline(31e9, 1e11, 2e11, "env")
+    assert r.bound(64e6, 160e6, "float64") == pytest.approx(64e6 / 31e9)
+    assert r.estimate(64e6, 160e6, "float32", 0.01) == pytest.approx(160e6 / (2e11 * 0.01))
+    assert parse_override("peak=2e11,bw=1e9,peak32=3e11").peak32 == 3e11
+    for bad in ("bw=1e9", "bw=-1,peak=1e9", "bw=x,peak=1", "bw=1,peak=1,speed=2", "bw=inf,peak=1"):
+        with pytest.raises(ValueError, match=r"^TUCKERKIT_ROOFLINE='.*' is invalid; expected 'bw=<bytes/s>"):
+            parse_override(bad)
+
+
+def test_roofline_is_cached_per_machine(monkeypatch, tmp_path):
+    from tuckerkit.engine import _roofline
+
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(_roofline, "_CURRENT", {})
+    calls = []
+    monkeypatch.setattr(_roofline, "calibrate", lambda: calls.append(1) or Roofline(2e10, 4e10, 8e10))
+    first = machine_roofline()
+    assert first.source == "calibrated" and (tmp_path / "tuckerkit" / "roofline.json").exists()
+    monkeypatch.setattr(_roofline, "_CURRENT", {})  # a new process reads the cache: same numbers
+    second = machine_roofline()
+    assert second == Roofline(2e10, 4e10, 8e10, "cache") and len(calls) == 1

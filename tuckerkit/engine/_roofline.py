@@ -1,0 +1,186 @@
+"""The machine's roofline (streaming bandwidth, GEMM peak) and the cost model built on it.
+
+The planner estimates each candidate for a contraction as ``max(bytes / bandwidth, flops / rate)``, where the
+rate is the GEMM peak times the candidate's efficiency: BLAS's from the extents of its GEMM (skinny extents
+run far from peak), a compiled small-rank kernel's from a constant measured against BLAS in the same process
+(``benchmarks/roofline.py``, ``benchmarks/ttm.py``). Both numbers are per core: the choice must not depend
+on the worker count (the same call gives the same bits with one worker or several).
+
+Calibration runs once per machine, in well under a second (one streaming reduce of 64 MB, one 384^3 GEMM
+per dtype, one thread each), and is cached as JSON under the user's cache directory
+(``$XDG_CACHE_HOME/tuckerkit`` or ``~/.cache/tuckerkit``). ``TUCKERKIT_ROOFLINE="bw=31e9,peak=1e11"`` (bytes/s
+and float64 flop/s; ``peak32=`` for float32, default twice ``peak``) overrides it and skips the calibration.
+The cached numbers are read back as they are, so on one machine the same call picks the same kernel, and
+therefore gives the same bits, on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+ENV = "TUCKERKIT_ROOFLINE"
+_FILE = "roofline.json"
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """One core's streaming read bandwidth and GEMM peaks, and where they came from.
+
+    Attributes
+    ----------
+    bandwidth : float
+        Bytes per second of one streaming read on one core.
+    peak64, peak32 : float
+        Flop/s of a large float64 / float32 GEMM on one core.
+    source : str
+        ``"calibrated"``, ``"cache"`` or ``"env"``.
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._roofline import Roofline
+    >>> r = Roofline(bandwidth=20e9, peak64=100e9, peak32=200e9, source="env")
+    >>> r.bound(8_000_000 * 8, 160_000_000, "float64")  # 64 MB read vs 160 MFlop: bandwidth-bound
+    0.0032
+    """
+
+    bandwidth: float
+    peak64: float
+    peak32: float
+    source: str = "calibrated"
+
+    def peak(self, dtype: str) -> float:
+        """The GEMM peak for ``dtype`` (float32 and complex64 use ``peak32``)."""
+        return self.peak32 if dtype in ("float32", "complex64") else self.peak64
+
+    def bound(self, nbytes: float, flops: float, dtype: str) -> float:
+        """Seconds of the roofline bound ``max(bytes / bandwidth, flops / peak)``."""
+        return max(nbytes / self.bandwidth, flops / self.peak(dtype))
+
+    def estimate(self, nbytes: float, flops: float, dtype: str, efficiency: float) -> float:
+        """Seconds of a kernel running at ``efficiency`` times the peak, bounded by the bandwidth."""
+        return max(nbytes / self.bandwidth, flops / (self.peak(dtype) * max(efficiency, 1e-6)))
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tuckerkit"
+
+
+def _machine_key() -> str:
+    return f"{platform.node()}|{platform.machine()}|{platform.processor()}|{os.cpu_count()}|v{_VERSION}"
+
+
+def parse_override(text: str) -> Roofline:
+    """The roofline an environment override describes: ``"bw=31e9,peak=1e11[,peak32=2e11]"``.
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._roofline import parse_override
+    >>> parse_override("bw=31e9,peak=1e11")
+    Roofline(bandwidth=31000000000.0, peak64=100000000000.0, peak32=200000000000.0, source='env')
+    >>> parse_override("bw=31e9")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: TUCKERKIT_ROOFLINE='bw=31e9' is invalid; expected 'bw=<bytes/s>,peak=<flop/s>' with positive ...
+    """
+    vals: dict[str, float] = {}
+    try:
+        for part in text.split(","):
+            key, _, value = part.partition("=")
+            vals[key.strip()] = float(value)
+    except ValueError:
+        vals = {}
+    ok = ({"bw", "peak"} <= set(vals) <= {"bw", "peak", "peak32"}
+          and all(math.isfinite(v) and v > 0 for v in vals.values()))
+    if not ok:
+        raise ValueError(f"{ENV}={text!r} is invalid; expected 'bw=<bytes/s>,peak=<flop/s>' with positive "
+                         "numbers (optional: peak32=<flop/s>)")
+    return Roofline(vals["bw"], vals["peak"], vals.get("peak32", 2 * vals["peak"]), "env")
+
+
+def _best_of(fn, repeat: int) -> float:
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def calibrate() -> Roofline:
+    """Measure one core's streaming read and GEMM peaks now (BLAS held to one thread); about 0.2 s.
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._roofline import calibrate
+    >>> r = calibrate()
+    >>> r.bandwidth > 1e8 and r.peak64 > 1e8 and r.source
+    'calibrated'
+    """
+    from tuckerkit.engine._policy import blas_pinned
+
+    x = np.ones(8 * 1024 * 1024)  # 64 MB: larger than the last-level caches it may share
+    bw = x.nbytes / _best_of(lambda: np.add.reduce(x), 5)
+    n = 384
+    peaks = {}
+    with blas_pinned():
+        for dt in (np.float64, np.float32):
+            a = np.full((n, n), 0.5, dtype=dt)
+            c = np.empty_like(a)
+            peaks[dt] = 2.0 * n**3 / _best_of(lambda a=a, c=c: np.matmul(a, a, out=c), 4)
+    return Roofline(bw, peaks[np.float64], peaks[np.float32], "calibrated")
+
+
+_LOCK = threading.Lock()
+_CURRENT: dict[str, Roofline] = {}
+
+
+def machine_roofline() -> Roofline:
+    """The roofline the planner uses: the environment override, else the cache, else a calibration (then
+    cached). Read once per process.
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._roofline import machine_roofline
+    >>> machine_roofline().source in ("env", "cache", "calibrated")
+    True
+    """
+    text = os.environ.get(ENV)
+    if text:
+        return parse_override(text)
+    with _LOCK:
+        if "r" in _CURRENT:
+            return _CURRENT["r"]
+        path = _cache_dir() / _FILE
+        key = _machine_key()
+        found = None
+        try:
+            data = json.loads(path.read_text())
+            entry = data.get(key) if isinstance(data, dict) else None
+            if isinstance(entry, dict):
+                found = Roofline(float(entry["bandwidth"]), float(entry["peak64"]), float(entry["peak32"]), "cache")
+        except (OSError, ValueError, KeyError, TypeError):
+            data = {}
+        if found is None:
+            found = calibrate()
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                data = data if isinstance(data, dict) else {}
+                data[key] = {k: v for k, v in asdict(found).items() if k != "source"}
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(data, indent=1))
+                tmp.replace(path)
+            except OSError:  # a read-only home: calibrate once per process instead
+                pass
+        _CURRENT["r"] = found
+        return found
