@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuckerkit.engine import ExecutionPolicy
-from tuckerkit.io import TensorFileError, read_tns, write_tns
-from tuckerkit.io import _tns
+from tuckerkit.io import TensorFileError, _tns, read_tns, write_tns
 
 _DIR = tempfile.mkdtemp(prefix="tk-tns-")
 
@@ -55,7 +54,7 @@ def test_values_bitwise_equal_python_float(tokens):
     if not tokens:
         return
     path = _write("hyp.tns", "".join(f"{i + 1} 1 {t}\n" for i, t in enumerate(tokens)))
-    coords, values, shape = read_tns(path)
+    _, values, shape = read_tns(path)
     want = np.array([float(t) for t in tokens])
     assert values.view(np.int64).tolist() == want.view(np.int64).tolist()  # same bits, -0.0 included
     assert shape == (len(tokens), 1)
@@ -143,7 +142,7 @@ def test_large_coordinates_switch_to_int64():
 
 def test_shape_option_and_float32():
     path = _write("s.tns", "1 2 0.1\n2 1 3\n")
-    c, v, s = read_tns(path, shape=(4, 5), dtype=np.float32)
+    _, v, s = read_tns(path, shape=(4, 5), dtype=np.float32)
     assert s == (4, 5) and v.dtype == np.float32 and v.tolist() == [np.float32(0.1), 3.0]
     with pytest.raises(TensorFileError, match=r"mode 1 has index 2 but the given shape allows at most 1"):
         read_tns(path, shape=(4, 1))
@@ -191,3 +190,47 @@ def test_write_refuses_bad_input(tmp_path):
         write_tns(tmp_path / "a.tns", np.array([[1, 0]]), np.array([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"coords must be a 2-D integer array"):
         write_tns(tmp_path / "a.tns", np.array([1.5, 0]), np.array([1.0, 2.0]))
+
+
+# ------------------------------------------------------------------------------------------- sparse .npz
+def test_sparse_npz_round_trip_through_every_door(tmp_path):
+    from tuckerkit.io import load_tensor, open_tensor
+    from tuckerkit.sparse import COOTensor
+
+    rng = np.random.default_rng(5)
+    X = COOTensor(np.stack([rng.integers(0, n, 500) for n in (9, 8, 7)], axis=1), rng.standard_normal(500),
+                  shape=(9, 8, 7))
+    X.save_npz(tmp_path / "x.npz")
+    for Y in (COOTensor.from_npz(tmp_path / "x.npz"), load_tensor(tmp_path / "x.npz")):
+        assert isinstance(Y, COOTensor) and Y.shape == X.shape
+        np.testing.assert_array_equal(Y.coords, X.coords)
+        assert Y.values.tobytes() == X.values.tobytes()
+    assert open_tensor(tmp_path / "x.npz").nnz == X.nnz
+    from tuckerkit.io import OutputFileError
+
+    with pytest.raises(OutputFileError):
+        X.save_npz(tmp_path / "x.npz")
+    X.to_tns(tmp_path / "x.tns")
+    Z = COOTensor.from_tns(tmp_path / "x.tns", shape=X.shape)
+    assert Z.values.tobytes() == X.values.tobytes()
+
+
+def test_sparse_npz_refuses_malformed(tmp_path):
+    from tuckerkit.sparse import COOTensor
+
+    np.savez(tmp_path / "a.npz", coords=np.zeros((3, 2), dtype=np.int32), values=np.ones(3), shape=np.array([2]))
+    with pytest.raises(TensorFileError, match=r"\['coords'\] must be an integer array of shape \(nnz, 1\); "
+                                              r"received int32 of shape \(3, 2\)"):
+        COOTensor.from_npz(tmp_path / "a.npz")
+    np.savez(tmp_path / "b.npz", coords=np.zeros((3, 1), dtype=np.int32), values=np.ones(3, dtype=np.int8),
+             shape=np.array([2]))
+    with pytest.raises(TensorFileError, match=r"\['values'\] must be float32 or float64 of shape \(3,\); received "
+                                              r"int8"):
+        COOTensor.from_npz(tmp_path / "b.npz")
+    np.savez(tmp_path / "c.npz", coords=np.array([[5]]), values=np.ones(1), shape=np.array([2]))
+    with pytest.raises(TensorFileError, match=r"coords\[:, 0\] spans 5..5 but mode 0 has size 2"):
+        COOTensor.from_npz(tmp_path / "c.npz")
+    np.savez(tmp_path / "d.npz", a=np.ones(2))
+    with pytest.raises(TensorFileError, match=r"holds the arrays a; a sparse .npz holds exactly coords, shape and "
+                                              r"values"):
+        COOTensor.from_npz(tmp_path / "d.npz")

@@ -329,3 +329,60 @@ def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *
         f.write(memoryview(data))
 
     atomic_write(path, writer, force=force)
+
+
+#: the members of a sparse ``.npz`` archive (:func:`save_sparse_npz`)
+SPARSE_NPZ_KEYS = ("coords", "shape", "values")
+
+
+def save_sparse_npz(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, shape: Sequence[int], *,
+                    force: bool = False) -> None:
+    """Write a sparse tensor as an uncompressed ``.npz`` of ``coords`` (nnz, N) 0-based, ``values`` (nnz,)
+    and ``shape`` (N,), atomically (the binary form of a ``.tns`` file: read back at disk speed)."""
+    from tuckerkit.io._save import atomic_write
+
+    arrays = {"coords": np.ascontiguousarray(coords), "values": np.ascontiguousarray(values),
+              "shape": np.asarray(shape, dtype=np.int64)}
+
+    def writer(f: Any) -> None:
+        np.savez(f, **arrays)  # type: ignore[arg-type]
+
+    atomic_write(path, writer, force=force)
+
+
+def is_sparse_npz(files: Sequence[str]) -> bool:
+    """True when an ``.npz`` archive's members are those of :func:`save_sparse_npz`."""
+    return tuple(sorted(files)) == SPARSE_NPZ_KEYS
+
+
+def load_sparse_npz(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """``coords``, ``values`` and ``shape`` of a sparse ``.npz`` (sizes checked against the file and memory
+    before reading, no pickles); a one-line :class:`TensorFileError` for anything else."""
+    from tuckerkit.io._load import TensorFileError, _check_npz_member
+
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            if not is_sparse_npz(z.files):
+                raise _err(p, f"holds the arrays {', '.join(sorted(z.files)) or '(none)'}; a sparse .npz holds "
+                              "exactly coords, shape and values")
+            for k in SPARSE_NPZ_KEYS:
+                _check_npz_member(z, k, p)
+            coords, values, shp = z["coords"], z["values"], z["shape"]
+    except TensorFileError:
+        raise
+    except OSError as exc:
+        raise _err(p, f"cannot be read ({exc.strerror or exc})") from None
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise _err(p, f"is not a valid .npz file ({first})") from None
+    if shp.ndim != 1 or shp.dtype.kind not in "iu" or shp.size < 1:
+        raise _err(p, f"['shape'] must be a 1-D integer array; received {shp.dtype} of shape {shp.shape}")
+    N = int(shp.size)
+    if coords.ndim != 2 or coords.dtype.kind not in "iu" or coords.shape[1] != N:
+        raise _err(p, f"['coords'] must be an integer array of shape (nnz, {N}); received {coords.dtype} of shape "
+                      f"{coords.shape}")
+    if values.dtype not in (np.float32, np.float64) or values.shape != (coords.shape[0],):
+        raise _err(p, f"['values'] must be float32 or float64 of shape ({coords.shape[0]},); received "
+                      f"{values.dtype} of shape {values.shape}")
+    return coords, values, tuple(int(s) for s in shp)

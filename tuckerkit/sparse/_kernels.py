@@ -385,3 +385,42 @@ def csf_levels(coords, order, perm, values):  # pragma: no cover
     for lev in range(N - 1):
         pos[lev, counts[lev]] = counts[lev + 1]
     return idx, pos, counts, vals
+
+
+@njit(cache=True, nogil=True)
+def coo_canonical(coords, values, shape, out_coords):  # pragma: no cover
+    """Nonzeros in lexicographic order of their coordinates, duplicates summed (left to right in input
+    order) and zeros dropped: the linearized key radix-sorted (skipped when already in order), then one
+    gathering pass. ``out_coords`` (nnz, N) receives the rows; returns (values, rows kept, duplicates seen)."""
+    n, N = coords.shape
+    key = np.empty(n, dtype=np.int64)
+    ordered = True
+    for i in range(n):
+        k = np.int64(0)
+        for m in range(N):
+            k = k * shape[m] + coords[i, m]
+        key[i] = k
+        if i and k < key[i - 1]:
+            ordered = False
+    perm = np.empty(0, dtype=np.int64) if ordered else radix_argsort(key)
+    vals = np.empty(n, dtype=values.dtype)
+    r = -1
+    prev = np.int64(-1)
+    dups = False
+    for j in range(n):
+        i = j if ordered else perm[j]
+        k = key[i]
+        if k == prev:
+            vals[r] += values[i]
+            dups = True
+            continue
+        if r >= 0 and vals[r] == 0.0:
+            r -= 1  # the previous coordinate summed to zero: overwrite it
+        r += 1
+        prev = k
+        vals[r] = values[i]
+        for m in range(N):
+            out_coords[r, m] = coords[i, m]
+    if r >= 0 and vals[r] == 0.0:
+        r -= 1
+    return vals[: r + 1], r + 1, dups
