@@ -64,3 +64,24 @@ def test_csf_every_order_holds_the_nonzeros(shape):
                 kids = C.idx[lev + 1][C.pos[lev][k]: C.pos[lev][k + 1]]
                 assert np.all(np.diff(kids) > 0)
         assert np.all(np.diff(C.idx[0]) > 0)
+
+
+def test_auto_plan_weighs_build_against_iterations():
+    from tuckerkit.sparse._mttkrp import plan_cost
+
+    rng = np.random.default_rng(0)
+    shape = (6, 5, 4, 3, 7)
+    X = COOTensor(np.stack([rng.integers(0, s, 300) for s in shape], axis=1), rng.random(300), shape)
+    one = X.plan(csf="auto", iterations=1)
+    assert one.kind == "one" and "1 iterations cost" in one.reason
+    many = X.plan(csf="auto", iterations=20)
+    assert many.kind == "all" and len(many.orders) == 5
+    assert plan_cost("all", 5, 20) < plan_cost("two", 5, 20) < plan_cost("one", 5, 20)
+    assert "vs 'two'" in many.explain() and "'one'" in many.explain()
+    assert X.plan(csf="auto") is many  # the same kind: the cached trees are kept
+    fresh = COOTensor(X.coords, X.values, shape)
+    assert fresh.plan(csf="auto").reason.startswith("auto: 5 tree(s) build + 50 iterations assumed")
+    small = X.plan(csf="auto", iterations=20, memory_budget=1)
+    assert small.kind == "one" and "exceeds the 1-byte budget" in small.reason
+    with pytest.raises(ValueError, match=r"iterations must be a positive integer or None; received 0"):
+        X.plan(csf="auto", iterations=0)
