@@ -1,11 +1,13 @@
-"""The sparse benchmark tensors (skew3d, skew4d, unif3d), regenerated inside the package.
+"""The sparse benchmark tensors (skew3d, skew4d, unif3d, skew5d, skew6d), regenerated inside the package.
 
-The project's sparse benchmarks use three FROSTT-style tensors whose recipe is fixed (base seed 12345, a child
+The project's sparse benchmarks use FROSTT-style tensors whose recipe is fixed (base seed 12345, a child
 seed per tensor, power-law coordinates with exponent 1.2 relabelled by a random permutation per mode, a
 coverage block that puts at least one nonzero in every slice, first-occurrence de-duplication until exactly
 ``nnz`` distinct coordinates exist, uniform(0, 1) values, random output order). This module draws the same
 random numbers in the same order, so the tensors are identical bit for bit to the reference files (checked
 against their md5 sums by ``benchmarks/sparse.py``), and the project never needs files from outside itself.
+skew5d (3000^5) and skew6d (1000^6), 1M nonzeros each, follow the same recipe at orders 5 and 6 (issue 17:
+sparse CP-ALS at every order 3-6 against SPLATT); their md5 sums are of tuckerkit's own output.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ SPARSE_BENCHMARKS = {
     "skew3d": ((20000, 20000, 20000), 2_000_000, True, _BASE_SEED + 1, "8d19ce308edcad9751395810553565bb"),
     "skew4d": ((5000, 5000, 5000, 5000), 1_000_000, True, _BASE_SEED + 2, "e46f050b6f9408b185b9fee8fa6672ae"),
     "unif3d": ((10000, 10000, 10000), 1_000_000, False, _BASE_SEED + 3, "1af207d371049572bd6abd18b17ecd1b"),
+    "skew5d": ((3000,) * 5, 1_000_000, True, _BASE_SEED + 4, "9384067f4feecbd4b5c1e514d8891d4b"),
+    "skew6d": ((1000,) * 6, 1_000_000, True, _BASE_SEED + 5, "552bc9d52bb72ae0cf2335c6bc11a733"),
 }
 
 
@@ -75,7 +79,12 @@ def make_sparse_benchmark(name: str) -> Dataset:
 
     Parameters
     ----------
-    name : {"skew3d", "skew4d", "unif3d"}
+    name : {"skew3d", "skew4d", "unif3d", "skew5d", "skew6d"}
+        ``skew3d``: 20000^3, 2M nonzeros; ``skew4d``: 5000^4, 1M; ``unif3d``: 10000^3, 1M uniform;
+        ``skew5d``: 3000^5, 1M; ``skew6d``: 1000^6, 1M. The skewed ones draw each coordinate from a power
+        law (Zipf exponent 1.2, relabelled by a random permutation per mode, every slice non-empty); values
+        are uniform on [0, 1). The recipe for any shape and count is
+        ``tuckerkit.datasets._sparse_bench.sparse_benchmark_coords(dims, nnz, skewed, seed)``.
 
     Returns
     -------

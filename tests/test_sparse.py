@@ -138,7 +138,8 @@ def test_sparse_benchmark_generator_is_deterministic_and_covers_every_slice():
         assert np.bincount(c1[:, m], minlength=d).min() >= 1  # no empty slice
     counts = np.bincount(c1[:, 0], minlength=50)
     assert counts.max() > 5 * np.median(counts)  # power-law slices
-    with pytest.raises(ValueError, match=r"name='big' is not valid; expected one of 'skew3d', 'skew4d', 'unif3d'"):
+    with pytest.raises(ValueError, match=r"name='big' is not valid; expected one of 'skew3d', 'skew4d', 'unif3d', "
+                                         r"'skew5d', 'skew6d'"):
         from tuckerkit.datasets import make_sparse_benchmark
 
         make_sparse_benchmark("big")

@@ -154,7 +154,8 @@ def load_tensor(
 
     Returns
     -------
-    numpy.ndarray (a read-only numpy.memmap for ``.npy``), or a COOTensor for ``.tns``
+    numpy.ndarray (a read-only numpy.memmap for ``.npy``), or a COOTensor for ``.tns`` and for a sparse
+    ``.npz`` (exactly the arrays ``coords``, ``shape``, ``values``: :meth:`COOTensor.save_npz`)
 
     Raises
     ------
@@ -183,8 +184,14 @@ def load_tensor(
             raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({_first_line(exc)})") from None
         return _check_array(arr, repr(str(p)))
     if ext == ".npz":
+        from tuckerkit.io._tns import is_sparse_npz
+
         try:
             with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:  # closed even when corrupt
+                if key is None and is_sparse_npz(z.files):  # coords, shape, values: COOTensor.save_npz
+                    from tuckerkit.sparse import COOTensor
+
+                    return COOTensor.from_npz(p)
                 k = _pick_key(list(z.files), key, repr(str(p)))
                 _check_npz_member(z, k, p)
                 arr = z[k]

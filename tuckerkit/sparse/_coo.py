@@ -96,11 +96,39 @@ class COOTensor(SparseOperand):
         return cls(np.asarray(S.coords).T, np.asarray(S.data), S.shape)
 
     @classmethod
-    def from_tns(cls, path: str | os.PathLike, *, shape: Sequence[int] | None = None) -> COOTensor:
+    def from_tns(cls, path: str | os.PathLike, *, shape: Sequence[int] | None = None,
+                 dtype: Any = np.float64) -> COOTensor:
+        """Read a FROSTT ``.tns`` file (see :func:`tuckerkit.io.read_tns`)."""
         from tuckerkit.io import read_tns
 
-        coords, values, shp = read_tns(path, shape=shape)
+        coords, values, shp = read_tns(path, shape=shape, dtype=dtype)
         return cls(coords, values, shp)
+
+    def to_tns(self, path: str | os.PathLike, *, force: bool = False) -> None:
+        """Write a FROSTT ``.tns`` file (see :func:`tuckerkit.io.write_tns`)."""
+        from tuckerkit.io import write_tns
+
+        write_tns(path, self.coords, self.values, force=force)
+
+    def save_npz(self, path: str | os.PathLike, *, force: bool = False) -> None:
+        """Write the binary sparse format: an uncompressed ``.npz`` holding ``coords`` (nnz, N) 0-based,
+        ``values`` (nnz,) and ``shape`` (N,), read back by :meth:`from_npz` or ``tuckerkit.io.load_tensor``
+        at disk speed (no text to parse). Refuses to overwrite without ``force``."""
+        from tuckerkit.io._tns import save_sparse_npz
+
+        save_sparse_npz(path, self.coords, self.values, self.shape, force=force)
+
+    @classmethod
+    def from_npz(cls, path: str | os.PathLike) -> COOTensor:
+        """Read the binary sparse format written by :meth:`save_npz` (sizes checked before reading)."""
+        from tuckerkit.io._load import TensorFileError
+        from tuckerkit.io._tns import load_sparse_npz
+
+        coords, values, shp = load_sparse_npz(path)
+        try:
+            return cls(coords, values, shp)
+        except (ValueError, TypeError) as exc:
+            raise TensorFileError(f"{str(path)!r}: {exc}") from None
 
     # ------------------------------------------------------------------------------------------ properties
     @property
@@ -138,34 +166,41 @@ class COOTensor(SparseOperand):
 
 def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Sort lexicographically, sum duplicates, drop zeros; int32 coordinates when they fit."""
+    itype = np.int32 if max(shape) < 2**31 - 1 else np.int64
+    if c.shape[0] and math.prod(float(x) for x in shape) < 2.0**62:
+        # one compiled pass: a radix sort of the linearized key (none when already sorted), then gather
+        from tuckerkit.sparse._kernels import coo_canonical
+
+        out = np.empty(c.shape, dtype=itype)
+        vals, kept, dups = coo_canonical(np.ascontiguousarray(c), np.ascontiguousarray(v),
+                                         np.asarray(shape, dtype=np.int64), out)
+        c = out[:kept] if kept == c.shape[0] else out[:kept].copy()
+        if dups and not np.all(np.isfinite(vals)):
+            _non_finite_sums(c, vals)
+        return c, vals if kept == vals.shape[0] else vals.copy()
     if c.shape[0]:
-        key = linear_key(c, shape)
-        if key is not None:  # one int64 key: a single argsort instead of an N-key lexsort
-            order = np.argsort(key, kind="stable")
-            key = key[order]
-            c, v = c[order], v[order]
-            new = np.ones(c.shape[0], dtype=bool)
-            new[1:] = key[1:] != key[:-1]
-        else:
-            order = np.lexsort(c.T[::-1])
-            c, v = c[order], v[order]
-            new = np.ones(c.shape[0], dtype=bool)
-            new[1:] = np.any(c[1:] != c[:-1], axis=1)
+        order = np.lexsort(c.T[::-1])
+        c, v = c[order], v[order]
+        new = np.ones(c.shape[0], dtype=bool)
+        new[1:] = np.any(c[1:] != c[:-1], axis=1)
         if not new.all():
             starts = np.flatnonzero(new)
             with np.errstate(over="ignore", invalid="ignore"):
                 v = np.add.reduceat(v, starts)
             c = c[starts]
             if not np.all(np.isfinite(v)):
-                bad = int(v.size - np.count_nonzero(np.isfinite(v)))
-                raise ValueError(f"values: duplicate coordinates sum to NaN or infinity at {bad} coordinate(s) "
-                                 f"(first: {[int(i) for i in c[~np.isfinite(v)][0]]}, 0-based); the sums must be "
-                                 "finite")
+                _non_finite_sums(c, v)
         keep = v != 0
         if not keep.all():
             c, v = c[keep], v[keep]
-    itype = np.int32 if max(shape) < 2**31 - 1 else np.int64
     return np.ascontiguousarray(c, dtype=itype), np.ascontiguousarray(v)
+
+
+def _non_finite_sums(c: np.ndarray, v: np.ndarray) -> None:
+    bad = int(v.size - np.count_nonzero(np.isfinite(v)))
+    raise ValueError(f"values: duplicate coordinates sum to NaN or infinity at {bad} coordinate(s) "
+                     f"(first: {[int(i) for i in c[~np.isfinite(v)][0]]}, 0-based); the sums must be "
+                     "finite")
 
 
 def linear_key(c: np.ndarray, shape: Sequence[int]) -> np.ndarray | None:

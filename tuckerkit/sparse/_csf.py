@@ -44,33 +44,33 @@ class CSFTensor(SparseOperand):
             raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
         self.shape = coo.shape
         self.order = order
-        from tuckerkit.sparse._kernels import counting_argsort, counting_sort_rows, csf_levels, radix_argsort
+        from tuckerkit.sparse._kernels import csf_build_levels, radix_argsort, sort_rows_by
 
         nnz = coo.nnz
         itype = np.int32 if max(max(self.shape), nnz) < 2**31 - 1 else np.int64
         coords = np.ascontiguousarray(coo.coords)
+        values = coo.values
         # a COOTensor is in lexicographic order: a tree whose order ends in increasing modes needs a stable
-        # sort by its leading modes only (counting sorts); else a radix sort of the linearized key
+        # sort by its leading modes only, one counting-sort pass each (rows moved, not gathered)
         lead = N - 1  # the fewest leading modes after which the order increases
         while lead > 0 and order[lead - 1] < order[lead]:
             lead -= 1
-        values = coo.values
-        if nnz and order != tuple(range(N)) and lead == 1 and coo.shape[order[0]] <= 4 * nnz:
-            coords, values = counting_sort_rows(coords, values, order[0], coo.shape[order[0]])
-            perm = np.empty(0, dtype=np.int64)
-        elif nnz and order != tuple(range(N)) and lead <= 2 and sum(coo.shape[m] for m in order[:lead]) <= 4 * nnz:
-            perm = counting_argsort(coords, np.asarray(order[:lead], dtype=np.int64),
-                                    np.asarray(coo.shape, dtype=np.int64))
-        elif nnz and order != tuple(range(N)):
+        if nnz and lead and sum(self.shape[m] for m in order[:lead]) <= 8 * nnz + (1 << 20):
+            coords, values = sort_rows_by(coords, values, np.asarray(order[:lead], dtype=np.int64),
+                                          np.asarray(self.shape, dtype=np.int64))
+        elif nnz and lead:  # modes too long for counting arrays: a radix sort of the linearized key
             c = coords[:, list(order)]
-            key = linear_key(c, [coo.shape[m] for m in order])
+            key = linear_key(c, [self.shape[m] for m in order])
             perm = radix_argsort(key) if key is not None else np.lexsort(c.T[::-1])
-        else:
-            perm = np.empty(0, dtype=np.int64)
-        idx, pos, counts, vals = csf_levels(coords, np.asarray(order, dtype=np.int64), perm, values)
-        self.idx = [idx[lev, : counts[lev]].astype(itype) for lev in range(N)]
-        self.pos = [pos[lev, : counts[lev] + 1].astype(itype) for lev in range(N - 1)]
-        self.values = vals
+            coords, values = coords[perm], values[perm]
+        upper = np.empty((N - 1, nnz), dtype=itype)
+        leaf = np.empty(nnz, dtype=itype)
+        pos = np.empty((N - 1, nnz + 1), dtype=itype)
+        counts = csf_build_levels(coords, np.asarray(order, dtype=np.int64), values, upper, leaf, pos)
+        del coords
+        self.idx = [upper[lev, : counts[lev]].copy() for lev in range(N - 1)] + [leaf]
+        self.pos = [pos[lev, : counts[lev] + 1].copy() for lev in range(N - 1)]
+        self.values = values
 
     @classmethod
     def from_coo(cls, coo: COOTensor, order: Sequence[int] | None = None) -> CSFTensor:

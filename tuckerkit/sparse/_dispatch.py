@@ -101,16 +101,22 @@ class SparseOperand(SparseShape, OperandBase):
 
         return GpuCOOTensor(as_coo(self), device)
 
-    def plan(self, csf: str | None = None, *, memory_budget: int | None = None) -> Any:
+    def plan(self, csf: str | None = None, *, memory_budget: int | None = None,
+             iterations: int | None = None) -> Any:
         """The per-mode kernel plan MTTKRP uses on this tensor (:class:`SparsePlan`; builds the CSFs once).
 
         Parameters
         ----------
         csf : {None, "auto", "all", "two", "one"}, default None
-            None: the cached plan, else ``"auto"``. ``"auto"`` takes the fastest kind whose trees fit
-            ``memory_budget``; the others force a kind (replacing a cached plan of another kind).
+            None: the cached plan, else ``"auto"``. ``"auto"`` takes, among the kinds whose trees fit
+            ``memory_budget``, the one whose build plus ``iterations`` sweeps is estimated cheapest (the plan's
+            ``reason`` and ``explain()`` give the estimates); the others force a kind (replacing a cached
+            plan of another kind).
         memory_budget : int, optional
             Bytes the CSF trees may use (default: a quarter of the available memory).
+        iterations : int, optional
+            Sweeps the caller expects to run (CP-ALS: ``max_iter``), weighed against the build time by
+            ``"auto"``; default 50.
 
         Returns
         -------
@@ -124,12 +130,14 @@ class SparseOperand(SparseShape, OperandBase):
           mode 0: CSF order [0, 1, 2] (root kernel)
         >>> X.plan(memory_budget=100).kind
         'one'
+        >>> X.plan(csf="auto", iterations=1).kind  # one sweep: building three trees does not pay
+        'one'
         """
         from tuckerkit.sparse._mttkrp import sparse_plan
 
-        if csf is None and memory_budget is not None:
+        if csf is None and (memory_budget is not None or iterations is not None):
             csf = "auto"
-        return sparse_plan(self, csf, memory_budget)[0]
+        return sparse_plan(self, csf, memory_budget, iterations)[0]
 
     # -- the operand protocol ------------------------------------------------------------------------
     def unfolding(self, mode: int) -> Any:

@@ -302,86 +302,111 @@ def radix_argsort(keys):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def counting_argsort(coords, key_modes, sizes):  # pragma: no cover
-    """Stable argsort of nonzeros already in lexicographic order, by the coordinates of ``key_modes``
-    (most significant first): one counting sort per key mode, last to first (O(nnz + I_m) each).
+def coo_canonical(coords, values, shape, out_coords):  # pragma: no cover
+    """Nonzeros in lexicographic order of their coordinates, duplicates summed (left to right in input
+    order) and zeros dropped: the linearized key radix-sorted (skipped when already in order), then one
+    gathering pass. ``out_coords`` (nnz, N) receives the rows; returns (values, rows kept, duplicates seen)."""
+    n, N = coords.shape
+    key = np.empty(n, dtype=np.int64)
+    ordered = True
+    for i in range(n):
+        k = np.int64(0)
+        for m in range(N):
+            k = k * shape[m] + coords[i, m]
+        key[i] = k
+        if i and k < key[i - 1]:
+            ordered = False
+    perm = np.empty(0, dtype=np.int64) if ordered else radix_argsort(key)
+    vals = np.empty(n, dtype=values.dtype)
+    r = -1
+    prev = np.int64(-1)
+    dups = False
+    for j in range(n):
+        i = j if ordered else perm[j]
+        k = key[i]
+        if k == prev:
+            vals[r] += values[i]
+            dups = True
+            continue
+        if r >= 0 and vals[r] == 0.0:
+            r -= 1  # the previous coordinate summed to zero: overwrite it
+        r += 1
+        prev = k
+        vals[r] = values[i]
+        for m in range(N):
+            out_coords[r, m] = coords[i, m]
+    if r >= 0 and vals[r] == 0.0:
+        r -= 1
+    return vals[: r + 1], r + 1, dups
 
-    Sorting lexicographically ordered nonzeros stably by a few leading modes leaves the rest in their
-    original (increasing mode) order, so a tree whose order is ``[n, other modes in increasing order]`` needs
-    one pass over the nonzeros, where a radix sort of the linearized key needs one per 16 bits of it.
-    """
-    n = coords.shape[0]
-    perm = np.arange(n)
-    nxt = np.empty(n, dtype=np.int64)
+
+@njit(cache=True, nogil=True)
+def sort_rows_by(coords, values, key_modes, sizes):  # pragma: no cover
+    """Rows of lexicographically ordered nonzeros stably sorted by the coordinates of ``key_modes`` (most
+    significant first): one counting-sort pass per key mode, last to first, each moving the rows and values
+    themselves (sequential reads, one write stream per slice) instead of gathering through a permutation
+    (a cache miss per nonzero). Any tree order is one pass per mode before its increasing tail."""
+    n, N = coords.shape
+    src_c = coords
+    src_v = values
+    dst_c = np.empty_like(coords)
+    dst_v = np.empty_like(values)
+    spare_c = np.empty((0, N), dtype=coords.dtype)
+    spare_v = np.empty(0, dtype=values.dtype)
+    first = True
     for t in range(key_modes.shape[0] - 1, -1, -1):
         m = key_modes[t]
-        count = np.zeros(sizes[m] + 1, dtype=np.int64)
+        size = sizes[m]
+        count = np.zeros(size + 1, dtype=np.int64)
         for i in range(n):
-            count[coords[perm[i], m] + 1] += 1
-        for d in range(sizes[m]):
+            count[src_c[i, m] + 1] += 1
+        for d in range(size):
             count[d + 1] += count[d]
         for i in range(n):
-            c = coords[perm[i], m]
-            nxt[count[c]] = perm[i]
-            count[c] += 1
-        perm, nxt = nxt, perm
-    return perm
+            c = src_c[i, m]
+            j = count[c]
+            count[c] = j + 1
+            for q in range(N):
+                dst_c[j, q] = src_c[i, q]
+            dst_v[j] = src_v[i]
+        if first:  # the input is never written: the second pass gets a buffer of its own
+            first = False
+            spare_c = np.empty_like(coords) if key_modes.shape[0] > 1 else spare_c
+            spare_v = np.empty_like(values) if key_modes.shape[0] > 1 else spare_v
+            src_c, src_v, dst_c, dst_v = dst_c, dst_v, spare_c, spare_v
+        else:
+            src_c, src_v, dst_c, dst_v = dst_c, dst_v, src_c, src_v
+    return src_c, src_v
 
 
 @njit(cache=True, nogil=True)
-def counting_sort_rows(coords, values, m, size):  # pragma: no cover
-    """Lexicographically ordered nonzeros stably sorted by mode ``m``: the rows and values themselves are
-    moved (one pass of scattered writes), so the tree build then reads them in order instead of gathering
-    each nonzero through a permutation (one cache miss per nonzero, twice the time on 2M nonzeros)."""
-    n, N = coords.shape
-    count = np.zeros(size + 1, dtype=np.int64)
-    for i in range(n):
-        count[coords[i, m] + 1] += 1
-    for d in range(size):
-        count[d + 1] += count[d]
-    out_c = np.empty_like(coords)
-    out_v = np.empty_like(values)
-    for i in range(n):
-        c = coords[i, m]
-        j = count[c]
-        count[c] = j + 1
-        for t in range(N):
-            out_c[j, t] = coords[i, t]
-        out_v[j] = values[i]
-    return out_c, out_v
-
-
-@njit(cache=True, nogil=True)
-def csf_levels(coords, order, perm, values):  # pragma: no cover
-    """One pass over the nonzeros in sorted order (``perm``; empty = already sorted): each level's node
-    indices, child pointers and the values in tree order. Returns full-length buffers and node counts."""
+def csf_build_levels(coords, order, values, upper_idx, leaf_idx, pos):  # pragma: no cover
+    """One pass over nonzeros already in tree order: each level's node indices (``upper_idx`` rows for the
+    levels above the leaves, ``leaf_idx`` for the leaves), child pointers ``pos`` and the node counts.
+    Writes straight into the caller's (int32 when they fit) buffers."""
     nnz, N = coords.shape
-    idx = np.empty((N, nnz), dtype=np.int64)
-    pos = np.empty((max(N - 1, 1), nnz + 1), dtype=np.int64)
     counts = np.zeros(N, dtype=np.int64)
-    vals = np.empty(nnz, dtype=values.dtype)
     prev = np.full(N, -1, dtype=np.int64)
-    sorted_in = perm.shape[0] == 0
     for i in range(nnz):
-        p = i if sorted_in else perm[i]
-        vals[i] = values[p]
-        d = N
-        for lev in range(N):
-            if coords[p, order[lev]] != prev[lev]:
-                d = lev
-                break
-        if i == 0:
-            d = 0
+        d = 0
+        if i > 0:
+            d = N - 1  # a repeated coordinate cannot occur (COO sums duplicates): the leaf always changes
+            for lev in range(N - 1):
+                if coords[i, order[lev]] != prev[lev]:
+                    d = lev
+                    break
         for lev in range(d, N):
-            c = coords[p, order[lev]]
+            c = coords[i, order[lev]]
             prev[lev] = c
             k = counts[lev]
-            idx[lev, k] = c
-            if lev >= 1 and lev - 1 >= d:  # first child of a node created at this nonzero
-                pos[lev - 1, counts[lev - 1] - 1] = k
-            elif lev >= 1 and i == 0:
-                pos[lev - 1, 0] = 0
+            if lev == N - 1:
+                leaf_idx[k] = c
+            else:
+                upper_idx[lev, k] = c
+            if lev >= 1:
+                if lev - 1 >= d:  # first child of the node created at this nonzero one level up
+                    pos[lev - 1, counts[lev - 1] - 1] = k
             counts[lev] = k + 1
     for lev in range(N - 1):
         pos[lev, counts[lev]] = counts[lev + 1]
-    return idx, pos, counts, vals
+    return counts

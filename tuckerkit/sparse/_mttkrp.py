@@ -100,13 +100,48 @@ def _default_budget() -> int:
     return int(avail // 4)
 
 
-def _choose_kind(coo: COOTensor, memory_budget: int | None) -> tuple[str, str]:
+#: cost model of ``csf="auto"``, in units of one root-kernel MTTKRP of one mode (measured on skew3d and 5-way
+#: power-law tensors, 2 threads, rank 16): building one CSF tree (row-moving counting sorts plus one level
+#: pass) costs about as much as one root MTTKRP; an internal- or leaf-level MTTKRP (thread-private outputs
+#: summed afterwards, scattered output rows) about 1.5 of them
+BUILD_COST = 1.0
+LEVEL_COST = 1.5
+#: iterations assumed when the caller does not say (CP-ALS's default stopping rule converges in 30-80)
+DEFAULT_ITERATIONS = 50
+
+
+def _kind_trees(kind: str, N: int) -> tuple[int, int, int]:
+    """(trees, root-kernel modes, level-kernel modes) of a plan kind."""
+    if kind == "all":
+        return N, N, 0
+    if kind == "two" and N > 1:
+        return 2, 2, N - 2
+    return 1, 1, N - 1
+
+
+def plan_cost(kind: str, N: int, iterations: int) -> float:
+    """Estimated build plus ``iterations`` sweeps of a plan kind, in root-MTTKRP units (see BUILD_COST)."""
+    trees, roots, levels = _kind_trees(kind, N)
+    return trees * BUILD_COST + iterations * (roots + LEVEL_COST * levels)
+
+
+def _choose_kind(coo: COOTensor, memory_budget: int | None, iterations: int | None = None) -> tuple[str, str]:
     budget = _default_budget() if memory_budget is None else int(memory_budget)
     one = _estimate_tree_bytes(coo)
-    for kind, trees in (("all", coo.ndim), ("two", 2)):
-        if trees * one <= budget:
-            return kind, f"auto: {trees} trees of <= {one:,} bytes fit the {budget:,}-byte budget"
-    return "one", f"auto: 2 trees of <= {one:,} bytes exceed the {budget:,}-byte budget"
+    N = coo.ndim
+    its = DEFAULT_ITERATIONS if iterations is None else int(iterations)
+    said = f"{its} iterations" + (" assumed" if iterations is None else "")
+    fits = [k for k in CSF_KINDS if _kind_trees(k, N)[0] * one <= budget]
+    if not fits:
+        return "one", f"auto: even 1 tree of <= {one:,} bytes exceeds the {budget:,}-byte budget"
+    costs = {k: plan_cost(k, N, its) for k in fits}
+    kind = min(fits, key=lambda k: (costs[k], -CSF_KINDS.index(k)))  # ties: the fewer trees
+    others = ", ".join(f"{k!r} {costs[k]:.0f}" for k in fits if k != kind)
+    left = [k for k in CSF_KINDS if k not in fits]
+    return kind, (f"auto: {_kind_trees(kind, N)[0]} tree(s) build + {said} cost {costs[kind]:.0f} root-MTTKRP "
+                  f"units" + (f" vs {others}" if others else "")
+                  + (f"; {', '.join(map(repr, left))} exceed the {budget:,}-byte budget" if left else
+                     f"; fits the {budget:,}-byte budget"))
 
 
 def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
@@ -120,11 +155,13 @@ def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
         return parallel_map(lambda o: CSFTensor(coo, o), list(orders), default_policy())
 
 
-def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None) -> tuple[SparsePlan, list]:
+def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None,
+                iterations: int | None = None) -> tuple[SparsePlan, list]:
     """The per-mode CSF plan of ``X`` (built once and cached on the tensor).
 
-    ``csf=None`` returns the cached plan or builds ``"auto"``; ``"auto"`` picks the fastest kind whose trees
-    fit ``memory_budget`` bytes (default: a quarter of the available memory); ``"all"``, ``"two"`` and
+    ``csf=None`` returns the cached plan or builds ``"auto"``; ``"auto"`` picks, among the kinds whose trees
+    fit ``memory_budget`` bytes (default: a quarter of the available memory), the one whose build plus
+    ``iterations`` sweeps is cheapest (:func:`plan_cost`; default 50 iterations); ``"all"``, ``"two"`` and
     ``"one"`` force a kind. A different kind replaces the cached plan.
     """
     cache = getattr(X, "_tk_csf", None)
@@ -134,8 +171,10 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
         raise ValueError(f"csf={csf!r} is not valid; expected 'auto', 'all', 'two' or 'one'")
     t0 = time.perf_counter()
     coo = as_coo(X)
+    if iterations is not None and (not isinstance(iterations, int | np.integer) or iterations < 1):
+        raise ValueError(f"iterations must be a positive integer or None; received {iterations!r}")
     if csf is None or csf == "auto":
-        kind, reason = _choose_kind(coo, memory_budget)
+        kind, reason = _choose_kind(coo, memory_budget, iterations)
     else:
         kind, reason = csf, f"csf={csf!r}"
     if cache is not None and cache[0].kind == kind:
