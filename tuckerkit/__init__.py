@@ -9,6 +9,8 @@ from tuckerkit.decomposition import (
     cp_als,
     hooi,
     hosvd,
+    non_negative_cp,
+    non_negative_tucker,
     st_hosvd,
 )
 from tuckerkit.engine import (
@@ -43,6 +45,8 @@ __all__ = [
     "khatri_rao",
     "mttkrp",
     "multi_ttm",
+    "non_negative_cp",
+    "non_negative_tucker",
     "plan_contraction",
     "st_hosvd",
     "ttm",

@@ -2,7 +2,19 @@
 
 from tuckerkit.decomposition._cp import cp_als
 from tuckerkit.decomposition._monitor import IterationState
+from tuckerkit.decomposition._nonneg import non_negative_cp, non_negative_tucker
 from tuckerkit.decomposition._results import ConvergenceWarning, CPTensor, TuckerTensor
 from tuckerkit.decomposition._tucker import hooi, hosvd, st_hosvd
 
-__all__ = ["CPTensor", "ConvergenceWarning", "IterationState", "TuckerTensor", "cp_als", "hooi", "hosvd", "st_hosvd"]
+__all__ = [
+    "CPTensor",
+    "ConvergenceWarning",
+    "IterationState",
+    "TuckerTensor",
+    "cp_als",
+    "hooi",
+    "hosvd",
+    "non_negative_cp",
+    "non_negative_tucker",
+    "st_hosvd",
+]
