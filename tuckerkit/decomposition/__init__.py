@@ -3,18 +3,32 @@
 from tuckerkit.decomposition._cp import cp_als
 from tuckerkit.decomposition._monitor import IterationState
 from tuckerkit.decomposition._nonneg import non_negative_cp, non_negative_tucker
+from tuckerkit.decomposition._rank import (
+    FactorMatch,
+    RankRow,
+    RankSweep,
+    corcondia,
+    factor_match_score,
+    rank_sweep,
+)
 from tuckerkit.decomposition._results import ConvergenceWarning, CPTensor, TuckerTensor
 from tuckerkit.decomposition._tucker import hooi, hosvd, st_hosvd
 
 __all__ = [
     "CPTensor",
     "ConvergenceWarning",
+    "FactorMatch",
     "IterationState",
+    "RankRow",
+    "RankSweep",
     "TuckerTensor",
+    "corcondia",
     "cp_als",
+    "factor_match_score",
     "hooi",
     "hosvd",
     "non_negative_cp",
     "non_negative_tucker",
+    "rank_sweep",
     "st_hosvd",
 ]
