@@ -1,5 +1,6 @@
 """Tucker (HOSVD, ST-HOSVD, HOOI) and CP (CP-ALS) decompositions built on the contraction engine."""
 
+from tuckerkit.decomposition._apr import PoissonCPTensor, cp_apr
 from tuckerkit.decomposition._cp import cp_als
 from tuckerkit.decomposition._monitor import IterationState
 from tuckerkit.decomposition._nonneg import non_negative_cp, non_negative_tucker
@@ -19,11 +20,13 @@ __all__ = [
     "ConvergenceWarning",
     "FactorMatch",
     "IterationState",
+    "PoissonCPTensor",
     "RankRow",
     "RankSweep",
     "TuckerTensor",
     "corcondia",
     "cp_als",
+    "cp_apr",
     "factor_match_score",
     "hooi",
     "hosvd",
