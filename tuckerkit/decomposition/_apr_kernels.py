@@ -6,7 +6,6 @@ from __future__ import annotations
 from numba import njit, prange
 
 
-# ---------------------------------------------------------------------------------------------------
 @njit(parallel=True, cache=True)
 def _gather_pi(coords, F_all, F_off, n, out):  # pragma: no cover - compiled
     """``out[k, r] = prod_{m != n} U_m[coords[k, m], r]`` (the Khatri-Rao rows of the nonzeros)."""
