@@ -166,3 +166,19 @@ def test_on_device_equals_cpu(xp, dtype):
         tol = 1e3 * _eps(dtype)
         np.testing.assert_allclose(got.fit_history, ref.fit_history, rtol=0, atol=tol)
         np.testing.assert_allclose(to_numpy(got.to_dense()), ref.to_dense(), rtol=0, atol=tol * X.max())
+
+
+def test_estimators_nonnegative(rng):
+    from sklearn.base import clone
+
+    X = _cp_data(rng, shape=(20, 8, 9))
+    est = _quiet(tk.CPDecomposer(rank=3, nonnegative=True, random_state=0, max_iter=300).fit, X)
+    C = est.transform(X)
+    assert C.shape == (20, 3) and bool((C >= 0).all())
+    assert all(bool((U >= 0).all()) for U in est.factors_)
+    assert est.score(X) > 0.9 and clone(est).get_params()["nonnegative"] is True
+    T = _quiet(tk.TuckerDecomposer(ranks=(3, 3), nonnegative=True, random_state=0, max_iter=50).fit, X)
+    Z = T.transform(X)
+    assert Z.shape == (20, 9) and bool((T.core_ >= 0).all()) and T.score(X) > 0.9
+    with pytest.raises(TypeError, match=r"^nonnegative must be True or False; received 'yes'$"):
+        tk.CPDecomposer(nonnegative="yes").fit(X)
