@@ -705,3 +705,6 @@ def _plan(spec, shapes, order, dtype):
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+import tuckerkit.cli._ranks  # noqa: E402, F401  (registers `tuckerkit ranks`)

@@ -91,7 +91,8 @@ def test_every_init_parameter_reaches_the_function(cls, monkeypatch, rng):
         assert seen[k] == v, k
     assert seen["_rank_arg"] == (3 if cls is CPDecomposer else (4, 2, 3))  # rank / sample_rank + ranks
     # max_error reaches st_hosvd (see test_tucker_estimator_max_error_chooses_ranks in test_user_side.py)
-    assert set(params) == set(custom) | ({"rank"} if cls is CPDecomposer else {"ranks", "sample_rank", "max_error"})
+    assert set(params) == set(custom) | ({"rank"} if cls is CPDecomposer else {"ranks", "sample_rank", "max_error"}) | {
+        "nonnegative"}  # chooses the function (test_nonneg.py::test_estimators_nonnegative)
 
 
 @pytest.mark.parametrize("cls", [TuckerDecomposer, CPDecomposer])

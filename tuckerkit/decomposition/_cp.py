@@ -78,6 +78,7 @@ def cp_als(
     verbose: bool = False,
     memory_limit: Any = None,
     device: Any = None,
+    mask: Any = None,
 ) -> CPTensor:
     """CP decomposition ``X ~ sum_r w_r a_r o b_r o c_r`` (any order) by alternating least squares.
 
@@ -139,6 +140,10 @@ def cp_als(
         nonzeros go to the GPU as COO with an atomics MTTKRP kernel) is copied once; the result comes back
         as numpy arrays. On a GPU the Grams, solves and MTTKRPs stay on the device; the fit is the one
         value copied back per iteration.
+    mask : boolean array of X's shape, optional
+        Missing data: True where ``X`` is observed (other entries may hold anything, NaN included). Fitted by
+        EM imputation (the missing entries take the model's values before each ALS sweep; the observed-entry
+        error never increases); ``fit`` is then the fit on the observed entries. Needs a dense ``X``.
 
     Returns
     -------
@@ -154,6 +159,12 @@ def cp_als(
     >>> round(tk.cp_als(X, 2, random_state=0, tol=1e-10).fit, 6)
     1.0
     """
+    if mask is not None:  # missing data: EM imputation around the same sweep (_missing.py)
+        from tuckerkit.decomposition._missing import masked_cp_als
+
+        return masked_cp_als(X, rank, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
+                             normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
+                             device=device)
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
                                    Extras(fixed_modes, linesearch, orthogonalize)))

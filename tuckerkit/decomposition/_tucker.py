@@ -324,6 +324,7 @@ def hooi(
     verbose: bool = False,
     memory_limit: Any = None,
     device: Any = None,
+    mask: Any = None,
 ) -> TuckerTensor:
     """Tucker decomposition by higher-order orthogonal iteration (HOOI).
 
@@ -375,6 +376,10 @@ def hooi(
         (``result.to("cuda")`` keeps a copy on the GPU).
         On a GPU every product, Gram and eigendecomposition stays on the device; the fit is the one value
         copied back per iteration.
+    mask : boolean array of X's shape, optional
+        Missing data: True where ``X`` is observed (other entries may hold anything, NaN included). Fitted by
+        EM imputation (the missing entries take the model's values before each projection sweep); ``fit`` is
+        then the fit on the observed entries. Needs a dense ``X``.
 
     Returns
     -------
@@ -396,6 +401,11 @@ def hooi(
     >>> T.converged, round(T.fit, 6)
     (True, 1.0)
     """
+    if mask is not None:  # missing data: EM imputation around the same sweep (_missing.py)
+        from tuckerkit.decomposition._missing import masked_hooi
+
+        return masked_hooi(X, ranks, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
+                           callback=callback, verbose=verbose, memory_limit=memory_limit, device=device)
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
         return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose, fixed_factors))
 

@@ -10,8 +10,8 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tuckerkit._validation import check_tensor, check_unit_interval
-from tuckerkit.decomposition import cp_als, hooi, st_hosvd
+from tuckerkit._validation import check_bool, check_tensor, check_unit_interval
+from tuckerkit.decomposition import cp_als, hooi, non_negative_cp, non_negative_tucker, st_hosvd
 from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.engine import khatri_rao, mttkrp, multi_ttm
 
@@ -74,6 +74,10 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where ``fit`` runs the decomposition (see :func:`tuckerkit.hooi`); the learned factors are host arrays
         for host inputs, so ``transform`` and pipelines work unchanged.
+    nonnegative : bool, default False
+        Non-negative core and factors (:func:`tuckerkit.non_negative_tucker`; ``init="st_hosvd"`` means its
+        ``"svd"`` start); ``transform`` then gives the least-squares core of each sample (the factors'
+        pseudo-inverses: they are not orthonormal).
 
     Attributes
     ----------
@@ -101,8 +105,9 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
 
     def __init__(self, ranks: Any = None, *, sample_rank: int | None = None, max_error: float | None = None,
                  tol: float = 1e-8, max_iter: int = 100, init: str = "st_hosvd", random_state: Any = None,
-                 device: Any = None):
+                 device: Any = None, nonnegative: bool = False):
         self.ranks = ranks
+        self.nonnegative = nonnegative
         self.device = device
         self.sample_rank = sample_rank
         self.max_error = max_error
@@ -135,8 +140,12 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         X = _as_samples(X, self, reset=True)
         fr = self._feature_ranks(X)
         s = self.sample_rank if self.sample_rank is not None else min(X.shape[0], math.prod(fr))
-        T = hooi(X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter, random_state=self.random_state,
-                 device=self.device)
+        if check_bool(self.nonnegative, "nonnegative"):
+            T = non_negative_tucker(X, (s, *fr), init="svd" if self.init == "st_hosvd" else self.init, tol=self.tol,
+                                    max_iter=self.max_iter, random_state=self.random_state, device=self.device)
+        else:
+            T = hooi(X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter,
+                     random_state=self.random_state, device=self.device)
         self.core_ = T.core
         self.factors_ = list(T.factors[1:])
         self.sample_factor_ = T.factors[0]
@@ -148,6 +157,9 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
     def transform(self, X):
         check_is_fitted(self, "factors_")
         X = _as_samples(X, self, reset=False)
+        if getattr(self, "nonnegative", False):  # non-orthonormal factors: the least-squares core
+            Z = multi_ttm(X, [None, *(np.linalg.pinv(U).astype(X.dtype) for U in self.factors_)], skip=0)
+            return np.ascontiguousarray(Z).reshape(X.shape[0], -1)
         Z = multi_ttm(X, [None, *self.factors_], transpose=True, skip=0)
         return np.ascontiguousarray(Z).reshape(X.shape[0], -1)
 
@@ -185,6 +197,9 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
     tol, max_iter, init, random_state, normalize : see :func:`tuckerkit.cp_als`.
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where ``fit`` runs CP-ALS; the learned factors are host arrays for host inputs.
+    nonnegative : bool, default False
+        Non-negative factors (:func:`tuckerkit.non_negative_cp`, HALS; ``normalize`` does not apply);
+        ``transform`` then solves a non-negative least-squares problem per sample (HALS sweeps).
 
     Attributes
     ----------
@@ -203,8 +218,9 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, rank: int = 5, *, tol: float = 1e-5, max_iter: int = 200, init: str = "svd",
-                 random_state: Any = None, normalize: bool = True, device: Any = None):
+                 random_state: Any = None, normalize: bool = True, device: Any = None, nonnegative: bool = False):
         self.rank = rank
+        self.nonnegative = nonnegative
         self.device = device
         self.tol = tol
         self.max_iter = max_iter
@@ -214,8 +230,12 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         X = _as_samples(X, self, reset=True)
-        cp = cp_als(X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
-                    random_state=self.random_state, normalize=self.normalize, device=self.device)
+        if check_bool(self.nonnegative, "nonnegative"):
+            cp = non_negative_cp(X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
+                                 random_state=self.random_state, device=self.device)
+        else:
+            cp = cp_als(X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
+                        random_state=self.random_state, normalize=self.normalize, device=self.device)
         self.weights_ = cp.weights
         self.sample_factor_ = cp.factors[0]
         self.factors_ = list(cp.factors[1:])
@@ -234,7 +254,12 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
         V = np.ones((self.rank, self.rank), dtype=X.dtype)
         for U in F:
             V = V * (U.T @ U)
-        return spd_solve(V, M)
+        C = spd_solve(V, M)
+        if getattr(self, "nonnegative", False):  # non-negative least squares from the clipped solution
+            from tuckerkit.decomposition._nonneg import hals_rows
+
+            C = hals_rows(np.maximum(C, 0).T.copy(), np.ascontiguousarray(M.T), V, sweeps=200).T
+        return C
 
     def inverse_transform(self, C):
         check_is_fitted(self, "factors_")

@@ -1,0 +1,78 @@
+"""``tuckerkit ranks``: a rank sweep (error, fit, CORCONDIA and time per rank) printed as a table.
+
+Registered on the application by one import line at the end of ``cli/_app.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from tuckerkit.cli._app import CLIError, _Command, _parse_ints, _run, app
+
+METHODS = ("cp", "nn-cp", "tucker", "nn-tucker")
+
+
+@app.command("ranks", cls=_Command)
+def ranks_cmd(
+    input: Path = typer.Argument(..., metavar="INPUT", show_default=False,
+                                 help="The tensor file (.npy, .npz, .mat, .tns, .h5)."),
+    method: str = typer.Option("cp", "--method", metavar="METHOD",
+                               help="cp, nn-cp (non-negative CP), tucker or nn-tucker (each rank for every mode)."),
+    max_rank: int = typer.Option(10, "--max-rank", metavar="R", help="The largest rank tried."),
+    min_rank: int = typer.Option(1, "--min-rank", metavar="R", help="The smallest rank tried."),
+    nonnegative: bool = typer.Option(False, "--nonnegative",
+                                     help="Non-negative factors (the same as --method nn-cp / nn-tucker)."),
+    max_iter: int = typer.Option(None, "--max-iter", metavar="N", help="Iterations per rank, at most."),
+    tol: float = typer.Option(None, "--tol", metavar="TOL", help="Stopping tolerance on the fit change."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Random seed (the table is repeatable)."),
+    plot: Path = typer.Option(None, "--plot", metavar="FILE.png", help="Also save the error/CORCONDIA plot."),
+    key: str = typer.Option(None, "--key", metavar="NAME", help="Array name in .npz/.mat/.h5 files holding several."),
+    shape: str = typer.Option(None, "--shape", metavar="I,J,K", help="Shape of a .tns tensor."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Decompose at every rank from --min-rank to --max-rank and print error, fit, CORCONDIA and time, with the
+    suggested rank (the largest before CORCONDIA falls below 90).
+
+    Example: tuckerkit ranks data.npy --method cp --max-rank 10
+    """
+    _run(debug, _ranks, input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, plot, key, shape,
+         json_out)
+
+
+def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, plot, key, shape, json_out):
+    import tuckerkit as tk
+    from tuckerkit.io import load_tensor
+
+    if method not in METHODS:
+        raise CLIError(f"--method {method!r} is not valid; expected one of {', '.join(METHODS)}")
+    if nonnegative and not method.startswith("nn-"):
+        method = "nn-" + method
+    if not 1 <= min_rank <= max_rank:
+        raise CLIError(f"--min-rank {min_rank} and --max-rank {max_rank} are invalid; expected "
+                       "1 <= --min-rank <= --max-rank")
+    if plot is not None and plot.exists():
+        raise CLIError(f"--plot {str(plot)!r} exists; choose another file name")
+    X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
+    table = tk.rank_sweep(X, range(min_rank, max_rank + 1), method=method, tol=tol, max_iter=max_iter,
+                          random_state=seed)
+    if json_out:
+        rows = [{"rank": r.rank, "error": r.error, "fit": r.fit,
+                 "corcondia": None if r.corcondia != r.corcondia else r.corcondia, "seconds": r.seconds,
+                 "n_iter": r.n_iter, "converged": r.converged} for r in table.rows]
+        typer.echo(json.dumps({"input": str(input), "method": method, "rows": rows,
+                               "suggested_rank": table.suggested_rank}))
+    else:
+        typer.echo(table.to_markdown())
+        if table.suggested_rank is not None:
+            typer.echo(f"suggested rank: {table.suggested_rank} (largest rank before CORCONDIA falls below "
+                       f"{table.threshold:g})")
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        ax = table.plot()
+        ax.figure.tight_layout()
+        ax.figure.savefig(plot, dpi=120)

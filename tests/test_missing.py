@@ -1,0 +1,116 @@
+"""Missing data (``mask=`` on cp_als and hooi, EM imputation): recovery, TensorLy's masked parafac, errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from conftest import to_numpy
+
+import tuckerkit as tk
+from tuckerkit.sparse import COOTensor
+
+
+def _planted_cp(rng, shape=(16, 17, 18), rank=3, noise=1e-3):
+    A = [rng.standard_normal((n, rank)) for n in shape]
+    Xt = np.einsum("ir,jr,kr->ijk", *A)
+    E = noise * np.linalg.norm(Xt) / np.sqrt(Xt.size) * rng.standard_normal(shape)
+    return Xt, Xt + E, float(np.linalg.norm(E) / np.linalg.norm(Xt))
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        return fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("missing", [0.3, 0.5, 0.7])
+def test_cp_and_hooi_recover_a_planted_tensor_to_the_noise_level(missing, rng):
+    Xt, X, noise = _planted_cp(rng)
+    mask = rng.random(X.shape) >= missing
+    Xn = np.where(mask, X, np.nan)  # missing entries may hold anything, NaN included
+    cp = _quiet(tk.cp_als, Xn, 3, mask=mask, tol=1e-10, max_iter=400, random_state=0)
+    assert np.linalg.norm(cp.to_dense() - Xt) / np.linalg.norm(Xt) <= noise
+    assert abs((1 - cp.fit) - np.linalg.norm(mask * (X - cp.to_dense())) / np.linalg.norm(mask * X)) < 1e-9
+    T = _quiet(tk.hooi, Xn, (3, 3, 3), mask=mask, tol=1e-10, max_iter=400)
+    assert np.linalg.norm(T.to_dense() - Xt) / np.linalg.norm(Xt) <= noise
+
+
+@pytest.mark.parametrize("iters", [1, 5, 30])
+def test_masked_cp_equal_or_better_than_tensorly_masked_parafac_from_the_same_start(iters, rng):
+    tl = pytest.importorskip("tensorly")
+    from tensorly.decomposition import parafac
+
+    _, X, _ = _planted_cp(rng, noise=0.01)
+    mask = rng.random(X.shape) > 0.5
+    init = [rng.standard_normal((n, 3)) for n in X.shape]
+    start = np.einsum("ir,jr,kr->ijk", *init)  # TensorLy's first sweep reads the values at the missing entries
+    ref = parafac(np.where(mask, X, start), 3, mask=mask.astype(float), n_iter_max=iters, tol=0, linesearch=False,
+                  init=tl.cp_tensor.CPTensor((np.ones(3), [U.copy() for U in init])))
+    cp = _quiet(tk.cp_als, np.where(mask, X, 0.0), 3, mask=mask, init=init, tol=0, max_iter=iters)
+
+    def observed_error(model):
+        return np.linalg.norm(mask * (X - np.asarray(model))) / np.linalg.norm(mask * X)
+
+    assert observed_error(cp.to_dense()) <= observed_error(tl.cp_to_tensor(ref)) * (1 + 1e-9) + 1e-12
+
+
+def test_observed_error_never_increases_and_results_repeat(rng):
+    _, X, _ = _planted_cp(rng, noise=0.05)
+    mask = rng.random(X.shape) > 0.6
+    for fn, r in ((tk.cp_als, 4), (tk.hooi, (3, 3, 3))):
+        a = _quiet(fn, X, r, mask=mask, tol=0, max_iter=25, random_state=0)
+        b = _quiet(fn, X, r, mask=mask, tol=0, max_iter=25, random_state=0)
+        assert np.all(np.diff(a.fit_history) >= -1e-9)  # EM: the observed-entry error never increases
+        assert a.fit_history == b.fit_history and all(
+            np.array_equal(U, V) for U, V in zip(a.factors, b.factors, strict=True))
+
+
+def test_full_mask_equals_the_unmasked_decomposition(rng):
+    _, X, _ = _planted_cp(rng, noise=0.05)
+    full = np.ones(X.shape, dtype=bool)
+    a = _quiet(tk.cp_als, X, 3, tol=0, max_iter=6)
+    b = _quiet(tk.cp_als, X, 3, mask=full, tol=0, max_iter=6)
+    np.testing.assert_allclose(b.to_dense(), a.to_dense(), rtol=0, atol=1e-10 * np.abs(X).max())
+    c, d = _quiet(tk.hooi, X, 3, tol=0, max_iter=4), _quiet(tk.hooi, X, 3, mask=full, tol=0, max_iter=4)
+    np.testing.assert_allclose(d.to_dense(), c.to_dense(), rtol=0, atol=1e-10 * np.abs(X).max())
+
+
+def test_float32_kept(rng):
+    _, X, _ = _planted_cp(rng, noise=0.01)
+    mask = rng.random(X.shape) > 0.4
+    cp = _quiet(tk.cp_als, X.astype(np.float32), 3, mask=mask, max_iter=50, random_state=0)
+    T = _quiet(tk.hooi, X.astype(np.float32), 3, mask=mask, max_iter=20)
+    assert cp.weights.dtype == np.float32 and T.core.dtype == np.float32 and cp.fit > 0.98 and T.fit > 0.98
+
+
+def test_masked_on_device_equals_cpu(xp):
+    rng = np.random.default_rng(0)
+    _, X, _ = _planted_cp(rng, noise=0.01)
+    mask = rng.random(X.shape) > 0.4
+    ref = _quiet(tk.cp_als, X, 3, mask=mask, tol=0, max_iter=5)
+    got = _quiet(tk.cp_als, xp.asarray(X), 3, mask=xp.asarray(mask), tol=0, max_iter=5)
+    np.testing.assert_allclose(got.fit_history, ref.fit_history, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(to_numpy(got.to_dense()), ref.to_dense(), rtol=0, atol=1e-9 * np.abs(X).max())
+
+
+@pytest.mark.parametrize("fn,r", [(tk.cp_als, 2), (tk.hooi, 2)])
+def test_mask_bad_input(fn, r, rng):
+    X = rng.random((4, 5, 6))
+    with pytest.raises(ValueError, match=r"^mask has shape \(4, 5\); expected X's shape \(4, 5, 6\)$"):
+        fn(X, r, mask=np.ones((4, 5), dtype=bool))
+    with pytest.raises(TypeError, match=r"^mask has dtype float64; expected a boolean array \(True = observed\)$"):
+        fn(X, r, mask=np.ones(X.shape))
+    with pytest.raises(TypeError, match=r"^mask is \[True\]; expected a boolean array of X.s shape"):
+        fn(X, r, mask=[True])
+    with pytest.raises(ValueError, match=r"^mask has no True entry"):
+        fn(X, r, mask=np.zeros(X.shape, dtype=bool))
+    bad = X.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"^X has NaN or infinite values at observed entries"):
+        fn(bad, r, mask=np.ones(X.shape, dtype=bool))
+    with pytest.raises(TypeError, match=r"^mask= needs a dense in-memory X"):
+        fn(COOTensor.from_dense(X), r, mask=np.ones(X.shape, dtype=bool))
+    with pytest.raises(ValueError, match=r"^mask= cannot be combined with memory_limit="):
+        fn(X, r, mask=np.ones(X.shape, dtype=bool), memory_limit="1MB")

@@ -1,0 +1,159 @@
+"""Choosing the rank: CORCONDIA, the factor match score, the rank sweep and ``tuckerkit ranks``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from tuckerkit.cli import app
+from typer.testing import CliRunner
+
+import tuckerkit as tk
+from tuckerkit.sparse import COOTensor
+
+runner = CliRunner()
+
+
+def _planted(rng, shape=(10, 11, 12), rank=3, noise=0.0):
+    A = [rng.standard_normal((n, rank)) for n in shape]
+    X = np.einsum("ir,jr,kr->ijk", *A)
+    return X + noise * np.linalg.norm(X) / np.sqrt(X.size) * rng.standard_normal(shape), A
+
+
+def _corcondia_reference(X, w, A):
+    """Bro and Kiers from the definition: vec(G) = pinv(kron of the factors) vec(X) (tiny sizes only)."""
+    A = [U.copy() for U in A]
+    A[0] = A[0] * w[None, :]
+    K = A[0]
+    for U in A[1:]:
+        K = np.kron(K, U)  # C-order vec: the last mode fastest
+    G = (np.linalg.pinv(K) @ X.reshape(-1)).reshape((A[0].shape[1],) * X.ndim)
+    T = np.zeros_like(G)
+    T[(np.arange(G.shape[0]),) * G.ndim] = 1
+    return 100 * (1 - np.sum((G - T) ** 2) / G.shape[0])
+
+
+def test_corcondia_100_at_the_true_rank_and_low_when_over_factored(rng):
+    X, A = _planted(rng)
+    assert tk.corcondia(X, tk.CPTensor(np.ones(3), tuple(A))) == pytest.approx(100.0, abs=1e-8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        fitted = tk.cp_als(X, 3, tol=1e-12, max_iter=2000)
+        over = tk.cp_als(X, 5, tol=0, max_iter=200, random_state=0)
+    assert tk.corcondia(X, fitted) == pytest.approx(100.0, abs=1e-4)
+    assert tk.corcondia(X, over) < 50
+
+
+def test_corcondia_matches_the_definition_dense_and_sparse(rng):
+    X = rng.random((5, 6, 7))
+    w, A = np.array([2.0, 0.5, 1.0, 3.0]), [rng.random((n, 4)) for n in X.shape]
+    ref = _corcondia_reference(X, w, A)
+    assert tk.corcondia(X, (w, A)) == pytest.approx(ref, rel=1e-9, abs=1e-9)
+    assert tk.corcondia(COOTensor.from_dense(X), (w, A)) == pytest.approx(ref, rel=1e-9, abs=1e-9)
+    tl = pytest.importorskip("tensorly")
+    assert tk.corcondia(X, tl.cp_tensor.CPTensor((w, A))) == pytest.approx(ref, rel=1e-9, abs=1e-9)
+
+
+def test_factor_match_score_of_a_permuted_rescaled_sign_flipped_copy(rng):
+    A = [rng.standard_normal((n, 4)) for n in (6, 7, 8)]
+    perm = np.array([2, 0, 3, 1])
+    B = [-3.0 * A[0][:, perm], -A[1][:, perm], 0.25 * A[2][:, perm]]
+    a, b = tk.CPTensor(np.ones(4), tuple(A)), tk.CPTensor(np.full(4, 2.0), tuple(B))
+    m = tk.factor_match_score(a, b)
+    score, p = m
+    assert score == pytest.approx(1.0, abs=1e-12)
+    assert np.array_equal(B[0][:, p], -3.0 * A[0])  # b's columns line up with a's after the permutation
+    assert np.array_equal(m.signs[:, :2], -np.ones((4, 2))) and np.array_equal(m.signs[:, 2], np.ones(4))
+    assert tk.factor_match_score(a, b, weights=True).score < 1  # different norms are penalized
+    other = tk.CPTensor(np.ones(4), tuple(rng.standard_normal((n, 4)) for n in (6, 7, 8)))
+    assert tk.factor_match_score(a, other).score < 0.5
+
+
+def test_factor_match_score_recovers_a_planted_model(rng):
+    X, A = _planted(rng, noise=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        cp = tk.cp_als(X, 3, tol=1e-10, max_iter=500)
+    assert tk.factor_match_score(tk.CPTensor(np.ones(3), tuple(A)), cp).score > 0.99
+
+
+@pytest.mark.parametrize("a,b,exc,match", [
+    ("x", None, TypeError, r"^a is 'x'; expected a CP model"),
+    (None, "y", TypeError, r"^a is None; expected a CP model"),
+])
+def test_factor_match_score_bad_input(a, b, exc, match):
+    with pytest.raises(exc, match=match):
+        tk.factor_match_score(a, b)
+
+
+def test_factor_match_score_rank_and_shape_errors(rng):
+    a = tk.CPTensor(np.ones(3), tuple(rng.random((n, 3)) for n in (4, 5, 6)))
+    b = tk.CPTensor(np.ones(2), tuple(rng.random((n, 2)) for n in (4, 5, 6)))
+    with pytest.raises(ValueError, match=r"^b has 2 components and a has 3; expected b to have at least as many"):
+        tk.factor_match_score(a, b)
+    c = tk.CPTensor(np.ones(3), tuple(rng.random((n, 3)) for n in (4, 5, 7)))
+    with pytest.raises(ValueError, match=r"^a has shape \(4, 5, 6\) and b has shape \(4, 5, 7\)"):
+        tk.factor_match_score(a, c)
+    with pytest.raises(ValueError, match=r"^cp has shape \(4, 5, 6\); expected the shape of X \(4, 5, 7\)"):
+        tk.corcondia(np.ones((4, 5, 7)), a)
+
+
+@pytest.mark.parametrize("method", ["cp", "nn-cp"])
+def test_rank_sweep_finds_the_planted_rank(method, rng):
+    if method == "cp":
+        X, _ = _planted(rng, noise=0.01)
+    else:
+        X = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 3)) * (rng.random((n, 3)) < 0.7) for n in (10, 11, 12)))
+    table = tk.rank_sweep(X, range(1, 6), method=method, random_state=0, max_iter=300)
+    assert [r.rank for r in table.rows] == [1, 2, 3, 4, 5]
+    assert table.suggested_rank == 3
+    assert table.rows[2].error < 0.05 and table.rows[0].error > table.rows[2].error
+    assert "| 3 |" in str(table)
+    again = tk.rank_sweep(X, range(1, 6), method=method, random_state=0, max_iter=300)
+    assert [r.fit for r in again.rows] == [r.fit for r in table.rows]  # repeatable
+
+
+def test_rank_sweep_tucker_and_plot(rng, tmp_path):
+    X = tk.multi_ttm(rng.standard_normal((2, 2, 2)), [rng.standard_normal((n, 2)) for n in (8, 9, 10)])
+    table = tk.rank_sweep(X, [1, 2, 3], method="tucker")
+    assert table.suggested_rank is None and np.isnan(table.rows[0].corcondia)
+    assert table.rows[1].error < 1e-6 < table.rows[0].error  # the fit identity: ~sqrt(eps)
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = tk.rank_sweep(X, [1, 2], method="cp", random_state=0).plot()
+    ax.figure.savefig(tmp_path / "ranks.png")
+    assert (tmp_path / "ranks.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"ranks": [1, 0]}, ValueError, r"^ranks=0 is not positive; expected an integer >= 1"),
+    ({"ranks": "3"}, TypeError, r"^ranks is '3'; expected a sequence of positive integers"),
+    ({"ranks": []}, ValueError, r"^ranks is empty"),
+    ({"ranks": [1], "method": "parafac"}, ValueError, r"^method='parafac' is not valid; expected one of 'cp'"),
+])
+def test_rank_sweep_bad_input(kwargs, exc, match, rng):
+    with pytest.raises(exc, match=match):
+        tk.rank_sweep(rng.random((4, 5, 6)), **kwargs)
+
+
+def test_cli_ranks_prints_the_table_and_json(rng, tmp_path):
+    X, _ = _planted(rng, noise=0.01)
+    p = tmp_path / "x.npy"
+    np.save(p, X)
+    res = runner.invoke(app, ["ranks", str(p), "--method", "cp", "--max-rank", "4", "--max-iter", "200"])
+    assert res.exit_code == 0, res.output
+    assert "| rank | error | fit | corcondia |" in res.stdout and "suggested rank: 3" in res.stdout
+    res = runner.invoke(app, ["ranks", str(p), "--max-rank", "2", "--json", "--nonnegative", "--plot",
+                              str(tmp_path / "r.png")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["method"] == "nn-cp" and [r["rank"] for r in out["rows"]] == [1, 2]
+    assert (tmp_path / "r.png").exists()
+    res = runner.invoke(app, ["ranks", str(p), "--method", "pca"])
+    assert res.exit_code == 1 and "error: --method 'pca' is not valid; expected one of cp, nn-cp" in res.output
+    res = runner.invoke(app, ["ranks", str(p), "--min-rank", "3", "--max-rank", "2"])
+    assert res.exit_code == 1 and "--min-rank 3 and --max-rank 2 are invalid" in res.output

@@ -1,0 +1,470 @@
+"""Non-negative CP and Tucker: hierarchical ALS (HALS, the default) and multiplicative updates (MU).
+
+Both run on the operand protocol unchanged: CP reads ``X`` only through its MTTKRP sweep (dense dimension
+tree, sparse CSF kernels), Tucker through its projection (``ttmc``) sweep; every other product is on the
+small factors, Grams and core. The fit comes from the Grams and the last MTTKRP / projection, never from a
+reconstruction. HALS updates one factor column (one row of ``U^T``) at a time by its exact non-negative
+minimizer with the others fixed, so the objective never increases and entries reach exact zeros; MU scales
+each entry by a ratio of non-negative terms (Lee and Seung) and keeps strictly positive entries positive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._validation import (
+    check_callback,
+    check_choice,
+    check_cp_rank,
+    check_init,
+    check_max_iter,
+    check_nonneg,
+    check_random_state,
+    check_ranks,
+)
+from tuckerkit.decomposition._entry import Call, decomposition_call
+from tuckerkit.decomposition._monitor import IterationState, Monitor
+from tuckerkit.decomposition._results import CPTensor, TuckerTensor
+
+#: inner HALS sweeps over the columns per factor update (TensorLy's HALS runs the same number): the columns
+#: interact through the R x R Gram, so a few sweeps get most of the subproblem's decrease for I_n R^2 flops
+#: each, small next to the MTTKRP that set the subproblem up
+INNER_SWEEPS = 5
+#: projected-gradient (FISTA) steps of the non-negative Tucker core update, at most; stops earlier when a
+#: step moves the core by less than 1e-8 of the first step
+CORE_STEPS = 100
+METHODS = ("hals", "mu")
+
+
+def _check_nonneg_start(factors: Sequence[Any], what: str) -> None:
+    for n, U in enumerate(factors):
+        if U is not None and float(np.min(np.asarray(_host(U)))) < 0:
+            raise ValueError(f"{what} {n} has negative entries; a non-negative decomposition needs init >= 0")
+
+
+def _host(a: Any) -> Any:
+    from tuckerkit.backend import to_host
+
+    return to_host(a)
+
+
+def hals_rows(Ut: Any, UtM: Any, V: Any, sweeps: int = INNER_SWEEPS) -> Any:
+    """Minimize ``||M - U V||``-type least squares over ``U >= 0`` by HALS on ``Ut = U^T`` (R x I, updated in
+    place row by row): row ``k`` becomes ``max(0, Ut[k] + (UtM[k] - V[k] @ Ut) / V[k, k])``, its exact
+    minimizer with the other rows fixed. A row whose ``V[k, k]`` is zero (a dead component) is left as it is.
+    Stops after ``sweeps`` sweeps, or when a sweep moves ``Ut`` by less than 1e-8 of the first sweep's move.
+    """
+    xp = _xp(Ut)
+    R = Ut.shape[0]
+    d = xp.diagonal(V)
+    inv = xp.where(d > 0, 1 / xp.where(d > 0, d, 1), 0).astype(Ut.dtype)  # a dead component stays put
+    host = xp is np  # the early stop reads a value back: on a GPU every sweep runs, with no synchronization
+    first = None
+    for _ in range(sweeps):
+        moved = 0.0
+        for k in range(R):
+            new = xp.maximum(Ut[k] + (UtM[k] - V[k] @ Ut) * inv[k], 0)
+            if host:
+                step = new - Ut[k]
+                moved += float(step @ step)
+            Ut[k] = new
+        if host:
+            if first is None:
+                first = moved
+            if moved <= 1e-8 * first:
+                break
+    return Ut
+
+
+def _xp(a: Any) -> Any:
+    from tuckerkit.backend import array_namespace
+
+    return array_namespace(a)
+
+
+def _mu(U: Any, M: Any, V: Any) -> Any:
+    """One multiplicative update ``U * max(M, eps) / max(U V, eps)`` (eps of the dtype: no division by zero)."""
+    xp = _xp(U)
+    eps = U.dtype.type(np.finfo(U.dtype).eps)
+    return U * (xp.maximum(M, eps) / xp.maximum(U @ V, eps))
+
+
+# ---------------------------------------------------------------------------------------------------
+# non-negative CP
+# ---------------------------------------------------------------------------------------------------
+def non_negative_cp(
+    X: Any,
+    rank: int,
+    *,
+    method: str = "hals",
+    init: Any = "svd",
+    tol: float = 1e-6,
+    max_iter: int = 200,
+    random_state: Any = None,
+    callback: Callable[[IterationState], bool | None] | None = None,
+    verbose: bool = False,
+    memory_limit: Any = None,
+    device: Any = None,
+) -> CPTensor:
+    """Non-negative CP decomposition ``X ~ sum_r w_r a_r o b_r o c_r`` with every factor entry ``>= 0``.
+
+    Each iteration computes the MTTKRP of every mode in turn (the same sweep as :func:`cp_als`: dense
+    dimension tree, sparse CSF kernels, never a Khatri-Rao product as tall as the unfolding) and updates
+    that factor from it and the Hadamard product of the other factors' Grams:
+
+    - ``"hals"`` (hierarchical ALS, Cichocki and Phan; Gillis and Glineur's inner sweeps): each column is
+      set to its exact non-negative least-squares minimizer with the others fixed, a few sweeps per mode.
+      The objective never increases and entries reach exact zeros.
+    - ``"mu"`` (multiplicative updates, Lee and Seung): ``U <- U * M / (U V)``; entries stay positive.
+
+    The fit ``1 - ||X - X_hat|| / ||X||`` comes from the last MTTKRP and the Grams (no reconstruction).
+
+    Parameters
+    ----------
+    X : array, COOTensor or CSFTensor, shape (I_0, ..., I_{N-1})
+        Non-negative data is the usual case; negative entries are allowed (the model stays non-negative).
+    rank : int
+    method : {"hals", "mu"}, default "hals"
+    init : {"svd", "random"}, a CP model, or the factor matrices; default "svd"
+        ``"svd"``: absolute values of the leading left singular vectors of each unfolding; ``"random"``:
+        uniform [0, 1) entries. Both are scaled so that ``||X_hat|| = ||X||``. A given start (as for
+        :func:`cp_als`) must be non-negative and is used as it is.
+    tol : float, default 1e-6
+        Stop when the fit changes by less than ``tol`` (or decreases, rounding noise); ``tol=0`` runs
+        ``max_iter`` iterations.
+    max_iter : int, default 200
+    random_state : None, int or numpy Generator
+    callback : callable, optional
+        ``callback(state)`` after each iteration; returning True stops.
+    verbose : bool, default False
+        One line per iteration on standard error (never changes the computation).
+    memory_limit : int or str, optional
+        Stream a larger dense tensor in slabs, as :func:`cp_als`.
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+
+    Returns
+    -------
+    CPTensor
+        Unit-norm, non-negative factor columns, the scale in ``weights``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When ``max_iter`` is reached before the fit settles.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> A, B, C = (rng.random((n, 3)) for n in (10, 11, 12))
+    >>> X = np.einsum("ir,jr,kr->ijk", A, B, C)
+    >>> cp = tk.non_negative_cp(X, 3, random_state=0, tol=1e-10, max_iter=500)
+    >>> round(cp.fit, 3), all(bool((U >= 0).all()) for U in cp.factors)
+    (1.0, True)
+    """
+    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+        return call.result(_non_negative_cp(call, rank, method, init, tol, max_iter, random_state, callback,
+                                            verbose))
+
+
+def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator) -> list[Any]:
+    X = call.X
+    xp = X.xp
+    init = check_init(init, X.shape, rank, kind="cp", methods=("svd", "random"))
+    if not isinstance(init, str):
+        weights0, given = init
+        _check_nonneg_start(given, "init factor")
+        if weights0 is not None and float(np.min(np.asarray(_host(weights0)))) < 0:
+            raise ValueError("init's weights have negative entries; a non-negative decomposition needs init >= 0")
+        factors = [call.like(U).copy() for U in given]
+        if weights0 is not None:
+            factors[0] = factors[0] * call.like(weights0)[None, :]
+        if call.scale != 1.0:
+            factors[0] = factors[0] * factors[0].dtype.type(call.scale)
+        return [xp.ascontiguousarray(U) for U in factors]
+    if init == "random":
+        factors = [call.like(rng.random((X.shape[n], rank))) for n in range(X.ndim)]
+    else:
+        factors = []
+        for n in range(X.ndim):
+            k = min(rank, X.shape[n])
+            U, _ = X.leading_subspace(n, k, rng=rng, policy=call.policy)
+            U = xp.abs(U.astype(X.dtype, copy=False))
+            if rank > k:
+                U = xp.concatenate([U, call.like(rng.random((X.shape[n], rank - k)), U.dtype)], axis=1)
+            factors.append(xp.ascontiguousarray(U))
+    # scale the start to the data: ||X_hat|| = ||X|| (one scalar, spread over the modes)
+    V = xp.ones((rank, rank), dtype=xp.float64)
+    for U in factors:
+        V = V * (U.T @ U).astype(xp.float64)
+    norm_hat = math.sqrt(max(float(xp.sum(V)), 0.0))
+    if norm_hat > 0 and call.norm > 0:
+        s = (call.norm / norm_hat) ** (1.0 / X.ndim)
+        factors = [xp.ascontiguousarray(U * U.dtype.type(s)) for U in factors]
+    return factors
+
+
+def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, max_iter: Any, random_state: Any,
+                     callback: Any, verbose: bool) -> CPTensor:
+    X, policy = call.X, call.policy
+    rank = check_cp_rank(rank)
+    method = check_choice(method, "method", METHODS)
+    tol = check_nonneg(tol, "tol")
+    max_iter = check_max_iter(max_iter)
+    rng = check_random_state(random_state)
+    check_callback(callback)
+    from tuckerkit.decomposition._cp import _check_rank_fits, _cp_fit
+
+    _check_rank_fits(X, rank)
+    factors = _nn_cp_start(call, rank, init, rng)
+    xp, N = X.xp, X.ndim
+    grams = [U.T @ U for U in factors]
+    ones = xp.ones(rank, dtype=X.dtype)
+    mon = Monitor(f"non_negative_cp({method})", tol, max_iter, callback, verbose)
+    last: dict[str, Any] = {}
+
+    def update(n: int, M: Any) -> None:
+        V = xp.ones((rank, rank), dtype=X.dtype)
+        for m in range(N):
+            if m != n:
+                V *= grams[m]
+        M = M.astype(X.dtype, copy=False)
+        if method == "hals":
+            U = hals_rows(factors[n].T.copy(), xp.ascontiguousarray(M.T), V).T
+        else:
+            U = _mu(factors[n], M, V)
+        factors[n] = xp.ascontiguousarray(U)
+        grams[n] = factors[n].T @ factors[n]
+        last["M"], last["n"] = M, n
+
+    it, sweep = 0, None
+    for it in range(1, max_iter + 1):
+        sweep = X.mttkrp_sweep(factors, update, policy=policy)
+        fit = _cp_fit(xp, call.norm, last["M"], factors[last["n"]], ones, grams)
+        if mon.step(it, fit, factors):
+            break
+    mon.finish()
+    weights, unit = normalize_columns(factors)
+    return CPTensor(call.unscale(weights), tuple(unit), it, mon.converged, tuple(mon.history),
+                    sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
+
+
+def normalize_columns(factors: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """Unit-norm columns and the product of the norms as weights (a zero column stays zero, weight 0)."""
+    xp = _xp(factors[0])
+    weights = xp.ones(factors[0].shape[1], dtype=factors[0].dtype)
+    out = []
+    for U in factors:
+        norms = xp.linalg.norm(U, axis=0).astype(U.dtype)
+        weights = weights * norms
+        out.append(xp.ascontiguousarray(U / xp.where(norms == 0, 1, norms)[None, :]))
+    return weights, out
+
+
+# ---------------------------------------------------------------------------------------------------
+# non-negative Tucker
+# ---------------------------------------------------------------------------------------------------
+def non_negative_tucker(
+    X: Any,
+    ranks: Sequence[int] | int,
+    *,
+    method: str = "hals",
+    init: Any = "svd",
+    tol: float = 1e-6,
+    max_iter: int = 200,
+    random_state: Any = None,
+    callback: Callable[[IterationState], bool | None] | None = None,
+    verbose: bool = False,
+    memory_limit: Any = None,
+    device: Any = None,
+) -> TuckerTensor:
+    """Non-negative Tucker decomposition ``X ~ G x_0 U_0 ... x_{N-1} U_{N-1}`` with ``G >= 0``, ``U_n >= 0``.
+
+    Each iteration runs the projection sweep of :func:`hooi` (``X`` times every factor but one, transposed:
+    two passes over a dense tensor for any order, a CSF kernel per mode for a sparse one) and updates each
+    factor from its projection and the core; then the core from the full projection ``X x_n U_n^T`` and
+    the factor Grams:
+
+    - ``"hals"``: each factor by HALS column sweeps (exact non-negative minimizers, exact zeros), the core
+      by projected accelerated gradient (FISTA) steps; TensorLy's ``non_negative_tucker_hals`` scheme.
+    - ``"mu"``: multiplicative updates of the factors and the core (Lee and Seung; Kim and Choi).
+
+    The fit ``1 - ||X - X_hat|| / ||X||`` comes from ``||X||^2 - 2 <X x_n U_n^T, G> + <G, G x_n U_n^T U_n>``
+    (no reconstruction). The factors are non-negative, not orthonormal.
+
+    Parameters
+    ----------
+    X : array, COOTensor or CSFTensor, shape (I_0, ..., I_{N-1})
+    ranks : sequence of int, or int
+    method : {"hals", "mu"}, default "hals"
+    init : {"svd", "random"}, a Tucker model, or the factor matrices; default "svd"
+        ``"svd"``: absolute values of the leading singular vectors of each unfolding and of the projected
+        core; ``"random"``: uniform [0, 1) entries, scaled to ``||X_hat|| = ||X||``. A given model must be
+        non-negative; a given list of factors (no core) starts from the non-negative part of the projection.
+    tol : float, default 1e-6
+    max_iter : int, default 200
+    random_state : None, int or numpy Generator
+    callback : callable, optional
+    verbose : bool, default False
+    memory_limit : int or str, optional
+    device : {None, "cpu", "cuda", "cuda:N"}, default None
+
+    Returns
+    -------
+    TuckerTensor
+
+    Warns
+    -----
+    ConvergenceWarning
+        When ``max_iter`` is reached before the fit settles.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> X = tk.multi_ttm(rng.random((2, 3, 2)), [rng.random((n, r)) for n, r in ((8, 2), (9, 3), (10, 2))])
+    >>> T = tk.non_negative_tucker(X, (2, 3, 2), random_state=0, tol=1e-12, max_iter=300)
+    >>> round(T.fit, 2), bool((T.core >= 0).all())
+    (1.0, True)
+    """
+    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+        return call.result(_non_negative_tucker(call, ranks, method, init, tol, max_iter, random_state, callback,
+                                                verbose))
+
+
+def _unfold(A: Any, n: int) -> Any:
+    xp = _xp(A)
+    return xp.moveaxis(A, n, 0).reshape(A.shape[n], -1)
+
+
+def _ttm_all(G: Any, mats: Sequence[Any]) -> Any:
+    """``G x_n mats[n]`` for every mode (small core-sized products)."""
+    from tuckerkit.engine import multi_ttm
+
+    return multi_ttm(G, list(mats))
+
+
+def _core_fista(G: Any, P: Any, grams: Sequence[Any], steps: int = CORE_STEPS) -> Any:
+    """Projected accelerated gradient on ``min_{G >= 0} ||X - G x U||^2`` written with ``P = X x_n U_n^T``
+    and the Grams: gradient ``G x_n (U_n^T U_n) - P``, step ``1 / prod(largest eigenvalue of each Gram)``."""
+    xp = _xp(G)
+    lip = xp.ones((), dtype=xp.float64)
+    for A in grams:
+        lip = lip * xp.linalg.eigh(A.astype(xp.float64))[0][-1]
+    lr = xp.where(lip > 0, 1 / xp.where(lip > 0, lip, 1), 0).astype(G.dtype)
+    host = xp is np  # the early stop reads a value back: on a GPU every step runs, with no synchronization
+    x = G
+    y = G
+    t_old = 1.0
+    first = None
+    for _ in range(steps):
+        x_new = xp.maximum(y - lr * (_ttm_all(y, grams) - P), 0)
+        t = (1.0 + math.sqrt(1.0 + 4.0 * t_old * t_old)) / 2.0
+        y = x_new + G.dtype.type((t_old - 1.0) / t) * (x_new - x)
+        t_old = t
+        if host:
+            d = x_new - x
+            moved = float(xp.sum(d * d))
+            if first is None:
+                first = moved
+            if moved <= 1e-16 * first:
+                x = x_new
+                break
+        x = x_new
+    return x
+
+
+def _tucker_fit(normX: float, P: Any, G: Any, grams: Sequence[Any]) -> float:
+    """``1 - ||X - X_hat|| / ||X||`` from the full projection ``P``, the core and the Grams (float64)."""
+    xp = _xp(G)
+    if normX <= 0:
+        return 1.0
+    G64 = G.astype(xp.float64) / normX
+    inner = float(xp.sum(P.astype(xp.float64) / normX * G64))
+    sq = float(xp.sum(G64 * _ttm_all(G64, [A.astype(xp.float64) for A in grams])))
+    return 1.0 - math.sqrt(max(1.0 - 2.0 * inner + sq, 0.0))
+
+
+def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: Any, max_iter: Any,
+                         random_state: Any, callback: Any, verbose: bool) -> TuckerTensor:
+    X, policy = call.X, call.policy
+    ranks = check_ranks(ranks, X.shape)
+    method = check_choice(method, "method", METHODS)
+    tol = check_nonneg(tol, "tol")
+    max_iter = check_max_iter(max_iter)
+    rng = check_random_state(random_state)
+    check_callback(callback)
+    init = check_init(init, X.shape, ranks, kind="tucker", methods=("svd", "random"))
+    xp, N = X.xp, X.ndim
+    core: Any = None
+    if not isinstance(init, str):
+        first, given = init
+        _check_nonneg_start(given, "init factor")
+        factors = [xp.ascontiguousarray(call.like(U)) for U in given]
+        if first is not None:
+            core = call.like(first)
+            if tuple(core.shape) != tuple(ranks):
+                raise ValueError(f"init's core has shape {tuple(core.shape)}; expected {tuple(ranks)}")
+            if float(xp.min(core)) < 0:
+                raise ValueError("init's core has negative entries; a non-negative decomposition needs init >= 0")
+            if call.scale != 1.0:
+                core = core * core.dtype.type(call.scale)
+    elif init == "random":
+        factors = [call.like(rng.random((X.shape[n], ranks[n]))) for n in range(N)]
+        core = call.like(rng.random(tuple(ranks)) + 0.01)
+    else:
+        factors = [xp.ascontiguousarray(xp.abs(X.leading_subspace(n, ranks[n], rng=rng, policy=policy)[0])
+                                        .astype(X.dtype, copy=False)) for n in range(N)]
+    if core is None:  # the non-negative part of the projection onto the starting factors
+        core = xp.maximum(X.multi_ttm(dict(enumerate(factors)), transpose=True, policy=policy), 0)
+        core = core.astype(X.dtype, copy=False)
+    if isinstance(init, str):  # scale the start to the data: ||X_hat|| = ||X||
+        grams0 = [U.T @ U for U in factors]
+        c64 = core.astype(xp.float64)
+        nh = math.sqrt(max(float(xp.sum(c64 * _ttm_all(c64, [A.astype(xp.float64) for A in grams0]))), 0.0))
+        if nh > 0 and call.norm > 0:
+            core = core * core.dtype.type(call.norm / nh)
+    grams = [U.T @ U for U in factors]
+    eps = X.dtype.type(np.finfo(X.dtype).eps)
+    mon = Monitor(f"non_negative_tucker({method})", tol, max_iter, callback, verbose)
+    it, sweep = 0, None
+    P: Any = None
+    for it in range(1, max_iter + 1):
+        last: dict[str, Any] = {}
+
+        def update(n: int, Y: Any, last=last, core=core) -> None:
+            # UtU = G_(n) (kron of the other Grams) G_(n)^T ; MtU = Y_(n) G_(n)^T
+            Gn = _unfold(core, n)
+            others = [grams[m] if m != n else xp.eye(ranks[n], dtype=X.dtype) for m in range(N)]
+            V = _unfold(_ttm_all(core, others), n) @ Gn.T
+            M = (_unfold(Y, n).astype(X.dtype, copy=False) @ Gn.T)
+            if method == "hals":
+                U = hals_rows(factors[n].T.copy(), xp.ascontiguousarray(M.T), V).T
+            else:
+                U = _mu(factors[n], M, V)
+            factors[n] = xp.ascontiguousarray(U)
+            grams[n] = factors[n].T @ factors[n]
+            last["n"], last["Y"] = n, Y
+
+        sweep = X.ttmc_sweep(factors, update, policy=policy)
+        n_last = last["n"]
+        from tuckerkit.engine import as_operand
+
+        P = as_operand(last["Y"]).ttm(factors[n_last], n_last, transpose=True, policy=policy).astype(X.dtype,
+                                                                                                     copy=False)
+        if method == "hals":
+            core = _core_fista(core, P, grams)
+        else:
+            core = core * (xp.maximum(P, eps) / xp.maximum(_ttm_all(core, grams), eps))
+        fit = _tucker_fit(call.norm, P, core, grams)
+        if mon.step(it, fit, factors):
+            break
+    mon.finish()
+    return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, tuple(mon.history),
+                        sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)

@@ -1,0 +1,401 @@
+"""Choosing and comparing ranks: core consistency (CORCONDIA), the factor match score, and a rank sweep.
+
+CORCONDIA (Bro and Kiers, 2003) asks how far the least-squares Tucker core of ``X`` on a CP model's factors is
+from the superdiagonal core the CP model assumes: ``G = X x_n pinv(U_n)``, ``100 (1 - ||G - T||^2 / R)``.
+It is computed through the operand's projection (``X.multi_ttm`` with the factors' pseudo-inverses: one
+pass over a dense tensor, the CSF kernel on a sparse one), never through a Khatri-Rao product.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tuckerkit._validation import check_choice, check_cp_rank, describe
+from tuckerkit.backend import to_host
+
+
+def _cp_parts(cp: Any, name: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(weights, factors)`` of a CP model (tuckerkit's, TensorLy's, pyttb's, or a pair) on the host."""
+    from tuckerkit._validation import _unpack_model
+
+    try:
+        model = _unpack_model(cp, "cp")
+    except TypeError:
+        raise TypeError(f"{name} is {describe(cp)}, a Tucker model; expected a CP model (CPTensor) or a "
+                        "(weights, factors) pair") from None
+    if model is None:
+        if isinstance(cp, list | tuple) and len(cp) == 2 and isinstance(cp[1], list | tuple):
+            model = (cp[0], list(cp[1]))
+        else:
+            raise TypeError(f"{name} is {describe(cp)}; expected a CP model (CPTensor) or a (weights, factors) pair")
+    w, factors = model
+    factors = [np.asarray(to_host(U), dtype=np.float64) for U in factors]
+    if not factors or any(U.ndim != 2 for U in factors):
+        raise ValueError(f"{name} has no factor matrices; expected one (I_n, R) matrix per mode")
+    R = factors[0].shape[1]
+    if any(U.shape[1] != R for U in factors):
+        raise ValueError(f"{name}'s factors have {[U.shape[1] for U in factors]} columns; expected the same rank")
+    w = np.ones(R) if w is None else np.asarray(to_host(w), dtype=np.float64).reshape(-1)
+    if w.shape != (R,):
+        raise ValueError(f"{name}'s weights have shape {w.shape}; expected ({R},)")
+    return w, factors
+
+
+def corcondia(X: Any, cp: Any) -> float:
+    """Core consistency diagnostic (CORCONDIA) of a CP model of ``X``, in percent.
+
+    ``G = X x_0 pinv(U_0) x_1 ... x_{N-1} pinv(U_{N-1})`` (the weights folded into ``U_0``) is the best Tucker
+    core on the CP factors; the score is ``100 (1 - ||G - T||^2 / R)`` with ``T`` the superdiagonal identity.
+    Close to 100: the CP model is appropriate (the rank is not too high); low or negative: over-factored.
+    ``X`` is read once through its projection (dense, sparse, out-of-core), never densified.
+
+    Parameters
+    ----------
+    X : array, COOTensor or CSFTensor, shape (I_0, ..., I_{N-1})
+    cp : CPTensor, TensorLy ``CPTensor``, pyttb ``ktensor`` or ``(weights, factors)``
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 3)) for n in (10, 11, 12)))
+    >>> round(tk.corcondia(X, tk.cp_als(X, 3, tol=1e-12, max_iter=1000)), 4)
+    100.0
+    """
+    from tuckerkit.engine import as_operand
+
+    op = as_operand(X, check_finite=True, real=True, min_ndim=2)
+    w, factors = _cp_parts(cp, "cp")
+    if tuple(U.shape[0] for U in factors) != tuple(op.shape):
+        raise ValueError(f"cp has shape {tuple(U.shape[0] for U in factors)}; expected the shape of X {op.shape}")
+    R = w.shape[0]
+    factors[0] = factors[0] * w[None, :]
+    pinvs = {n: op.xp.asarray(np.linalg.pinv(U).astype(op.dtype)) for n, U in enumerate(factors)}
+    G = np.asarray(to_host(op.multi_ttm(pinvs)), dtype=np.float64)
+    T = np.zeros_like(G)
+    T[(np.arange(R),) * G.ndim] = 1.0
+    return float(100.0 * (1.0 - np.sum((G - T) ** 2) / R))
+
+
+@dataclass(frozen=True)
+class FactorMatch:
+    """How well two CP models agree, after aligning their components (:func:`factor_match_score`).
+
+    Unpacks as ``score, permutation = factor_match_score(a, b)``.
+
+    Attributes
+    ----------
+    score : float
+        Mean over the components of ``a`` of the matched congruences, in [0, 1]; 1 means the same model up to
+        permutation, scaling and sign.
+    permutation : ndarray of int, shape (R_a,)
+        ``b``'s component matched to each component of ``a``: ``b.factors[n][:, permutation]`` lines up.
+    congruences : ndarray, shape (R_a,)
+        Per-component score: the product over the modes of ``|cos|`` between the matched columns (times the
+        weight penalty ``1 - |w_a - w_b| / max(w_a, w_b)`` when ``weights=True``).
+    signs : ndarray of +1/-1, shape (R_a, N)
+        The sign that aligns each matched column of ``b`` with ``a`` in each mode.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> a = tk.CPTensor(np.ones(2), tuple(rng.random((n, 2)) for n in (4, 5, 6)))
+    >>> score, perm = tk.factor_match_score(a, a)
+    >>> round(score, 12), perm.tolist()
+    (1.0, [0, 1])
+    """
+
+    score: float
+    permutation: np.ndarray
+    congruences: np.ndarray
+    signs: np.ndarray
+
+    def __iter__(self):
+        return iter((self.score, self.permutation))
+
+
+def factor_match_score(a: Any, b: Any, *, weights: bool = False) -> FactorMatch:
+    """Factor match score (FMS) of two CP models, with their components aligned by the best permutation.
+
+    The congruence of components ``r`` of ``a`` and ``s`` of ``b`` is the product over the modes of the
+    absolute cosines between their columns (signs may flip in pairs, and scale moves between modes and
+    weights, without changing a CP model); the permutation maximizing the total congruence is found by
+    the Hungarian method (``scipy.optimize.linear_sum_assignment``), so ``b`` may have more components
+    than ``a``.
+
+    Parameters
+    ----------
+    a, b : CPTensor, TensorLy ``CPTensor``, pyttb ``ktensor`` or ``(weights, factors)``
+        Of the same shape; ``b`` has at least as many components as ``a``.
+    weights : bool, default False
+        Also penalize differing component norms by ``1 - |l_a - l_b| / max(l_a, l_b)``, where ``l`` is the
+        weight times the product of the column norms (the Tensor Toolbox's ``score`` with weights).
+
+    Returns
+    -------
+    FactorMatch
+        ``score`` and ``permutation`` (unpackable as that pair), ``congruences`` and ``signs``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> A = [rng.random((n, 3)) for n in (5, 6, 7)]
+    >>> a = tk.CPTensor(np.ones(3), tuple(A))
+    >>> b = tk.CPTensor(np.ones(3), (-2 * A[0][:, [2, 0, 1]], -A[1][:, [2, 0, 1]], 0.5 * A[2][:, [2, 0, 1]]))
+    >>> score, perm = tk.factor_match_score(a, b)
+    >>> round(score, 12), perm.tolist()
+    (1.0, [1, 2, 0])
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    from tuckerkit._validation import check_bool
+
+    weights = check_bool(weights, "weights")
+    wa, fa = _cp_parts(a, "a")
+    wb, fb = _cp_parts(b, "b")
+    if tuple(U.shape[0] for U in fa) != tuple(U.shape[0] for U in fb):
+        raise ValueError(f"a has shape {tuple(U.shape[0] for U in fa)} and b has shape "
+                         f"{tuple(U.shape[0] for U in fb)}; expected the same shape")
+    Ra, Rb = wa.shape[0], wb.shape[0]
+    if Rb < Ra:
+        raise ValueError(f"b has {Rb} components and a has {Ra}; expected b to have at least as many as a")
+    C = np.ones((Ra, Rb))
+    S = []
+    la, lb = np.abs(wa).copy(), np.abs(wb).copy()
+    for A, B in zip(fa, fb, strict=True):
+        na, nb = np.linalg.norm(A, axis=0), np.linalg.norm(B, axis=0)
+        la, lb = la * na, lb * nb
+        cos = (A.T @ B) / np.where(na == 0, 1, na)[:, None] / np.where(nb == 0, 1, nb)[None, :]
+        C = C * np.abs(cos)
+        S.append(np.where(cos < 0, -1.0, 1.0))
+    if weights:
+        big = np.maximum(la[:, None], lb[None, :])
+        C = C * (1 - np.abs(la[:, None] - lb[None, :]) / np.where(big == 0, 1, big))
+    rows, cols = linear_sum_assignment(-C)
+    perm = np.empty(Ra, dtype=np.intp)
+    perm[rows] = cols
+    cong = C[np.arange(Ra), perm]
+    signs = np.stack([s[np.arange(Ra), perm] for s in S], axis=1)
+    return FactorMatch(float(np.mean(cong)), perm, cong, signs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# rank sweep
+# ---------------------------------------------------------------------------------------------------
+SWEEP_METHODS = ("cp", "nn-cp", "tucker", "nn-tucker")
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank of a :class:`RankSweep`.
+
+    Attributes
+    ----------
+    rank : int
+    error : float
+        Relative error ``||X - X_hat|| / ||X||``.
+    fit : float
+        ``1 - error``.
+    corcondia : float
+        Core consistency in percent (NaN for Tucker methods).
+    seconds : float
+        Wall time of the decomposition.
+    n_iter : int
+    converged : bool
+
+    Examples
+    --------
+    >>> import tuckerkit as tk
+    >>> tk.RankRow(2, 0.1, 0.9, 99.5, 0.01, 12, True).fit
+    0.9
+    """
+
+    rank: int
+    error: float
+    fit: float
+    corcondia: float
+    seconds: float
+    n_iter: int
+    converged: bool
+
+
+@dataclass(frozen=True)
+class RankSweep:
+    """The table a rank sweep returns (:func:`rank_sweep`): one :class:`RankRow` per rank.
+
+    Attributes
+    ----------
+    method : str
+    rows : tuple of RankRow
+    threshold : float
+        CORCONDIA below which a rank counts as over-factored.
+
+    Notes
+    -----
+    ``str(table)`` (or :meth:`to_markdown`) prints it; :meth:`plot` draws error and CORCONDIA against the
+    rank (matplotlib); ``suggested_rank`` is the largest rank before CORCONDIA first falls below
+    ``threshold`` (CP methods; None for Tucker, which has no core consistency).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 2)) for n in (8, 9, 10)))
+    >>> table = tk.rank_sweep(X, [1, 2, 3], random_state=0)
+    >>> [row.rank for row in table.rows], table.suggested_rank
+    ([1, 2, 3], 2)
+    """
+
+    method: str
+    rows: tuple[RankRow, ...]
+    threshold: float = 90.0
+
+    @property
+    def suggested_rank(self) -> int | None:
+        if self.method not in ("cp", "nn-cp") or not self.rows:
+            return None
+        best = None
+        for row in self.rows:
+            if not row.corcondia >= self.threshold:
+                break
+            best = row.rank
+        return best
+
+    def to_markdown(self) -> str:
+        """The table as Markdown (one line per rank)."""
+        lines = ["| rank | error | fit | corcondia | seconds | iterations | converged |",
+                 "|---:|---:|---:|---:|---:|---:|:---|"]
+        for r in self.rows:
+            cc = "-" if math.isnan(r.corcondia) else f"{r.corcondia:.1f}"
+            lines.append(f"| {r.rank} | {r.error:.4g} | {r.fit:.4f} | {cc} | {r.seconds:.3g} | {r.n_iter} | "
+                         f"{'yes' if r.converged else 'no'} |")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_markdown()
+
+    def plot(self, ax: Any = None) -> Any:
+        """Relative error (left axis) and CORCONDIA (right axis, CP) against the rank; returns the axes.
+
+        Needs matplotlib; ``ax`` is an existing axes to draw on (a new figure otherwise).
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("RankSweep.plot needs matplotlib; install it with pip install matplotlib") from None
+        if ax is None:
+            _, ax = plt.subplots(figsize=(5, 3.2))
+        ranks = [r.rank for r in self.rows]
+        ax.plot(ranks, [r.error for r in self.rows], "o-", color="C0", label="relative error")
+        ax.set_xlabel("rank")
+        ax.set_ylabel("relative error", color="C0")
+        ax.set_xticks(ranks)
+        if self.method in ("cp", "nn-cp"):
+            ax2 = ax.twinx()
+            ax2.plot(ranks, [r.corcondia for r in self.rows], "s--", color="C1", label="CORCONDIA")
+            ax2.set_ylabel("CORCONDIA (%)", color="C1")
+            ax2.set_ylim(min(-5.0, *(r.corcondia for r in self.rows if math.isfinite(r.corcondia))), 105)
+        ax.set_title(f"rank sweep ({self.method})")
+        return ax
+
+
+def rank_sweep(
+    X: Any,
+    ranks: Sequence[int],
+    *,
+    method: str = "cp",
+    tol: float | None = None,
+    max_iter: int | None = None,
+    random_state: Any = None,
+    threshold: float = 90.0,
+    device: Any = None,
+) -> RankSweep:
+    """Decompose ``X`` at each rank and tabulate error, fit, CORCONDIA and time, to choose a rank.
+
+    Parameters
+    ----------
+    X : array, COOTensor or CSFTensor
+    ranks : sequence of int
+        CP ranks; for Tucker methods each entry is used for every mode (capped at the mode's size).
+    method : {"cp", "nn-cp", "tucker", "nn-tucker"}, default "cp"
+        :func:`cp_als`, :func:`non_negative_cp`, :func:`hooi` or :func:`non_negative_tucker`.
+    tol, max_iter : optional
+        Passed on (each method's own defaults when None).
+    random_state : None, int or numpy Generator
+        Resolved once; every rank gets the same seed, so the table is repeatable.
+    threshold : float, default 90.0
+        The CORCONDIA below which a rank counts as over-factored (``suggested_rank``).
+    device : optional
+        Passed on.
+
+    Returns
+    -------
+    RankSweep
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tuckerkit as tk
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.einsum("ir,jr,kr->ijk", *(rng.standard_normal((n, 3)) for n in (8, 9, 10)))
+    >>> table = tk.rank_sweep(X, range(1, 5), random_state=0)
+    >>> table.suggested_rank, round(table.rows[2].fit, 4)
+    (3, 1.0)
+    """
+    import warnings
+
+    from tuckerkit._validation import check_random_state
+    from tuckerkit.decomposition._cp import cp_als
+    from tuckerkit.decomposition._nonneg import non_negative_cp, non_negative_tucker
+    from tuckerkit.decomposition._results import ConvergenceWarning
+    from tuckerkit.decomposition._tucker import hooi
+    from tuckerkit.engine import as_operand
+
+    method = check_choice(method, "method", SWEEP_METHODS)
+    if isinstance(ranks, str | bytes) or not hasattr(ranks, "__iter__"):
+        raise TypeError(f"ranks is {describe(ranks)}; expected a sequence of positive integers such as [1, 2, 3]")
+    rank_list = [check_cp_rank(r, "ranks") for r in ranks]
+    if not rank_list:
+        raise ValueError("ranks is empty; expected at least one rank")
+    try:
+        threshold = float(threshold)
+    except (TypeError, ValueError):
+        raise TypeError(f"threshold must be a number; received {describe(threshold)}") from None
+    seed = int(check_random_state(random_state).integers(2**31 - 1))
+    op = as_operand(X, check_finite=True, real=True, min_ndim=2)
+    opts: dict[str, Any] = {"random_state": seed, "device": device}
+    if tol is not None:
+        opts["tol"] = tol
+    if max_iter is not None:
+        opts["max_iter"] = max_iter
+    rows = []
+    model: Any
+    for r in rank_list:
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            if method in ("cp", "nn-cp"):
+                model = (cp_als if method == "cp" else non_negative_cp)(op, r, **opts)
+            else:
+                rr = [min(r, s) for s in op.shape]
+                model = (hooi if method == "tucker" else non_negative_tucker)(op, rr, **opts)
+        seconds = time.perf_counter() - t0
+        cc = corcondia(op, model) if method in ("cp", "nn-cp") else float("nan")
+        rows.append(RankRow(r, 1.0 - model.fit, model.fit, cc, seconds, model.n_iter, model.converged))
+    return RankSweep(method, tuple(rows), threshold)
