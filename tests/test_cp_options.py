@@ -121,3 +121,12 @@ def test_hooi_fixed_factors_kept_and_core_is_the_projection():
     assert T.fit <= free.fit + 1e-12
     with pytest.raises(ValueError, match=r"fixed_factors\[0\]=5 is out of range"):
         tk.hooi(X, 2, fixed_factors=[5])
+
+
+def test_mask_refuses_the_options_it_does_not_run():
+    X = _planted()
+    mask = np.ones(X.shape, dtype=bool)
+    with pytest.raises(ValueError, match=r"^mask= runs plain EM-ALS; it cannot be combined with fixed_modes"):
+        tk.cp_als(X, 2, mask=mask, linesearch=True)
+    with pytest.raises(ValueError, match=r"^mask= cannot be combined with fixed_factors"):
+        tk.hooi(X, 2, mask=mask, fixed_factors=[0])

@@ -170,6 +170,10 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     fixed = list(range(N)) if n_iter_max == 0 else list(fixed_modes or ())
     random_state = _random_state(random_state)
     init = _free_mode_starts(init, np.shape(tensor), rank, fixed, random_state)
+    if mask is not None and (n_iter_max == 0 or init == "svd"):
+        init = _masked_start(tensor, kw["mask"], rank, init, int(svd_mask_repeats), random_state)
+        if n_iter_max == 0:
+            return _cp_result(*init)
     tk_callback = None
     if callback is not None:
         def tk_callback(state: Any) -> bool:
@@ -208,6 +212,31 @@ def _free_mode_starts(init: Any, shape: Sequence[int], rank: int, fixed: Sequenc
         unread = n not in fixed and all(m in fixed for m in range(n))
         out.append(rng.random((s, rank)) if U.ndim == 2 and U.shape[0] != s and unread else U)
     return (weights, out)
+
+
+def _masked_start(tensor: Any, mask: np.ndarray, rank: int, init: Any, repeats: int, random_state: Any) -> Any:
+    """TensorLy's masked start: the start computed on the tensor with its missing entries filled (first with
+    the mean of the observed ones), then ``svd_mask_repeats`` times (``init="svd"``) refilled with the current
+    model and recomputed (one ALS sweep from the SVD start, so that the model has its scale)."""
+    tk = _tk()
+    X = np.asarray(tensor, dtype=np.float64 if np.asarray(tensor).dtype.kind != "f" else None)
+    filled = np.where(mask, X, X[mask].mean())
+    N = X.ndim
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        if isinstance(init, str):
+            start = tk.cp_als(filled, rank, init=init, fixed_modes=range(N), max_iter=1, tol=0,
+                              random_state=random_state, linesearch=False)
+        else:
+            start = tk.CPTensor.from_tensorly(init) if not isinstance(init, tuple | list) else None
+            if start is None:
+                weights, factors = init if len(init) == 2 and not hasattr(init[1], "shape") else (None, init)
+                start = tk.CPTensor(np.ones(rank) if weights is None else np.asarray(weights),
+                                    tuple(np.asarray(U) for U in factors))
+        for _ in range(repeats if init == "svd" else 0):
+            filled = np.where(mask, X, np.asarray(start.full()))
+            start = tk.cp_als(filled, rank, init="svd", max_iter=1, tol=0, linesearch=False)
+    return np.asarray(start.weights), [np.asarray(U) for U in start.factors]
 
 
 def _tucker_ranks(rank: Any, shape: Sequence[int], who: str) -> list[int]:

@@ -162,6 +162,10 @@ def cp_als(
     if mask is not None:  # missing data: EM imputation around the same sweep (_missing.py)
         from tuckerkit.decomposition._missing import masked_cp_als
 
+        if fixed_modes or linesearch is True or orthogonalize:
+            raise ValueError("mask= runs plain EM-ALS; it cannot be combined with fixed_modes, linesearch=True or "
+                             "orthogonalize")
+
         return masked_cp_als(X, rank, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                              normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
                              device=device)

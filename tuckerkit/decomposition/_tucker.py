@@ -404,6 +404,9 @@ def hooi(
     if mask is not None:  # missing data: EM imputation around the same sweep (_missing.py)
         from tuckerkit.decomposition._missing import masked_hooi
 
+        if fixed_factors:
+            raise ValueError("mask= cannot be combined with fixed_factors; EM imputation updates every factor")
+
         return masked_hooi(X, ranks, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                            callback=callback, verbose=verbose, memory_limit=memory_limit, device=device)
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
