@@ -244,7 +244,8 @@ def test_cp_als_matches_tensorly_and_pyttb_from_same_init(rng):
     init = [rng.standard_normal((n, R)) for n in X.shape]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ours = tk.cp_als(X, R, init=CPTensor(np.ones(R), tuple(U.copy() for U in init)), max_iter=7, tol=0.0)
+        ours = tk.cp_als(X, R, init=CPTensor(np.ones(R), tuple(U.copy() for U in init)), max_iter=7, tol=0.0,
+                         linesearch=False)  # plain ALS, iteration for iteration the peers' algorithm
         tl_cp = tl_dec.parafac(X, R, init=TLCP((np.ones(R), [U.copy() for U in init])), n_iter_max=7, tol=0,
                                normalize_factors=True)
         _, _, info = ttb.cp_als(ttb.tensor(X.copy()), R, stoptol=0.0, maxiters=7,

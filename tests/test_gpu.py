@@ -455,16 +455,18 @@ def test_one_host_round_trip_per_iteration(xp):
     Y = xp.asarray(make_low_rank_cp((20, 22, 24), 4, noise=0.01, random_state=0).data)
     per_run = {}
     for name, run in (("hooi", lambda k: tk.hooi(X, (3, 4, 5), tol=0, max_iter=k)),
-                      ("cp_als", lambda k: tk.cp_als(Y, 4, tol=0, max_iter=k))):
+                      ("cp_als", lambda k: tk.cp_als(Y, 4, tol=0, max_iter=k, linesearch=False)),
+                      # a line-search jump (iterations 6, 8, ...) decides on its fit: one more scalar
+                      ("cp_als_linesearch", lambda k: tk.cp_als(Y, 4, tol=0, max_iter=k))):
         totals = []
-        for k in (3, 7):
+        for k in (3, 7) if name != "cp_als_linesearch" else (5, 9):
             counts.clear()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", tk.ConvergenceWarning)
                 run(k)
             totals.append(counts["sync"] + counts["d2h"])
         per_run[name] = (totals[1] - totals[0]) / 4
-    assert per_run == {"hooi": 1.0, "cp_als": 1.0}
+    assert per_run == {"hooi": 1.0, "cp_als": 1.0, "cp_als_linesearch": 1.5}
 
 
 # ---------------------------------------------------------------------------------------------- devices

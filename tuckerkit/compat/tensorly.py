@@ -183,8 +183,7 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         cp = tk.cp_als(tensor, rank, init=init, tol=tol, max_iter=max(int(n_iter_max), 1), random_state=random_state,
-                       normalize=bool(normalize_factors), fixed_modes=fixed,
-                       linesearch=bool(linesearch) and mask is None,
+                       normalize=bool(normalize_factors), fixed_modes=fixed, linesearch=bool(linesearch),
                        orthogonalize=_orthogonalize(orthogonalise, n_iter_max), callback=tk_callback,
                        verbose=bool(verbose), **kw)
     result = _cp_result(cp.weights, cp.factors)
