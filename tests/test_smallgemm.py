@@ -21,6 +21,7 @@ from tuckerkit.engine import _contract as contract_mod
 from tuckerkit.engine import _plan as plan_mod
 from tuckerkit.engine import _smallgemm as sg
 from tuckerkit.engine._plan import CompiledKernel
+from tuckerkit.engine._policy import split_points
 from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_override
 
 
@@ -121,9 +122,10 @@ def test_compiled_into_a_given_out(forced, rng):
 
 
 def test_bits_do_not_depend_on_workers_or_repeats(forced, rng):
-    X = rng.standard_normal((37, 29, 41))
+    X = rng.standard_normal((97, 63, 81))  # about 7 MFlop per TTM: several tiles pieces, taken by any worker
     for n in range(3):
         U = rng.standard_normal((X.shape[n], 7))
+        assert len(split_points(X.size, 2 * X.size * 7)) > 3
         spec = "abc,bz->azc" if n == 1 else ("abc,az->zbc" if n == 0 else "abc,cz->abz")
         results = []
         for w in (1, 2, 3, 1):
