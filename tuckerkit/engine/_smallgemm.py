@@ -130,7 +130,7 @@ def _inner_kernel(x, xoff, A, I, B, sxa, sxi, u, y, yoff, sya, syr, t_lo, t_hi):
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True)
-def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero):  # noqa: E741 # pragma: no cover
     # four rows of X against two columns of U at a time: eight dot products share the loads; the
     # reduction runs along the unit stride in a compile-time order (vector partial sums, fixed combine)
     R = ut.shape[0]
@@ -145,7 +145,7 @@ def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi):  # noq
         while r < R:
             c = ut[r]
             d = ut[min(r + 1, R - 1)]
-            s0 = c[0] * 0
+            s0 = zero  # of the data's dtype (a literal 0 would make float32 sums float64)
             s1 = s0
             s2 = s0
             s3 = s0
@@ -244,7 +244,8 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     A, I = X2.shape  # noqa: E741
     it = X2.itemsize
     args = (fx, 0, A, I, X2.strides[0] // it, Ut, fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
-    _run_tiles(lambda lo, hi: _outer_kernel(*args, lo, hi), (A + 3) // 4, 2 * X2.size * Ut.shape[0], policy)
+    zero = X2.dtype.type(0)
+    _run_tiles(lambda lo, hi: _outer_kernel(*args, lo, hi, zero), (A + 3) // 4, 2 * X2.size * Ut.shape[0], policy)
 
 
 def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> None:
@@ -259,20 +260,23 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None)
 
 
 # ---------------------------------------------------------------------------------------------------
-# the cost model's constants: fractions of one core's GEMM peak, measured in one process against BLAS
-# (100^3 one thread, 200^3 two threads, medians and minima of interleaved repeats; benchmarks/ttm.py)
+# the cost model's constants: fractions of one core's GEMM peak, (R <= 16, R > 16). From interleaved A/B runs
+# in one process on the project's 2-core machine: one core on 100^3 (kernel alone against BLAS alone) and the
+# planner's two plans on 200^3 with 2 workers (medians of 15): the unit-stride kernel ran 0.69 / 0.85x the
+# BLAS time in float64 and 0.65 / 0.87x in float32 (R = 10 / 32); the other kernel 0.98-1.07x at R = 10 and
+# 1.2-1.4x at R = 32, so BLAS keeps it (its constants put it within the 5 % margin or above BLAS).
 # ---------------------------------------------------------------------------------------------------
 _KERNEL_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.47, 0.47),
     ("small_rank_ttm_inner", "float32"): (0.40, 0.40),
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
-    ("small_rank_ttm_outer", "float32"): (0.21, 0.21),
+    ("small_rank_ttm_outer", "float32"): (0.50, 0.50),
 }
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
     ("small_rank_ttm_outer", "float64"): (0.45, 0.53),
-    ("small_rank_ttm_outer", "float32"): (0.55, 0.72),
+    ("small_rank_ttm_outer", "float32"): (0.33, 0.43),
 }
 
 
