@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, interleaved, write_json, write_text
 
 import tuckerkit as tk
-from tuckerkit.engine._policy import default_policy
+from tuckerkit.decomposition._linalg import spd_solve
+from tuckerkit.engine._policy import blas_pinned, default_policy
 from tuckerkit.engine._subspace import leading_left_singular
 
 
@@ -94,10 +95,11 @@ def measure(dtype, n: int, R: int, iters: int, repeat: int, rng, rows: list, sum
     Y = tk.multi_ttm(X, Us, skip=0, transpose=True)
     M = Y.reshape(n, -1)
     pol = default_policy()
-    ts = interleaved({
-        "svd": lambda M=M: scipy.linalg.svd(M, full_matrices=False, check_finite=False),
-        "engine": lambda Y=Y: leading_left_singular(Y, 0, R, pol),
-    }, repeat)
+    with blas_pinned():  # as inside a decomposition: BLAS and LAPACK on one thread
+        ts = interleaved({
+            "svd": lambda M=M: scipy.linalg.svd(M, full_matrices=False, check_finite=False),
+            "engine": lambda Y=Y: leading_left_singular(Y, 0, R, pol),
+        }, repeat)
     summary[name]["factor_step_svd_s"] = ts["svd"]
     summary[name]["factor_step_engine_s"] = ts["engine"]
     # whole iterations: the same init for every repeat
@@ -112,10 +114,11 @@ def measure(dtype, n: int, R: int, iters: int, repeat: int, rng, rows: list, sum
     # factor work alone: HOOI = 3 factor steps + the core; CP = 3 x (Hadamard of Grams + solve)
     G = [U.T @ U for U in cp_init]
     Mk = rng.standard_normal((n, R)).astype(dtype)
-    tf = interleaved({
-        "cp_factor": lambda: [scipy.linalg.cho_solve(scipy.linalg.cho_factor(G[0] * G[1] + np.eye(R)),
-                                                     Mk.T) for _ in range(3)],
-    }, repeat)
+    eye = np.eye(R, dtype=dtype)
+    with blas_pinned():
+        tf = interleaved({
+            "cp_factor": lambda: [spd_solve(G[0] * G[1] + eye, Mk) for _ in range(3)],
+        }, repeat)
     R_hooi = 2 * read + 3 * ts["engine"]
     R_cp = 2 * read + tf["cp_factor"]
     rows.append({"dtype": name, "op": "hooi iteration", "seconds": hooi_it, "bound_s": R_hooi,

@@ -307,3 +307,48 @@ def test_threaded_execution_paths_match_einsum(spec, shapes, threads, rng):
     with threadpool_limits(threads, user_api="blas"):
         res = contract(spec, A, B)
     assert_contraction_close(res, spec, A, B, np.float64)
+
+
+# ----------------------------------------------------------------------------------- copies="never"
+def test_copies_never_forces_a_zero_copy_plan(rng):
+    A = np.asfortranarray(rng.standard_normal((50, 40)))  # the seed's exceptional case 3.4, output fixed
+    B = np.asfortranarray(rng.standard_normal((60, 40, 70)))
+    out = np.empty((70, 50, 60), order="F")
+    auto = plan_contraction("nk,pkm->mnp", A, B, out=out)
+    never = plan_contraction("nk,pkm->mnp", A, B, out=out, copies="never")
+    assert auto.kind == KernelKind.EXCEPTIONAL
+    assert never.copies == 0 and never.remedy == Remedy.BATCHED_GEMV
+    res = contract("nk,pkm->mnp", A, B, out=out, copies="never")
+    assert res is out
+    assert_contraction_close(res, "nk,pkm->mnp", A, B, np.float64)
+
+
+def test_copies_never_keeps_blas_where_a_compiled_kernel_would_copy_the_matrix(monkeypatch, rng):
+    from tuckerkit.engine import _contract as contract_mod
+    from tuckerkit.engine import _plan as plan_mod
+    from tuckerkit.engine import _smallgemm as sg
+    from tuckerkit.engine._plan import CompiledKernel
+
+    monkeypatch.setenv("TUCKERKIT_ROOFLINE", "bw=1e10,peak=1e10")
+    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    for key in list(sg._KERNEL_EFF):
+        monkeypatch.setitem(sg._KERNEL_EFF, key, (50.0, 50.0))
+    contract_mod._cached_plan.cache_clear()
+    try:
+        X, U = rng.standard_normal((20, 30, 40)), rng.standard_normal((40, 5))  # U (I, R): (R, I) rows needed
+        assert plan_contraction("abc,cz->abz", X, U).copies == 40 * 5
+        never = plan_contraction("abc,cz->abz", X, U, copies="never")
+        assert never.compiled is CompiledKernel.NONE and never.copies == 0 and never.estimates
+        Ut = np.ascontiguousarray(U.T)  # already (R, I) rows: the kernel needs no copy
+        assert plan_contraction("abc,zc->abz", X, Ut, copies="never").compiled is CompiledKernel.TTM_OUTER
+        assert_contraction_close(contract("abc,cz->abz", X, U, copies="never"), "abc,cz->abz", X, U, np.float64)
+    finally:
+        contract_mod._cached_plan.cache_clear()
+
+
+def test_copies_must_be_auto_or_never(rng):
+    A, B = np.ones((3, 4)), np.ones((4, 5))
+    with pytest.raises(ValueError, match=r"^copies='always' is not valid; expected one of 'auto', 'never'$"):
+        plan_contraction("ik,kj->ij", A, B, copies="always")
+    with pytest.raises(ValueError, match=r"^copies=None is not valid; expected one of 'auto', 'never'$"):
+        contract("ik,kj->ij", A, B, copies=None)

@@ -21,6 +21,7 @@ from tuckerkit.engine import _contract as contract_mod
 from tuckerkit.engine import _plan as plan_mod
 from tuckerkit.engine import _smallgemm as sg
 from tuckerkit.engine._plan import CompiledKernel
+from tuckerkit.engine._policy import split_points
 from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_override
 
 
@@ -121,9 +122,10 @@ def test_compiled_into_a_given_out(forced, rng):
 
 
 def test_bits_do_not_depend_on_workers_or_repeats(forced, rng):
-    X = rng.standard_normal((37, 29, 41))
+    X = rng.standard_normal((97, 63, 81))  # about 7 MFlop per TTM: several tiles pieces, taken by any worker
     for n in range(3):
         U = rng.standard_normal((X.shape[n], 7))
+        assert len(split_points(X.size, 2 * X.size * 7)) > 3
         spec = "abc,bz->azc" if n == 1 else ("abc,az->zbc" if n == 0 else "abc,cz->abz")
         results = []
         for w in (1, 2, 3, 1):
@@ -214,3 +216,29 @@ def test_roofline_is_cached_per_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(_roofline, "_CURRENT", {})  # a new process reads the cache: same numbers
     second = machine_roofline()
     assert second == Roofline(2e10, 4e10, 8e10, "cache") and len(calls) == 1
+
+
+def test_same_bits_from_several_threads_at_once(forced, rng):
+    from concurrent.futures import ThreadPoolExecutor
+
+    X = rng.standard_normal((64, 50, 70))
+    U = rng.standard_normal((70, 6))
+    plan = plan_contraction("abc,cz->abz", X, U, policy=ExecutionPolicy(2))
+    assert plan.compiled is CompiledKernel.TTM_OUTER
+    ref = plan(X, U).tobytes()
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda _: plan(X, U).tobytes(), range(8)))
+    assert all(o == ref for o in outs)
+
+
+def test_explain_says_why_blas_stays(monkeypatch, rng):
+    monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
+    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    contract_mod._cached_plan.cache_clear()
+    try:
+        plan = ttm_plan(rng.standard_normal((20, 30, 40)), rng.standard_normal((30, 32)), 1, transpose=True)
+    finally:
+        contract_mod._cached_plan.cache_clear()
+    assert plan.compiled is CompiledKernel.NONE  # the non-unit-stride kernel loses to BLAS at rank 32
+    assert "choice: the compiled kernel would not compute 5 % faster than BLAS" in plan.explain()
+    assert dict(plan.estimates)["compiled"] > dict(plan.estimates)["blas strided_batched_gemm"]

@@ -24,14 +24,21 @@ from tuckerkit.engine._policy import (
 from tuckerkit.engine._spec import parse_spec
 
 _LAYOUTS = ("auto", "C", "F")
+_COPIES = ("auto", "never")
+
+
+def _check_copies(copies: Any) -> str:
+    if not isinstance(copies, str) or copies not in _COPIES:
+        raise ValueError(f"copies={copies!r} is not valid; expected one of {', '.join(map(repr, _COPIES))}")
+    return copies
 
 
 @functools.lru_cache(maxsize=1024)
 def _cached_plan(spec, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, out_strides, out_layout,
-                 policy: ExecutionPolicy):
+                 policy: ExecutionPolicy, copies: str = "auto"):
     parsed = parse_spec(spec, len(a_shape), len(b_shape))
     return build_plan(parsed, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, out_strides, out_layout,
-                      policy)
+                      policy, copies)
 
 
 def _as_operand(x: Any, name: str, xp, dtype) -> Any:
@@ -71,7 +78,8 @@ def _elem_strides(x) -> tuple[int, ...]:
 
 
 def plan_contraction(
-    spec: str, A: Any, B: Any, *, out: Any = None, out_layout: str = "auto", policy: ExecutionPolicy | None = None
+    spec: str, A: Any, B: Any, *, out: Any = None, out_layout: str = "auto", policy: ExecutionPolicy | None = None,
+    copies: str = "auto",
 ) -> ContractionPlan:
     """Plan the pairwise contraction ``spec`` of ``A`` and ``B`` without running it.
 
@@ -89,6 +97,11 @@ def plan_contraction(
         permuted view, as ``numpy.einsum`` returns).
     policy : ExecutionPolicy, optional
         The workers the plan runs on (default: :func:`default_policy`); the result does not depend on it.
+    copies : {"auto", "never"}, default "auto"
+        ``"auto"``: the cost model may copy an operand once when that is faster (an exceptional case's
+        remedy, or the small matrix of a compiled kernel; ``plan.copies`` counts the elements). ``"never"``:
+        only zero-copy evaluations (a batched GEMV for an exceptional case, BLAS instead of a kernel that
+        needs the matrix re-laid out); a ``ValueError`` when none exists.
 
     Returns
     -------
@@ -104,10 +117,11 @@ def plan_contraction(
     >>> plan_contraction("mk,knp->mnp", A, B).notation()
     'C_{m(np)} = A_{mk} B_{k(np)}'
     """
+    copies = _check_copies(copies)
     xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
     plan = _cached_plan(
         spec, tuple(A.shape), _elem_strides(A), tuple(B.shape), _elem_strides(B), str(dtype), dtype.itemsize,
-        out_strides, out_layout, resolve_policy(policy),
+        out_strides, out_layout, resolve_policy(policy), copies,
     )
     return plan if xp is np else _on_gpu(plan)
 
@@ -320,6 +334,7 @@ def contract(
     plan: ContractionPlan | None = None,
     out_layout: str = "auto",
     policy: ExecutionPolicy | None = None,
+    copies: str = "auto",
     device: Any = None,
 ) -> Any:
     """Contract two tensors without transposing them: ``C = einsum(spec, A, B)`` on GEMM views.
@@ -339,6 +354,8 @@ def contract(
         Layout of a freshly allocated output (see :func:`plan_contraction`).
     policy : ExecutionPolicy, optional
         The workers a new plan runs on (default: :func:`default_policy`); a given ``plan`` carries its own.
+    copies : {"auto", "never"}, default "auto"
+        Whether a new plan may copy an operand once when faster (see :func:`plan_contraction`).
 
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where to compute; None: where the operands live. Operands elsewhere are copied there once and the
@@ -358,11 +375,12 @@ def contract(
     >>> np.allclose(contract("mk,pkn->mnp", A, B), np.einsum("mk,pkn->mnp", A, B))
     True
     """
+    copies = _check_copies(copies)
     xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
     if plan is None:
         plan = _cached_plan(
             spec, tuple(A.shape), _elem_strides(A), tuple(B.shape), _elem_strides(B), str(dtype),
-            dtype.itemsize, out_strides, out_layout, resolve_policy(policy),
+            dtype.itemsize, out_strides, out_layout, resolve_policy(policy), copies,
         )
         if xp is not np:
             plan = _on_gpu(plan)

@@ -636,11 +636,19 @@ def _zero_copy(pb: _Problem, sC, free_out: bool) -> tuple[_Candidate | None, dic
     return best_free, None
 
 
-def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, itemsize: int) -> _Choice:
+def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, itemsize: int,
+              allow_copies: bool = True) -> _Choice:
     """Step 4: an exceptional case (no level-3 kernel without a copy): cost every remedy, take the cheapest.
 
     ``c_outer`` is the outermost index of an output whose layout was fixed by the caller (None otherwise).
+    Without ``allow_copies`` only the zero-copy remedy (a batched GEMV on views) is allowed.
     """
+    if not allow_copies:
+        if chosen is None:
+            raise ValueError(f"copies='never' cannot be met for {pb.spec}: no evaluation on views reaches BLAS "
+                             "with these strides; pass copies='auto'")
+        return _Choice(chosen, Remedy.BATCHED_GEMV, chosen.seconds, 0, False, False, False, dict(pb.sA),
+                       dict(pb.sB), sC)
     item_free = (pb.I, pb.J, pb.K, pb.H, pb.sizes)
     size_a, size_b, size_c = pb.size_a, pb.size_b, math.prod(pb.out_shape)
     options: list[tuple[float, Remedy, _Candidate, int, tuple[bool, bool, bool]]] = []
@@ -739,8 +747,10 @@ def build_plan(
     out_strides: tuple[int, ...] | None,
     out_layout: str,
     policy: ExecutionPolicy = _SERIAL,
+    copies: str = "auto",
 ) -> ContractionPlan:
-    """Plan ``spec`` for operands of the given shapes and element strides (see the module docstring)."""
+    """Plan ``spec`` for operands of the given shapes and element strides (see the module docstring);
+    ``copies="never"``: zero-copy evaluations only."""
     pb = _problem(spec, a_shape, a_strides, b_shape, b_strides)
     common: dict[str, Any] = dict(
         spec=str(spec), dtype=dtype, summed_modes=tuple(spec.a[i] for i in pb.sum_a) + tuple(
@@ -760,7 +770,7 @@ def build_plan(
     c_outer = max(sC.items(), key=lambda kv: kv[1])[0] if sC else None
     best, sC = _zero_copy(pb, sC, free_out=out_strides is None and out_layout == "auto")
     if best is None or (pb.I and pb.J and pb.K and not _level3(best.kind)):
-        choice = _remedies(pb, best, sC, c_outer, itemsize)
+        choice = _remedies(pb, best, sC, c_outer, itemsize, allow_copies=copies != "never")
     else:
         choice = _Choice(best, Remedy.NONE, best.seconds, 0, False, False, False, dict(pb.sA), dict(pb.sB), sC)
     _concrete_layouts(pb, choice)
@@ -808,7 +818,8 @@ def build_plan(
         _out_order=_allocation_order(pb, choice, out_strides, out_layout),
         **common,
     )
-    return _consider_small_rank(plan, spec, a_shape, a_strides, b_shape, b_strides, out_strides, out_layout)
+    return _consider_small_rank(plan, spec, a_shape, a_strides, b_shape, b_strides, out_strides, out_layout,
+                                copies)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -881,7 +892,7 @@ def _ttm_layout(spec: Spec, a_shape, a_strides, b_strides, out_shape, out_stride
 
 
 def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
-                         out_strides, out_layout: str) -> ContractionPlan:
+                         out_strides, out_layout: str, copies: str = "auto") -> ContractionPlan:
     """The plan with a compiled small-rank TTM kernel when the roofline cost model says it is faster."""
     if plan.dtype not in ("float32", "float64") or plan.remedy != Remedy.NONE or plan.kind == KernelKind.EMPTY:
         return plan
@@ -918,7 +929,9 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     ka, kb = (0, 1) if u_kz else (1, 0)
     st = b_strides
     contiguous = (st[kb] == 1 and st[ka] == b_shape[kb]) if wants_kz else (st[ka] == 1 and st[kb] == b_shape[ka])
-    copies = 0 if contiguous else math.prod(b_shape)
-    return dataclasses.replace(plan, compiled=variant, estimates=estimates, _sr=small, copies=copies,
-                               bytes_moved=nbytes + 2 * copies * itemsize, est_seconds=t_comp,
+    n_copied = 0 if contiguous else math.prod(b_shape)
+    if n_copied and copies == "never":
+        return dataclasses.replace(plan, estimates=estimates)
+    return dataclasses.replace(plan, compiled=variant, estimates=estimates, _sr=small, copies=n_copied,
+                               bytes_moved=nbytes + 2 * n_copied * itemsize, est_seconds=t_comp,
                                _out_order=out_perm if fresh else plan._out_order)

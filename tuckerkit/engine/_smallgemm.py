@@ -8,21 +8,25 @@ kernels here read ``X`` once, in memory order:
 * :func:`ttm_inner` -- the contracted mode is *not* the unit-stride one. ``X`` is seen as ``(A, I, B)`` with
   ``B`` unit-strided (the first or a middle mode of a C-ordered tensor, the last or a middle one of an
   F-ordered one, and views of either); ``Y[a, r, b] = sum_i U[i, r] X[a, i, b]``. Tiles of (a, up to ``_TILE``
-  b's) run in parallel; within a tile the output rows are register-blocked four at a time over ``r`` and the
-  innermost loop is the unit-stride ``b`` (vectorized).
+  b's) are split over the policy's workers; within a tile the output rows are blocked four at a time over
+  ``r``, the reduction unrolled by four, and the innermost loop is the unit-stride ``b`` (vectorized).
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``.
 
 Every output element is one sum over ``i`` in a fixed order set at compile time (fixed partial sums in
-:func:`ttm_outer`, whose reduction runs along the unit stride); the parallel tiles never split a sum, so the
-result is the same bits for any number of threads and any load on a given machine.
+:func:`ttm_outer`, whose reduction runs along the unit stride); the tiles never split a sum, so the result is
+the same bits for any number of workers and any load on a given machine. The kernels are serial and release
+the GIL; tuckerkit's own pool runs the tiles (``numba``'s parallel pool would keep spinning threads beside
+the BLAS pieces of the next step: measured 3-10x slower CP-ALS iterations on 2 cores).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
+
+from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 
 #: unit-stride extent of one tile of :func:`ttm_inner` (R x _TILE outputs stay in L1)
 _TILE = 128
@@ -30,14 +34,14 @@ _TILE = 128
 MAX_RANK = 64
 
 
-@njit(parallel=True, cache=True, fastmath={"contract"}, nogil=True)
-def _inner_kernel(x, xoff, A, I, B, sxa, sxi, u, y, yoff, sya, syr):  # noqa: E741 # pragma: no cover
+@njit(cache=True, fastmath={"contract"}, nogil=True)
+def _inner_kernel(x, xoff, A, I, B, sxa, sxi, u, y, yoff, sya, syr, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # slices starting at 0 and loops from 0: numba then drops its negative-index wraparound and LLVM
     # vectorizes the unit-stride loop; each y[r, b] is summed over i in order (two terms per statement,
     # left to right, no fused multiply-add), so the bits do not depend on the tiling
     R = u.shape[1]
     nb = (B + _TILE - 1) // _TILE
-    for t in prange(A * nb):
+    for t in range(t_lo, t_hi):
         a = t // nb
         b0 = (t - a * nb) * _TILE
         m = min(_TILE, B - b0)
@@ -125,13 +129,12 @@ def _inner_kernel(x, xoff, A, I, B, sxa, sxi, u, y, yoff, sya, syr):  # noqa: E7
             r += w
 
 
-@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
-def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr):  # noqa: E741 # pragma: no cover
+@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True)
+def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero):  # noqa: E741 # pragma: no cover
     # four rows of X against two columns of U at a time: eight dot products share the loads; the
     # reduction runs along the unit stride in a compile-time order (vector partial sums, fixed combine)
     R = ut.shape[0]
-    na = (A + 3) // 4
-    for t in prange(na):
+    for t in range(t_lo, t_hi):
         a0 = 4 * t
         h = min(4, A - a0)
         x0 = x[xoff + a0 * sxa: xoff + a0 * sxa + I]
@@ -142,7 +145,7 @@ def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr):  # noqa: E741 # pr
         while r < R:
             c = ut[r]
             d = ut[min(r + 1, R - 1)]
-            s0 = c[0] * 0
+            s0 = zero  # of the data's dtype (a literal 0 would make float32 sums float64)
             s1 = s0
             s2 = s0
             s3 = s0
@@ -197,9 +200,9 @@ def flat_span(a: np.ndarray) -> np.ndarray | None:
     return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,))
 
 
-def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray) -> None:
+def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPolicy | None = None) -> None:
     """``Y3[a, r, b] = sum_i U[i, r] X3[a, i, b]`` for 3-D views with unit stride along ``b`` (``X3`` and
-    ``Y3``) and ``U`` C-contiguous, written into ``Y3``.
+    ``Y3``) and ``U`` C-contiguous, written into ``Y3``; the tiles split over the policy's workers.
 
     Examples
     --------
@@ -215,13 +218,16 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray) -> None:
         raise ValueError("ttm_inner needs non-empty views with non-negative strides")
     A, I, B = X3.shape  # noqa: E741
     it = X3.itemsize
-    _inner_kernel(fx, 0, A, I, B, X3.strides[0] // it, X3.strides[1] // it, U, fy, 0,
-                  Y3.strides[0] // it, Y3.strides[1] // it)
+    args = (fx, 0, A, I, B, X3.strides[0] // it, X3.strides[1] // it, U, fy, 0, Y3.strides[0] // it,
+            Y3.strides[1] // it)
+    _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((B + _TILE - 1) // _TILE),
+               2 * X3.size * U.shape[1], policy)
 
 
-def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray) -> None:
+def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionPolicy | None = None) -> None:
     """``Y2[r, a] = sum_i X2[a, i] Ut[r, i]`` for a 2-D view ``X2`` with unit stride along ``i``, ``Ut``
-    C-contiguous (U transposed) and any strides of the output view ``Y2`` (shape (R, A)).
+    C-contiguous (U transposed) and any strides of the output view ``Y2`` (shape (R, A)); blocks of four rows
+    split over the policy's workers.
 
     Examples
     --------
@@ -237,25 +243,40 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray) -> None:
         raise ValueError("ttm_outer needs non-empty views with non-negative strides")
     A, I = X2.shape  # noqa: E741
     it = X2.itemsize
-    _outer_kernel(fx, 0, A, I, X2.strides[0] // it, Ut, fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
+    args = (fx, 0, A, I, X2.strides[0] // it, Ut, fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
+    zero = X2.dtype.type(0)
+    _run_tiles(lambda lo, hi: _outer_kernel(*args, lo, hi, zero), (A + 3) // 4, 2 * X2.size * Ut.shape[0], policy)
 
+
+def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> None:
+    """``kernel(lo, hi)`` over a cut of ``range(n_tiles)`` that depends on the sizes only, the pieces taken
+    by the policy's workers (the tuckerkit pool: no second thread pool spinning beside BLAS's pieces). Each
+    output element belongs to one tile, so the bits do not depend on the cut or the workers."""
+    bounds = split_points(n_tiles, flops)
+    if len(bounds) <= 2 or policy is None or policy.workers < 2:
+        kernel(0, n_tiles)
+        return
+    parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), len(bounds) - 1, policy)
 
 
 # ---------------------------------------------------------------------------------------------------
-# the cost model's constants: fractions of one core's GEMM peak, measured in one process against BLAS
-# (100^3 one thread, 200^3 two threads, medians and minima of interleaved repeats; benchmarks/ttm.py)
+# the cost model's constants: fractions of one core's GEMM peak, (R <= 16, R > 16). From interleaved A/B runs
+# in one process on the project's 2-core machine: one core on 100^3 (kernel alone against BLAS alone) and the
+# planner's two plans on 200^3 with 2 workers (medians of 15): the unit-stride kernel ran 0.69 / 0.85x the
+# BLAS time in float64 and 0.65 / 0.87x in float32 (R = 10 / 32); the other kernel 0.98-1.07x at R = 10 and
+# 1.2-1.4x at R = 32, so BLAS keeps it (its constants put it within the 5 % margin or above BLAS).
 # ---------------------------------------------------------------------------------------------------
 _KERNEL_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.47, 0.47),
     ("small_rank_ttm_inner", "float32"): (0.40, 0.40),
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
-    ("small_rank_ttm_outer", "float32"): (0.21, 0.21),
+    ("small_rank_ttm_outer", "float32"): (0.50, 0.50),
 }
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
     ("small_rank_ttm_outer", "float64"): (0.45, 0.53),
-    ("small_rank_ttm_outer", "float32"): (0.55, 0.72),
+    ("small_rank_ttm_outer", "float32"): (0.33, 0.43),
 }
 
 
@@ -281,7 +302,6 @@ def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Run a plan whose ``compiled`` kernel is a small-rank TTM (operands checked against the plan)."""
     from tuckerkit.engine._plan import CompiledKernel
-    from tuckerkit.engine._policy import numba_threads
 
     lay = plan._sr
     X = A.transpose(lay.x_perm)
@@ -292,9 +312,8 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     U = B if lay.u_kz else B.T
     R = U.shape[1]
     Y = out.transpose(lay.out_perm)
-    with numba_threads(plan.policy):
-        if plan.compiled == CompiledKernel.TTM_INNER:
-            ttm_inner(_view(X, (a_ext, I, b_ext)), np.ascontiguousarray(U), _view(Y, (a_ext, R, b_ext)))
-        else:
-            ttm_outer(_view(X, (a_ext, I)), np.ascontiguousarray(U.T), _view(Y, (a_ext, R)).T)
+    if plan.compiled == CompiledKernel.TTM_INNER:
+        ttm_inner(_view(X, (a_ext, I, b_ext)), np.ascontiguousarray(U), _view(Y, (a_ext, R, b_ext)), plan.policy)
+    else:
+        ttm_outer(_view(X, (a_ext, I)), np.ascontiguousarray(U.T), _view(Y, (a_ext, R)).T, plan.policy)
     return out
