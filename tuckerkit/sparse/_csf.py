@@ -68,9 +68,24 @@ class CSFTensor(SparseOperand):
         pos = np.empty((N - 1, nnz + 1), dtype=itype)
         counts = csf_build_levels(coords, np.asarray(order, dtype=np.int64), values, upper, leaf, pos)
         del coords
-        self.idx = [upper[lev, : counts[lev]].copy() for lev in range(N - 1)] + [leaf]
-        self.pos = [pos[lev, : counts[lev] + 1].copy() for lev in range(N - 1)]
+        # every level in one index array and one pointer array (the kernels' packed form, so the tree is
+        # held once); idx[lev] and pos[lev] are views into them
+        idx_off = np.zeros(N + 1, dtype=np.int64)
+        idx_off[1:] = np.cumsum(counts)
+        pos_off = np.zeros(N, dtype=np.int64)
+        pos_off[1:] = np.cumsum(counts[: N - 1] + 1)
+        idx_all = np.empty(int(idx_off[N]), dtype=itype)
+        pos_all = np.empty(max(int(pos_off[N - 1]) if N > 1 else 0, 1), dtype=itype)
+        for lev in range(N - 1):
+            idx_all[idx_off[lev]: idx_off[lev + 1]] = upper[lev, : counts[lev]]
+            pos_all[pos_off[lev]: pos_off[lev] + counts[lev] + 1] = pos[lev, : counts[lev] + 1]
+        del upper, pos
+        idx_all[idx_off[N - 1]:] = leaf
+        del leaf
+        self.idx = [idx_all[idx_off[lev]: idx_off[lev + 1]] for lev in range(N)]
+        self.pos = [pos_all[pos_off[lev]: pos_off[lev] + counts[lev] + 1] for lev in range(N - 1)]
         self.values = values
+        self.__dict__["_tk_cache"] = {"packed": (pos_all, pos_off, idx_all, idx_off)}
 
     @classmethod
     def from_coo(cls, coo: COOTensor, order: Sequence[int] | None = None) -> CSFTensor:

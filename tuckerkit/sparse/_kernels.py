@@ -410,3 +410,69 @@ def csf_build_levels(coords, order, values, upper_idx, leaf_idx, pos):  # pragma
     for lev in range(N - 1):
         pos[lev, counts[lev]] = counts[lev + 1]
     return counts
+
+
+@njit(cache=True, nogil=True)
+def coo_canonical_rows(coords, values, shape):  # pragma: no cover
+    """Like :func:`coo_canonical` without a linearized key: rows moved by one counting-sort pass per mode
+    (skipped when already in order), then duplicates summed and zeros dropped in place. Returns (coords,
+    values, rows kept, duplicates seen); the arrays are the input's when it was in order and clean."""
+    n, N = coords.shape
+    ordered = True
+    for i in range(1, n):
+        for m in range(N):
+            a = coords[i - 1, m]
+            b = coords[i, m]
+            if a != b:
+                if b < a:
+                    ordered = False
+                break
+        if not ordered:
+            break
+    if ordered:
+        c = coords
+        v = values
+        clean = True
+        for i in range(n):
+            if values[i] == 0.0:
+                clean = False
+                break
+        if clean:
+            for i in range(1, n):
+                same = True
+                for m in range(N):
+                    if coords[i, m] != coords[i - 1, m]:
+                        same = False
+                        break
+                if same:
+                    clean = False
+                    break
+        if clean:
+            return coords, values, n, False
+        c = coords.copy()
+        v = values.copy()
+    else:
+        c, v = sort_rows_by(coords, values, np.arange(N), shape)
+    r = -1
+    dups = False
+    for i in range(n):
+        if r >= 0:
+            same = True
+            for m in range(N):
+                if c[i, m] != c[r, m]:
+                    same = False
+                    break
+            if same:
+                v[r] += v[i]
+                dups = True
+                continue
+            if v[r] == 0.0:
+                r -= 1
+        r += 1
+        if r != i:
+            for m in range(N):
+                c[r, m] = c[i, m]
+            v[r] = v[i]
+    if r >= 0 and v[r] == 0.0:
+        r -= 1
+    return c, v, r + 1, dups

@@ -144,6 +144,23 @@ def _choose_kind(coo: COOTensor, memory_budget: int | None, iterations: int | No
                      f"; fits the {budget:,}-byte budget"))
 
 
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``; nothing elsewhere).
+
+    The tree builds free sorted copies of the nonzeros of a few tens of MB each; glibc raises its mmap
+    threshold after the first such free, so later ones stay in the process's heap and count in its peak
+    memory until trimmed (measured: 70 MB of a 2M-nonzero tensor's CLI run)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass
+
+
 def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
     """The CSF trees of a plan, built side by side on the CPU threads (the sort and level kernels release
     the GIL) when there are several and enough nonzeros to pay for the threads."""
@@ -192,6 +209,7 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
             orders.append((leaf, *short_first[:-1]))
             assignment[leaf] = (1, 0)
     csfs = _build_trees(coo, orders)
+    release_free_memory()
     plan = SparsePlan(kind, tuple(c.order for c in csfs), tuple(assignment), sum(c.nbytes for c in csfs),
                       time.perf_counter() - t0, reason)
     X._tk_csf = (plan, csfs)
