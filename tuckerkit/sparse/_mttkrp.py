@@ -289,19 +289,43 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
     pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
     vals = csf.values.astype(dtype, copy=False)
     workers = _kernel_workers(policy)
+    nested = _nested_kernel(csf.ndim, level)
     with numba_threads(policy):  # BLAS held to one thread meanwhile
         if level == 0:
             F_all, F_off = _pack_levels(csf, factors, 0, R, dtype)
             out = np.zeros((csf.shape[mode], R), dtype=dtype)
-            bounds = balanced_roots(csf, 4 * workers)
-            mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
+            bounds = balanced_roots(csf, 4 * workers)  # each output row written once: any cut, same bits
+            if nested is not None:
+                nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out)
+            else:
+                mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
             return out
         F_all, F_off = _pack_levels(csf, factors, level, R, dtype)
-        parts = workers
-        bounds = balanced_roots(csf, parts)
+        # a fixed number of private outputs, whatever the workers: the same partial sums, added in the same
+        # order, on any machine (bitwise repeatable)
+        bounds = balanced_roots(csf, LEVEL_PARTS)
         private = np.zeros((len(bounds) - 1, csf.shape[mode], R), dtype=dtype)
-        mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
-        return private.sum(axis=0) if private.shape[0] > 1 else private[0]
+        if nested is not None:
+            nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private)
+        else:
+            mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
+        out = private[0]
+        for t in range(1, private.shape[0]):
+            out += private[t]
+        return out
+
+
+#: private outputs of an internal- or leaf-level MTTKRP (fixed: the result does not depend on the threads)
+LEVEL_PARTS = 4
+
+
+def _nested_kernel(n_levels: int, level: int) -> Any:
+    """The nested-loop kernel of a 3- to 6-level tree (None: the generic walk serves deeper trees)."""
+    if not 3 <= n_levels <= 6:
+        return None
+    from tuckerkit.sparse._nested import KERNELS
+
+    return KERNELS[(n_levels, level)]
 
 
 def _rooted_order(shape: Sequence[int], mode: int) -> tuple[int, ...]:
