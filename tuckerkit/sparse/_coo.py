@@ -86,7 +86,7 @@ class COOTensor(SparseOperand):
                         f"expected 0 <= index < {shape[m]}"
                     )
         self.shape = shape
-        cs, vs = _canonical(c, v, shape)
+        cs, vs = _canonical(c, v, shape, owned)
         if not owned and (np.shares_memory(cs, c) or np.shares_memory(vs, v)):
             cs, vs = cs.copy(), vs.copy()  # never alias the caller's arrays
         self.coords, self.values = cs, vs
@@ -178,7 +178,8 @@ class COOTensor(SparseOperand):
         return f"COOTensor(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype})"
 
 
-def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...], owned: bool = False
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Sort lexicographically, sum duplicates, drop zeros; int32 coordinates when they fit."""
     itype = np.int32 if max(shape) < 2**31 - 1 else np.int64
     n = c.shape[0]
@@ -188,7 +189,9 @@ def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...]) -> tuple[np
         from tuckerkit.sparse._kernels import coo_canonical_rows
 
         c0 = np.ascontiguousarray(c, dtype=itype)
-        cs, vals, kept, dups = coo_canonical_rows(c0, np.ascontiguousarray(v), np.asarray(shape, dtype=np.int64))
+        v0 = np.ascontiguousarray(v)
+        reuse = (owned or c0 is not c) and (owned or v0 is not v) and c0.flags.writeable and v0.flags.writeable
+        cs, vals, kept, dups = coo_canonical_rows(c0, v0, np.asarray(shape, dtype=np.int64), reuse)
         if dups and not np.all(np.isfinite(vals[:kept])):
             _non_finite_sums(cs[:kept], vals[:kept])
         if kept == n:
