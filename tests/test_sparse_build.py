@@ -33,6 +33,9 @@ def test_coo_canonical_matches_oracle(shape, sorted_in):
     np.testing.assert_array_equal(X.coords, wc)
     np.testing.assert_array_equal(X.values, wv)
     assert X.coords.dtype == np.int32
+    assert not np.shares_memory(X.coords, c) and not np.shares_memory(X.values, v)
+    clean = COOTensor(X.coords, X.values, shape)  # canonical already: equal, and still a copy
+    assert clean.values.tobytes() == X.values.tobytes() and not np.shares_memory(clean.values, X.values)
 
 
 def test_coo_duplicate_sums_must_be_finite():

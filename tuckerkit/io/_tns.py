@@ -70,7 +70,8 @@ def read_tns(
     from tuckerkit.engine._policy import resolve_policy
     from tuckerkit.io import _tnsparse as K
 
-    with _mapped(p) as buf:
+    m = _mapped(p)
+    with m as buf:
         start = 3 if buf.shape[0] >= 3 and bytes(buf[:3]) == _BOM else 0
         first, ncol, fstart = K.first_data_line(buf, start)
         if first == 0:
@@ -81,7 +82,7 @@ def read_tns(
                 raise _err(p, f"line {first} has {ncol} column(s); expected coordinates followed by a value")
             raise _err(p, f"line {first} has {ncol} columns; a .tns file holds at most {K.MAX_COLS - 1} "
                           "coordinates and one value")
-        coords, vals, cmax = _scan_chunks(p, buf, start, first, ncol, resolve_policy(policy))
+        coords, vals, cmax = _scan_chunks(p, buf, start, first, ncol, resolve_policy(policy), m.release)
     if dt != np.float64:
         vals = vals.astype(dt)
     return coords, vals, _shape_of(p, cmax, shape)
@@ -95,8 +96,8 @@ _BOM = b"\xef\xbb\xbf"
 CHUNK_BYTES = 1 << 23
 
 
-def _scan_chunks(p: Path, buf: np.ndarray, start: int, first: int, ncol: int, policy: Any
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _scan_chunks(p: Path, buf: np.ndarray, start: int, first: int, ncol: int, policy: Any,
+                 release: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from tuckerkit.engine._policy import parallel_map
     from tuckerkit.io import _tnsparse as K
 
@@ -113,7 +114,13 @@ def _scan_chunks(p: Path, buf: np.ndarray, start: int, first: int, ncol: int, po
             break
         cuts.append(nominal + nl + 1)
     pieces = list(itertools.pairwise(cuts))
-    nlines = parallel_map(lambda ab: int(K.count_lines(buf[ab[0]: ab[1]], 0)), pieces, policy)
+    def count(ab: tuple[int, int]) -> int:
+        n_ab = int(K.count_lines(buf[ab[0]: ab[1]], 0))
+        if release is not None:
+            release(*ab)
+        return n_ab
+
+    nlines = parallel_map(count, pieces, policy)
     row0 = np.concatenate([[0], np.cumsum(nlines)]).astype(np.int64)
     total = int(row0[-1])
     for itype, limit in ((np.int32, 2**31 - 1), (np.int64, 2**62)):
@@ -123,8 +130,11 @@ def _scan_chunks(p: Path, buf: np.ndarray, start: int, first: int, ncol: int, po
 
         def scan(k: int, coords: np.ndarray = coords, vals: np.ndarray = vals, limit: int = limit) -> tuple:
             a, b = pieces[k]
-            return K.scan_tns(buf[a:b], 0, coords[row0[k]: row0[k + 1]], vals[row0[k]: row0[k + 1]], limit,
-                              K._POW10, K.CLS)
+            out = K.scan_tns(buf[a:b], 0, coords[row0[k]: row0[k + 1]], vals[row0[k]: row0[k + 1]], limit,
+                             K._POW10, K.CLS)
+            if release is not None and out[0] == K.OK and out[8] == 0:
+                release(a, b)  # parsed: its pages leave this process's memory (the kernel keeps the cache)
+            return out
 
         results = parallel_map(scan, list(range(len(pieces))), policy)
         if itype is np.int64 or all(r[0] != K.E_BIG for r in results):
@@ -169,6 +179,22 @@ class _mapped:
             return np.zeros(0, dtype=np.uint8)
         self.mm = mmap.mmap(self.f.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(self.mm, dtype=np.uint8)
+
+    def release(self, a: int, b: int) -> None:
+        """Drop the mapped pages of bytes a:b from this process's resident memory (they are read again from
+        the page cache if touched), so a large file costs one piece of memory at a time, not its size."""
+        import mmap
+
+        if self.mm is None or not hasattr(self.mm, "madvise"):
+            return
+        page = mmap.PAGESIZE
+        lo = (a + page - 1) // page * page
+        hi = b // page * page
+        if hi > lo:
+            try:
+                self.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            except (OSError, ValueError, AttributeError):
+                pass
 
     def __exit__(self, *exc: object) -> None:
         if self.mm is not None:

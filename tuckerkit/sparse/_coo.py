@@ -39,6 +39,17 @@ class COOTensor(SparseOperand):
     """
 
     def __init__(self, coords: Any, values: Any, shape: Sequence[int] | None = None):
+        self._setup(coords, values, shape, owned=False)
+
+    @classmethod
+    def _owned(cls, coords: np.ndarray, values: np.ndarray, shape: Sequence[int]) -> COOTensor:
+        """A tensor that may keep ``coords`` and ``values`` themselves (fresh arrays nobody else holds, e.g. a
+        file just parsed): no copy when they are already canonical."""
+        out = object.__new__(cls)
+        out._setup(coords, values, shape, owned=True)
+        return out
+
+    def _setup(self, coords: Any, values: Any, shape: Sequence[int] | None, owned: bool) -> None:
         c = np.asarray(coords)
         v = np.asarray(values)
         if c.ndim != 2:
@@ -75,7 +86,10 @@ class COOTensor(SparseOperand):
                         f"expected 0 <= index < {shape[m]}"
                     )
         self.shape = shape
-        self.coords, self.values = _canonical(c, v, shape)
+        cs, vs = _canonical(c, v, shape, owned)
+        if not owned and (np.shares_memory(cs, c) or np.shares_memory(vs, v)):
+            cs, vs = cs.copy(), vs.copy()  # never alias the caller's arrays
+        self.coords, self.values = cs, vs
 
     # ------------------------------------------------------------------------------------------- builders
     @classmethod
@@ -102,7 +116,7 @@ class COOTensor(SparseOperand):
         from tuckerkit.io import read_tns
 
         coords, values, shp = read_tns(path, shape=shape, dtype=dtype)
-        return cls(coords, values, shp)
+        return cls._owned(coords, values, shp)
 
     def to_tns(self, path: str | os.PathLike, *, force: bool = False) -> None:
         """Write a FROSTT ``.tns`` file (see :func:`tuckerkit.io.write_tns`)."""
@@ -164,17 +178,33 @@ class COOTensor(SparseOperand):
         return f"COOTensor(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype})"
 
 
-def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...], owned: bool = False
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Sort lexicographically, sum duplicates, drop zeros; int32 coordinates when they fit."""
     itype = np.int32 if max(shape) < 2**31 - 1 else np.int64
-    if c.shape[0] and math.prod(float(x) for x in shape) < 2.0**62:
-        # one compiled pass: a radix sort of the linearized key (none when already sorted), then gather
+    n = c.shape[0]
+    if n and sum(shape) <= 8 * n + (1 << 20):
+        # one compiled pass: rows moved by counting sorts (none when already sorted), duplicates summed in
+        # place; no linearized key, no permutation (the least memory: the input and one sorted copy)
+        from tuckerkit.sparse._kernels import coo_canonical_rows
+
+        c0 = np.ascontiguousarray(c, dtype=itype)
+        v0 = np.ascontiguousarray(v)
+        reuse = (owned or c0 is not c) and (owned or v0 is not v) and c0.flags.writeable and v0.flags.writeable
+        cs, vals, kept, dups = coo_canonical_rows(c0, v0, np.asarray(shape, dtype=np.int64), reuse)
+        if dups and not np.all(np.isfinite(vals[:kept])):
+            _non_finite_sums(cs[:kept], vals[:kept])
+        if kept == n:
+            return cs, vals
+        return cs[:kept].copy(), vals[:kept].copy()
+    if n and math.prod(float(x) for x in shape) < 2.0**62:
+        # modes too long for counting arrays: a radix sort of the linearized key, then one gathering pass
         from tuckerkit.sparse._kernels import coo_canonical
 
         out = np.empty(c.shape, dtype=itype)
         vals, kept, dups = coo_canonical(np.ascontiguousarray(c), np.ascontiguousarray(v),
                                          np.asarray(shape, dtype=np.int64), out)
-        c = out[:kept] if kept == c.shape[0] else out[:kept].copy()
+        c = out[:kept] if kept == n else out[:kept].copy()
         if dups and not np.all(np.isfinite(vals)):
             _non_finite_sums(c, vals)
         return c, vals if kept == vals.shape[0] else vals.copy()

@@ -44,7 +44,7 @@ class CSFTensor(SparseOperand):
             raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
         self.shape = coo.shape
         self.order = order
-        from tuckerkit.sparse._kernels import csf_build_levels, radix_argsort, sort_rows_by
+        from tuckerkit.sparse._kernels import csf_build_packed, csf_count_levels, radix_argsort, sort_rows_by
 
         nnz = coo.nnz
         itype = np.int32 if max(max(self.shape), nnz) < 2**31 - 1 else np.int64
@@ -63,14 +63,22 @@ class CSFTensor(SparseOperand):
             key = linear_key(c, [self.shape[m] for m in order])
             perm = radix_argsort(key) if key is not None else np.lexsort(c.T[::-1])
             coords, values = coords[perm], values[perm]
-        upper = np.empty((N - 1, nnz), dtype=itype)
-        leaf = np.empty(nnz, dtype=itype)
-        pos = np.empty((N - 1, nnz + 1), dtype=itype)
-        counts = csf_build_levels(coords, np.asarray(order, dtype=np.int64), values, upper, leaf, pos)
+        # every level in one index array and one pointer array, sized exactly by a counting pass (the
+        # kernels' packed form: the tree is held once); idx[lev] and pos[lev] are views into them
+        order_arr = np.asarray(order, dtype=np.int64)
+        counts = csf_count_levels(coords, order_arr)
+        idx_off = np.zeros(N + 1, dtype=np.int64)
+        idx_off[1:] = np.cumsum(counts)
+        pos_off = np.zeros(N, dtype=np.int64)
+        pos_off[1:] = np.cumsum(counts[: N - 1] + 1)
+        idx_all = np.empty(int(idx_off[N]), dtype=itype)
+        pos_all = np.empty(max(int(pos_off[N - 1]), 1), dtype=itype)
+        csf_build_packed(coords, order_arr, idx_all, idx_off, pos_all, pos_off)
         del coords
-        self.idx = [upper[lev, : counts[lev]].copy() for lev in range(N - 1)] + [leaf]
-        self.pos = [pos[lev, : counts[lev] + 1].copy() for lev in range(N - 1)]
+        self.idx = [idx_all[idx_off[lev]: idx_off[lev + 1]] for lev in range(N)]
+        self.pos = [pos_all[pos_off[lev]: pos_off[lev] + counts[lev] + 1] for lev in range(N - 1)]
         self.values = values
+        self.__dict__["_tk_cache"] = {"packed": (pos_all, pos_off, idx_all, idx_off)}
 
     @classmethod
     def from_coo(cls, coo: COOTensor, order: Sequence[int] | None = None) -> CSFTensor:

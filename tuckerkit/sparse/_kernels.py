@@ -341,11 +341,12 @@ def coo_canonical(coords, values, shape, out_coords):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def sort_rows_by(coords, values, key_modes, sizes):  # pragma: no cover
+def sort_rows_by(coords, values, key_modes, sizes, reuse_input=False):  # pragma: no cover
     """Rows of lexicographically ordered nonzeros stably sorted by the coordinates of ``key_modes`` (most
     significant first): one counting-sort pass per key mode, last to first, each moving the rows and values
     themselves (sequential reads, one write stream per slice) instead of gathering through a permutation
-    (a cache miss per nonzero). Any tree order is one pass per mode before its increasing tail."""
+    (a cache miss per nonzero). Any tree order is one pass per mode before its increasing tail.
+    ``reuse_input``: the input may serve as the second buffer (its contents are then lost; one copy less)."""
     n, N = coords.shape
     src_c = coords
     src_v = values
@@ -369,10 +370,13 @@ def sort_rows_by(coords, values, key_modes, sizes):  # pragma: no cover
             for q in range(N):
                 dst_c[j, q] = src_c[i, q]
             dst_v[j] = src_v[i]
-        if first:  # the input is never written: the second pass gets a buffer of its own
+        if first:  # the input is not written unless allowed: else the second pass gets a buffer of its own
             first = False
-            spare_c = np.empty_like(coords) if key_modes.shape[0] > 1 else spare_c
-            spare_v = np.empty_like(values) if key_modes.shape[0] > 1 else spare_v
+            if reuse_input:
+                spare_c, spare_v = coords, values
+            elif key_modes.shape[0] > 1:
+                spare_c = np.empty_like(coords)
+                spare_v = np.empty_like(values)
             src_c, src_v, dst_c, dst_v = dst_c, dst_v, spare_c, spare_v
         else:
             src_c, src_v, dst_c, dst_v = dst_c, dst_v, src_c, src_v
@@ -380,33 +384,109 @@ def sort_rows_by(coords, values, key_modes, sizes):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def csf_build_levels(coords, order, values, upper_idx, leaf_idx, pos):  # pragma: no cover
-    """One pass over nonzeros already in tree order: each level's node indices (``upper_idx`` rows for the
-    levels above the leaves, ``leaf_idx`` for the leaves), child pointers ``pos`` and the node counts.
-    Writes straight into the caller's (int32 when they fit) buffers."""
+def coo_canonical_rows(coords, values, shape, reuse_input):  # pragma: no cover
+    """Like :func:`coo_canonical` without a linearized key: rows moved by one counting-sort pass per mode
+    (skipped when already in order), then duplicates summed and zeros dropped in place. Returns (coords,
+    values, rows kept, duplicates seen); the arrays are the input's when it was in order and clean."""
+    n, N = coords.shape
+    ordered = True
+    for i in range(1, n):
+        for m in range(N):
+            a = coords[i - 1, m]
+            b = coords[i, m]
+            if a != b:
+                if b < a:
+                    ordered = False
+                break
+        if not ordered:
+            break
+    if ordered:
+        c = coords
+        v = values
+        clean = True
+        for i in range(n):
+            if values[i] == 0.0:
+                clean = False
+                break
+        if clean:
+            for i in range(1, n):
+                same = True
+                for m in range(N):
+                    if coords[i, m] != coords[i - 1, m]:
+                        same = False
+                        break
+                if same:
+                    clean = False
+                    break
+        if clean:
+            return coords, values, n, False
+        c = coords.copy()
+        v = values.copy()
+    else:
+        c, v = sort_rows_by(coords, values, np.arange(N), shape, reuse_input)
+    r = -1
+    dups = False
+    for i in range(n):
+        if r >= 0:
+            same = True
+            for m in range(N):
+                if c[i, m] != c[r, m]:
+                    same = False
+                    break
+            if same:
+                v[r] += v[i]
+                dups = True
+                continue
+            if v[r] == 0.0:
+                r -= 1
+        r += 1
+        if r != i:
+            for m in range(N):
+                c[r, m] = c[i, m]
+            v[r] = v[i]
+    if r >= 0 and v[r] == 0.0:
+        r -= 1
+    return c, v, r + 1, dups
+
+
+@njit(cache=True, nogil=True)
+def csf_count_levels(coords, order):  # pragma: no cover
+    """Nodes per level of the tree of nonzeros already in tree order (sizes the packed arrays exactly)."""
     nnz, N = coords.shape
     counts = np.zeros(N, dtype=np.int64)
-    prev = np.full(N, -1, dtype=np.int64)
     for i in range(nnz):
         d = 0
         if i > 0:
-            d = N - 1  # a repeated coordinate cannot occur (COO sums duplicates): the leaf always changes
+            d = N - 1
             for lev in range(N - 1):
-                if coords[i, order[lev]] != prev[lev]:
+                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
                     d = lev
                     break
         for lev in range(d, N):
-            c = coords[i, order[lev]]
-            prev[lev] = c
+            counts[lev] += 1
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def csf_build_packed(coords, order, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """The levels of the tree written straight into its packed arrays (sized by :func:`csf_count_levels`):
+    level ``l``'s node indices at ``idx_all[idx_off[l]:]``, its child pointers at ``pos_all[pos_off[l]:]``."""
+    nnz, N = coords.shape
+    counts = np.zeros(N, dtype=np.int64)
+    for i in range(nnz):
+        d = 0
+        if i > 0:
+            d = N - 1
+            for lev in range(N - 1):
+                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
+                    d = lev
+                    break
+        for lev in range(d, N):
             k = counts[lev]
-            if lev == N - 1:
-                leaf_idx[k] = c
-            else:
-                upper_idx[lev, k] = c
-            if lev >= 1:
-                if lev - 1 >= d:  # first child of the node created at this nonzero one level up
-                    pos[lev - 1, counts[lev - 1] - 1] = k
+            idx_all[idx_off[lev] + k] = coords[i, order[lev]]
+            if lev >= 1 and lev - 1 >= d:  # first child of the node created at this nonzero one level up
+                pos_all[pos_off[lev - 1] + counts[lev - 1] - 1] = k
             counts[lev] = k + 1
     for lev in range(N - 1):
-        pos[lev, counts[lev]] = counts[lev + 1]
+        pos_all[pos_off[lev] + counts[lev]] = counts[lev + 1]
     return counts
