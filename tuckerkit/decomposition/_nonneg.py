@@ -34,9 +34,10 @@ from tuckerkit.decomposition._results import CPTensor, TuckerTensor
 #: interact through the R x R Gram, so a few sweeps get most of the subproblem's decrease for I_n R^2 flops
 #: each, small next to the MTTKRP that set the subproblem up
 INNER_SWEEPS = 5
-#: projected-gradient (FISTA) steps of the non-negative Tucker core update, at most; stops earlier when a
-#: step moves the core by less than 1e-8 of the first step
+#: projected-gradient (FISTA) steps of the non-negative Tucker core update, at most
 CORE_STEPS = 100
+#: ... and stops earlier once a step's squared change falls below this fraction of the first step's
+CORE_STOP = 1e-8
 METHODS = ("hals", "mu")
 
 
@@ -344,10 +345,12 @@ def _unfold(A: Any, n: int) -> Any:
 
 
 def _ttm_all(G: Any, mats: Sequence[Any]) -> Any:
-    """``G x_n mats[n]`` for every mode (small core-sized products)."""
-    from tuckerkit.engine import multi_ttm
-
-    return multi_ttm(G, list(mats))
+    """``G x_n mats[n]`` for every mode: core-sized products (a few R x R matrices), one ``tensordot`` per mode
+    (the engine's planning would cost more than these products)."""
+    xp = _xp(G)
+    for n, A in enumerate(mats):
+        G = xp.moveaxis(xp.tensordot(A, G, axes=(1, n)), 0, n)
+    return G
 
 
 def _core_fista(G: Any, P: Any, grams: Sequence[Any], steps: int = CORE_STEPS) -> Any:
@@ -373,7 +376,7 @@ def _core_fista(G: Any, P: Any, grams: Sequence[Any], steps: int = CORE_STEPS) -
             moved = float(xp.sum(d * d))
             if first is None:
                 first = moved
-            if moved <= 1e-16 * first:
+            if moved <= CORE_STOP * first:
                 x = x_new
                 break
         x = x_new
