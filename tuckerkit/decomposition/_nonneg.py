@@ -284,7 +284,7 @@ def non_negative_tucker(
     memory_limit: Any = None,
     device: Any = None,
 ) -> TuckerTensor:
-    """Non-negative Tucker decomposition ``X ~ G x_0 U_0 ... x_{N-1} U_{N-1}`` with ``G >= 0``, ``U_n >= 0``.
+    """Non-negative Tucker decomposition ``X ~ G x_n U_n`` (every mode n) with ``G >= 0`` and ``U_n >= 0``.
 
     Each iteration runs the projection sweep of :func:`hooi` (``X`` times every factor but one, transposed:
     two passes over a dense tensor for any order, a CSF kernel per mode for a sparse one) and updates each
