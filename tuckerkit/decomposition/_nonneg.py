@@ -66,14 +66,12 @@ def hals_rows(Ut: Any, UtM: Any, V: Any, sweeps: int = INNER_SWEEPS) -> Any:
     host = xp is np  # the early stop reads a value back: on a GPU every sweep runs, with no synchronization
     first = None
     for _ in range(sweeps):
-        moved = 0.0
+        before = Ut.copy() if host else None
         for k in range(R):
-            new = xp.maximum(Ut[k] + (UtM[k] - V[k] @ Ut) * inv[k], 0)
-            if host:
-                step = new - Ut[k]
-                moved += float(step @ step)
-            Ut[k] = new
+            Ut[k] = xp.maximum(Ut[k] + (UtM[k] - V[k] @ Ut) * inv[k], 0)
         if host:
+            d = (Ut - before).ravel()
+            moved = float(d @ d)
             if first is None:
                 first = moved
             if moved <= 1e-8 * first:
