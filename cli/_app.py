@@ -140,7 +140,7 @@ def _check_device(device: str) -> str | None:
 def _default_output(inp: Path, method: str) -> Path:
     """``x.npy`` -> ``x.tucker.npz`` / ``x.cp.npz``; any other format keeps its extension in the name
     (``x.mat`` -> ``x.mat.tucker.npz``), so that ``x.npy`` and ``x.mat`` beside it never share a result."""
-    suffix = ".cp.npz" if method == "cp" else ".tucker.npz"
+    suffix = ".cp.npz" if method in ("cp", "cp-apr") else ".tucker.npz"
     stem = inp.name[: -len(".npy")] if inp.name.lower().endswith(".npy") else inp.name
     return inp.with_name(stem + suffix)
 
@@ -208,7 +208,8 @@ def decompose_cmd(
     max_error: float = typer.Option(
         None, "--max-error", metavar="E",
         help="Choose the Tucker ranks: the smallest with relative error <= E, in (0, 1), e.g. 0.01."),
-    method: str = typer.Option("hooi", "--method", metavar="hooi|hosvd|cp", help="The decomposition."),
+    method: str = typer.Option("hooi", "--method", metavar="hooi|hosvd|cp|cp-apr",
+                               help="The decomposition (cp-apr: Poisson CP of counts)."),
     rank: int = typer.Option(None, "--rank", metavar="R", help="CP rank (with --method cp)."),
     stop_tol: float = typer.Option(
         None, "--stop-tol", metavar="T",
@@ -241,6 +242,9 @@ def decompose_cmd(
                                        "e.g. tcp://host:8786 (.npy input)."),
     tol: float = typer.Option(None, "--tol", metavar="E",
                               help="Deprecated name of --max-error (removed in tuckerkit 0.3)."),
+    nonnegative: bool = typer.Option(False, "--nonnegative", help="Non-negative factors (hooi, cp)."),
+    mask: Path = typer.Option(None, "--mask", metavar="MASK.npy",
+                              help="Missing data: a boolean .npy of the input's shape, True = observed (hooi, cp)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose a tensor file and write the result (.npz).
@@ -249,7 +253,7 @@ def decompose_cmd(
     """
     _run(debug, _decompose, input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force,
          json_out, quiet, key, shape, csf, memory_limit, scheduler, stop_tol=stop_tol, iterations=iterations,
-         tol=tol)
+         tol=tol, nonnegative=nonnegative, mask=mask)
 
 
 def _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
@@ -257,17 +261,17 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
     """The options alone, before any file is touched (one-line errors naming the option)."""
     from tuckerkit._validation import check_max_iter, check_nonneg, check_unit_interval
 
-    if method not in ("hooi", "hosvd", "cp"):
-        raise CLIError(f"--method {method!r} is not valid; expected hooi, hosvd or cp")
+    if method not in ("hooi", "hosvd", "cp", "cp-apr"):
+        raise CLIError(f"--method {method!r} is not valid; expected hooi, hosvd, cp or cp-apr")
     if dtype not in (None, "float32", "float64"):
         raise CLIError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
     if csf not in ("auto", "all", "two", "one"):
         raise CLIError(f"--csf {csf!r} is not valid; expected auto, all, two or one")
-    if method == "cp":
+    if method in ("cp", "cp-apr"):
         if rank is None:
-            raise CLIError("--method cp needs --rank R (the number of components)")
+            raise CLIError(f"--method {method} needs --rank R (the number of components)")
         if ranks is not None or target is not None:
-            raise CLIError(f"--method cp takes --rank, not --ranks or {target_name}")
+            raise CLIError(f"--method {method} takes --rank, not --ranks or {target_name}")
         if rank < 1:
             raise CLIError(f"--rank {rank} is not positive; expected an integer >= 1")
     else:
@@ -303,7 +307,9 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
 
 def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
                key, shape, csf="auto", memory_limit=None, scheduler=None, *, stop_tol=None, iterations=None,
-               tol=None):
+               tol=None, nonnegative=False, mask=None):
+    from tuckerkit.cli._ranks import check_extra, run_extra
+
     import tuckerkit as tk
     from tuckerkit._validation import check_ranks
     from tuckerkit.engine import parse_memory
@@ -314,13 +320,14 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     target, target_name = (tol, "--tol") if tol is not None else (max_error, "--max-error")
     dev = _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
                                    memory_limit, scheduler, input, stop_tol=stop_tol, iterations=iterations)
+    check_extra(method, nonnegative, mask)
     if tol is not None:  # printed once the options are known to be valid (an error stays the only line)
         typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
                    "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
     fixed = iterations is not None
     # the defaults are the method's own (CP-ALS stops at a fit change of 1e-5 within 200 iterations, HOOI at
     # 1e-8 within 100): see tk.cp_als and tk.hooi
-    default_iter, default_tol = (200, 1e-5) if method == "cp" else (100, 1e-8)
+    default_iter, default_tol = {"cp": (200, 1e-5), "cp-apr": (1000, 1e-4)}.get(method, (100, 1e-8))
     n_iter_max = iterations if fixed else (max_iter if max_iter is not None else default_iter)
     conv_tol = 0.0 if fixed else (stop_tol if stop_tol is not None else default_tol)
     limit = parse_memory(memory_limit, "--memory-limit") if memory_limit is not None else None
@@ -342,7 +349,10 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
                 warnings.simplefilter("always", tk.ConvergenceWarning)
                 try:
                     res: tk.TuckerTensor | tk.CPTensor
-                    if method == "cp":
+                    if method == "cp-apr" or nonnegative or mask is not None:  # issue 18's options (_ranks.py)
+                        res = run_extra(X, method, rank, rk, target, conv_tol, n_iter_max, seed, progress, dev,
+                                        nonnegative, mask)
+                    elif method == "cp":
                         res = tk.cp_als(X, rank, tol=conv_tol, max_iter=n_iter_max, random_state=seed,
                                         callback=progress, device=dev)
                     elif method == "hosvd":
@@ -405,7 +415,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         against = "the nonzeros" if X.stored_entries != X.size else "the input"
         typer.echo(
             f"{summary['method']} of {'x'.join(map(str, X.shape))} {X.dtype}: "
-            f"{'rank' if method == 'cp' else 'ranks'} {summary['ranks']}, "
+            f"{'rank' if method in ('cp', 'cp-apr') else 'ranks'} {summary['ranks']}, "
             f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} iterations, "
             f"{_human_seconds(seconds)}, compression {summary['compression_ratio']:.1f}x against {against} -> "
             f"{path} ({_human_bytes(path.stat().st_size)})"

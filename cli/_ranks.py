@@ -76,3 +76,48 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
         ax = table.plot()
         ax.figure.tight_layout()
         ax.figure.savefig(plot, dpi=120)
+
+
+# ---------------------------------------------------------------------------------------------------
+# issue 18's options of `tuckerkit decompose` (--method cp-apr, --nonnegative, --mask), called from _app.py
+# ---------------------------------------------------------------------------------------------------
+def check_extra(method: str, nonnegative: bool, mask: Path | None) -> None:
+    """The combinations of --nonnegative / --mask / --method cp-apr, before any file is read."""
+    if nonnegative and method not in ("hooi", "cp"):
+        raise CLIError(f"--nonnegative applies to --method hooi and cp; --method {method} "
+                       f"{'is non-negative already' if method == 'cp-apr' else 'does not iterate'}")
+    if mask is not None:
+        if method not in ("hooi", "cp"):
+            raise CLIError(f"--mask applies to --method hooi and cp; received --method {method}")
+        if nonnegative:
+            raise CLIError("pass either --mask or --nonnegative, not both (missing data is fitted by hooi and cp)")
+        if not mask.exists():
+            raise CLIError(f"--mask {str(mask)!r} does not exist; expected a boolean .npy of the input's shape")
+
+
+def run_extra(X, method, rank, rk, target, tol, max_iter, seed, progress, device, nonnegative, mask):
+    """Run cp-apr, a non-negative or a masked decomposition for `tuckerkit decompose`."""
+    import numpy as np
+
+    import tuckerkit as tk
+    from tuckerkit.engine import DenseTensor
+
+    if method == "cp-apr":
+        return tk.cp_apr(X, rank, tol=tol, max_iter=max_iter, random_state=seed, callback=progress, device=device)
+    if method == "hooi" and rk is None:
+        rk = tk.st_hosvd(X, max_error=target, device=device).ranks
+    if nonnegative:
+        if method == "cp":
+            return tk.non_negative_cp(X, rank, tol=tol, max_iter=max_iter, random_state=seed, callback=progress,
+                                      device=device)
+        return tk.non_negative_tucker(X, rk, tol=tol, max_iter=max_iter, random_state=seed, callback=progress,
+                                      device=device)
+    try:
+        m = np.load(mask, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise CLIError(f"--mask {str(mask)!r} could not be read as a .npy array ({exc})") from None
+    Xd = X.data if isinstance(X, DenseTensor) else X
+    if method == "cp":
+        return tk.cp_als(Xd, rank, mask=m, tol=tol, max_iter=max_iter, random_state=seed, callback=progress,
+                         device=device)
+    return tk.hooi(Xd, rk, mask=m, tol=tol, max_iter=max_iter, callback=progress, device=device)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-NOTEBOOKS = ("faces.ipynb", "topic_model.ipynb", "sparse_cp.ipynb")
+NOTEBOOKS = ("faces.ipynb", "topic_model.ipynb", "sparse_cp.ipynb", "nonnegative.ipynb")
 
 
 def execute(path: Path, *, timeout: int = 600):

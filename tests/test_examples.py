@@ -63,3 +63,11 @@ def test_sparse_cp_notebook(executed):
     res = runner.results(executed["sparse_cp.ipynb"])
     assert abs(res["fit"]["tuckerkit"] - res["fit"]["pyttb"]) < 1e-6
     assert res["csf_bytes"] > 0 and res["nnz"] == 200_000
+
+
+def test_nonnegative_notebook(executed):
+    res = runner.results(executed["nonnegative.ipynb"])
+    assert res["ranks"] == list(range(1, 9)) and res["nonnegative"]
+    assert res["fit"][-1] > res["fit"][0] > 0.8  # eight components fit better than one
+    assert res["corcondia"][0] > 99 and res["suggested_rank"] == 1 and 2 <= res["chosen_rank"] <= 8
+    assert abs(res["error"]["tuckerkit"] - res["error"]["tensorly"]) < 1e-9  # same start, same HALS iterations

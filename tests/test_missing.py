@@ -114,3 +114,13 @@ def test_mask_bad_input(fn, r, rng):
         fn(COOTensor.from_dense(X), r, mask=np.ones(X.shape, dtype=bool))
     with pytest.raises(ValueError, match=r"^mask= cannot be combined with memory_limit="):
         fn(X, r, mask=np.ones(X.shape, dtype=bool), memory_limit="1MB")
+
+
+def test_mask_accepts_the_dense_operand(rng):
+    from tuckerkit.engine import as_operand
+
+    _, X, _ = _planted_cp(rng, noise=0.01)
+    mask = rng.random(X.shape) > 0.4
+    a = _quiet(tk.cp_als, X, 3, mask=mask, tol=0, max_iter=3)
+    b = _quiet(tk.cp_als, as_operand(X), 3, mask=mask, tol=0, max_iter=3)
+    assert a.fit_history == b.fit_history

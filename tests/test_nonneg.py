@@ -182,3 +182,17 @@ def test_estimators_nonnegative(rng):
     assert Z.shape == (20, 9) and bool((T.core_ >= 0).all()) and T.score(X) > 0.9
     with pytest.raises(TypeError, match=r"^nonnegative must be True or False; received 'yes'$"):
         tk.CPDecomposer(nonnegative="yes").fit(X)
+
+
+def test_streamed_equals_in_memory_and_input_unmodified(rng):
+    X = _cp_data(rng)
+    keep = X.copy()
+    init = [rng.random((n, 3)) for n in X.shape]
+    a = _quiet(tk.non_negative_cp, X, 3, init=init, tol=0, max_iter=4)
+    b = _quiet(tk.non_negative_cp, X, 3, init=init, tol=0, max_iter=4, memory_limit=4 * X.nbytes // X.shape[0])
+    np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=1e3 * _eps(np.float64))
+    c = _quiet(tk.non_negative_tucker, X, (3, 3, 2), tol=0, max_iter=4, random_state=0)
+    d = _quiet(tk.non_negative_tucker, X, (3, 3, 2), tol=0, max_iter=4, random_state=0,
+               memory_limit=4 * X.nbytes // X.shape[0])
+    np.testing.assert_allclose(d.fit_history, c.fit_history, rtol=0, atol=1e3 * _eps(np.float64))
+    assert np.array_equal(X, keep)

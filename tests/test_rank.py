@@ -157,3 +157,44 @@ def test_cli_ranks_prints_the_table_and_json(rng, tmp_path):
     assert res.exit_code == 1 and "error: --method 'pca' is not valid; expected one of cp, nn-cp" in res.output
     res = runner.invoke(app, ["ranks", str(p), "--min-rank", "3", "--max-rank", "2"])
     assert res.exit_code == 1 and "--min-rank 3 and --max-rank 2 are invalid" in res.output
+
+
+def test_cli_decompose_nonnegative_cp_apr_and_mask(rng, tmp_path):
+    from tuckerkit.io import load_result
+
+    A = [rng.random((n, 2)) for n in (10, 11, 12)]
+    X = np.einsum("ir,jr,kr->ijk", *A)
+    p = tmp_path / "x.npy"
+    np.save(p, X)
+    res = runner.invoke(app, ["decompose", str(p), "--method", "cp", "--rank", "2", "--nonnegative", "--seed", "0",
+                              "-o", str(tmp_path / "nn.npz"), "--json", "--quiet"])
+    assert res.exit_code == 0, res.output
+    cp = load_result(tmp_path / "nn.npz")
+    assert all(bool((U >= 0).all()) for U in cp.factors) and json.loads(res.stdout)["fit"] > 0.99
+    res = runner.invoke(app, ["decompose", str(p), "--ranks", "2,2,2", "--nonnegative", "-o",
+                              str(tmp_path / "nt.npz"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert bool((load_result(tmp_path / "nt.npz").core >= 0).all())
+    counts = tmp_path / "c.npy"
+    np.save(counts, rng.poisson(3 * X).astype(float))
+    res = runner.invoke(app, ["decompose", str(counts), "--method", "cp-apr", "--rank", "2", "--seed", "0", "--json",
+                              "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["method"] == "cp-apr" and (tmp_path / "c.cp.npz").exists()
+    mask = rng.random(X.shape) > 0.3
+    np.save(tmp_path / "m.npy", mask)
+    Xn = np.where(mask, X, 0.0)
+    np.save(tmp_path / "xm.npy", Xn)
+    res = runner.invoke(app, ["decompose", str(tmp_path / "xm.npy"), "--method", "cp", "--rank", "2", "--mask",
+                              str(tmp_path / "m.npy"), "--max-iter", "500", "--stop-tol", "1e-12", "--quiet"])
+    assert res.exit_code == 0, res.output
+    cp = load_result(tmp_path / "xm.cp.npz")
+    assert np.linalg.norm(cp.to_dense() - X) / np.linalg.norm(X) < 1e-4  # the missing entries are recovered
+    for args, msg in [
+        (["--method", "hosvd", "--ranks", "2,2,2", "--nonnegative"], "--nonnegative applies to --method hooi and cp"),
+        (["--method", "cp-apr", "--rank", "2", "--mask", str(tmp_path / "m.npy")], "--mask applies to --method hooi"),
+        (["--ranks", "2,2,2", "--mask", str(tmp_path / "nope.npy")], "--mask '"),
+        (["--method", "cp-apr"], "--method cp-apr needs --rank R"),
+    ]:
+        res = runner.invoke(app, ["decompose", str(p), *args])
+        assert res.exit_code == 1 and msg in res.output, res.output

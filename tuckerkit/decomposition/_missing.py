@@ -7,7 +7,9 @@ least-squares factor update couples every row through its own mask pattern (one 
 gradient method with a step size), which the engine's MTTKRP cannot express; EM keeps each update the exact
 ALS / HOOI step of the completed tensor, and the observed-entry error never increases from one iteration to
 the next (each step minimizes a majorizer of it that touches it at the current model). The price is one
-reconstruction per iteration, as large as the tensor, so ``mask=`` needs a dense, in-memory ``X``.
+reconstruction per iteration, as large as the tensor, so ``mask=`` needs a dense, in-memory ``X``. The first
+fill is the mean of the observed entries (or the given start's values); HOOI's ``"st_hosvd"`` start is then
+the HOSVD of the filled tensor.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ def prepare_masked(X: Any, mask: Any) -> tuple[Any, Any, float]:
     """Validate ``X`` (dense, any values at the missing entries, NaN included) and ``mask`` (a boolean array
     of X's shape, True = observed, at least one True); returns ``X`` with its missing entries set to the mean
     of the observed ones (the first imputation), the mask as a bool array and that mean."""
+    from tuckerkit.engine import DenseTensor
     from tuckerkit.engine._operand import dense_array
 
+    if isinstance(X, DenseTensor):
+        X = X.data
     if getattr(X, "nnz", None) is not None or type(X).__name__ in ("COOTensor", "CSFTensor", "SlabTensor",
                                                                    "DaskTensor"):
         raise TypeError(f"mask= needs a dense in-memory X (EM imputation fills it in); received a {type(X).__name__}")

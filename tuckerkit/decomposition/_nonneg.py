@@ -34,9 +34,10 @@ from tuckerkit.decomposition._results import CPTensor, TuckerTensor
 #: interact through the R x R Gram, so a few sweeps get most of the subproblem's decrease for I_n R^2 flops
 #: each, small next to the MTTKRP that set the subproblem up
 INNER_SWEEPS = 5
-#: projected-gradient (FISTA) steps of the non-negative Tucker core update, at most; stops earlier when a
-#: step moves the core by less than 1e-8 of the first step
+#: projected-gradient (FISTA) steps of the non-negative Tucker core update, at most
 CORE_STEPS = 100
+#: ... and stops earlier once a step's squared change falls below this fraction of the first step's
+CORE_STOP = 1e-8
 METHODS = ("hals", "mu")
 
 
@@ -65,14 +66,12 @@ def hals_rows(Ut: Any, UtM: Any, V: Any, sweeps: int = INNER_SWEEPS) -> Any:
     host = xp is np  # the early stop reads a value back: on a GPU every sweep runs, with no synchronization
     first = None
     for _ in range(sweeps):
-        moved = 0.0
+        before = Ut.copy() if host else None
         for k in range(R):
-            new = xp.maximum(Ut[k] + (UtM[k] - V[k] @ Ut) * inv[k], 0)
-            if host:
-                step = new - Ut[k]
-                moved += float(step @ step)
-            Ut[k] = new
+            Ut[k] = xp.maximum(Ut[k] + (UtM[k] - V[k] @ Ut) * inv[k], 0)
         if host:
+            d = (Ut - before).ravel()
+            moved = float(d @ d)
             if first is None:
                 first = moved
             if moved <= 1e-8 * first:
@@ -283,7 +282,7 @@ def non_negative_tucker(
     memory_limit: Any = None,
     device: Any = None,
 ) -> TuckerTensor:
-    """Non-negative Tucker decomposition ``X ~ G x_0 U_0 ... x_{N-1} U_{N-1}`` with ``G >= 0``, ``U_n >= 0``.
+    """Non-negative Tucker decomposition ``X ~ G x_n U_n`` (every mode n) with ``G >= 0`` and ``U_n >= 0``.
 
     Each iteration runs the projection sweep of :func:`hooi` (``X`` times every factor but one, transposed:
     two passes over a dense tensor for any order, a CSF kernel per mode for a sparse one) and updates each
@@ -344,10 +343,12 @@ def _unfold(A: Any, n: int) -> Any:
 
 
 def _ttm_all(G: Any, mats: Sequence[Any]) -> Any:
-    """``G x_n mats[n]`` for every mode (small core-sized products)."""
-    from tuckerkit.engine import multi_ttm
-
-    return multi_ttm(G, list(mats))
+    """``G x_n mats[n]`` for every mode: core-sized products (a few R x R matrices), one ``tensordot`` per mode
+    (the engine's planning would cost more than these products)."""
+    xp = _xp(G)
+    for n, A in enumerate(mats):
+        G = xp.moveaxis(xp.tensordot(A, G, axes=(1, n)), 0, n)
+    return G
 
 
 def _core_fista(G: Any, P: Any, grams: Sequence[Any], steps: int = CORE_STEPS) -> Any:
@@ -373,7 +374,7 @@ def _core_fista(G: Any, P: Any, grams: Sequence[Any], steps: int = CORE_STEPS) -
             moved = float(xp.sum(d * d))
             if first is None:
                 first = moved
-            if moved <= 1e-16 * first:
+            if moved <= CORE_STOP * first:
                 x = x_new
                 break
         x = x_new
