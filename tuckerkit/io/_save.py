@@ -522,15 +522,15 @@ def _read_result_members(z: Any, p: Path) -> tuple[dict[str, np.ndarray], dict]:
     from tuckerkit.io._load import _check_npz_member
 
     names = list(z.files)
+    if "core" not in names and "weights" not in names:
+        raise _result_error(p, f"it holds {', '.join(sorted(names)[:8]) or 'no arrays'}; expected core or weights "
+                               "and factors_0, ...")
     for name in names:
         if name not in ("core", "weights", "metadata") and not _FACTOR_RE.match(name):
             raise _result_error(p, f"it holds the unknown member {name[:80]!r}; a result holds core or weights, "
                                    "factors_0, factors_1, ... and metadata")
     if "core" in names and "weights" in names:
         raise _result_error(p, "it holds both core (Tucker) and weights (CP); expected one of them")
-    if "core" not in names and "weights" not in names:
-        raise _result_error(p, f"it holds {', '.join(sorted(names)[:8]) or 'no arrays'}; expected core or weights "
-                               "and factors_0, ...")
     first = "core" if "core" in names else "weights"
     idx = sorted(int(n[len("factors_"):]) for n in names if n.startswith("factors_"))
     n = (idx[-1] + 1) if idx else 0
