@@ -71,15 +71,19 @@ def _start_paused(args, marker: Path, cwd: Path) -> subprocess.Popen:
 
 
 # ---------------------------------------------------------------------------------------------------- signals
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_a_signal_during_the_final_write_keeps_the_old_output_and_removes_the_temporary(result_file, tmp_path, sig):
+@pytest.mark.parametrize("command, sig", [("reconstruct", "SIGINT"), ("reconstruct", "SIGTERM"),
+                                          ("reconstruct", "SIGHUP"), ("decompose", "SIGTERM")])
+def test_a_signal_during_the_final_write_keeps_the_old_output_and_removes_the_temporary(result_file, npy_input,
+                                                                                       tmp_path, command, sig):
     """SIGTERM during ``reconstruct -o out.npy --force`` left hidden temporaries of up to 1.2 GB; Ctrl-C during
     the final write was swallowed (exit 0)."""
     res, _ = result_file
-    out = tmp_path / "out.npy"
+    out = tmp_path / ("out.npy" if command == "reconstruct" else "out.npz")
     out.write_bytes(b"the old output")
     marker = tmp_path / "marker"
-    proc = _start_paused(["reconstruct", res, "-o", out, "--force"], marker, tmp_path)
+    args = ([command, res, "-o", out, "--force"] if command == "reconstruct" else
+            [command, npy_input, "--ranks", "2,2,2", "-o", out, "--force", "-q"])
+    proc = _start_paused(args, marker, tmp_path)
     tmp = Path(marker.read_text())
     assert tmp.parent == tmp_path and tmp.exists() and tmp.stat().st_size > 1000  # caught mid-write
     signum = getattr(signal, sig)
