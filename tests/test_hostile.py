@@ -236,3 +236,21 @@ def test_a_0d_array_rank_is_one_rank_for_every_mode(rng):
     assert tk.st_hosvd(X, np.int64(3)).ranks == (3, 3, 3)
     with pytest.raises(TypeError, match=r"ranks must be a sequence of 3 integers; received 2.5"):
         tk.hooi(X, np.array(2.5))
+
+
+def test_a_model_without_a_fit_round_trips_and_an_unreadable_one_is_never_written(tmp_path, rng):
+    """A model built by hand (or converted from TensorLy) has no fit: it was written as NaN; a result that
+    load_result would refuse (NaN entries, a complex core) is refused before anything is written."""
+    factors = tuple(np.linalg.qr(rng.standard_normal((n, 2)))[0] for n in (4, 5, 6))
+    T = tk.TuckerTensor(rng.standard_normal((2, 2, 2)), factors)
+    p = save_result(tmp_path / "hand.npz", T)
+    assert load_metadata(p)["fit"] is None and load_result(p).fit_history == ()
+    legacy = _tampered(tmp_path, p, "legacy.npz", meta={**load_metadata(p), "fit": float("nan")})
+    assert load_result(legacy).fit_history == ()  # written so by earlier versions: read as "not recorded"
+    with pytest.raises(ValueError, match=r"^result cannot be saved to '.*nan.npz': core holds NaN or infinity "
+                                         r"\(8 entries\)$"):
+        save_result(tmp_path / "nan.npz", tk.TuckerTensor(np.full((2, 2, 2), np.nan), factors))
+    with pytest.raises(ValueError, match=r"^result cannot be saved to '.*c.npz': core has dtype complex128; "
+                                         r"expected float32 or float64$"):
+        save_result(tmp_path / "c.npz", tk.TuckerTensor(np.ones((2, 2, 2), dtype=complex), factors))
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["hand.npz", "legacy.npz"]

@@ -428,12 +428,13 @@ def save_result(
         raise TypeError(f"result must be a TuckerTensor or CPTensor; received {type(result).__name__}")
     for i, U in enumerate(result.factors):
         arrays[f"factors_{i}"] = np.asarray(U)
+    fit = float(result.fit) if result.fit_history and math.isfinite(result.fit) else None
     meta = {
         "kind": kind,
         "ranks": ranks,
-        "fit": result.fit,
-        "n_iter": result.n_iter,
-        "converged": result.converged,
+        "fit": fit,
+        "n_iter": int(result.n_iter),
+        "converged": bool(result.converged),
         "dtype": str(result.factors[0].dtype),
         "shape": list(result.shape),
         "tuckerkit_version": __version__,
@@ -444,6 +445,11 @@ def save_result(
         meta["input_sha256"] = sha256_of(input_path)
     meta.update(metadata or {})
     arrays["metadata"] = np.array(json.dumps(meta, default=str))
+    try:  # never write a file that load_result would refuse
+        _read_result_members(_Members(arrays), Path(path))
+    except ValueError as exc:
+        what = str(exc).split("tuckerkit result file: ", 1)[-1]
+        raise ValueError(f"result cannot be saved to {str(path)!r}: {what}") from None
 
     def writer(f):
         np.savez(f, **arrays)  # type: ignore[arg-type]
@@ -500,11 +506,20 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     except Exception as exc:  # a corrupt archive fails in zipfile, zlib or numpy with many exception types
         raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file ({_first_line(exc)})") from None
     factors = tuple(arrays[f"factors_{i}"] for i in range(len(arrays) - 1))
+    fit = meta.get("fit")
     kw: dict[str, Any] = {"n_iter": meta.get("n_iter", 0), "converged": meta.get("converged", True),
-                          "fit_history": (float(meta["fit"]),) if meta.get("fit") is not None else ()}
+                          "fit_history": (float(fit),) if fit is not None and math.isfinite(fit) else ()}
     if "core" in arrays:
         return TuckerTensor(arrays["core"], factors, **kw)
     return CPTensor(arrays["weights"], factors, **kw)
+
+
+class _Members(dict):
+    """Arrays about to be saved, seen as the archive ``load_result`` reads."""
+
+    @property
+    def files(self) -> list[str]:
+        return list(self)
 
 
 _FACTOR_RE = re.compile(r"^factors_(0|[1-9][0-9]{0,5})$")
@@ -540,7 +555,8 @@ def _read_result_members(z: Any, p: Path) -> tuple[dict[str, np.ndarray], dict]:
     meta = _read_metadata(z, p) if "metadata" in names else {}
     arrays: dict[str, np.ndarray] = {}
     for name in [first] + [f"factors_{i}" for i in range(n)]:
-        _check_npz_member(z, name, p)
+        if hasattr(z, "zip"):
+            _check_npz_member(z, name, p)
         a = z[name]
         if a.dtype not in (np.float32, np.float64):
             raise _result_error(p, f"{name} has dtype {a.dtype}; expected float32 or float64")
@@ -590,7 +606,8 @@ def _read_metadata(z: Any, p: Path) -> dict:
     """The ``metadata`` member: one JSON object, its known entries of the right types."""
     from tuckerkit.io._load import _check_npz_member
 
-    _check_npz_member(z, "metadata", p)
+    if hasattr(z, "zip"):
+        _check_npz_member(z, "metadata", p)
     m = z["metadata"]
     if m.dtype.kind != "U" or m.ndim != 0:
         raise _result_error(p, f"metadata is an array of dtype {m.dtype} and shape {m.shape}; expected one JSON "
@@ -605,7 +622,7 @@ def _read_metadata(z: Any, p: Path) -> dict:
         "n_iter": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
         "converged": (lambda v: isinstance(v, bool), "true or false"),
         "fit": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                        and math.isfinite(v)), "a finite number or null"),
+                                        and not math.isinf(v)), "a finite number or null"),  # NaN: not recorded
         "shape": (lambda v: isinstance(v, list) and all(_is_int(d) and d >= 1 for d in v),
                   "a list of positive integers"),
         "ranks": (lambda v: (_is_int(v) and v >= 1) or (isinstance(v, list) and all(_is_int(d) and d >= 1
