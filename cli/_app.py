@@ -108,7 +108,8 @@ class _Terminated(KeyboardInterrupt):
 def _stop_on_signals():
     """While a command runs, SIGTERM and SIGHUP stop it as Ctrl-C does: the exception unwinds the write in
     progress, which removes its temporary file and leaves an existing output unchanged. The handlers are the
-    command line's own (the library installs none) and the previous ones are restored on the way out."""
+    command line's own (the library installs none), a signal the caller ignores (``nohup``) stays ignored, and
+    the previous handlers are restored on the way out."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -119,7 +120,7 @@ def _stop_on_signals():
     saved = {}
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
-        if sig is not None:
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's ignored SIGHUP stays so
             saved[sig] = signal.signal(sig, handler)
     try:
         yield

@@ -113,6 +113,20 @@ def test_the_cli_restores_signal_handlers_and_the_library_installs_none(result_f
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+def test_an_ignored_sighup_stays_ignored(tmp_path):
+    """Under ``nohup`` SIGHUP is ignored on purpose: the command line must not turn it into a stop."""
+    from tuckerkit.cli._app import _stop_on_signals
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with _stop_on_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 # ------------------------------------------------------------------------------------------ exclusive publish
 def test_two_concurrent_runs_cannot_both_succeed(result_file, tmp_path):
     """Two runs without --force started 0.3 s apart both reported success and one result was lost."""
