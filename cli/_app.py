@@ -6,10 +6,13 @@ Exit codes: 0 success, 1 bad input or failed run (one line on stderr; ``--debug`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -93,21 +96,61 @@ def _root(
     """
 
 
-def _run(debug: bool, fn, *args, **kwargs):
-    """Run a command body: one-line errors (exit 1), Ctrl-C (exit 130), tracebacks only with --debug."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is so that it unwinds as after Ctrl-C (temporaries removed)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """While a command runs, SIGTERM and SIGHUP stop it as Ctrl-C does: the exception unwinds the write in
+    progress, which removes its temporary file and leaves an existing output unchanged. The handlers are the
+    command line's own (the library installs none), a signal the caller ignores (``nohup``) stays ignored, and
+    the previous handlers are restored on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _Terminated(signum)
+
+    saved = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's ignored SIGHUP stays so
+            saved[sig] = signal.signal(sig, handler)
     try:
-        return fn(*args, **kwargs)
-    except KeyboardInterrupt:
-        typer.echo("interrupted; no output was written", err=True)
-        raise typer.Exit(130) from None
+        yield
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)
+
+
+def _run(debug: bool, fn, *args, **kwargs):
+    """Run a command body: one-line errors (exit 1), Ctrl-C (exit 130), SIGTERM/SIGHUP (exit 128 + the signal
+    number), tracebacks only with --debug."""
+    try:
+        with _stop_on_signals():
+            return fn(*args, **kwargs)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        typer.echo(f"{how}; no output was written (an existing output is unchanged)", err=True)
+        raise typer.Exit(128 + signum) from None
     except typer.Exit:
         raise
     except (CLIError, ValueError, TypeError, OSError, MemoryError, ImportError) as exc:
         if debug:
             traceback.print_exc()
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if getattr(exc, "reason", None) == "exists":  # the library names its keyword; here the option
+        reason = getattr(exc, "reason", None)
+        if reason == "exists":  # the library names its keyword; here the option
             msg = msg.replace("pass force=True to overwrite it", "pass --force to overwrite it")
+        elif reason == "not-regular":
+            msg = "--" + msg.replace("force=True", "--force")
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1) from None
 
@@ -245,6 +288,10 @@ def decompose_cmd(
     nonnegative: bool = typer.Option(False, "--nonnegative", help="Non-negative factors (hooi, cp)."),
     mask: Path = typer.Option(None, "--mask", metavar="MASK.npy",
                               help="Missing data: a boolean .npy of the input's shape, True = observed (hooi, cp)."),
+    allow_external: bool = typer.Option(
+        False, "--allow-external",
+        help="Read HDF5 datasets whose data lives in other files (external storage, virtual datasets); refused "
+             "by default, since a crafted .h5 could read any local file."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose a tensor file and write the result (.npz).
@@ -253,7 +300,7 @@ def decompose_cmd(
     """
     _run(debug, _decompose, input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force,
          json_out, quiet, key, shape, csf, memory_limit, scheduler, stop_tol=stop_tol, iterations=iterations,
-         tol=tol, nonnegative=nonnegative, mask=mask)
+         tol=tol, nonnegative=nonnegative, mask=mask, allow_external=allow_external)
 
 
 def _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
@@ -307,7 +354,7 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
 
 def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
                key, shape, csf="auto", memory_limit=None, scheduler=None, *, stop_tol=None, iterations=None,
-               tol=None, nonnegative=False, mask=None):
+               tol=None, nonnegative=False, mask=None, allow_external=False):
     from tuckerkit.cli._ranks import check_extra, run_extra
 
     import tuckerkit as tk
@@ -341,7 +388,8 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         # the file's metadata, the ranks and the output path are checked before the one NaN/Inf scan, which
         # the decomposition runs as it reads the tensor
         with open_tensor(input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
-                         csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False) as X:
+                         csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,
+                         allow_external=allow_external) as X:
             rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks") if ranks is not None else None
             check_output_path(out, force=force, inputs=(input,))
             t0 = time.perf_counter()
@@ -429,6 +477,10 @@ def info_cmd(
     key: str = typer.Option(None, "--key", metavar="NAME", help="Array name in .npz/.mat/.h5 files holding several."),
     shape: str = typer.Option(None, "--shape", metavar="I,J,K", help="Shape of a .tns tensor."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (sizes in bytes)."),
+    allow_external: bool = typer.Option(
+        False, "--allow-external",
+        help="Read HDF5 datasets whose data lives in other files (external storage, virtual datasets); refused "
+             "by default, since a crafted .h5 could read any local file."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Describe a tensor file (shape, dtype, size, nonzeros, norm, whether it fits in RAM) or a result file
@@ -436,11 +488,12 @@ def info_cmd(
 
     Example: tuckerkit info data.npy
     """
-    _run(debug, _info, input, key, shape, json_out)
+    _run(debug, _info, input, key, shape, json_out, allow_external=allow_external)
 
 
 def _is_result_file(path: Path) -> bool:
-    """A ``.npz`` written by ``save_result``: ``core`` or ``weights``, ``factors_0`` and ``metadata``."""
+    """A ``.npz`` that claims to be a result (``metadata`` or ``factors_*`` members), whose reading then checks
+    the rest; a plain tensor archive has neither."""
     import zipfile
 
     if path.suffix.lower() != ".npz" or not path.is_file():
@@ -450,7 +503,7 @@ def _is_result_file(path: Path) -> bool:
             names = {n[:-4] if n.endswith(".npy") else n for n in z.namelist()}
     except (OSError, zipfile.BadZipFile):
         return False
-    return "factors_0" in names and "metadata" in names and ("core" in names or "weights" in names)
+    return "metadata" in names or any(n.startswith("factors_") for n in names)
 
 
 def _result_info(path: Path) -> dict[str, Any]:
@@ -503,7 +556,7 @@ def _print_result_info(info: dict[str, Any], path: Path, json_out: bool) -> None
         typer.echo(f"{label:10s} {text}")
 
 
-def _info(input, key, shape, json_out):
+def _info(input, key, shape, json_out, *, allow_external=False):
     import numpy as np
 
     from tuckerkit.engine import as_operand
@@ -513,7 +566,8 @@ def _info(input, key, shape, json_out):
     if key is None and _is_result_file(input):
         _print_result_info(_result_info(input), input, json_out)
         return
-    X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
+    X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None,
+                    allow_external=allow_external)
     info: dict[str, Any]
     if isinstance(X, COOTensor):
         info = {
@@ -570,13 +624,18 @@ def reconstruct_cmd(
     index: str = typer.Option(None, "--index", metavar="0,:,3:5", help="A slice per mode (default: all)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (shape, output, relative_error)."),
+    allow_external: bool = typer.Option(
+        False, "--allow-external",
+        help="Read an --against HDF5 dataset whose data lives in other files (external storage, virtual "
+             "datasets); refused by default, since a crafted .h5 could read any local file."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Rebuild the full tensor (or a slice of it) from a result file, and compare it with the original.
 
     Example: tuckerkit reconstruct data.tucker.npz --output approx.npy --against data.npy --index 0,:,:
     """
-    _run(debug, _reconstruct, result, output, index, force, against=against, key=key, json_out=json_out)
+    _run(debug, _reconstruct, result, output, index, force, against=against, key=key, json_out=json_out,
+         allow_external=allow_external)
 
 
 def _parse_index(text: str, shape: tuple[int, ...]) -> list:
@@ -623,7 +682,7 @@ def _relative_error(X: Any, Xhat: Any) -> float:
     return math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
 
 
-def _reconstruct(result, output, index, force, *, against=None, key=None, json_out=False):
+def _reconstruct(result, output, index, force, *, against=None, key=None, json_out=False, allow_external=False):
     import numpy as np
 
     from tuckerkit.decomposition import CPTensor
@@ -642,7 +701,7 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
     idx = _parse_index(index, res.shape) if index else [slice(None)] * len(res.shape)
     X = None
     if against is not None:
-        X = load_tensor(against, key=key)
+        X = load_tensor(against, key=key, allow_external=allow_external)
         if isinstance(X, COOTensor):
             raise CLIError(f"--against {str(against)!r} is a sparse tensor; compare against a dense file "
                            "(.npy, .npz, .mat, .h5)")

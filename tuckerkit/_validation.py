@@ -117,6 +117,25 @@ def check_ranks(ranks: Any, shape: Sequence[int], name: str = "ranks") -> tuple[
     return tuple(out)
 
 
+def check_feature_ranks(ranks: Any, shape: Sequence[int], name: str = "ranks") -> tuple[int, ...]:
+    """An estimator's feature ranks: one integer for every feature mode (capped at each mode's size; a 0-d
+    array counts as one) or one integer per feature mode, each in [1, mode size]."""
+    k = len(shape)
+    if isinstance(ranks, np.ndarray) and ranks.ndim == 0:
+        ranks = ranks.item()
+    if isinstance(ranks, numbers.Integral | np.integer) and not isinstance(ranks, bool):
+        r = int(ranks)
+        if r < 1:
+            raise ValueError(f"{name}={r} is not positive; expected integers >= 1")
+        return tuple(min(r, s) for s in shape)
+    if isinstance(ranks, str | bytes) or not isinstance(ranks, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be an integer or a sequence of {k} integers (one per feature mode); "
+                        f"received {describe(ranks)} ({type(ranks).__name__})")
+    if len(ranks) != k:
+        raise ValueError(f"{name} has {len(ranks)} entries but the samples have {k} feature modes; expected {k}")
+    return check_ranks(ranks, shape, name)
+
+
 def check_cp_rank(rank: Any, name: str = "rank") -> int:
     r = _as_int(rank, name)
     if r < 1:

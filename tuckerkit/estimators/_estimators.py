@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tuckerkit._validation import check_bool, check_tensor, check_unit_interval
+from tuckerkit._validation import check_bool, check_cp_rank, check_feature_ranks, check_tensor, check_unit_interval
 from tuckerkit.decomposition import cp_als, hooi, non_negative_cp, non_negative_tucker, st_hosvd
 from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.engine import khatri_rao, mttkrp, multi_ttm
@@ -118,28 +118,19 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
 
     def _feature_ranks(self, X: np.ndarray) -> tuple[int, ...]:
         shape = X.shape[1:]
-        k = len(shape)
         r = self.ranks
         if self.max_error is not None:
             if r is not None:
                 raise ValueError("pass either ranks or max_error, not both; max_error chooses the ranks")
             target = check_unit_interval(self.max_error, "max_error")
             return st_hosvd(X, max_error=target, device=self.device).ranks[1:]
-        if r is None:
-            r = 5
-        if isinstance(r, int | np.integer) and not isinstance(r, bool):
-            if r < 1:
-                raise ValueError(f"ranks={r} is not positive; expected integers >= 1")
-            return tuple(min(int(r), s) for s in shape)
-        r = tuple(r)
-        if len(r) != k:
-            raise ValueError(f"ranks has {len(r)} entries but the samples have {k} feature modes; expected {k}")
-        return r
+        return check_feature_ranks(5 if r is None else r, shape, "ranks")
 
     def fit(self, X, y=None):
         X = _as_samples(X, self, reset=True)
         fr = self._feature_ranks(X)
-        s = self.sample_rank if self.sample_rank is not None else min(X.shape[0], math.prod(fr))
+        s = check_cp_rank(self.sample_rank, "sample_rank") if self.sample_rank is not None else min(
+            X.shape[0], math.prod(fr))
         if check_bool(self.nonnegative, "nonnegative"):
             T = non_negative_tucker(X, (s, *fr), init="svd" if self.init == "st_hosvd" else self.init, tol=self.tol,
                                     max_iter=self.max_iter, random_state=self.random_state, device=self.device)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
+import re
+import socket
+import stat
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,8 @@ class OutputFileError(ValueError):
     message : str
         The one-line message.
     reason : str, default ""
-        Which check failed: ``"exists"``, ``"input"``, ``"directory"``, ``"no-folder"`` or ``"unwritable"``
+        Which check failed: ``"exists"``, ``"input"``, ``"directory"``, ``"not-regular"`` (a device, a FIFO,
+        a socket or a link to one), ``"no-folder"`` or ``"unwritable"``
         (the command line words its own hint from it: ``--force`` rather than ``force=True``).
 
     Examples
@@ -54,7 +59,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_output_path(path: str | os.PathLike, *, force: bool = False, inputs: tuple = ()) -> Path:
-    """Refuse an output that is an input, exists (without ``force``), or sits in an unwritable folder.
+    """Refuse an output that is an input, exists (without ``force``), is not a regular file (a device, a FIFO,
+    a directory, a link to one of those: refused even with ``force``), or sits in an unwritable folder.
 
     Parameters
     ----------
@@ -85,9 +91,13 @@ def check_output_path(path: str | os.PathLike, *, force: bool = False, inputs: t
     for inp in inputs:
         if inp is not None and (_same_file(p, Path(inp)) or p.resolve() == Path(inp).resolve()):
             raise OutputFileError(f"output {str(p)!r} is the input file; choose another output path", "input")
-    if p.exists() and p.is_dir():
+    found = _non_regular(p)
+    if found == "a directory":
         raise OutputFileError(f"output {str(p)!r} is a directory; expected a file path", "directory")
-    if p.exists() and not force:
+    if found:
+        raise OutputFileError(f"output {str(p)!r} is {found}, not a regular file; choose a file path (force=True "
+                              "never replaces it)", "not-regular")
+    if os.path.lexists(p) and not force:
         raise OutputFileError(f"output {str(p)!r} already exists; pass force=True to overwrite it", "exists")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
@@ -95,6 +105,25 @@ def check_output_path(path: str | os.PathLike, *, force: bool = False, inputs: t
     if not os.access(parent, os.W_OK):
         raise OutputFileError(f"output folder {str(parent)!r} is not writable (permission denied)", "unwritable")
     return p
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def _non_regular(p: Path) -> str:
+    """``""`` for a regular file, a dangling link or nothing; else what is there (a symlink is judged by its
+    target): ``"a character device"``, ``"a FIFO (named pipe)"``, ``"a directory"``, ..."""
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISREG(mode):
+        return ""
+    for test, name in _KINDS:
+        if test(mode):
+            return ("a symbolic link to " + name) if os.path.islink(p) and name != "a directory" else name
+    return "not a regular file"  # pragma: no cover
 
 
 def _umask() -> int:
@@ -119,11 +148,152 @@ def _new_file_mode(p: Path) -> int:
         return 0o666 & ~_umask()
 
 
+_TEMP_TAG = ".tuckerkit-"
+_TEMP_RE = re.compile(r"^\..+\.tuckerkit-([0-9a-f]{8})-(\d+)-[a-z0-9_]+\.tmp$")
+_STALE_SECONDS = 3600.0
+_PAUSE_HOOK = "_TUCKERKIT_TEST_PAUSE_BEFORE_PUBLISH"  # tests only: see _test_pause
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0  # another user's process (or a PID that cannot be one)
+    return True
+
+
+def _sweep_stale_temporaries(folder: str | Path, *, max_age: float = _STALE_SECONDS) -> list[Path]:
+    """Remove temporary files that an interrupted or killed tuckerkit write left in ``folder``.
+
+    Only files of tuckerkit's own pattern are touched (``.<name>.tuckerkit-<host>-<pid>-<random>.tmp``,
+    regular files owned by this user): those written on this machine by a process that no longer exists, and
+    any not modified for ``max_age`` seconds (a write in progress keeps its temporary fresh). Every
+    :func:`atomic_write` runs this on its target folder first.
+
+    Parameters
+    ----------
+    folder : str or Path
+    max_age : float, default 3600
+        Seconds since the last modification after which a temporary is stale whatever its process.
+
+    Returns
+    -------
+    list of Path
+        The files removed.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from tuckerkit.io._save import _sweep_stale_temporaries
+    >>> folder = tempfile.mkdtemp()
+    >>> dead = os.path.join(folder, ".out.npy.tuckerkit-00000000-999999999-abc.tmp")
+    >>> open(dead, "wb").close(); os.utime(dead, (0, 0))
+    >>> open(os.path.join(folder, ".out.npy.other.tmp"), "wb").close()
+    >>> [p.name for p in _sweep_stale_temporaries(folder)], sorted(os.listdir(folder))
+    (['.out.npy.tuckerkit-00000000-999999999-abc.tmp'], ['.out.npy.other.tmp'])
+    """
+    removed: list[Path] = []
+    host, me, uid, now = _host_tag(), os.getpid(), os.getuid(), time.time()
+    try:
+        entries = list(os.scandir(os.fspath(folder)))
+    except OSError:
+        return removed
+    for entry in entries:
+        if _TEMP_TAG not in entry.name:
+            continue
+        m = _TEMP_RE.match(entry.name)
+        if m is None:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            continue
+        pid = int(m.group(2))
+        dead = m.group(1) == host and pid != me and not _pid_alive(pid)
+        if dead or now - st.st_mtime > max_age:
+            try:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+            except OSError:
+                pass
+    return removed
+
+
+def _test_pause(tmp: str) -> None:
+    """Tests only: with ``_TUCKERKIT_TEST_PAUSE_BEFORE_PUBLISH=<marker>`` in the environment, write the
+    temporary's name to ``<marker>`` and wait (at most 60 s) until the test removes it, so that a signal or a
+    rival write can land at exactly this point."""
+    marker = os.environ.get(_PAUSE_HOOK)
+    if not marker:
+        return
+    Path(marker).write_text(tmp)
+    deadline = time.monotonic() + 60
+    while os.path.lexists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS,
+             errno.EACCES}
+
+
+def _exists_error(p: Path) -> OutputFileError:
+    return OutputFileError(f"output {str(p)!r} already exists; pass force=True to overwrite it", "exists")
+
+
+def _publish_exclusive(tmp: str, p: Path) -> None:
+    """Move ``tmp`` to ``p`` only if nothing is there, atomically: a hard link (which fails if ``p`` exists),
+    or where the file system has none, an ``O_EXCL`` claim of ``p`` that the rename then replaces. Of two
+    writers racing for one path exactly one succeeds; the other gets the "exists" error."""
+    try:
+        os.link(tmp, p, follow_symlinks=False)
+    except FileExistsError:
+        raise _exists_error(p) from None
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except FileExistsError:
+            raise _exists_error(p) from None
+        claim = os.fstat(fd)
+        os.close(fd)
+        try:
+            os.replace(tmp, p)
+        except BaseException:
+            try:
+                if os.path.samestat(os.lstat(p), claim):
+                    os.unlink(p)  # our empty claim, never someone else's file
+            except OSError:
+                pass
+            raise
+        return
+    os.unlink(tmp)
+
+
 def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, force: bool = False,
                  inputs: tuple = ()) -> Path:
-    """Write via a temporary file in the target folder, fsync, then rename over ``path``.
+    """Write via a temporary file in the target folder, fsync, then publish it at ``path`` in one step.
 
-    Nothing is left behind if ``writer`` fails or the process is interrupted. The file gets the permissions
+    Without ``force`` the publish is exclusive (a hard link, or an ``O_EXCL`` claim where links are not
+    supported): if ``path`` appeared meanwhile, for instance written by a concurrent run, this write fails
+    with the "exists" :class:`OutputFileError` and the other file stays. With ``force`` the temporary is
+    renamed over ``path``. Outputs that are not regular files (devices, FIFOs, directories, links to them)
+    are refused even with ``force``.
+
+    Nothing is left behind if ``writer`` fails or an exception (``KeyboardInterrupt`` included) interrupts
+    the write: the temporary is removed and an existing ``path`` is unchanged. Temporaries are named
+    ``.<name>.tuckerkit-<host>-<pid>-<random>.tmp``; the next write to the folder removes those left by a
+    killed process (one of this machine that is gone, or any untouched for an hour). No signal handler is
+    installed here: a program that wants SIGTERM handled like Ctrl-C installs its own (the command line
+    does). The file gets the permissions
     a plain ``open(path, "w")`` would give it (``0o666`` less the umask; an overwritten file keeps its own),
     not the private ``0o600`` of a temporary file.
 
@@ -137,6 +307,11 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
     Returns
     -------
     Path
+
+    Raises
+    ------
+    OutputFileError
+        See :func:`check_output_path`; also when ``path`` appears during the write (without ``force``).
 
     Examples
     --------
@@ -156,19 +331,29 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
     """
     p = check_output_path(path, force=force, inputs=inputs)
     mode = _new_file_mode(p)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    folder = p.parent if str(p.parent) else Path(".")
+    _sweep_stale_temporaries(folder)
+    tmp = ""
     try:
-        os.fchmod(fd, mode)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}{_TEMP_TAG}{_host_tag()}-{os.getpid()}-", suffix=".tmp",
+                                   dir=folder)
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
             writer(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, p)
+        _test_pause(tmp)
+        if force:
+            check_output_path(p, force=True, inputs=inputs)  # it may have become a device or a FIFO meanwhile
+            os.replace(tmp, p)
+        else:
+            _publish_exclusive(tmp, p)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise
     return p
 
@@ -243,12 +428,13 @@ def save_result(
         raise TypeError(f"result must be a TuckerTensor or CPTensor; received {type(result).__name__}")
     for i, U in enumerate(result.factors):
         arrays[f"factors_{i}"] = np.asarray(U)
+    fit = float(result.fit) if result.fit_history and math.isfinite(result.fit) else None
     meta = {
         "kind": kind,
         "ranks": ranks,
-        "fit": result.fit,
-        "n_iter": result.n_iter,
-        "converged": result.converged,
+        "fit": fit,
+        "n_iter": int(result.n_iter),
+        "converged": bool(result.converged),
         "dtype": str(result.factors[0].dtype),
         "shape": list(result.shape),
         "tuckerkit_version": __version__,
@@ -259,6 +445,11 @@ def save_result(
         meta["input_sha256"] = sha256_of(input_path)
     meta.update(metadata or {})
     arrays["metadata"] = np.array(json.dumps(meta, default=str))
+    try:  # never write a file that load_result would refuse
+        _read_result_members(_Members(arrays), Path(path))
+    except ValueError as exc:
+        what = str(exc).split("tuckerkit result file: ", 1)[-1]
+        raise ValueError(f"result cannot be saved to {str(path)!r}: {what}") from None
 
     def writer(f):
         np.savez(f, **arrays)  # type: ignore[arg-type]
@@ -301,31 +492,147 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     if not p.exists():
         raise TensorFileError(f"result file {str(p)!r} does not exist")
     try:
-        loaded = np.load(p, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file: it holds one array, not the "
-                                  ".npz archive written by tuckerkit decompose (or save_result)")
-        with loaded as z:
-            files = set(z.files)
-            if not ({"core", "weights"} & files) or "factors_0" not in files:
-                raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file: it holds "
-                                      f"{', '.join(sorted(files)[:8]) or 'no arrays'}; expected core or weights "
-                                      "and factors_0, ...")
-            n = len([f for f in files if f.startswith("factors_")])
-            factors = tuple(z[f"factors_{i}"] for i in range(n))
-            meta = json.loads(str(z["metadata"])) if "metadata" in files else {}
-            kw: dict[str, Any] = {"n_iter": int(meta.get("n_iter", 0)), "converged": bool(meta.get("converged", True)),
-                                  "fit_history": (float(meta["fit"]),) if meta.get("fit") is not None else ()}
-            if "core" in files:
-                return TuckerTensor(z["core"], factors, **kw)
-            if "weights" in files:
-                return CPTensor(z["weights"], factors, **kw)
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+            if head[:2] != b"PK":  # read nothing else: numpy would load a plain .npy (or try a pickle) whole
+                what = "it holds one array" if head == b"\x93NUM" else "it is not a zip archive"
+                raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file: {what}, not the .npz "
+                                      "archive written by tuckerkit decompose (or save_result)")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as z:
+                arrays, meta = _read_result_members(z, p)
     except TensorFileError:
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+    except Exception as exc:  # a corrupt archive fails in zipfile, zlib or numpy with many exception types
         raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file ({_first_line(exc)})") from None
+    factors = tuple(arrays[f"factors_{i}"] for i in range(len(arrays) - 1))
+    fit = meta.get("fit")
+    kw: dict[str, Any] = {"n_iter": meta.get("n_iter", 0), "converged": meta.get("converged", True),
+                          "fit_history": (float(fit),) if fit is not None and math.isfinite(fit) else ()}
+    if "core" in arrays:
+        return TuckerTensor(arrays["core"], factors, **kw)
+    return CPTensor(arrays["weights"], factors, **kw)
 
-    raise TensorFileError(f"{str(p)!r} is not a tuckerkit result file (no 'core' or 'weights' array)")
+
+class _Members(dict):
+    """Arrays about to be saved, seen as the archive ``load_result`` reads."""
+
+    @property
+    def files(self) -> list[str]:
+        return list(self)
+
+
+_FACTOR_RE = re.compile(r"^factors_(0|[1-9][0-9]{0,5})$")
+
+
+def _result_error(p: Path, what: str) -> ValueError:
+    from tuckerkit.io._load import TensorFileError
+
+    return TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file: {what}")
+
+
+def _read_result_members(z: Any, p: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """The arrays and metadata of a result archive, every member checked against the others (one line in the
+    file's terms: ``factors_2 is missing``, ``factors_0 has 3 columns, core mode 0 has 6``)."""
+    from tuckerkit.io._load import _check_npz_member
+
+    names = list(z.files)
+    if "core" not in names and "weights" not in names:
+        raise _result_error(p, f"it holds {', '.join(sorted(names)[:8]) or 'no arrays'}; expected core or weights "
+                               "and factors_0, ...")
+    for name in names:
+        if name not in ("core", "weights", "metadata") and not _FACTOR_RE.match(name):
+            raise _result_error(p, f"it holds the unknown member {name[:80]!r}; a result holds core or weights, "
+                                   "factors_0, factors_1, ... and metadata")
+    if "core" in names and "weights" in names:
+        raise _result_error(p, "it holds both core (Tucker) and weights (CP); expected one of them")
+    first = "core" if "core" in names else "weights"
+    idx = sorted(int(n[len("factors_"):]) for n in names if n.startswith("factors_"))
+    n = (idx[-1] + 1) if idx else 0
+    for i in range(max(n, 1)):
+        if i not in idx:
+            raise _result_error(p, f"factors_{i} is missing")
+    meta = _read_metadata(z, p) if "metadata" in names else {}
+    arrays: dict[str, np.ndarray] = {}
+    for name in [first] + [f"factors_{i}" for i in range(n)]:
+        if hasattr(z, "zip"):
+            _check_npz_member(z, name, p)
+        a = z[name]
+        if a.dtype not in (np.float32, np.float64):
+            raise _result_error(p, f"{name} has dtype {a.dtype}; expected float32 or float64")
+        if a.dtype != arrays.get(first, a).dtype:
+            raise _result_error(p, f"{name} has dtype {a.dtype} but {first} has {arrays[first].dtype}; expected one "
+                                   "dtype")
+        arrays[name] = a
+    core = arrays[first]
+    if first == "core" and core.ndim > n:
+        raise _result_error(p, f"factors_{n} is missing (the core has {core.ndim} modes)")
+    if first == "core" and core.ndim < n:
+        raise _result_error(p, f"the core has {core.ndim} modes but there are {n} factors")
+    if first == "weights" and core.ndim != 1:
+        raise _result_error(p, f"weights has {core.ndim} dimensions; expected a vector (one weight per component)")
+    shape = meta.get("shape")
+    if shape is not None and len(shape) != n:
+        raise _result_error(p, f"metadata shape has {len(shape)} modes but there are {n} factors")
+    for i in range(n):
+        U = arrays[f"factors_{i}"]
+        if U.ndim != 2:
+            raise _result_error(p, f"factors_{i} has {U.ndim} dimensions; expected a matrix (rows x rank)")
+        want, of = (core.shape[i], f"core mode {i} has") if first == "core" else (core.shape[0], "weights has")
+        if U.shape[1] != want:
+            raise _result_error(p, f"factors_{i} has {U.shape[1]} columns, {of} {want}")
+        if U.shape[0] < 1 or U.shape[1] < 1:
+            raise _result_error(p, f"factors_{i} has shape {U.shape}; expected at least one row and one column")
+        if shape is not None and U.shape[0] != shape[i]:
+            raise _result_error(p, f"factors_{i} has {U.shape[0]} rows, metadata shape[{i}] is {shape[i]}")
+    ranks = meta.get("ranks")
+    if ranks is not None:
+        held = list(core.shape) if first == "core" else int(core.shape[0])
+        if ranks != held:
+            raise _result_error(p, f"metadata ranks {ranks} differ from the {first}'s "
+                                   f"{'shape' if first == 'core' else 'length'} {held}")
+    for name, a in arrays.items():
+        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise _result_error(p, f"{name} holds NaN or infinity ({bad} entr{'y' if bad == 1 else 'ies'})")
+    return arrays, meta
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _read_metadata(z: Any, p: Path) -> dict:
+    """The ``metadata`` member: one JSON object, its known entries of the right types."""
+    from tuckerkit.io._load import _check_npz_member
+
+    if hasattr(z, "zip"):
+        _check_npz_member(z, "metadata", p)
+    m = z["metadata"]
+    if m.dtype.kind != "U" or m.ndim != 0:
+        raise _result_error(p, f"metadata is an array of dtype {m.dtype} and shape {m.shape}; expected one JSON "
+                               "text")
+    try:
+        meta = json.loads(str(m))
+    except ValueError as exc:
+        raise _result_error(p, f"metadata is not valid JSON ({_first_line(exc)})") from None
+    if not isinstance(meta, dict):
+        raise _result_error(p, f"metadata is a JSON {type(meta).__name__}; expected a JSON object")
+    checks = {
+        "n_iter": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        "converged": (lambda v: isinstance(v, bool), "true or false"),
+        "fit": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                        and not math.isinf(v)), "a finite number or null"),  # NaN: not recorded
+        "shape": (lambda v: isinstance(v, list) and all(_is_int(d) and d >= 1 for d in v),
+                  "a list of positive integers"),
+        "ranks": (lambda v: (_is_int(v) and v >= 1) or (isinstance(v, list) and all(_is_int(d) and d >= 1
+                                                                                      for d in v)),
+                  "a positive integer or a list of them"),
+    }
+    for k, (ok, expected) in checks.items():
+        if k in meta and not ok(meta[k]):
+            raise _result_error(p, f"metadata {k} is {json.dumps(meta[k])[:60]}; expected {expected}")
+    return meta
 
 
 def load_metadata(path: str | os.PathLike) -> dict:
@@ -351,5 +658,13 @@ def load_metadata(path: str | os.PathLike) -> dict:
     >>> meta["kind"], meta["ranks"], meta["run"]
     ('tucker', [2, 2, 2], 7)
     """
-    with np.load(path, allow_pickle=False) as z:
-        return json.loads(str(z["metadata"])) if "metadata" in z.files else {}
+    from tuckerkit.io._load import TensorFileError
+
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            return _read_metadata(z, p) if "metadata" in z.files else {}
+    except TensorFileError:
+        raise
+    except Exception as exc:
+        raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file ({_first_line(exc)})") from None
