@@ -304,6 +304,8 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     from tuckerkit.engine._plan import CompiledKernel
 
     lay = plan._sr
+    if lay.swap:  # the matrix came first
+        A, B = B, A
     X = A.transpose(lay.x_perm)
     no = lay.n_outer
     I = X.shape[no]  # noqa: E741
