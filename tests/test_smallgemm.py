@@ -242,3 +242,26 @@ def test_explain_says_why_blas_stays(monkeypatch, rng):
     assert plan.compiled is CompiledKernel.NONE  # the non-unit-stride kernel loses to BLAS at rank 32
     assert "choice: the compiled kernel would not compute 5 % faster than BLAS" in plan.explain()
     assert dict(plan.estimates)["compiled"] > dict(plan.estimates)["blas strided_batched_gemm"]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh_out", "given_out"])
+def test_table2_cases_through_the_compiled_kernels(order, fresh, forced, rng):
+    """Every seed Table II case (the matrix first: the planner swaps the roles), against einsum."""
+    from test_table2 import CASES
+
+    sizes = {"m": 7, "n": 13, "p": 5, "k": 11}
+    used = 0
+    for _, spec in CASES:
+        lhs, outs = spec.split("->")
+        a, b = lhs.split(",")
+        A = np.asarray(rng.standard_normal([sizes[c] for c in a]), order=order)
+        B = np.asarray(rng.standard_normal([sizes[c] for c in b]), order=order)
+        out = None if fresh else np.full([sizes[c] for c in outs], np.nan, order=order)
+        plan = plan_contraction(spec, A, B, out=out)
+        used += plan.compiled != CompiledKernel.NONE
+        res = contract(spec, A, B, out=out, plan=plan)
+        ref = np.einsum(spec, A, B)
+        scale = np.einsum(spec, np.abs(A), np.abs(B))
+        assert np.all(np.abs(res - ref) <= 8 * (sizes["k"] + 2) * np.finfo(np.float64).eps * scale), spec
+    assert used == 36 if fresh else used >= 10  # a given C/F output fits the kernel in 10 of the cases

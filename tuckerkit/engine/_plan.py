@@ -138,6 +138,7 @@ class _SmallRankLayout:
     out_perm: tuple[int, ...]  # the output's axes as (outer group, new axis, inner group)
     u_kz: bool  # B's subscripts are (contracted, new): U = B; else U = B.T
     blas_out_order: tuple[int, ...]  # the BLAS plan's allocation order (a GPU run allocates that)
+    swap: bool = False  # the tensor is B and the matrix A
 
 
 @dataclass(frozen=True)
@@ -898,14 +899,21 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
         return plan
     if plan.flops < SMALL_RANK_MIN_FLOPS:
         return plan
+    # the tensor is A and the matrix B, or (the seed's Table II, ``mk,knp->mnp``) the other way round
+    swap = False
+    m_shape, m_strides = b_shape, b_strides
     lay = _ttm_layout(spec, a_shape, a_strides, b_strides, plan.shapes[2], out_strides, out_layout)
+    if lay is None and len(spec.a) == 2:
+        lay = _ttm_layout(Spec(spec.b, spec.a, spec.c), b_shape, b_strides, a_strides, plan.shapes[2], out_strides,
+                          out_layout)
+        swap, m_shape, m_strides = True, a_shape, a_strides
     if lay is None:
         return plan
     from tuckerkit.engine._roofline import machine_roofline
     from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency
 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
-    R = b_shape[1] if u_kz else b_shape[0]
+    R = m_shape[1] if u_kz else m_shape[0]
     if R > MAX_RANK:
         return plan
     variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
@@ -922,14 +930,14 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R)
     if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:
         return dataclasses.replace(plan, estimates=estimates)
-    small = _SmallRankLayout(x_perm, n_outer, out_perm, u_kz, plan._out_order)
+    small = _SmallRankLayout(x_perm, n_outer, out_perm, u_kz, plan._out_order, swap)
     # the kernel needs U as (I, R) rows (inner) or (R, I) rows (outer), C-contiguous: one copy of the
     # matrix unless it already is
     wants_kz = variant == CompiledKernel.TTM_INNER
     ka, kb = (0, 1) if u_kz else (1, 0)
-    st = b_strides
-    contiguous = (st[kb] == 1 and st[ka] == b_shape[kb]) if wants_kz else (st[ka] == 1 and st[kb] == b_shape[ka])
-    n_copied = 0 if contiguous else math.prod(b_shape)
+    st = m_strides
+    contiguous = (st[kb] == 1 and st[ka] == m_shape[kb]) if wants_kz else (st[ka] == 1 and st[kb] == m_shape[ka])
+    n_copied = 0 if contiguous else math.prod(m_shape)
     if n_copied and copies == "never":
         return dataclasses.replace(plan, estimates=estimates)
     return dataclasses.replace(plan, compiled=variant, estimates=estimates, _sr=small, copies=n_copied,

@@ -30,8 +30,8 @@ from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 
 #: unit-stride extent of one tile of :func:`ttm_inner` (R x _TILE outputs stay in L1)
 _TILE = 128
-#: the largest output extent R the kernels are planned for (beyond it BLAS's GEMM is compute-bound and wins)
-MAX_RANK = 64
+#: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
+MAX_RANK = 32
 
 
 @njit(cache=True, fastmath={"contract"}, nogil=True)
@@ -304,6 +304,8 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     from tuckerkit.engine._plan import CompiledKernel
 
     lay = plan._sr
+    if lay.swap:  # the matrix came first
+        A, B = B, A
     X = A.transpose(lay.x_perm)
     no = lay.n_outer
     I = X.shape[no]  # noqa: E741
