@@ -1,7 +1,7 @@
 """Typer application. Commands parse, call the public API and format; nothing else.
 
 Exit codes: 0 success, 1 bad input or failed run (one line on stderr; ``--debug`` shows the traceback),
-2 usage errors (typer), 130 interrupted.
+2 usage errors (typer), 130 interrupted (Ctrl-C), 143 SIGTERM, 129 SIGHUP.
 """
 
 from __future__ import annotations
