@@ -87,7 +87,7 @@ def main(argv=None) -> None:
 
         def ours(X=X, R=R, init=init, it=it):
             return tk.cp_als(X, R, init=tk.CPTensor(np.ones(R), tuple(U.copy() for U in init)), max_iter=it,
-                             tol=0.0).fit
+                             tol=0.0, linesearch=False).fit
 
         def tensorly(X=X, R=R, init=init, it=it):
             cp = tld.parafac(X, R, init=TLCP((np.ones(R), [U.copy() for U in init])), n_iter_max=it, tol=0,

@@ -178,12 +178,12 @@ def decompositions(cp, kind, sizes, dtypes, iters, repeat, with_tensorly, notes)
                 else:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        init = tk.cp_als(data, R, tol=0, max_iter=1, random_state=0)
+                        init = tk.cp_als(data, R, tol=0, max_iter=1, random_state=0, linesearch=False)
                     def gpu(Xd=Xd, init=init, R=R):
-                        return tk.cp_als(Xd, R, init=init, tol=0, max_iter=iters)
+                        return tk.cp_als(Xd, R, init=init, tol=0, max_iter=iters, linesearch=False)
 
                     def cpu(data=data, init=init, R=R):
-                        return tk.cp_als(data, R, init=init, tol=0, max_iter=iters)
+                        return tk.cp_als(data, R, init=init, tol=0, max_iter=iters, linesearch=False)
                 fns = {"tuckerkit_gpu": gpu, "tuckerkit_cpu": cpu}
                 if tl is not None:
                     runner = _tensorly_runner(tl, cp, kind, Xd, init, R, iters)
@@ -249,13 +249,13 @@ def sparse_section(cp, quick: bool, dtypes, repeat):
             X = S.astype(dt)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                init = tk.cp_als(X, rank, tol=0, max_iter=1, random_state=0)
+                init = tk.cp_als(X, rank, tol=0, max_iter=1, random_state=0, linesearch=False)
 
                 def gpu(X=X, init=init):
-                    return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters, device="cuda")
+                    return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters, device="cuda", linesearch=False)
 
                 def cpu(X=X, init=init):
-                    return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters)
+                    return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters, linesearch=False)
 
                 res, ref = gpu(), cpu()
                 t = _median_times(cp, {"tuckerkit_gpu": gpu, "tuckerkit_cpu": cpu}, max(1, repeat // 3))

@@ -109,7 +109,7 @@ def measure(dtype, n: int, R: int, iters: int, repeat: int, rng, rows: list, sum
         for _ in range(3))
     cp_init = [rng.standard_normal((n, R)).astype(dtype) for _ in range(3)]
     cp_it = statistics.median(per_iteration(
-        lambda cb: tk.cp_als(X, R, init=cp_init, max_iter=iters, tol=0.0, callback=cb))
+        lambda cb: tk.cp_als(X, R, init=cp_init, max_iter=iters, tol=0.0, callback=cb, linesearch=False))
         for _ in range(3))
     # factor work alone: HOOI = 3 factor steps + the core; CP = 3 x (Hadamard of Grams + solve)
     G = [U.T @ U for U in cp_init]

@@ -123,7 +123,7 @@ def splatt_main(args) -> None:
     warm = Path(tempfile.mkdtemp()) / "warm.tns"
     warm.write_text("1 1 1 1.0\n2 2 2 2.0\n2 1 2 0.5\n")
     W = COOTensor.from_tns(warm)
-    tk.cp_als(W, 1, max_iter=1, tol=0.0, init="random", random_state=0)
+    tk.cp_als(W, 1, max_iter=1, tol=0.0, init="random", random_state=0, linesearch=False)
     rows = []
     for name in names:
         path = _ensure_tns(data, name)
@@ -144,7 +144,7 @@ def splatt_main(args) -> None:
                 p = Y.plan(csf=kind, iterations=args.cmd_iters) if kind == "auto" else Y.plan(csf=kind)
                 builds.append(p.build_seconds)
                 t0 = time.perf_counter()
-                tk.cp_als(Y, R, init=init, max_iter=args.iters, tol=0.0)
+                tk.cp_als(Y, R, init=init, max_iter=args.iters, tol=0.0, linesearch=False)
                 its.append((time.perf_counter() - t0) / args.iters)
             row["plans"][kind] = {"kind": p.kind, "build_s": med(builds), "iteration_s": med(its),
                                   "build_iterations": med(builds) / med(its), "bytes": p.bytes,
@@ -153,7 +153,8 @@ def splatt_main(args) -> None:
         # the whole command, I/O and build included, same iteration count
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [tk_cli, "decompose", str(path), "--method", "cp", "--rank", str(R), "--iterations",
-                   str(args.cmd_iters), "--seed", "1", "-o", f"{tmp}/out.npz", "--force"]
+                   str(args.cmd_iters), "--seed", "1", "-o", f"{tmp}/out.npz", "--force",
+                   "--no-linesearch"]  # plain ALS, iteration for iteration SPLATT's
             runs = [_run_child(cmd, env_tk)[:2] for _ in range(args.repeats)]
         row["cmd_s"], row["cmd_rss_mb"] = med(r[0] for r in runs), med(r[1] for r in runs)
         if splatt:
@@ -403,14 +404,14 @@ def peers_main(args) -> None:
                         ts.append(time.perf_counter() - t0)
                     per_mode.append(float(np.median(ts)))
                 t0 = time.perf_counter()
-                cp = tk.cp_als(X, R, init=cp_init, max_iter=args.iters, tol=0.0)
+                cp = tk.cp_als(X, R, init=cp_init, max_iter=args.iters, tol=0.0, linesearch=False)
                 it = (time.perf_counter() - t0) / args.iters
             row[f"threads{threads}"] = {"iteration_ms": 1e3 * it, "mttkrp_ms": [1e3 * t for t in per_mode],
                                         "fit": cp.fit}
         numba.set_num_threads(2)
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
-        tk.cp_als(X, R, init=cp_init, max_iter=2, tol=0.0)
+        tk.cp_als(X, R, init=cp_init, max_iter=2, tol=0.0, linesearch=False)
         row["peak_extra_bytes"] = tracemalloc.get_traced_memory()[1] - base
         tracemalloc.stop()
         # pyttb on the same nonzeros and initial factors
@@ -419,7 +420,7 @@ def peers_main(args) -> None:
         _, _, info = ttb.cp_als(S, R, init=ttb.ktensor([U.copy() for U in init]), maxiters=args.pyttb_iters,
                                 stoptol=0.0, printitn=0)
         row["pyttb_iteration_ms"] = 1e3 * (time.perf_counter() - t0) / args.pyttb_iters
-        tk_short = tk.cp_als(X, R, init=cp_init, max_iter=args.pyttb_iters, tol=0.0)
+        tk_short = tk.cp_als(X, R, init=cp_init, max_iter=args.pyttb_iters, tol=0.0, linesearch=False)
         row["fit_after_pyttb_iters"] = {"tuckerkit": tk_short.fit, "pyttb": float(info["fit"])}
         ts = []
         for _ in range(2):
@@ -435,9 +436,9 @@ def peers_main(args) -> None:
         for kind in ("all", "two", "one"):
             Y = make_sparse_benchmark(name).data
             p = Y.plan(csf=kind)
-            tk.cp_als(Y, R, init=cp_init, max_iter=1, tol=0.0)
+            tk.cp_als(Y, R, init=cp_init, max_iter=1, tol=0.0, linesearch=False)
             t0 = time.perf_counter()
-            tk.cp_als(Y, R, init=cp_init, max_iter=5, tol=0.0)
+            tk.cp_als(Y, R, init=cp_init, max_iter=5, tol=0.0, linesearch=False)
             row["plans"][kind] = {"iteration_ms": 1e3 * (time.perf_counter() - t0) / 5, "bytes": p.bytes,
                                   "build_s": p.build_seconds, "kernels": [p.kernel(n) for n in range(Y.ndim)]}
             del Y

@@ -292,6 +292,10 @@ def decompose_cmd(
         False, "--allow-external",
         help="Read HDF5 datasets whose data lives in other files (external storage, virtual datasets); refused "
              "by default, since a crafted .h5 could read any local file."),
+    linesearch: bool = typer.Option(
+        True, "--linesearch/--no-linesearch",
+        help="CP-ALS line search (on by default); --no-linesearch runs plain ALS, iteration for iteration the "
+             "algorithm of SPLATT and pyttb."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose a tensor file and write the result (.npz).
@@ -300,7 +304,7 @@ def decompose_cmd(
     """
     _run(debug, _decompose, input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force,
          json_out, quiet, key, shape, csf, memory_limit, scheduler, stop_tol=stop_tol, iterations=iterations,
-         tol=tol, nonnegative=nonnegative, mask=mask, allow_external=allow_external)
+         tol=tol, nonnegative=nonnegative, mask=mask, allow_external=allow_external, linesearch=linesearch)
 
 
 def _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
@@ -354,7 +358,7 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
 
 def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force, json_out, quiet,
                key, shape, csf="auto", memory_limit=None, scheduler=None, *, stop_tol=None, iterations=None,
-               tol=None, nonnegative=False, mask=None, allow_external=False):
+               tol=None, nonnegative=False, mask=None, allow_external=False, linesearch=True):
     from tuckerkit.cli._ranks import check_extra, run_extra
 
     import tuckerkit as tk
@@ -368,6 +372,8 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     dev = _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
                                    memory_limit, scheduler, input, stop_tol=stop_tol, iterations=iterations)
     check_extra(method, nonnegative, mask)
+    if not linesearch and (method != "cp" or nonnegative or mask is not None):
+        raise CLIError("--no-linesearch applies to --method cp (plain CP-ALS) only")
     if tol is not None:  # printed once the options are known to be valid (an error stays the only line)
         typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
                    "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
@@ -402,7 +408,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
                                         nonnegative, mask)
                     elif method == "cp":
                         res = tk.cp_als(X, rank, tol=conv_tol, max_iter=n_iter_max, random_state=seed,
-                                        callback=progress, device=dev)
+                                        callback=progress, device=dev, linesearch=linesearch)
                     elif method == "hosvd":
                         res = tk.st_hosvd(X, rk, device=dev) if rk is not None else tk.st_hosvd(
                             X, max_error=target, device=dev)

@@ -374,3 +374,18 @@ def test_memory_limit_streams_large_npy(tmp_path):
     assert cp.exit_code == 0 and json.loads(cp.stdout)["slab_rows"] == out["slab_rows"]
     bad = _invoke(["decompose", p, "--ranks", "4,4,4", "--memory-limit", "lots", "-o", tmp_path / "d.npz"])
     assert bad.exit_code == 1 and "--memory-limit='lots' is not a memory size" in bad.stderr
+
+
+def test_cp_linesearch_flag_runs_plain_als_iteration_for_iteration(tensor_file, tmp_path):
+    p, X = tensor_file
+    for flag, out in (("--no-linesearch", "plain.npz"), ("--linesearch", "ls.npz")):
+        res = _invoke(["decompose", p, "--method", "cp", "--rank", "3", "--seed", "0", "--iterations", "9", flag,
+                       "-o", tmp_path / out, "--quiet"])
+        assert res.exit_code == 0, res.output
+    plain = load_result(tmp_path / "plain.npz")
+    want = tk.cp_als(X, 3, random_state=0, tol=0, max_iter=9, linesearch=False)
+    np.testing.assert_array_equal(plain.weights, want.weights)
+    with_ls = load_result(tmp_path / "ls.npz")
+    np.testing.assert_array_equal(with_ls.weights, tk.cp_als(X, 3, random_state=0, tol=0, max_iter=9).weights)
+    _bad(tmp_path, ["decompose", p, "--ranks", "2,2,2", "--no-linesearch", "-o", tmp_path / "h.npz"],
+         "--no-linesearch applies to --method cp (plain CP-ALS) only")

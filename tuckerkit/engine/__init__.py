@@ -6,13 +6,14 @@ from tuckerkit.engine._dask import DaskTensor
 from tuckerkit.engine._gram import GramPlan, gram, gram_plan
 from tuckerkit.engine._mttkrp import MTTKRPPlan, khatri_rao, mttkrp, mttkrp_plan
 from tuckerkit.engine._operand import DenseTensor, Operand, as_operand
-from tuckerkit.engine._plan import ContractionPlan, KernelKind, Remedy
+from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, Remedy
 from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, default_policy
 from tuckerkit.engine._slabs import SlabTensor, parse_memory
 from tuckerkit.engine._sweeps import Sweep, mttkrp_sweep, ttmc_sweep
 from tuckerkit.engine._ttm import MultiTTMPlan, multi_ttm, multi_ttm_plan, ttm, ttm_plan, ttmc
 
 __all__ = [
+    "CompiledKernel",
     "ContractionPlan",
     "DaskTensor",
     "DenseTensor",

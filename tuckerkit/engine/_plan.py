@@ -116,7 +116,7 @@ class CompiledKernel(str, enum.Enum):
     --------
     >>> import numpy as np
     >>> from tuckerkit.engine import plan_contraction
-    >>> from tuckerkit.engine._plan import CompiledKernel
+    >>> from tuckerkit.engine import CompiledKernel
     >>> plan_contraction("abc,cz->abz", np.ones((3, 4, 5)), np.ones((5, 2))).compiled is CompiledKernel.NONE
     True
     """
