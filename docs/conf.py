@@ -26,7 +26,8 @@ extensions = [
     "myst_nb",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "_generated/cli_reference.md"]  # included by guide/cli
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "_generated/cli_reference.md",  # included by guide/cli
+                    "_generated/benchmarks/*.md"]  # result tables: included by benchmarks.md, not pages
 templates_path = ["_templates"]
 
 autosummary_generate = True
