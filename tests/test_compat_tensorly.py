@@ -44,3 +44,6 @@ from tensorly.decomposition.tests.test_cp import test_parafac_does_not_modify_in
 from tensorly.decomposition.tests.test_tucker import test_partial_tucker, test_tucker  # noqa: E402,F401
 from tensorly.decomposition.tests.test_tucker import test_tucker_runs_with_factors_only_init  # noqa: E402,F401
 from tensorly.decomposition.tests.test_tucker import test_masked_tucker  # noqa: E402,F401
+from tensorly.decomposition.tests.test_cp import test_non_negative_parafac  # noqa: E402,F401
+from tensorly.decomposition.tests.test_cp import test_non_negative_parafac_hals_one_unconstrained  # noqa: E402,F401
+from tensorly.decomposition.tests.test_tucker import test_non_negative_tucker  # noqa: E402,F401

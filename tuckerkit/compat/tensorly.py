@@ -20,7 +20,21 @@ import numpy as np
 from tuckerkit._validation import check_random_state
 from tuckerkit.compat import _installed
 
-__all__ = ["CP", "Tucker", "parafac", "partial_tucker", "tucker"]
+__all__ = [
+    "CP",
+    "CP_NN",
+    "CP_NN_HALS",
+    "Tucker",
+    "Tucker_NN",
+    "Tucker_NN_HALS",
+    "non_negative_parafac",
+    "non_negative_parafac_hals",
+    "non_negative_tucker",
+    "non_negative_tucker_hals",
+    "parafac",
+    "partial_tucker",
+    "tucker",
+]
 
 # TensorLy's SVD choices: every one gives the same leading subspace, which tuckerkit computes its own way.
 _SVD_NAMES = ("truncated_svd", "symeig_svd", "randomized_svd", "svd")
@@ -478,3 +492,311 @@ class Tucker(_Decomposition):
                         random_state=self.random_state, mask=self.mask, verbose=self.verbose)
         self.decomposition_ = result
         return result
+
+
+def _refuse(who: str, **options: Any) -> None:
+    """One line naming the first TensorLy option given a value this layer cannot honour."""
+    for name, (value, default) in options.items():
+        if not (value is default or (isinstance(value, str | bool) and value == default)):
+            raise NotImplementedError(f"{who}: {name}={value!r} is not supported by tuckerkit; expected {default!r}")
+
+
+def _nn_cp(who: str, method: str, tensor: Any, rank: int, n_iter_max: int, init: Any, svd: Any, tol: float,
+           random_state: Any, verbose: Any, normalize_factors: bool, return_errors: bool, fixed_modes: Any = None,
+           nn_modes: Any = "all") -> Any:
+    tk = _tk()
+    tensor = _array(tensor, who)
+    _check_svd(svd, who)
+    N = np.ndim(tensor)
+    fixed = sorted({int(m) % N for m in (fixed_modes or ())})
+    free = [n for n in range(N) if n not in fixed]
+    nn = None if isinstance(nn_modes, str) and nn_modes == "all" else sorted(int(m) % N for m in nn_modes)
+    with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        cp = tk.non_negative_cp(tensor, rank, method=method, init=init, tol=tol, max_iter=max(int(n_iter_max), 1),
+                                random_state=_random_state(random_state), verbose=bool(verbose), fixed_modes=fixed,
+                                nonnegative_modes=nn)
+    weights, factors = np.asarray(cp.weights, dtype=float), [np.asarray(U) for U in cp.factors]
+    if normalize_factors:
+        for n in free:
+            norms = np.linalg.norm(factors[n], axis=0)
+            norms = np.where(norms > 0, norms, 1.0)
+            factors[n], weights = factors[n] / norms, weights * norms
+    elif free:  # the scale on the first free mode: fixed factors come back as given
+        factors[free[0]] = factors[free[0]] * weights[None, :]
+        weights = np.ones_like(weights)
+    result = _cp_result(weights.astype(factors[0].dtype), factors)
+    return (result, [1.0 - f for f in cp.fit_history]) if return_errors else result
+
+
+def non_negative_parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd",
+                         svd: Any = "truncated_svd", tol: float = 10e-7, random_state: Any = None, verbose: Any = 0,
+                         normalize_factors: bool = False, return_errors: bool = False, mask: Any = None,
+                         cvg_criterion: str = "abs_rec_error", fixed_modes: Any = None) -> Any:
+    """TensorLy's ``non_negative_parafac`` (multiplicative updates), by :func:`tuckerkit.non_negative_cp`.
+
+    Parameters
+    ----------
+    tensor : array
+    rank : int
+    n_iter_max, init, svd, tol, random_state, verbose, normalize_factors, return_errors : as TensorLy's
+    fixed_modes : list of int, optional
+    mask : None
+        Not supported (refused in one line).
+    cvg_criterion : str
+        Accepted; the stop is a change of fit below ``tol``.
+
+    Returns
+    -------
+    CPTensor
+        TensorLy's ``CPTensor`` (``(cp, errors)`` with ``return_errors``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import non_negative_parafac
+    >>> X = np.random.default_rng(0).random((5, 6, 7))
+    >>> bool(all((U >= 0).all() for U in non_negative_parafac(X, 2).factors))
+    True
+    """
+    _refuse("non_negative_parafac", mask=(mask, None))
+    return _nn_cp("non_negative_parafac", "mu", tensor, rank, n_iter_max, init, svd, tol, random_state, verbose,
+                  normalize_factors, return_errors, fixed_modes)
+
+
+def non_negative_parafac_hals(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd",
+                              svd: Any = "truncated_svd", tol: float = 10e-8, random_state: Any = None,
+                              sparsity_coefficients: Any = None, fixed_modes: Any = None, nn_modes: Any = "all",
+                              exact: bool = False, normalize_factors: bool = False, verbose: Any = False,
+                              return_errors: bool = False, cvg_criterion: str = "abs_rec_error") -> Any:
+    """TensorLy's ``non_negative_parafac_hals``, by :func:`tuckerkit.non_negative_cp` (HALS).
+
+    Parameters
+    ----------
+    tensor : array
+    rank : int
+    n_iter_max, init, svd, tol, random_state, verbose, normalize_factors, return_errors : as TensorLy's
+    sparsity_coefficients : None
+        Not supported (refused in one line).
+    fixed_modes : list of int, optional
+    nn_modes : "all" or set of int
+        The non-negative modes (the others unconstrained).
+    exact : False
+        Not supported (refused in one line).
+    cvg_criterion : str
+        Accepted; the stop is a change of fit below ``tol``.
+
+    Returns
+    -------
+    CPTensor
+        TensorLy's ``CPTensor`` (``(cp, errors)`` with ``return_errors``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import non_negative_parafac_hals
+    >>> X = np.random.default_rng(0).random((5, 6, 7))
+    >>> weights, factors = non_negative_parafac_hals(X, 2)
+    >>> [U.shape for U in factors]
+    [(5, 2), (6, 2), (7, 2)]
+    """
+    _refuse("non_negative_parafac_hals", sparsity_coefficients=(sparsity_coefficients, None), exact=(exact, False))
+    return _nn_cp("non_negative_parafac_hals", "hals", tensor, rank, n_iter_max, init, svd, tol, random_state,
+                  verbose, normalize_factors, return_errors, fixed_modes, nn_modes)
+
+
+def _nn_tucker(who: str, method: str, tensor: Any, rank: Any, n_iter_max: int, init: Any, tol: float,
+               random_state: Any, verbose: Any, return_errors: bool) -> Any:
+    tk = _tk()
+    tensor = _array(tensor, who)
+    ranks = _tucker_ranks(rank, np.shape(tensor), who)
+    with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        T = tk.non_negative_tucker(tensor, ranks, method=method, init=init, tol=tol, max_iter=max(int(n_iter_max), 1),
+                                   random_state=_random_state(random_state), verbose=bool(verbose))
+    result = _tucker_result(T.core, T.factors)
+    return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
+
+
+def non_negative_tucker(tensor: Any, rank: Any, n_iter_max: int = 10, init: Any = "svd", tol: float = 10e-5,
+                        random_state: Any = None, verbose: Any = False, return_errors: bool = False,
+                        normalize_factors: bool = False) -> Any:
+    """TensorLy's ``non_negative_tucker`` (multiplicative updates), by :func:`tuckerkit.non_negative_tucker`.
+
+    Parameters
+    ----------
+    tensor : array
+    rank : None, int or list of int
+    n_iter_max, init, tol, random_state, verbose, return_errors : as TensorLy's
+    normalize_factors : False
+        Not supported (refused in one line).
+
+    Returns
+    -------
+    TuckerTensor
+        TensorLy's ``TuckerTensor`` (``(tucker, errors)`` with ``return_errors``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import non_negative_tucker
+    >>> X = np.random.default_rng(0).random((5, 6, 7))
+    >>> non_negative_tucker(X, [2, 2, 2]).core.shape
+    (2, 2, 2)
+    """
+    _refuse("non_negative_tucker", normalize_factors=(normalize_factors, False))
+    return _nn_tucker("non_negative_tucker", "mu", tensor, rank, n_iter_max, init, tol, random_state, verbose,
+                      return_errors)
+
+
+def non_negative_tucker_hals(tensor: Any, rank: Any, n_iter_max: int = 100, init: Any = "svd",
+                             svd: Any = "truncated_svd", tol: float = 1e-8, sparsity_coefficients: Any = None,
+                             core_sparsity_coefficient: Any = None, fixed_modes: Any = None,
+                             random_state: Any = None, verbose: Any = False, normalize_factors: bool = False,
+                             return_errors: bool = False, exact: bool = False, algorithm: str = "fista") -> Any:
+    """TensorLy's ``non_negative_tucker_hals``, by :func:`tuckerkit.non_negative_tucker` (HALS factors, FISTA core).
+
+    Parameters
+    ----------
+    tensor : array
+    rank : None, int or list of int
+    n_iter_max, init, svd, tol, random_state, verbose, return_errors : as TensorLy's
+    sparsity_coefficients, core_sparsity_coefficient, fixed_modes : None
+        Not supported (refused in one line).
+    normalize_factors, exact : False
+        Not supported (refused in one line).
+    algorithm : "fista"
+        The core step (the only one).
+
+    Returns
+    -------
+    TuckerTensor
+        TensorLy's ``TuckerTensor`` (``(tucker, errors)`` with ``return_errors``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import non_negative_tucker_hals
+    >>> X = np.random.default_rng(0).random((5, 6, 7))
+    >>> non_negative_tucker_hals(X, [2, 2, 2]).core.shape
+    (2, 2, 2)
+    """
+    _check_svd(svd, "non_negative_tucker_hals")
+    _refuse("non_negative_tucker_hals", sparsity_coefficients=(sparsity_coefficients, None),
+            core_sparsity_coefficient=(core_sparsity_coefficient, None), fixed_modes=(fixed_modes, None),
+            normalize_factors=(normalize_factors, False), exact=(exact, False), algorithm=(algorithm, "fista"))
+    return _nn_tucker("non_negative_tucker_hals", "hals", tensor, rank, n_iter_max, init, tol, random_state, verbose,
+                      return_errors)
+
+
+class _Wrapper(_Decomposition):
+    """TensorLy's estimator class of one function: every keyword of the function kept, ``fit_transform`` calls it
+    (looked up by name when called) with ``return_errors=True``; ``decomposition_`` and ``errors_`` after."""
+
+    _function = ""
+    _signature: inspect.Signature | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._signature = inspect.signature(globals()[cls._function])  # the real function's, kept
+
+    def __init__(self, rank: Any = None, **options: Any):
+        sig = type(self)._signature
+        sig = sig if sig is not None else inspect.signature(globals()[self._function])
+        known = [p for p in sig.parameters if p not in ("tensor", "rank", "return_errors")]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unexpected option {unknown[0]!r}; expected one of "
+                            f"{', '.join(known)}")
+        self.rank = rank
+        for name in known:
+            setattr(self, name, options.get(name, sig.parameters[name].default))
+        self._options = known
+
+    def fit_transform(self, tensor: Any) -> Any:
+        """Decompose ``tensor``; returns (and keeps in ``decomposition_``) the decomposition."""
+        fn = globals()[self._function]
+        result, errors = fn(tensor, rank=self.rank, return_errors=True,
+                            **{name: getattr(self, name) for name in self._options})
+        self.decomposition_, self.errors_ = result, errors
+        return result
+
+
+class CP_NN(_Wrapper):
+    """TensorLy's ``CP_NN``: :func:`non_negative_parafac` as an estimator.
+
+    Parameters
+    ----------
+    rank : int
+    **options
+        Any keyword of :func:`non_negative_parafac` but ``return_errors``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import CP_NN
+    >>> len(CP_NN(rank=2).fit(np.random.default_rng(0).random((4, 5, 6))).errors_) > 0
+    True
+    """
+
+    _function = "non_negative_parafac"
+
+
+class CP_NN_HALS(_Wrapper):
+    """TensorLy's ``CP_NN_HALS``: :func:`non_negative_parafac_hals` as an estimator.
+
+    Parameters
+    ----------
+    rank : int
+    **options
+        Any keyword of :func:`non_negative_parafac_hals` but ``return_errors``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import CP_NN_HALS
+    >>> len(CP_NN_HALS(rank=2).fit(np.random.default_rng(0).random((4, 5, 6))).decomposition_.factors)
+    3
+    """
+
+    _function = "non_negative_parafac_hals"
+
+
+class Tucker_NN(_Wrapper):
+    """TensorLy's ``Tucker_NN``: :func:`non_negative_tucker` as an estimator.
+
+    Parameters
+    ----------
+    rank : list of int
+    **options
+        Any keyword of :func:`non_negative_tucker` but ``return_errors``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import Tucker_NN
+    >>> Tucker_NN(rank=[2, 2, 2]).fit_transform(np.random.default_rng(0).random((4, 5, 6))).core.shape
+    (2, 2, 2)
+    """
+
+    _function = "non_negative_tucker"
+
+
+class Tucker_NN_HALS(_Wrapper):
+    """TensorLy's ``Tucker_NN_HALS``: :func:`non_negative_tucker_hals` as an estimator.
+
+    Parameters
+    ----------
+    rank : list of int
+    **options
+        Any keyword of :func:`non_negative_tucker_hals` but ``return_errors``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.compat.tensorly import Tucker_NN_HALS
+    >>> Tucker_NN_HALS(rank=[2, 2, 2]).fit_transform(np.random.default_rng(0).random((4, 5, 6))).core.shape
+    (2, 2, 2)
+    """
+
+    _function = "non_negative_tucker_hals"

@@ -26,7 +26,8 @@ from tuckerkit._validation import (
     check_random_state,
     check_ranks,
 )
-from tuckerkit.decomposition._entry import Call, decomposition_call
+from tuckerkit.decomposition._entry import Call, check_fixed_modes, decomposition_call
+from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor, TuckerTensor
 
@@ -104,6 +105,8 @@ def non_negative_cp(
     tol: float = 1e-6,
     max_iter: int = 200,
     random_state: Any = None,
+    fixed_modes: Sequence[int] = (),
+    nonnegative_modes: Sequence[int] | None = None,
     callback: Callable[[IterationState], bool | None] | None = None,
     verbose: bool = False,
     memory_limit: Any = None,
@@ -137,6 +140,12 @@ def non_negative_cp(
         ``max_iter`` iterations.
     max_iter : int, default 200
     random_state : None, int or numpy Generator
+    fixed_modes : sequence of int, default ()
+        Modes whose factor stays exactly as given in ``init`` (weights given with ``init`` scale the first
+        free mode); the other factors are returned with unit-norm columns, the scale in ``weights``.
+    nonnegative_modes : sequence of int, optional
+        The constrained modes (default: all, TensorLy's ``nn_modes``); the others are updated by unconstrained
+        least squares (``method="hals"`` only).
     callback : callable, optional
         ``callback(state)`` after each iteration; returning True stops.
     verbose : bool, default False
@@ -168,24 +177,29 @@ def non_negative_cp(
     """
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
         return call.result(_non_negative_cp(call, rank, method, init, tol, max_iter, random_state, callback,
-                                            verbose))
+                                            verbose, fixed_modes, nonnegative_modes))
 
 
-def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator) -> list[Any]:
+def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator, fixed: frozenset[int] = frozenset(),
+                 nn: frozenset[int] | None = None) -> tuple[list[Any], Any]:
+    """The start's factors, and the weights that stay apart when every mode is fixed (else None)."""
     X = call.X
     xp = X.xp
+    nn = frozenset(range(X.ndim)) if nn is None else nn
     init = check_init(init, X.shape, rank, kind="cp", methods=("svd", "random"))
     if not isinstance(init, str):
         weights0, given = init
-        _check_nonneg_start(given, "init factor")
+        _check_nonneg_start([U for n, U in enumerate(given) if n in nn], "init factor")
         if weights0 is not None and float(np.min(np.asarray(_host(weights0)))) < 0:
             raise ValueError("init's weights have negative entries; a non-negative decomposition needs init >= 0")
-        factors = [call.like(U).copy() for U in given]
-        if weights0 is not None:
-            factors[0] = factors[0] * call.like(weights0)[None, :]
+        factors = [call.like(U).astype(X.dtype).copy() for U in given]
+        scale = call.like(weights0).astype(X.dtype) if weights0 is not None else None
         if call.scale != 1.0:
-            factors[0] = factors[0] * factors[0].dtype.type(call.scale)
-        return [xp.ascontiguousarray(U) for U in factors]
+            scale = (scale if scale is not None else xp.ones(rank, dtype=X.dtype)) * X.dtype.type(call.scale)
+        free = [n for n in range(X.ndim) if n not in fixed]
+        if scale is not None and free:  # on the first free mode: a fixed factor stays exactly as given
+            factors[free[0]] = factors[free[0]] * scale[None, :]
+        return [xp.ascontiguousarray(U) for U in factors], (scale if not free else None)
     if init == "random":
         factors = [call.like(rng.random((X.shape[n], rank))) for n in range(X.ndim)]
     else:
@@ -193,7 +207,8 @@ def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator) -> 
         for n in range(X.ndim):
             k = min(rank, X.shape[n])
             U, _ = X.leading_subspace(n, k, rng=rng, policy=call.policy)
-            U = xp.abs(U.astype(X.dtype, copy=False))
+            U = U.astype(X.dtype, copy=False)
+            U = xp.abs(U) if n in nn else U
             if rank > k:
                 U = xp.concatenate([U, call.like(rng.random((X.shape[n], rank - k)), U.dtype)], axis=1)
             factors.append(xp.ascontiguousarray(U))
@@ -205,14 +220,20 @@ def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator) -> 
     if norm_hat > 0 and call.norm > 0:
         s = (call.norm / norm_hat) ** (1.0 / X.ndim)
         factors = [xp.ascontiguousarray(U * U.dtype.type(s)) for U in factors]
-    return factors
+    return factors, None
 
 
 def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, max_iter: Any, random_state: Any,
-                     callback: Any, verbose: bool) -> CPTensor:
+                     callback: Any, verbose: bool, fixed_modes: Any = (), nonnegative_modes: Any = None) -> CPTensor:
     X, policy = call.X, call.policy
     rank = check_cp_rank(rank)
     method = check_choice(method, "method", METHODS)
+    fixed = check_fixed_modes(fixed_modes, X.ndim)
+    nn = frozenset(range(X.ndim)) if nonnegative_modes is None else check_fixed_modes(
+        nonnegative_modes, X.ndim, "nonnegative_modes")
+    if method == "mu" and len(nn) < X.ndim:
+        raise ValueError("nonnegative_modes leaves modes unconstrained, which needs method='hals'; "
+                         "multiplicative updates keep every entry positive")
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
     rng = check_random_state(random_state)
@@ -220,7 +241,7 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     from tuckerkit.decomposition._cp import _check_rank_fits, _cp_fit
 
     _check_rank_fits(X, rank)
-    factors = _nn_cp_start(call, rank, init, rng)
+    factors, apart = _nn_cp_start(call, rank, init, rng, fixed, nn)
     xp, N = X.xp, X.ndim
     grams = [U.T @ U for U in factors]
     ones = xp.ones(rank, dtype=X.dtype)
@@ -228,27 +249,41 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     last: dict[str, Any] = {}
 
     def update(n: int, M: Any) -> None:
+        last["M"], last["n"] = M.astype(X.dtype, copy=False), n
+        if n in fixed:
+            return
         V = xp.ones((rank, rank), dtype=X.dtype)
         for m in range(N):
             if m != n:
                 V *= grams[m]
         M = M.astype(X.dtype, copy=False)
-        if method == "hals":
+        if n not in nn:  # an unconstrained mode: the plain least-squares update of cp_als
+            U = spd_solve(V, M)
+        elif method == "hals":
             U = hals_rows(factors[n].T.copy(), xp.ascontiguousarray(M.T), V).T
         else:
             U = _mu(factors[n], M, V)
         factors[n] = xp.ascontiguousarray(U)
         grams[n] = factors[n].T @ factors[n]
-        last["M"], last["n"] = M, n
 
     it, sweep = 0, None
     for it in range(1, max_iter + 1):
         sweep = X.mttkrp_sweep(factors, update, policy=policy)
-        fit = _cp_fit(xp, call.norm, last["M"], factors[last["n"]], ones, grams)
+        fit = _cp_fit(xp, call.norm, last["M"], factors[last["n"]], ones if apart is None else apart, grams)
         if mon.step(it, fit, factors):
             break
     mon.finish()
-    weights, unit = normalize_columns(factors)
+    if apart is not None:  # every mode fixed: the start itself
+        weights, unit = apart, factors
+    elif fixed:  # unit columns on the free modes only: a fixed factor comes back exactly as given
+        free = [n for n in range(N) if n not in fixed]
+        w_free, unit_free = normalize_columns([factors[n] for n in free])
+        unit = list(factors)
+        for n, U in zip(free, unit_free, strict=True):
+            unit[n] = U
+        weights = w_free
+    else:
+        weights, unit = normalize_columns(factors)
     return CPTensor(call.unscale(weights), tuple(unit), it, mon.converged, tuple(mon.history),
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
 
