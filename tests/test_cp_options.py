@@ -130,3 +130,22 @@ def test_mask_refuses_the_options_it_does_not_run():
         tk.cp_als(X, 2, mask=mask, orthogonalize=2)
     with pytest.raises(ValueError, match=r"^mask= cannot be combined with fixed_factors"):
         tk.hooi(X, 2, mask=mask, fixed_factors=[0])
+
+
+def test_non_negative_cp_fixed_and_unconstrained_modes():
+    rng = np.random.default_rng(5)
+    F = [rng.random((n, 3)) for n in (8, 9, 10)]
+    F[2] = F[2] - 0.5  # mode 2 has negative entries in the truth
+    X = np.einsum("ir,jr,kr->ijk", *F)
+    cp = tk.non_negative_cp(X, 3, nonnegative_modes=[0, 1], tol=1e-10, max_iter=400, random_state=0)
+    assert (cp.factors[0] >= 0).all() and (cp.factors[1] >= 0).all()
+    assert (cp.factors[2] < 0).any()
+    assert cp.fit > 0.99
+    start = [np.abs(U) + 0.1 for U in F]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        kept = tk.non_negative_cp(np.abs(X), 3, init=(np.array([2.0, 3.0, 4.0]), start), fixed_modes=[1],
+                                  max_iter=3, tol=0)
+    np.testing.assert_array_equal(kept.factors[1], start[1])
+    with pytest.raises(ValueError, match=r"^nonnegative_modes leaves modes unconstrained, which needs method='hals'"):
+        tk.non_negative_cp(X, 2, method="mu", nonnegative_modes=[0])
