@@ -17,6 +17,8 @@ import tuckerkit.compat.tensorly as compat
 KNOWN = [
     ("test_parafac", "complex", True,
      "complex tensors: tuckerkit decomposes real tensors only (parafac refuses complex input in one line)"),
+    ("test_non_negative_tucker_hals_active_set", None, None,
+     "algorithm='active_set' (TensorLy's active-set core solver) is refused in one line: the core step is FISTA"),
 ]
 
 
@@ -47,3 +49,4 @@ from tensorly.decomposition.tests.test_tucker import test_masked_tucker  # noqa:
 from tensorly.decomposition.tests.test_cp import test_non_negative_parafac  # noqa: E402,F401
 from tensorly.decomposition.tests.test_cp import test_non_negative_parafac_hals_one_unconstrained  # noqa: E402,F401
 from tensorly.decomposition.tests.test_tucker import test_non_negative_tucker  # noqa: E402,F401
+from tensorly.decomposition.tests.test_tucker import test_non_negative_tucker_hals_active_set  # noqa: E402,F401
