@@ -722,81 +722,31 @@ class _Wrapper(_Decomposition):
         return result
 
 
-class CP_NN(_Wrapper):
-    """TensorLy's ``CP_NN``: :func:`non_negative_parafac` as an estimator.
+def _wrapper_class(name: str, function: str, rank_doc: str, example: str) -> type:
+    """TensorLy's estimator class ``name`` for the compat ``function`` (its docstring says which)."""
+    doc = f"""TensorLy's ``{name}``: :func:`{function}` as an estimator.
 
     Parameters
     ----------
-    rank : int
+    rank : {rank_doc}
     **options
-        Any keyword of :func:`non_negative_parafac` but ``return_errors``.
+        Any keyword of :func:`{function}` but ``return_errors``.
 
     Examples
     --------
     >>> import numpy as np
-    >>> from tuckerkit.compat.tensorly import CP_NN
-    >>> len(CP_NN(rank=2).fit(np.random.default_rng(0).random((4, 5, 6))).errors_) > 0
-    True
+    >>> from tuckerkit.compat.tensorly import {name}
+    >>> X = np.random.default_rng(0).random((4, 5, 6))
+    >>> {example}
     """
-
-    _function = "non_negative_parafac"
-
-
-class CP_NN_HALS(_Wrapper):
-    """TensorLy's ``CP_NN_HALS``: :func:`non_negative_parafac_hals` as an estimator.
-
-    Parameters
-    ----------
-    rank : int
-    **options
-        Any keyword of :func:`non_negative_parafac_hals` but ``return_errors``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from tuckerkit.compat.tensorly import CP_NN_HALS
-    >>> len(CP_NN_HALS(rank=2).fit(np.random.default_rng(0).random((4, 5, 6))).decomposition_.factors)
-    3
-    """
-
-    _function = "non_negative_parafac_hals"
+    return type(name, (_Wrapper,), {"_function": function, "__doc__": doc, "__module__": __name__})
 
 
-class Tucker_NN(_Wrapper):
-    """TensorLy's ``Tucker_NN``: :func:`non_negative_tucker` as an estimator.
-
-    Parameters
-    ----------
-    rank : list of int
-    **options
-        Any keyword of :func:`non_negative_tucker` but ``return_errors``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from tuckerkit.compat.tensorly import Tucker_NN
-    >>> Tucker_NN(rank=[2, 2, 2]).fit_transform(np.random.default_rng(0).random((4, 5, 6))).core.shape
-    (2, 2, 2)
-    """
-
-    _function = "non_negative_tucker"
-
-
-class Tucker_NN_HALS(_Wrapper):
-    """TensorLy's ``Tucker_NN_HALS``: :func:`non_negative_tucker_hals` as an estimator.
-
-    Parameters
-    ----------
-    rank : list of int
-    **options
-        Any keyword of :func:`non_negative_tucker_hals` but ``return_errors``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from tuckerkit.compat.tensorly import Tucker_NN_HALS
-    >>> Tucker_NN_HALS(rank=[2, 2, 2]).fit_transform(np.random.default_rng(0).random((4, 5, 6))).core.shape
-    (2, 2, 2)
-    """
-
-    _function = "non_negative_tucker_hals"
+CP_NN = _wrapper_class("CP_NN", "non_negative_parafac", "int",
+                       "len(CP_NN(rank=2).fit(X).decomposition_.factors)\n    3")
+CP_NN_HALS = _wrapper_class("CP_NN_HALS", "non_negative_parafac_hals", "int",
+                            "len(CP_NN_HALS(rank=2).fit(X).errors_) > 0\n    True")
+Tucker_NN = _wrapper_class("Tucker_NN", "non_negative_tucker", "list of int",
+                           "Tucker_NN(rank=[2, 2, 2]).fit_transform(X).core.shape\n    (2, 2, 2)")
+Tucker_NN_HALS = _wrapper_class("Tucker_NN_HALS", "non_negative_tucker_hals", "list of int",
+                                "Tucker_NN_HALS(rank=[2, 2, 2]).fit_transform(X).core.shape\n    (2, 2, 2)")
