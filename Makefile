@@ -118,12 +118,19 @@ docs: $(VENV)/.docs
 examples: $(VENV)/.test
 	$(PY) examples/run_notebooks.py
 
+# benchmarks run on the machine's own OpenBLAS kernel (the pinning variables unset; the kernel that ran is
+# recorded in each results file)
+BENCH_PY := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY)
+
 bench: $(VENV)/.bench
-	$(PY) benchmarks/contractions.py
-	$(PY) benchmarks/ttm.py
-	$(PY) benchmarks/tucker.py
-	$(PY) benchmarks/cp.py
-	$(PY) benchmarks/sparse.py
+	$(BENCH_PY) benchmarks/roofline.py
+	$(BENCH_PY) benchmarks/contractions.py
+	$(BENCH_PY) benchmarks/ttm.py
+	$(BENCH_PY) benchmarks/tucker.py
+	$(BENCH_PY) benchmarks/cp.py
+	$(BENCH_PY) benchmarks/sparse.py
+	$(BENCH_PY) benchmarks/features.py
+	$(BENCH_PY) benchmarks/compat.py
 
 clean:
 	rm -rf $(VENV) .demo build *.egg-info .pytest_cache .mypy_cache .ruff_cache docs/_build docs/_generated
