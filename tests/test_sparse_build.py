@@ -88,3 +88,22 @@ def test_auto_plan_weighs_build_against_iterations():
     assert small.kind == "one" and "exceeds the 1-byte budget" in small.reason
     with pytest.raises(ValueError, match=r"iterations must be a positive integer or None; received 0"):
         X.plan(csf="auto", iterations=0)
+
+
+@pytest.mark.parametrize("shape", [(30, 400), (300, 20)])
+def test_leading_left_matches_dense_svd(shape):
+    import scipy.sparse
+
+    from tuckerkit.sparse._dispatch import leading_left
+
+    rng = np.random.default_rng(7)
+    A = scipy.sparse.random(*shape, density=0.1, random_state=rng, format="csr")
+    A = A + scipy.sparse.diags(np.arange(1.0, min(shape) + 1), shape=shape)  # a spread spectrum
+    U, s = leading_left(A.tocsr(), 5, 0)
+    Ud, sd, _ = np.linalg.svd(A.toarray())
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(s, sd[:5], rtol=1e3 * eps)
+    np.testing.assert_allclose(U.T @ U, np.eye(5), atol=1e3 * eps)
+    np.testing.assert_allclose(np.abs(U.T @ Ud[:, :5]), np.eye(5), atol=1e5 * eps)  # same subspace
+    U2, s2 = leading_left(A.tocsr(), 5, 0)
+    assert U2.tobytes() == U.tobytes() and s2.tobytes() == s.tobytes()

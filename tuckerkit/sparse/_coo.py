@@ -42,14 +42,17 @@ class COOTensor(SparseOperand):
         self._setup(coords, values, shape, owned=False)
 
     @classmethod
-    def _owned(cls, coords: np.ndarray, values: np.ndarray, shape: Sequence[int]) -> COOTensor:
+    def _owned(cls, coords: np.ndarray, values: np.ndarray, shape: Sequence[int], *, checked: bool = False
+               ) -> COOTensor:
         """A tensor that may keep ``coords`` and ``values`` themselves (fresh arrays nobody else holds, e.g. a
-        file just parsed): no copy when they are already canonical."""
+        file just parsed): no copy when they are already canonical. ``checked``: the caller has verified
+        the bounds and finiteness (the ``.tns`` parser has), so they are not checked again."""
         out = object.__new__(cls)
-        out._setup(coords, values, shape, owned=True)
+        out._setup(coords, values, shape, owned=True, checked=checked)
         return out
 
-    def _setup(self, coords: Any, values: Any, shape: Sequence[int] | None, owned: bool) -> None:
+    def _setup(self, coords: Any, values: Any, shape: Sequence[int] | None, owned: bool,
+               checked: bool = False) -> None:
         c = np.asarray(coords)
         v = np.asarray(values)
         if c.ndim != 2:
@@ -64,21 +67,25 @@ class COOTensor(SparseOperand):
             v = v.astype(np.float64)
         elif v.dtype not in (np.float32, np.float64):
             raise TypeError(f"values has dtype {v.dtype}; expected float32 or float64 (ints are promoted)")
-        if not np.all(np.isfinite(v)):
+        if not checked and not np.all(np.isfinite(v)):
             bad = int(v.size - np.count_nonzero(np.isfinite(v)))
             raise ValueError(f"values contains {bad} NaN or infinite value(s); remove or impute them first")
         N = c.shape[1]
         if shape is None:
             if c.shape[0] == 0:
                 raise ValueError("shape is required for a tensor without nonzeros")
-            shape = tuple(int(m) + 1 for m in c.max(axis=0))
+            from tuckerkit.sparse._kernels import column_bounds
+
+            shape = tuple(int(m) + 1 for m in column_bounds(np.ascontiguousarray(c))[1])
         shape = tuple(int(s) for s in shape)
         if len(shape) != N:
             raise ValueError(f"shape {shape} has {len(shape)} modes but coords has {N} columns; expected equal")
         if any(s < 1 for s in shape):
             raise ValueError(f"shape {shape} has an empty mode; every mode must have at least one entry")
-        if c.size:
-            lo, hi = c.min(axis=0), c.max(axis=0)
+        if c.size and not checked:
+            from tuckerkit.sparse._kernels import column_bounds
+
+            lo, hi = column_bounds(np.ascontiguousarray(c))
             for m in range(N):
                 if lo[m] < 0 or hi[m] >= shape[m]:
                     raise ValueError(
@@ -116,7 +123,7 @@ class COOTensor(SparseOperand):
         from tuckerkit.io import read_tns
 
         coords, values, shp = read_tns(path, shape=shape, dtype=dtype)
-        return cls._owned(coords, values, shp)
+        return cls._owned(coords, values, shp, checked=True)
 
     def to_tns(self, path: str | os.PathLike, *, force: bool = False) -> None:
         """Write a FROSTT ``.tns`` file (see :func:`tuckerkit.io.write_tns`)."""

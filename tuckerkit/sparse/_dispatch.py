@@ -250,9 +250,7 @@ class SparseOperand(SparseShape, OperandBase):
             s = np.zeros(rank)
         else:
             try:
-                V, s, _ = scipy.sparse.linalg.svds(A.astype(np.float64), k=rank,
-                                                   random_state=int(rng.integers(2**31)))
-                V, s = V[:, ::-1], s[::-1]
+                V, s = leading_left(A.astype(np.float64, copy=False), rank, int(rng.integers(2**31)))
             except (scipy.sparse.linalg.ArpackError, scipy.sparse.linalg.ArpackNoConvergence) as exc:
                 if self.shape[mode] > 4096:  # no dense fallback of that size: one line, not a traceback
                     raise ValueError(f"mode {mode}: ARPACK could not compute the leading {rank} singular vectors "
@@ -267,6 +265,36 @@ class SparseOperand(SparseShape, OperandBase):
     def preferred_init(self, ranks: Sequence[int]) -> str:
         """HOSVD: each factor from the sparse unfolding (ST-HOSVD's projections would grow the nonzeros)."""
         return "hosvd"
+
+
+def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` leading left singular vectors and singular values (descending) of a sparse ``A``.
+
+    A wide matrix (the usual unfolding: I_n rows, up to nnz columns) runs ARPACK on ``A A^T`` (I_n x I_n, as
+    ``scipy.sparse.linalg.svds`` does) and then solves the k x k Rayleigh-Ritz problem from ``A A^T Q`` one
+    column at a time, instead of forming and factoring the (columns x k) block ``A^T Q`` as ``svds`` does: a
+    2M-nonzero unfolding with 734,236 columns took 230 MB of peak memory that way, for a result of I_n x k.
+    A tall matrix goes to ``svds`` (its block is then the result's size)."""
+    import scipy.linalg
+    import scipy.sparse.linalg
+
+    n, m = A.shape
+    if n > m:
+        U, s, _ = scipy.sparse.linalg.svds(A, k=k, random_state=seed)
+        return U[:, ::-1], s[::-1]
+    AT = A.T
+    op = scipy.sparse.linalg.LinearOperator((n, n), matvec=lambda x: A @ (AT @ x), dtype=np.float64)
+    v0 = np.random.default_rng(seed).standard_normal(n)
+    _, Q = scipy.sparse.linalg.eigsh(op, k=k, which="LM", tol=0, v0=v0)
+    Q, _ = np.linalg.qr(Q)
+    Z = np.empty_like(Q)
+    for j in range(k):  # A A^T Q, one column at a time: no (m x k) block
+        Z[:, j] = A @ (AT @ Q[:, j])
+    G = Q.T @ Z
+    w, W = scipy.linalg.eigh((G + G.T) / 2)
+    order = np.argsort(w)[::-1]
+    w, W = w[order], W[:, order]
+    return Q @ W, np.sqrt(np.clip(w, 0.0, None))
 
 
 def gpu_sparse_refusal(what: str) -> ValueError:

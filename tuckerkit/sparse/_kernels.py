@@ -490,3 +490,23 @@ def csf_build_packed(coords, order, idx_all, idx_off, pos_all, pos_off):  # prag
     for lev in range(N - 1):
         pos_all[pos_off[lev] + counts[lev]] = counts[lev + 1]
     return counts
+
+
+@njit(cache=True, nogil=True)
+def column_bounds(coords):  # pragma: no cover
+    """Per-column minimum and maximum of a (nnz, N) integer array in one pass over its rows (numpy's
+    ``min(axis=0)`` on a C-ordered array walks it with a stride, several times slower)."""
+    n, N = coords.shape
+    lo = np.empty(N, dtype=np.int64)
+    hi = np.empty(N, dtype=np.int64)
+    for m in range(N):
+        lo[m] = coords[0, m]
+        hi[m] = coords[0, m]
+    for i in range(1, n):
+        for m in range(N):
+            x = coords[i, m]
+            if x < lo[m]:
+                lo[m] = x
+            elif x > hi[m]:
+                hi[m] = x
+    return lo, hi
