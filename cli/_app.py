@@ -395,7 +395,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         # the decomposition runs as it reads the tensor
         with open_tensor(input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
                          csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,
-                         allow_external=allow_external) as X:
+                         allow_external=allow_external, iterations=n_iter_max) as X:
             rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks") if ranks is not None else None
             check_output_path(out, force=force, inputs=(input,))
             t0 = time.perf_counter()

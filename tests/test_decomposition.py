@@ -316,7 +316,7 @@ def test_cp_bad_arguments(rng):
     X = rng.standard_normal((4, 5, 6))
     with pytest.raises(ValueError, match=r"rank=0 is not positive; expected an integer >= 1"):
         tk.cp_als(X, 0)
-    with pytest.raises(ValueError, match=r"init='nvecs' is not valid; expected one of 'svd', 'random'"):
+    with pytest.raises(ValueError, match=r"init='nvecs' is not valid; expected one of 'auto', 'svd', 'random'"):
         tk.cp_als(X, 2, init="nvecs")
     with pytest.raises(ValueError, match=r"init has shape \(4, 5\) and rank 2; expected shape \(4, 5, 6\)"):
         tk.cp_als(X, 2, init=CPTensor(np.ones(2), (np.ones((4, 2)), np.ones((5, 2)))))

@@ -146,7 +146,7 @@ def test_cp_init_accepts_factor_lists_weight_pairs_and_peer_models(rng):
     (lambda X, U: tk.hooi(X, [5, 5, 5], init={"factors": U}), TypeError,
      r"^init is a dict; expected 'st_hosvd', 'hosvd', 'random', a TuckerTensor or a list of 3 factor matrices"),
     (lambda X, U: tk.cp_als(X, 5, init="nvecs"), ValueError,
-     r"^init='nvecs' is not valid; expected one of 'svd', 'random', a CPTensor \(tuckerkit's or TensorLy's\)"),
+     r"^init='nvecs' is not valid; expected one of 'auto', 'svd', 'random', a CPTensor \(tuckerkit's or TensorLy's\)"),
 ])
 def test_bad_init_fails_in_one_short_line(rng, call, exc, match):
     X = rng.standard_normal((20, 20, 20))

@@ -104,7 +104,8 @@ def masked_cp_als(X: Any, rank: Any, mask: Any, *, init: Any, tol: Any, max_iter
         rng = check_random_state(random_state)
         check_callback(callback)
         N, dt = Xf.ndim, Xf.dtype
-        init = check_init(init, Xf.shape, rank, kind="cp", methods=("svd", "random"))
+        init = check_init(init, Xf.shape, rank, kind="cp", methods=("auto", "svd", "random"))
+        init = "svd" if init == "auto" else init  # dense: cp_als's automatic start
         if not isinstance(init, str):
             weights0, given = init
             factors = [call.like(U).copy() for U in given]

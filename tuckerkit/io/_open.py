@@ -20,6 +20,7 @@ def open_tensor(
     memory_limit: Any = None,
     scheduler: Any = None,
     csf: str | None = None,
+    iterations: int | None = None,
     check_finite: bool = True,
     allow_external: bool = False,
     name: str | None = None,
@@ -49,6 +50,8 @@ def open_tensor(
         ``LocalCluster`` or connects to that scheduler, and closing the returned tensor closes them.
     csf : {None, "auto", "all", "two", "one"}, optional
         Build this CSF plan of a sparse tensor now (see :meth:`~tuckerkit.sparse.COOTensor.plan`).
+    iterations : int, optional
+        The sweeps the caller will run, which ``csf="auto"`` weighs against the cost of building trees.
     allow_external : bool, default False
         Read HDF5 datasets whose data lives in other files (refused by default: see :func:`load_tensor`).
     check_finite : bool, default True
@@ -104,7 +107,7 @@ def open_tensor(
             X = X.astype(dtype)
         op = as_operand(X, check_finite=check_finite, real=True, min_ndim=2, name=label)
         if csf is not None:
-            op.plan(csf=csf)
+            op.plan(csf=csf, iterations=iterations if csf == "auto" else None)
         return op
     if limit is not None and ext in (".h5", ".hdf5"):  # out of core: read in slabs, never whole
         ds = open_h5_dataset(p, key, allow_external=allow_external)

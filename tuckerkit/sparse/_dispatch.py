@@ -30,6 +30,11 @@ class SparseShape:
         return int(self.values.shape[0])
 
     @property
+    def stored_entries(self) -> int:
+        """The nonzeros (what the tensor stores; a dense tensor stores every entry)."""
+        return self.nnz
+
+    @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.values.dtype)
 
