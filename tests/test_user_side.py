@@ -130,7 +130,7 @@ def test_cp_init_accepts_factor_lists_weight_pairs_and_peer_models(rng):
      r"^init is an array of shape \(20, 5\) and dtype float64; expected 'st_hosvd', 'hosvd', 'random', a "
      r"TuckerTensor or a list of 3 factor matrices \(the factor matrices as a list, one per mode\)$"),
     (lambda X, U: tk.cp_als(X, 5, init=U[0]), TypeError,
-     r"^init is an array of shape \(20, 5\) and dtype float64; expected 'svd', 'random', a CPTensor or a list"),
+     r"^init is an array of shape \(20, 5\) and dtype float64; expected 'auto', 'svd', 'random', a CPTensor or a list"),
     (lambda X, U: tk.hooi(X, [5, 5, 5], init=U[:2]), ValueError,
      r"^init has shape \(20, 20\) and ranks \(5, 5\); expected shape \(20, 20, 20\) and ranks \(5, 5, 5\)$"),
     (lambda X, U: tk.hooi(X, [4, 5, 5], init=U), ValueError,
