@@ -23,110 +23,129 @@ the BLAS pieces of the next step: measured 3-10x slower CP-ALS iterations on 2 c
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import njit
 
 from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
+from tuckerkit.engine._simd import (  # noqa: F401 (the kernels call them)
+    MAX_RB,
+    block1,
+    block2,
+    block3,
+    block4,
+    block5,
+    block6,
+    half1,
+    half2,
+    half3,
+    half4,
+    half5,
+    half6,
+)
 
-#: unit-stride extent of one tile of :func:`ttm_inner` (R x _TILE outputs stay in L1)
-_TILE = 128
+#: bytes of X one tile of :func:`ttm_inner` packs (half of a 512 KiB L2: the packed strips stay in L2)
+_PACK_BYTES = int(os.environ.get("TK_PACK", 256 * 1024))
+#: the widest tile, in columns
+_MAX_TILE = int(os.environ.get("TK_MAXT", 1024))
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr):  # pragma: no cover
+    # one register block: rb rows of U (packed at uo) against a strip of nv vectors of x
+    if nv == 2:
+        if rb == 6:
+            block6(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 5:
+            block5(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 4:
+            block4(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 3:
+            block3(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 2:
+            block2(x, xo, sxi, n, up, uo, y, yo, syr)
+        else:
+            block1(x, xo, sxi, n, up, uo, y, yo, syr)
+    else:
+        if rb == 6:
+            half6(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 5:
+            half5(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 4:
+            half4(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 3:
+            half3(x, xo, sxi, n, up, uo, y, yo, syr)
+        elif rb == 2:
+            half2(x, xo, sxi, n, up, uo, y, yo, syr)
+        else:
+            half1(x, xo, sxi, n, up, uo, y, yo, syr)
+
+
 @njit(cache=True, fastmath={"contract"}, nogil=True)
-def _inner_kernel(x, xoff, A, I, B, sxa, sxi, u, y, yoff, sya, syr, t_lo, t_hi):  # noqa: E741 # pragma: no cover
-    # slices starting at 0 and loops from 0: numba then drops its negative-index wraparound and LLVM
-    # vectorizes the unit-stride loop; each y[r, b] is summed over i in order (two terms per statement,
-    # left to right, no fused multiply-add), so the bits do not depend on the tiling
-    R = u.shape[1]
-    nb = (B + _TILE - 1) // _TILE
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+    # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
+    # 2 * vl). The tile's strips of 2 * vl columns are first packed, strip by strip, into pk (each row of X
+    # read once, in long unit-stride runs: DRAM pages and the hardware prefetcher stay busy, where reading
+    # one strip down all I rows would touch I pages a line at a time and thrash L1 on 4 KiB strides);
+    # then every row block of U runs over each packed strip (I rows of one 64-byte line) from L1. Every
+    # output element is one in-order sum over i with one fused multiply-add per term; the columns left
+    # at the end of a row (fewer than 2 * vl) run from X directly, one vector or one element wide
+    nct = (C + ct - 1) // ct
+    nblk = blocks.shape[0]
+    w = 2 * vl
+    pk = np.empty(I * ct, x.dtype)
     for t in range(t_lo, t_hi):
-        a = t // nb
-        b0 = (t - a * nb) * _TILE
-        m = min(_TILE, B - b0)
-        xa = xoff + a * sxa + b0
-        ya = yoff + a * sya + b0
-        r = 0
-        while r < R:
-            w = min(4, R - r)
-            w = 4 if w == 4 else (2 if w >= 2 else 1)
-            y0 = y[ya + r * syr: ya + r * syr + m]
-            y1 = y[ya + (r + w - 3) * syr: ya + (r + w - 3) * syr + m] if w == 4 else y0
-            y2 = y[ya + (r + w - 2) * syr: ya + (r + w - 2) * syr + m] if w == 4 else y0
-            y3 = y[ya + (r + w - 1) * syr: ya + (r + w - 1) * syr + m]
-            for b in range(m):
-                y0[b] = 0
-                y3[b] = 0
-                y1[b] = 0
-                y2[b] = 0
-            if w == 4:
-                i = 0
-                while i + 4 <= I:
-                    xs = x[xa + i * sxi: xa + i * sxi + m]
-                    xt = x[xa + (i + 1) * sxi: xa + (i + 1) * sxi + m]
-                    xu = x[xa + (i + 2) * sxi: xa + (i + 2) * sxi + m]
-                    xv = x[xa + (i + 3) * sxi: xa + (i + 3) * sxi + m]
-                    u0, u1, u2, u3 = u[i, r], u[i, r + 1], u[i, r + 2], u[i, r + 3]
-                    v0, v1, v2, v3 = u[i + 1, r], u[i + 1, r + 1], u[i + 1, r + 2], u[i + 1, r + 3]
-                    e0, e1, e2, e3 = u[i + 2, r], u[i + 2, r + 1], u[i + 2, r + 2], u[i + 2, r + 3]
-                    f0, f1, f2, f3 = u[i + 3, r], u[i + 3, r + 1], u[i + 3, r + 2], u[i + 3, r + 3]
-                    for b in range(m):
-                        p = xs[b]
-                        q = xt[b]
-                        g = xu[b]
-                        h = xv[b]
-                        y0[b] = y0[b] + u0 * p + v0 * q + e0 * g + f0 * h
-                        y1[b] = y1[b] + u1 * p + v1 * q + e1 * g + f1 * h
-                        y2[b] = y2[b] + u2 * p + v2 * q + e2 * g + f2 * h
-                        y3[b] = y3[b] + u3 * p + v3 * q + e3 * g + f3 * h
-                    i += 4
-                while i < I:
-                    xs = x[xa + i * sxi: xa + i * sxi + m]
-                    u0, u1, u2, u3 = u[i, r], u[i, r + 1], u[i, r + 2], u[i, r + 3]
-                    for b in range(m):
-                        p = xs[b]
-                        y0[b] = y0[b] + u0 * p
-                        y1[b] = y1[b] + u1 * p
-                        y2[b] = y2[b] + u2 * p
-                        y3[b] = y3[b] + u3 * p
-                    i += 1
-            elif w == 2:
-                i = 0
-                while i + 2 <= I:
-                    xs = x[xa + i * sxi: xa + i * sxi + m]
-                    xt = x[xa + (i + 1) * sxi: xa + (i + 1) * sxi + m]
-                    u0, u3 = u[i, r], u[i, r + 1]
-                    v0, v3 = u[i + 1, r], u[i + 1, r + 1]
-                    for b in range(m):
-                        p = xs[b]
-                        q = xt[b]
-                        y0[b] = y0[b] + u0 * p + v0 * q
-                        y3[b] = y3[b] + u3 * p + v3 * q
-                    i += 2
-                if i < I:
-                    xs = x[xa + i * sxi: xa + i * sxi + m]
-                    u0, u3 = u[i, r], u[i, r + 1]
-                    for b in range(m):
-                        p = xs[b]
-                        y0[b] = y0[b] + u0 * p
-                        y3[b] = y3[b] + u3 * p
-            else:
-                i = 0
-                while i + 2 <= I:
-                    xs = x[xa + i * sxi: xa + i * sxi + m]
-                    xt = x[xa + (i + 1) * sxi: xa + (i + 1) * sxi + m]
-                    u0 = u[i, r]
-                    v0 = u[i + 1, r]
-                    for b in range(m):
-                        y0[b] = y0[b] + u0 * xs[b] + v0 * xt[b]
-                    i += 2
-                if i < I:
-                    xs = x[xa + i * sxi: xa + i * sxi + m]
-                    u0 = u[i, r]
-                    for b in range(m):
-                        y0[b] = y0[b] + u0 * xs[b]
-            r += w
+        a = t // nct
+        c0 = (t - a * nct) * ct
+        c1 = min(C, c0 + ct)
+        xa = a * sxa
+        ya = a * sya
+        ns = (c1 - c0) // w
+        if ns > 0:
+            for i in range(I):
+                row = x[xa + i * sxi + c0: xa + i * sxi + c0 + ns * w]
+                for s in range(ns):
+                    dst = pk[(s * I + i) * w: (s * I + i) * w + w]
+                    src = row[s * w: s * w + w]
+                    for j in range(w):
+                        dst[j] = src[j]
+            for s in range(ns):
+                for k in range(nblk):
+                    r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                    _block(2, rb, pk, s * I * w, w, I, up, uo, y, ya + r0 * syr + c0 + s * w, syr)
+        c = c0 + ns * w
+        if c + vl <= c1:
+            for k in range(nblk):
+                r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                _block(1, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr)
+            c += vl
+        for k in range(nblk):
+            r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+            for r in range(rb):
+                for j in range(c, c1):
+                    acc = x[xa + j] * up[uo + r]
+                    for i in range(1, I):
+                        acc = acc + up[uo + i * rb + r] * x[xa + i * sxi + j]
+                    y[ya + (r0 + r) * syr + j] = acc
+
+
+def _tile_columns(I: int, itemsize: int, C: int) -> int:  # noqa: E741
+    """Columns of one tile of :func:`ttm_inner`: a multiple of the strip width (64 bytes), packing at most
+    ``_PACK_BYTES`` of X, at most ``_MAX_TILE`` (and no more than ``C`` rounded up to whole strips)."""
+    w = 64 // itemsize
+    ct = min(_MAX_TILE, _PACK_BYTES // (I * itemsize), -(-C // w) * w)
+    return max(w, ct // w * w)
+
+
+def _row_blocks(R: int) -> list[tuple[int, int]]:
+    """``R`` rows cut into blocks of at most ``MAX_RB``, as even as possible (10: 5 + 5; 32: 6 + 6 + 5 * 4)."""
+    nb = -(-R // MAX_RB)
+    sizes = [R // nb + (1 if i < R % nb else 0) for i in range(nb)]
+    starts = [sum(sizes[:i]) for i in range(nb)]
+    return list(zip(starts, sizes, strict=True))
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True)
@@ -216,11 +235,19 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     fx, fy = flat_span(X3), flat_span(Y3)
     if fx is None or fy is None:
         raise ValueError("ttm_inner needs non-empty views with non-negative strides")
-    A, I, B = X3.shape  # noqa: E741
+    if any(v.shape[2] > 1 and v.strides[2] != v.itemsize for v in (X3, Y3)):
+        raise ValueError("ttm_inner needs unit stride along the last axis of X3 and Y3")
+    A, I, C = X3.shape  # noqa: E741
     it = X3.itemsize
-    args = (fx, 0, A, I, B, X3.strides[0] // it, X3.strides[1] // it, U, fy, 0, Y3.strides[0] // it,
-            Y3.strides[1] // it)
-    _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((B + _TILE - 1) // _TILE),
+    rows = _row_blocks(U.shape[1])
+    up = np.concatenate([np.ascontiguousarray(U[:, r0:r0 + rb]).ravel() for r0, rb in rows])
+    offs = np.cumsum([0] + [I * rb for _, rb in rows])[:-1]
+    blocks = np.array([(r0, rb, o) for (r0, rb), o in zip(rows, offs, strict=True)], dtype=np.int64)
+    vl = 32 // it
+    ct = _tile_columns(I, it, C)
+    args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
+            Y3.strides[1] // it, vl, ct)
+    _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
                2 * X3.size * U.shape[1], policy)
 
 

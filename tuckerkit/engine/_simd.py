@@ -1,0 +1,102 @@
+"""Register-blocked microkernels for the small-rank TTM, written as LLVM IR (numba intrinsics).
+
+LLVM does not vectorize a block of scalar accumulators held across a loop (its SLP pass leaves them scalar
+and spills them), so the block is spelled out here with explicit vector types: ``RB`` rows of ``NV`` vectors
+of ``VL`` lanes (``VL`` = 32 bytes over the itemsize: four float64 or eight float32, one AVX2 register;
+LLVM splits or fuses them on other vector widths). One call computes
+
+    ``y[yo + r * syr + j] = sum_i up[uo + i * RB + r] * x[xo + i * sxi + j]``,  ``r < RB``, ``j < NV * VL``,
+
+with the sum over ``i`` in order, one fused multiply-add (``llvm.fma``) per term: the bits depend on nothing
+but the operands. The accumulators stay in registers (``RB * NV + NV + 1 <= 16`` ymm), each row of ``x`` is
+loaded once for all ``RB`` rows, and ``up`` holds the block's ``RB`` columns of ``U`` packed row by row.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: vectors of one row of the full-width block (the block is NV * VL columns wide); a one-vector variant
+#: takes the columns left over
+NV = 2
+#: the widest row block (RB * NV accumulators + NV row loads + one broadcast within 16 registers)
+MAX_RB = 6
+
+
+def _lanes(dtype) -> int:
+    return 4 if dtype == types.float64 else 8
+
+
+def _make(RB: int, NV: int):
+    @intrinsic
+    def block(typingctx, x, xo, sxi, n, up, uo, y, yo, syr):
+        if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
+                and isinstance(up, types.Array) and isinstance(y, types.Array)
+                and up.dtype == x.dtype and y.dtype == x.dtype):
+            return None
+
+        def codegen(context, builder, sig, args):
+            xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_ = args
+            fty = context.get_value_type(sig.args[0].dtype)
+            VL = _lanes(sig.args[0].dtype)
+            vty = ir.VectorType(fty, VL)
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+
+            def data(k, val):
+                return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
+
+            xp = builder.gep(data(0, xarr), [xo_])
+            upp = builder.gep(data(4, uparr), [uo_])
+            yp = builder.gep(data(6, yarr), [yo_])
+            fname = f"llvm.fma.v{VL}f{64 if VL == 4 else 32}"
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]), fname)
+            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * VL)
+            undef = ir.Constant(vty, ir.Undefined)
+            splat = ir.Constant(ir.VectorType(i32, VL), [0] * VL)
+            pre = builder.block
+            head = builder.append_basic_block("rb.head")
+            body = builder.append_basic_block("rb.body")
+            done = builder.append_basic_block("rb.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            iv = builder.phi(i64)
+            iv.add_incoming(ir.Constant(i64, 0), pre)
+            acc = [[builder.phi(vty) for _ in range(NV)] for _ in range(RB)]
+            for row in acc:
+                for p in row:
+                    p.add_incoming(zero, pre)
+            builder.cbranch(builder.icmp_signed("<", iv, n_), body, done)
+            builder.position_at_end(body)
+            xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
+            xs = [builder.load(builder.bitcast(builder.gep(xrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()),
+                               align=1) for v in range(NV)]
+            urow = builder.gep(upp, [builder.mul(iv, ir.Constant(i64, RB))])
+            new = []
+            for r in range(RB):
+                u = builder.load(builder.gep(urow, [ir.Constant(i64, r)]))
+                ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef, splat)
+                new.append([builder.call(fma, [ub, xs[v], acc[r][v]]) for v in range(NV)])
+            iv.add_incoming(builder.add(iv, ir.Constant(i64, 1)), body)
+            for r in range(RB):
+                for v in range(NV):
+                    acc[r][v].add_incoming(new[r][v], body)
+            builder.branch(head)
+            builder.position_at_end(done)
+            for r in range(RB):
+                yrow = builder.gep(yp, [builder.mul(ir.Constant(i64, r), syr_)])
+                for v in range(NV):
+                    ptr = builder.bitcast(builder.gep(yrow, [ir.Constant(i64, v * VL)]), vty.as_pointer())
+                    builder.store(acc[r][v], ptr, align=1)
+            return context.get_dummy_value()
+
+        i = types.int64
+        return types.void(x, i, i, i, up, i, y, i, i), codegen
+
+    return block
+
+
+block1, block2, block3, block4, block5, block6 = (_make(rb, NV) for rb in range(1, MAX_RB + 1))
+half1, half2, half3, half4, half5, half6 = (_make(rb, 1) for rb in range(1, MAX_RB + 1))
