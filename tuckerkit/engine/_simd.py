@@ -32,14 +32,14 @@ def _lanes(dtype) -> int:
 
 def _make(RB: int, NV: int):
     @intrinsic
-    def block(typingctx, x, xo, sxi, n, up, uo, y, yo, syr):
+    def block(typingctx, x, xo, sxi, n, up, uo, y, yo, syr, acc_in):
         if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
                 and isinstance(up, types.Array) and isinstance(y, types.Array)
                 and up.dtype == x.dtype and y.dtype == x.dtype):
             return None
 
         def codegen(context, builder, sig, args):
-            xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_ = args
+            xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_, acc_in_ = args
             fty = context.get_value_type(sig.args[0].dtype)
             VL = _lanes(sig.args[0].dtype)
             vty = ir.VectorType(fty, VL)
@@ -56,6 +56,15 @@ def _make(RB: int, NV: int):
             zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * VL)
             undef = ir.Constant(vty, ir.Undefined)
             splat = ir.Constant(ir.VectorType(i32, VL), [0] * VL)
+            # the sum so far: zero, or (acc_in) the partial sums the previous chunk of i left in y: the
+            # chain of fused multiply-adds goes on from the same values, so chunking does not change a bit
+            cont = builder.icmp_signed("!=", acc_in_, ir.Constant(i64, 0))
+            init = []
+            for r in range(RB):
+                yrow = builder.gep(yp, [builder.mul(ir.Constant(i64, r), syr_)])
+                init.append([builder.select(cont, builder.load(builder.bitcast(
+                    builder.gep(yrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1), zero)
+                    for v in range(NV)])
             pre = builder.block
             head = builder.append_basic_block("rb.head")
             body = builder.append_basic_block("rb.body")
@@ -65,9 +74,9 @@ def _make(RB: int, NV: int):
             iv = builder.phi(i64)
             iv.add_incoming(ir.Constant(i64, 0), pre)
             acc = [[builder.phi(vty) for _ in range(NV)] for _ in range(RB)]
-            for row in acc:
-                for p in row:
-                    p.add_incoming(zero, pre)
+            for r in range(RB):
+                for v in range(NV):
+                    acc[r][v].add_incoming(init[r][v], pre)
             builder.cbranch(builder.icmp_signed("<", iv, n_), body, done)
             builder.position_at_end(body)
             xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
@@ -93,10 +102,70 @@ def _make(RB: int, NV: int):
             return context.get_dummy_value()
 
         i = types.int64
-        return types.void(x, i, i, i, up, i, y, i, i), codegen
+        return types.void(x, i, i, i, up, i, y, i, i, i), codegen
 
     return block
 
 
 block1, block2, block3, block4, block5, block6 = (_make(rb, NV) for rb in range(1, MAX_RB + 1))
 half1, half2, half3, half4, half5, half6 = (_make(rb, 1) for rb in range(1, MAX_RB + 1))
+
+
+@intrinsic
+def prefetch(typingctx, x, i):
+    """Hint the cache line holding ``x[i]`` (a 1-D array) into L1; no effect on the result, any ``i``."""
+    if not isinstance(x, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        arr, idx = args
+        ptr = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=arr).data
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(builder.gep(ptr, [idx]), ir.IntType(8).as_pointer()),
+                          ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(x, types.int64), codegen
+
+
+@intrinsic
+def pack_row(typingctx, x, xo, pk, po, ps, ns):
+    """``pk[po + s * ps + j] = x[xo + s * W + j]`` for ``s < ns``, ``j < W`` (``W = NV * VL``: one strip):
+    one row of a tile copied strip by strip into the packed buffer, a vector at a time."""
+    if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
+            and isinstance(pk, types.Array) and pk.dtype == x.dtype):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xarr, xo_, pkarr, po_, ps_, ns_ = args
+        fty = context.get_value_type(sig.args[0].dtype)
+        VL = _lanes(sig.args[0].dtype)
+        vty = ir.VectorType(fty, VL)
+        i64 = ir.IntType(64)
+        xp = builder.gep(cgutils.create_struct_proxy(sig.args[0])(context, builder, value=xarr).data, [xo_])
+        pp = builder.gep(cgutils.create_struct_proxy(sig.args[2])(context, builder, value=pkarr).data, [po_])
+        pre = builder.block
+        head = builder.append_basic_block("pk.head")
+        body = builder.append_basic_block("pk.body")
+        done = builder.append_basic_block("pk.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        sv = builder.phi(i64)
+        sv.add_incoming(ir.Constant(i64, 0), pre)
+        builder.cbranch(builder.icmp_signed("<", sv, ns_), body, done)
+        builder.position_at_end(body)
+        src = builder.gep(xp, [builder.mul(sv, ir.Constant(i64, NV * VL))])
+        dst = builder.gep(pp, [builder.mul(sv, ps_)])
+        for v in range(NV):
+            val = builder.load(builder.bitcast(builder.gep(src, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1)
+            builder.store(val, builder.bitcast(builder.gep(dst, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1)
+        sv.add_incoming(builder.add(sv, ir.Constant(i64, 1)), body)
+        builder.branch(head)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    i = types.int64
+    return types.void(x, i, pk, i, i, i), codegen

@@ -43,60 +43,67 @@ from tuckerkit.engine._simd import (  # noqa: F401 (the kernels call them)
     half4,
     half5,
     half6,
+    pack_row,
+    prefetch,
 )
 
 #: bytes of X one tile of :func:`ttm_inner` packs (half of a 512 KiB L2: the packed strips stay in L2)
 _PACK_BYTES = int(os.environ.get("TK_PACK", 256 * 1024))
 #: the widest tile, in columns
 _MAX_TILE = int(os.environ.get("TK_MAXT", 1024))
+#: bytes of one chunk's rows of U and one packed strip (L1 is 32 KiB)
+_L1_BYTES = int(os.environ.get("TK_L1", 20 * 1024))
+#: rows ahead the packing loop prefetches
+_PREFETCH_ROWS = int(os.environ.get("TK_PFR", 8))
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr):  # pragma: no cover
+def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in):  # pragma: no cover
     # one register block: rb rows of U (packed at uo) against a strip of nv vectors of x
     if nv == 2:
         if rb == 6:
-            block6(x, xo, sxi, n, up, uo, y, yo, syr)
+            block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 5:
-            block5(x, xo, sxi, n, up, uo, y, yo, syr)
+            block5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 4:
-            block4(x, xo, sxi, n, up, uo, y, yo, syr)
+            block4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 3:
-            block3(x, xo, sxi, n, up, uo, y, yo, syr)
+            block3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 2:
-            block2(x, xo, sxi, n, up, uo, y, yo, syr)
+            block2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         else:
-            block1(x, xo, sxi, n, up, uo, y, yo, syr)
+            block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
     else:
         if rb == 6:
-            half6(x, xo, sxi, n, up, uo, y, yo, syr)
+            half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 5:
-            half5(x, xo, sxi, n, up, uo, y, yo, syr)
+            half5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 4:
-            half4(x, xo, sxi, n, up, uo, y, yo, syr)
+            half4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 3:
-            half3(x, xo, sxi, n, up, uo, y, yo, syr)
+            half3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         elif rb == 2:
-            half2(x, xo, sxi, n, up, uo, y, yo, syr)
+            half2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
         else:
-            half1(x, xo, sxi, n, up, uo, y, yo, syr)
+            half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
 
 
 @njit(cache=True, fastmath={"contract"}, nogil=True)
-def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
-    # 2 * vl). The tile's strips of 2 * vl columns are first packed, strip by strip, into pk (each row of X
-    # read once, in long unit-stride runs: DRAM pages and the hardware prefetcher stay busy, where reading
-    # one strip down all I rows would touch I pages a line at a time and thrash L1 on 4 KiB strides);
-    # then every row block of U runs over each packed strip (I rows of one 64-byte line) from L1. Every
-    # output element is one in-order sum over i with one fused multiply-add per term; the columns left
-    # at the end of a row (fewer than 2 * vl) run from X directly, one vector or one element wide
+    # 2 * vl), taken kc rows of i at a time (as GEMM blocks its k: the chunk's rows of U, kc x R, and one
+    # packed strip, kc x 2 vl, stay in L1). Each chunk of the tile is first packed strip by strip into pk,
+    # reading each row of X once in one unit-stride run with the rows pfd ahead prefetched (reading a strip
+    # down all I rows would touch I DRAM pages a line at a time and thrash L1 on 4 KiB strides); then every
+    # row block of U runs over each packed strip, carrying its sums in y from one chunk to the next. Every
+    # output element is one in-order sum over i, one fused multiply-add per term; the columns left at the
+    # end of a row (fewer than 2 * vl) run from X directly, one vector or one element wide
     nct = (C + ct - 1) // ct
     nblk = blocks.shape[0]
     w = 2 * vl
-    pk = np.empty(I * ct, x.dtype)
+    pk = np.empty(kc * ct, x.dtype)
     for t in range(t_lo, t_hi):
         a = t // nct
         c0 = (t - a * nct) * ct
@@ -105,22 +112,24 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, t_lo, t_hi
         ya = a * sya
         ns = (c1 - c0) // w
         if ns > 0:
-            for i in range(I):
-                row = x[xa + i * sxi + c0: xa + i * sxi + c0 + ns * w]
+            for i0 in range(0, I, kc):
+                n = min(kc, I - i0)
+                for ii in range(n):
+                    i = i0 + ii
+                    if pfd > 0:
+                        for s in range(ns):
+                            prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)
+                    pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)
                 for s in range(ns):
-                    dst = pk[(s * I + i) * w: (s * I + i) * w + w]
-                    src = row[s * w: s * w + w]
-                    for j in range(w):
-                        dst[j] = src[j]
-            for s in range(ns):
-                for k in range(nblk):
-                    r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                    _block(2, rb, pk, s * I * w, w, I, up, uo, y, ya + r0 * syr + c0 + s * w, syr)
+                    for k in range(nblk):
+                        r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                        _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
+                               i0)
         c = c0 + ns * w
         if c + vl <= c1:
             for k in range(nblk):
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                _block(1, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr)
+                _block(1, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0)
             c += vl
         for k in range(nblk):
             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
@@ -132,12 +141,17 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, t_lo, t_hi
                     y[ya + (r0 + r) * syr + j] = acc
 
 
-def _tile_columns(I: int, itemsize: int, C: int) -> int:  # noqa: E741
-    """Columns of one tile of :func:`ttm_inner`: a multiple of the strip width (64 bytes), packing at most
-    ``_PACK_BYTES`` of X, at most ``_MAX_TILE`` (and no more than ``C`` rounded up to whole strips)."""
+def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
+    """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that the chunk's rows of U and one packed
+    strip (``kc * (R + strip)`` elements) fill at most ``_L1_BYTES``, as even as possible over ``I``; columns
+    per tile, a multiple of the strip width (64 bytes), the packed chunk at most ``_PACK_BYTES``, at most
+    ``_MAX_TILE`` and no more than ``C`` rounded up to whole strips."""
     w = 64 // itemsize
-    ct = min(_MAX_TILE, _PACK_BYTES // (I * itemsize), -(-C // w) * w)
-    return max(w, ct // w * w)
+    kc = max(8, _L1_BYTES // ((R + w) * itemsize))
+    nch = -(-I // kc)
+    kc = -(-I // nch)
+    ct = min(_MAX_TILE, _PACK_BYTES // (kc * itemsize), -(-C // w) * w)
+    return max(w, ct // w * w), kc
 
 
 def _row_blocks(R: int) -> list[tuple[int, int]]:
@@ -244,9 +258,9 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     offs = np.cumsum([0] + [I * rb for _, rb in rows])[:-1]
     blocks = np.array([(r0, rb, o) for (r0, rb), o in zip(rows, offs, strict=True)], dtype=np.int64)
     vl = 32 // it
-    ct = _tile_columns(I, it, C)
+    ct, kc = _tiling(I, U.shape[1], it, C)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-            Y3.strides[1] // it, vl, ct)
+            Y3.strides[1] // it, vl, ct, kc, _PREFETCH_ROWS)
     _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
                2 * X3.size * U.shape[1], policy)
 
