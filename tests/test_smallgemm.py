@@ -236,12 +236,17 @@ def test_explain_says_why_blas_stays(monkeypatch, rng):
     monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
     contract_mod._cached_plan.cache_clear()
     try:
-        plan = ttm_plan(rng.standard_normal((20, 30, 40)), rng.standard_normal((30, 32)), 1, transpose=True)
+        # the first mode: the inner kernel's tiles gather rows of 12,000 elements at a stride
+        plan = ttm_plan(rng.standard_normal((20, 30, 400)), rng.standard_normal((20, 32)), 0, transpose=True)
+        middle = ttm_plan(rng.standard_normal((20, 30, 40)), rng.standard_normal((30, 32)), 1, transpose=True)
     finally:
         contract_mod._cached_plan.cache_clear()
-    assert plan.compiled is CompiledKernel.NONE  # the non-unit-stride kernel loses to BLAS at rank 32
+    assert plan.compiled is CompiledKernel.NONE  # long rows: the inner kernel does not beat BLAS at rank 32
     assert "choice: the compiled kernel would not compute 5 % faster than BLAS" in plan.explain()
-    assert dict(plan.estimates)["compiled"] > dict(plan.estimates)["blas strided_batched_gemm"]
+    assert dict(plan.estimates)["compiled"] > dict(plan.estimates)["blas gemm"]
+    assert middle.compiled is CompiledKernel.TTM_INNER  # short rows (40 columns): the kernel
+    assert "compiled small_rank_ttm_inner (BLAS alternative: strided_batched_gemm)" in middle.explain()
+    assert dict(middle.estimates)["compiled"] < dict(middle.estimates)["blas strided_batched_gemm"]
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
@@ -265,3 +270,53 @@ def test_table2_cases_through_the_compiled_kernels(order, fresh, forced, rng):
         scale = np.einsum(spec, np.abs(A), np.abs(B))
         assert np.all(np.abs(res - ref) <= 8 * (sizes["k"] + 2) * np.finfo(np.float64).eps * scale), spec
     assert used == 36 if fresh else used >= 10  # a given C/F output fits the kernel in 10 of the cases
+
+
+@pytest.mark.parametrize("R", [*range(1, 14), 16, 17, 24, 31, 32, 33])
+def test_inner_kernel_every_rank_and_column_tail(R, dtype, rng):
+    """Row blocks of 1-6 (R cut as evenly as possible), strips of two vectors, one vector and single
+    columns at the end of a row, several chunks of i: against einsum, into a strided output view."""
+    I = 37  # noqa: E741
+    for C in (1, 7, 13, 21, 45, 131):
+        X = _sliced_view(rng, (3, I, C), dtype)
+        U = rng.standard_normal((I, R)).astype(dtype)
+        buf = np.full((3, R + 2, C), np.nan, dtype)
+        sg.ttm_inner(X, U, buf[:, 1:R + 1])
+        _check(X, U, 1, buf[:, 1:R + 1])
+        assert np.isnan(buf[:, 0]).all() and np.isnan(buf[:, R + 1]).all()
+
+
+def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, dtype, rng):
+    """The tile width, the chunks of i (the partial sums carried through the output), the workers and a
+    second call give the same bits: every element is one in-order chain of fused multiply-adds."""
+    X = rng.standard_normal((5, 301, 333)).astype(dtype)
+    U = rng.standard_normal((301, 23)).astype(dtype)
+    ref = np.empty((5, 23, 333), dtype)
+    sg.ttm_inner(X, U, ref)
+    _check(X, U, 1, ref)
+    for l1, pack in ((10**9, 256 * 1024), (4096, 256 * 1024), (20 * 1024, 16 * 1024), (2048, 4096)):
+        monkeypatch.setattr(sg, "_L1_BYTES", l1)
+        monkeypatch.setattr(sg, "_PACK_BYTES", pack)
+        for workers in (1, 2, 3):
+            Y = np.empty_like(ref)
+            sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
+            assert Y.tobytes() == ref.tobytes(), (l1, pack, workers)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_planner_sends_short_row_middle_modes_to_the_inner_kernel(order, dtype, rng):
+    """With the machine's own roofline: a middle mode (short unit-stride rows) of a 3-way tensor goes to the
+    inner kernel at ranks 10 and 32, in C and F order; the result is the BLAS plan's to rounding."""
+    contract_mod._cached_plan.cache_clear()
+    X = np.asarray(rng.standard_normal((120, 90, 100)).astype(dtype), order=order)
+    for R in (10, 32):
+        U = rng.standard_normal((90, R)).astype(dtype)
+        plan = ttm_plan(X, U, 1, transpose=True)
+        assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()
+        Y = plan(X, U)
+        assert Y.flags.c_contiguous if order == "C" else Y.flags.f_contiguous
+        _check(X, U, 1, Y)
+        blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE, _out_order=plan._sr.blas_out_order)
+        np.testing.assert_allclose(plan(X, U), blas(X, U), rtol=0, atol=8 * 92 * np.finfo(dtype).eps
+                                   * np.abs(X).max() * np.abs(U).max())
+    contract_mod._cached_plan.cache_clear()

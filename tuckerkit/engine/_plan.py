@@ -917,16 +917,19 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if R > MAX_RANK:
         return plan
     variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
+    t_shape = b_shape if swap else a_shape
+    columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
     roof = machine_roofline()
     itemsize = 4 if plan.dtype == "float32" else 8
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
+    eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns)
     t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R))
-    t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, kernel_efficiency(variant.value, plan.dtype, R))
+    t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, eff_comp)
     estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
                  ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)))
     # both read the tensor once: where both are bandwidth-bound the estimates tie and the compute terms
     # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration)
-    c_comp = 1.0 / kernel_efficiency(variant.value, plan.dtype, R)
+    c_comp = 1.0 / eff_comp
     c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R)
     if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:
         return dataclasses.replace(plan, estimates=estimates)

@@ -5,31 +5,34 @@ A TTM with a small output extent ``R`` (``Y = X x_n U^T``, ``U`` of shape (I_n, 
 it as a skinny GEMM (one extent R) or a batch of small ones and runs it at a fraction of the bandwidth. The
 kernels here read ``X`` once, in memory order:
 
-* :func:`ttm_inner` -- the contracted mode is *not* the unit-stride one. ``X`` is seen as ``(A, I, B)`` with
-  ``B`` unit-strided (the first or a middle mode of a C-ordered tensor, the last or a middle one of an
-  F-ordered one, and views of either); ``Y[a, r, b] = sum_i U[i, r] X[a, i, b]``. Tiles of (a, up to ``_TILE``
-  b's) are split over the policy's workers; within a tile the output rows are blocked four at a time over
-  ``r``, the reduction unrolled by four, and the innermost loop is the unit-stride ``b`` (vectorized).
+* :func:`ttm_inner` -- the contracted mode is *not* the unit-stride one. ``X`` is seen as ``(A, I, C)`` with
+  ``C`` unit-strided (the first or a middle mode of a C-ordered tensor, the last or a middle one of an
+  F-ordered one, and views of either); ``Y[a, r, c] = sum_i U[i, r] X[a, i, c]``. Built as GEMM builds its
+  inner loops (seed 002's regime: the contraction's own loops, no transposes): tiles of (a, up to ``ct``
+  columns) split over the policy's workers; each tile is packed, a chunk of ``kc`` rows of ``i`` at a time,
+  into strips of 64 bytes (each row of X read once, in one unit-stride run, a few rows ahead prefetched),
+  and a register-blocked microkernel (:mod:`tuckerkit.engine._simd`: up to six rows of ``U`` against a
+  strip, 12 vector accumulators held in registers over the whole chunk, one fused multiply-add per term)
+  runs every row block of ``U`` over each strip from L1.
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``.
 
-Every output element is one sum over ``i`` in a fixed order set at compile time (fixed partial sums in
-:func:`ttm_outer`, whose reduction runs along the unit stride); the tiles never split a sum, so the result is
-the same bits for any number of workers and any load on a given machine. The kernels are serial and release
-the GIL; tuckerkit's own pool runs the tiles (``numba``'s parallel pool would keep spinning threads beside
+Every output element is one sum over ``i`` in a fixed order set at compile time (in order, one fused
+multiply-add per term, in :func:`ttm_inner`, the chunks of ``i`` carrying the exact partial sums through the
+output; fixed partial sums in :func:`ttm_outer`, whose reduction runs along the unit stride); the tiles never
+split a sum, so the result is the same bits for any number of workers, any tiling and any load on a given
+machine. The kernels are serial and release the GIL; tuckerkit's own pool runs the tiles (``numba``'s parallel pool would keep spinning threads beside
 the BLAS pieces of the next step: measured 3-10x slower CP-ALS iterations on 2 cores).
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from numba import njit
 
 from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
-from tuckerkit.engine._simd import (  # noqa: F401 (the kernels call them)
+from tuckerkit.engine._simd import (
     MAX_RB,
     block1,
     block2,
@@ -48,13 +51,13 @@ from tuckerkit.engine._simd import (  # noqa: F401 (the kernels call them)
 )
 
 #: bytes of X one tile of :func:`ttm_inner` packs (half of a 512 KiB L2: the packed strips stay in L2)
-_PACK_BYTES = int(os.environ.get("TK_PACK", 256 * 1024))
+_PACK_BYTES = 256 * 1024
 #: the widest tile, in columns
-_MAX_TILE = int(os.environ.get("TK_MAXT", 1024))
+_MAX_TILE = 1024
 #: bytes of one chunk's rows of U and one packed strip (L1 is 32 KiB)
-_L1_BYTES = int(os.environ.get("TK_L1", 20 * 1024))
+_L1_BYTES = 20 * 1024
 #: rows ahead the packing loop prefetches
-_PREFETCH_ROWS = int(os.environ.get("TK_PFR", 8))
+_PREFETCH_ROWS = 8
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
 
@@ -118,8 +121,8 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t
                     i = i0 + ii
                     if pfd > 0:
                         for s in range(ns):
-                            prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)
-                    pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)
+                            prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)  # type: ignore[call-arg]
+                    pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
                 for s in range(ns):
                     for k in range(nblk):
                         r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
@@ -301,15 +304,22 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None)
 
 
 # ---------------------------------------------------------------------------------------------------
-# the cost model's constants: fractions of one core's GEMM peak, (R <= 16, R > 16). From interleaved A/B runs
-# in one process on the project's 2-core machine: one core on 100^3 (kernel alone against BLAS alone) and the
-# planner's two plans on 200^3 with 2 workers (medians of 15): the unit-stride kernel ran 0.69 / 0.85x the
-# BLAS time in float64 and 0.65 / 0.87x in float32 (R = 10 / 32); the other kernel 0.98-1.07x at R = 10 and
-# 1.2-1.4x at R = 32, so BLAS keeps it (its constants put it within the 5 % margin or above BLAS).
+# the cost model's constants: fractions of one core's GEMM peak, (R <= 16, R > 16). BLAS's from interleaved
+# A/B runs in one process on the project's 2-core machine (one core on 100^3, kernel alone against BLAS alone,
+# and the planner's two plans on 200^3 with 2 workers, medians of 15). The unit-stride kernel ran 0.69 / 0.85x
+# the BLAS time in float64 and 0.65 / 0.87x in float32 (R = 10 / 32). The register-blocked inner kernel
+# (issue 15), one core against one-thread BLAS in CPU time (medians of 5 interleaved with the streaming read;
+# the machine shared with three other jobs), on 200^3, 320x240x160 and 64^4: where the tile's rows are short
+# (the middle modes: C = 64..200 unit-stride columns, each tile one run of memory) 0.62-0.74x the BLAS time
+# at R = 10 and 0.62-0.91x at R = 32 in float64, 0.61-0.69x and 0.69-0.78x in float32; where they are long
+# (the first mode, C = 4096..40000: the tile gathers I rows at a stride of C) 0.91-1.20x and 0.96-1.24x in
+# float64, 0.69-0.96x and 0.81-1.10x in float32. Its constants are BLAS's over the median ratio.
 # ---------------------------------------------------------------------------------------------------
 _KERNEL_EFF = {
-    ("small_rank_ttm_inner", "float64"): (0.47, 0.47),
-    ("small_rank_ttm_inner", "float32"): (0.40, 0.40),
+    ("small_rank_ttm_inner", "float64"): (0.72, 0.84),
+    ("small_rank_ttm_inner", "float32"): (0.65, 0.83),
+    ("small_rank_ttm_inner_long", "float64"): (0.49, 0.62),
+    ("small_rank_ttm_inner_long", "float32"): (0.46, 0.62),
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
     ("small_rank_ttm_outer", "float32"): (0.50, 0.50),
 }
@@ -319,12 +329,27 @@ _BLAS_EFF = {
     ("small_rank_ttm_outer", "float64"): (0.45, 0.53),
     ("small_rank_ttm_outer", "float32"): (0.33, 0.43),
 }
+#: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
+LONG_ROW_BYTES = 8192
 
 
-def kernel_efficiency(variant: str, dtype: str, R: int) -> float:
-    """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above)."""
-    lo, hi = _KERNEL_EFF[(variant, dtype)]
-    return lo if R <= 16 else hi
+def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0) -> float:
+    """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
+
+    ``columns``: the unit-stride extent ``C`` of :func:`ttm_inner` (0: not known). Rows of at least
+    ``LONG_ROW_BYTES`` take the long-row constants; the columns left over at the end of a row (fewer than
+    one vector) run element by element, counted at a twentieth of the rate.
+    """
+    key = variant
+    itemsize = 4 if dtype == "float32" else 8
+    if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
+        key = variant + "_long"
+    lo, hi = _KERNEL_EFF[(key, dtype)]
+    eff = lo if R <= 16 else hi
+    if variant == "small_rank_ttm_inner" and columns > 0:
+        vec = columns - columns % (32 // itemsize)
+        eff *= (vec + 0.05 * (columns - vec)) / columns
+    return eff
 
 
 def blas_efficiency(variant: str, dtype: str, R: int) -> float:
