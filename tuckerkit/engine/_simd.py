@@ -111,24 +111,31 @@ block1, block2, block3, block4, block5, block6 = (_make(rb, NV) for rb in range(
 half1, half2, half3, half4, half5, half6 = (_make(rb, 1) for rb in range(1, MAX_RB + 1))
 
 
-@intrinsic
-def prefetch(typingctx, x, i):
-    """Hint the cache line holding ``x[i]`` (a 1-D array) into L1; no effect on the result, any ``i``."""
-    if not isinstance(x, types.Array):
-        return None
+def _make_prefetch(locality: int):
+    @intrinsic
+    def prefetch(typingctx, x, i):
+        if not isinstance(x, types.Array):
+            return None
 
-    def codegen(context, builder, sig, args):
-        arr, idx = args
-        ptr = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=arr).data
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
-            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(builder.gep(ptr, [idx]), ir.IntType(8).as_pointer()),
-                          ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+        def codegen(context, builder, sig, args):
+            arr, idx = args
+            ptr = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=arr).data
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+                "llvm.prefetch.p0")
+            builder.call(fn, [builder.bitcast(builder.gep(ptr, [idx]), ir.IntType(8).as_pointer()),
+                              ir.Constant(i32, 0), ir.Constant(i32, locality), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
 
-    return types.void(x, types.int64), codegen
+        return types.void(x, types.int64), codegen
+
+    return prefetch
+
+
+#: ``prefetch(x, i)``: hint the cache line holding ``x[i]`` (a 1-D array) into L1; no effect on the result,
+#: for any ``i``
+prefetch = _make_prefetch(3)
 
 
 @intrinsic

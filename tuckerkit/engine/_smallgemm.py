@@ -22,8 +22,9 @@ Every output element is one sum over ``i`` in a fixed order set at compile time 
 multiply-add per term, in :func:`ttm_inner`, the chunks of ``i`` carrying the exact partial sums through the
 output; fixed partial sums in :func:`ttm_outer`, whose reduction runs along the unit stride); the tiles never
 split a sum, so the result is the same bits for any number of workers, any tiling and any load on a given
-machine. The kernels are serial and release the GIL; tuckerkit's own pool runs the tiles (``numba``'s parallel pool would keep spinning threads beside
-the BLAS pieces of the next step: measured 3-10x slower CP-ALS iterations on 2 cores).
+machine. The kernels are serial and release the GIL; tuckerkit's own pool runs the tiles (``numba``'s
+parallel pool would keep spinning threads beside the BLAS pieces of the next step: measured 3-10x slower
+CP-ALS iterations on 2 cores).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ _MAX_TILE = 1024
 _L1_BYTES = 20 * 1024
 #: rows ahead the packing loop prefetches
 _PREFETCH_ROWS = 8
+#: the fewest rows of i per chunk (each microkernel call pays a fixed start and drain)
+_MIN_KC = 8
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
 
@@ -121,7 +124,7 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t
                     i = i0 + ii
                     if pfd > 0:
                         for s in range(ns):
-                            prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)  # type: ignore[call-arg]
+                            prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)
                     pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
                 for s in range(ns):
                     for k in range(nblk):
@@ -150,7 +153,7 @@ def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: 
     per tile, a multiple of the strip width (64 bytes), the packed chunk at most ``_PACK_BYTES``, at most
     ``_MAX_TILE`` and no more than ``C`` rounded up to whole strips."""
     w = 64 // itemsize
-    kc = max(8, _L1_BYTES // ((R + w) * itemsize))
+    kc = max(_MIN_KC, _L1_BYTES // ((R + w) * itemsize))
     nch = -(-I // kc)
     kc = -(-I // nch)
     ct = min(_MAX_TILE, _PACK_BYTES // (kc * itemsize), -(-C // w) * w)
