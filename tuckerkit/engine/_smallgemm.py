@@ -99,11 +99,11 @@ def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in):  # pragma: no cov
 @njit(cache=True, fastmath={"contract"}, nogil=True)
 def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
-    # 2 * vl), taken kc rows of i at a time (as GEMM blocks its k: the chunk's rows of U, kc x R, and one
-    # packed strip, kc x 2 vl, stay in L1). Each chunk of the tile is first packed strip by strip into pk,
+    # 2 * vl), taken kc rows of i at a time (as GEMM blocks its k: one row block's rows of U, kc x 6, and
+    # one packed strip, kc x 2 vl, stay in L1). Each chunk of the tile is first packed strip by strip into pk,
     # reading each row of X once in one unit-stride run with the rows pfd ahead prefetched (reading a strip
-    # down all I rows would touch I DRAM pages a line at a time and thrash L1 on 4 KiB strides); then every
-    # row block of U runs over each packed strip, carrying its sums in y from one chunk to the next. Every
+    # down all I rows would touch I DRAM pages a line at a time and thrash L1 on 4 KiB strides); then each
+    # row block of U runs over every packed strip (from L2), carrying its sums in y from chunk to chunk. Every
     # output element is one in-order sum over i, one fused multiply-add per term; the columns left at the
     # end of a row (fewer than 2 * vl) run from X directly, one vector or one element wide
     nct = (C + ct - 1) // ct
@@ -126,9 +126,9 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t
                         for s in range(ns):
                             prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)
                     pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
-                for s in range(ns):
-                    for k in range(nblk):
-                        r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
+                    r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                    for s in range(ns):
                         _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
                                i0)
         c = c0 + ns * w
@@ -148,12 +148,12 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t
 
 
 def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
-    """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that the chunk's rows of U and one packed
-    strip (``kc * (R + strip)`` elements) fill at most ``_L1_BYTES``, as even as possible over ``I``; columns
-    per tile, a multiple of the strip width (64 bytes), the packed chunk at most ``_PACK_BYTES``, at most
-    ``_MAX_TILE`` and no more than ``C`` rounded up to whole strips."""
+    """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one
+    packed strip (``kc * (6 + strip)`` elements) fill at most ``_L1_BYTES``, as even as possible over ``I``;
+    columns per tile, a multiple of the strip width (64 bytes), the packed chunk at most ``_PACK_BYTES`` (in
+    L2), at most ``_MAX_TILE`` and no more than ``C`` rounded up to whole strips."""
     w = 64 // itemsize
-    kc = max(_MIN_KC, _L1_BYTES // ((R + w) * itemsize))
+    kc = max(_MIN_KC, _L1_BYTES // ((MAX_RB + w) * itemsize))
     nch = -(-I // kc)
     kc = -(-I // nch)
     ct = min(_MAX_TILE, _PACK_BYTES // (kc * itemsize), -(-C // w) * w)
