@@ -237,11 +237,11 @@ def test_explain_says_why_blas_stays(monkeypatch, rng):
     contract_mod._cached_plan.cache_clear()
     try:
         # the first mode: the inner kernel's tiles gather rows of 12,000 elements at a stride
-        plan = ttm_plan(rng.standard_normal((20, 30, 400)), rng.standard_normal((20, 32)), 0, transpose=True)
+        plan = ttm_plan(rng.standard_normal((20, 30, 400)), rng.standard_normal((20, 10)), 0, transpose=True)
         middle = ttm_plan(rng.standard_normal((20, 30, 40)), rng.standard_normal((30, 32)), 1, transpose=True)
     finally:
         contract_mod._cached_plan.cache_clear()
-    assert plan.compiled is CompiledKernel.NONE  # long rows: the inner kernel does not beat BLAS at rank 32
+    assert plan.compiled is CompiledKernel.NONE  # long rows: the inner kernel does not beat BLAS at rank 10
     assert "choice: the compiled kernel would not compute 5 % faster than BLAS" in plan.explain()
     assert dict(plan.estimates)["compiled"] > dict(plan.estimates)["blas gemm"]
     assert middle.compiled is CompiledKernel.TTM_INNER  # short rows (40 columns): the kernel

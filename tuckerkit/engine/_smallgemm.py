@@ -311,18 +311,18 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None)
 # A/B runs in one process on the project's 2-core machine (one core on 100^3, kernel alone against BLAS alone,
 # and the planner's two plans on 200^3 with 2 workers, medians of 15). The unit-stride kernel ran 0.69 / 0.85x
 # the BLAS time in float64 and 0.65 / 0.87x in float32 (R = 10 / 32). The register-blocked inner kernel
-# (issue 15), one core against one-thread BLAS in CPU time (medians of 5 interleaved with the streaming read;
-# the machine shared with three other jobs), on 200^3, 320x240x160 and 64^4: where the tile's rows are short
-# (the middle modes: C = 64..200 unit-stride columns, each tile one run of memory) 0.62-0.74x the BLAS time
-# at R = 10 and 0.62-0.91x at R = 32 in float64, 0.61-0.69x and 0.69-0.78x in float32; where they are long
-# (the first mode, C = 4096..40000: the tile gathers I rows at a stride of C) 0.91-1.20x and 0.96-1.24x in
-# float64, 0.69-0.96x and 0.81-1.10x in float32. Its constants are BLAS's over the median ratio.
+# (issue 15), one core against one-thread BLAS in CPU time (medians of 7 interleaved with the streaming read;
+# the machine shared with three other jobs), on 200^3, 320x240x160 and 64^4 at R = 10 / 32: where the tile's
+# rows are short (the middle modes: C = 64..200 unit-stride columns, each tile one run of memory) 0.65-0.81x
+# / 0.66-0.89x the BLAS time in float64 and 0.54-0.71x / 0.64-0.86x in float32; where they are long (C of
+# 4096 and more: the tile gathers I rows at a stride of C) 0.86-1.13x / 0.69-1.01x in float64, 0.81-0.85x /
+# 0.66-1.04x in float32. Its constants are BLAS's over the median ratio of each class.
 # ---------------------------------------------------------------------------------------------------
 _KERNEL_EFF = {
-    ("small_rank_ttm_inner", "float64"): (0.72, 0.84),
-    ("small_rank_ttm_inner", "float32"): (0.65, 0.83),
-    ("small_rank_ttm_inner_long", "float64"): (0.49, 0.62),
-    ("small_rank_ttm_inner_long", "float32"): (0.46, 0.62),
+    ("small_rank_ttm_inner", "float64"): (0.68, 0.78),
+    ("small_rank_ttm_inner", "float32"): (0.70, 0.78),
+    ("small_rank_ttm_inner_long", "float64"): (0.49, 0.80),
+    ("small_rank_ttm_inner_long", "float32"): (0.50, 0.71),
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
     ("small_rank_ttm_outer", "float32"): (0.50, 0.50),
 }
