@@ -243,7 +243,7 @@ def test_explain_says_why_blas_stays(monkeypatch, rng):
         contract_mod._cached_plan.cache_clear()
     assert plan.compiled is CompiledKernel.NONE  # long rows: the inner kernel does not beat BLAS at rank 10
     assert "choice: the compiled kernel would not compute 5 % faster than BLAS" in plan.explain()
-    assert dict(plan.estimates)["compiled"] > dict(plan.estimates)["blas gemm"]
+    assert dict(plan.estimates)["compiled"] >= dict(plan.estimates)["blas gemm"]
     assert middle.compiled is CompiledKernel.TTM_INNER  # short rows (40 columns): the kernel
     assert "compiled small_rank_ttm_inner (BLAS alternative: strided_batched_gemm)" in middle.explain()
     assert dict(middle.estimates)["compiled"] < dict(middle.estimates)["blas strided_batched_gemm"]
