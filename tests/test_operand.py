@@ -240,7 +240,14 @@ def test_a_cli_run_scans_for_nan_once(tmp_path, rng, monkeypatch):
             warnings.simplefilter("ignore")
             res = CliRunner().invoke(app, ["decompose", str(tmp_path / "x.npy"), *args, "--force", "-q"])
         assert res.exit_code == 0, res.output
-        assert calls == [(20, 21, 22)], (args, calls)
+        assert calls == [], (args, calls)  # the norm's pass is the scan: a NaN or Inf makes the norm non-finite
+    bad = rng.standard_normal((20, 21, 22))
+    bad[1, 2, 3] = np.inf
+    np.save(tmp_path / "bad.npy", bad)
+    calls.clear()
+    res = CliRunner().invoke(app, ["decompose", str(tmp_path / "bad.npy"), "--ranks", "2,2,2", "--force", "-q"])
+    assert res.exit_code != 0 and "contains 1 NaN or infinite value(s)" in res.output
+    assert calls == [(20, 21, 22)]  # counted once, for the message
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")

@@ -9,6 +9,7 @@ as streamed or distributed passes and hand the (small) partial results to the sa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,19 @@ class MttkrpTree:
         if not has_r:
             t_st = _elem_strides(T)
             order = sorted(gone, key=lambda m: -t_st[t_modes.index(m)])
+            first = order[0]
+            if len(order) > 1 and T.size // shape[first] <= 2 * math.prod(shape[m] for m in order):
+                # the outermost mode alone by one GEMM (X_(m)^T U_m, the rank introduced), then the other modes
+                # by GEMVs batched over the rank: the same flops as the GEMM with the Khatri-Rao product, no
+                # Khatri-Rao product to form, and BLAS's GEMM with the long dimension outside rather than as the
+                # reduction (200^3, R = 10: 14 ms instead of 20); taken when the partial it leaves is at most
+                # twice the Khatri-Rao product (a 3-way cube; not a 4-way one's first half, 100x larger)
+                keep = [m for m in t_modes if m != first]
+                spec = f"{x},{_LETTERS[first]}{_RANK}->{''.join(_LETTERS[m] for m in keep)}{_RANK}"
+                out = rank_outer(xp, T, [t_modes.index(m) for m in keep], R, T.dtype)
+                p = plan_contraction(spec, T, factors[first], out=out, policy=self.policy)
+                plans.append(p)
+                return self.contract_modes(contract(spec, T, factors[first], out=out, plan=p), keep, order[1:], True)
             kr = _khatri_rao([factors[m] for m in order]).reshape(*(shape[m] for m in order), R)
             spec = f"{x},{''.join(_LETTERS[m] for m in order)}{_RANK}->{out_sub}"
             out = rank_outer(xp, T, [t_modes.index(m) for m in rest], R, T.dtype)
