@@ -74,9 +74,10 @@ def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: Executi
 
 
 class MttkrpTree:
-    """The dimension tree of one ALS sweep: :meth:`contract_modes` removes modes from a tensor (with the
-    Khatri-Rao product of their factors when the rank index is not there yet, else one batched GEMV per
-    mode), :meth:`rec` splits the active modes in halves and recurses."""
+    """The dimension tree of one ALS sweep: :meth:`contract_modes` removes modes from a tensor (when the rank
+    index is not there yet, with the Khatri-Rao product of their factors, or with the outermost mode's factor
+    alone when the partial that leaves is small; then one batched GEMV per mode), :meth:`rec` splits the
+    active modes in halves and recurses."""
 
     def __init__(self, xp, shape, factors, update, plans, policy: ExecutionPolicy):
         self.xp, self.shape, self.factors, self.update, self.plans = xp, tuple(shape), factors, update, plans
@@ -192,8 +193,9 @@ def mttkrp_sweep(X: Any, factors: list[Any], update: Update) -> tuple[Any, ...]:
     ``factors[n]``, and later MTTKRPs of the sweep use the new factor (Gauss-Seidel order, as CP-ALS needs).
     The modes are split into an outer and an inner half: the inner half is contracted first by one GEMM
     with its Khatri-Rao product (old factors), the outer-half MTTKRPs are finished from that partial result
-    by GEMVs batched over the rank, then the same from the other side with the updated outer factors. The
-    full tensor is read twice per sweep whatever its order.
+    by GEMVs batched over the rank, then the same from the other side with the updated outer factors (there
+    by one GEMM with the outermost factor and batched GEMVs when that partial is at most twice the
+    Khatri-Rao product, as for a 3-way tensor). The full tensor is read twice per sweep whatever its order.
 
     Parameters
     ----------
