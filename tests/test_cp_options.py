@@ -123,13 +123,31 @@ def test_hooi_fixed_factors_kept_and_core_is_the_projection():
         tk.hooi(X, 2, fixed_factors=[5])
 
 
-def test_mask_refuses_the_options_it_does_not_run():
+def test_mask_runs_the_same_iterations_with_fixed_modes_and_orthogonalize():
+    # the EM path is cp_als's / hooi's own iteration: with every entry observed the refill changes nothing,
+    # so the factors are the unmasked run's bit for bit (fixed modes, orthogonalization and all)
     X = _planted()
-    mask = np.ones(X.shape, dtype=bool)
-    with pytest.raises(ValueError, match=r"^mask= runs plain EM-ALS; it cannot be combined with fixed_modes"):
-        tk.cp_als(X, 2, mask=mask, orthogonalize=2)
-    with pytest.raises(ValueError, match=r"^mask= cannot be combined with fixed_factors"):
-        tk.hooi(X, 2, mask=mask, fixed_factors=[0])
+    rng = np.random.default_rng(3)
+    full = np.ones(X.shape, dtype=bool)
+    init = [rng.standard_normal((n, 2)) for n in X.shape]
+    kw = {"init": init, "tol": 0, "max_iter": 6, "fixed_modes": [1], "orthogonalize": 2, "linesearch": False}
+    a, b = tk.cp_als(X, 2, **kw), tk.cp_als(X, 2, mask=full, **kw)
+    assert all(np.array_equal(U, V) for U, V in zip(a.factors, b.factors, strict=True))
+    assert np.array_equal(a.weights, b.weights) and np.array_equal(b.factors[1], init[1])
+    Q = [np.linalg.qr(U)[0] for U in init]
+    c = tk.hooi(X, 2, init=Q, tol=0, max_iter=4, fixed_factors=[0])
+    d = tk.hooi(X, 2, init=Q, tol=0, max_iter=4, fixed_factors=[0], mask=full)
+    assert all(np.array_equal(U, V) for U, V in zip(c.factors, d.factors, strict=True))
+    assert np.array_equal(c.core, d.core) and np.array_equal(d.factors[0], Q[0])
+    # with entries missing: the fixed factor comes back as given, the observed-entry error never increases
+    mask = rng.random(X.shape) > 0.4
+    e = tk.cp_als(np.where(mask, X, np.nan), 2, mask=mask, init=init, tol=0, max_iter=15, fixed_modes=[1])
+    assert np.array_equal(e.factors[1], init[1])
+    assert np.all(np.diff(e.fit_history) >= -1e3 * EPS)
+    fit_obs = 1 - np.linalg.norm(mask * (X - e.to_dense())) / np.linalg.norm(mask * X)
+    assert abs(e.fit - fit_obs) <= 1e3 * EPS
+    f = tk.hooi(np.where(mask, X, np.nan), 2, mask=mask, init=Q, tol=0, max_iter=10, fixed_factors=[0])
+    assert np.array_equal(f.factors[0], Q[0]) and np.all(np.diff(f.fit_history) >= -1e3 * EPS)
 
 
 def test_non_negative_cp_fixed_and_unconstrained_modes():

@@ -196,3 +196,38 @@ def test_streamed_equals_in_memory_and_input_unmodified(rng):
                memory_limit=4 * X.nbytes // X.shape[0])
     np.testing.assert_allclose(d.fit_history, c.fit_history, rtol=0, atol=1e3 * _eps(np.float64))
     assert np.array_equal(X, keep)
+
+
+@pytest.mark.parametrize("dtype_", [np.float64, np.float32])
+def test_compiled_hals_sweeps_equal_the_row_by_row_update(dtype_, rng):
+    """The compiled inner sweeps against the plain row-by-row NumPy update they replace (same rule, same early
+    stop): equal to rounding, exact zeros in the same places, a dead component (V[k, k] = 0) left as it is."""
+    from tuckerkit.decomposition._nonneg import INNER_SWEEPS, SWEEP_STOP, hals_rows
+
+    R, I = 6, 40  # noqa: E741
+    B = rng.random((30, R))
+    B[:, 4] = 0.0  # component 4 is dead: its row of V is zero
+    V = (B.T @ B).astype(dtype_)
+    UtM = (rng.random((R, I)) - 0.4).astype(dtype_)
+    start = rng.random((R, I)).astype(dtype_)
+
+    ref = start.copy()
+    d = np.diagonal(V)
+    inv = np.where(d > 0, 1 / np.where(d > 0, d, 1), 0).astype(dtype_)
+    first = None
+    for _ in range(INNER_SWEEPS):
+        before = ref.copy()
+        for k in range(R):
+            ref[k] = np.maximum(ref[k] + (UtM[k] - V[k] @ ref) * inv[k], 0)
+        moved = float(((ref - before).astype(np.float64) ** 2).sum())
+        first = moved if first is None else first
+        if moved <= SWEEP_STOP * first:
+            break
+    got = hals_rows(start.copy(), UtM, V)
+    assert got.dtype == dtype_
+    scale = float(np.abs(ref).max())
+    np.testing.assert_allclose(got, ref, rtol=0, atol=100 * _eps(dtype_) * scale)
+    assert np.array_equal(got == 0, ref == 0) and bool((got == 0).any())
+    assert np.array_equal(got[4], start[4])
+    again = hals_rows(start.copy(), UtM, V)
+    assert np.array_equal(got, again)  # the same call, the same bits

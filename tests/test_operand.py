@@ -3,6 +3,7 @@ plans are bound to what they were made for, and files open as the right operand.
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 
@@ -240,7 +241,14 @@ def test_a_cli_run_scans_for_nan_once(tmp_path, rng, monkeypatch):
             warnings.simplefilter("ignore")
             res = CliRunner().invoke(app, ["decompose", str(tmp_path / "x.npy"), *args, "--force", "-q"])
         assert res.exit_code == 0, res.output
-        assert calls == [(20, 21, 22)], (args, calls)
+        assert calls == [], (args, calls)  # the norm's pass is the scan: a NaN or Inf makes the norm non-finite
+    bad = rng.standard_normal((20, 21, 22))
+    bad[1, 2, 3] = np.inf
+    np.save(tmp_path / "bad.npy", bad)
+    calls.clear()
+    res = CliRunner().invoke(app, ["decompose", str(tmp_path / "bad.npy"), "--ranks", "2,2,2", "--force", "-q"])
+    assert res.exit_code != 0 and "contains 1 NaN or infinite value(s)" in res.output
+    assert calls == [(20, 21, 22)]  # counted once, for the message
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
@@ -260,3 +268,30 @@ def test_relative_error_of_a_huge_sparse_tensor_never_densifies():
     assert peak < 50e6
     assert errors[0] == pytest.approx(1 - C.fit, abs=1e-7)
     assert errors[1] == pytest.approx(1 - T.fit, abs=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["plain", "huge_piece", "tiny_piece", "mixed", "float32"])
+def test_norm_one_read_per_piece_matches_an_exact_oracle(kind, rng):
+    """The norm reads an ordinary piece once (one dot product) and rescales only extreme pieces (squares that
+    overflow or underflow); either way it is the exact norm to within the float64 sum's rounding, and a NaN
+    or an Inf makes it infinite. 80,000 entries: two pieces, one of them extreme."""
+    import fractions
+
+    from tuckerkit.engine._operand import frobenius_norm
+
+    X = rng.standard_normal((50, 40, 40))
+    if kind == "huge_piece":
+        X[42:45] *= 1e300
+    elif kind == "tiny_piece":
+        X[:] *= 1e-300
+        X[42:45] *= 1e-10
+    elif kind == "mixed":
+        X[47, 0, 0], X[20:22] = 1e250, 0.0
+    elif kind == "float32":
+        X = X.astype(np.float32)
+    k = fractions.Fraction(2) ** (600 if kind in ("huge_piece", "mixed") else -1000 if kind == "tiny_piece" else 0)
+    exact = sum(fractions.Fraction(float(v)) ** 2 for v in X.ravel())
+    ref = math.sqrt(float(exact / k**2)) * float(k)
+    assert abs(frobenius_norm(X) - ref) <= 1e3 * np.finfo(np.float64).eps * ref
+    X.ravel()[12345] = np.nan
+    assert frobenius_norm(X) == math.inf

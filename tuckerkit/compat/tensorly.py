@@ -151,7 +151,7 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     svd_mask_repeats : int
         Accepted for compatibility; the masked start is tuckerkit's.
     linesearch : bool
-        With ``mask``, the iterations are tuckerkit's plain EM-ALS and ``linesearch`` has no effect.
+        With ``mask``, the iterations are tuckerkit's EM-ALS and ``linesearch`` has no effect.
     callback : callable, optional
 
     Returns

@@ -130,7 +130,7 @@ def cp_als(
         (0.70 s instead of 1.45 s, the same fit), the faces 39 instead of 89, and where ALS crawls (nearly
         collinear components) a third to a quarter of the iterations (``benchmarks/compat.py``).
         ``linesearch=False`` is plain ALS, iteration for iteration the algorithm of pyttb's ``cp_als`` and
-        TensorLy's default ``parafac``. With ``mask=`` the iterations are plain EM-ALS.
+        TensorLy's default ``parafac``. With ``mask=`` the iterations are EM-ALS without line search.
     orthogonalize : int, default 0
         Replace each factor with more rows than ``rank`` by the Q of its QR factorization before each of
         the first ``orthogonalize`` iterations (TensorLy's ``orthogonalise``): a start that avoids
@@ -154,7 +154,8 @@ def cp_als(
     mask : boolean array of X's shape, optional
         Missing data: True where ``X`` is observed (other entries may hold anything, NaN included). Fitted by
         EM imputation (the missing entries take the model's values before each ALS sweep; the observed-entry
-        error never increases); ``fit`` is then the fit on the observed entries. Needs a dense ``X``.
+        error never increases); ``fit`` is then the fit on the observed entries. Needs a dense ``X``; combines
+        with ``fixed_modes`` and ``orthogonalize`` (the same iterations), not with the line search.
 
     Returns
     -------
@@ -170,15 +171,12 @@ def cp_als(
     >>> round(tk.cp_als(X, 2, random_state=0, tol=1e-10).fit, 6)
     1.0
     """
-    if mask is not None:  # missing data: EM imputation around the same sweep (_missing.py)
+    if mask is not None:  # missing data: the same iterations with an E step after each sweep (_missing.py)
         from tuckerkit.decomposition._missing import masked_cp_als
-
-        if fixed_modes or orthogonalize:
-            raise ValueError("mask= runs plain EM-ALS; it cannot be combined with fixed_modes or orthogonalize")
 
         return masked_cp_als(X, rank, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                              normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
-                             device=device)
+                             device=device, extras=Extras(fixed_modes, False, orthogonalize))
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
                                    Extras(fixed_modes, linesearch, orthogonalize)))
@@ -186,11 +184,14 @@ def cp_als(
 
 @dataclass(frozen=True)
 class Extras:
-    """The options beyond plain ALS, validated by :func:`_cp_als`."""
+    """The options beyond plain ALS, validated by :func:`_cp_als`; ``em``: missing data, the E step run after
+    each sweep (:class:`~tuckerkit.decomposition._missing.EStep`: it refills the missing entries of the
+    operand's array with the model's values and gives the fit on the observed entries)."""
 
     fixed_modes: Any = ()
     linesearch: Any = False
     orthogonalize: Any = 0
+    em: Any = None
 
 
 def _check_orthogonalize(value: Any) -> int:
@@ -239,9 +240,12 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         factors = _svd_init(call, rank, rng, first=0 in fixed) if init == "svd" else [
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
         ]
+    em = extras.em
+    if em is not None and not isinstance(init, str):  # the start's values at the missing entries
+        em.fill(_cp_full(weights, factors))
     grams = [U.T @ U for U in factors]
     normX = call.norm
-    mon = Monitor("cp_als", tol, max_iter, callback, verbose)
+    mon = Monitor("cp_als" if em is None else "cp_als(mask)", tol, max_iter, callback, verbose)
     it = 0
     last: dict[str, Any] = {}
 
@@ -273,11 +277,14 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                     grams[n] = factors[n].T @ factors[n]
         if not normalize and free:
             weights = xp.ones(rank, dtype=X.dtype)
-        trying = linesearch and free and it > 4 and it % 2 == 0
+        trying = linesearch and em is None and free and it > 4 and it % 2 == 0
         if trying:
             before = [U.copy() for U in factors], weights.copy()
         sweep = X.mttkrp_sweep(factors, update, policy=policy)
-        fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, grams)
+        if em is None:
+            fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, grams)
+        else:  # the E step: the fit on the observed entries, then the missing ones refilled for the next sweep
+            fit = em.step(_cp_full(weights, factors))
         if trying:
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
                 return _cp_fit(xp, normX, X.mttkrp(F, N - 1, policy=policy), F[N - 1], w, G)
@@ -326,6 +333,16 @@ class _Jumps:
         if self.failures == 4:
             self.power, self.failures = self.power + 1.0, 0
         return None
+
+
+def _cp_full(weights: Any, factors: Sequence[Any]) -> Any:
+    """The dense model ``sum_r w_r a_r o b_r o ...`` (EM imputation's reconstruction), one GEMM."""
+    from tuckerkit.engine import khatri_rao
+
+    first = factors[0] * weights[None, :]
+    rest = khatri_rao(list(factors[1:]))
+    shape = tuple(int(U.shape[0]) for U in factors)
+    return (first @ rest.T).reshape(shape)
 
 
 def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any]) -> float:

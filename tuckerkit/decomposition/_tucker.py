@@ -24,7 +24,7 @@ from tuckerkit.backend import to_host
 from tuckerkit.decomposition._entry import Call, caller_stacklevel, check_fixed_modes, decomposition_call
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
-from tuckerkit.engine import as_operand
+from tuckerkit.engine import as_operand, multi_ttm
 from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import eigh_desc, sign_fix
 
@@ -387,7 +387,7 @@ def hooi(
     mask : boolean array of X's shape, optional
         Missing data: True where ``X`` is observed (other entries may hold anything, NaN included). Fitted by
         EM imputation (the missing entries take the model's values before each projection sweep); ``fit`` is
-        then the fit on the observed entries. Needs a dense ``X``.
+        then the fit on the observed entries. Needs a dense ``X``; combines with ``fixed_factors``.
 
     Returns
     -------
@@ -409,20 +409,20 @@ def hooi(
     >>> T.converged, round(T.fit, 6)
     (True, 1.0)
     """
-    if mask is not None:  # missing data: EM imputation around the same sweep (_missing.py)
+    if mask is not None:  # missing data: the same iterations with an E step after each sweep (_missing.py)
         from tuckerkit.decomposition._missing import masked_hooi
 
-        if fixed_factors:
-            raise ValueError("mask= cannot be combined with fixed_factors; EM imputation updates every factor")
-
         return masked_hooi(X, ranks, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
-                           callback=callback, verbose=verbose, memory_limit=memory_limit, device=device)
+                           callback=callback, verbose=verbose, memory_limit=memory_limit, device=device,
+                           fixed_factors=fixed_factors)
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
         return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose, fixed_factors))
 
 
 def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_state: Any, callback: Any,
-          verbose: bool, fixed_factors: Any = ()) -> TuckerTensor:
+          verbose: bool, fixed_factors: Any = (), em: Any = None) -> TuckerTensor:
+    """HOOI on the call's operand; ``em``: missing data, the E step run after each sweep
+    (:class:`~tuckerkit.decomposition._missing.EStep`, which refills the operand's missing entries)."""
     X, policy = call.X, call.policy
     ranks = check_ranks(ranks, X.shape)
     fixed = check_fixed_modes(fixed_factors, X.ndim, "fixed_factors")
@@ -444,8 +444,10 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         else:
             sketch = how == "st_hosvd_sketch"
             factors = list(_st_hosvd(call, ranks, None, "auto", sketch, random_state).factors)
+    if em is not None and not isinstance(init, str) and init[0] is not None:  # the start's values where missing
+        em.fill(multi_ttm(call.like(init[0]) * X.dtype.type(call.scale), factors))
     normX = call.norm
-    mon = Monitor("hooi", tol, max_iter, callback, verbose)
+    mon = Monitor("hooi" if em is None else "hooi(mask)", tol, max_iter, callback, verbose)
     core = None
     sweep = None
     it = 0
@@ -461,7 +463,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
 
         sweep = X.ttmc_sweep(factors, update, policy=policy)
         core = as_operand(last["Y"]).ttm(factors[last["n"]], last["n"], transpose=True, policy=policy)
-        fit = _fit(normX, frobenius_norm(core))
+        # the E step (missing data): the fit on the observed entries, the missing ones refilled for the next sweep
+        fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(multi_ttm(core, factors))
         if mon.step(it, fit, factors):
             break
     mon.finish()

@@ -205,6 +205,9 @@ class OperandBase:
 
 #: pieces whose largest magnitude lies in this range are summed unscaled (no square over/underflows that counts)
 _SAFE_LO, _SAFE_HI = 2.0**-400, 2.0**400
+#: a piece's sum of squares in [size * 2^-799, 2^790] implies its largest magnitude lies in [_SAFE_LO, _SAFE_HI]
+#: (max^2 <= ssq <= size * max^2, with room for the sum's rounding)
+_SSQ_LO, _SSQ_HI = 2.0**-799, 2.0**790
 
 
 def _pieces(X: Any, chunk_elems: int):
@@ -247,17 +250,23 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16) -> tuple[float, float]:
         both = xp.stack([scale, ssq]).get()  # one copy back
         return float(both[0]), float(both[1])
     acc = (1.0, 0.0)
-    with blas_pinned():  # one BLAS thread: a dot product's bits depend on the thread count
+    # one BLAS thread: a dot product's bits depend on the thread count; an extreme piece's squares may overflow
+    # or underflow in the first dot (it is then summed again, scaled)
+    with blas_pinned(), np.errstate(over="ignore", under="ignore", invalid="ignore"):
         for blk in _pieces(X, chunk_elems):
+            b = blk.astype(np.float64, copy=False).reshape(-1)
+            q = float(np.dot(b, b))
+            if b.size * _SSQ_LO <= q <= _SSQ_HI:  # then 2^-400 <= max |x| <= 2^400: the safe case below, the
+                acc = combine_scaled(acc, (1.0, q))  # same bits, with one read of the piece instead of three
+                continue
             hi, lo = float(blk.max()), float(blk.min())
             amax = max(hi, -lo)
             if not math.isfinite(amax) or math.isnan(hi) or math.isnan(lo):
                 return math.inf, 1.0
             if amax == 0.0:
                 continue
-            b = blk.astype(np.float64, copy=False).reshape(-1)
             if _SAFE_LO <= amax <= _SAFE_HI:  # squares neither overflow nor lose anything that matters
-                acc = combine_scaled(acc, (1.0, float(np.dot(b, b))))
+                acc = combine_scaled(acc, (1.0, q))
             else:
                 s = 2.0 ** math.frexp(amax)[1]
                 b = b / s
