@@ -179,7 +179,7 @@ def cp_als(
         return masked_cp_als(X, rank, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                              normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
                              device=device)
-    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True) as call:
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
                                    Extras(fixed_modes, linesearch, orthogonalize)))
 

@@ -67,8 +67,9 @@ def _relative_error(X: Any, Xhat: Any) -> float:
     are scaled, so no magnitude the dtype can hold overflows or underflows them."""
     from tuckerkit.engine._operand import frobenius_norm
 
-    X = np.asarray(to_host(X), dtype=np.float64)
-    diff = X - np.asarray(to_host(Xhat), dtype=np.float64)
+    wide = np.complex128 if np.iscomplexobj(X) or np.iscomplexobj(Xhat) else np.float64
+    X = np.asarray(to_host(X), dtype=wide)
+    diff = X - np.asarray(to_host(Xhat), dtype=wide)
     return frobenius_norm(diff) / frobenius_norm(X)
 
 
@@ -258,11 +259,11 @@ class TuckerTensor(_Model):
 
     def norm(self) -> float:
         """Frobenius norm of the model (equal to the core's norm when the factors are orthonormal)."""
-        grams = [U.T @ U for U in self.factors]
+        grams = [U.conj().T @ U for U in self.factors]
         from tuckerkit.engine import multi_ttm
 
         G = self.core
-        return math.sqrt(max(float((G * multi_ttm(G, grams)).sum()), 0.0))
+        return math.sqrt(max(float((G.conj() * multi_ttm(G, grams)).sum().real), 0.0))
 
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F``.
@@ -287,9 +288,9 @@ class TuckerTensor(_Model):
         op = as_operand(X, min_ndim=1)
         if _dense_input(op):
             return _relative_error(X, self.to_dense())
-        inner = np.asarray(to_host(op.multi_ttm(dict(enumerate(self.factors)), transpose=True)), dtype=np.float64)
-        return _error_from_identity(op.norm(), float(np.sum(inner * np.asarray(to_host(self.core), np.float64))),
-                                    self.norm())
+        inner = np.asarray(to_host(op.multi_ttm(dict(enumerate(self.factors)), transpose=True)))
+        core = np.asarray(to_host(self.core))
+        return _error_from_identity(op.norm(), float(np.sum(inner * core.conj()).real), self.norm())
 
     def compression_ratio(self) -> float:
         """Entries of the full tensor over entries stored by the model."""
@@ -434,11 +435,11 @@ class CPTensor(_Model):
 
     def norm(self) -> float:
         """Frobenius norm of the model from the factor Grams (no reconstruction)."""
-        V = np.ones((self.rank, self.rank))
+        V = np.ones((self.rank, self.rank), dtype=np.complex128 if np.iscomplexobj(self.factors[0]) else np.float64)
         for U in self.factors:
-            V = V * np.asarray(to_host(U.T @ U), dtype=np.float64)
-        w = np.asarray(to_host(self.weights), dtype=np.float64)
-        return math.sqrt(max(float(w @ V @ w), 0.0))
+            V = V * np.asarray(to_host(U.conj().T @ U), dtype=V.dtype)
+        w = np.asarray(to_host(self.weights))
+        return math.sqrt(max(float((w.conj() @ V @ w).real), 0.0))
 
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F``: entry by entry for a dense array; for a sparse, out-of-core or Dask
@@ -460,10 +461,11 @@ class CPTensor(_Model):
         op = as_operand(X, min_ndim=1)
         if _dense_input(op):
             return _relative_error(X, self.to_dense())
-        M = np.asarray(to_host(op.mttkrp(list(self.factors), 0)), dtype=np.float64)
-        U0 = np.asarray(to_host(self.factors[0]), dtype=np.float64)
-        w = np.asarray(to_host(self.weights), dtype=np.float64)
-        return _error_from_identity(op.norm(), float(np.sum(np.sum(M * U0, axis=0) * w)), self.norm())
+        M = np.asarray(to_host(op.mttkrp([U.conj() for U in self.factors], 0)))
+        U0 = np.asarray(to_host(self.factors[0]))
+        w = np.asarray(to_host(self.weights))
+        return _error_from_identity(op.norm(), float(np.sum(np.sum(M * U0.conj(), axis=0) * w.conj()).real),
+                                    self.norm())
 
     def to_tensorly(self):
         """Convert to ``tensorly.cp_tensor.CPTensor`` (needs TensorLy; host arrays, copied so that TensorLy

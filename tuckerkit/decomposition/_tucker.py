@@ -105,7 +105,7 @@ def hosvd(X: Any, ranks: Sequence[int] | int | None = None, *, max_error: float 
     >>> tk.hosvd(tk.multi_ttm(core, factors), max_error=1e-6).ranks  # the ranks of an exact Tucker tensor
     (2, 3, 4)
     """
-    with decomposition_call(X, device=device) as call:
+    with decomposition_call(X, device=device, complex_ok=True) as call:
         X = call.X
         if (ranks is None) == (max_error is None):
             raise ValueError("pass exactly one of ranks and max_error; received "
@@ -193,7 +193,7 @@ def st_hosvd(
     (2, 3, 2)
     """
     max_error, name = _rank_target(max_error, tol, "st_hosvd")
-    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True) as call:
         return call.result(_st_hosvd(call, ranks, max_error, order, sketch, random_state, name))
 
 
@@ -298,12 +298,12 @@ def _sketched_step(call: Call, X: Any, n: int, r: int, rng: np.random.Generator)
     omegas = {m: call.like(rng.standard_normal((X.shape[m], km))) for m, km in zip(others, ks, strict=True)}
     Z = X.multi_ttm(omegas, transpose=True, policy=call.policy)
     Zn = xp.moveaxis(Z, n, 0).reshape(X.shape[n], -1)
-    Q, _ = xp.linalg.qr(Zn.astype(xp.float64))
+    Q, _ = xp.linalg.qr(Zn.astype(xp.complex128 if X.dtype.kind == "c" else xp.float64))
     Q = xp.ascontiguousarray(Q[:, :k].astype(X.dtype))
     B = as_operand(X.ttm(Q, n, transpose=True, policy=call.policy))
     V, _ = B.leading_subspace(n, r, policy=call.policy)  # the exact leading subspace of the (small) projection
     U = sign_fix(Q @ xp.ascontiguousarray(V)).astype(X.dtype, copy=False)
-    return U, B.ttm(xp.ascontiguousarray(Q.T @ U), n, transpose=True, policy=call.policy)  # X x_n U^T
+    return U, B.ttm(xp.ascontiguousarray(Q.conj().T @ U), n, transpose=True, policy=call.policy)  # X x_n U^H
 
 
 def _random_orthonormal(rng: np.random.Generator, n: int, r: int, dtype) -> Any:
@@ -417,7 +417,7 @@ def hooi(
 
         return masked_hooi(X, ranks, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                            callback=callback, verbose=verbose, memory_limit=memory_limit, device=device)
-    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True) as call:
         return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose, fixed_factors))
 
 

@@ -234,6 +234,8 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16) -> tuple[float, float]:
     on every run. On a GPU the pieces accumulate on the device (one value comes back)."""
     if X.size == 0:
         return 1.0, 0.0
+    if X.dtype.kind == "c":  # |x|^2 = re^2 + im^2: the two real views (no copy), combined scaled
+        return combine_scaled(sqnorm_scaled(X.real, chunk_elems), sqnorm_scaled(X.imag, chunk_elems))
     xp = array_namespace(X)
     if xp is not np:
         amax = xp.zeros((), dtype=xp.float64)
@@ -437,7 +439,7 @@ def as_operand(
     check_finite : bool, default False
         Refuse NaN and Inf (once per operand; streamed kinds check during their norm pass).
     real : bool, default False
-        Refuse complex dtypes (the decompositions are real).
+        Refuse complex dtypes (the methods that are real only: non-negative, Poisson, missing data).
     min_ndim : int, default 1
     dtype : {None, float32, float64}, optional
         Convert a dense input (slab by slab when it streams); default: keep it.

@@ -17,7 +17,8 @@ from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned
 
 
 def sign_fix(U: Any) -> Any:
-    """Flip column signs so the entry of largest magnitude in each column is positive (deterministic output).
+    """Flip column signs so the entry of largest magnitude in each column is positive (deterministic output);
+    a complex column is multiplied by the phase that makes that entry real and positive.
 
     Examples
     --------
@@ -29,13 +30,19 @@ def sign_fix(U: Any) -> Any:
     """
     xp = array_namespace(U)
     idx = xp.argmax(xp.abs(U), axis=0)
-    signs = xp.sign(U[idx, xp.arange(U.shape[1])])
+    top = U[idx, xp.arange(U.shape[1])]
+    if U.dtype.kind == "c":  # a complex column's phase: its largest entry made real and positive (TensorLy's)
+        mag = xp.abs(top)
+        phase = xp.where(mag == 0, 1, top / xp.where(mag == 0, 1, mag)).astype(U.dtype)
+        return U * xp.conj(phase)[None, :]
+    signs = xp.sign(top)
     signs = xp.where(signs == 0, 1, signs).astype(U.dtype)
     return U * signs[None, :]
 
 
 def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
-    """Eigen-pairs of a symmetric matrix in decreasing order (all, or the leading ``r``)."""
+    """Eigen-pairs of a symmetric (complex: Hermitian) matrix in decreasing order (all, or the leading ``r``);
+    the eigenvalues are real."""
     I_n = G.shape[0]
     xp = array_namespace(G)
     if xp is not np:  # cuSOLVER's syevd: all pairs (no subset routine), ascending
@@ -51,7 +58,8 @@ def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
 
 def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tuple[Any, Any]:
     """The ``r`` leading left singular vectors of the mode-``n`` unfolding of a dense array ``Y`` (sign-fixed)
-    and the matching eigenvalues of ``Y_(n) Y_(n)^T`` (squared singular values).
+    and the matching eigenvalues of ``Y_(n) Y_(n)^T`` (squared singular values; ``Y_(n) Y_(n)^H`` and real
+    eigenvalues for a complex ``Y``).
 
     Always from the Gram of the smaller side of the unfolding ``M = Y_(n)`` (I_n x P, P = entries of the
     complement of a mode-n fiber), never a full SVD:
@@ -73,10 +81,17 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
         w, V = eigh_desc(dense_gram(Y, n, None, policy), r)
         return sign_fix(xp.ascontiguousarray(V)), w
     M = xp.moveaxis(Y, n, 0).reshape(I_n, P)
+    real = real_dtype(Y.dtype)
     if xp is not np:
         U, s, _ = xp.linalg.svd(M, full_matrices=False)
-        return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(Y.dtype)
+        return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(real)
     with blas_pinned():
-        w, V = eigh_desc(M.T @ M, r)
+        w, V = eigh_desc(M.conj().T @ M if M.dtype.kind == "c" else M.T @ M, r)
         Q, _ = scipy.linalg.qr(M @ V, mode="economic", overwrite_a=True, check_finite=False)
-    return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(Y.dtype, copy=False)
+    return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
+
+
+def real_dtype(dtype: Any) -> np.dtype:
+    """The real dtype of the same precision (float32 for complex64, float64 for complex128)."""
+    dt = np.dtype(dtype)
+    return np.finfo(dt).dtype if dt.kind == "c" else dt
