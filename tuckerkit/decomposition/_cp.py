@@ -26,6 +26,7 @@ from tuckerkit.decomposition._entry import Call, check_fixed_modes, decompositio
 from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
+from tuckerkit.engine._subspace import real_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +221,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if init == "random" and random_state is None:
             rng = check_random_state(0)  # a default call repeats its bits
     xp = X.xp
-    weights = xp.ones(rank, dtype=X.dtype)
+    cplx = X.dtype.kind == "c"
+    wdt = real_dtype(X.dtype)  # CP weights are real (column norms), complex tensors included
+    weights = xp.ones(rank, dtype=wdt)
     free = [n for n in range(N) if n not in fixed]
     if not isinstance(init, str):
         weights0, given = init
@@ -229,17 +232,25 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         # factor stays exactly as given; with every mode fixed they stay weights
         scale = call.like(weights0).astype(X.dtype) if weights0 is not None else None
         if call.scale != 1.0:
-            scale = (scale if scale is not None else weights) * weights.dtype.type(call.scale)
+            scale = (scale if scale is not None else weights.astype(X.dtype)) * X.dtype.type(call.scale)
         if scale is not None:
             if free:
                 factors[free[0]] = factors[free[0]] * scale[None, :]
+            elif cplx and bool(xp.any(scale.imag != 0)):  # complex weights: their phases go to the first factor
+                mag = xp.abs(scale)
+                factors[0] = factors[0] * (scale / xp.where(mag == 0, 1, mag))[None, :]
+                weights = mag.astype(wdt)
             else:
-                weights = scale
+                weights = scale.real.astype(wdt) if cplx else scale
     else:
         factors = _svd_init(call, rank, rng, first=0 in fixed) if init == "svd" else [
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
         ]
-    grams = [U.T @ U for U in factors]
+    # with complex factors the model stays multilinear (no conjugate, as TensorLy's): the MTTKRP contracts
+    # with the conjugated factors, X_(n) conj(KR), and the Grams are U^T conj(U), so that U_n V = M_n is
+    # the least-squares update (V = K^T conj(K), Hermitian positive definite)
+    conj = [U.conj() for U in factors] if cplx else factors
+    grams = [_gram(U) for U in factors]
     normX = call.norm
     mon = Monitor("cp_als", tol, max_iter, callback, verbose)
     it = 0
@@ -257,11 +268,13 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         U = spd_solve(V, M.astype(X.dtype, copy=False))
         if normalize:
             norms = xp.linalg.norm(U, axis=0)
-            norms = xp.where(norms == 0, 1, norms).astype(X.dtype)
+            norms = xp.where(norms == 0, 1, norms).astype(wdt)
             U = U / norms[None, :]
             weights = norms
         factors[n] = xp.ascontiguousarray(U.astype(X.dtype, copy=False))
-        grams[n] = factors[n].T @ factors[n]
+        if cplx:
+            conj[n] = factors[n].conj()
+        grams[n] = _gram(factors[n])
 
     sweep = None
     jumps = _Jumps()
@@ -270,28 +283,33 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             for n in free:
                 if X.shape[n] >= rank:
                     factors[n] = xp.ascontiguousarray(xp.linalg.qr(factors[n])[0].astype(X.dtype, copy=False))
-                    grams[n] = factors[n].T @ factors[n]
+                    grams[n] = _gram(factors[n])
+                    if cplx:
+                        conj[n] = factors[n].conj()
         if not normalize and free:
-            weights = xp.ones(rank, dtype=X.dtype)
+            weights = xp.ones(rank, dtype=wdt)
         trying = linesearch and free and it > 4 and it % 2 == 0
         if trying:
             before = [U.copy() for U in factors], weights.copy()
-        sweep = X.mttkrp_sweep(factors, update, policy=policy)
+        sweep = X.mttkrp_sweep(conj, update, policy=policy)
         fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, grams)
         if trying:
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
-                return _cp_fit(xp, normX, X.mttkrp(F, N - 1, policy=policy), F[N - 1], w, G)
+                Fc = [U.conj() for U in F] if cplx else F
+                return _cp_fit(xp, normX, X.mttkrp(Fc, N - 1, policy=policy), F[N - 1], w, G)
 
             jumped = jumps.attempt(it, before, factors, weights, fixed, normalize, fit, fit_of)
             if jumped is not None:
                 factors[:], weights, grams[:], fit = jumped
+                if cplx:
+                    conj[:] = [U.conj() for U in factors]
         if mon.step(it, fit, factors, weights=weights, may_decrease=it <= orthogonalize):
             break
     mon.finish()
     if normalize or not free:
         weights = call.unscale(weights)
     else:
-        weights = xp.ones(rank, dtype=X.dtype)
+        weights = xp.ones(rank, dtype=wdt)
         factors[free[0]] = call.unscale(factors[free[0]])
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
@@ -314,10 +332,10 @@ class _Jumps:
         if normalize:  # unit columns again, their norms into the weights: the same model
             for n in range(len(F)):
                 if n not in fixed:
-                    norms = (F[n] * F[n]).sum(axis=0) ** 0.5
+                    norms = (F[n] * F[n].conj()).real.sum(axis=0) ** 0.5
                     norms = norms + (norms == 0)
                     F[n], w = F[n] / norms[None, :], w * norms
-        G = [U.T @ U for U in F]
+        G = [_gram(U) for U in F]
         new_fit = fit_of(F, w, G)
         if new_fit > fit:
             self.failures = 0
@@ -328,6 +346,11 @@ class _Jumps:
         return None
 
 
+def _gram(U: Any) -> Any:
+    """``U^T conj(U)`` (``U^T U`` for real U): the factor's piece of the ALS normal equations."""
+    return U.T @ U.conj() if U.dtype.kind == "c" else U.T @ U
+
+
 def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any]) -> float:
     """The fit from the last MTTKRP ``M`` of mode ``n`` and the Grams, in units of ``||X||`` (no square of the
     data's scale): ``||X - X_hat||^2 = ||X||^2 - 2 <X, X_hat> + ||X_hat||^2`` with ``<X, X_hat> = sum_r w_r
@@ -336,6 +359,13 @@ def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any
     if normX <= 0:
         return 1.0
     w = weights.astype(xp.float64) / normX
+    if M.dtype.kind == "c":  # Re <X, X_hat> and w^T V w of the Hermitian V (real)
+        inner = xp.sum(xp.sum((M.astype(xp.complex128) * U.conj()).real, axis=0) * w) / normX
+        V = xp.ones((w.shape[0], w.shape[0]), dtype=xp.complex128)
+        for G in grams:
+            V = V * G
+        err2 = float(1.0 - 2 * inner + (w @ V @ w).real)
+        return 1.0 - math.sqrt(max(err2, 0.0))
     inner = xp.sum(xp.sum(M.astype(xp.float64) * U, axis=0) * w) / normX
     V = xp.ones((w.shape[0], w.shape[0]))
     for G in grams:
