@@ -402,8 +402,8 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
         w = first if hasattr(first, "shape") else np.asarray(first)
         if tuple(w.shape) != (ranks,):
             raise ValueError(f"init's weights are {describe(w)}; expected a vector of {ranks} weights (or None)")
-        if np.dtype(w.dtype).kind not in "biuf":
-            raise TypeError(f"init's weights have dtype {w.dtype}; expected real numbers")
+        if np.dtype(w.dtype).kind not in "biufc":
+            raise TypeError(f"init's weights have dtype {w.dtype}; expected numbers")
         if count_nonfinite(w):
             raise ValueError("init's weights contain NaN or infinite values; expected finite numbers")
         first = w

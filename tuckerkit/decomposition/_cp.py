@@ -230,16 +230,18 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         factors = [call.like(U).astype(X.dtype).copy() for U in given]
         # the weights (and the operand's power-of-two scale, exact) go to the first free mode, so that a fixed
         # factor stays exactly as given; with every mode fixed they stay weights
+        if weights0 is not None and np.dtype(weights0.dtype).kind == "c" and not cplx:
+            raise TypeError(f"init's weights have complex dtype {weights0.dtype}; expected real weights for a real "
+                            f"X ({X.dtype})")
         scale = call.like(weights0).astype(X.dtype) if weights0 is not None else None
         if call.scale != 1.0:
             scale = (scale if scale is not None else weights.astype(X.dtype)) * X.dtype.type(call.scale)
         if scale is not None:
             if free:
                 factors[free[0]] = factors[free[0]] * scale[None, :]
-            elif cplx and bool(xp.any(scale.imag != 0)):  # complex weights: their phases go to the first factor
-                mag = xp.abs(scale)
-                factors[0] = factors[0] * (scale / xp.where(mag == 0, 1, mag))[None, :]
-                weights = mag.astype(wdt)
+            elif cplx and bool(xp.any(scale.imag != 0)):
+                raise ValueError("init's weights have nonzero imaginary parts and every mode is fixed; expected "
+                                 "real weights (or a mode left free to take their phases)")
             else:
                 weights = scale.real.astype(wdt) if cplx else scale
     else:
