@@ -1,9 +1,10 @@
 """What every decomposition does on entry and exit: the operand, the device, the execution policy.
 
 ``with decomposition_call(X, device=..., memory_limit=...) as call`` resolves ``X`` once (validated, finite,
-real unless the method takes complex tensors; out of core when larger than ``memory_limit``; moved to ``device``), resolves the execution policy,
-holds BLAS to one thread and makes the device current for the body; ``call.result(model)`` gives the model
-back on the device the input came from (a host input computed on a GPU returns numpy arrays).
+real unless the method takes complex tensors; out of core when larger than ``memory_limit``; moved to
+``device``), resolves the execution policy, holds BLAS to one thread and makes the device current for the body;
+``call.result(model)`` gives the model back on the device the input came from (a host input computed on a GPU
+returns numpy arrays).
 """
 
 from __future__ import annotations

@@ -147,8 +147,25 @@ def _herk_columns(xp, V: Any, G: Any, policy: ExecutionPolicy) -> None:
         G += tmp
 
 
+def _hermitian(G: Any) -> Any:
+    """A complex Gram made exactly Hermitian (ZGEMM does not mirror as SYRK does): the strict upper triangle
+    from the lower one, the diagonal real."""
+    xp = array_namespace(G)
+    iu = xp.triu_indices(G.shape[0], 1)
+    G[iu] = xp.conj(G.T[iu])
+    d = xp.arange(G.shape[0])
+    G[d, d] = G[d, d].real
+    return G
+
+
 def dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -> Any:
-    """``X_(n) X_(n)^T`` of a dense array (arguments validated)."""
+    """``X_(n) X_(n)^T`` of a dense array (arguments validated); ``X_(n) X_(n)^H`` (exactly Hermitian) of a
+    complex one."""
+    G = _dense_gram(X, n, plan, policy)
+    return _hermitian(G) if X.dtype.kind == "c" else G
+
+
+def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -> Any:
     xp = array_namespace(X)
     if plan is None:
         plan = build_gram_plan(X, n, policy)
