@@ -297,7 +297,7 @@ def test_cp_als_options_on_complex(rng):
     np.testing.assert_array_equal(C.factors[1], F[1])
     assert C.relative_error(X) <= 1e3 * np.finfo(np.float64).eps
     orth = tk.cp_als(X, 2, orthogonalize=2, tol=0, max_iter=200, random_state=0)
-    assert orth.relative_error(X) <= 1e-6  # an orthogonalized start still converges (ALS rate, not eps)
+    assert orth.relative_error(X) <= 1000 * np.finfo(np.float64).eps  # an orthogonalized start converges too
 
 
 def test_same_call_same_bits_on_complex(rng):
@@ -359,7 +359,7 @@ def test_complex_on_the_gpu_code_path(xp, rng):
     assert T.relative_error(X) <= 1000 * np.finfo(np.float64).eps
     Y, _ = planted_cp(rng, (7, 8, 9), 2, np.complex128)
     C = tk.cp_als(xp.asarray(Y), 2, tol=0, max_iter=200, random_state=0)
-    assert C.relative_error(Y) <= 1e-8  # ALS converges linearly: after 200 iterations far below this
+    assert C.relative_error(Y) <= 1000 * np.finfo(np.float64).eps
 
 
 # ---------------------------------------------------------------------------------------------------
