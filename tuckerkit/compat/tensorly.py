@@ -38,8 +38,13 @@ __all__ = [
     "tucker",
 ]
 
-# TensorLy's SVD choices: every one gives the same leading subspace, which tuckerkit computes its own way.
+# TensorLy's SVD choices: "randomized_svd" is tuckerkit's svd="randomized" in the Tucker factor steps; the others
+# give the same leading subspace, which tuckerkit computes its own way (svd="exact").
 _SVD_NAMES = ("truncated_svd", "symeig_svd", "randomized_svd", "svd")
+
+
+def _tk_svd(svd: Any) -> str:
+    return "randomized" if svd == "randomized_svd" else "exact"
 
 
 def _tk():
@@ -301,7 +306,7 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
     return_errors : bool
         Also return the relative error after each iteration.
     svd : str
-        Any of TensorLy's names.
+        Any of TensorLy's names; ``"randomized_svd"`` runs tuckerkit's ``svd="randomized"`` factor steps.
     mask : array, optional
         Observed entries (needs tuckerkit's ``hooi(mask=)``).
 
@@ -331,7 +336,7 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         fixed = list(range(len(ranks))) if n_iter_max == 0 else list(fixed_factors or ())
         T = tk.hooi(tensor, ranks, init=_tucker_init(init), tol=tol, max_iter=max(int(n_iter_max), 1),
-                    random_state=random_state, fixed_factors=fixed, verbose=bool(verbose), **kw)
+                    svd=_tk_svd(svd), random_state=random_state, fixed_factors=fixed, verbose=bool(verbose), **kw)
     result = _tucker_result(T.core, T.factors)
     return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
 
@@ -353,7 +358,7 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     n_iter_max, tol, random_state, verbose : as TensorLy's
     init : {"svd", "random"} or (core, factors)
     svd : str
-        Any of TensorLy's names.
+        Any of TensorLy's names; ``"randomized_svd"`` runs tuckerkit's ``svd="randomized"`` factor steps.
     mask : array, optional
         Observed entries (needs tuckerkit's ``hooi(mask=)``).
     svd_mask_repeats : int
@@ -386,9 +391,12 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     for m, r in zip(modes, sub, strict=True):
         ranks[m] = r
     dtype = np.asarray(tensor).dtype if np.issubdtype(np.asarray(tensor).dtype, np.inexact) else np.float64
+    # the randomized SVD's draws (only then: an exact run leaves numpy's global RNG as TensorLy's would)
+    sketch_rng = check_random_state(_random_state(random_state)) if _tk_svd(svd) == "randomized" else None
     if isinstance(init, str):
         if init == "svd":
-            guess = tk.hosvd(np.asarray(tensor, dtype=dtype), [ranks[m] if m in modes else 1 for m in range(N)])
+            guess = tk.hosvd(np.asarray(tensor, dtype=dtype), [ranks[m] if m in modes else 1 for m in range(N)],
+                             svd=_tk_svd(svd), random_state=sketch_rng)
             picked = {m: np.asarray(guess.factors[m]) for m in modes}
         elif init == "random":
             rng = check_random_state(_random_state(random_state))
@@ -403,7 +411,8 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     others = [m for m in range(N) if m not in modes]
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        T = tk.hooi(tensor, ranks, init=factors, tol=tol, max_iter=max(int(n_iter_max), 1),
+        T = tk.hooi(tensor, ranks, init=factors, tol=tol, max_iter=max(int(n_iter_max), 1), svd=_tk_svd(svd),
+                    random_state=sketch_rng,
                     fixed_factors=list(range(N)) if n_iter_max == 0 else others, verbose=bool(verbose), **kw)
     core = np.asarray(T.core)
     return (core, [np.asarray(T.factors[m]).copy() for m in modes]), [1.0 - f for f in T.fit_history]

@@ -95,3 +95,73 @@ def real_dtype(dtype: Any) -> np.dtype:
     """The real dtype of the same precision (float32 for complex64, float64 for complex128)."""
     dt = np.dtype(dtype)
     return np.finfo(dt).dtype if dt.kind == "c" else dt
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
+
+#: randomized SVD: extra sketch columns beyond the rank (Halko, Martinsson & Tropp's ``p``; TensorLy uses 5,
+#: scikit-learn 10)
+OVERSAMPLES = 10
+#: randomized SVD: power (subspace) iterations, each re-orthonormalized (TensorLy's ``n_iter=2``)
+POWER_ITERATIONS = 2
+
+
+def _orth(xp, A: Any) -> Any:
+    """An orthonormal basis of the columns of a tall matrix (thin QR; LAPACK on one BLAS thread)."""
+    if xp is np:
+        with blas_pinned():
+            Q, _ = scipy.linalg.qr(A, mode="economic", overwrite_a=False, check_finite=False)
+        return Q
+    Q, _ = xp.linalg.qr(A)
+    return Q
+
+
+def randomized_left_singular(Y: Any, n: int, r: int, rng: np.random.Generator, policy: ExecutionPolicy, *,
+                             oversamples: int = OVERSAMPLES, power_iterations: int = POWER_ITERATIONS
+                             ) -> tuple[Any, Any]:
+    """The ``r`` leading left singular vectors of ``Y_(n)`` by a randomized range finder (Halko, Martinsson and
+    Tropp 2011, Algorithm 4.4), and the matching eigenvalues of ``Y_(n) Y_(n)^H``; same output as
+    :func:`leading_left_singular`.
+
+    ``k = r + oversamples`` Gaussian test vectors (complex Gaussian for a complex ``Y``; drawn from ``rng`` on the
+    host, so a seed gives the same bits everywhere) are multiplied by ``Y_(n)`` as one contraction over the other
+    modes (no unfolding); ``power_iterations`` times the basis is refined by ``Y_(n) Y_(n)^H`` (each product
+    re-orthonormalized by a thin QR); the exact leading subspace of the small projection ``Q^H Y_(n)`` (from its
+    k x k Gram) gives ``U = Q V``. Cost: ``2 + 2 * power_iterations`` contractions of ``Y`` with ``k`` columns,
+    against the Gram's ``I_n`` columns and an ``I_n x I_n`` eigendecomposition. Falls back to the exact route when
+    the sketch would not be smaller than the unfolding (``k >= min(I_n, P)``).
+    """
+    from tuckerkit.engine._contract import contract
+
+    I_n = Y.shape[n]
+    P = Y.size // I_n
+    k = r + int(oversamples)
+    if k >= min(I_n, P):
+        return leading_left_singular(Y, n, r, policy)
+    xp = array_namespace(Y)
+    others = [m for m in range(Y.ndim) if m != n]
+    x = _LETTERS[: Y.ndim]
+    rest = "".join(x[m] for m in others)
+    to_n = f"{x},{rest}z->{x[n]}z"  # Y_(n) W, W shaped (other modes..., k)
+    to_rest = f"{x},{x[n]}z->{rest}z"  # Y_(n)^T Q, shaped (other modes..., k)
+    cplx = Y.dtype.kind == "c"
+    shape_w = (*(Y.shape[m] for m in others), k)
+    omega = rng.standard_normal(shape_w)
+    if cplx:
+        omega = (omega + 1j * rng.standard_normal(shape_w)) * np.sqrt(0.5)
+    W = xp.asarray(omega.astype(Y.dtype))
+
+    def back(Q: Any) -> Any:  # Y_(n)^H Q: conj(Y_(n)^T conj(Q)); the conjugates are of small matrices
+        if not cplx:
+            return contract(to_rest, Y, Q, policy=policy)
+        return xp.conj(contract(to_rest, Y, xp.conj(Q), policy=policy))
+
+    Q = _orth(xp, contract(to_n, Y, W, policy=policy))
+    for _ in range(int(power_iterations)):
+        W = _orth(xp, back(Q).reshape(P, k)).reshape(shape_w)
+        Q = _orth(xp, contract(to_n, Y, xp.ascontiguousarray(W), policy=policy))
+    B = back(Q).reshape(P, k)  # (Q^H Y_(n))^H
+    G = B.conj().T @ B if cplx else B.T @ B  # Q^H Y_(n) Y_(n)^H Q, k x k
+    w, V = eigh_desc(G, r)
+    U = sign_fix(xp.ascontiguousarray(Q @ V))
+    return U, xp.clip(w, 0, None).astype(real_dtype(Y.dtype), copy=False)
