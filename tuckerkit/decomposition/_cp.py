@@ -95,6 +95,10 @@ def cp_als(
     Parameters
     ----------
     X : array, shape (I_0, ..., I_{N-1})
+        float32 and float64 (dense, sparse, out of core); complex64 and complex128 for a dense array in memory,
+        with TensorLy's conventions: the model stays multilinear (no conjugate), the MTTKRP contracts with the
+        conjugated factors, the normal equations use ``U^T conj(U)``, the weights are real and the fit uses
+        ``|x|^2``.
     rank : int
         Number of components (may exceed the mode sizes).
     init : {"auto", "svd", "random"}, a CP model, or the factor matrices; default "auto"
