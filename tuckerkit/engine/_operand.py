@@ -287,7 +287,8 @@ class DenseTensor(OperandBase):
     Parameters
     ----------
     data : numpy or cupy array
-        float32, float64 (or complex for the engine's operations), kept as it is: no copy.
+        float32, float64, complex64 or complex128 (the engine's operations and the dense decompositions), kept
+        as it is: no copy.
 
     Examples
     --------
