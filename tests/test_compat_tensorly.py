@@ -15,8 +15,6 @@ import tuckerkit.compat.tensorly as compat
 # The cases that cannot pass, in one place: (test name, parameter that selects them, its value, reason).
 # tests/conftest.py marks them xfail(strict=True), so a case that starts passing is noticed.
 KNOWN = [
-    ("test_parafac", "complex", True,
-     "complex tensors: tuckerkit decomposes real tensors only (parafac refuses complex input in one line)"),
     ("test_non_negative_tucker_hals_active_set", None, None,
      "algorithm='active_set' (TensorLy's active-set core solver) is refused in one line: the core step is FISTA"),
 ]

@@ -144,11 +144,11 @@ def _tampered_cases(tmp_path, tucker, cp):
         (_tampered(tmp_path, tucker, "inf.npz", factors_2=np.full((6, 4), np.inf)),
          r"factors_2 holds NaN or infinity \(24 entries\)"),
         (_tampered(tmp_path, tucker, "int.npz", core=t["core"].astype(np.int64)),
-         "core has dtype int64; expected float32 or float64"),
+         "core has dtype int64; expected float32, float64, complex64 or complex128"),
         (_tampered(tmp_path, tucker, "mixed.npz", factors_1=t["factors_1"].astype(np.float32)),
          "factors_1 has dtype float32 but core has float64; expected one dtype"),
         (_tampered(tmp_path, tucker, "str.npz", factors_0=np.array([["a", "b"]] * 4)),
-         "factors_0 has dtype <U1; expected float32 or float64"),
+         "factors_0 has dtype <U1; expected float32, float64, complex64 or complex128"),
         (_tampered(tmp_path, tucker, "extra.npz", payload=np.ones(3)), "it holds the unknown member 'payload'"),
         (_tampered(tmp_path, tucker, "both.npz", weights=np.ones(2)), "it holds both core .* and weights"),
         (_tampered(tmp_path, tucker, "ranks.npz", meta={**meta, "ranks": [2, 3, 5]}),
@@ -240,7 +240,7 @@ def test_a_0d_array_rank_is_one_rank_for_every_mode(rng):
 
 def test_a_model_without_a_fit_round_trips_and_an_unreadable_one_is_never_written(tmp_path, rng):
     """A model built by hand (or converted from TensorLy) has no fit: it was written as NaN; a result that
-    load_result would refuse (NaN entries, a complex core) is refused before anything is written."""
+    load_result would refuse (NaN entries, a float16 core) is refused before anything is written."""
     factors = tuple(np.linalg.qr(rng.standard_normal((n, 2)))[0] for n in (4, 5, 6))
     T = tk.TuckerTensor(rng.standard_normal((2, 2, 2)), factors)
     p = save_result(tmp_path / "hand.npz", T)
@@ -250,7 +250,10 @@ def test_a_model_without_a_fit_round_trips_and_an_unreadable_one_is_never_writte
     with pytest.raises(ValueError, match=r"^result cannot be saved to '.*nan.npz': core holds NaN or infinity "
                                          r"\(8 entries\)$"):
         save_result(tmp_path / "nan.npz", tk.TuckerTensor(np.full((2, 2, 2), np.nan), factors))
-    with pytest.raises(ValueError, match=r"^result cannot be saved to '.*c.npz': core has dtype complex128; "
-                                         r"expected float32 or float64$"):
+    with pytest.raises(ValueError, match=r"^result cannot be saved to '.*h.npz': core has dtype float16; "
+                                         r"expected float32, float64, complex64 or complex128$"):
+        save_result(tmp_path / "h.npz", tk.TuckerTensor(np.ones((2, 2, 2), dtype=np.float16), factors))
+    with pytest.raises(ValueError, match=r"^result cannot be saved to '.*c.npz': factors_0 has dtype float64 but "
+                                         r"core has complex128; expected one dtype"):
         save_result(tmp_path / "c.npz", tk.TuckerTensor(np.ones((2, 2, 2), dtype=complex), factors))
     assert sorted(f.name for f in tmp_path.iterdir()) == ["hand.npz", "legacy.npz"]

@@ -171,6 +171,16 @@ def check_max_iter(value: Any, name: str = "max_iter") -> int:
     return v
 
 
+SVD_METHODS = ("exact", "randomized")
+
+
+def check_svd(svd: Any) -> str:
+    """The factor step's SVD: ``"exact"`` or ``"randomized"``."""
+    if not isinstance(svd, str) or svd not in SVD_METHODS:
+        raise ValueError(f"svd={describe(svd)} is not valid; expected one of {', '.join(map(repr, SVD_METHODS))}")
+    return svd
+
+
 def check_random_state(random_state: Any) -> np.random.Generator:
     """Resolve ``random_state`` once: None, an int seed, a Generator or a legacy RandomState."""
     if random_state is None or isinstance(random_state, numbers.Integral | np.integer):
@@ -402,8 +412,8 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
         w = first if hasattr(first, "shape") else np.asarray(first)
         if tuple(w.shape) != (ranks,):
             raise ValueError(f"init's weights are {describe(w)}; expected a vector of {ranks} weights (or None)")
-        if np.dtype(w.dtype).kind not in "biuf":
-            raise TypeError(f"init's weights have dtype {w.dtype}; expected real numbers")
+        if np.dtype(w.dtype).kind not in "biufc":
+            raise TypeError(f"init's weights have dtype {w.dtype}; expected numbers")
         if count_nonfinite(w):
             raise ValueError("init's weights contain NaN or infinite values; expected finite numbers")
         first = w

@@ -4,7 +4,9 @@ Same names, arguments, defaults and return values as ``tensorly.decomposition`` 
 results are TensorLy's own ``CPTensor`` / ``TuckerTensor`` when TensorLy is installed, tuckerkit's otherwise.
 The work is tuckerkit's: the dimension-tree sweeps without unfoldings, the engine's contractions. Differences
 that a caller can see are listed in :doc:`/coming_from` and refused in one line where an option cannot be
-honoured (``l2_reg``, complex tensors, an unknown ``svd``).
+honoured (``l2_reg``, an unknown ``svd``, complex tensors in the non-negative methods). Complex tensors go
+through ``parafac``, ``tucker`` and ``partial_tucker`` with TensorLy's conventions (projections by ``U^H``,
+the MTTKRP with conjugated factors, real CP weights).
 """
 
 from __future__ import annotations
@@ -36,8 +38,13 @@ __all__ = [
     "tucker",
 ]
 
-# TensorLy's SVD choices: every one gives the same leading subspace, which tuckerkit computes its own way.
+# TensorLy's SVD choices: "randomized_svd" is tuckerkit's svd="randomized" in the Tucker factor steps; the others
+# give the same leading subspace, which tuckerkit computes its own way (svd="exact").
 _SVD_NAMES = ("truncated_svd", "symeig_svd", "randomized_svd", "svd")
+
+
+def _tk_svd(svd: Any) -> str:
+    return "randomized" if svd == "randomized_svd" else "exact"
 
 
 def _tk():
@@ -46,10 +53,12 @@ def _tk():
     return tuckerkit
 
 
-def _array(tensor: Any, who: str) -> Any:
-    if hasattr(tensor, "dtype") and np.issubdtype(getattr(tensor, "dtype", np.float64), np.complexfloating):
-        raise TypeError(f"{who}: tensor is {tensor.dtype}; tuckerkit decomposes real tensors (float32, float64), "
-                        "complex ones are not supported")
+def _array(tensor: Any, who: str, complex_ok: bool = False) -> Any:
+    """The tensor as given; a complex one is refused by the methods that are real only (non-negative)."""
+    if not complex_ok and hasattr(tensor, "dtype") and \
+            np.issubdtype(getattr(tensor, "dtype", np.float64), np.complexfloating):
+        raise TypeError(f"{who}: tensor is {tensor.dtype}; expected a real tensor (float32 or float64) for a "
+                        "non-negative decomposition")
     return tensor
 
 
@@ -119,14 +128,14 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     """TensorLy's ``parafac`` (CP by alternating least squares), computed by :func:`tuckerkit.cp_als`.
 
     Parameters are TensorLy's. ``svd`` may be any of TensorLy's names (tuckerkit computes the same leading
-    subspace its own way); ``l2_reg`` other than 0 and complex tensors are refused; ``mask`` needs
+    subspace its own way); ``l2_reg`` other than 0 is refused; ``mask`` needs
     tuckerkit's ``cp_als(mask=)``. ``n_iter_max=0`` returns the initialization. ``callback(cp_tensor,
     rec_error)`` is called after each iteration (not before the first) and stops the run by returning True.
 
     Parameters
     ----------
     tensor : array
-        Real, dense (float32 or float64 kept).
+        Dense (float32, float64, complex64 or complex128 kept).
     rank : int
     n_iter_max, tol, random_state, verbose : as TensorLy's
         ``max_iter``, ``tol``, ``random_state`` and ``verbose`` of :func:`tuckerkit.cp_als`; ``random_state``
@@ -173,7 +182,7 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     """
     tk = _tk()
     who = "parafac"
-    tensor = _array(tensor, who)
+    tensor = _array(tensor, who, complex_ok=True)
     _check_svd(svd, who)
     if l2_reg:
         raise NotImplementedError(f"{who}: l2_reg={l2_reg!r} is not supported by tuckerkit; expected 0")
@@ -297,7 +306,7 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
     return_errors : bool
         Also return the relative error after each iteration.
     svd : str
-        Any of TensorLy's names.
+        Any of TensorLy's names; ``"randomized_svd"`` runs tuckerkit's ``svd="randomized"`` factor steps.
     mask : array, optional
         Observed entries (needs tuckerkit's ``hooi(mask=)``).
 
@@ -318,7 +327,7 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
     """
     tk = _tk()
     who = "tucker"
-    tensor = _array(tensor, who)
+    tensor = _array(tensor, who, complex_ok=True)
     _check_svd(svd, who)
     kw = _mask_kw(tk.hooi, mask, who)
     ranks = _tucker_ranks(rank, np.shape(tensor), who)
@@ -327,7 +336,7 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         fixed = list(range(len(ranks))) if n_iter_max == 0 else list(fixed_factors or ())
         T = tk.hooi(tensor, ranks, init=_tucker_init(init), tol=tol, max_iter=max(int(n_iter_max), 1),
-                    random_state=random_state, fixed_factors=fixed, verbose=bool(verbose), **kw)
+                    svd=_tk_svd(svd), random_state=random_state, fixed_factors=fixed, verbose=bool(verbose), **kw)
     result = _tucker_result(T.core, T.factors)
     return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
 
@@ -349,7 +358,7 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     n_iter_max, tol, random_state, verbose : as TensorLy's
     init : {"svd", "random"} or (core, factors)
     svd : str
-        Any of TensorLy's names.
+        Any of TensorLy's names; ``"randomized_svd"`` runs tuckerkit's ``svd="randomized"`` factor steps.
     mask : array, optional
         Observed entries (needs tuckerkit's ``hooi(mask=)``).
     svd_mask_repeats : int
@@ -371,7 +380,7 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     """
     tk = _tk()
     who = "partial_tucker"
-    tensor = _array(tensor, who)
+    tensor = _array(tensor, who, complex_ok=True)
     _check_svd(svd, who)
     kw = _mask_kw(tk.hooi, mask, who)
     shape = np.shape(tensor)
@@ -381,10 +390,13 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     ranks = list(shape)
     for m, r in zip(modes, sub, strict=True):
         ranks[m] = r
-    dtype = np.asarray(tensor).dtype if np.issubdtype(np.asarray(tensor).dtype, np.floating) else np.float64
+    dtype = np.asarray(tensor).dtype if np.issubdtype(np.asarray(tensor).dtype, np.inexact) else np.float64
+    # the randomized SVD's draws (only then: an exact run leaves numpy's global RNG as TensorLy's would)
+    sketch_rng = check_random_state(_random_state(random_state)) if _tk_svd(svd) == "randomized" else None
     if isinstance(init, str):
         if init == "svd":
-            guess = tk.hosvd(np.asarray(tensor, dtype=dtype), [ranks[m] if m in modes else 1 for m in range(N)])
+            guess = tk.hosvd(np.asarray(tensor, dtype=dtype), [ranks[m] if m in modes else 1 for m in range(N)],
+                             svd=_tk_svd(svd), random_state=sketch_rng)
             picked = {m: np.asarray(guess.factors[m]) for m in modes}
         elif init == "random":
             rng = check_random_state(_random_state(random_state))
@@ -399,7 +411,8 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     others = [m for m in range(N) if m not in modes]
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        T = tk.hooi(tensor, ranks, init=factors, tol=tol, max_iter=max(int(n_iter_max), 1),
+        T = tk.hooi(tensor, ranks, init=factors, tol=tol, max_iter=max(int(n_iter_max), 1), svd=_tk_svd(svd),
+                    random_state=sketch_rng,
                     fixed_factors=list(range(N)) if n_iter_max == 0 else others, verbose=bool(verbose), **kw)
     core = np.asarray(T.core)
     return (core, [np.asarray(T.factors[m]).copy() for m in modes]), [1.0 - f for f in T.fit_history]

@@ -26,6 +26,7 @@ from tuckerkit.decomposition._entry import Call, check_fixed_modes, decompositio
 from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
+from tuckerkit.engine._subspace import real_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,10 @@ def cp_als(
     Parameters
     ----------
     X : array, shape (I_0, ..., I_{N-1})
+        float32 and float64 (dense, sparse, out of core); complex64 and complex128 for a dense array in memory,
+        with TensorLy's conventions: the model stays multilinear (no conjugate), the MTTKRP contracts with the
+        conjugated factors, the normal equations use ``U^T conj(U)``, the weights are real and the fit uses
+        ``|x|^2``.
     rank : int
         Number of components (may exceed the mode sizes).
     init : {"auto", "svd", "random"}, a CP model, or the factor matrices; default "auto"
@@ -177,7 +182,7 @@ def cp_als(
         return masked_cp_als(X, rank, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                              normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
                              device=device, extras=Extras(fixed_modes, False, orthogonalize))
-    with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True) as call:
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
                                    Extras(fixed_modes, linesearch, orthogonalize)))
 
@@ -221,21 +226,29 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if init == "random" and random_state is None:
             rng = check_random_state(0)  # a default call repeats its bits
     xp = X.xp
-    weights = xp.ones(rank, dtype=X.dtype)
+    cplx = X.dtype.kind == "c"
+    wdt = real_dtype(X.dtype)  # CP weights are real (column norms), complex tensors included
+    weights = xp.ones(rank, dtype=wdt)
     free = [n for n in range(N) if n not in fixed]
     if not isinstance(init, str):
         weights0, given = init
         factors = [call.like(U).astype(X.dtype).copy() for U in given]
         # the weights (and the operand's power-of-two scale, exact) go to the first free mode, so that a fixed
         # factor stays exactly as given; with every mode fixed they stay weights
+        if weights0 is not None and np.dtype(weights0.dtype).kind == "c" and not cplx:
+            raise TypeError(f"init's weights have complex dtype {weights0.dtype}; expected real weights for a real "
+                            f"X ({X.dtype})")
         scale = call.like(weights0).astype(X.dtype) if weights0 is not None else None
         if call.scale != 1.0:
-            scale = (scale if scale is not None else weights) * weights.dtype.type(call.scale)
+            scale = (scale if scale is not None else weights.astype(X.dtype)) * X.dtype.type(call.scale)
         if scale is not None:
             if free:
                 factors[free[0]] = factors[free[0]] * scale[None, :]
+            elif cplx and bool(xp.any(scale.imag != 0)):
+                raise ValueError("init's weights have nonzero imaginary parts and every mode is fixed; expected "
+                                 "real weights (or a mode left free to take their phases)")
             else:
-                weights = scale
+                weights = scale.real.astype(wdt) if cplx else scale
     else:
         factors = _svd_init(call, rank, rng, first=0 in fixed) if init == "svd" else [
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
@@ -243,7 +256,11 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     em = extras.em
     if em is not None and not isinstance(init, str):  # the start's values at the missing entries
         em.fill(_cp_full(weights, factors))
-    grams = [U.T @ U for U in factors]
+    # with complex factors the model stays multilinear (no conjugate, as TensorLy's): the MTTKRP contracts
+    # with the conjugated factors, X_(n) conj(KR), and the Grams are U^T conj(U), so that U_n V = M_n is
+    # the least-squares update (V = K^T conj(K), Hermitian positive definite)
+    conj = [U.conj() for U in factors] if cplx else factors
+    grams = [_gram(U) for U in factors]
     normX = call.norm
     mon = Monitor("cp_als" if em is None else "cp_als(mask)", tol, max_iter, callback, verbose)
     it = 0
@@ -261,11 +278,13 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         U = spd_solve(V, M.astype(X.dtype, copy=False))
         if normalize:
             norms = xp.linalg.norm(U, axis=0)
-            norms = xp.where(norms == 0, 1, norms).astype(X.dtype)
+            norms = xp.where(norms == 0, 1, norms).astype(wdt)
             U = U / norms[None, :]
             weights = norms
         factors[n] = xp.ascontiguousarray(U.astype(X.dtype, copy=False))
-        grams[n] = factors[n].T @ factors[n]
+        if cplx:
+            conj[n] = factors[n].conj()
+        grams[n] = _gram(factors[n])
 
     sweep = None
     jumps = _Jumps()
@@ -274,31 +293,36 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             for n in free:
                 if X.shape[n] >= rank:
                     factors[n] = xp.ascontiguousarray(xp.linalg.qr(factors[n])[0].astype(X.dtype, copy=False))
-                    grams[n] = factors[n].T @ factors[n]
+                    grams[n] = _gram(factors[n])
+                    if cplx:
+                        conj[n] = factors[n].conj()
         if not normalize and free:
-            weights = xp.ones(rank, dtype=X.dtype)
+            weights = xp.ones(rank, dtype=wdt)
         trying = linesearch and em is None and free and it > 4 and it % 2 == 0
         if trying:
             before = [U.copy() for U in factors], weights.copy()
-        sweep = X.mttkrp_sweep(factors, update, policy=policy)
+        sweep = X.mttkrp_sweep(conj, update, policy=policy)
         if em is None:
             fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, grams)
         else:  # the E step: the fit on the observed entries, then the missing ones refilled for the next sweep
             fit = em.step(_cp_full(weights, factors))
         if trying:
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
-                return _cp_fit(xp, normX, X.mttkrp(F, N - 1, policy=policy), F[N - 1], w, G)
+                Fc = [U.conj() for U in F] if cplx else F
+                return _cp_fit(xp, normX, X.mttkrp(Fc, N - 1, policy=policy), F[N - 1], w, G)
 
             jumped = jumps.attempt(it, before, factors, weights, fixed, normalize, fit, fit_of)
             if jumped is not None:
                 factors[:], weights, grams[:], fit = jumped
+                if cplx:
+                    conj[:] = [U.conj() for U in factors]
         if mon.step(it, fit, factors, weights=weights, may_decrease=it <= orthogonalize):
             break
     mon.finish()
     if normalize or not free:
         weights = call.unscale(weights)
     else:
-        weights = xp.ones(rank, dtype=X.dtype)
+        weights = xp.ones(rank, dtype=wdt)
         factors[free[0]] = call.unscale(factors[free[0]])
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
@@ -321,10 +345,10 @@ class _Jumps:
         if normalize:  # unit columns again, their norms into the weights: the same model
             for n in range(len(F)):
                 if n not in fixed:
-                    norms = (F[n] * F[n]).sum(axis=0) ** 0.5
+                    norms = (F[n] * F[n].conj()).real.sum(axis=0) ** 0.5
                     norms = norms + (norms == 0)
                     F[n], w = F[n] / norms[None, :], w * norms
-        G = [U.T @ U for U in F]
+        G = [_gram(U) for U in F]
         new_fit = fit_of(F, w, G)
         if new_fit > fit:
             self.failures = 0
@@ -345,6 +369,11 @@ def _cp_full(weights: Any, factors: Sequence[Any]) -> Any:
     return (first @ rest.T).reshape(shape)
 
 
+def _gram(U: Any) -> Any:
+    """``U^T conj(U)`` (``U^T U`` for real U): the factor's piece of the ALS normal equations."""
+    return U.T @ U.conj() if U.dtype.kind == "c" else U.T @ U
+
+
 def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any]) -> float:
     """The fit from the last MTTKRP ``M`` of mode ``n`` and the Grams, in units of ``||X||`` (no square of the
     data's scale): ``||X - X_hat||^2 = ||X||^2 - 2 <X, X_hat> + ||X_hat||^2`` with ``<X, X_hat> = sum_r w_r
@@ -353,6 +382,13 @@ def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any
     if normX <= 0:
         return 1.0
     w = weights.astype(xp.float64) / normX
+    if M.dtype.kind == "c":  # Re <X, X_hat> and w^T V w of the Hermitian V (real)
+        inner = xp.sum(xp.sum((M.astype(xp.complex128) * U.conj()).real, axis=0) * w) / normX
+        V = xp.ones((w.shape[0], w.shape[0]), dtype=xp.complex128)
+        for G in grams:
+            V = V * G
+        err2 = float(1.0 - 2 * inner + (w @ V @ w).real)
+        return 1.0 - math.sqrt(max(err2, 0.0))
     inner = xp.sum(xp.sum(M.astype(xp.float64) * U, axis=0) * w) / normX
     V = xp.ones((w.shape[0], w.shape[0]))
     for G in grams:

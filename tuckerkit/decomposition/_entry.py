@@ -1,9 +1,10 @@
 """What every decomposition does on entry and exit: the operand, the device, the execution policy.
 
 ``with decomposition_call(X, device=..., memory_limit=...) as call`` resolves ``X`` once (validated, finite,
-real; out of core when larger than ``memory_limit``; moved to ``device``), resolves the execution policy,
-holds BLAS to one thread and makes the device current for the body; ``call.result(model)`` gives the model
-back on the device the input came from (a host input computed on a GPU returns numpy arrays).
+real unless the method takes complex tensors; out of core when larger than ``memory_limit``; moved to
+``device``), resolves the execution policy, holds BLAS to one thread and makes the device current for the body;
+``call.result(model)`` gives the model back on the device the input came from (a host input computed on a GPU
+returns numpy arrays).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the root-mean-square magnitude a tensor may have before it is rescaled (a power of two, exact) so that
 #: squares, Grams and norms neither overflow nor underflow: float32 squares span 2^-126..2^128, float64
 #: 2^-1022..2^1024, and a Gram entry sums up to millions of squares
-_RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (2.0**-200, 2.0**200)}
+_RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (2.0**-200, 2.0**200),
+              np.dtype(np.complex64): (2.0**-40, 2.0**40), np.dtype(np.complex128): (2.0**-200, 2.0**200)}
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,30 @@ def _home(X: Any) -> Device:
     return dev if isinstance(dev, Device) else device_of(X)
 
 
+def _check_complex_dense(X: Any, op: Any) -> None:
+    """Complex tensors are decomposed in memory: a streamed, distributed or sparse kind is refused."""
+    from tuckerkit.engine import DenseTensor
+
+    dt = getattr(X, "dtype", None)
+    if dt is not None and np.dtype(dt).kind == "c" and not isinstance(op, DenseTensor):
+        raise TypeError(f"X has complex dtype {np.dtype(dt)} as a {type(op).__name__}; expected a numpy or cupy "
+                        "array in memory for complex tensors (no memory_limit, Dask or sparse input)")
+
+
 @contextmanager
-def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, min_ndim: int = 2) -> Iterator[Call]:
-    """Resolve a decomposition's input and run its body under the call's policy and device (see module)."""
+def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, min_ndim: int = 2,
+                       complex_ok: bool = False) -> Iterator[Call]:
+    """Resolve a decomposition's input and run its body under the call's policy and device (see module).
+
+    ``complex_ok``: the method accepts complex64/complex128 dense arrays (HOSVD, ST-HOSVD, HOOI, CP-ALS);
+    otherwise a complex input is refused in one line."""
     from tuckerkit.engine import DenseTensor
 
     home = _home(X)
-    op = as_operand(X, memory_limit=memory_limit, device=device, check_finite=False, real=True, min_ndim=min_ndim)
+    op = as_operand(X, memory_limit=memory_limit, device=device, check_finite=False, real=not complex_ok,
+                    min_ndim=min_ndim)
+    if complex_ok:
+        _check_complex_dense(X, op)
     # a dense array is checked for NaN and Inf by the norm's own pass (either makes the norm non-finite; only
     # then are they counted, for the message): one read of X instead of two (8 of 25 ms on a 200^3 tensor)
     dense = isinstance(op, DenseTensor)

@@ -16,7 +16,8 @@ from tuckerkit.backend import array_namespace
 
 
 def spd_solve(V: Any, M: Any) -> Any:
-    """Solve ``U V = M`` for U with V symmetric positive (semi)definite: Cholesky, else least squares.
+    """Solve ``U V = M`` for U with V symmetric (complex: Hermitian) positive (semi)definite: Cholesky, else
+    least squares.
 
     On a GPU: a pseudo-inverse from ``eigh`` (eigenvalues below ``eps * max`` dropped), which is exact for a
     definite V, handles a singular one, and never needs the host to check for failure.
@@ -26,10 +27,11 @@ def spd_solve(V: Any, M: Any) -> Any:
         w, Q = xp.linalg.eigh(V)
         cut = xp.finfo(V.dtype).eps * V.shape[0] * xp.max(xp.abs(w))
         inv = xp.where(w > cut, 1 / xp.where(w > cut, w, 1), 0).astype(V.dtype)
-        return ((M @ Q) * inv[None, :]) @ Q.T
+        return ((M @ Q) * inv[None, :]) @ Q.conj().T
+    Vt = V.T  # U V = M is V^T U^T = M^T (V^T = conj(V) is Hermitian positive definite too)
     try:
-        c = scipy.linalg.cho_factor(V, check_finite=False)
+        c = scipy.linalg.cho_factor(Vt, check_finite=False)
         return scipy.linalg.cho_solve(c, M.T, check_finite=False).T
     except np.linalg.LinAlgError:
-        sol, *_ = scipy.linalg.lstsq(V, M.T, check_finite=False, cond=np.finfo(V.dtype).eps * max(V.shape))
+        sol, *_ = scipy.linalg.lstsq(Vt, M.T, check_finite=False, cond=np.finfo(V.dtype).eps * max(V.shape))
         return sol.T

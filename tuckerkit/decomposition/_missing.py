@@ -40,7 +40,7 @@ def prepare_masked(X: Any, mask: Any) -> tuple[Any, Any, float]:
         raise TypeError(f"mask= needs a dense in-memory X (EM imputation fills it in); received a {type(X).__name__}")
     X = dense_array(X, "X", min_ndim=2)
     if X.dtype.kind == "c":
-        raise TypeError(f"X has dtype {X.dtype}; expected real numbers")
+        raise TypeError(f"mask= needs a real X (float32 or float64); received X of complex dtype {X.dtype}")
     xp = array_namespace(X)
     if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
         raise TypeError(f"mask is {describe(mask)}; expected a boolean array of X's shape (True = observed)")

@@ -67,9 +67,20 @@ def _relative_error(X: Any, Xhat: Any) -> float:
     are scaled, so no magnitude the dtype can hold overflows or underflows them."""
     from tuckerkit.engine._operand import frobenius_norm
 
-    X = np.asarray(to_host(X), dtype=np.float64)
-    diff = X - np.asarray(to_host(Xhat), dtype=np.float64)
+    wide = np.complex128 if np.iscomplexobj(X) or np.iscomplexobj(Xhat) else np.float64
+    X = np.asarray(to_host(X), dtype=wide)
+    diff = X - np.asarray(to_host(Xhat), dtype=wide)
     return frobenius_norm(diff) / frobenius_norm(X)
+
+
+def _wide(a: Any) -> np.ndarray:
+    """A host copy in float64 (complex128 for a complex array): sums of products without rounding to float32."""
+    return np.asarray(to_host(a), dtype=np.complex128 if np.iscomplexobj(a) else np.float64)
+
+
+def _adjoint(U: Any) -> Any:
+    """``U^H`` (``U^T`` for a real U, a view: ``U.T @ U`` stays numpy's symmetric product)."""
+    return U.conj().T if np.iscomplexobj(U) else U.T
 
 
 def _dense_input(op: Any) -> bool:
@@ -258,11 +269,12 @@ class TuckerTensor(_Model):
 
     def norm(self) -> float:
         """Frobenius norm of the model (equal to the core's norm when the factors are orthonormal)."""
-        grams = [U.T @ U for U in self.factors]
+        grams = [_adjoint(U) @ U for U in self.factors]
         from tuckerkit.engine import multi_ttm
 
         G = self.core
-        return math.sqrt(max(float((G * multi_ttm(G, grams)).sum()), 0.0))
+        GG = (G.conj() if np.iscomplexobj(G) else G) * multi_ttm(G, grams)
+        return math.sqrt(max(float(GG.sum().real), 0.0))
 
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F``.
@@ -287,9 +299,8 @@ class TuckerTensor(_Model):
         op = as_operand(X, min_ndim=1)
         if _dense_input(op):
             return _relative_error(X, self.to_dense())
-        inner = np.asarray(to_host(op.multi_ttm(dict(enumerate(self.factors)), transpose=True)), dtype=np.float64)
-        return _error_from_identity(op.norm(), float(np.sum(inner * np.asarray(to_host(self.core), np.float64))),
-                                    self.norm())
+        inner = _wide(op.multi_ttm(dict(enumerate(self.factors)), transpose=True))
+        return _error_from_identity(op.norm(), float(np.sum(inner * _wide(self.core).conj()).real), self.norm())
 
     def compression_ratio(self) -> float:
         """Entries of the full tensor over entries stored by the model."""
@@ -436,9 +447,9 @@ class CPTensor(_Model):
         """Frobenius norm of the model from the factor Grams (no reconstruction)."""
         V = np.ones((self.rank, self.rank))
         for U in self.factors:
-            V = V * np.asarray(to_host(U.T @ U), dtype=np.float64)
-        w = np.asarray(to_host(self.weights), dtype=np.float64)
-        return math.sqrt(max(float(w @ V @ w), 0.0))
+            V = V * _wide(_adjoint(U) @ U)
+        w = _wide(self.weights)
+        return math.sqrt(max(float((w.conj() @ V @ w).real), 0.0))
 
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F``: entry by entry for a dense array; for a sparse, out-of-core or Dask
@@ -460,10 +471,10 @@ class CPTensor(_Model):
         op = as_operand(X, min_ndim=1)
         if _dense_input(op):
             return _relative_error(X, self.to_dense())
-        M = np.asarray(to_host(op.mttkrp(list(self.factors), 0)), dtype=np.float64)
-        U0 = np.asarray(to_host(self.factors[0]), dtype=np.float64)
-        w = np.asarray(to_host(self.weights), dtype=np.float64)
-        return _error_from_identity(op.norm(), float(np.sum(np.sum(M * U0, axis=0) * w)), self.norm())
+        M = _wide(op.mttkrp([U.conj() if np.iscomplexobj(U) else U for U in self.factors], 0))
+        U0 = _wide(self.factors[0])
+        w = _wide(self.weights)
+        return _error_from_identity(op.norm(), float(np.sum(np.sum(M * U0.conj(), axis=0) * w).real), self.norm())
 
     def to_tensorly(self):
         """Convert to ``tensorly.cp_tensor.CPTensor`` (needs TensorLy; host arrays, copied so that TensorLy

@@ -12,7 +12,7 @@ import numpy as np
 from tuckerkit._validation import check_mode
 from tuckerkit.backend import array_namespace
 from tuckerkit.backend._device import device_op
-from tuckerkit.engine._contract import _elem_strides, _view, contract
+from tuckerkit.engine._contract import _elem_strides, _view, contract, cpu_matmul
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._policy import (
     MIN_PARALLEL_FLOPS,
@@ -128,8 +128,44 @@ def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
         G[lo:hi, hi:] = conj(G[hi:, lo:hi]).T
 
 
+#: a complex Gram conjugates this many elements of the tensor at a time (numpy's matmul has no conjugate flag)
+_CONJ_ELEMS = 1 << 20
+
+
+def _herk_columns(xp, V: Any, G: Any, policy: ExecutionPolicy) -> None:
+    """``G = V V^H`` for a complex (I_n, K) view, summed over fixed column blocks (the conjugate of one block
+    at a time, never of the whole tensor), each block one ZGEMM/CGEMM, the partial products added in order."""
+    In, K = V.shape
+    step = max(1, _CONJ_ELEMS // max(In, 1))
+    tmp = xp.empty_like(G)
+    for k0 in range(0, K, step):
+        blk = V[:, k0:k0 + step]
+        if xp is np:
+            cpu_matmul(blk, blk.conj().T, tmp, In * In * blk.shape[1], policy)
+        else:
+            gpu_matmul(xp, blk, blk.conj().T, tmp)
+        G += tmp
+
+
+def _hermitian(G: Any) -> Any:
+    """A complex Gram made exactly Hermitian (ZGEMM does not mirror as SYRK does): the strict upper triangle
+    from the lower one, the diagonal real."""
+    xp = array_namespace(G)
+    iu = xp.triu_indices(G.shape[0], 1)
+    G[iu] = xp.conj(G.T[iu])
+    d = xp.arange(G.shape[0])
+    G[d, d] = G[d, d].real
+    return G
+
+
 def dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -> Any:
-    """``X_(n) X_(n)^T`` of a dense array (arguments validated)."""
+    """``X_(n) X_(n)^T`` of a dense array (arguments validated); ``X_(n) X_(n)^H`` (exactly Hermitian) of a
+    complex one."""
+    G = _dense_gram(X, n, plan, policy)
+    return _hermitian(G) if X.dtype.kind == "c" else G
+
+
+def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -> Any:
     xp = array_namespace(X)
     if plan is None:
         plan = build_gram_plan(X, n, policy)
@@ -141,7 +177,16 @@ def dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -
     if plan.route == "contract":
         x = _LETTERS[: X.ndim]
         y = x[:n] + "z" + x[n + 1:]
-        return contract(f"{x},{y}->{x[n]}z", X, X, policy=plan.policy)
+        spec = f"{x},{y}->{x[n]}z"
+        if X.dtype.kind != "c":
+            return contract(spec, X, X, policy=plan.policy)
+        # (A + iB)(A - iB)^T = A A^T + B B^T + i (B A^T - A B^T) on the real and imaginary views: no conjugate
+        # copy of the tensor
+        A, B = X.real, X.imag
+        BA = contract(spec, B, A, policy=plan.policy)
+        G = (contract(spec, A, A, policy=plan.policy) + contract(spec, B, B, policy=plan.policy)).astype(X.dtype)
+        G.imag = BA - BA.T
+        return G
     outer, inner = list(plan.outer), list(plan.inner)
     Xv = _slab_view(X, n, outer, inner)
     n_outer, R = Xv.shape[0], Xv.shape[2]
@@ -152,6 +197,9 @@ def dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -
     flops = In * In * R * n_outer
     if R == 1 or n_outer == 1:
         V = Xv[:, :, 0].T if R == 1 else Xv[0]
+        if X.dtype.kind == "c":
+            _herk_columns(xp, V, G, plan.policy)
+            return G
         if xp is not np:
             gpu_matmul(xp, V, conj(V).T, G)
         elif flops < PIN_FLOPS:
@@ -233,7 +281,8 @@ def gram_plan(X: Any, mode: int, *, policy: ExecutionPolicy | None = None) -> Gr
 
 @device_op
 def gram(X: Any, mode: int, *, plan: GramPlan | None = None, device: Any = None) -> Any:
-    """The Gram matrix of the mode-``mode`` unfolding, ``X_(n) X_(n)^T``, without forming the unfolding.
+    """The Gram matrix of the mode-``mode`` unfolding, ``X_(n) X_(n)^T``, without forming the unfolding
+    (``X_(n) X_(n)^H``, Hermitian, for a complex tensor).
 
     On a dense array the modes stored outside ``mode`` (larger strides) are looped over and the modes
     inside it are the reduction of each GEMM (``X[o] @ X[o].T`` on views, which numpy runs as a symmetric

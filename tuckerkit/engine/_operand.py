@@ -237,6 +237,8 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16) -> tuple[float, float]:
     on every run. On a GPU the pieces accumulate on the device (one value comes back)."""
     if X.size == 0:
         return 1.0, 0.0
+    if X.dtype.kind == "c":  # |x|^2 = re^2 + im^2: the two real views (no copy), combined scaled
+        return combine_scaled(sqnorm_scaled(X.real, chunk_elems), sqnorm_scaled(X.imag, chunk_elems))
     xp = array_namespace(X)
     if xp is not np:
         amax = xp.zeros((), dtype=xp.float64)
@@ -294,7 +296,8 @@ class DenseTensor(OperandBase):
     Parameters
     ----------
     data : numpy or cupy array
-        float32, float64 (or complex for the engine's operations), kept as it is: no copy.
+        float32, float64, complex64 or complex128 (the engine's operations and the dense decompositions), kept
+        as it is: no copy.
 
     Examples
     --------
@@ -446,7 +449,7 @@ def as_operand(
     check_finite : bool, default False
         Refuse NaN and Inf (once per operand; streamed kinds check during their norm pass).
     real : bool, default False
-        Refuse complex dtypes (the decompositions are real).
+        Refuse complex dtypes (the methods that are real only: non-negative, Poisson, missing data).
     min_ndim : int, default 1
     dtype : {None, float32, float64}, optional
         Convert a dense input (slab by slab when it streams); default: keep it.
@@ -514,7 +517,7 @@ a SlabTensor, a DaskTensor or dask.array.Array, or a scipy.sparse matrix (open f
                 X = np.asarray(X)  # lists, HDF5 / zarr datasets that fit
             if dtype is not None and X.dtype != dtype:
                 X = X.astype(dtype)
-            if real or check_finite:
+            if real or check_finite or min_ndim > 1:  # a decomposition's input: the full one-line checks
                 X = check_tensor(X, name, min_ndim=min_ndim, allow_complex=not real, check_finite=check_finite)
             else:
                 X = dense_array(X, name, min_ndim=min_ndim)

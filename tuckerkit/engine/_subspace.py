@@ -17,7 +17,8 @@ from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned
 
 
 def sign_fix(U: Any) -> Any:
-    """Flip column signs so the entry of largest magnitude in each column is positive (deterministic output).
+    """Flip column signs so the entry of largest magnitude in each column is positive (deterministic output);
+    a complex column is multiplied by the phase that makes that entry real and positive.
 
     Examples
     --------
@@ -29,13 +30,19 @@ def sign_fix(U: Any) -> Any:
     """
     xp = array_namespace(U)
     idx = xp.argmax(xp.abs(U), axis=0)
-    signs = xp.sign(U[idx, xp.arange(U.shape[1])])
+    top = U[idx, xp.arange(U.shape[1])]
+    if U.dtype.kind == "c":  # a complex column's phase: its largest entry made real and positive (TensorLy's)
+        mag = xp.abs(top)
+        phase = xp.where(mag == 0, 1, top / xp.where(mag == 0, 1, mag)).astype(U.dtype)
+        return U * xp.conj(phase)[None, :]
+    signs = xp.sign(top)
     signs = xp.where(signs == 0, 1, signs).astype(U.dtype)
     return U * signs[None, :]
 
 
 def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
-    """Eigen-pairs of a symmetric matrix in decreasing order (all, or the leading ``r``)."""
+    """Eigen-pairs of a symmetric (complex: Hermitian) matrix in decreasing order (all, or the leading ``r``);
+    the eigenvalues are real."""
     I_n = G.shape[0]
     xp = array_namespace(G)
     if xp is not np:  # cuSOLVER's syevd: all pairs (no subset routine), ascending
@@ -51,7 +58,8 @@ def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
 
 def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tuple[Any, Any]:
     """The ``r`` leading left singular vectors of the mode-``n`` unfolding of a dense array ``Y`` (sign-fixed)
-    and the matching eigenvalues of ``Y_(n) Y_(n)^T`` (squared singular values).
+    and the matching eigenvalues of ``Y_(n) Y_(n)^T`` (squared singular values; ``Y_(n) Y_(n)^H`` and real
+    eigenvalues for a complex ``Y``).
 
     Always from the Gram of the smaller side of the unfolding ``M = Y_(n)`` (I_n x P, P = entries of the
     complement of a mode-n fiber), never a full SVD:
@@ -73,10 +81,127 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
         w, V = eigh_desc(dense_gram(Y, n, None, policy), r)
         return sign_fix(xp.ascontiguousarray(V)), w
     M = xp.moveaxis(Y, n, 0).reshape(I_n, P)
+    real = real_dtype(Y.dtype)
     if xp is not np:
         U, s, _ = xp.linalg.svd(M, full_matrices=False)
-        return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(Y.dtype)
+        return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(real)
     with blas_pinned():
-        w, V = eigh_desc(M.T @ M, r)
+        w, V = eigh_desc(M.conj().T @ M if M.dtype.kind == "c" else M.T @ M, r)
         Q, _ = scipy.linalg.qr(M @ V, mode="economic", overwrite_a=True, check_finite=False)
-    return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(Y.dtype, copy=False)
+    return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
+
+
+def real_dtype(dtype: Any) -> np.dtype:
+    """The real dtype of the same precision (float32 for complex64, float64 for complex128)."""
+    dt = np.dtype(dtype)
+    return np.finfo(dt).dtype if dt.kind == "c" else dt
+
+
+#: randomized SVD: extra sketch columns beyond the rank (Halko, Martinsson & Tropp's ``p``; TensorLy uses 5,
+#: scikit-learn 10)
+OVERSAMPLES = 10
+#: randomized SVD: power (subspace) iterations, each re-orthonormalized (TensorLy's ``n_iter=2``)
+POWER_ITERATIONS = 2
+#: elements of one block of per-slab products summed by the sketch (a fixed cut: the bits do not vary)
+_BLOCK_ELEMS = 1 << 20
+
+
+def _orth(xp, A: Any) -> Any:
+    """An orthonormal basis of the columns of a tall matrix (thin QR; LAPACK on one BLAS thread)."""
+    if xp is np:
+        with blas_pinned():
+            Q, _ = scipy.linalg.qr(A, mode="economic", overwrite_a=False, check_finite=False)
+        return Q
+    Q, _ = xp.linalg.qr(A)
+    return Q
+
+
+def _product(xp, a: Any, b: Any, policy: ExecutionPolicy) -> Any:
+    """``a @ b`` on views (batched when 3-D) into a new array: the engine's deterministic CPU split, or cuBLAS."""
+    from tuckerkit.engine._contract import cpu_matmul
+    from tuckerkit.engine._gpu import gpu_matmul
+
+    out = xp.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype)
+    if xp is np:
+        cpu_matmul(a, b, out, int(np.prod(out.shape)) * a.shape[-1], policy)
+    else:
+        gpu_matmul(xp, a, b, out)
+    return out
+
+
+class _Unfolding:
+    """``Y_(n)`` as the sum over slabs ``Y_(n) = [Xv[0] ... Xv[o-1]]`` of a no-copy view ``Xv`` of shape
+    (outer, I_n, inner) (the Gram's slab view): products with it and its transpose are GEMMs on views."""
+
+    def __init__(self, xp, Xv: Any, policy: ExecutionPolicy):
+        self.xp, self.Xv, self.policy = xp, Xv, policy
+        self.no, self.In, self.ri = Xv.shape
+
+    def times(self, W: Any) -> Any:
+        """``Y_(n) W`` for ``W`` of shape (outer, inner, k): shape (I_n, k)."""
+        xp, Xv, k = self.xp, self.Xv, W.shape[-1]
+        if self.no == 1:
+            return _product(xp, Xv[0], W[0], self.policy)
+        if self.ri == 1:  # the unfolding's transpose is one strided matrix (outer, I_n)
+            return _product(xp, Xv[:, :, 0].T, W[:, 0, :], self.policy)
+        step = max(1, _BLOCK_ELEMS // max(self.In * k, 1))
+        acc = xp.zeros((self.In, k), dtype=Xv.dtype)
+        for s in range(0, self.no, step):
+            acc += _product(xp, Xv[s:s + step], W[s:s + step], self.policy).sum(axis=0)
+        return acc
+
+    def adjoint_times(self, Q: Any) -> Any:
+        """``Y_(n)^H Q`` for ``Q`` of shape (I_n, k): shape (outer, inner, k)."""
+        xp, Xv = self.xp, self.Xv
+        cplx = Xv.dtype.kind == "c"
+        Qc = xp.conj(Q) if cplx else Q
+        if self.no == 1:
+            out = _product(xp, Xv[0].T, Qc, self.policy)[None]
+        elif self.ri == 1:
+            out = _product(xp, Xv[:, :, 0], Qc, self.policy)[:, None, :]
+        else:
+            out = _product(xp, xp.swapaxes(Xv, 1, 2), Qc[None], self.policy)  # Q broadcast over the slabs
+        return xp.conj(out) if cplx else out
+
+
+def randomized_left_singular(Y: Any, n: int, r: int, rng: np.random.Generator, policy: ExecutionPolicy, *,
+                             oversamples: int = OVERSAMPLES, power_iterations: int = POWER_ITERATIONS
+                             ) -> tuple[Any, Any]:
+    """The ``r`` leading left singular vectors of ``Y_(n)`` by a randomized range finder (Halko, Martinsson and
+    Tropp 2011, Algorithm 4.4), and the matching eigenvalues of ``Y_(n) Y_(n)^H``; same output as
+    :func:`leading_left_singular`.
+
+    ``k = r + oversamples`` Gaussian test vectors (complex Gaussian for a complex ``Y``; drawn from ``rng`` on the
+    host, so a seed gives the same bits everywhere) are multiplied by ``Y_(n)`` slab by slab on a view of ``Y``
+    (no unfolding, no copy); ``power_iterations`` times the basis is refined by ``Y_(n) Y_(n)^H`` (each product
+    re-orthonormalized by a thin QR); the exact leading subspace of the small projection ``Q^H Y_(n)`` (from its
+    k x k Gram) gives ``U = Q V``. Cost: ``2 + 2 * power_iterations`` products of ``Y_(n)`` with ``k`` columns,
+    against the Gram's ``I_n`` columns and an ``I_n x I_n`` eigendecomposition. Falls back to the exact route when
+    the sketch would not be smaller than the unfolding (``k >= min(I_n, P)``) or when the modes of ``Y`` cannot
+    be viewed as slabs without a copy.
+    """
+    from tuckerkit.engine._gram import _slab_view, build_gram_plan
+
+    I_n = Y.shape[n]
+    P = Y.size // I_n
+    k = r + int(oversamples)
+    gp = build_gram_plan(Y, n, policy)
+    if k >= min(I_n, P) or gp.route == "contract":
+        return leading_left_singular(Y, n, r, policy)
+    xp = array_namespace(Y)
+    M = _Unfolding(xp, _slab_view(Y, n, list(gp.outer), list(gp.inner)), policy)
+    shape_w = (M.no, M.ri, k)
+    cplx = Y.dtype.kind == "c"
+    omega = rng.standard_normal(shape_w)
+    if cplx:
+        omega = (omega + 1j * rng.standard_normal(shape_w)) * np.sqrt(0.5)
+    Q = _orth(xp, M.times(xp.asarray(omega.astype(Y.dtype))))
+    for _ in range(int(power_iterations)):
+        W = _orth(xp, M.adjoint_times(Q).reshape(P, k))
+        Q = _orth(xp, M.times(xp.ascontiguousarray(W).reshape(shape_w)))
+    B = M.adjoint_times(Q).reshape(P, k)  # (Q^H Y_(n))^H
+    with blas_pinned():  # small products on one BLAS thread: the same bits on every run
+        G = B.conj().T @ B if cplx else B.T @ B  # Q^H Y_(n) Y_(n)^H Q, k x k
+        w, V = eigh_desc(G, r)
+        U = sign_fix(xp.ascontiguousarray(Q @ V))
+    return U, xp.clip(w, 0, None).astype(real_dtype(Y.dtype), copy=False)

@@ -44,6 +44,15 @@ def _check_ttm_matrix(shape: Sequence[int], U: Any, n: int, transpose: bool, dty
 # ---------------------------------------------------------------------------------------------------
 # dense kernels (arguments already validated)
 # ---------------------------------------------------------------------------------------------------
+def adjoint_operand(U: Any, transpose: bool) -> Any:
+    """The matrix a transposed TTM contracts with: ``U`` itself for real ``U``; for complex ``U`` its conjugate
+    (one copy of the small matrix, same layout), so ``transpose=True`` applies ``U^H``, the projection on U's
+    columns (TensorLy's ``multi_mode_dot(transpose=True)``, MATLAB's ``'`` in the Tensor Toolbox)."""
+    if transpose and U.dtype.kind == "c":
+        return U.conj()
+    return U
+
+
 def dense_ttm(X: Any, U: Any, n: int, transpose: bool, out: Any, plan: ContractionPlan | None,
               policy: ExecutionPolicy) -> Any:
     """``X x_n U`` (``U^T`` with ``transpose``) on a dense array: one contraction on views."""
@@ -56,7 +65,7 @@ def dense_ttm(X: Any, U: Any, n: int, transpose: bool, out: Any, plan: Contracti
                 f"plan was made for the contraction {plan.spec!r}; ttm(mode={n}, transpose={transpose}) runs "
                 f"{spec!r} (make a plan with ttm_plan for this mode)"
             )
-    return contract(spec, X, U, out=out, plan=plan, policy=policy)
+    return contract(spec, X, adjoint_operand(U, transpose), out=out, plan=plan, policy=policy)
 
 
 @dataclass(frozen=True)
@@ -173,9 +182,10 @@ def dense_multi_ttm(X: Any, mats: Mapping[int, Any], transpose: bool, plan: Mult
     xp = array_namespace(X)
     Y = X
     for m, p in zip(order, plans, strict=True):
+        U = adjoint_operand(mats[m], transpose)
         if p is None:
-            p = plan_contraction(ttm_spec(Y.ndim, m, transpose), Y, mats[m], policy=policy)
-        Y = execute(p, Y, mats[m], None, xp)
+            p = plan_contraction(ttm_spec(Y.ndim, m, transpose), Y, U, policy=policy)
+        Y = execute(p, Y, U, None, xp)
     return Y
 
 
@@ -234,7 +244,9 @@ def ttm(
     mode : int
         The mode multiplied (negative values count from the end).
     transpose : bool, default False
-        Multiply by ``U.T`` (the usual form with Tucker factors of shape (I_n, R_n)).
+        Multiply by ``U.T`` (the usual form with Tucker factors of shape (I_n, R_n)); for a complex ``U`` by
+        the conjugate transpose ``U^H`` (the projection on U's columns, as TensorLy's ``mode_dot`` with
+        ``transpose=True``).
     out : array, optional
         Output array of shape (I_0, ..., J, ..., I_{N-1}) (dense arrays only).
     plan : ContractionPlan, optional
@@ -323,7 +335,8 @@ def multi_ttm(
     skip : int, optional
         A mode left out (the usual HOOI/HOSVD "all but one").
     transpose : bool, default False
-        Multiply by the transposes (Tucker factors of shape (I_n, R_n) give the core-like projection).
+        Multiply by the transposes (Tucker factors of shape (I_n, R_n) give the core-like projection); the
+        conjugate transposes for complex matrices.
     plan : MultiTTMPlan, optional
         From :func:`multi_ttm_plan` for the same modes, ``transpose``, matrix shapes and a tensor of the same
         shape, strides and dtype (dense arrays only).
@@ -388,7 +401,8 @@ def multi_ttm_plan(
 
 
 def ttmc(X: Any, factors: Sequence[Any], skip: int) -> Any:
-    """Tensor times all factor matrices but one, transposed: ``X x_m U_m^T`` for every ``m != skip``.
+    """Tensor times all factor matrices but one, transposed: ``X x_m U_m^T`` for every ``m != skip`` (``U_m^H``
+    for complex factors).
 
     The projection HOOI needs, for dense tensors (a chain of TTMs, largest reduction first) and sparse ones
     (one compiled CSF kernel that never forms an intermediate of the tensor's size).

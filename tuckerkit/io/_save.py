@@ -523,6 +523,8 @@ class _Members(dict):
 
 
 _FACTOR_RE = re.compile(r"^factors_(0|[1-9][0-9]{0,5})$")
+#: the dtypes a saved result may hold
+_RESULT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128))
 
 
 def _result_error(p: Path, what: str) -> ValueError:
@@ -558,11 +560,15 @@ def _read_result_members(z: Any, p: Path) -> tuple[dict[str, np.ndarray], dict]:
         if hasattr(z, "zip"):
             _check_npz_member(z, name, p)
         a = z[name]
-        if a.dtype not in (np.float32, np.float64):
-            raise _result_error(p, f"{name} has dtype {a.dtype}; expected float32 or float64")
-        if a.dtype != arrays.get(first, a).dtype:
-            raise _result_error(p, f"{name} has dtype {a.dtype} but {first} has {arrays[first].dtype}; expected one "
-                                   "dtype")
+        if a.dtype not in _RESULT_DTYPES:
+            raise _result_error(p, f"{name} has dtype {a.dtype}; expected float32, float64, complex64 or complex128")
+        ref = arrays.get(first, a).dtype
+        # one dtype; a complex CP model keeps real weights of its factors' precision
+        same = a.dtype == ref or (first == "weights" and ref.kind == "f" and a.dtype.kind == "c"
+                                  and np.finfo(a.dtype).dtype == ref)
+        if not same or (name.startswith("factors_") and name != "factors_0" and a.dtype != arrays["factors_0"].dtype):
+            raise _result_error(p, f"{name} has dtype {a.dtype} but {first} has {ref}; expected one dtype (complex "
+                                   "factors with real weights of the same precision for a CP model)")
         arrays[name] = a
     core = arrays[first]
     if first == "core" and core.ndim > n:
