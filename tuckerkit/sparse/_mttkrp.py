@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,7 +296,11 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             F_all, F_off = _pack_levels(csf, factors, 0, R, dtype)
             out = np.zeros((csf.shape[mode], R), dtype=dtype)
             bounds = balanced_roots(csf, 4 * workers)  # each output row written once: any cut, same bits
-            if nested is not None:
+            blocked = _blocked_root_kernel(csf.ndim, R)
+            if blocked is not None:
+                with slp_vectorize():
+                    blocked(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out)
+            elif nested is not None:
                 nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out)
             else:
                 mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
@@ -326,6 +331,33 @@ def _nested_kernel(n_levels: int, level: int) -> Any:
     from tuckerkit.sparse._nested import KERNELS
 
     return KERNELS[(n_levels, level)]
+
+
+def _blocked_root_kernel(n_levels: int, R: int) -> Any:
+    """The column-blocked root kernel of a 3- or 4-level tree when ``R`` is a multiple of its block (None:
+    the loop form serves); same bits as the loop form (see ``_make_nested``)."""
+    from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT
+
+    return BLOCKED_ROOT.get(n_levels) if R % BLOCK == 0 and R > 0 else None
+
+
+@contextmanager
+def slp_vectorize() -> Iterator[None]:
+    """LLVM's SLP vectorizer on while a kernel compiles inside the block.
+
+    numba leaves it off by default (``NUMBA_SLP_VECTORIZE``) and reads the setting at each compilation, so the
+    blocked root kernels turn it on for their own compilation only (a cached kernel loads as compiled). It packs
+    their rows of scalar accumulators into vector registers; it changes no floating-point operation or order
+    (no fast-math), so the bits are the same either way: only the speed depends on it (1.15-1.2x measured on
+    skew3d and skew4d at rank 16)."""
+    from numba.core import config
+
+    before = config.SLP_VECTORIZE  # type: ignore[attr-defined]
+    config.SLP_VECTORIZE = 1  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        config.SLP_VECTORIZE = before  # type: ignore[attr-defined]
 
 
 def _rooted_order(shape: Sequence[int], mode: int) -> tuple[int, ...]:
