@@ -143,3 +143,27 @@ def test_sparse_mttkrp_oracle_every_rank_and_dtype(n, dtype, R):
         assert a.tobytes() == b.tobytes() == c.tobytes()
         oracle = _oracle(X, factors, mode)
         np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(dtype).eps * np.abs(oracle).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_operands_start_on_a_cache_line(dtype):
+    """The stacked factors and the outputs the kernels touch start on a 64-byte line (a 128-byte row of an
+    unaligned array spans three lines)."""
+    from tuckerkit.sparse._mttkrp import ALIGN, _pack_levels, aligned_zeros, sparse_mttkrp
+
+    for shape in [(0,), (3, 5), (7, 16), (2, 3, 4)]:
+        a = aligned_zeros(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and not a.any()
+        assert a.ctypes.data % ALIGN == 0
+    X = _tensor((7, 5, 9), 60, 4)
+    C = CSFTensor(X, order=(0, 1, 2))
+    factors = [np.ones((s, 16), dtype) for s in X.shape]
+    for skip in range(3):
+        F_all, F_off = _pack_levels(C, factors, skip, 16, dtype)
+        assert F_all.ctypes.data % ALIGN == 0 and F_all.dtype == dtype
+        for lev in range(3):
+            if lev != skip:
+                rows = X.shape[C.order[lev]]
+                np.testing.assert_array_equal(F_all[F_off[lev]:F_off[lev] + rows], factors[C.order[lev]])
+    X.plan(csf="all")
+    assert sparse_mttkrp(X, factors, 1).ctypes.data % ALIGN == 0
