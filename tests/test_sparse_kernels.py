@@ -167,3 +167,14 @@ def test_kernel_operands_start_on_a_cache_line(dtype):
                 np.testing.assert_array_equal(F_all[F_off[lev]:F_off[lev] + rows], factors[C.order[lev]])
     X.plan(csf="all")
     assert sparse_mttkrp(X, factors, 1).ctypes.data % ALIGN == 0
+
+
+def test_bound_heap_is_callable_and_leaves_results_alone():
+    """The CLI's heap setting (glibc mmap threshold) changes no result."""
+    from tuckerkit.sparse._mttkrp import bound_heap, sparse_mttkrp
+
+    X = _tensor((7, 5, 9), 80, 5)
+    factors = [np.random.default_rng(2).standard_normal((s, 16)) for s in X.shape]
+    before = sparse_mttkrp(X, factors, 0)
+    bound_heap()
+    assert sparse_mttkrp(X, factors, 0).tobytes() == before.tobytes()
