@@ -77,3 +77,104 @@ def test_sparse_mttkrp_same_bits_for_any_threads(kind, n):
         spec = ",".join([letters] + [f"{c}r" for i, c in enumerate(letters) if i != mode]) + f"->{letters[mode]}r"
         oracle = np.einsum(spec, X.to_dense(), *[factors[m] for m in range(n) if m != mode])
         np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(float).eps * np.abs(oracle).max())
+
+
+def _oracle(X, factors, mode):
+    n = X.ndim
+    letters = string.ascii_lowercase[:n]
+    spec = ",".join([letters] + [f"{c}r" for i, c in enumerate(letters) if i != mode]) + f"->{letters[mode]}r"
+    return np.einsum(spec, X.to_dense().astype(np.float64), *[factors[m].astype(np.float64) for m in range(n)
+                                                             if m != mode])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("R", [16, 32])
+@pytest.mark.parametrize("n", [3, 4])
+def test_blocked_root_kernel_matches_the_loop_form_bitwise(n, R, dtype):
+    """The column-blocked root kernel: same bits as the loop form (empty slices and fibers, one-leaf
+    fibers and long fibers, odd sizes), and the einsum oracle."""
+    from tuckerkit.sparse._mttkrp import _pack_levels, _packed_tree, balanced_roots, slp_vectorize
+    from tuckerkit.sparse._nested import BLOCKED_ROOT, KERNELS
+
+    shape = (7, 5, 9, 3)[:n]
+    rng = np.random.default_rng(n + R)
+    # a few long fibers (one slice and one fiber dense) beside scattered single nonzeros; slices 1 and 4 empty
+    dense_part = np.stack(np.meshgrid(*[[2]] + [np.arange(s) for s in shape[1:]], indexing="ij"), -1).reshape(-1, n)
+    scattered = np.stack([rng.choice([0, 3, 5, 6], 40)] + [rng.integers(0, s, 40) for s in shape[1:]], axis=1)
+    coords = np.concatenate([dense_part, scattered])
+    X = COOTensor(coords, rng.standard_normal(len(coords)).astype(dtype), shape)
+    factors = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
+    for mode in range(n):
+        C = CSFTensor(X, order=(mode, *[m for m in range(n) if m != mode]))
+        pos_all, pos_off, idx_all, idx_off = _packed_tree(C)
+        F_all, F_off = _pack_levels(C, factors, 0, R, dtype)
+        bounds = balanced_roots(C, 3)
+        want = np.zeros((shape[mode], R), dtype)
+        got = np.zeros_like(want)
+        KERNELS[(n, 0)](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, bounds, want)
+        with slp_vectorize():
+            BLOCKED_ROOT[n](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, bounds, got)
+        assert got.tobytes() == want.tobytes(), f"mode {mode}"
+        oracle = _oracle(X, factors, mode)
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(got, oracle, rtol=0, atol=200 * eps * np.abs(oracle).max())
+
+
+@pytest.mark.parametrize("R", [1, 16, 17, 32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
+def test_sparse_mttkrp_oracle_every_rank_and_dtype(n, dtype, R):
+    """sparse_mttkrp (blocked root kernel where R is a multiple of its block, the loop form otherwise) against
+    einsum at orders 3-6, odd sizes, ranks 1, 16, 17 and 32; the same bits twice and for 1 and 2 workers."""
+    from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+    shape = (7, 5, 9, 3, 4, 2)[:n]
+    rng = np.random.default_rng(3 * n + R)
+    coords = np.stack([rng.integers(0, s, 120) for s in shape], axis=1)
+    coords[:, 0] = np.where(coords[:, 0] == 1, 0, coords[:, 0])  # slice 1 of mode 0 empty
+    X = COOTensor(coords, rng.standard_normal(120).astype(dtype), shape)
+    factors = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
+    X.plan(csf="all")
+    for mode in range(n):
+        a = sparse_mttkrp(X, factors, mode, ExecutionPolicy(1))
+        b = sparse_mttkrp(X, factors, mode, ExecutionPolicy(2))
+        c = sparse_mttkrp(X, factors, mode, ExecutionPolicy(2))
+        assert a.dtype == dtype and a.shape == (shape[mode], R) and a.flags.c_contiguous
+        assert a.tobytes() == b.tobytes() == c.tobytes()
+        oracle = _oracle(X, factors, mode)
+        np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(dtype).eps * np.abs(oracle).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_operands_start_on_a_cache_line(dtype):
+    """The stacked factors and the outputs the kernels touch start on a 64-byte line (a 128-byte row of an
+    unaligned array spans three lines)."""
+    from tuckerkit.sparse._mttkrp import ALIGN, _pack_levels, aligned_zeros, sparse_mttkrp
+
+    for shape in [(0,), (3, 5), (7, 16), (2, 3, 4)]:
+        a = aligned_zeros(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and not a.any()
+        assert a.size == 0 or a.ctypes.data % ALIGN == 0
+    X = _tensor((7, 5, 9), 60, 4)
+    C = CSFTensor(X, order=(0, 1, 2))
+    factors = [np.ones((s, 16), dtype) for s in X.shape]
+    for skip in range(3):
+        F_all, F_off = _pack_levels(C, factors, skip, 16, dtype)
+        assert F_all.ctypes.data % ALIGN == 0 and F_all.dtype == dtype
+        for lev in range(3):
+            if lev != skip:
+                rows = X.shape[C.order[lev]]
+                np.testing.assert_array_equal(F_all[F_off[lev]:F_off[lev] + rows], factors[C.order[lev]])
+    X.plan(csf="all")
+    assert sparse_mttkrp(X, factors, 1).ctypes.data % ALIGN == 0
+
+
+def test_bound_heap_is_callable_and_leaves_results_alone():
+    """The CLI's heap setting (glibc mmap threshold) changes no result."""
+    from tuckerkit.sparse._mttkrp import bound_heap, sparse_mttkrp
+
+    X = _tensor((7, 5, 9), 80, 5)
+    factors = [np.random.default_rng(2).standard_normal((s, 16)) for s in X.shape]
+    before = sparse_mttkrp(X, factors, 0)
+    bound_heap()
+    assert sparse_mttkrp(X, factors, 0).tobytes() == before.tobytes()

@@ -1003,6 +1003,305 @@ def mttkrp_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, o
         _range_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
 
 
+@njit(cache=True, fastmath=False)
+def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
+    nb = out.shape[1] // 16
+    Fb = F_all.reshape(F_all.shape[0], nb, 16)  # the last index a constant: consecutive loads
+    Ob = out.reshape(out.shape[0], nb, 16)
+    zero = np.zeros(1, out.dtype)[0]
+    i0 = idx_off[0]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    f1 = F_off[1]
+    f2 = F_off[2]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    for j0 in range(r0, r1):
+        orow = idx_all[i0 + j0]
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            a0_8 = zero
+            a0_9 = zero
+            a0_10 = zero
+            a0_11 = zero
+            a0_12 = zero
+            a0_13 = zero
+            a0_14 = zero
+            a0_15 = zero
+            for j1 in range(pos_all[p0 + j0], pos_all[p0 + j0 + 1]):
+                row1 = f1 + idx_all[i1 + j1]
+                k0 = pos_all[p1 + j1]
+                k1 = pos_all[p1 + j1 + 1]
+                if k1 - k0 == 1:
+                    v = vals[k0]
+                    rowl = f2 + idx_all[i2 + k0]
+                    a0_0 += v * Fb[rowl, q, 0] * Fb[row1, q, 0]
+                    a0_1 += v * Fb[rowl, q, 1] * Fb[row1, q, 1]
+                    a0_2 += v * Fb[rowl, q, 2] * Fb[row1, q, 2]
+                    a0_3 += v * Fb[rowl, q, 3] * Fb[row1, q, 3]
+                    a0_4 += v * Fb[rowl, q, 4] * Fb[row1, q, 4]
+                    a0_5 += v * Fb[rowl, q, 5] * Fb[row1, q, 5]
+                    a0_6 += v * Fb[rowl, q, 6] * Fb[row1, q, 6]
+                    a0_7 += v * Fb[rowl, q, 7] * Fb[row1, q, 7]
+                    a0_8 += v * Fb[rowl, q, 8] * Fb[row1, q, 8]
+                    a0_9 += v * Fb[rowl, q, 9] * Fb[row1, q, 9]
+                    a0_10 += v * Fb[rowl, q, 10] * Fb[row1, q, 10]
+                    a0_11 += v * Fb[rowl, q, 11] * Fb[row1, q, 11]
+                    a0_12 += v * Fb[rowl, q, 12] * Fb[row1, q, 12]
+                    a0_13 += v * Fb[rowl, q, 13] * Fb[row1, q, 13]
+                    a0_14 += v * Fb[rowl, q, 14] * Fb[row1, q, 14]
+                    a0_15 += v * Fb[rowl, q, 15] * Fb[row1, q, 15]
+                    continue
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                a1_8 = zero
+                a1_9 = zero
+                a1_10 = zero
+                a1_11 = zero
+                a1_12 = zero
+                a1_13 = zero
+                a1_14 = zero
+                a1_15 = zero
+                for j2 in range(k0, k1):
+                    v = vals[j2]
+                    row2 = f2 + idx_all[i2 + j2]
+                    a1_0 += v * Fb[row2, q, 0]
+                    a1_1 += v * Fb[row2, q, 1]
+                    a1_2 += v * Fb[row2, q, 2]
+                    a1_3 += v * Fb[row2, q, 3]
+                    a1_4 += v * Fb[row2, q, 4]
+                    a1_5 += v * Fb[row2, q, 5]
+                    a1_6 += v * Fb[row2, q, 6]
+                    a1_7 += v * Fb[row2, q, 7]
+                    a1_8 += v * Fb[row2, q, 8]
+                    a1_9 += v * Fb[row2, q, 9]
+                    a1_10 += v * Fb[row2, q, 10]
+                    a1_11 += v * Fb[row2, q, 11]
+                    a1_12 += v * Fb[row2, q, 12]
+                    a1_13 += v * Fb[row2, q, 13]
+                    a1_14 += v * Fb[row2, q, 14]
+                    a1_15 += v * Fb[row2, q, 15]
+                a0_0 += a1_0 * Fb[row1, q, 0]
+                a0_1 += a1_1 * Fb[row1, q, 1]
+                a0_2 += a1_2 * Fb[row1, q, 2]
+                a0_3 += a1_3 * Fb[row1, q, 3]
+                a0_4 += a1_4 * Fb[row1, q, 4]
+                a0_5 += a1_5 * Fb[row1, q, 5]
+                a0_6 += a1_6 * Fb[row1, q, 6]
+                a0_7 += a1_7 * Fb[row1, q, 7]
+                a0_8 += a1_8 * Fb[row1, q, 8]
+                a0_9 += a1_9 * Fb[row1, q, 9]
+                a0_10 += a1_10 * Fb[row1, q, 10]
+                a0_11 += a1_11 * Fb[row1, q, 11]
+                a0_12 += a1_12 * Fb[row1, q, 12]
+                a0_13 += a1_13 * Fb[row1, q, 13]
+                a0_14 += a1_14 * Fb[row1, q, 14]
+                a0_15 += a1_15 * Fb[row1, q, 15]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+            Ob[orow, q, 8] = a0_8
+            Ob[orow, q, 9] = a0_9
+            Ob[orow, q, 10] = a0_10
+            Ob[orow, q, 11] = a0_11
+            Ob[orow, q, 12] = a0_12
+            Ob[orow, q, 13] = a0_13
+            Ob[orow, q, 14] = a0_14
+            Ob[orow, q, 15] = a0_15
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_blocked_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
+    for t in prange(bounds.shape[0] - 1):
+        _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
+
+
+@njit(cache=True, fastmath=False)
+def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
+    nb = out.shape[1] // 16
+    Fb = F_all.reshape(F_all.shape[0], nb, 16)  # the last index a constant: consecutive loads
+    Ob = out.reshape(out.shape[0], nb, 16)
+    zero = np.zeros(1, out.dtype)[0]
+    i0 = idx_off[0]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    i3 = idx_off[3]
+    f1 = F_off[1]
+    f2 = F_off[2]
+    f3 = F_off[3]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    p2 = pos_off[2]
+    for j0 in range(r0, r1):
+        orow = idx_all[i0 + j0]
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            a0_8 = zero
+            a0_9 = zero
+            a0_10 = zero
+            a0_11 = zero
+            a0_12 = zero
+            a0_13 = zero
+            a0_14 = zero
+            a0_15 = zero
+            for j1 in range(pos_all[p0 + j0], pos_all[p0 + j0 + 1]):
+                row1 = f1 + idx_all[i1 + j1]
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                a1_8 = zero
+                a1_9 = zero
+                a1_10 = zero
+                a1_11 = zero
+                a1_12 = zero
+                a1_13 = zero
+                a1_14 = zero
+                a1_15 = zero
+                for j2 in range(pos_all[p1 + j1], pos_all[p1 + j1 + 1]):
+                    row2 = f2 + idx_all[i2 + j2]
+                    k0 = pos_all[p2 + j2]
+                    k1 = pos_all[p2 + j2 + 1]
+                    if k1 - k0 == 1:
+                        v = vals[k0]
+                        rowl = f3 + idx_all[i3 + k0]
+                        a1_0 += v * Fb[rowl, q, 0] * Fb[row2, q, 0]
+                        a1_1 += v * Fb[rowl, q, 1] * Fb[row2, q, 1]
+                        a1_2 += v * Fb[rowl, q, 2] * Fb[row2, q, 2]
+                        a1_3 += v * Fb[rowl, q, 3] * Fb[row2, q, 3]
+                        a1_4 += v * Fb[rowl, q, 4] * Fb[row2, q, 4]
+                        a1_5 += v * Fb[rowl, q, 5] * Fb[row2, q, 5]
+                        a1_6 += v * Fb[rowl, q, 6] * Fb[row2, q, 6]
+                        a1_7 += v * Fb[rowl, q, 7] * Fb[row2, q, 7]
+                        a1_8 += v * Fb[rowl, q, 8] * Fb[row2, q, 8]
+                        a1_9 += v * Fb[rowl, q, 9] * Fb[row2, q, 9]
+                        a1_10 += v * Fb[rowl, q, 10] * Fb[row2, q, 10]
+                        a1_11 += v * Fb[rowl, q, 11] * Fb[row2, q, 11]
+                        a1_12 += v * Fb[rowl, q, 12] * Fb[row2, q, 12]
+                        a1_13 += v * Fb[rowl, q, 13] * Fb[row2, q, 13]
+                        a1_14 += v * Fb[rowl, q, 14] * Fb[row2, q, 14]
+                        a1_15 += v * Fb[rowl, q, 15] * Fb[row2, q, 15]
+                        continue
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    a2_8 = zero
+                    a2_9 = zero
+                    a2_10 = zero
+                    a2_11 = zero
+                    a2_12 = zero
+                    a2_13 = zero
+                    a2_14 = zero
+                    a2_15 = zero
+                    for j3 in range(k0, k1):
+                        v = vals[j3]
+                        row3 = f3 + idx_all[i3 + j3]
+                        a2_0 += v * Fb[row3, q, 0]
+                        a2_1 += v * Fb[row3, q, 1]
+                        a2_2 += v * Fb[row3, q, 2]
+                        a2_3 += v * Fb[row3, q, 3]
+                        a2_4 += v * Fb[row3, q, 4]
+                        a2_5 += v * Fb[row3, q, 5]
+                        a2_6 += v * Fb[row3, q, 6]
+                        a2_7 += v * Fb[row3, q, 7]
+                        a2_8 += v * Fb[row3, q, 8]
+                        a2_9 += v * Fb[row3, q, 9]
+                        a2_10 += v * Fb[row3, q, 10]
+                        a2_11 += v * Fb[row3, q, 11]
+                        a2_12 += v * Fb[row3, q, 12]
+                        a2_13 += v * Fb[row3, q, 13]
+                        a2_14 += v * Fb[row3, q, 14]
+                        a2_15 += v * Fb[row3, q, 15]
+                    a1_0 += a2_0 * Fb[row2, q, 0]
+                    a1_1 += a2_1 * Fb[row2, q, 1]
+                    a1_2 += a2_2 * Fb[row2, q, 2]
+                    a1_3 += a2_3 * Fb[row2, q, 3]
+                    a1_4 += a2_4 * Fb[row2, q, 4]
+                    a1_5 += a2_5 * Fb[row2, q, 5]
+                    a1_6 += a2_6 * Fb[row2, q, 6]
+                    a1_7 += a2_7 * Fb[row2, q, 7]
+                    a1_8 += a2_8 * Fb[row2, q, 8]
+                    a1_9 += a2_9 * Fb[row2, q, 9]
+                    a1_10 += a2_10 * Fb[row2, q, 10]
+                    a1_11 += a2_11 * Fb[row2, q, 11]
+                    a1_12 += a2_12 * Fb[row2, q, 12]
+                    a1_13 += a2_13 * Fb[row2, q, 13]
+                    a1_14 += a2_14 * Fb[row2, q, 14]
+                    a1_15 += a2_15 * Fb[row2, q, 15]
+                a0_0 += a1_0 * Fb[row1, q, 0]
+                a0_1 += a1_1 * Fb[row1, q, 1]
+                a0_2 += a1_2 * Fb[row1, q, 2]
+                a0_3 += a1_3 * Fb[row1, q, 3]
+                a0_4 += a1_4 * Fb[row1, q, 4]
+                a0_5 += a1_5 * Fb[row1, q, 5]
+                a0_6 += a1_6 * Fb[row1, q, 6]
+                a0_7 += a1_7 * Fb[row1, q, 7]
+                a0_8 += a1_8 * Fb[row1, q, 8]
+                a0_9 += a1_9 * Fb[row1, q, 9]
+                a0_10 += a1_10 * Fb[row1, q, 10]
+                a0_11 += a1_11 * Fb[row1, q, 11]
+                a0_12 += a1_12 * Fb[row1, q, 12]
+                a0_13 += a1_13 * Fb[row1, q, 13]
+                a0_14 += a1_14 * Fb[row1, q, 14]
+                a0_15 += a1_15 * Fb[row1, q, 15]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+            Ob[orow, q, 8] = a0_8
+            Ob[orow, q, 9] = a0_9
+            Ob[orow, q, 10] = a0_10
+            Ob[orow, q, 11] = a0_11
+            Ob[orow, q, 12] = a0_12
+            Ob[orow, q, 13] = a0_13
+            Ob[orow, q, 14] = a0_14
+            Ob[orow, q, 15] = a0_15
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_blocked_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
+    for t in prange(bounds.shape[0] - 1):
+        _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
+
+
 KERNELS = {
     (3, 0): mttkrp_3_0,
     (3, 1): mttkrp_3_1,
@@ -1022,4 +1321,12 @@ KERNELS = {
     (6, 3): mttkrp_6_3,
     (6, 4): mttkrp_6_4,
     (6, 5): mttkrp_6_5,
+}
+
+#: root kernels with 16 scalar accumulators per level (the number of columns a multiple of it;
+#: compile them under ``tuckerkit.sparse._mttkrp.slp_vectorize``)
+BLOCK = 16
+BLOCKED_ROOT = {
+    3: mttkrp_blocked_3,
+    4: mttkrp_blocked_4,
 }
