@@ -140,3 +140,21 @@ def pytest_collection_modifyitems(config, items):
         for name, param, value, reason in known:
             if item.originalname == name and (param is None or params.get(param) == value):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The cost model's constants set so that every eligible real TTM runs the compiled small-rank kernel, at
+    any size (tests/test_smallgemm.py; tests/test_complex.py checks that complex ones still do not)."""
+    from tuckerkit.engine import _contract as contract_mod
+    from tuckerkit.engine import _plan as plan_mod
+    from tuckerkit.engine import _smallgemm as sg
+    from tuckerkit.engine._roofline import ENV
+
+    monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
+    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    for key in list(sg._KERNEL_EFF):
+        monkeypatch.setitem(sg._KERNEL_EFF, key, (50.0, 50.0))
+    contract_mod._cached_plan.cache_clear()
+    yield
+    contract_mod._cached_plan.cache_clear()

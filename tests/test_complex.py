@@ -28,10 +28,6 @@ from tuckerkit.engine import (
     ttm,
     ttm_plan,
 )
-from tuckerkit.engine import _contract as contract_mod
-from tuckerkit.engine import _plan as plan_mod
-from tuckerkit.engine import _smallgemm as sg
-from tuckerkit.engine._roofline import ENV
 
 CDTYPES = [np.complex64, np.complex128]
 pytestmark = pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")  # fixed iteration counts
@@ -169,18 +165,6 @@ def test_contract_against_einsum(cdtype, spec, sa, sb, rng):
     assert_close_to_einsum(contract(spec, A, B), spec, A, B, cdtype)
     Bt = crandn(rng, sb[::-1], cdtype).T  # an F-ordered view
     assert_close_to_einsum(contract(spec, A, Bt), spec, A, Bt, cdtype)
-
-
-@pytest.fixture
-def forced(monkeypatch):
-    """The cost model's constants set so that every real TTM would run the compiled kernel."""
-    monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
-    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
-    for key in list(sg._KERNEL_EFF):
-        monkeypatch.setitem(sg._KERNEL_EFF, key, (50.0, 50.0))
-    contract_mod._cached_plan.cache_clear()
-    yield
-    contract_mod._cached_plan.cache_clear()
 
 
 def test_complex_never_takes_the_compiled_kernels(forced, cdtype, rng):

@@ -25,18 +25,6 @@ from tuckerkit.engine._policy import split_points
 from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_override
 
 
-@pytest.fixture
-def forced(monkeypatch):
-    """The cost model's constants set so that every eligible TTM runs the compiled kernel, at any size."""
-    monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
-    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
-    for key in list(sg._KERNEL_EFF):
-        monkeypatch.setitem(sg._KERNEL_EFF, key, (50.0, 50.0))
-    contract_mod._cached_plan.cache_clear()
-    yield
-    contract_mod._cached_plan.cache_clear()
-
-
 def _ref(X, U, n):
     """``X x_n U^T`` in float64 and the same with absolute values (the scale of the rounding error)."""
     X64, U64 = X.astype(np.float64), U.astype(np.float64)
