@@ -292,17 +292,7 @@ def format_rows(coords, vbytes):  # pragma: no cover
     nv = vbytes.shape[0]
     for r in range(nnz):
         for m in range(N):
-            x = coords[r, m] + 1
-            nd = 0
-            while True:
-                digits[nd] = 48 + x % 10
-                nd += 1
-                x //= 10
-                if x == 0:
-                    break
-            for t in range(nd - 1, -1, -1):
-                out[o] = digits[t]
-                o += 1
+            o = _put_uint(out, o, coords[r, m] + 1, digits)
             out[o] = 32
             o += 1
         while j < nv and vbytes[j] != 10:
