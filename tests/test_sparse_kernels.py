@@ -178,3 +178,29 @@ def test_bound_heap_is_callable_and_leaves_results_alone():
     before = sparse_mttkrp(X, factors, 0)
     bound_heap()
     assert sparse_mttkrp(X, factors, 0).tobytes() == before.tobytes()
+
+
+def test_slp_vectorize_restores_the_setting_after_concurrent_use():
+    """Threads entering the SLP switch at once see it on inside, and the last one out restores numba's own
+    setting (a save/restore per call would leave it on when two calls interleave)."""
+    import threading
+
+    from numba.core import config
+
+    from tuckerkit.sparse._mttkrp import slp_vectorize
+
+    before = config.SLP_VECTORIZE
+    seen = []
+
+    def work():
+        for _ in range(500):
+            with slp_vectorize():
+                seen.append(config.SLP_VECTORIZE)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(seen) == {1}
+    assert config.SLP_VECTORIZE == before

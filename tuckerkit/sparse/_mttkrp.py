@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -390,12 +391,24 @@ def slp_vectorize() -> Iterator[None]:
     skew4d and unif3d; without SLP they ran 1.6-2x slower than it)."""
     from numba.core import config
 
-    before = config.SLP_VECTORIZE  # type: ignore[attr-defined]
-    config.SLP_VECTORIZE = 1  # type: ignore[attr-defined]
+    global _slp_depth, _slp_before
+    with _slp_lock:  # counted: calls from several threads restore the setting once, when the last one leaves
+        if _slp_depth == 0:
+            _slp_before = config.SLP_VECTORIZE  # type: ignore[attr-defined]
+            config.SLP_VECTORIZE = 1  # type: ignore[attr-defined]
+        _slp_depth += 1
     try:
         yield
     finally:
-        config.SLP_VECTORIZE = before  # type: ignore[attr-defined]
+        with _slp_lock:
+            _slp_depth -= 1
+            if _slp_depth == 0:
+                config.SLP_VECTORIZE = _slp_before  # type: ignore[attr-defined]
+
+
+_slp_lock = threading.Lock()
+_slp_depth = 0
+_slp_before: Any = 0
 
 
 def _rooted_order(shape: Sequence[int], mode: int) -> tuple[int, ...]:
