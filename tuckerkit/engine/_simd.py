@@ -32,14 +32,14 @@ def _lanes(dtype) -> int:
 
 def _make(RB: int, NV: int):
     @intrinsic
-    def block(typingctx, x, xo, sxi, n, up, uo, y, yo, syr, acc_in):
+    def block(typingctx, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):
         if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
                 and isinstance(up, types.Array) and isinstance(y, types.Array)
-                and up.dtype == x.dtype and y.dtype == x.dtype):
+                and up.dtype == x.dtype and y.dtype == x.dtype and isinstance(px, types.Array)):
             return None
 
         def codegen(context, builder, sig, args):
-            xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_, acc_in_ = args
+            xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
             fty = context.get_value_type(sig.args[0].dtype)
             VL = _lanes(sig.args[0].dtype)
             vty = ir.VectorType(fty, VL)
@@ -51,6 +51,10 @@ def _make(RB: int, NV: int):
             xp = builder.gep(data(0, xarr), [xo_])
             upp = builder.gep(data(4, uparr), [uo_])
             yp = builder.gep(data(6, yarr), [yo_])
+            pxp = data(10, pxarr)
+            pfetch = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+                "llvm.prefetch.p0")
             fname = f"llvm.fma.v{VL}f{64 if VL == 4 else 32}"
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]), fname)
             zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * VL)
@@ -79,6 +83,13 @@ def _make(RB: int, NV: int):
                     acc[r][v].add_incoming(init[r][v], pre)
             builder.cbranch(builder.icmp_signed("<", iv, n_), body, done)
             builder.position_at_end(body)
+            # the prefetch of this iteration: px[pfo + min(iv, pfn - 1) * pfs] into L2 (pfn >= 1; a hint that
+            # changes no value: the caller's next chunk, fetched while this one computes)
+            last = builder.sub(pfn_, ir.Constant(i64, 1))
+            piv = builder.select(builder.icmp_signed("<", iv, last), iv, last)
+            pptr = builder.gep(pxp, [builder.add(pfo_, builder.mul(piv, pfs_))])
+            builder.call(pfetch, [builder.bitcast(pptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
+                                  ir.Constant(i32, 2), ir.Constant(i32, 1)])
             xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
             xs = [builder.load(builder.bitcast(builder.gep(xrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()),
                                align=1) for v in range(NV)]
@@ -102,7 +113,7 @@ def _make(RB: int, NV: int):
             return context.get_dummy_value()
 
         i = types.int64
-        return types.void(x, i, i, i, up, i, y, i, i, i), codegen
+        return types.void(x, i, i, i, up, i, y, i, i, i, px, i, i, i), codegen
 
     return block
 
@@ -136,6 +147,8 @@ def _make_prefetch(locality: int):
 #: ``prefetch(x, i)``: hint the cache line holding ``x[i]`` (a 1-D array) into L1; no effect on the result,
 #: for any ``i``
 prefetch = _make_prefetch(3)
+#: ``prefetch_l2(x, i)``: the same hint into L2 only (the next chunk of a tile, fetched while this one computes)
+prefetch_l2 = _make_prefetch(2)
 
 
 @intrinsic

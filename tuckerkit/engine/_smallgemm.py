@@ -49,6 +49,7 @@ from tuckerkit.engine._simd import (
     half6,
     pack_row,
     prefetch,
+    prefetch_l2,
 )
 
 #: bytes of X one tile of :func:`ttm_inner` packs (half of a 512 KiB L2: the packed strips stay in L2)
@@ -59,6 +60,9 @@ _MAX_TILE = 1024
 _L1_BYTES = 20 * 1024
 #: rows ahead the packing loop prefetches
 _PREFETCH_ROWS = 8
+#: prefetch the next chunk's rows into L2 while the current chunk computes (its DRAM reads overlap the
+#: fused multiply-adds instead of following them)
+_PREFETCH_NEXT = True
 #: the fewest rows of i per chunk (each microkernel call pays a fixed start and drain)
 _MIN_KC = 8
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
@@ -66,38 +70,38 @@ MAX_RANK = 32
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in):  # pragma: no cover
+def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # one register block: rb rows of U (packed at uo) against a strip of nv vectors of x
     if nv == 2:
         if rb == 6:
-            block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 5:
-            block5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            block5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 4:
-            block4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            block4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 3:
-            block3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            block3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 2:
-            block2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            block2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         else:
-            block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
         if rb == 6:
-            half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 5:
-            half5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            half5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 4:
-            half4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            half4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 3:
-            half3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            half3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 2:
-            half2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            half2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         else:
-            half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in)
+            half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, fastmath={"contract"}, nogil=True)
-def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, pnx, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
     # 2 * vl), taken kc rows of i at a time (as GEMM blocks its k: one row block's rows of U, kc x 6, and
     # one packed strip, kc x 2 vl, stay in L1). Each chunk of the tile is first packed strip by strip into pk,
@@ -126,16 +130,48 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, t
                         for s in range(ns):
                             prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)
                     pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
+                # the next chunk (of this tile, else the next tile's first) is prefetched into L2 while this
+                # one computes, a strip's rows at a time spread over the microkernel's iterations (one line
+                # per row of i), so that its DRAM reads overlap this chunk's fused multiply-adds
+                qa = xa
+                qc0 = c0
+                qi0 = i0 + kc
+                qns = ns
+                if qi0 >= I:
+                    qi0 = 0
+                    if t + 1 < t_hi:
+                        qa1 = (t + 1) // nct
+                        qc0 = (t + 1 - qa1 * nct) * ct
+                        qa = qa1 * sxa
+                        qns = (min(C, qc0 + ct) - qc0) // w
+                    else:
+                        qns = 0
+                qn = min(kc, I - qi0)
+                qtot = qn * qns if pnx else 0
+                per = (qtot + nblk * ns - 1) // (nblk * ns)
+                q = 0
                 for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
                     r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                     for s in range(ns):
+                        pfo = xa + i0 * sxi + c0  # nothing left to fetch: the line this chunk starts at
+                        pfn = 1
+                        if q < qtot:
+                            qs = q // qn
+                            qr = q - qs * qn
+                            pfn = min(per, qn - qr, n)
+                            pfo = qa + (qi0 + qr) * sxi + qc0 + qs * w
+                            q += pfn
                         _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
-                               i0)
+                               i0, x, pfo, sxi, pfn)
+                while q < qtot:
+                    qs = q // qn
+                    prefetch_l2(x, qa + (qi0 + q - qs * qn) * sxi + qc0 + qs * w)
+                    q += 1
         c = c0 + ns * w
         if c + vl <= c1:
             for k in range(nblk):
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                _block(1, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0)
+                _block(1, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
             c += vl
         for k in range(nblk):
             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
@@ -266,7 +302,7 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     vl = 32 // it
     ct, kc = _tiling(I, U.shape[1], it, C)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-            Y3.strides[1] // it, vl, ct, kc, _PREFETCH_ROWS)
+            Y3.strides[1] // it, vl, ct, kc, _PREFETCH_ROWS, _PREFETCH_NEXT)
     _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
                2 * X3.size * U.shape[1], policy)
 
