@@ -63,6 +63,8 @@ _PREFETCH_ROWS = 8
 #: prefetch the next chunk's rows into L2 while the current chunk computes (its DRAM reads overlap the
 #: fused multiply-adds instead of following them)
 _PREFETCH_NEXT = True
+#: tiles ahead (four rows of X each) :func:`ttm_outer` prefetches into L2 (0: none)
+_OUTER_PREFETCH = 1
 #: the fewest rows of i per chunk (each microkernel call pays a fixed start and drain)
 _MIN_KC = 8
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
@@ -205,19 +207,32 @@ def _row_blocks(R: int) -> list[tuple[int, int]]:
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True)
-def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero):  # noqa: E741 # pragma: no cover
+def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero, pfd, w):  # noqa: E741 # pragma: no cover
     # four rows of X against two columns of U at a time: eight dot products share the loads; the
     # reduction runs along the unit stride in a compile-time order (vector partial sums, fixed combine)
     R = ut.shape[0]
+    # the rows of the tile pfd tiles ahead are prefetched into L2, a share before each pair of columns of U
+    # (short bursts, so that their DRAM reads overlap the dot products instead of following them)
+    lpr = (I + w - 1) // w + 1  # lines of one row (one more: the row need not start on a line)
+    npair = (R + 1) // 2
+    per = (4 * lpr + npair - 1) // npair
     for t in range(t_lo, t_hi):
         a0 = 4 * t
         h = min(4, A - a0)
+        qa = a0 + 4 * pfd
+        qn = min(4, A - qa) * lpr if pfd > 0 and t + pfd < t_hi else 0
+        q = 0
         x0 = x[xoff + a0 * sxa: xoff + a0 * sxa + I]
         x1 = x[xoff + (a0 + min(1, h - 1)) * sxa: xoff + (a0 + min(1, h - 1)) * sxa + I]
         x2 = x[xoff + (a0 + min(2, h - 1)) * sxa: xoff + (a0 + min(2, h - 1)) * sxa + I]
         x3 = x[xoff + (a0 + min(3, h - 1)) * sxa: xoff + (a0 + min(3, h - 1)) * sxa + I]
         r = 0
         while r < R:
+            for _ in range(per):
+                if q < qn:
+                    qr = q // lpr
+                    prefetch_l2(x, min(xoff + (qa + qr) * sxa + (q - qr * lpr) * w, x.shape[0] - 1))
+                    q += 1
             c = ut[r]
             d = ut[min(r + 1, R - 1)]
             s0 = zero  # of the data's dtype (a literal 0 would make float32 sums float64)
@@ -328,7 +343,8 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     it = X2.itemsize
     args = (fx, 0, A, I, X2.strides[0] // it, Ut, fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
     zero = X2.dtype.type(0)
-    _run_tiles(lambda lo, hi: _outer_kernel(*args, lo, hi, zero), (A + 3) // 4, 2 * X2.size * Ut.shape[0], policy)
+    _run_tiles(lambda lo, hi: _outer_kernel(*args, lo, hi, zero, _OUTER_PREFETCH, 64 // it), (A + 3) // 4,
+               2 * X2.size * Ut.shape[0], policy)
 
 
 def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> None:
