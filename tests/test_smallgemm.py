@@ -274,6 +274,25 @@ def test_inner_kernel_every_rank_and_column_tail(R, dtype, rng):
         assert np.isnan(buf[:, 0]).all() and np.isnan(buf[:, R + 1]).all()
 
 
+@pytest.mark.parametrize("C", [5, 9, 13, 21, 35])
+def test_inner_kernel_row_tail_has_the_bits_of_a_full_strip(C, dtype, rng):
+    """The columns at the end of a row (fewer than a packed strip: one vector, then one vector overlapping
+    the columns before it, through a private buffer) are the same bits as when the same columns lie inside
+    full strips of a wider row (one in-order chain of fused multiply-adds per element), with 1 and 2 workers;
+    against einsum, and nothing written outside the view."""
+    I = 45  # noqa: E741
+    wide = rng.standard_normal((3, I, 64)).astype(dtype)
+    U = rng.standard_normal((I, 11)).astype(dtype)
+    ref = np.empty((3, 11, 64), dtype)
+    sg.ttm_inner(wide, U, ref)
+    for workers in (1, 2):
+        buf = np.full((3, 11, C + 3), np.nan, dtype)
+        sg.ttm_inner(np.ascontiguousarray(wide[:, :, :C]), U, buf[:, :, :C], ExecutionPolicy(workers))
+        assert buf[:, :, :C].tobytes() == np.ascontiguousarray(ref[:, :, :C]).tobytes(), (C, workers)
+        assert np.isnan(buf[:, :, C:]).all()
+        _check(wide[:, :, :C], U, 1, buf[:, :, :C])
+
+
 def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, dtype, rng):
     """The tile width, the chunks of i (the partial sums carried through the output), the workers and a
     second call give the same bits: every element is one in-order chain of fused multiply-adds."""

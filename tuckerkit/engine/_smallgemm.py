@@ -116,6 +116,7 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, p
     nblk = blocks.shape[0]
     w = 2 * vl
     pk = np.empty(kc * ct, x.dtype)
+    tl = np.empty(MAX_RB * vl, x.dtype)
     for t in range(t_lo, t_hi):
         a = t // nct
         c0 = (t - a * nct) * ct
@@ -175,7 +176,21 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, p
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                 _block(1, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
             c += vl
-        for k in range(nblk):
+        if c < c1 and C >= vl:
+            # the last few columns (fewer than a vector): one vector over the row's last vl columns, into a
+            # private buffer (the columns before c belong to this tile's strips or to another tile, maybe
+            # being summed by another worker right now), the new columns copied out. The same in-order chain
+            # of fused multiply-adds per element as everywhere else (from a zero start: the first term's
+            # product rounded once), so the bits are those of any other tiling
+            cw = c1 - vl
+            for k in range(nblk):
+                r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                _block(1, rb, x, xa + cw, sxi, I, up, uo, tl, 0, vl, 0, x, xa + cw, 0, 1)
+                for r in range(rb):
+                    for j in range(c, c1):
+                        y[ya + (r0 + r) * syr + j] = tl[r * vl + j - cw]
+            c = c1
+        for k in range(nblk):  # a row shorter than one vector: element by element
             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
             for r in range(rb):
                 for j in range(c, c1):
@@ -384,6 +399,12 @@ _BLAS_EFF = {
     ("small_rank_ttm_outer", "float64"): (0.45, 0.53),
     ("small_rank_ttm_outer", "float32"): (0.33, 0.43),
 }
+#: rates, relative to the packed strips, of :func:`ttm_inner`'s columns left at the end of a row: vectors
+#: read from X directly (measured 0.9-1.2 on (200, 200, 10) and (200, 200, 13) against BLAS, one core;
+#: taken lower for rows that do not stay in cache), and single elements in rows shorter than one vector
+#: (serial chains: about 1/64 of the float32 vector rate, 1/32 of the float64)
+TAIL_VECTOR_RATE = 0.8
+TAIL_SCALAR_RATE = 0.03
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
 
@@ -392,8 +413,11 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0) -> flo
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
 
     ``columns``: the unit-stride extent ``C`` of :func:`ttm_inner` (0: not known). Rows of at least
-    ``LONG_ROW_BYTES`` take the long-row constants; the columns left over at the end of a row (fewer than
-    one vector) run element by element, counted at a twentieth of the rate.
+    ``LONG_ROW_BYTES`` take the long-row constants. The columns left over at the end of a row, fewer than one
+    packed strip of 64 bytes, run from X directly one vector at a time (the last vector overlapping the
+    columns before it, counted in full) at ``TAIL_VECTOR_RATE`` of the rate; a row shorter than one vector
+    runs element by element (one serial chain of fused multiply-adds per output) at ``TAIL_SCALAR_RATE``;
+    the times add (the rates combine harmonically).
     """
     key = variant
     itemsize = 4 if dtype == "float32" else 8
@@ -402,8 +426,12 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0) -> flo
     lo, hi = _KERNEL_EFF[(key, dtype)]
     eff = lo if R <= 16 else hi
     if variant == "small_rank_ttm_inner" and columns > 0:
-        vec = columns - columns % (32 // itemsize)
-        eff *= (vec + 0.05 * (columns - vec)) / columns
+        vl = 32 // itemsize
+        full = columns - columns % (2 * vl)
+        if columns < vl:
+            eff *= TAIL_SCALAR_RATE
+        else:
+            eff *= columns / (full + -(-(columns - full) // vl) * vl / TAIL_VECTOR_RATE)
     return eff
 
 
