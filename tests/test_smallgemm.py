@@ -327,3 +327,29 @@ def test_planner_sends_short_row_middle_modes_to_the_inner_kernel(order, dtype, 
         np.testing.assert_allclose(plan(X, U), blas(X, U), rtol=0, atol=8 * 92 * np.finfo(dtype).eps
                                    * np.abs(X).max() * np.abs(U).max())
     contract_mod._cached_plan.cache_clear()
+
+
+def test_inner_kernel_never_chosen_without_avx2_fma(monkeypatch, forced, rng):
+    """On a CPU without AVX2 and FMA (or numba told to compile for one) the planner leaves the inner kernel's
+    TTMs on BLAS, even with the cost model forced toward the kernel; the result is still right. The
+    detection reads numba's target settings."""
+    from tuckerkit.engine import _simd
+
+    X = rng.standard_normal((6, 7, 9))
+    U = rng.standard_normal((7, 3))
+    assert ttm_plan(X, U, 1, transpose=True).compiled is CompiledKernel.TTM_INNER
+    monkeypatch.setattr(_simd, "_SIMD", False)
+    contract_mod._cached_plan.cache_clear()
+    plan = ttm_plan(X, U, 1, transpose=True)
+    assert plan.compiled is CompiledKernel.NONE
+    _check(X, U, 1, plan(X, U))
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+sse2,+avx")
+    assert _simd._detect_simd() is False
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,+avx")
+    assert _simd._detect_simd() is True
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    monkeypatch.setattr(config, "CPU_NAME", "generic")
+    assert _simd._detect_simd() is False
+    contract_mod._cached_plan.cache_clear()

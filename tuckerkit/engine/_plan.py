@@ -917,6 +917,10 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if R > MAX_RANK:
         return plan
     variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
+    from tuckerkit.engine._simd import simd_supported
+
+    if variant == CompiledKernel.TTM_INNER and not simd_supported():
+        return plan  # its microkernels are written for AVX2 + FMA: elsewhere many times slower than BLAS
     t_shape = b_shape if swap else a_shape
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
     roof = machine_roofline()

@@ -19,6 +19,43 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+def simd_supported() -> bool:
+    """Whether the CPU numba compiles for has AVX2 and FMA, which the microkernels are written for.
+
+    Elsewhere LLVM would still compile them (vectors split, ``llvm.fma`` a call to the correctly rounded
+    ``fma`` of libm: the same bits) but many times slower than BLAS, so the planner does not choose them.
+    ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` (numba's own settings for the CPU it compiles for) are
+    honoured: a ``generic`` target has neither.
+
+    >>> isinstance(simd_supported(), bool)
+    True
+    """
+    global _SIMD
+    if _SIMD is None:
+        _SIMD = _detect_simd()
+    return _SIMD
+
+
+_SIMD: bool | None = None
+
+
+def _detect_simd() -> bool:
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:  # numba compiles for these features, whatever the host has
+        feats = {f[1:] for f in str(config.CPU_FEATURES).split(",") if f.startswith("+")}
+        return {"avx2", "fma"} <= feats
+    if config.CPU_NAME is not None and config.CPU_NAME not in ("host", ""):
+        return False  # a named target (e.g. "generic" for portable caches): not assumed to have AVX2
+    try:
+        import llvmlite.binding as llvm
+
+        host = llvm.get_host_cpu_features()
+        return bool(host.get("avx2", False)) and bool(host.get("fma", False))
+    except Exception:  # pragma: no cover - llvmlite without the query
+        return False
+
+
 #: vectors of one row of the full-width block (the block is NV * VL columns wide); a one-vector variant
 #: takes the columns left over
 NV = 2
