@@ -353,3 +353,37 @@ def test_inner_kernel_never_chosen_without_avx2_fma(monkeypatch, forced, rng):
     monkeypatch.setattr(config, "CPU_NAME", "generic")
     assert _simd._detect_simd() is False
     contract_mod._cached_plan.cache_clear()
+
+
+@pytest.mark.parametrize("C", [333, 2100])
+def test_inner_kernel_prefetch_changes_no_bit(monkeypatch, C, dtype, rng):
+    """The prefetch of the next chunk (strip-wise for short rows, row runs for long ones, C * itemsize of
+    8 KiB and more) is a hint: the same bits without it, with 1 and 2 workers, several chunks and tiles."""
+    X = rng.standard_normal((3, 150, C)).astype(dtype)
+    U = rng.standard_normal((150, 10)).astype(dtype)
+    monkeypatch.setattr(sg, "_L1_BYTES", 4096)  # several chunks of i per tile
+    monkeypatch.setattr(sg, "_PREFETCH_NEXT", False)
+    ref = np.empty((3, 10, C), dtype)
+    sg.ttm_inner(X, U, ref)
+    _check(X, U, 1, ref)
+    monkeypatch.setattr(sg, "_PREFETCH_NEXT", True)
+    for workers in (1, 2):
+        Y = np.empty_like(ref)
+        sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
+        assert Y.tobytes() == ref.tobytes(), workers
+
+
+def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng):
+    """The last-mode kernel's prefetch of the next tile's rows is a hint: the same bits without it."""
+    X = rng.standard_normal((203, 157)).astype(dtype)
+    Ut = rng.standard_normal((7, 157)).astype(dtype)
+    monkeypatch.setattr(sg, "_OUTER_PREFETCH", 0)
+    ref = np.empty((7, 203), dtype)
+    sg.ttm_outer(X, Ut, ref)
+    np.testing.assert_allclose(ref, Ut.astype(np.float64) @ X.T.astype(np.float64), rtol=0,
+                               atol=8 * 157 * np.finfo(dtype).eps * np.abs(X).max() * np.abs(Ut).max())
+    monkeypatch.setattr(sg, "_OUTER_PREFETCH", 1)
+    for workers in (1, 2):
+        Y = np.empty_like(ref)
+        sg.ttm_outer(X, Ut, Y, ExecutionPolicy(workers))
+        assert Y.tobytes() == ref.tobytes(), workers
