@@ -403,8 +403,10 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None)
 _KERNEL_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.68, 0.78),
     ("small_rank_ttm_inner", "float32"): (0.70, 0.78),
-    ("small_rank_ttm_inner_long", "float64"): (0.49, 0.80),
+    ("small_rank_ttm_inner_long", "float64"): (0.54, 0.80),
     ("small_rank_ttm_inner_long", "float32"): (0.50, 0.71),
+    ("small_rank_ttm_inner_long_short_i", "float64"): (0.49, 0.80),
+    ("small_rank_ttm_inner_long_short_i", "float32"): (0.50, 0.71),
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
     ("small_rank_ttm_outer", "float32"): (0.50, 0.50),
 }
@@ -420,12 +422,20 @@ _BLAS_EFF = {
 #: (serial chains: about 1/64 of the float32 vector rate, 1/32 of the float64)
 TAIL_VECTOR_RATE = 0.8
 TAIL_SCALAR_RATE = 0.03
+#: long rows contracted over fewer rows than this keep the constants measured before the next-chunk prefetch
+#: (``_long_short_i``): with it, float64 at R <= 16 ran 0.80-0.96x BLAS's time on the first mode of 200^3 and
+#: 320x240x160 (I = 200, 320; 1 and 2 workers, 9 interleaved pairs, shared machine), but 1.0-1.5x on 64^4
+LONG_ROW_MIN_I = 128
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
 
 
-def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0) -> float:
+def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0) -> float:
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
+
+    ``contracted``: the contracted extent ``I`` (0: not known). Long rows contracted over fewer than
+    ``LONG_ROW_MIN_I`` rows (one short chunk per tile: the microkernel's start and drain weigh more) take the
+    ``_long_short_i`` constants.
 
     ``columns``: the unit-stride extent ``C`` of :func:`ttm_inner` (0: not known). Rows of at least
     ``LONG_ROW_BYTES`` take the long-row constants. The columns left over at the end of a row, fewer than one
@@ -437,7 +447,7 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0) -> flo
     key = variant
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
-        key = variant + "_long"
+        key = variant + ("_long_short_i" if 0 < contracted < LONG_ROW_MIN_I else "_long")
     lo, hi = _KERNEL_EFF[(key, dtype)]
     eff = lo if R <= 16 else hi
     if variant == "small_rank_ttm_inner" and columns > 0:
