@@ -10,6 +10,8 @@ LLVM splits or fuses them on other vector widths). One call computes
 with the sum over ``i`` in order, one fused multiply-add (``llvm.fma``) per term: the bits depend on nothing
 but the operands. The accumulators stay in registers (``RB * NV + NV + 1 <= 16`` ymm), each row of ``x`` is
 loaded once for all ``RB`` rows, and ``up`` holds the block's ``RB`` columns of ``U`` packed row by row.
+Iteration ``i`` also prefetches ``px[pfo + min(i, pfn - 1) * pfs]`` into L2 (the caller's next chunk): a hint
+that changes no value.
 """
 
 from __future__ import annotations

@@ -13,10 +13,14 @@ kernels here read ``X`` once, in memory order:
   into strips of 64 bytes (each row of X read once, in one unit-stride run, a few rows ahead prefetched),
   and a register-blocked microkernel (:mod:`tuckerkit.engine._simd`: up to six rows of ``U`` against a
   strip, 12 vector accumulators held in registers over the whole chunk, one fused multiply-add per term)
-  runs every row block of ``U`` over each strip from L1.
+  runs every row block of ``U`` over each strip from L1. While a chunk computes, the microkernel prefetches the
+  next chunk into L2, one line per row of ``i`` (its DRAM reads overlap the arithmetic instead of following
+  it). The columns at the end of a row (fewer than a strip) run one vector at a time from ``X`` directly, the
+  last vector overlapping the columns before it through a private buffer.
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
-  (stored transposed, ``(R, I)``): four dot products share each load of ``U``.
+  (stored transposed, ``(R, I)``): four dot products share each load of ``U``; the next tile's rows are
+  prefetched into L2 in short bursts, one before each pair of columns of ``U``.
 
 Every output element is one sum over ``i`` in a fixed order set at compile time (in order, one fused
 multiply-add per term, in :func:`ttm_inner`, the chunks of ``i`` carrying the exact partial sums through the
