@@ -819,8 +819,16 @@ def _own_process_numba() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    import atexit
+    import gc
+
     global _OWN_PROCESS
     _OWN_PROCESS = True
+    # the last exit handler (they run last-registered first): the interpreter's final garbage collections
+    # then skip the objects alive at exit, which the end of the process frees anyway. With numba loaded
+    # they took 0.3-0.5 s of every sparse run's exit (0.06 s frozen; measured on a 2-core machine). Output
+    # files are closed and renamed into place before, exit handlers still run, the streams are flushed.
+    atexit.register(gc.freeze)
     app()
 
 
