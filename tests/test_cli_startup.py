@@ -119,7 +119,8 @@ def _write_tns(path: Path) -> None:
 
 
 _CLI = """
-import json, sys
+import atexit, gc, json, sys
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0, file=sys.stderr))  # runs last
 sys.argv = ["tuckerkit", "decompose", {tns!r}, "--method", "cp", "--rank", "4", "--iterations", "5",
             "--seed", "1", "-o", {out!r}, "--force", "--no-linesearch", "--quiet"]
 from tuckerkit.cli import main
@@ -145,7 +146,8 @@ def test_console_script_sparse_run_loads_cached_kernels_lightly_and_writes_the_s
     for _ in range(2):  # the second run finds every kernel in the cache, whatever ran before
         run = _run_py(code, cwd=tmp_path)
         assert run.returncode == 0, run.stderr
-    assert json.loads(run.stderr.strip().splitlines()[-1]) == []
+    assert json.loads(run.stderr.strip().splitlines()[-2]) == []
+    assert run.stderr.strip().splitlines()[-1] == "frozen at exit: True"  # main()'s last exit handler ran
     assert "cp of 30x25x20 float64: rank 4" in run.stdout
     with np.load(ref) as a, np.load(out) as b:
         assert sorted(a.files) == sorted(b.files)
