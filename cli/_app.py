@@ -431,6 +431,8 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
                         res = run_extra(X, method, rank, rk, target, conv_tol, n_iter_max, seed, progress, dev,
                                         nonnegative, mask)
                     elif method == "cp":
+                        if dev is None and hasattr(X, "_drop_coords"):  # a .tns tensor: CP-ALS on the CPU reads
+                            X._drop_coords()  # its trees and values only; the coordinates' memory goes back
                         res = tk.cp_als(X, rank, tol=conv_tol, max_iter=n_iter_max, random_state=seed,
                                         callback=progress, device=dev, linesearch=linesearch)
                     elif method == "hosvd":

@@ -167,3 +167,46 @@ def test_light_numba_is_only_for_the_console_script_process():
     import numba.core.caching as caching
 
     assert not getattr(caching.Cache.load_overload, "tuckerkit_light", False)
+
+
+@pytest.mark.parametrize("kind", ["all", "two", "one"])
+def test_dropped_coordinates_come_back_equal(kind):
+    from tuckerkit.sparse import COOTensor
+
+    rng = np.random.default_rng(5)
+    for shape in [(30, 25, 20), (5, 6, 7, 8), (40, 3)]:
+        X = COOTensor(np.stack([rng.integers(0, s, 700) for s in shape], axis=1), rng.random(700), shape)
+        assert not X._drop_coords()  # no plan yet: kept
+        c0, v0 = X.coords.copy(), X.values.copy()
+        X.plan(csf=kind)
+        assert X._drop_coords() and X.__dict__["_coords"] is None
+        assert X.nnz == c0.shape[0] and np.array_equal(X.values, v0)
+        c1 = X.coords  # rebuilt from a tree of the plan
+        assert c1.dtype == c0.dtype and c1.flags.c_contiguous and np.array_equal(c1, c0)
+        assert X.coords is c1  # once
+
+
+@pytest.mark.parametrize("linesearch", ["--linesearch", "--no-linesearch"])
+def test_cli_sparse_cp_runs_without_the_coordinates(tmp_path, monkeypatch, linesearch):
+    import tuckerkit as tk
+
+    tns = tmp_path / "t.tns"
+    _write_tns(tns)
+    seen = []
+    real = tk.cp_als
+
+    def spy(X, *a, **k):
+        seen.append(X)
+        out = real(X, *a, **k)
+        seen.append(X.__dict__.get("_coords", "kept"))
+        return out
+
+    monkeypatch.setattr(tk, "cp_als", spy)
+    res = CliRunner().invoke(app, ["decompose", str(tns), "--method", "cp", "--rank", "3", "--max-iter", "8",
+                                   "--seed", "0", "-o", str(tmp_path / "o.npz"), linesearch, "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert len(seen) == 2 and seen[1] is None  # dropped before CP-ALS and not needed by it
+    from tuckerkit.sparse import COOTensor
+
+    ref = COOTensor.from_tns(tns)
+    assert np.array_equal(seen[0].coords, ref.coords)  # and rebuilt equal when asked for afterwards
