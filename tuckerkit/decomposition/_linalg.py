@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from tuckerkit.backend import array_namespace
 
@@ -28,6 +27,8 @@ def spd_solve(V: Any, M: Any) -> Any:
         cut = xp.finfo(V.dtype).eps * V.shape[0] * xp.max(xp.abs(w))
         inv = xp.where(w > cut, 1 / xp.where(w > cut, w, 1), 0).astype(V.dtype)
         return ((M @ Q) * inv[None, :]) @ Q.conj().T
+    import scipy.linalg  # here, not at the top: `import tuckerkit` needs no scipy.linalg
+
     Vt = V.T  # U V = M is V^T U^T = M^T (V^T = conj(V) is Hermitian positive definite too)
     try:
         c = scipy.linalg.cho_factor(Vt, check_finite=False)

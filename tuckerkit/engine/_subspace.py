@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from tuckerkit.backend import array_namespace
 from tuckerkit.engine._gram import dense_gram
@@ -50,8 +49,12 @@ def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
         if r is not None and r < I_n:
             w, V = w[I_n - r:], V[:, I_n - r:]
     elif r is None or r >= I_n:
+        import scipy.linalg  # here, not at the top: `import tuckerkit` and sparse runs need no scipy.linalg
+
         w, V = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False)
     else:
+        import scipy.linalg
+
         w, V = scipy.linalg.eigh(G, subset_by_index=[I_n - r, I_n - 1], overwrite_a=True, check_finite=False)
     return w[::-1], V[:, ::-1]
 
@@ -85,6 +88,8 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
     if xp is not np:
         U, s, _ = xp.linalg.svd(M, full_matrices=False)
         return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(real)
+    import scipy.linalg
+
     with blas_pinned():
         w, V = eigh_desc(M.conj().T @ M if M.dtype.kind == "c" else M.T @ M, r)
         Q, _ = scipy.linalg.qr(M @ V, mode="economic", overwrite_a=True, check_finite=False)
@@ -109,6 +114,8 @@ _BLOCK_ELEMS = 1 << 20
 def _orth(xp, A: Any) -> Any:
     """An orthonormal basis of the columns of a tall matrix (thin QR; LAPACK on one BLAS thread)."""
     if xp is np:
+        import scipy.linalg
+
         with blas_pinned():
             Q, _ = scipy.linalg.qr(A, mode="economic", overwrite_a=False, check_finite=False)
         return Q

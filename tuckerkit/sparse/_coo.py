@@ -98,6 +98,29 @@ class COOTensor(SparseOperand):
             cs, vs = cs.copy(), vs.copy()  # never alias the caller's arrays
         self.coords, self.values = cs, vs
 
+    @property
+    def coords(self) -> np.ndarray:
+        """The coordinates, (nnz, N) 0-based, in lexicographic order."""
+        c = self.__dict__.get("_coords")
+        if c is None:  # dropped by _drop_coords: the same rows again, from a tree of the cached plan
+            c = self.__dict__["_coords"] = _coords_from_plan(self)
+        return c
+
+    @coords.setter
+    def coords(self, value: np.ndarray) -> None:
+        self.__dict__["_coords"] = value
+
+    def _drop_coords(self) -> bool:
+        """Free the coordinate array while the cached CSF plan holds the same nonzeros (the trees index them
+        themselves): for a caller that needs only the trees and ``values`` from now on, such as a sparse
+        CP-ALS (a 2M-nonzero 3-way tensor's coordinates are 24 MB). ``coords``, read again, is rebuilt from a
+        tree, equal to what it was. False (nothing dropped) without a plan."""
+        cache = self.__dict__.get("_tk_csf")
+        if cache is None or not cache[1] or self.__dict__.get("_coords") is None:
+            return False
+        self.__dict__["_coords"] = None
+        return True
+
     # ------------------------------------------------------------------------------------------- builders
     @classmethod
     def from_dense(cls, X: Any) -> COOTensor:
@@ -231,6 +254,12 @@ def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...], owned: bool
         if not keep.all():
             c, v = c[keep], v[keep]
     return np.ascontiguousarray(c, dtype=itype), np.ascontiguousarray(v)
+
+
+def _coords_from_plan(X: COOTensor) -> np.ndarray:
+    """The coordinates of ``X`` in its canonical (lexicographic) order, from a tree of its cached plan (its
+    rows sorted again: the coordinates are distinct, so the order is the same)."""
+    return X.__dict__["_tk_csf"][1][0].to_coo().coords
 
 
 def _non_finite_sums(c: np.ndarray, v: np.ndarray) -> None:

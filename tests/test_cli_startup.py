@@ -1,0 +1,212 @@
+"""Start-up of `import tuckerkit` and of the command line: what they import, and that the shortcuts they take
+(option values converted without pydantic, cached kernels loaded without numba's registry refresh) give the
+same values, messages and result files as the long way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from tuckerkit.cli import app
+from tuckerkit.cli._params import _Coercion
+from typer._click import Context
+from typer._click.exceptions import BadParameter
+from typer._coercion import build_runtime_param
+from typer.testing import CliRunner
+
+
+def _run_py(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_import_tuckerkit_leaves_heavy_packages_unimported():
+    code = ("import sys, json, tuckerkit\n"
+            "heavy = ('scipy.linalg', 'scipy.sparse', 'scipy.optimize', 'dask', 'sklearn', 'numba', 'pydantic',"
+            " 'rich', 'h5py', 'sparse', 'typer')\n"
+            "print(json.dumps([m for m in heavy if m in sys.modules]))\n")
+    out = _run_py(code)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
+
+
+def test_functions_that_need_scipy_linalg_still_import_it():
+    code = ("import sys, numpy as np, tuckerkit as tk\n"
+            "from tuckerkit.decomposition._linalg import spd_solve\n"
+            "V = np.array([[4.0, 1.0], [1.0, 3.0]]); M = np.array([[1.0, 2.0]])\n"
+            "U = spd_solve(V, M)\n"
+            "assert np.allclose(U @ V, M), U\n"
+            "X = np.random.default_rng(0).random((6, 5, 4))\n"
+            "T = tk.hosvd(X, (2, 2, 2))\n"
+            "print('scipy.linalg' in sys.modules, T.ranks)\n")
+    out = _run_py(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "(2,", "2,", "2)"]
+
+
+def _decompose_params():
+    cmd = typer.main.get_command(app).commands["decompose"]
+    return cmd, {p.name: p for p in cmd.params}
+
+
+INTS = ["0", "16", "-3", "007", "+5", " 5", "5 ", "1_000", "1e3", "3.0", "abc", "", "99999999999999999999",
+        "123456789012345678", "\u0661\u0662", "0x10", "--1"]
+FLOATS = ["1e-5", "0.01", ".5", "5.", "-0", "-0.0", "1E3", "0", "42", "inf", "-inf", "nan", "1_0", "abc", "",
+          "1e400", "1e-400", "2.2250738585072014e-308", "0.1e-310", "123456789012345678901234567890",
+          "1e-5 ", " 1", "+1.5", "1.5e+2", "1.5e", "e5", ".", "-.5", "0.30000000000000004", "1e-05"]
+STRS = ["hooi", "", " x ", "cuda:0", "10,10,10", "\u00e9"]
+
+
+def _outcome(rt, value, param, ctx):
+    try:
+        out = rt.coerce(value, param=param, ctx=ctx)
+    except BadParameter as exc:
+        return ("error", exc.format_message())
+    return ("value", type(out), out if not isinstance(out, float) or out == out else "nan")
+
+
+@pytest.mark.parametrize("name,values", [("rank", INTS), ("seed", INTS), ("stop_tol", FLOATS),
+                                         ("max_error", FLOATS), ("method", STRS), ("ranks", STRS)])
+def test_option_values_convert_as_typer_does(name, values):
+    cmd, params = _decompose_params()
+    ctx = Context(cmd)
+    p = params[name]
+    typer_own = build_runtime_param(p.type_descriptor)
+    ours = _Coercion(p)
+    for v in [*values, None]:
+        assert _outcome(ours, v, p, ctx) == _outcome(typer_own, v, p, ctx), v
+    for v in values:  # bit for bit, -0.0 and the correctly rounded decimals included
+        a, b = _outcome(ours, v, p, ctx), _outcome(typer_own, v, p, ctx)
+        if a[0] == "value" and isinstance(a[2], float):
+            assert np.float64(a[2]).tobytes() == np.float64(b[2]).tobytes(), v
+
+
+def test_path_values_convert_as_typer_does(tmp_path):
+    cmd, params = _decompose_params()
+    ctx = Context(cmd)
+    (tmp_path / "x.npy").write_bytes(b"")
+    values = [str(tmp_path / "x.npy"), str(tmp_path / "missing.npz"), str(tmp_path), "-", "", "rel/out.npz",
+              tmp_path / "x.npy"]
+    for name in ("input", "output", "mask"):
+        p = params[name]
+        typer_own, ours = build_runtime_param(p.type_descriptor), _Coercion(p)
+        for v in [*values, None]:
+            assert _outcome(ours, v, p, ctx) == _outcome(typer_own, v, p, ctx), (name, v)
+
+
+def test_bad_option_value_message_is_typer_own():
+    res = CliRunner().invoke(app, ["decompose", "x.npy", "--method", "cp", "--rank", "abc"])
+    assert res.exit_code == 2
+    assert res.output.splitlines()[-1] == (  # as before (pydantic's words, through typer)
+        "Error: Invalid value for '--rank': Input should be a valid integer, unable to parse string as an integer")
+    res = CliRunner().invoke(app, ["decompose", "x.npy", "--method", "cp", "--rank", "3", "--stop-tol", "1e"])
+    assert res.exit_code == 2
+    assert res.output.splitlines()[-1] == (
+        "Error: Invalid value for '--stop-tol': Input should be a valid number, unable to parse string as a number")
+
+
+def _write_tns(path: Path) -> None:
+    rng = np.random.default_rng(3)
+    shape = (30, 25, 20)
+    coords = np.unique(np.stack([rng.integers(0, s, 1500) for s in shape], axis=1), axis=0)
+    vals = rng.random(coords.shape[0]) + 0.1
+    lines = [" ".join(str(int(i) + 1) for i in c) + f" {float(v)!r}" for c, v in zip(coords, vals, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+_CLI = """
+import atexit, gc, json, sys
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0, file=sys.stderr))  # runs last
+sys.argv = ["tuckerkit", "decompose", {tns!r}, "--method", "cp", "--rank", "4", "--iterations", "5",
+            "--seed", "1", "-o", {out!r}, "--force", "--no-linesearch", "--quiet"]
+from tuckerkit.cli import main
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+heavy = ("pydantic", "typer._adapters", "numba.np.random.generator_methods", "numba.np.polynomial",
+         "numba.typed.typedset", "numba.np.linalg", "sparse")
+print(json.dumps([m for m in heavy if m in sys.modules]), file=sys.stderr)
+"""
+
+
+def test_console_script_sparse_run_loads_cached_kernels_lightly_and_writes_the_same_result(tmp_path):
+    tns = tmp_path / "t.tns"
+    _write_tns(tns)
+    ref = tmp_path / "ref.npz"
+    res = CliRunner().invoke(app, ["decompose", str(tns), "--method", "cp", "--rank", "4", "--iterations", "5",
+                                   "--seed", "1", "-o", str(ref), "--force", "--no-linesearch", "--quiet"])
+    assert res.exit_code == 0, res.output  # in this process: numba's usual path (and its cache written)
+    out = tmp_path / "out.npz"
+    code = _CLI.format(tns=str(tns), out=str(out))
+    for _ in range(2):  # the second run finds every kernel in the cache, whatever ran before
+        run = _run_py(code, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+    assert json.loads(run.stderr.strip().splitlines()[-2]) == []
+    assert run.stderr.strip().splitlines()[-1] == "frozen at exit: True"  # main()'s last exit handler ran
+    assert "cp of 30x25x20 float64: rank 4" in run.stdout
+    with np.load(ref) as a, np.load(out) as b:
+        assert sorted(a.files) == sorted(b.files)
+        for k in a.files:
+            if k != "metadata":
+                assert a[k].tobytes() == b[k].tobytes(), k
+        ma, mb = json.loads(str(a["metadata"])), json.loads(str(b["metadata"]))
+    for k in ("seconds", "timestamp"):
+        ma.pop(k), mb.pop(k)
+    assert ma == mb
+
+
+def test_light_numba_is_only_for_the_console_script_process():
+    from tuckerkit.cli import _app
+
+    assert _app._OWN_PROCESS is False  # CliRunner and applications keep numba as it is
+    import numba.core.caching as caching
+
+    assert not getattr(caching.Cache.load_overload, "tuckerkit_light", False)
+
+
+@pytest.mark.parametrize("kind", ["all", "two", "one"])
+def test_dropped_coordinates_come_back_equal(kind):
+    from tuckerkit.sparse import COOTensor
+
+    rng = np.random.default_rng(5)
+    for shape in [(30, 25, 20), (5, 6, 7, 8), (40, 3)]:
+        X = COOTensor(np.stack([rng.integers(0, s, 700) for s in shape], axis=1), rng.random(700), shape)
+        assert not X._drop_coords()  # no plan yet: kept
+        c0, v0 = X.coords.copy(), X.values.copy()
+        X.plan(csf=kind)
+        assert X._drop_coords() and X.__dict__["_coords"] is None
+        assert X.nnz == c0.shape[0] and np.array_equal(X.values, v0)
+        c1 = X.coords  # rebuilt from a tree of the plan
+        assert c1.dtype == c0.dtype and c1.flags.c_contiguous and np.array_equal(c1, c0)
+        assert X.coords is c1  # once
+
+
+@pytest.mark.parametrize("linesearch", ["--linesearch", "--no-linesearch"])
+def test_cli_sparse_cp_runs_without_the_coordinates(tmp_path, monkeypatch, linesearch):
+    import tuckerkit as tk
+
+    tns = tmp_path / "t.tns"
+    _write_tns(tns)
+    seen = []
+    real = tk.cp_als
+
+    def spy(X, *a, **k):
+        seen.append(X)
+        out = real(X, *a, **k)
+        seen.append(X.__dict__.get("_coords", "kept"))
+        return out
+
+    monkeypatch.setattr(tk, "cp_als", spy)
+    res = CliRunner().invoke(app, ["decompose", str(tns), "--method", "cp", "--rank", "3", "--max-iter", "8",
+                                   "--seed", "0", "-o", str(tmp_path / "o.npz"), linesearch, "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert len(seen) == 2 and seen[1] is None  # dropped before CP-ALS and not needed by it
+    from tuckerkit.sparse import COOTensor
+
+    ref = COOTensor.from_tns(tns)
+    assert np.array_equal(seen[0].coords, ref.coords)  # and rebuilt equal when asked for afterwards
