@@ -169,15 +169,64 @@ def test_kernel_operands_start_on_a_cache_line(dtype):
     assert sparse_mttkrp(X, factors, 1).ctypes.data % ALIGN == 0
 
 
-def test_bound_heap_is_callable_and_leaves_results_alone():
-    """The CLI's heap setting (glibc mmap threshold) changes no result."""
-    from tuckerkit.sparse._mttkrp import bound_heap, sparse_mttkrp
+def _work_buffers(X):
+    """The work buffers on the trees of X's plan: {(tree, key): [array ids]}."""
+    _, csfs = X._tk_csf
+    return {(t, k): [id(e[1]) for e in v] for t, c in enumerate(csfs)
+            for k, v in c.__dict__.get("_tk_cache", {}).items() if isinstance(k, tuple) and k[0] == "work"}
 
-    X = _tensor((7, 5, 9), 80, 5)
-    factors = [np.random.default_rng(2).standard_normal((s, 16)) for s in X.shape]
-    before = sparse_mttkrp(X, factors, 0)
-    bound_heap()
-    assert sparse_mttkrp(X, factors, 0).tobytes() == before.tobytes()
+
+@pytest.mark.parametrize("kind", ["all", "two", "one"])
+def test_cp_als_reuses_the_mttkrp_work_buffers(kind):
+    """The outputs and factor stacks of the sparse MTTKRPs are made once per plan: more iterations and another
+    cp_als call (with and without the line search) keep the same buffers, at most two per purpose (the line
+    search's extra MTTKRP of the last mode runs while the sweep's result is held for the fit)."""
+    import tuckerkit as tk
+
+    X = _tensor((30, 20, 25, 12), 900, 7)
+    X.plan(csf=kind)
+    tk.cp_als(X, 5, max_iter=6, tol=0, random_state=0)
+    first = _work_buffers(X)
+    assert first and all(1 <= len(v) <= 2 for v in first.values())
+    a = tk.cp_als(X, 5, max_iter=12, tol=0, random_state=0)
+    b = tk.cp_als(X, 5, max_iter=12, tol=0, linesearch=False, random_state=0)
+    assert _work_buffers(X) == first
+    assert tk.cp_als(X, 5, max_iter=12, tol=0, random_state=0).weights.tobytes() == a.weights.tobytes()
+    assert tk.cp_als(X, 5, max_iter=12, tol=0, linesearch=False,
+                     random_state=0).factors[2].tobytes() == b.factors[2].tobytes()
+
+
+@pytest.mark.parametrize("kind", ["all", "one"])
+def test_a_held_mttkrp_result_is_never_overwritten(kind):
+    """A result (or a view of it) the caller keeps is left alone by later calls; a dropped one is reused, and
+    what the caller wrote into it does not leak into the next result (rows without nonzeros included)."""
+    from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+    X = _tensor((9, 6, 40), 60, 2)  # mode 2: most rows hold no nonzero
+    X.plan(csf=kind)
+    rng = np.random.default_rng(0)
+    F1 = [rng.standard_normal((s, 4)) for s in X.shape]
+    F2 = [rng.standard_normal((s, 4)) for s in X.shape]
+    for mode in range(3):
+        want1, want2 = _oracle(X, F1, mode), _oracle(X, F2, mode)
+        tol = 200 * np.finfo(np.float64).eps * np.abs(want1).max()
+        M1 = sparse_mttkrp(X, F1, mode)
+        view, kept, address1 = M1[1:, :2], M1.copy(), M1.ctypes.data
+        M2 = sparse_mttkrp(X, F2, mode)
+        address2 = M2.ctypes.data
+        assert address2 != address1 and M1.tobytes() == kept.tobytes()
+        np.testing.assert_allclose(M2, want2, rtol=0, atol=tol)
+        del M1
+        M3 = sparse_mttkrp(X, F2, mode)  # M1's bytes are still held by the view
+        assert M3.ctypes.data not in (address1, address2)
+        assert view.tobytes() == kept[1:, :2].tobytes() and M3.tobytes() == M2.tobytes()
+        M2 += 1.0
+        del M2, M3, view
+        M4 = sparse_mttkrp(X, F1, mode)  # the dropped buffers again
+        M5 = sparse_mttkrp(X, F1, mode)  # the one written into: its rows rewritten or zeroed
+        assert (M4.ctypes.data, M5.ctypes.data) == (address1, address2)
+        assert M4.tobytes() == M5.tobytes() == kept.tobytes()
+        np.testing.assert_allclose(M4, want1, rtol=0, atol=tol)
 
 
 def test_slp_vectorize_restores_the_setting_after_concurrent_use():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -163,25 +164,6 @@ def release_free_memory() -> None:
         pass
 
 
-def bound_heap(threshold: int = 1 << 20) -> None:
-    """Serve allocations of ``threshold`` bytes and more from their own mappings, returned to the system when
-    freed (glibc ``mallopt(M_MMAP_THRESHOLD)``; nothing elsewhere).
-
-    glibc raises its mmap threshold after the first large free, so the per-call factor stacks and outputs of
-    the kernels (megabytes each) then stay in the heap and the process's peak grows over the iterations
-    (measured: 20 MB of a 2M-nonzero CLI run, 335 -> 315 MB). Process-wide: for a program that owns its
-    process (the CLI), not for the library to call."""
-    import ctypes
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, int(threshold))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        pass
-
-
 def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
     """The CSF trees of a plan, one after the other.
 
@@ -295,13 +277,59 @@ def aligned_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype) -> tuple:
-    """The factors of the tree's levels stacked in one aligned array (the skipped level's rows left out)."""
+#: work buffers kept per tree and purpose (see :func:`work_buffer`): two cover a result still held by the
+#: caller (CP-ALS keeps the last MTTKRP for its fit) while the next call of the same mode runs
+POOL_SIZE = 2
+_pool_lock = threading.Lock()
+
+
+def _new_entry(shape: tuple[int, ...], dtype: Any) -> list:
+    arr = aligned_zeros(shape, dtype)
+    return [arr.base, arr]  # the owning bytes (every view's base collapses to it) and the array
+
+
+def _refs(entry: list) -> tuple[int, int]:
+    """References to an entry's bytes and array (a caller's view of the array holds the bytes)."""
+    return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
+
+
+def work_buffer(csf: CSFTensor, purpose: tuple, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An aligned array of ``shape`` kept on the tree for ``purpose`` and reused by later calls: the kernels'
+    outputs and factor stacks are allocated once per plan, not per call, so the iterations neither fault in
+    fresh pages nor grow the heap (glibc keeps freed blocks of a few MB in the heap once its mmap threshold
+    has risen: measured 20 MB more peak memory over a 2M-nonzero CLI run). Its contents are stale: the caller
+    writes every entry it reads (or zeroes it).
+
+    A buffer is handed out again only when nothing outside the pool refers to it or to any view of it (a
+    result the caller still holds, a call running in another thread); otherwise another one is made, of which
+    at most :data:`POOL_SIZE` are kept."""
+    dtype = np.dtype(dtype)
+    key = (purpose, tuple(int(s) for s in shape), dtype.str)
+    cache = csf.__dict__.setdefault("_tk_cache", {})
+    with _pool_lock:
+        entries = cache.setdefault(("work", key), [])
+        for entry in entries:
+            if _refs(entry) == entry[2]:
+                return entry[1]
+        entry = _new_entry(shape, dtype)
+        if len(entries) >= POOL_SIZE:
+            return entry[1]
+        entry.append(())
+        entries.append(entry)
+        entry[2] = _refs(entry)  # the counts of a free entry (the pool's own references only)
+        return entry[1]
+
+
+def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype,
+                 reuse: bool = False) -> tuple:
+    """The factors of the tree's levels stacked in one aligned array (the skipped level's rows left out);
+    ``reuse``: in a work buffer kept on the tree (:func:`work_buffer`; every row is written)."""
     N = csf.ndim
     F_off = np.zeros(N, dtype=np.int64)
     rows = [0 if lev == skip_level or factors[csf.order[lev]] is None else csf.shape[csf.order[lev]]
             for lev in range(N)]
-    F_all = aligned_zeros((sum(rows), R), dtype)
+    shape = (sum(rows), R)
+    F_all = work_buffer(csf, ("stack", skip_level), shape, dtype) if reuse else aligned_zeros(shape, dtype)
     off = 0
     for lev in range(N):
         F_off[lev] = off
@@ -326,13 +354,18 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
     R = next(U.shape[1] for m, U in enumerate(factors) if m != mode and U is not None)
     dtype = np.result_type(csf.values.dtype, *(U.dtype for m, U in enumerate(factors) if m != mode))
     pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
-    vals = csf.values.astype(dtype, copy=False)
+    vals = _values_as(csf, dtype)
     workers = _kernel_workers(policy)
     nested = _nested_kernel(csf.ndim, level)
+    shape = (csf.shape[mode], R)
     with numba_threads(policy):  # BLAS held to one thread meanwhile
+        # the outputs and factor stacks are work buffers kept on the tree (work_buffer): allocated once per plan
         if level == 0:
-            F_all, F_off = _pack_levels(csf, factors, 0, R, dtype)
-            out = aligned_zeros((csf.shape[mode], R), dtype)
+            F_all, F_off = _pack_levels(csf, factors, 0, R, dtype, reuse=True)
+            # each root's row is written whole; the rows without a root are zeroed (a caller may have written
+            # into a result it then dropped)
+            out = work_buffer(csf, ("out", mode), shape, dtype)
+            out[_rootless_rows(csf)] = 0
             bounds = balanced_roots(csf, 4 * workers)  # each output row written once: any cut, same bits
             blocked = _blocked_root_kernel(csf.ndim, R)
             if blocked is not None:
@@ -343,19 +376,44 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             else:
                 mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
             return out
-        F_all, F_off = _pack_levels(csf, factors, level, R, dtype)
+        F_all, F_off = _pack_levels(csf, factors, level, R, dtype, reuse=True)
         # a fixed number of private outputs, whatever the workers: the same partial sums, added in the same
         # order, on any machine (bitwise repeatable)
         bounds = balanced_roots(csf, LEVEL_PARTS)
-        private = aligned_zeros((len(bounds) - 1, csf.shape[mode], R), dtype)
+        private = work_buffer(csf, ("private", level), (len(bounds) - 1, *shape), dtype)
+        private.fill(0)  # the kernels add into it
         if nested is not None:
             nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private)
         else:
             mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
-        out = private[0]
-        for t in range(1, private.shape[0]):
+        out = work_buffer(csf, ("out", mode), shape, dtype)
+        if private.shape[0] == 1:
+            out[...] = private[0]
+        else:  # ((p0 + p1) + p2) + ...: the partials added in order
+            np.add(private[0], private[1], out=out)
+        for t in range(2, private.shape[0]):
             out += private[t]
         return out
+
+
+def _values_as(csf: CSFTensor, dtype: Any) -> np.ndarray:
+    """The tree's values in ``dtype`` (a converted copy made once and kept on the tree for these values)."""
+    if csf.values.dtype == dtype:
+        return csf.values
+    kept = csf.__dict__.get("_tk_values_as")
+    if kept is None or kept[0] is not csf.values or kept[1].dtype != dtype:
+        kept = csf.__dict__["_tk_values_as"] = (csf.values, csf.values.astype(dtype))
+    return kept[1]
+
+
+def _rootless_rows(csf: CSFTensor) -> np.ndarray:
+    """The rows of the root mode that hold no nonzero (cached on the tree)."""
+    cache = csf.__dict__.setdefault("_tk_cache", {})
+    if "rootless" not in cache:
+        present = np.zeros(csf.shape[csf.order[0]], dtype=bool)
+        present[csf.idx[0]] = True
+        cache["rootless"] = np.flatnonzero(~present)
+    return cache["rootless"]
 
 
 #: private outputs of an internal- or leaf-level MTTKRP (fixed: the result does not depend on the threads)
