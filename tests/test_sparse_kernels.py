@@ -173,7 +173,7 @@ def _work_buffers(X):
     """The work buffers on the trees of X's plan: {(tree, key): [array ids]}."""
     _, csfs = X._tk_csf
     return {(t, k): [id(e[1]) for e in v] for t, c in enumerate(csfs)
-            for k, v in c.__dict__.get("_tk_cache", {}).items() if isinstance(k, tuple) and k[0] == "work"}
+            for k, v in c.__dict__.get("_tk_cache", {}).items() if isinstance(k, tuple) and k[0][0] == "work"}
 
 
 @pytest.mark.parametrize("kind", ["all", "two", "one"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -277,47 +276,15 @@ def aligned_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
-#: work buffers kept per tree and purpose (see :func:`work_buffer`): two cover a result still held by the
-#: caller (CP-ALS keeps the last MTTKRP for its fit) while the next call of the same mode runs
-POOL_SIZE = 2
-_pool_lock = threading.Lock()
-
-
-def _new_entry(shape: tuple[int, ...], dtype: Any) -> list:
-    arr = aligned_zeros(shape, dtype)
-    return [arr.base, arr]  # the owning bytes (every view's base collapses to it) and the array
-
-
-def _refs(entry: list) -> tuple[int, int]:
-    """References to an entry's bytes and array (a caller's view of the array holds the bytes)."""
-    return sys.getrefcount(entry[0]), sys.getrefcount(entry[1])
-
-
 def work_buffer(csf: CSFTensor, purpose: tuple, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An aligned array of ``shape`` kept on the tree for ``purpose`` and reused by later calls: the kernels'
-    outputs and factor stacks are allocated once per plan, not per call, so the iterations neither fault in
-    fresh pages nor grow the heap (glibc keeps freed blocks of a few MB in the heap once its mmap threshold
-    has risen: measured 20 MB more peak memory over a 2M-nonzero CLI run). Its contents are stale: the caller
-    writes every entry it reads (or zeroes it).
+    """An aligned array of ``shape`` kept on the tree for ``purpose`` and reused by later calls
+    (:func:`tuckerkit.engine._buffers.pooled`): the kernels' outputs and factor stacks are allocated once per
+    plan, not per call, so the iterations neither fault in fresh pages nor grow the heap (glibc keeps freed
+    blocks of a few MB in the heap once its mmap threshold has risen: 20 MB more peak memory measured over a
+    2M-nonzero CLI run). Its contents are stale: the caller writes every entry it reads (or zeroes it)."""
+    from tuckerkit.engine._buffers import pooled
 
-    A buffer is handed out again only when nothing outside the pool refers to it or to any view of it (a
-    result the caller still holds, a call running in another thread); otherwise another one is made, of which
-    at most :data:`POOL_SIZE` are kept."""
-    dtype = np.dtype(dtype)
-    key = (purpose, tuple(int(s) for s in shape), dtype.str)
-    cache = csf.__dict__.setdefault("_tk_cache", {})
-    with _pool_lock:
-        entries = cache.setdefault(("work", key), [])
-        for entry in entries:
-            if _refs(entry) == entry[2]:
-                return entry[1]
-        entry = _new_entry(shape, dtype)
-        if len(entries) >= POOL_SIZE:
-            return entry[1]
-        entry.append(())
-        entries.append(entry)
-        entry[2] = _refs(entry)  # the counts of a free entry (the pool's own references only)
-        return entry[1]
+    return pooled(csf.__dict__.setdefault("_tk_cache", {}), ("work", purpose), shape, dtype)
 
 
 def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype,
