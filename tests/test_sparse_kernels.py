@@ -170,17 +170,15 @@ def test_kernel_operands_start_on_a_cache_line(dtype):
 
 
 def _work_buffers(X):
-    """The work buffers on the trees of X's plan: {(tree, key): [array ids]}."""
-    _, csfs = X._tk_csf
-    return {(t, k): [id(e[1]) for e in v] for t, c in enumerate(csfs)
-            for k, v in c.__dict__.get("_tk_cache", {}).items() if isinstance(k, tuple) and k[0][0] == "work"}
+    """The MTTKRP work buffers kept on X: {key: [array ids]}."""
+    return {k: [id(e[1]) for e in v] for k, v in X.__dict__.get("_tk_work", {}).items()}
 
 
 @pytest.mark.parametrize("kind", ["all", "two", "one"])
 def test_cp_als_reuses_the_mttkrp_work_buffers(kind):
-    """The outputs and factor stacks of the sparse MTTKRPs are made once per plan: more iterations and another
-    cp_als call (with and without the line search) keep the same buffers, at most two per purpose (the line
-    search's extra MTTKRP of the last mode runs while the sweep's result is held for the fit)."""
+    """The outputs and factor stacks of the sparse MTTKRPs are made once per tensor: more iterations and another
+    cp_als call (with and without the line search) keep the same buffers, at most two per purpose and shape
+    (a mode's result is still held while the next one is computed)."""
     import tuckerkit as tk
 
     X = _tensor((30, 20, 25, 12), 900, 7)

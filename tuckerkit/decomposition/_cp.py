@@ -267,7 +267,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     it = 0
     last: dict[str, Any] = {}
     # real dtypes on the host: the compiled Cholesky row solve (_cp_kernels) writing into buffers kept for the
-    # call (engine._buffers.pooled: two per mode, the one the factor list holds is not the one written)
+    # call (engine._buffers.pooled: a factor is rewritten in place unless something else holds it)
     fused = xp is np and not cplx
     buffers: dict = {}
 
@@ -281,6 +281,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             if m != n:
                 V *= grams[m]
         if fused:  # the compiled solve into a reused buffer (a factor still held elsewhere is never written)
+            factors[n] = None  # the factor being replaced is not read: its buffer is free unless held elsewhere
             U = pooled(buffers, n, (X.shape[n], rank), X.dtype)
             norms = cp_factor_update(V, M, U, normalize, policy)
             if norms is not False:

@@ -276,27 +276,29 @@ def aligned_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def work_buffer(csf: CSFTensor, purpose: tuple, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An aligned array of ``shape`` kept on the tree for ``purpose`` and reused by later calls
+def work_buffer(owner: Any, purpose: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An aligned array of ``shape`` kept on the tensor ``owner`` for ``purpose`` and reused by later calls
     (:func:`tuckerkit.engine._buffers.pooled`): the kernels' outputs and factor stacks are allocated once per
-    plan, not per call, so the iterations neither fault in fresh pages nor grow the heap (glibc keeps freed
+    tensor, not per call, so the iterations neither fault in fresh pages nor grow the heap (glibc keeps freed
     blocks of a few MB in the heap once its mmap threshold has risen: 20 MB more peak memory measured over a
-    2M-nonzero CLI run). Its contents are stale: the caller writes every entry it reads (or zeroes it)."""
+    2M-nonzero CLI run). The modes and trees share the buffers of one shape (one mode's result is dropped
+    before the next mode's call, so two of each shape serve a sweep). Its contents are stale: the caller
+    writes every entry it reads (or zeroes it)."""
     from tuckerkit.engine._buffers import pooled
 
-    return pooled(csf.__dict__.setdefault("_tk_cache", {}), ("work", purpose), shape, dtype)
+    return pooled(owner.__dict__.setdefault("_tk_work", {}), purpose, shape, dtype)
 
 
 def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype,
-                 reuse: bool = False) -> tuple:
-    """The factors of the tree's levels stacked in one aligned array (the skipped level's rows left out);
-    ``reuse``: in a work buffer kept on the tree (:func:`work_buffer`; every row is written)."""
+                 owner: Any = None) -> tuple:
+    """The factors of the tree's levels stacked in one aligned array (the skipped level's rows left out); with
+    an ``owner``, in a work buffer kept on it (:func:`work_buffer`; every row is written)."""
     N = csf.ndim
     F_off = np.zeros(N, dtype=np.int64)
     rows = [0 if lev == skip_level or factors[csf.order[lev]] is None else csf.shape[csf.order[lev]]
             for lev in range(N)]
     shape = (sum(rows), R)
-    F_all = work_buffer(csf, ("stack", skip_level), shape, dtype) if reuse else aligned_zeros(shape, dtype)
+    F_all = aligned_zeros(shape, dtype) if owner is None else work_buffer(owner, "stack", shape, dtype)
     off = 0
     for lev in range(N):
         F_off[lev] = off
@@ -326,12 +328,12 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
     nested = _nested_kernel(csf.ndim, level)
     shape = (csf.shape[mode], R)
     with numba_threads(policy):  # BLAS held to one thread meanwhile
-        # the outputs and factor stacks are work buffers kept on the tree (work_buffer): allocated once per plan
+        # the outputs and factor stacks are work buffers kept on X (work_buffer): allocated once per tensor
         if level == 0:
-            F_all, F_off = _pack_levels(csf, factors, 0, R, dtype, reuse=True)
-            # each root's row is written whole; the rows without a root are zeroed (a caller may have written
-            # into a result it then dropped)
-            out = work_buffer(csf, ("out", mode), shape, dtype)
+            F_all, F_off = _pack_levels(csf, factors, 0, R, dtype, X)
+            # each root's row is written whole; the rows without a root are zeroed (the buffer may have served
+            # another mode, or a caller wrote into a result it then dropped)
+            out = work_buffer(X, "out", shape, dtype)
             out[_rootless_rows(csf)] = 0
             bounds = balanced_roots(csf, 4 * workers)  # each output row written once: any cut, same bits
             blocked = _blocked_root_kernel(csf.ndim, R)
@@ -343,17 +345,17 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             else:
                 mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
             return out
-        F_all, F_off = _pack_levels(csf, factors, level, R, dtype, reuse=True)
+        F_all, F_off = _pack_levels(csf, factors, level, R, dtype, X)
         # a fixed number of private outputs, whatever the workers: the same partial sums, added in the same
         # order, on any machine (bitwise repeatable)
         bounds = balanced_roots(csf, LEVEL_PARTS)
-        private = work_buffer(csf, ("private", level), (len(bounds) - 1, *shape), dtype)
+        private = work_buffer(X, "private", (len(bounds) - 1, *shape), dtype)
         private.fill(0)  # the kernels add into it
         if nested is not None:
             nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private)
         else:
             mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
-        out = work_buffer(csf, ("out", mode), shape, dtype)
+        out = work_buffer(X, "out", shape, dtype)
         if private.shape[0] == 1:
             out[...] = private[0]
         else:  # ((p0 + p1) + p2) + ...: the partials added in order
