@@ -174,24 +174,28 @@ def _work_buffers(X):
     return {k: [id(e[1]) for e in v] for k, v in X.__dict__.get("_tk_work", {}).items()}
 
 
+@pytest.mark.parametrize("linesearch", [False, True])
 @pytest.mark.parametrize("kind", ["all", "two", "one"])
-def test_cp_als_reuses_the_mttkrp_work_buffers(kind):
-    """The outputs and factor stacks of the sparse MTTKRPs are made once per tensor: more iterations and another
-    cp_als call (with and without the line search) keep the same buffers, at most two per purpose and shape
-    (a mode's result is still held while the next one is computed)."""
+def test_cp_als_reuses_the_mttkrp_work_buffers(kind, linesearch):
+    """The outputs and factor stacks of the sparse MTTKRPs are made once per decomposition: the iterations keep
+    the same buffers (at most two per purpose and shape: a mode's result is still held while the next one is
+    computed), and the tensor holds none once cp_als returns; the same bits as a second call."""
     import tuckerkit as tk
 
     X = _tensor((30, 20, 25, 12), 900, 7)
     X.plan(csf=kind)
-    tk.cp_als(X, 5, max_iter=6, tol=0, random_state=0)
-    first = _work_buffers(X)
-    assert first and all(1 <= len(v) <= 2 for v in first.values())
-    a = tk.cp_als(X, 5, max_iter=12, tol=0, random_state=0)
-    b = tk.cp_als(X, 5, max_iter=12, tol=0, linesearch=False, random_state=0)
-    assert _work_buffers(X) == first
-    assert tk.cp_als(X, 5, max_iter=12, tol=0, random_state=0).weights.tobytes() == a.weights.tobytes()
-    assert tk.cp_als(X, 5, max_iter=12, tol=0, linesearch=False,
-                     random_state=0).factors[2].tobytes() == b.factors[2].tobytes()
+    seen = {}
+
+    def look(state):
+        seen[state.iteration] = _work_buffers(X)
+
+    a = tk.cp_als(X, 5, max_iter=14, tol=0, linesearch=linesearch, random_state=0, callback=look)
+    assert seen[8] and all(1 <= len(v) <= 2 for v in seen[8].values())
+    assert all(seen[it] == seen[8] for it in range(8, 15))
+    assert "_tk_work" not in X.__dict__
+    b = tk.cp_als(X, 5, max_iter=14, tol=0, linesearch=linesearch, random_state=0)
+    assert a.weights.tobytes() == b.weights.tobytes()
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(a.factors, b.factors, strict=True))
 
 
 @pytest.mark.parametrize("kind", ["all", "one"])

@@ -334,6 +334,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if mon.step(it, fit, factors, weights=weights, may_decrease=it <= orthogonalize):
             break
     mon.finish()
+    release = getattr(X, "release_work_buffers", None)
+    if release is not None:  # a sparse tensor's MTTKRP buffers, kept across the iterations, go with the call
+        release()
     if normalize or not free:
         weights = call.unscale(weights)
     else:

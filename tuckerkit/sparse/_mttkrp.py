@@ -278,15 +278,21 @@ def aligned_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 def work_buffer(owner: Any, purpose: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An aligned array of ``shape`` kept on the tensor ``owner`` for ``purpose`` and reused by later calls
-    (:func:`tuckerkit.engine._buffers.pooled`): the kernels' outputs and factor stacks are allocated once per
-    tensor, not per call, so the iterations neither fault in fresh pages nor grow the heap (glibc keeps freed
-    blocks of a few MB in the heap once its mmap threshold has risen: 20 MB more peak memory measured over a
-    2M-nonzero CLI run). The modes and trees share the buffers of one shape (one mode's result is dropped
-    before the next mode's call, so two of each shape serve a sweep). Its contents are stale: the caller
-    writes every entry it reads (or zeroes it)."""
+    (:func:`tuckerkit.engine._buffers.pooled`) until :func:`release_work_buffers`: the kernels' outputs and
+    factor stacks are allocated once per decomposition, not per call, so the iterations neither fault in fresh
+    pages nor grow the heap (glibc keeps freed blocks of a few MB in the heap once its mmap threshold has
+    risen: 20 MB more peak memory measured over a 2M-nonzero CLI run). The modes and trees share the buffers
+    of one shape (one mode's result is dropped before the next mode's call, so two of each shape serve a
+    sweep). Its contents are stale: the caller writes every entry it reads (or zeroes it)."""
     from tuckerkit.engine._buffers import pooled
 
     return pooled(owner.__dict__.setdefault("_tk_work", {}), purpose, shape, dtype)
+
+
+def release_work_buffers(X: Any) -> None:
+    """Drop the work buffers kept on ``X`` (:func:`work_buffer`): a decomposition calls it when it returns, so
+    that the tensor holds no memory between calls (the next call makes them again, once)."""
+    X.__dict__.pop("_tk_work", None)
 
 
 def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype,
