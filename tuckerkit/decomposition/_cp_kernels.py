@@ -4,29 +4,31 @@ does not load numba.
 ``U V = M`` with ``V = L L^T`` (Cholesky, R x R) is, row by row, a forward substitution with ``L`` and a back
 substitution with ``L^T``. LAPACK's ``potrs`` runs it on ``M^T`` with 10^4-10^5 right-hand sides of 16 entries
 at ~3 GFlop/s (1.7 ms for 20000 x 16); here :data:`BLOCK` rows are solved side by side (one vector lane each),
-and the column sums of squares that ``normalize`` needs are added up on the way. The rows are cut into
-pieces of :data:`CHUNK` rows, a cut that depends on the sizes only: each piece's partial sums are added in
-piece order, so the result is the same bits for any number of threads. No fastmath: every lane does the
-same IEEE operations in the same order as a row solved alone.
+and the column sums of squares that ``normalize`` needs are added up on the way, in pieces of :data:`CHUNK`
+rows added in piece order. It runs on one thread: a parallel version (the pieces over numba's threads, the
+same bits) measured no faster on the shared 2-core machine, where each parallel launch waits for a
+descheduled thread. No fastmath: every lane does the same IEEE operations in the same order as a row solved
+alone.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 #: rows solved side by side (vector lanes)
 BLOCK = 16
-#: rows of one parallel piece (fixed: the partial sums do not depend on the threads)
+#: rows whose sums of squares are added up apart, then in piece order
 CHUNK = 512
 
 
-def _solve_rows(M, L, U, ss):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def cholesky_solve_rows(M, L, U, ss):  # pragma: no cover - compiled
     """``U[i] = M[i] (L L^T)^{-1}`` for every row (M, U: I x R, C-contiguous; L: R x R lower triangular) and
     ``ss[p, r]``: the sum of ``U[i, r]**2`` (float64) over the rows of piece ``p`` (``ss``: pieces x R)."""
     I, R = M.shape  # noqa: E741
     pieces = ss.shape[0]
-    for p in prange(pieces):
+    for p in range(pieces):
         r0 = p * CHUNK
         r1 = min(I, r0 + CHUNK)
         T = np.empty((R, BLOCK), dtype=U.dtype)
@@ -68,8 +70,3 @@ def _solve_rows(M, L, U, ss):  # pragma: no cover - compiled
                 t += acc[i, b]
             ss[p, i] = t
 
-
-#: the pieces over numba's threads; one piece (or one worker) runs serially: a parallel launch costs a wake-up
-#: of the other threads, milliseconds on a loaded machine, for a solve of a few microseconds
-cholesky_solve_rows = njit(cache=True, nogil=True, parallel=True)(_solve_rows)
-cholesky_solve_rows_serial = njit(cache=True, nogil=True)(_solve_rows)

@@ -42,9 +42,8 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool, policy: Any) -> 
     M's dtype) by the compiled row solve (:mod:`._cp_kernels`), and with ``normalize`` the columns divided by
     their norms, which are returned (float64, zero norms as 1); None without ``normalize``. Returns False
     and leaves ``out`` alone when the Cholesky factorization of V fails (singular or indefinite V: the caller
-    takes :func:`spd_solve`'s least squares)."""
-    from tuckerkit.decomposition._cp_kernels import CHUNK, cholesky_solve_rows, cholesky_solve_rows_serial
-    from tuckerkit.engine._policy import numba_threads
+    takes :func:`spd_solve`'s least squares). One thread whatever ``policy`` says (see :mod:`._cp_kernels`)."""
+    from tuckerkit.decomposition._cp_kernels import CHUNK, cholesky_solve_rows
     from tuckerkit.sparse._mttkrp import slp_vectorize
 
     try:
@@ -56,12 +55,8 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool, policy: Any) -> 
     I = M.shape[0]  # noqa: E741
     ss = np.empty((-(-I // CHUNK), M.shape[1]), dtype=np.float64)
     L = np.ascontiguousarray(L, dtype=dtype)
-    with slp_vectorize():  # the lanes of a block packed into vector registers (compiled once, then cached)
-        if ss.shape[0] > 1 and policy.workers > 1:
-            with numba_threads(policy):  # BLAS held to one thread meanwhile
-                cholesky_solve_rows(M, L, out, ss)
-        else:
-            cholesky_solve_rows_serial(M, L, out, ss)
+    with slp_vectorize():  # SLP packs the lanes of a block into vector registers (at compile time)
+        cholesky_solve_rows(M, L, out, ss)
     if not normalize:
         return None
     norms = np.sqrt(ss.sum(axis=0))
