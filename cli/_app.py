@@ -412,10 +412,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
             client, cluster = connect_scheduler(scheduler, name="--scheduler")
         # the file's metadata, the ranks and the output path are checked before the one NaN/Inf scan, which
         # the decomposition runs as it reads the tensor
-        if input.suffix.lower() == ".tns":  # this process is the CLI's: large buffers go back when freed
-            from tuckerkit.sparse._mttkrp import bound_heap
-
-            bound_heap()
+        if input.suffix.lower() == ".tns":  # this process is the CLI's: cached kernels load without a refresh
             _own_process_numba()
         with open_tensor(input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
                          csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,

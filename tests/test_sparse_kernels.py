@@ -169,15 +169,66 @@ def test_kernel_operands_start_on_a_cache_line(dtype):
     assert sparse_mttkrp(X, factors, 1).ctypes.data % ALIGN == 0
 
 
-def test_bound_heap_is_callable_and_leaves_results_alone():
-    """The CLI's heap setting (glibc mmap threshold) changes no result."""
-    from tuckerkit.sparse._mttkrp import bound_heap, sparse_mttkrp
+def _work_buffers(X):
+    """The MTTKRP work buffers kept on X: {key: [array ids]}."""
+    return {k: [id(e[1]) for e in v] for k, v in X.__dict__.get("_tk_work", {}).items()}
 
-    X = _tensor((7, 5, 9), 80, 5)
-    factors = [np.random.default_rng(2).standard_normal((s, 16)) for s in X.shape]
-    before = sparse_mttkrp(X, factors, 0)
-    bound_heap()
-    assert sparse_mttkrp(X, factors, 0).tobytes() == before.tobytes()
+
+@pytest.mark.parametrize("linesearch", [False, True])
+@pytest.mark.parametrize("kind", ["all", "two", "one"])
+def test_cp_als_reuses_the_mttkrp_work_buffers(kind, linesearch):
+    """The outputs and factor stacks of the sparse MTTKRPs are made once per decomposition: the iterations keep
+    the same buffers (at most two per purpose and shape: a mode's result is still held while the next one is
+    computed), and the tensor holds none once cp_als returns; the same bits as a second call."""
+    import tuckerkit as tk
+
+    X = _tensor((30, 20, 25, 12), 900, 7)
+    X.plan(csf=kind)
+    seen = {}
+
+    def look(state):
+        seen[state.iteration] = _work_buffers(X)
+
+    a = tk.cp_als(X, 5, max_iter=14, tol=0, linesearch=linesearch, random_state=0, callback=look)
+    assert seen[8] and all(1 <= len(v) <= 2 for v in seen[8].values())
+    assert all(seen[it] == seen[8] for it in range(8, 15))
+    assert "_tk_work" not in X.__dict__
+    b = tk.cp_als(X, 5, max_iter=14, tol=0, linesearch=linesearch, random_state=0)
+    assert a.weights.tobytes() == b.weights.tobytes()
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(a.factors, b.factors, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["all", "one"])
+def test_a_held_mttkrp_result_is_never_overwritten(kind):
+    """A result (or a view of it) the caller keeps is left alone by later calls; a dropped one is reused, and
+    what the caller wrote into it does not leak into the next result (rows without nonzeros included)."""
+    from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+    X = _tensor((9, 6, 40), 60, 2)  # mode 2: most rows hold no nonzero
+    X.plan(csf=kind)
+    rng = np.random.default_rng(0)
+    F1 = [rng.standard_normal((s, 4)) for s in X.shape]
+    F2 = [rng.standard_normal((s, 4)) for s in X.shape]
+    for mode in range(3):
+        want1, want2 = _oracle(X, F1, mode), _oracle(X, F2, mode)
+        tol = 200 * np.finfo(np.float64).eps * np.abs(want1).max()
+        M1 = sparse_mttkrp(X, F1, mode)
+        view, kept, address1 = M1[1:, :2], M1.copy(), M1.ctypes.data
+        M2 = sparse_mttkrp(X, F2, mode)
+        address2 = M2.ctypes.data
+        assert address2 != address1 and M1.tobytes() == kept.tobytes()
+        np.testing.assert_allclose(M2, want2, rtol=0, atol=tol)
+        del M1
+        M3 = sparse_mttkrp(X, F2, mode)  # M1's bytes are still held by the view
+        assert M3.ctypes.data not in (address1, address2)
+        assert view.tobytes() == kept[1:, :2].tobytes() and M3.tobytes() == M2.tobytes()
+        M2 += 1.0
+        del M2, M3, view
+        M4 = sparse_mttkrp(X, F1, mode)  # the dropped buffers again
+        M5 = sparse_mttkrp(X, F1, mode)  # the one written into: its rows rewritten or zeroed
+        assert (M4.ctypes.data, M5.ctypes.data) == (address1, address2)
+        assert M4.tobytes() == M5.tobytes() == kept.tobytes()
+        np.testing.assert_allclose(M4, want1, rtol=0, atol=tol)
 
 
 def test_slp_vectorize_restores_the_setting_after_concurrent_use():

@@ -23,9 +23,10 @@ from tuckerkit._validation import (
     describe,
 )
 from tuckerkit.decomposition._entry import Call, check_fixed_modes, decomposition_call
-from tuckerkit.decomposition._linalg import spd_solve
+from tuckerkit.decomposition._linalg import cp_factor_update, spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
+from tuckerkit.engine._buffers import pooled
 from tuckerkit.engine._subspace import real_dtype
 
 logger = logging.getLogger(__name__)
@@ -265,6 +266,10 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     mon = Monitor("cp_als" if em is None else "cp_als(mask)", tol, max_iter, callback, verbose)
     it = 0
     last: dict[str, Any] = {}
+    # real dtypes on the host: the compiled Cholesky row solve (_cp_kernels) writing into buffers kept for the
+    # call (engine._buffers.pooled: a factor is rewritten in place unless something else holds it)
+    fused = xp is np and not cplx
+    buffers: dict = {}
 
     def update(n: int, M: Any) -> None:
         nonlocal weights
@@ -275,6 +280,16 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         for m in range(N):
             if m != n:
                 V *= grams[m]
+        if fused:  # the compiled solve into a reused buffer (a factor still held elsewhere is never written)
+            factors[n] = None  # the factor being replaced is not read: its buffer is free unless held elsewhere
+            U = pooled(buffers, n, (X.shape[n], rank), X.dtype)
+            norms = cp_factor_update(V, M, U, normalize, policy)
+            if norms is not False:
+                if normalize:
+                    weights = norms.astype(wdt)
+                factors[n] = U
+                grams[n] = _gram(U)
+                return
         U = spd_solve(V, M.astype(X.dtype, copy=False))
         if normalize:
             norms = xp.linalg.norm(U, axis=0)
@@ -319,6 +334,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if mon.step(it, fit, factors, weights=weights, may_decrease=it <= orthogonalize):
             break
     mon.finish()
+    release = getattr(X, "release_work_buffers", None)
+    if release is not None:  # a sparse tensor's MTTKRP buffers, kept across the iterations, go with the call
+        release()
     if normalize or not free:
         weights = call.unscale(weights)
     else:

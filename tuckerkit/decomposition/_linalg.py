@@ -36,3 +36,31 @@ def spd_solve(V: Any, M: Any) -> Any:
     except np.linalg.LinAlgError:
         sol, *_ = scipy.linalg.lstsq(Vt, M.T, check_finite=False, cond=np.finfo(V.dtype).eps * max(V.shape))
         return sol.T
+
+
+def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool, policy: Any) -> Any:
+    """CP-ALS's factor update on the host for a real dtype: ``U V = M`` solved into ``out`` (I x R, C-contiguous,
+    M's dtype) by the compiled row solve (:mod:`._cp_kernels`), and with ``normalize`` the columns divided by
+    their norms, which are returned (float64, zero norms as 1); None without ``normalize``. Returns False
+    and leaves ``out`` alone when the Cholesky factorization of V fails (singular or indefinite V: the caller
+    takes :func:`spd_solve`'s least squares). One thread whatever ``policy`` says (see :mod:`._cp_kernels`)."""
+    from tuckerkit.decomposition._cp_kernels import CHUNK, cholesky_solve_rows
+    from tuckerkit.sparse._mttkrp import slp_vectorize
+
+    try:
+        L = scipy.linalg.cholesky(V, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return False
+    dtype = out.dtype
+    M = np.ascontiguousarray(M, dtype=dtype)
+    I = M.shape[0]  # noqa: E741
+    ss = np.empty((-(-I // CHUNK), M.shape[1]), dtype=np.float64)
+    L = np.ascontiguousarray(L, dtype=dtype)
+    with slp_vectorize():  # SLP packs the lanes of a block into vector registers (at compile time)
+        cholesky_solve_rows(M, L, out, ss)
+    if not normalize:
+        return None
+    norms = np.sqrt(ss.sum(axis=0))
+    norms[norms == 0] = 1.0
+    np.divide(out, norms.astype(dtype), out=out)
+    return norms

@@ -275,6 +275,9 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
         if mon.step(it, fit, factors):
             break
     mon.finish()
+    release = getattr(X, "release_work_buffers", None)
+    if release is not None:  # a sparse tensor's MTTKRP buffers go with the call
+        release()
     if apart is not None:  # every mode fixed: the start itself
         weights, unit = apart, factors
     elif fixed:  # unit columns on the free modes only: a fixed factor comes back exactly as given

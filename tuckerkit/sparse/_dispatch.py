@@ -221,6 +221,12 @@ class SparseOperand(SparseShape, OperandBase):
         self._dense_only("plan=", plan)
         return sparse_mttkrp(self, factors, mode, resolve_policy(policy))  # type: ignore[arg-type]
 
+    def release_work_buffers(self) -> None:
+        """Drop the MTTKRP work buffers kept on this tensor across a decomposition's iterations."""
+        from tuckerkit.sparse._mttkrp import release_work_buffers
+
+        release_work_buffers(self)
+
     def _per_mode(self, kernel: Callable[..., Any], factors: list[Any], update: Callable[[int, Any], None],
                   policy: ExecutionPolicy | None) -> Sweep:
         pol = resolve_policy(policy)

@@ -163,25 +163,6 @@ def release_free_memory() -> None:
         pass
 
 
-def bound_heap(threshold: int = 1 << 20) -> None:
-    """Serve allocations of ``threshold`` bytes and more from their own mappings, returned to the system when
-    freed (glibc ``mallopt(M_MMAP_THRESHOLD)``; nothing elsewhere).
-
-    glibc raises its mmap threshold after the first large free, so the per-call factor stacks and outputs of
-    the kernels (megabytes each) then stay in the heap and the process's peak grows over the iterations
-    (measured: 20 MB of a 2M-nonzero CLI run, 335 -> 315 MB). Process-wide: for a program that owns its
-    process (the CLI), not for the library to call."""
-    import ctypes
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, int(threshold))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        pass
-
-
 def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
     """The CSF trees of a plan, one after the other.
 
@@ -295,13 +276,35 @@ def aligned_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype) -> tuple:
-    """The factors of the tree's levels stacked in one aligned array (the skipped level's rows left out)."""
+def work_buffer(owner: Any, purpose: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An aligned array of ``shape`` kept on the tensor ``owner`` for ``purpose`` and reused by later calls
+    (:func:`tuckerkit.engine._buffers.pooled`) until :func:`release_work_buffers`: the kernels' outputs and
+    factor stacks are allocated once per decomposition, not per call, so the iterations neither fault in fresh
+    pages nor grow the heap (glibc keeps freed blocks of a few MB in the heap once its mmap threshold has
+    risen: 20 MB more peak memory measured over a 2M-nonzero CLI run). The modes and trees share the buffers
+    of one shape (one mode's result is dropped before the next mode's call, so two of each shape serve a
+    sweep). Its contents are stale: the caller writes every entry it reads (or zeroes it)."""
+    from tuckerkit.engine._buffers import pooled
+
+    return pooled(owner.__dict__.setdefault("_tk_work", {}), purpose, shape, dtype)
+
+
+def release_work_buffers(X: Any) -> None:
+    """Drop the work buffers kept on ``X`` (:func:`work_buffer`): a decomposition calls it when it returns, so
+    that the tensor holds no memory between calls (the next call makes them again, once)."""
+    X.__dict__.pop("_tk_work", None)
+
+
+def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype,
+                 owner: Any = None) -> tuple:
+    """The factors of the tree's levels stacked in one aligned array (the skipped level's rows left out); with
+    an ``owner``, in a work buffer kept on it (:func:`work_buffer`; every row is written)."""
     N = csf.ndim
     F_off = np.zeros(N, dtype=np.int64)
     rows = [0 if lev == skip_level or factors[csf.order[lev]] is None else csf.shape[csf.order[lev]]
             for lev in range(N)]
-    F_all = aligned_zeros((sum(rows), R), dtype)
+    shape = (sum(rows), R)
+    F_all = aligned_zeros(shape, dtype) if owner is None else work_buffer(owner, "stack", shape, dtype)
     off = 0
     for lev in range(N):
         F_off[lev] = off
@@ -326,13 +329,18 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
     R = next(U.shape[1] for m, U in enumerate(factors) if m != mode and U is not None)
     dtype = np.result_type(csf.values.dtype, *(U.dtype for m, U in enumerate(factors) if m != mode))
     pos_all, pos_off, idx_all, idx_off = _packed_tree(csf)
-    vals = csf.values.astype(dtype, copy=False)
+    vals = _values_as(csf, dtype)
     workers = _kernel_workers(policy)
     nested = _nested_kernel(csf.ndim, level)
+    shape = (csf.shape[mode], R)
     with numba_threads(policy):  # BLAS held to one thread meanwhile
+        # the outputs and factor stacks are work buffers kept on X (work_buffer): allocated once per tensor
         if level == 0:
-            F_all, F_off = _pack_levels(csf, factors, 0, R, dtype)
-            out = aligned_zeros((csf.shape[mode], R), dtype)
+            F_all, F_off = _pack_levels(csf, factors, 0, R, dtype, X)
+            # each root's row is written whole; the rows without a root are zeroed (the buffer may have served
+            # another mode, or a caller wrote into a result it then dropped)
+            out = work_buffer(X, "out", shape, dtype)
+            out[_rootless_rows(csf)] = 0
             bounds = balanced_roots(csf, 4 * workers)  # each output row written once: any cut, same bits
             blocked = _blocked_root_kernel(csf.ndim, R)
             if blocked is not None:
@@ -343,19 +351,44 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             else:
                 mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
             return out
-        F_all, F_off = _pack_levels(csf, factors, level, R, dtype)
+        F_all, F_off = _pack_levels(csf, factors, level, R, dtype, X)
         # a fixed number of private outputs, whatever the workers: the same partial sums, added in the same
         # order, on any machine (bitwise repeatable)
         bounds = balanced_roots(csf, LEVEL_PARTS)
-        private = aligned_zeros((len(bounds) - 1, csf.shape[mode], R), dtype)
+        private = work_buffer(X, "private", (len(bounds) - 1, *shape), dtype)
+        private.fill(0)  # the kernels add into it
         if nested is not None:
             nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private)
         else:
             mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
-        out = private[0]
-        for t in range(1, private.shape[0]):
+        out = work_buffer(X, "out", shape, dtype)
+        if private.shape[0] == 1:
+            out[...] = private[0]
+        else:  # ((p0 + p1) + p2) + ...: the partials added in order
+            np.add(private[0], private[1], out=out)
+        for t in range(2, private.shape[0]):
             out += private[t]
         return out
+
+
+def _values_as(csf: CSFTensor, dtype: Any) -> np.ndarray:
+    """The tree's values in ``dtype`` (a converted copy made once and kept on the tree for these values)."""
+    if csf.values.dtype == dtype:
+        return csf.values
+    kept = csf.__dict__.get("_tk_values_as")
+    if kept is None or kept[0] is not csf.values or kept[1].dtype != dtype:
+        kept = csf.__dict__["_tk_values_as"] = (csf.values, csf.values.astype(dtype))
+    return kept[1]
+
+
+def _rootless_rows(csf: CSFTensor) -> np.ndarray:
+    """The rows of the root mode that hold no nonzero (cached on the tree)."""
+    cache = csf.__dict__.setdefault("_tk_cache", {})
+    if "rootless" not in cache:
+        present = np.zeros(csf.shape[csf.order[0]], dtype=bool)
+        present[csf.idx[0]] = True
+        cache["rootless"] = np.flatnonzero(~present)
+    return cache["rootless"]
 
 
 #: private outputs of an internal- or leaf-level MTTKRP (fixed: the result does not depend on the threads)

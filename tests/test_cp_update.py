@@ -1,0 +1,114 @@
+"""CP-ALS's compiled factor update (Cholesky row solve and column norms, decomposition/_cp_kernels.py) against
+scipy's cho_solve and numpy's norms; the same bits for 1 and 2 threads; a singular system goes to the
+least-squares fallback."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from tuckerkit.engine import ExecutionPolicy
+
+
+def _system(I, R, dtype, seed):  # noqa: E741
+    """A well-conditioned SPD V (eigenvalues 1..4) and an M with odd strides (a strided view of a larger array)."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((R, R)))
+    V = ((Q * np.linspace(1.0, 4.0, R)) @ Q.T).astype(dtype)
+    V = (V + V.T) / 2
+    big = rng.standard_normal((2 * I + 1, 3 * R + 2)).astype(dtype)
+    M = big[1::2, 2::3][:I, :R]
+    assert M.shape == (I, R) and (M.size == 1 or not M.flags.c_contiguous)
+    return V, M
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("R", [1, 2, 3, 7, 16, 17, 33])
+@pytest.mark.parametrize("I", [1, 5, 1000])
+def test_fused_update_matches_cho_solve_and_norms(I, R, dtype):  # noqa: E741
+    from tuckerkit.decomposition._linalg import cp_factor_update
+
+    V, M = _system(I, R, dtype, 10 * I + R)
+    want = scipy.linalg.cho_solve(scipy.linalg.cho_factor(V.T), M.T).T
+    eps = np.finfo(dtype).eps
+    tol = 10 * R * eps * np.abs(want).max()
+    out = np.empty((I, R), dtype)
+    assert cp_factor_update(V, M, out, False, ExecutionPolicy(1)) is None
+    np.testing.assert_allclose(out, want, rtol=0, atol=tol)
+    out2 = np.full((I, R), np.nan, dtype)
+    norms = cp_factor_update(V, M, out2, True, ExecutionPolicy(1))
+    want_norms = np.linalg.norm(want.astype(np.float64), axis=0)
+    assert norms.dtype == np.float64 and out2.dtype == dtype
+    np.testing.assert_allclose(norms, want_norms, rtol=10 * R * eps, atol=0)
+    np.testing.assert_allclose(out2, want / want_norms, rtol=0, atol=10 * R * eps * np.abs(want / want_norms).max())
+    np.testing.assert_allclose(out2 * norms.astype(dtype), out, rtol=0, atol=tol)
+
+
+def test_fused_update_zero_column_keeps_norm_one():
+    from tuckerkit.decomposition._linalg import cp_factor_update
+
+    V, M = _system(40, 5, np.float64, 1)
+    M = np.ascontiguousarray(M)
+    M[:, 2] = 0
+    V[2, :] = V[:, 2] = 0
+    V[2, 2] = 1.0
+    out = np.empty_like(M)
+    norms = cp_factor_update(V, M, out, True, ExecutionPolicy(1))
+    assert norms[2] == 1.0 and not out[:, 2].any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_update_same_bits_for_any_threads(dtype):
+    """Rows in fixed pieces, the pieces' sums of squares added in order: 1 and 2 threads, twice, same bits."""
+    from tuckerkit.decomposition._linalg import cp_factor_update
+
+    V, M = _system(5003, 16, dtype, 3)
+    outs = []
+    for workers in (1, 2, 2, 1):
+        out = np.empty((5003, 16), dtype)
+        norms = cp_factor_update(V, M, out, True, ExecutionPolicy(workers))
+        outs.append(out.tobytes() + norms.tobytes())
+    assert len(set(outs)) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_singular_system_goes_to_the_least_squares_fallback(dtype, monkeypatch):
+    """A singular V (repeated factor columns): the fused update declines, writing nothing, and cp_als takes
+    spd_solve's least squares."""
+    import tuckerkit as tk
+    from tuckerkit.decomposition import _cp
+    from tuckerkit.decomposition._linalg import cp_factor_update
+
+    V = np.ones((3, 3), dtype)
+    V[2, 2] = 0.5  # indefinite
+    out = np.full((4, 3), 7, dtype)
+    assert cp_factor_update(V, np.ones((4, 3), dtype), out, True, ExecutionPolicy(1)) is False
+    assert (out == 7).all()
+
+    rng = np.random.default_rng(0)
+    A, B, C = (rng.standard_normal((n, 1)).astype(dtype) for n in (6, 7, 8))
+    X = np.einsum("ir,jr,kr->ijk", A, B, C)
+    calls = []
+    real = _cp.spd_solve
+    monkeypatch.setattr(_cp, "spd_solve", lambda V, M: calls.append(1) or real(V, M))
+    init = [np.repeat(U, 2, axis=1) for U in (A, B, C)]  # two equal columns: every Hadamard of Grams singular
+    res = tk.cp_als(X, 2, init=init, max_iter=3, tol=0, linesearch=False)
+    assert calls and all(np.isfinite(U).all() for U in res.factors)
+
+
+def test_cp_als_same_bits_for_any_threads_dense_and_sparse():
+    import tuckerkit as tk
+    from tuckerkit.sparse import COOTensor
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((30, 1100, 20))
+    coords = np.stack([rng.integers(0, s, 4000) for s in (1500, 40, 30)], axis=1)
+    S = COOTensor(coords, rng.standard_normal(4000), (1500, 40, 30))
+    for T in (X, S):
+        runs = set()
+        for workers in (1, 2, 2):
+            from threadpoolctl import threadpool_limits
+
+            with threadpool_limits(workers):
+                r = tk.cp_als(T, 7, max_iter=6, tol=0, random_state=0)
+            runs.add(r.weights.tobytes() + b"".join(U.tobytes() for U in r.factors))
+        assert len(runs) == 1
