@@ -48,7 +48,7 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool, policy: Any) -> 
     from tuckerkit.sparse._mttkrp import slp_vectorize
 
     try:
-        L = scipy.linalg.cholesky(V, lower=True, check_finite=False)
+        L = np.linalg.cholesky(V)  # numpy's: a sparse CLI run then needs no scipy.linalg import (0.3 s)
     except np.linalg.LinAlgError:
         return False
     dtype = out.dtype
