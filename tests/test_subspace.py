@@ -11,7 +11,7 @@ import pytest
 import scipy.linalg
 
 from tuckerkit.engine import default_policy
-from tuckerkit.engine._subspace import _thin_q, eigh_desc, leading_left_singular
+from tuckerkit.engine._subspace import _thin_q, _top_eigh_mrrr, eigh_desc, leading_left_singular
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 
@@ -104,3 +104,24 @@ def test_factor_step_rank_deficient_stays_orthonormal(dtype):
     eps = np.finfo(dtype).eps
     assert np.abs(U.conj().T @ U - np.eye(10)).max() <= 10 * eps * 200
     assert np.all(w >= 0) and np.all(w[4:] <= 1e3 * eps * w[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("n", "r"), [(100, 10), (2, 1), (9, 8), (64, 3), (300, 10)])
+def test_top_eigh_mrrr_matches_syevr(dtype, n, r):
+    """The MRRR route of HOOI's Gram (sytrd + stemr + ormqr on the wanted vectors only): the eigenvalues and
+    the leading subspace of ?syevr to rounding, orthonormal vectors, the same bits on every call."""
+    rng = np.random.default_rng(n + r)
+    M = rng.standard_normal((2 * n, n)).astype(dtype)
+    G = M.T @ M
+    w, V = _top_eigh_mrrr(G.copy(), r)
+    w2, V2 = _top_eigh_mrrr(G.copy(), r)
+    np.testing.assert_array_equal(w, w2)
+    np.testing.assert_array_equal(V, V2)
+    w0, V0 = eigh_desc(G.copy(), r)
+    eps = np.finfo(dtype).eps
+    assert w.dtype == w0.dtype and V.dtype == V0.dtype and V.shape == (n, r)
+    assert np.abs(w - w0).max() <= 10 * n * eps * w0[0]
+    assert np.abs(V.T @ V - np.eye(r)).max() <= 10 * eps * n
+    gap = (w0[r - 1] - np.linalg.eigvalsh(G.astype(np.float64))[::-1][r]) / w0[0] if r < n else 1.0
+    assert np.linalg.norm(V @ V.T - V0 @ V0.T, 2) <= 100 * n * eps / gap
