@@ -95,8 +95,9 @@ def _top_eigh_mrrr(G: Any, r: int) -> tuple[Any, Any] | None:
 
     ``?sytrd`` (tridiagonal form), ``?stemr`` (MRRR: only the ``r`` wanted pairs of the tridiagonal, O(n r)),
     then ``?ormqr`` (the reflectors applied to those ``r`` vectors only: ``?ormtr``'s own route). ``?syevr``
-    with a subset (:func:`eigh_desc`) takes bisection + inverse iteration instead of MRRR: on HOOI's 100 x 100
-    Grams (r = 10) that stage is about half its time. Fixed workspaces: the same bits on every call."""
+    with a subset (:func:`eigh_desc`) takes bisection + inverse iteration instead of MRRR: float64 100 x 100,
+    r = 10: 0.91x its time (interleaved, median); float32's ``?stemr`` was 1.2x slower, so the caller keeps
+    ``?ssyevr`` there. Fixed workspaces: the same bits on every call."""
     n = G.shape[0]
     key = (G.dtype.char, n, r)
     hit = _MRRR_DRIVERS.get(key)
@@ -170,8 +171,8 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
       P x P Gram ``M^T M``, then ``U = orth(M V)``: the columns of ``M V`` are orthogonal with norms
       ``sqrt(w)``, so a thin QR only normalizes them (and keeps the basis orthonormal when ``Y`` has fewer
       than ``r`` nonzero singular values). Same subspace as the SVD, at about half its cost (200 x 100:
-      measured in ``benchmarks/roofline.py``). Real: the leading pairs by MRRR (:func:`_top_eigh_mrrr`, a
-      fallback to ``?syevr`` if LAPACK fails); complex: ``?heevr``.
+      measured in ``benchmarks/roofline.py``). float64: the leading pairs by MRRR (:func:`_top_eigh_mrrr`,
+      ``?syevr`` if LAPACK fails); float32 / complex: ``?syevr`` / ``?heevr``.
 
     Deterministic: LAPACK on one BLAS thread, signs fixed by :func:`sign_fix`. On a GPU the small
     unfolding's SVD stays on the device (cuSOLVER; unchanged).
@@ -189,7 +190,8 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
         return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(real)
     with blas_pinned():
         G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
-        top = _top_eigh_mrrr(G, r) if M.dtype.char in "fd" and r < P else None
+        # float64 only: float32's ?stemr measured slower than ?ssyevr's subset route (1.2x on 100 x 100, r = 10)
+        top = _top_eigh_mrrr(G, r) if M.dtype.char == "d" and r < P else None
         w, V = top if top is not None else eigh_desc(G, r)
         Q = _thin_q(M @ V)
     return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
