@@ -48,15 +48,115 @@ def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
         w, V = xp.linalg.eigh(G)
         if r is not None and r < I_n:
             w, V = w[I_n - r:], V[:, I_n - r:]
-    elif r is None or r >= I_n:
+    elif G.dtype.char not in "fdFD" or I_n == 0 or (r is not None and r < 1):  # scipy converts or checks
         import scipy.linalg  # here, not at the top: `import tuckerkit` and sparse runs need no scipy.linalg
 
-        w, V = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False)
-    else:
+        if r is None or r >= I_n:
+            w, V = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False)
+        else:
+            w, V = scipy.linalg.eigh(G, subset_by_index=[I_n - r, I_n - 1], overwrite_a=True, check_finite=False)
+    else:  # scipy.linalg.eigh's own ?syevr / ?heevr call (same arguments and workspace: the same bits), without
+        # its per-call checks and workspace query: ~0.2 ms of a 100 x 100 subset eigh (HOOI's factor step)
+        drv, lwork = _evr_driver(G.dtype.char, I_n)
+        sub = {} if r is None or r >= I_n else {"range": "I", "il": I_n - r + 1, "iu": I_n}
+        w, V, m, *_, info = drv(a=G, **sub, lower=1, compute_v=1, overwrite_a=1, **lwork)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"?syevr / ?heevr failed (info={info})")
+        if sub:
+            w, V = w[:m], V[:, :m]
+    return w[::-1], V[:, ::-1]
+
+
+_EVR_DRIVERS: dict[tuple[str, int], tuple[Any, dict[str, int]]] = {}
+
+
+def _evr_driver(char: str, n: int) -> tuple[Any, dict[str, int]]:
+    """LAPACK's ``?syevr`` (real) / ``?heevr`` (complex) for dtype ``char`` and its optimal workspace for order
+    ``n``, exactly as :func:`scipy.linalg.eigh` picks them (driver ``"evr"``, ``lower=True``); cached."""
+    hit = _EVR_DRIVERS.get((char, n))
+    if hit is not None:
+        return hit
+    from scipy.linalg import lapack
+
+    pfx = "heevr" if char in "FD" else "syevr"
+    proto = np.empty((1, 1), dtype=char)
+    drv, drvlw = lapack.get_lapack_funcs((pfx, pfx + "_lwork"), (proto,))
+    lw = lapack._compute_lwork(drvlw, n=n, lower=True)
+    names = ("lwork", "lrwork", "liwork") if pfx == "heevr" else ("lwork", "liwork")
+    hit = _EVR_DRIVERS[(char, n)] = (drv, dict(zip(names, lw if isinstance(lw, tuple) else (lw,), strict=True)))
+    return hit
+
+
+_MRRR_DRIVERS: dict[tuple[str, int, int], tuple[Any, Any, Any, int, int]] = {}
+
+
+def _top_eigh_mrrr(G: Any, r: int) -> tuple[Any, Any] | None:
+    """The ``r`` leading eigenpairs (decreasing) of a real symmetric ``n x n`` matrix ``G`` (``1 <= r < n``;
+    may be overwritten), or None when LAPACK reports a failure (the caller falls back to :func:`eigh_desc`).
+
+    ``?sytrd`` (tridiagonal form), ``?stemr`` (MRRR: only the ``r`` wanted pairs of the tridiagonal, O(n r)),
+    then ``?ormqr`` (the reflectors applied to those ``r`` vectors only: ``?ormtr``'s own route). ``?syevr``
+    with a subset (:func:`eigh_desc`) takes bisection + inverse iteration instead of MRRR: float64 100 x 100,
+    r = 10: 0.91x its time (interleaved, median); float32's ``?stemr`` was 1.2x slower, so the caller keeps
+    ``?ssyevr`` there. Fixed workspaces: the same bits on every call."""
+    n = G.shape[0]
+    key = (G.dtype.char, n, r)
+    hit = _MRRR_DRIVERS.get(key)
+    if hit is None:
+        from scipy.linalg import lapack
+
+        sytrd, stemr, ormqr = lapack.get_lapack_funcs(("sytrd", "stemr", "ormqr"), (G,))
+        lw_trd = int(lapack.get_lapack_funcs(("sytrd_lwork",), (G,))[0](n, lower=1)[0])
+        z = np.zeros((n - 1, n - 1), dtype=G.dtype, order="F")
+        lw_mqr = int(ormqr("L", "N", z, np.zeros(n - 1, G.dtype), np.zeros((n - 1, r), G.dtype, order="F"),
+                           lwork=-1)[1][0])
+        hit = _MRRR_DRIVERS[key] = (sytrd, stemr, ormqr, max(lw_trd, 1), max(lw_mqr, r, 1))
+    sytrd, stemr, ormqr, lw_trd, lw_mqr = hit
+    c, d, e, tau, info = sytrd(G, lower=1, lwork=lw_trd, overwrite_a=1)
+    if info != 0:
+        return None
+    e_n = np.zeros(n, dtype=G.dtype)
+    e_n[:n - 1] = e
+    m, w, z, info = stemr(d, e_n, 2, 0.0, 1.0, n - r + 1, n, compute_v=1)
+    if info != 0 or m != r:
+        return None
+    V = np.asfortranarray(z[:, :r])
+    cq, _, info = ormqr("L", "N", c[1:, :n - 1], tau, V[1:], lwork=lw_mqr, overwrite_c=1)
+    if info != 0:
+        return None
+    V[1:] = cq
+    return w[r - 1::-1].copy(), V[:, ::-1]
+
+
+_QR_DRIVERS: dict[tuple[str, int, int], tuple[Any, Any, int, int]] = {}
+
+
+def _thin_q(A: Any) -> Any:
+    """The Q of the thin QR of a tall C- or Fortran-ordered matrix ``A`` (may be overwritten):
+    :func:`scipy.linalg.qr`'s own ``?geqrf`` + ``?orgqr`` / ``?ungqr`` calls with the same (cached) optimal
+    workspaces, so the same bits, without its per-call workspace queries, checks and unused ``R``."""
+    m, k = A.shape
+    if A.dtype.char not in "fdFD" or m < k or k == 0:
         import scipy.linalg
 
-        w, V = scipy.linalg.eigh(G, subset_by_index=[I_n - r, I_n - 1], overwrite_a=True, check_finite=False)
-    return w[::-1], V[:, ::-1]
+        return scipy.linalg.qr(A, mode="economic", overwrite_a=True, check_finite=False)[0]
+    key = (A.dtype.char, m, k)
+    hit = _QR_DRIVERS.get(key)
+    if hit is None:
+        from scipy.linalg import lapack
+
+        geqrf, orgqr = lapack.get_lapack_funcs(("geqrf", "orgqr"), (A,))
+        z = np.zeros((m, k), dtype=A.dtype, order="F")
+        lw1 = int(geqrf(z, lwork=-1)[-2][0].real)
+        lw2 = int(orgqr(z, np.zeros(k, dtype=A.dtype), lwork=-1)[-2][0].real)
+        hit = _QR_DRIVERS[key] = (geqrf, orgqr, lw1, lw2)
+    geqrf, orgqr, lw1, lw2 = hit
+    qr, tau, _, info = geqrf(A, lwork=lw1, overwrite_a=1)
+    if info == 0:
+        Q, _, info = orgqr(qr, tau, lwork=lw2, overwrite_a=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"?geqrf / ?orgqr failed (info={info})")
+    return Q
 
 
 def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tuple[Any, Any]:
@@ -72,7 +172,8 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
       P x P Gram ``M^T M``, then ``U = orth(M V)``: the columns of ``M V`` are orthogonal with norms
       ``sqrt(w)``, so a thin QR only normalizes them (and keeps the basis orthonormal when ``Y`` has fewer
       than ``r`` nonzero singular values). Same subspace as the SVD, at about half its cost (200 x 100:
-      measured in ``benchmarks/roofline.py``).
+      measured in ``benchmarks/roofline.py``). float64: the leading pairs by MRRR (:func:`_top_eigh_mrrr`,
+      ``?syevr`` if LAPACK fails); float32 / complex: ``?syevr`` / ``?heevr``.
 
     Deterministic: LAPACK on one BLAS thread, signs fixed by :func:`sign_fix`. On a GPU the small
     unfolding's SVD stays on the device (cuSOLVER; unchanged).
@@ -88,11 +189,12 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
     if xp is not np:
         U, s, _ = xp.linalg.svd(M, full_matrices=False)
         return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(real)
-    import scipy.linalg
-
     with blas_pinned():
-        w, V = eigh_desc(M.conj().T @ M if M.dtype.kind == "c" else M.T @ M, r)
-        Q, _ = scipy.linalg.qr(M @ V, mode="economic", overwrite_a=True, check_finite=False)
+        G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
+        # float64 only: float32's ?stemr measured slower than ?ssyevr's subset route (1.2x on 100 x 100, r = 10)
+        top = _top_eigh_mrrr(G, r) if M.dtype.char == "d" and r < P else None
+        w, V = top if top is not None else eigh_desc(G, r)
+        Q = _thin_q(M @ V)
     return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
 
 

@@ -1,0 +1,127 @@
+"""The exact factor step's LAPACK calls (``eigh_desc``'s ``?syevr`` / ``?heevr``, ``_thin_q``'s ``?geqrf`` +
+``?orgqr``) made directly with cached workspaces: the same bits as :func:`scipy.linalg.eigh` /
+:func:`scipy.linalg.qr` (which query the workspace on every call); the factor step of HOOI's projections
+(``P < I_n``) gives the SVD's subspace, orthonormal, repeatable; real and complex, single and double.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from tuckerkit.engine import default_policy
+from tuckerkit.engine._subspace import _thin_q, _top_eigh_mrrr, eigh_desc, leading_left_singular
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def draw(rng, shape, dtype):
+    A = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        A = A + 1j * rng.standard_normal(shape)
+    return A.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "r"), [(100, 10), (200, 10), (7, 7), (50, None), (30, 1), (1, 1), (12, 40)])
+def test_eigh_desc_bits_equal_scipy(dtype, n, r):
+    rng = np.random.default_rng(n)
+    A = draw(rng, (2 * n, n), dtype)
+    G = A.conj().T @ A
+    w, V = eigh_desc(G.copy(), r)
+    if r is None or r >= n:
+        w0, V0 = scipy.linalg.eigh(G.copy(), overwrite_a=True, check_finite=False)
+    else:
+        w0, V0 = scipy.linalg.eigh(G.copy(), subset_by_index=[n - r, n - 1], overwrite_a=True, check_finite=False)
+    assert w.dtype == w0.dtype and V.dtype == V0.dtype
+    np.testing.assert_array_equal(w, w0[::-1])
+    np.testing.assert_array_equal(V, V0[:, ::-1])
+    assert np.all(np.diff(w) <= 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "k"), [(200, 10), (300, 10), (10, 10), (57, 3), (1000, 40), (5, 1)])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_thin_q_bits_equal_scipy_and_orthonormal(dtype, m, k, order):
+    rng = np.random.default_rng(m + k)
+    A = np.asarray(draw(rng, (m, k), dtype), order=order)
+    Q = _thin_q(A.copy(order="K"))
+    Q0 = scipy.linalg.qr(A.copy(order="K"), mode="economic", overwrite_a=True, check_finite=False)[0]
+    assert Q.dtype == Q0.dtype and Q.shape == (m, k)
+    np.testing.assert_array_equal(Q, Q0)
+    eps = np.finfo(dtype).eps
+    assert np.abs(Q.conj().T @ Q - np.eye(k)).max() <= 10 * eps * m
+
+
+def test_thin_q_falls_back_for_wide_and_empty():
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((3, 5))
+    np.testing.assert_array_equal(_thin_q(A.copy()), scipy.linalg.qr(A, mode="economic")[0])
+    assert _thin_q(np.zeros((4, 0))).shape == (4, 0)
+
+
+def projection(Y, n, dtype):
+    """A HOOI-like projection: I_n = 200 along mode ``n``, 10 x 10 elsewhere (the P < I_n route), with well
+    separated leading singular values."""
+    rng = np.random.default_rng(n)
+    shape = [10, 10, 10]
+    shape[n] = 200
+    Y = draw(rng, shape, dtype)
+    M = np.moveaxis(Y, n, 0).reshape(200, 100)
+    U, s, Vh = np.linalg.svd(M.astype(np.complex128 if Y.dtype.kind == "c" else np.float64), full_matrices=False)
+    s = np.geomspace(100.0, 1.0, s.size)
+    M = (U * s) @ Vh
+    rest = [d for i, d in enumerate(shape) if i != n]
+    return np.moveaxis(M.reshape(200, *rest), 0, n).astype(dtype), U
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_factor_step_subspace_orthonormal_repeatable(dtype, n):
+    Y, U_ref = projection(None, n, dtype)
+    r = 10
+    U, w = leading_left_singular(Y, n, r, default_policy())
+    U2, w2 = leading_left_singular(Y.copy(), n, r, default_policy())
+    np.testing.assert_array_equal(U, U2)
+    np.testing.assert_array_equal(w, w2)
+    eps = np.finfo(dtype).eps
+    assert U.shape == (200, r) and U.dtype == dtype
+    assert np.abs(U.conj().T @ U - np.eye(r)).max() <= 10 * eps * 200
+    # the SVD's subspace: sin of the largest principal angle to rounding over the gap s_10 / s_11 ~ 1.05
+    Ur = U_ref[:, :r]
+    resid = U.astype(Ur.dtype) - Ur @ (Ur.conj().T @ U.astype(Ur.dtype))
+    assert np.linalg.norm(resid, 2) <= 1e4 * eps
+    np.testing.assert_allclose(w, np.geomspace(100.0, 1.0, 100)[:r] ** 2, rtol=1e3 * eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_factor_step_rank_deficient_stays_orthonormal(dtype):
+    rng = np.random.default_rng(5)
+    M = draw(rng, (200, 4), dtype) @ draw(rng, (4, 100), dtype)  # rank 4 < r = 10
+    Y = M.reshape(200, 10, 10)
+    U, w = leading_left_singular(Y, 0, 10, default_policy())
+    eps = np.finfo(dtype).eps
+    assert np.abs(U.conj().T @ U - np.eye(10)).max() <= 10 * eps * 200
+    assert np.all(w >= 0) and np.all(w[4:] <= 1e3 * eps * w[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("n", "r"), [(100, 10), (2, 1), (9, 8), (64, 3), (300, 10)])
+def test_top_eigh_mrrr_matches_syevr(dtype, n, r):
+    """The MRRR route of HOOI's Gram (sytrd + stemr + ormqr on the wanted vectors only): the eigenvalues and
+    the leading subspace of ?syevr to rounding, orthonormal vectors, the same bits on every call."""
+    rng = np.random.default_rng(n + r)
+    M = rng.standard_normal((2 * n, n)).astype(dtype)
+    G = M.T @ M
+    w, V = _top_eigh_mrrr(G.copy(), r)
+    w2, V2 = _top_eigh_mrrr(G.copy(), r)
+    np.testing.assert_array_equal(w, w2)
+    np.testing.assert_array_equal(V, V2)
+    w0, V0 = eigh_desc(G.copy(), r)
+    eps = np.finfo(dtype).eps
+    assert w.dtype == w0.dtype and V.dtype == V0.dtype and V.shape == (n, r)
+    assert np.abs(w - w0).max() <= 10 * n * eps * w0[0]
+    assert np.abs(V.T @ V - np.eye(r)).max() <= 10 * eps * n
+    gap = (w0[r - 1] - np.linalg.eigvalsh(G.astype(np.float64))[::-1][r]) / w0[0] if r < n else 1.0
+    assert np.linalg.norm(V @ V.T - V0 @ V0.T, 2) <= 100 * n * eps / gap
