@@ -21,6 +21,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+
 def simd_supported() -> bool:
     """Whether the CPU numba compiles for has AVX2 and FMA, which the microkernels are written for.
 
@@ -44,10 +45,12 @@ _SIMD: bool | None = None
 def _detect_simd() -> bool:
     from numba.core import config
 
-    if config.CPU_FEATURES is not None:  # numba compiles for these features, whatever the host has
-        feats = {f[1:] for f in str(config.CPU_FEATURES).split(",") if f.startswith("+")}
+    features = getattr(config, "CPU_FEATURES", None)  # set from NUMBA_CPU_FEATURES at numba's import
+    name = getattr(config, "CPU_NAME", None)
+    if features is not None:  # numba compiles for these features, whatever the host has
+        feats = {f[1:] for f in str(features).split(",") if f.startswith("+")}
         return {"avx2", "fma"} <= feats
-    if config.CPU_NAME is not None and config.CPU_NAME not in ("host", ""):
+    if name is not None and name not in ("host", ""):
         return False  # a named target (e.g. "generic" for portable caches): not assumed to have AVX2
     try:
         import llvmlite.binding as llvm
