@@ -28,17 +28,11 @@ def _convert(annotation: Any, value: Any, param: Any, ctx: Any) -> Any:
         return value if type(value) is str else _NOT_DONE
     if annotation is bool:  # flags (typer passes their bool values through; this sees only other values)
         return value if type(value) is bool else _NOT_DONE
-    if annotation is int:
-        if type(value) is int:
+    if annotation is int or annotation is float:  # a number already, or text in the plain decimal form
+        if type(value) is annotation:
             return value
-        if type(value) is str and _INT.fullmatch(value):
-            return int(value)
-        return _NOT_DONE
-    if annotation is float:
-        if type(value) is float:
-            return value
-        if type(value) is str and _FLOAT.fullmatch(value):
-            return float(value)
+        if type(value) is str and (_INT if annotation is int else _FLOAT).fullmatch(value):
+            return annotation(value)
         return _NOT_DONE
     if annotation is Path:
         if type(value) is str and value and "\x00" not in value:
