@@ -123,6 +123,25 @@ def test_bits_do_not_depend_on_workers_or_repeats(forced, rng):
         assert len(set(results)) == 1
 
 
+def test_read_only_and_memory_mapped_inputs_give_the_same_bits(forced, rng, tmp_path):
+    """A loaded .npy (read-only, or a memory map) is its own numba type: its kernel variant compiles on first use
+    (``make demo``'s first HOOI) and must give the writable array's bits on every mode."""
+    X = rng.standard_normal((23, 19, 17))
+    np.save(tmp_path / "x.npy", X)
+    ro = X.copy()
+    ro.setflags(write=False)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    for n in range(3):
+        U = rng.standard_normal((X.shape[n], 5))
+        spec = "abc,bz->azc" if n == 1 else ("abc,az->zbc" if n == 0 else "abc,cz->abz")
+        want = contract(spec, X, U, plan=plan_contraction(spec, X, U))
+        _check(X, U, n, want)
+        for Y in (ro, mm):
+            plan = plan_contraction(spec, Y, U)
+            assert plan.compiled != CompiledKernel.NONE
+            assert contract(spec, Y, U, plan=plan).tobytes() == want.tobytes()
+
+
 def test_hooi_unchanged_by_the_compiled_kernels(monkeypatch, rng):
     X = rng.standard_normal((17, 15, 13, 11))
     ranks = (3, 4, 2, 3)
