@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from tuckerkit.engine import ExecutionPolicy
-
 
 def _system(I, R, dtype, seed):  # noqa: E741
     """A well-conditioned SPD V (eigenvalues 1..4) and an M with odd strides (a strided view of a larger array)."""
@@ -32,10 +30,10 @@ def test_fused_update_matches_cho_solve_and_norms(I, R, dtype):  # noqa: E741
     eps = np.finfo(dtype).eps
     tol = 10 * R * eps * np.abs(want).max()
     out = np.empty((I, R), dtype)
-    assert cp_factor_update(V, M, out, False, ExecutionPolicy(1)) is None
+    assert cp_factor_update(V, M, out, False) is None
     np.testing.assert_allclose(out, want, rtol=0, atol=tol)
     out2 = np.full((I, R), np.nan, dtype)
-    norms = cp_factor_update(V, M, out2, True, ExecutionPolicy(1))
+    norms = cp_factor_update(V, M, out2, True)
     want_norms = np.linalg.norm(want.astype(np.float64), axis=0)
     assert norms.dtype == np.float64 and out2.dtype == dtype
     np.testing.assert_allclose(norms, want_norms, rtol=10 * R * eps, atol=0)
@@ -52,7 +50,7 @@ def test_fused_update_zero_column_keeps_norm_one():
     V[2, :] = V[:, 2] = 0
     V[2, 2] = 1.0
     out = np.empty_like(M)
-    norms = cp_factor_update(V, M, out, True, ExecutionPolicy(1))
+    norms = cp_factor_update(V, M, out, True)
     assert norms[2] == 1.0 and not out[:, 2].any()
 
 
@@ -62,11 +60,18 @@ def test_fused_update_same_bits_for_any_threads(dtype):
     from tuckerkit.decomposition._linalg import cp_factor_update
 
     V, M = _system(5003, 16, dtype, 3)
+    import numba
+
     outs = []
-    for workers in (1, 2, 2, 1):
-        out = np.empty((5003, 16), dtype)
-        norms = cp_factor_update(V, M, out, True, ExecutionPolicy(workers))
-        outs.append(out.tobytes() + norms.tobytes())
+    before = numba.get_num_threads()
+    try:
+        for workers in (1, 2, 2, 1):
+            numba.set_num_threads(min(workers, numba.config.NUMBA_NUM_THREADS))
+            out = np.empty((5003, 16), dtype)
+            norms = cp_factor_update(V, M, out, True)
+            outs.append(out.tobytes() + norms.tobytes())
+    finally:
+        numba.set_num_threads(before)
     assert len(set(outs)) == 1
 
 
@@ -81,7 +86,7 @@ def test_singular_system_goes_to_the_least_squares_fallback(dtype, monkeypatch):
     V = np.ones((3, 3), dtype)
     V[2, 2] = 0.5  # indefinite
     out = np.full((4, 3), 7, dtype)
-    assert cp_factor_update(V, np.ones((4, 3), dtype), out, True, ExecutionPolicy(1)) is False
+    assert cp_factor_update(V, np.ones((4, 3), dtype), out, True) is False
     assert (out == 7).all()
 
     rng = np.random.default_rng(0)

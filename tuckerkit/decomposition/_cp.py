@@ -283,7 +283,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if fused:  # the compiled solve into a reused buffer (a factor still held elsewhere is never written)
             factors[n] = None  # the factor being replaced is not read: its buffer is free unless held elsewhere
             U = pooled(buffers, n, (X.shape[n], rank), X.dtype)
-            norms = cp_factor_update(V, M, U, normalize, policy)
+            norms = cp_factor_update(V, M, U, normalize)
             if norms is not False:
                 if normalize:
                     weights = norms.astype(wdt)

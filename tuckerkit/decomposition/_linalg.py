@@ -38,12 +38,12 @@ def spd_solve(V: Any, M: Any) -> Any:
         return sol.T
 
 
-def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool, policy: Any) -> Any:
+def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     """CP-ALS's factor update on the host for a real dtype: ``U V = M`` solved into ``out`` (I x R, C-contiguous,
     M's dtype) by the compiled row solve (:mod:`._cp_kernels`), and with ``normalize`` the columns divided by
     their norms, which are returned (float64, zero norms as 1); None without ``normalize``. Returns False
     and leaves ``out`` alone when the Cholesky factorization of V fails (singular or indefinite V: the caller
-    takes :func:`spd_solve`'s least squares). One thread whatever ``policy`` says (see :mod:`._cp_kernels`)."""
+    takes :func:`spd_solve`'s least squares). One thread (see :mod:`._cp_kernels`)."""
     from tuckerkit.decomposition._cp_kernels import CHUNK, cholesky_solve_rows
     from tuckerkit.sparse._mttkrp import slp_vectorize
 
