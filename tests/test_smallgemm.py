@@ -406,3 +406,93 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng):
         Y = np.empty_like(ref)
         sg.ttm_outer(X, Ut, Y, ExecutionPolicy(workers))
         assert Y.tobytes() == ref.tobytes(), workers
+
+
+# --- the GEMM-like unit-stride kernel (rows of X broadcast against packed columns of U) -------------------
+
+
+@pytest.fixture
+def gemm_style(monkeypatch):
+    """:func:`ttm_outer` sent to its GEMM-like kernel at every rank (the rule picks it at R of 16 and more)."""
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
+
+
+def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
+    """X2 (A, I) C-ordered and as a sliced view (row stride > I), and outputs (R, A): C, F and strided."""
+    big = rng.standard_normal((A, I + 5)).astype(dtype)
+    xs = {"C": np.ascontiguousarray(big[:, 2:2 + I]), "sliced": big[:, 2:2 + I]}
+    outs = {"rows": lambda: np.full((R, A), np.nan, dtype),  # Y2[r, a] unit-strided along a
+            "cols": lambda: np.full((A, R), np.nan, dtype).T,  # unit-strided along r: written directly
+            "strided": lambda: np.full((A, 3, R), np.nan, dtype)[:, 1, :].T}
+    return xs, outs
+
+
+@pytest.mark.parametrize("R", [*range(1, 14), 15, 16, 17, 20, 23, 24, 25, 31, 32, 33, 40])
+def test_outer_gemm_kernel_every_rank_and_layout(R, dtype, gemm_style, rng):
+    for A, I in ((1, 1), (7, 13), (13, 7), (25, 1), (25, 203)):  # noqa: E741
+        U = rng.standard_normal((I, R)).astype(dtype)
+        Ut = np.ascontiguousarray(U.T)
+        xs, outs = _outer_layouts(rng, A, I, R, dtype)
+        bits = set()
+        for X2, make in itertools.product(xs.values(), outs.values()):
+            Y2 = make()
+            sg.ttm_outer(X2, Ut, Y2)
+            _check(np.ascontiguousarray(X2), U, 1, Y2.T)
+            bits.add(np.ascontiguousarray(Y2).tobytes())
+        assert len(bits) == 1, (A, I)  # every layout of X and of the output: the same bits
+
+
+@pytest.mark.parametrize("R", [16, 24, 32])
+def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monkeypatch, R, dtype, rng):
+    """Several tiles pieces (any worker takes any), chunks of i carried through the output (or the private
+    buffer where R is not whole vectors), and the prefetch a hint: the same bits for all of them."""
+    X = rng.standard_normal((1001, 157)).astype(dtype)
+    Ut = rng.standard_normal((R, 157)).astype(dtype)
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
+    assert len(split_points(-(-1001 // sg._OUTER_ROWS), 2 * X.size * R)) > 3
+    ref = np.empty((1001, R), dtype).T
+    sg.ttm_outer(X, Ut, ref)
+    _check(X, np.ascontiguousarray(Ut.T), 1, ref.T)
+    for workers, kc, pf in ((2, 0, 2), (1, 8, 0), (2, 50, 1), (3, 157, 2)):
+        if kc:
+            monkeypatch.setattr(sg, "_outer_kc", lambda rows, itemsize, kc=kc: kc)
+        monkeypatch.setattr(sg, "_OUTER_GEMM_PREFETCH", pf)
+        for out in (np.empty((1001, R), dtype).T, np.empty((R, 1001), dtype)):
+            sg.ttm_outer(X, Ut, out, ExecutionPolicy(workers))
+            assert np.ascontiguousarray(out).tobytes() == np.ascontiguousarray(ref).tobytes(), (workers, kc, pf)
+
+
+def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, tmp_path):
+    X = rng.standard_normal((37, 41)).astype(dtype)
+    Ut = rng.standard_normal((24, 41)).astype(dtype)
+    np.save(tmp_path / "x.npy", X)
+    ro = X.copy()
+    ro.setflags(write=False)
+    want = np.empty((24, 37), dtype)
+    sg.ttm_outer(X, Ut, want)
+    for Y in (ro, np.load(tmp_path / "x.npy", mmap_mode="r")):
+        got = np.empty_like(want)
+        sg.ttm_outer(Y, Ut, got, ExecutionPolicy(2))
+        assert got.tobytes() == want.tobytes()
+
+
+def test_outer_gemm_style_rule_and_planner(forced, rng):
+    """The rule: R of 16 or more in at most four vectors, little padding (float32 16-32, float64 16); the
+    planner's last-mode plans run it (float32 R = 32 through ``ttm``, the bits of the direct call)."""
+    assert [sg.outer_gemm_style(R, 4) for R in (10, 15, 16, 22, 24, 32, 33)] == [False, False, True, True, True,
+                                                                                   True, False]
+    assert [sg.outer_gemm_style(R, 8) for R in (10, 15, 16, 24, 32)] == [False, False, True, False, False]
+    X = rng.standard_normal((30, 20, 50)).astype(np.float32)
+    U = rng.standard_normal((50, 32)).astype(np.float32)
+    plan = ttm_plan(X, U, 2, transpose=True)
+    assert plan.compiled is CompiledKernel.TTM_OUTER
+    Y = ttm(X, U, 2, transpose=True, plan=plan)
+    _check(X, U, 2, Y)
+    direct = np.empty((600, 32), np.float32)
+    sg.ttm_outer(X.reshape(600, 50), np.ascontiguousarray(U.T), direct.T)
+    assert Y.reshape(600, 32).tobytes() == direct.tobytes()
+
+
+def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
+    monkeypatch.setattr(sg, "simd_supported", lambda: False)
+    assert not sg.outer_gemm_style(32, 4)

@@ -10,8 +10,10 @@ LLVM splits or fuses them on other vector widths). One call computes
 with the sum over ``i`` in order, one fused multiply-add (``llvm.fma``) per term: the bits depend on nothing
 but the operands. The accumulators stay in registers (``RB * NV + NV + 1 <= 16`` ymm), each row of ``x`` is
 loaded once for all ``RB`` rows, and ``up`` holds the block's ``RB`` columns of ``U`` packed row by row.
-Iteration ``i`` also prefetches ``px[pfo + min(i, pfn - 1) * pfs]`` into L2 (the caller's next chunk): a hint
-that changes no value.
+The first ``pfn`` iterations also prefetch ``px[pfo + i * pfs]`` into L2 (the caller's next chunk; a compare
+and a branch in the others): a hint that changes no value. The ``g`` variants (``gblock``, ``ghalf``, ``gtri``:
+three vectors a row, at most four rows) read ``up`` at any strides, ``up[uo + i * sui + r * sur]``: rows of a
+tensor broadcast against packed columns of a matrix (:func:`tuckerkit.engine._smallgemm.ttm_outer`).
 """
 
 from __future__ import annotations
@@ -72,16 +74,21 @@ def _lanes(dtype) -> int:
     return 4 if dtype == types.float64 else 8
 
 
-def _make(RB: int, NV: int):
-    @intrinsic
-    def block(typingctx, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):
+def _make(RB: int, NV: int, strided: bool = False, locality: int = 2):
+    def _typed(x, up, y, px):
         if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
                 and isinstance(up, types.Array) and isinstance(y, types.Array)
                 and up.dtype == x.dtype and y.dtype == x.dtype and isinstance(px, types.Array)):
             return None
 
         def codegen(context, builder, sig, args):
-            xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
+            if strided:
+                xarr, xo_, sxi_, n_, uparr, uo_, sui_, sur_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
+                ky, kp = 8, 12
+            else:
+                xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
+                sui_, sur_ = ir.Constant(ir.IntType(64), RB), ir.Constant(ir.IntType(64), 1)
+                ky, kp = 6, 10
             fty = context.get_value_type(sig.args[0].dtype)
             VL = _lanes(sig.args[0].dtype)
             vty = ir.VectorType(fty, VL)
@@ -92,8 +99,8 @@ def _make(RB: int, NV: int):
 
             xp = builder.gep(data(0, xarr), [xo_])
             upp = builder.gep(data(4, uparr), [uo_])
-            yp = builder.gep(data(6, yarr), [yo_])
-            pxp = data(10, pxarr)
+            yp = builder.gep(data(ky, yarr), [yo_])
+            pxp = data(kp, pxarr)
             pfetch = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
                 "llvm.prefetch.p0")
@@ -111,6 +118,8 @@ def _make(RB: int, NV: int):
                 init.append([builder.select(cont, builder.load(builder.bitcast(
                     builder.gep(yrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1), zero)
                     for v in range(NV)])
+            # the start of each row of up (loop-invariant: one base register and the iteration's offset a load)
+            ubase = [builder.gep(upp, [builder.mul(ir.Constant(i64, r), sur_)]) for r in range(RB)]
             pre = builder.block
             head = builder.append_basic_block("rb.head")
             body = builder.append_basic_block("rb.body")
@@ -125,26 +134,32 @@ def _make(RB: int, NV: int):
                     acc[r][v].add_incoming(init[r][v], pre)
             builder.cbranch(builder.icmp_signed("<", iv, n_), body, done)
             builder.position_at_end(body)
-            # the prefetch of this iteration: px[pfo + min(iv, pfn - 1) * pfs] into L2 (pfn >= 1; a hint that
-            # changes no value: the caller's next chunk, fetched while this one computes)
-            last = builder.sub(pfn_, ir.Constant(i64, 1))
-            piv = builder.select(builder.icmp_signed("<", iv, last), iv, last)
-            pptr = builder.gep(pxp, [builder.add(pfo_, builder.mul(piv, pfs_))])
+            # the prefetch of the first pfn iterations: px[pfo + iv * pfs] into L2 (a hint that changes no
+            # value: the caller's next rows, fetched while these compute); a compare and a branch where it has
+            # none (the loop issues few integer operations beside its loads and fused multiply-adds)
+            pfb = builder.append_basic_block("rb.pf")
+            main = builder.append_basic_block("rb.main")
+            builder.cbranch(builder.icmp_signed("<", iv, pfn_), pfb, main)
+            builder.position_at_end(pfb)
+            pptr = builder.gep(pxp, [builder.add(pfo_, builder.mul(iv, pfs_))])
             builder.call(pfetch, [builder.bitcast(pptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
-                                  ir.Constant(i32, 2), ir.Constant(i32, 1)])
+                                  ir.Constant(i32, locality), ir.Constant(i32, 1)])
+            builder.branch(main)
+            builder.position_at_end(main)
             xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
             xs = [builder.load(builder.bitcast(builder.gep(xrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()),
                                align=1) for v in range(NV)]
-            urow = builder.gep(upp, [builder.mul(iv, ir.Constant(i64, RB))])
+            uoff = builder.mul(iv, sui_)
             new = []
             for r in range(RB):
-                u = builder.load(builder.gep(urow, [ir.Constant(i64, r)]))
+                u = builder.load(builder.gep(ubase[r], [uoff]))
                 ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef, splat)
                 new.append([builder.call(fma, [ub, xs[v], acc[r][v]]) for v in range(NV)])
-            iv.add_incoming(builder.add(iv, ir.Constant(i64, 1)), body)
+            latch = builder.block
+            iv.add_incoming(builder.add(iv, ir.Constant(i64, 1)), latch)
             for r in range(RB):
                 for v in range(NV):
-                    acc[r][v].add_incoming(new[r][v], body)
+                    acc[r][v].add_incoming(new[r][v], latch)
             builder.branch(head)
             builder.position_at_end(done)
             for r in range(RB):
@@ -155,13 +170,33 @@ def _make(RB: int, NV: int):
             return context.get_dummy_value()
 
         i = types.int64
+        if strided:
+            return types.void(x, i, i, i, up, i, i, i, y, i, i, i, px, i, i, i), codegen
         return types.void(x, i, i, i, up, i, y, i, i, i, px, i, i, i), codegen
+
+    if strided:
+        @intrinsic
+        def gblock(typingctx, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn):
+            return _typed(x, up, y, px)
+
+        return gblock
+
+    @intrinsic
+    def block(typingctx, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):
+        return _typed(x, up, y, px)
 
     return block
 
 
 block1, block2, block3, block4, block5, block6 = (_make(rb, NV) for rb in range(1, MAX_RB + 1))
 half1, half2, half3, half4, half5, half6 = (_make(rb, 1) for rb in range(1, MAX_RB + 1))
+#: the same blocks with ``up`` read at any strides: ``up[uo + i * sui + r * sur]`` (two more arguments after
+#: ``uo``): rows of a tensor broadcast against packed columns of ``U`` (:func:`~._smallgemm.ttm_outer`)
+gblock1, gblock2, gblock3, gblock4, gblock5, gblock6 = (_make(rb, NV, True) for rb in range(1, MAX_RB + 1))
+ghalf1, ghalf2, ghalf3, ghalf4, ghalf5, ghalf6 = (_make(rb, 1, True) for rb in range(1, MAX_RB + 1))
+#: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
+#: one-vector strip (six accumulators: half the fused multiply-adds in flight that the FMA units take)
+gtri1, gtri2, gtri3, gtri4 = (_make(rb, 3, True) for rb in range(1, 5))
 
 
 def _make_prefetch(locality: int):

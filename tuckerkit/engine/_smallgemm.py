@@ -20,11 +20,16 @@ kernels here read ``X`` once, in memory order:
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``; the next tile's rows are
-  prefetched into L2 in short bursts, one before each pair of columns of ``U``.
+  prefetched into L2 in short bursts, one before each pair of columns of ``U``. For R of 16 to four vectors
+  (float32 16-32, float64 16) a GEMM-like kernel instead: ``U`` packed as ``(I, R)`` rows padded to whole
+  vectors, twelve rows of ``X`` a tile, each element broadcast against a strip of two (or three) vectors of
+  ``U`` (the inner kernel's register blocks with the roles swapped: 12 vector accumulators), the rows two
+  tiles ahead prefetched into L2 during the blocks.
 
 Every output element is one sum over ``i`` in a fixed order set at compile time (in order, one fused
-multiply-add per term, in :func:`ttm_inner`, the chunks of ``i`` carrying the exact partial sums through the
-output; fixed partial sums in :func:`ttm_outer`, whose reduction runs along the unit stride); the tiles never
+multiply-add per term, in :func:`ttm_inner` and the GEMM-like :func:`ttm_outer`, the chunks of ``i`` carrying
+the exact partial sums through the output; fixed partial sums in the dot products of :func:`ttm_outer`, whose
+reduction runs along the unit stride); the tiles never
 split a sum, so the result is the same bits for any number of workers, any tiling and any load on a given
 machine. The kernels are serial and release the GIL; tuckerkit's own pool runs the tiles (``numba``'s
 parallel pool would keep spinning threads beside the BLAS pieces of the next step: measured 3-10x slower
@@ -45,6 +50,22 @@ from tuckerkit.engine._simd import (
     block4,
     block5,
     block6,
+    gblock1,
+    gblock2,
+    gblock3,
+    gblock4,
+    gblock5,
+    gblock6,
+    ghalf1,
+    ghalf2,
+    ghalf3,
+    ghalf4,
+    ghalf5,
+    ghalf6,
+    gtri1,
+    gtri2,
+    gtri3,
+    gtri4,
     half1,
     half2,
     half3,
@@ -54,6 +75,7 @@ from tuckerkit.engine._simd import (
     pack_row,
     prefetch,
     prefetch_l2,
+    simd_supported,
 )
 
 #: bytes of X one tile of :func:`ttm_inner` packs (half of a 512 KiB L2: the packed strips stay in L2)
@@ -70,8 +92,13 @@ _PREFETCH_ROWS = 8
 #: more: fewer pages at a time). Measured on 200^3, one and two workers, against no such prefetch: middle
 #: mode 0.82-0.85x the time (R = 10, float64), long rows 0.81-0.89x (row runs; strip-wise 0.86-1.0x)
 _PREFETCH_NEXT = True
-#: tiles ahead (four rows of X each) :func:`ttm_outer` prefetches into L2 (0: none)
+#: tiles ahead (four rows of X each) :func:`ttm_outer`'s dot-product kernel prefetches into L2 (0: none)
 _OUTER_PREFETCH = 1
+#: rows of X per tile of :func:`ttm_outer`'s register-blocked kernel (two blocks of six rows, or three of four)
+_OUTER_ROWS = 12
+#: tiles ahead the register-blocked kernel prefetches into L2 (0: none; 1 and 2 measured alike, 0 1.1-1.8x the
+#: time)
+_OUTER_GEMM_PREFETCH = 2
 #: the fewest rows of i per chunk (each microkernel call pays a fixed start and drain)
 _MIN_KC = 8
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
@@ -239,8 +266,108 @@ def _row_blocks(R: int) -> list[tuple[int, int]]:
     return list(zip(starts, sizes, strict=True))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # one register block of :func:`ttm_outer`: rb rows of X (broadcast, at strides sui, sur) against a strip
+    # of nv vectors of the packed U
+    if nv == 2:
+        if rb == 6:
+            gblock6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 5:
+            gblock5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 4:
+            gblock4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 3:
+            gblock3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 2:
+            gblock2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            gblock1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif nv == 3:
+        if rb == 4:
+            gtri4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 3:
+            gtri3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 2:
+            gtri2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            gtri1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    else:
+        if rb == 6:
+            ghalf6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 5:
+            ghalf5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 4:
+            ghalf4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 3:
+            ghalf3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 2:
+            ghalf2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            ghalf1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+
+
+@njit(cache=True, nogil=True)
+def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+    # tile t: rows [12 t, 12 t + 12) of X, each element broadcast against a strip of the packed U (I rows of Rp
+    # columns, Rp = R rounded up to whole vectors, the padding zero): the register block of the inner kernel
+    # with the roles swapped (rows of X for rows of U, columns of U for columns of X), 12 vector accumulators
+    # (six rows x two vectors, or four rows x three), one fused multiply-add per term, i in order. Chunks of
+    # kc rows of i (a strip's rows of U and the tile's rows of X stay in L1) carry the exact partial sums
+    # through the output. Where the output's rows are unit-strided and R is whole vectors the blocks write Y
+    # directly, else into a private buffer copied out (the padded columns dropped)
+    Rp = up.shape[0] // I
+    nstrip = strips.shape[0]
+    tl = np.empty(_OUTER_ROWS * Rp, x.dtype)
+    ln = 64 // x.itemsize  # elements of one cache line
+    lpr = (I * sxi + ln - 1) // ln  # lines of one row of X (from its first element: all inside the array)
+    calls = 0
+    for s in range(nstrip):
+        calls += _OUTER_ROWS // (4 if strips[s, 1] == 3 else MAX_RB)
+    calls *= (I + kc - 1) // kc
+    for t in range(t_lo, t_hi):
+        a0 = _OUTER_ROWS * t
+        h = min(_OUTER_ROWS, A - a0)
+        xa = a0 * sxa
+        # the rows pfd tiles ahead are prefetched while this one computes, a run of one row's lines per block
+        # (their DRAM reads overlap the fused multiply-adds instead of following them)
+        qa = a0 + _OUTER_ROWS * pfd
+        qtot = min(_OUTER_ROWS, A - qa) * lpr if pfd > 0 and t + pfd < t_hi else 0
+        per = (qtot + calls - 1) // calls
+        q = 0
+        for i0 in range(0, I, kc):
+            n = min(kc, I - i0)
+            for s in range(nstrip):
+                c0, nv = strips[s, 0], strips[s, 1]
+                gr = 4 if nv == 3 else MAX_RB
+                for g0 in range(0, h, gr):
+                    rb = min(gr, h - g0)
+                    pfo = xa + i0 * sxi  # nothing to fetch: the line this block starts at
+                    pfn = 0
+                    if q < qtot:
+                        qr = q // lpr
+                        qs = q - qr * lpr
+                        pfn = min(per, lpr - qs, n)
+                        pfo = (qa + qr) * sxa + qs * ln
+                        q += pfn
+                    if direct:
+                        _gblock(nv, rb, up, i0 * Rp + c0, Rp, n, x, xa + g0 * sxa + i0 * sxi, sxi, sxa,
+                                y, (a0 + g0) * sya + c0, sya, i0, x, pfo, ln, pfn)
+                    else:
+                        _gblock(nv, rb, up, i0 * Rp + c0, Rp, n, x, xa + g0 * sxa + i0 * sxi, sxi, sxa,
+                                tl, g0 * Rp + c0, Rp, i0, x, pfo, ln, pfn)
+        while q < qtot:
+            qr = q // lpr
+            prefetch_l2(x, (qa + qr) * sxa + (q - qr * lpr) * ln)
+            q += 1
+        if not direct:
+            for a in range(h):
+                for r in range(R):
+                    y[(a0 + a) * sya + r * syr] = tl[a * Rp + r]
+
+
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True)
-def _outer_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero, pfd, w):  # noqa: E741 # pragma: no cover
+def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero, pfd, w):  # noqa: E741 # pragma: no cover
     # four rows of X against two columns of U at a time: eight dot products share the loads; the
     # reduction runs along the unit stride in a compile-time order (vector partial sums, fixed combine)
     R = ut.shape[0]
@@ -358,8 +485,10 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
 
 def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionPolicy | None = None) -> None:
     """``Y2[r, a] = sum_i X2[a, i] Ut[r, i]`` for a 2-D view ``X2`` with unit stride along ``i``, ``Ut``
-    C-contiguous (U transposed) and any strides of the output view ``Y2`` (shape (R, A)); blocks of four rows
-    split over the policy's workers.
+    C-contiguous (U transposed) and any strides of the output view ``Y2`` (shape (R, A)); tiles of rows split
+    over the policy's workers. Dot products along the unit stride (four rows of X against two columns of U at
+    a time), or where :func:`outer_gemm_style` says so, rows of X broadcast against packed columns of U (the
+    inner kernel's register blocks, a sum in order over ``i`` per element).
 
     Examples
     --------
@@ -373,12 +502,56 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     fx, fy = flat_span(X2), flat_span(Y2)
     if fx is None or fy is None:
         raise ValueError("ttm_outer needs non-empty views with non-negative strides")
+    if X2.shape[1] > 1 and X2.strides[1] != X2.itemsize:
+        raise ValueError("ttm_outer needs unit stride along the last axis of X2")
     A, I = X2.shape  # noqa: E741
+    R = Ut.shape[0]
     it = X2.itemsize
-    args = (fx, 0, A, I, X2.strides[0] // it, Ut, fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
-    zero = X2.dtype.type(0)
-    _run_tiles(lambda lo, hi: _outer_kernel(*args, lo, hi, zero, _OUTER_PREFETCH, 64 // it), (A + 3) // 4,
-               2 * X2.size * Ut.shape[0], policy)
+    vl = 32 // it
+    if not outer_gemm_style(R, it):
+        args = (fx, 0, A, I, X2.strides[0] // it, Ut, fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
+        zero = X2.dtype.type(0)
+        _run_tiles(lambda lo, hi: _outer_dot_kernel(*args, lo, hi, zero, _OUTER_PREFETCH, 64 // it), (A + 3) // 4,
+                   2 * X2.size * R, policy)
+        return
+    up = np.zeros((I, -(-R // vl) * vl), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
+    up[:, :R] = Ut.T
+    syr, sya = Y2.strides[0] // it, Y2.strides[1] // it
+    direct = up.shape[1] == R and syr == 1
+    # the unit stride of X passed at run time: as a constant LLVM unrolls the block's loop in two, merges
+    # neighbouring broadcasts and spills the accumulators
+    gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, _outer_strips(up.shape[1] // vl, vl), fy, sya, syr,
+             _outer_kc(I, it), direct, _OUTER_GEMM_PREFETCH)
+    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, lo, hi), -(-A // _OUTER_ROWS), 2 * X2.size * R, policy)
+
+
+def outer_gemm_style(R: int, itemsize: int) -> bool:
+    """Whether :func:`ttm_outer` runs the register-blocked kernel (rows of X broadcast against packed columns
+    of U) rather than the dot products along the unit stride: ``R`` of at least 16 in at most four vectors,
+    at most an eighth of them padding. Measured on 200 x 200 x 200's last mode (one core, X streamed from
+    memory, 2-3 interleaved runs of 11 pairs on the shared 2-core machine): float32 R = 16 / 24 / 32 0.85-0.87 /
+    0.78-0.85 / 0.82-0.88x the dot kernel's time, float64 R = 16 0.86-0.97x; but R = 10 (padded to 12 or 16
+    columns) 1.1-1.2x and float64 R = 32 (eight vectors: its U of 51 KiB streams through L1 per tile)
+    1.07-1.14x."""
+    vl = 32 // itemsize
+    rp = -(-R // vl) * vl
+    return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp and simd_supported()
+
+
+def _outer_strips(nvec: int, vl: int) -> np.ndarray:
+    """The strips of :func:`ttm_outer` over ``nvec`` vectors of columns, rows (first column, vectors): two
+    vectors each, the first three where ``nvec`` is odd, one where it is 1."""
+    widths = [nvec] if nvec <= 3 else ([3] if nvec % 2 else []) + [2] * (nvec // 2 - (nvec % 2))
+    starts = np.cumsum([0, *widths[:-1]]) * vl
+    return np.array([(c, w) for c, w in zip(starts, widths, strict=True)], dtype=np.int64).reshape(-1, 2)
+
+
+def _outer_kc(I: int, itemsize: int) -> int:  # noqa: E741
+    """Rows of i per chunk of :func:`ttm_outer`: one strip of the packed U (64 bytes a row) and the tile's
+    ``MAX_RB`` rows of X fill at most ``_L1_BYTES``, as even as possible over ``I``."""
+    kc = max(_MIN_KC, _L1_BYTES // (64 + MAX_RB * itemsize))
+    nch = -(-I // kc)
+    return -(-I // nch)
 
 
 def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> None:
@@ -402,7 +575,9 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None)
 # rows are short (the middle modes: C = 64..200 unit-stride columns, each tile one run of memory) 0.65-0.81x
 # / 0.66-0.89x the BLAS time in float64 and 0.54-0.71x / 0.64-0.86x in float32; where they are long (C of
 # 4096 and more: the tile gathers I rows at a stride of C) 0.86-1.13x / 0.69-1.01x in float64, 0.81-0.85x /
-# 0.66-1.04x in float32. Its constants are BLAS's over the median ratio of each class.
+# 0.66-1.04x in float32. Its constants are BLAS's over the median ratio of each class. The unit-stride kernel's
+# float32 R > 16 (the GEMM-like variant, :func:`outer_gemm_style`): the dot kernel's 0.50 over its measured
+# 0.78-0.88x the time (one core, X streamed from memory).
 # ---------------------------------------------------------------------------------------------------
 _KERNEL_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.68, 0.78),
@@ -412,7 +587,7 @@ _KERNEL_EFF = {
     ("small_rank_ttm_inner_long_short_i", "float64"): (0.49, 0.80),
     ("small_rank_ttm_inner_long_short_i", "float32"): (0.50, 0.71),
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
-    ("small_rank_ttm_outer", "float32"): (0.50, 0.50),
+    ("small_rank_ttm_outer", "float32"): (0.50, 0.60),
 }
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
