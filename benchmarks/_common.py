@@ -25,6 +25,7 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),
+        "OPENBLAS_THREAD_TIMEOUT": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     try:
