@@ -74,7 +74,7 @@ def _lanes(dtype) -> int:
     return 4 if dtype == types.float64 else 8
 
 
-def _make(RB: int, NV: int, strided: bool = False, locality: int = 2):
+def _make(RB: int, NV: int, strided: bool = False):
     def _typed(x, up, y, px):
         if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
                 and isinstance(up, types.Array) and isinstance(y, types.Array)
@@ -143,7 +143,7 @@ def _make(RB: int, NV: int, strided: bool = False, locality: int = 2):
             builder.position_at_end(pfb)
             pptr = builder.gep(pxp, [builder.add(pfo_, builder.mul(iv, pfs_))])
             builder.call(pfetch, [builder.bitcast(pptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
-                                  ir.Constant(i32, locality), ir.Constant(i32, 1)])
+                                  ir.Constant(i32, 2), ir.Constant(i32, 1)])
             builder.branch(main)
             builder.position_at_end(main)
             xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
