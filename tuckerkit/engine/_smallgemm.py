@@ -528,11 +528,12 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
 def outer_gemm_style(R: int, itemsize: int) -> bool:
     """Whether :func:`ttm_outer` runs the register-blocked kernel (rows of X broadcast against packed columns
     of U) rather than the dot products along the unit stride: ``R`` of at least 16 in at most four vectors,
-    at most an eighth of them padding. Measured on 200 x 200 x 200's last mode (one core, X streamed from
-    memory, 2-3 interleaved runs of 11 pairs on the shared 2-core machine): float32 R = 16 / 24 / 32 0.85-0.87 /
-    0.78-0.85 / 0.82-0.88x the dot kernel's time, float64 R = 16 0.86-0.97x; but R = 10 (padded to 12 or 16
-    columns) 1.1-1.2x and float64 R = 32 (eight vectors: its U of 51 KiB streams through L1 per tile)
-    1.07-1.14x."""
+    at most an eighth of them padding (float32 R = 16, 22-24, 29-32; float64 R = 16; AVX2 + FMA). Measured on
+    a (40000, 200) X streamed from memory, one core's CPU time, medians of 15 interleaved pairs, 3 runs on
+    the shared 2-core machine: float32 R = 16 / 24 / 32 0.87-1.07 / 0.79-0.94 / 0.80-0.86x the dot kernel's
+    time, float64 R = 16 0.87-0.99x; but float32 R = 10 (16 columns computed) 1.46x, R = 20 (24) 1.02-1.04x,
+    float64 R = 10 (12) 1.07x and float64 R = 32 (eight vectors: its U of 51 KiB streams through L1 per tile)
+    1.26x."""
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
     return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp and simd_supported()
