@@ -389,3 +389,28 @@ def test_count_lines_matches_python():
             b = bytes(buf[start:])
             want = b.count(b"\n") + (1 if b and not b.endswith(b"\n") else 0)
             assert K.count_lines(buf, start) == want
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_write_in_pieces_gives_the_same_bytes_for_any_pieces_and_threads(tmp_path, monkeypatch, dtype):
+    """Runs of rows formatted in parallel and written in order: the same file as one run, on 1 or 2
+    threads, for pieces of any size (one row, a few rows, uneven tails), and it reads back bit for bit."""
+    rng = np.random.default_rng(11)
+    n = 1000
+    coords = np.stack([rng.integers(0, s, n) for s in (3, 10**6, 2**31 - 1)], axis=1).astype(np.int64)
+    values = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(dtype)
+    values[::13] = np.round(values[::13], 3)
+    write_tns(tmp_path / "one.tns", coords, values, policy=ExecutionPolicy(1))
+    ref = (tmp_path / "one.tns").read_bytes()
+    assert ref.count(b"\n") == n
+    for rows in (1, 7, 256, 999):
+        monkeypatch.setattr(_tns, "WRITE_ROWS", rows)
+        for w in (1, 2):
+            write_tns(tmp_path / "p.tns", coords, values, force=True, policy=ExecutionPolicy(w))
+            assert (tmp_path / "p.tns").read_bytes() == ref
+    c, v, _ = read_tns(tmp_path / "p.tns", dtype=dtype)
+    np.testing.assert_array_equal(c, coords)
+    assert v.tobytes() == values.tobytes()
+    write_tns(tmp_path / "i32.tns", coords.astype(np.int32) % 1000, values, policy=ExecutionPolicy(2))
+    write_tns(tmp_path / "u16.tns", (coords % 1000).astype(np.uint16), values, policy=ExecutionPolicy(2))
+    assert (tmp_path / "i32.tns").read_bytes() == (tmp_path / "u16.tns").read_bytes()

@@ -347,27 +347,41 @@ def gather_tokens(buf, starts, ends, width):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def _ndigits(x):  # pragma: no cover
+    """Decimal digits of the unsigned integer ``x`` (1 for 0)."""
+    d = 1
+    while x >= np.uint64(10000):
+        x //= np.uint64(10000)
+        d += 4
+    if x >= np.uint64(100):
+        d += 2
+        x //= np.uint64(100)
+    if x >= np.uint64(10):
+        d += 1
+    return d
+
+
+@njit(cache=True, nogil=True)
 def format_rows(coords, vbytes):  # pragma: no cover
     """The ``.tns`` text of 0-based ``coords`` (written 1-based) and the values already formatted in the byte
     string ``vbytes``, one per row, each followed by a newline."""
     nnz, N = coords.shape
     size = vbytes.shape[0]
-    digits = np.empty(24, dtype=np.uint8)
     for r in range(nnz):
         for m in range(N):
-            x = coords[r, m] + 1
-            d = 2  # the last digit and the separator
-            while x >= 10:
-                x //= 10
-                d += 1
-            size += d
+            size += _ndigits(np.uint64(coords[r, m] + 1)) + 1  # the digits and the separator
     out = np.empty(size, dtype=np.uint8)
     o = 0
     j = 0
     nv = vbytes.shape[0]
     for r in range(nnz):
         for m in range(N):
-            o = _put_uint(out, o, coords[r, m] + 1, digits)
+            x = np.uint64(coords[r, m] + 1)
+            nd = _ndigits(x)
+            for t in range(o + nd - 1, o - 1, -1):  # unsigned division by a constant: a multiplication
+                out[t] = np.uint8(48 + x % np.uint64(10))
+                x //= np.uint64(10)
+            o += nd
             out[o] = 32
             o += 1
         while j < nv and vbytes[j] != 10:
@@ -381,18 +395,14 @@ def format_rows(coords, vbytes):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def _put_uint(out, o, x, digits):  # pragma: no cover
-    nd = 0
-    while True:
-        digits[nd] = 48 + x % 10
-        nd += 1
-        x //= 10
-        if x == 0:
-            break
-    for t in range(nd - 1, -1, -1):
-        out[o] = digits[t]
-        o += 1
-    return o
+def _put_uint(out, o, x):  # pragma: no cover
+    """``x`` (>= 0) in decimal at ``out[o:]``; returns the offset after it."""
+    x = np.uint64(x)
+    nd = _ndigits(x)
+    for t in range(o + nd - 1, o - 1, -1):
+        out[t] = np.uint8(48 + x % np.uint64(10))
+        x //= np.uint64(10)
+    return o + nd
 
 
 @njit(cache=True, nogil=True)
@@ -404,7 +414,6 @@ def format_values(vals, pow10):  # pragma: no cover
     out = np.empty(n * 24, dtype=np.uint8)
     miss = np.empty(n, dtype=np.int64)
     nm = 0
-    digits = np.empty(24, dtype=np.uint8)
     o = 0
     for r in range(n):
         x = vals[r]
@@ -427,22 +436,18 @@ def format_values(vals, pow10):  # pragma: no cover
                 if M < 9007199254740992.0:
                     back = M / pow10[s] if s >= 0 else M * pow10[-s]
                     if back == ax:
-                        mi = np.int64(M)
+                        mi = np.uint64(M)
                         e = -s
-                        while mi % 10 == 0 and mi > 0:
-                            mi //= 10
+                        while mi % np.uint64(10) == 0 and mi > 0:
+                            mi //= np.uint64(10)
                             e += 1
-                        nd = 0
-                        t = mi
-                        while t > 0:
-                            t //= 10
-                            nd += 1
+                        nd = _ndigits(mi)
                         if x < 0:
                             out[o] = 45
                             o += 1
                         pt = nd + e  # digits before the decimal point
                         if e >= 0 and pt <= 16:
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                             for _ in range(e):
                                 out[o] = 48
                                 o += 1
@@ -451,7 +456,7 @@ def format_values(vals, pow10):  # pragma: no cover
                             o += 2
                         elif e < 0 and pt > 0:
                             o0 = o
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                             # shift the last -e digits right by one to make room for the point
                             for t2 in range(o - 1, o0 + pt - 1, -1):
                                 out[t2 + 1] = out[t2]
@@ -464,10 +469,10 @@ def format_values(vals, pow10):  # pragma: no cover
                             for _ in range(-pt):
                                 out[o] = 48
                                 o += 1
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                         else:
                             o0 = o
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                             if nd > 1:
                                 for t2 in range(o - 1, o0, -1):
                                     out[t2 + 1] = out[t2]
@@ -480,7 +485,7 @@ def format_values(vals, pow10):  # pragma: no cover
                                 out[o] = 45
                                 o += 1
                                 ex = -ex
-                            o = _put_uint(out, o, ex, digits)
+                            o = _put_uint(out, o, ex)
                         done = True
         if not done:
             miss[nm] = r
