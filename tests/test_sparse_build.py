@@ -38,45 +38,6 @@ def test_coo_canonical_matches_oracle(shape, sorted_in):
     assert clean.values.tobytes() == X.values.tobytes() and not np.shares_memory(clean.values, X.values)
 
 
-@pytest.mark.parametrize("shape", [(30, 7, 50), (3000, 2, 9), (5, 4, 3, 6)])
-def test_coo_sort_in_parallel_pieces_is_the_same_for_any_number(shape):
-    """The counting-sort passes cut into runs of rows moved in parallel (any number of runs, on 1 or 2
-    numba threads): the same rows in the same order as one run, bit for bit, and equal to the oracle."""
-    import numba
-    from threadpoolctl import threadpool_limits
-
-    from tuckerkit.sparse._kernels import coo_canonical_rows, sort_rows_by
-
-    rng = np.random.default_rng(sum(shape))
-    n = 40000
-    c = np.stack([rng.integers(0, s, n) for s in shape], axis=1).astype(np.int32)
-    v = rng.integers(-2, 3, n).astype(np.float64) * rng.random(n)
-    v[::7] = rng.integers(-1, 2, v[::7].size)  # duplicates summing to zero too
-    sizes = np.asarray(shape, dtype=np.int64)
-    modes = np.arange(len(shape))
-    ref_c, ref_v = sort_rows_by(c, v, modes, sizes, False, 1)
-    assert np.all(np.diff(np.lexsort(ref_c.T[::-1])) == 1)  # lexicographic (and stable: lexsort's own order)
-    before = numba.get_num_threads()
-    try:
-        for threads in (1, 2):
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-            for pieces in (2, 3, 8):
-                sc, sv = sort_rows_by(c, v, modes, sizes, False, pieces)
-                assert sc.tobytes() == ref_c.tobytes() and sv.tobytes() == ref_v.tobytes()
-                cc, cv, kept, dups = coo_canonical_rows(c.copy(), v.copy(), sizes, True, pieces)
-                c1, v1, kept1, _ = coo_canonical_rows(c.copy(), v.copy(), sizes, True, 1)
-                assert dups and kept == kept1
-                assert cc[:kept].tobytes() == c1[:kept1].tobytes() and cv[:kept].tobytes() == v1[:kept1].tobytes()
-    finally:
-        numba.set_num_threads(before)
-    wc, wv = _oracle(c, v, shape)
-    for limit in (1, 2):
-        with threadpool_limits(limit):  # the default policy's workers follow the caller's BLAS limit
-            X = COOTensor(c, v, shape)
-        np.testing.assert_array_equal(X.coords, wc)
-        assert X.values.tobytes() == wv.tobytes()
-
-
 def test_coo_duplicate_sums_must_be_finite():
     with pytest.raises(ValueError, match=r"duplicate coordinates sum to NaN or infinity at 1 coordinate\(s\) "
                                          r"\(first: \[0, 0\], 0-based\)"):

@@ -216,16 +216,12 @@ def _canonical(c: np.ndarray, v: np.ndarray, shape: tuple[int, ...], owned: bool
     if n and sum(shape) <= 8 * n + (1 << 20):
         # one compiled pass: rows moved by counting sorts (none when already sorted), duplicates summed in
         # place; no linearized key, no permutation (the least memory: the input and one sorted copy)
-        from tuckerkit.engine._policy import numba_threads, resolve_policy
         from tuckerkit.sparse._kernels import coo_canonical_rows
 
         c0 = np.ascontiguousarray(c, dtype=itype)
         v0 = np.ascontiguousarray(v)
         reuse = (owned or c0 is not c) and (owned or v0 is not v) and c0.flags.writeable and v0.flags.writeable
-        policy = resolve_policy(None)
-        with numba_threads(policy):  # the sort's passes over the policy's workers (a stable sort: same bits)
-            cs, vals, kept, dups = coo_canonical_rows(c0, v0, np.asarray(shape, dtype=np.int64), reuse,
-                                                      policy.workers)
+        cs, vals, kept, dups = coo_canonical_rows(c0, v0, np.asarray(shape, dtype=np.int64), reuse)
         if dups and not np.all(np.isfinite(vals[:kept])):
             _non_finite_sums(cs[:kept], vals[:kept])
         if kept == n:

@@ -341,14 +341,12 @@ def coo_canonical(coords, values, shape, out_coords):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def sort_rows_by(coords, values, key_modes, sizes, reuse_input=False, pieces=1):  # pragma: no cover
+def sort_rows_by(coords, values, key_modes, sizes, reuse_input=False):  # pragma: no cover
     """Rows of lexicographically ordered nonzeros stably sorted by the coordinates of ``key_modes`` (most
     significant first): one counting-sort pass per key mode, last to first, each moving the rows and values
     themselves (sequential reads, one write stream per slice) instead of gathering through a permutation
     (a cache miss per nonzero). Any tree order is one pass per mode before its increasing tail.
-    ``reuse_input``: the input may serve as the second buffer (its contents are then lost; one copy less).
-    ``pieces``: each pass cut into this many runs of rows counted and moved in parallel (a stable sort:
-    the same result for any number)."""
+    ``reuse_input``: the input may serve as the second buffer (its contents are then lost; one copy less)."""
     n, N = coords.shape
     src_c = coords
     src_v = values
@@ -360,13 +358,18 @@ def sort_rows_by(coords, values, key_modes, sizes, reuse_input=False, pieces=1):
     for t in range(key_modes.shape[0] - 1, -1, -1):
         m = key_modes[t]
         size = sizes[m]
-        P = max(1, min(pieces, n // 4096))
-        if P > 1 and (P - 1) * (size + 1) > n // 4:  # the counts of the pieces stay small next to the rows
-            P = 1
-        if P > 1:
-            _counting_pass_parallel(src_c, src_v, dst_c, dst_v, m, size, P)
-        else:
-            _counting_pass(src_c, src_v, dst_c, dst_v, m, size)
+        count = np.zeros(size + 1, dtype=np.int64)
+        for i in range(n):
+            count[src_c[i, m] + 1] += 1
+        for d in range(size):
+            count[d + 1] += count[d]
+        for i in range(n):
+            c = src_c[i, m]
+            j = count[c]
+            count[c] = j + 1
+            for q in range(N):
+                dst_c[j, q] = src_c[i, q]
+            dst_v[j] = src_v[i]
         if first:  # the input is not written unless allowed: else the second pass gets a buffer of its own
             first = False
             if reuse_input:
@@ -381,50 +384,7 @@ def sort_rows_by(coords, values, key_modes, sizes, reuse_input=False, pieces=1):
 
 
 @njit(cache=True, nogil=True)
-def _counting_pass(src_c, src_v, dst_c, dst_v, m, size):  # pragma: no cover
-    """The rows of ``src`` moved to ``dst`` stably ordered by column ``m`` (values in 0..size-1)."""
-    n, N = src_c.shape
-    count = np.zeros(size + 1, dtype=np.int64)
-    for i in range(n):
-        count[src_c[i, m] + 1] += 1
-    for d in range(size):
-        count[d + 1] += count[d]
-    for i in range(n):
-        c = src_c[i, m]
-        j = count[c]
-        count[c] = j + 1
-        for q in range(N):
-            dst_c[j, q] = src_c[i, q]
-        dst_v[j] = src_v[i]
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _counting_pass_parallel(src_c, src_v, dst_c, dst_v, m, size, P):  # pragma: no cover
-    """:func:`_counting_pass` over ``P`` runs of rows in parallel: each run counts its keys, each run's rows
-    of a key go after those of the runs before it (the same stable order as one run)."""
-    n, N = src_c.shape
-    count = np.zeros((P, size), dtype=np.int64)
-    for p in prange(P):
-        for i in range(n * p // P, n * (p + 1) // P):
-            count[p, src_c[i, m]] += 1
-    at = 0
-    for d in range(size):
-        for p in range(P):
-            c = count[p, d]
-            count[p, d] = at
-            at += c
-    for p in prange(P):
-        for i in range(n * p // P, n * (p + 1) // P):
-            c = src_c[i, m]
-            j = count[p, c]
-            count[p, c] = j + 1
-            for q in range(N):
-                dst_c[j, q] = src_c[i, q]
-            dst_v[j] = src_v[i]
-
-
-@njit(cache=True, nogil=True)
-def coo_canonical_rows(coords, values, shape, reuse_input, pieces=1):  # pragma: no cover
+def coo_canonical_rows(coords, values, shape, reuse_input):  # pragma: no cover
     """Like :func:`coo_canonical` without a linearized key: rows moved by one counting-sort pass per mode
     (skipped when already in order), then duplicates summed and zeros dropped in place. Returns (coords,
     values, rows kept, duplicates seen); the arrays are the input's when it was in order and clean."""
@@ -463,7 +423,7 @@ def coo_canonical_rows(coords, values, shape, reuse_input, pieces=1):  # pragma:
         c = coords.copy()
         v = values.copy()
     else:
-        c, v = sort_rows_by(coords, values, np.arange(N), shape, reuse_input, pieces)
+        c, v = sort_rows_by(coords, values, np.arange(N), shape, reuse_input)
     r = -1
     dups = False
     for i in range(n):
