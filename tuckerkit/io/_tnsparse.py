@@ -229,10 +229,10 @@ def scan_tns(buf, start, coords, vals, limit, pow10, cls):  # pragma: no cover
                 j += 1
             tmp[m] = c
         if fast:
-            # the value: a plain decimal of at most 18 digits is converted here (the same operations as
-            # _parse_value: the digits as an integer, then one multiplication or division by a power of ten);
-            # any other token goes through _parse_value
-            s = j
+            # the value: a decimal of at most 18 digits with an exponent of at most 4 digits whose power of ten
+            # is within 22 is converted here (the same operations as _parse_value: the digits as an integer,
+            # then one multiplication or division by an exact power of ten); any other token sends the line
+            # to the general parse
             neg = False
             if j < n and (buf[j] == 45 or buf[j] == 43):
                 neg = buf[j] == 45
@@ -250,37 +250,49 @@ def scan_tns(buf, start, coords, vals, limit, pow10, cls):  # pragma: no cover
                 else:
                     break
                 j += 1
-            if j < n and cls[buf[j]] == 0:  # an exponent or anything else: the general parse decides
-                while j < n and cls[buf[j]] == 0:
+            ex = np.int64(0)
+            if j < n and (buf[j] == 101 or buf[j] == 69):
+                j += 1
+                eneg = False
+                if j < n and (buf[j] == 43 or buf[j] == 45):
+                    eneg = buf[j] == 45
                     j += 1
-                nd = 99
-            e = j
+                es = j
+                while j < n and j - es < 4 and 48 <= buf[j] <= 57:
+                    ex = ex * 10 + (np.int64(buf[j]) - 48)
+                    j += 1
+                if j == es:
+                    nd = 0
+                if eneg:
+                    ex = -ex
+            p = ex - (nd - frac if frac >= 0 else 0)
+            if (j < n and cls[buf[j]] == 0) or nd == 0 or nd > 18 or mant > 9007199254740992 or (
+                    mant != 0 and (p < -22 or p > 22)):
+                fast = False
+        if fast:
             while j < n and cls[buf[j]] == 1:
                 j += 1
-            if e > s and (j >= n or buf[j] == 10):
-                if 0 < nd <= 18 and mant <= 9007199254740992:
-                    ok = 1
-                    if mant == 0:
-                        v = -0.0 if neg else 0.0
-                    else:
-                        v = float(mant)
-                        if frac >= 0 and nd > frac:
-                            v = v / pow10[nd - frac]
-                        if neg:
-                            v = -v
+            if j >= n or buf[j] == 10:
+                if mant == 0:
+                    v = -0.0 if neg else 0.0
                 else:
-                    ok, v = _parse_value(buf, s, e, pow10)
-                if ok == 1:
-                    for m in range(ncol - 1):
-                        c = tmp[m]
-                        coords[row, m] = c - 1
-                        if c > cmax[m]:
-                            cmax[m] = c
-                    vals[row] = v
-                    row += 1
-                    i = j + 1
-                    line += 1
-                    continue
+                    v = float(mant)
+                    if p >= 0:
+                        v = v * pow10[p]
+                    else:
+                        v = v / pow10[-p]
+                    if neg:
+                        v = -v
+                for m in range(ncol - 1):
+                    c = tmp[m]
+                    coords[row, m] = c - 1
+                    if c > cmax[m]:
+                        cmax[m] = c
+                vals[row] = v
+                row += 1
+                i = j + 1
+                line += 1
+                continue
         col = 0
         while True:
             while i < n and cls[buf[i]] == 1:
