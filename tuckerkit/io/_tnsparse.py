@@ -373,6 +373,29 @@ def _ndigits(x):  # pragma: no cover
     return d
 
 
+#: the two ASCII digits of 0..99, back to back
+_PAIRS = np.frombuffer("".join(f"{k:02d}" for k in range(100)).encode(), dtype=np.uint8).copy()
+
+
+@njit(cache=True, nogil=True)
+def _put_digits(out, o, x, nd, pairs):  # pragma: no cover
+    """The ``nd`` decimal digits of ``x`` at ``out[o:o + nd]``, two at a time from the right."""
+    t = o + nd
+    while x >= np.uint64(100):
+        q = x // np.uint64(100)
+        r = np.int64(x - q * np.uint64(100))
+        t -= 2
+        out[t] = pairs[2 * r]
+        out[t + 1] = pairs[2 * r + 1]
+        x = q
+    if x >= np.uint64(10):
+        out[t - 2] = pairs[2 * np.int64(x)]
+        out[t - 1] = pairs[2 * np.int64(x) + 1]
+    else:
+        out[t - 1] = np.uint8(48 + x)
+    return o + nd
+
+
 @njit(cache=True, nogil=True)
 def format_rows(coords, vbytes):  # pragma: no cover
     """The ``.tns`` text of 0-based ``coords`` (written 1-based) and the values already formatted in the byte
@@ -389,11 +412,7 @@ def format_rows(coords, vbytes):  # pragma: no cover
     for r in range(nnz):
         for m in range(N):
             x = np.uint64(coords[r, m] + 1)
-            nd = _ndigits(x)
-            for t in range(o + nd - 1, o - 1, -1):  # unsigned division by a constant: a multiplication
-                out[t] = np.uint8(48 + x % np.uint64(10))
-                x //= np.uint64(10)
-            o += nd
+            o = _put_digits(out, o, x, _ndigits(x), _PAIRS)
             out[o] = 32
             o += 1
         while j < nv and vbytes[j] != 10:
@@ -410,11 +429,7 @@ def format_rows(coords, vbytes):  # pragma: no cover
 def _put_uint(out, o, x):  # pragma: no cover
     """``x`` (>= 0) in decimal at ``out[o:]``; returns the offset after it."""
     x = np.uint64(x)
-    nd = _ndigits(x)
-    for t in range(o + nd - 1, o - 1, -1):
-        out[t] = np.uint8(48 + x % np.uint64(10))
-        x //= np.uint64(10)
-    return o + nd
+    return _put_digits(out, o, x, _ndigits(x), _PAIRS)
 
 
 @njit(cache=True, nogil=True)
