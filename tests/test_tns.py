@@ -234,3 +234,183 @@ def test_sparse_npz_refuses_malformed(tmp_path):
     with pytest.raises(TensorFileError, match=r"holds the arrays a; a sparse .npz holds exactly coords, shape and "
                                               r"values"):
         COOTensor.from_npz(tmp_path / "d.npz")
+
+
+# ------------------------------------------------------------------ randomized files against a plain reference
+_BLANKS = " \t\r\v\f"
+
+
+def _reference(text: bytes) -> tuple[list, list, tuple]:
+    """A plain Python reading of a .tns file: (0-based coordinate rows, values, shape); raises ValueError with
+    the 1-based number of the first malformed line."""
+    if text.startswith(b"\xef\xbb\xbf"):
+        text = text[3:]
+    rows, vals, ncol = [], [], None
+    for no, raw in enumerate(text.split(b"\n"), 1):
+        toks = raw.split(b"#", 1)[0].decode()
+        for b in _BLANKS[1:]:
+            toks = toks.replace(b, " ")
+        parts = toks.split(" ")
+        parts = [t for t in parts if t]
+        if not parts:
+            continue
+        ncol = ncol or len(parts)
+        if len(parts) != ncol or not all(t.lstrip("+").isdigit() and int(t) >= 1 for t in parts[:-1]):
+            raise ValueError(no)
+        v = float(parts[-1].replace("_", "x"))  # .tns values have no underscores
+        if not np.isfinite(v):
+            raise ValueError(no)
+        rows.append([int(t) - 1 for t in parts[:-1]])
+        vals.append(v)
+    return rows, vals, tuple(max(r[m] for r in rows) + 1 for m in range(ncol - 1))
+
+
+def _random_value(rng) -> str:
+    x = float(rng.standard_normal() * 10.0 ** rng.integers(-30, 30))
+    k = int(rng.integers(12))
+    if k == 0:
+        return repr(x)
+    if k == 1:
+        return f"{x:.17g}"
+    if k == 2:
+        return f"{x:.{int(rng.integers(1, 19))}f}"
+    if k == 3:
+        return f"{x:+.6E}"
+    if k == 4:
+        return str(int(rng.integers(-10**6, 10**6)))
+    if k == 5:
+        return rng.choice(["-0", "+0", "0.0", "-0.000", ".5", "5.", "+.25", "-7.", "0001.50", "1e22", "1e23"])
+    if k == 6:  # 16 to 20 digits: around 2**53 and past the fast path
+        return "".join(rng.choice(list("0123456789"), int(rng.integers(16, 21)))) + rng.choice(["", ".5", "e-3"])
+    return f"{rng.random():.{int(rng.integers(1, 12))}f}"
+
+
+def _random_tns(rng, nlines: int, ncoord: int) -> bytes:
+    out = []
+    if rng.random() < 0.3:
+        out.append("\ufeff" if rng.random() < 0.5 else "")
+    for _ in range(nlines):
+        r = rng.random()
+        if r < 0.08:
+            out.append("# a comment 1 2 3 4.5" if rng.random() < 0.5 else "#")
+        elif r < 0.14:
+            out.append(rng.choice(["", "   ", "\t", "\r"]))
+        else:
+            sep = lambda: rng.choice([" ", " ", " ", "\t", "  ", " \t "])  # noqa: E731
+            toks = []
+            for _m in range(ncoord):
+                c = str(int(rng.integers(1, 40 if rng.random() < 0.9 else 10**9)))
+                if rng.random() < 0.05:
+                    c = rng.choice(["+", "0", "00"]) + c
+                toks.append(c)
+            toks.append(_random_value(rng))
+            line = "".join(t + sep() for t in toks[:-1]) + toks[-1]
+            if rng.random() < 0.1:
+                line = rng.choice([" ", "\t", "  "]) + line
+            if rng.random() < 0.1:
+                line += rng.choice([" ", "\t", " # note", "# x", "\r"])
+            out.append(line)
+    eol = "\r\n" if rng.random() < 0.3 else "\n"
+    text = eol.join(out)
+    if rng.random() < 0.7:
+        text += eol
+    return text.encode()
+
+
+def _same(got, ref):
+    rows, vals, shape = ref
+    c, v, s = got
+    assert c.tolist() == rows
+    assert v.tobytes() == np.array(vals, dtype=np.float64).tobytes()  # bitwise, -0.0 included
+    assert s == shape
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_files_match_plain_reference_for_any_pieces_and_threads(monkeypatch, seed):
+    """Random files (comments, blank lines, CRLF, tabs, signs, leading zeros, values of every form, a BOM,
+    with or without a last newline) read as a plain Python reading does, bit for bit, in one piece or in
+    pieces of a few bytes on 1, 2 or 3 threads."""
+    rng = np.random.default_rng(seed)
+    text = _random_tns(rng, int(rng.integers(1, 300)), int(rng.integers(1, 5)))
+    path = os.path.join(_DIR, f"rand{seed}.tns")
+    with open(path, "wb") as f:
+        f.write(text)
+    ref = _reference(text)
+    _same(read_tns(path, policy=ExecutionPolicy(1)), ref)
+    for chunk in (int(rng.integers(1, 64)), int(rng.integers(64, 2048))):
+        monkeypatch.setattr(_tns, "CHUNK_BYTES", chunk)
+        for w in (1, 2, 3):
+            _same(read_tns(path, policy=ExecutionPolicy(w)), ref)
+
+
+def test_every_cut_position_of_a_small_file(monkeypatch):
+    """Pieces cut at every byte (inside comments and numbers, right at a newline, a CR before it) on 2
+    threads: the same rows as one piece."""
+    text = b"# head 1 2\r\n1 2 3.5\r\n\r\n 10\t2 -0.25 # c\n#\n3 30 1e-3\n2 2 +7\n\n4 1 0.1"
+    path = os.path.join(_DIR, "cuts.tns")
+    with open(path, "wb") as f:
+        f.write(text)
+    ref = _reference(text)
+    for chunk in range(1, len(text) + 2):
+        monkeypatch.setattr(_tns, "CHUNK_BYTES", chunk)
+        _same(read_tns(path, policy=ExecutionPolicy(2)), ref)
+
+
+@pytest.mark.parametrize(("bad", "match"), [
+    ("1 1 x 1.0", r"line {} has a coordinate that is not an integer: '1 1 x 1.0'"),
+    ("1 1 1.0", r"line {} has 3 columns but line 3 has 4"),
+    ("1 0 1 1.0", r"line {} has coordinate\(s\) below 1 \(1 0 1\)"),
+    ("1 1 1 1e999", r"line {} has a value that is NaN or infinite: '1e999'"),
+    ("1 1 1 abc", r"line {} has a value that is not a number: 'abc'"),
+    ("1 1 1 1.0 2", r"line {} has 5 columns but line 3 has 4"),
+])
+@pytest.mark.parametrize("where", [150, 399])
+def test_error_line_numbers_in_a_later_piece(monkeypatch, bad, match, where):
+    """A bad line in the last pieces (the file cut in pieces of ~100 bytes, read on 2 threads) is named by
+    its line in the file, counted across the pieces before it, comments and blank lines included."""
+    lines = ["# header"] + [f"{i % 9 + 1} {i % 4 + 1} {i + 1} {i / 8!r}" if i % 17 else "" for i in range(400)]
+    lines[where] = bad
+    path = _write("late.tns", "\r\n".join(lines))
+    monkeypatch.setattr(_tns, "CHUNK_BYTES", 100)
+    for w in (1, 2):
+        with pytest.raises(TensorFileError, match=match.format(where + 1)):
+            read_tns(path, policy=ExecutionPolicy(w))
+
+
+def test_count_lines_matches_python():
+    from tuckerkit.io import _tnsparse as K
+
+    rng = np.random.default_rng(9)
+    for n in (0, 1, 2, 31, 32, 33, 100, 1000):
+        buf = rng.choice(np.array([10, 32, 49, 35, 13], dtype=np.uint8), n)
+        for start in {0, 1, n // 2, n}:
+            if start > n:
+                continue
+            b = bytes(buf[start:])
+            want = b.count(b"\n") + (1 if b and not b.endswith(b"\n") else 0)
+            assert K.count_lines(buf, start) == want
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_write_in_pieces_gives_the_same_bytes_for_any_pieces_and_threads(tmp_path, monkeypatch, dtype):
+    """Runs of rows formatted in parallel and written in order: the same file as one run, on 1 or 2
+    threads, for pieces of any size (one row, a few rows, uneven tails), and it reads back bit for bit."""
+    rng = np.random.default_rng(11)
+    n = 1000
+    coords = np.stack([rng.integers(0, s, n) for s in (3, 10**6, 2**31 - 1)], axis=1).astype(np.int64)
+    values = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(dtype)
+    values[::13] = np.round(values[::13], 3)
+    write_tns(tmp_path / "one.tns", coords, values, policy=ExecutionPolicy(1))
+    ref = (tmp_path / "one.tns").read_bytes()
+    assert ref.count(b"\n") == n
+    for rows in (1, 7, 256, 999):
+        monkeypatch.setattr(_tns, "WRITE_ROWS", rows)
+        for w in (1, 2):
+            write_tns(tmp_path / "p.tns", coords, values, force=True, policy=ExecutionPolicy(w))
+            assert (tmp_path / "p.tns").read_bytes() == ref
+    c, v, _ = read_tns(tmp_path / "p.tns", dtype=dtype)
+    np.testing.assert_array_equal(c, coords)
+    assert v.tobytes() == values.tobytes()
+    write_tns(tmp_path / "i32.tns", coords.astype(np.int32) % 1000, values, policy=ExecutionPolicy(2))
+    write_tns(tmp_path / "u16.tns", (coords % 1000).astype(np.uint16), values, policy=ExecutionPolicy(2))
+    assert (tmp_path / "i32.tns").read_bytes() == (tmp_path / "u16.tns").read_bytes()

@@ -295,12 +295,15 @@ def _shape_of(p: Path, sizes: np.ndarray, shape: Sequence[int] | None) -> tuple[
     return shp
 
 
-def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *, force: bool = False) -> None:
+def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *, force: bool = False,
+              policy: Any = None) -> None:
     """Write 0-based ``coords`` and ``values`` as a 1-based ``.tns`` file (atomically).
 
     The text is formatted by a compiled writer: each value with the fewest of up to 15 significant digits that
     read back to the same number (checked exactly), else numpy's shortest round-trip form, so
-    :func:`read_tns` returns the same bits.
+    :func:`read_tns` returns the same bits. Runs of rows are formatted in parallel over the policy's workers
+    and written in order as they are done (the same bytes for any number of workers; the text is never held
+    whole).
 
     Parameters
     ----------
@@ -311,6 +314,8 @@ def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *
         Finite; float32 values are written in float32's shortest form.
     force : bool, default False
         Overwrite an existing file (refused otherwise with :class:`OutputFileError`).
+    policy : ExecutionPolicy, optional
+        Threads for the formatting (default: :func:`~tuckerkit.engine.default_policy`).
 
     Examples
     --------
@@ -340,21 +345,40 @@ def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *
         v = v.astype(np.float64)
     if not np.all(np.isfinite(v)):
         raise ValueError("values holds NaN or infinite entries; a .tns file holds finite numbers")
-    c = np.ascontiguousarray(c, dtype=np.int64)
-    if v.dtype == np.float64:
-        text, miss = K.format_values(np.ascontiguousarray(v), K._POW10)
-    else:  # float32 and others: numpy's shortest form of the dtype itself
-        text = np.full(v.shape[0], 10, dtype=np.uint8)
-        miss = np.arange(v.shape[0], dtype=np.int64)
-    if miss.size:
-        fill = v[miss].astype("S32")
-        text = K.splice_values(text, miss, fill.view(np.uint8).reshape(miss.size, 32), 32)
-    data = K.format_rows(c, text)
+    from tuckerkit.engine._policy import parallel_map, resolve_policy
+
+    pol = resolve_policy(policy)
+    if c.dtype not in (np.int32, np.int64):
+        c = c.astype(np.int64)
+    c = np.ascontiguousarray(c)
+    v = np.ascontiguousarray(v)
+    n = c.shape[0]
+    pieces = [(a, min(a + WRITE_ROWS, n)) for a in range(0, n, WRITE_ROWS)]
+
+    def piece(ab: tuple[int, int]) -> np.ndarray:
+        a, b = ab
+        vp = v[a:b]
+        if v.dtype == np.float64:
+            text, miss = K.format_values(vp, K._POW10)
+        else:  # float32 and others: numpy's shortest form of the dtype itself
+            text = np.full(b - a, 10, dtype=np.uint8)
+            miss = np.arange(b - a, dtype=np.int64)
+        if miss.size:
+            fill = vp[miss].astype("S32")
+            text = K.splice_values(text, miss, fill.view(np.uint8).reshape(miss.size, 32), 32)
+        return K.format_rows(c[a:b], text)
 
     def writer(f):
-        f.write(memoryview(data))
+        step = max(1, pol.workers)
+        for k in range(0, len(pieces), step):  # one batch of pieces per worker held at a time
+            for data in parallel_map(piece, pieces[k: k + step], pol):
+                f.write(memoryview(data))
 
     atomic_write(path, writer, force=force)
+
+
+#: rows formatted per piece by :func:`write_tns` (a fixed split: the same text on any machine)
+WRITE_ROWS = 1 << 18
 
 
 #: the members of a sparse ``.npz`` archive (:func:`save_sparse_npz`)

