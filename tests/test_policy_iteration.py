@@ -87,3 +87,49 @@ def test_iteration_same_bits_with_one_and_two_workers_and_blas_threads(monkeypat
         for U, V in zip(T.factors + C.factors, ref[0].factors + ref[1].factors, strict=True):
             np.testing.assert_array_equal(U, V)
         np.testing.assert_array_equal(C.weights, ref[1].weights)
+
+
+@pytest.mark.parametrize("n", [10_001, 12_000, 100_000, 240_000])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_long_dot_products_same_bits_for_any_caller_blas_threads(rng, n, dtype):
+    """A dot product of fewer than PIN_FLOPS flops but more than DOT_SERIAL_MAX entries is held to one BLAS
+    thread: OpenBLAS's threaded dot adds per-thread partial sums (other bits) and wakes its idle worker."""
+    a = rng.standard_normal(n).astype(dtype)
+    b = rng.standard_normal(n).astype(dtype)
+    with threadpool_limits(1, user_api="blas"):
+        one = tk.contract("i,i->", a, b)
+        one_batched = tk.contract("zi,zi->z", a.reshape(1, n), b.reshape(1, n))
+    with threadpool_limits(2, user_api="blas"):
+        two = tk.contract("i,i->", a, b)
+        two_batched = tk.contract("zi,zi->z", a.reshape(1, n), b.reshape(1, n))
+        assert set(_blas_threads().values()) == {2}  # restored
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(one_batched, two_batched)
+    ref = np.dot(a.astype(np.float64), b.astype(np.float64))
+    tol = 4 * n * np.finfo(dtype).eps * float(np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64))
+    assert abs(float(one) - ref) <= tol
+
+
+@pytest.mark.parametrize("shape", [(30, 500, 1), (50, 190, 1), (1, 30, 500)])
+def test_small_grams_held_to_one_blas_thread(monkeypatch, rng, shape):
+    """A Gram of n^2 k >= SYRK_PIN_MADDS multiply-adds (below PIN_FLOPS) runs with BLAS held to one thread
+    (OpenBLAS threads such a SYRK and its worker then spins ~0.1 s); the caller's setting comes back."""
+    import tuckerkit.engine._gram as gram_mod
+
+    X = rng.standard_normal(shape)
+    mode = 0 if shape[0] > 1 else 1
+    entered: list = []
+    real = gram_mod.blas_pinned
+
+    def probe():
+        entered.append(True)
+        return real()
+
+    monkeypatch.setattr(gram_mod, "blas_pinned", probe)
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        G = tk.gram(X, mode)
+        assert _blas_threads() == before
+    assert entered
+    U = np.moveaxis(X, mode, 0).reshape(X.shape[mode], -1)
+    np.testing.assert_allclose(G, U @ U.T, rtol=1e-12, atol=1e-12 * float(np.abs(U).max() ** 2 * U.shape[1]))
