@@ -13,6 +13,7 @@ from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._policy import (
+    DOT_SERIAL_MAX,
     MIN_PARALLEL_FLOPS,
     PIN_FLOPS,
     ExecutionPolicy,
@@ -215,7 +216,7 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
     product per piece, added afterwards in piece order). The cut never depends on the workers, so neither
     do the bits.
     """
-    if flops < PIN_FLOPS:  # OpenBLAS runs such a product on one thread whatever its setting
+    if flops < PIN_FLOPS and av.shape[-1] <= DOT_SERIAL_MAX:  # OpenBLAS runs it on one thread in any setting
         np.matmul(av, bv, out=cv)
         return
     with blas_pinned():

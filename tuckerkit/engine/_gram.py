@@ -17,6 +17,7 @@ from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._policy import (
     MIN_PARALLEL_FLOPS,
     PIN_FLOPS,
+    SYRK_PIN_MADDS,
     ExecutionPolicy,
     blas_pinned,
     parallel_for,
@@ -202,7 +203,7 @@ def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) 
             return G
         if xp is not np:
             gpu_matmul(xp, V, conj(V).T, G)
-        elif flops < PIN_FLOPS:
+        elif flops < SYRK_PIN_MADDS:  # (OpenBLAS threads a larger SYRK below PIN_FLOPS: see SYRK_PIN_MADDS)
             np.matmul(V, conj(V).T, out=G)  # numpy runs V @ V.T as a symmetric rank-k update
         else:
             with blas_pinned():

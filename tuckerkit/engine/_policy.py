@@ -8,7 +8,9 @@ Bitwise-repeatable results need two things, both measured on this project's mach
   process, so tuckerkit holds every loaded BLAS library (numpy's and scipy's bundle their own) to one thread
   while any of its calls runs (:func:`blas_pinned`, counted across threads, the caller's settings restored
   exactly when the last call returns, also on an exception). Below about 5e5 flops OpenBLAS runs one thread
-  anyway (``m n k < 262144``), so small products leave BLAS alone.
+  anyway (``m n k < 262144``), so small products leave BLAS alone, except a long reduction (a dot product
+  of more than :data:`DOT_SERIAL_MAX` entries) and a symmetric rank-k update of :data:`SYRK_PIN_MADDS`
+  multiply-adds or more, which OpenBLAS threads at smaller sizes.
 * **Splits that do not depend on the machine.** Work is cut into pieces whose number follows from the sizes
   alone (:func:`split_points`), never from the number of workers or the load; the workers take pieces
   dynamically (one descheduled thread never holds up a static share), every piece writes its own part of the
@@ -33,6 +35,14 @@ from typing import Any
 
 #: a product of fewer flops runs as one BLAS call without holding BLAS (OpenBLAS: m n k < 262144 is serial)
 PIN_FLOPS = 500_000
+#: ... unless its reduction is longer: OpenBLAS's dot product runs on several threads from 10^4 entries
+#: whatever the flops, with partial sums per thread (measured: ``contract("i,i->")`` of 11000-240000 entries
+#: differed in the last bits between 1 and 2 threads, and woke OpenBLAS's idle worker)
+DOT_SERIAL_MAX = 10_000
+#: a symmetric rank-k update ``V V^T`` (V: n x k) of fewer multiply-adds ``n^2 k`` runs without holding BLAS:
+#: OpenBLAS's SYRK ran on 2 threads from between 3.1e5 and 4.5e5 (50 x 190 and 30 x 500 woke its worker, whose
+#: ~0.1 s of spinning then takes a core from the next two-worker kernel; 30 x 340 and 64 x 64 did not)
+SYRK_PIN_MADDS = 262_144
 #: a product of at least this many flops is cut into pieces (a thread hand-off costs ~30-50 us)
 MIN_PARALLEL_FLOPS = 4_000_000
 #: the smallest piece of a split product (about 0.1-0.2 ms of one core)
