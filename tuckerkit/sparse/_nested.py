@@ -4,6 +4,8 @@
 import numpy as np
 from numba import njit, prange
 
+from tuckerkit.engine._simd import prefetch
+
 
 @njit(cache=True, fastmath=False)
 def _range_3_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
@@ -1005,19 +1007,25 @@ def mttkrp_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, o
 
 @njit(cache=True, fastmath=False)
 def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
-    nb = out.shape[1] // 16
-    Fb = F_all.reshape(F_all.shape[0], nb, 16)  # the last index a constant: consecutive loads
-    Ob = out.reshape(out.shape[0], nb, 16)
+    nb = np.uint64(out.shape[1] // 16)
+    Fb = F_all.reshape(F_all.shape[0], out.shape[1] // 16, 16)  # the last index a constant: consecutive loads
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    Ff = F_all.reshape(-1)  # the prefetches' flat view
+    R = np.uint64(out.shape[1])
     zero = np.zeros(1, out.dtype)[0]
-    i0 = idx_off[0]
-    i1 = idx_off[1]
-    i2 = idx_off[2]
-    f1 = F_off[1]
-    f2 = F_off[2]
-    p0 = pos_off[0]
-    p1 = pos_off[1]
-    for j0 in range(r0, r1):
-        orow = idx_all[i0 + j0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    f1 = np.uint64(F_off[1])
+    f2 = np.uint64(F_off[2])
+    last = np.uint64(idx1.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
         for q in range(nb):
             a0_0 = zero
             a0_1 = zero
@@ -1035,13 +1043,20 @@ def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
             a0_13 = zero
             a0_14 = zero
             a0_15 = zero
-            for j1 in range(pos_all[p0 + j0], pos_all[p0 + j0 + 1]):
-                row1 = f1 + idx_all[i1 + j1]
-                k0 = pos_all[p1 + j1]
-                k1 = pos_all[p1 + j1 + 1]
-                if k1 - k0 == 1:
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                jp = min(j1 + ahead, last)
+                pr = (f1 + np.uint64(idx1[jp])) * R + q * uw
+                pl = (f2 + np.uint64(idx2[np.uint64(pos1[jp])])) * R + q * uw
+                prefetch(Ff, pr)
+                prefetch(Ff, pr + uw - u1)
+                prefetch(Ff, pl)
+                prefetch(Ff, pl + uw - u1)
+                row1 = f1 + np.uint64(idx1[j1])
+                k0 = np.uint64(pos1[j1])
+                k1 = np.uint64(pos1[j1 + u1])
+                if k1 - k0 == u1:
                     v = vals[k0]
-                    rowl = f2 + idx_all[i2 + k0]
+                    rowl = f2 + np.uint64(idx2[k0])
                     a0_0 += v * Fb[rowl, q, 0] * Fb[row1, q, 0]
                     a0_1 += v * Fb[rowl, q, 1] * Fb[row1, q, 1]
                     a0_2 += v * Fb[rowl, q, 2] * Fb[row1, q, 2]
@@ -1077,7 +1092,7 @@ def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
                 a1_15 = zero
                 for j2 in range(k0, k1):
                     v = vals[j2]
-                    row2 = f2 + idx_all[i2 + j2]
+                    row2 = f2 + np.uint64(idx2[j2])
                     a1_0 += v * Fb[row2, q, 0]
                     a1_1 += v * Fb[row2, q, 1]
                     a1_2 += v * Fb[row2, q, 2]
@@ -1136,22 +1151,28 @@ def mttkrp_blocked_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bou
 
 @njit(cache=True, fastmath=False)
 def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
-    nb = out.shape[1] // 16
-    Fb = F_all.reshape(F_all.shape[0], nb, 16)  # the last index a constant: consecutive loads
-    Ob = out.reshape(out.shape[0], nb, 16)
+    nb = np.uint64(out.shape[1] // 16)
+    Fb = F_all.reshape(F_all.shape[0], out.shape[1] // 16, 16)  # the last index a constant: consecutive loads
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    Ff = F_all.reshape(-1)  # the prefetches' flat view
+    R = np.uint64(out.shape[1])
     zero = np.zeros(1, out.dtype)[0]
-    i0 = idx_off[0]
-    i1 = idx_off[1]
-    i2 = idx_off[2]
-    i3 = idx_off[3]
-    f1 = F_off[1]
-    f2 = F_off[2]
-    f3 = F_off[3]
-    p0 = pos_off[0]
-    p1 = pos_off[1]
-    p2 = pos_off[2]
-    for j0 in range(r0, r1):
-        orow = idx_all[i0 + j0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    f1 = np.uint64(F_off[1])
+    f2 = np.uint64(F_off[2])
+    f3 = np.uint64(F_off[3])
+    last = np.uint64(idx2.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
         for q in range(nb):
             a0_0 = zero
             a0_1 = zero
@@ -1169,8 +1190,8 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
             a0_13 = zero
             a0_14 = zero
             a0_15 = zero
-            for j1 in range(pos_all[p0 + j0], pos_all[p0 + j0 + 1]):
-                row1 = f1 + idx_all[i1 + j1]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = f1 + np.uint64(idx1[j1])
                 a1_0 = zero
                 a1_1 = zero
                 a1_2 = zero
@@ -1187,13 +1208,20 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
                 a1_13 = zero
                 a1_14 = zero
                 a1_15 = zero
-                for j2 in range(pos_all[p1 + j1], pos_all[p1 + j1 + 1]):
-                    row2 = f2 + idx_all[i2 + j2]
-                    k0 = pos_all[p2 + j2]
-                    k1 = pos_all[p2 + j2 + 1]
-                    if k1 - k0 == 1:
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    jp = min(j2 + ahead, last)
+                    pr = (f2 + np.uint64(idx2[jp])) * R + q * uw
+                    pl = (f3 + np.uint64(idx3[np.uint64(pos2[jp])])) * R + q * uw
+                    prefetch(Ff, pr)
+                    prefetch(Ff, pr + uw - u1)
+                    prefetch(Ff, pl)
+                    prefetch(Ff, pl + uw - u1)
+                    row2 = f2 + np.uint64(idx2[j2])
+                    k0 = np.uint64(pos2[j2])
+                    k1 = np.uint64(pos2[j2 + u1])
+                    if k1 - k0 == u1:
                         v = vals[k0]
-                        rowl = f3 + idx_all[i3 + k0]
+                        rowl = f3 + np.uint64(idx3[k0])
                         a1_0 += v * Fb[rowl, q, 0] * Fb[row2, q, 0]
                         a1_1 += v * Fb[rowl, q, 1] * Fb[row2, q, 1]
                         a1_2 += v * Fb[rowl, q, 2] * Fb[row2, q, 2]
@@ -1229,7 +1257,7 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
                     a2_15 = zero
                     for j3 in range(k0, k1):
                         v = vals[j3]
-                        row3 = f3 + idx_all[i3 + j3]
+                        row3 = f3 + np.uint64(idx3[j3])
                         a2_0 += v * Fb[row3, q, 0]
                         a2_1 += v * Fb[row3, q, 1]
                         a2_2 += v * Fb[row3, q, 2]
