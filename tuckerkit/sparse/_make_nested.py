@@ -7,7 +7,7 @@ floating-point operations in the same order as the generic depth-first walk in `
 shortcut included: ``(v * a) * b`` either way), so they agree bit for bit; the nested form drops the walk's
 depth stack and 2-D accumulator indexing.
 
-The root kernels of 3- and 4-level trees also come in a column-blocked form (``_blocked_root_kernel``): for
+The root kernels also come in a column-blocked form (``_blocked_root_kernel``): for
 each root slice and each block of ``BLOCK`` columns, the accumulators of every level are ``BLOCK`` scalar
 locals rather than rows of a buffer, so a fiber's sum never goes through memory and the whole slice is one
 pass over its subtree per block. Each column still sees the same operations in the same order (bitwise equal
@@ -24,7 +24,7 @@ from pathlib import Path
 
 LEVELS = (3, 4, 5, 6)
 #: levels with a column-blocked root kernel, and its block of columns (R must be a multiple of it)
-BLOCKED_LEVELS = (3, 4)
+BLOCKED_LEVELS = (3, 4, 5, 6)
 BLOCK = 16
 #: fiber nodes ahead whose factor rows the blocked root kernels prefetch
 PREFETCH = 8

@@ -405,7 +405,7 @@ def _nested_kernel(n_levels: int, level: int) -> Any:
 
 
 def _blocked_root_kernel(n_levels: int, R: int) -> Any:
-    """The column-blocked root kernel of a 3- or 4-level tree when ``R`` is a multiple of its block (None:
+    """The column-blocked root kernel of a 3- to 6-level tree when ``R`` is a multiple of its block (None:
     the loop form serves); same bits as the loop form (see ``_make_nested``)."""
     from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT
 

@@ -1330,6 +1330,479 @@ def mttkrp_blocked_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bou
         _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
 
 
+@njit(cache=True, fastmath=False)
+def _rangeb_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 16)
+    Fb = F_all.reshape(F_all.shape[0], out.shape[1] // 16, 16)  # the last index a constant: consecutive loads
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    Ff = F_all.reshape(-1)  # the prefetches' flat view
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    f1 = np.uint64(F_off[1])
+    f2 = np.uint64(F_off[2])
+    f3 = np.uint64(F_off[3])
+    f4 = np.uint64(F_off[4])
+    last = np.uint64(idx3.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            a0_8 = zero
+            a0_9 = zero
+            a0_10 = zero
+            a0_11 = zero
+            a0_12 = zero
+            a0_13 = zero
+            a0_14 = zero
+            a0_15 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = f1 + np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                a1_8 = zero
+                a1_9 = zero
+                a1_10 = zero
+                a1_11 = zero
+                a1_12 = zero
+                a1_13 = zero
+                a1_14 = zero
+                a1_15 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = f2 + np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    a2_8 = zero
+                    a2_9 = zero
+                    a2_10 = zero
+                    a2_11 = zero
+                    a2_12 = zero
+                    a2_13 = zero
+                    a2_14 = zero
+                    a2_15 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        jp = min(j3 + ahead, last)
+                        pr = (f3 + np.uint64(idx3[jp])) * R + q * uw
+                        pl = (f4 + np.uint64(idx4[np.uint64(pos3[jp])])) * R + q * uw
+                        prefetch(Ff, pr)
+                        prefetch(Ff, pr + uw - u1)
+                        prefetch(Ff, pl)
+                        prefetch(Ff, pl + uw - u1)
+                        row3 = f3 + np.uint64(idx3[j3])
+                        k0 = np.uint64(pos3[j3])
+                        k1 = np.uint64(pos3[j3 + u1])
+                        if k1 - k0 == u1:
+                            v = vals[k0]
+                            rowl = f4 + np.uint64(idx4[k0])
+                            a2_0 += v * Fb[rowl, q, 0] * Fb[row3, q, 0]
+                            a2_1 += v * Fb[rowl, q, 1] * Fb[row3, q, 1]
+                            a2_2 += v * Fb[rowl, q, 2] * Fb[row3, q, 2]
+                            a2_3 += v * Fb[rowl, q, 3] * Fb[row3, q, 3]
+                            a2_4 += v * Fb[rowl, q, 4] * Fb[row3, q, 4]
+                            a2_5 += v * Fb[rowl, q, 5] * Fb[row3, q, 5]
+                            a2_6 += v * Fb[rowl, q, 6] * Fb[row3, q, 6]
+                            a2_7 += v * Fb[rowl, q, 7] * Fb[row3, q, 7]
+                            a2_8 += v * Fb[rowl, q, 8] * Fb[row3, q, 8]
+                            a2_9 += v * Fb[rowl, q, 9] * Fb[row3, q, 9]
+                            a2_10 += v * Fb[rowl, q, 10] * Fb[row3, q, 10]
+                            a2_11 += v * Fb[rowl, q, 11] * Fb[row3, q, 11]
+                            a2_12 += v * Fb[rowl, q, 12] * Fb[row3, q, 12]
+                            a2_13 += v * Fb[rowl, q, 13] * Fb[row3, q, 13]
+                            a2_14 += v * Fb[rowl, q, 14] * Fb[row3, q, 14]
+                            a2_15 += v * Fb[rowl, q, 15] * Fb[row3, q, 15]
+                            continue
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        a3_8 = zero
+                        a3_9 = zero
+                        a3_10 = zero
+                        a3_11 = zero
+                        a3_12 = zero
+                        a3_13 = zero
+                        a3_14 = zero
+                        a3_15 = zero
+                        for j4 in range(k0, k1):
+                            v = vals[j4]
+                            row4 = f4 + np.uint64(idx4[j4])
+                            a3_0 += v * Fb[row4, q, 0]
+                            a3_1 += v * Fb[row4, q, 1]
+                            a3_2 += v * Fb[row4, q, 2]
+                            a3_3 += v * Fb[row4, q, 3]
+                            a3_4 += v * Fb[row4, q, 4]
+                            a3_5 += v * Fb[row4, q, 5]
+                            a3_6 += v * Fb[row4, q, 6]
+                            a3_7 += v * Fb[row4, q, 7]
+                            a3_8 += v * Fb[row4, q, 8]
+                            a3_9 += v * Fb[row4, q, 9]
+                            a3_10 += v * Fb[row4, q, 10]
+                            a3_11 += v * Fb[row4, q, 11]
+                            a3_12 += v * Fb[row4, q, 12]
+                            a3_13 += v * Fb[row4, q, 13]
+                            a3_14 += v * Fb[row4, q, 14]
+                            a3_15 += v * Fb[row4, q, 15]
+                        a2_0 += a3_0 * Fb[row3, q, 0]
+                        a2_1 += a3_1 * Fb[row3, q, 1]
+                        a2_2 += a3_2 * Fb[row3, q, 2]
+                        a2_3 += a3_3 * Fb[row3, q, 3]
+                        a2_4 += a3_4 * Fb[row3, q, 4]
+                        a2_5 += a3_5 * Fb[row3, q, 5]
+                        a2_6 += a3_6 * Fb[row3, q, 6]
+                        a2_7 += a3_7 * Fb[row3, q, 7]
+                        a2_8 += a3_8 * Fb[row3, q, 8]
+                        a2_9 += a3_9 * Fb[row3, q, 9]
+                        a2_10 += a3_10 * Fb[row3, q, 10]
+                        a2_11 += a3_11 * Fb[row3, q, 11]
+                        a2_12 += a3_12 * Fb[row3, q, 12]
+                        a2_13 += a3_13 * Fb[row3, q, 13]
+                        a2_14 += a3_14 * Fb[row3, q, 14]
+                        a2_15 += a3_15 * Fb[row3, q, 15]
+                    a1_0 += a2_0 * Fb[row2, q, 0]
+                    a1_1 += a2_1 * Fb[row2, q, 1]
+                    a1_2 += a2_2 * Fb[row2, q, 2]
+                    a1_3 += a2_3 * Fb[row2, q, 3]
+                    a1_4 += a2_4 * Fb[row2, q, 4]
+                    a1_5 += a2_5 * Fb[row2, q, 5]
+                    a1_6 += a2_6 * Fb[row2, q, 6]
+                    a1_7 += a2_7 * Fb[row2, q, 7]
+                    a1_8 += a2_8 * Fb[row2, q, 8]
+                    a1_9 += a2_9 * Fb[row2, q, 9]
+                    a1_10 += a2_10 * Fb[row2, q, 10]
+                    a1_11 += a2_11 * Fb[row2, q, 11]
+                    a1_12 += a2_12 * Fb[row2, q, 12]
+                    a1_13 += a2_13 * Fb[row2, q, 13]
+                    a1_14 += a2_14 * Fb[row2, q, 14]
+                    a1_15 += a2_15 * Fb[row2, q, 15]
+                a0_0 += a1_0 * Fb[row1, q, 0]
+                a0_1 += a1_1 * Fb[row1, q, 1]
+                a0_2 += a1_2 * Fb[row1, q, 2]
+                a0_3 += a1_3 * Fb[row1, q, 3]
+                a0_4 += a1_4 * Fb[row1, q, 4]
+                a0_5 += a1_5 * Fb[row1, q, 5]
+                a0_6 += a1_6 * Fb[row1, q, 6]
+                a0_7 += a1_7 * Fb[row1, q, 7]
+                a0_8 += a1_8 * Fb[row1, q, 8]
+                a0_9 += a1_9 * Fb[row1, q, 9]
+                a0_10 += a1_10 * Fb[row1, q, 10]
+                a0_11 += a1_11 * Fb[row1, q, 11]
+                a0_12 += a1_12 * Fb[row1, q, 12]
+                a0_13 += a1_13 * Fb[row1, q, 13]
+                a0_14 += a1_14 * Fb[row1, q, 14]
+                a0_15 += a1_15 * Fb[row1, q, 15]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+            Ob[orow, q, 8] = a0_8
+            Ob[orow, q, 9] = a0_9
+            Ob[orow, q, 10] = a0_10
+            Ob[orow, q, 11] = a0_11
+            Ob[orow, q, 12] = a0_12
+            Ob[orow, q, 13] = a0_13
+            Ob[orow, q, 14] = a0_14
+            Ob[orow, q, 15] = a0_15
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_blocked_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
+    for t in prange(bounds.shape[0] - 1):
+        _rangeb_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
+
+
+@njit(cache=True, fastmath=False)
+def _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 16)
+    Fb = F_all.reshape(F_all.shape[0], out.shape[1] // 16, 16)  # the last index a constant: consecutive loads
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    Ff = F_all.reshape(-1)  # the prefetches' flat view
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    f1 = np.uint64(F_off[1])
+    f2 = np.uint64(F_off[2])
+    f3 = np.uint64(F_off[3])
+    f4 = np.uint64(F_off[4])
+    f5 = np.uint64(F_off[5])
+    last = np.uint64(idx4.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            a0_8 = zero
+            a0_9 = zero
+            a0_10 = zero
+            a0_11 = zero
+            a0_12 = zero
+            a0_13 = zero
+            a0_14 = zero
+            a0_15 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = f1 + np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                a1_8 = zero
+                a1_9 = zero
+                a1_10 = zero
+                a1_11 = zero
+                a1_12 = zero
+                a1_13 = zero
+                a1_14 = zero
+                a1_15 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = f2 + np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    a2_8 = zero
+                    a2_9 = zero
+                    a2_10 = zero
+                    a2_11 = zero
+                    a2_12 = zero
+                    a2_13 = zero
+                    a2_14 = zero
+                    a2_15 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = f3 + np.uint64(idx3[j3])
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        a3_8 = zero
+                        a3_9 = zero
+                        a3_10 = zero
+                        a3_11 = zero
+                        a3_12 = zero
+                        a3_13 = zero
+                        a3_14 = zero
+                        a3_15 = zero
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            jp = min(j4 + ahead, last)
+                            pr = (f4 + np.uint64(idx4[jp])) * R + q * uw
+                            pl = (f5 + np.uint64(idx5[np.uint64(pos4[jp])])) * R + q * uw
+                            prefetch(Ff, pr)
+                            prefetch(Ff, pr + uw - u1)
+                            prefetch(Ff, pl)
+                            prefetch(Ff, pl + uw - u1)
+                            row4 = f4 + np.uint64(idx4[j4])
+                            k0 = np.uint64(pos4[j4])
+                            k1 = np.uint64(pos4[j4 + u1])
+                            if k1 - k0 == u1:
+                                v = vals[k0]
+                                rowl = f5 + np.uint64(idx5[k0])
+                                a3_0 += v * Fb[rowl, q, 0] * Fb[row4, q, 0]
+                                a3_1 += v * Fb[rowl, q, 1] * Fb[row4, q, 1]
+                                a3_2 += v * Fb[rowl, q, 2] * Fb[row4, q, 2]
+                                a3_3 += v * Fb[rowl, q, 3] * Fb[row4, q, 3]
+                                a3_4 += v * Fb[rowl, q, 4] * Fb[row4, q, 4]
+                                a3_5 += v * Fb[rowl, q, 5] * Fb[row4, q, 5]
+                                a3_6 += v * Fb[rowl, q, 6] * Fb[row4, q, 6]
+                                a3_7 += v * Fb[rowl, q, 7] * Fb[row4, q, 7]
+                                a3_8 += v * Fb[rowl, q, 8] * Fb[row4, q, 8]
+                                a3_9 += v * Fb[rowl, q, 9] * Fb[row4, q, 9]
+                                a3_10 += v * Fb[rowl, q, 10] * Fb[row4, q, 10]
+                                a3_11 += v * Fb[rowl, q, 11] * Fb[row4, q, 11]
+                                a3_12 += v * Fb[rowl, q, 12] * Fb[row4, q, 12]
+                                a3_13 += v * Fb[rowl, q, 13] * Fb[row4, q, 13]
+                                a3_14 += v * Fb[rowl, q, 14] * Fb[row4, q, 14]
+                                a3_15 += v * Fb[rowl, q, 15] * Fb[row4, q, 15]
+                                continue
+                            a4_0 = zero
+                            a4_1 = zero
+                            a4_2 = zero
+                            a4_3 = zero
+                            a4_4 = zero
+                            a4_5 = zero
+                            a4_6 = zero
+                            a4_7 = zero
+                            a4_8 = zero
+                            a4_9 = zero
+                            a4_10 = zero
+                            a4_11 = zero
+                            a4_12 = zero
+                            a4_13 = zero
+                            a4_14 = zero
+                            a4_15 = zero
+                            for j5 in range(k0, k1):
+                                v = vals[j5]
+                                row5 = f5 + np.uint64(idx5[j5])
+                                a4_0 += v * Fb[row5, q, 0]
+                                a4_1 += v * Fb[row5, q, 1]
+                                a4_2 += v * Fb[row5, q, 2]
+                                a4_3 += v * Fb[row5, q, 3]
+                                a4_4 += v * Fb[row5, q, 4]
+                                a4_5 += v * Fb[row5, q, 5]
+                                a4_6 += v * Fb[row5, q, 6]
+                                a4_7 += v * Fb[row5, q, 7]
+                                a4_8 += v * Fb[row5, q, 8]
+                                a4_9 += v * Fb[row5, q, 9]
+                                a4_10 += v * Fb[row5, q, 10]
+                                a4_11 += v * Fb[row5, q, 11]
+                                a4_12 += v * Fb[row5, q, 12]
+                                a4_13 += v * Fb[row5, q, 13]
+                                a4_14 += v * Fb[row5, q, 14]
+                                a4_15 += v * Fb[row5, q, 15]
+                            a3_0 += a4_0 * Fb[row4, q, 0]
+                            a3_1 += a4_1 * Fb[row4, q, 1]
+                            a3_2 += a4_2 * Fb[row4, q, 2]
+                            a3_3 += a4_3 * Fb[row4, q, 3]
+                            a3_4 += a4_4 * Fb[row4, q, 4]
+                            a3_5 += a4_5 * Fb[row4, q, 5]
+                            a3_6 += a4_6 * Fb[row4, q, 6]
+                            a3_7 += a4_7 * Fb[row4, q, 7]
+                            a3_8 += a4_8 * Fb[row4, q, 8]
+                            a3_9 += a4_9 * Fb[row4, q, 9]
+                            a3_10 += a4_10 * Fb[row4, q, 10]
+                            a3_11 += a4_11 * Fb[row4, q, 11]
+                            a3_12 += a4_12 * Fb[row4, q, 12]
+                            a3_13 += a4_13 * Fb[row4, q, 13]
+                            a3_14 += a4_14 * Fb[row4, q, 14]
+                            a3_15 += a4_15 * Fb[row4, q, 15]
+                        a2_0 += a3_0 * Fb[row3, q, 0]
+                        a2_1 += a3_1 * Fb[row3, q, 1]
+                        a2_2 += a3_2 * Fb[row3, q, 2]
+                        a2_3 += a3_3 * Fb[row3, q, 3]
+                        a2_4 += a3_4 * Fb[row3, q, 4]
+                        a2_5 += a3_5 * Fb[row3, q, 5]
+                        a2_6 += a3_6 * Fb[row3, q, 6]
+                        a2_7 += a3_7 * Fb[row3, q, 7]
+                        a2_8 += a3_8 * Fb[row3, q, 8]
+                        a2_9 += a3_9 * Fb[row3, q, 9]
+                        a2_10 += a3_10 * Fb[row3, q, 10]
+                        a2_11 += a3_11 * Fb[row3, q, 11]
+                        a2_12 += a3_12 * Fb[row3, q, 12]
+                        a2_13 += a3_13 * Fb[row3, q, 13]
+                        a2_14 += a3_14 * Fb[row3, q, 14]
+                        a2_15 += a3_15 * Fb[row3, q, 15]
+                    a1_0 += a2_0 * Fb[row2, q, 0]
+                    a1_1 += a2_1 * Fb[row2, q, 1]
+                    a1_2 += a2_2 * Fb[row2, q, 2]
+                    a1_3 += a2_3 * Fb[row2, q, 3]
+                    a1_4 += a2_4 * Fb[row2, q, 4]
+                    a1_5 += a2_5 * Fb[row2, q, 5]
+                    a1_6 += a2_6 * Fb[row2, q, 6]
+                    a1_7 += a2_7 * Fb[row2, q, 7]
+                    a1_8 += a2_8 * Fb[row2, q, 8]
+                    a1_9 += a2_9 * Fb[row2, q, 9]
+                    a1_10 += a2_10 * Fb[row2, q, 10]
+                    a1_11 += a2_11 * Fb[row2, q, 11]
+                    a1_12 += a2_12 * Fb[row2, q, 12]
+                    a1_13 += a2_13 * Fb[row2, q, 13]
+                    a1_14 += a2_14 * Fb[row2, q, 14]
+                    a1_15 += a2_15 * Fb[row2, q, 15]
+                a0_0 += a1_0 * Fb[row1, q, 0]
+                a0_1 += a1_1 * Fb[row1, q, 1]
+                a0_2 += a1_2 * Fb[row1, q, 2]
+                a0_3 += a1_3 * Fb[row1, q, 3]
+                a0_4 += a1_4 * Fb[row1, q, 4]
+                a0_5 += a1_5 * Fb[row1, q, 5]
+                a0_6 += a1_6 * Fb[row1, q, 6]
+                a0_7 += a1_7 * Fb[row1, q, 7]
+                a0_8 += a1_8 * Fb[row1, q, 8]
+                a0_9 += a1_9 * Fb[row1, q, 9]
+                a0_10 += a1_10 * Fb[row1, q, 10]
+                a0_11 += a1_11 * Fb[row1, q, 11]
+                a0_12 += a1_12 * Fb[row1, q, 12]
+                a0_13 += a1_13 * Fb[row1, q, 13]
+                a0_14 += a1_14 * Fb[row1, q, 14]
+                a0_15 += a1_15 * Fb[row1, q, 15]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+            Ob[orow, q, 8] = a0_8
+            Ob[orow, q, 9] = a0_9
+            Ob[orow, q, 10] = a0_10
+            Ob[orow, q, 11] = a0_11
+            Ob[orow, q, 12] = a0_12
+            Ob[orow, q, 13] = a0_13
+            Ob[orow, q, 14] = a0_14
+            Ob[orow, q, 15] = a0_15
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_blocked_6(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
+    for t in prange(bounds.shape[0] - 1):
+        _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
+
+
 KERNELS = {
     (3, 0): mttkrp_3_0,
     (3, 1): mttkrp_3_1,
@@ -1357,4 +1830,6 @@ BLOCK = 16
 BLOCKED_ROOT = {
     3: mttkrp_blocked_3,
     4: mttkrp_blocked_4,
+    5: mttkrp_blocked_5,
+    6: mttkrp_blocked_6,
 }
