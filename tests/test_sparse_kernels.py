@@ -93,7 +93,7 @@ def _oracle(X, factors, mode):
 def test_blocked_root_kernel_matches_the_loop_form_bitwise(n, R, dtype):
     """The column-blocked root kernel: same bits as the loop form (empty slices and fibers, one-leaf
     fibers and long fibers, odd sizes), and the einsum oracle."""
-    from tuckerkit.sparse._mttkrp import _pack_levels, _packed_tree, balanced_roots, slp_vectorize
+    from tuckerkit.sparse._mttkrp import _pack_levels, _packed_tree, balanced_roots, level_factors, slp_vectorize
     from tuckerkit.sparse._nested import BLOCKED_ROOT, KERNELS
 
     shape = (7, 5, 9, 3, 2, 3)[:n]
@@ -113,7 +113,8 @@ def test_blocked_root_kernel_matches_the_loop_form_bitwise(n, R, dtype):
         got = np.zeros_like(want)
         KERNELS[(n, 0)](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, bounds, want)
         with slp_vectorize():
-            BLOCKED_ROOT[n](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, bounds, got)
+            BLOCKED_ROOT[n](pos_all, pos_off, idx_all, idx_off, C.values, level_factors(C, factors, 0, R, dtype),
+                            bounds, got)
         assert got.tobytes() == want.tobytes(), f"mode {mode}"
         oracle = _oracle(X, factors, mode)
         eps = np.finfo(dtype).eps

@@ -11,7 +11,10 @@ The root kernels also come in a column-blocked form (``_blocked_root_kernel``): 
 each root slice and each block of ``BLOCK`` columns, the accumulators of every level are ``BLOCK`` scalar
 locals rather than rows of a buffer, so a fiber's sum never goes through memory and the whole slice is one
 pass over its subtree per block. Each column still sees the same operations in the same order (bitwise equal
-to the loop form); compiled with LLVM's SLP vectorizer, the scalars become vector registers.
+to the loop form); compiled with LLVM's SLP vectorizer, the scalars become vector registers. They take the
+factors themselves, one array per level (``_mttkrp.level_factors``: no stacked copy per call), index with
+unsigned integers and prefetch the factor rows of the fiber node ``PREFETCH`` ahead (see
+``_blocked_root_kernel``).
 
 Run ``python -m tuckerkit.sparse._make_nested`` after changing it; ``tests/test_sparse_kernels.py`` checks
 the file is current.
@@ -123,12 +126,9 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
         "",
         "",
         "@njit(cache=True, fastmath=False)",
-        f"def _rangeb_{n}(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover",
+        f"def _rangeb_{n}(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover",
         f"    nb = np.uint64(out.shape[1] // {W})",
-        f"    Fb = F_all.reshape(F_all.shape[0], out.shape[1] // {W}, {W})  # the last index a constant: consecutive"
-        " loads",
         f"    Ob = out.reshape(out.shape[0], out.shape[1] // {W}, {W})",
-        "    Ff = F_all.reshape(-1)  # the prefetches' flat view",
         "    R = np.uint64(out.shape[1])",
         "    zero = np.zeros(1, out.dtype)[0]",
         "    u1 = np.uint64(1)",
@@ -137,7 +137,9 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
     ]
     out += [f"    idx{lev} = idx_all[idx_off[{lev}]:idx_off[{lev + 1}]]" for lev in range(n)]
     out += [f"    pos{lev} = pos_all[pos_off[{lev}]:]" for lev in range(n - 1)]
-    out += [f"    f{lev} = np.uint64(F_off[{lev}])" for lev in range(1, n)]
+    # level lev's factor with the last index a constant (consecutive loads), and flat (the prefetches)
+    out += [f"    Fb{lev} = Fs[{lev}].reshape(Fs[{lev}].shape[0], out.shape[1] // {W}, {W})" for lev in range(1, n)]
+    out += [f"    Ff{lev} = Fs[{lev}].reshape(-1)" for lev in (n - 2, n - 1)]
     # the last fiber node (the prefetched node is clamped to it; the loops run only when one exists)
     out += [f"    last = np.uint64(idx{n - 2}.shape[0]) - u1"]
     cols = range(W)
@@ -148,30 +150,31 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
         b = [f"{ind}for j{lev} in {kids}:"]
         ind2 = ind + "    "
         if lev == n - 1:  # leaves
-            b += [f"{ind2}v = vals[j{lev}]", f"{ind2}row{lev} = f{lev} + np.uint64(idx{lev}[j{lev}])"]
-            b += [f"{ind2}a{lev - 1}_{i} += v * Fb[row{lev}, q, {i}]" for i in cols]
+            b += [f"{ind2}v = vals[j{lev}]", f"{ind2}row{lev} = np.uint64(idx{lev}[j{lev}])"]
+            b += [f"{ind2}a{lev - 1}_{i} += v * Fb{lev}[row{lev}, q, {i}]" for i in cols]
             return b
         if lev == n - 2:  # the rows of the fiber node ``ahead`` and of its first leaf, fetched meanwhile
             b += [f"{ind2}jp = min(j{lev} + ahead, last)",
-                  f"{ind2}pr = (f{lev} + np.uint64(idx{lev}[jp])) * R + q * uw",
-                  f"{ind2}pl = (f{lev + 1} + np.uint64(idx{lev + 1}[np.uint64(pos{lev}[jp])])) * R + q * uw",
-                  f"{ind2}prefetch(Ff, pr)", f"{ind2}prefetch(Ff, pr + uw - u1)",
-                  f"{ind2}prefetch(Ff, pl)", f"{ind2}prefetch(Ff, pl + uw - u1)"]
-        b += [f"{ind2}row{lev} = f{lev} + np.uint64(idx{lev}[j{lev}])"]
+                  f"{ind2}pr = np.uint64(idx{lev}[jp]) * R + q * uw",
+                  f"{ind2}pl = np.uint64(idx{lev + 1}[np.uint64(pos{lev}[jp])]) * R + q * uw",
+                  f"{ind2}prefetch(Ff{lev}, pr)", f"{ind2}prefetch(Ff{lev}, pr + uw - u1)",
+                  f"{ind2}prefetch(Ff{lev + 1}, pl)", f"{ind2}prefetch(Ff{lev + 1}, pl + uw - u1)"]
+        b += [f"{ind2}row{lev} = np.uint64(idx{lev}[j{lev}])"]
         if lev == n - 2:  # children are leaves: a node with one leaf skips its accumulator
             b += [f"{ind2}k0 = np.uint64(pos{lev}[j{lev}])", f"{ind2}k1 = np.uint64(pos{lev}[j{lev} + u1])",
                   f"{ind2}if k1 - k0 == u1:", f"{ind2}    v = vals[k0]",
-                  f"{ind2}    rowl = f{lev + 1} + np.uint64(idx{lev + 1}[k0])"]
-            b += [f"{ind2}    a{lev - 1}_{i} += v * Fb[rowl, q, {i}] * Fb[row{lev}, q, {i}]" for i in cols]
+                  f"{ind2}    rowl = np.uint64(idx{lev + 1}[k0])"]
+            b += [f"{ind2}    a{lev - 1}_{i} += v * Fb{lev + 1}[rowl, q, {i}] * Fb{lev}[row{lev}, q, {i}]"
+                  for i in cols]
             b += [f"{ind2}    continue"]
             b += [f"{ind2}a{lev}_{i} = zero" for i in cols]
             b += [f"{ind2}for j{lev + 1} in range(k0, k1):", f"{ind2}    v = vals[j{lev + 1}]",
-                  f"{ind2}    row{lev + 1} = f{lev + 1} + np.uint64(idx{lev + 1}[j{lev + 1}])"]
-            b += [f"{ind2}    a{lev}_{i} += v * Fb[row{lev + 1}, q, {i}]" for i in cols]
+                  f"{ind2}    row{lev + 1} = np.uint64(idx{lev + 1}[j{lev + 1}])"]
+            b += [f"{ind2}    a{lev}_{i} += v * Fb{lev + 1}[row{lev + 1}, q, {i}]" for i in cols]
         else:
             b += [f"{ind2}a{lev}_{i} = zero" for i in cols]
             b += body(lev + 1, ind2)
-        b += [f"{ind2}a{lev - 1}_{i} += a{lev}_{i} * Fb[row{lev}, q, {i}]" for i in cols]
+        b += [f"{ind2}a{lev - 1}_{i} += a{lev}_{i} * Fb{lev}[row{lev}, q, {i}]" for i in cols]
         return b
 
     out += ["    for j0 in range(np.uint64(r0), np.uint64(r1)):", "        orow = np.uint64(idx0[j0])",
@@ -183,10 +186,9 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
         "",
         "",
         "@njit(parallel=True, cache=True, fastmath=False)",
-        f"def mttkrp_blocked_{n}(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):"
-        "  # pragma: no cover",
+        f"def mttkrp_blocked_{n}(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover",
         "    for t in prange(bounds.shape[0] - 1):",
-        f"        _rangeb_{n}(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)",
+        f"        _rangeb_{n}(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)",
     ]
     return out
 
