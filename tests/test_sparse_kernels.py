@@ -89,14 +89,14 @@ def _oracle(X, factors, mode):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("R", [16, 32])
-@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
 def test_blocked_root_kernel_matches_the_loop_form_bitwise(n, R, dtype):
     """The column-blocked root kernel: same bits as the loop form (empty slices and fibers, one-leaf
     fibers and long fibers, odd sizes), and the einsum oracle."""
-    from tuckerkit.sparse._mttkrp import _pack_levels, _packed_tree, balanced_roots, slp_vectorize
+    from tuckerkit.sparse._mttkrp import _pack_levels, _packed_tree, balanced_roots, level_factors, slp_vectorize
     from tuckerkit.sparse._nested import BLOCKED_ROOT, KERNELS
 
-    shape = (7, 5, 9, 3)[:n]
+    shape = (7, 5, 9, 3, 2, 3)[:n]
     rng = np.random.default_rng(n + R)
     # a few long fibers (one slice and one fiber dense) beside scattered single nonzeros; slices 1 and 4 empty
     dense_part = np.stack(np.meshgrid(*[[2]] + [np.arange(s) for s in shape[1:]], indexing="ij"), -1).reshape(-1, n)
@@ -113,7 +113,8 @@ def test_blocked_root_kernel_matches_the_loop_form_bitwise(n, R, dtype):
         got = np.zeros_like(want)
         KERNELS[(n, 0)](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, bounds, want)
         with slp_vectorize():
-            BLOCKED_ROOT[n](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, bounds, got)
+            BLOCKED_ROOT[n](pos_all, pos_off, idx_all, idx_off, C.values, level_factors(C, factors, 0, R, dtype),
+                            bounds, got)
         assert got.tobytes() == want.tobytes(), f"mode {mode}"
         oracle = _oracle(X, factors, mode)
         eps = np.finfo(dtype).eps
@@ -141,6 +142,47 @@ def test_sparse_mttkrp_oracle_every_rank_and_dtype(n, dtype, R):
         c = sparse_mttkrp(X, factors, mode, ExecutionPolicy(2))
         assert a.dtype == dtype and a.shape == (shape[mode], R) and a.flags.c_contiguous
         assert a.tobytes() == b.tobytes() == c.tobytes()
+        oracle = _oracle(X, factors, mode)
+        np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(dtype).eps * np.abs(oracle).max())
+
+
+@pytest.mark.parametrize("R", [1, 5, 16, 17, 32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
+def test_root_kernels_on_fibers_of_one_nonzero(n, dtype, R):
+    """Trees whose fibers hold one nonzero each (the uniform-random case the blocked root kernels prefetch
+    for: every fiber node's rows fetched ahead, the last ones clamped to the tree's end), extents of 1 and
+    empty slices: the kernel the chooser picks (blocked when R is a multiple of its block, the loop form
+    otherwise) against einsum, the same bits for 1 and 2 workers and as the loop form."""
+    from tuckerkit.sparse._mttkrp import _blocked_root_kernel, sparse_mttkrp, sparse_plan
+    from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT, KERNELS
+
+    # 300 nonzeros: most fibers hold one (the dense oracle kept small)
+    shape = (40, 1, 500, 300)[:n] if n <= 4 else (40, 1, 50, 30, 1, 20)[:n]
+    rng = np.random.default_rng(7 * n + R)
+    nnz = 300
+    coords = np.stack([rng.integers(0, s, nnz) for s in shape], axis=1)
+    coords[:, 0] = np.where(coords[:, 0] % 7 == 3, 0, coords[:, 0])  # slices 3, 10, ... of mode 0 empty
+    X = COOTensor(coords, rng.standard_normal(nnz).astype(dtype), shape)
+    factors = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
+    X.plan(csf="all")
+    chosen = _blocked_root_kernel(n, R)
+    assert (chosen is BLOCKED_ROOT[n]) if R % BLOCK == 0 else (chosen is None)
+    _, csfs = sparse_plan(X)
+    for mode in range(n):
+        a = sparse_mttkrp(X, factors, mode, ExecutionPolicy(1))
+        b = sparse_mttkrp(X, factors, mode, ExecutionPolicy(2))
+        assert a.dtype == dtype and a.tobytes() == b.tobytes()
+        if chosen is not None:  # the loop form on the same tree: the same bits
+            from tuckerkit.sparse._mttkrp import _pack_levels, _packed_tree, balanced_roots
+
+            C = csfs[mode]
+            assert C.order[0] == mode
+            pos_all, pos_off, idx_all, idx_off = _packed_tree(C)
+            F_all, F_off = _pack_levels(C, factors, 0, R, dtype)
+            loop = np.zeros((shape[mode], R), dtype)
+            KERNELS[(n, 0)](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, balanced_roots(C, 3), loop)
+            assert loop.tobytes() == a.tobytes(), f"mode {mode}"
         oracle = _oracle(X, factors, mode)
         np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(dtype).eps * np.abs(oracle).max())
 

@@ -4,6 +4,8 @@
 import numpy as np
 from numba import njit, prange
 
+from tuckerkit.engine._simd import prefetch
+
 
 @njit(cache=True, fastmath=False)
 def _range_3_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
@@ -1004,20 +1006,26 @@ def mttkrp_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, o
 
 
 @njit(cache=True, fastmath=False)
-def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
-    nb = out.shape[1] // 16
-    Fb = F_all.reshape(F_all.shape[0], nb, 16)  # the last index a constant: consecutive loads
-    Ob = out.reshape(out.shape[0], nb, 16)
+def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 16)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    R = np.uint64(out.shape[1])
     zero = np.zeros(1, out.dtype)[0]
-    i0 = idx_off[0]
-    i1 = idx_off[1]
-    i2 = idx_off[2]
-    f1 = F_off[1]
-    f2 = F_off[2]
-    p0 = pos_off[0]
-    p1 = pos_off[1]
-    for j0 in range(r0, r1):
-        orow = idx_all[i0 + j0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 16, 16)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 16, 16)
+    Ff1 = Fs[1].reshape(-1)
+    Ff2 = Fs[2].reshape(-1)
+    last = np.uint64(idx1.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
         for q in range(nb):
             a0_0 = zero
             a0_1 = zero
@@ -1035,29 +1043,36 @@ def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
             a0_13 = zero
             a0_14 = zero
             a0_15 = zero
-            for j1 in range(pos_all[p0 + j0], pos_all[p0 + j0 + 1]):
-                row1 = f1 + idx_all[i1 + j1]
-                k0 = pos_all[p1 + j1]
-                k1 = pos_all[p1 + j1 + 1]
-                if k1 - k0 == 1:
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                jp = min(j1 + ahead, last)
+                pr = np.uint64(idx1[jp]) * R + q * uw
+                pl = np.uint64(idx2[np.uint64(pos1[jp])]) * R + q * uw
+                prefetch(Ff1, pr)
+                prefetch(Ff1, pr + uw - u1)
+                prefetch(Ff2, pl)
+                prefetch(Ff2, pl + uw - u1)
+                row1 = np.uint64(idx1[j1])
+                k0 = np.uint64(pos1[j1])
+                k1 = np.uint64(pos1[j1 + u1])
+                if k1 - k0 == u1:
                     v = vals[k0]
-                    rowl = f2 + idx_all[i2 + k0]
-                    a0_0 += v * Fb[rowl, q, 0] * Fb[row1, q, 0]
-                    a0_1 += v * Fb[rowl, q, 1] * Fb[row1, q, 1]
-                    a0_2 += v * Fb[rowl, q, 2] * Fb[row1, q, 2]
-                    a0_3 += v * Fb[rowl, q, 3] * Fb[row1, q, 3]
-                    a0_4 += v * Fb[rowl, q, 4] * Fb[row1, q, 4]
-                    a0_5 += v * Fb[rowl, q, 5] * Fb[row1, q, 5]
-                    a0_6 += v * Fb[rowl, q, 6] * Fb[row1, q, 6]
-                    a0_7 += v * Fb[rowl, q, 7] * Fb[row1, q, 7]
-                    a0_8 += v * Fb[rowl, q, 8] * Fb[row1, q, 8]
-                    a0_9 += v * Fb[rowl, q, 9] * Fb[row1, q, 9]
-                    a0_10 += v * Fb[rowl, q, 10] * Fb[row1, q, 10]
-                    a0_11 += v * Fb[rowl, q, 11] * Fb[row1, q, 11]
-                    a0_12 += v * Fb[rowl, q, 12] * Fb[row1, q, 12]
-                    a0_13 += v * Fb[rowl, q, 13] * Fb[row1, q, 13]
-                    a0_14 += v * Fb[rowl, q, 14] * Fb[row1, q, 14]
-                    a0_15 += v * Fb[rowl, q, 15] * Fb[row1, q, 15]
+                    rowl = np.uint64(idx2[k0])
+                    a0_0 += v * Fb2[rowl, q, 0] * Fb1[row1, q, 0]
+                    a0_1 += v * Fb2[rowl, q, 1] * Fb1[row1, q, 1]
+                    a0_2 += v * Fb2[rowl, q, 2] * Fb1[row1, q, 2]
+                    a0_3 += v * Fb2[rowl, q, 3] * Fb1[row1, q, 3]
+                    a0_4 += v * Fb2[rowl, q, 4] * Fb1[row1, q, 4]
+                    a0_5 += v * Fb2[rowl, q, 5] * Fb1[row1, q, 5]
+                    a0_6 += v * Fb2[rowl, q, 6] * Fb1[row1, q, 6]
+                    a0_7 += v * Fb2[rowl, q, 7] * Fb1[row1, q, 7]
+                    a0_8 += v * Fb2[rowl, q, 8] * Fb1[row1, q, 8]
+                    a0_9 += v * Fb2[rowl, q, 9] * Fb1[row1, q, 9]
+                    a0_10 += v * Fb2[rowl, q, 10] * Fb1[row1, q, 10]
+                    a0_11 += v * Fb2[rowl, q, 11] * Fb1[row1, q, 11]
+                    a0_12 += v * Fb2[rowl, q, 12] * Fb1[row1, q, 12]
+                    a0_13 += v * Fb2[rowl, q, 13] * Fb1[row1, q, 13]
+                    a0_14 += v * Fb2[rowl, q, 14] * Fb1[row1, q, 14]
+                    a0_15 += v * Fb2[rowl, q, 15] * Fb1[row1, q, 15]
                     continue
                 a1_0 = zero
                 a1_1 = zero
@@ -1077,39 +1092,39 @@ def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
                 a1_15 = zero
                 for j2 in range(k0, k1):
                     v = vals[j2]
-                    row2 = f2 + idx_all[i2 + j2]
-                    a1_0 += v * Fb[row2, q, 0]
-                    a1_1 += v * Fb[row2, q, 1]
-                    a1_2 += v * Fb[row2, q, 2]
-                    a1_3 += v * Fb[row2, q, 3]
-                    a1_4 += v * Fb[row2, q, 4]
-                    a1_5 += v * Fb[row2, q, 5]
-                    a1_6 += v * Fb[row2, q, 6]
-                    a1_7 += v * Fb[row2, q, 7]
-                    a1_8 += v * Fb[row2, q, 8]
-                    a1_9 += v * Fb[row2, q, 9]
-                    a1_10 += v * Fb[row2, q, 10]
-                    a1_11 += v * Fb[row2, q, 11]
-                    a1_12 += v * Fb[row2, q, 12]
-                    a1_13 += v * Fb[row2, q, 13]
-                    a1_14 += v * Fb[row2, q, 14]
-                    a1_15 += v * Fb[row2, q, 15]
-                a0_0 += a1_0 * Fb[row1, q, 0]
-                a0_1 += a1_1 * Fb[row1, q, 1]
-                a0_2 += a1_2 * Fb[row1, q, 2]
-                a0_3 += a1_3 * Fb[row1, q, 3]
-                a0_4 += a1_4 * Fb[row1, q, 4]
-                a0_5 += a1_5 * Fb[row1, q, 5]
-                a0_6 += a1_6 * Fb[row1, q, 6]
-                a0_7 += a1_7 * Fb[row1, q, 7]
-                a0_8 += a1_8 * Fb[row1, q, 8]
-                a0_9 += a1_9 * Fb[row1, q, 9]
-                a0_10 += a1_10 * Fb[row1, q, 10]
-                a0_11 += a1_11 * Fb[row1, q, 11]
-                a0_12 += a1_12 * Fb[row1, q, 12]
-                a0_13 += a1_13 * Fb[row1, q, 13]
-                a0_14 += a1_14 * Fb[row1, q, 14]
-                a0_15 += a1_15 * Fb[row1, q, 15]
+                    row2 = np.uint64(idx2[j2])
+                    a1_0 += v * Fb2[row2, q, 0]
+                    a1_1 += v * Fb2[row2, q, 1]
+                    a1_2 += v * Fb2[row2, q, 2]
+                    a1_3 += v * Fb2[row2, q, 3]
+                    a1_4 += v * Fb2[row2, q, 4]
+                    a1_5 += v * Fb2[row2, q, 5]
+                    a1_6 += v * Fb2[row2, q, 6]
+                    a1_7 += v * Fb2[row2, q, 7]
+                    a1_8 += v * Fb2[row2, q, 8]
+                    a1_9 += v * Fb2[row2, q, 9]
+                    a1_10 += v * Fb2[row2, q, 10]
+                    a1_11 += v * Fb2[row2, q, 11]
+                    a1_12 += v * Fb2[row2, q, 12]
+                    a1_13 += v * Fb2[row2, q, 13]
+                    a1_14 += v * Fb2[row2, q, 14]
+                    a1_15 += v * Fb2[row2, q, 15]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+                a0_8 += a1_8 * Fb1[row1, q, 8]
+                a0_9 += a1_9 * Fb1[row1, q, 9]
+                a0_10 += a1_10 * Fb1[row1, q, 10]
+                a0_11 += a1_11 * Fb1[row1, q, 11]
+                a0_12 += a1_12 * Fb1[row1, q, 12]
+                a0_13 += a1_13 * Fb1[row1, q, 13]
+                a0_14 += a1_14 * Fb1[row1, q, 14]
+                a0_15 += a1_15 * Fb1[row1, q, 15]
             Ob[orow, q, 0] = a0_0
             Ob[orow, q, 1] = a0_1
             Ob[orow, q, 2] = a0_2
@@ -1129,29 +1144,35 @@ def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
 
 
 @njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_blocked_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
+def mttkrp_blocked_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
     for t in prange(bounds.shape[0] - 1):
-        _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
+        _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
 
 
 @njit(cache=True, fastmath=False)
-def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
-    nb = out.shape[1] // 16
-    Fb = F_all.reshape(F_all.shape[0], nb, 16)  # the last index a constant: consecutive loads
-    Ob = out.reshape(out.shape[0], nb, 16)
+def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 16)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    R = np.uint64(out.shape[1])
     zero = np.zeros(1, out.dtype)[0]
-    i0 = idx_off[0]
-    i1 = idx_off[1]
-    i2 = idx_off[2]
-    i3 = idx_off[3]
-    f1 = F_off[1]
-    f2 = F_off[2]
-    f3 = F_off[3]
-    p0 = pos_off[0]
-    p1 = pos_off[1]
-    p2 = pos_off[2]
-    for j0 in range(r0, r1):
-        orow = idx_all[i0 + j0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 16, 16)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 16, 16)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 16, 16)
+    Ff2 = Fs[2].reshape(-1)
+    Ff3 = Fs[3].reshape(-1)
+    last = np.uint64(idx2.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
         for q in range(nb):
             a0_0 = zero
             a0_1 = zero
@@ -1169,8 +1190,8 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
             a0_13 = zero
             a0_14 = zero
             a0_15 = zero
-            for j1 in range(pos_all[p0 + j0], pos_all[p0 + j0 + 1]):
-                row1 = f1 + idx_all[i1 + j1]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
                 a1_0 = zero
                 a1_1 = zero
                 a1_2 = zero
@@ -1187,29 +1208,36 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
                 a1_13 = zero
                 a1_14 = zero
                 a1_15 = zero
-                for j2 in range(pos_all[p1 + j1], pos_all[p1 + j1 + 1]):
-                    row2 = f2 + idx_all[i2 + j2]
-                    k0 = pos_all[p2 + j2]
-                    k1 = pos_all[p2 + j2 + 1]
-                    if k1 - k0 == 1:
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    jp = min(j2 + ahead, last)
+                    pr = np.uint64(idx2[jp]) * R + q * uw
+                    pl = np.uint64(idx3[np.uint64(pos2[jp])]) * R + q * uw
+                    prefetch(Ff2, pr)
+                    prefetch(Ff2, pr + uw - u1)
+                    prefetch(Ff3, pl)
+                    prefetch(Ff3, pl + uw - u1)
+                    row2 = np.uint64(idx2[j2])
+                    k0 = np.uint64(pos2[j2])
+                    k1 = np.uint64(pos2[j2 + u1])
+                    if k1 - k0 == u1:
                         v = vals[k0]
-                        rowl = f3 + idx_all[i3 + k0]
-                        a1_0 += v * Fb[rowl, q, 0] * Fb[row2, q, 0]
-                        a1_1 += v * Fb[rowl, q, 1] * Fb[row2, q, 1]
-                        a1_2 += v * Fb[rowl, q, 2] * Fb[row2, q, 2]
-                        a1_3 += v * Fb[rowl, q, 3] * Fb[row2, q, 3]
-                        a1_4 += v * Fb[rowl, q, 4] * Fb[row2, q, 4]
-                        a1_5 += v * Fb[rowl, q, 5] * Fb[row2, q, 5]
-                        a1_6 += v * Fb[rowl, q, 6] * Fb[row2, q, 6]
-                        a1_7 += v * Fb[rowl, q, 7] * Fb[row2, q, 7]
-                        a1_8 += v * Fb[rowl, q, 8] * Fb[row2, q, 8]
-                        a1_9 += v * Fb[rowl, q, 9] * Fb[row2, q, 9]
-                        a1_10 += v * Fb[rowl, q, 10] * Fb[row2, q, 10]
-                        a1_11 += v * Fb[rowl, q, 11] * Fb[row2, q, 11]
-                        a1_12 += v * Fb[rowl, q, 12] * Fb[row2, q, 12]
-                        a1_13 += v * Fb[rowl, q, 13] * Fb[row2, q, 13]
-                        a1_14 += v * Fb[rowl, q, 14] * Fb[row2, q, 14]
-                        a1_15 += v * Fb[rowl, q, 15] * Fb[row2, q, 15]
+                        rowl = np.uint64(idx3[k0])
+                        a1_0 += v * Fb3[rowl, q, 0] * Fb2[row2, q, 0]
+                        a1_1 += v * Fb3[rowl, q, 1] * Fb2[row2, q, 1]
+                        a1_2 += v * Fb3[rowl, q, 2] * Fb2[row2, q, 2]
+                        a1_3 += v * Fb3[rowl, q, 3] * Fb2[row2, q, 3]
+                        a1_4 += v * Fb3[rowl, q, 4] * Fb2[row2, q, 4]
+                        a1_5 += v * Fb3[rowl, q, 5] * Fb2[row2, q, 5]
+                        a1_6 += v * Fb3[rowl, q, 6] * Fb2[row2, q, 6]
+                        a1_7 += v * Fb3[rowl, q, 7] * Fb2[row2, q, 7]
+                        a1_8 += v * Fb3[rowl, q, 8] * Fb2[row2, q, 8]
+                        a1_9 += v * Fb3[rowl, q, 9] * Fb2[row2, q, 9]
+                        a1_10 += v * Fb3[rowl, q, 10] * Fb2[row2, q, 10]
+                        a1_11 += v * Fb3[rowl, q, 11] * Fb2[row2, q, 11]
+                        a1_12 += v * Fb3[rowl, q, 12] * Fb2[row2, q, 12]
+                        a1_13 += v * Fb3[rowl, q, 13] * Fb2[row2, q, 13]
+                        a1_14 += v * Fb3[rowl, q, 14] * Fb2[row2, q, 14]
+                        a1_15 += v * Fb3[rowl, q, 15] * Fb2[row2, q, 15]
                         continue
                     a2_0 = zero
                     a2_1 = zero
@@ -1229,55 +1257,55 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
                     a2_15 = zero
                     for j3 in range(k0, k1):
                         v = vals[j3]
-                        row3 = f3 + idx_all[i3 + j3]
-                        a2_0 += v * Fb[row3, q, 0]
-                        a2_1 += v * Fb[row3, q, 1]
-                        a2_2 += v * Fb[row3, q, 2]
-                        a2_3 += v * Fb[row3, q, 3]
-                        a2_4 += v * Fb[row3, q, 4]
-                        a2_5 += v * Fb[row3, q, 5]
-                        a2_6 += v * Fb[row3, q, 6]
-                        a2_7 += v * Fb[row3, q, 7]
-                        a2_8 += v * Fb[row3, q, 8]
-                        a2_9 += v * Fb[row3, q, 9]
-                        a2_10 += v * Fb[row3, q, 10]
-                        a2_11 += v * Fb[row3, q, 11]
-                        a2_12 += v * Fb[row3, q, 12]
-                        a2_13 += v * Fb[row3, q, 13]
-                        a2_14 += v * Fb[row3, q, 14]
-                        a2_15 += v * Fb[row3, q, 15]
-                    a1_0 += a2_0 * Fb[row2, q, 0]
-                    a1_1 += a2_1 * Fb[row2, q, 1]
-                    a1_2 += a2_2 * Fb[row2, q, 2]
-                    a1_3 += a2_3 * Fb[row2, q, 3]
-                    a1_4 += a2_4 * Fb[row2, q, 4]
-                    a1_5 += a2_5 * Fb[row2, q, 5]
-                    a1_6 += a2_6 * Fb[row2, q, 6]
-                    a1_7 += a2_7 * Fb[row2, q, 7]
-                    a1_8 += a2_8 * Fb[row2, q, 8]
-                    a1_9 += a2_9 * Fb[row2, q, 9]
-                    a1_10 += a2_10 * Fb[row2, q, 10]
-                    a1_11 += a2_11 * Fb[row2, q, 11]
-                    a1_12 += a2_12 * Fb[row2, q, 12]
-                    a1_13 += a2_13 * Fb[row2, q, 13]
-                    a1_14 += a2_14 * Fb[row2, q, 14]
-                    a1_15 += a2_15 * Fb[row2, q, 15]
-                a0_0 += a1_0 * Fb[row1, q, 0]
-                a0_1 += a1_1 * Fb[row1, q, 1]
-                a0_2 += a1_2 * Fb[row1, q, 2]
-                a0_3 += a1_3 * Fb[row1, q, 3]
-                a0_4 += a1_4 * Fb[row1, q, 4]
-                a0_5 += a1_5 * Fb[row1, q, 5]
-                a0_6 += a1_6 * Fb[row1, q, 6]
-                a0_7 += a1_7 * Fb[row1, q, 7]
-                a0_8 += a1_8 * Fb[row1, q, 8]
-                a0_9 += a1_9 * Fb[row1, q, 9]
-                a0_10 += a1_10 * Fb[row1, q, 10]
-                a0_11 += a1_11 * Fb[row1, q, 11]
-                a0_12 += a1_12 * Fb[row1, q, 12]
-                a0_13 += a1_13 * Fb[row1, q, 13]
-                a0_14 += a1_14 * Fb[row1, q, 14]
-                a0_15 += a1_15 * Fb[row1, q, 15]
+                        row3 = np.uint64(idx3[j3])
+                        a2_0 += v * Fb3[row3, q, 0]
+                        a2_1 += v * Fb3[row3, q, 1]
+                        a2_2 += v * Fb3[row3, q, 2]
+                        a2_3 += v * Fb3[row3, q, 3]
+                        a2_4 += v * Fb3[row3, q, 4]
+                        a2_5 += v * Fb3[row3, q, 5]
+                        a2_6 += v * Fb3[row3, q, 6]
+                        a2_7 += v * Fb3[row3, q, 7]
+                        a2_8 += v * Fb3[row3, q, 8]
+                        a2_9 += v * Fb3[row3, q, 9]
+                        a2_10 += v * Fb3[row3, q, 10]
+                        a2_11 += v * Fb3[row3, q, 11]
+                        a2_12 += v * Fb3[row3, q, 12]
+                        a2_13 += v * Fb3[row3, q, 13]
+                        a2_14 += v * Fb3[row3, q, 14]
+                        a2_15 += v * Fb3[row3, q, 15]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                    a1_8 += a2_8 * Fb2[row2, q, 8]
+                    a1_9 += a2_9 * Fb2[row2, q, 9]
+                    a1_10 += a2_10 * Fb2[row2, q, 10]
+                    a1_11 += a2_11 * Fb2[row2, q, 11]
+                    a1_12 += a2_12 * Fb2[row2, q, 12]
+                    a1_13 += a2_13 * Fb2[row2, q, 13]
+                    a1_14 += a2_14 * Fb2[row2, q, 14]
+                    a1_15 += a2_15 * Fb2[row2, q, 15]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+                a0_8 += a1_8 * Fb1[row1, q, 8]
+                a0_9 += a1_9 * Fb1[row1, q, 9]
+                a0_10 += a1_10 * Fb1[row1, q, 10]
+                a0_11 += a1_11 * Fb1[row1, q, 11]
+                a0_12 += a1_12 * Fb1[row1, q, 12]
+                a0_13 += a1_13 * Fb1[row1, q, 13]
+                a0_14 += a1_14 * Fb1[row1, q, 14]
+                a0_15 += a1_15 * Fb1[row1, q, 15]
             Ob[orow, q, 0] = a0_0
             Ob[orow, q, 1] = a0_1
             Ob[orow, q, 2] = a0_2
@@ -1297,9 +1325,482 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, ou
 
 
 @njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_blocked_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
+def mttkrp_blocked_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
     for t in prange(bounds.shape[0] - 1):
-        _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
+        _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
+
+
+@njit(cache=True, fastmath=False)
+def _rangeb_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 16)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 16, 16)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 16, 16)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 16, 16)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 16, 16)
+    Ff3 = Fs[3].reshape(-1)
+    Ff4 = Fs[4].reshape(-1)
+    last = np.uint64(idx3.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            a0_8 = zero
+            a0_9 = zero
+            a0_10 = zero
+            a0_11 = zero
+            a0_12 = zero
+            a0_13 = zero
+            a0_14 = zero
+            a0_15 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                a1_8 = zero
+                a1_9 = zero
+                a1_10 = zero
+                a1_11 = zero
+                a1_12 = zero
+                a1_13 = zero
+                a1_14 = zero
+                a1_15 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    a2_8 = zero
+                    a2_9 = zero
+                    a2_10 = zero
+                    a2_11 = zero
+                    a2_12 = zero
+                    a2_13 = zero
+                    a2_14 = zero
+                    a2_15 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        jp = min(j3 + ahead, last)
+                        pr = np.uint64(idx3[jp]) * R + q * uw
+                        pl = np.uint64(idx4[np.uint64(pos3[jp])]) * R + q * uw
+                        prefetch(Ff3, pr)
+                        prefetch(Ff3, pr + uw - u1)
+                        prefetch(Ff4, pl)
+                        prefetch(Ff4, pl + uw - u1)
+                        row3 = np.uint64(idx3[j3])
+                        k0 = np.uint64(pos3[j3])
+                        k1 = np.uint64(pos3[j3 + u1])
+                        if k1 - k0 == u1:
+                            v = vals[k0]
+                            rowl = np.uint64(idx4[k0])
+                            a2_0 += v * Fb4[rowl, q, 0] * Fb3[row3, q, 0]
+                            a2_1 += v * Fb4[rowl, q, 1] * Fb3[row3, q, 1]
+                            a2_2 += v * Fb4[rowl, q, 2] * Fb3[row3, q, 2]
+                            a2_3 += v * Fb4[rowl, q, 3] * Fb3[row3, q, 3]
+                            a2_4 += v * Fb4[rowl, q, 4] * Fb3[row3, q, 4]
+                            a2_5 += v * Fb4[rowl, q, 5] * Fb3[row3, q, 5]
+                            a2_6 += v * Fb4[rowl, q, 6] * Fb3[row3, q, 6]
+                            a2_7 += v * Fb4[rowl, q, 7] * Fb3[row3, q, 7]
+                            a2_8 += v * Fb4[rowl, q, 8] * Fb3[row3, q, 8]
+                            a2_9 += v * Fb4[rowl, q, 9] * Fb3[row3, q, 9]
+                            a2_10 += v * Fb4[rowl, q, 10] * Fb3[row3, q, 10]
+                            a2_11 += v * Fb4[rowl, q, 11] * Fb3[row3, q, 11]
+                            a2_12 += v * Fb4[rowl, q, 12] * Fb3[row3, q, 12]
+                            a2_13 += v * Fb4[rowl, q, 13] * Fb3[row3, q, 13]
+                            a2_14 += v * Fb4[rowl, q, 14] * Fb3[row3, q, 14]
+                            a2_15 += v * Fb4[rowl, q, 15] * Fb3[row3, q, 15]
+                            continue
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        a3_8 = zero
+                        a3_9 = zero
+                        a3_10 = zero
+                        a3_11 = zero
+                        a3_12 = zero
+                        a3_13 = zero
+                        a3_14 = zero
+                        a3_15 = zero
+                        for j4 in range(k0, k1):
+                            v = vals[j4]
+                            row4 = np.uint64(idx4[j4])
+                            a3_0 += v * Fb4[row4, q, 0]
+                            a3_1 += v * Fb4[row4, q, 1]
+                            a3_2 += v * Fb4[row4, q, 2]
+                            a3_3 += v * Fb4[row4, q, 3]
+                            a3_4 += v * Fb4[row4, q, 4]
+                            a3_5 += v * Fb4[row4, q, 5]
+                            a3_6 += v * Fb4[row4, q, 6]
+                            a3_7 += v * Fb4[row4, q, 7]
+                            a3_8 += v * Fb4[row4, q, 8]
+                            a3_9 += v * Fb4[row4, q, 9]
+                            a3_10 += v * Fb4[row4, q, 10]
+                            a3_11 += v * Fb4[row4, q, 11]
+                            a3_12 += v * Fb4[row4, q, 12]
+                            a3_13 += v * Fb4[row4, q, 13]
+                            a3_14 += v * Fb4[row4, q, 14]
+                            a3_15 += v * Fb4[row4, q, 15]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                        a2_8 += a3_8 * Fb3[row3, q, 8]
+                        a2_9 += a3_9 * Fb3[row3, q, 9]
+                        a2_10 += a3_10 * Fb3[row3, q, 10]
+                        a2_11 += a3_11 * Fb3[row3, q, 11]
+                        a2_12 += a3_12 * Fb3[row3, q, 12]
+                        a2_13 += a3_13 * Fb3[row3, q, 13]
+                        a2_14 += a3_14 * Fb3[row3, q, 14]
+                        a2_15 += a3_15 * Fb3[row3, q, 15]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                    a1_8 += a2_8 * Fb2[row2, q, 8]
+                    a1_9 += a2_9 * Fb2[row2, q, 9]
+                    a1_10 += a2_10 * Fb2[row2, q, 10]
+                    a1_11 += a2_11 * Fb2[row2, q, 11]
+                    a1_12 += a2_12 * Fb2[row2, q, 12]
+                    a1_13 += a2_13 * Fb2[row2, q, 13]
+                    a1_14 += a2_14 * Fb2[row2, q, 14]
+                    a1_15 += a2_15 * Fb2[row2, q, 15]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+                a0_8 += a1_8 * Fb1[row1, q, 8]
+                a0_9 += a1_9 * Fb1[row1, q, 9]
+                a0_10 += a1_10 * Fb1[row1, q, 10]
+                a0_11 += a1_11 * Fb1[row1, q, 11]
+                a0_12 += a1_12 * Fb1[row1, q, 12]
+                a0_13 += a1_13 * Fb1[row1, q, 13]
+                a0_14 += a1_14 * Fb1[row1, q, 14]
+                a0_15 += a1_15 * Fb1[row1, q, 15]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+            Ob[orow, q, 8] = a0_8
+            Ob[orow, q, 9] = a0_9
+            Ob[orow, q, 10] = a0_10
+            Ob[orow, q, 11] = a0_11
+            Ob[orow, q, 12] = a0_12
+            Ob[orow, q, 13] = a0_13
+            Ob[orow, q, 14] = a0_14
+            Ob[orow, q, 15] = a0_15
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_blocked_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
+    for t in prange(bounds.shape[0] - 1):
+        _rangeb_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
+
+
+@njit(cache=True, fastmath=False)
+def _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 16)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(16)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 16, 16)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 16, 16)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 16, 16)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 16, 16)
+    Fb5 = Fs[5].reshape(Fs[5].shape[0], out.shape[1] // 16, 16)
+    Ff4 = Fs[4].reshape(-1)
+    Ff5 = Fs[5].reshape(-1)
+    last = np.uint64(idx4.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            a0_8 = zero
+            a0_9 = zero
+            a0_10 = zero
+            a0_11 = zero
+            a0_12 = zero
+            a0_13 = zero
+            a0_14 = zero
+            a0_15 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                a1_8 = zero
+                a1_9 = zero
+                a1_10 = zero
+                a1_11 = zero
+                a1_12 = zero
+                a1_13 = zero
+                a1_14 = zero
+                a1_15 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    a2_8 = zero
+                    a2_9 = zero
+                    a2_10 = zero
+                    a2_11 = zero
+                    a2_12 = zero
+                    a2_13 = zero
+                    a2_14 = zero
+                    a2_15 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        a3_8 = zero
+                        a3_9 = zero
+                        a3_10 = zero
+                        a3_11 = zero
+                        a3_12 = zero
+                        a3_13 = zero
+                        a3_14 = zero
+                        a3_15 = zero
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            jp = min(j4 + ahead, last)
+                            pr = np.uint64(idx4[jp]) * R + q * uw
+                            pl = np.uint64(idx5[np.uint64(pos4[jp])]) * R + q * uw
+                            prefetch(Ff4, pr)
+                            prefetch(Ff4, pr + uw - u1)
+                            prefetch(Ff5, pl)
+                            prefetch(Ff5, pl + uw - u1)
+                            row4 = np.uint64(idx4[j4])
+                            k0 = np.uint64(pos4[j4])
+                            k1 = np.uint64(pos4[j4 + u1])
+                            if k1 - k0 == u1:
+                                v = vals[k0]
+                                rowl = np.uint64(idx5[k0])
+                                a3_0 += v * Fb5[rowl, q, 0] * Fb4[row4, q, 0]
+                                a3_1 += v * Fb5[rowl, q, 1] * Fb4[row4, q, 1]
+                                a3_2 += v * Fb5[rowl, q, 2] * Fb4[row4, q, 2]
+                                a3_3 += v * Fb5[rowl, q, 3] * Fb4[row4, q, 3]
+                                a3_4 += v * Fb5[rowl, q, 4] * Fb4[row4, q, 4]
+                                a3_5 += v * Fb5[rowl, q, 5] * Fb4[row4, q, 5]
+                                a3_6 += v * Fb5[rowl, q, 6] * Fb4[row4, q, 6]
+                                a3_7 += v * Fb5[rowl, q, 7] * Fb4[row4, q, 7]
+                                a3_8 += v * Fb5[rowl, q, 8] * Fb4[row4, q, 8]
+                                a3_9 += v * Fb5[rowl, q, 9] * Fb4[row4, q, 9]
+                                a3_10 += v * Fb5[rowl, q, 10] * Fb4[row4, q, 10]
+                                a3_11 += v * Fb5[rowl, q, 11] * Fb4[row4, q, 11]
+                                a3_12 += v * Fb5[rowl, q, 12] * Fb4[row4, q, 12]
+                                a3_13 += v * Fb5[rowl, q, 13] * Fb4[row4, q, 13]
+                                a3_14 += v * Fb5[rowl, q, 14] * Fb4[row4, q, 14]
+                                a3_15 += v * Fb5[rowl, q, 15] * Fb4[row4, q, 15]
+                                continue
+                            a4_0 = zero
+                            a4_1 = zero
+                            a4_2 = zero
+                            a4_3 = zero
+                            a4_4 = zero
+                            a4_5 = zero
+                            a4_6 = zero
+                            a4_7 = zero
+                            a4_8 = zero
+                            a4_9 = zero
+                            a4_10 = zero
+                            a4_11 = zero
+                            a4_12 = zero
+                            a4_13 = zero
+                            a4_14 = zero
+                            a4_15 = zero
+                            for j5 in range(k0, k1):
+                                v = vals[j5]
+                                row5 = np.uint64(idx5[j5])
+                                a4_0 += v * Fb5[row5, q, 0]
+                                a4_1 += v * Fb5[row5, q, 1]
+                                a4_2 += v * Fb5[row5, q, 2]
+                                a4_3 += v * Fb5[row5, q, 3]
+                                a4_4 += v * Fb5[row5, q, 4]
+                                a4_5 += v * Fb5[row5, q, 5]
+                                a4_6 += v * Fb5[row5, q, 6]
+                                a4_7 += v * Fb5[row5, q, 7]
+                                a4_8 += v * Fb5[row5, q, 8]
+                                a4_9 += v * Fb5[row5, q, 9]
+                                a4_10 += v * Fb5[row5, q, 10]
+                                a4_11 += v * Fb5[row5, q, 11]
+                                a4_12 += v * Fb5[row5, q, 12]
+                                a4_13 += v * Fb5[row5, q, 13]
+                                a4_14 += v * Fb5[row5, q, 14]
+                                a4_15 += v * Fb5[row5, q, 15]
+                            a3_0 += a4_0 * Fb4[row4, q, 0]
+                            a3_1 += a4_1 * Fb4[row4, q, 1]
+                            a3_2 += a4_2 * Fb4[row4, q, 2]
+                            a3_3 += a4_3 * Fb4[row4, q, 3]
+                            a3_4 += a4_4 * Fb4[row4, q, 4]
+                            a3_5 += a4_5 * Fb4[row4, q, 5]
+                            a3_6 += a4_6 * Fb4[row4, q, 6]
+                            a3_7 += a4_7 * Fb4[row4, q, 7]
+                            a3_8 += a4_8 * Fb4[row4, q, 8]
+                            a3_9 += a4_9 * Fb4[row4, q, 9]
+                            a3_10 += a4_10 * Fb4[row4, q, 10]
+                            a3_11 += a4_11 * Fb4[row4, q, 11]
+                            a3_12 += a4_12 * Fb4[row4, q, 12]
+                            a3_13 += a4_13 * Fb4[row4, q, 13]
+                            a3_14 += a4_14 * Fb4[row4, q, 14]
+                            a3_15 += a4_15 * Fb4[row4, q, 15]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                        a2_8 += a3_8 * Fb3[row3, q, 8]
+                        a2_9 += a3_9 * Fb3[row3, q, 9]
+                        a2_10 += a3_10 * Fb3[row3, q, 10]
+                        a2_11 += a3_11 * Fb3[row3, q, 11]
+                        a2_12 += a3_12 * Fb3[row3, q, 12]
+                        a2_13 += a3_13 * Fb3[row3, q, 13]
+                        a2_14 += a3_14 * Fb3[row3, q, 14]
+                        a2_15 += a3_15 * Fb3[row3, q, 15]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                    a1_8 += a2_8 * Fb2[row2, q, 8]
+                    a1_9 += a2_9 * Fb2[row2, q, 9]
+                    a1_10 += a2_10 * Fb2[row2, q, 10]
+                    a1_11 += a2_11 * Fb2[row2, q, 11]
+                    a1_12 += a2_12 * Fb2[row2, q, 12]
+                    a1_13 += a2_13 * Fb2[row2, q, 13]
+                    a1_14 += a2_14 * Fb2[row2, q, 14]
+                    a1_15 += a2_15 * Fb2[row2, q, 15]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+                a0_8 += a1_8 * Fb1[row1, q, 8]
+                a0_9 += a1_9 * Fb1[row1, q, 9]
+                a0_10 += a1_10 * Fb1[row1, q, 10]
+                a0_11 += a1_11 * Fb1[row1, q, 11]
+                a0_12 += a1_12 * Fb1[row1, q, 12]
+                a0_13 += a1_13 * Fb1[row1, q, 13]
+                a0_14 += a1_14 * Fb1[row1, q, 14]
+                a0_15 += a1_15 * Fb1[row1, q, 15]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+            Ob[orow, q, 8] = a0_8
+            Ob[orow, q, 9] = a0_9
+            Ob[orow, q, 10] = a0_10
+            Ob[orow, q, 11] = a0_11
+            Ob[orow, q, 12] = a0_12
+            Ob[orow, q, 13] = a0_13
+            Ob[orow, q, 14] = a0_14
+            Ob[orow, q, 15] = a0_15
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def mttkrp_blocked_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
+    for t in prange(bounds.shape[0] - 1):
+        _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
 
 
 KERNELS = {
@@ -1329,4 +1830,6 @@ BLOCK = 16
 BLOCKED_ROOT = {
     3: mttkrp_blocked_3,
     4: mttkrp_blocked_4,
+    5: mttkrp_blocked_5,
+    6: mttkrp_blocked_6,
 }
