@@ -452,18 +452,8 @@ def coo_canonical_rows(coords, values, shape, reuse_input):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def csf_count_levels(coords, order):  # pragma: no cover
     """Nodes per level of the tree of nonzeros already in tree order (sizes the packed arrays exactly)."""
-    nnz, N = coords.shape
-    counts = np.zeros(N, dtype=np.int64)
-    for i in range(nnz):
-        d = 0
-        if i > 0:
-            d = N - 1
-            for lev in range(N - 1):
-                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
-                    d = lev
-                    break
-        for lev in range(d, N):
-            counts[lev] += 1
+    counts = np.zeros(coords.shape[1], dtype=np.int64)
+    csf_count_levels_part(coords, order, 0, coords.shape[0], counts)
     return counts
 
 
@@ -471,22 +461,9 @@ def csf_count_levels(coords, order):  # pragma: no cover
 def csf_build_packed(coords, order, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
     """The levels of the tree written straight into its packed arrays (sized by :func:`csf_count_levels`):
     level ``l``'s node indices at ``idx_all[idx_off[l]:]``, its child pointers at ``pos_all[pos_off[l]:]``."""
-    nnz, N = coords.shape
+    N = coords.shape[1]
     counts = np.zeros(N, dtype=np.int64)
-    for i in range(nnz):
-        d = 0
-        if i > 0:
-            d = N - 1
-            for lev in range(N - 1):
-                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
-                    d = lev
-                    break
-        for lev in range(d, N):
-            k = counts[lev]
-            idx_all[idx_off[lev] + k] = coords[i, order[lev]]
-            if lev >= 1 and lev - 1 >= d:  # first child of the node created at this nonzero one level up
-                pos_all[pos_off[lev - 1] + counts[lev - 1] - 1] = k
-            counts[lev] = k + 1
+    csf_build_packed_part(coords, order, 0, coords.shape[0], counts, idx_all, idx_off, pos_all, pos_off)
     for lev in range(N - 1):
         pos_all[pos_off[lev] + counts[lev]] = counts[lev + 1]
     return counts
@@ -510,3 +487,156 @@ def column_bounds(coords):  # pragma: no cover
             elif x > hi[m]:
                 hi[m] = x
     return lo, hi
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CSF build in parts: contiguous runs of rows ``lo:hi``, one per thread (the kernels release the GIL); every
+# part's result lands where a single pass would put it, so the tree is the same for any number of parts
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def csf_histogram_part(coords, m, lo, hi, count):  # pragma: no cover
+    """``count[c]``: rows ``lo:hi`` whose mode-``m`` coordinate is ``c``."""
+    for i in range(lo, hi):
+        count[coords[i, m]] += 1
+
+
+@njit(cache=True, nogil=True)
+def csf_root_cursors(count):  # pragma: no cover
+    """The per-part counts turned, in place, into each part's first write position in each root slice (the
+    slices in increasing order, the parts in order within a slice: a stable counting sort). Returns the number
+    of nonempty slices."""
+    T, S = count.shape
+    run = 0
+    roots = 0
+    for c in range(S):
+        before = run
+        for t in range(T):
+            x = count[t, c]
+            count[t, c] = run
+            run += x
+        if run > before:
+            roots += 1
+    return roots
+
+
+@njit(cache=True, nogil=True)
+def csf_root_starts(cur, nnz, idx0, rstart):  # pragma: no cover
+    """From the cursors of :func:`csf_root_cursors`: ``idx0`` the nonempty root slices in order, ``rstart`` the
+    position of each one's first row (and ``nnz`` after the last)."""
+    S = cur.shape[1]
+    k = 0
+    for c in range(S):
+        end = cur[0, c + 1] if c + 1 < S else nnz
+        if end > cur[0, c]:
+            idx0[k] = c
+            rstart[k] = cur[0, c]
+            k += 1
+    rstart[k] = nnz
+
+
+@njit(cache=True, nogil=True)
+def csf_scatter_part(coords, values, order, lo, hi, cur, dst, dst_v):  # pragma: no cover
+    """Rows ``lo:hi`` of nonzeros (in lexicographic order) scattered to their root slice's cursor in ``cur``
+    (:func:`csf_root_cursors`; a stable counting sort by the root mode ``order[0]``): ``dst`` receives the
+    other coordinates in tree order (the root's is the slice's), ``dst_v`` the values."""
+    N = coords.shape[1]
+    root = order[0]
+    for i in range(lo, hi):
+        c = coords[i, root]
+        j = cur[c]
+        cur[c] = j + 1
+        for lev in range(1, N):
+            dst[j, lev - 1] = coords[i, order[lev]]
+        dst_v[j] = values[i]
+
+
+@njit(cache=True, nogil=True)
+def _grouped_depth(dst, j, L):  # pragma: no cover
+    """The first level (1..L) where row ``j`` of the grouped rows leaves row ``j - 1`` of the same slice."""
+    for lev in range(1, L):
+        if dst[j, lev - 1] != dst[j - 1, lev - 1]:
+            return lev
+    return L
+
+
+@njit(cache=True, nogil=True)
+def csf_grouped_count_part(dst, rstart, lo, hi, counts):  # pragma: no cover
+    """``counts[l]``: the level-``l`` nodes that rows ``lo:hi`` grouped by root slice (:func:`csf_scatter_part`;
+    slice ``k`` starts at row ``rstart[k]``) open."""
+    L = dst.shape[1]
+    k = np.searchsorted(rstart, lo)
+    nxt = rstart[k]
+    for j in range(lo, hi):
+        if j == nxt:  # a new root: a node at every level
+            k += 1
+            nxt = rstart[k]
+            for lev in range(L + 1):
+                counts[lev] += 1
+            continue
+        new = 0  # branch-free: whether the row opens a node at this level (it does at every level below)
+        for lev in range(1, L):
+            new |= dst[j, lev - 1] != dst[j - 1, lev - 1]
+            counts[lev] += new
+        counts[L] += 1
+
+
+@njit(cache=True, nogil=True)
+def csf_grouped_fill_part(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """The nodes that rows ``lo:hi`` grouped by root slice open, numbered from ``k`` (per level: the nodes of
+    the rows before them), written into the packed arrays (:func:`csf_build_packed`) but for the root's
+    indices (the nonempty slices, :func:`csf_root_starts`)."""
+    L = dst.shape[1]
+    r = np.searchsorted(rstart, lo)
+    nxt = rstart[r]
+    for j in range(lo, hi):
+        d = 0
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+        else:
+            d = _grouped_depth(dst, j, L)
+        for lev in range(d, L + 1):
+            kk = k[lev]
+            if lev >= 1:
+                idx_all[idx_off[lev] + kk] = dst[j, lev - 1]
+            if lev - 1 >= d:  # first child of the node this row opened one level up
+                pos_all[pos_off[lev - 1] + k[lev - 1] - 1] = kk
+            k[lev] = kk + 1
+
+
+@njit(cache=True, nogil=True)
+def csf_count_levels_part(coords, order, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_count_levels` of rows ``lo:hi`` (in tree order) into ``counts``: the nodes they open."""
+    N = coords.shape[1]
+    for i in range(lo, hi):
+        if i == 0:
+            for lev in range(N):
+                counts[lev] += 1
+            continue
+        new = 0  # branch-free (see csf_grouped_count_part)
+        for lev in range(N - 1):
+            new |= coords[i, order[lev]] != coords[i - 1, order[lev]]
+            counts[lev] += new
+        counts[N - 1] += 1
+
+
+@njit(cache=True, nogil=True)
+def csf_build_packed_part(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_build_packed` of rows ``lo:hi``, the nodes numbered from ``k`` (the nodes of the rows before
+    them, per level; updated)."""
+    N = coords.shape[1]
+    for i in range(lo, hi):
+        d = 0
+        if i > 0:
+            d = N - 1
+            for lev in range(N - 1):
+                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
+                    d = lev
+                    break
+        for lev in range(d, N):
+            kk = k[lev]
+            idx_all[idx_off[lev] + kk] = coords[i, order[lev]]
+            if lev - 1 >= d:
+                pos_all[pos_off[lev - 1] + k[lev - 1] - 1] = kk
+            k[lev] = kk + 1
