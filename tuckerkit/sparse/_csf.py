@@ -182,6 +182,7 @@ def _build_in_parts(coords: np.ndarray, values: np.ndarray, order: tuple[int, ..
         pos_all[pos_off[lev] + total[lev]] = total[lev + 1]
     return idx_all, idx_off, pos_all, pos_off, total, values
 
+
 def _build_sorted(coords: np.ndarray, values: np.ndarray, order: tuple[int, ...], lead: int,
                   shape: tuple[int, ...], itype: Any) -> tuple:
     """The tree from a sorted copy of the nonzeros: rows moved into tree order by counting sorts (a radix sort
