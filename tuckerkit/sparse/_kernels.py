@@ -502,9 +502,24 @@ def csf_histogram_part(coords, m, lo, hi, count):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def _first_root_at(rstart, lo):  # pragma: no cover
+    """The first root slice starting at row ``lo`` or after (a binary search: ``np.searchsorted`` would make
+    loading the cached kernels import numba's array-function registry, scipy.linalg with it: 15 MB)."""
+    a = 0
+    b = rstart.shape[0] - 1
+    while a < b:
+        m = (a + b) // 2
+        if rstart[m] < lo:
+            a = m + 1
+        else:
+            b = m
+    return a
+
+
+@njit(cache=True, nogil=True)
 def _grouped_count3(dst, rstart, lo, hi, counts):  # pragma: no cover
     """:func:`csf_grouped_count_part` of a 3-level tree (the counts in registers)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     c0 = 0
     c1 = 0
@@ -525,7 +540,7 @@ def _grouped_count3(dst, rstart, lo, hi, counts):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def _grouped_fill3(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
     """:func:`csf_grouped_fill_part` of a 3-level tree (node counters in registers; a leaf per row)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     k0 = k[0]
     k1 = k[1]
@@ -558,7 +573,7 @@ def _grouped_fill3(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off): 
 @njit(cache=True, nogil=True)
 def _grouped_count4(dst, rstart, lo, hi, counts):  # pragma: no cover
     """:func:`csf_grouped_count_part` of a 4-level tree (the counts in registers)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     c0 = 0
     c1 = 0
@@ -584,7 +599,7 @@ def _grouped_count4(dst, rstart, lo, hi, counts):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def _grouped_fill4(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
     """:func:`csf_grouped_fill_part` of a 4-level tree (node counters in registers; a leaf per row)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     k0 = k[0]
     k1 = k[1]
@@ -628,7 +643,7 @@ def _grouped_fill4(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off): 
 @njit(cache=True, nogil=True)
 def _grouped_count5(dst, rstart, lo, hi, counts):  # pragma: no cover
     """:func:`csf_grouped_count_part` of a 5-level tree (the counts in registers)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     c0 = 0
     c1 = 0
@@ -659,7 +674,7 @@ def _grouped_count5(dst, rstart, lo, hi, counts):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def _grouped_fill5(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
     """:func:`csf_grouped_fill_part` of a 5-level tree (node counters in registers; a leaf per row)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     k0 = k[0]
     k1 = k[1]
@@ -714,7 +729,7 @@ def _grouped_fill5(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off): 
 @njit(cache=True, nogil=True)
 def _grouped_count6(dst, rstart, lo, hi, counts):  # pragma: no cover
     """:func:`csf_grouped_count_part` of a 6-level tree (the counts in registers)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     c0 = 0
     c1 = 0
@@ -750,7 +765,7 @@ def _grouped_count6(dst, rstart, lo, hi, counts):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def _grouped_fill6(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
     """:func:`csf_grouped_fill_part` of a 6-level tree (node counters in registers; a leaf per row)."""
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     k0 = k[0]
     k1 = k[1]
@@ -1221,7 +1236,7 @@ def csf_grouped_count_part(dst, rstart, lo, hi, counts):  # pragma: no cover
         _grouped_count6(dst, rstart, lo, hi, counts)
     if 2 <= L <= 5:
         return
-    k = np.searchsorted(rstart, lo)
+    k = _first_root_at(rstart, lo)
     nxt = rstart[k]
     for j in range(lo, hi):
         if j == nxt:  # a new root: a node at every level
@@ -1254,7 +1269,7 @@ def csf_grouped_fill_part(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos
         _grouped_fill6(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
     if 2 <= L <= 5:
         return
-    r = np.searchsorted(rstart, lo)
+    r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     for j in range(lo, hi):
         d = 0
