@@ -107,10 +107,10 @@ def _in_parts(nnz: int, N: int, order: tuple[int, ...], lead: int, shape: tuple[
 
 
 def _build_parts(nnz: int, n_root: int) -> int:
-    """Parts (threads) of a tree's build: the policy's workers (the parts run on its threads, not numba's;
-    asking numba its pool size here loaded its compiler's registries in the CLI, 15 MB of peak memory), fewer
-    for few nonzeros (a part per 64k) or long root modes (each part counts the root slices in an array of its
-    own: at most ``nnz`` entries in all). The tree is the same for any number of parts."""
+    """Parts (threads) of a tree's build: the default policy's workers (the parts run on its threads,
+    :func:`~tuckerkit.engine._policy.parallel_for`, not numba's), fewer for few nonzeros (a part per 64k) or
+    long root modes (each part counts the root slices in an array of its own: at most ``nnz`` entries in all).
+    The tree is the same for any number of parts."""
     from tuckerkit.engine._policy import resolve_policy
 
     return max(1, min(resolve_policy(None).workers, nnz >> 16, nnz // max(n_root, 1)))
