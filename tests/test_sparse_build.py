@@ -49,7 +49,7 @@ def test_coo_all_zero_values():
     assert X.nnz == 0 and X.coords.shape == (0, 2)
 
 
-@pytest.mark.parametrize("shape", [(6, 5, 4), (4, 3, 5, 2), (3, 4, 2, 3, 2), (2, 3, 2, 2, 3, 2)])
+@pytest.mark.parametrize("shape", [(6, 5, 4), (4, 3, 5, 2), (3, 4, 2, 3, 2), (2, 3, 2, 2, 3, 2), (2, 2, 3, 2, 2, 2, 3)])
 def test_csf_every_order_holds_the_nonzeros(shape):
     rng = np.random.default_rng(sum(shape))
     n = 200
@@ -107,3 +107,143 @@ def test_leading_left_matches_dense_svd(shape):
     np.testing.assert_allclose(np.abs(U.T @ Ud[:, :5]), np.eye(5), atol=1e5 * eps)  # same subspace
     U2, s2 = leading_left(A.tocsr(), 5, 0)
     assert U2.tobytes() == U.tobytes() and s2.tobytes() == s.tobytes()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the CSF build in parts against a lexsort construction: same arrays, bits and order for any number of parts
+# ------------------------------------------------------------------------------------------------------------
+def _reference_tree(X, order):
+    """The CSF levels of ``X`` in ``order`` from a stable lexsort of its coordinates (plain numpy)."""
+    c = X.coords[:, list(order)].astype(np.int64)
+    perm = np.lexsort(c.T[::-1])
+    c, v = c[perm], X.values[perm]
+    n, N = c.shape
+    new = np.zeros(n, dtype=bool)
+    starts = []
+    for lev in range(N):
+        changed = np.ones(n, dtype=bool)
+        changed[1:] = c[1:, lev] != c[:-1, lev]
+        new |= changed
+        starts.append(np.flatnonzero(new))
+    idx = [c[s, lev] for lev, s in enumerate(starts)]
+    pos = [np.append(np.searchsorted(starts[lev + 1], starts[lev]), len(starts[lev + 1])) for lev in range(N - 1)]
+    return idx, pos, v
+
+
+def _assert_tree(C, X, order):
+    idx, pos, v = _reference_tree(X, order)
+    itype = np.int32 if max(max(X.shape), X.nnz) < 2**31 - 1 else np.int64
+    assert C.order == tuple(order) and len(C.idx) == len(order) and len(C.pos) == len(order) - 1
+    for got, want in zip([*C.idx, *C.pos], [*idx, *pos], strict=True):
+        assert got.dtype == itype
+        np.testing.assert_array_equal(got, want)
+    assert C.values.dtype == X.values.dtype and C.values.tobytes() == v.tobytes()
+
+
+def _parts_build(X, order, parts):
+    """The packed arrays of :func:`_build_in_parts` in ``parts`` parts as a CSFTensor-like object."""
+    from types import SimpleNamespace
+
+    from tuckerkit.sparse import _csf
+
+    N = X.ndim
+    lead = N - 1
+    while lead > 0 and order[lead - 1] < order[lead]:
+        lead -= 1
+    itype = np.int32 if max(max(X.shape), X.nnz) < 2**31 - 1 else np.int64
+    assert _csf._in_parts(X.nnz, N, tuple(order), lead, X.shape)
+    coords = np.ascontiguousarray(X.coords)
+    before = coords.copy(), X.values.copy()
+    idx_all, idx_off, pos_all, pos_off, counts, values = _csf._build_in_parts(
+        coords, X.values, tuple(order), lead, X.shape, itype, parts)
+    assert coords.tobytes() == before[0].tobytes() and X.values.tobytes() == before[1].tobytes()  # inputs kept
+    assert (values is X.values) == (lead == 0)  # an order already lexicographic shares the COO's values
+    return SimpleNamespace(order=tuple(order), idx=[idx_all[idx_off[lev]: idx_off[lev + 1]] for lev in range(N)],
+                           pos=[pos_all[pos_off[lev]: pos_off[lev] + counts[lev] + 1] for lev in range(N - 1)],
+                           values=values)
+
+
+def _orders(N, cap=30):
+    orders = list(itertools.permutations(range(N)))
+    return orders if len(orders) <= cap else [*orders[:: len(orders) // cap], orders[-1]]
+
+
+def _random_coo(shape, n, seed):
+    rng = np.random.default_rng(seed)
+    c = np.stack([rng.integers(0, s, n) for s in shape], axis=1)
+    v = rng.integers(-3, 4, n).astype(np.float64) + rng.random(n) * (rng.random(n) < 0.5)  # duplicates, zeros
+    return COOTensor(c, v, shape)
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (6, 5, 4), (4, 3, 5, 2), (3, 4, 2, 3, 2), (2, 3, 2, 2, 3, 2),
+                                   (3, 1, 2, 1, 3, 2), (2, 3, 1, 2, 2, 3, 2), (1, 1, 1), (40, 1, 30)])
+@pytest.mark.parametrize("n", [1, 2, 25, 400])
+def test_csf_build_in_parts_matches_lexsort_reference(shape, n):
+    X = _random_coo(shape, n, seed=n + len(shape))
+    assert X.nnz >= 1
+    for order in _orders(len(shape)):
+        _assert_tree(CSFTensor(X, order=order), X, order)
+        for parts in (1, 2, 3, 5):
+            _assert_tree(_parts_build(X, order, parts), X, order)
+
+
+def test_csf_build_without_nonzeros_and_with_one_mode():
+    Z = COOTensor(np.zeros((3, 3), dtype=np.int64), np.zeros(3), shape=(4, 5, 6))
+    for order in _orders(3):
+        C = CSFTensor(Z, order=order)
+        assert [len(i) for i in C.idx] == [0, 0, 0] and [p.tolist() for p in C.pos] == [[0], [0]]
+    V = COOTensor([[3], [1], [3]], [1.0, 2.0, 0.5], shape=(5,))
+    _assert_tree(CSFTensor(V, order=(0,)), V, (0,))
+
+
+@pytest.mark.parametrize("big", [2**31 - 2, 2**31 - 1, 2**40])
+def test_csf_build_with_modes_near_the_index_limits(big):
+    """A mode of 2**31 - 2 entries keeps int32 indices, 2**31 - 1 needs int64; a root mode that long is
+    sorted by the linearized key (no per-slice arrays), 2**40 with a product past 2**62 by lexsort."""
+    rng = np.random.default_rng(big % 1000)
+    shape = (3, big, 4, 2)
+    n = 300
+    c = np.stack([rng.integers(0, 3, n), big - 1 - rng.integers(0, 5, n), rng.integers(0, 4, n),
+                  rng.integers(0, 2, n)], axis=1)
+    X = COOTensor(c, rng.standard_normal(n), shape)
+    assert X.coords.dtype == (np.int32 if big < 2**31 - 1 else np.int64)
+    for order in _orders(4):
+        _assert_tree(CSFTensor(X, order=order), X, order)
+        if order[0] != 1 and (1 not in order[1:3] or list(order[1:]) == sorted(order[1:])):
+            for parts in (1, 3):
+                _assert_tree(_parts_build(X, order, parts), X, order)
+
+
+def test_csf_build_same_trees_for_any_parts_and_threads(monkeypatch):
+    """Whole plans (every kind) built in 1, 2 or 3 parts, and under one thread: the same arrays, so every
+    MTTKRP keeps its bits; a tensor large enough that the default build cuts it in parts."""
+    from threadpoolctl import threadpool_limits
+
+    from tuckerkit.sparse import _csf
+    from tuckerkit.sparse._mttkrp import sparse_mttkrp, sparse_plan
+
+    rng = np.random.default_rng(3)
+    shape = (300, 40, 1000, 7)
+    n = 160_000
+    w = 1.0 / np.arange(1, 301) ** 1.2  # power-law slices of the first mode
+    c = np.stack([rng.choice(300, n, p=w / w.sum()), *(rng.integers(0, s, n) for s in shape[1:])], axis=1)
+    X0 = COOTensor(c, rng.standard_normal(n), shape)
+    factors = [rng.standard_normal((s, 5)) for s in shape]
+
+    def trees(kind, parts=None):
+        if parts is not None:
+            monkeypatch.setattr(_csf, "_build_parts", lambda nnz, n_root: parts)
+        X = COOTensor(X0.coords, X0.values, shape)
+        _, csfs = sparse_plan(X, csf=kind)
+        monkeypatch.undo()
+        arrays = [a.tobytes() for C in csfs for a in (*C.idx, *C.pos, C.values)]
+        return arrays, [sparse_mttkrp(X, factors, m).tobytes() for m in range(4)]
+
+    for kind in ("all", "two", "one"):
+        want = trees(kind, 1)
+        assert trees(kind, 2) == want and trees(kind, 3) == want and trees(kind) == want
+        with threadpool_limits(1):
+            assert trees(kind) == want
+    X = COOTensor(X0.coords, X0.values, shape)
+    for order in [(0, 1, 2, 3), (2, 0, 1, 3), (3, 2, 1, 0)]:
+        _assert_tree(CSFTensor(X, order=order), X, order)

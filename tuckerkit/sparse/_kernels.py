@@ -452,18 +452,8 @@ def coo_canonical_rows(coords, values, shape, reuse_input):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def csf_count_levels(coords, order):  # pragma: no cover
     """Nodes per level of the tree of nonzeros already in tree order (sizes the packed arrays exactly)."""
-    nnz, N = coords.shape
-    counts = np.zeros(N, dtype=np.int64)
-    for i in range(nnz):
-        d = 0
-        if i > 0:
-            d = N - 1
-            for lev in range(N - 1):
-                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
-                    d = lev
-                    break
-        for lev in range(d, N):
-            counts[lev] += 1
+    counts = np.zeros(coords.shape[1], dtype=np.int64)
+    csf_count_levels_part(coords, order, 0, coords.shape[0], counts)
     return counts
 
 
@@ -471,22 +461,9 @@ def csf_count_levels(coords, order):  # pragma: no cover
 def csf_build_packed(coords, order, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
     """The levels of the tree written straight into its packed arrays (sized by :func:`csf_count_levels`):
     level ``l``'s node indices at ``idx_all[idx_off[l]:]``, its child pointers at ``pos_all[pos_off[l]:]``."""
-    nnz, N = coords.shape
+    N = coords.shape[1]
     counts = np.zeros(N, dtype=np.int64)
-    for i in range(nnz):
-        d = 0
-        if i > 0:
-            d = N - 1
-            for lev in range(N - 1):
-                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
-                    d = lev
-                    break
-        for lev in range(d, N):
-            k = counts[lev]
-            idx_all[idx_off[lev] + k] = coords[i, order[lev]]
-            if lev >= 1 and lev - 1 >= d:  # first child of the node created at this nonzero one level up
-                pos_all[pos_off[lev - 1] + counts[lev - 1] - 1] = k
-            counts[lev] = k + 1
+    csf_build_packed_part(coords, order, 0, coords.shape[0], counts, idx_all, idx_off, pos_all, pos_off)
     for lev in range(N - 1):
         pos_all[pos_off[lev] + counts[lev]] = counts[lev + 1]
     return counts
@@ -510,3 +487,860 @@ def column_bounds(coords):  # pragma: no cover
             elif x > hi[m]:
                 hi[m] = x
     return lo, hi
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CSF build in parts: contiguous runs of rows ``lo:hi``, one per thread (the kernels release the GIL); every
+# part's result lands where a single pass would put it, so the tree is the same for any number of parts
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def csf_histogram_part(coords, m, lo, hi, count):  # pragma: no cover
+    """``count[c]``: rows ``lo:hi`` whose mode-``m`` coordinate is ``c``."""
+    for i in range(lo, hi):
+        count[coords[i, m]] += 1
+
+
+@njit(cache=True, nogil=True)
+def _first_root_at(rstart, lo):  # pragma: no cover
+    """The first root slice starting at row ``lo`` or after (a binary search: ``np.searchsorted`` would make
+    loading the cached kernels import numba's array-function registry, scipy.linalg with it: 15 MB)."""
+    a = 0
+    b = rstart.shape[0] - 1
+    while a < b:
+        m = (a + b) // 2
+        if rstart[m] < lo:
+            a = m + 1
+        else:
+            b = m
+    return a
+
+
+@njit(cache=True, nogil=True)
+def _grouped_count3(dst, rstart, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_grouped_count_part` of a 3-level tree (the counts in registers)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    c0 = 0
+    c1 = 0
+    for j in range(lo, hi):
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            c0 += 1
+            c1 += 1
+        else:
+            n1 = dst[j, 0] != dst[j - 1, 0]
+            c1 += n1
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _grouped_fill3(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_grouped_fill_part` of a 3-level tree (node counters in registers; a leaf per row)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    k0 = k[0]
+    k1 = k[1]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    for j in range(lo, hi):
+        a1 = dst[j, 0]
+        d = 2
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            d = 0
+        elif a1 != dst[j - 1, 0]:
+            d = 1
+        if d == 0:
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = j
+            k1 += 1
+        idx_all[i2 + j] = dst[j, 1]
+    k[0] = k0
+    k[1] = k1
+    k[2] = hi
+
+
+@njit(cache=True, nogil=True)
+def _grouped_count4(dst, rstart, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_grouped_count_part` of a 4-level tree (the counts in registers)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    for j in range(lo, hi):
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            c0 += 1
+            c1 += 1
+            c2 += 1
+        else:
+            n1 = dst[j, 0] != dst[j - 1, 0]
+            c1 += n1
+            n2 = n1 | (dst[j, 1] != dst[j - 1, 1])
+            c2 += n2
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += c2
+    counts[3] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _grouped_fill4(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_grouped_fill_part` of a 4-level tree (node counters in registers; a leaf per row)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    k0 = k[0]
+    k1 = k[1]
+    k2 = k[2]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    i3 = idx_off[3]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    p2 = pos_off[2]
+    for j in range(lo, hi):
+        a1 = dst[j, 0]
+        a2 = dst[j, 1]
+        d = 3
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            d = 0
+        elif a1 != dst[j - 1, 0]:
+            d = 1
+        elif a2 != dst[j - 1, 1]:
+            d = 2
+        if d == 0:
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = k2
+            k1 += 1
+        if d <= 2:
+            idx_all[i2 + k2] = a2
+            pos_all[p2 + k2] = j
+            k2 += 1
+        idx_all[i3 + j] = dst[j, 2]
+    k[0] = k0
+    k[1] = k1
+    k[2] = k2
+    k[3] = hi
+
+
+@njit(cache=True, nogil=True)
+def _grouped_count5(dst, rstart, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_grouped_count_part` of a 5-level tree (the counts in registers)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    c3 = 0
+    for j in range(lo, hi):
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            c0 += 1
+            c1 += 1
+            c2 += 1
+            c3 += 1
+        else:
+            n1 = dst[j, 0] != dst[j - 1, 0]
+            c1 += n1
+            n2 = n1 | (dst[j, 1] != dst[j - 1, 1])
+            c2 += n2
+            n3 = n2 | (dst[j, 2] != dst[j - 1, 2])
+            c3 += n3
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += c2
+    counts[3] += c3
+    counts[4] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _grouped_fill5(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_grouped_fill_part` of a 5-level tree (node counters in registers; a leaf per row)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    k0 = k[0]
+    k1 = k[1]
+    k2 = k[2]
+    k3 = k[3]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    i3 = idx_off[3]
+    i4 = idx_off[4]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    p2 = pos_off[2]
+    p3 = pos_off[3]
+    for j in range(lo, hi):
+        a1 = dst[j, 0]
+        a2 = dst[j, 1]
+        a3 = dst[j, 2]
+        d = 4
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            d = 0
+        elif a1 != dst[j - 1, 0]:
+            d = 1
+        elif a2 != dst[j - 1, 1]:
+            d = 2
+        elif a3 != dst[j - 1, 2]:
+            d = 3
+        if d == 0:
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = k2
+            k1 += 1
+        if d <= 2:
+            idx_all[i2 + k2] = a2
+            pos_all[p2 + k2] = k3
+            k2 += 1
+        if d <= 3:
+            idx_all[i3 + k3] = a3
+            pos_all[p3 + k3] = j
+            k3 += 1
+        idx_all[i4 + j] = dst[j, 3]
+    k[0] = k0
+    k[1] = k1
+    k[2] = k2
+    k[3] = k3
+    k[4] = hi
+
+
+@njit(cache=True, nogil=True)
+def _grouped_count6(dst, rstart, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_grouped_count_part` of a 6-level tree (the counts in registers)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    c3 = 0
+    c4 = 0
+    for j in range(lo, hi):
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            c0 += 1
+            c1 += 1
+            c2 += 1
+            c3 += 1
+            c4 += 1
+        else:
+            n1 = dst[j, 0] != dst[j - 1, 0]
+            c1 += n1
+            n2 = n1 | (dst[j, 1] != dst[j - 1, 1])
+            c2 += n2
+            n3 = n2 | (dst[j, 2] != dst[j - 1, 2])
+            c3 += n3
+            n4 = n3 | (dst[j, 3] != dst[j - 1, 3])
+            c4 += n4
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += c2
+    counts[3] += c3
+    counts[4] += c4
+    counts[5] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _grouped_fill6(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_grouped_fill_part` of a 6-level tree (node counters in registers; a leaf per row)."""
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    k0 = k[0]
+    k1 = k[1]
+    k2 = k[2]
+    k3 = k[3]
+    k4 = k[4]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    i3 = idx_off[3]
+    i4 = idx_off[4]
+    i5 = idx_off[5]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    p2 = pos_off[2]
+    p3 = pos_off[3]
+    p4 = pos_off[4]
+    for j in range(lo, hi):
+        a1 = dst[j, 0]
+        a2 = dst[j, 1]
+        a3 = dst[j, 2]
+        a4 = dst[j, 3]
+        d = 5
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+            d = 0
+        elif a1 != dst[j - 1, 0]:
+            d = 1
+        elif a2 != dst[j - 1, 1]:
+            d = 2
+        elif a3 != dst[j - 1, 2]:
+            d = 3
+        elif a4 != dst[j - 1, 3]:
+            d = 4
+        if d == 0:
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = k2
+            k1 += 1
+        if d <= 2:
+            idx_all[i2 + k2] = a2
+            pos_all[p2 + k2] = k3
+            k2 += 1
+        if d <= 3:
+            idx_all[i3 + k3] = a3
+            pos_all[p3 + k3] = k4
+            k3 += 1
+        if d <= 4:
+            idx_all[i4 + k4] = a4
+            pos_all[p4 + k4] = j
+            k4 += 1
+        idx_all[i5 + j] = dst[j, 4]
+    k[0] = k0
+    k[1] = k1
+    k[2] = k2
+    k[3] = k3
+    k[4] = k4
+    k[5] = hi
+
+
+@njit(cache=True, nogil=True)
+def _count_levels3(coords, order, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_count_levels_part` of a 3-way tree (counts in registers)."""
+    o0 = order[0]
+    o1 = order[1]
+    c0 = 0
+    c1 = 0
+    for i in range(lo, hi):
+        if i == 0:
+            c0 += 1
+            c1 += 1
+            continue
+        n0 = coords[i, o0] != coords[i - 1, o0]
+        c0 += n0
+        n1 = n0 | (coords[i, o1] != coords[i - 1, o1])
+        c1 += n1
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _build_packed3(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_build_packed_part` of a 3-way tree (node counters in registers; a leaf per row)."""
+    o0 = order[0]
+    o1 = order[1]
+    o2 = order[2]
+    k0 = k[0]
+    k1 = k[1]
+    i0 = idx_off[0]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    for i in range(lo, hi):
+        a0 = coords[i, o0]
+        a1 = coords[i, o1]
+        d = 2
+        if i == 0 or a0 != coords[i - 1, o0]:
+            d = 0
+        elif a1 != coords[i - 1, o1]:
+            d = 1
+        if d == 0:
+            idx_all[i0 + k0] = a0
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = i
+            k1 += 1
+        idx_all[i2 + i] = coords[i, o2]
+    k[0] = k0
+    k[1] = k1
+    k[2] = hi
+
+
+@njit(cache=True, nogil=True)
+def _count_levels4(coords, order, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_count_levels_part` of a 4-way tree (counts in registers)."""
+    o0 = order[0]
+    o1 = order[1]
+    o2 = order[2]
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    for i in range(lo, hi):
+        if i == 0:
+            c0 += 1
+            c1 += 1
+            c2 += 1
+            continue
+        n0 = coords[i, o0] != coords[i - 1, o0]
+        c0 += n0
+        n1 = n0 | (coords[i, o1] != coords[i - 1, o1])
+        c1 += n1
+        n2 = n1 | (coords[i, o2] != coords[i - 1, o2])
+        c2 += n2
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += c2
+    counts[3] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _build_packed4(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_build_packed_part` of a 4-way tree (node counters in registers; a leaf per row)."""
+    o0 = order[0]
+    o1 = order[1]
+    o2 = order[2]
+    o3 = order[3]
+    k0 = k[0]
+    k1 = k[1]
+    k2 = k[2]
+    i0 = idx_off[0]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    i3 = idx_off[3]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    p2 = pos_off[2]
+    for i in range(lo, hi):
+        a0 = coords[i, o0]
+        a1 = coords[i, o1]
+        a2 = coords[i, o2]
+        d = 3
+        if i == 0 or a0 != coords[i - 1, o0]:
+            d = 0
+        elif a1 != coords[i - 1, o1]:
+            d = 1
+        elif a2 != coords[i - 1, o2]:
+            d = 2
+        if d == 0:
+            idx_all[i0 + k0] = a0
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = k2
+            k1 += 1
+        if d <= 2:
+            idx_all[i2 + k2] = a2
+            pos_all[p2 + k2] = i
+            k2 += 1
+        idx_all[i3 + i] = coords[i, o3]
+    k[0] = k0
+    k[1] = k1
+    k[2] = k2
+    k[3] = hi
+
+
+@njit(cache=True, nogil=True)
+def _count_levels5(coords, order, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_count_levels_part` of a 5-way tree (counts in registers)."""
+    o0 = order[0]
+    o1 = order[1]
+    o2 = order[2]
+    o3 = order[3]
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    c3 = 0
+    for i in range(lo, hi):
+        if i == 0:
+            c0 += 1
+            c1 += 1
+            c2 += 1
+            c3 += 1
+            continue
+        n0 = coords[i, o0] != coords[i - 1, o0]
+        c0 += n0
+        n1 = n0 | (coords[i, o1] != coords[i - 1, o1])
+        c1 += n1
+        n2 = n1 | (coords[i, o2] != coords[i - 1, o2])
+        c2 += n2
+        n3 = n2 | (coords[i, o3] != coords[i - 1, o3])
+        c3 += n3
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += c2
+    counts[3] += c3
+    counts[4] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _build_packed5(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_build_packed_part` of a 5-way tree (node counters in registers; a leaf per row)."""
+    o0 = order[0]
+    o1 = order[1]
+    o2 = order[2]
+    o3 = order[3]
+    o4 = order[4]
+    k0 = k[0]
+    k1 = k[1]
+    k2 = k[2]
+    k3 = k[3]
+    i0 = idx_off[0]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    i3 = idx_off[3]
+    i4 = idx_off[4]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    p2 = pos_off[2]
+    p3 = pos_off[3]
+    for i in range(lo, hi):
+        a0 = coords[i, o0]
+        a1 = coords[i, o1]
+        a2 = coords[i, o2]
+        a3 = coords[i, o3]
+        d = 4
+        if i == 0 or a0 != coords[i - 1, o0]:
+            d = 0
+        elif a1 != coords[i - 1, o1]:
+            d = 1
+        elif a2 != coords[i - 1, o2]:
+            d = 2
+        elif a3 != coords[i - 1, o3]:
+            d = 3
+        if d == 0:
+            idx_all[i0 + k0] = a0
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = k2
+            k1 += 1
+        if d <= 2:
+            idx_all[i2 + k2] = a2
+            pos_all[p2 + k2] = k3
+            k2 += 1
+        if d <= 3:
+            idx_all[i3 + k3] = a3
+            pos_all[p3 + k3] = i
+            k3 += 1
+        idx_all[i4 + i] = coords[i, o4]
+    k[0] = k0
+    k[1] = k1
+    k[2] = k2
+    k[3] = k3
+    k[4] = hi
+
+
+@njit(cache=True, nogil=True)
+def _count_levels6(coords, order, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_count_levels_part` of a 6-way tree (counts in registers)."""
+    o0 = order[0]
+    o1 = order[1]
+    o2 = order[2]
+    o3 = order[3]
+    o4 = order[4]
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    c3 = 0
+    c4 = 0
+    for i in range(lo, hi):
+        if i == 0:
+            c0 += 1
+            c1 += 1
+            c2 += 1
+            c3 += 1
+            c4 += 1
+            continue
+        n0 = coords[i, o0] != coords[i - 1, o0]
+        c0 += n0
+        n1 = n0 | (coords[i, o1] != coords[i - 1, o1])
+        c1 += n1
+        n2 = n1 | (coords[i, o2] != coords[i - 1, o2])
+        c2 += n2
+        n3 = n2 | (coords[i, o3] != coords[i - 1, o3])
+        c3 += n3
+        n4 = n3 | (coords[i, o4] != coords[i - 1, o4])
+        c4 += n4
+    counts[0] += c0
+    counts[1] += c1
+    counts[2] += c2
+    counts[3] += c3
+    counts[4] += c4
+    counts[5] += hi - lo
+
+
+@njit(cache=True, nogil=True)
+def _build_packed6(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_build_packed_part` of a 6-way tree (node counters in registers; a leaf per row)."""
+    o0 = order[0]
+    o1 = order[1]
+    o2 = order[2]
+    o3 = order[3]
+    o4 = order[4]
+    o5 = order[5]
+    k0 = k[0]
+    k1 = k[1]
+    k2 = k[2]
+    k3 = k[3]
+    k4 = k[4]
+    i0 = idx_off[0]
+    i1 = idx_off[1]
+    i2 = idx_off[2]
+    i3 = idx_off[3]
+    i4 = idx_off[4]
+    i5 = idx_off[5]
+    p0 = pos_off[0]
+    p1 = pos_off[1]
+    p2 = pos_off[2]
+    p3 = pos_off[3]
+    p4 = pos_off[4]
+    for i in range(lo, hi):
+        a0 = coords[i, o0]
+        a1 = coords[i, o1]
+        a2 = coords[i, o2]
+        a3 = coords[i, o3]
+        a4 = coords[i, o4]
+        d = 5
+        if i == 0 or a0 != coords[i - 1, o0]:
+            d = 0
+        elif a1 != coords[i - 1, o1]:
+            d = 1
+        elif a2 != coords[i - 1, o2]:
+            d = 2
+        elif a3 != coords[i - 1, o3]:
+            d = 3
+        elif a4 != coords[i - 1, o4]:
+            d = 4
+        if d == 0:
+            idx_all[i0 + k0] = a0
+            pos_all[p0 + k0] = k1
+            k0 += 1
+        if d <= 1:
+            idx_all[i1 + k1] = a1
+            pos_all[p1 + k1] = k2
+            k1 += 1
+        if d <= 2:
+            idx_all[i2 + k2] = a2
+            pos_all[p2 + k2] = k3
+            k2 += 1
+        if d <= 3:
+            idx_all[i3 + k3] = a3
+            pos_all[p3 + k3] = k4
+            k3 += 1
+        if d <= 4:
+            idx_all[i4 + k4] = a4
+            pos_all[p4 + k4] = i
+            k4 += 1
+        idx_all[i5 + i] = coords[i, o5]
+    k[0] = k0
+    k[1] = k1
+    k[2] = k2
+    k[3] = k3
+    k[4] = k4
+    k[5] = hi
+
+
+
+@njit(cache=True, nogil=True)
+def csf_root_cursors(count):  # pragma: no cover
+    """The per-part counts turned, in place, into each part's first write position in each root slice (the
+    slices in increasing order, the parts in order within a slice: a stable counting sort). Returns the number
+    of nonempty slices."""
+    T, S = count.shape
+    run = 0
+    roots = 0
+    for c in range(S):
+        before = run
+        for t in range(T):
+            x = count[t, c]
+            count[t, c] = run
+            run += x
+        if run > before:
+            roots += 1
+    return roots
+
+
+@njit(cache=True, nogil=True)
+def csf_root_starts(cur, nnz, idx0, rstart):  # pragma: no cover
+    """From the cursors of :func:`csf_root_cursors`: ``idx0`` the nonempty root slices in order, ``rstart`` the
+    position of each one's first row (and ``nnz`` after the last)."""
+    S = cur.shape[1]
+    k = 0
+    for c in range(S):
+        end = cur[0, c + 1] if c + 1 < S else nnz
+        if end > cur[0, c]:
+            idx0[k] = c
+            rstart[k] = cur[0, c]
+            k += 1
+    rstart[k] = nnz
+
+
+@njit(cache=True, nogil=True)
+def csf_scatter_part(coords, values, order, lo, hi, cur, dst, dst_v):  # pragma: no cover
+    """Rows ``lo:hi`` of nonzeros (in lexicographic order) scattered to their root slice's cursor in ``cur``
+    (:func:`csf_root_cursors`; a stable counting sort by the root mode ``order[0]``): ``dst`` receives the
+    other coordinates in tree order (the root's is the slice's), ``dst_v`` the values."""
+    N = coords.shape[1]
+    root = order[0]
+    for i in range(lo, hi):
+        c = coords[i, root]
+        j = cur[c]
+        cur[c] = j + 1
+        for lev in range(1, N):
+            dst[j, lev - 1] = coords[i, order[lev]]
+        dst_v[j] = values[i]
+
+
+@njit(cache=True, nogil=True)
+def _grouped_depth(dst, j, L):  # pragma: no cover
+    """The first level (1..L) where row ``j`` of the grouped rows leaves row ``j - 1`` of the same slice."""
+    for lev in range(1, L):
+        if dst[j, lev - 1] != dst[j - 1, lev - 1]:
+            return lev
+    return L
+
+
+@njit(cache=True, nogil=True)
+def csf_grouped_count_part(dst, rstart, lo, hi, counts):  # pragma: no cover
+    """``counts[l]``: the level-``l`` nodes that rows ``lo:hi`` grouped by root slice (:func:`csf_scatter_part`;
+    slice ``k`` starts at row ``rstart[k]``) open."""
+    L = dst.shape[1]
+    # 3 to 6 levels: the unrolled kernels (node counts in registers: 1.5-2x the loops' speed)
+    if L == 2:
+        _grouped_count3(dst, rstart, lo, hi, counts)
+    elif L == 3:
+        _grouped_count4(dst, rstart, lo, hi, counts)
+    elif L == 4:
+        _grouped_count5(dst, rstart, lo, hi, counts)
+    elif L == 5:
+        _grouped_count6(dst, rstart, lo, hi, counts)
+    if 2 <= L <= 5:
+        return
+    k = _first_root_at(rstart, lo)
+    nxt = rstart[k]
+    for j in range(lo, hi):
+        if j == nxt:  # a new root: a node at every level
+            k += 1
+            nxt = rstart[k]
+            for lev in range(L + 1):
+                counts[lev] += 1
+            continue
+        new = 0  # branch-free: whether the row opens a node at this level (it does at every level below)
+        for lev in range(1, L):
+            new |= dst[j, lev - 1] != dst[j - 1, lev - 1]
+            counts[lev] += new
+        counts[L] += 1
+
+
+@njit(cache=True, nogil=True)
+def csf_grouped_fill_part(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """The nodes that rows ``lo:hi`` grouped by root slice open, numbered from ``k`` (per level: the nodes of
+    the rows before them), written into the packed arrays (:func:`csf_build_packed`) but for the root's
+    indices (the nonempty slices, :func:`csf_root_starts`)."""
+    L = dst.shape[1]
+    # 3 to 6 levels: the unrolled kernels (node counters in registers)
+    if L == 2:
+        _grouped_fill3(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    elif L == 3:
+        _grouped_fill4(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    elif L == 4:
+        _grouped_fill5(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    elif L == 5:
+        _grouped_fill6(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    if 2 <= L <= 5:
+        return
+    r = _first_root_at(rstart, lo)
+    nxt = rstart[r]
+    for j in range(lo, hi):
+        d = 0
+        if j == nxt:
+            r += 1
+            nxt = rstart[r]
+        else:
+            d = _grouped_depth(dst, j, L)
+        for lev in range(d, L + 1):
+            kk = k[lev]
+            if lev >= 1:
+                idx_all[idx_off[lev] + kk] = dst[j, lev - 1]
+            if lev - 1 >= d:  # first child of the node this row opened one level up
+                pos_all[pos_off[lev - 1] + k[lev - 1] - 1] = kk
+            k[lev] = kk + 1
+
+
+@njit(cache=True, nogil=True)
+def csf_count_levels_part(coords, order, lo, hi, counts):  # pragma: no cover
+    """:func:`csf_count_levels` of rows ``lo:hi`` (in tree order) into ``counts``: the nodes they open."""
+    N = coords.shape[1]
+    # 3 to 6 modes: the unrolled kernels (node counts in registers)
+    if N == 3:
+        _count_levels3(coords, order, lo, hi, counts)
+    elif N == 4:
+        _count_levels4(coords, order, lo, hi, counts)
+    elif N == 5:
+        _count_levels5(coords, order, lo, hi, counts)
+    elif N == 6:
+        _count_levels6(coords, order, lo, hi, counts)
+    if 3 <= N <= 6:
+        return
+    for i in range(lo, hi):
+        if i == 0:
+            for lev in range(N):
+                counts[lev] += 1
+            continue
+        new = 0  # branch-free (see csf_grouped_count_part)
+        for lev in range(N - 1):
+            new |= coords[i, order[lev]] != coords[i - 1, order[lev]]
+            counts[lev] += new
+        counts[N - 1] += 1
+
+
+@njit(cache=True, nogil=True)
+def csf_build_packed_part(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+    """:func:`csf_build_packed` of rows ``lo:hi``, the nodes numbered from ``k`` (the nodes of the rows before
+    them, per level; updated)."""
+    N = coords.shape[1]
+    # 3 to 6 modes: the unrolled kernels (node counters in registers)
+    if N == 3:
+        _build_packed3(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    elif N == 4:
+        _build_packed4(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    elif N == 5:
+        _build_packed5(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    elif N == 6:
+        _build_packed6(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
+    if 3 <= N <= 6:
+        return
+    for i in range(lo, hi):
+        d = 0
+        if i > 0:
+            d = N - 1
+            for lev in range(N - 1):
+                if coords[i, order[lev]] != coords[i - 1, order[lev]]:
+                    d = lev
+                    break
+        for lev in range(d, N):
+            kk = k[lev]
+            idx_all[idx_off[lev] + kk] = coords[i, order[lev]]
+            if lev - 1 >= d:
+                pos_all[pos_off[lev - 1] + k[lev - 1] - 1] = kk
+            k[lev] = kk + 1

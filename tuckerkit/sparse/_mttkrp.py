@@ -164,12 +164,14 @@ def release_free_memory() -> None:
 
 
 def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
-    """The CSF trees of a plan, one after the other.
+    """The CSF trees of a plan, one after the other, each built in parts on the CPU threads
+    (:func:`tuckerkit.sparse._csf._build_in_parts`).
 
-    Each build holds a sorted copy of the coordinates and values (40 MB for 2M nonzeros of a 3-way tensor)
-    until its tree is written; building them side by side on the CPU threads held two such copies at once
-    (15 MB more peak memory of a 2M-nonzero CLI run) for a build measured no faster on a shared 2-core machine
-    (0.23-0.37 s one after the other vs 0.30-0.45 s side by side, skew3d, plan 'all')."""
+    A tree not rooted at the first mode holds the other coordinates and the values grouped by root slice (32 MB
+    for 2M nonzeros of a 3-way tensor) until it is written; building the trees side by side held two such
+    copies at once (15 MB more peak memory of a 2M-nonzero CLI run) for a build measured no faster on a shared
+    2-core machine (0.23-0.37 s one after the other vs 0.30-0.45 s side by side, skew3d, plan 'all'), so the
+    threads share each tree's passes instead."""
     return [CSFTensor(coo, o) for o in orders]
 
 
