@@ -164,12 +164,7 @@ def _build_in_parts(coords: np.ndarray, values: np.ndarray, order: tuple[int, ..
     total = counts.sum(axis=0)
     starts = np.zeros_like(counts)
     np.cumsum(counts[:-1], axis=0, out=starts[1:])
-    idx_off = np.zeros(N + 1, dtype=np.int64)
-    idx_off[1:] = np.cumsum(total)
-    pos_off = np.zeros(N, dtype=np.int64)
-    pos_off[1:] = np.cumsum(total[: N - 1] + 1)
-    idx_all = np.empty(int(idx_off[N]), dtype=itype)
-    pos_all = np.empty(max(int(pos_off[N - 1]), 1), dtype=itype)
+    idx_all, idx_off, pos_all, pos_off = _packed_arrays(total, itype)
     if lead == 0:
         each(lambda t, lo, hi: K.csf_build_packed_part(coords, order_arr, lo, hi, starts[t], idx_all, idx_off,
                                                        pos_all, pos_off))
@@ -184,6 +179,17 @@ def _build_in_parts(coords: np.ndarray, values: np.ndarray, order: tuple[int, ..
     return idx_all, idx_off, pos_all, pos_off, total, values
 
 
+def _packed_arrays(counts: np.ndarray, itype: Any) -> tuple:
+    """The packed index and pointer arrays of a tree with ``counts[lev]`` nodes per level, and their offsets."""
+    N = len(counts)
+    idx_off = np.zeros(N + 1, dtype=np.int64)
+    idx_off[1:] = np.cumsum(counts)
+    pos_off = np.zeros(N, dtype=np.int64)
+    pos_off[1:] = np.cumsum(counts[: N - 1] + 1)
+    return (np.empty(int(idx_off[N]), dtype=itype), idx_off, np.empty(max(int(pos_off[N - 1]), 1), dtype=itype),
+            pos_off)
+
+
 def _build_sorted(coords: np.ndarray, values: np.ndarray, order: tuple[int, ...], lead: int,
                   shape: tuple[int, ...], itype: Any) -> tuple:
     """The tree from a sorted copy of the nonzeros: rows moved into tree order by counting sorts (a radix sort
@@ -191,7 +197,7 @@ def _build_sorted(coords: np.ndarray, values: np.ndarray, order: tuple[int, ...]
     packed arrays and a pass writing them."""
     from tuckerkit.sparse._kernels import csf_build_packed, csf_count_levels, radix_argsort, sort_rows_by
 
-    nnz, N = coords.shape
+    nnz = coords.shape[0]
     if nnz and lead and sum(shape[m] for m in order[:lead]) <= 8 * nnz + (1 << 20):
         coords, values = sort_rows_by(coords, values, np.asarray(order[:lead], dtype=np.int64),
                                       np.asarray(shape, dtype=np.int64))
@@ -204,11 +210,6 @@ def _build_sorted(coords: np.ndarray, values: np.ndarray, order: tuple[int, ...]
     # kernels' packed form: the tree is held once); idx[lev] and pos[lev] are views into them
     order_arr = np.asarray(order, dtype=np.int64)
     counts = csf_count_levels(coords, order_arr)
-    idx_off = np.zeros(N + 1, dtype=np.int64)
-    idx_off[1:] = np.cumsum(counts)
-    pos_off = np.zeros(N, dtype=np.int64)
-    pos_off[1:] = np.cumsum(counts[: N - 1] + 1)
-    idx_all = np.empty(int(idx_off[N]), dtype=itype)
-    pos_all = np.empty(max(int(pos_off[N - 1]), 1), dtype=itype)
+    idx_all, idx_off, pos_all, pos_off = _packed_arrays(counts, itype)
     csf_build_packed(coords, order_arr, idx_all, idx_off, pos_all, pos_off)
     return idx_all, idx_off, pos_all, pos_off, counts, values
