@@ -190,6 +190,9 @@ def test_write_refuses_bad_input(tmp_path):
         write_tns(tmp_path / "a.tns", np.array([[1, 0]]), np.array([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"coords must be a 2-D integer array"):
         write_tns(tmp_path / "a.tns", np.array([1.5, 0]), np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match=r"policy must be an ExecutionPolicy or None; received int"):
+        write_tns(tmp_path / "a.tns", np.array([[1, 0]]), np.array([1.0]), policy=2)
+    assert not (tmp_path / "a.tns").exists()  # nothing written by any refused call
 
 
 # ------------------------------------------------------------------------------------------- sparse .npz
