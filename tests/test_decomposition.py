@@ -344,3 +344,23 @@ def test_hooi_peak_memory_does_not_grow_with_iterations():
     # no unfolding copy, and no iteration's projections kept alive into the next (a reference cycle once
     # made this 1.7x the input after 150 iterations)
     assert peaks[0] < 0.8 * X.nbytes and peaks[1] < 0.8 * X.nbytes
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_cp_als_dense_peak_memory_holds_one_partial_at_a_time():
+    import tracemalloc
+
+    # rank 30 on 60^3: each half of the dimension tree leaves a 60x60x30 partial (half the input); the first
+    # is freed before the second is made, so the peak stays under two of them (measured 1.4-1.8 partials with
+    # the first freed, 2.5 when it was kept)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 60, 60))
+    init = tk.CPTensor(np.ones(30), tuple(rng.standard_normal((60, 30)) for _ in range(3)))
+    tk.cp_als(X, 30, init=init, tol=0, max_iter=2, linesearch=False)  # plans cached, kernels warm
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    tk.cp_als(X, 30, init=init, tol=0, max_iter=5, linesearch=False)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    partial = 60 * 60 * 30 * X.itemsize
+    assert peak < 2.0 * partial, (peak, partial)
