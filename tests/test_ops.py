@@ -184,6 +184,31 @@ def test_multi_ttm_bad_inputs(rng):
         multi_ttm(X, Us, skip=5, transpose=True)
 
 
+@pytest.mark.parametrize("shape", [(60, 60, 60), (30, 30, 30), (40, 90, 25)])
+def test_gram_middle_mode_temporaries_stay_a_fraction_of_the_tensor(shape, rng):
+    import gc
+    import tracemalloc
+
+    # the slabs route batches slab products: the batch (and numpy's copies of it) is capped by the tensor's
+    # size, so a small tensor's Gram does not allocate the tensor over again (60^3 had 2.2x its size)
+    X = rng.standard_normal(shape)
+    Xn = np.moveaxis(X, 1, 0).reshape(shape[1], -1)
+    gram(X, 1)
+    gc.collect()
+    gc.disable()
+    try:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        G = gram(X, 1)
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+    finally:
+        gc.enable()
+    ref = Xn @ Xn.T  # entries' error bound: (terms) x eps x the largest |x_i . x_j| <= the largest diagonal
+    np.testing.assert_allclose(G, ref, rtol=0, atol=Xn.shape[1] * np.finfo(X.dtype).eps * ref.diagonal().max())
+    assert peak < 0.6 * X.nbytes + 2 * G.nbytes + (64 << 10) * 4, (peak, X.nbytes)
+
+
 def test_gram_and_mttkrp_bad_inputs(rng):
     X = rng.standard_normal((3, 4, 5))
     with pytest.raises(ValueError, match=r"mode=-4 is out of range"):

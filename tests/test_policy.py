@@ -88,6 +88,34 @@ def test_parallel_for_runs_each_item_once(n_items):
     assert 1 <= len(states) <= 2
 
 
+@pytest.mark.parametrize("n_items", [1, 2, 9])
+def test_parallel_for_keeps_nothing_of_the_work_after_returning(n_items):
+    import gc
+    import weakref
+
+    class Big:  # stands for the caller's arrays, reachable only through the work function
+        pass
+
+    # a pool thread used to keep the finished task (and through it the caller's arrays) until it next ran:
+    # CP-ALS under load then held one dimension-tree partial beside the next
+    gc.disable()
+    try:
+        alive = 0
+        for _ in range(200):
+            obj = Big()
+            ref = weakref.ref(obj)
+
+            def work(i, state, obj=obj):
+                state.append(obj)
+
+            parallel_for(work, n_items, TWO, list)
+            del work, obj
+            alive += ref() is not None
+    finally:
+        gc.enable()
+    assert alive == 0
+
+
 def test_parallel_for_propagates_errors():
     def work(i, _):
         if i == 3:

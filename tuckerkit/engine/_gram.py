@@ -218,7 +218,10 @@ def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) 
     most = max(1, _PARTIALS_BYTES // max(In * In * X.itemsize, 1))
     if len(bounds) - 1 > most:
         bounds = [n_outer * i // most for i in range(most + 1)]
-    chunk = 1 if R >= 64 else max(1, min(n_outer, (4 << 20) // max(In * In * X.itemsize, 1)))
+    # slabs per batched GEMM: their products (and numpy's operand copies for the stack) at most 4 MiB and an
+    # eighth of X, or 64 KiB (on 60^3 a 4 MiB batch was all 60 slabs: 2.2x X of temporaries for a 29 kB Gram)
+    cap = min(4 << 20, max(64 << 10, X.size * X.itemsize // 8))
+    chunk = 1 if R >= 64 else max(1, min(n_outer, cap // max(In * In * X.itemsize, 1)))
     partials = xp.zeros((len(bounds) - 1, In, In), dtype=X.dtype)
 
     def mm(a, b, out):
