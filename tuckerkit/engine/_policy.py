@@ -262,7 +262,7 @@ def parallel_for(work: Callable[[int, Any], None], n_items: int, policy: Executi
     # stays reachable from its pool thread until that thread next runs (and a cancelled one from the queue),
     # and through ``work`` it held the caller's arrays (CP-ALS under load: the previous dimension-tree partial
     # alive beside the next, 2-3x the peak)
-    task = [work, make_state]
+    task: list[Callable[..., Any]] = [work, make_state]
 
     def drain() -> Any:
         if not task:
