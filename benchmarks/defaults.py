@@ -9,7 +9,7 @@ for all three, so that "faster" is read beside "to the same or a better fit".
 Tensors (float64): a Tucker tensor of multilinear rank (10, 10, 10) plus 1 % Gaussian noise for the Tucker
 calls, a CP tensor of rank 10 plus 1 % noise for the CP calls, 200^3 (``--quick``: 60^3) and 60^4 (4-way).
 pyttb's random initialization draws from numpy's global generator: it is seeded before each of its calls.
-Peak extra memory beyond the input: tracemalloc, in each call's first (warm-up) run. Medians of ``--repeat``
+Peak extra memory beyond the input: tracemalloc, one run of each call after its warm-up. Medians of ``--repeat``
 interleaved runs in one process (a call whose first run took over 20 s is timed once).
 Issue 15's floors: HOOI >= 20x TensorLy and >= 5x pyttb, CP >= 5x / >= 3x.
 
@@ -111,16 +111,18 @@ def run_case(kind: str, X, r: int, repeat: int) -> dict:
     fns = calls(kind, X, r)
     times: dict[str, list[float]] = {k: [] for k in fns}
     results, peak, first = {}, {}, {}
-    for k, (call, _, _) in fns.items():
-        # the first run warms imports, plans and compiled kernels, and gives the call's peak memory beyond the
-        # input (tracemalloc; the fit's reconstruction afterwards is not the call's memory)
-        tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
+    for k, (call, _, _) in fns.items():  # warm-up: imports, plans, compiled kernels, calibrations
         t0 = time.perf_counter()
         results[k] = call()
         first[k] = time.perf_counter() - t0
+    for k, (call, _, _) in fns.items():
+        # the call's peak memory beyond the input (the fit's reconstruction afterwards is not the call's)
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        res = call()
         peak[k] = (tracemalloc.get_traced_memory()[1] - base) / X.nbytes
         tracemalloc.stop()
+        del res
     for i in range(repeat):
         # a call of over 20 s (TensorLy's tucker at 200^3) is timed once: its spread is far below the ratios
         order = [k for k in (list(fns) if i % 2 == 0 else list(fns)[::-1]) if i == 0 or first[k] < 20.0]
