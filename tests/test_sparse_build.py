@@ -9,6 +9,15 @@ import pytest
 from tuckerkit.sparse import COOTensor, CSFTensor
 
 
+def test_generated_build_kernels_are_current():
+    from pathlib import Path
+
+    from tuckerkit.sparse import _make_build
+
+    path = Path(_make_build.__file__).with_name("_build_unrolled.py")
+    assert path.read_text() == _make_build.source(), "run python -m tuckerkit.sparse._make_build"
+
+
 def _oracle(c, v, shape):
     """Lexicographic order, duplicates summed left to right, zeros dropped (plain Python)."""
     acc: dict = {}
