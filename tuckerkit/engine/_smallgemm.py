@@ -38,6 +38,8 @@ CP-ALS iterations on 2 cores).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -279,6 +281,16 @@ def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: 
     return max(w, ct // w * w), kc
 
 
+@functools.lru_cache(maxsize=256)
+def _blocks(I: int, R: int) -> tuple[list[tuple[int, int]], np.ndarray]:  # noqa: E741
+    """:func:`_row_blocks` of ``R`` and the kernel's table of them: rows (first row, rows, offset of the
+    block's packed rows of U), for ``I`` rows of U (kept: the same few tables every sweep)."""
+    rows = _row_blocks(R)
+    offs = np.cumsum([0] + [I * rb for _, rb in rows])[:-1]
+    blocks = np.array([(r0, rb, o) for (r0, rb), o in zip(rows, offs, strict=True)], dtype=np.int64)
+    return rows, blocks
+
+
 def _row_blocks(R: int) -> list[tuple[int, int]]:
     """``R`` rows cut into blocks of at most ``MAX_RB``, as even as possible (10: 5 + 5; 32: 6 + 6 + 5 * 4)."""
     nb = -(-R // MAX_RB)
@@ -467,6 +479,8 @@ def flat_span(a: np.ndarray) -> np.ndarray | None:
     """
     if a.size == 0 or any(s < 0 or s % a.itemsize for s in a.strides):
         return None
+    if a.flags.c_contiguous:  # the common case, without as_strided's ~10 us
+        return a.reshape(-1)
     span = 1 + sum((n - 1) * (s // a.itemsize) for n, s in zip(a.shape, a.strides, strict=True))
     return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,))
 
@@ -491,10 +505,8 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
         raise ValueError("ttm_inner needs unit stride along the last axis of X3 and Y3")
     A, I, C = X3.shape  # noqa: E741
     it = X3.itemsize
-    rows = _row_blocks(U.shape[1])
+    rows, blocks = _blocks(I, U.shape[1])
     up = np.concatenate([np.ascontiguousarray(U[:, r0:r0 + rb]).ravel() for r0, rb in rows])
-    offs = np.cumsum([0] + [I * rb for _, rb in rows])[:-1]
-    blocks = np.array([(r0, rb, o) for (r0, rb), o in zip(rows, offs, strict=True)], dtype=np.int64)
     vl = 32 // it
     ct, kc = _tiling(I, U.shape[1], it, C)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
