@@ -149,9 +149,9 @@ class MttkrpTree:
         tied = [m for m in order[1:] if self.shape[m] == self.shape[first]]
         if not tied:
             return first
-        base = est(first)
-        best = min(tied, key=est)
-        return best if est(best) < _CHEAPER * base else first
+        cost = {m: est(m) for m in [first, *tied]}
+        best = min(tied, key=lambda m: cost[m])
+        return best if cost[best] < _CHEAPER * cost[first] else first
 
     def rec(self, T, t_modes: list[int], has_r: bool, active: list[int]) -> None:
         if len(active) == 1 and has_r:
