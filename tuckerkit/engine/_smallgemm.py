@@ -38,6 +38,8 @@ CP-ALS iterations on 2 cores).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -80,8 +82,15 @@ from tuckerkit.engine._simd import (
 
 #: bytes of X one tile of :func:`ttm_inner` packs (half of a 512 KiB L2: the packed strips stay in L2)
 _PACK_BYTES = 256 * 1024
-#: the widest tile, in columns
+#: the widest tile, in columns (rows shorter than ``LONG_ROW_BYTES``)
 _MAX_TILE = 1024
+#: the widest tile of a long row, in bytes, and the most rows of i per chunk there and elsewhere
+#: (:func:`_tiling`)
+_LONG_TILE_BYTES = 4096
+_MAX_KC_LONG = 32
+_MAX_KC = 64
+#: the largest R that takes those capped chunks
+_SHORT_CHUNK_RANK = 16
 #: bytes of one chunk's rows of U and one packed strip (L1 is 32 KiB)
 _L1_BYTES = 20 * 1024
 #: rows ahead the packing loop prefetches
@@ -187,6 +196,10 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, p
                 qtot = qn * qns if pnx else 0
                 per = (qtot + nblk * ns - 1) // (nblk * ns)
                 q = 0
+                # q in mixed radix, kept without a division per microkernel call (a 64-bit divide: ~10-40
+                # cycles a call): long rows q = qr * qns + qs (a run of one row's lines), else q = qs * qn + qr
+                qr = 0
+                qs = 0
                 for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
                     r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                     for s in range(ns):
@@ -194,26 +207,35 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, p
                         pfn = 1
                         pfs = sxi
                         if q < qtot:
+                            pfo = qa + (qi0 + qr) * sxi + qc0 + qs * w
                             if pnx == 2:  # long rows: a run of one row's lines
-                                qr = q // qns
-                                qs = q - qr * qns
                                 pfn = min(per, qns - qs, n)
                                 pfs = w
+                                qs += pfn
+                                if qs == qns:
+                                    qs = 0
+                                    qr += 1
                             else:
-                                qs = q // qn
-                                qr = q - qs * qn
                                 pfn = min(per, qn - qr, n)
-                            pfo = qa + (qi0 + qr) * sxi + qc0 + qs * w
+                                qr += pfn
+                                if qr == qn:
+                                    qr = 0
+                                    qs += 1
                             q += pfn
                         _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
                                i0, x, pfo, pfs, pfn)
                 while q < qtot:
+                    prefetch_l2(x, qa + (qi0 + qr) * sxi + qc0 + qs * w)
                     if pnx == 2:
-                        qr = q // qns
-                        prefetch_l2(x, qa + (qi0 + qr) * sxi + qc0 + (q - qr * qns) * w)
+                        qs += 1
+                        if qs == qns:
+                            qs = 0
+                            qr += 1
                     else:
-                        qs = q // qn
-                        prefetch_l2(x, qa + (qi0 + q - qs * qn) * sxi + qc0 + qs * w)
+                        qr += 1
+                        if qr == qn:
+                            qr = 0
+                            qs += 1
                     q += 1
         c = c0 + ns * w
         if c + vl <= c1:
@@ -247,15 +269,39 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, p
 
 def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one
-    packed strip (``kc * (6 + strip)`` elements) fill at most ``_L1_BYTES``, as even as possible over ``I``;
-    columns per tile, a multiple of the strip width (64 bytes), the packed chunk at most ``_PACK_BYTES`` (in
-    L2), at most ``_MAX_TILE`` and no more than ``C`` rounded up to whole strips."""
+    packed strip (``kc * (6 + strip)`` elements) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
+    (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per
+    tile, a multiple of the strip width (64 bytes), the packed chunk at most ``_PACK_BYTES`` (in L2), at most
+    ``_MAX_TILE`` (``_LONG_TILE_BYTES`` of a long row) and no more than ``C`` rounded up to whole strips.
+
+    Long rows (strided gathers of ``kc`` rows, one run of ``ct`` columns each) take short chunks of wide
+    tiles: longer runs per row of X (the hardware prefetcher streams each) and fewer rows in flight. Measured
+    on the first mode of 200^3 (R = 10, two workers, interleaved medians of 15 on the shared 2-core machine)
+    against the former (320 columns, one chunk of 200 rows in float32; 320 x 100 in float64): 0.77-0.81x the
+    time in float32, 0.89-0.92x in float64; the middle mode (C = 200) with chunks of 50 instead of 200 rows
+    (float32) 0.90x, float64 alike. Only for ``R`` up to ``_SHORT_CHUNK_RANK``: at R = 32 (six row blocks over
+    each chunk: compute-bound) the short chunks measured 0.93-1.06x, median 1.01x, so larger ranks keep the
+    former chunks of up to ``_L1_BYTES``. The sums are the same bits for any tiling."""
     w = 64 // itemsize
-    kc = max(_MIN_KC, _L1_BYTES // ((MAX_RB + w) * itemsize))
+    short = R <= _SHORT_CHUNK_RANK
+    long = short and C * itemsize >= LONG_ROW_BYTES
+    cap = (_MAX_KC_LONG if long else _MAX_KC) if short else I
+    kc = max(_MIN_KC, min(cap, _L1_BYTES // ((MAX_RB + w) * itemsize)))
     nch = -(-I // kc)
     kc = -(-I // nch)
-    ct = min(_MAX_TILE, _PACK_BYTES // (kc * itemsize), -(-C // w) * w)
+    widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
+    ct = min(widest, _PACK_BYTES // (kc * itemsize), -(-C // w) * w)
     return max(w, ct // w * w), kc
+
+
+@functools.lru_cache(maxsize=256)
+def _blocks(I: int, R: int) -> tuple[list[tuple[int, int]], np.ndarray]:  # noqa: E741
+    """:func:`_row_blocks` of ``R`` and the kernel's table of them: rows (first row, rows, offset of the
+    block's packed rows of U), for ``I`` rows of U (kept: the same few tables every sweep)."""
+    rows = _row_blocks(R)
+    offs = np.cumsum([0] + [I * rb for _, rb in rows])[:-1]
+    blocks = np.array([(r0, rb, o) for (r0, rb), o in zip(rows, offs, strict=True)], dtype=np.int64)
+    return rows, blocks
 
 
 def _row_blocks(R: int) -> list[tuple[int, int]]:
@@ -335,6 +381,8 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
         qtot = min(_OUTER_ROWS, A - qa) * lpr if pfd > 0 and t + pfd < t_hi else 0
         per = (qtot + calls - 1) // calls
         q = 0
+        qr = 0  # q = qr * lpr + qs, kept without a division per block
+        qs = 0
         for i0 in range(0, I, kc):
             n = min(kc, I - i0)
             for s in range(nstrip):
@@ -345,11 +393,13 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                     pfo = xa + i0 * sxi  # nothing to fetch: the line this block starts at
                     pfn = 0
                     if q < qtot:
-                        qr = q // lpr
-                        qs = q - qr * lpr
                         pfn = min(per, lpr - qs, n)
                         pfo = (qa + qr) * sxa + qs * ln
                         q += pfn
+                        qs += pfn
+                        if qs == lpr:
+                            qs = 0
+                            qr += 1
                     if direct:
                         _gblock(nv, rb, up, i0 * Rp + c0, Rp, n, x, xa + g0 * sxa + i0 * sxi, sxi, sxa,
                                 y, (a0 + g0) * sya + c0, sya, i0, x, pfo, ln, pfn)
@@ -357,9 +407,12 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                         _gblock(nv, rb, up, i0 * Rp + c0, Rp, n, x, xa + g0 * sxa + i0 * sxi, sxi, sxa,
                                 tl, g0 * Rp + c0, Rp, i0, x, pfo, ln, pfn)
         while q < qtot:
-            qr = q // lpr
-            prefetch_l2(x, (qa + qr) * sxa + (q - qr * lpr) * ln)
+            prefetch_l2(x, (qa + qr) * sxa + qs * ln)
             q += 1
+            qs += 1
+            if qs == lpr:
+                qs = 0
+                qr += 1
         if not direct:
             for a in range(h):
                 for r in range(R):
@@ -382,6 +435,9 @@ def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zer
         qa = a0 + 4 * pfd
         qn = min(4, A - qa) * lpr if pfd > 0 and t + pfd < t_hi else 0
         q = 0
+        qr = 0  # q = qr * lpr + qc, kept without a division per prefetch (a 64-bit divide each: ~10-40
+        qc = 0  # cycles, against ~10 per fused multiply-add pair of vectors of the dot products)
+        last = x.shape[0] - 1
         x0 = x[xoff + a0 * sxa: xoff + a0 * sxa + I]
         x1 = x[xoff + (a0 + min(1, h - 1)) * sxa: xoff + (a0 + min(1, h - 1)) * sxa + I]
         x2 = x[xoff + (a0 + min(2, h - 1)) * sxa: xoff + (a0 + min(2, h - 1)) * sxa + I]
@@ -390,9 +446,12 @@ def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zer
         while r < R:
             for _ in range(per):
                 if q < qn:
-                    qr = q // lpr
-                    prefetch_l2(x, min(xoff + (qa + qr) * sxa + (q - qr * lpr) * w, x.shape[0] - 1))
+                    prefetch_l2(x, min(xoff + (qa + qr) * sxa + qc * w, last))
                     q += 1
+                    qc += 1
+                    if qc == lpr:
+                        qc = 0
+                        qr += 1
             c = ut[r]
             d = ut[min(r + 1, R - 1)]
             s0 = zero  # of the data's dtype (a literal 0 would make float32 sums float64)
@@ -446,6 +505,8 @@ def flat_span(a: np.ndarray) -> np.ndarray | None:
     """
     if a.size == 0 or any(s < 0 or s % a.itemsize for s in a.strides):
         return None
+    if a.flags.c_contiguous:  # the common case, without as_strided's ~10 us
+        return a.reshape(-1)
     span = 1 + sum((n - 1) * (s // a.itemsize) for n, s in zip(a.shape, a.strides, strict=True))
     return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,))
 
@@ -470,10 +531,8 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
         raise ValueError("ttm_inner needs unit stride along the last axis of X3 and Y3")
     A, I, C = X3.shape  # noqa: E741
     it = X3.itemsize
-    rows = _row_blocks(U.shape[1])
+    rows, blocks = _blocks(I, U.shape[1])
     up = np.concatenate([np.ascontiguousarray(U[:, r0:r0 + rb]).ravel() for r0, rb in rows])
-    offs = np.cumsum([0] + [I * rb for _, rb in rows])[:-1]
-    blocks = np.array([(r0, rb, o) for (r0, rb), o in zip(rows, offs, strict=True)], dtype=np.int64)
     vl = 32 // it
     ct, kc = _tiling(I, U.shape[1], it, C)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
