@@ -135,6 +135,50 @@ def _on_gpu(plan: ContractionPlan) -> ContractionPlan:
     return dataclasses.replace(plan, device="cuda", parallel=False)
 
 
+class _Bound:
+    """What a planned call on numpy arrays needs, computed once per plan from its spec, shapes, strides and
+    dtype (a call then only compares the operands with it and runs)."""
+
+    __slots__ = ("a_shape", "a_strides", "b_shape", "b_strides", "dtype", "specs", "alloc_shape", "alloc_perm")
+
+    def __init__(self, plan: ContractionPlan) -> None:
+        self.dtype = np.dtype(plan.dtype)
+        item = self.dtype.itemsize
+        (self.a_shape, self.b_shape), (sa, sb) = plan.shapes[:2], plan.strides[:2]
+        self.a_strides = tuple(x * item for x in sa)  # byte strides: equal ones are aligned ones
+        self.b_strides = tuple(x * item for x in sb)
+        self.specs: set[str] = set()  # spellings of the spec already checked against the plan's
+        order = plan._out_order
+        self.alloc_shape = tuple(plan.shapes[2][i] for i in order)
+        self.alloc_perm = tuple(int(i) for i in np.argsort(order)) if order != tuple(range(len(order))) else None
+
+
+def _bind(plan: ContractionPlan) -> _Bound:
+    bound = plan._bound
+    if bound is None:
+        bound = _Bound(plan)
+        object.__setattr__(plan, "_bound", bound)  # a cache: not part of the plan's value
+    return bound
+
+
+def _bound_call(plan: Any, A: Any, B: Any) -> _Bound | None:
+    """The plan's bound data when ``A`` and ``B`` are numpy arrays of exactly the plan's shapes, byte strides
+    and dtype (what every check of a planned call would accept), else None (the full checks then run)."""
+    if type(A) is not np.ndarray or type(B) is not np.ndarray or type(plan) is not ContractionPlan:
+        return None
+    bound = plan._bound or _bind(plan)
+    if (A.shape == bound.a_shape and B.shape == bound.b_shape and A.strides == bound.a_strides
+            and B.strides == bound.b_strides and A.dtype == bound.dtype and B.dtype == bound.dtype
+            and plan.device == "cpu"):
+        return bound
+    return None
+
+
+def _fresh_out(bound: _Bound):
+    buf = np.empty(bound.alloc_shape, dtype=bound.dtype)
+    return buf if bound.alloc_perm is None else buf.transpose(bound.alloc_perm)
+
+
 def _check_spec(plan: ContractionPlan, spec: str, A, B) -> None:
     """A plan runs only the contraction it was made for (a plan of ``ik,kj->ij`` is not one of ``ki,kj->ij``,
     even on square operands)."""
@@ -179,6 +223,8 @@ def _view(x, shape):
 
 
 def _alloc_out(plan: ContractionPlan, xp, dtype):
+    if xp is np and np.dtype(dtype) == np.dtype(plan.dtype):
+        return _fresh_out(_bind(plan))
     order = plan._out_order
     out_shape = plan.shapes[2]
     buf = xp.empty(tuple(out_shape[i] for i in order), dtype=dtype)
@@ -306,6 +352,10 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
 
 def run_bound_plan(plan: ContractionPlan, A: Any, B: Any, out: Any = None) -> Any:
     """``plan(A, B, out)``: the operands must be arrays of exactly the shapes, strides and dtype of the plan."""
+    if out is None:
+        bound = _bound_call(plan, A, B)
+        if bound is not None:
+            return execute(plan, A, B, _fresh_out(bound), np)
     xp = array_namespace(A, B, out)
     for name, x in (("A", A), ("B", B)):
         if not hasattr(x, "dtype") or not hasattr(x, "strides"):
@@ -376,6 +426,11 @@ def contract(
     >>> np.allclose(contract("mk,pkn->mnp", A, B), np.einsum("mk,pkn->mnp", A, B))
     True
     """
+    if plan is not None and out is None:  # a planned call on the arrays the plan was made for: check, run
+        bound = _bound_call(plan, A, B)
+        if (bound is not None and type(spec) is str and spec in bound.specs and type(copies) is str
+                and copies in _COPIES and type(out_layout) is str and out_layout in _LAYOUTS):
+            return execute(plan, A, B, _fresh_out(bound), np)
     copies = _check_copies(copies)
     xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
     if plan is None:
@@ -390,6 +445,8 @@ def contract(
             raise TypeError(f"plan must be a ContractionPlan from plan_contraction; received {type(plan).__name__}")
         _check_spec(plan, spec, A, B)
         _check_reuse(plan, spec, A, B, out, out_strides, dtype)
+        if type(spec) is str and xp is np:
+            _bind(plan).specs.add(spec)  # this spelling matches the plan: later calls skip parsing it
     if out is not None and tuple(out.shape) != plan.shapes[2]:
         raise ValueError(f"out has shape {tuple(out.shape)}; expected {plan.shapes[2]} for spec {spec!r}")
     return execute(plan, A, B, out, xp)

@@ -265,6 +265,8 @@ class ContractionPlan:
     _sum_a: tuple[int, ...] = field(default=(), repr=False, compare=False)
     _sum_b: tuple[int, ...] = field(default=(), repr=False, compare=False)
     _sr: _SmallRankLayout | None = field(default=None, repr=False, compare=False)
+    # what a planned call on numpy arrays needs, made on the first such call (``_contract._bind``)
+    _bound: Any = field(default=None, init=False, repr=False, compare=False)
 
     # ----------------------------------------------------------------------------------------------
     def __call__(self, A: Any, B: Any, out: Any = None) -> Any:
