@@ -139,7 +139,8 @@ class _Bound:
     """What a planned call on numpy arrays needs, computed once per plan from its spec, shapes, strides and
     dtype (a call then only compares the operands with it and runs)."""
 
-    __slots__ = ("a_shape", "a_strides", "b_shape", "b_strides", "dtype", "specs", "alloc_shape", "alloc_perm")
+    __slots__ = ("a_shape", "a_strides", "b_shape", "b_strides", "dtype", "specs", "alloc_shape", "alloc_perm",
+                 "views")
 
     def __init__(self, plan: ContractionPlan) -> None:
         self.dtype = np.dtype(plan.dtype)
@@ -151,6 +152,45 @@ class _Bound:
         order = plan._out_order
         self.alloc_shape = tuple(plan.shapes[2][i] for i in order)
         self.alloc_perm = tuple(int(i) for i in np.argsort(order)) if order != tuple(range(len(order))) else None
+        # the view steps of operand_views with its no-op reshapes and transposes left out (same arrays, so
+        # the same BLAS calls and bits), for a plan that only views its operands; None otherwise
+        la, lb, lc = plan._a, plan._b, plan._c
+        self.views = None
+        if (plan.kind != KernelKind.EMPTY and plan.compiled == CompiledKernel.NONE and not plan._sum_a
+                and not plan._sum_b and la is not None and lb is not None and lc is not None
+                and la.copy_order is None and lb.copy_order is None and lc.copy_order is None):
+            self.views = (_view_steps(la, plan.shapes[0]), _view_steps(lb, plan.shapes[1]),
+                          _view_steps(lc, plan.shapes[2]))
+
+
+def _view_steps(lay, shape: tuple[int, ...]):
+    """``(keep_shape, perm, view_shape)`` of an operand layout, each None where it changes nothing."""
+    keep = lay.keep_shape
+    perm = lay.perm if lay.perm != tuple(range(len(lay.perm))) else None
+    permuted = tuple(keep[i] for i in lay.perm)
+    return (keep if keep != tuple(shape) else None, perm, lay.view_shape if lay.view_shape != permuted else None)
+
+
+def _apply_steps(x, steps):
+    keep, perm, view = steps
+    if keep is not None:
+        x = x.reshape(keep)
+    if perm is not None:
+        x = x.transpose(perm)
+    return x if view is None else x.reshape(view, copy=False)
+
+
+def _run_bound(plan: ContractionPlan, bound: _Bound, A, B):
+    """A planned call on numpy operands that passed :func:`_bound_call`: allocate, view, multiply."""
+    out = np.empty(bound.alloc_shape, dtype=bound.dtype)
+    if bound.alloc_perm is not None:
+        out = out.transpose(bound.alloc_perm)
+    views = bound.views
+    if views is None:
+        return execute(plan, A, B, out, np)
+    cpu_matmul(_apply_steps(A, views[0]), _apply_steps(B, views[1]), _apply_steps(out, views[2]), plan.flops,
+               plan.policy)
+    return out
 
 
 def _bind(plan: ContractionPlan) -> _Bound:
@@ -355,7 +395,7 @@ def run_bound_plan(plan: ContractionPlan, A: Any, B: Any, out: Any = None) -> An
     if out is None:
         bound = _bound_call(plan, A, B)
         if bound is not None:
-            return execute(plan, A, B, _fresh_out(bound), np)
+            return _run_bound(plan, bound, A, B)
     xp = array_namespace(A, B, out)
     for name, x in (("A", A), ("B", B)):
         if not hasattr(x, "dtype") or not hasattr(x, "strides"):
@@ -430,7 +470,7 @@ def contract(
         bound = _bound_call(plan, A, B)
         if (bound is not None and type(spec) is str and spec in bound.specs and type(copies) is str
                 and copies in _COPIES and type(out_layout) is str and out_layout in _LAYOUTS):
-            return execute(plan, A, B, _fresh_out(bound), np)
+            return _run_bound(plan, bound, A, B)
     copies = _check_copies(copies)
     xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
     if plan is None:

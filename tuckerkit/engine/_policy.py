@@ -182,7 +182,7 @@ class _BlasPin:
             if self.inside == 0:
                 self.pinned = self._libraries()
                 access = self.pinned_access = self.access
-                self.saved = saved = [int(get()) for get, _ in access]
+                self.saved = saved = [get() for get, _ in access]
                 for (_, put), n in zip(access, saved, strict=True):
                     if n != 1:
                         put(1)
@@ -193,13 +193,12 @@ class _BlasPin:
             self.inside -= 1
             if self.inside == 0:
                 for (get, put), n in zip(self.pinned_access, self.saved or [], strict=True):
-                    if int(get()) != n:
+                    if n != 1 or int(get()) != n:  # one it held at 1 is set back without asking first
                         put(n)
                 self.saved = None
 
     # a context manager without a generator (a planned small contraction enters it on every call)
-    def __enter__(self) -> None:
-        self.enter()
+    __enter__ = enter
 
     def __exit__(self, *exc: object) -> None:
         self.leave()
