@@ -139,7 +139,7 @@ class _Bound:
     """What a planned call on numpy arrays needs, computed once per plan from its spec, shapes, strides and
     dtype (a call then only compares the operands with it and runs)."""
 
-    __slots__ = ("a_shape", "a_strides", "b_shape", "b_strides", "dtype", "specs", "alloc_shape", "alloc_perm",
+    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "dtype", "specs",
                  "views")
 
     def __init__(self, plan: ContractionPlan) -> None:
