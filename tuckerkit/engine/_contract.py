@@ -13,6 +13,7 @@ from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._policy import (
+    CONTRACT_PIECE_SCALE,
     DOT_SERIAL_MAX,
     MIN_PARALLEL_FLOPS,
     PIN_FLOPS,
@@ -189,7 +190,7 @@ def _run_bound(plan: ContractionPlan, bound: _Bound, A, B):
     if views is None:
         return execute(plan, A, B, out, np)
     cpu_matmul(_apply_steps(A, views[0]), _apply_steps(B, views[1]), _apply_steps(out, views[2]), plan.flops,
-               plan.policy)
+               plan.policy, CONTRACT_PIECE_SCALE)
     return out
 
 
@@ -293,14 +294,14 @@ def operand_views(plan: ContractionPlan, A, B, out, xp=np):
     return av, bv, _view(ck.transpose(lc.perm), lc.view_shape), None
 
 
-def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
+def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int = 1) -> None:
     """``cv[...] = av @ bv`` on ``(*batch, m, k) @ (*batch, k, n)`` views, BLAS held to one thread.
 
     A product of at least MIN_PARALLEL_FLOPS is cut into pieces by the sizes alone (:func:`split_points`): a
     batch over its largest mode; a single GEMM over whichever of its rows, columns or reduction moves the
     fewest extra bytes (rows re-read B per piece, columns re-read A, a cut reduction writes one partial
     product per piece, added afterwards in piece order). The cut never depends on the workers, so neither
-    do the bits.
+    do the bits. ``piece_scale``: pieces of at least that many times MIN_CHUNK_FLOPS.
     """
     if flops < PIN_FLOPS and av.shape[-1] <= DOT_SERIAL_MAX:  # OpenBLAS runs it on one thread in any setting
         np.matmul(av, bv, out=cv)
@@ -312,23 +313,23 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
         nd = cv.ndim
         batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
         if batch_axes:
-            _split_batch(av, bv, cv, flops, policy, max(batch_axes, key=lambda i: cv.shape[i]))
+            _split_batch(av, bv, cv, flops, policy, max(batch_axes, key=lambda i: cv.shape[i]), piece_scale)
             return
         m, k = av.shape[-2:]
         n = bv.shape[-1]
-        pieces = len(split_points(max(m, n, k), flops)) - 1
+        pieces = len(split_points(max(m, n, k), flops // piece_scale)) - 1
         extra = {"rows": k * n, "cols": m * k, "reduction": 2 * m * n}  # bytes moved again per extra piece
         how = min(extra, key=lambda h: extra[h])
         if how == "reduction" and k >= 2 * pieces:
-            _split_reduction(av, bv, cv, flops, policy)
+            _split_reduction(av, bv, cv, flops, policy, piece_scale)
         else:
-            _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1)
+            _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1, piece_scale)
 
 
-def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int) -> None:
+def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int, piece_scale: int = 1) -> None:
     """Pieces along one batch axis, or along the rows (``axis == nd - 2``) or columns (``nd - 1``)."""
     nd = cv.ndim
-    bounds = split_points(cv.shape[axis], flops)
+    bounds = split_points(cv.shape[axis], flops // piece_scale)
     if len(bounds) <= 2:
         np.matmul(av, bv, out=cv)
         return
@@ -350,11 +351,11 @@ def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int) -> 
     parallel_for(work, len(bounds) - 1, policy)
 
 
-def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
+def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int = 1) -> None:
     """Pieces along the reduction of one GEMM with a small output: a partial product per piece, added in
     piece order (so the bits do not depend on which worker ran which piece)."""
     k = av.shape[-1]
-    bounds = split_points(k, flops)
+    bounds = split_points(k, flops // piece_scale)
     partial = np.empty((len(bounds) - 1, *cv.shape), dtype=cv.dtype)
 
     def work(i: int, _: Any) -> None:
@@ -382,7 +383,7 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
         return run_small_rank(plan, A, B, out)
     av, bv, cv, target = operand_views(plan, A, B, out, xp)
     if xp is np:
-        cpu_matmul(av, bv, cv, plan.flops, plan.policy)
+        cpu_matmul(av, bv, cv, plan.flops, plan.policy, CONTRACT_PIECE_SCALE)
     else:  # cupy: cuBLAS strided-batched GEMM on the same views
         gpu_matmul(xp, av, bv, cv)
     if target is not None:

@@ -49,6 +49,12 @@ MIN_PARALLEL_FLOPS = 4_000_000
 MIN_CHUNK_FLOPS = 1_000_000
 #: the most pieces a product is cut into, whatever the machine (enough to balance up to ~8 workers)
 MAX_PIECES = 16
+#: a planned contraction's pieces are at least this many times MIN_CHUNK_FLOPS: a piece's Python side (slicing,
+#: the call, the hand-off) costs ~5 us, 15-20 % of a 1 MFlop GEMM piece; 4 MFlop pieces ran the n = 64 Table II
+#: cases 4-6 % faster (2 workers, 8 pieces instead of 16; from n = 128 on the cut is the same 16 pieces)
+CONTRACT_PIECE_SCALE = 4
+#: the smallest planned contraction that is cut into pieces (at least two of the size above)
+CONTRACT_PARALLEL_FLOPS = max(MIN_PARALLEL_FLOPS, 2 * CONTRACT_PIECE_SCALE * MIN_CHUNK_FLOPS)
 
 
 @dataclass(frozen=True)
