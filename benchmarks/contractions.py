@@ -14,6 +14,7 @@ import math
 import sys
 from pathlib import Path
 
+import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep instead of spinning)
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

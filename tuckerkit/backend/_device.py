@@ -346,6 +346,8 @@ def device_op(func: _F) -> _F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         device = kwargs.pop("device", None)
+        if device is None and all(type(a) is np.ndarray or type(a) is str for a in args):
+            return func(*args, **kwargs)  # numpy arrays (and a spec): nothing to move, no GPU to make current
         dense = [a for a in args if _is_dense(a)] + [x for a in args if isinstance(a, list | tuple)
                                                       for x in a if _is_dense(x)]
         if device is None:

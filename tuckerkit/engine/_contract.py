@@ -13,6 +13,7 @@ from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._policy import (
+    CONTRACT_PIECE_SCALE,
     DOT_SERIAL_MAX,
     MIN_PARALLEL_FLOPS,
     PIN_FLOPS,
@@ -135,6 +136,90 @@ def _on_gpu(plan: ContractionPlan) -> ContractionPlan:
     return dataclasses.replace(plan, device="cuda", parallel=False)
 
 
+class _Bound:
+    """What a planned call on numpy arrays needs, computed once per plan from its spec, shapes, strides and
+    dtype (a call then only compares the operands with it and runs)."""
+
+    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "dtype", "specs",
+                 "views")
+
+    def __init__(self, plan: ContractionPlan) -> None:
+        self.dtype = np.dtype(plan.dtype)
+        item = self.dtype.itemsize
+        (self.a_shape, self.b_shape), (sa, sb) = plan.shapes[:2], plan.strides[:2]
+        self.a_strides = tuple(x * item for x in sa)  # byte strides: equal ones are aligned ones
+        self.b_strides = tuple(x * item for x in sb)
+        self.specs: set[str] = set()  # spellings of the spec already checked against the plan's
+        order = plan._out_order
+        self.alloc_shape = tuple(plan.shapes[2][i] for i in order)
+        self.alloc_perm = tuple(int(i) for i in np.argsort(order)) if order != tuple(range(len(order))) else None
+        # the view steps of operand_views with its no-op reshapes and transposes left out (same arrays, so
+        # the same BLAS calls and bits), for a plan that only views its operands; None otherwise
+        la, lb, lc = plan._a, plan._b, plan._c
+        self.views = None
+        if (plan.kind != KernelKind.EMPTY and plan.compiled == CompiledKernel.NONE and not plan._sum_a
+                and not plan._sum_b and la is not None and lb is not None and lc is not None
+                and la.copy_order is None and lb.copy_order is None and lc.copy_order is None):
+            self.views = (_view_steps(la, plan.shapes[0]), _view_steps(lb, plan.shapes[1]),
+                          _view_steps(lc, plan.shapes[2]))
+
+
+def _view_steps(lay, shape: tuple[int, ...]):
+    """``(keep_shape, perm, view_shape)`` of an operand layout, each None where it changes nothing."""
+    keep = lay.keep_shape
+    perm = lay.perm if lay.perm != tuple(range(len(lay.perm))) else None
+    permuted = tuple(keep[i] for i in lay.perm)
+    return (keep if keep != tuple(shape) else None, perm, lay.view_shape if lay.view_shape != permuted else None)
+
+
+def _apply_steps(x, steps):
+    keep, perm, view = steps
+    if keep is not None:
+        x = x.reshape(keep)
+    if perm is not None:
+        x = x.transpose(perm)
+    return x if view is None else x.reshape(view, copy=False)
+
+
+def _run_bound(plan: ContractionPlan, bound: _Bound, A, B):
+    """A planned call on numpy operands that passed :func:`_bound_call`: allocate, view, multiply."""
+    out = np.empty(bound.alloc_shape, dtype=bound.dtype)
+    if bound.alloc_perm is not None:
+        out = out.transpose(bound.alloc_perm)
+    views = bound.views
+    if views is None:
+        return execute(plan, A, B, out, np)
+    cpu_matmul(_apply_steps(A, views[0]), _apply_steps(B, views[1]), _apply_steps(out, views[2]), plan.flops,
+               plan.policy, CONTRACT_PIECE_SCALE)
+    return out
+
+
+def _bind(plan: ContractionPlan) -> _Bound:
+    bound = plan._bound
+    if bound is None:
+        bound = _Bound(plan)
+        object.__setattr__(plan, "_bound", bound)  # a cache: not part of the plan's value
+    return bound
+
+
+def _bound_call(plan: Any, A: Any, B: Any) -> _Bound | None:
+    """The plan's bound data when ``A`` and ``B`` are numpy arrays of exactly the plan's shapes, byte strides
+    and dtype (what every check of a planned call would accept), else None (the full checks then run)."""
+    if type(A) is not np.ndarray or type(B) is not np.ndarray or type(plan) is not ContractionPlan:
+        return None
+    bound = plan._bound or _bind(plan)
+    if (A.shape == bound.a_shape and B.shape == bound.b_shape and A.strides == bound.a_strides
+            and B.strides == bound.b_strides and A.dtype == bound.dtype and B.dtype == bound.dtype
+            and plan.device == "cpu"):
+        return bound
+    return None
+
+
+def _fresh_out(bound: _Bound):
+    buf = np.empty(bound.alloc_shape, dtype=bound.dtype)
+    return buf if bound.alloc_perm is None else buf.transpose(bound.alloc_perm)
+
+
 def _check_spec(plan: ContractionPlan, spec: str, A, B) -> None:
     """A plan runs only the contraction it was made for (a plan of ``ik,kj->ij`` is not one of ``ki,kj->ij``,
     even on square operands)."""
@@ -179,6 +264,8 @@ def _view(x, shape):
 
 
 def _alloc_out(plan: ContractionPlan, xp, dtype):
+    if xp is np and np.dtype(dtype) == np.dtype(plan.dtype):
+        return _fresh_out(_bind(plan))
     order = plan._out_order
     out_shape = plan.shapes[2]
     buf = xp.empty(tuple(out_shape[i] for i in order), dtype=dtype)
@@ -207,14 +294,14 @@ def operand_views(plan: ContractionPlan, A, B, out, xp=np):
     return av, bv, _view(ck.transpose(lc.perm), lc.view_shape), None
 
 
-def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
+def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int = 1) -> None:
     """``cv[...] = av @ bv`` on ``(*batch, m, k) @ (*batch, k, n)`` views, BLAS held to one thread.
 
     A product of at least MIN_PARALLEL_FLOPS is cut into pieces by the sizes alone (:func:`split_points`): a
     batch over its largest mode; a single GEMM over whichever of its rows, columns or reduction moves the
     fewest extra bytes (rows re-read B per piece, columns re-read A, a cut reduction writes one partial
     product per piece, added afterwards in piece order). The cut never depends on the workers, so neither
-    do the bits.
+    do the bits. ``piece_scale``: pieces of at least that many times MIN_CHUNK_FLOPS.
     """
     if flops < PIN_FLOPS and av.shape[-1] <= DOT_SERIAL_MAX:  # OpenBLAS runs it on one thread in any setting
         np.matmul(av, bv, out=cv)
@@ -226,23 +313,23 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
         nd = cv.ndim
         batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
         if batch_axes:
-            _split_batch(av, bv, cv, flops, policy, max(batch_axes, key=lambda i: cv.shape[i]))
+            _split_batch(av, bv, cv, flops, policy, max(batch_axes, key=lambda i: cv.shape[i]), piece_scale)
             return
         m, k = av.shape[-2:]
         n = bv.shape[-1]
-        pieces = len(split_points(max(m, n, k), flops)) - 1
+        pieces = len(split_points(max(m, n, k), flops // piece_scale)) - 1
         extra = {"rows": k * n, "cols": m * k, "reduction": 2 * m * n}  # bytes moved again per extra piece
         how = min(extra, key=lambda h: extra[h])
         if how == "reduction" and k >= 2 * pieces:
-            _split_reduction(av, bv, cv, flops, policy)
+            _split_reduction(av, bv, cv, flops, policy, piece_scale)
         else:
-            _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1)
+            _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1, piece_scale)
 
 
-def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int) -> None:
+def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int, piece_scale: int = 1) -> None:
     """Pieces along one batch axis, or along the rows (``axis == nd - 2``) or columns (``nd - 1``)."""
     nd = cv.ndim
-    bounds = split_points(cv.shape[axis], flops)
+    bounds = split_points(cv.shape[axis], flops // piece_scale)
     if len(bounds) <= 2:
         np.matmul(av, bv, out=cv)
         return
@@ -264,11 +351,11 @@ def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int) -> 
     parallel_for(work, len(bounds) - 1, policy)
 
 
-def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy) -> None:
+def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int = 1) -> None:
     """Pieces along the reduction of one GEMM with a small output: a partial product per piece, added in
     piece order (so the bits do not depend on which worker ran which piece)."""
     k = av.shape[-1]
-    bounds = split_points(k, flops)
+    bounds = split_points(k, flops // piece_scale)
     partial = np.empty((len(bounds) - 1, *cv.shape), dtype=cv.dtype)
 
     def work(i: int, _: Any) -> None:
@@ -296,7 +383,7 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
         return run_small_rank(plan, A, B, out)
     av, bv, cv, target = operand_views(plan, A, B, out, xp)
     if xp is np:
-        cpu_matmul(av, bv, cv, plan.flops, plan.policy)
+        cpu_matmul(av, bv, cv, plan.flops, plan.policy, CONTRACT_PIECE_SCALE)
     else:  # cupy: cuBLAS strided-batched GEMM on the same views
         gpu_matmul(xp, av, bv, cv)
     if target is not None:
@@ -306,6 +393,10 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
 
 def run_bound_plan(plan: ContractionPlan, A: Any, B: Any, out: Any = None) -> Any:
     """``plan(A, B, out)``: the operands must be arrays of exactly the shapes, strides and dtype of the plan."""
+    if out is None:
+        bound = _bound_call(plan, A, B)
+        if bound is not None:
+            return _run_bound(plan, bound, A, B)
     xp = array_namespace(A, B, out)
     for name, x in (("A", A), ("B", B)):
         if not hasattr(x, "dtype") or not hasattr(x, "strides"):
@@ -376,6 +467,11 @@ def contract(
     >>> np.allclose(contract("mk,pkn->mnp", A, B), np.einsum("mk,pkn->mnp", A, B))
     True
     """
+    if plan is not None and out is None:  # a planned call on the arrays the plan was made for: check, run
+        bound = _bound_call(plan, A, B)
+        if (bound is not None and type(spec) is str and spec in bound.specs and type(copies) is str
+                and copies in _COPIES and type(out_layout) is str and out_layout in _LAYOUTS):
+            return _run_bound(plan, bound, A, B)
     copies = _check_copies(copies)
     xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
     if plan is None:
@@ -390,6 +486,8 @@ def contract(
             raise TypeError(f"plan must be a ContractionPlan from plan_contraction; received {type(plan).__name__}")
         _check_spec(plan, spec, A, B)
         _check_reuse(plan, spec, A, B, out, out_strides, dtype)
+        if type(spec) is str and xp is np:
+            _bind(plan).specs.add(spec)  # this spelling matches the plan: later calls skip parsing it
     if out is not None and tuple(out.shape) != plan.shapes[2]:
         raise ValueError(f"out has shape {tuple(out.shape)}; expected {plan.shapes[2]} for spec {spec!r}")
     return execute(plan, A, B, out, xp)

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuckerkit.engine._policy import MIN_PARALLEL_FLOPS, ExecutionPolicy
+from tuckerkit.engine._policy import CONTRACT_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS, ExecutionPolicy
 from tuckerkit.engine._spec import Spec
 
 _SERIAL = ExecutionPolicy(workers=1)
@@ -44,6 +44,10 @@ _COPY_BW = 2e9  # bytes/s of a strided (transposing) copy
 _OUTER_PREF = 1.02  # penalty when the batch loop is not over the output's outermost mode
 _NARROW = 32  # a row-major GEMM output with fewer columns than this, and many rows, ...
 _NARROW_PENALTY = 1.35  # ... ran this much slower than its transpose (benchmarks/ttm.py, last mode)
+# a batch of GEMMs whose output slices have gaps between their rows (a slice of a C-ordered output across
+# a middle mode: rows n*p apart) ran 1.05-1.17x slower than the same batch into dense slices (Table II
+# 1.3 / 2.3 / 5.4 / 6.4 at n = 64, 128, 1 and 2 workers), so a free output is laid out batch-major instead
+_GAPPED_OUT_PENALTY = 1.15
 
 
 class KernelKind(str, enum.Enum):
@@ -265,6 +269,8 @@ class ContractionPlan:
     _sum_a: tuple[int, ...] = field(default=(), repr=False, compare=False)
     _sum_b: tuple[int, ...] = field(default=(), repr=False, compare=False)
     _sr: _SmallRankLayout | None = field(default=None, repr=False, compare=False)
+    # what a planned call on numpy arrays needs, made on the first such call (``_contract._bind``)
+    _bound: Any = field(default=None, init=False, repr=False, compare=False)
 
     # ----------------------------------------------------------------------------------------------
     def __call__(self, A: Any, B: Any, out: Any = None) -> Any:
@@ -435,6 +441,8 @@ def _evaluate(
         rows, cols = (m, n) if (c_c == 1 and c_r >= n) else (n, m)
         if cols < _NARROW and rows > 4 * cols:  # tall-skinny output: ~1.35x slower than short-wide
             sec *= _NARROW_PENALTY
+        if nb > 1 and not (c_c == 1 and c_r == n) and not (c_r == 1 and c_c == m):  # gaps between rows
+            sec *= _GAPPED_OUT_PENALTY
     elif k > 1 and (m > 1 or n > 1):  # one side is a vector: GEMV on the matrix side
         if m > 1:
             if not (_blasable(a_r, m, a_c, k) and b_r > 0):
@@ -812,7 +820,7 @@ def build_plan(
         bytes_moved=base_bytes + 2 * choice.copies * itemsize,
         copies=choice.copies,
         est_seconds=choice.seconds,
-        parallel=flops >= MIN_PARALLEL_FLOPS and policy.workers > 1,
+        parallel=flops >= CONTRACT_PARALLEL_FLOPS and policy.workers > 1,
         _a=la,
         _b=lb,
         _c=lc,

@@ -49,6 +49,12 @@ MIN_PARALLEL_FLOPS = 4_000_000
 MIN_CHUNK_FLOPS = 1_000_000
 #: the most pieces a product is cut into, whatever the machine (enough to balance up to ~8 workers)
 MAX_PIECES = 16
+#: a planned contraction's pieces are at least this many times MIN_CHUNK_FLOPS: a piece's Python side (slicing,
+#: the call, the hand-off) costs ~5 us, 15-20 % of a 1 MFlop GEMM piece; 4 MFlop pieces ran the n = 64 Table II
+#: cases 4-6 % faster (2 workers, 8 pieces instead of 16; from n = 128 on the cut is the same 16 pieces)
+CONTRACT_PIECE_SCALE = 4
+#: the smallest planned contraction that is cut into pieces (at least two of the size above)
+CONTRACT_PARALLEL_FLOPS = max(MIN_PARALLEL_FLOPS, 2 * CONTRACT_PIECE_SCALE * MIN_CHUNK_FLOPS)
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,9 @@ class _BlasPin:
         self.pinned: list[Any] = []
         self.libs: list[Any] | None = None
         self.modules_seen = -1
+        # per library: (get, set) of its thread count, resolved once per look at the loaded libraries
+        self.access: list[tuple[Callable[[], int], Callable[[int], Any]]] = []
+        self.pinned_access: list[tuple[Callable[[], int], Callable[[int], Any]]] = []
 
     def _libraries(self) -> list[Any]:
         # a library loaded since the last look (an import) is found by looking again
@@ -141,7 +150,23 @@ class _BlasPin:
                 self.libs = [c for c in ctl.lib_controllers if c.user_api == "blas"]
             except Exception:  # pragma: no cover - threadpoolctl missing or an unknown BLAS
                 self.libs = []
+            self.access = [self._accessors(lib) for lib in self.libs]
         return self.libs
+
+    @classmethod
+    def _accessors(cls, lib: Any) -> tuple[Callable[[], int], Callable[[int], Any]]:
+        """The library's thread-count getter and setter: OpenBLAS's own C entry points when it runs its own
+        threads (a ctypes call each, about 1 us less than threadpoolctl's per-call symbol look-ups), else
+        threadpoolctl's."""
+        if getattr(lib, "internal_api", None) == "openblas" and getattr(lib, "threading_layer", None) != "openmp":
+            try:
+                get = lib._get_symbol("openblas_get_num_threads")
+                put = lib._get_symbol("openblas_set_num_threads")
+            except Exception:  # pragma: no cover - another threadpoolctl
+                get = put = None
+            if get is not None and put is not None:
+                return get, put
+        return (lambda: int(lib.num_threads)), (lambda n: cls._set(lib, n))
 
     def caller_threads(self) -> int:
         """The BLAS thread count the caller set (while pinned: the count saved on the way in)."""
@@ -161,34 +186,41 @@ class _BlasPin:
     def enter(self) -> None:
         with self.lock:
             if self.inside == 0:
-                libs = self.pinned = self._libraries()
-                self.saved = [int(lib.num_threads) for lib in libs]
-                for lib, n in zip(libs, self.saved, strict=True):
+                self.pinned = self._libraries()
+                access = self.pinned_access = self.access
+                self.saved = saved = [get() for get, _ in access]
+                for (_, put), n in zip(access, saved, strict=True):
                     if n != 1:
-                        self._set(lib, 1)
+                        put(1)
             self.inside += 1
 
     def leave(self) -> None:
         with self.lock:
             self.inside -= 1
             if self.inside == 0:
-                for lib, n in zip(self.pinned, self.saved or [], strict=True):
-                    if int(lib.num_threads) != n:
-                        self._set(lib, n)
+                for (get, put), n in zip(self.pinned_access, self.saved or [], strict=True):
+                    if n != 1 or int(get()) != n:  # one it held at 1 is set back without asking first
+                        put(n)
                 self.saved = None
+
+    # a context manager without a generator (a planned small contraction enters it on every call)
+    __enter__ = enter
+
+    def __exit__(self, *exc: object) -> None:
+        self.leave()
 
 
 _PIN = _BlasPin()
 
 
-@contextmanager
-def blas_pinned() -> Iterator[None]:
+def blas_pinned() -> _BlasPin:
     """Every BLAS library at one thread inside the block (re-entrant, safe from several threads); the
     caller's thread counts restored exactly when the last block exits, also on an exception.
 
-    Yields
-    ------
-    None
+    Returns
+    -------
+    context manager
+        Use as ``with blas_pinned(): ...``.
 
     Examples
     --------
@@ -198,11 +230,7 @@ def blas_pinned() -> Iterator[None]:
     ...     {d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}
     {1}
     """
-    _PIN.enter()
-    try:
-        yield
-    finally:
-        _PIN.leave()
+    return _PIN
 
 
 # ---------------------------------------------------------------------------------------------------

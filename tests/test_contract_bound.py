@@ -1,0 +1,135 @@
+"""Planned calls on the arrays a plan was made for (the lean path): same results and bits as the full checks,
+every check still raised, and the batch-major output of a batch whose C-ordered slices would have gaps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tuckerkit.engine import KernelKind, contract, plan_contraction
+
+
+def _table2() -> list[tuple[str, str]]:
+    """The seed's 36 Table II cases (as benchmarks/contractions.py lists them)."""
+    free = {"m": "np", "n": "mp", "p": "mn"}
+    patterns = ["k{y}{z}", "k{z}{y}", "{y}k{z}", "{z}k{y}", "{y}{z}k", "{z}{y}k"]
+    out = []
+    for i, (x, k_first) in enumerate((x, kf) for x in "mnp" for kf in (False, True)):
+        a = ("k" + x) if k_first else (x + "k")
+        y, z = free[x]
+        for j, pat in enumerate(patterns):
+            out.append((f"{i + 1}.{j + 1}", f"{a},{pat.format(y=y, z=z)}->mnp"))
+    return out
+
+
+CASES = _table2()
+
+
+def _tol(dtype) -> float:
+    # a length-n reduction of products of O(1) numbers: a few n eps relative to the largest entry
+    return 8 * 16 * float(np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("case", "spec"), CASES, ids=[c for c, _ in CASES])
+def test_table2_planned_calls_match_einsum_and_the_checked_path_bitwise(case, spec, dtype):
+    rng = np.random.default_rng(int(case.replace(".", "")))
+    n = 7
+    A = rng.standard_normal((n, n)).astype(dtype)
+    B = rng.standard_normal((n, n, n)).astype(dtype)
+    plan = plan_contraction(spec, A, B)
+    first = contract(spec, A, B, plan=plan)  # the checked path (this spelling not yet seen)
+    again = contract(spec, A, B, plan=plan)  # the lean path
+    called = plan(A, B)
+    fresh = contract(spec, A, B)  # no plan: the cached plan, the general path
+    ref = np.einsum(spec, A.astype(np.float64), B.astype(np.float64))
+    scale = max(float(np.max(np.abs(ref))), 1.0)
+    assert np.max(np.abs(again - ref)) <= _tol(dtype) * scale
+    assert again.dtype == np.dtype(dtype) and again.shape == ref.shape
+    for other in (first, called, fresh):
+        np.testing.assert_array_equal(again, other)
+    assert again is not first and not np.shares_memory(again, first)  # a fresh output every call
+
+
+def test_lean_path_keeps_every_check(rng):
+    A = rng.standard_normal((6, 5))
+    B = rng.standard_normal((5, 4, 3))
+    plan = plan_contraction("mk,knp->mnp", A, B)
+    contract("mk,knp->mnp", A, B, plan=plan)
+    contract("mk,knp->mnp", A, B, plan=plan)  # the spelling is now known: later calls take the lean path
+    with pytest.raises(ValueError, match=r"plan was made for shapes"):
+        contract("mk,knp->mnp", A, rng.standard_normal((5, 4, 2)), plan=plan)
+    with pytest.raises(ValueError, match=r"plan was made for strides"):
+        contract("mk,knp->mnp", np.asfortranarray(A), B, plan=plan)
+    with pytest.raises(ValueError, match=r"plan was made for dtype float64; received float32"):
+        contract("mk,knp->mnp", A.astype(np.float32), B.astype(np.float32), plan=plan)
+    with pytest.raises(ValueError, match=r"plan was made for spec 'mk,knp->mnp'; received spec 'mk,knp->mpn'"):
+        contract("mk,knp->mpn", A, B, plan=plan)
+    with pytest.raises(ValueError, match=r"copies='sometimes' is not valid"):
+        contract("mk,knp->mnp", A, B, plan=plan, copies="sometimes")
+    with pytest.raises(ValueError, match=r"out_layout='K' is not valid"):
+        contract("mk,knp->mnp", A, B, plan=plan, out_layout="K")
+    with pytest.raises(TypeError, match=r"spec must be a string"):
+        contract(["mk,knp->mnp"], A, B, plan=plan)
+    with pytest.raises(TypeError, match=r"plan must be a ContractionPlan"):
+        contract("mk,knp->mnp", A, B, plan="not a plan")
+    # an equivalent spelling is accepted (checked once, then on the lean path) and gives the same bits
+    ref = contract("mk,knp->mnp", A, B, plan=plan)
+    np.testing.assert_array_equal(contract("mk, knp -> mnp", A, B, plan=plan), ref)
+    np.testing.assert_array_equal(contract("mk, knp -> mnp", A, B, plan=plan), ref)
+    # integer operands are promoted, then checked against the plan's dtype
+    with pytest.raises(ValueError, match=r"plan was made for dtype float32; received float64"):
+        contract("mk,knp->mnp", A.astype(np.int64), B.astype(np.int64),
+                 plan=plan_contraction("mk,knp->mnp", A.astype(np.float32), B.astype(np.float32)))
+
+
+def test_plan_call_lean_path_keeps_its_checks(rng):
+    A = rng.standard_normal((6, 5))
+    B = rng.standard_normal((5, 4, 3))
+    plan = plan_contraction("mk,knp->mnp", A, B)
+    np.testing.assert_array_equal(plan(A, B), contract("mk,knp->mnp", A, B, plan=plan))
+    with pytest.raises(ValueError, match=r"plan was made for dtype float64; received A of dtype float32"):
+        plan(A.astype(np.float32), B)
+    with pytest.raises(TypeError, match=r"A must be a numpy or cupy array for a plan call; received list"):
+        plan(A.tolist(), B)
+    with pytest.raises(ValueError, match=r"plan was made for strides"):
+        plan(A, np.asfortranarray(B))
+    out = np.empty((6, 4, 3))
+    with pytest.raises(ValueError, match=r"plan was made for out strides a fresh array"):
+        plan(A, B, out)
+
+
+def test_pre_summed_and_copied_operands_on_the_lean_path(rng):
+    # a summed mode (no views-only steps) and an exceptional remedy take the general executor
+    A = rng.standard_normal((4, 3, 5))
+    B = rng.standard_normal((5, 6))
+    plan = plan_contraction("asi,ij->aj", A, B)
+    ref = np.einsum("asi,ij->aj", A, B)
+    for _ in range(2):
+        np.testing.assert_allclose(contract("asi,ij->aj", A, B, plan=plan), ref, rtol=1e-12, atol=1e-12)
+    X = rng.standard_normal((4, 5, 6))[:, ::2, :]
+    Y = rng.standard_normal((6, 3))
+    plan = plan_contraction("abk,kc->abc", X, Y)
+    for _ in range(2):
+        np.testing.assert_allclose(contract("abk,kc->abc", X, Y, plan=plan), np.einsum("abk,kc->abc", X, Y),
+                                   rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["1.3", "2.3", "5.4", "6.4"])
+def test_gapped_batch_output_is_laid_out_batch_major(case, rng):
+    """A batch over a middle mode of a C-ordered output writes slices with gaps between rows: a free output is
+    allocated batch-major instead (a permuted view, as numpy.einsum may return); out_layout='C' keeps C."""
+    spec = dict(CASES)[case]
+    n = 8
+    A, B = rng.standard_normal((n, n)), rng.standard_normal((n, n, n))
+    auto = plan_contraction(spec, A, B)
+    fixed = plan_contraction(spec, A, B, out_layout="C")
+    assert auto.kind == fixed.kind == KernelKind.STRIDED_BATCHED_GEMM
+    batch = auto.batch_modes[0]
+    assert auto.strides[2] == () and auto.batch_strides[0][2] == n * n  # the batch mode is outermost
+    ref = np.einsum(spec, A, B)
+    got, got_c = contract(spec, A, B, plan=auto), contract(spec, A, B, plan=fixed)
+    assert not got.flags.c_contiguous and got_c.flags.c_contiguous
+    assert got.strides["mnp".index(batch)] == n * n * got.itemsize
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got, got_c)  # the same GEMMs on dense or gapped slices
