@@ -209,6 +209,23 @@ def test_gram_middle_mode_temporaries_stay_a_fraction_of_the_tensor(shape, rng):
     assert peak < 0.6 * X.nbytes + 2 * G.nbytes + (64 << 10) * 4, (peak, X.nbytes)
 
 
+@pytest.mark.parametrize("shape, mode", [((60, 60, 60, 60), 0), ((60, 60, 60, 60), 3), ((300, 50, 60), 0),
+                                         ((400, 20, 20), 0)])
+def test_gram_long_rows_same_bits_for_any_workers(shape, mode, rng):
+    from tuckerkit.engine import ExecutionPolicy
+
+    # one long (I_n, K) view: column pieces with their partial Grams added in order (the first three), or
+    # row blocks of the lower triangle where the partials would be too large (400 x 400 from 400 x 400)
+    X = rng.standard_normal(shape)
+    Xn = np.moveaxis(X, mode, 0).reshape(shape[mode], -1)
+    ref = Xn @ Xn.T
+    got = [gram(X, mode, plan=gram_plan(X, mode, policy=ExecutionPolicy(workers=w))) for w in (1, 2, 3)]
+    tol = Xn.shape[1] * np.finfo(X.dtype).eps * ref.diagonal().max()
+    np.testing.assert_allclose(got[0], ref, rtol=0, atol=tol)
+    assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+    assert np.array_equal(got[0], got[0].T)
+
+
 def test_gram_and_mttkrp_bad_inputs(rng):
     X = rng.standard_normal((3, 4, 5))
     with pytest.raises(ValueError, match=r"mode=-4 is out of range"):
