@@ -5,24 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_table2 import CASES  # the seed's 36 Table II cases, numbered as the seed does
 
 from tuckerkit.engine import KernelKind, contract, plan_contraction
-
-
-def _table2() -> list[tuple[str, str]]:
-    """The seed's 36 Table II cases (as benchmarks/contractions.py lists them)."""
-    free = {"m": "np", "n": "mp", "p": "mn"}
-    patterns = ["k{y}{z}", "k{z}{y}", "{y}k{z}", "{z}k{y}", "{y}{z}k", "{z}{y}k"]
-    out = []
-    for i, (x, k_first) in enumerate((x, kf) for x in "mnp" for kf in (False, True)):
-        a = ("k" + x) if k_first else (x + "k")
-        y, z = free[x]
-        for j, pat in enumerate(patterns):
-            out.append((f"{i + 1}.{j + 1}", f"{a},{pat.format(y=y, z=z)}->mnp"))
-    return out
-
-
-CASES = _table2()
 
 
 def _tol(dtype) -> float:
