@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import make_tensor
@@ -317,3 +319,33 @@ def test_hooi_fit_equals_tensorly_and_pyttb_to_1e8(shape, ranks, iters, rng):
     # same subspaces as TensorLy's factors
     for U, V in zip(ours.factors, tlT.factors, strict=True):
         np.testing.assert_allclose(np.linalg.svd(U.T @ np.asarray(V), compute_uv=False), 1.0, atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(24, 20, 16, 12), (12, 10, 9, 8, 7)])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mttkrp_sweep_with_merged_halves_matches_einsum(shape, layout, dtype, rng):
+    from tuckerkit.engine import mttkrp_sweep
+
+    # a half whose modes sit next to each other in memory is contracted as one axis of a view with the 2-D
+    # Khatri-Rao product (the compiled kernel may take it); a strided view keeps the 3-D product
+    base = rng.standard_normal(tuple(n + 3 for n in shape) if layout == "strided" else shape).astype(dtype)
+    X = (base[tuple(slice(1, 1 + n) for n in shape)] if layout == "strided"
+         else np.asfortranarray(base) if layout == "F" else base)
+    R = 6
+    U = [rng.standard_normal((n, R)).astype(dtype) for n in shape]
+    letters = "abcdefg"[: len(shape)]
+    got = {}
+    plans = mttkrp_sweep(X, [u.copy() for u in U], lambda n, M: got.setdefault(n, M.copy()))
+    Xd = X.astype(np.float64)
+    for n in range(len(shape)):  # no factor replaced by update: every MTTKRP uses the starting factors
+        others = [m for m in range(len(shape)) if m != n]
+        spec = f"{letters}," + ",".join(f"{letters[m]}z" for m in others) + f"->{letters[n]}z"
+        ref = np.einsum(spec, Xd, *(U[m].astype(np.float64) for m in others), optimize=True)
+        tol = 4 * math.prod(shape) // shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
+        np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)
+    assert np.array_equal(X, base[tuple(slice(1, 1 + n) for n in shape)] if layout == "strided" else X)
+    # the halves of a C- or F-ordered tensor are merged (a 2-D matrix operand); a strided view's are not
+    passes = [p for p in plans if math.prod(p.shapes[0]) == X.size]
+    assert len(passes) == 2
+    assert [len(p.shapes[1]) for p in passes] == ([3, len(shape) - 1] if layout == "strided" else [2, 2])
