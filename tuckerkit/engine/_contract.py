@@ -183,9 +183,7 @@ def _apply_steps(x, steps):
 
 def _run_bound(plan: ContractionPlan, bound: _Bound, A, B):
     """A planned call on numpy operands that passed :func:`_bound_call`: allocate, view, multiply."""
-    out = np.empty(bound.alloc_shape, dtype=bound.dtype)
-    if bound.alloc_perm is not None:
-        out = out.transpose(bound.alloc_perm)
+    out = _fresh_out(bound)
     views = bound.views
     if views is None:
         return execute(plan, A, B, out, np)
@@ -207,7 +205,7 @@ def _bound_call(plan: Any, A: Any, B: Any) -> _Bound | None:
     and dtype (what every check of a planned call would accept), else None (the full checks then run)."""
     if type(A) is not np.ndarray or type(B) is not np.ndarray or type(plan) is not ContractionPlan:
         return None
-    bound = plan._bound or _bind(plan)
+    bound = _bind(plan)
     if (A.shape == bound.a_shape and B.shape == bound.b_shape and A.strides == bound.a_strides
             and B.strides == bound.b_strides and A.dtype == bound.dtype and B.dtype == bound.dtype
             and plan.device == "cpu"):

@@ -20,19 +20,12 @@ from tuckerkit.backend import array_namespace
 from tuckerkit.engine._contract import _elem_strides, contract, plan_contraction
 from tuckerkit.engine._mttkrp import _khatri_rao, rank_outer
 from tuckerkit.engine._policy import ExecutionPolicy
-from tuckerkit.engine._ttm import build_multi_ttm_plan, dense_multi_ttm
+from tuckerkit.engine._ttm import CHEAPER, build_multi_ttm_plan, dense_multi_ttm
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
 _RANK = "Z"
 
 Update = Callable[[int, Any], None]
-
-#: the MTTKRP tree's one-GEMM step (a 3-way tensor's second half) starts with the mode the cost model finds
-#: cheapest among those of the outermost's extent, where it is at most ``_CHEAPER`` of the outermost's
-#: estimate (:meth:`MttkrpTree._cheapest_first`)
-_CHEAPEST_FIRST = True
-_CHEAPER = 0.9
-
 
 @dataclass(frozen=True)
 class Sweep:
@@ -101,9 +94,8 @@ class MttkrpTree:
             order = sorted(gone, key=lambda m: -t_st[t_modes.index(m)])
             first = order[0]
             if len(order) > 1 and T.size // shape[first] <= 2 * math.prod(shape[m] for m in order):
-                if _CHEAPEST_FIRST:
-                    first = self._cheapest_first(T, t_modes, order, x)
-                    order = [first] + [m for m in order if m != first]
+                first = self._cheapest_first(T, t_modes, order, x)
+                order = [first] + [m for m in order if m != first]
                 # the outermost mode alone by one GEMM (X_(m)^T U_m, the rank introduced), then the other modes
                 # by GEMVs batched over the rank: the same flops as the GEMM with the Khatri-Rao product, no
                 # Khatri-Rao product to form, and BLAS's GEMM with the long dimension outside rather than as the
@@ -148,7 +140,7 @@ class MttkrpTree:
 
     def _cheapest_first(self, T, t_modes: list[int], order: list[int], x: str) -> int:
         """The mode the one-GEMM step starts with: the outermost (``order[0]``), unless the cost model puts
-        another mode of the same extent at most ``_CHEAPER`` of its time (the middle mode of a C-ordered
+        another mode of the same extent at most ``CHEAPER`` (engine/_ttm.py) of its time (the middle mode of a C-ordered
         cube, each tile of the compiled kernel one run of memory, against the first, whose tiles gather
         rows at a stride). CP-ALS on 200^3, R = 10: 0.97x the iteration time in float64 and float32 (medians
         of 9 interleaved pairs on the shared 2-core machine); R = 32 and 50 keep the outermost mode."""
@@ -164,7 +156,7 @@ class MttkrpTree:
             return first
         cost = {m: est(m) for m in [first, *tied]}
         best = min(tied, key=lambda m: cost[m])
-        return best if cost[best] < _CHEAPER * cost[first] else first
+        return best if cost[best] < CHEAPER * cost[first] else first
 
     def rec(self, T, t_modes: list[int], has_r: bool, active: list[int]) -> None:
         if len(active) == 1 and has_r:

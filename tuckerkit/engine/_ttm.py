@@ -156,16 +156,15 @@ def _ttm_order(shape, mats: Mapping[int, Any], transpose: bool) -> list[int]:
 
 #: among the modes tied for the largest reduction, the chain starts with the one whose step the cost model
 #: finds cheapest (the first step reads the whole tensor: e.g. the middle mode of a C-ordered cube, each
-#: tile one run of memory, before the first, whose tiles gather rows at a stride; see :func:`_cheapest_first`)
-_CHEAPEST_FIRST = True
-#: how much cheaper (a fraction of the usual first step's estimate) another first step must be to replace it
-_CHEAPER = 0.9
+#: tile one run of memory, before the first, whose tiles gather rows at a stride; see :func:`_cheapest_first`),
+#: when it is at most this fraction of the usual first step's estimate (also CP's dimension tree, _sweeps.py)
+CHEAPER = 0.9
 
 
 def _cheapest_first(X: Any, mats: Mapping[int, Any], transpose: bool, order: list[int],
                     policy: ExecutionPolicy) -> list[int]:
     """``order`` with its first mode replaced by the cheapest first step (the cost model's seconds) among the
-    modes of the same reduction ratio ``J_n / I_n`` as the first, where it is at most ``_CHEAPER`` of the
+    modes of the same reduction ratio ``J_n / I_n`` as the first, where it is at most ``CHEAPER`` of the
     first's estimate (the rest keep their order). Measured on the single TTMs of 200^3, R = 10 (interleaved
     medians on the shared 2-core machine): the middle mode 0.91x the first mode's time (float64 and float32
     alike); whole HOOI iterations 0.97-0.98x (200^3), 0.97x (300^3). On 60^4 float64 the model put the last
@@ -179,7 +178,7 @@ def _cheapest_first(X: Any, mats: Mapping[int, Any], transpose: bool, order: lis
     cost = {m: plan_contraction(ttm_spec(X.ndim, m, transpose), X, mats[m], policy=policy).est_seconds
             for m in tied}
     first = min(tied, key=lambda m: (cost[m], tied.index(m)))
-    if cost[first] >= _CHEAPER * cost[order[0]]:  # within the model's error: the usual order
+    if cost[first] >= CHEAPER * cost[order[0]]:  # within the model's error: the usual order
         return order
     return [first] + [m for m in order if m != first]
 
@@ -190,7 +189,7 @@ def build_multi_ttm_plan(X: Any, mats: Mapping[int, Any], transpose: bool, polic
     plans = []
     Y = X
     xp = array_namespace(X)
-    if _CHEAPEST_FIRST and len(order) > 1:
+    if len(order) > 1:
         order = _cheapest_first(X, mats, transpose, order, policy)
     for m in order:
         p = plan_contraction(ttm_spec(Y.ndim, m, transpose), Y, mats[m], policy=policy)
