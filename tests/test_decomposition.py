@@ -370,3 +370,32 @@ def test_cp_als_dense_peak_memory_holds_one_partial_at_a_time():
         gc.enable()
     partial = 80 * 80 * 40 * X.itemsize
     assert peak < 1.6 * partial, (peak, partial)
+
+
+def test_hooi_compares_its_first_iteration_with_the_st_hosvd_start(rng):
+    """The ST-HOSVD start's fit (from its core, as each iteration's) is iteration 0: a start that is already a
+    fixed point to within ``tol`` costs one iteration, and that iteration is the same computation as one
+    iteration from the same factors given as ``init``."""
+    ranks = (3, 4, 2)
+    X = planted_tucker(rng, (20, 21, 22), ranks, np.float64, noise=1e-3)
+    S = tk.st_hosvd(X, ranks)
+    start_fit = 1 - np.sqrt(max(1 - (np.linalg.norm(S.core) / np.linalg.norm(X)) ** 2, 0.0))
+    seen = []
+    T = tk.hooi(X, ranks, callback=lambda s: seen.append((s.fit, s.fit_change)) and False)
+    assert T.n_iter == 1 and T.converged
+    assert seen[0][1] == pytest.approx(abs(T.fit - start_fit), abs=1e3 * _eps(np.float64))
+    assert seen[0][1] < 1e-8
+    assert T.fit >= start_fit - 1e3 * _eps(np.float64)  # HOOI never lowers the fit of its start
+    with pytest.warns(ConvergenceWarning, match="reached max_iter=1"):
+        one = tk.hooi(X, ranks, init=list(S.factors), max_iter=1, tol=0)
+    np.testing.assert_array_equal(T.core, one.core)
+    for U, V in zip(T.factors, one.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
+    # a start without a fit of its own (random, given factors) still needs two iterations to see a change
+    R = tk.hooi(X, ranks, init=list(S.factors))
+    assert R.n_iter >= 2 and R.converged
+    assert abs(R.fit - T.fit) <= 1e-8
+    # tol=0 still runs every iteration
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        assert tk.hooi(X, ranks, tol=0, max_iter=3).n_iter == 3

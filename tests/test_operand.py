@@ -295,3 +295,31 @@ def test_norm_one_read_per_piece_matches_an_exact_oracle(kind, rng):
     assert abs(frobenius_norm(X) - ref) <= 1e3 * np.finfo(np.float64).eps * ref
     X.ravel()[12345] = np.nan
     assert frobenius_norm(X) == math.inf
+
+
+@pytest.mark.parametrize("layout", ["C", "strided"])
+def test_norm_same_bits_for_any_number_of_workers(layout, rng):
+    """The norm's pieces are summed on the policy's workers and combined in piece order on the caller's thread:
+    the same bits as one worker (and as the old one-thread loop), an extreme piece rescaled and a NaN in the
+    last piece still making it infinite."""
+    from tuckerkit.engine import ExecutionPolicy
+    from tuckerkit.engine._operand import combine_scaled, sqnorm_scaled
+
+    X = rng.standard_normal((130, 90, 70))
+    X[100:103] *= 1e300  # an extreme piece among ordinary ones
+    if layout == "strided":
+        X = X[:, ::2, 1:]
+    got = [sqnorm_scaled(X, 1 << 12, ExecutionPolicy(workers=w)) for w in (1, 2, 3)]
+    assert got[0] == got[1] == got[2]
+    # the oracle: the same pieces summed one after another on this thread
+    from tuckerkit.engine._operand import _piece_ssq, _pieces
+
+    acc = (1.0, 0.0)
+    for blk in _pieces(X, 1 << 12):
+        acc = combine_scaled(acc, _piece_ssq(blk))
+    assert got[0] == acc
+    exact = np.linalg.norm((X / 2.0**997).ravel()) * 2.0**997
+    assert got[0][0] * math.sqrt(got[0][1]) == pytest.approx(exact, rel=1e3 * np.finfo(np.float64).eps)
+    Y = np.array(X)
+    Y[-1, -1, -1] = np.nan
+    assert sqnorm_scaled(Y, 1 << 12, ExecutionPolicy(workers=2)) == (math.inf, 1.0)

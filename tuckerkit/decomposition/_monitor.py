@@ -58,6 +58,9 @@ class Monitor:
 
     Stops when the fit changes by less than ``tol``, or (``tol > 0``) when it decreases, which in exact
     arithmetic it never does for HOOI and ALS (rounding noise, float32); or when the callback returns True.
+    ``start_fit``: the fit of the start, measured the way the iterations measure theirs (HOOI from ST-HOSVD:
+    the start's core); the first iteration's change is then taken from it, so a start that is already a
+    fixed point costs one iteration, not two.
 
     Each iteration's line goes to the ``tuckerkit.decomposition`` logger: at DEBUG level, or with ``verbose`` at
     INFO level and, unless logging is set up to show INFO records of that logger (then they already appear
@@ -66,8 +69,10 @@ class Monitor:
     up when written, so redirections apply. Nothing here feeds back into the computation.
     """
 
-    def __init__(self, name: str, tol: float, max_iter: int, callback: Callable | None, verbose: bool):
+    def __init__(self, name: str, tol: float, max_iter: int, callback: Callable | None, verbose: bool,
+                 start_fit: float | None = None):
         self.name, self.tol, self.max_iter = name, tol, max_iter
+        self.start_fit = start_fit  # the start's own fit, when it has one: the first iteration is compared with it
         self.callback, self.verbose = callback, bool(verbose)
         self.history: list[float] = []
         self.converged = False
@@ -77,7 +82,8 @@ class Monitor:
     def step(self, iteration: int, fit: float, factors, weights: Any = None, *, may_decrease: bool = False) -> bool:
         """Record one iteration's fit; True means stop iterating. ``may_decrease``: this iteration changed the
         model outside the algorithm's descent (CP-ALS's ``orthogonalize``), so a lower fit is not a stop."""
-        change = abs(fit - self.history[-1]) if self.history else float("inf")
+        prev = self.history[-1] if self.history else self.start_fit
+        change = abs(fit - prev) if prev is not None else float("inf")
         self.history.append(fit)
         self._say(f"{self.name} iteration {iteration}: fit {fit:.10f} (change {change:.3g}), "
                   f"{time.perf_counter() - self.start:.3f} s")
@@ -86,8 +92,7 @@ class Monitor:
         ) is True:
             self.stopped = True
             return True
-        if change < self.tol or (self.tol > 0 and not may_decrease and len(self.history) > 1
-                                 and fit < self.history[-2]):
+        if change < self.tol or (self.tol > 0 and not may_decrease and prev is not None and fit < prev):
             self.converged = True
             return True
         return False

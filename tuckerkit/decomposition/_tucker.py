@@ -397,8 +397,12 @@ def hooi(
     tol : float, default 1e-8
         The convergence tolerance (TensorLy's and scikit-learn's ``tol``; pyttb's ``stoptol``): stop when
         the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it decreases, which in
-        exact arithmetic it never does: the change is then rounding noise (float32). ``tol=0`` runs exactly
-        ``max_iter`` iterations. (The error target that chooses ranks is ``max_error`` of
+        exact arithmetic it never does: the change is then rounding noise (float32). The ST-HOSVD start
+        (``"st_hosvd"``, and its sketch on streamed tensors) has a fit of its own, from its core as each
+        iteration's: the first iteration is compared with it, so a start that is already a fixed point costs
+        one iteration instead of two (200^3, rank 10, 1 % noise: the whole default call 72 -> 54 ms). Other
+        starts (``"hosvd"``, ``"random"``, given factors) have none: their first change is infinite.
+        ``tol=0`` runs exactly ``max_iter`` iterations. (The error target that chooses ranks is ``max_error`` of
         :func:`st_hosvd` and :func:`hosvd`.)
     max_iter : int, default 100
     svd : {"exact", "randomized"}, default "exact"
@@ -495,6 +499,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     check_callback(callback)
     N = X.ndim
     init = check_init(init, X.shape, ranks, kind="tucker", methods=("st_hosvd", "hosvd", "random"))
+    start_fit = None
     if not isinstance(init, str):
         factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
     else:
@@ -506,11 +511,14 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
             factors = [call.like(_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype)) for n in range(N)]
         else:
             sketch = how == "st_hosvd_sketch"
-            factors = list(_st_hosvd(call, ranks, None, "auto", sketch, srng, svd=svd).factors)
+            start = _st_hosvd(call, ranks, None, "auto", sketch, srng, svd=svd)
+            factors = list(start.factors)
+            if em is None:  # the start's fit from its core, as each iteration's below (scale: a power of two)
+                start_fit = _fit(call.norm, frobenius_norm(start.core) * call.scale)
     if em is not None and not isinstance(init, str) and init[0] is not None:  # the start's values where missing
         em.fill(multi_ttm(call.like(init[0]) * X.dtype.type(call.scale), factors))
     normX = call.norm
-    mon = Monitor("hooi" if em is None else "hooi(mask)", tol, max_iter, callback, verbose)
+    mon = Monitor("hooi" if em is None else "hooi(mask)", tol, max_iter, callback, verbose, start_fit)
     core = None
     sweep = None
     it = 0

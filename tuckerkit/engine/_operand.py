@@ -31,7 +31,7 @@ from tuckerkit.backend import (
 from tuckerkit.engine._gram import GramPlan, dense_gram
 from tuckerkit.engine._mttkrp import MTTKRPPlan, dense_mttkrp
 from tuckerkit.engine._plan import ContractionPlan
-from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, resolve_policy
+from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, parallel_for, resolve_policy
 from tuckerkit.engine._subspace import leading_left_singular
 from tuckerkit.engine._sweeps import Sweep, dense_mttkrp_sweep, dense_ttmc_sweep
 from tuckerkit.engine._ttm import MultiTTMPlan, dense_multi_ttm, dense_ttm
@@ -230,15 +230,16 @@ def combine_scaled(a: tuple[float, float], b: tuple[float, float]) -> tuple[floa
     return s2, q2 + q1 * (s1 / s2) ** 2
 
 
-def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16) -> tuple[float, float]:
+def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16, policy: ExecutionPolicy | None = None) -> tuple[float, float]:
     """``(scale, ssq)`` with ``||X||^2 = scale^2 * ssq`` of a dense array, accumulated in float64 over pieces;
     a piece whose largest magnitude is extreme is scaled by a power of two near it, so no finite input
-    overflows or underflows (the idea of LAPACK's nrm2); BLAS is held to one thread, so the bits are the same
-    on every run. On a GPU the pieces accumulate on the device (one value comes back)."""
+    overflows or underflows (the idea of LAPACK's nrm2); BLAS is held to one thread and the pieces' sums are
+    combined in piece order, so the bits are the same on every run and for any number of ``policy``'s
+    workers (None: the default policy). On a GPU the pieces accumulate on the device (one value comes back)."""
     if X.size == 0:
         return 1.0, 0.0
     if X.dtype.kind == "c":  # |x|^2 = re^2 + im^2: the two real views (no copy), combined scaled
-        return combine_scaled(sqnorm_scaled(X.real, chunk_elems), sqnorm_scaled(X.imag, chunk_elems))
+        return combine_scaled(sqnorm_scaled(X.real, chunk_elems, policy), sqnorm_scaled(X.imag, chunk_elems, policy))
     xp = array_namespace(X)
     if xp is not np:
         amax = xp.zeros((), dtype=xp.float64)
@@ -251,29 +252,52 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16) -> tuple[float, float]:
             ssq += xp.sum(b * b)
         both = xp.stack([scale, ssq]).get()  # one copy back
         return float(both[0]), float(both[1])
+    # one BLAS thread: a dot product's bits depend on the thread count. The pieces are summed on the policy's
+    # workers (groups of pieces, each piece's pair computed alone) and combined in piece order on this thread:
+    # the same bits for any number of workers
+    pieces = list(_pieces(X, chunk_elems))
+    group = 16  # pieces per task: ~1M elements, ~0.3 ms of reading against ~10 us of scheduling
+    n_tasks = -(-len(pieces) // group)
+    pairs: list[tuple[float, float]] = [(1.0, 0.0)] * len(pieces)
+
+    def work(t: int, _: Any) -> None:
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # numpy's error state is per thread
+            for i in range(t * group, min((t + 1) * group, len(pieces))):
+                pairs[i] = _piece_ssq_unchecked(pieces[i])
+
+    with blas_pinned():
+        parallel_for(work, n_tasks, resolve_policy(policy))
     acc = (1.0, 0.0)
-    # one BLAS thread: a dot product's bits depend on the thread count; an extreme piece's squares may overflow
-    # or underflow in the first dot (it is then summed again, scaled)
-    with blas_pinned(), np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        for blk in _pieces(X, chunk_elems):
-            b = blk.astype(np.float64, copy=False).reshape(-1)
-            q = float(np.dot(b, b))
-            if b.size * _SSQ_LO <= q <= _SSQ_HI:  # then 2^-400 <= max |x| <= 2^400: the safe case below, the
-                acc = combine_scaled(acc, (1.0, q))  # same bits, with one read of the piece instead of three
-                continue
-            hi, lo = float(blk.max()), float(blk.min())
-            amax = max(hi, -lo)
-            if not math.isfinite(amax) or math.isnan(hi) or math.isnan(lo):
-                return math.inf, 1.0
-            if amax == 0.0:
-                continue
-            if _SAFE_LO <= amax <= _SAFE_HI:  # squares neither overflow nor lose anything that matters
-                acc = combine_scaled(acc, (1.0, q))
-            else:
-                s = 2.0 ** math.frexp(amax)[1]
-                b = b / s
-                acc = combine_scaled(acc, (s, float(np.dot(b, b))))
+    for pair in pairs:
+        if math.isinf(pair[0]):
+            return math.inf, 1.0
+        acc = combine_scaled(acc, pair)
     return acc
+
+
+def _piece_ssq(blk: Any) -> tuple[float, float]:
+    """``(scale, ssq)`` of one piece; ``(inf, 1)`` when it holds a NaN or an infinity. An extreme piece's squares
+    may overflow or underflow in the first dot: it is then summed again, scaled by a power of two."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # numpy's error state is per thread
+        return _piece_ssq_unchecked(blk)
+
+
+def _piece_ssq_unchecked(blk: Any) -> tuple[float, float]:
+    b = blk.astype(np.float64, copy=False).reshape(-1)
+    q = float(np.dot(b, b))
+    if b.size * _SSQ_LO <= q <= _SSQ_HI:  # then 2^-400 <= max |x| <= 2^400: the safe case below, the
+        return 1.0, q  # same bits, with one read of the piece instead of three
+    hi, lo = float(blk.max()), float(blk.min())
+    amax = max(hi, -lo)
+    if not math.isfinite(amax) or math.isnan(hi) or math.isnan(lo):
+        return math.inf, 1.0
+    if amax == 0.0:
+        return 1.0, 0.0
+    if _SAFE_LO <= amax <= _SAFE_HI:  # squares neither overflow nor lose anything that matters
+        return 1.0, q
+    s = 2.0 ** math.frexp(amax)[1]
+    b = b / s
+    return s, float(np.dot(b, b))
 
 
 def frobenius_norm(X: Any) -> float:
