@@ -117,16 +117,14 @@ def init_bench(args):
         ranks = (r,) * len(shape)
         for noise in (0.01, 0.3):
             X = planted(shape, ranks, "float64", seed=2, noise=noise)
-            makers = {"st_hosvd": lambda X=X, ranks=ranks: tk.st_hosvd(X, ranks),
-                      "st_hosvd_sketch": lambda X=X, ranks=ranks: tk.st_hosvd(X, ranks, sketch=True),
-                      "hosvd": lambda X=X, ranks=ranks: tk.hosvd(X, ranks)}
-            res = {}
-            fns = {k: (lambda mk=mk, X=X, ranks=ranks, res=res: res.__setitem__(mk, tk.hooi(X, ranks, init=mk())))
-                   for k, mk in makers.items()}
+            makers = ("st_hosvd", "st_hosvd_sketch", "hosvd")  # the whole call with its start, as a user types it
+            res: dict = {}
+            fns = {k: (lambda k=k, X=X, ranks=ranks, res=res: res.__setitem__(k, tk.hooi(X, ranks, init=k)))
+                   for k in makers}
             t = interleaved(fns, args.repeat)
             row = {"shape": list(shape), "ranks": list(ranks), "noise": noise,
-                   "seconds": t, "fit": {k: res[mk].fit for k, mk in makers.items()},
-                   "n_iter": {k: res[mk].n_iter for k, mk in makers.items()}}
+                   "seconds": t, "fit": {k: res[k].fit for k in makers},
+                   "n_iter": {k: res[k].n_iter for k in makers}}
             out.append(row)
             print(f"init {'x'.join(map(str, shape))} noise {noise}: "
                   + ", ".join(f"{k} {t[k] * 1e3:.0f} ms fit {row['fit'][k]:.8f} ({row['n_iter'][k]} it)"

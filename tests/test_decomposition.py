@@ -399,3 +399,26 @@ def test_hooi_compares_its_first_iteration_with_the_st_hosvd_start(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         assert tk.hooi(X, ranks, tol=0, max_iter=3).n_iter == 3
+
+
+def test_hooi_sketched_start_by_name(rng):
+    """``init="st_hosvd_sketch"`` starts from ST-HOSVD with ``sketch=True`` (its fit is iteration 0) and ends at
+    the default start's fit; on a sparse tensor it is HOSVD's start, as ``"st_hosvd"`` is there."""
+    ranks = (3, 4, 2)
+    X = planted_tucker(rng, (30, 31, 32), ranks, np.float64, noise=0.05)
+    S = tk.st_hosvd(X, ranks, sketch=True)
+    start_fit = 1 - np.sqrt(max(1 - (np.linalg.norm(S.core) / np.linalg.norm(X)) ** 2, 0.0))
+    seen = []
+    T = tk.hooi(X, ranks, init="st_hosvd_sketch", callback=lambda s: seen.append(s.fit_change) and False)
+    assert seen[0] == pytest.approx(T.fit_history[0] - start_fit, abs=1e3 * _eps(np.float64))
+    assert T.converged and abs(T.fit - tk.hooi(X, ranks).fit) <= 1e-8
+    with pytest.warns(ConvergenceWarning):
+        one = tk.hooi(X, ranks, init=list(S.factors), max_iter=1, tol=0)
+    assert T.fit_history[0] == one.fit_history[0]
+    from tuckerkit.sparse import COOTensor
+
+    Xs = COOTensor.from_dense(np.where(np.abs(X) > 0.5 * np.abs(X).max(), X, 0.0))
+    with pytest.warns(ConvergenceWarning):  # three iterations, tol=0
+        a = tk.hooi(Xs, ranks, init="st_hosvd_sketch", max_iter=3, tol=0)
+        b = tk.hooi(Xs, ranks, init="hosvd", max_iter=3, tol=0)
+    np.testing.assert_array_equal(a.core, b.core)

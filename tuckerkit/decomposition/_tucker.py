@@ -376,11 +376,13 @@ def hooi(
         float32 and float64; complex64 and complex128 for a dense array in memory (projections by the
         conjugate transposes ``U_n^H``, Hermitian Grams, ``|x|^2`` in the fit).
     ranks : sequence of int, or int
-    init : {"st_hosvd", "hosvd", "random"}, a Tucker model, or the factor matrices; default "st_hosvd"
+    init : {"st_hosvd", "st_hosvd_sketch", "hosvd", "random"}, a Tucker model or the factor matrices; default "st_hosvd"
         ``"st_hosvd"`` on a sparse tensor means ``"hosvd"``: each factor from the leading singular vectors
         of the sparse unfolding (ARPACK), as ST-HOSVD would densify the projected tensor. On a streamed
         tensor (``memory_limit``, Dask) it is ST-HOSVD with ``sketch=True`` when the sketch's projection fits
         the limit (two cheap passes instead of a Gram pass; the iterations correct the approximation).
+        ``"st_hosvd_sketch"``: ST-HOSVD with ``sketch=True`` on any dense tensor (a sparse one: ``"hosvd"``; a
+        streamed one whose sketch's projection does not fit: plain ST-HOSVD).
         A model: a :class:`TuckerTensor`, TensorLy's ``TuckerTensor`` or a pyttb ``ttensor`` with the
         tensor's shape and ``ranks``. Factors: a list or tuple of one ``(I_n, R_n)`` matrix per mode, or a
         ``(core, factors)`` pair (TensorLy's ``init=``); the core is not needed and not used (the first
@@ -498,12 +500,16 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     srng = rng if random_state is not None else check_random_state(0)  # the randomized SVD's draws: seeded
     check_callback(callback)
     N = X.ndim
-    init = check_init(init, X.shape, ranks, kind="tucker", methods=("st_hosvd", "hosvd", "random"))
+    init = check_init(init, X.shape, ranks, kind="tucker",
+                      methods=("st_hosvd", "st_hosvd_sketch", "hosvd", "random"))
     start_fit = None
     if not isinstance(init, str):
         factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
     else:
-        how = X.preferred_init(ranks) if init == "st_hosvd" else init
+        how = init
+        if init in ("st_hosvd", "st_hosvd_sketch"):
+            pref = X.preferred_init(ranks)  # sparse: HOSVD; streamed: the sketch when its projection fits
+            how = pref if init == "st_hosvd" or pref == "hosvd" or (X.streamed and pref == "st_hosvd") else init
         if how == "hosvd":
             factors = [_subspace(call, X, n, ranks[n], svd, srng)[0].astype(X.dtype, copy=False)
                        for n in range(N)]
