@@ -15,6 +15,7 @@ from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, 
 from tuckerkit.engine._policy import (
     CONTRACT_PIECE_SCALE,
     DOT_SERIAL_MAX,
+    MIN_CHUNK_FLOPS,
     MIN_PARALLEL_FLOPS,
     PIN_FLOPS,
     ExecutionPolicy,
@@ -315,7 +316,7 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
             return
         m, k = av.shape[-2:]
         n = bv.shape[-1]
-        pieces = len(split_points(max(m, n, k), flops // piece_scale)) - 1
+        pieces = len(split_points(max(m, n, k), _piece_flops(flops, piece_scale))) - 1
         extra = {"rows": k * n, "cols": m * k, "reduction": 2 * m * n}  # bytes moved again per extra piece
         how = min(extra, key=lambda h: extra[h])
         if how == "reduction" and k >= 2 * pieces:
@@ -324,10 +325,16 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
             _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1, piece_scale)
 
 
+def _piece_flops(flops: int, piece_scale: int) -> int:
+    """The work :func:`split_points` cuts for pieces ``piece_scale`` times its smallest: a product that is
+    cut at all gets at least two pieces (a function of the sizes only, like the cut itself)."""
+    return max(flops // piece_scale, 2 * MIN_CHUNK_FLOPS) if piece_scale > 1 else flops
+
+
 def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int, piece_scale: int = 1) -> None:
     """Pieces along one batch axis, or along the rows (``axis == nd - 2``) or columns (``nd - 1``)."""
     nd = cv.ndim
-    bounds = split_points(cv.shape[axis], flops // piece_scale)
+    bounds = split_points(cv.shape[axis], _piece_flops(flops, piece_scale))
     if len(bounds) <= 2:
         np.matmul(av, bv, out=cv)
         return
@@ -353,7 +360,7 @@ def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scal
     """Pieces along the reduction of one GEMM with a small output: a partial product per piece, added in
     piece order (so the bits do not depend on which worker ran which piece)."""
     k = av.shape[-1]
-    bounds = split_points(k, flops // piece_scale)
+    bounds = split_points(k, _piece_flops(flops, piece_scale))
     partial = np.empty((len(bounds) - 1, *cv.shape), dtype=cv.dtype)
 
     def work(i: int, _: Any) -> None:

@@ -49,12 +49,15 @@ MIN_PARALLEL_FLOPS = 4_000_000
 MIN_CHUNK_FLOPS = 1_000_000
 #: the most pieces a product is cut into, whatever the machine (enough to balance up to ~8 workers)
 MAX_PIECES = 16
-#: a planned contraction's pieces are at least this many times MIN_CHUNK_FLOPS: a piece's Python side (slicing,
-#: the call, the hand-off) costs ~5 us, 15-20 % of a 1 MFlop GEMM piece; 4 MFlop pieces ran the n = 64 Table II
-#: cases 4-6 % faster (2 workers, 8 pieces instead of 16; from n = 128 on the cut is the same 16 pieces)
-CONTRACT_PIECE_SCALE = 4
-#: the smallest planned contraction that is cut into pieces (at least two of the size above)
-CONTRACT_PARALLEL_FLOPS = max(MIN_PARALLEL_FLOPS, 2 * CONTRACT_PIECE_SCALE * MIN_CHUNK_FLOPS)
+#: a planned contraction's pieces are at least this many times MIN_CHUNK_FLOPS, and a product that is cut at all
+#: gets at least two: a piece's Python side (slicing, the call, the hand-off) costs ~5 us and each piece re-packs
+#: its share of an operand. The n = 64 Table II single GEMMs (33.5 MFlop, float64, 2 workers, medians of 31
+#: interleaved runs): 8 pieces of 4 MFlop 0.77-0.94x einsum's one two-thread OpenBLAS call, 2 pieces of 16 MFlop
+#: 0.90-1.03x (32 MFlop pieces: no better); 10-13 MFlop products 0.64-0.81x -> 0.76-0.84x. From n = 128 on the
+#: cut is the same 16 pieces (MAX_PIECES).
+CONTRACT_PIECE_SCALE = 16
+#: the smallest planned contraction that is cut into pieces (two or more; see above)
+CONTRACT_PARALLEL_FLOPS = max(MIN_PARALLEL_FLOPS, 8 * MIN_CHUNK_FLOPS)
 
 
 @dataclass(frozen=True)
