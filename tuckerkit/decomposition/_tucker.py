@@ -387,14 +387,14 @@ def hooi(
         tensor's shape and ``ranks``. Factors: a list or tuple of one ``(I_n, R_n)`` matrix per mode, or a
         ``(core, factors)`` pair (TensorLy's ``init=``); the core is not needed and not used (the first
         update reads only the factors of the other modes).
-        The default, measured as the time of a whole call (tol 1e-8) to the fit it reaches
-        (``benchmarks/tucker.py``; planted tensors 200^3, 320x240x160 and 60^4 at 1 %, 30 % and 100 %
-        noise, interleaved repeats): every start ends at the same fit (9 digits); HOSVD takes 1.3-2x as long
-        as ST-HOSVD (a Gram of the full tensor per mode); ST-HOSVD with ``sketch=True`` takes 0.57-1.0x as
-        long as plain ST-HOSVD (two cheap passes instead of a Gram of the full tensor; 0.47-0.69x before the
-        full Gram read the tensor once, 2026-11), at most one more iteration at high noise. On tensors with
-        no low-rank structure (Gaussian), where 100 iterations do not converge, plain ST-HOSVD ends with a
-        fit up to 3 % higher. ``"st_hosvd"`` is therefore the
+        The default, measured as the time of a whole call (``tk.hooi(X, r, init=name)``, tol 1e-8;
+        ``benchmarks/tucker.py``; planted tensors 200^3, 320x240x160 and 60^4 at 1 % and 30 % noise,
+        interleaved repeats, 2026-11): every start ends at the same fit (8 digits); HOSVD takes 1.6-2.2x as
+        long as ST-HOSVD (a Gram of the full tensor per mode); ``"st_hosvd_sketch"`` takes 0.56-1.15x as long
+        as plain ST-HOSVD (two cheap passes instead of a Gram of the full tensor, but its start is never
+        converged: at 1 % noise it needs two iterations where ST-HOSVD's start needs one, and on 60^4 it is
+        the slower start). On tensors with no low-rank structure (Gaussian), where 100 iterations do not
+        converge, plain ST-HOSVD ends with a fit up to 3 % higher. ``"st_hosvd"`` is therefore the
         safe default; streamed tensors, where a Gram pass is dearest, start from the sketch.
     tol : float, default 1e-8
         The convergence tolerance (TensorLy's and scikit-learn's ``tol``; pyttb's ``stoptol``): stop when
