@@ -263,7 +263,7 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16, policy: ExecutionPolicy | 
     def work(t: int, _: Any) -> None:
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # numpy's error state is per thread
             for i in range(t * group, min((t + 1) * group, len(pieces))):
-                pairs[i] = _piece_ssq_unchecked(pieces[i])
+                pairs[i] = _piece_ssq(pieces[i])
 
     with blas_pinned():
         parallel_for(work, n_tasks, resolve_policy(policy))
@@ -277,12 +277,8 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16, policy: ExecutionPolicy | 
 
 def _piece_ssq(blk: Any) -> tuple[float, float]:
     """``(scale, ssq)`` of one piece; ``(inf, 1)`` when it holds a NaN or an infinity. An extreme piece's squares
-    may overflow or underflow in the first dot: it is then summed again, scaled by a power of two."""
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # numpy's error state is per thread
-        return _piece_ssq_unchecked(blk)
-
-
-def _piece_ssq_unchecked(blk: Any) -> tuple[float, float]:
+    may overflow or underflow in the first dot (the caller ignores numpy's warnings): it is then summed again,
+    scaled by a power of two."""
     b = blk.astype(np.float64, copy=False).reshape(-1)
     q = float(np.dot(b, b))
     if b.size * _SSQ_LO <= q <= _SSQ_HI:  # then 2^-400 <= max |x| <= 2^400: the safe case below, the
