@@ -127,7 +127,8 @@ def test_cp_init_accepts_factor_lists_weight_pairs_and_peer_models(rng):
 
 @pytest.mark.parametrize(("call", "exc", "match"), [
     (lambda X, U: tk.hooi(X, [5, 5, 5], init=U[0]), TypeError,
-     r"^init is an array of shape \(20, 5\) and dtype float64; expected 'st_hosvd', 'hosvd', 'random', a "
+     r"^init is an array of shape \(20, 5\) and dtype float64; expected 'st_hosvd', 'st_hosvd_sketch', 'hosvd', "
+     r"'random', a "
      r"TuckerTensor or a list of 3 factor matrices \(the factor matrices as a list, one per mode\)$"),
     (lambda X, U: tk.cp_als(X, 5, init=U[0]), TypeError,
      r"^init is an array of shape \(20, 5\) and dtype float64; expected 'auto', 'svd', 'random', a CPTensor or a list"),
@@ -144,7 +145,8 @@ def test_cp_init_accepts_factor_lists_weight_pairs_and_peer_models(rng):
     (lambda X, U: tk.hooi(X, [5, 5, 5], init=[U[0], U[1], np.full((20, 5), np.nan)]), ValueError,
      r"^init factor 2 contains NaN or infinite values; expected finite numbers$"),
     (lambda X, U: tk.hooi(X, [5, 5, 5], init={"factors": U}), TypeError,
-     r"^init is a dict; expected 'st_hosvd', 'hosvd', 'random', a TuckerTensor or a list of 3 factor matrices"),
+     r"^init is a dict; expected 'st_hosvd', 'st_hosvd_sketch', 'hosvd', 'random', a TuckerTensor or a list of 3 "
+     r"factor matrices"),
     (lambda X, U: tk.cp_als(X, 5, init="nvecs"), ValueError,
      r"^init='nvecs' is not valid; expected one of 'auto', 'svd', 'random', a CPTensor \(tuckerkit's or TensorLy's\)"),
 ])
