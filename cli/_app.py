@@ -493,7 +493,8 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         typer.echo(
             f"{summary['method']} of {'x'.join(map(str, X.shape))} {X.dtype}: "
             f"{'rank' if method in ('cp', 'cp-apr') else 'ranks'} {summary['ranks']}, "
-            f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} iterations, "
+            f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} "
+            f"iteration{'' if res.n_iter == 1 else 's'}, "
             f"{_human_seconds(seconds)}, compression {summary['compression_ratio']:.1f}x against {against} -> "
             f"{path} ({_human_bytes(path.stat().st_size)})"
         )

@@ -54,6 +54,9 @@ def test_decompose_hooi_writes_result_and_summary(tensor_file):
     meta = load_metadata(out)
     assert meta["method"] == "hooi" and meta["input_shape"] == [12, 14, 10]
     assert len(meta["input_sha256"]) == 64 and meta["tuckerkit_version"] == tk.__version__
+    # an exact low-rank tensor: the ST-HOSVD start is already converged, so one iteration (singular in the line)
+    assert meta["n_iter"] == T.n_iter == 1
+    assert ", 1 iteration, " in res.stdout
 
 
 def test_decompose_json_tol_and_cp(tensor_file, tmp_path):
