@@ -422,3 +422,25 @@ def test_hooi_sketched_start_by_name(rng):
         a = tk.hooi(Xs, ranks, init="st_hosvd_sketch", max_iter=3, tol=0)
         b = tk.hooi(Xs, ranks, init="hosvd", max_iter=3, tol=0)
     np.testing.assert_array_equal(a.core, b.core)
+
+
+def test_st_hosvd_auto_order_is_the_cheapest_and_cubes_keep_their_order(rng):
+    """``order="auto"`` with ranks: the order with the fewest multiply-adds (the first step's Gram dominates, so
+    the shortest mode goes first), the same factors as that order given explicitly; equal modes keep their
+    index order (a cube's result is bitwise the one of order [0, 1, 2]); the error bound of each order holds."""
+    X = planted_tucker(rng, (40, 30, 20), (4, 4, 4), np.float64, noise=0.05)
+    auto = tk.st_hosvd(X, (4, 4, 4))
+    given = tk.st_hosvd(X, (4, 4, 4), order=[2, 1, 0])
+    np.testing.assert_array_equal(auto.core, given.core)
+    largest_first = tk.st_hosvd(X, (4, 4, 4), order=[0, 1, 2])  # the largest reduction first (the old rule)
+    assert not np.array_equal(auto.core, largest_first.core)
+    for T in (auto, largest_first):
+        # ST-HOSVD's bound, sqrt(N) times the best rank-(4, 4, 4) error (at most the planted noise, 0.05)
+        assert T.relative_error(X) <= np.sqrt(3) * 0.05
+    cube = planted_tucker(rng, (15, 15, 15), (3, 3, 3), np.float64)
+    np.testing.assert_array_equal(tk.st_hosvd(cube, 3).core, tk.st_hosvd(cube, 3, order=[0, 1, 2]).core)
+    # the multiply-adds behind the choice: 20 first is cheaper than 40 first (min(I_n, rest) |X| per Gram)
+    from tuckerkit.decomposition._tucker import _cheapest_order
+
+    assert _cheapest_order((40, 30, 20), (4, 4, 4)) == [2, 1, 0]
+    assert _cheapest_order((40, 30, 20), (4, 4, 4), first=0)[0] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import warnings
@@ -182,9 +183,11 @@ def st_hosvd(
         ``||X - X_hat|| <= max_error * ||X||``. (pyttb calls it ``tol`` in ``hosvd``; here ``tol`` is only
         ever the convergence tolerance of the iterative methods, as in TensorLy and scikit-learn.)
     order : "auto" or sequence of int
-        Mode processing order. "auto": with ranks, the largest reduction ``I_n / R_n`` first (the tensor
-        shrinks fastest); with ``max_error``, the largest mode first. Out of core, the shortest mode other than
-        mode 0 goes first (it is the cheapest streamed Gram).
+        Mode processing order. "auto": with ranks, the order with the fewest multiply-adds (each step's Gram
+        of the smaller side of the unfolding and its projection, on the tensor the earlier steps left); the
+        first step dominates, so the shortest mode tends to go first (320x240x160, ranks 10: 56 ms instead of
+        82 for the largest reduction first); equal modes keep their order. With ``max_error``, the largest mode
+        first. Out of core, the shortest mode other than mode 0 goes first (it is the cheapest streamed Gram).
     memory_limit : int or str, optional
         Bytes (or ``"4GB"``) the computation may hold. A tensor larger than that (typically a memory-mapped
         ``.npy``) is read in slabs along mode 0 (:class:`~tuckerkit.engine.SlabTensor`): the first mode's
@@ -246,7 +249,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         if order != "auto":
             raise ValueError(f"order={order!r} is not valid; expected 'auto' or a permutation of the modes")
         if rk is not None:
-            seq = sorted(range(N), key=lambda n: rk[n] / X.shape[n])
+            seq = _cheapest_order(X.shape, rk, sketch)
         else:
             seq = sorted(range(N), key=lambda n: -X.shape[n])
     else:
@@ -255,7 +258,10 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         # the first step streams over the tensor: its Gram costs I_n x size, so take the shortest mode but 0
         # (the slab mode, whose Gram would need every pair of slabs); the last one among equals
         first = min(range(N - 1, 0, -1), key=lambda m: X.shape[m])
-        seq = [first, *(m for m in seq if m != first)]
+        if isinstance(order, str) and rk is not None:  # the rest in the cheapest order after that one
+            seq = _cheapest_order(X.shape, rk, sketch, first)
+        else:
+            seq = [first, *(m for m in seq if m != first)]
     if sketch and rk is None:
         raise ValueError(f"sketch=True needs ranks; with {name} the rank choice needs every eigenvalue")
     rng = check_random_state(0 if random_state is None else random_state)
@@ -303,6 +309,43 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
     fit = 1.0 - math.sqrt(min(max(discarded, 0.0), 1.0)) if normX > 0 else 1.0
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
     return TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,), passes_per_iteration=1)
+
+
+def _step_cost(size: int, I_n: int, r: int, first_sketched: bool) -> int:
+    """Multiply-adds of one ST-HOSVD step on a tensor of ``size`` entries: the factor (the Gram of the smaller
+    side of the unfolding, ``min(I_n, size / I_n) * size``; a sketched first step: its three passes of about
+    ``r + 10`` columns instead) and the projection (``r * size``)."""
+    factor = 2 * (r + 10) * size if first_sketched else min(I_n, size // max(I_n, 1)) * size
+    return factor + r * size
+
+
+def _cheapest_order(shape: Sequence[int], ranks: Sequence[int], sketch: bool = False,
+                    first: int | None = None) -> list[int]:
+    """The mode order of ST-HOSVD with the fewest modeled multiply-adds (:func:`_step_cost` summed over the
+    steps, each on the tensor the earlier steps left); the first such order in lexicographic order, so equal
+    modes keep their index order. Every order up to 8 modes; greedy (the cheapest next step) beyond.
+
+    The first step works on the whole tensor and dominates: its Gram costs ``I_n |X|``, so the shortest mode
+    tends to go first, not the one that shrinks the tensor most (320x240x160, ranks 10: 160 first is 1.8x
+    fewer multiply-adds than 320 first, and measured 56 against 82 ms). ``first``: the mode that must go first
+    (a streamed tensor's)."""
+    N = len(shape)
+
+    def cost(seq: Sequence[int]) -> int:
+        size, total = math.prod(shape), 0
+        for i, n in enumerate(seq):
+            total += _step_cost(size, shape[n], ranks[n], sketch and i == 0)
+            size = size // shape[n] * ranks[n]
+        return total
+
+    if N <= 8:
+        perms = (p for p in itertools.permutations(range(N)) if first is None or p[0] == first)
+        return list(min(perms, key=lambda p: cost(list(p))))
+    seq: list[int] = [] if first is None else [first]
+    while len(seq) < N:
+        rest = [n for n in range(N) if n not in seq]
+        seq.append(min(rest, key=lambda n: cost([*seq, n])))
+    return seq
 
 
 def _check_order(order: Any, N: int) -> list[int]:
