@@ -312,17 +312,19 @@ def test_inner_kernel_row_tail_has_the_bits_of_a_full_strip(C, dtype, rng):
         _check(wide[:, :, :C], U, 1, buf[:, :, :C])
 
 
-def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, dtype, rng):
+@pytest.mark.parametrize("R", [10, 23])
+def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, R, dtype, rng):
     """The tile width, the chunks of i (the partial sums carried through the output), the workers and a
-    second call give the same bits: every element is one in-order chain of fused multiply-adds."""
+    second call give the same bits: every element is one in-order chain of fused multiply-adds (R = 10: the
+    blocks read X directly; R = 23: each chunk packed first)."""
     X = rng.standard_normal((5, 301, 333)).astype(dtype)
-    U = rng.standard_normal((301, 23)).astype(dtype)
-    ref = np.empty((5, 23, 333), dtype)
+    U = rng.standard_normal((301, R)).astype(dtype)
+    ref = np.empty((5, R, 333), dtype)
     sg.ttm_inner(X, U, ref)
     _check(X, U, 1, ref)
     for l1, pack in ((10**9, 256 * 1024), (4096, 256 * 1024), (20 * 1024, 16 * 1024), (2048, 4096)):
         monkeypatch.setattr(sg, "_L1_BYTES", l1)
-        monkeypatch.setattr(sg, "_PACK_BYTES", pack)
+        monkeypatch.setattr(sg, "_CHUNK_BYTES", pack)
         for workers in (1, 2, 3):
             Y = np.empty_like(ref)
             sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
@@ -374,15 +376,17 @@ def test_inner_kernel_never_chosen_without_avx2_fma(monkeypatch, forced, rng):
     contract_mod._cached_plan.cache_clear()
 
 
+@pytest.mark.parametrize("R", [10, 23])
 @pytest.mark.parametrize("C", [333, 2100])
-def test_inner_kernel_prefetch_changes_no_bit(monkeypatch, C, dtype, rng):
-    """The prefetch of the next chunk (strip-wise for short rows, row runs for long ones, C * itemsize of
-    8 KiB and more) is a hint: the same bits without it, with 1 and 2 workers, several chunks and tiles."""
+def test_inner_kernel_prefetch_changes_no_bit(monkeypatch, C, R, dtype, rng):
+    """The prefetch of the next chunk (one run of lines where a chunk's rows lie back to back, else one run per
+    row) is a hint: the same bits without it, with 1 and 2 workers, several chunks and tiles, on the direct
+    (R = 10) and the packed (R = 23) kernel."""
     X = rng.standard_normal((3, 150, C)).astype(dtype)
-    U = rng.standard_normal((150, 10)).astype(dtype)
+    U = rng.standard_normal((150, R)).astype(dtype)
     monkeypatch.setattr(sg, "_L1_BYTES", 4096)  # several chunks of i per tile
     monkeypatch.setattr(sg, "_PREFETCH_NEXT", False)
-    ref = np.empty((3, 10, C), dtype)
+    ref = np.empty((3, R, C), dtype)
     sg.ttm_inner(X, U, ref)
     _check(X, U, 1, ref)
     monkeypatch.setattr(sg, "_PREFETCH_NEXT", True)

@@ -9,13 +9,16 @@ kernels here read ``X`` once, in memory order:
   ``C`` unit-strided (the first or a middle mode of a C-ordered tensor, the last or a middle one of an
   F-ordered one, and views of either); ``Y[a, r, c] = sum_i U[i, r] X[a, i, c]``. Built as GEMM builds its
   inner loops (seed 002's regime: the contraction's own loops, no transposes): tiles of (a, up to ``ct``
-  columns) split over the policy's workers; each tile is packed, a chunk of ``kc`` rows of ``i`` at a time,
-  into strips of 64 bytes (each row of X read once, in one unit-stride run, a few rows ahead prefetched),
-  and a register-blocked microkernel (:mod:`tuckerkit.engine._simd`: up to six rows of ``U`` against a
-  strip, 12 vector accumulators held in registers over the whole chunk, one fused multiply-add per term)
-  runs every row block of ``U`` over each strip from L1. While a chunk computes, the microkernel prefetches the
-  next chunk into L2, one line per row of ``i`` (its DRAM reads overlap the arithmetic instead of following
-  it). The columns at the end of a row (fewer than a strip) run one vector at a time from ``X`` directly, the
+  columns) split over the policy's workers, each taken a chunk of ``kc`` rows of ``i`` at a time, in strips
+  of 64 bytes (one cache line of each row); a register-blocked microkernel (:mod:`tuckerkit.engine._simd`: up
+  to six rows of ``U`` against a strip, 12 vector accumulators held in registers over the whole chunk, one
+  fused multiply-add per term) runs every row block of ``U`` over each strip straight from X (the strip's
+  lines stay in L1 for the blocks after the first). While a chunk computes, the microkernel prefetches the
+  next chunk into L2 in runs of consecutive lines (one run when the chunk's rows lie back to back, else one
+  per row), so its DRAM reads overlap the arithmetic instead of following it. For ``R`` above
+  ``_DIRECT_MAX_RANK`` (many row blocks walking each strip: a chunk's rows a page apart each would cost a
+  TLB miss per line) each chunk is first packed into strips, each row of X read once in one unit-stride run.
+  The columns at the end of a row (fewer than a strip) run one vector at a time from ``X`` directly, the
   last vector overlapping the columns before it through a private buffer.
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
@@ -80,8 +83,9 @@ from tuckerkit.engine._simd import (
     simd_supported,
 )
 
-#: bytes of X one tile of :func:`ttm_inner` packs (half of a 512 KiB L2: the packed strips stay in L2)
-_PACK_BYTES = 256 * 1024
+#: bytes of X in one chunk of a tile of :func:`ttm_inner` (half of a 512 KiB L2: the chunk being computed and
+#: the next one, being prefetched, both stay in L2)
+_CHUNK_BYTES = 256 * 1024
 #: the widest tile, in columns (rows shorter than ``LONG_ROW_BYTES``)
 _MAX_TILE = 1024
 #: the widest tile of a long row, in bytes, and the most rows of i per chunk there and elsewhere
@@ -91,15 +95,24 @@ _MAX_KC_LONG = 32
 _MAX_KC = 64
 #: the largest R that takes those capped chunks
 _SHORT_CHUNK_RANK = 16
-#: bytes of one chunk's rows of U and one packed strip (L1 is 32 KiB)
+#: bytes of one chunk's rows of U and one strip of X (L1 is 32 KiB)
 _L1_BYTES = 20 * 1024
+#: the largest R whose row blocks read X directly; beyond, each chunk is packed first (see _inner_kernel).
+#: Measured against packing every chunk (one core, 200 x 200 x 200 float64, R = 10): 40 against 28 GFlop/s
+#: on four slabs in cache, 32 against 27 streamed from memory; two workers on the shared 2-core machine,
+#: interleaved medians: 0.81-0.97x the time at R = 10 (float32 and float64, first and middle modes of 200^3
+#: and 320x240x160; the gain shrinks when the machine's memory is slow). At R = 32 the direct reads of long
+#: rows took 1.2-1.9x the packed kernel's time (the blocks walk kc rows a page apart), hence the packing there
+_DIRECT_MAX_RANK = 16
 #: rows ahead the packing loop prefetches
-_PREFETCH_ROWS = 8
+_PACK_AHEAD = 8
 #: prefetch the next chunk's rows into L2 while the current chunk computes (its DRAM reads overlap the
-#: fused multiply-adds instead of following them): a strip's rows per microkernel call where the rows are
-#: short (middle modes), a run of one row's lines where they are long (rows ``LONG_ROW_BYTES`` apart and
-#: more: fewer pages at a time). Measured on 200^3, one and two workers, against no such prefetch: middle
-#: mode 0.82-0.85x the time (R = 10, float64), long rows 0.81-0.89x (row runs; strip-wise 0.86-1.0x)
+#: fused multiply-adds instead of following them), in runs of consecutive lines spread over the microkernel
+#: calls: the whole chunk in one run where its rows lie back to back (a middle mode whose tile is the whole
+#: row), else one run per row (long rows: fewer pages at a time). Measured with the packed kernel on 200^3,
+#: one and two workers, against no such prefetch: middle mode 0.82-0.85x the time (R = 10, float64), long
+#: rows 0.81-0.89x (row runs; strip-wise 0.86-1.0x); the direct kernel without it ran at a third to half the
+#: speed from memory (one core)
 _PREFETCH_NEXT = True
 #: tiles ahead (four rows of X each) :func:`ttm_outer`'s dot-product kernel prefetches into L2 (0: none)
 _OUTER_PREFETCH = 1
@@ -146,20 +159,21 @@ def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, fastmath={"contract"}, nogil=True)
-def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, pnx, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
-    # 2 * vl), taken kc rows of i at a time (as GEMM blocks its k: one row block's rows of U, kc x 6, and
-    # one packed strip, kc x 2 vl, stay in L1). Each chunk of the tile is first packed strip by strip into pk,
-    # reading each row of X once in one unit-stride run with the rows pfd ahead prefetched (reading a strip
-    # down all I rows would touch I DRAM pages a line at a time and thrash L1 on 4 KiB strides); then each
-    # row block of U runs over every packed strip (from L2), carrying its sums in y from chunk to chunk. Every
-    # output element is one in-order sum over i, one fused multiply-add per term; the columns left at the
-    # end of a row (fewer than 2 * vl) run from X directly, one vector or one element wide
+    # 2 * vl), taken kc rows of i at a time (as GEMM blocks its k). For each strip of 2 * vl columns (one cache
+    # line of each row of the chunk) every row block of U runs over it straight from X (the strip's kc lines
+    # stay in L1 for the blocks after the first, the chunk's rows of U too), carrying its sums in y from chunk
+    # to chunk. While a chunk computes, the next one (of this tile, else the next tile's first) is prefetched
+    # into L2 in runs of consecutive lines spread over the microkernel calls: one run when the chunk's rows
+    # are one block of memory (the whole row in the tile, rows back to back), else one run per row. Every
+    # output element is one in-order sum over i, one fused multiply-add per term; the columns left at the end
+    # of a row (fewer than 2 * vl) run one vector or one element wide
     nct = (C + ct - 1) // ct
     nblk = blocks.shape[0]
     w = 2 * vl
-    pk = np.empty(kc * ct, x.dtype)
     tl = np.empty(MAX_RB * vl, x.dtype)
+    pk = np.empty(kc * ct if packed else 1, x.dtype)
     for t in range(t_lo, t_hi):
         a = t // nct
         c0 = (t - a * nct) * ct
@@ -170,73 +184,86 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, p
         if ns > 0:
             for i0 in range(0, I, kc):
                 n = min(kc, I - i0)
-                for ii in range(n):
-                    i = i0 + ii
-                    if pfd > 0:
-                        for s in range(ns):
-                            prefetch(x, xa + (i + pfd) * sxi + c0 + s * w)
-                    pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
-                # the next chunk (of this tile, else the next tile's first) is prefetched into L2 while this
-                # one computes, a strip's rows at a time spread over the microkernel's iterations (one line
-                # per row of i), so that its DRAM reads overlap this chunk's fused multiply-adds
+                # the next chunk: rows [qi0, qi0 + qn) of the tile at (qa, qc0, qc1), as nrun runs of rlen lines
+                # rstride elements apart
                 qa = xa
                 qc0 = c0
+                qc1 = c1
                 qi0 = i0 + kc
-                qns = ns
+                nrun = 0
                 if qi0 >= I:
                     qi0 = 0
                     if t + 1 < t_hi:
                         qa1 = (t + 1) // nct
                         qc0 = (t + 1 - qa1 * nct) * ct
+                        qc1 = min(C, qc0 + ct)
                         qa = qa1 * sxa
-                        qns = (min(C, qc0 + ct) - qc0) // w
-                    else:
-                        qns = 0
+                        nrun = 1
+                else:
+                    nrun = 1
                 qn = min(kc, I - qi0)
-                qtot = qn * qns if pnx else 0
+                q0 = qa + qi0 * sxi + qc0
+                rlen = (qc1 - qc0 + w - 1) // w + 1  # one more: a row need not start on a line
+                rstride = sxi
+                if pnx == 0:
+                    nrun = 0
+                elif qc0 == 0 and qc1 == C and sxi == C:  # whole rows back to back: one block of memory
+                    rlen = (qn * C + w - 1) // w + 1
+                else:
+                    nrun = qn if nrun else 0
+                qtot = nrun * rlen
                 per = (qtot + nblk * ns - 1) // (nblk * ns)
                 q = 0
-                # q in mixed radix, kept without a division per microkernel call (a 64-bit divide: ~10-40
-                # cycles a call): long rows q = qr * qns + qs (a run of one row's lines), else q = qs * qn + qr
-                qr = 0
+                qr = 0  # q = qr * rlen + qs, kept without a division per microkernel call
                 qs = 0
-                for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
-                    r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                if not packed:
                     for s in range(ns):
-                        pfo = xa + i0 * sxi + c0  # nothing left to fetch: the line this chunk starts at
-                        pfn = 1
-                        pfs = sxi
-                        if q < qtot:
-                            pfo = qa + (qi0 + qr) * sxi + qc0 + qs * w
-                            if pnx == 2:  # long rows: a run of one row's lines
-                                pfn = min(per, qns - qs, n)
-                                pfs = w
+                        xo = xa + i0 * sxi + c0 + s * w
+                        yo = ya + c0 + s * w
+                        for k in range(nblk):
+                            r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                            pfo = xo  # nothing left to fetch: the line this strip starts at
+                            pfn = 0
+                            if q < qtot:
+                                pfo = q0 + qr * rstride + qs * w
+                                pfn = min(per, rlen - qs, n)
+                                q += pfn
                                 qs += pfn
-                                if qs == qns:
+                                if qs == rlen:
                                     qs = 0
                                     qr += 1
-                            else:
-                                pfn = min(per, qn - qr, n)
-                                qr += pfn
-                                if qr == qn:
-                                    qr = 0
-                                    qs += 1
-                            q += pfn
-                        _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
-                               i0, x, pfo, pfs, pfn)
+                            _block(2, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo, w, pfn)
+                else:
+                    # many row blocks (R > _DIRECT_MAX_RANK): the chunk packed first, strip by strip, reading
+                    # each row of X once in one unit-stride run (the blocks then walk the packed strips, not
+                    # kc rows of X a page apart each), a few rows ahead prefetched
+                    for ii in range(n):
+                        i = i0 + ii
+                        for s in range(ns):
+                            prefetch(x, xa + (i + _PACK_AHEAD) * sxi + c0 + s * w)
+                        pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
+                    for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
+                        r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                        for s in range(ns):
+                            pfo = xa + i0 * sxi + c0
+                            pfn = 0
+                            if q < qtot:
+                                pfo = q0 + qr * rstride + qs * w
+                                pfn = min(per, rlen - qs, n)
+                                q += pfn
+                                qs += pfn
+                                if qs == rlen:
+                                    qs = 0
+                                    qr += 1
+                            _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
+                                   i0, x, pfo, w, pfn)
                 while q < qtot:
-                    prefetch_l2(x, qa + (qi0 + qr) * sxi + qc0 + qs * w)
-                    if pnx == 2:
-                        qs += 1
-                        if qs == qns:
-                            qs = 0
-                            qr += 1
-                    else:
-                        qr += 1
-                        if qr == qn:
-                            qr = 0
-                            qs += 1
+                    prefetch_l2(x, q0 + qr * rstride + qs * w)
                     q += 1
+                    qs += 1
+                    if qs == rlen:
+                        qs = 0
+                        qr += 1
         c = c0 + ns * w
         if c + vl <= c1:
             for k in range(nblk):
@@ -269,9 +296,9 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pfd, p
 
 def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one
-    packed strip (``kc * (6 + strip)`` elements) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
+    strip of X (``kc * (6 + strip)`` elements) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
     (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per
-    tile, a multiple of the strip width (64 bytes), the packed chunk at most ``_PACK_BYTES`` (in L2), at most
+    tile, a multiple of the strip width (64 bytes), the chunk at most ``_CHUNK_BYTES`` (in L2), at most
     ``_MAX_TILE`` (``_LONG_TILE_BYTES`` of a long row) and no more than ``C`` rounded up to whole strips.
 
     Long rows (strided gathers of ``kc`` rows, one run of ``ct`` columns each) take short chunks of wide
@@ -290,7 +317,7 @@ def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: 
     nch = -(-I // kc)
     kc = -(-I // nch)
     widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
-    ct = min(widest, _PACK_BYTES // (kc * itemsize), -(-C // w) * w)
+    ct = min(widest, _CHUNK_BYTES // (kc * itemsize), -(-C // w) * w)
     return max(w, ct // w * w), kc
 
 
@@ -536,8 +563,7 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     vl = 32 // it
     ct, kc = _tiling(I, U.shape[1], it, C)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-            Y3.strides[1] // it, vl, ct, kc, _PREFETCH_ROWS,
-            0 if not _PREFETCH_NEXT else 2 if C * it >= LONG_ROW_BYTES else 1)
+            Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, U.shape[1] > _DIRECT_MAX_RANK)
     _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
                2 * X3.size * U.shape[1], policy)
 
