@@ -396,6 +396,32 @@ def test_inner_kernel_prefetch_changes_no_bit(monkeypatch, C, R, dtype, rng):
         assert Y.tobytes() == ref.tobytes(), workers
 
 
+def test_l1_crowding_rule():
+    """Rows a multiple of 4 KiB apart share one L1 set; half of that, two sets; odd line strides spread."""
+    assert sg._l1_crowded(307200, 32) is True  # 320x240x160 float64, first mode: 75 pages a row
+    assert sg._l1_crowded(153600, 32) is False  # float32: rows alternate between two sets, 16 lines each
+    assert sg._l1_crowded(153600, 33) is True
+    assert sg._l1_crowded(320000, 32) is False  # 200^3 float64: 5000 lines a row, odd, every set
+    assert sg._l1_crowded(4096, 16) is False and sg._l1_crowded(4096, 17) is True
+    assert sg._l1_crowded(4100, 64) is False  # rows not line-aligned straddle sets
+
+
+def test_crowded_long_rows_pack_and_keep_the_bits(monkeypatch, dtype, rng):
+    """Long rows a multiple of 4 KiB apart take the packed kernel at R = 10: the same bits as the direct
+    one (every element the same in-order chain of fused multiply-adds) and as einsum to rounding."""
+    C = 8192 // np.dtype(dtype).itemsize
+    X = rng.standard_normal((2, 40, C)).astype(dtype)
+    U = rng.standard_normal((40, 10)).astype(dtype)
+    assert sg._l1_crowded(X.strides[1], sg._tiling(40, 10, X.itemsize, C)[1]) is True
+    packed = np.empty((2, 10, C), dtype)
+    sg.ttm_inner(X, U, packed, ExecutionPolicy(2))
+    _check(X, U, 1, packed)
+    monkeypatch.setattr(sg, "_l1_crowded", lambda row_bytes, kc: False)
+    direct = np.empty_like(packed)
+    sg.ttm_inner(X, U, direct, ExecutionPolicy(2))
+    assert direct.tobytes() == packed.tobytes()
+
+
 def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng):
     """The last-mode kernel's prefetch of the next tile's rows is a hint: the same bits without it."""
     X = rng.standard_normal((203, 157)).astype(dtype)

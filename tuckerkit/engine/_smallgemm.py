@@ -17,7 +17,8 @@ kernels here read ``X`` once, in memory order:
   next chunk into L2 in runs of consecutive lines (one run when the chunk's rows lie back to back, else one
   per row), so its DRAM reads overlap the arithmetic instead of following it. For ``R`` above
   ``_DIRECT_MAX_RANK`` (many row blocks walking each strip: a chunk's rows a page apart each would cost a
-  TLB miss per line) each chunk is first packed into strips, each row of X read once in one unit-stride run.
+  TLB miss per line), and for long rows whose stride crowds one L1 set (:func:`_l1_crowded`), each chunk is
+  first packed into strips, each row of X read once in one unit-stride run.
   The columns at the end of a row (fewer than a strip) run one vector at a time from ``X`` directly, the
   last vector overlapping the columns before it through a private buffer.
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
@@ -42,6 +43,7 @@ CP-ALS iterations on 2 cores).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from numba import njit
@@ -104,6 +106,10 @@ _L1_BYTES = 20 * 1024
 #: and 320x240x160; the gain shrinks when the machine's memory is slow). At R = 32 the direct reads of long
 #: rows took 1.2-1.9x the packed kernel's time (the blocks walk kc rows a page apart), hence the packing there
 _DIRECT_MAX_RANK = 16
+#: sets of L1 (32 KiB, 8 ways of 64-byte lines) and the most lines of one strip per set the direct kernel
+#: takes (:func:`_l1_crowded`); beyond, the chunk is packed
+_L1_SETS = 64
+_L1_LINES_PER_SET = 16
 #: rows ahead the packing loop prefetches
 _PACK_AHEAD = 8
 #: prefetch the next chunk's rows into L2 while the current chunk computes (its DRAM reads overlap the
@@ -292,6 +298,24 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                     for i in range(1, I):
                         acc = acc + up[uo + i * rb + r] * x[xa + i * sxi + j]
                     y[ya + (r0 + r) * syr + j] = acc
+
+
+def _l1_crowded(row_bytes: int, kc: int) -> bool:
+    """Whether ``kc`` rows of X ``row_bytes`` apart crowd more than ``_L1_LINES_PER_SET`` of one strip's
+    lines into one set of L1 (64 sets of 64-byte lines: rows whose stride is a multiple of 4 KiB all land in
+    one set). The direct kernel rereads each strip's lines for every row block; crowded, they miss L1.
+
+    Taken for long rows only (each row of a chunk its own run of memory). Measured at R = 10, two workers,
+    interleaved medians of 15, direct over packed time: long rows a multiple of 4 KiB apart (first mode of
+    320x240x160 and 64^4 float64, 64^4 float32) 0.98-1.14, median 1.08; half of them (320x240x160 float32)
+    0.79; 200^3 float64 (not aligned) 0.91. Middle modes (the chunk one run of memory, prefetched into L2 as
+    one) gain from reading directly even when crowded: 0.75-0.84 on (200, 256, 256), (100, 512, 128) and
+    (40, 512, 512)."""
+    if row_bytes % 64:
+        return False
+    q = (row_bytes // 64) % _L1_SETS
+    sets = _L1_SETS // math.gcd(q, _L1_SETS) if q else 1
+    return -(-kc // min(kc, sets)) > _L1_LINES_PER_SET
 
 
 def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
@@ -563,7 +587,8 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     vl = 32 // it
     ct, kc = _tiling(I, U.shape[1], it, C)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-            Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, U.shape[1] > _DIRECT_MAX_RANK)
+            Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0,
+            U.shape[1] > _DIRECT_MAX_RANK or (C * it >= LONG_ROW_BYTES and _l1_crowded(X3.strides[1], kc)))
     _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
                2 * X3.size * U.shape[1], policy)
 
