@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,18 +41,21 @@ from tuckerkit.engine._policy import blas_pinned, default_policy
 from tuckerkit.engine._subspace import leading_left_singular
 
 
-def read_bound(X: np.ndarray, repeat: int) -> dict[str, float]:
-    """Seconds of one streaming read of X: one thread, and split over one thread per core."""
+def read_fns(X: np.ndarray, pool: ThreadPoolExecutor, k: int) -> dict[str, Callable[[], object]]:
+    """One streaming read of X: on one thread (``read_1``), and split in ``k`` over the pool (``read_all``);
+    to be timed interleaved with the calls they bound (the machine's memory speed drifts between runs)."""
     flat = X.reshape(-1)
-    k = max(os.cpu_count() or 1, 1)
     cuts = np.linspace(0, flat.size, k + 1).astype(int)
     parts = [flat[a:b] for a, b in itertools.pairwise(cuts)]
+    return {"read_1": lambda: np.add.reduce(flat), "read_all": lambda: list(pool.map(np.add.reduce, parts))}
+
+
+def read_bound(X: np.ndarray, repeat: int) -> dict[str, float]:
+    """Seconds of one streaming read of X: one thread, and split over one thread per core."""
+    k = max(os.cpu_count() or 1, 1)
     pool = ThreadPoolExecutor(k)
     try:
-        t = interleaved({
-            "read_1": lambda: np.add.reduce(flat),
-            "read_all": lambda: list(pool.map(np.add.reduce, parts)),
-        }, repeat)
+        t = interleaved(read_fns(X, pool, k), repeat)
     finally:
         pool.shutdown()
     t["read"] = min(t["read_1"], t["read_all"])
