@@ -50,6 +50,28 @@ def read_fns(X: np.ndarray, pool: ThreadPoolExecutor, k: int) -> dict[str, Calla
     return {"read_1": lambda: np.add.reduce(flat), "read_all": lambda: list(pool.map(np.add.reduce, parts))}
 
 
+class InterleavedRead:
+    """Samples of one streaming read of X (:func:`read_fns`) taken between the timed calls of a benchmark, so
+    that the roofline's read and the calls it bounds see the same state of the machine."""
+
+    def __init__(self, X: np.ndarray) -> None:
+        self.k = max(os.cpu_count() or 1, 1)
+        self.pool = ThreadPoolExecutor(self.k)
+        self.fns = read_fns(X, self.pool, self.k)
+        self.samples: dict[str, list[float]] = {name: [] for name in self.fns}
+
+    def sample(self) -> None:
+        for name, fn in self.fns.items():
+            t0 = time.perf_counter()
+            fn()
+            self.samples[name].append(time.perf_counter() - t0)
+
+    def read(self) -> float:
+        """The faster of the two reads' medians; the pool is shut down."""
+        self.pool.shutdown()
+        return min(statistics.median(v) for v in self.samples.values())
+
+
 def read_bound(X: np.ndarray, repeat: int) -> dict[str, float]:
     """Seconds of one streaming read of X: one thread, and split over one thread per core."""
     k = max(os.cpu_count() or 1, 1)
