@@ -159,7 +159,8 @@ def main(argv=None) -> None:
         "",
         f"* At least {summary['min_speedup_vs_tensorly']:.1f}x faster per iteration than TensorLy, "
         f"{summary['min_speedup_vs_pyttb']:.1f}x than pyttb; largest fit difference {summary['max_fit_gap']:.1e}.",
-        f"* Iteration against its roofline R (2 reads of X, sampled between the timed runs, + the factor work alone): at worst "
+        f"* Iteration against its roofline R (2 reads of X, sampled between the timed runs, + the factor work "
+        f"alone): at worst "
         f"{summary['worst_ratio_roofline']:.2f}x (floor: 1.25x). With each pass bounded by max(read, its "
         f"2 |X| rank flops / GEMM peak) instead (R flops): at worst {summary['worst_ratio_roofline_flops']:.2f}x.",
         "",

@@ -264,7 +264,8 @@ def markdown(rows, st_rows, s) -> str:
         f"difference {s['max_fit_gap']:.1e}.",
         f"* ST-HOSVD: at least {s['st_hosvd_min_speedup_vs_pyttb']:.1f}x faster than `pyttb.hosvd`.",
         f"* Peak extra memory of HOOI beyond the input: at most {s['hooi_max_peak_extra_over_input']:.3f}x the input.",
-        f"* HOOI iteration against its roofline R (2 reads of X, sampled between the timed runs, + the factor work alone): at worst "
+        f"* HOOI iteration against its roofline R (2 reads of X, sampled between the timed runs, + the factor "
+        f"work alone): at worst "
         f"{s['hooi_worst_ratio_roofline']:.2f}x (floor: 1.25x).",
         "",
         "| shape | dtype | iters | tuckerkit ms/iter | R ms | / R | TensorLy | TensorLy (randomized) | pyttb "
