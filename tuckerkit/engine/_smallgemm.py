@@ -164,6 +164,22 @@ def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
             half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n, idle):  # pragma: no cover
+    """The next piece of the next chunk's prefetch runs for one microkernel call: (first element, lines,
+    and the advanced counters q, qr, qs); ``(idle, 0, ...)`` once all ``qtot`` lines are issued."""
+    if q >= qtot:
+        return idle, 0, q, qr, qs
+    pfo = q0 + qr * rstride + qs * w
+    pfn = min(per, rlen - qs, n)
+    q += pfn
+    qs += pfn
+    if qs == rlen:
+        qs = 0
+        qr += 1
+    return pfo, pfn, q, qr, qs
+
+
 @njit(cache=True, fastmath={"contract"}, nogil=True)
 def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
@@ -228,19 +244,12 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                         yo = ya + c0 + s * w
                         for k in range(nblk):
                             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                            pfo = xo  # nothing left to fetch: the line this strip starts at
-                            pfn = 0
-                            if q < qtot:
-                                pfo = q0 + qr * rstride + qs * w
-                                pfn = min(per, rlen - qs, n)
-                                q += pfn
-                                qs += pfn
-                                if qs == rlen:
-                                    qs = 0
-                                    qr += 1
+                            # (nothing left to fetch: the line this strip starts at)
+                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n, xo)
                             _block(2, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo, w, pfn)
                 else:
-                    # many row blocks (R > _DIRECT_MAX_RANK): the chunk packed first, strip by strip, reading
+                    # many row blocks (R > _DIRECT_MAX_RANK) or crowded long rows (_l1_crowded): the chunk
+                    # packed first, strip by strip, reading
                     # each row of X once in one unit-stride run (the blocks then walk the packed strips, not
                     # kc rows of X a page apart each), a few rows ahead prefetched
                     for ii in range(n):
@@ -251,16 +260,8 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                     for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
                         r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                         for s in range(ns):
-                            pfo = xa + i0 * sxi + c0
-                            pfn = 0
-                            if q < qtot:
-                                pfo = q0 + qr * rstride + qs * w
-                                pfn = min(per, rlen - qs, n)
-                                q += pfn
-                                qs += pfn
-                                if qs == rlen:
-                                    qs = 0
-                                    qr += 1
+                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n,
+                                                            xa + i0 * sxi + c0)
                             _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
                                    i0, x, pfo, w, pfn)
                 while q < qtot:
