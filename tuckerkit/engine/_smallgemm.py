@@ -249,9 +249,9 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                             _block(2, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo, w, pfn)
                 else:
                     # many row blocks (R > _DIRECT_MAX_RANK) or crowded long rows (_l1_crowded): the chunk
-                    # packed first, strip by strip, reading
-                    # each row of X once in one unit-stride run (the blocks then walk the packed strips, not
-                    # kc rows of X a page apart each), a few rows ahead prefetched
+                    # packed first, strip by strip, reading each row of X once in one unit-stride run (the
+                    # blocks then walk the packed strips, not kc rows of X a page apart each), a few rows
+                    # ahead prefetched
                     for ii in range(n):
                         i = i0 + ii
                         for s in range(ns):
