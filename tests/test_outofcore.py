@@ -249,3 +249,32 @@ def test_bad_out_of_core_inputs(tmp_path):
                                    "1KB", "-o", str(tmp_path / "o.npz")])
     assert res.exit_code == 1
     assert res.output.strip().endswith("holds several arrays (a, b); choose one with --key / key=")
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_streamed_hooi_first_sweep_takes_the_start_projection(memmapped, monkeypatch):
+    """Out of core, the default start's first (streamed) step projects the sweep's second half of the modes,
+    so the first sweep takes that projection: one streamed pass instead of two; the answer is the in-memory
+    one from the same start."""
+    X, M = memmapped((61, 50, 40), (5, 6, 4))
+    limit = 450_000
+    passes = []
+    real = SlabTensor.slabs
+
+    def spy(self, *args, **kwargs):
+        passes.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SlabTensor, "slabs", spy)
+    pref = SlabTensor(M, limit).preferred_init((5, 6, 4))
+    tk.st_hosvd(M, (5, 6, 4), memory_limit=limit, sketch=pref == "st_hosvd_sketch")
+    start = len(passes)
+    passes.clear()
+    one = tk.hooi(M, (5, 6, 4), max_iter=1, tol=0, memory_limit=limit)
+    assert len(passes) == start + 1
+    passes.clear()
+    two = tk.hooi(M, (5, 6, 4), max_iter=2, tol=0, memory_limit=limit)
+    assert len(passes) == start + 1 + 2
+    a = tk.hooi(X, (5, 6, 4), init=pref, max_iter=2, tol=0)
+    np.testing.assert_allclose(two.fit_history, a.fit_history, rtol=0, atol=100 * np.finfo(X.dtype).eps)
+    assert one.fit_history[0] == two.fit_history[0]

@@ -29,6 +29,7 @@ from tuckerkit.decomposition._results import TuckerTensor
 from tuckerkit.engine import as_operand, multi_ttm
 from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import eigh_desc, randomized_left_singular, sign_fix
+from tuckerkit.engine._sweeps import tree_spine
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +187,10 @@ def st_hosvd(
         Mode processing order. "auto": with ranks, the order with the fewest multiply-adds (each step's Gram
         of the smaller side of the unfolding and its projection, on the tensor the earlier steps left); the
         first step dominates, so the shortest mode tends to go first (ranks 10, against the largest reduction
-        first: 2000x100x100 85 ms instead of 1157, 320x240x160 72 instead of 83); equal modes keep their order.
+        first: 2000x100x100 85 ms instead of 1157, 320x240x160 72 instead of 83). Among orders that cost the
+        same or at most one projection of the tensor more, the one a HOOI sweep from its factors can continue
+        (the second half of the modes first, ..., mode 0 last: a cube's 2, 1, 0): :func:`hooi` starts from
+        this ST-HOSVD and its first sweep takes the projections this one made instead of reading ``X`` again.
         With ``max_error``, the largest mode first. Out of core, the shortest mode other than mode 0 goes first
         (it is the cheapest streamed Gram).
     memory_limit : int or str, optional
@@ -235,7 +239,11 @@ def st_hosvd(
 
 
 def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random_state: Any,
-              name: str = "max_error", svd: Any = "exact") -> TuckerTensor:
+              name: str = "max_error", svd: Any = "exact",
+              keep: dict[frozenset[int], Any] | None = None) -> TuckerTensor:
+    """ST-HOSVD on the call's operand; ``keep``: filled with the projections it makes that a HOOI sweep from
+    its factors would make first (:func:`~tuckerkit.engine._sweeps.tree_spine`), keyed by the modes each
+    leaves unprojected, for HOOI's first sweep to take instead of computing them again."""
     X = call.X
     svd = _check_svd_for(svd, tol, name)
     if (ranks is None) == (tol is None):
@@ -250,17 +258,15 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         if order != "auto":
             raise ValueError(f"order={order!r} is not valid; expected 'auto' or a permutation of the modes")
         if rk is not None:
-            seq = _cheapest_order(X.shape, rk, sketch)
+            seq = _tree_order(X.shape, rk, sketch) or _cheapest_order(X.shape, rk, sketch)
         else:
             seq = sorted(range(N), key=lambda n: -X.shape[n])
     else:
         seq = _check_order(order, N)
     if X.streamed:
-        # the first step streams over the tensor: its Gram costs I_n x size, so take the shortest mode but 0
-        # (the slab mode, whose Gram would need every pair of slabs); the last one among equals
-        first = min(range(N - 1, 0, -1), key=lambda m: X.shape[m])
+        first = _streamed_first(X.shape)
         if isinstance(order, str) and rk is not None:  # the rest in the cheapest order after that one
-            seq = _cheapest_order(X.shape, rk, sketch, first)
+            seq = _tree_order(X.shape, rk, sketch, first) or _cheapest_order(X.shape, rk, sketch, first)
         else:
             seq = [first, *(m for m in seq if m != first)]
     if sketch and rk is None:
@@ -277,7 +283,10 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
     chosen = [0] * N
     Y = X
     core: Any = None
+    spine = set(tree_spine(N)) if keep is not None else set()
     for i, n in enumerate(seq):
+        if i > 0 and keep is not None and (left := frozenset(seq[i:])) in spine:
+            keep[left] = core
         if i == 0 and sketch and rk is not None:
             U, Yn = _sketched_step(call, X, n, rk[n], rng)
             factors[n], chosen[n] = U, rk[n]
@@ -310,6 +319,46 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
     fit = 1.0 - math.sqrt(min(max(discarded, 0.0), 1.0)) if normX > 0 else 1.0
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
     return TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,), passes_per_iteration=1)
+
+
+def _streamed_first(shape: Sequence[int]) -> int:
+    """The first ST-HOSVD mode of a streamed tensor: the first step streams over the tensor and its Gram costs
+    I_n x size, so the shortest mode but 0 (the slab mode, whose Gram would need every pair of slabs); the
+    last one among equals."""
+    return min(range(len(shape) - 1, 0, -1), key=lambda m: shape[m])
+
+
+def _tree_order(shape: Sequence[int], ranks: Sequence[int], sketch: bool = False,
+                first: int | None = None) -> list[int] | None:
+    """HOOI's ST-HOSVD start order: one whose intermediate projections are the partials a sweep makes before
+    its first update (the second half of the modes projected first, then the second half of the first half,
+    ..., mode 0 last; :func:`~tuckerkit.engine._sweeps.tree_spine`), so that the first sweep takes them
+    instead of computing them (on a 3-way tensor one of its two reads of ``X``, and its first factor update,
+    which is ST-HOSVD's last step). The cheapest such order by :func:`_cheapest_order`'s model, taken when it
+    costs no more than :func:`_cheapest_order`'s plus the projection it saves; None otherwise (and when
+    ``first``, a streamed tensor's first mode, is not in the second half)."""
+    N = len(shape)
+    if N < 2 or N > 8:
+        return None
+    spine = [frozenset(range(N)), *tree_spine(N)]
+    groups = [sorted(a - b) for a, b in itertools.pairwise(spine)] + [[0]]
+    size = math.prod(shape)
+
+    def cost(seq: Sequence[int]) -> int:
+        sz, total = size, 0
+        for i, n in enumerate(seq):
+            total += _step_cost(sz, shape[n], ranks[n], sketch and i == 0)
+            sz = sz // shape[n] * ranks[n]
+        return total
+
+    orders = [list(itertools.chain.from_iterable(p))
+              for p in itertools.product(*(itertools.permutations(g) for g in groups))]
+    orders = [o for o in orders if first is None or o[0] == first]
+    if not orders:
+        return None
+    best = min(orders, key=cost)
+    saved = size * min(ranks[m] for m in groups[0])
+    return best if cost(best) <= cost(_cheapest_order(shape, ranks, sketch, first)) + saved else None
 
 
 def _step_cost(size: int, I_n: int, r: int, first_sketched: bool) -> int:
@@ -547,6 +596,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     init = check_init(init, X.shape, ranks, kind="tucker",
                       methods=("st_hosvd", "st_hosvd_sketch", "hosvd", "random"))
     start_fit = None
+    partials: dict[frozenset[int], Any] = {}  # the start's projections that the first sweep takes
     if not isinstance(init, str):
         factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
     else:
@@ -561,7 +611,10 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
             factors = [call.like(_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype)) for n in range(N)]
         else:
             sketch = how == "st_hosvd_sketch"
-            start = _st_hosvd(call, ranks, None, "auto", sketch, srng, svd=svd)
+            # (in the order "auto" chooses: one whose projections the first sweep takes when the cost allows;
+            # not with the E step, which changes X after the start)
+            start = _st_hosvd(call, ranks, None, "auto", sketch, srng, svd=svd,
+                              keep=partials if em is None and not fixed else None)
             factors = list(start.factors)
             if em is None:  # the start's fit from its core, as each iteration's below (scale: a power of two)
                 start_fit = _fit(call.norm, frobenius_norm(start.core) * call.scale)
@@ -572,17 +625,22 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     core = None
     sweep = None
     it = 0
+    # the projection ST-HOSVD's last step (mode 0) took its factor from: the first sweep's first update, which
+    # would compute the same factor again from it
+    done = partials.get(frozenset({0}))
     for it in range(1, max_iter + 1):
         last: dict[str, Any] = {}
 
-        def update(n: int, Y: Any, last=last) -> None:
+        def update(n: int, Y: Any, last=last, done=done) -> None:
             last["n"], last["Y"] = n, Y
-            if n in fixed:
+            if n in fixed or Y is done:
                 return
             U, _ = _subspace(call, as_operand(Y), n, ranks[n], svd, srng)
             factors[n] = U.astype(X.dtype, copy=False)
 
-        sweep = X.ttmc_sweep(factors, update, policy=policy)
+        sweep = X.ttmc_sweep(factors, update, policy=policy, **({"partials": partials} if partials else {}))
+        done = None
+        partials.clear()
         core = as_operand(last["Y"]).ttm(factors[last["n"]], last["n"], transpose=True, policy=policy)
         # the E step (missing data): the fit on the observed entries, the missing ones refilled for the next sweep
         fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(multi_ttm(core, factors))

@@ -18,7 +18,7 @@ import numpy as np
 from tuckerkit.engine._operand import OperandBase, combine_scaled, sqnorm_scaled
 from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
 from tuckerkit.engine._subspace import eigh_desc, sign_fix
-from tuckerkit.engine._sweeps import Sweep, ttmc_tree
+from tuckerkit.engine._sweeps import Sweep, take_partial, ttmc_tree
 
 #: one worker per Dask task: Dask runs the tasks side by side
 _SERIAL = ExecutionPolicy(workers=1)
@@ -193,17 +193,20 @@ class DaskTensor(OperandBase):
         return "st_hosvd_sketch"
 
     def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
-                   policy: ExecutionPolicy | None = None) -> Sweep:
-        """HOOI's projections in two distributed passes (the dimension tree's top split); the rest of the
-        tree runs in memory on the projected tensors."""
+                   policy: ExecutionPolicy | None = None, partials: dict[frozenset[int], Any] | None = None) -> Sweep:
+        """HOOI's projections in two distributed passes (the dimension tree's top split; one taken from
+        ``partials`` when the start made it); the rest of the tree runs in memory on the projected tensors."""
         pol = resolve_policy(policy)
         N = self.ndim
         half = (N + 1) // 2
         first, second = list(range(half)), list(range(half, N))
         plans: list[Any] = []
         for part, rest in ((first, second), (second, first)):
-            Y = np.ascontiguousarray(self.multi_ttm({m: factors[m] for m in rest}, transpose=True))
-            ttmc_tree(Y, part, factors, update, plans, pol)
+            Y = take_partial(partials, part)
+            if Y is None:
+                Y = np.ascontiguousarray(self.multi_ttm({m: factors[m] for m in rest}, transpose=True))
+            ttmc_tree(Y, part, factors, update, plans, pol, partials)
+            del Y
         return Sweep(tuple(plans), 2)
 
     def mttkrp_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,

@@ -119,8 +119,12 @@ class Operand(Protocol):
         """``X_(mode)`` times the Khatri-Rao product of the other factors, shape (I_mode, R)."""
         ...
 
-    def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
-        """HOOI's N projections in mode order, ``update(n, X x_{m != n} U_m^T)`` after each."""
+    def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
+                   partials: dict[frozenset[int], Any] | None = None) -> Sweep:
+        """HOOI's N projections in mode order, ``update(n, X x_{m != n} U_m^T)`` after each. ``partials``:
+        projections of ``X`` on the factors as passed, keyed by the modes each leaves unprojected (the start's
+        own, :func:`~tuckerkit.engine._sweeps.tree_spine`); a kind may take them instead of computing them
+        (removing each it takes) or ignore them."""
         ...
 
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
@@ -386,8 +390,9 @@ class DenseTensor(OperandBase):
             if self.ndim > 1 else int(factors[0].shape[1])
         return dense_mttkrp(self.data, factors, mode, R, plan, resolve_policy(policy))
 
-    def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
-        return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy))
+    def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
+                   partials: dict[frozenset[int], Any] | None = None) -> Sweep:
+        return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials)
 
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
         return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy))

@@ -23,7 +23,7 @@ from tuckerkit.engine._mttkrp import dense_mttkrp
 from tuckerkit.engine._operand import OperandBase, combine_scaled, sqnorm_scaled
 from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
 from tuckerkit.engine._subspace import eigh_desc, sign_fix
-from tuckerkit.engine._sweeps import MttkrpTree, Sweep, ttmc_tree
+from tuckerkit.engine._sweeps import MttkrpTree, Sweep, take_partial, ttmc_tree
 from tuckerkit.engine._ttm import dense_multi_ttm, dense_ttm
 
 _UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
@@ -286,21 +286,24 @@ class SlabTensor(OperandBase):
         return "st_hosvd_sketch" if need <= self.memory_limit else "st_hosvd"
 
     def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
-                   policy: ExecutionPolicy | None = None) -> Sweep:
+                   policy: ExecutionPolicy | None = None, partials: dict[frozenset[int], Any] | None = None) -> Sweep:
         """HOOI's projections in two passes: the second half of the modes projected slab by slab (kept in
-        memory), then the first half (mode 0 included) accumulated over the slabs with the updated factors."""
+        memory; taken from ``partials`` instead when the start made it, one pass fewer), then the first half
+        (mode 0 included) accumulated over the slabs with the updated factors."""
         pol = resolve_policy(policy)
         N = self.ndim
         half = (N + 1) // 2
         first, second = list(range(half)), list(range(half, N))
         plans: list[Any] = []
         shape1 = [self.shape[m] if m < half else factors[m].shape[1] for m in range(N)]
-        self._check_fits(shape1, "the projection on the last modes")
-        Y1 = np.empty(shape1, dtype=self.dtype)
-        mats = {m: factors[m] for m in second}
-        for s, slab in self.slabs():
-            Y1[s:s + slab.shape[0]] = dense_multi_ttm(slab, mats, True, None, pol)
-        ttmc_tree(Y1, first, factors, update, plans, pol)
+        Y1 = take_partial(partials, first)
+        if Y1 is None:
+            self._check_fits(shape1, "the projection on the last modes")
+            Y1 = np.empty(shape1, dtype=self.dtype)
+            mats = {m: factors[m] for m in second}
+            for s, slab in self.slabs():
+                Y1[s:s + slab.shape[0]] = dense_multi_ttm(slab, mats, True, None, pol)
+        ttmc_tree(Y1, first, factors, update, plans, pol, partials)
         del Y1
         shape2 = [factors[m].shape[1] if m < half else self.shape[m] for m in range(N)]
         Y2 = np.zeros(shape2, dtype=self.dtype)

@@ -235,8 +235,8 @@ class SparseOperand(SparseShape, OperandBase):
         return Sweep((self.plan(),), self.ndim)
 
     def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
-                   policy: ExecutionPolicy | None = None) -> Sweep:
-        """One compiled ttmc per mode (each reads only the nonzeros)."""
+                   policy: ExecutionPolicy | None = None, partials: dict[frozenset[int], Any] | None = None) -> Sweep:
+        """One compiled ttmc per mode (each reads only the nonzeros; ``partials`` are not used)."""
         from tuckerkit.sparse._mttkrp import sparse_ttmc
 
         return self._per_mode(sparse_ttmc, factors, update, policy)

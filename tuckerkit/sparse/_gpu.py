@@ -160,7 +160,8 @@ class GpuCOOTensor(SparseShape, OperandBase):
                   policy: ExecutionPolicy | None = None) -> Any:
         raise gpu_sparse_refusal("TTM (and Tucker)")
 
-    def ttmc_sweep(self, factors: list[Any], update: Any, *, policy: ExecutionPolicy | None = None) -> Sweep:
+    def ttmc_sweep(self, factors: list[Any], update: Any, *, policy: ExecutionPolicy | None = None,
+                   partials: dict[frozenset[int], Any] | None = None) -> Sweep:
         raise gpu_sparse_refusal("HOOI")
 
     def mttkrp_sweep(self, factors: list[Any], update: Any, *, policy: ExecutionPolicy | None = None) -> Sweep:
