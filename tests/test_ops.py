@@ -186,7 +186,7 @@ def test_multi_ttm_bad_inputs(rng):
         multi_ttm(X, Us, skip=5, transpose=True)
 
 
-@pytest.mark.parametrize("shape", [(60, 60, 60), (30, 30, 30), (40, 90, 25)])
+@pytest.mark.parametrize("shape", [(60, 60, 60), (30, 30, 30), (40, 90, 25), (200, 120, 10)])
 def test_gram_middle_mode_temporaries_stay_a_fraction_of_the_tensor(shape, rng):
     import gc
     import tracemalloc

@@ -171,7 +171,8 @@ def test_split_products_match_numpy_and_are_bitwise_the_same_for_any_workers(spe
     np.testing.assert_allclose(r2, ref, rtol=0, atol=8 * k * np.finfo(np.float64).eps * np.abs(ref).max())
 
 
-@pytest.mark.parametrize(("shape", "mode"), [((60, 50, 40), 1), ((120, 300), 0), ((30, 20, 400), 2)])
+@pytest.mark.parametrize(("shape", "mode"), [((60, 50, 40), 1), ((120, 300), 0), ((30, 20, 400), 2),
+                                           ((200, 90, 10), 1), ((40, 60, 3, 5), 1)])  # (short slabs: packed)
 def test_gram_is_bitwise_the_same_for_any_workers(shape, mode, rng):
     X = rng.standard_normal(shape)
     g1 = tk.engine.gram_plan(X, mode, policy=ONE)(X)
