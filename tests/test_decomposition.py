@@ -500,3 +500,71 @@ def test_hooi_first_sweep_takes_the_start_projections(rng, monkeypatch, shape, r
     seen = []
     T = tk.hooi(X, ranks, callback=lambda st: seen.append(st.fit_change) and False)
     assert seen[0] == pytest.approx(abs(T.fit_history[0] - start_fit), abs=1e3 * eps)
+
+
+@pytest.mark.parametrize(("method", "kwargs"), [
+    ("hooi", {"ranks": (3, 4, 2)}),
+    ("st_hosvd", {"ranks": (3, 4, 2)}),
+    ("st_hosvd", {"ranks": (3, 4, 2), "order": [1, 0, 2]}),
+    ("st_hosvd", {"max_error": 0.05}),
+    ("hosvd", {"ranks": (3, 4, 2)}),
+    ("hosvd", {"max_error": 0.05}),
+])
+def test_the_first_gram_is_made_on_entry_in_place_of_the_norm(rng, monkeypatch, method, kwargs):
+    """A dense float64 call whose first step takes a mode's Gram of the whole tensor makes that Gram on entry
+    and takes ||X|| from its trace: no norm's pass (one read of X fewer), the same model as with the norm's
+    pass to a few eps, and a NaN or Inf still refused with its count."""
+    from tuckerkit.decomposition import _tucker
+    from tuckerkit.engine._operand import DenseTensor
+
+    X = planted_tucker(rng, (20, 21, 22), (3, 4, 2), np.float64, noise=1e-2)
+    before = X.copy()
+    norms = []
+    real = DenseTensor.norm
+    monkeypatch.setattr(DenseTensor, "norm", lambda self: norms.append(self.shape) or real(self))
+    fn = getattr(tk, method)
+    T = fn(X, **kwargs)
+    assert norms == []
+    np.testing.assert_array_equal(X, before)
+    # the reference: the same call with the norm's own pass (no Gram on entry)
+    monkeypatch.setattr(_tucker, "_entry_gram", lambda *a, **k: (lambda op: None))
+    ref = fn(X, **kwargs)
+    assert norms == [X.shape]
+    eps = _eps(np.float64)
+    assert T.ranks == ref.ranks
+    np.testing.assert_allclose(T.core, ref.core, rtol=0, atol=1e2 * eps * np.abs(ref.core).max())
+    for U, V in zip(T.factors, ref.factors, strict=True):
+        np.testing.assert_allclose(U, V, rtol=0, atol=1e3 * eps)
+    # the fits: the same norm to a few eps (each fit is 1 - sqrt(1 - r^2): a relative change d of the norm
+    # moves it by about d / (1 - fit))
+    for a, b in zip(T.fit_history, ref.fit_history, strict=True):
+        assert a == pytest.approx(b, abs=1e2 * eps / (1 - b))
+    monkeypatch.undo()
+    bad = X.copy()
+    bad[1, 2, 3], bad[4, 5, 6] = np.nan, -np.inf
+    with pytest.raises(ValueError, match=r"^X contains 2 NaN or infinite value\(s\); remove or impute them first$"):
+        fn(bad, **kwargs)
+
+
+def test_the_entry_gram_gives_way_to_the_norms_pass_on_extreme_or_zero_input(rng, monkeypatch):
+    """The Gram made on entry is dropped where its trace cannot give the norm: an all-zero tensor (the norm's
+    pass decides; the model is zero), a magnitude that overflows or underflows the squares (the norm's pass
+    rescales: the same ranks and factors as at unit scale)."""
+    from tuckerkit.engine._operand import DenseTensor
+
+    norms = []
+    real = DenseTensor.norm
+    monkeypatch.setattr(DenseTensor, "norm", lambda self: norms.append(self.shape) or real(self))
+    Z = tk.st_hosvd(np.zeros((6, 7, 8)), (2, 2, 2))
+    assert norms == [(6, 7, 8)] and not np.any(Z.core)
+    X = planted_tucker(rng, (20, 21, 22), (3, 4, 2), np.float64, noise=1e-2)
+    unit = tk.st_hosvd(X, max_error=0.05)
+    for scale in (1e160, 1e-160):
+        norms.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no overflow warning from the dropped Gram)
+            T = tk.st_hosvd(X * scale, max_error=0.05)
+        assert norms == [X.shape]
+        assert T.ranks == unit.ranks
+        for U, V in zip(T.factors, unit.factors, strict=True):
+            np.testing.assert_allclose(U, V, rtol=0, atol=1e3 * _eps(np.float64))

@@ -12,15 +12,15 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tuckerkit._validation import check_mode, describe
-from tuckerkit.backend import Device, device_of, on_device
+from tuckerkit.backend import Device, device_of, on_device, to_host
 from tuckerkit.engine import ExecutionPolicy, as_operand, blas_pinned, default_policy
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +36,8 @@ _RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (
 @dataclass(frozen=True)
 class Call:
     """One decomposition call: its operand, policy, the devices it computes on and returns to, the norm of
-    the input and the power of two the operand was scaled by (1.0 unless its magnitude was extreme)."""
+    the input and the power of two the operand was scaled by (1.0 unless its magnitude was extreme).
+    ``grams``: Grams of ``X`` made on entry (``first_gram``), each handed out once by :meth:`take_gram`."""
 
     X: Any
     policy: ExecutionPolicy
@@ -44,6 +45,11 @@ class Call:
     device: Device
     norm: float = 0.0
     scale: float = 1.0
+    grams: dict[int, Any] = field(default_factory=dict, repr=False)
+
+    def take_gram(self, mode: int) -> Any:
+        """The Gram ``X_(mode) X_(mode)^T`` made on entry (and forgotten here), or None."""
+        return self.grams.pop(mode, None)
 
     def unscale(self, A: Any) -> Any:
         """An array of the scaled problem (a core, CP weights) in the input's units."""
@@ -81,11 +87,17 @@ def _check_complex_dense(X: Any, op: Any) -> None:
 
 @contextmanager
 def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, min_ndim: int = 2,
-                       complex_ok: bool = False) -> Iterator[Call]:
+                       complex_ok: bool = False, first_gram: Callable[[Any], int | None] | None = None
+                       ) -> Iterator[Call]:
     """Resolve a decomposition's input and run its body under the call's policy and device (see module).
 
     ``complex_ok``: the method accepts complex64/complex128 dense arrays (HOSVD, ST-HOSVD, HOOI, CP-ALS);
-    otherwise a complex input is refused in one line."""
+    otherwise a complex input is refused in one line. ``first_gram(op)``: the mode whose Gram the body computes
+    first from the whole tensor (or None); for a float64 array in memory that Gram is made here instead of the
+    norm's pass, the norm taken from its trace (``||X||^2``; a NaN or Inf makes it non-finite as it makes the
+    norm), and handed to the body by ``call.take_gram(mode)``: one read of ``X`` fewer. When the trace is not
+    finite, is zero or the magnitude calls for a rescale, the Gram is dropped and the norm's own pass decides as
+    always."""
     from tuckerkit.engine import DenseTensor
 
     home = _home(X)
@@ -102,6 +114,18 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     with ExitStack() as stack:
         stack.enter_context(blas_pinned())
         stack.enter_context(on_device(op.device))
+        grams = {}
+        mode = first_gram(op) if dense and first_gram is not None and op.dtype == np.float64 else None
+        if mode is not None:
+            with np.errstate(over="ignore", invalid="ignore"):  # (an extreme magnitude: the norm's pass decides)
+                G = op.gram(mode, policy=policy)
+                tr = float(to_host(op.xp.trace(G)))
+            if math.isfinite(tr) and tr > 0 and _scale_for(math.sqrt(tr), op.size, op.dtype) == 1.0:
+                grams[mode] = G
+                op._finite = True  # (a NaN or Inf would have made the trace non-finite)
+                yield Call(op, policy, home, op.device, math.sqrt(tr), 1.0, grams)
+                return
+            del G
         norm = op.norm()
         if dense:
             if not math.isfinite(norm):

@@ -28,7 +28,13 @@ from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
 from tuckerkit.engine import as_operand, multi_ttm
 from tuckerkit.engine._operand import frobenius_norm
-from tuckerkit.engine._subspace import eigh_desc, randomized_left_singular, sign_fix
+from tuckerkit.engine._subspace import (
+    eigh_desc,
+    gram_route,
+    leading_left_singular,
+    randomized_left_singular,
+    sign_fix,
+)
 from tuckerkit.engine._sweeps import tree_spine
 
 logger = logging.getLogger(__name__)
@@ -36,11 +42,19 @@ logger = logging.getLogger(__name__)
 
 def _fit(normX: float, normG: float) -> float:
     """``1 - ||X - X_hat|| / ||X||`` for orthonormal factors, from the norms alone: ``||X - X_hat||^2 =
-    ||X||^2 - ||G||^2``, in the ratio ``r = ||G|| / ||X||`` (no square of the data's scale is formed)."""
+    ||X||^2 - ||G||^2``, in the ratio ``r = ||G|| / ||X||`` (no square of the data's scale is formed).
+
+    The two norms are each rounded (a relative error of a few eps), so ``1 - r^2`` below ``_FIT_FLOOR`` is
+    rounding, not error: the fit is 1.0 there, not a value that wanders by ~1e-8 between two equal models (an
+    exact low-rank tensor then converges on its first iteration instead of chasing the noise past ``tol``)."""
     if normX <= 0:
         return 1.0
     r = normG / normX
-    return 1.0 - math.sqrt(max((1.0 - r) * (1.0 + r), 0.0))
+    d = (1.0 - r) * (1.0 + r)
+    return 1.0 if d <= _FIT_FLOOR else 1.0 - math.sqrt(d)
+
+
+_FIT_FLOOR = 16 * float(np.finfo(np.float64).eps)  # (a relative error below ~6e-8 cannot be told from the norms)
 
 
 def _subspace(call: Call, Y: Any, n: int, r: int, svd: str, rng: np.random.Generator) -> tuple[Any, Any]:
@@ -54,7 +68,37 @@ def _subspace(call: Call, Y: Any, n: int, r: int, svd: str, rng: np.random.Gener
 
     if svd == "randomized" and isinstance(Y, DenseTensor):
         return randomized_left_singular(Y.data, n, r, rng, call.policy)
+    G = call.take_gram(n) if Y is call.X else None  # the Gram made on entry, in place of the norm's pass
+    if G is not None and isinstance(Y, DenseTensor):
+        return leading_left_singular(Y.data, n, r, call.policy, gram=G)
     return Y.leading_subspace(n, r, rng=rng, policy=call.policy)
+
+
+def _entry_gram(ranks: Any, order: Any = "auto", sketch: bool = False, svd: Any = "exact",
+                max_error: Any = None) -> Callable[[Any], int | None]:
+    """``decomposition_call``'s ``first_gram`` for ST-HOSVD (and HOOI's ST-HOSVD start; HOSVD: ``order=0``,
+    its first mode): the mode of the first step when it takes that mode's Gram of the whole tensor (exact, not
+    sketched, in memory), else None. Invalid arguments give None here: the body raises on them as always."""
+    def mode(op: Any) -> int | None:
+        if sketch or svd != "exact" or op.streamed:
+            return None
+        try:
+            if isinstance(order, int):
+                first = order
+            elif not isinstance(order, str):
+                first = _check_order(order, op.ndim)[0]
+            elif max_error is not None:  # (the largest mode first; every eigenvalue of its Gram)
+                return max(range(op.ndim), key=lambda m: (op.shape[m], -m))
+            if max_error is not None:
+                return first
+            rk = check_ranks(ranks, op.shape)
+            if isinstance(order, str):
+                first = (_tree_order(op.shape, rk) or _cheapest_order(op.shape, rk))[0]
+        except (TypeError, ValueError):
+            return None
+        return first if gram_route(op.shape, first, rk[first]) else None
+
+    return mode
 
 
 def _check_svd_for(svd: Any, max_error: Any, name: str) -> str:
@@ -74,7 +118,8 @@ def _tail_rule_factor(call: Call, X: Any, n: int, max_error: float, normX: float
     """Mode ``n``'s factor of the smallest rank whose discarded Gram eigenvalues fit the mode's share of the
     error budget, ``max_error**2 * ||X||**2 / N`` (HOSVD's rank choice; the eigenvalues are all needed)."""
     unit = normX * normX if normX > 0 else 1.0
-    w, V = eigh_desc(X.gram(n, policy=call.policy))
+    G = call.take_gram(n) if X is call.X else None  # (the Gram made on entry)
+    w, V = eigh_desc(X.gram(n, policy=call.policy) if G is None else G)
     w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None) / unit
     tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
     r = max(int(np.argmax(tail <= max_error**2 / X.ndim)), 1)
@@ -135,7 +180,8 @@ def hosvd(X: Any, ranks: Sequence[int] | int | None = None, *, max_error: float 
     >>> tk.hosvd(tk.multi_ttm(core, factors), max_error=1e-6).ranks  # the ranks of an exact Tucker tensor
     (2, 3, 4)
     """
-    with decomposition_call(X, device=device, complex_ok=True) as call:
+    with decomposition_call(X, device=device, complex_ok=True,
+                            first_gram=_entry_gram(ranks, 0, svd=svd, max_error=max_error)) as call:
         X = call.X
         if (ranks is None) == (max_error is None):
             raise ValueError("pass exactly one of ranks and max_error; received "
@@ -234,7 +280,8 @@ def st_hosvd(
     (2, 3, 2)
     """
     max_error, name = _rank_target(max_error, tol, "st_hosvd")
-    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True) as call:
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True,
+                            first_gram=_entry_gram(ranks, order, sketch, svd, max_error)) as call:
         return call.result(_st_hosvd(call, ranks, max_error, order, sketch, random_state, name, svd))
 
 
@@ -304,7 +351,8 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
             discarded += 0.0 if r >= Y.shape[n] else max(kept - new_kept, 0.0)
             kept = kept if r >= Y.shape[n] else new_kept
         else:
-            w, V = eigh_desc(Y.gram(n, policy=call.policy))
+            G = call.take_gram(n) if Y is call.X else None  # (the Gram made on entry)
+            w, V = eigh_desc(Y.gram(n, policy=call.policy) if G is None else G)
             w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None) / unit  # the rank choice: on the host
             tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
             r = max(int(np.argmax(tail <= budget)), 1)
@@ -574,7 +622,9 @@ def hooi(
         return masked_hooi(X, ranks, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                            callback=callback, verbose=verbose, memory_limit=memory_limit, device=device,
                            fixed_factors=fixed_factors)
-    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True) as call:
+    # the ST-HOSVD start's first Gram made on entry, in place of the norm's pass
+    gram = _entry_gram(ranks, svd=svd) if isinstance(init, str) and init == "st_hosvd" else None
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True, first_gram=gram) as call:
         return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose, fixed_factors,
                                  svd))
 

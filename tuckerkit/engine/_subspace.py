@@ -6,6 +6,7 @@ the device (cuSOLVER through ``cupy.linalg``): an I_n x I_n ``eigh`` is cheaper 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -159,7 +160,7 @@ def _thin_q(A: Any) -> Any:
     return Q
 
 
-def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tuple[Any, Any]:
+def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram: Any = None) -> tuple[Any, Any]:
     """The ``r`` leading left singular vectors of the mode-``n`` unfolding of a dense array ``Y`` (sign-fixed)
     and the matching eigenvalues of ``Y_(n) Y_(n)^T`` (squared singular values; ``Y_(n) Y_(n)^H`` and real
     eigenvalues for a complex ``Y``).
@@ -176,13 +177,14 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
       ``?syevr`` if LAPACK fails); float32 / complex: ``?syevr`` / ``?heevr``.
 
     Deterministic: LAPACK on one BLAS thread, signs fixed by :func:`sign_fix`. On a GPU the small
-    unfolding's SVD stays on the device (cuSOLVER; unchanged).
+    unfolding's SVD stays on the device (cuSOLVER; unchanged). ``gram``: ``Y_(n) Y_(n)^T`` when it was already
+    made (the first route takes it instead of computing it; see :func:`gram_route`).
     """
     I_n = Y.shape[n]
     P = Y.size // I_n
     xp = array_namespace(Y)
-    if I_n <= P or r > P:
-        w, V = eigh_desc(dense_gram(Y, n, None, policy), r)
+    if gram_route(Y.shape, n, r):
+        w, V = eigh_desc(dense_gram(Y, n, None, policy) if gram is None else gram, r)
         return sign_fix(xp.ascontiguousarray(V)), w
     M = xp.moveaxis(Y, n, 0).reshape(I_n, P)
     real = real_dtype(Y.dtype)
@@ -196,6 +198,21 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy) -> tu
         w, V = top if top is not None else eigh_desc(G, r)
         Q = _thin_q(M @ V)
     return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
+
+
+def gram_route(shape: tuple[int, ...], n: int, r: int) -> bool:
+    """Whether :func:`leading_left_singular` takes mode ``n``'s own I_n x I_n Gram (not the Gram of the other
+    side of the unfolding).
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._subspace import gram_route
+    >>> gram_route((200, 200, 200), 0, 10), gram_route((200, 10, 10), 0, 10)
+    (True, False)
+    """
+    I_n = shape[n]
+    P = math.prod(shape) // max(I_n, 1)
+    return I_n <= P or r > P
 
 
 def real_dtype(dtype: Any) -> np.dtype:
