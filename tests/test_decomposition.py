@@ -546,6 +546,37 @@ def test_the_first_gram_is_made_on_entry_in_place_of_the_norm(rng, monkeypatch, 
         fn(bad, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"init": "svd", "fixed_modes": [0]}, {"init": "svd", "linesearch": True}])
+def test_cp_als_svd_start_takes_its_first_gram_on_entry(rng, monkeypatch, kwargs):
+    """CP-ALS's SVD start on a dense float64 tensor makes its first Gram (mode 1; mode 0 when that is fixed) on
+    entry in place of the norm's pass: the same model and fits as with the norm's pass, to a few eps."""
+    from tuckerkit.decomposition import _cp
+    from tuckerkit.engine._operand import DenseTensor
+
+    X = planted_cp(rng, (20, 21, 22), 3, np.float64)
+    norms = []
+    real = DenseTensor.norm
+    monkeypatch.setattr(DenseTensor, "norm", lambda self: norms.append(self.shape) or real(self))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        T = tk.cp_als(X, 3, max_iter=20, **kwargs)
+        assert norms == []
+        monkeypatch.setattr(_cp, "_entry_gram", lambda *a, **k: (lambda op: None))
+        ref = tk.cp_als(X, 3, max_iter=20, **kwargs)
+    assert norms == [X.shape]
+    eps = _eps(np.float64)
+    assert T.n_iter == ref.n_iter
+    np.testing.assert_allclose(T.fit_history, ref.fit_history, rtol=0, atol=1e3 * eps)
+    for U, V in zip(T.factors, ref.factors, strict=True):
+        np.testing.assert_allclose(U, V, rtol=0, atol=1e5 * eps)
+    np.testing.assert_allclose(T.weights, ref.weights, rtol=1e5 * eps)
+    monkeypatch.undo()
+    bad = X.copy()
+    bad[3, 2, 1] = np.inf
+    with pytest.raises(ValueError, match=r"^X contains 1 NaN or infinite value\(s\); remove or impute them first$"):
+        tk.cp_als(bad, 3, **kwargs)
+
+
 def test_the_entry_gram_gives_way_to_the_norms_pass_on_extreme_or_zero_input(rng, monkeypatch):
     """The Gram made on entry is dropped where its trace cannot give the norm: an all-zero tensor (the norm's
     pass decides; the model is zero), a magnitude that overflows or underflows the squares (the norm's pass

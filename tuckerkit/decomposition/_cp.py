@@ -27,7 +27,7 @@ from tuckerkit.decomposition._linalg import cp_factor_update, spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
 from tuckerkit.engine._buffers import pooled
-from tuckerkit.engine._subspace import real_dtype
+from tuckerkit.engine._subspace import gram_route, leading_left_singular, real_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +51,18 @@ def _svd_init(call: Call, rank: int, rng: np.random.Generator, first: bool = Fal
 
     ALS updates mode 0 first from the other factors alone, so its start is never read: it is left zero (no
     work, and no Gram of the slab mode of an out-of-core tensor), unless ``first`` (mode 0 is fixed)."""
+    from tuckerkit.engine import DenseTensor
+
     X = call.X
     xp = X.xp
     factors = [xp.zeros((X.shape[0], rank), dtype=X.dtype)]
     for n in range(0 if first else 1, X.ndim):
         k = min(rank, X.shape[n])
-        U, _ = X.leading_subspace(n, k, rng=rng, policy=call.policy)
+        G = call.take_gram(n)  # the first mode's Gram, made on entry in place of the norm's pass
+        if G is not None and isinstance(X, DenseTensor):
+            U, _ = leading_left_singular(X.data, n, k, call.policy, gram=G)
+        else:
+            U, _ = X.leading_subspace(n, k, rng=rng, policy=call.policy)
         if rank > k:
             U = xp.concatenate([U, call.like(rng.standard_normal((X.shape[n], rank - k)), U.dtype)], axis=1)
         U = xp.ascontiguousarray(U.astype(X.dtype, copy=False))
@@ -183,9 +189,27 @@ def cp_als(
         return masked_cp_als(X, rank, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                              normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
                              device=device, extras=Extras(fixed_modes, False, orthogonalize))
-    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True) as call:
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True,
+                            first_gram=_entry_gram(rank, init, fixed_modes)) as call:
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
                                    Extras(fixed_modes, linesearch, orthogonalize)))
+
+
+def _entry_gram(rank: Any, init: Any, fixed_modes: Any) -> Callable[[Any], int | None]:
+    """``decomposition_call``'s ``first_gram`` for the SVD start of a dense tensor in memory: the first mode it
+    takes a Gram of (1, or 0 when mode 0 is fixed), when its route is that Gram; else None (invalid arguments
+    too: the body raises on them as always)."""
+    def mode(op: Any) -> int | None:
+        if not (isinstance(init, str) and init in ("auto", "svd")) or op.streamed:
+            return None
+        try:
+            n = 0 if 0 in check_fixed_modes(fixed_modes, op.ndim) else 1
+            k = min(check_cp_rank(rank), op.shape[n]) if n < op.ndim else 0
+        except (TypeError, ValueError):
+            return None
+        return n if k > 0 and gram_route(op.shape, n, k) else None
+
+    return mode
 
 
 @dataclass(frozen=True)
