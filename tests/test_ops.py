@@ -259,6 +259,99 @@ def test_gram_plan_routes_and_reuse(rng):
 
 
 # ------------------------------------------------------------------------ HOOI's factor step: Gram, not SVD
+def _planted_gram(rng, n, r, noise):
+    """A PSD Gram with r well-separated leading eigenvalues (10 down to 1) over a noise floor."""
+    U = np.linalg.qr(rng.standard_normal((n, r)))[0]
+    A = U * np.linspace(10.0, 1.0, r)[None, :] @ rng.standard_normal((r, 3 * n)) / np.sqrt(3 * n)
+    A += noise * rng.standard_normal((n, 3 * n)) / np.sqrt(3 * n)
+    return A @ A.T
+
+
+@pytest.mark.parametrize(("n", "r", "noise"), [(100, 5, 1e-2), (200, 10, 1e-2), (200, 10, 0.1), (301, 20, 1e-3)])
+def test_certified_subspace_iteration_matches_lapack(rng, n, r, noise):
+    """The leading eigenpairs of a Gram with a spectral gap by subspace iteration equal LAPACK's to a few eps
+    over each pair's gap; the Gram is not modified and the same call gives the same bits."""
+    import scipy.linalg
+
+    from tuckerkit.engine._subspace import _top_eigh_subspace, sign_fix
+
+    G = _planted_gram(rng, n, r, noise)
+    G0 = G.copy()
+    out = _top_eigh_subspace(G, r)
+    assert out is not None
+    w, V = out
+    np.testing.assert_array_equal(G, G0)
+    wl, Vl = scipy.linalg.eigh(G0, subset_by_index=[n - r - 1, n - 1])
+    wl, Vl = wl[::-1], Vl[:, ::-1]
+    eps = np.finfo(np.float64).eps
+    normG = np.linalg.norm(G0, 2)
+    np.testing.assert_allclose(w, wl[:r], rtol=0, atol=64 * n * eps * normG)
+    gaps = np.minimum(np.abs(np.diff(wl, prepend=np.inf))[:r], np.abs(np.diff(wl))[:r])  # to each neighbour
+    err = np.abs(sign_fix(V) - sign_fix(np.ascontiguousarray(Vl[:, :r]))).max(axis=0)
+    assert np.all(err <= 64 * n * eps * normG / gaps), (err, gaps)
+    np.testing.assert_allclose(V.T @ V, np.eye(r), rtol=0, atol=64 * n * eps)
+    w2, V2 = _top_eigh_subspace(G, r)
+    assert w2.tobytes() == w.tobytes() and V2.tobytes() == V.tobytes()
+
+
+def test_certified_subspace_iteration_refuses_what_it_cannot_certify(rng):
+    """None (LAPACK decides) for a flat spectrum, a float32 or small Gram, and a Gram whose leading
+    eigenvector the fixed start cannot see: there the Ritz pairs converge at once with tiny residuals, and only
+    the bound on the rest of the spectrum (||P G P||_F) tells that they are not the leading ones."""
+    from tuckerkit.engine import _subspace
+    from tuckerkit.engine._subspace import _top_eigh_subspace
+
+    A = rng.standard_normal((200, 600))
+    assert _top_eigh_subspace(A @ A.T, 10) is None  # no gap: refused after its first check
+    G = _planted_gram(rng, 200, 10, 1e-2)
+    assert _top_eigh_subspace(G.astype(np.float32), 10) is None
+    assert _top_eigh_subspace(G[:64, :64].copy(), 10) is None
+    assert _top_eigh_subspace(np.zeros((200, 200)), 10) is None
+    for bad in (np.nan, np.inf):
+        B = G.copy()
+        B[3, 3] = bad
+        assert _top_eigh_subspace(B, 10) is None
+    n, r = 200, 10
+    k = r + max(4, r // 2)
+    assert _top_eigh_subspace(G, r) is not None
+    Q0 = _subspace._SUBSPACE_STARTS[(n, k)]
+    # an invariant subspace = the start's span (eigenvalues 1..k) and a larger eigenvalue off it
+    u = rng.standard_normal(n)
+    u -= Q0 @ (Q0.T @ u)
+    u /= np.linalg.norm(u)
+    mu = np.linspace(2.0, 1.0, k) * 1e-3 + np.linspace(1.0, 0.5, k) * (np.arange(k) < r)
+    blind = (Q0 * mu[None, :]) @ Q0.T + 5.0 * np.outer(u, u)
+    assert _top_eigh_subspace(blind, r) is None
+    # (its leading eigenvalue is 5; the start's block alone would report 1.0 as the largest)
+    assert np.linalg.eigvalsh(blind)[-1] == pytest.approx(5.0)
+
+
+def test_leading_left_singular_takes_the_certified_route_on_large_grams(rng):
+    """Both routes of leading_left_singular (the I_n x I_n Gram, the Gram of the other side) take the certified
+    subspace iteration on a large planted tensor and match the SVD to a few eps over the gaps."""
+    from tuckerkit.engine import _subspace, default_policy
+    from tuckerkit.engine._subspace import leading_left_singular, sign_fix
+
+    taken = []
+    real = _subspace._top_eigh_subspace
+    _subspace_spy = lambda G, r: taken.append(G.shape) or real(G, r)  # noqa: E731
+    for shape in ((200, 30, 30), (200, 12, 12)):  # mode 0: its 200 x 200 Gram; the 144 x 144 of the other side
+        n, r = 0, 8
+        core = rng.standard_normal((8, 8, 8))
+        Us = [np.linalg.qr(rng.standard_normal((s, 8)))[0] for s in shape]
+        Y = multi_ttm(core, Us) + 1e-3 * rng.standard_normal(shape)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_subspace, "_top_eigh_subspace", _subspace_spy)
+            U, w = leading_left_singular(Y, n, r, default_policy())
+        M = _unfold(Y, n)
+        Ur, s, _ = np.linalg.svd(M, full_matrices=False)
+        eps = np.finfo(np.float64).eps
+        gap = np.min(-np.diff(s[:r + 1] ** 2)) / s[0] ** 2
+        assert np.max(np.abs(U - sign_fix(Ur[:, :r]))) <= 1e3 * eps / gap
+        np.testing.assert_allclose(w, s[:r] ** 2, rtol=0, atol=1e3 * eps * s[0] ** 2)
+    assert taken == [(200, 200), (144, 144)]
+
+
 @pytest.mark.parametrize("shape,n,r", [((40, 3, 4), 0, 5), ((3, 40, 4), 1, 12), ((2, 3, 29), 2, 6),
                                        ((31, 2, 2, 3), 0, 12), ((5, 6), 1, 4)])
 def test_leading_left_singular_matches_the_svd(shape, n, r, dtype, rng):

@@ -129,6 +129,78 @@ def _top_eigh_mrrr(G: Any, r: int) -> tuple[Any, Any] | None:
     return w[r - 1::-1].copy(), V[:, ::-1]
 
 
+#: the certified subspace iteration (:func:`_top_eigh_subspace`) is tried on Grams of at least this order
+#: (below it LAPACK's eigensolvers take about as long as a few of its iterations)
+SUBSPACE_MIN_ORDER = 96
+_SUBSPACE_STARTS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _top_eigh_subspace(G: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``r`` leading eigenpairs (decreasing) of a real symmetric float64 ``n x n`` matrix ``G`` (not
+    modified) by block subspace iteration with Rayleigh-Ritz, or None when it cannot certify them within its
+    budget (the caller then runs LAPACK).
+
+    A block of ``k = r + max(4, r // 2)`` columns from a fixed seeded start (the same for every call of the
+    order: deterministic) is multiplied by ``G`` and re-orthonormalized; every second step its Ritz pairs are
+    checked (after the first, only their values: a ratio ``theta_k / theta_r`` of 0.5 or more, a spectrum
+    without a gap after the r-th pair, stops it). They are accepted only when (1) each of the ``r`` residuals
+    ``||G v - theta v||`` is at most ``8 n eps ||G||_F``, LAPACK's own backward error, and (2) no other
+    eigenvalue of ``G`` can reach ``theta_r``: with ``P`` the projector off the Ritz vectors ``V``, every such
+    eigenvalue is within the residuals of one of ``P G P``, whose norm is at most ``||P G P||_F =
+    sqrt(||G||_F^2 - 2 ||G V||_F^2 + ||V^T G V||_F^2)``, exact and computed from the block. So a start blind
+    to a leading eigenvector cannot pass: that eigenvalue stays in ``P G P``; nor a spectrum whose tail is too
+    heavy for the bound (LAPACK decides there).
+
+    The budget: at most ``0.7 n / k`` steps (below the cost of LAPACK's tridiagonal route), and an early stop
+    when the Ritz values' ratio ``theta_k / theta_r`` (about the residuals' shrink per step) predicts more.
+    Measured (2 cores, interleaved, 1 % noise Tucker tensors): 200 x 200, r = 10: 0.51 ms in 4 steps against
+    ``?syevr``'s 1.44 ms; 100 x 100: 0.27 against 0.49 ms; eigenpairs equal to ``?syevr``'s to 1e-14. A flat
+    spectrum (Gaussian noise alone) is refused after the first step (0.06-0.1 ms)."""
+    n = G.shape[0]
+    k = r + max(4, r // 2)
+    if G.dtype != np.float64 or n < SUBSPACE_MIN_ORDER or 3 * k > n or r < 1:
+        return None
+    Q = _SUBSPACE_STARTS.get((n, k))
+    if Q is None:
+        Q = _SUBSPACE_STARTS[(n, k)] = _thin_q(np.random.default_rng(7919 * n + k).standard_normal((n, k)))
+    normF = tol = 0.0
+    budget = max(2, 7 * n // (10 * k))  # (a step costs ~n^2 k: 0.13 ms at 200 x 15, LAPACK ~n^3: 1.44 ms)
+    with blas_pinned():
+        for step in range(1, budget + 1):
+            Z = G @ Q
+            if step == 1:  # a flat spectrum (no gap after the r-th pair) stops here, at the cost of one step
+                H = Q.T @ Z
+                if not np.isfinite(H).all():  # (a NaN or Inf in G: LAPACK's route reports it)
+                    return None
+                th = np.linalg.eigvalsh(H)[::-1]
+                if not th[r - 1] > 0 or abs(th[k - 1]) >= 0.5 * th[r - 1]:
+                    return None
+                normF = math.sqrt(float(np.einsum("ij,ij->", G, G)))
+                if not math.isfinite(normF):
+                    return None
+                tol = 8 * n * np.finfo(np.float64).eps * normF
+            elif step % 2 == 0 or step == budget:
+                th, S = np.linalg.eigh(Q.T @ Z)  # ascending
+                th, S = th[::-1], S[:, ::-1]
+                if not th[r - 1] > 0:
+                    return None
+                V, GV = Q @ S[:, :r], Z @ S[:, :r]
+                R = GV - V * th[None, :r]
+                res = math.sqrt(float(np.einsum("ij,ij->j", R, R).max()))
+                if res <= tol:
+                    VGV = V.T @ GV
+                    rest2 = normF * normF - 2 * float(np.einsum("ij,ij->", GV, GV)) + float(
+                        np.einsum("ij,ij->", VGV, VGV))
+                    if math.sqrt(max(rest2, 0.0)) + 4 * res + tol < th[r - 1]:
+                        return th[:r].copy(), V
+                    return None  # converged to pairs it cannot certify as the leading ones
+                rho = abs(th[k - 1]) / th[r - 1]  # (about the residuals' shrink per step)
+                if rho >= 1 or step + math.log(tol / res) / math.log(max(rho, 1e-300)) > budget:
+                    return None
+            Q = _thin_q(Z)
+    return None
+
+
 _QR_DRIVERS: dict[tuple[str, int, int], tuple[Any, Any, int, int]] = {}
 
 
@@ -184,7 +256,9 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
     P = Y.size // I_n
     xp = array_namespace(Y)
     if gram_route(Y.shape, n, r):
-        w, V = eigh_desc(dense_gram(Y, n, None, policy) if gram is None else gram, r)
+        G = dense_gram(Y, n, None, policy) if gram is None else gram
+        top = _top_eigh_subspace(G, r) if xp is np and r < I_n else None
+        w, V = top if top is not None else eigh_desc(G, r)
         return sign_fix(xp.ascontiguousarray(V)), w
     M = xp.moveaxis(Y, n, 0).reshape(I_n, P)
     real = real_dtype(Y.dtype)
@@ -194,7 +268,9 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
     with blas_pinned():
         G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
         # float64 only: float32's ?stemr measured slower than ?ssyevr's subset route (1.2x on 100 x 100, r = 10)
-        top = _top_eigh_mrrr(G, r) if M.dtype.char == "d" and r < P else None
+        top = _top_eigh_subspace(G, r) if M.dtype.char == "d" and r < P else None
+        if top is None and M.dtype.char == "d" and r < P:
+            top = _top_eigh_mrrr(G, r)
         w, V = top if top is not None else eigh_desc(G, r)
         Q = _thin_q(M @ V)
     return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
