@@ -150,9 +150,9 @@ def _top_eigh_subspace(G: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray] |
     eigenvalue is within the residuals of one of ``P G P``, whose norm is at most ``||P G P||_F =
     sqrt(||G||_F^2 - 2 ||G V||_F^2 + ||V^T G V||_F^2)``, exact and computed from the block. So a start blind
     to a leading eigenvector cannot pass: that eigenvalue stays in ``P G P``; nor a spectrum whose tail is too
-    heavy for the bound (LAPACK decides there).
+    heavy for the bound (LAPACK decides there; a tail light enough to converge within the budget passes it).
 
-    The budget: at most ``0.7 n / k`` steps (below the cost of LAPACK's tridiagonal route), and an early stop
+    The budget: at most ``0.6 n / k + 2`` steps (below the cost of LAPACK's tridiagonal route), and an early stop
     when the Ritz values' ratio ``theta_k / theta_r`` (about the residuals' shrink per step) predicts more.
     Measured (2 cores, interleaved, 1 % noise Tucker tensors): 200 x 200, r = 10: 0.51 ms in 4 steps against
     ``?syevr``'s 1.44 ms; 100 x 100: 0.27 against 0.49 ms; eigenpairs equal to ``?syevr``'s to 1e-14. A flat
@@ -165,7 +165,9 @@ def _top_eigh_subspace(G: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray] |
     if Q is None:
         Q = _SUBSPACE_STARTS[(n, k)] = _thin_q(np.random.default_rng(7919 * n + k).standard_normal((n, k)))
     normF = tol = 0.0
-    budget = max(2, 7 * n // (10 * k))  # (a step costs ~n^2 k: 0.13 ms at 200 x 15, LAPACK ~n^3: 1.44 ms)
+    # (a step costs ~n^2 k plus a fixed ~30 us: 0.13 ms at 200 x 15, 0.07 ms at 100 x 15; LAPACK ~n^3: 1.44 ms,
+    # 0.49 ms: the break-even is ~11 and ~7 steps)
+    budget = max(2, (n // k) * 6 // 10 + 2)
     with blas_pinned():
         for step in range(1, budget + 1):
             Z = G @ Q
