@@ -147,8 +147,9 @@ def _top_eigh_subspace(G: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray] |
     without a gap after the r-th pair, stops it). They are accepted only when (1) each of the ``r`` residuals
     ``||G v - theta v||`` is at most ``8 n eps ||G||_F``, LAPACK's own backward error, and (2) no other
     eigenvalue of ``G`` can reach ``theta_r``: with ``P`` the projector off the Ritz vectors ``V``, every such
-    eigenvalue is within the residuals of one of ``P G P``, whose norm is at most ``||P G P||_F =
-    sqrt(||G||_F^2 - 2 ||G V||_F^2 + ||V^T G V||_F^2)``, exact and computed from the block. So a start blind
+    eigenvalue is within ``||R||_F`` (the residuals) of one of ``P G P``, whose norm is at most ``||P G P||_F =
+    sqrt(||G||_F^2 - 2 ||G V||_F^2 + ||V^T G V||_F^2)``, exact and computed from the block (with a margin for
+    its rounding); the condition is ``||P G P||_F + 2 ||R||_F < theta_r``. So a start blind
     to a leading eigenvector cannot pass: that eigenvalue stays in ``P G P``; nor a spectrum whose tail is too
     heavy for the bound (LAPACK decides there; a tail light enough to converge within the budget passes it).
 
@@ -189,12 +190,18 @@ def _top_eigh_subspace(G: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray] |
                     return None
                 V, GV = Q @ S[:, :r], Z @ S[:, :r]
                 R = GV - V * th[None, :r]
-                res = math.sqrt(float(np.einsum("ij,ij->j", R, R).max()))
+                col2 = np.einsum("ij,ij->j", R, R)
+                res = math.sqrt(float(col2.max()))
                 if res <= tol:
+                    # G = [V W] [[Theta, E^T], [E, C]] [V W]^T with ||E|| <= ||R||_F: each eigenvalue of G lies
+                    # within ||R||_F of one of Theta's or of C's (Weyl), and C's are at most ||P G P||_F; that
+                    # norm squared from the block, plus its own rounding (a few eps ||G||_F^2: the three sums
+                    # cancel when the rest is small)
                     VGV = V.T @ GV
                     rest2 = normF * normF - 2 * float(np.einsum("ij,ij->", GV, GV)) + float(
                         np.einsum("ij,ij->", VGV, VGV))
-                    if math.sqrt(max(rest2, 0.0)) + 4 * res + tol < th[r - 1]:
+                    rest = math.sqrt(max(rest2 + 8 * n * np.finfo(np.float64).eps * normF * normF, 0.0))
+                    if rest + 2 * math.sqrt(float(col2.sum())) + tol < th[r - 1]:
                         return th[:r].copy(), V
                     return None  # converged to pairs it cannot certify as the leading ones
                 rho = abs(th[k - 1]) / th[r - 1]  # (about the residuals' shrink per step)
