@@ -315,15 +315,42 @@ def test_certified_subspace_iteration_refuses_what_it_cannot_certify(rng):
     k = r + max(4, r // 2)
     assert _top_eigh_subspace(G, r) is not None
     Q0 = _subspace._SUBSPACE_STARTS[(n, k)]
-    # an invariant subspace = the start's span (eigenvalues 1..k) and a larger eigenvalue off it
+    # an invariant subspace = the start's span (eigenvalues 1.0 .. 0.68 and small ones) and one eigenvalue off
+    # it that belongs among the leading r: 0.7, between the block's 9th and 10th (0.716, 0.68)
     u = rng.standard_normal(n)
     u -= Q0 @ (Q0.T @ u)
     u /= np.linalg.norm(u)
     mu = np.linspace(2.0, 1.0, k) * 1e-3 + np.linspace(1.0, 0.5, k) * (np.arange(k) < r)
-    blind = (Q0 * mu[None, :]) @ Q0.T + 5.0 * np.outer(u, u)
-    assert _top_eigh_subspace(blind, r) is None
-    # (its leading eigenvalue is 5; the start's block alone would report 1.0 as the largest)
-    assert np.linalg.eigvalsh(blind)[-1] == pytest.approx(5.0)
+    for hidden in (5.0, 0.7):
+        blind = (Q0 * mu[None, :]) @ Q0.T + hidden * np.outer(u, u)
+        assert hidden in np.round(np.linalg.eigvalsh(blind)[-r:], 12)
+        assert _top_eigh_subspace(blind, r) is None
+    # a negative eigenvalue larger in magnitude than the r-th (the block converges to the others), and an r-th
+    # eigenvalue equal to the next (no gap): refused
+    w, U = np.linalg.eigh(G)
+    for w2 in (np.where(np.arange(n) == 0, -20.0, w), np.where(np.arange(n) == n - r - 1, w[n - r], w)):
+        assert _top_eigh_subspace((U * w2[None, :]) @ U.T, r) is None
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e-83, 1e-60, 1e60, 1e150, 1e200])
+def test_certified_subspace_iteration_at_extreme_scales(rng, scale):
+    """A Gram scaled toward the ends of float64: refused where its squares would underflow or overflow (LAPACK,
+    which scales, decides), else the same pairs as LAPACK on the scaled Gram."""
+    import scipy.linalg
+
+    from tuckerkit.engine._subspace import _top_eigh_subspace, sign_fix
+
+    G = _planted_gram(rng, 200, 10, 1e-2) * scale
+    out = _top_eigh_subspace(G, 10)
+    normF = np.linalg.norm(G / scale) * scale
+    assert (out is None) == (not 2.0**-400 <= normF <= 2.0**400)
+    if out is not None:
+        wl, Vl = scipy.linalg.eigh(G, subset_by_index=[190, 199])
+        eps = np.finfo(np.float64).eps
+        np.testing.assert_allclose(out[0], wl[::-1], rtol=0, atol=64 * 200 * eps * normF)
+        gap = (wl[0] - np.linalg.eigvalsh(G)[-11]) / normF
+        np.testing.assert_allclose(sign_fix(out[1]), sign_fix(np.ascontiguousarray(Vl[:, ::-1])), rtol=0,
+                                   atol=64 * 200 * eps / gap)
 
 
 def test_leading_left_singular_takes_the_certified_route_on_large_grams(rng):
@@ -334,7 +361,12 @@ def test_leading_left_singular_takes_the_certified_route_on_large_grams(rng):
 
     taken = []
     real = _subspace._top_eigh_subspace
-    _subspace_spy = lambda G, r: taken.append(G.shape) or real(G, r)  # noqa: E731
+
+    def _subspace_spy(G, r):
+        out = real(G, r)
+        taken.append((G.shape, out is not None))
+        return out
+
     for shape in ((200, 30, 30), (200, 12, 12)):  # mode 0: its 200 x 200 Gram; the 144 x 144 of the other side
         n, r = 0, 8
         core = rng.standard_normal((8, 8, 8))
@@ -349,7 +381,7 @@ def test_leading_left_singular_takes_the_certified_route_on_large_grams(rng):
         gap = np.min(-np.diff(s[:r + 1] ** 2)) / s[0] ** 2
         assert np.max(np.abs(U - sign_fix(Ur[:, :r]))) <= 1e3 * eps / gap
         np.testing.assert_allclose(w, s[:r] ** 2, rtol=0, atol=1e3 * eps * s[0] ** 2)
-    assert taken == [(200, 200), (144, 144)]
+    assert taken == [((200, 200), True), ((144, 144), True)]  # (taken and certified)
 
 
 @pytest.mark.parametrize("shape,n,r", [((40, 3, 4), 0, 5), ((3, 40, 4), 1, 12), ((2, 3, 29), 2, 6),
