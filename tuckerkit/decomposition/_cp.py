@@ -27,7 +27,7 @@ from tuckerkit.decomposition._linalg import cp_factor_update, spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
 from tuckerkit.engine._buffers import pooled
-from tuckerkit.engine._subspace import gram_route, leading_left_singular, real_dtype
+from tuckerkit.engine._subspace import gram_route, real_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +51,12 @@ def _svd_init(call: Call, rank: int, rng: np.random.Generator, first: bool = Fal
 
     ALS updates mode 0 first from the other factors alone, so its start is never read: it is left zero (no
     work, and no Gram of the slab mode of an out-of-core tensor), unless ``first`` (mode 0 is fixed)."""
-    from tuckerkit.engine import DenseTensor
-
     X = call.X
     xp = X.xp
     factors = [xp.zeros((X.shape[0], rank), dtype=X.dtype)]
     for n in range(0 if first else 1, X.ndim):
         k = min(rank, X.shape[n])
-        G = call.take_gram(n)  # the first mode's Gram, made on entry in place of the norm's pass
-        if G is not None and isinstance(X, DenseTensor):
-            U, _ = leading_left_singular(X.data, n, k, call.policy, gram=G)
-        else:
-            U, _ = X.leading_subspace(n, k, rng=rng, policy=call.policy)
+        U, _ = call.leading_subspace(X, n, k, rng)  # (the first from the Gram made on entry)
         if rank > k:
             U = xp.concatenate([U, call.like(rng.standard_normal((X.shape[n], rank - k)), U.dtype)], axis=1)
         U = xp.ascontiguousarray(U.astype(X.dtype, copy=False))

@@ -37,7 +37,8 @@ _RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (
 class Call:
     """One decomposition call: its operand, policy, the devices it computes on and returns to, the norm of
     the input and the power of two the operand was scaled by (1.0 unless its magnitude was extreme).
-    ``grams``: Grams of ``X`` made on entry (``first_gram``), each handed out once by :meth:`take_gram`."""
+    ``grams``: Grams of ``X`` made on entry (``first_gram``), each handed out once by :meth:`gram` or
+    :meth:`leading_subspace`."""
 
     X: Any
     policy: ExecutionPolicy
@@ -47,9 +48,22 @@ class Call:
     scale: float = 1.0
     grams: dict[int, Any] = field(default_factory=dict, repr=False)
 
-    def take_gram(self, mode: int) -> Any:
-        """The Gram ``X_(mode) X_(mode)^T`` made on entry (and forgotten here), or None."""
-        return self.grams.pop(mode, None)
+    def gram(self, Y: Any, mode: int) -> Any:
+        """``Y.gram(mode)``: the Gram made on entry when ``Y`` is the call's operand (handed out once), else
+        computed."""
+        G = self.grams.pop(mode, None) if Y is self.X else None
+        return Y.gram(mode, policy=self.policy) if G is None else G
+
+    def leading_subspace(self, Y: Any, mode: int, rank: int, rng: Any) -> tuple[Any, Any]:
+        """``Y.leading_subspace(mode, rank)``, from the Gram made on entry when ``Y`` is the call's dense
+        operand (handed out once)."""
+        from tuckerkit.engine import DenseTensor
+        from tuckerkit.engine._subspace import leading_left_singular
+
+        G = self.grams.pop(mode, None) if Y is self.X else None
+        if G is not None and isinstance(Y, DenseTensor):
+            return leading_left_singular(Y.data, mode, rank, self.policy, gram=G)
+        return Y.leading_subspace(mode, rank, rng=rng, policy=self.policy)
 
     def unscale(self, A: Any) -> Any:
         """An array of the scaled problem (a core, CP weights) in the input's units."""
@@ -95,9 +109,9 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     otherwise a complex input is refused in one line. ``first_gram(op)``: the mode whose Gram the body computes
     first from the whole tensor (or None); for a float64 array in memory that Gram is made here instead of the
     norm's pass, the norm taken from its trace (``||X||^2``; a NaN or Inf makes it non-finite as it makes the
-    norm), and handed to the body by ``call.take_gram(mode)``: one read of ``X`` fewer. When the trace is not
-    finite, is zero or the magnitude calls for a rescale, the Gram is dropped and the norm's own pass decides as
-    always."""
+    norm), and handed to the body by ``call.gram`` / ``call.leading_subspace``: one read of ``X`` fewer. When
+    the trace is not finite, is zero or the magnitude calls for a rescale, the Gram is dropped and the norm's
+    own pass decides as always."""
     from tuckerkit.engine import DenseTensor
 
     home = _home(X)

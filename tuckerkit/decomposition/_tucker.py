@@ -31,7 +31,6 @@ from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import (
     eigh_desc,
     gram_route,
-    leading_left_singular,
     randomized_left_singular,
     sign_fix,
 )
@@ -68,10 +67,7 @@ def _subspace(call: Call, Y: Any, n: int, r: int, svd: str, rng: np.random.Gener
 
     if svd == "randomized" and isinstance(Y, DenseTensor):
         return randomized_left_singular(Y.data, n, r, rng, call.policy)
-    G = call.take_gram(n) if Y is call.X else None  # the Gram made on entry, in place of the norm's pass
-    if G is not None and isinstance(Y, DenseTensor):
-        return leading_left_singular(Y.data, n, r, call.policy, gram=G)
-    return Y.leading_subspace(n, r, rng=rng, policy=call.policy)
+    return call.leading_subspace(Y, n, r, rng)  # (X's first from the Gram made on entry)
 
 
 def _entry_gram(ranks: Any, order: Any = "auto", sketch: bool = False, svd: Any = "exact",
@@ -118,8 +114,7 @@ def _tail_rule_factor(call: Call, X: Any, n: int, max_error: float, normX: float
     """Mode ``n``'s factor of the smallest rank whose discarded Gram eigenvalues fit the mode's share of the
     error budget, ``max_error**2 * ||X||**2 / N`` (HOSVD's rank choice; the eigenvalues are all needed)."""
     unit = normX * normX if normX > 0 else 1.0
-    G = call.take_gram(n) if X is call.X else None  # (the Gram made on entry)
-    w, V = eigh_desc(X.gram(n, policy=call.policy) if G is None else G)
+    w, V = eigh_desc(call.gram(X, n))
     w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None) / unit
     tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
     r = max(int(np.argmax(tail <= max_error**2 / X.ndim)), 1)
@@ -351,8 +346,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
             discarded += 0.0 if r >= Y.shape[n] else max(kept - new_kept, 0.0)
             kept = kept if r >= Y.shape[n] else new_kept
         else:
-            G = call.take_gram(n) if Y is call.X else None  # (the Gram made on entry)
-            w, V = eigh_desc(Y.gram(n, policy=call.policy) if G is None else G)
+            w, V = eigh_desc(call.gram(Y, n))
             w = np.clip(np.asarray(to_host(w), dtype=np.float64), 0.0, None) / unit  # the rank choice: on the host
             tail = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])  # tail[r] = sum of w[r:]
             r = max(int(np.argmax(tail <= budget)), 1)
