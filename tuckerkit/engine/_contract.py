@@ -303,7 +303,11 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
     do the bits. ``piece_scale``: pieces of at least that many times MIN_CHUNK_FLOPS.
     """
     if flops < PIN_FLOPS and av.shape[-1] <= DOT_SERIAL_MAX:  # OpenBLAS runs it on one thread in any setting
-        np.matmul(av, bv, out=cv)
+        # numpy reports the FPU's flags after the BLAS call: once in a full test run (float32 MTTKRP, finite
+        # inputs, every output finite and right) a small SGEMM left FE_INVALID, from lanes it discards; the
+        # inputs of a decomposition are checked for NaN and Inf on entry
+        with np.errstate(invalid="ignore"):
+            np.matmul(av, bv, out=cv)
         return
     with blas_pinned():
         if flops < MIN_PARALLEL_FLOPS:
