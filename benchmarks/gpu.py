@@ -9,6 +9,11 @@ sparse CP-ALS and the sparse MTTKRP's atomics on a short mode.
   on the GPU, TensorLy with its cupy backend, and tuckerkit on the CPU; float32 and float64; the GPU fit must
   equal the CPU fit to rounding;
 * cp: CP-ALS, rank 10 and 50, same set-up;
+* linalg: the small eigenproblems and solves of the factor updates, cuSOLVER on the device vs the host's LAPACK
+  with the copies (what tuckerkit does up to order ``HOST_EIGH_MAX``): an n x n Gram's leading 10 pairs
+  (``cupy.linalg.eigh`` vs the host's ``eigh_desc`` on one BLAS thread), HOOI's n x 100 projection
+  (``cupy.linalg.svd`` vs ``leading_left_singular``), and CP-ALS's R x R solve (the former ``eigh``
+  pseudo-inverse vs ``spd_solve``);
 * sparse: CP-ALS (rank 16) on the project's sparse benchmark tensors, GPU (COO, atomics kernel) vs tuckerkit's
   CPU kernel, same initial factors; and one MTTKRP on a short mode (8 rows: every atomicAdd of the launch
   lands on 8 x R addresses) vs a long mode of the same tensor (``short_over_long``: above ~2, contention
@@ -22,8 +27,9 @@ Results are written after each section, so a run cut short keeps what it measure
 Needs a CUDA GPU and cupy (``tuckerkit[gpu-cuda13]`` or ``[gpu-cuda12]``); TensorLy for its columns.
 ``make test-gpu`` runs it after the real-GPU tests on a machine with a preinstalled cupy.
 
-Run:  python benchmarks/gpu.py [contractions ttm tucker cp sparse] [--quick] [--sizes 200,400,800]
-Writes benchmarks/results/gpu.{json,md,png} (``--quick``: gpu_quick.*, a smoke run that keeps the real results).
+Run:  python benchmarks/gpu.py [contractions ttm tucker cp linalg sparse] [--quick] [--sizes 200,400,800] [--update]
+Writes benchmarks/results/gpu.{json,md,png} (``--quick``: gpu_quick.*, a smoke run that keeps the real results;
+``--update``: the sections run replace theirs in the existing results, the others are kept).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker, make_spar
 import tuckerkit as tk
 from tuckerkit.engine import contract, plan_contraction, ttm
 
-SECTIONS = ("contractions", "ttm", "tucker", "cp", "sparse")
+SECTIONS = ("contractions", "ttm", "tucker", "cp", "linalg", "sparse")
 RESULTS = _common.RESULTS
 
 
@@ -134,6 +140,67 @@ def ttm_section(cp, n, dtypes, ranks, repeat):
                              "copy_GBps": 2 * X.nbytes / t["copy"] / 1e9})
                 print(f"TTM n={n} {dt} R={r} mode {mode}: {t['tuckerkit'] * 1e3:.3f} ms = "
                       f"{rows[-1]['over_copy']:.2f}x a device copy", flush=True)
+    return rows
+
+
+def linalg_section(cp, orders, repeat):
+    """cuSOLVER on the device vs the host route (copy down, LAPACK, copy up) for the factor updates' small
+    problems; each pair of results checked against the other."""
+    from tuckerkit.backend import to_host
+    from tuckerkit.decomposition._linalg import spd_solve
+    from tuckerkit.engine import ExecutionPolicy, blas_pinned
+    from tuckerkit.engine._subspace import _on_host, eigh_desc, leading_left_singular
+
+    def host_eigh(G, r):  # what eigh_desc does with a device Gram of order <= HOST_EIGH_MAX, at any order
+        with blas_pinned():
+            return _on_host(cp, *eigh_desc(to_host(G), r))
+
+    rows = []
+    rng = np.random.default_rng(4)
+    policy = ExecutionPolicy()
+    for n in orders:  # an n x n Gram (decaying spectrum), its 10 leading pairs
+        A = rng.standard_normal((n, 2 * n)) * (0.9 ** np.arange(n))[:, None]
+        G = cp.asarray(A @ A.T)
+        r = min(10, n - 1)
+        t = _median_times(cp, {"device": lambda G=G: cp.linalg.eigh(G),
+                               "host": lambda G=G, r=r: host_eigh(G, r)}, repeat)
+        w_dev = cp.asnumpy(cp.linalg.eigh(G)[0])[::-1][:r]
+        w_host = cp.asnumpy(host_eigh(G, r)[0])
+        ok = bool(np.allclose(w_dev, w_host, rtol=1e-10, atol=1e-12 * abs(w_dev[0])))
+        rows.append({"problem": "gram_eigh", "n": n, "r": r, "t_device": t["device"], "t_host": t["host"],
+                     "device_over_host": t["device"] / t["host"], "ok": ok})
+    for n in (o for o in orders if o >= 100):  # HOOI's n x 100 projection: its 10 leading left vectors
+        Y = cp.asarray(rng.standard_normal((n, 10, 10)))
+        M = Y.reshape(n, 100)
+        t = _median_times(cp, {"device": lambda M=M: cp.linalg.svd(M, full_matrices=False),
+                               "host": lambda Y=Y: leading_left_singular(Y, 0, 10, policy)}, repeat)
+        Ud = cp.linalg.svd(M, full_matrices=False)[0][:, :10]
+        Uh = leading_left_singular(Y, 0, 10, policy)[0]
+        gap = float(cp.linalg.norm(Ud @ Ud.T - Uh @ Uh.T))  # the same subspace
+        rows.append({"problem": "hooi_projection", "n": n, "r": 10, "t_device": t["device"], "t_host": t["host"],
+                     "device_over_host": t["device"] / t["host"], "ok": gap < 1e-8})
+    for R in (10, 50):  # CP-ALS: U V = M, M 400 x R
+        B = rng.standard_normal((R, 3 * R))
+        V = cp.asarray(B @ B.T)
+        M = cp.asarray(rng.standard_normal((400, R)))
+
+        def old(V=V, M=M):
+            w, Q = cp.linalg.eigh(V)
+            cut = cp.finfo(V.dtype).eps * V.shape[0] * cp.max(cp.abs(w))
+            inv = cp.where(w > cut, 1 / cp.where(w > cut, w, 1), 0).astype(V.dtype)
+            return ((M @ Q) * inv[None, :]) @ Q.T
+
+        t = _median_times(cp, {"device": old, "host": lambda V=V, M=M: spd_solve(V, M)}, repeat)
+        err = float(cp.max(cp.abs(old() - spd_solve(V, M))) / cp.max(cp.abs(old())))
+        rows.append({"problem": "cp_solve", "n": R, "r": R, "t_device": t["device"], "t_host": t["host"],
+                     "device_over_host": t["device"] / t["host"], "ok": err < 1e-8})
+    for row in rows:
+        print(f"linalg {row['problem']} n={row['n']}: cuSOLVER {row['t_device'] * 1e3:.3f} ms, host route "
+              f"{row['t_host'] * 1e3:.3f} ms (x{row['device_over_host']:.1f})" + ("" if row["ok"] else "  WRONG"),
+              flush=True)
+    bad = [f"{r['problem']} n={r['n']}" for r in rows if not r["ok"]]
+    if bad:
+        raise CheckFailed(f"the host and device routes disagree: {', '.join(bad)}")
     return rows
 
 
@@ -352,6 +419,13 @@ def markdown(out: dict) -> str:
                              f"{r['speedup_cpu']:.1f}x | {tlr} | {r['fit_gpu']:.6f} | "
                              f"{r['gpu_pool_bytes'] / 1e6:.0f} |")
             lines.append("")
+    if out.get("linalg"):
+        lines += ["## Small eigenproblems and solves: cuSOLVER vs the host route (copies included)", "",
+                  "| problem | n | cuSOLVER ms | host route ms | cuSOLVER / host |", "|---|---|---|---|---|"]
+        for r in out["linalg"]:
+            lines.append(f"| {r['problem']} | {r['n']} | {r['t_device'] * 1e3:.3f} | {r['t_host'] * 1e3:.3f} | "
+                         f"{r['device_over_host']:.1f}x |")
+        lines.append("")
     if out.get("sparse"):
         cp_rows = [r for r in out["sparse"] if r["case"] == "cp_als"]
         lines += ["## Sparse CP-ALS (COO, atomics kernel) vs tuckerkit's CPU kernel", "",
@@ -401,6 +475,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--sizes", default=None, help="n for the tucker and cp sections, e.g. 200,400,800")
     ap.add_argument("--no-tensorly", action="store_true", help="skip the TensorLy-cupy runs")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the other sections of the existing results file (the ones run are replaced)")
     args = ap.parse_args(argv)
     secs = args.sections or list(SECTIONS)
     if set(secs) - set(SECTIONS):
@@ -415,6 +491,14 @@ def main(argv=None) -> int:
     env = environment()
     env["device"] = device_info(cp)
     out: dict = {"benchmark": "gpu", "quick": args.quick, "environment": env, "status": {}, "notes": []}
+    if args.update and (RESULTS / f"{stem}.json").exists():
+        import json
+
+        old = json.loads((RESULTS / f"{stem}.json").read_text())
+        kept = [sec for sec in SECTIONS if sec in old and sec not in secs]
+        out.update({sec: old[sec] for sec in kept})
+        out["status"] = {sec: old.get("status", {}).get(sec, {"ok": True, "error": None}) for sec in kept}
+        out["kept_from_earlier_run"] = {"sections": kept, "environment": old.get("environment")}
     runs = {
         "contractions": lambda: contractions(cp, [16, 32] if args.quick else [64, 128, 256, 512], dtypes, rep),
         "ttm": lambda: ttm_section(cp, 32 if args.quick else 512, dtypes, (8, 16), rep),
@@ -424,6 +508,8 @@ def main(argv=None) -> int:
         "cp": lambda: decompositions(cp, "cp", sizes or ([20] if args.quick else [200, 400]), dtypes,
                                      3 if args.quick else 10, rep if args.quick else 5, not args.no_tensorly,
                                      out["notes"]),
+        "linalg": lambda: linalg_section(cp, [10, 50, 100] if args.quick else [10, 50, 100, 200, 400, 800, 1600],
+                                         rep if args.quick else 15),
         "sparse": lambda: sparse_section(cp, args.quick, dtypes, rep),
     }
     for sec in secs:

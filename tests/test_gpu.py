@@ -3,7 +3,8 @@ a CUDA GPU is present, on the real cupy (``-m gpu``; skipped cleanly otherwise).
 
 What the stand-in proves without a GPU: every cupy branch runs, the engine's cuBLAS ``gemmStridedBatched``
 arguments are right (the stand-in executes them from raw pointers, column-major, as cuBLAS does), results stay
-device arrays of the input's dtype, and an iteration makes exactly one host round trip (the fit).
+device arrays of the input's dtype, and an iteration makes only the host round trips it should (the fit, and
+one per factor update for the small eigenproblems and solves, which run on the host's LAPACK).
 """
 
 from __future__ import annotations
@@ -420,6 +421,44 @@ def test_cp_als_on_device_equals_cpu(xp, dtype):
     np.testing.assert_allclose(to_numpy(got.to_dense()), ref.to_dense(), atol=100 * _tol(dtype) * np.abs(X).max())
 
 
+@pytest.mark.parametrize("where", ["host", "cusolver"])
+def test_hooi_factor_updates_on_either_side_of_host_eigh_max(xp, dtype, where, monkeypatch):
+    """A device HOOI whose Grams (order 100-120: the certified subspace iteration's range) go to the host's
+    LAPACK (the default up to HOST_EIGH_MAX), or stay on cuSOLVER (HOST_EIGH_MAX = 0): either way the CPU's
+    fit and subspaces; both routes of leading_left_singular run (the start's I_n x I_n Grams, the sweeps'
+    P x P Grams)."""
+    from tuckerkit.engine import _subspace
+
+    if where == "cusolver":
+        monkeypatch.setattr(_subspace, "HOST_EIGH_MAX", 0)
+    X = make_low_rank_tucker((120, 110, 100), (5, 6, 7), noise=0.05, dtype=dtype, random_state=0).data
+    ref = tk.hooi(X, (5, 6, 7), tol=0, max_iter=3)
+    got = tk.hooi(xp.asarray(X), (5, 6, 7), tol=0, max_iter=3)
+    assert type(got.core) is type(xp.asarray(X)) and got.core.dtype == dtype
+    assert abs(got.fit - ref.fit) <= _fit_tol(dtype, ref.fit)
+    for U, V in zip(got.factors, ref.factors, strict=True):
+        U = to_numpy(U).astype(np.float64)
+        np.testing.assert_allclose(U.T @ U, np.eye(U.shape[1]), atol=10 * _tol(dtype))
+        np.testing.assert_allclose(np.linalg.svd(U.T @ V, compute_uv=False), 1, atol=10 * _tol(dtype) ** 0.5)
+
+
+@pytest.mark.parametrize("singular", [False, True])
+def test_spd_solve_on_device(xp, dtype, singular):
+    """CP-ALS's solve U V = M: M V^-1 for a definite V, the minimum-norm M pinv(V) for a singular one (two equal
+    factor columns make every Hadamard product of Grams singular), on the host and the device alike."""
+    from tuckerkit.decomposition._linalg import spd_solve
+
+    rng = np.random.default_rng(5)
+    B = rng.standard_normal((6, 20))
+    if singular:
+        B[5] = B[4]
+    V, M = (B @ B.T).astype(dtype), rng.standard_normal((30, 6)).astype(dtype)
+    got = spd_solve(xp.asarray(V), xp.asarray(M))
+    assert type(got) is type(xp.asarray(M)) and got.dtype == dtype
+    want = M.astype(np.float64) @ np.linalg.pinv(V.astype(np.float64), rcond=1e-6)
+    np.testing.assert_allclose(to_numpy(got), want, atol=1e3 * _tol(dtype) * np.abs(want).max())
+
+
 def test_sparse_cp_als_on_device_equals_cpu(xp, dtype):
     S = make_sparse_tensor((30, 40, 50), nnz=3000, dtype=dtype, random_state=1).data
     with warnings.catch_warnings():
@@ -447,7 +486,13 @@ def test_sparse_mttkrp_on_device(xp, dtype):
         np.testing.assert_allclose(to_numpy(got), ref, atol=_tol(dtype) * 50)
 
 
-def test_one_host_round_trip_per_iteration(xp):
+def test_host_round_trips_per_iteration(xp):
+    """Per iteration: the fit (one scalar), and the small eigenproblems and solves, which run on the host's
+    LAPACK (cuSOLVER is latency-bound there): HOOI one round trip per mode on the Gram route (the Gram down, the
+    vectors up), two on the other (the P x P Gram, then M V for its thin QR); CP-ALS one per mode (V down, its
+    inverse up). Nothing else: no tensor-sized copy, no per-element check."""
+    from tuckerkit.engine._subspace import gram_route
+
     counts = _counts(xp)
     if counts is None:
         pytest.skip("counted on the cupy stand-in")
@@ -466,7 +511,11 @@ def test_one_host_round_trip_per_iteration(xp):
                 run(k)
             totals.append(counts["sync"] + counts["d2h"])
         per_run[name] = (totals[1] - totals[0]) / 4
-    assert per_run == {"hooi": 1.0, "cp_als": 1.0, "cp_als_linesearch": 1.5}
+    # the mode-n projection of X (20, 22, 24) by the other factors (ranks 3, 4, 5)
+    hooi = 1 + sum(1 if gram_route(shape, n, r) else 2
+                   for n, (shape, r) in enumerate((((20, 4, 5), 3), ((3, 22, 5), 4), ((3, 4, 24), 5))))
+    assert hooi == 6  # modes 0, 1, 2: the Gram route (20 <= 4 * 5), then P = 15 < 22 and P = 12 < 24
+    assert per_run == {"hooi": hooi, "cp_als": 1.0 + 3, "cp_als_linesearch": 1.5 + 3}
 
 
 # ---------------------------------------------------------------------------------------------- devices
@@ -583,8 +632,17 @@ def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
     assert len(out["contractions"]) == 72 and max(r["err_over_bound"] for r in out["contractions"]) <= 1
     assert {r["method"] for r in out["tucker"] + out["cp"]} == {"hooi", "cp_als"}
     assert {r["case"] for r in out["sparse"]} == {"cp_als", "atomics_short_mode"}
+    assert {r["problem"] for r in out["linalg"]} == {"gram_eigh", "hooi_projection", "cp_solve"}
+    assert all(r["ok"] for r in out["linalg"])
     md = (tmp_path / "gpu_quick.md").read_text()
     assert "| n | dtype | rank | GPU ms/it |" in md and "| sparse | passed |" in md and "short / long" in md
+    # --update: the section run replaces its rows, the others are kept as they were
+    assert gpu.main(["linalg", "--quick", "--update", "--dtypes", "float64"]) == 0
+    again = json.loads((tmp_path / "gpu_quick.json").read_text())
+    assert again["contractions"] == out["contractions"] and again["sparse"] == out["sparse"]
+    assert set(again["status"]) == set(gpu.SECTIONS) and again["kept_from_earlier_run"]["sections"] == [
+        s for s in gpu.SECTIONS if s != "linalg"]
+    assert "cuSOLVER / host" in (tmp_path / "gpu_quick.md").read_text()
 
 
 def test_gpu_benchmark_records_a_failed_section(xp, tmp_path, monkeypatch):

@@ -1,8 +1,9 @@
 """Small dense linear algebra of the factor updates: the CP-ALS solve.
 
-On the CPU: LAPACK through scipy (Cholesky, least squares when singular). On a GPU the same small problem
-stays on the device (cuSOLVER through ``cupy.linalg``): an R x R solve is cheaper there than a round trip to
-the host, which would also synchronize once per factor.
+On the CPU: LAPACK through scipy (Cholesky, least squares when singular). On a GPU the R x R matrix goes to
+the host (one round trip per factor), its inverse comes back and the I x R product runs on the device:
+cuSOLVER's ``syevd`` on a 10 x 10 to 50 x 50 matrix is bound by its launches and synchronizations (measured
+on an H200: CP-ALS on 200^3 took 5-10 ms per iteration with it, 0.4-0.6x TensorLy's cupy backend).
 """
 
 from __future__ import annotations
@@ -11,45 +12,84 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.backend import array_namespace
+from tuckerkit.backend import array_namespace, to_host
+from tuckerkit.engine._policy import blas_pinned
+
+
+def _definite(L: Any) -> bool:
+    """Whether a Cholesky factor ``L`` (either triangle) of an R x R matrix is that of a definite one in working
+    precision: its smallest squared pivot above ``eps * R`` times its largest. A singular V (e.g. two equal
+    factor columns) can pass the factorization with a last pivot of rounding size (measured: 0.3-0.6 eps of
+    the largest), whose inverse would be rounding noise times 1/eps."""
+    d = np.abs(np.diagonal(L)).astype(np.float64) ** 2
+    return bool(d.size == 0 or d.min() > d.max() * np.finfo(L.dtype).eps * L.shape[0])
 
 
 def spd_solve(V: Any, M: Any) -> Any:
     """Solve ``U V = M`` for U with V symmetric (complex: Hermitian) positive (semi)definite: Cholesky, else
     least squares.
 
-    On a GPU: a pseudo-inverse from ``eigh`` (eigenvalues below ``eps * max`` dropped), which is exact for a
-    definite V, handles a singular one, and never needs the host to check for failure.
+    On a GPU: ``M @ inv(V)`` with the inverse made on the host by :func:`spd_inverse`.
     """
     xp = array_namespace(V, M)
     if xp is not np:
-        w, Q = xp.linalg.eigh(V)
-        cut = xp.finfo(V.dtype).eps * V.shape[0] * xp.max(xp.abs(w))
-        inv = xp.where(w > cut, 1 / xp.where(w > cut, w, 1), 0).astype(V.dtype)
-        return ((M @ Q) * inv[None, :]) @ Q.conj().T
+        return M @ xp.asarray(spd_inverse(to_host(V)))
     import scipy.linalg  # here, not at the top: `import tuckerkit` needs no scipy.linalg
 
     Vt = V.T  # U V = M is V^T U^T = M^T (V^T = conj(V) is Hermitian positive definite too)
     try:
         c = scipy.linalg.cho_factor(Vt, check_finite=False)
-        return scipy.linalg.cho_solve(c, M.T, check_finite=False).T
+        if _definite(c[0]):
+            return scipy.linalg.cho_solve(c, M.T, check_finite=False).T
     except np.linalg.LinAlgError:
-        sol, *_ = scipy.linalg.lstsq(Vt, M.T, check_finite=False, cond=np.finfo(V.dtype).eps * max(V.shape))
-        return sol.T
+        pass
+    sol, *_ = scipy.linalg.lstsq(Vt, M.T, check_finite=False, cond=np.finfo(V.dtype).eps * max(V.shape))
+    return sol.T
+
+
+def spd_inverse(V: Any) -> Any:
+    """The inverse of a host matrix ``V``, symmetric (complex: Hermitian) positive semidefinite: from its
+    Cholesky factor, or where that fails (singular or indefinite V) the pseudo-inverse of its eigenpairs with
+    the eigenvalues below ``eps * R * max |w|`` dropped. LAPACK on one BLAS thread (deterministic).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.decomposition._linalg import spd_inverse
+    >>> spd_inverse(np.array([[4.0, 0.0], [0.0, 0.0]]))
+    array([[0.25, 0.  ],
+           [0.  , 0.  ]])
+    """
+    from scipy.linalg import lapack
+
+    with blas_pinned():  # LAPACK's ?potrf, then ?potri (the inverse from the Cholesky factor)
+        potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (V,))
+        c, info = potrf(V, lower=1, clean=1)
+        if info == 0 and _definite(c):
+            inv, info = potri(c, lower=1)
+            if info == 0:  # the lower triangle of the inverse, mirrored
+                return np.tril(inv) + np.tril(inv, -1).conj().T
+        w, Q = np.linalg.eigh(V)
+        cut = np.finfo(V.dtype).eps * V.shape[0] * np.max(np.abs(w), initial=0.0)
+        inv = np.where(w > cut, 1 / np.where(w > cut, w, 1), 0).astype(V.dtype)
+        return (Q * inv[None, :]) @ Q.conj().T
 
 
 def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     """CP-ALS's factor update on the host for a real dtype: ``U V = M`` solved into ``out`` (I x R, C-contiguous,
     M's dtype) by the compiled row solve (:mod:`._cp_kernels`), and with ``normalize`` the columns divided by
     their norms, which are returned (float64, zero norms as 1); None without ``normalize``. Returns False
-    and leaves ``out`` alone when the Cholesky factorization of V fails (singular or indefinite V: the caller
-    takes :func:`spd_solve`'s least squares). One thread (see :mod:`._cp_kernels`)."""
+    and leaves ``out`` alone when the Cholesky factorization of V fails or shows V singular in working
+    precision (:func:`_definite`; the caller takes :func:`spd_solve`'s least squares). One thread (see
+    :mod:`._cp_kernels`)."""
     from tuckerkit.decomposition._cp_kernels import CHUNK, cholesky_solve_rows
     from tuckerkit.sparse._mttkrp import slp_vectorize
 
     try:
         L = np.linalg.cholesky(V)  # numpy's: a sparse CLI run then needs no scipy.linalg import (0.3 s)
     except np.linalg.LinAlgError:
+        return False
+    if not _definite(L):
         return False
     dtype = out.dtype
     M = np.ascontiguousarray(M, dtype=dtype)

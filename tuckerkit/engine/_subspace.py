@@ -1,8 +1,11 @@
 """Leading subspaces of a dense tensor's unfoldings, from its Gram matrix or the small unfolding.
 
 On the CPU: LAPACK through scipy (``eigh`` of only the leading pairs), after a certified subspace iteration
-on large float64 Grams with a spectral gap; on a GPU the same small problems stay on
-the device (cuSOLVER through ``cupy.linalg``): an I_n x I_n ``eigh`` is cheaper there than a round trip.
+on large float64 Grams with a spectral gap. On a GPU the Grams and the products with the tensor stay on the
+device (cuBLAS), while a small eigenproblem (order up to :data:`HOST_EIGH_MAX`) goes to the host's LAPACK:
+cuSOLVER's ``syevd`` / ``gesvd`` on such matrices is bound by launches and internal synchronizations
+(measured on an H200: HOOI on 200^3 with rank 10 took 33 ms per iteration, TensorLy's cupy backend the same,
+on the device's SVD of the 200 x 100 projections; 6-9 ms with this module's host route).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.backend import array_namespace
+from tuckerkit.backend import array_namespace, to_host
 from tuckerkit.engine._gram import dense_gram
 from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned
 
@@ -46,6 +49,9 @@ def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
     the eigenvalues are real."""
     I_n = G.shape[0]
     xp = array_namespace(G)
+    if xp is not np and I_n <= HOST_EIGH_MAX:  # small: the host's LAPACK (see the module's docstring)
+        with blas_pinned():
+            return _on_host(xp, *eigh_desc(to_host(G), r))
     if xp is not np:  # cuSOLVER's syevd: all pairs (no subset routine), ascending
         w, V = xp.linalg.eigh(G)
         if r is not None and r < I_n:
@@ -70,6 +76,19 @@ def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
 
 
 _EVR_DRIVERS: dict[tuple[str, int], tuple[Any, dict[str, int]]] = {}
+
+
+#: largest order of a device Gram whose eigenproblem is solved on the host (copied down, LAPACK on one BLAS
+#: thread, the vectors copied up). Measured on an H200 with 16 host cores (``benchmarks/gpu.py linalg``, two
+#: runs): the 10 leading pairs of a Gram of order 10-100 1.0-1.8x faster on the host route, of order 200 0.6x,
+#: 400-1600 0.02-0.4x (cuSOLVER 1.8-17.5 ms); HOOI's 100 x 100 projection Gram with its thin QR 1.7-2.8 ms on
+#: the host against 7.9-11.8 ms for cuSOLVER's ``gesvd`` of the projection
+HOST_EIGH_MAX = 128
+
+
+def _on_host(xp: Any, w: Any, V: Any) -> tuple[Any, Any]:
+    """Host eigenpairs (or any two host arrays) as contiguous arrays of namespace ``xp`` (copied up)."""
+    return xp.asarray(np.ascontiguousarray(w)), xp.asarray(np.ascontiguousarray(V))
 
 
 def _evr_driver(char: str, n: int) -> tuple[Any, dict[str, int]]:
@@ -273,32 +292,58 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
     gap, the same eigenvalues, eigenvectors to the residual over each gap (a backward error of LAPACK's
     class), and LAPACK's route whenever it cannot certify them.
 
-    Deterministic: LAPACK on one BLAS thread, signs fixed by :func:`sign_fix`. On a GPU the small
-    unfolding's SVD stays on the device (cuSOLVER; unchanged). ``gram``: ``Y_(n) Y_(n)^T`` when it was already
-    made (the first route takes it instead of computing it; see :func:`gram_route`).
+    Deterministic: LAPACK on one BLAS thread, signs fixed by :func:`sign_fix`. On a GPU the Gram (and ``M V``)
+    are made on the device and the eigenproblem of order <= :data:`HOST_EIGH_MAX` is solved on the host by the
+    same routines (the Gram copied down, the vectors up: one round trip on the first route, two on the second,
+    whose thin QR runs on the host too); a larger one stays on the device (cuSOLVER's ``syevd`` and QR).
+
+    ``gram``: ``Y_(n) Y_(n)^T`` when it was already made (the first route takes it instead of computing it; see
+    :func:`gram_route`).
     """
     I_n = Y.shape[n]
     P = Y.size // I_n
     xp = array_namespace(Y)
     if gram_route(Y.shape, n, r):
         G = dense_gram(Y, n, None, policy) if gram is None else gram
-        top = _top_eigh_subspace(G, r) if xp is np and r < I_n else None
-        w, V = top if top is not None else eigh_desc(G, r)
-        return sign_fix(xp.ascontiguousarray(V)), w
+        if xp is not np and I_n > HOST_EIGH_MAX:
+            w, V = eigh_desc(G, r)
+            return sign_fix(xp.ascontiguousarray(V)), w
+        G = to_host(G)  # a device Gram of small order: its eigenproblem on the host
+        top = _top_eigh_subspace(G, r) if r < I_n else None
+        if top is None:
+            with blas_pinned():
+                top = eigh_desc(G, r)
+        V, w = _on_host(xp, sign_fix(np.ascontiguousarray(top[1])), top[0])
+        return V, w
     M = xp.moveaxis(Y, n, 0).reshape(I_n, P)
     real = real_dtype(Y.dtype)
-    if xp is not np:
-        U, s, _ = xp.linalg.svd(M, full_matrices=False)
-        return sign_fix(xp.ascontiguousarray(U[:, :r])), (s[:r] * s[:r]).astype(real)
+    if xp is not np:  # the P x P Gram and M V on the device; a small P's eigenproblem and thin QR on the host
+        G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
+        if P > HOST_EIGH_MAX:  # cuSOLVER's syevd and QR (not gesvd of M: 4-5x slower, measured at P = 100)
+            w, V = eigh_desc(G, r)
+            Q = xp.linalg.qr(M @ V)[0]
+            return sign_fix(xp.ascontiguousarray(Q)), xp.clip(w, 0, None).astype(real, copy=False)
+        with blas_pinned():
+            w, V = _top_gram_pairs(to_host(G), r, P)
+        B = to_host(M @ xp.asarray(np.ascontiguousarray(V)))
+        with blas_pinned():
+            Q = _thin_q(B)
+        return _on_host(xp, sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False))
     with blas_pinned():
         G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
-        # float64 only: float32's ?stemr measured slower than ?ssyevr's subset route (1.2x on 100 x 100, r = 10)
-        top = _top_eigh_subspace(G, r) if M.dtype.char == "d" and r < P else None
-        if top is None and M.dtype.char == "d" and r < P:
-            top = _top_eigh_mrrr(G, r)
-        w, V = top if top is not None else eigh_desc(G, r)
+        w, V = _top_gram_pairs(G, r, P)
         Q = _thin_q(M @ V)
     return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
+
+
+def _top_gram_pairs(G: Any, r: int, P: int) -> tuple[Any, Any]:
+    """The ``r`` leading eigenpairs of the host's P x P Gram ``G`` (may be overwritten): the certified subspace
+    iteration, then MRRR (float64), else ``?syevr`` / ``?heevr``."""
+    # float64 only: float32's ?stemr measured slower than ?ssyevr's subset route (1.2x on 100 x 100, r = 10)
+    top = _top_eigh_subspace(G, r) if G.dtype.char == "d" and r < P else None
+    if top is None and G.dtype.char == "d" and r < P:
+        top = _top_eigh_mrrr(G, r)
+    return top if top is not None else eigh_desc(G, r)
 
 
 def gram_route(shape: tuple[int, ...], n: int, r: int) -> bool:
