@@ -332,6 +332,85 @@ def test_certified_subspace_iteration_refuses_what_it_cannot_certify(rng):
         assert _top_eigh_subspace((U * w2[None, :]) @ U.T, r) is None
 
 
+@pytest.mark.parametrize(("n", "r", "noise"), [(50, 10, 1e-2), (100, 5, 1e-2), (200, 10, 0.1)])
+def test_certified_subspace_iteration_from_a_warm_start(rng, n, r, noise):
+    """From a warm start (the leading vectors perturbed, as HOOI's previous factor) the pairs are LAPACK's to a
+    few eps over the gaps (50 x 50: an order only a warm start is tried at); from a wrong start (vectors of
+    another matrix, one blind to the leading eigenvector, zeros) the result is still the leading pairs or None,
+    never other pairs; the same start gives the same bits; a start of another dtype or shape is ignored."""
+    import scipy.linalg
+
+    from tuckerkit.engine import _subspace
+    from tuckerkit.engine._subspace import _top_eigh_subspace, sign_fix
+
+    G = _planted_gram(rng, n, r, noise)
+    wl, Vl = scipy.linalg.eigh(G, subset_by_index=[n - r - 1, n - 1])
+    wl, Vl = wl[::-1], np.ascontiguousarray(Vl[:, ::-1])
+    eps = np.finfo(np.float64).eps
+    normG = np.linalg.norm(G, 2)
+    gaps = np.minimum(np.abs(np.diff(wl, prepend=np.inf))[:r], np.abs(np.diff(wl))[:r])
+
+    def check(out):
+        w, V = out
+        np.testing.assert_allclose(w, wl[:r], rtol=0, atol=64 * n * eps * normG)
+        err = np.abs(sign_fix(V) - sign_fix(Vl[:, :r])).max(axis=0)
+        assert np.all(err <= 64 * n * eps * normG / gaps), (err, gaps)
+
+    warm = Vl[:, :r] + 1e-4 * rng.standard_normal((n, r))
+    out = _top_eigh_subspace(G, r, warm)
+    cold = _top_eigh_subspace(G, r)
+    assert out is not None
+    check(out)
+    assert (cold is None) == (n < _subspace.SUBSPACE_MIN_ORDER)  # (too small for a cold start)
+    for ignored in (warm.astype(np.float32), warm[:, :-1].copy()):
+        got = _top_eigh_subspace(G, r, ignored)
+        assert got is None if cold is None else got[1].tobytes() == cold[1].tobytes()
+    again = _top_eigh_subspace(G, r, warm)
+    assert again[0].tobytes() == out[0].tobytes() and again[1].tobytes() == out[1].tobytes()
+    A = rng.standard_normal((n, 2 * n))
+    other = np.linalg.eigh(A @ A.T)[1][:, -r:]  # another matrix's vectors
+    blind = Vl[:, 1:r + 1]  # the 2nd to (r+1)-th: orthogonal to the leading one
+    for start in (other, blind, np.zeros((n, r))):
+        got = _top_eigh_subspace(G, r, np.ascontiguousarray(start))
+        if got is not None:
+            check(got)
+
+
+def test_hooi_warm_starts_its_factor_steps(rng):
+    """HOOI hands each factor step the factor it replaces: the eigensolves of a 50^3 HOOI (orders below the cold
+    start's minimum) are certified from it, the model equals a run without warm starts to rounding, and two
+    runs give the same bits."""
+    from tuckerkit.datasets import make_low_rank_tucker
+
+    import tuckerkit as tk
+    from tuckerkit.engine import _subspace
+
+    X = make_low_rank_tucker((50, 50, 50), (10, 10, 10), noise=0.01, random_state=1).data
+    init = tk.hosvd(X, 10)
+    calls = []
+    real = _subspace._top_eigh_subspace
+
+    def spy(G, r, start=None):
+        out = real(G, r, start)
+        calls.append((start is not None, out is not None))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_subspace, "_top_eigh_subspace", spy)
+        res = tk.hooi(X, 10, init=init, tol=0, max_iter=4)
+    assert calls and all(calls) and len(calls) == 12  # 4 iterations x 3 modes, each warm and certified
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_subspace, "WARM_MIN_ORDER", 10**9)  # no warm starts: LAPACK at this order
+        cold = tk.hooi(X, 10, init=init, tol=0, max_iter=4)
+    eps = np.finfo(np.float64).eps
+    assert abs(res.fit - cold.fit) <= 1e3 * eps
+    for U, V in zip(res.factors, cold.factors, strict=True):
+        np.testing.assert_allclose(U, V, rtol=0, atol=1e6 * eps)  # (eigenvectors to eps over the gaps)
+    again = tk.hooi(X, 10, init=init, tol=0, max_iter=4)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(again.factors, res.factors, strict=True))
+    assert again.core.tobytes() == res.core.tobytes()
+
+
 @pytest.mark.parametrize("scale", [1e-170, 1e-83, 1e-60, 1e60, 1e150, 1e200])
 def test_certified_subspace_iteration_at_extreme_scales(rng, scale):
     """A Gram scaled toward the ends of float64: refused where its squares would underflow or overflow (LAPACK,
@@ -362,8 +441,8 @@ def test_leading_left_singular_takes_the_certified_route_on_large_grams(rng):
     taken = []
     real = _subspace._top_eigh_subspace
 
-    def _subspace_spy(G, r):
-        out = real(G, r)
+    def _subspace_spy(G, r, start=None):
+        out = real(G, r, start)
         taken.append((G.shape, out is not None))
         return out
 

@@ -54,15 +54,16 @@ class Call:
         G = self.grams.pop(mode, None) if Y is self.X else None
         return Y.gram(mode, policy=self.policy) if G is None else G
 
-    def leading_subspace(self, Y: Any, mode: int, rank: int, rng: Any) -> tuple[Any, Any]:
+    def leading_subspace(self, Y: Any, mode: int, rank: int, rng: Any, start: Any = None) -> tuple[Any, Any]:
         """``Y.leading_subspace(mode, rank)``, from the Gram made on entry when ``Y`` is the call's dense
-        operand (handed out once)."""
+        operand (handed out once); a dense ``Y`` with ``start`` (an estimate of the result: HOOI's current
+        factor) warm-starts :func:`~tuckerkit.engine._subspace.leading_left_singular`'s eigensolver."""
         from tuckerkit.engine import DenseTensor
         from tuckerkit.engine._subspace import leading_left_singular
 
         G = self.grams.pop(mode, None) if Y is self.X else None
-        if G is not None and isinstance(Y, DenseTensor):
-            return leading_left_singular(Y.data, mode, rank, self.policy, gram=G)
+        if isinstance(Y, DenseTensor) and (G is not None or start is not None):
+            return leading_left_singular(Y.data, mode, rank, self.policy, gram=G, start=start)
         return Y.leading_subspace(mode, rank, rng=rng, policy=self.policy)
 
     def unscale(self, A: Any) -> Any:

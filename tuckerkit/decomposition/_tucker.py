@@ -56,18 +56,20 @@ def _fit(normX: float, normG: float) -> float:
 _FIT_FLOOR = 16 * float(np.finfo(np.float64).eps)  # (a relative error below ~6e-8 cannot be told from the norms)
 
 
-def _subspace(call: Call, Y: Any, n: int, r: int, svd: str, rng: np.random.Generator) -> tuple[Any, Any]:
+def _subspace(call: Call, Y: Any, n: int, r: int, svd: str, rng: np.random.Generator,
+              start: Any = None) -> tuple[Any, Any]:
     """The factor step: the ``r`` leading left singular vectors of ``Y_(n)`` and the eigenvalues of its Gram.
 
     ``svd="exact"``: the operand's own route (a Gram's eigendecomposition without unfolding, the SVD of a small
     unfolding, ARPACK on a sparse unfolding, a streamed Gram). ``svd="randomized"``: on a dense array (every
     HOOI projection; a dense input's own steps) the randomized range finder of
-    :func:`~tuckerkit.engine._subspace.randomized_left_singular`; other operand kinds keep their route."""
+    :func:`~tuckerkit.engine._subspace.randomized_left_singular`; other operand kinds keep their route.
+    ``start``: the factor being replaced (HOOI), which warm-starts the exact route's eigensolver."""
     from tuckerkit.engine import DenseTensor
 
     if svd == "randomized" and isinstance(Y, DenseTensor):
         return randomized_left_singular(Y.data, n, r, rng, call.policy)
-    return call.leading_subspace(Y, n, r, rng)  # (X's first from the Gram made on entry)
+    return call.leading_subspace(Y, n, r, rng, start)  # (X's first from the Gram made on entry)
 
 
 def _entry_gram(ranks: Any, order: Any = "auto", sketch: bool = False, svd: Any = "exact",
@@ -679,7 +681,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
             last["n"], last["Y"] = n, Y
             if n in fixed or Y is done:
                 return
-            U, _ = _subspace(call, as_operand(Y), n, ranks[n], svd, srng)
+            U, _ = _subspace(call, as_operand(Y), n, ranks[n], svd, srng, start=factors[n])
             factors[n] = U.astype(X.dtype, copy=False)
 
         sweep = X.ttmc_sweep(factors, update, policy=policy, **({"partials": partials} if partials else {}))
