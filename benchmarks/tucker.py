@@ -102,7 +102,8 @@ def iteration_roofline(X, ranks, factors, repeat: int = 5, read: float | None = 
     Ys = [tk.multi_ttm(X, list(factors), skip=n, transpose=True) for n in range(N)]
     core_in = Ys[-1]
     t = interleaved({
-        "factor": lambda: [leading_left_singular(Ys[n], n, ranks[n], pol) for n in range(N)],
+        # as HOOI runs them: each warm-started from the factor it replaces
+        "factor": lambda: [leading_left_singular(Ys[n], n, ranks[n], pol, start=factors[n]) for n in range(N)],
         "core": lambda: tk.ttm(core_in, factors[-1], N - 1, transpose=True),
     }, repeat)
     return {"read_s": read, "factor_s": t["factor"], "core_s": t["core"], "passes": 2,
