@@ -526,9 +526,9 @@ def hooi(
         update reads only the factors of the other modes).
         The default, measured as the time of a whole call (``tk.hooi(X, r, init=name)``, tol 1e-8;
         ``benchmarks/tucker.py``; planted tensors 200^3, 320x240x160 and 60^4 at 1 % and 30 % noise,
-        interleaved repeats, five runs, 2026-11): every start ends at the same fit (8 digits); HOSVD takes
+        interleaved repeats, seven runs, 2026-11): every start ends at the same fit (8 digits); HOSVD takes
         1.6-3.3x as long as ST-HOSVD (a Gram of the full tensor per mode); ``"st_hosvd_sketch"`` takes
-        0.56-1.44x as long as plain ST-HOSVD (two cheap passes instead of a Gram of the full tensor, but its
+        0.56-1.49x as long as plain ST-HOSVD (two cheap passes instead of a Gram of the full tensor, but its
         start is never converged: at 1 % noise it needs two iterations where ST-HOSVD's start needs one, and
         on 60^4 it is the slower start). On tensors with no low-rank structure (Gaussian), where 100 iterations do not
         converge, plain ST-HOSVD ends with a fit up to 3 % higher. ``"st_hosvd"`` is therefore the
