@@ -14,6 +14,9 @@ sparse CP-ALS and the sparse MTTKRP's atomics on a short mode.
   (``cupy.linalg.eigh`` vs the host's ``eigh_desc`` on one BLAS thread), HOOI's n x 100 projection
   (``cupy.linalg.svd`` vs ``leading_left_singular``), and CP-ALS's R x R solve (the former ``eigh``
   pseudo-inverse vs ``spd_solve``);
+* profile: where a device HOOI and CP-ALS call spends its host time (cProfile of one 10-iteration call each on
+  a float64 n^3 tensor, n = 200; the top functions by own time and by cumulative time, in the JSON and in
+  ``gpu_profile.txt``): the GPU path is bound by host overhead at these sizes, so this says what to trim;
 * sparse: CP-ALS (rank 16) on the project's sparse benchmark tensors, GPU (COO, atomics kernel) vs tuckerkit's
   CPU kernel, same initial factors; and one MTTKRP on a short mode (8 rows: every atomicAdd of the launch
   lands on 8 x R addresses) vs a long mode of the same tensor (``short_over_long``: above ~2, contention
@@ -53,7 +56,7 @@ from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker, make_spar
 import tuckerkit as tk
 from tuckerkit.engine import contract, plan_contraction, ttm
 
-SECTIONS = ("contractions", "ttm", "tucker", "cp", "linalg", "sparse")
+SECTIONS = ("contractions", "ttm", "tucker", "cp", "linalg", "sparse", "profile")
 RESULTS = _common.RESULTS
 
 
@@ -303,6 +306,50 @@ def _tensorly_runner(tl, cp, kind, Xd, init, R, iters):
     return run
 
 
+def profile_section(cp, n: int, stem: str):
+    """cProfile of one device HOOI and one CP-ALS call (10 iterations, float64 n^3, rank 10, same start as the
+    tucker and cp sections); the text report goes to ``{stem}_profile.txt``."""
+    import cProfile
+    import io
+    import pstats
+
+    rows, text = [], []
+    X = make_low_rank_tucker((n, n, n), (10, 10, 10), noise=0.01, dtype="float64", random_state=0).data
+    Y = make_low_rank_cp((n, n, n), 10, noise=0.01, dtype="float64", random_state=0).data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tinit = tk.st_hosvd(X, (10, 10, 10))
+        cinit = tk.cp_als(Y, 10, tol=0, max_iter=1, random_state=0, linesearch=False)
+        Xd, Yd = cp.asarray(X), cp.asarray(Y)
+        calls = {"hooi": lambda: tk.hooi(Xd, (10, 10, 10), init=tinit, tol=0, max_iter=10),
+                 "cp_als": lambda: tk.cp_als(Yd, 10, init=cinit, tol=0, max_iter=10, linesearch=False)}
+        for name, fn in calls.items():
+            fn()  # warm-up
+            _sync(cp)
+            t0 = time.perf_counter()
+            fn()
+            _sync(cp)
+            wall = time.perf_counter() - t0
+            prof = cProfile.Profile()
+            prof.enable()
+            fn()
+            _sync(cp)
+            prof.disable()
+            st = pstats.Stats(prof)
+            top = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:25]  # (cc, nc, tottime, cumtime, callers)
+            rows.append({"call": name, "n": n, "iterations": 10, "wall_s": wall,
+                         "top_own_time": [{"function": f"{Path(f).name}:{line}({fn_name})", "calls": v[1],
+                                           "own_s": v[2], "cumulative_s": v[3]}
+                                          for (f, line, fn_name), v in top]})
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+            pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+            text.append(f"== {name}: {wall * 1e3:.2f} ms for 10 iterations (without the profiler)\n{buf.getvalue()}")
+            print(f"profile {name} n={n}: {wall * 1e3:.2f} ms per 10 iterations", flush=True)
+    write_text(f"{stem}_profile.txt", "\n".join(text))
+    return rows
+
+
 def sparse_section(cp, quick: bool, dtypes, repeat):
     """Sparse CP-ALS per iteration, GPU vs CPU (same init), and the short-mode atomics case."""
     from tuckerkit.backend import Device
@@ -426,6 +473,13 @@ def markdown(out: dict) -> str:
             lines.append(f"| {r['problem']} | {r['n']} | {r['t_device'] * 1e3:.3f} | {r['t_host'] * 1e3:.3f} | "
                          f"{r['device_over_host']:.1f}x |")
         lines.append("")
+    if out.get("profile"):
+        lines += ["## Host time of a device call (cProfile; full report in the profile text file)", "",
+                  "| call | n | ms per 10 iterations | top functions by own time (ms) |", "|---|---|---|---|"]
+        for r in out["profile"]:
+            top = ", ".join(f"{t['function']} {t['own_s'] * 1e3:.1f}" for t in r["top_own_time"][:5])
+            lines.append(f"| {r['call']} | {r['n']} | {r['wall_s'] * 1e3:.2f} | {top} |")
+        lines.append("")
     if out.get("sparse"):
         cp_rows = [r for r in out["sparse"] if r["case"] == "cp_als"]
         lines += ["## Sparse CP-ALS (COO, atomics kernel) vs tuckerkit's CPU kernel", "",
@@ -511,6 +565,7 @@ def main(argv=None) -> int:
         "linalg": lambda: linalg_section(cp, [10, 50, 100] if args.quick else [10, 50, 100, 200, 400, 800, 1600],
                                          rep if args.quick else 15),
         "sparse": lambda: sparse_section(cp, args.quick, dtypes, rep),
+        "profile": lambda: profile_section(cp, 20 if args.quick else 200, stem),
     }
     for sec in secs:
         t0 = time.perf_counter()

@@ -632,6 +632,10 @@ def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
     assert len(out["contractions"]) == 72 and max(r["err_over_bound"] for r in out["contractions"]) <= 1
     assert {r["method"] for r in out["tucker"] + out["cp"]} == {"hooi", "cp_als"}
     assert {r["case"] for r in out["sparse"]} == {"cp_als", "atomics_short_mode"}
+    assert [r["call"] for r in out["profile"]] == ["hooi", "cp_als"]
+    assert all(r["wall_s"] > 0 and r["top_own_time"][0]["own_s"] >= r["top_own_time"][-1]["own_s"]
+               for r in out["profile"])
+    assert "== hooi:" in (tmp_path / "gpu_quick_profile.txt").read_text()
     assert {r["problem"] for r in out["linalg"]} == {"gram_eigh", "hooi_projection", "cp_solve"}
     assert all(r["ok"] for r in out["linalg"])
     md = (tmp_path / "gpu_quick.md").read_text()
