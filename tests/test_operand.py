@@ -324,3 +324,41 @@ def test_norm_same_bits_for_any_number_of_workers(layout, rng):
     Y = np.array(X)
     Y[-1, -1, -1] = np.nan
     assert sqnorm_scaled(Y, 1 << 12, ExecutionPolicy(workers=2)) == (math.inf, 1.0)
+
+
+def test_a_dense_operand_builds_each_sweep_plan_once(rng, monkeypatch):
+    """HOOI's sweeps reuse the multi-TTM plans of earlier sweeps on the same operand (same shapes, strides,
+    dtypes): the same plan objects, the same bits as freshly built plans; another layout or rank builds anew."""
+    import tuckerkit.engine._sweeps as sweeps
+
+    built = []
+    real = sweeps.build_multi_ttm_plan
+    monkeypatch.setattr(sweeps, "build_multi_ttm_plan", lambda *a: built.append(a) or real(*a))
+    D = rng.standard_normal((9, 8, 7))
+
+    def run(op, ranks):
+        outs = {}
+        factors = [np.linalg.qr(rng.standard_normal((s, r)))[0] for s, r in zip(D.shape, ranks, strict=True)]
+        sweep = op.ttmc_sweep(factors, lambda n, Y: outs.__setitem__(n, np.array(Y)))
+        return sweep, outs, factors
+
+    op = DenseTensor(D)
+    first, _, _ = run(op, (3, 2, 4))
+    n_first = len(built)
+    assert n_first == len(first.plans) > 0
+    second, outs, factors = run(op, (3, 2, 4))
+    assert len(built) == n_first  # nothing built again
+    assert all(a is b for a, b in zip(first.plans, second.plans, strict=True))
+    fresh = {}
+    DenseTensor(D).ttmc_sweep(factors, lambda n, Y: fresh.__setitem__(n, np.array(Y)))
+    for n in range(D.ndim):
+        assert np.array_equal(outs[n], fresh[n])
+        skip = [m for m in range(D.ndim) if m != n]
+        ref = tk.multi_ttm(D, [factors[m] for m in skip], modes=skip, transpose=True)
+        np.testing.assert_allclose(outs[n], ref, rtol=0, atol=50 * EPS * np.abs(D).sum())
+    built.clear()
+    run(op, (2, 2, 2))  # other ranks: other plans
+    assert len(built) == len(first.plans)
+    built.clear()
+    run(DenseTensor(np.asfortranarray(D)), (3, 2, 4))  # another operand, another layout
+    assert len(built) == len(first.plans)

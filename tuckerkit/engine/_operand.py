@@ -337,6 +337,10 @@ class DenseTensor(OperandBase):
         self.shape = tuple(int(s) for s in data.shape)
         self.dtype = np.dtype(data.dtype)
         self._finite = False
+        # the sweeps' multi-TTM plans, kept for this operand's life (one decomposition call): the same shapes,
+        # strides and dtypes every iteration, so each plan is built once (~20-60 us each, 4 per 3-way HOOI
+        # iteration: 9 % of a 50^3 one)
+        self._sweep_plans: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"DenseTensor(shape={self.shape}, dtype={self.dtype}, device={self.device})"
@@ -392,7 +396,7 @@ class DenseTensor(OperandBase):
 
     def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
                    partials: dict[frozenset[int], Any] | None = None) -> Sweep:
-        return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials)
+        return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans)
 
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
         return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy))
