@@ -362,3 +362,39 @@ def test_a_dense_operand_builds_each_sweep_plan_once(rng, monkeypatch):
     built.clear()
     run(DenseTensor(np.asfortranarray(D)), (3, 2, 4))  # another operand, another layout
     assert len(built) == len(first.plans)
+
+
+@pytest.mark.parametrize("shape", [(9, 8, 7), (5, 4, 6, 3)])
+def test_a_dense_operand_builds_each_mttkrp_sweep_plan_once(shape, rng, monkeypatch):
+    """CP-ALS's sweeps reuse the contraction plans of earlier sweeps on the same operand and run them
+    unchecked: the same plan objects, the same bits as a fresh operand's sweep, each MTTKRP equal to
+    ``tk.mttkrp``'s; another rank builds anew."""
+    import tuckerkit.engine._sweeps as sweeps
+
+    built = []
+    real = sweeps.plan_contraction
+    monkeypatch.setattr(sweeps, "plan_contraction", lambda *a, **k: built.append(a) or real(*a, **k))
+    D = rng.standard_normal(shape)
+
+    def run(op, R):
+        outs = {}
+        factors = [rng.standard_normal((s, R)) for s in shape]
+        sweep = op.mttkrp_sweep(factors, lambda n, M: outs.__setitem__(n, np.array(M)))
+        return sweep, outs, factors
+
+    op = DenseTensor(D)
+    first, _, _ = run(op, 3)
+    n_first = len(built)
+    assert n_first >= len(first.plans) > 0
+    second, outs, factors = run(op, 3)
+    assert len(built) == n_first  # nothing planned again (estimates included)
+    assert all(a is b for a, b in zip(first.plans, second.plans, strict=True))
+    fresh = {}
+    DenseTensor(D).mttkrp_sweep(factors, lambda n, M: fresh.__setitem__(n, np.array(M)))
+    for n in range(D.ndim):
+        assert np.array_equal(outs[n], fresh[n])
+        ref = tk.mttkrp(D, factors, n)
+        np.testing.assert_allclose(outs[n], ref, rtol=0, atol=50 * EPS * np.abs(D).sum() * 10)
+    built.clear()
+    run(op, 2)
+    assert len(built) > 0

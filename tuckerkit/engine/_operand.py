@@ -337,9 +337,9 @@ class DenseTensor(OperandBase):
         self.shape = tuple(int(s) for s in data.shape)
         self.dtype = np.dtype(data.dtype)
         self._finite = False
-        # the sweeps' multi-TTM plans, kept for this operand's life (one decomposition call): the same shapes,
-        # strides and dtypes every iteration, so each plan is built once (~20-60 us each, 4 per 3-way HOOI
-        # iteration: 9 % of a 50^3 one)
+        # the sweeps' plans (HOOI's multi-TTM, CP-ALS's contractions), kept for this operand's life (one
+        # decomposition call): the same shapes, strides and dtypes every iteration, so each plan is built once
+        # (~20-60 us each, 4 per 3-way HOOI iteration: 9 % of a 50^3 one)
         self._sweep_plans: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
@@ -399,7 +399,7 @@ class DenseTensor(OperandBase):
         return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans)
 
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
-        return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy))
+        return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans)
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:
