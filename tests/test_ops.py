@@ -554,3 +554,23 @@ def test_mttkrp_sweep_with_merged_halves_matches_einsum(shape, layout, dtype, rn
     passes = [p for p in plans if math.prod(p.shapes[0]) == X.size]
     assert len(passes) == 2
     assert [len(p.shapes[1]) for p in passes] == ([3, len(shape) - 1] if layout == "strided" else [2, 2])
+
+
+@pytest.mark.parametrize("shape, mode", [((10, 100, 10), 1), ((10, 200, 10), 1), ((7, 33, 13), 1),
+                                         ((100, 10, 10), 1), ((300, 10, 10), 1)])
+def test_gram_of_a_small_projection_packed_whole(shape, mode, rng, monkeypatch):
+    """HOOI's small projections take one packed SYRK: exactly symmetric, equal to the unfolding's Gram to
+    the dtype's rounding, the same bits for one and two workers, and no thread hand-off."""
+    import tuckerkit.engine._gram as gram_mod
+    from tuckerkit.engine import ExecutionPolicy
+
+    X = rng.standard_normal(shape)
+    assert gram_plan(X, mode).route == "slabs"
+    monkeypatch.setattr(gram_mod, "parallel_for", lambda *a, **k: pytest.fail("a small Gram was cut into pieces"))
+    G = gram_plan(X, mode, policy=ExecutionPolicy(workers=2))(X)
+    assert np.array_equal(G, G.T)
+    assert np.array_equal(G, gram_plan(X, mode, policy=ExecutionPolicy(workers=1))(X))
+    assert np.array_equal(G, gram(X, mode))
+    Xn = _unfold(X, mode)
+    ref = Xn @ Xn.T
+    np.testing.assert_allclose(G, ref, rtol=0, atol=Xn.shape[1] * np.finfo(X.dtype).eps * ref.diagonal().max())
