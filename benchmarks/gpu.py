@@ -426,6 +426,12 @@ def device_info(cp) -> dict:
     return info
 
 
+def _table(title: str, header: list[str], rows: list[list]) -> list[str]:
+    """A markdown section: its heading, a table of ``rows`` under ``header``, a blank line."""
+    return [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]
+
+
 def markdown(out: dict) -> str:
     dev = out.get("environment", {}).get("device", {})
     lines = ["# GPU (cupy)", "",
@@ -467,19 +473,16 @@ def markdown(out: dict) -> str:
                              f"{r['gpu_pool_bytes'] / 1e6:.0f} |")
             lines.append("")
     if out.get("linalg"):
-        lines += ["## Small eigenproblems and solves: cuSOLVER vs the host route (copies included)", "",
-                  "| problem | n | cuSOLVER ms | host route ms | cuSOLVER / host |", "|---|---|---|---|---|"]
-        for r in out["linalg"]:
-            lines.append(f"| {r['problem']} | {r['n']} | {r['t_device'] * 1e3:.3f} | {r['t_host'] * 1e3:.3f} | "
-                         f"{r['device_over_host']:.1f}x |")
-        lines.append("")
+        lines += _table("Small eigenproblems and solves: cuSOLVER vs the host route (copies included)",
+                        ["problem", "n", "cuSOLVER ms", "host route ms", "cuSOLVER / host"],
+                        [[r["problem"], r["n"], f"{r['t_device'] * 1e3:.3f}", f"{r['t_host'] * 1e3:.3f}",
+                          f"{r['device_over_host']:.1f}x"] for r in out["linalg"]])
     if out.get("profile"):
-        lines += ["## Host time of a device call (cProfile; full report in the profile text file)", "",
-                  "| call | n | ms per 10 iterations | top functions by own time (ms) |", "|---|---|---|---|"]
-        for r in out["profile"]:
-            top = ", ".join(f"{t['function']} {t['own_s'] * 1e3:.1f}" for t in r["top_own_time"][:5])
-            lines.append(f"| {r['call']} | {r['n']} | {r['wall_s'] * 1e3:.2f} | {top} |")
-        lines.append("")
+        lines += _table("Host time of a device call (cProfile; full report in the profile text file)",
+                        ["call", "n", "ms per 10 iterations", "top functions by own time (ms)"],
+                        [[r["call"], r["n"], f"{r['wall_s'] * 1e3:.2f}",
+                          ", ".join(f"{t['function']} {t['own_s'] * 1e3:.1f}" for t in r["top_own_time"][:5])]
+                         for r in out["profile"]])
     if out.get("sparse"):
         cp_rows = [r for r in out["sparse"] if r["case"] == "cp_als"]
         lines += ["## Sparse CP-ALS (COO, atomics kernel) vs tuckerkit's CPU kernel", "",
