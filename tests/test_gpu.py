@@ -327,6 +327,33 @@ def _two_gpus(monkeypatch):
     return cp, _fakecupy.COUNTS
 
 
+def test_a_cp_sweep_runs_on_the_operands_gpu_with_its_cached_plans(monkeypatch):
+    """A CP-ALS sweep on arrays of cuda:1 while cuda:0 is current: its cached plans run there (the operand
+    makes its GPU current), the second sweep plans nothing, and each MTTKRP equals the CPU sweep's."""
+    from tuckerkit.engine import DenseTensor
+
+    cp, counts = _two_gpus(monkeypatch)
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((9, 8, 7))
+    Us = [rng.standard_normal((n, 3)) for n in X.shape]
+    with cp.cuda.Device(1):
+        op, Fd = DenseTensor(cp.asarray(X)), [cp.asarray(F) for F in Us]
+    assert cp.cuda.runtime.getDevice() == 0
+    ref: dict = {}
+    DenseTensor(X).mttkrp_sweep(list(Us), lambda n, M: ref.__setitem__(n, np.array(M)))
+    for sweep_no in range(2):
+        got: dict = {}
+        before = len(op._sweep_plans)
+        op.mttkrp_sweep(list(Fd), lambda n, M, got=got: got.__setitem__(n, M))
+        assert len(op._sweep_plans) == before if sweep_no else before == 0 < len(op._sweep_plans)
+        for n in range(3):
+            assert got[n].device.id == 1
+            tol = 512 * np.finfo(np.float64).eps * np.abs(X).sum()
+            np.testing.assert_allclose(got[n].get(), ref[n], rtol=0, atol=tol)
+    assert counts["gemm@cuda:1"] > 0 and counts["gemm@cuda:0"] == 0
+    assert cp.cuda.runtime.getDevice() == 0
+
+
 def test_work_runs_on_the_arrays_gpu_not_the_current_one(monkeypatch):
     """Arrays on cuda:1 while cuda:0 is current: results, cuBLAS handle and calls on cuda:1."""
     cp, counts = _two_gpus(monkeypatch)

@@ -24,6 +24,7 @@ from tuckerkit.backend import (
     check_fits,
     device_of,
     get_cupy,
+    on_device,
     parse_device,
     result_dtype,
     to_device,
@@ -399,7 +400,10 @@ class DenseTensor(OperandBase):
         return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans)
 
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
-        return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans)
+        if self.xp is np:
+            return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans)
+        with on_device(self.device):  # (the sweep's cached plans then run without contract's device handling)
+            return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans)
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from tuckerkit._validation import check_factor_list
 from tuckerkit.backend import array_namespace
 from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
@@ -138,8 +136,9 @@ class MttkrpTree:
     def _run(self, spec: str, A: Any, B: Any, out: Any) -> Any:
         """``einsum(spec, A, B)`` into ``out``, its plan appended to the sweep's. With a cache (a dense
         operand's, kept for one decomposition call) the plan is built once, keyed by what it depends on, and
-        run on numpy arrays without :func:`contract`'s checks: the arrays are the sweep's own, aligned, of one
-        dtype (else the checked path). CP-ALS on 20^3, R = 10 (fixed costs only): 1.16 -> 0.75 ms per iteration."""
+        run without :func:`contract`'s checks: the arrays are the sweep's own, aligned, of one dtype (else the
+        checked path); a cupy operand's sweep runs under its GPU (:meth:`DenseTensor.mttkrp_sweep`). CP-ALS on
+        20^3, R = 10 (fixed costs only): 1.16 -> 0.75 ms per iteration."""
         cache = self.cache
         key = None
         if cache is not None and A.dtype == B.dtype == out.dtype:
@@ -153,9 +152,9 @@ class MttkrpTree:
             if key is not None:
                 cache[key] = p  # type: ignore[index]
         self.plans.append(p)
-        if key is None or self.xp is not np:  # (cupy: contract makes the arrays' GPU current)
+        if key is None:
             return contract(spec, A, B, out=out, plan=p)
-        return execute(p, A, B, out, np)
+        return execute(p, A, B, out, self.xp)  # (cupy: the operand made its GPU current for the sweep)
 
     def contract_modes(self, T, t_modes: list[int], gone: list[int], has_r: bool):
         xp, factors, R, shape = self.xp, self.factors, self.R, self.shape
