@@ -400,9 +400,7 @@ class DenseTensor(OperandBase):
         return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans)
 
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
-        if self.xp is np:
-            return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans)
-        with on_device(self.device):  # (the sweep's cached plans then run without contract's device handling)
+        with on_device(self.device):  # (a GPU's cached plans then run without contract's device handling)
             return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans)
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,

@@ -74,11 +74,10 @@ def take_partial(partials: dict[frozenset[int], Any] | None, unprojected: list[i
     return partials.pop(frozenset(unprojected), None) if partials else None
 
 
-def _plan_key(T: Any, mats: dict[int, Any], policy: ExecutionPolicy) -> tuple:
-    """What a multi-TTM plan depends on: the array type, the shapes, element strides and dtypes of the tensor
-    and matrices, and the policy."""
-    return (type(T).__module__, policy, tuple(T.shape), _elem_strides(T), str(T.dtype),
-            tuple((m, tuple(U.shape), _elem_strides(U), str(U.dtype)) for m, U in sorted(mats.items())))
+def _layout_key(*arrays: Any) -> tuple:
+    """What a plan made for these arrays depends on besides its spec and policy: their array type, and each
+    one's shape, byte strides and dtype (the key of the sweeps' plan caches)."""
+    return (type(arrays[0]).__module__, *((a.shape, a.strides, a.dtype.str) for a in arrays))
 
 
 def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, plans: list,
@@ -86,7 +85,7 @@ def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, pla
               cache: dict[Any, Any] | None = None) -> None:
     """HOOI's projections of ``T`` (holding the modes ``active`` unprojected) by halving the active modes;
     a projection found in ``partials`` (keyed by the modes it leaves unprojected) is taken, not computed.
-    ``cache``: multi-TTM plans by :func:`_plan_key`, reused across the sweeps of one call (a plan is a
+    ``cache``: multi-TTM plans by :func:`_layout_key`, reused across the sweeps of one call (a plan is a
     function of that key only)."""
     # a module-level recursion, not a closure: a self-referencing closure is a reference cycle that kept
     # each sweep's projections alive until the cyclic garbage collector ran (HOOI's peak memory grew with
@@ -100,7 +99,7 @@ def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, pla
         Y = take_partial(partials, part)
         if Y is None:
             mats = {m: factors[m] for m in rest}
-            key = _plan_key(T, mats, policy) if cache is not None else None
+            key = (policy, tuple(mats), _layout_key(T, *mats.values())) if cache is not None else None
             p = cache.get(key) if cache is not None else None
             if p is None:
                 p = build_multi_ttm_plan(T, mats, True, policy)
@@ -144,8 +143,7 @@ class MttkrpTree:
         if cache is not None and A.dtype == B.dtype == out.dtype:
             item = A.dtype.itemsize
             if not any(st % item for st in (*A.strides, *B.strides, *out.strides)):
-                key = (spec, type(A).__module__, A.dtype.str, self.policy, A.shape, A.strides, B.shape, B.strides,
-                       out.strides)
+                key = (spec, self.policy, _layout_key(A, B, out))
         p = cache.get(key) if key is not None else None  # type: ignore[union-attr]
         if p is None:
             p = plan_contraction(spec, A, B, out=out, policy=self.policy)
@@ -166,8 +164,8 @@ class MttkrpTree:
             order = sorted(gone, key=lambda m: -t_st[t_modes.index(m)])
             first = order[0]
             if len(order) > 1 and T.size // shape[first] <= 2 * math.prod(shape[m] for m in order):
-                key = ("first", type(T).__module__, T.dtype.str, self.policy, T.shape, T.strides, tuple(t_modes),
-                       tuple(order), *((self.factors[m].shape, self.factors[m].strides) for m in order))
+                key = ("first", self.policy, tuple(t_modes), tuple(order),
+                       _layout_key(T, *(self.factors[m] for m in order)))
                 hit = self.cache.get(key) if self.cache is not None else None
                 first = self._cheapest_first(T, t_modes, order, x) if hit is None else hit
                 if self.cache is not None:
