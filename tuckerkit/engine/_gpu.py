@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 _INT32 = 2**31 - 1
+# alpha = 1 and beta = 0 of every call, host scalars whose addresses cuBLAS reads (made once)
+_SCALARS = {np.dtype(t): (np.ones((), t), np.zeros((), t)) for t in (np.float32, np.float64)}
 
 
 @dataclass(frozen=True)
@@ -234,11 +236,13 @@ def _issue(cupy: Any, av: Any, bv: Any, cv: Any) -> None:
         cupy.matmul(av, bv, out=cv)
         return
     lib = _cublas(cupy)
-    fn = lib.sgemmStridedBatched if np.dtype(cv.dtype) == np.float32 else lib.dgemmStridedBatched
-    one, zero = np.ones((), cv.dtype), np.zeros((), cv.dtype)
+    dt = np.dtype(cv.dtype)
+    fn = lib.sgemmStridedBatched if dt == np.float32 else lib.dgemmStridedBatched
+    one, zero = _SCALARS[dt]
     handle = cupy.cuda.device.get_cublas_handle()
-    for idx in itertools.product(*(range(cv.shape[ax]) for ax in loop)):
-        a, b, c = sub(av, idx), sub(bv, idx), sub(cv, idx)
+    # no looped axis (the common case): the call reads each view from its first element, as sub() would give
+    for idx in itertools.product(*(range(cv.shape[ax]) for ax in loop)) if loop else [()]:
+        a, b, c = (sub(av, idx), sub(bv, idx), sub(cv, idx)) if loop else (av, bv, cv)
         first, second = (b, a) if call.swap else (a, b)
         fn(handle, call.transa, call.transb, call.m, call.n, call.k, one.ctypes.data, first.data.ptr, call.lda,
            call.stride_a, second.data.ptr, call.ldb, call.stride_b, zero.ctypes.data, c.data.ptr, call.ldc,
