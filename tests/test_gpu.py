@@ -354,6 +354,25 @@ def test_a_cp_sweep_runs_on_the_operands_gpu_with_its_cached_plans(monkeypatch):
     assert cp.cuda.runtime.getDevice() == 0
 
 
+def test_cp_als_on_a_gpu_that_is_not_current_keeps_everything_there(monkeypatch):
+    """CP-ALS on a tensor of cuda:1 while cuda:0 is current: the host-side R x R state's copies up (V^-1, the
+    column norms, the weights at the end) land on cuda:1 with the factors, every engine GEMM runs there, and
+    the model equals the CPU's."""
+    cp, counts = _two_gpus(monkeypatch)
+    X = make_low_rank_cp((12, 11, 10), 3, noise=0.05, random_state=4).data
+    with cp.cuda.Device(1):
+        Xd = cp.asarray(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        got = tk.cp_als(Xd, 3, tol=0, max_iter=6)
+        ref = tk.cp_als(X, 3, tol=0, max_iter=6)
+    assert cp.cuda.runtime.getDevice() == 0
+    assert got.weights.device.id == 1 and [U.device.id for U in got.factors] == [1, 1, 1]
+    assert counts["gemm@cuda:1"] > 0 and counts["gemm@cuda:0"] == 0
+    np.testing.assert_allclose(got.fit_history, ref.fit_history, atol=_fit_tol(np.float64, ref.fit))
+    np.testing.assert_allclose(to_numpy(got.to_dense()), ref.to_dense(), atol=1e4 * np.finfo(float).eps)
+
+
 def test_work_runs_on_the_arrays_gpu_not_the_current_one(monkeypatch):
     """Arrays on cuda:1 while cuda:0 is current: results, cuBLAS handle and calls on cuda:1."""
     cp, counts = _two_gpus(monkeypatch)
