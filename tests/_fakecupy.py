@@ -48,11 +48,6 @@ class ndarray(np.ndarray):
         COUNTS["sync"] += 1
         return self.view(np.ndarray).item(*args)
 
-    def set(self, arr, stream=None):  # cupy: a host array copied in (same shape and dtype, contiguous target)
-        COUNTS["h2d"] += 1
-        assert self.flags.c_contiguous and arr.shape == self.shape and arr.dtype == self.dtype
-        self.view(np.ndarray)[...] = arr
-
     def tolist(self):
         COUNTS["d2h"] += 1
         return self.view(np.ndarray).tolist()
@@ -248,7 +243,6 @@ def make() -> tuple[types.ModuleType, types.ModuleType]:
                                     getDeviceProperties=lambda i: dict(_PROPS), runtimeGetVersion=lambda: 0,
                                     driverGetVersion=lambda: 0)
     cp.cuda = types.SimpleNamespace(Device=_Device, runtime=runtime, cublas=cublas,
-                                    get_current_stream=lambda: None,
                                     device=types.SimpleNamespace(get_cublas_handle=_handle),
                                     Stream=types.SimpleNamespace(null=types.SimpleNamespace(
                                         synchronize=lambda: COUNTS.update(["sync"]))))

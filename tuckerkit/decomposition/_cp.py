@@ -438,28 +438,8 @@ class _GpuSmallState:
     calls per factor update, ~15 per fit; CP-ALS on 200^3 at 0.5-0.8x TensorLy's cupy backend). Here each
     update launches 5 (the factor's Gram is scaled on the host, where its diagonal gives the norms)."""
 
-    #: host -> device copies into a buffer kept for the call (``ndarray.set`` on the current stream) rather than
-    #: ``cupy.asarray`` (a pinned staging buffer and an event per copy: ~80 us of host time each on an H100)
-    upload_by_set = True
-
     def __init__(self, xp: Any, dtype: Any, rank: int) -> None:
         self.xp, self.dtype, self.rank = xp, np.dtype(dtype), rank
-        self._buffer: Any = None
-        self._sent: dict[int, Any] = {}
-
-    def _upload(self, host: Any, at: int, shape: tuple[int, ...]) -> Any:
-        """``host`` on the device: the update's buffer from element ``at`` on (queued on the current stream, so
-        the product that read the last copy there has run first), or a new array."""
-        host = np.ascontiguousarray(host, dtype=self.dtype).reshape(shape)
-        if not self.upload_by_set:
-            return self.xp.asarray(host)
-        R = self.rank
-        if self._buffer is None:  # made inside the first sweep: on the operand's GPU
-            self._buffer = self.xp.empty(R * R + R, dtype=self.dtype)
-        dst = self._buffer[at:at + host.size].reshape(shape)
-        dst.set(host, stream=self.xp.cuda.get_current_stream())
-        self._sent[at] = host  # (held until the next copy there: the stream has read it by then)
-        return dst
 
     def grams(self, factors: Sequence[Any]) -> list[Any]:
         """The factors' Grams on the host: one copy down for all of them."""
@@ -475,7 +455,7 @@ class _GpuSmallState:
         the column norms (host float64; None without ``normalize``) and, with ``want_inner``, the fit's inner
         products with the new factor (host float64; else None)."""
         xp, dt, R = self.xp, self.dtype, self.rank
-        U = M.astype(dt, copy=False) @ self._upload(spd_inverse(V), 0, (R, R))
+        U = M.astype(dt, copy=False) @ xp.asarray(spd_inverse(V))
         G = _gram(U).ravel()
         # with the inner products: one copy of both, the Gram widened to float64 (exactly)
         got = to_host(xp.concatenate([G.astype(xp.float64, copy=False), _inner_columns(xp, M, U)])
@@ -486,7 +466,7 @@ class _GpuSmallState:
             return U, G.astype(dt, copy=False), None, inner
         norms = np.sqrt(np.diagonal(G).astype(np.float64))
         norms[norms == 0] = 1.0
-        U /= self._upload(norms, R * R, (1, R))
+        U /= xp.asarray(norms.astype(dt))[None, :]
         G = (G / np.outer(norms, norms)).astype(dt)
         return U, G, norms, (inner / norms if inner is not None else None)
 
