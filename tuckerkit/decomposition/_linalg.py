@@ -3,7 +3,9 @@
 On the CPU: LAPACK through scipy (Cholesky, least squares when singular). On a GPU the R x R matrix goes to
 the host (one round trip per factor), its inverse comes back and the I x R product runs on the device:
 cuSOLVER's ``syevd`` on a 10 x 10 to 50 x 50 matrix is bound by its launches and synchronizations (measured
-on an H200: CP-ALS on 200^3 took 5-10 ms per iteration with it, 0.4-0.6x TensorLy's cupy backend).
+on an H200: CP-ALS on 200^3 took 5-10 ms per iteration with it, 0.4-0.6x TensorLy's cupy backend). A real
+tensor's GPU CP-ALS keeps V on the host in the first place (``_cp._GpuSmallState``) and calls
+:func:`spd_inverse` directly; :func:`spd_solve`'s device branch serves complex and masked runs.
 """
 
 from __future__ import annotations
