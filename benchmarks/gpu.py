@@ -1,5 +1,5 @@
 """GPU benchmarks (cupy): Table II contractions, TTM vs the device-copy floor, HOOI and CP-ALS vs TensorLy-cupy,
-sparse CP-ALS and the sparse MTTKRP's atomics on a short mode.
+sparse CP-ALS and the sparse MTTKRP's kernels on a short mode.
 
 * contractions: the 36 seed Table II cases on n x n and n x n x n device arrays: tuckerkit (cuBLAS strided-batched
   GEMM on views) vs ``cupy.einsum`` (cuTENSOR when cupy enables it) vs TTGT on cupy (permute copies, one GEMM);
@@ -17,10 +17,10 @@ sparse CP-ALS and the sparse MTTKRP's atomics on a short mode.
 * profile: where a device HOOI and CP-ALS call spends its host time (cProfile of one 10-iteration call each on
   a float64 n^3 tensor, n = 200; the top functions by own time and by cumulative time, in the JSON and in
   ``gpu_profile.txt``): the GPU path is bound by host overhead at these sizes, so this says what to trim;
-* sparse: CP-ALS (rank 16) on the project's sparse benchmark tensors, GPU (COO, atomics kernel) vs tuckerkit's
-  CPU kernel, same initial factors; and one MTTKRP on a short mode (8 rows: every atomicAdd of the launch
-  lands on 8 x R addresses) vs a long mode of the same tensor (``short_over_long``: above ~2, contention
-  matters and a row-segmented kernel is worth writing).
+* sparse: CP-ALS (rank 16) on the project's sparse benchmark tensors, GPU (COO; the segmented kernel, the
+  default, and the atomic one) vs tuckerkit's CPU kernel, same initial factors, and whether two GPU runs give
+  the same bits (the segmented kernel must); and one MTTKRP on a short mode (8 rows: every atomicAdd of the
+  atomic kernel lands on 8 x R addresses) vs a long mode of the same tensor, per kernel (``short_over_long``).
 
 Times are medians of interleaved repeats with a device synchronization before each clock read; device memory
 is cupy's memory pool after each run (pool freed before). A section that raises or fails its check is
@@ -350,9 +350,32 @@ def profile_section(cp, n: int, stem: str):
     return rows
 
 
+def _with_kernel(kernel, fn):
+    """``fn()`` with new GPU sparse tensors made with the MTTKRP ``kernel`` ("segmented" or "atomic")."""
+    from tuckerkit.sparse import _gpu as sgpu
+
+    before = sgpu.MTTKRP_KERNEL
+    sgpu.MTTKRP_KERNEL = kernel
+    try:
+        return fn()
+    finally:
+        sgpu.MTTKRP_KERNEL = before
+
+
+def _same_bits(a, b) -> bool:
+    return all(np.array_equal(_host(U), _host(V)) for U, V in zip(a.factors, b.factors, strict=True)) and \
+        np.array_equal(_host(a.weights), _host(b.weights))
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
 def sparse_section(cp, quick: bool, dtypes, repeat):
-    """Sparse CP-ALS per iteration, GPU vs CPU (same init), and the short-mode atomics case."""
+    """Sparse CP-ALS per iteration, GPU (the segmented kernel, the default, and the atomic one) vs CPU (same
+    init), whether two GPU runs give the same bits, and one MTTKRP on a short mode vs a long one per kernel."""
     from tuckerkit.backend import Device
+    from tuckerkit.sparse._gpu import GpuCOOTensor
 
     rows: list[dict] = []
     rank, iters = (4, 3) if quick else (16, 10)
@@ -368,35 +391,47 @@ def sparse_section(cp, quick: bool, dtypes, repeat):
                 def gpu(X=X, init=init):
                     return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters, device="cuda", linesearch=False)
 
+                def gpu_atomic(gpu=gpu):
+                    return _with_kernel("atomic", gpu)
+
                 def cpu(X=X, init=init):
                     return tk.cp_als(X, rank, init=init, tol=0, max_iter=iters, linesearch=False)
 
                 res, ref = gpu(), cpu()
-                t = _median_times(cp, {"tuckerkit_gpu": gpu, "tuckerkit_cpu": cpu}, max(1, repeat // 3))
-            ok = abs(res.fit - ref.fit) <= _fit_tol(X.dtype, ref.fit)
+                res2, atomic, atomic2 = gpu(), gpu_atomic(), gpu_atomic()
+                t = _median_times(cp, {"tuckerkit_gpu": gpu, "tuckerkit_gpu_atomic": gpu_atomic,
+                                       "tuckerkit_cpu": cpu}, max(1, repeat // 3))
+            repeatable = _same_bits(res, res2)
+            ok = (abs(res.fit - ref.fit) <= _fit_tol(X.dtype, ref.fit)
+                  and abs(atomic.fit - ref.fit) <= _fit_tol(X.dtype, ref.fit) and repeatable)
             rows.append({"case": "cp_als", "tensor": name, "shape": list(X.shape), "nnz": int(X.nnz), "dtype": str(dt),
                          "rank": rank, "iterations": iters, "t_gpu": t["tuckerkit_gpu"] / iters,
+                         "t_gpu_atomic": t["tuckerkit_gpu_atomic"] / iters,
                          "t_cpu": t["tuckerkit_cpu"] / iters, "speedup_cpu": t["tuckerkit_cpu"] / t["tuckerkit_gpu"],
-                         "fit_gpu": res.fit, "fit_cpu": ref.fit, "ok": ok})
-            print(f"sparse CP-ALS {name} {dt}: GPU {rows[-1]['t_gpu'] * 1e3:.2f} ms/it, CPU x"
-                  f"{rows[-1]['speedup_cpu']:.1f}" + ("" if ok else "  WRONG fit"), flush=True)
-    # atomics on a short mode: the same nonzeros, MTTKRP into 8 rows vs into a long mode
+                         "segmented_over_atomic": t["tuckerkit_gpu"] / t["tuckerkit_gpu_atomic"],
+                         "repeatable": repeatable, "atomic_repeatable": _same_bits(atomic, atomic2),
+                         "fit_gpu": res.fit, "fit_gpu_atomic": atomic.fit, "fit_cpu": ref.fit, "ok": ok})
+            print(f"sparse CP-ALS {name} {dt}: GPU {rows[-1]['t_gpu'] * 1e3:.2f} ms/it (atomic "
+                  f"{rows[-1]['t_gpu_atomic'] * 1e3:.2f}), CPU x{rows[-1]['speedup_cpu']:.1f}, same bits twice: "
+                  f"{repeatable} (atomic {rows[-1]['atomic_repeatable']})" + ("" if ok else "  WRONG"), flush=True)
+    # a short mode: the same nonzeros, MTTKRP into 8 rows vs into a long mode, each kernel
     shape, nnz = ((8, 60, 60), 4000) if quick else ((8, 20000, 20000), 4_000_000)
     S = make_sparse_tensor(shape, nnz=nnz, random_state=2).data
-    G = S.to(Device("cuda"))
     rng = np.random.default_rng(3)
-    for R in (rank, 64):
-        Us = [cp.asarray(rng.standard_normal((n, R))) for n in shape]
-        got = G.mttkrp(Us, 0)
-        ref = S.mttkrp([cp.asnumpy(U) for U in Us], 0)
-        err = float(np.max(np.abs(cp.asnumpy(got) - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
-        t = _median_times(cp, {"short": lambda Us=Us: G.mttkrp(Us, 0), "long": lambda Us=Us: G.mttkrp(Us, 1)},
-                          repeat)
-        rows.append({"case": "atomics_short_mode", "shape": list(shape), "nnz": nnz, "dtype": "float64", "rank": R,
-                     "t_short": t["short"], "t_long": t["long"], "short_over_long": t["short"] / t["long"],
-                     "rel_err": err, "ok": err <= 1e-10})
-        print(f"sparse MTTKRP {shape} nnz={nnz} R={R}: mode 0 (8 rows) {t['short'] * 1e3:.3f} ms, mode 1 "
-              f"{t['long'] * 1e3:.3f} ms: x{rows[-1]['short_over_long']:.2f}", flush=True)
+    for kernel in ("segmented", "atomic"):
+        G = GpuCOOTensor(S, Device("cuda"), kernel)
+        for R in (rank, 64):
+            Us = [cp.asarray(rng.standard_normal((n, R))) for n in shape]
+            got = G.mttkrp(Us, 0)
+            ref = S.mttkrp([cp.asnumpy(U) for U in Us], 0)
+            err = float(np.max(np.abs(cp.asnumpy(got) - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+            t = _median_times(cp, {"short": lambda Us=Us, G=G: G.mttkrp(Us, 0),
+                                   "long": lambda Us=Us, G=G: G.mttkrp(Us, 1)}, repeat)
+            rows.append({"case": "short_mode", "kernel": kernel, "shape": list(shape), "nnz": nnz, "dtype": "float64",
+                         "rank": R, "t_short": t["short"], "t_long": t["long"],
+                         "short_over_long": t["short"] / t["long"], "rel_err": err, "ok": err <= 1e-10})
+            print(f"sparse MTTKRP {kernel} {shape} nnz={nnz} R={R}: mode 0 (8 rows) {t['short'] * 1e3:.3f} ms, "
+                  f"mode 1 {t['long'] * 1e3:.3f} ms: x{rows[-1]['short_over_long']:.2f}", flush=True)
     bad = [f"{r['case']} {r.get('tensor', '')} {r['dtype']} R={r['rank']}" for r in rows if not r["ok"]]
     if bad:
         raise CheckFailed(f"sparse results differ from the CPU beyond rounding: {', '.join(bad[:5])}")
@@ -485,18 +520,26 @@ def markdown(out: dict) -> str:
                          for r in out["profile"]])
     if out.get("sparse"):
         cp_rows = [r for r in out["sparse"] if r["case"] == "cp_als"]
-        lines += ["## Sparse CP-ALS (COO, atomics kernel) vs tuckerkit's CPU kernel", "",
-                  "| tensor | nnz | dtype | rank | GPU ms/it | CPU ms/it | speed-up | fit |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["## Sparse CP-ALS (COO) on the GPU vs tuckerkit's CPU kernel", "",
+                  "The GPU's default MTTKRP is the segmented kernel (bitwise repeatable); the atomic one for "
+                  "comparison.", "",
+                  "| tensor | nnz | dtype | rank | GPU ms/it | atomic ms/it | CPU ms/it | speed-up | same bits twice "
+                  "(atomic) | fit |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in cp_rows:
-            lines.append(f"| {r['tensor']} | {r['nnz']:,} | {r['dtype']} | {r['rank']} | {r['t_gpu'] * 1e3:.2f} | "
-                         f"{r['t_cpu'] * 1e3:.2f} | {r['speedup_cpu']:.1f}x | {r['fit_gpu']:.6f} |")
-        lines += ["", "## Sparse MTTKRP: atomics on a short mode (8 rows) vs a long mode, same nonzeros", "",
-                  "| shape | nnz | rank | short ms | long ms | short / long |", "|---|---|---|---|---|---|"]
+            seg, atomic = ((f"{r['t_gpu'] * 1e3:.2f}", f"{r['t_gpu_atomic'] * 1e3:.2f}") if "t_gpu_atomic" in r
+                           else ("n/a", f"{r['t_gpu'] * 1e3:.2f}"))  # (results from before the segmented kernel)
+            bits = (f"{'yes' if r['repeatable'] else 'NO'} ({'yes' if r['atomic_repeatable'] else 'no'})"
+                    if "repeatable" in r else "n/a")
+            lines.append(f"| {r['tensor']} | {r['nnz']:,} | {r['dtype']} | {r['rank']} | {seg} | {atomic} | "
+                         f"{r['t_cpu'] * 1e3:.2f} | {r['speedup_cpu']:.1f}x | {bits} | {r['fit_gpu']:.6f} |")
+        lines += ["", "## Sparse MTTKRP on a short mode (8 rows) vs a long mode, same nonzeros", "",
+                  "| kernel | shape | nnz | rank | short ms | long ms | short / long |",
+                  "|---|---|---|---|---|---|---|"]
         for r in out["sparse"]:
-            if r["case"] == "atomics_short_mode":
-                lines.append(f"| {'x'.join(map(str, r['shape']))} | {r['nnz']:,} | {r['rank']} | "
-                             f"{r['t_short'] * 1e3:.3f} | {r['t_long'] * 1e3:.3f} | {r['short_over_long']:.2f}x |")
+            if r["case"] in ("short_mode", "atomics_short_mode"):
+                lines.append(f"| {r.get('kernel', 'atomic')} | {'x'.join(map(str, r['shape']))} | {r['nnz']:,} | "
+                             f"{r['rank']} | {r['t_short'] * 1e3:.3f} | {r['t_long'] * 1e3:.3f} | "
+                             f"{r['short_over_long']:.2f}x |")
         lines.append("")
     return "\n".join(lines)
 

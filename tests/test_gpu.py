@@ -412,17 +412,20 @@ def test_sparse_gpu_tensor_launches_on_its_own_gpu(monkeypatch):
     np.testing.assert_allclose(to_numpy(got), mttkrp(S.to_dense(), Us, 1), rtol=1e-12, atol=1e-12)
     launches = []
 
-    class Kernel:  # a RawKernel that records the device current at its launch
+    class Kernel:  # a RawKernel that records its name and the device current at its launch
         def __init__(self, source, name):
-            pass
+            self.name = name
 
         def __call__(self, grid, block, args):
-            launches.append(_fakecupy._CURRENT[0])
+            launches.append((self.name, _fakecupy._CURRENT[0]))
 
     monkeypatch.setattr(cp, "RawKernel", Kernel, raising=False)
     monkeypatch.setattr(sgpu, "_KERNELS", {})
-    G.mttkrp(Ud, 0)
-    assert launches == [1]
+    G.mttkrp(Ud, 0)  # mode 0's 200 nonzeros: two chunks of 128, a row across their boundary
+    assert launches == [("coo_mttkrp_seg", 1), ("coo_mttkrp_join", 1)]
+    assert G.layout(0).srow.device.id == 1
+    G.mttkrp(Ud, 2)  # a mode the COO is not sorted by: its order is made on cuda:1 too
+    assert G.layout(2).order.device.id == 1 and {d for _, d in launches} == {1}
 
 
 # ------------------------------------------------------------------------------------------ decompositions
@@ -558,12 +561,18 @@ def test_sparse_cp_als_on_device_equals_cpu(xp, dtype):
         np.testing.assert_allclose(U, V, atol=100 * _tol(dtype))
 
 
-def test_sparse_mttkrp_on_device(xp, dtype):
-    S = make_sparse_tensor((9, 10, 11, 12), nnz=400, dtype=dtype, random_state=2).data
+@pytest.mark.parametrize("kernel", ["segmented", "atomic"])
+def test_sparse_mttkrp_on_device(xp, dtype, kernel):
+    """Both GPU sparse kernels equal the dense MTTKRP on every mode (a short mode of 3 rows included); the
+    segmented one (the default) gives the same bits on every call."""
+    from tuckerkit.sparse._gpu import GpuCOOTensor
+
+    S = make_sparse_tensor((9, 10, 3, 12), nnz=400, dtype=dtype, random_state=2).data
     if xp is np:
         pytest.skip("the GPU sparse tensor exists only on a cupy namespace")
-    G = S.to(Device("cuda"))
-    assert "atomicAdd" in G.plan().explain()
+    G = S.to(Device("cuda")) if kernel == "segmented" else GpuCOOTensor(S, Device("cuda"), kernel)
+    assert G.plan().kind == f"coo_{kernel}"
+    assert ("bitwise repeatable)" if kernel == "segmented" else "atomicAdd") in G.plan().explain()
     rng = np.random.default_rng(0)
     Us = [rng.standard_normal((n, 4)).astype(dtype) for n in S.shape]
     D = S.to_dense()
@@ -571,6 +580,36 @@ def test_sparse_mttkrp_on_device(xp, dtype):
         got = G.mttkrp([xp.asarray(U) for U in Us], n)
         ref = mttkrp(D, Us, n)
         np.testing.assert_allclose(to_numpy(got), ref, atol=_tol(dtype) * 50)
+        if kernel == "segmented":
+            for _ in range(3):
+                np.testing.assert_array_equal(to_numpy(G.mttkrp([xp.asarray(U) for U in Us], n)), to_numpy(got))
+
+
+def test_sparse_gpu_segment_layout(xp):
+    """The segmented kernel's layout per mode: the nonzeros' stable order by the mode's index (none where the
+    COO order already is), the rows spanning chunks of SEG_CHUNK, made once per mode; an unknown kernel name
+    is a one-line error."""
+    from tuckerkit.sparse._gpu import SEG_CHUNK, GpuCOOTensor, spanning_rows
+
+    if xp is np:
+        pytest.skip("the GPU sparse tensor exists only on a cupy namespace")
+    S = make_sparse_tensor((3, 50, 40), nnz=1500, random_state=8).data  # mode 0: 3 rows of ~500 nonzeros
+    G = S.to(Device("cuda"))
+    for n in range(3):
+        lay = G.layout(n)
+        assert G.layout(n) is lay
+        want = np.argsort(S.coords[:, n], kind="stable")
+        if n == 0:
+            assert lay.order is None and np.array_equal(want, np.arange(S.nnz))
+        else:
+            np.testing.assert_array_equal(to_numpy(lay.order), want)
+        for got, exp in zip((lay.srow, lay.sfirst, lay.slast),
+                            spanning_rows(S.coords[want, n].astype(np.int64), SEG_CHUNK), strict=True):
+            np.testing.assert_array_equal(to_numpy(got), exp)
+    assert to_numpy(G.layout(0).srow).tolist() == [0, 1, 2]  # each of mode 0's rows spans several chunks
+    with pytest.raises(ValueError, match=r"kernel='fast' is not a GPU sparse MTTKRP kernel; expected 'segmented' "
+                                         r"or 'atomic'"):
+        GpuCOOTensor(S, Device("cuda"), "fast")
 
 
 def test_host_round_trips_per_iteration(xp):
@@ -699,6 +738,84 @@ def test_cuda_kernel_source_runs_on_cpu(tmp_path, dtype, idx):
         np.testing.assert_allclose(out, mttkrp(S.to_dense(), Us, n), atol=_tol(dtype) * 50)
 
 
+@pytest.mark.parametrize("ordered", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_segmented_kernel_source_runs_on_cpu(tmp_path, dtype, ordered):
+    """The segmented (bitwise-repeatable) kernels' CUDA C, compiled for the CPU with serial grid loops, on the
+    layout GpuCOOTensor.layout makes: equal to the dense MTTKRP on every mode, for chunks of 1 to 128 nonzeros
+    (rows inside one chunk, rows spanning many, a chunk inside one row, nnz not a multiple of the chunk), a
+    short mode of 2 rows, rows with no nonzeros; and every output element is one sum in a fixed order: the
+    kernel's result equals a float64-free replay of that order exactly."""
+    from tuckerkit.sparse._gpu import segmented_source, spanning_rows
+
+    ctype = "float" if dtype == np.float32 else "double"
+    src = ("struct tk_dim3 { long long x; };\nstatic tk_dim3 blockIdx, blockDim, threadIdx;\n"
+           "#define __global__\n#define __restrict__ __restrict\n"
+           + segmented_source(dtype, np.int32, ordered) +
+           f'extern "C" void grid(long long nnz, int N, int R, int mode, int chunk, const int* c, const {ctype}* v, '
+           f"const {ctype}* F, const long long* off, const long long* order, {ctype}* out, {ctype}* part, "
+           "long long ns, const long long* srow, const long long* sfirst, const long long* slast) {\n"
+           "  blockDim.x = 64; long long nch = (nnz + chunk - 1) / chunk;\n"
+           "  for (long long b = 0; b < (nch * R + 63) / 64; ++b) for (int t = 0; t < 64; ++t) {\n"
+           "    blockIdx.x = b; threadIdx.x = t;\n"
+           "    coo_mttkrp_seg(nnz, N, R, mode, chunk, c, v, F, off, order, out, part); }\n"
+           "  for (long long b = 0; b < (ns * R + 63) / 64; ++b) for (int t = 0; t < 64; ++t) {\n"
+           "    blockIdx.x = b; threadIdx.x = t; coo_mttkrp_join(ns, R, srow, sfirst, slast, part, out); } }\n")
+    (tmp_path / "k.cpp").write_text(src)
+    so = tmp_path / "k.so"
+    subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "k.cpp")],
+                   check=True)
+    lib = ctypes.CDLL(str(so))
+    p = ctypes.c_void_p
+    for shape, nnz in (((2, 9, 8), 140), ((7, 8, 9, 10), 300), ((40, 3, 5), 57)):
+        S = make_sparse_tensor(shape, nnz=nnz, dtype=dtype, random_state=5).data
+        if shape[0] == 40:  # rows 30-39 of mode 0 hold no nonzero
+            keep = S.coords[:, 0] < 30
+            S = type(S)(S.coords[keep], S.values[keep], shape)
+        rng = np.random.default_rng(2)
+        R = 3
+        Us = [rng.standard_normal((n, R)).astype(dtype) for n in S.shape]
+        coords = np.ascontiguousarray(S.coords.T, dtype=np.int32)
+        F = np.ascontiguousarray(np.concatenate(Us))
+        off = np.concatenate([[0], np.cumsum(S.shape)[:-1]]).astype(np.int64)
+        vals = np.ascontiguousarray(S.values)
+        D = S.to_dense()
+        for n in range(S.ndim):
+            order = np.argsort(coords[n], kind="stable").astype(np.int64)
+            if not ordered and np.any(np.diff(coords[n]) < 0):
+                continue  # the unordered variant reads the COO order: only a mode it is sorted by
+            rows = coords[n][order] if ordered else coords[n]
+            for chunk in (1, 2, 3, 7, 128):
+                srow, sfirst, slast = spanning_rows(rows.astype(np.int64), chunk)
+                nch = -(-S.nnz // chunk)
+                out = np.zeros((S.shape[n], R), dtype)
+                part = np.full((2 * nch, R), np.nan, dtype)  # a slot read before it is written shows as NaN
+                lib.grid(ctypes.c_longlong(S.nnz), S.ndim, R, n, chunk, p(coords.ctypes.data), p(vals.ctypes.data),
+                         p(F.ctypes.data), p(off.ctypes.data), p(order.ctypes.data), p(out.ctypes.data),
+                         p(part.ctypes.data), ctypes.c_longlong(srow.size), p(srow.ctypes.data),
+                         p(sfirst.ctypes.data), p(slast.ctypes.data))
+                np.testing.assert_allclose(out, mttkrp(D, Us, n), atol=_tol(dtype) * 50)
+                # the fixed order: per chunk, a running sum of the row's products; chunks' sums added in order
+                pos = order if ordered else np.arange(S.nnz)
+                prod = np.ones((S.nnz, R), dtype) * vals[:, None]
+                for m in range(S.ndim):
+                    if m != n:
+                        prod = prod * Us[m][coords[m]]
+                want = np.zeros((S.shape[n], R), dtype)
+                for row in np.unique(rows):
+                    idx = pos[rows == row]
+                    total = None
+                    for c in np.unique(np.flatnonzero(rows == row) // chunk):
+                        acc = np.zeros(R, dtype)
+                        for e in pos[c * chunk:(c + 1) * chunk]:
+                            if coords[n][e] == row:
+                                acc = (acc + prod[e]).astype(dtype)
+                        total = acc if total is None else (total + acc).astype(dtype)
+                    assert idx.size and total is not None
+                    want[row] = total
+                np.testing.assert_array_equal(out, want)
+
+
 def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
     """benchmarks/gpu.py end to end at smoke sizes (on the stand-in here, on the GPU with -m gpu): every section
     passes its check, and the results record the status of each section and the device."""
@@ -720,7 +837,9 @@ def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
     assert out["environment"]["device"]["gpu"] and out["environment"]["device"]["gpus"] >= 1
     assert len(out["contractions"]) == 72 and max(r["err_over_bound"] for r in out["contractions"]) <= 1
     assert {r["method"] for r in out["tucker"] + out["cp"]} == {"hooi", "cp_als"}
-    assert {r["case"] for r in out["sparse"]} == {"cp_als", "atomics_short_mode"}
+    assert {r["case"] for r in out["sparse"]} == {"cp_als", "short_mode"}
+    assert {r["kernel"] for r in out["sparse"] if r["case"] == "short_mode"} == {"segmented", "atomic"}
+    assert all(r["repeatable"] for r in out["sparse"] if r["case"] == "cp_als")
     assert [r["call"] for r in out["profile"]] == ["hooi", "cp_als"]
     assert all(r["wall_s"] > 0 and r["top_own_time"][0]["own_s"] >= r["top_own_time"][-1]["own_s"]
                for r in out["profile"])

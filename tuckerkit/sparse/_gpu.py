@@ -1,17 +1,24 @@
-"""Sparse tensors on a GPU: COO nonzeros in device memory and an MTTKRP kernel with atomics.
+"""Sparse tensors on a GPU: COO nonzeros in device memory and a bitwise-repeatable MTTKRP kernel.
 
-One CUDA thread per (nonzero, column) pair multiplies the value by the matching rows of the other factors
-and adds the product into the output row with ``atomicAdd`` (threads of one nonzero touch consecutive
-columns, so factor reads and atomics are coalesced); the nonzeros keep the COO order (sorted by mode 0).
-Without a ``RawKernel`` (a namespace that is not cupy proper) the same product runs as array
-operations with ``cupyx.scatter_add`` in bounded chunks. Everything (allocations, the launch) runs under the
-tensor's own GPU, whichever is current.
+The default kernel (``segmented``) reads the nonzeros in the output mode's order (a permutation made once
+per mode on the device: the COO's own order for mode 0) in fixed chunks of ``SEG_CHUNK``: one CUDA thread
+per (chunk, column) multiplies each value by the matching rows of the other factors and sums the products
+of one output row in order; a row that lies inside its chunk is written by that thread, and a row that
+spans chunks leaves one partial sum per chunk, which a second kernel adds in chunk order. Every output
+element is therefore one fixed sequence of additions, whatever the GPU and its scheduling: the same call
+gives the same bits (the chunk is a constant, never a function of the device). Threads of one chunk touch
+consecutive columns, so factor reads are coalesced.
 
-Measured on an H200 (``benchmarks/gpu.py sparse``, the ``short_over_long`` column): on a short mode
-(``I_n x R`` output addresses, here 8 x 16 and 8 x 64) every atomic of the launch contends for a few
-addresses, and the MTTKRP takes 17.7-29.6x the time of a long mode with the same 4M nonzeros: a
-row-segmented or privatized kernel is needed there. The atomics' order also varies between runs, so the
-result is not bitwise repeatable (the dense paths are).
+The former kernel (``atomic``, kept for comparison: ``GpuCOOTensor(..., kernel="atomic")``) runs one thread
+per (nonzero, column) and ``atomicAdd`` s into the output rows in COO order. Measured on an H200 and an H100
+(``benchmarks/gpu.py sparse``): on a short mode (8 rows, 4M nonzeros) every atomic of the launch contends
+for a few addresses and the MTTKRP took 17.4-29.6x the time of a long mode; the atomics' order also varies
+between runs, so its result was not bitwise repeatable (the dense paths are). The segmented kernel has not
+yet run on a GPU: its CUDA C is compiled with g++ and checked on the CPU by the tests.
+
+Without a ``RawKernel`` (a namespace that is not cupy proper) the same product runs as array operations
+with ``cupyx.scatter_add`` in bounded chunks. Everything (allocations, the launch) runs under the tensor's
+own GPU, whichever is current.
 """
 
 from __future__ import annotations
@@ -44,7 +51,66 @@ extern "C" __global__ void coo_mttkrp(const long long nnz, const int N, const in
     atomicAdd(&out[(long long)coords[(long long)mode * nnz + e] * R + r], v);
 }
 """
-_KERNELS: dict[tuple[str, str], Any] = {}
+_SEG_KERNELS = r"""
+extern "C" __global__ void coo_mttkrp_seg(const long long nnz, const int N, const int R, const int mode,
+                                          const int chunk, const ITYPE* __restrict__ coords,
+                                          const DTYPE* __restrict__ vals, const DTYPE* __restrict__ F,
+                                          const long long* __restrict__ offsets,
+                                          const long long* __restrict__ order, DTYPE* __restrict__ out,
+                                          DTYPE* __restrict__ partial) {
+    long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long nchunks = (nnz + chunk - 1) / chunk;
+    if (tid >= nchunks * R) return;
+    long long c = tid / R;
+    int r = (int)(tid - c * R);
+    const ITYPE* rows = coords + (long long)mode * nnz;
+    long long p0 = c * chunk;
+    long long p1 = p0 + chunk < nnz ? p0 + chunk : nnz;
+    long long row = rows[TK_POS(p0)];
+    /* the chunk's first row began in an earlier chunk: its sum here is a partial (slot 0) */
+    bool head = c > 0 && rows[TK_POS(p0 - 1)] == row;
+    DTYPE acc = 0;
+    for (long long p = p0; p < p1; ++p) {
+        long long e = TK_POS(p);
+        long long rw = rows[e];
+        if (rw != row) {  /* the row ended inside this chunk */
+            if (head) partial[(2 * c) * R + r] = acc; else out[row * R + r] = acc;
+            head = false;
+            row = rw;
+            acc = 0;
+        }
+        DTYPE v = vals[e];
+        for (int m = 0; m < N; ++m) {
+            if (m == mode) continue;
+            v *= F[(offsets[m] + (long long)coords[(long long)m * nnz + e]) * R + r];
+        }
+        acc += v;
+    }
+    if (head) partial[(2 * c) * R + r] = acc;  /* also a row that covers the whole chunk */
+    else if (p1 < nnz && rows[TK_POS(p1)] == row) partial[(2 * c + 1) * R + r] = acc;  /* goes on */
+    else out[row * R + r] = acc;
+}
+
+extern "C" __global__ void coo_mttkrp_join(const long long nrows, const int R, const long long* __restrict__ srow,
+                                           const long long* __restrict__ sfirst,
+                                           const long long* __restrict__ slast,
+                                           const DTYPE* __restrict__ partial, DTYPE* __restrict__ out) {
+    long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid >= nrows * R) return;
+    long long j = tid / R;
+    int r = (int)(tid - j * R);
+    /* the row's first chunk left its tail (slot 1), each later chunk its head (slot 0): added in order */
+    DTYPE acc = partial[(2 * sfirst[j] + 1) * R + r];
+    for (long long c = sfirst[j] + 1; c <= slast[j]; ++c) acc += partial[(2 * c) * R + r];
+    out[srow[j] * R + r] = acc;
+}
+"""
+#: nonzeros per thread of the segmented kernel: a constant, so the order of every sum (and the bits) is the
+#: same on any GPU
+SEG_CHUNK = 128
+#: the MTTKRP kernel of new GPU tensors: "segmented" (bitwise repeatable) or "atomic"
+MTTKRP_KERNEL = "segmented"
+_KERNELS: dict[tuple[str, ...], Any] = {}
 _CHUNK = 1 << 22  # nonzero x rank products per chunk on the array-operation route
 
 
@@ -54,16 +120,66 @@ def kernel_source(dtype: Any, idx: Any) -> str:
         "DTYPE", "float" if np.dtype(dtype) == np.float32 else "double")
 
 
-def _kernel(cupy: Any, dtype: np.dtype, idx: np.dtype) -> Any:
-    key = (str(dtype), str(idx))
+def segmented_source(dtype: Any, idx: Any, ordered: bool) -> str:
+    """The CUDA source of the segmented MTTKRP kernels (``coo_mttkrp_seg``, ``coo_mttkrp_join``); ``ordered``:
+    the nonzeros are read through the ``order`` permutation (else in COO order, ``order`` unused)."""
+    pos = "#define TK_POS(p) (order[(p)])\n" if ordered else "#define TK_POS(p) (p)\n"
+    return pos + _SEG_KERNELS.replace("ITYPE", "int" if np.dtype(idx) == np.int32 else "long long").replace(
+        "DTYPE", "float" if np.dtype(dtype) == np.float32 else "double")
+
+
+def _kernel(cupy: Any, dtype: np.dtype, idx: np.dtype, name: str = "coo_mttkrp", ordered: bool = False) -> Any:
+    key = (str(dtype), str(idx), name, str(ordered))
     if key not in _KERNELS:
-        _KERNELS[key] = cupy.RawKernel(kernel_source(dtype, idx), "coo_mttkrp")
+        src = kernel_source(dtype, idx) if name == "coo_mttkrp" else segmented_source(dtype, idx, ordered)
+        _KERNELS[key] = cupy.RawKernel(src, name)
     return _KERNELS[key]
 
 
 @dataclass(frozen=True)
+class SegmentLayout:
+    """One mode's order of the nonzeros for the segmented kernel and the rows that span chunks.
+
+    ``order``: positions of the nonzeros sorted by the mode's index, ties in COO order (None: the COO order
+    already is); ``srow``, ``sfirst``, ``slast``: each row whose nonzeros span more than one chunk of
+    ``chunk``, with its first and last chunk (int64; the join kernel adds its partial sums)."""
+
+    order: Any
+    srow: Any
+    sfirst: Any
+    slast: Any
+    chunk: int
+
+
+def spanning_rows(rows_sorted: Any, chunk: int) -> tuple[Any, Any, Any]:
+    """``(srow, sfirst, slast)``: the rows of a sorted row-index array whose runs cross a chunk boundary, with
+    the first and last chunk of each run (int64, in the input's namespace: numpy, or cupy on the device).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.sparse._gpu import spanning_rows
+    >>> [a.tolist() for a in spanning_rows(np.array([0, 0, 0, 2, 5, 5, 5, 5]), 3)]
+    [[5], [1], [2]]
+    """
+    from tuckerkit.backend import array_namespace
+
+    xp = array_namespace(rows_sorted)
+    rows = rows_sorted.astype(xp.int64, copy=False)
+    n = int(rows.size)
+    if n == 0:
+        empty = xp.zeros(0, dtype=xp.int64)
+        return empty, empty, empty
+    starts = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.flatnonzero(rows[1:] != rows[:-1]) + 1])
+    ends = xp.concatenate([starts[1:], xp.full(1, n, dtype=xp.int64)])
+    first, last = starts // chunk, (ends - 1) // chunk
+    span = xp.flatnonzero(first != last)
+    return rows[starts[span]], first[span], last[span]
+
+
+@dataclass(frozen=True)
 class GpuSparsePlan:
-    """The GPU sparse kernel plan: COO nonzeros, one thread per (nonzero, column), ``atomicAdd`` into rows."""
+    """The GPU sparse kernel plan: COO nonzeros and the MTTKRP kernel (``coo_segmented`` or ``coo_atomic``)."""
 
     kind: str
     device: str
@@ -72,8 +188,13 @@ class GpuSparsePlan:
     bytes: int
 
     def explain(self) -> str:
-        return (f"GPU sparse MTTKRP on {self.device}: COO ({self.nnz} nonzeros, {self.index_dtype} indices, "
-                f"{self.bytes / 1e6:.1f} MB), one thread per nonzero and column, atomicAdd into the output rows")
+        head = (f"GPU sparse MTTKRP on {self.device}: COO ({self.nnz} nonzeros, {self.index_dtype} indices, "
+                f"{self.bytes / 1e6:.1f} MB), ")
+        if self.kind == "coo_atomic":
+            return head + "one thread per nonzero and column, atomicAdd into the output rows (not bitwise repeatable)"
+        return head + (f"nonzeros in the output mode's order, one thread per chunk of {SEG_CHUNK} and column, each "
+                       "row summed in a fixed order, rows spanning chunks joined by a second kernel (bitwise "
+                       "repeatable)")
 
 
 class GpuCOOTensor(SparseShape, OperandBase):
@@ -89,11 +210,16 @@ class GpuCOOTensor(SparseShape, OperandBase):
         The host tensor it came from (used for the ARPACK initialization).
     """
 
-    def __init__(self, coo: Any, device: Device):
+    def __init__(self, coo: Any, device: Device, kernel: str | None = None):
         from tuckerkit.backend import get_cupy
 
+        kernel = MTTKRP_KERNEL if kernel is None else kernel
+        if kernel not in ("segmented", "atomic"):
+            raise ValueError(f"kernel={kernel!r} is not a GPU sparse MTTKRP kernel; expected 'segmented' or 'atomic'")
         cupy = get_cupy(device)
         self._xp = cupy
+        self.kernel = kernel
+        self._layouts: dict[int, SegmentLayout] = {}
         self.host = coo
         self._device = device
         self.shape = tuple(coo.shape)
@@ -126,7 +252,30 @@ class GpuCOOTensor(SparseShape, OperandBase):
 
     def plan(self) -> GpuSparsePlan:
         """What MTTKRP runs on this tensor (:class:`GpuSparsePlan`)."""
-        return GpuSparsePlan("coo_atomic", str(self.device), self.nnz, str(self.coords.dtype), self.nbytes)
+        return GpuSparsePlan("coo_" + self.kernel, str(self.device), self.nnz, str(self.coords.dtype),
+                             self.nbytes)
+
+    def layout(self, mode: int) -> SegmentLayout:
+        """The segmented kernel's order of the nonzeros for ``mode`` (made once per tensor, on its GPU): a sort
+        of the unique keys ``index * nnz + position`` (so any sort gives the one stable order), then the rows
+        that span chunks (:func:`spanning_rows` on the device)."""
+        lay = self._layouts.get(mode)
+        if lay is not None:
+            return lay
+        xp, nnz = self.xp, self.nnz
+        rows = self.coords[mode]
+        order = None
+        if nnz > 1 and not bool(xp.all(rows[1:] >= rows[:-1])):
+            if int(self.shape[mode]) * nnz < 2**62:
+                keys = rows.astype(xp.int64) * nnz + xp.arange(nnz, dtype=xp.int64)
+                order = xp.argsort(keys)
+            else:  # keys would overflow: the host's stable sort
+                order = xp.asarray(np.argsort(np.asarray(self.host.coords[:, mode]), kind="stable"))
+            order = order.astype(xp.int64, copy=False)
+        srow, sfirst, slast = spanning_rows(rows if order is None else rows[order], SEG_CHUNK)
+        lay = SegmentLayout(order, srow, sfirst, slast, SEG_CHUNK)
+        self._layouts[mode] = lay
+        return lay
 
     def scaled(self, factor: float) -> Any:
         import copy
@@ -139,7 +288,7 @@ class GpuCOOTensor(SparseShape, OperandBase):
     def to(self, device: Device) -> Any:
         if device == self.device:
             return self
-        return self.host if not device.is_gpu else GpuCOOTensor(self.host, device)
+        return self.host if not device.is_gpu else GpuCOOTensor(self.host, device, self.kernel)
 
     # -- the operand protocol: MTTKRPs on the device; the small dense problems of the others from the host
     def _on_device(self) -> Any:
@@ -175,8 +324,9 @@ class GpuCOOTensor(SparseShape, OperandBase):
         return "hosvd"
 
     def mttkrp(self, factors: Any, mode: int, *, plan: Any = None, policy: ExecutionPolicy | None = None) -> Any:
-        """One thread per (nonzero, column), ``atomicAdd`` into the output rows (a RawKernel), or array
-        operations with ``scatter_add`` where no RawKernel exists; on this tensor's GPU."""
+        """The segmented kernel (one thread per chunk of nonzeros and column, sums in a fixed order) or the
+        atomic one (a RawKernel each), or array operations with ``scatter_add`` where no RawKernel exists;
+        on this tensor's GPU."""
         self._dense_only("plan=", plan)
         with self._on_device():
             return self._mttkrp(factors, mode)
@@ -191,6 +341,23 @@ class GpuCOOTensor(SparseShape, OperandBase):
             return out
         F = xp.ascontiguousarray(xp.concatenate([xp.asarray(U, dtype=dt) for U in factors], axis=0))
         vals = self.values.astype(dt, copy=False)
+        if hasattr(xp, "RawKernel") and self.kernel == "segmented":
+            lay = self.layout(mode)
+            threads = 256
+            nchunks = (self.nnz + lay.chunk - 1) // lay.chunk
+            partial = xp.empty((2 * nchunks, R), dtype=dt)
+            ordered = lay.order is not None
+            order = lay.order if ordered else self._offsets  # (unread without an order: any int64 array)
+            k = _kernel(xp, np.dtype(dt), np.dtype(self.coords.dtype), "coo_mttkrp_seg", ordered)
+            k(((nchunks * R + threads - 1) // threads,), (threads,),
+              (np.int64(self.nnz), np.int32(self.ndim), np.int32(R), np.int32(mode), np.int32(lay.chunk),
+               self.coords, vals, F, self._offsets, order, out, partial))
+            ns = int(lay.srow.size)
+            if ns:
+                j = _kernel(xp, np.dtype(dt), np.dtype(self.coords.dtype), "coo_mttkrp_join")
+                j(((ns * R + threads - 1) // threads,), (threads,),
+                  (np.int64(ns), np.int32(R), lay.srow, lay.sfirst, lay.slast, partial, out))
+            return out
         if hasattr(xp, "RawKernel"):
             k = _kernel(xp, np.dtype(dt), np.dtype(self.coords.dtype))
             total = self.nnz * R
