@@ -71,6 +71,23 @@ class ndarray(np.ndarray):
     def __array_wrap__(self, arr, context=None, return_scalar=False):  # reductions give 0-d device arrays
         return np.asarray(arr).view(ndarray)
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # cupy refuses a host array in a device operation (numpy scalars are fine): so does the stand-in, so
+        # that a numpy array mixed into a device computation fails here as on a GPU (cupyx.scatter_add's
+        # np.add.at takes host indices)
+        out = kwargs.get("out") or ()
+        if not (ufunc is np.add and method == "at"):
+            for x in (*inputs, *out):
+                if type(x) is np.ndarray:
+                    raise TypeError(f"Unsupported type {type(x)} (a host array in a device operation)")
+        args = [x.view(np.ndarray) if isinstance(x, ndarray) else x for x in inputs]
+        if out:
+            kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, ndarray) else o for o in out)
+        res = getattr(ufunc, method)(*args, **kwargs)
+        if out:
+            return out[0] if len(out) == 1 else out
+        return _wrap(res)
+
     def __array_function__(self, func, types_, args, kwargs):
         return _wrap(super().__array_function__(func, types_, args, kwargs))
 

@@ -413,8 +413,9 @@ def test_sparse_gpu_tensor_launches_on_its_own_gpu(monkeypatch):
     launches = []
 
     class Kernel:  # a RawKernel that records its name and the device current at its launch
-        def __init__(self, source, name):
+        def __init__(self, source, name, options=()):
             self.name = name
+            assert name == "coo_mttkrp" or options == ("--fmad=false",)  # the segmented sums round as written
 
         def __call__(self, grid, block, args):
             launches.append((self.name, _fakecupy._CURRENT[0]))
@@ -477,7 +478,8 @@ def test_cp_als_on_device_equals_cpu(xp, dtype):
     {"fixed_modes": [1], "weights": True},  # the start's weights go to the first free mode
     {"orthogonalize": 2, "linesearch": False},
     {"linesearch": True},  # jumps at iterations 6 and 8, kept or not by their fit
-], ids=["unnormalized", "last-fixed", "all-fixed", "weights-to-free", "orthogonalize", "linesearch"])
+    {"huge": True},  # the operand's power-of-two scale moves the start into the first free factor
+], ids=["unnormalized", "last-fixed", "all-fixed", "weights-to-free", "orthogonalize", "linesearch", "rescaled"])
 def test_cp_als_options_on_device_equal_cpu(xp, dtype, options):
     """A device CP-ALS keeps its Grams and weights on the host (tuckerkit.decomposition._cp._GpuSmallState):
     every option's path gives the CPU's fits, model, weights and fixed factors, and a callback sees device
@@ -486,6 +488,8 @@ def test_cp_als_options_on_device_equal_cpu(xp, dtype, options):
     rng = np.random.default_rng(2)
     init = [rng.standard_normal((n, 3)).astype(dtype) for n in X.shape]
     kw = {"tol": 0, "max_iter": 8, **options}
+    if kw.pop("huge", False):  # outside the range the operand keeps unscaled (2^+-40 float32, 2^+-200 float64)
+        X = X * np.dtype(dtype).type(2.0 ** (60 if np.dtype(dtype) == np.float32 else 250))
     if kw.pop("weights", False):
         kw["init"] = (np.array([2.0, 0.5, 1.5], dtype=dtype), init)
     else:

@@ -267,7 +267,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                             f"X ({X.dtype})")
         scale = call.like(weights0).astype(X.dtype) if weights0 is not None else None
         if call.scale != 1.0:
-            scale = (scale if scale is not None else weights.astype(X.dtype)) * X.dtype.type(call.scale)
+            # (ones on the factors' device: the weights may live on the host, see _GpuSmallState)
+            scale = (scale if scale is not None else xp.ones(rank, dtype=X.dtype)) * X.dtype.type(call.scale)
         if scale is not None:
             if free:
                 factors[free[0]] = factors[free[0]] * scale[None, :]

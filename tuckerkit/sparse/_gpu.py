@@ -6,7 +6,8 @@ per (chunk, column) multiplies each value by the matching rows of the other fact
 of one output row in order; a row that lies inside its chunk is written by that thread, and a row that
 spans chunks leaves one partial sum per chunk, which a second kernel adds in chunk order. Every output
 element is therefore one fixed sequence of additions, whatever the GPU and its scheduling: the same call
-gives the same bits (the chunk is a constant, never a function of the device). Threads of one chunk touch
+gives the same bits (the chunk is a constant, never a function of the device, and the kernels are compiled
+with ``--fmad=false``, so no compiler fuses a product into a sum). Threads of one chunk touch
 consecutive columns, so factor reads are coalesced.
 
 The former kernel (``atomic``, kept for comparison: ``GpuCOOTensor(..., kernel="atomic")``) runs one thread
@@ -131,8 +132,10 @@ def segmented_source(dtype: Any, idx: Any, ordered: bool) -> str:
 def _kernel(cupy: Any, dtype: np.dtype, idx: np.dtype, name: str = "coo_mttkrp", ordered: bool = False) -> Any:
     key = (str(dtype), str(idx), name, str(ordered))
     if key not in _KERNELS:
-        src = kernel_source(dtype, idx) if name == "coo_mttkrp" else segmented_source(dtype, idx, ordered)
-        _KERNELS[key] = cupy.RawKernel(src, name)
+        if name == "coo_mttkrp":
+            _KERNELS[key] = cupy.RawKernel(kernel_source(dtype, idx), name)
+        else:  # no fused multiply-add contractions: the products and sums round as written, on any GPU
+            _KERNELS[key] = cupy.RawKernel(segmented_source(dtype, idx, ordered), name, options=("--fmad=false",))
     return _KERNELS[key]
 
 
@@ -240,7 +243,10 @@ class GpuCOOTensor(SparseShape, OperandBase):
 
     @property
     def nbytes(self) -> int:
-        return int(self.coords.nbytes + self.values.nbytes)
+        """Device bytes held: the nonzeros and the segmented kernel's layouts made so far."""
+        lays = sum(int(a.nbytes) for lay in self._layouts.values()
+                   for a in (lay.order, lay.srow, lay.sfirst, lay.slast) if a is not None)
+        return int(self.coords.nbytes + self.values.nbytes) + lays
 
     def __repr__(self) -> str:
         return f"GpuCOOTensor(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype}, device={self.device})"
@@ -345,14 +351,15 @@ class GpuCOOTensor(SparseShape, OperandBase):
             lay = self.layout(mode)
             threads = 256
             nchunks = (self.nnz + lay.chunk - 1) // lay.chunk
-            partial = xp.empty((2 * nchunks, R), dtype=dt)
+            ns = int(lay.srow.size)
+            # (slots are written only for rows that span chunks: none, no buffer)
+            partial = xp.empty((2 * nchunks if ns else 1, R), dtype=dt)
             ordered = lay.order is not None
             order = lay.order if ordered else self._offsets  # (unread without an order: any int64 array)
             k = _kernel(xp, np.dtype(dt), np.dtype(self.coords.dtype), "coo_mttkrp_seg", ordered)
             k(((nchunks * R + threads - 1) // threads,), (threads,),
               (np.int64(self.nnz), np.int32(self.ndim), np.int32(R), np.int32(mode), np.int32(lay.chunk),
                self.coords, vals, F, self._offsets, order, out, partial))
-            ns = int(lay.srow.size)
             if ns:
                 j = _kernel(xp, np.dtype(dt), np.dtype(self.coords.dtype), "coo_mttkrp_join")
                 j(((ns * R + threads - 1) // threads,), (threads,),
