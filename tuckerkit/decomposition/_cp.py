@@ -513,7 +513,7 @@ def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any
     if normX <= 0:
         return 1.0
     if M.dtype.kind != "c":
-        return _fit_from_inner(xp, normX, xp.sum(M.astype(xp.float64) * U, axis=0), weights, grams)
+        return _fit_from_inner(xp, normX, _inner_columns(xp, M, U), weights, grams)
     w = weights.astype(xp.float64) / normX  # complex: Re <X, X_hat> and w^T V w of the Hermitian V (real)
     inner = xp.sum(xp.sum((M.astype(xp.complex128) * U.conj()).real, axis=0) * w) / normX
     V = xp.ones((w.shape[0], w.shape[0]), dtype=xp.complex128)

@@ -241,7 +241,7 @@ def _issue(cupy: Any, av: Any, bv: Any, cv: Any) -> None:
     one, zero = _SCALARS[dt]
     handle = cupy.cuda.device.get_cublas_handle()
     # no looped axis (the common case): the call reads each view from its first element, as sub() would give
-    for idx in itertools.product(*(range(cv.shape[ax]) for ax in loop)) if loop else [()]:
+    for idx in itertools.product(*(range(cv.shape[ax]) for ax in loop)):
         a, b, c = (sub(av, idx), sub(bv, idx), sub(cv, idx)) if loop else (av, bv, cv)
         first, second = (b, a) if call.swap else (a, b)
         fn(handle, call.transa, call.transb, call.m, call.n, call.k, one.ctypes.data, first.data.ptr, call.lda,
