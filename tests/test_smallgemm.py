@@ -331,6 +331,99 @@ def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, R, dt
             assert Y.tobytes() == ref.tobytes(), (l1, pack, workers)
 
 
+@pytest.mark.parametrize("R", [10, 13, 32])
+def test_inner_kernel_bits_do_not_depend_on_row_blocks(monkeypatch, R, dtype, rng):
+    """The row blocks of U (up to WIDE_RB = 12 rows where a line of X is one 512-bit vector, else up to
+    MAX_RB = 6) change which rows share a load of X, never a sum: the same bits, and R cut as evenly as
+    possible either way."""
+    from tuckerkit.engine import _simd
+
+    X = rng.standard_normal((3, 97, 75)).astype(dtype)
+    U = rng.standard_normal((97, R)).astype(dtype)
+    out = {}
+    for wide in (True, False):
+        monkeypatch.setattr(sg, "wide_vectors", lambda wide=wide: wide)
+        sg._blocks.cache_clear()
+        rows = sg._row_blocks(R)
+        widest = _simd.WIDE_RB if wide else _simd.MAX_RB
+        sizes = [rb for _, rb in rows]
+        assert sum(sizes) == R and max(sizes) <= widest and max(sizes) - min(sizes) <= 1
+        assert len(sizes) == -(-R // widest)
+        out[wide] = np.empty((3, R, 75), dtype)
+        sg.ttm_inner(X, U, out[wide])
+    sg._blocks.cache_clear()
+    assert out[True].tobytes() == out[False].tobytes()
+    _check(X, U, 1, out[True])
+    assert sg._row_blocks.__doc__ and [rb for _, rb in sg._row_blocks(10)] in ([10], [5, 5])
+
+
+def _fresh_block(rb, nv, wide, monkeypatch):
+    """A block intrinsic compiled now (not from the disk cache) with 512-bit vectors or without."""
+    from numba import njit
+
+    from tuckerkit.engine import _simd
+
+    monkeypatch.setattr(_simd, "_WIDE", wide)
+    blk = _simd._make(rb, nv)
+
+    @njit(cache=False)
+    def run(x, sxi, n, up, y, syr):  # pragma: no cover - compiled
+        blk(x, 0, sxi, n, up, 0, y, 0, syr, 0, x, 0, 0, 0)
+
+    return run
+
+
+@pytest.mark.parametrize("rb", [1, 5, 6, 12])
+def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, rb, dtype, rng):
+    """A row's cache line as one 512-bit vector (AVX-512) or two 256-bit ones: each lane the same in-order
+    chain of fused multiply-adds, so the same bits (LLVM splits the wide vector on a CPU without AVX-512, so
+    this runs anywhere); against float64 sums; where the CPU has AVX-512 the wide block's code uses zmm
+    registers for its fused multiply-adds."""
+    import re
+
+    from tuckerkit.engine import _simd
+
+    n = 37
+    lanes = 64 // np.dtype(dtype).itemsize
+    x = rng.standard_normal(n * 19).astype(dtype)  # rows of x 19 elements apart (not aligned)
+    up = rng.standard_normal(n * rb).astype(dtype)
+    ys = {}
+    for wide in (False, True):
+        run = _fresh_block(rb, 2, wide, monkeypatch)
+        y = np.full(rb * 23, np.nan, dtype)
+        run(x, 19, n, up, y, 23)
+        ys[wide] = y
+        if wide and _simd._detect_feature("avx512f") and _simd.simd_supported():
+            asm = run.inspect_asm(run.signatures[0])
+            assert re.search(r"vfmadd\w+\s[^\n]*zmm", asm), "no 512-bit fused multiply-add in the wide block"
+    assert ys[True].tobytes() == ys[False].tobytes()
+    Y = ys[True].reshape(rb, 23)
+    assert np.isnan(Y[:, lanes:]).all()
+    X = x[:n * 19].reshape(n, 19)[:, :lanes].astype(np.float64)
+    Up = up.reshape(n, rb).astype(np.float64)
+    ref, scale = Up.T @ X, np.abs(Up.T) @ np.abs(X)
+    assert np.all(np.abs(Y[:, :lanes] - ref) <= 4 * (n + 2) * np.finfo(dtype).eps * scale)
+
+
+def test_wide_vectors_follow_numbas_target(monkeypatch):
+    """512-bit blocks only where numba compiles for AVX-512F (its CPU_FEATURES / CPU_NAME settings read as
+    :func:`simd_supported` reads them) on top of AVX2 and FMA."""
+    from numba.core import config
+
+    from tuckerkit.engine import _simd
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,+avx512f", raising=False)
+    assert _simd._detect_feature("avx512f") is True
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,-avx512f", raising=False)
+    assert _simd._detect_feature("avx512f") is False
+    monkeypatch.setattr(config, "CPU_FEATURES", None, raising=False)
+    monkeypatch.setattr(config, "CPU_NAME", "generic", raising=False)
+    assert _simd._detect_feature("avx512f") is False
+    monkeypatch.setattr(_simd, "_WIDE", None)
+    monkeypatch.setattr(_simd, "_SIMD", False)
+    assert _simd.wide_vectors() is False
+
+
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_planner_sends_short_row_middle_modes_to_the_inner_kernel(order, dtype, rng):
     """With the machine's own roofline: a middle mode (short unit-stride rows) of a 3-way tensor goes to the

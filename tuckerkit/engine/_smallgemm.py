@@ -51,12 +51,19 @@ from numba import njit
 from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 from tuckerkit.engine._simd import (
     MAX_RB,
+    WIDE_RB,
     block1,
     block2,
     block3,
     block4,
     block5,
     block6,
+    block7,
+    block8,
+    block9,
+    block10,
+    block11,
+    block12,
     gblock1,
     gblock2,
     gblock3,
@@ -79,10 +86,17 @@ from tuckerkit.engine._simd import (
     half4,
     half5,
     half6,
+    half7,
+    half8,
+    half9,
+    half10,
+    half11,
+    half12,
     pack_row,
     prefetch,
     prefetch_l2,
     simd_supported,
+    wide_vectors,
 )
 
 #: bytes of X in one chunk of a tile of :func:`ttm_inner` (half of a 512 KiB L2: the chunk being computed and
@@ -137,7 +151,19 @@ MAX_RANK = 32
 def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # one register block: rb rows of U (packed at uo) against a strip of nv vectors of x
     if nv == 2:
-        if rb == 6:
+        if rb == 12:
+            block12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 11:
+            block11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 10:
+            block10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 9:
+            block9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 8:
+            block8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 7:
+            block7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 6:
             block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 5:
             block5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
@@ -150,7 +176,19 @@ def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         else:
             block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
-        if rb == 6:
+        if rb == 12:
+            half12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 11:
+            half11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 10:
+            half10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 9:
+            half9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 8:
+            half8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 7:
+            half7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 6:
             half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 5:
             half5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
@@ -194,7 +232,7 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
     nct = (C + ct - 1) // ct
     nblk = blocks.shape[0]
     w = 2 * vl
-    tl = np.empty(MAX_RB * vl, x.dtype)
+    tl = np.empty(WIDE_RB * vl, x.dtype)
     pk = np.empty(kc * ct if packed else 1, x.dtype)
     for t in range(t_lo, t_hi):
         a = t // nct
@@ -338,7 +376,7 @@ def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: 
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
     cap = (_MAX_KC_LONG if long else _MAX_KC) if short else I
-    kc = max(_MIN_KC, min(cap, _L1_BYTES // ((MAX_RB + w) * itemsize)))
+    kc = max(_MIN_KC, min(cap, _L1_BYTES // ((_inner_rb() + w) * itemsize)))
     nch = -(-I // kc)
     kc = -(-I // nch)
     widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
@@ -356,9 +394,16 @@ def _blocks(I: int, R: int) -> tuple[list[tuple[int, int]], np.ndarray]:  # noqa
     return rows, blocks
 
 
+def _inner_rb() -> int:
+    """The widest row block of :func:`ttm_inner`: ``WIDE_RB`` where a row's line is one 512-bit vector, else
+    ``MAX_RB`` (the blocking changes no bit: every element is one in-order chain whatever the block)."""
+    return WIDE_RB if wide_vectors() else MAX_RB
+
+
 def _row_blocks(R: int) -> list[tuple[int, int]]:
-    """``R`` rows cut into blocks of at most ``MAX_RB``, as even as possible (10: 5 + 5; 32: 6 + 6 + 5 * 4)."""
-    nb = -(-R // MAX_RB)
+    """``R`` rows cut into blocks of at most :func:`_inner_rb`, as even as possible (``MAX_RB`` = 6: 10 is
+    5 + 5, 32 is 6 + 6 + 5 * 4; 8: 10 is 5 + 5, 32 is 4 * 8)."""
+    nb = -(-R // _inner_rb())
     sizes = [R // nb + (1 if i < R % nb else 0) for i in range(nb)]
     starts = [sum(sizes[:i]) for i in range(nb)]
     return list(zip(starts, sizes, strict=True))
