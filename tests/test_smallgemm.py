@@ -568,7 +568,8 @@ def test_outer_gemm_kernel_every_rank_and_layout(R, dtype, gemm_style, rng):
 @pytest.mark.parametrize("R", [16, 24, 32])
 def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monkeypatch, R, dtype, rng):
     """Several tiles pieces (any worker takes any), chunks of i carried through the output (or the private
-    buffer where R is not whole vectors), and the prefetch a hint: the same bits for all of them."""
+    buffer where R is not whole vectors), the prefetch a hint, and blocks of 12 or 6 rows of X: the same bits
+    for all of them."""
     X = rng.standard_normal((1001, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
@@ -576,10 +577,11 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     ref = np.empty((1001, R), dtype).T
     sg.ttm_outer(X, Ut, ref)
     _check(X, np.ascontiguousarray(Ut.T), 1, ref.T)
-    for workers, kc, pf in ((2, 0, 2), (1, 8, 0), (2, 50, 1), (3, 157, 2)):
+    for workers, kc, pf, rb in ((2, 0, 2, 12), (1, 8, 0, 6), (2, 50, 1, 12), (3, 157, 2, 6), (2, 0, 2, 4)):
         if kc:
             monkeypatch.setattr(sg, "_outer_kc", lambda rows, itemsize, kc=kc: kc)
         monkeypatch.setattr(sg, "_OUTER_GEMM_PREFETCH", pf)
+        monkeypatch.setattr(sg, "_outer_rb", lambda rb=rb: rb)
         for out in (np.empty((1001, R), dtype).T, np.empty((R, 1001), dtype)):
             sg.ttm_outer(X, Ut, out, ExecutionPolicy(workers))
             assert np.ascontiguousarray(out).tobytes() == np.ascontiguousarray(ref).tobytes(), (workers, kc, pf)

@@ -245,6 +245,7 @@ half7, half8, half9, half10, half11, half12 = (_make(rb, 1) for rb in range(7, W
 #: the same blocks with ``up`` read at any strides: ``up[uo + i * sui + r * sur]`` (two more arguments after
 #: ``uo``): rows of a tensor broadcast against packed columns of ``U`` (:func:`~._smallgemm.ttm_outer`)
 gblock1, gblock2, gblock3, gblock4, gblock5, gblock6 = (_make(rb, NV, True) for rb in range(1, MAX_RB + 1))
+gblock7, gblock8, gblock9, gblock10, gblock11, gblock12 = (_make(rb, NV, True) for rb in range(7, WIDE_RB + 1))
 ghalf1, ghalf2, ghalf3, ghalf4, ghalf5, ghalf6 = (_make(rb, 1, True) for rb in range(1, MAX_RB + 1))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
 #: one-vector strip (six accumulators: half the fused multiply-adds in flight that the FMA units take)
