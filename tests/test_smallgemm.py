@@ -347,34 +347,44 @@ def test_inner_kernel_bits_do_not_depend_on_row_blocks(monkeypatch, R, dtype, rn
         rows = sg._row_blocks(R)
         widest = _simd.WIDE_RB if wide else _simd.MAX_RB
         sizes = [rb for _, rb in rows]
+        assert [r0 for r0, _ in rows] == [sum(sizes[:i]) for i in range(len(sizes))]
         assert sum(sizes) == R and max(sizes) <= widest and max(sizes) - min(sizes) <= 1
-        assert len(sizes) == -(-R // widest)
         out[wide] = np.empty((3, R, 75), dtype)
         sg.ttm_inner(X, U, out[wide])
     sg._blocks.cache_clear()
     assert out[True].tobytes() == out[False].tobytes()
     _check(X, U, 1, out[True])
-    assert sg._row_blocks.__doc__ and [rb for _, rb in sg._row_blocks(10)] in ([10], [5, 5])
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    assert [[rb for _, rb in sg._row_blocks(r)] for r in (10, 13, 32)] == [[10], [7, 6], [11, 11, 10]]
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    assert [[rb for _, rb in sg._row_blocks(r)] for r in (10, 13, 32)] == [[5, 5], [5, 4, 4], [6, 6, 5, 5, 5, 5]]
 
 
-def _fresh_block(rb, nv, wide, monkeypatch):
-    """A block intrinsic compiled now (not from the disk cache) with 512-bit vectors or without."""
+def _fresh_block(rb, nv, wide, monkeypatch, strided=False):
+    """A block intrinsic compiled now (not from the disk cache) with 512-bit vectors or without; the strided
+    (``g``) form reads ``up`` as rows ``rb`` elements apart, the packed form's layout."""
     from numba import njit
 
     from tuckerkit.engine import _simd
 
     monkeypatch.setattr(_simd, "_WIDE", wide)
-    blk = _simd._make(rb, nv)
+    blk = _simd._make(rb, nv, strided)
 
-    @njit(cache=False)
-    def run(x, sxi, n, up, y, syr):  # pragma: no cover - compiled
-        blk(x, 0, sxi, n, up, 0, y, 0, syr, 0, x, 0, 0, 0)
+    if strided:
+        @njit(cache=False)
+        def run(x, sxi, n, up, y, syr):  # pragma: no cover - compiled
+            blk(x, 0, sxi, n, up, 0, rb, 1, y, 0, syr, 0, x, 0, 0, 0)
+    else:
+        @njit(cache=False)
+        def run(x, sxi, n, up, y, syr):  # pragma: no cover - compiled
+            blk(x, 0, sxi, n, up, 0, y, 0, syr, 0, x, 0, 0, 0)
 
     return run
 
 
+@pytest.mark.parametrize("strided", [False, True], ids=["packed", "strided"])
 @pytest.mark.parametrize("rb", [1, 5, 6, 12])
-def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, rb, dtype, rng):
+def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, rb, strided, dtype, rng):
     """A row's cache line as one 512-bit vector (AVX-512) or two 256-bit ones: each lane the same in-order
     chain of fused multiply-adds, so the same bits (LLVM splits the wide vector on a CPU without AVX-512, so
     this runs anywhere); against float64 sums; where the CPU has AVX-512 the wide block's code uses zmm
@@ -389,7 +399,7 @@ def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, rb, dtype,
     up = rng.standard_normal(n * rb).astype(dtype)
     ys = {}
     for wide in (False, True):
-        run = _fresh_block(rb, 2, wide, monkeypatch)
+        run = _fresh_block(rb, 2, wide, monkeypatch, strided)
         y = np.full(rb * 23, np.nan, dtype)
         run(x, 19, n, up, y, 23)
         ys[wide] = y
@@ -551,7 +561,12 @@ def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
 
 
 @pytest.mark.parametrize("R", [*range(1, 14), 15, 16, 17, 20, 23, 24, 25, 31, 32, 33, 40])
-def test_outer_gemm_kernel_every_rank_and_layout(R, dtype, gemm_style, rng):
+@pytest.mark.parametrize("rows", [6, 12])
+def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, monkeypatch, rng):
+    """Every rank (one-, two- and three-vector strips), every layout, with blocks of six rows of X per
+    two-vector strip (256-bit vectors) and of twelve (512-bit, whatever this CPU has): against einsum, and
+    the same bits for every layout and both blockings."""
+    monkeypatch.setattr(sg, "_outer_rb", lambda: rows)
     for A, I in ((1, 1), (7, 13), (13, 7), (25, 1), (25, 203)):  # noqa: E741
         U = rng.standard_normal((I, R)).astype(dtype)
         Ut = np.ascontiguousarray(U.T)

@@ -8,8 +8,9 @@ LLVM splits or fuses them on other vector widths). One call computes
     ``y[yo + r * syr + j] = sum_i up[uo + i * RB + r] * x[xo + i * sxi + j]``,  ``r < RB``, ``j < NV * VL``,
 
 with the sum over ``i`` in order, one fused multiply-add (``llvm.fma``) per term: the bits depend on nothing
-but the operands. The accumulators stay in registers (``RB * NV + NV + 1 <= 16`` ymm), each row of ``x`` is
-loaded once for all ``RB`` rows, and ``up`` holds the block's ``RB`` columns of ``U`` packed row by row.
+but the operands. The accumulators stay in registers (``RB * NV + NV + 1 <= 16`` ymm for the blocks chosen
+with 256-bit vectors), each row of ``x`` is loaded once for all ``RB`` rows, and ``up`` holds the block's
+``RB`` columns of ``U`` packed row by row.
 Where numba compiles for AVX-512 (:func:`wide_vectors`) a row's two vectors are one 512-bit vector (one
 64-byte line of ``x``: half the loads and fused multiply-adds, the same lanes, the same bits), and the rows
 go up to ``WIDE_RB`` (``RB + 2 <= 32`` zmm). Measured against two 256-bit vectors and blocks of six
@@ -17,12 +18,14 @@ go up to ``WIDE_RB`` (``RB + 2 <= 32`` zmm). Measured against two 256-bit vector
 0.67-0.88x the time at R = 32, 0.84-1.0x at R = 10 (one block of ten rows instead of two of five), the
 same bits in every case.
 
-numba's disk cache keys a compiled kernel on its own source file: a change here reaches kernels already
-cached only with a change to (or a touch of) the files that call these blocks (``_smallgemm.py``).
 The first ``pfn`` iterations also prefetch ``px[pfo + i * pfs]`` into L2 (the caller's next chunk; a compare
 and a branch in the others): a hint that changes no value. The ``g`` variants (``gblock``, ``ghalf``, ``gtri``:
-three vectors a row, at most four rows) read ``up`` at any strides, ``up[uo + i * sui + r * sur]``: rows of a
-tensor broadcast against packed columns of a matrix (:func:`tuckerkit.engine._smallgemm.ttm_outer`).
+three vectors a row, at most four rows; the two-vector ``gblock`` up to ``WIDE_RB`` rows) read ``up`` at any
+strides, ``up[uo + i * sui + r * sur]``: rows of a tensor broadcast against packed columns of a matrix
+(:func:`tuckerkit.engine._smallgemm.ttm_outer`).
+
+numba's disk cache keys a compiled kernel on its own source file: a change here reaches kernels already
+cached only with a change to (or a touch of) the files that call these blocks (``_smallgemm.py``).
 """
 
 from __future__ import annotations
@@ -54,22 +57,7 @@ _SIMD: bool | None = None
 
 
 def _detect_simd() -> bool:
-    from numba.core import config
-
-    features = getattr(config, "CPU_FEATURES", None)  # set from NUMBA_CPU_FEATURES at numba's import
-    name = getattr(config, "CPU_NAME", None)
-    if features is not None:  # numba compiles for these features, whatever the host has
-        feats = {f[1:] for f in str(features).split(",") if f.startswith("+")}
-        return {"avx2", "fma"} <= feats
-    if name is not None and name not in ("host", ""):
-        return False  # a named target (e.g. "generic" for portable caches): not assumed to have AVX2
-    try:
-        import llvmlite.binding as llvm
-
-        host = llvm.get_host_cpu_features()
-        return bool(host.get("avx2", False)) and bool(host.get("fma", False))
-    except Exception:  # pragma: no cover - llvmlite without the query
-        return False
+    return _detect_feature("avx2") and _detect_feature("fma")
 
 
 #: vectors of one row of the full-width block (the block is NV * VL columns wide); a one-vector variant
@@ -102,18 +90,23 @@ _WIDE: bool | None = None
 
 
 def _detect_feature(name: str) -> bool:
+    """Whether numba compiles for a CPU with feature ``name``: its ``CPU_FEATURES`` setting
+    (``NUMBA_CPU_FEATURES``) when given; none for a named target (``NUMBA_CPU_NAME``, e.g. ``generic`` for
+    portable caches); else the host's features as numba itself reads them
+    (``numba.core.codegen.get_host_cpu_features``: no AVX feature when ``NUMBA_ENABLE_AVX=0``, which numba
+    also sets on CPUs it distrusts), the string its code and its disk cache are made for."""
     from numba.core import config
 
-    features = getattr(config, "CPU_FEATURES", None)
-    if features is not None:
+    features = getattr(config, "CPU_FEATURES", None)  # set from NUMBA_CPU_FEATURES at numba's import
+    if features is not None:  # numba compiles for these features, whatever the host has
         return f"+{name}" in str(features).split(",")
     cpu = getattr(config, "CPU_NAME", None)
     if cpu is not None and cpu not in ("host", ""):
-        return False
+        return False  # a named target: not assumed to have the feature
     try:
-        import llvmlite.binding as llvm
+        from numba.core.codegen import get_host_cpu_features
 
-        return bool(llvm.get_host_cpu_features().get(name, False))
+        return f"+{name}" in str(get_host_cpu_features()).split(",")
     except Exception:  # pragma: no cover - llvmlite without the query
         return False
 
@@ -236,9 +229,10 @@ def _make(RB: int, NV: int, strided: bool = False):
 
 block1, block2, block3, block4, block5, block6 = (_make(rb, NV) for rb in range(1, MAX_RB + 1))
 half1, half2, half3, half4, half5, half6 = (_make(rb, 1) for rb in range(1, MAX_RB + 1))
-#: the inner kernel's widest row block where a row's line is one 512-bit vector (:func:`wide_vectors`): eight
-#: accumulators (eight chains of fused multiply-adds in flight, as the two FMA units' latency asks) in
-#: 32 registers; with two 256-bit vectors a row, six (16 registers)
+#: the widest row block where a row's line is one 512-bit vector (:func:`wide_vectors`): twelve accumulators
+#: (at least the eight chains of fused multiply-adds in flight that the two FMA units' latency asks; a rank-10
+#: TTM in one block) in 32 registers; with two 256-bit vectors a row, ``MAX_RB`` = 6 (16 registers). The 7-12
+#: row blocks are compiled on any CPU but chosen only where vectors are wide (narrow, they would spill)
 WIDE_RB = 12
 block7, block8, block9, block10, block11, block12 = (_make(rb, NV) for rb in range(7, WIDE_RB + 1))
 half7, half8, half9, half10, half11, half12 = (_make(rb, 1) for rb in range(7, WIDE_RB + 1))

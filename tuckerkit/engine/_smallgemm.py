@@ -11,7 +11,8 @@ kernels here read ``X`` once, in memory order:
   inner loops (seed 002's regime: the contraction's own loops, no transposes): tiles of (a, up to ``ct``
   columns) split over the policy's workers, each taken a chunk of ``kc`` rows of ``i`` at a time, in strips
   of 64 bytes (one cache line of each row); a register-blocked microkernel (:mod:`tuckerkit.engine._simd`: up
-  to six rows of ``U`` against a strip, 12 vector accumulators held in registers over the whole chunk, one
+  to six rows of ``U`` against a strip as two 256-bit vectors, 12 vector accumulators, or up to twelve rows
+  against it as one 512-bit vector where numba compiles for AVX-512; held in registers over the whole chunk, one
   fused multiply-add per term) runs every row block of ``U`` over each strip straight from X (the strip's
   lines stay in L1 for the blocks after the first). While a chunk computes, the microkernel prefetches the
   next chunk into L2 in runs of consecutive lines (one run when the chunk's rows lie back to back, else one
@@ -142,7 +143,8 @@ _PACK_AHEAD = 8
 _PREFETCH_NEXT = True
 #: tiles ahead (four rows of X each) :func:`ttm_outer`'s dot-product kernel prefetches into L2 (0: none)
 _OUTER_PREFETCH = 1
-#: rows of X per tile of :func:`ttm_outer`'s register-blocked kernel (two blocks of six rows, or three of four)
+#: rows of X per tile of :func:`ttm_outer`'s register-blocked kernel (two blocks of six rows, or three of four;
+#: with 512-bit vectors one block of twelve: :func:`_outer_rb`)
 _OUTER_ROWS = 12
 #: tiles ahead the register-blocked kernel prefetches into L2 (0: none; 1 and 2 measured alike, 0 1.1-1.8x the
 #: time)
@@ -179,8 +181,10 @@ def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
             block3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 2:
             block2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
+        elif rb == 1:
             block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
     else:
         if rb == 12:
             half12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
@@ -204,8 +208,10 @@ def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
             half3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 2:
             half2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
+        elif rb == 1:
             half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -365,7 +371,8 @@ def _l1_crowded(row_bytes: int, kc: int) -> bool:
 
 def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one
-    strip of X (``kc * (6 + strip)`` elements) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
+    strip of X (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at
+    most ``_MAX_KC``
     (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per
     tile, a multiple of the strip width (64 bytes), the chunk at most ``_CHUNK_BYTES`` (in L2), at most
     ``_MAX_TILE`` (``_LONG_TILE_BYTES`` of a long row) and no more than ``C`` rounded up to whole strips.
@@ -375,8 +382,9 @@ def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: 
     on the first mode of 200^3 (R = 10, two workers, interleaved medians of 15 on the shared 2-core machine)
     against the former (320 columns, one chunk of 200 rows in float32; 320 x 100 in float64): 0.77-0.81x the
     time in float32, 0.89-0.92x in float64; the middle mode (C = 200) with chunks of 50 instead of 200 rows
-    (float32) 0.90x, float64 alike. Only for ``R`` up to ``_SHORT_CHUNK_RANK``: at R = 32 (six row blocks over
-    each chunk: compute-bound) the short chunks measured 0.93-1.06x, median 1.01x, so larger ranks keep the
+    (float32) 0.90x, float64 alike. Only for ``R`` up to ``_SHORT_CHUNK_RANK``: at R = 32 (six row blocks of 256-bit
+    vectors over each chunk, measured before the 512-bit blocks: compute-bound) the short chunks measured
+    0.93-1.06x, median 1.01x, so larger ranks keep the
     former chunks of up to ``_L1_BYTES``. The sums are the same bits for any tiling."""
     w = 64 // itemsize
     short = R <= _SHORT_CHUNK_RANK
@@ -408,7 +416,7 @@ def _inner_rb() -> int:
 
 def _row_blocks(R: int) -> list[tuple[int, int]]:
     """``R`` rows cut into blocks of at most :func:`_inner_rb`, as even as possible (``MAX_RB`` = 6: 10 is
-    5 + 5, 32 is 6 + 6 + 5 * 4; 8: 10 is 5 + 5, 32 is 4 * 8)."""
+    5 + 5, 32 is 6 + 6 + 5 * 4; ``WIDE_RB`` = 12: 10 is one block, 32 is 11 + 11 + 10)."""
     nb = -(-R // _inner_rb())
     sizes = [R // nb + (1 if i < R % nb else 0) for i in range(nb)]
     starts = [sum(sizes[:i]) for i in range(nb)]
@@ -442,8 +450,10 @@ def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo
             gblock3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 2:
             gblock2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
+        elif rb == 1:
             gblock1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
     elif nv == 3:
         if rb == 4:
             gtri4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
@@ -451,8 +461,10 @@ def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo
             gtri3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 2:
             gtri2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
+        elif rb == 1:
             gtri1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
     else:
         if rb == 6:
             ghalf6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
@@ -464,8 +476,10 @@ def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo
             ghalf3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 2:
             ghalf2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
+        elif rb == 1:
             ghalf1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
 
 
 @njit(cache=True, nogil=True)
@@ -731,9 +745,9 @@ def _outer_rb() -> int:
 
 
 def _outer_kc(I: int, itemsize: int) -> int:  # noqa: E741
-    """Rows of i per chunk of :func:`ttm_outer`: one strip of the packed U (64 bytes a row) and the tile's
-    ``MAX_RB`` rows of X fill at most ``_L1_BYTES``, as even as possible over ``I``."""
-    kc = max(_MIN_KC, _L1_BYTES // (64 + MAX_RB * itemsize))
+    """Rows of i per chunk of :func:`ttm_outer`: one strip of the packed U (64 bytes a row) and one block's
+    :func:`_outer_rb` rows of X fill at most ``_L1_BYTES``, as even as possible over ``I``."""
+    kc = max(_MIN_KC, _L1_BYTES // (64 + _outer_rb() * itemsize))
     nch = -(-I // kc)
     return -(-I // nch)
 
