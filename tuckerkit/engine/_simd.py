@@ -14,9 +14,9 @@ with 256-bit vectors), each row of ``x`` is loaded once for all ``RB`` rows, and
 Where numba compiles for AVX-512 (:func:`wide_vectors`) a row's two vectors are one 512-bit vector (one
 64-byte line of ``x``: half the loads and fused multiply-adds, the same lanes, the same bits), and the rows
 go up to ``WIDE_RB`` (``RB + 2 <= 32`` zmm). Measured against two 256-bit vectors and blocks of six
-(200^3 and 320x240x160, first and middle modes, two workers, in one process, interleaved medians of 15):
-0.67-0.88x the time at R = 32, 0.84-1.0x at R = 10 (one block of ten rows instead of two of five), the
-same bits in every case.
+(200^3 and 320x240x160, first and middle modes, two workers; the width in separate processes over three
+interleaved rounds, the blocking in one process, medians of 15): 0.67-0.88x the time at R = 32, 0.78-1.0x
+at R = 10 (one block of ten rows instead of two of five), the same bits in every case.
 
 The first ``pfn`` iterations also prefetch ``px[pfo + i * pfs]`` into L2 (the caller's next chunk; a compare
 and a branch in the others): a hint that changes no value. The ``g`` variants (``gblock``, ``ghalf``, ``gtri``:

@@ -370,22 +370,19 @@ def _l1_crowded(row_bytes: int, kc: int) -> bool:
 
 
 def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
-    """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one
-    strip of X (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at
-    most ``_MAX_KC``
-    (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per
-    tile, a multiple of the strip width (64 bytes), the chunk at most ``_CHUNK_BYTES`` (in L2), at most
-    ``_MAX_TILE`` (``_LONG_TILE_BYTES`` of a long row) and no more than ``C`` rounded up to whole strips.
-
-    Long rows (strided gathers of ``kc`` rows, one run of ``ct`` columns each) take short chunks of wide
-    tiles: longer runs per row of X (the hardware prefetcher streams each) and fewer rows in flight. Measured
-    on the first mode of 200^3 (R = 10, two workers, interleaved medians of 15 on the shared 2-core machine)
-    against the former (320 columns, one chunk of 200 rows in float32; 320 x 100 in float64): 0.77-0.81x the
-    time in float32, 0.89-0.92x in float64; the middle mode (C = 200) with chunks of 50 instead of 200 rows
-    (float32) 0.90x, float64 alike. Only for ``R`` up to ``_SHORT_CHUNK_RANK``: at R = 32 (six row blocks of 256-bit
-    vectors over each chunk, measured before the 512-bit blocks: compute-bound) the short chunks measured
-    0.93-1.06x, median 1.01x, so larger ranks keep the
-    former chunks of up to ``_L1_BYTES``. The sums are the same bits for any tiling."""
+    """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one strip of X
+    (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
+    (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per tile, a
+    multiple of the strip width (64 bytes), the chunk at most ``_CHUNK_BYTES`` (in L2), at most ``_MAX_TILE``
+    (``_LONG_TILE_BYTES`` of a long row) and no more than ``C`` rounded up to whole strips. Long rows (strided
+    gathers of ``kc`` rows, one run of ``ct`` columns each) take short chunks of wide tiles: longer runs per row of
+    X (the hardware prefetcher streams each) and fewer rows in flight. Measured on the first mode of 200^3 (R = 10,
+    two workers, interleaved medians of 15 on the shared 2-core machine) against the former (320 columns, one chunk
+    of 200 rows in float32; 320 x 100 in float64): 0.77-0.81x the time in float32, 0.89-0.92x in float64; the middle
+    mode (C = 200) with chunks of 50 instead of 200 rows (float32) 0.90x, float64 alike. Only for ``R`` up to
+    ``_SHORT_CHUNK_RANK``: at R = 32 (six row blocks of 256-bit vectors over each chunk, measured before the 512-bit
+    blocks: compute-bound) the short chunks measured 0.93-1.06x, median 1.01x, so larger ranks keep the former
+    chunks of up to ``_L1_BYTES``. The sums are the same bits for any tiling."""
     w = 64 // itemsize
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
