@@ -383,33 +383,34 @@ def _fresh_block(rb, nv, wide, monkeypatch, strided=False):
 
 
 @pytest.mark.parametrize("strided", [False, True], ids=["packed", "strided"])
-@pytest.mark.parametrize("rb", [1, 5, 6, 12])
-def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, rb, strided, dtype, rng):
-    """A row's cache line as one 512-bit vector (AVX-512) or two 256-bit ones: each lane the same in-order
-    chain of fused multiply-adds, so the same bits (LLVM splits the wide vector on a CPU without AVX-512, so
-    this runs anywhere); against float64 sums; where the CPU has AVX-512 the wide block's code uses zmm
-    registers for its fused multiply-adds."""
+@pytest.mark.parametrize(("nv", "rb"), [(2, 1), (2, 5), (2, 6), (2, 12), (4, 1), (4, 7), (4, 12), (8, 1), (8, 6)])
+def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, nv, rb, strided, dtype, rng):
+    """A row's ``nv`` 256-bit vectors as ``nv / 2`` 512-bit ones (AVX-512, one per cache line) or as they
+    are: each lane the same in-order chain of fused multiply-adds, so the same bits (LLVM splits the wide
+    vectors on a CPU without AVX-512, so this runs anywhere); against float64 sums; where the CPU has AVX-512
+    the wide block's code uses zmm registers for its fused multiply-adds."""
     import re
 
     from tuckerkit.engine import _simd
 
     n = 37
-    lanes = 64 // np.dtype(dtype).itemsize
-    x = rng.standard_normal(n * 19).astype(dtype)  # rows of x 19 elements apart (not aligned)
+    lanes = nv * 32 // np.dtype(dtype).itemsize
+    sx, sy = lanes + 3, lanes + 7  # rows of x and y not aligned
+    x = rng.standard_normal(n * sx).astype(dtype)
     up = rng.standard_normal(n * rb).astype(dtype)
     ys = {}
     for wide in (False, True):
-        run = _fresh_block(rb, 2, wide, monkeypatch, strided)
-        y = np.full(rb * 23, np.nan, dtype)
-        run(x, 19, n, up, y, 23)
+        run = _fresh_block(rb, nv, wide, monkeypatch, strided)
+        y = np.full(rb * sy, np.nan, dtype)
+        run(x, sx, n, up, y, sy)
         ys[wide] = y
         if wide and _simd._detect_feature("avx512f") and _simd.simd_supported():
             asm = run.inspect_asm(run.signatures[0])
             assert re.search(r"vfmadd\w+\s[^\n]*zmm", asm), "no 512-bit fused multiply-add in the wide block"
     assert ys[True].tobytes() == ys[False].tobytes()
-    Y = ys[True].reshape(rb, 23)
+    Y = ys[True].reshape(rb, sy)
     assert np.isnan(Y[:, lanes:]).all()
-    X = x[:n * 19].reshape(n, 19)[:, :lanes].astype(np.float64)
+    X = x[:n * sx].reshape(n, sx)[:, :lanes].astype(np.float64)
     Up = up.reshape(n, rb).astype(np.float64)
     ref, scale = Up.T @ X, np.abs(Up.T) @ np.abs(X)
     assert np.all(np.abs(Y[:, :lanes] - ref) <= 4 * (n + 2) * np.finfo(dtype).eps * scale)
@@ -560,10 +561,11 @@ def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
     return xs, outs
 
 
-@pytest.mark.parametrize("R", [*range(1, 14), 15, 16, 17, 20, 23, 24, 25, 31, 32, 33, 40])
+@pytest.mark.parametrize("R", [*range(1, 14), 15, 16, 17, 20, 23, 24, 25, 31, 32, 33, 40, 47, 50, 64])
 @pytest.mark.parametrize("rows", [6, 12])
 def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, monkeypatch, rng):
-    """Every rank (one-, two- and three-vector strips), every layout, with blocks of six rows of X per
+    """Every rank (one-, two- and three-vector strips; with 512-bit vectors strips of one, two and four
+    vectors: all three at R = 50 and 64 in float64), every layout, with blocks of six rows of X per
     two-vector strip (256-bit vectors) and of twelve (512-bit, whatever this CPU has): against einsum, and
     the same bits for every layout and both blockings."""
     monkeypatch.setattr(sg, "_outer_rb", lambda: rows)
@@ -594,7 +596,7 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     _check(X, np.ascontiguousarray(Ut.T), 1, ref.T)
     for workers, kc, pf, rb in ((2, 0, 2, 12), (1, 8, 0, 6), (2, 50, 1, 12), (3, 157, 2, 6), (2, 0, 2, 4)):
         if kc:
-            monkeypatch.setattr(sg, "_outer_kc", lambda rows, itemsize, kc=kc: kc)
+            monkeypatch.setattr(sg, "_outer_kc", lambda rows, itemsize, nv=2, kc=kc: kc)
         monkeypatch.setattr(sg, "_OUTER_GEMM_PREFETCH", pf)
         monkeypatch.setattr(sg, "_outer_rb", lambda rb=rb: rb)
         for out in (np.empty((1001, R), dtype).T, np.empty((R, 1001), dtype)):
@@ -616,12 +618,20 @@ def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, t
         assert got.tobytes() == want.tobytes()
 
 
-def test_outer_gemm_style_rule_and_planner(forced, rng):
-    """The rule: R of 16 or more in at most four vectors, little padding (float32 16-32, float64 16); the
-    planner's last-mode plans run it (float32 R = 32 through ``ttm``, the bits of the direct call)."""
+def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
+    """The rule: with 256-bit vectors R of 16 or more in at most four vectors, little padding (float32 16-32,
+    float64 16); with 512-bit vectors R of 12 to ``MAX_RANK``; the planner's last-mode plans run it (float32
+    R = 32 through ``ttm``, the bits of the direct call)."""
+    wide = sg.wide_vectors()
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert [sg.outer_gemm_style(R, 4) for R in (10, 15, 16, 22, 24, 32, 33)] == [False, False, True, True, True,
                                                                                    True, False]
     assert [sg.outer_gemm_style(R, 8) for R in (10, 15, 16, 24, 32)] == [False, False, True, False, False]
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    for itemsize in (4, 8):
+        assert [sg.outer_gemm_style(R, itemsize) for R in (10, 11, 12, 20, 32, 33)] == [False, False, True, True,
+                                                                                         True, False]
+    monkeypatch.setattr(sg, "wide_vectors", lambda: wide)
     X = rng.standard_normal((30, 20, 50)).astype(np.float32)
     U = rng.standard_normal((50, 32)).astype(np.float32)
     plan = ttm_plan(X, U, 2, transpose=True)

@@ -128,8 +128,8 @@ def _make(RB: int, NV: int, strided: bool = False):
                 ky, kp = 6, 10
             fty = context.get_value_type(sig.args[0].dtype)
             VL, NVr = _lanes(sig.args[0].dtype), NV
-            if NV == 2 and wide_vectors():  # the row's cache line as one 512-bit vector (the same lanes)
-                VL, NVr = 2 * VL, 1
+            if NV % 2 == 0 and wide_vectors():  # each cache line of the row as one 512-bit vector (the same lanes)
+                VL, NVr = 2 * VL, NV // 2
             vty = ir.VectorType(fty, VL)
             i64, i32 = ir.IntType(64), ir.IntType(32)
 
@@ -241,6 +241,14 @@ half7, half8, half9, half10, half11, half12 = (_make(rb, 1) for rb in range(7, W
 gblock1, gblock2, gblock3, gblock4, gblock5, gblock6 = (_make(rb, NV, True) for rb in range(1, MAX_RB + 1))
 gblock7, gblock8, gblock9, gblock10, gblock11, gblock12 = (_make(rb, NV, True) for rb in range(7, WIDE_RB + 1))
 ghalf1, ghalf2, ghalf3, ghalf4, ghalf5, ghalf6 = (_make(rb, 1, True) for rb in range(1, MAX_RB + 1))
+#: four and eight 256-bit vectors a row, chosen only where vectors are wide (:func:`wide_vectors`): two and four
+#: 512-bit vectors (two and four cache lines of a row of ``up``), up to twelve and six rows (24 accumulators
+#: each: a broadcast feeds two or four fused multiply-adds, so the loads no longer bound the block)
+gquad1, gquad2, gquad3, gquad4, gquad5, gquad6, gquad7, gquad8, gquad9, gquad10, gquad11, gquad12 = (
+    _make(rb, 4, True) for rb in range(1, WIDE_RB + 1))
+QUAD_RB = WIDE_RB
+OCT_RB = 6
+goct1, goct2, goct3, goct4, goct5, goct6 = (_make(rb, 8, True) for rb in range(1, OCT_RB + 1))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
 #: one-vector strip (six accumulators: half the fused multiply-adds in flight that the FMA units take)
 gtri1, gtri2, gtri3, gtri4 = (_make(rb, 3, True) for rb in range(1, 5))

@@ -52,6 +52,8 @@ from numba import njit
 from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 from tuckerkit.engine._simd import (
     MAX_RB,
+    OCT_RB,
+    QUAD_RB,
     WIDE_RB,
     block1,
     block2,
@@ -83,6 +85,24 @@ from tuckerkit.engine._simd import (
     ghalf4,
     ghalf5,
     ghalf6,
+    goct1,
+    goct2,
+    goct3,
+    goct4,
+    goct5,
+    goct6,
+    gquad1,
+    gquad2,
+    gquad3,
+    gquad4,
+    gquad5,
+    gquad6,
+    gquad7,
+    gquad8,
+    gquad9,
+    gquad10,
+    gquad11,
+    gquad12,
     gtri1,
     gtri2,
     gtri3,
@@ -151,6 +171,9 @@ _OUTER_ROWS = 12
 _OUTER_GEMM_PREFETCH = 2
 #: the fewest rows of i per chunk (each microkernel call pays a fixed start and drain)
 _MIN_KC = 8
+#: the smallest R :func:`ttm_outer` gives its register-blocked kernel where vectors are wide
+#: (:func:`outer_gemm_style`)
+_WIDE_GEMM_MIN_RANK = 12
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
 
@@ -451,6 +474,48 @@ def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo
             gblock1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         else:
             raise ValueError("internal error: no register block of that many rows")
+    elif nv == 4:
+        if rb == 12:
+            gquad12(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 11:
+            gquad11(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 10:
+            gquad10(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 9:
+            gquad9(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 8:
+            gquad8(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 7:
+            gquad7(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 6:
+            gquad6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 5:
+            gquad5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 4:
+            gquad4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 3:
+            gquad3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 2:
+            gquad2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 1:
+            gquad1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
+    elif nv == 8:
+        if rb == 6:
+            goct6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 5:
+            goct5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 4:
+            goct4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 3:
+            goct3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 2:
+            goct2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 1:
+            goct1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
     elif nv == 3:
         if rb == 4:
             gtri4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
@@ -479,6 +544,21 @@ def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo
             raise ValueError("internal error: no register block of that many rows")
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _strip_rows(nv, grw):  # pragma: no cover
+    # rows of X per register block of a strip of nv (256-bit) vectors of U: 24 accumulators in four or two
+    # 512-bit vectors a row (nv = 8, 4: only where vectors are wide), 12 in three, grw (12 or 6) in two
+    if nv == 8:
+        return OCT_RB
+    if nv == 4:
+        return QUAD_RB
+    if nv == 3:
+        return 4
+    if nv == 2:
+        return grw
+    return MAX_RB
+
+
 @njit(cache=True, nogil=True)
 def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, grw, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: rows [12 t, 12 t + 12) of X, each element broadcast against a strip of the packed U (I rows of Rp
@@ -496,7 +576,7 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
     lpr = (I * sxi + ln - 1) // ln  # lines of one row of X (from its first element: all inside the array)
     calls = 0
     for s in range(nstrip):
-        calls += _OUTER_ROWS // (4 if strips[s, 1] == 3 else grw if strips[s, 1] == 2 else MAX_RB)
+        calls += -(-_OUTER_ROWS // _strip_rows(strips[s, 1], grw))
     calls *= (I + kc - 1) // kc
     for t in range(t_lo, t_hi):
         a0 = _OUTER_ROWS * t
@@ -514,7 +594,7 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
             n = min(kc, I - i0)
             for s in range(nstrip):
                 c0, nv = strips[s, 0], strips[s, 1]
-                gr = 4 if nv == 3 else grw if nv == 2 else MAX_RB
+                gr = _strip_rows(nv, grw)
                 for g0 in range(0, h, gr):
                     rb = min(gr, h - g0)
                     pfo = xa + i0 * sxi  # nothing to fetch: the line this block starts at
@@ -700,35 +780,53 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
         _run_tiles(lambda lo, hi: _outer_dot_kernel(*args, lo, hi, zero, _OUTER_PREFETCH, 64 // it), (A + 3) // 4,
                    2 * X2.size * R, policy)
         return
-    up = np.zeros((I, -(-R // vl) * vl), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
+    pad = 2 * vl if wide_vectors() else vl  # whole 512-bit vectors where they are used
+    up = np.zeros((I, -(-R // pad) * pad), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
     up[:, :R] = Ut.T
     syr, sya = Y2.strides[0] // it, Y2.strides[1] // it
     direct = up.shape[1] == R and syr == 1
     # the unit stride of X passed at run time: as a constant LLVM unrolls the block's loop in two, merges
     # neighbouring broadcasts and spills the accumulators
-    gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, _outer_strips(up.shape[1] // vl, vl), fy, sya, syr,
-             _outer_kc(I, it), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
+    strips = _outer_strips(up.shape[1] // vl, vl)
+    gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, strips, fy, sya, syr,
+             _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
     _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, lo, hi), -(-A // _OUTER_ROWS), 2 * X2.size * R, policy)
 
 
 def outer_gemm_style(R: int, itemsize: int) -> bool:
     """Whether :func:`ttm_outer` runs the register-blocked kernel (rows of X broadcast against packed columns
-    of U) rather than the dot products along the unit stride: ``R`` of at least 16 in at most four vectors,
-    at most an eighth of them padding (float32 R = 16, 22-24, 29-32; float64 R = 16; AVX2 + FMA). Measured on
+    of U) rather than the dot products along the unit stride. With 256-bit vectors: ``R`` of at least 16 in
+    at most four vectors, at most an eighth of them padding (float32 R = 16, 22-24, 29-32; float64 R = 16;
+    AVX2 + FMA). Measured on
     a (40000, 200) X streamed from memory, one core's CPU time, medians of 15 interleaved pairs, 3 runs on
     the shared 2-core machine: float32 R = 16 / 24 / 32 0.87-1.07 / 0.79-0.94 / 0.80-0.86x the dot kernel's
     time, float64 R = 16 0.87-0.99x; but float32 R = 10 (16 columns computed) 1.46x, R = 20 (24) 1.02-1.04x,
     float64 R = 10 (12) 1.07x and float64 R = 32 (eight vectors: its U of 51 KiB streams through L1 per tile)
-    1.26x."""
+    1.26x.
+
+    Where vectors are wide (:func:`wide_vectors`: strips of up to four 512-bit vectors, 24 accumulators) any
+    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 12 to ``MAX_RANK``. Measured in one process against the dot kernel
+    (X of (40000, 200) and (76800, 160), two workers, interleaved medians of 11): float64 R = 8 / 10 / 12 /
+    16 / 20 / 24 / 28 / 32 0.90-0.96 / 1.01-1.12 / 0.88-1.02 / 0.72-0.77 / 0.88-0.96 / 0.68-0.77 / 0.68-0.81 /
+    0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32 1.05-1.09 / 0.84-0.90 /
+    0.64-0.66 / 0.85-0.88 / 0.74-0.77 / 0.52-0.63x."""
+    if not simd_supported():
+        return False
+    if wide_vectors():
+        return _WIDE_GEMM_MIN_RANK <= R <= MAX_RANK
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
-    return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp and simd_supported()
+    return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp
 
 
 def _outer_strips(nvec: int, vl: int) -> np.ndarray:
-    """The strips of :func:`ttm_outer` over ``nvec`` vectors of columns, rows (first column, vectors): two
-    vectors each, the first three where ``nvec`` is odd, one where it is 1."""
-    widths = [nvec] if nvec <= 3 else ([3] if nvec % 2 else []) + [2] * (nvec // 2 - (nvec % 2))
+    """The strips of :func:`ttm_outer` over ``nvec`` (256-bit) vectors of columns, rows (first column,
+    vectors): two vectors each, the first three where ``nvec`` is odd, one where it is 1; where vectors are
+    wide (``nvec`` even: whole 512-bit vectors), eight each, then four and two for the rest."""
+    if wide_vectors() and nvec % 2 == 0:
+        widths = [8] * (nvec // 8) + ([4] if nvec % 8 >= 4 else []) + ([2] if nvec % 4 else [])
+    else:
+        widths = [nvec] if nvec <= 3 else ([3] if nvec % 2 else []) + [2] * (nvec // 2 - (nvec % 2))
     starts = np.cumsum([0, *widths[:-1]]) * vl
     return np.array([(c, w) for c, w in zip(starts, widths, strict=True)], dtype=np.int64).reshape(-1, 2)
 
@@ -741,10 +839,12 @@ def _outer_rb() -> int:
     return _OUTER_ROWS if wide_vectors() else MAX_RB
 
 
-def _outer_kc(I: int, itemsize: int) -> int:  # noqa: E741
-    """Rows of i per chunk of :func:`ttm_outer`: one strip of the packed U (64 bytes a row) and one block's
-    :func:`_outer_rb` rows of X fill at most ``_L1_BYTES``, as even as possible over ``I``."""
-    kc = max(_MIN_KC, _L1_BYTES // (64 + _outer_rb() * itemsize))
+def _outer_kc(I: int, itemsize: int, nv: int = 2) -> int:  # noqa: E741
+    """Rows of i per chunk of :func:`ttm_outer`: a strip of the packed U (64 bytes a row; ``32 * nv`` for the
+    strips of four and eight vectors) and one block's :func:`_outer_rb` rows of X (the tile's
+    ``_OUTER_ROWS`` for those strips) fill at most ``_L1_BYTES``, as even as possible over ``I``."""
+    line = 64 if nv <= 3 else 32 * nv
+    kc = max(_MIN_KC, _L1_BYTES // (line + (_outer_rb() if nv <= 3 else _OUTER_ROWS) * itemsize))
     nch = -(-I // kc)
     return -(-I // nch)
 
