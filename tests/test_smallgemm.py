@@ -331,6 +331,28 @@ def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, R, dt
             assert Y.tobytes() == ref.tobytes(), (l1, pack, workers)
 
 
+@pytest.mark.parametrize("R", [10, 17, 32])
+def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch, R, dtype, rng):
+    """Strips of one cache line of each row of X (two 256-bit vectors, or one 512-bit) or two (four, or two):
+    the columns left at the end of a row run as a line, a vector or one element at a time, the chunks
+    packed (R > 16) or read directly; every width and the leftovers of each against einsum, the same bits."""
+    vl = 32 // np.dtype(dtype).itemsize
+    for C in (1, vl - 1, vl, 2 * vl, 3 * vl + 1, 4 * vl, 5 * vl + 2, 7 * vl + 3, 75, 200):
+        X = _sliced_view(rng, (3, 41, C), dtype)
+        U = rng.standard_normal((41, R)).astype(dtype)
+        bits = set()
+        for snv in (2, 4):
+            monkeypatch.setattr(sg, "_inner_strip", lambda R, snv=snv: snv)
+            for workers in (1, 2):
+                Y = np.full((3, R, C), np.nan, dtype)
+                sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
+                _check(np.ascontiguousarray(X), U, 1, Y)
+                bits.add(Y.tobytes())
+        assert len(bits) == 1, C
+    monkeypatch.undo()
+    assert sg._inner_strip(R) == (4 if sg.wide_vectors() and R > sg._DIRECT_MAX_RANK else 2)
+
+
 @pytest.mark.parametrize("R", [10, 13, 32])
 def test_inner_kernel_bits_do_not_depend_on_row_blocks(monkeypatch, R, dtype, rng):
     """The row blocks of U (up to WIDE_RB = 12 rows where a line of X is one 512-bit vector, else up to

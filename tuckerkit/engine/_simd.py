@@ -247,6 +247,10 @@ ghalf1, ghalf2, ghalf3, ghalf4, ghalf5, ghalf6 = (_make(rb, 1, True) for rb in r
 gquad1, gquad2, gquad3, gquad4, gquad5, gquad6, gquad7, gquad8, gquad9, gquad10, gquad11, gquad12 = (
     _make(rb, 4, True) for rb in range(1, WIDE_RB + 1))
 QUAD_RB = WIDE_RB
+#: the packed (inner kernel's) blocks of four vectors a row: strips of two cache lines of ``x`` (24 accumulators
+#: in twelve rows; only where vectors are wide)
+quad1, quad2, quad3, quad4, quad5, quad6, quad7, quad8, quad9, quad10, quad11, quad12 = (
+    _make(rb, 4) for rb in range(1, WIDE_RB + 1))
 OCT_RB = 6
 goct1, goct2, goct3, goct4, goct5, goct6 = (_make(rb, 8, True) for rb in range(1, OCT_RB + 1))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
@@ -283,8 +287,15 @@ prefetch = _make_prefetch(3)
 prefetch_l2 = _make_prefetch(2)
 
 
-@intrinsic
-def pack_row(typingctx, x, xo, pk, po, ps, ns):
+def _make_pack(NV: int):
+    @intrinsic
+    def pack_row(typingctx, x, xo, pk, po, ps, ns):
+        return _pack_typed(NV, x, pk)
+
+    return pack_row
+
+
+def _pack_typed(NV, x, pk):
     """``pk[po + s * ps + j] = x[xo + s * W + j]`` for ``s < ns``, ``j < W`` (``W = NV * VL``: one strip):
     one row of a tile copied strip by strip into the packed buffer, a vector at a time."""
     if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
@@ -321,3 +332,10 @@ def pack_row(typingctx, x, xo, pk, po, ps, ns):
 
     i = types.int64
     return types.void(x, i, pk, i, i, i), codegen
+
+
+#: ``pack_row(x, xo, pk, po, ps, ns)``: ``pk[po + s * ps + j] = x[xo + s * W + j]`` for ``s < ns``, ``j < W``
+#: (one strip of two 256-bit vectors, ``W = 2 * VL``): a row of a tile copied strip by strip into the packed
+#: buffer, a vector at a time; ``pack_row4`` the same for strips of four vectors
+pack_row = _make_pack(NV)
+pack_row4 = _make_pack(2 * NV)

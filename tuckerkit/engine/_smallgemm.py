@@ -120,8 +120,21 @@ from tuckerkit.engine._simd import (
     half11,
     half12,
     pack_row,
+    pack_row4,
     prefetch,
     prefetch_l2,
+    quad1,
+    quad2,
+    quad3,
+    quad4,
+    quad5,
+    quad6,
+    quad7,
+    quad8,
+    quad9,
+    quad10,
+    quad11,
+    quad12,
     simd_supported,
     wide_vectors,
 )
@@ -136,6 +149,12 @@ _MAX_TILE = 1024
 _LONG_TILE_BYTES = 4096
 _MAX_KC_LONG = 32
 _MAX_KC = 64
+#: the smallest R whose strips are two cache lines wide where vectors are wide (:func:`_inner_strip`): the
+#: packed chunks' ranks (above ``_DIRECT_MAX_RANK``). Measured in one process against strips of one line (the
+#: first and middle modes of 200^3 and 320x240x160, two workers, interleaved medians of 11, the same bits): R =
+#: 20 / 32 0.86-0.94 / 0.82-0.97x the time in float64 and float32; R = 10 (the direct kernel) 0.89-1.01x on the
+#: long rows of the first modes but 1.11-1.12x on the middle modes
+_QUAD_MIN_RANK = 17
 #: the largest R that takes those capped chunks
 _SHORT_CHUNK_RANK = 16
 #: bytes of one chunk's rows of U and one strip of X (L1 is 32 KiB)
@@ -181,7 +200,34 @@ MAX_RANK = 32
 @njit(cache=True, nogil=True, inline="always")
 def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # one register block: rb rows of U (packed at uo) against a strip of nv vectors of x
-    if nv == 2:
+    if nv == 4:
+        if rb == 12:
+            quad12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 11:
+            quad11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 10:
+            quad10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 9:
+            quad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 8:
+            quad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 7:
+            quad7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 6:
+            quad6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 5:
+            quad5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 4:
+            quad4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 3:
+            quad3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 2:
+            quad2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        elif rb == 1:
+            quad1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        else:
+            raise ValueError("internal error: no register block of that many rows")
+    elif nv == 2:
         if rb == 12:
             block12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         elif rb == 11:
@@ -254,19 +300,21 @@ def _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n, idle):  # pragma: n
 
 
 @njit(cache=True, fastmath={"contract"}, nogil=True)
-def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
-    # 2 * vl), taken kc rows of i at a time (as GEMM blocks its k). For each strip of 2 * vl columns (one cache
-    # line of each row of the chunk) every row block of U runs over it straight from X (the strip's kc lines
+    # w = snv * vl), taken kc rows of i at a time (as GEMM blocks its k). For each strip of w columns (one cache
+    # line of each row of the chunk, or two where snv = 4: two 512-bit vectors a row, 24 accumulators) every
+    # row block of U runs over it straight from X (the strip's kc lines
     # stay in L1 for the blocks after the first, the chunk's rows of U too), carrying its sums in y from chunk
     # to chunk. While a chunk computes, the next one (of this tile, else the next tile's first) is prefetched
     # into L2 in runs of consecutive lines spread over the microkernel calls: one run when the chunk's rows
     # are one block of memory (the whole row in the tile, rows back to back), else one run per row. Every
     # output element is one in-order sum over i, one fused multiply-add per term; the columns left at the end
-    # of a row (fewer than 2 * vl) run one vector or one element wide
+    # of a row (fewer than w) run two vectors, one vector or one element wide
     nct = (C + ct - 1) // ct
     nblk = blocks.shape[0]
-    w = 2 * vl
+    w = snv * vl  # the strip
+    ln = 2 * vl  # one cache line
     tl = np.empty(WIDE_RB * vl, x.dtype)
     pk = np.empty(kc * ct if packed else 1, x.dtype)
     for t in range(t_lo, t_hi):
@@ -298,12 +346,12 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                     nrun = 1
                 qn = min(kc, I - qi0)
                 q0 = qa + qi0 * sxi + qc0
-                rlen = (qc1 - qc0 + w - 1) // w + 1  # one more: a row need not start on a line
+                rlen = (qc1 - qc0 + ln - 1) // ln + 1  # one more: a row need not start on a line
                 rstride = sxi
                 if pnx == 0:
                     nrun = 0
                 elif qc0 == 0 and qc1 == C and sxi == C:  # whole rows back to back: one block of memory
-                    rlen = (qn * C + w - 1) // w + 1
+                    rlen = (qn * C + ln - 1) // ln + 1
                 else:
                     nrun = qn if nrun else 0
                 qtot = nrun * rlen
@@ -318,8 +366,9 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                         for k in range(nblk):
                             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                             # (nothing left to fetch: the line this strip starts at)
-                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n, xo)
-                            _block(2, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo, w, pfn)
+                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, ln, per, rlen, n, xo)
+                            _block(snv, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo, ln,
+                                   pfn)
                 else:
                     # many row blocks (R > _DIRECT_MAX_RANK) or crowded long rows (_l1_crowded): the chunk
                     # packed first, strip by strip, reading each row of X once in one unit-stride run (the
@@ -327,24 +376,32 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                     # ahead prefetched
                     for ii in range(n):
                         i = i0 + ii
-                        for s in range(ns):
-                            prefetch(x, xa + (i + _PACK_AHEAD) * sxi + c0 + s * w)
-                        pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
+                        for s in range(ns * snv // 2):
+                            prefetch(x, xa + (i + _PACK_AHEAD) * sxi + c0 + s * ln)
+                        if snv == 4:
+                            pack_row4(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
+                        else:
+                            pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
                     for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
                         r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                         for s in range(ns):
-                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n,
+                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, ln, per, rlen, n,
                                                             xa + i0 * sxi + c0)
-                            _block(2, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w, syr,
-                                   i0, x, pfo, w, pfn)
+                            _block(snv, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w,
+                                   syr, i0, x, pfo, ln, pfn)
                 while q < qtot:
-                    prefetch_l2(x, q0 + qr * rstride + qs * w)
+                    prefetch_l2(x, q0 + qr * rstride + qs * ln)
                     q += 1
                     qs += 1
                     if qs == rlen:
                         qs = 0
                         qr += 1
         c = c0 + ns * w
+        if snv == 4 and c + ln <= c1:  # a line left over from strips of two
+            for k in range(nblk):
+                r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
+                _block(2, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
+            c += ln
         if c + vl <= c1:
             for k in range(nblk):
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
@@ -392,7 +449,7 @@ def _l1_crowded(row_bytes: int, kc: int) -> bool:
     return -(-kc // min(kc, sets)) > _L1_LINES_PER_SET
 
 
-def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: E741
+def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2) -> tuple[int, int]:  # noqa: E741
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one strip of X
     (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
     (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per tile, a
@@ -406,7 +463,7 @@ def _tiling(I: int, R: int, itemsize: int, C: int) -> tuple[int, int]:  # noqa: 
     ``_SHORT_CHUNK_RANK``: at R = 32 (six row blocks of 256-bit vectors over each chunk, measured before the 512-bit
     blocks: compute-bound) the short chunks measured 0.93-1.06x, median 1.01x, so larger ranks keep the former
     chunks of up to ``_L1_BYTES``. The sums are the same bits for any tiling."""
-    w = 64 // itemsize
+    w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
     cap = (_MAX_KC_LONG if long else _MAX_KC) if short else I
@@ -426,6 +483,13 @@ def _blocks(I: int, R: int) -> tuple[list[tuple[int, int]], np.ndarray]:  # noqa
     offs = np.cumsum([0] + [I * rb for _, rb in rows])[:-1]
     blocks = np.array([(r0, rb, o) for (r0, rb), o in zip(rows, offs, strict=True)], dtype=np.int64)
     return rows, blocks
+
+
+def _inner_strip(R: int) -> int:
+    """256-bit vectors per strip of :func:`ttm_inner`: four (two cache lines of each row of X, two 512-bit
+    vectors: 24 accumulators in twelve rows, a broadcast of U feeding two fused multiply-adds) where vectors
+    are wide and ``R`` is at least ``_QUAD_MIN_RANK``, else two (one line). The bits do not depend on it."""
+    return 4 if wide_vectors() and R >= _QUAD_MIN_RANK else 2
 
 
 def _inner_rb() -> int:
@@ -741,10 +805,11 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     rows, blocks = _blocks(I, U.shape[1])
     up = np.concatenate([np.ascontiguousarray(U[:, r0:r0 + rb]).ravel() for r0, rb in rows])
     vl = 32 // it
-    ct, kc = _tiling(I, U.shape[1], it, C)
+    snv = _inner_strip(U.shape[1])
+    ct, kc = _tiling(I, U.shape[1], it, C, snv)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
             Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0,
-            U.shape[1] > _DIRECT_MAX_RANK or (C * it >= LONG_ROW_BYTES and _l1_crowded(X3.strides[1], kc)))
+            U.shape[1] > _DIRECT_MAX_RANK or (C * it >= LONG_ROW_BYTES and _l1_crowded(X3.strides[1], kc)), snv)
     _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
                2 * X3.size * U.shape[1], policy)
 
