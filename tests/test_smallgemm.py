@@ -642,8 +642,8 @@ def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, t
 
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     """The rule: with 256-bit vectors R of 16 or more in at most four vectors, little padding (float32 16-32,
-    float64 16); with 512-bit vectors R of 12 to ``MAX_RANK``; the planner's last-mode plans run it (float32
-    R = 32 through ``ttm``, the bits of the direct call)."""
+    float64 16); with 512-bit vectors R of 12 to ``WIDE_OUTER_MAX_RANK`` = 64; the planner's last-mode plans run
+    it (float32 R = 32 through ``ttm``, the bits of the direct call)."""
     wide = sg.wide_vectors()
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert [sg.outer_gemm_style(R, 4) for R in (10, 15, 16, 22, 24, 32, 33)] == [False, False, True, True, True,
@@ -651,8 +651,8 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     assert [sg.outer_gemm_style(R, 8) for R in (10, 15, 16, 24, 32)] == [False, False, True, False, False]
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     for itemsize in (4, 8):
-        assert [sg.outer_gemm_style(R, itemsize) for R in (10, 11, 12, 20, 32, 33)] == [False, False, True, True,
-                                                                                         True, False]
+        assert [sg.outer_gemm_style(R, itemsize) for R in (10, 11, 12, 20, 32, 50, 64, 65)] == [
+            False, False, True, True, True, True, True, False]
     monkeypatch.setattr(sg, "wide_vectors", lambda: wide)
     X = rng.standard_normal((30, 20, 50)).astype(np.float32)
     U = rng.standard_normal((50, 32)).astype(np.float32)
@@ -663,6 +663,32 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     direct = np.empty((600, 32), np.float32)
     sg.ttm_outer(X.reshape(600, 50), np.ascontiguousarray(U.T), direct.T)
     assert Y.reshape(600, 32).tobytes() == direct.tobytes()
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_planner_takes_ranks_to_64_to_the_unit_stride_kernel_only_where_vectors_are_wide(monkeypatch, wide, rng):
+    """With the machine's own roofline: a last-mode TTM of rank 50 runs the register-blocked unit-stride kernel
+    in float64 where vectors are wide (0.76x BLAS's time measured), BLAS in float32 (a tie) and wherever vectors
+    are narrow (the planner stops at ``MAX_RANK`` = 32 there); either way the result is einsum's to rounding."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: wide)
+    contract_mod._cached_plan.cache_clear()
+    assert sg.max_rank("small_rank_ttm_outer") == (64 if wide else 32)
+    assert sg.max_rank("small_rank_ttm_inner") == 32
+    for dtype, compiled in ((np.float64, wide), (np.float32, False)):
+        X = rng.standard_normal((40, 50, 120)).astype(dtype)
+        U = rng.standard_normal((120, 50)).astype(dtype)
+        plan = ttm_plan(X, U, 2, transpose=True)
+        assert (plan.compiled is CompiledKernel.TTM_OUTER) == compiled, plan.explain()
+        _check(X, U, 2, plan(X, U))
+        out = np.empty((40, 50, 50), dtype)
+        plan = plan_contraction("abc,cz->abz", X, U, out=out)
+        assert (plan.compiled is CompiledKernel.TTM_OUTER) == compiled, plan.explain()
+        # into rows running along the tensor (CP's partial products' layout): BLAS, whatever the vectors
+        out = np.empty((50, 40, 50), dtype).transpose(1, 2, 0)
+        plan = plan_contraction("abc,cz->abz", X, U, out=out)
+        assert plan.compiled is CompiledKernel.NONE, plan.explain()
+        _check(X, U, 2, contract("abc,cz->abz", X, U, out=out, plan=plan))
+    contract_mod._cached_plan.cache_clear()
 
 
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):

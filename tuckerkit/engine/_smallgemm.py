@@ -195,6 +195,10 @@ _MIN_KC = 8
 _WIDE_GEMM_MIN_RANK = 12
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
+#: the largest R :func:`ttm_outer`'s register-blocked kernel is planned for where vectors are wide
+#: (:func:`max_rank`): its strips of four 512-bit vectors keep 24 accumulators at any R, where OpenBLAS's GEMM
+#: with one extent of 33-64 still runs at a fraction of its peak
+WIDE_OUTER_MAX_RANK = 64
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -379,9 +383,9 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                         for s in range(ns * snv // 2):
                             prefetch(x, xa + (i + _PACK_AHEAD) * sxi + c0 + s * ln)
                         if snv == 4:
-                            pack_row4(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
+                            pack_row4(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)
                         else:
-                            pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)  # type: ignore[call-arg]
+                            pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)
                     for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
                         r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                         for s in range(ns):
@@ -685,9 +689,21 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                 qs = 0
                 qr += 1
         if not direct:
-            for a in range(h):
+            if syr == 1:  # rows of the output unit-strided: a run of R a row (the padding dropped)
+                for a in range(h):
+                    ya = (a0 + a) * sya
+                    ta = a * Rp
+                    for r in range(R):
+                        y[ya + r] = tl[ta + r]
+            elif sya == 1:  # columns of the output unit-strided (Y as (R, A) rows): a run of h a column
                 for r in range(R):
-                    y[(a0 + a) * sya + r * syr] = tl[a * Rp + r]
+                    yr = a0 + r * syr
+                    for a in range(h):
+                        y[yr + a] = tl[a * Rp + r]
+            else:
+                for a in range(h):
+                    for r in range(R):
+                        y[(a0 + a) * sya + r * syr] = tl[a * Rp + r]
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True)
@@ -870,15 +886,15 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     1.26x.
 
     Where vectors are wide (:func:`wide_vectors`: strips of up to four 512-bit vectors, 24 accumulators) any
-    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 12 to ``MAX_RANK``. Measured in one process against the dot kernel
-    (X of (40000, 200) and (76800, 160), two workers, interleaved medians of 11): float64 R = 8 / 10 / 12 /
-    16 / 20 / 24 / 28 / 32 0.90-0.96 / 1.01-1.12 / 0.88-1.02 / 0.72-0.77 / 0.88-0.96 / 0.68-0.77 / 0.68-0.81 /
-    0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32 1.05-1.09 / 0.84-0.90 /
-    0.64-0.66 / 0.85-0.88 / 0.74-0.77 / 0.52-0.63x."""
+    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 12 to ``WIDE_OUTER_MAX_RANK`` = 64. Measured in one process against
+    the dot kernel (X of (40000, 200) and (76800, 160), two workers, interleaved medians of 11): float64
+    R = 8 / 10 / 12 / 16 / 20 / 24 / 28 / 32 0.90-0.96 / 1.01-1.12 / 0.88-1.02 / 0.72-0.77 / 0.88-0.96 /
+    0.68-0.77 / 0.68-0.81 / 0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32
+    1.05-1.09 / 0.84-0.90 / 0.64-0.66 / 0.85-0.88 / 0.74-0.77 / 0.52-0.63x."""
     if not simd_supported():
         return False
     if wide_vectors():
-        return _WIDE_GEMM_MIN_RANK <= R <= MAX_RANK
+        return _WIDE_GEMM_MIN_RANK <= R <= WIDE_OUTER_MAX_RANK
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
     return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp
@@ -949,6 +965,10 @@ _KERNEL_EFF = {
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
     ("small_rank_ttm_outer", "float32"): (0.50, 0.60),
 }
+#: :func:`ttm_outer`'s register-blocked kernel's time over BLAS's at R of 33-64 (wide vectors only), on 200^3
+#: (X as (40000, 200)), two workers, interleaved medians of 9 in one process: float64 R = 50 / 64 0.76 / 0.68-0.78x,
+#: float32 0.95-1.22x (a tie: BLAS keeps them)
+_WIDE_OUTER_HIGH_RANK = {"float64": 0.76, "float32": 1.1}
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
@@ -987,6 +1007,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
         key = variant + ("_long_short_i" if 0 < contracted < LONG_ROW_MIN_I else "_long")
+    if variant == "small_rank_ttm_outer" and R > MAX_RANK:  # only where vectors are wide (max_rank)
+        return blas_efficiency(variant, dtype, R) / _WIDE_OUTER_HIGH_RANK[dtype]
     lo, hi = _KERNEL_EFF[(key, dtype)]
     eff = lo if R <= 16 else hi
     if variant == "small_rank_ttm_inner" and columns > 0:
@@ -997,6 +1019,14 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
         else:
             eff *= columns / (full + -(-(columns - full) // vl) * vl / TAIL_VECTOR_RATE)
     return eff
+
+
+def max_rank(variant: str) -> int:
+    """The largest ``R`` the planner considers the compiled kernel ``variant`` for: ``WIDE_OUTER_MAX_RANK``
+    for the unit-stride kernel where vectors are wide, else ``MAX_RANK``."""
+    if variant == "small_rank_ttm_outer" and wide_vectors():
+        return WIDE_OUTER_MAX_RANK
+    return MAX_RANK
 
 
 def blas_efficiency(variant: str, dtype: str, R: int) -> float:
