@@ -12,7 +12,8 @@ kernels here read ``X`` once, in memory order:
   columns) split over the policy's workers, each taken a chunk of ``kc`` rows of ``i`` at a time, in strips
   of 64 bytes (one cache line of each row); a register-blocked microkernel (:mod:`tuckerkit.engine._simd`: up
   to six rows of ``U`` against a strip as two 256-bit vectors, 12 vector accumulators, or up to twelve rows
-  against it as one 512-bit vector where numba compiles for AVX-512; held in registers over the whole chunk, one
+  against it as one 512-bit vector where numba compiles for AVX-512, and there, for R above 16, strips of two
+  lines, two 512-bit vectors a row, 24 accumulators; held in registers over the whole chunk, one
   fused multiply-add per term) runs every row block of ``U`` over each strip straight from X (the strip's
   lines stay in L1 for the blocks after the first). While a chunk computes, the microkernel prefetches the
   next chunk into L2 in runs of consecutive lines (one run when the chunk's rows lie back to back, else one
@@ -26,7 +27,8 @@ kernels here read ``X`` once, in memory order:
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``; the next tile's rows are
   prefetched into L2 in short bursts, one before each pair of columns of ``U``. For R of 16 to four vectors
-  (float32 16-32, float64 16) a GEMM-like kernel instead: ``U`` packed as ``(I, R)`` rows padded to whole
+  (float32 16-32, float64 16; where vectors are wide, R of 12 to 64 in strips of up to four 512-bit vectors,
+  :func:`outer_gemm_style`) a GEMM-like kernel instead: ``U`` packed as ``(I, R)`` rows padded to whole
   vectors, twelve rows of ``X`` a tile, each element broadcast against a strip of two (or three) vectors of
   ``U`` (the inner kernel's register blocks with the roles swapped: 12 vector accumulators), the rows two
   tiles ahead prefetched into L2 during the blocks.
