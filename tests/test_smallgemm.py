@@ -532,20 +532,27 @@ def test_l1_crowding_rule():
     assert sg._l1_crowded(4100, 64) is False  # rows not line-aligned straddle sets
 
 
-def test_crowded_long_rows_pack_and_keep_the_bits(monkeypatch, dtype, rng):
-    """Long rows a multiple of 4 KiB apart take the packed kernel at R = 10: the same bits as the direct
-    one (every element the same in-order chain of fused multiply-adds) and as einsum to rounding."""
+def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtype, rng):
+    """Long rows a multiple of 4 KiB apart would crowd one L1 set with chunks of 32 rows: their tiling takes 16
+    (the direct kernel then reads them, not crowded); the same bits as chunks of 32 packed first (every element
+    the same in-order chain of fused multiply-adds) and as einsum to rounding. Rows not line-aligned or spread
+    over the sets keep their chunks."""
     C = 8192 // np.dtype(dtype).itemsize
     X = rng.standard_normal((2, 40, C)).astype(dtype)
     U = rng.standard_normal((40, 10)).astype(dtype)
     assert sg._l1_crowded(X.strides[1], sg._tiling(40, 10, X.itemsize, C)[1]) is True
-    packed = np.empty((2, 10, C), dtype)
-    sg.ttm_inner(X, U, packed, ExecutionPolicy(2))
-    _check(X, U, 1, packed)
-    monkeypatch.setattr(sg, "_l1_crowded", lambda row_bytes, kc: False)
-    direct = np.empty_like(packed)
+    kc = sg._tiling(40, 10, X.itemsize, C, row_bytes=X.strides[1])[1]
+    assert kc <= sg._L1_LINES_PER_SET and sg._l1_crowded(X.strides[1], kc) is False
+    assert sg._tiling(200, 10, 8, 40000, row_bytes=320000) == sg._tiling(200, 10, 8, 40000)  # 200^3: spread
+    assert sg._tiling(200, 10, 8, 40001, row_bytes=320008) == sg._tiling(200, 10, 8, 40001)  # not aligned
+    direct = np.empty((2, 10, C), dtype)
     sg.ttm_inner(X, U, direct, ExecutionPolicy(2))
-    assert direct.tobytes() == packed.tobytes()
+    _check(X, U, 1, direct)
+    monkeypatch.setattr(sg, "_l1_sets", lambda row_bytes: sg._L1_SETS)  # the former chunks of 32, packed
+    monkeypatch.setattr(sg, "_l1_crowded", lambda row_bytes, kc: True)
+    packed = np.empty_like(direct)
+    sg.ttm_inner(X, U, packed, ExecutionPolicy(2))
+    assert packed.tobytes() == direct.tobytes()
 
 
 def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng):
