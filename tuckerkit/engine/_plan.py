@@ -918,23 +918,13 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if lay is None:
         return plan
     from tuckerkit.engine._roofline import machine_roofline
-    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency, max_rank
+    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency
 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
     R = m_shape[1] if u_kz else m_shape[0]
-    variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
-    if R > max_rank(variant.value):
+    if R > MAX_RANK:
         return plan
-    if R > MAX_RANK and not fresh:
-        # past MAX_RANK (the unit-stride kernel where vectors are wide) only into rows unit-strided along the
-        # new mode: into (R, ...) rows, as CP's partial products are, it tied with BLAS (R = 50: 15.9 against
-        # 15.2 ms on (40000, 200) float64), which there runs its faster transposed form
-        o = out_strides
-        if o is None:
-            shp = tuple(plan.shapes[2])
-            o = _c_strides(shp) if out_layout == "C" else _c_strides(shp[::-1])[::-1]
-        if o[out_perm[n_outer]] != 1:
-            return plan
+    variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
     from tuckerkit.engine._simd import simd_supported
 
     if variant == CompiledKernel.TTM_INNER and not simd_supported():

@@ -27,7 +27,7 @@ kernels here read ``X`` once, in memory order:
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``; the next tile's rows are
   prefetched into L2 in short bursts, one before each pair of columns of ``U``. For R of 16 to four vectors
-  (float32 16-32, float64 16; where vectors are wide, R of 12 to 64 in strips of up to four 512-bit vectors,
+  (float32 16-32, float64 16; where vectors are wide, R of 12 to 32 in strips of up to four 512-bit vectors,
   :func:`outer_gemm_style`) a GEMM-like kernel instead: ``U`` packed as ``(I, R)`` rows padded to whole
   vectors, twelve rows of ``X`` a tile, each element broadcast against a strip of two (or three) vectors of
   ``U`` (the inner kernel's register blocks with the roles swapped: 12 vector accumulators), the rows two
@@ -197,10 +197,10 @@ _MIN_KC = 8
 _WIDE_GEMM_MIN_RANK = 12
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
-#: the largest R :func:`ttm_outer`'s register-blocked kernel is planned for where vectors are wide
-#: (:func:`max_rank`): its strips of four 512-bit vectors keep 24 accumulators at any R, where OpenBLAS's GEMM
-#: with one extent of 33-64 still runs at a fraction of its peak
-WIDE_OUTER_MAX_RANK = 64
+#: (Where vectors are wide :func:`ttm_outer`'s register-blocked kernel keeps 24 accumulators at any R and ran
+#: R = 50 / 64 in float64 at 0.76 / 0.68-0.78x BLAS's time on X of (40000, 200), but 1.14-1.75x on (4096, 64)
+#: and (4096, 200) and 0.88-1.12x on (40000, 64): planned up to 64, it took the seed's Table II cases of
+#: n = 64 with the unit-stride k from 0.74-0.94x to 0.53-0.76x einsum's time, so it stops at MAX_RANK too)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -905,7 +905,7 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     1.26x.
 
     Where vectors are wide (:func:`wide_vectors`: strips of up to four 512-bit vectors, 24 accumulators) any
-    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 12 to ``WIDE_OUTER_MAX_RANK`` = 64. Measured in one process against
+    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 12 to ``MAX_RANK``. Measured in one process against
     the dot kernel (X of (40000, 200) and (76800, 160), two workers, interleaved medians of 11): float64
     R = 8 / 10 / 12 / 16 / 20 / 24 / 28 / 32 0.90-0.96 / 1.01-1.12 / 0.88-1.02 / 0.72-0.77 / 0.88-0.96 /
     0.68-0.77 / 0.68-0.81 / 0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32
@@ -913,7 +913,7 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     if not simd_supported():
         return False
     if wide_vectors():
-        return _WIDE_GEMM_MIN_RANK <= R <= WIDE_OUTER_MAX_RANK
+        return _WIDE_GEMM_MIN_RANK <= R <= MAX_RANK
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
     return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp
@@ -984,10 +984,6 @@ _KERNEL_EFF = {
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
     ("small_rank_ttm_outer", "float32"): (0.50, 0.60),
 }
-#: :func:`ttm_outer`'s register-blocked kernel's time over BLAS's at R of 33-64 (wide vectors only), on 200^3
-#: (X as (40000, 200)), two workers, interleaved medians of 9 in one process: float64 R = 50 / 64 0.76 / 0.68-0.78x,
-#: float32 0.95-1.22x (a tie: BLAS keeps them)
-_WIDE_OUTER_HIGH_RANK = {"float64": 0.76, "float32": 1.1}
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
@@ -1026,8 +1022,6 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
         key = variant + ("_long_short_i" if 0 < contracted < LONG_ROW_MIN_I else "_long")
-    if variant == "small_rank_ttm_outer" and R > MAX_RANK:  # only where vectors are wide (max_rank)
-        return blas_efficiency(variant, dtype, R) / _WIDE_OUTER_HIGH_RANK[dtype]
     lo, hi = _KERNEL_EFF[(key, dtype)]
     eff = lo if R <= 16 else hi
     if variant == "small_rank_ttm_inner" and columns > 0:
@@ -1038,14 +1032,6 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
         else:
             eff *= columns / (full + -(-(columns - full) // vl) * vl / TAIL_VECTOR_RATE)
     return eff
-
-
-def max_rank(variant: str) -> int:
-    """The largest ``R`` the planner considers the compiled kernel ``variant`` for: ``WIDE_OUTER_MAX_RANK``
-    for the unit-stride kernel where vectors are wide, else ``MAX_RANK``."""
-    if variant == "small_rank_ttm_outer" and wide_vectors():
-        return WIDE_OUTER_MAX_RANK
-    return MAX_RANK
 
 
 def blas_efficiency(variant: str, dtype: str, R: int) -> float:
