@@ -649,7 +649,7 @@ def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, t
 
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     """The rule: with 256-bit vectors R of 16 or more in at most four vectors, little padding (float32 16-32,
-    float64 16); with 512-bit vectors R of 12 to ``MAX_RANK`` = 32; the planner's last-mode plans run it
+    float64 16); with 512-bit vectors R of 16 to ``MAX_RANK`` = 32; the planner's last-mode plans run it
     (float32 R = 32 through ``ttm``, the bits of the direct call)."""
     wide = sg.wide_vectors()
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
@@ -658,8 +658,8 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     assert [sg.outer_gemm_style(R, 8) for R in (10, 15, 16, 24, 32)] == [False, False, True, False, False]
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     for itemsize in (4, 8):
-        assert [sg.outer_gemm_style(R, itemsize) for R in (10, 11, 12, 20, 32, 33)] == [
-            False, False, True, True, True, False]
+        assert [sg.outer_gemm_style(R, itemsize) for R in (10, 12, 15, 16, 20, 32, 33)] == [
+            False, False, False, True, True, True, False]
     monkeypatch.setattr(sg, "wide_vectors", lambda: wide)
     X = rng.standard_normal((30, 20, 50)).astype(np.float32)
     U = rng.standard_normal((50, 32)).astype(np.float32)

@@ -27,7 +27,7 @@ kernels here read ``X`` once, in memory order:
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``; the next tile's rows are
   prefetched into L2 in short bursts, one before each pair of columns of ``U``. For R of 16 to four vectors
-  (float32 16-32, float64 16; where vectors are wide, R of 12 to 32 in strips of up to four 512-bit vectors,
+  (float32 16-32, float64 16; where vectors are wide, R of 16 to 32 in strips of up to four 512-bit vectors,
   :func:`outer_gemm_style`) a GEMM-like kernel instead: ``U`` packed as ``(I, R)`` rows padded to whole
   vectors, twelve rows of ``X`` a tile, each element broadcast against a strip of two (or three) vectors of
   ``U`` (the inner kernel's register blocks with the roles swapped: 12 vector accumulators), the rows two
@@ -194,7 +194,7 @@ _OUTER_GEMM_PREFETCH = 2
 _MIN_KC = 8
 #: the smallest R :func:`ttm_outer` gives its register-blocked kernel where vectors are wide
 #: (:func:`outer_gemm_style`)
-_WIDE_GEMM_MIN_RANK = 12
+_WIDE_GEMM_MIN_RANK = 16
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
 MAX_RANK = 32
 #: (Where vectors are wide :func:`ttm_outer`'s register-blocked kernel keeps 24 accumulators at any R and ran
@@ -905,11 +905,13 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     1.26x.
 
     Where vectors are wide (:func:`wide_vectors`: strips of up to four 512-bit vectors, 24 accumulators) any
-    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 12 to ``MAX_RANK``. Measured in one process against
+    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 16 to ``MAX_RANK``. Measured in one process against
     the dot kernel (X of (40000, 200) and (76800, 160), two workers, interleaved medians of 11): float64
     R = 8 / 10 / 12 / 16 / 20 / 24 / 28 / 32 0.90-0.96 / 1.01-1.12 / 0.88-1.02 / 0.72-0.77 / 0.88-0.96 /
     0.68-0.77 / 0.68-0.81 / 0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32
-    1.05-1.09 / 0.84-0.90 / 0.64-0.66 / 0.85-0.88 / 0.74-0.77 / 0.52-0.63x."""
+    1.05-1.09 / 0.84-0.90 / 0.64-0.66 / 0.85-0.88 / 0.74-0.77 / 0.52-0.63x. On smaller X ((4096, 64),
+    (10000, 100), (4096, 200), both output layouts) R = 12 took 0.88-1.21x (float32 1.04-1.21x) the dot
+    kernel's time, R = 16 0.68-1.09x, R = 32 0.52-0.99x: hence from 16."""
     if not simd_supported():
         return False
     if wide_vectors():
