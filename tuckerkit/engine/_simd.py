@@ -248,9 +248,8 @@ gquad1, gquad2, gquad3, gquad4, gquad5, gquad6, gquad7, gquad8, gquad9, gquad10,
     _make(rb, 4, True) for rb in range(1, WIDE_RB + 1))
 QUAD_RB = WIDE_RB
 #: the packed (inner kernel's) blocks of four vectors a row: strips of two cache lines of ``x`` (24 accumulators
-#: in twelve rows; only where vectors are wide)
-quad1, quad2, quad3, quad4, quad5, quad6, quad7, quad8, quad9, quad10, quad11, quad12 = (
-    _make(rb, 4) for rb in range(1, WIDE_RB + 1))
+#: in twelve rows; only where vectors are wide, for R above 16, whose row blocks have 8-12 rows)
+quad8, quad9, quad10, quad11, quad12 = (_make(rb, 4) for rb in range(8, WIDE_RB + 1))
 OCT_RB = 6
 goct1, goct2, goct3, goct4, goct5, goct6 = (_make(rb, 8, True) for rb in range(1, OCT_RB + 1))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a

@@ -125,13 +125,6 @@ from tuckerkit.engine._simd import (
     pack_row4,
     prefetch,
     prefetch_l2,
-    quad1,
-    quad2,
-    quad3,
-    quad4,
-    quad5,
-    quad6,
-    quad7,
     quad8,
     quad9,
     quad10,
@@ -204,89 +197,93 @@ MAX_RANK = 32
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # one register block: rb rows of U (packed at uo) against a strip of nv vectors of x
-    if nv == 4:
-        if rb == 12:
-            quad12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 11:
-            quad11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 10:
-            quad10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 9:
-            quad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 8:
-            quad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 7:
-            quad7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 6:
-            quad6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 5:
-            quad5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 4:
-            quad4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            quad3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            quad2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            quad1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
-    elif nv == 2:
-        if rb == 12:
-            block12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 11:
-            block11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 10:
-            block10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 9:
-            block9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 8:
-            block8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 7:
-            block7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 6:
-            block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 5:
-            block5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 4:
-            block4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            block3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            block2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
+def _block_quad(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # rb rows of U (packed at uo) against a strip of four vectors of x (two cache lines); rb of 8-12 only: the
+    # strips of two lines are taken for R above 16, whose row blocks (at most WIDE_RB) have at least 8 rows
+    if rb == 12:
+        quad12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 11:
+        quad11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 10:
+        quad10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 9:
+        quad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 8:
+        quad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
-        if rb == 12:
-            half12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 11:
-            half11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 10:
-            half10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 9:
-            half9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 8:
-            half8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 7:
-            half7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 6:
-            half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 5:
-            half5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 4:
-            half4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            half3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            half2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
+        raise ValueError("internal error: no register block of that many rows")
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # rb rows of U (packed at uo) against a strip of two vectors of x (one cache line)
+    if rb == 12:
+        block12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 11:
+        block11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 10:
+        block10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 9:
+        block9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 8:
+        block8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 7:
+        block7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 6:
+        block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 5:
+        block5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 4:
+        block4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 3:
+        block3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 2:
+        block2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 1:
+        block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    else:
+        raise ValueError("internal error: no register block of that many rows")
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # rb rows of U (packed at uo) against one vector of x
+    if rb == 12:
+        half12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 11:
+        half11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 10:
+        half10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 9:
+        half9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 8:
+        half8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 7:
+        half7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 6:
+        half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 5:
+        half5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 4:
+        half4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 3:
+        half3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 2:
+        half2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 1:
+        half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    else:
+        raise ValueError("internal error: no register block of that many rows")
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # one register block of a strip of nv = 4 or 2 vectors (the columns left over call the one- and two-vector
+    # families directly: every call site inlines the variants it can reach, and each costs compile time)
+    if nv == 4:
+        _block_quad(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    else:
+        _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -406,12 +403,12 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
         if snv == 4 and c + ln <= c1:  # a line left over from strips of two
             for k in range(nblk):
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                _block(2, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
+                _block_line(rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
             c += ln
         if c + vl <= c1:
             for k in range(nblk):
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                _block(1, rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
+                _block_half(rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
             c += vl
         if c < c1 and C >= vl:
             # the last few columns (fewer than a vector): one vector over the row's last vl columns, into a
@@ -422,7 +419,7 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
             cw = c1 - vl
             for k in range(nblk):
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                _block(1, rb, x, xa + cw, sxi, I, up, uo, tl, 0, vl, 0, x, xa + cw, 0, 1)
+                _block_half(rb, x, xa + cw, sxi, I, up, uo, tl, 0, vl, 0, x, xa + cw, 0, 1)
                 for r in range(rb):
                     for j in range(c, c1):
                         y[ya + (r0 + r) * syr + j] = tl[r * vl + j - cw]
@@ -694,12 +691,11 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                         if qs == lpr:
                             qs = 0
                             qr += 1
-                    if direct:
-                        _gblock(nv, rb, up, i0 * Rp + c0, Rp, n, x, xa + g0 * sxa + i0 * sxi, sxi, sxa,
-                                y, (a0 + g0) * sya + c0, sya, i0, x, pfo, ln, pfn)
-                    else:
-                        _gblock(nv, rb, up, i0 * Rp + c0, Rp, n, x, xa + g0 * sxa + i0 * sxi, sxi, sxa,
-                                tl, g0 * Rp + c0, Rp, i0, x, pfo, ln, pfn)
+                    # one call site (each inlines every block variant: compile time)
+                    yy = y if direct else tl
+                    yo = (a0 + g0) * sya + c0 if direct else g0 * Rp + c0
+                    _gblock(nv, rb, up, i0 * Rp + c0, Rp, n, x, xa + g0 * sxa + i0 * sxi, sxi, sxa,
+                            yy, yo, sya if direct else Rp, i0, x, pfo, ln, pfn)
         while q < qtot:
             prefetch_l2(x, (qa + qr) * sxa + qs * ln)
             q += 1
