@@ -342,6 +342,9 @@ def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch,
         U = rng.standard_normal((41, R)).astype(dtype)
         bits = set()
         for snv in (2, 4):
+            # blocks of up to twelve rows (the strips of two lines take 8-12), whatever this CPU has
+            monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+            sg._blocks.cache_clear()
             monkeypatch.setattr(sg, "_inner_strip", lambda R, snv=snv: snv)
             for workers in (1, 2):
                 Y = np.full((3, R, C), np.nan, dtype)
@@ -350,6 +353,7 @@ def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch,
                 bits.add(Y.tobytes())
         assert len(bits) == 1, C
     monkeypatch.undo()
+    sg._blocks.cache_clear()
     assert sg._inner_strip(R) == (4 if sg.wide_vectors() and R > sg._DIRECT_MAX_RANK else 2)
 
 
@@ -586,7 +590,8 @@ def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
     xs = {"C": np.ascontiguousarray(big[:, 2:2 + I]), "sliced": big[:, 2:2 + I]}
     outs = {"rows": lambda: np.full((R, A), np.nan, dtype),  # Y2[r, a] unit-strided along a
             "cols": lambda: np.full((A, R), np.nan, dtype).T,  # unit-strided along r: written directly
-            "strided": lambda: np.full((A, 3, R), np.nan, dtype)[:, 1, :].T}
+            "strided": lambda: np.full((A, 3, R), np.nan, dtype)[:, 1, :].T,
+            "both strided": lambda: np.full((R, A, 2), np.nan, dtype)[:, :, 0]}  # no unit stride at all
     return xs, outs
 
 
@@ -594,7 +599,7 @@ def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
 @pytest.mark.parametrize("rows", [6, 12])
 def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, monkeypatch, rng):
     """Every rank (one-, two- and three-vector strips; with 512-bit vectors strips of one, two and four
-    vectors: all three at R = 50 and 64 in float64), every layout, with blocks of six rows of X per
+    vectors: all three at float64 R = 50), every layout, with blocks of six rows of X per
     two-vector strip (256-bit vectors) and of twelve (512-bit, whatever this CPU has): against einsum, and
     the same bits for every layout and both blockings."""
     monkeypatch.setattr(sg, "_outer_rb", lambda: rows)

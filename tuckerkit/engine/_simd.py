@@ -11,8 +11,8 @@ with the sum over ``i`` in order, one fused multiply-add (``llvm.fma``) per term
 but the operands. The accumulators stay in registers (``RB * NV + NV + 1 <= 16`` ymm for the blocks chosen
 with 256-bit vectors), each row of ``x`` is loaded once for all ``RB`` rows, and ``up`` holds the block's
 ``RB`` columns of ``U`` packed row by row.
-Where numba compiles for AVX-512 (:func:`wide_vectors`) a row's two vectors are one 512-bit vector (one
-64-byte line of ``x``: half the loads and fused multiply-adds, the same lanes, the same bits), and the rows
+Where numba compiles for AVX-512 (:func:`wide_vectors`) each pair of a row's vectors is one 512-bit vector
+(one 64-byte line of ``x``: half the loads and fused multiply-adds, the same lanes, the same bits), and the rows
 go up to ``WIDE_RB`` (``RB + 2 <= 32`` zmm). Measured against two 256-bit vectors and blocks of six
 (200^3 and 320x240x160, first and middle modes, two workers; the width in separate processes over three
 interleaved rounds, the blocking in one process, medians of 15): 0.67-0.88x the time at R = 32, 0.78-1.0x
@@ -20,7 +20,8 @@ at R = 10 (one block of ten rows instead of two of five), the same bits in every
 
 The first ``pfn`` iterations also prefetch ``px[pfo + i * pfs]`` into L2 (the caller's next chunk; a compare
 and a branch in the others): a hint that changes no value. The ``g`` variants (``gblock``, ``ghalf``, ``gtri``:
-three vectors a row, at most four rows; the two-vector ``gblock`` up to ``WIDE_RB`` rows) read ``up`` at any
+three vectors a row, at most four rows; the two-vector ``gblock`` up to ``WIDE_RB`` rows; ``gquad`` and ``goct``,
+four and eight, only where vectors are wide) read ``up`` at any
 strides, ``up[uo + i * sui + r * sur]``: rows of a tensor broadcast against packed columns of a matrix
 (:func:`tuckerkit.engine._smallgemm.ttm_outer`).
 
@@ -249,7 +250,8 @@ gquad1, gquad2, gquad3, gquad4, gquad5, gquad6, gquad7, gquad8, gquad9, gquad10,
 QUAD_RB = WIDE_RB
 #: the packed (inner kernel's) blocks of four vectors a row: strips of two cache lines of ``x`` (24 accumulators
 #: in twelve rows; only where vectors are wide, for R above 16, whose row blocks have 8-12 rows)
-quad8, quad9, quad10, quad11, quad12 = (_make(rb, 4) for rb in range(8, WIDE_RB + 1))
+QUAD_MIN_RB = 8
+quad8, quad9, quad10, quad11, quad12 = (_make(rb, 4) for rb in range(QUAD_MIN_RB, WIDE_RB + 1))
 OCT_RB = 6
 goct1, goct2, goct3, goct4, goct5, goct6 = (_make(rb, 8, True) for rb in range(1, OCT_RB + 1))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a

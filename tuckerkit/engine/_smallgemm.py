@@ -21,17 +21,19 @@ kernels here read ``X`` once, in memory order:
   ``_DIRECT_MAX_RANK`` (many row blocks walking each strip: a chunk's rows a page apart each would cost a
   TLB miss per line), and for long rows whose stride crowds one L1 set (:func:`_l1_crowded`), each chunk is
   first packed into strips, each row of X read once in one unit-stride run.
-  The columns at the end of a row (fewer than a strip) run one vector at a time from ``X`` directly, the
-  last vector overlapping the columns before it through a private buffer.
+  The columns at the end of a row (fewer than a strip) run from ``X`` directly, a whole line first (after
+  strips of two lines), then one vector at a time, the last vector overlapping the columns before it
+  through a private buffer.
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``; the next tile's rows are
   prefetched into L2 in short bursts, one before each pair of columns of ``U``. For R of 16 to four vectors
   (float32 16-32, float64 16; where vectors are wide, R of 16 to 32 in strips of up to four 512-bit vectors,
   :func:`outer_gemm_style`) a GEMM-like kernel instead: ``U`` packed as ``(I, R)`` rows padded to whole
-  vectors, twelve rows of ``X`` a tile, each element broadcast against a strip of two (or three) vectors of
-  ``U`` (the inner kernel's register blocks with the roles swapped: 12 vector accumulators), the rows two
-  tiles ahead prefetched into L2 during the blocks.
+  vectors (512-bit ones where vectors are wide), twelve rows of ``X`` a tile, each element broadcast against a
+  strip of two (or three) 256-bit vectors of ``U`` (the inner kernel's register blocks with the roles
+  swapped: 12 vector accumulators), or where vectors are wide of one, two or four 512-bit vectors (12 or 24
+  accumulators), the rows two tiles ahead prefetched into L2 during the blocks.
 
 Every output element is one sum over ``i`` in a fixed order set at compile time (in order, one fused
 multiply-add per term, in :func:`ttm_inner` and the GEMM-like :func:`ttm_outer`, the chunks of ``i`` carrying
@@ -55,6 +57,7 @@ from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 from tuckerkit.engine._simd import (
     MAX_RB,
     OCT_RB,
+    QUAD_MIN_RB,
     QUAD_RB,
     WIDE_RB,
     block1,
@@ -464,7 +467,8 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one strip of X
     (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
     (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per tile, a
-    multiple of the strip width (64 bytes), the chunk at most ``_CHUNK_BYTES`` (in L2), at most ``_MAX_TILE``
+    multiple of the strip width (64 bytes, 128 with strips of two lines), the chunk
+    at most ``_CHUNK_BYTES`` (in L2), at most ``_MAX_TILE``
     (``_LONG_TILE_BYTES`` of a long row) and no more than ``C`` rounded up to whole strips. Long rows (strided
     gathers of ``kc`` rows, one run of ``ct`` columns each) take short chunks of wide tiles: longer runs per row of
     X (the hardware prefetcher streams each) and fewer rows in flight. Measured on the first mode of 200^3 (R = 10,
@@ -478,7 +482,8 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     kernel runs them (:func:`_l1_crowded`): measured against chunks of 32 rows packed first (the first modes of
     320x240x160, 64^4 and 128x128x256, two workers, interleaved medians of 9, the same bits) 0.59-0.64x the
     time at R = 10 and 0.67-0.87x at R = 16 in float64 and float32 (where the rows are 4 KiB-aligned); other
-    strides unchanged (1.0x). The sums are the same bits for any tiling."""
+    strides unchanged (1.0x). Measured on this project's AVX-512 machine only; the rule does not depend on the
+    vector width (the same bits either way). The sums are the same bits for any tiling."""
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
@@ -646,10 +651,11 @@ def _strip_rows(nv, grw):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, grw, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: rows [12 t, 12 t + 12) of X, each element broadcast against a strip of the packed U (I rows of Rp
-    # columns, Rp = R rounded up to whole vectors, the padding zero): the register block of the inner kernel
-    # with the roles swapped (rows of X for rows of U, columns of U for columns of X), 12 vector accumulators
-    # (six rows x two vectors, or four rows x three; with 512-bit vectors the two are one and the block takes
-    # grw = 12 rows), one fused multiply-add per term, i in order. Chunks of
+    # columns, Rp = R rounded up to whole (512-bit where wide) vectors, the padding zero): the register block of
+    # the inner kernel with the roles swapped (rows of X for rows of U, columns of U for columns of X), 12 vector
+    # accumulators (six rows x two vectors, or four rows x three; with 512-bit vectors the two are one and the
+    # block takes grw = 12 rows), 24 in strips of four or eight 256-bit vectors (twelve or six rows; only where
+    # vectors are wide: _strip_rows), one fused multiply-add per term, i in order. Chunks of
     # kc rows of i (a strip's rows of U and the tile's rows of X stay in L1) carry the exact partial sums
     # through the output. Where the output's rows are unit-strided and R is whole vectors the blocks write Y
     # directly, else into a private buffer copied out (the padded columns dropped)
@@ -837,6 +843,8 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     up = np.concatenate([np.ascontiguousarray(U[:, r0:r0 + rb]).ravel() for r0, rb in rows])
     vl = 32 // it
     snv = _inner_strip(U.shape[1])
+    if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
+        snv = 2
     ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1])
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
             Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0,
