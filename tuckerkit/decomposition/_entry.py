@@ -102,8 +102,8 @@ def _check_complex_dense(X: Any, op: Any) -> None:
 
 @contextmanager
 def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, min_ndim: int = 2,
-                       complex_ok: bool = False, first_gram: Callable[[Any], int | None] | None = None
-                       ) -> Iterator[Call]:
+                       complex_ok: bool = False, first_gram: Callable[[Any], int | None] | None = None,
+                       rough_first_gram: bool = False) -> Iterator[Call]:
     """Resolve a decomposition's input and run its body under the call's policy and device (see module).
 
     ``complex_ok``: the method accepts complex64/complex128 dense arrays (HOSVD, ST-HOSVD, HOOI, CP-ALS);
@@ -112,7 +112,11 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     norm's pass, the norm taken from its trace (``||X||^2``; a NaN or Inf makes it non-finite as it makes the
     norm), and handed to the body by ``call.gram`` / ``call.leading_subspace``: one read of ``X`` fewer. When
     the trace is not finite, is zero or the magnitude calls for a rescale, the Gram is dropped and the norm's
-    own pass decides as always."""
+    own pass decides as always. ``rough_first_gram``: that Gram only seeds a start which iterations refine
+    (HOOI's ST-HOSVD start), so a numpy array's is made from float32 products
+    (:func:`~tuckerkit.engine._gram.start_gram`), its trace still exact; the exact Gram where the magnitudes
+    do not suit float32 (root-mean-square outside float32's safe range, or a non-finite product). The body
+    must not take a fit from its eigenvalues."""
     from tuckerkit.engine import DenseTensor
 
     home = _home(X)
@@ -133,8 +137,7 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
         mode = first_gram(op) if dense and first_gram is not None and op.dtype == np.float64 else None
         if mode is not None:
             with np.errstate(over="ignore", invalid="ignore"):  # (an extreme magnitude: the norm's pass decides)
-                G = op.gram(mode, policy=policy)
-                tr = float(to_host(op.xp.trace(G)))
+                G, tr = _first_gram(op, mode, policy, rough_first_gram)
             if math.isfinite(tr) and tr > 0 and _scale_for(math.sqrt(tr), op.size, op.dtype) == 1.0:
                 grams[mode] = G
                 op._finite = True  # (a NaN or Inf would have made the trace non-finite)
@@ -150,6 +153,25 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
         if scale != 1.0:  # an extreme magnitude: compute on X * 2^k (exact), give the model back in X's units
             op, norm = op.scaled(scale), norm * scale
         yield Call(op, policy, home, op.device, norm, scale)
+
+
+def _first_gram(op: Any, mode: int, policy: ExecutionPolicy, rough: bool) -> tuple[Any, float]:
+    """The Gram ``decomposition_call`` makes on entry and its trace (``||X||^2``); ``rough``: from float32
+    products where the magnitudes allow (see :func:`decomposition_call`)."""
+    if rough and op.xp is np:
+        from tuckerkit.engine._gram import start_gram
+
+        got = start_gram(op.data, mode, policy)
+        if got is not None:
+            G, ssq = got
+            tr = float(ssq.sum())
+            if not (math.isfinite(tr) and tr > 0):
+                return G, tr  # (a NaN or Inf: dropped by the caller, the norm's pass decides)
+            lo, hi = _RMS_RANGE[np.dtype(np.float32)]
+            if lo <= math.sqrt(tr / op.size) <= hi and bool(np.isfinite(G).all()):
+                return G, tr
+    G = op.gram(mode, policy=policy)
+    return G, float(to_host(op.xp.trace(G)))
 
 
 def _scale_for(norm: float, size: int, dtype: Any) -> float:

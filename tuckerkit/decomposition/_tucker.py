@@ -620,7 +620,8 @@ def hooi(
                            fixed_factors=fixed_factors)
     # the ST-HOSVD start's first Gram made on entry, in place of the norm's pass
     gram = _entry_gram(ranks, svd=svd) if isinstance(init, str) and init == "st_hosvd" else None
-    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True, first_gram=gram) as call:
+    with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True, first_gram=gram,
+                            rough_first_gram=True) as call:
         return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose, fixed_factors,
                                  svd))
 

@@ -168,6 +168,79 @@ def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
         blk[iu] = conj(blk.T[iu])
 
 
+#: bytes of one float32 block of :func:`start_gram` (I_n rows of the block's columns): it stays in L2 between its
+#: conversion and its product
+_START_BLOCK_BYTES = 512 << 10
+
+
+def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray] | None:
+    """``X_(n) X_(n)^T`` of a float64 array from float32 products, for a start that iterations refine, and the
+    exact float64 squared norms of the rows of ``X_(n)`` (the diagonal, hence ``||X||^2``); None where it does
+    not apply (not a float64 numpy array, the mode's unfolding not one matrix view with a unit stride, or a
+    Gram of fewer than ``4 * MIN_PARALLEL_FLOPS`` multiply-adds).
+
+    The unfolding is read once, in the column pieces of :func:`_syrk_pieces` (the same fixed cut), each piece
+    in blocks of ``_START_BLOCK_BYTES``: a block is rounded to float32 (its rows' squares summed in float64 on
+    the way) and multiplied by one SSYRK while it is in L2; each block's product is added to its piece's
+    float64 partial, the partials in piece order (the same bits for any number of workers). SSYRK runs at
+    about twice DSYRK's flops: 200^3's last mode, two workers, 16.3-18.6 ms against 23-25 ms for the float64
+    Gram. The entries carry float32's rounding (relative error about 1e-7 on 200^3): the caller's fit must
+    not come from its eigenvalues. A value beyond float32's range makes the result non-finite (the caller
+    then takes the exact Gram)."""
+    if not isinstance(X, np.ndarray) or X.dtype != np.float64 or X.ndim < 2:
+        return None
+    plan = build_gram_plan(X, n, policy)
+    if plan.route != "syrk":
+        return None
+    Xv = _slab_view(X, n, list(plan.outer), list(plan.inner))
+    V = Xv[:, :, 0].T if Xv.shape[2] == 1 else Xv[0]
+    In, K = V.shape
+    if In * In * K < 4 * MIN_PARALLEL_FLOPS:
+        return None
+    it = V.itemsize
+    from tuckerkit.engine._gram_kernels import to_single_cols, to_single_rows  # (numba: loaded on first use)
+
+    if V.strides[1] == it:
+        rows = True  # (I_n, K) rows of unit stride: X's first mode
+    elif V.strides[0] == it:
+        rows = False  # V^T rows of unit stride: X's last mode
+    else:
+        return None
+    kb = max(16, _START_BLOCK_BYTES // (4 * In))
+    most = max(1, _PARTIALS_BYTES // (In * In * 8))
+    n_cols = max(1, min(16, most, max(2, In * In * K // _SYRK_PIECE_FLOPS), K))
+    cuts = [K * i // n_cols for i in range(n_cols + 1)]
+    parts = np.zeros((n_cols, In, In))
+    ssq = np.zeros((n_cols, In))
+
+    def work(i: int, st: Any) -> None:
+        buf, tmp = st
+        with np.errstate(over="ignore", invalid="ignore"):  # (per thread; an overflow: the caller's exact Gram)
+            _blocks(i, buf, tmp)
+
+    def _blocks(i: int, buf: Any, tmp: Any) -> None:
+        for a in range(cuts[i], cuts[i + 1], kb):
+            b = min(a + kb, cuts[i + 1])
+            if rows:
+                blk = buf[:In * (b - a)].reshape(In, b - a)
+                to_single_rows(V, a, b, blk, ssq[i])
+                np.matmul(blk, blk.T, out=tmp)  # numpy's SSYRK (exactly symmetric)
+            else:
+                blk = buf[:In * (b - a)].reshape(b - a, In)
+                to_single_cols(V.T, a, b, blk, ssq[i])
+                np.matmul(blk.T, blk, out=tmp)
+            parts[i] += tmp
+
+    with blas_pinned():
+        parallel_for(work, n_cols, policy,
+                     make_state=lambda: (np.empty(In * kb, np.float32), np.empty((In, In), np.float32)))
+    G, s = parts[0], ssq[0]
+    for i in range(1, n_cols):  # in piece order
+        G += parts[i]
+        s += ssq[i]
+    return G, s
+
+
 #: a complex Gram conjugates this many elements of the tensor at a time (numpy's matmul has no conjugate flag)
 _CONJ_ELEMS = 1 << 20
 

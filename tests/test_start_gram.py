@@ -1,0 +1,123 @@
+"""The Gram from float32 products that seeds HOOI's ST-HOSVD start (engine/_gram.py ``start_gram``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+from tuckerkit.decomposition import _entry
+from tuckerkit.engine import ExecutionPolicy, as_operand
+from tuckerkit.engine import _gram
+from tuckerkit.engine._gram import _dense_gram, start_gram
+
+EPS32 = float(np.finfo(np.float32).eps)
+EPS64 = float(np.finfo(np.float64).eps)
+ONE, TWO = ExecutionPolicy(workers=1), ExecutionPolicy(workers=2)
+
+
+def _planted(rng, shape, ranks, noise=1e-2):
+    X = tk.multi_ttm(rng.standard_normal(ranks), [np.linalg.qr(rng.standard_normal((n, r)))[0]
+                                                  for n, r in zip(shape, ranks, strict=True)])
+    E = rng.standard_normal(shape)
+    return X + noise * np.linalg.norm(X) / np.linalg.norm(E) * E
+
+
+def _tensor(rng, shape, order):
+    X = rng.standard_normal(shape)
+    return np.asfortranarray(X) if order == "F" else X
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("mode", [0, 2])
+def test_start_gram_is_the_gram_to_float32_rounding(rng, order, mode):
+    """Either end mode of a C or F array (rows of the unfolding or of its transpose of unit stride): within the
+    worst-case bound of float32 inputs and float32 sums over one block, (kb + 2) eps32 |X_(n)| |X_(n)|^T;
+    exactly symmetric; the diagonal's exact float64 squares; the same bits for one or two workers and on a
+    second call; the input unchanged."""
+    X = _tensor(rng, (60, 70, 80), order)
+    before = X.copy()
+    got = start_gram(X, mode, TWO)
+    assert got is not None
+    G, ssq = got
+    ref = _dense_gram(X, mode, None, ONE)
+    absref = _dense_gram(np.abs(X), mode, None, ONE)
+    In = X.shape[mode]
+    kb = max(16, _gram._START_BLOCK_BYTES // (4 * In))
+    assert np.all(np.abs(G - ref) <= (kb + 2) * EPS32 * absref)
+    assert np.abs(G - ref).max() > 1e3 * EPS64 * np.abs(ref).max()  # (float32 products: not the float64 Gram)
+    np.testing.assert_array_equal(G, G.T)
+    K = X.size // In
+    np.testing.assert_allclose(ssq, np.diag(ref), rtol=K * EPS64, atol=0)
+    G1, s1 = start_gram(X, mode, ONE)
+    G2, s2 = start_gram(X, mode, TWO)
+    np.testing.assert_array_equal(G1, G)
+    np.testing.assert_array_equal(G2, G)
+    np.testing.assert_array_equal(s1, ssq)
+    np.testing.assert_array_equal(s2, ssq)
+    np.testing.assert_array_equal(X, before)
+
+
+def test_start_gram_blocks_cover_every_column(rng, monkeypatch):
+    """Blocks that do not divide the pieces (a short last block in each piece): still every column, once."""
+    monkeypatch.setattr(_gram, "_START_BLOCK_BYTES", 4 * 60 * 37)  # 37 columns a block
+    X = rng.standard_normal((60, 70, 80))
+    G, ssq = start_gram(X, 0, TWO)
+    ref = _dense_gram(X, 0, None, ONE)
+    absref = _dense_gram(np.abs(X), 0, None, ONE)
+    assert np.all(np.abs(G - ref) <= 39 * EPS32 * absref)
+    np.testing.assert_allclose(ssq, np.diag(ref), rtol=5600 * EPS64, atol=0)
+
+
+def test_start_gram_declines_where_it_does_not_apply(rng):
+    """None for float32 (already single precision), a middle mode (a sum over slabs), a last mode without a
+    unit stride, and a Gram too small to be worth a second route."""
+    X = rng.standard_normal((60, 70, 80))
+    assert start_gram(X.astype(np.float32), 0, TWO) is None
+    assert start_gram(X, 1, TWO) is None
+    assert start_gram(X[:, :, ::2], 2, TWO) is None
+    assert start_gram(rng.standard_normal((10, 11, 12)), 0, TWO) is None
+
+
+def test_hooi_starts_from_the_rough_gram_and_reaches_the_same_model(rng, monkeypatch):
+    """HOOI's default start takes its entry Gram from float32 products (one call of start_gram, no norm's
+    pass), and ends where the exact Gram's start ends: the same iterations, the fit to a few eps of the norm,
+    the same subspaces."""
+    X = _planted(rng, (60, 70, 80), (4, 5, 6))
+    calls = []
+    real = _gram.start_gram
+    monkeypatch.setattr(_gram, "start_gram", lambda *a: calls.append(a[1]) or real(*a))
+    T = tk.hooi(X, (4, 5, 6))
+    assert len(calls) == 1
+    real_first = _entry._first_gram
+    monkeypatch.setattr(_entry, "_first_gram", lambda op, m, p, rough: real_first(op, m, p, False))
+    ref = tk.hooi(X, (4, 5, 6))
+    assert len(calls) == 1
+    assert T.n_iter == ref.n_iter
+    assert T.fit == pytest.approx(ref.fit, abs=1e2 * EPS64 / (1 - ref.fit))
+    for U, V in zip(T.factors, ref.factors, strict=True):
+        np.testing.assert_allclose(np.linalg.svd(U.T @ V, compute_uv=False), 1.0, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("scale", [2.0**-60, 2.0**60])
+def test_the_rough_gram_gives_way_to_the_exact_one_outside_float32s_range(rng, scale):
+    """A root-mean-square magnitude outside float32's safe range (2^-40..2^40) takes the exact Gram (its
+    bits), where a unit-scale tensor takes the rough one with the exact trace."""
+    X = rng.standard_normal((60, 70, 80))
+    op = as_operand(X)
+    G, tr = _entry._first_gram(op, 2, TWO, True)
+    exact = op.gram(2, policy=TWO)
+    assert not np.array_equal(G, exact)
+    assert tr == pytest.approx(float(np.trace(exact)), rel=1e3 * EPS64)
+    op = as_operand(X * scale)
+    G, tr = _entry._first_gram(op, 2, TWO, True)
+    exact = op.gram(2, policy=TWO)
+    np.testing.assert_array_equal(G, exact)
+    assert tr == float(np.trace(exact))
+
+
+def test_hooi_with_the_rough_start_still_refuses_nan_with_its_count(rng):
+    X = rng.standard_normal((60, 70, 80))
+    X[5, 6, 7], X[50, 60, 70] = np.nan, np.inf
+    with pytest.raises(ValueError, match=r"^X contains 2 NaN or infinite value\(s\); remove or impute them first$"):
+        tk.hooi(X, 3)

@@ -1,0 +1,49 @@
+"""Compiled helpers of :func:`tuckerkit.engine._gram.start_gram`: a block of a float64 unfolding rounded to
+float32, its rows' squares summed in float64 on the way (numba, cached on disk; imported on first use)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def to_single_rows(v, a, b, out, ss):  # pragma: no cover (compiled)
+    # out[j, k - a] = float32(v[j, k]) for k in [a, b); ss[j] += the row's squares in float64, summed in eight
+    # interleaved partial sums (k - a mod 8) combined in a fixed order: explicit, so no compiler's choice of
+    # vector width or alignment peeling can move a bit
+    m = a + (b - a) // 8 * 8
+    for j in range(v.shape[0]):
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        for k in range(a, m, 8):
+            x0, x1, x2, x3 = v[j, k], v[j, k + 1], v[j, k + 2], v[j, k + 3]
+            x4, x5, x6, x7 = v[j, k + 4], v[j, k + 5], v[j, k + 6], v[j, k + 7]
+            o = k - a
+            out[j, o], out[j, o + 1], out[j, o + 2], out[j, o + 3] = (
+                np.float32(x0), np.float32(x1), np.float32(x2), np.float32(x3))
+            out[j, o + 4], out[j, o + 5], out[j, o + 6], out[j, o + 7] = (
+                np.float32(x4), np.float32(x5), np.float32(x6), np.float32(x7))
+            s0 += x0 * x0
+            s1 += x1 * x1
+            s2 += x2 * x2
+            s3 += x3 * x3
+            s4 += x4 * x4
+            s5 += x5 * x5
+            s6 += x6 * x6
+            s7 += x7 * x7
+        t = 0.0
+        for k in range(m, b):
+            x = v[j, k]
+            out[j, k - a] = np.float32(x)
+            t += x * x
+        ss[j] += (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
+
+
+@njit(cache=True, nogil=True)
+def to_single_cols(x2, a, b, out, ss):  # pragma: no cover (compiled)
+    # out[k - a, j] = float32(x2[k, j]) for k in [a, b); ss[j] += x2[k, j]^2 in order of k
+    for k in range(a, b):
+        for j in range(x2.shape[1]):
+            x = x2[k, j]
+            out[k - a, j] = np.float32(x)
+            ss[j] += x * x
