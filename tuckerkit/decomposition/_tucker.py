@@ -533,6 +533,13 @@ def hooi(
         on 60^4 it is the slower start). On tensors with no low-rank structure (Gaussian), where 100 iterations do not
         converge, plain ST-HOSVD ends with a fit up to 3 % higher. ``"st_hosvd"`` is therefore the
         safe default; streamed tensors, where a Gram pass is dearest, start from the sketch.
+        On a float64 numpy array the start's first Gram (the one of the whole tensor, made on entry, which
+        also gives ``||X||``) is formed from float32 products
+        (:func:`~tuckerkit.engine._gram.start_gram`; ``||X||`` and every later step stay float64): the
+        start's factors differ from :func:`st_hosvd`'s by about float32's rounding, which the iterations
+        remove (the start's fit, against which the first iteration is compared, comes from its core, exactly).
+        200^3 at 1 % noise: the Gram 23.9 -> 17.6 ms, the whole call 44.5 -> 39.5 ms, the same iterations
+        and fit to every printed digit. A magnitude outside float32's range takes the exact Gram.
     tol : float, default 1e-8
         The convergence tolerance (TensorLy's and scikit-learn's ``tol``; pyttb's ``stoptol``): stop when
         the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it decreases, which in
