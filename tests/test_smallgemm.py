@@ -85,6 +85,34 @@ def test_kernels_directly_against_einsum(R, I, dtype, rng):  # noqa: E741
     assert np.isnan(buf[:, 0]).all() and np.isnan(buf[:, 2]).all()
 
 
+@pytest.mark.parametrize("five", [True, False])
+@pytest.mark.parametrize("R", [*range(1, 16), 20, 23])
+def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch, rng):
+    """The last-mode dot-product kernel with columns of U five at a time (the rest in pairs, one of them
+    duplicated when odd) and in pairs only: against einsum over every rank up to 15, rows in full tiles of
+    four and a ragged one, into a strided output view; the same bits for one and two workers."""
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "_dot_five", lambda I, itemsize: five)
+    I = 131  # noqa: E741
+    X2 = rng.standard_normal((4 * 40 + 3, I)).astype(dtype)
+    U = rng.standard_normal((I, R)).astype(dtype)
+    buf = np.full((R, 3, X2.shape[0]), np.nan, dtype)
+    sg.ttm_outer(X2, np.ascontiguousarray(U.T), buf[:, 1, :], ExecutionPolicy(1))
+    _check(X2, U, 1, buf[:, 1, :].T)
+    assert np.isnan(buf[:, 0]).all() and np.isnan(buf[:, 2]).all()
+    two = np.empty((R, X2.shape[0]), dtype)
+    sg.ttm_outer(X2, np.ascontiguousarray(U.T), two, ExecutionPolicy(2))
+    assert two.tobytes() == np.ascontiguousarray(buf[:, 1, :]).tobytes()
+
+
+def test_outer_dot_kernel_takes_five_columns_only_on_wide_vectors_and_long_rows(monkeypatch):
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    assert [sg._dot_five(I, 4) for I in (64, 99, 100, 200)] == [False, False, True, True]
+    assert [sg._dot_five(I, 8) for I in (49, 50, 200)] == [False, True, True]
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    assert not sg._dot_five(200, 8)
+
+
 def test_kernels_refuse_negative_strides(rng):
     X = rng.standard_normal((3, 4, 5))
     with pytest.raises(ValueError, match="ttm_inner needs non-empty views with non-negative strides"):
