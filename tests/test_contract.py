@@ -292,8 +292,8 @@ def test_bad_out(rng):
     ("spec", "shapes"),
     [
         ("ik,kj->ij", [(400, 100), (100, 300)]),  # rows or columns split
-        ("ik,kj->ij", [(8, 60000), (60000, 9)]),  # long reduction split, partial outputs added
-        ("bik,bkj->bij", [(40, 60, 50), (40, 50, 70)]),  # batch split
+        ("ik,kj->ij", [(8, 150000), (150000, 9)]),  # long reduction split, partial outputs added
+        ("bik,bkj->bij", [(40, 100, 50), (40, 50, 70)]),  # batch split
         ("mk,nkp->mnp", [(64, 64), (64, 64, 64)]),  # strided-batched with a shared operand
     ],
 )

@@ -152,8 +152,8 @@ def test_split_points_depend_on_the_sizes_only():
 @pytest.mark.parametrize(
     ("spec", "shapes"),
     [
-        ("bik,bkj->bij", [(40, 60, 50), (40, 50, 70)]),  # batch pieces
-        ("ibk,bkj->bij", [(60, 40, 50), (40, 50, 70)]),  # batch pieces on a strided operand
+        ("bik,bkj->bij", [(40, 100, 50), (40, 50, 70)]),  # batch pieces
+        ("ibk,bkj->bij", [(100, 40, 50), (40, 50, 70)]),  # batch pieces on a strided operand
         ("mk,nkp->mnp", [(64, 64), (64, 64, 64)]),  # a strided batch with a shared operand
         ("ik,kj->ij", [(400, 300), (300, 200)]),  # one GEMM cut into row pieces
         ("ik,kj->ij", [(30, 600), (600, 700)]),  # one GEMM cut into column pieces
@@ -254,3 +254,27 @@ def test_policy_is_validated():
         ExecutionPolicy(workers=0)
     with pytest.raises(TypeError, match=r"policy must be an ExecutionPolicy or None; received int"):
         plan_contraction("ik,kj->ij", np.ones((2, 3)), np.ones((3, 4)), policy=2)
+
+
+@pytest.mark.parametrize(("dtype", "n", "cut"), [(np.float64, 50, False), (np.float64, 64, True),
+                                                 (np.float32, 64, False), (np.float32, 80, True)])
+def test_a_planned_contraction_is_cut_from_20_mflop_in_float64_terms(dtype, n, cut, rng, monkeypatch):
+    """A planned contraction is cut into pieces from CONTRACT_PARALLEL_FLOPS float64 flops (a float32 one
+    counts half): below, one BLAS call (the seed's n = 64 single GEMMs in float32, 33.5 MFlop, ran 0.87-0.89x
+    einsum in two pieces and 1.0x in one). Either way the product matches einsum, and the bits do not depend
+    on the workers."""
+    from tuckerkit.engine import _contract
+
+    A = rng.standard_normal((n, n)).astype(dtype)
+    B = rng.standard_normal((n, n, n)).astype(dtype)
+    p2 = plan_contraction("mk,knp->mnp", A, B, policy=TWO)
+    assert p2.parallel == cut
+    calls = []
+    real = _contract.parallel_for
+    monkeypatch.setattr(_contract, "parallel_for", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    r2 = p2(A, B)
+    assert (len(calls) == 1 and calls[0] >= 2) if cut else calls == []
+    r1 = plan_contraction("mk,knp->mnp", A, B, policy=ONE)(A, B)
+    np.testing.assert_array_equal(r1, r2)
+    ref = np.einsum("mk,knp->mnp", A.astype(np.float64), B.astype(np.float64))
+    np.testing.assert_allclose(r2, ref, rtol=0, atol=8 * n * np.finfo(dtype).eps * np.abs(ref).max())

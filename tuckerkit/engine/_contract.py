@@ -13,6 +13,7 @@ from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, build_plan
 from tuckerkit.engine._policy import (
+    CONTRACT_PARALLEL_FLOPS,
     CONTRACT_PIECE_SCALE,
     DOT_SERIAL_MAX,
     MIN_CHUNK_FLOPS,
@@ -23,6 +24,7 @@ from tuckerkit.engine._policy import (
     parallel_for,
     resolve_policy,
     split_points,
+    split_work,
 )
 from tuckerkit.engine._spec import parse_spec
 
@@ -310,8 +312,8 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
             np.matmul(av, bv, out=cv)
         return
     with blas_pinned():
-        if flops < MIN_PARALLEL_FLOPS:
-            np.matmul(av, bv, out=cv)
+        if flops < MIN_PARALLEL_FLOPS or (piece_scale > 1 and split_work(flops, cv.dtype) < CONTRACT_PARALLEL_FLOPS):
+            np.matmul(av, bv, out=cv)  # (a planned contraction below CONTRACT_PARALLEL_FLOPS: one call)
             return
         nd = cv.ndim
         batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuckerkit.engine._policy import CONTRACT_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS, ExecutionPolicy
+from tuckerkit.engine._policy import CONTRACT_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS, ExecutionPolicy, split_work
 from tuckerkit.engine._spec import Spec
 
 _SERIAL = ExecutionPolicy(workers=1)
@@ -820,7 +820,7 @@ def build_plan(
         bytes_moved=base_bytes + 2 * choice.copies * itemsize,
         copies=choice.copies,
         est_seconds=choice.seconds,
-        parallel=flops >= CONTRACT_PARALLEL_FLOPS and policy.workers > 1,
+        parallel=split_work(flops, dtype) >= CONTRACT_PARALLEL_FLOPS and policy.workers > 1,
         _a=la,
         _b=lb,
         _c=lc,

@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 #: a product of fewer flops runs as one BLAS call without holding BLAS (OpenBLAS: m n k < 262144 is serial)
 PIN_FLOPS = 500_000
 #: ... unless its reduction is longer: OpenBLAS's dot product runs on several threads from 10^4 entries
@@ -56,8 +58,20 @@ MAX_PIECES = 16
 #: 0.90-1.03x (32 MFlop pieces: no better); 10-13 MFlop products 0.64-0.81x -> 0.76-0.84x. From n = 128 on the
 #: cut is the same 16 pieces (MAX_PIECES).
 CONTRACT_PIECE_SCALE = 16
-#: the smallest planned contraction that is cut into pieces (two or more; see above)
-CONTRACT_PARALLEL_FLOPS = max(MIN_PARALLEL_FLOPS, 8 * MIN_CHUNK_FLOPS)
+#: the smallest planned contraction that is cut into pieces (two or more), in float64 flops: a float32 product
+#: counts half its flops (:func:`split_work`: it computes about twice as fast, so the same flops are half the
+#: time against the same hand-off). Below it one BLAS call on one thread. Table II (the seed's 36 cases,
+#: medians of 15-21 interleaved runs, geometric means against einsum, pieces -> one call): float64 n = 50
+#: (12.5 MFlop) 0.93 -> 1.20x, n = 56 (19.7 MFlop) 0.99 -> 0.96x, n = 64 (33.5 MFlop) 1.10-1.12 -> 0.93-1.06x;
+#: float32 n = 64 0.87-0.89 -> 1.00x (the strided batches 1.17-1.36 -> 1.27-2.08x), n = 72 (53.7 MFlop)
+#: 1.01 -> 0.96x, n = 80 (81.9 MFlop) 0.98 -> 0.76x
+CONTRACT_PARALLEL_FLOPS = 20_000_000
+
+
+def split_work(flops: int, dtype: Any) -> int:
+    """``flops`` in float64 terms for the decision to cut a product into pieces: half for float32 and
+    complex64 (single precision computes about twice as fast on the same vectors)."""
+    return flops // 2 if np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.complex64)) else flops
 
 
 @dataclass(frozen=True)
