@@ -315,6 +315,8 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
         if flops < MIN_PARALLEL_FLOPS or (piece_scale > 1 and split_work(flops, cv.dtype) < CONTRACT_PARALLEL_FLOPS):
             np.matmul(av, bv, out=cv)  # (a planned contraction below CONTRACT_PARALLEL_FLOPS: one call)
             return
+        if piece_scale > 1:  # a planned contraction's pieces in float64 terms (float32 pieces twice the flops)
+            flops = split_work(flops, cv.dtype)
         nd = cv.ndim
         batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
         if batch_axes:

@@ -55,9 +55,11 @@ MAX_PIECES = 16
 #: gets at least two: a piece's Python side (slicing, the call, the hand-off) costs ~5 us and each piece re-packs
 #: its share of an operand. The n = 64 Table II single GEMMs (33.5 MFlop, float64, 2 workers, medians of 31
 #: interleaved runs): 8 pieces of 4 MFlop 0.77-0.94x einsum's one two-thread OpenBLAS call, 2 pieces of 16 MFlop
-#: 0.90-1.03x (32 MFlop pieces: no better); 10-13 MFlop products 0.64-0.81x -> 0.76-0.84x. From n = 128 on the
-#: cut is the same 16 pieces (MAX_PIECES).
-CONTRACT_PIECE_SCALE = 16
+#: 0.90-1.03x (32 MFlop pieces: no better); 10-13 MFlop products 0.64-0.81x -> 0.76-0.84x. Since stop 38 the
+#: pieces are counted in float64 terms (:func:`split_work`) and are at least 32 MFlop of them: Table II n = 128
+#: (medians of 5 interleaved runs, 36 cases, pieces of 32 against 16): float32 0.955x the time (0.80-1.10x per
+#: case; 4 pieces instead of 16), float64 0.997x; HOOI and CP-ALS on 200^3 and 60^4 0.85-1.06x (noise).
+CONTRACT_PIECE_SCALE = 32
 #: the smallest planned contraction that is cut into pieces (two or more), in float64 flops: a float32 product
 #: counts half its flops (:func:`split_work`: it computes about twice as fast, so the same flops are half the
 #: time against the same hand-off). Below it one BLAS call on one thread. Table II (the seed's 36 cases,
