@@ -92,7 +92,7 @@ def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch
     duplicated when odd) and in pairs only: against einsum over every rank up to 15, rows in full tiles of
     four and a ragged one, into a strided output view; the same bits for one and two workers."""
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
-    monkeypatch.setattr(sg, "_dot_five", lambda I, itemsize: five)
+    monkeypatch.setattr(sg, "_dot_five", lambda length, itemsize: five)
     I = 131  # noqa: E741
     X2 = rng.standard_normal((4 * 40 + 3, I)).astype(dtype)
     U = rng.standard_normal((I, R)).astype(dtype)
@@ -107,8 +107,8 @@ def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch
 
 def test_outer_dot_kernel_takes_five_columns_only_on_wide_vectors_and_long_rows(monkeypatch):
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
-    assert [sg._dot_five(I, 4) for I in (64, 99, 100, 200)] == [False, False, True, True]
-    assert [sg._dot_five(I, 8) for I in (49, 50, 200)] == [False, True, True]
+    assert [sg._dot_five(n, 4) for n in (64, 99, 100, 200)] == [False, False, True, True]
+    assert [sg._dot_five(n, 8) for n in (49, 50, 200)] == [False, True, True]
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert not sg._dot_five(200, 8)
 

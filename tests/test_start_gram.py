@@ -7,8 +7,7 @@ import pytest
 
 import tuckerkit as tk
 from tuckerkit.decomposition import _entry
-from tuckerkit.engine import ExecutionPolicy, as_operand
-from tuckerkit.engine import _gram
+from tuckerkit.engine import ExecutionPolicy, _gram, as_operand
 from tuckerkit.engine._gram import _dense_gram, start_gram
 
 EPS32 = float(np.finfo(np.float32).eps)
