@@ -1,7 +1,9 @@
 """Seed Table II contractions: tuckerkit vs numpy.einsum(optimize=True) vs transpose-transpose-GEMM-transpose.
 
 Every one of the 36 single-mode 2nd x 3rd order cases (seed 000, Table II) on C-ordered n x n and n x n x n
-operands, n in {32, 64, 128, 256}, float32 and float64; median of interleaved repeats in one process.
+operands, n in {32, 64, 128, 256}, float32 and float64; median of interleaved repeats in one process (at
+least ``--repeat`` rounds and at least 0.2 s of them per case: on a shared machine a case of under a
+millisecond otherwise takes its median from a few tens of milliseconds, one slow spell).
 
 Run:  python benchmarks/contractions.py [--sizes 32,64,128,256] [--repeat 7] [--quick]
 Writes benchmarks/results/contractions.{json,md,png}.
@@ -88,7 +90,7 @@ def main(argv=None) -> None:
                         "ttgt": lambda spec=spec, A=A, B=B: ttgt(spec, A, B),
                     },
                     rep,
-                    min_time=0.05,
+                    min_time=0.2,
                 )
                 rows.append(
                     {
