@@ -42,11 +42,11 @@ def test_start_gram_is_the_gram_to_float32_rounding(rng, order, mode):
     ref = _dense_gram(X, mode, None, ONE)
     absref = _dense_gram(np.abs(X), mode, None, ONE)
     In = X.shape[mode]
-    kb = max(16, _gram._START_BLOCK_BYTES // (4 * In))
+    K = X.size // In
+    kb = min(K, max(16, _gram._START_BLOCK_BYTES // (4 * In)))  # (a block's columns: float32 sums over them)
     assert np.all(np.abs(G - ref) <= (kb + 2) * EPS32 * absref)
     assert np.abs(G - ref).max() > 1e3 * EPS64 * np.abs(ref).max()  # (float32 products: not the float64 Gram)
     np.testing.assert_array_equal(G, G.T)
-    K = X.size // In
     np.testing.assert_allclose(ssq, np.diag(ref), rtol=K * EPS64, atol=0)
     G1, s1 = start_gram(X, mode, ONE)
     G2, s2 = start_gram(X, mode, TWO)

@@ -168,9 +168,11 @@ def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
         blk[iu] = conj(blk.T[iu])
 
 
-#: bytes of one float32 block of :func:`start_gram` (I_n rows of the block's columns): it stays in L2 between its
-#: conversion and its product
-_START_BLOCK_BYTES = 512 << 10
+#: bytes of one float32 block of :func:`start_gram` (I_n rows of the block's columns), about one core's L2: each
+#: SSYRK gets a long reduction. 200^3, two workers, interleaved medians of 9, two rounds, 512 KiB / 1 / 2 / 4 MiB:
+#: the last mode 18.7-19.6 / 18.0-18.7 / 16.5-17.4 / 15.7-20.6 ms, the first mode 27.1-28.1 / 23.2-25.4 /
+#: 22.1-24.1 / 21.2-24.3 ms (the float64 Gram: 23.1-29.3 and 24.2-30.7 ms in the same rounds)
+_START_BLOCK_BYTES = 2 << 20
 
 
 def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray] | None:
@@ -181,10 +183,10 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
 
     The unfolding is read once, in the column pieces of :func:`_syrk_pieces` (the same fixed cut), each piece
     in blocks of ``_START_BLOCK_BYTES``: a block is rounded to float32 (its rows' squares summed in float64 on
-    the way) and multiplied by one SSYRK while it is in L2; each block's product is added to its piece's
-    float64 partial, the partials in piece order (the same bits for any number of workers). SSYRK runs at
-    about twice DSYRK's flops: 200^3's last mode, two workers, 16.3-18.6 ms against 23-25 ms for the float64
-    Gram. The entries carry float32's rounding (relative error about 1e-7 on 200^3): the caller's fit must
+    the way) and multiplied by one SSYRK; each block's product is added to its piece's float64 partial, the
+    partials in piece order (the same bits for any number of workers). SSYRK runs at about twice DSYRK's
+    flops: 200^3's last mode, two workers, 16.5-17.4 ms against 23-29 ms for the float64 Gram; the first
+    mode 22-24 against 24-31 ms. The entries carry float32's rounding (relative error about 1e-7 on 200^3): the caller's fit must
     not come from its eigenvalues. A value beyond float32's range makes the result non-finite (the caller
     then takes the exact Gram)."""
     if not isinstance(X, np.ndarray) or X.dtype != np.float64 or X.ndim < 2:
