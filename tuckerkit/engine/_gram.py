@@ -186,9 +186,9 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     the way) and multiplied by one SSYRK; each block's product is added to its piece's float64 partial, the
     partials in piece order (the same bits for any number of workers). SSYRK runs at about twice DSYRK's
     flops: 200^3's last mode, two workers, 16.5-17.4 ms against 23-29 ms for the float64 Gram; the first
-    mode 22-24 against 24-31 ms. The entries carry float32's rounding (relative error about 1e-7 on 200^3): the caller's fit must
-    not come from its eigenvalues. A value beyond float32's range makes the result non-finite (the caller
-    then takes the exact Gram)."""
+    mode 22-24 against 24-31 ms. The entries carry float32's rounding (relative error about 1e-7 on 200^3):
+    the caller's fit must not come from its eigenvalues. A value beyond float32's range makes the result
+    non-finite (the caller then takes the exact Gram)."""
     if not isinstance(X, np.ndarray) or X.dtype != np.float64 or X.ndim < 2:
         return None
     plan = build_gram_plan(X, n, policy)
