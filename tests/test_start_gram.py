@@ -79,9 +79,9 @@ def test_start_gram_declines_where_it_does_not_apply(rng):
 
 
 def test_hooi_starts_from_the_rough_gram_and_reaches_the_same_model(rng, monkeypatch):
-    """HOOI's default start takes its entry Gram from float32 products (one call of start_gram, no norm's
-    pass), and ends where the exact Gram's start ends: the same iterations, the fit to a few eps of the norm,
-    the same subspaces."""
+    """HOOI's default start takes its entry Gram from float32 products (one call of start_gram), and ends
+    where the exact Gram's start ends: the same iterations, the fit to a few eps of the norm, the same
+    subspaces."""
     X = _planted(rng, (60, 70, 80), (4, 5, 6))
     calls = []
     real = _gram.start_gram
