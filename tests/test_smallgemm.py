@@ -107,8 +107,8 @@ def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch
 
 def test_outer_dot_kernel_takes_five_columns_only_on_wide_vectors_and_long_rows(monkeypatch):
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
-    assert [sg._dot_five(n, 4) for n in (64, 99, 100, 200)] == [False, False, True, True]
-    assert [sg._dot_five(n, 8) for n in (49, 50, 200)] == [False, True, True]
+    assert [sg._dot_five(n, 4) for n in (32, 49, 50, 200)] == [False, False, True, True]
+    assert [sg._dot_five(n, 8) for n in (24, 25, 200)] == [False, True, True]
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert not sg._dot_five(200, 8)
 

@@ -963,13 +963,14 @@ def _dot_five(I: int, itemsize: int) -> bool:  # noqa: E741
     """Whether :func:`ttm_outer`'s dot-product kernel takes the columns of U five at a time (twenty
     accumulators) rather than in pairs (eight): only where vectors are wide (:func:`wide_vectors`: 32 vector
     registers; under an AVX2 target's 16 they spill, float64 R = 8 / 10 then 1.6x / 1.2x the time of pairs)
-    and on rows of at least 400 bytes (shorter dot products leave twenty horizontal sums per four rows too
-    little work to hide in). Measured in one process, two workers, interleaved medians of 11, five at a time
-    against pairs: X of (76800, 160), (40000, 200), (10000, 100), R = 5 / 8 / 10 / 12 / 15: float32
-    0.80-0.88 / 0.92-0.97 / 0.81-0.95 / 0.82-0.91 / 0.78-0.91x the time, float64 0.78-0.94 / 0.94-1.02 /
-    0.85-1.03 / 0.86-0.94 / 0.79-0.88x (200^3's last mode, R = 10: 3.61 -> 2.45 ms float32, 5.41 -> 4.09 ms
-    float64); (4096, 64) float32 1.05-1.15x, hence the row length."""
-    return wide_vectors() and I * itemsize >= 400
+    and on rows of at least 200 bytes. Measured in one process, two workers, interleaved medians of 11-31,
+    five at a time against pairs, R = 5 / 8 / 10 / 12 / 15: X of (76800, 160), (40000, 200), (10000, 100),
+    (216000, 60), (60000, 60), (12960, 1000): float32 0.78-0.88 / 0.92-1.02 / 0.81-0.95 / 0.82-0.91 /
+    0.78-0.91x the time, float64 0.78-1.01 / 0.94-1.02 / 0.78-1.03 / 0.78-0.94 / 0.75-0.88x (200^3's last mode,
+    R = 10: 3.61 -> 2.45 ms float32, 5.41 -> 4.09 ms float64); rows of 256 bytes ((4096, 64), (16384, 64))
+    0.86-1.09x; rows of 128 bytes (float32 (4096, 32), (16384, 32), (100000, 32)) 0.81-1.14x, hence the row
+    length."""
+    return wide_vectors() and I * itemsize >= 200
 
 
 def outer_gemm_style(R: int, itemsize: int) -> bool:
