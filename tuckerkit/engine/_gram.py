@@ -125,6 +125,13 @@ _ONE_PACK_FLOPS = 4 * MIN_PARALLEL_FLOPS
 _SYRK_PIECE_FLOPS = 400_000_000
 
 
+def _column_pieces(In: int, K: int, itemsize: int) -> int:
+    """Column pieces of a long (I_n, K) SYRK (:func:`_syrk_pieces`, :func:`start_gram`): about
+    ``_SYRK_PIECE_FLOPS`` each, their partial Grams at most an eighth of the matrix's bytes and 64 MiB."""
+    most = min(_PARTIALS_BYTES, In * K * itemsize // 8) // max(In * In * itemsize, 1)
+    return min(16, most, max(2, In * In * K // _SYRK_PIECE_FLOPS), K)
+
+
 def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
     """``G = V V^H`` for one large (I_n, K) view.
 
@@ -137,8 +144,7 @@ def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
     into row blocks of equal work (a fixed cut, each block written by one product), then mirrored."""
     In, K = V.shape
     flops = In * In * K
-    most = min(_PARTIALS_BYTES, In * K * V.itemsize // 8) // max(In * In * V.itemsize, 1)
-    n_cols = min(16, most, max(2, flops // _SYRK_PIECE_FLOPS), K)
+    n_cols = _column_pieces(In, K, V.itemsize)
     if n_cols >= 2:
         cuts_k = [K * i // n_cols for i in range(n_cols + 1)]
         parts = np.empty((n_cols, In, In), dtype=G.dtype)
@@ -209,8 +215,7 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     else:
         return None
     kb = max(16, _START_BLOCK_BYTES // (4 * In))
-    most = max(1, _PARTIALS_BYTES // (In * In * 8))
-    n_cols = max(1, min(16, most, max(2, In * In * K // _SYRK_PIECE_FLOPS), K))
+    n_cols = max(1, _column_pieces(In, K, it))  # (the same cut as the float64 Gram's)
     cuts = [K * i // n_cols for i in range(n_cols + 1)]
     parts = np.zeros((n_cols, In, In))
     ssq = np.zeros((n_cols, In))
