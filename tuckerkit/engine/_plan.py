@@ -48,6 +48,14 @@ _NARROW_PENALTY = 1.35  # ... ran this much slower than its transpose (benchmark
 # a middle mode: rows n*p apart) ran 1.05-1.17x slower than the same batch into dense slices (Table II
 # 1.3 / 2.3 / 5.4 / 6.4 at n = 64, 128, 1 and 2 workers), so a free output is laid out batch-major instead
 _GAPPED_OUT_PENALTY = 1.15
+# an SGEMM whose larger operand has the reduction as its unit stride ran 1.16-1.41x slower when that operand
+# gave the output's columns (short rows: the smaller extent) than when it gave the rows (one thread,
+# M x N x K = 4096 x 64 x 64, 16384 x 128 x 128 and 40000 x 10 x 200, medians of three interleaved rounds:
+# Table II's x.5 / x.6 cases, B's reduction last, whose free output took short rows at 0.55-0.74x einsum).
+# DGEMM showed no such preference (0.90-1.05x at 4096 x 64 x 64), nor SGEMM with the other layout of the
+# larger operand (0.96-1.14x), so the penalty is float32's and this layout's only; and only where both
+# extents are at least _NARROW (a narrower output is _NARROW_PENALTY's).
+_SINGLE_SHORT_ROWS_PENALTY = 1.25
 
 
 class KernelKind(str, enum.Enum):
@@ -417,9 +425,10 @@ def _group_stride(group: tuple[str, ...], strides: dict[str, int] | None) -> int
 
 
 def _evaluate(
-    M, N, K, batch, sizes, sA, sB, sC, free_c_cols_major: bool = False
+    M, N, K, batch, sizes, sA, sB, sC, free_c_cols_major: bool = False, single: bool = False
 ) -> tuple[KernelKind, float, tuple[bool, bool, int, int, int]] | None:
-    """Check BLAS legality of one candidate and estimate its time. ``None`` strides mean 'free layout'."""
+    """Check BLAS legality of one candidate and estimate its time. ``None`` strides mean 'free layout';
+    ``single``: float32 operands."""
     m = math.prod(sizes[x] for x in M)
     n = math.prod(sizes[x] for x in N)
     k = math.prod(sizes[x] for x in K)
@@ -443,6 +452,8 @@ def _evaluate(
             sec *= _NARROW_PENALTY
         if nb > 1 and not (c_c == 1 and c_r == n) and not (c_r == 1 and c_c == m):  # gaps between rows
             sec *= _GAPPED_OUT_PENALTY
+        if single and min(m, n) >= _NARROW and _short_rows_from_large(m, n, a_c, b_r, rows == m):
+            sec *= _SINGLE_SHORT_ROWS_PENALTY
     elif k > 1 and (m > 1 or n > 1):  # one side is a vector: GEMV on the matrix side
         if m > 1:
             if not (_blasable(a_r, m, a_c, k) and b_r > 0):
@@ -475,8 +486,18 @@ def _evaluate(
     return kind, sec, (trans_a, trans_b, lda, ldb, ldc)
 
 
-def _search(I, J, K, H, sizes, sA, sB, sC, c_pref):  # noqa: E741
-    """Best candidate for the given (possibly free = None) operand layouts, or None."""
+def _short_rows_from_large(m: int, n: int, a_c: int, b_r: int, rows_are_m: bool) -> bool:
+    """Whether the larger operand of a GEMM, with the reduction as its unit stride, gives the columns of the
+    output BLAS sees (its rows then run over the smaller extent)."""
+    if m == n:
+        return False
+    if m > n:  # A is the larger: its rows are the output's rows unless BLAS sees the output transposed
+        return a_c == 1 and not rows_are_m
+    return b_r == 1 and rows_are_m
+
+
+def _search(I, J, K, H, sizes, sA, sB, sC, c_pref, single: bool = False):  # noqa: E741
+    """Best candidate for the given (possibly free = None) operand layouts, or None (``single``: float32)."""
     k_order = _chain(tuple(K), sizes, [sA, sB])
     if k_order is None:
         return None
@@ -498,7 +519,7 @@ def _search(I, J, K, H, sizes, sA, sB, sC, c_pref):  # noqa: E741
             }
             batch_t = tuple(sorted(batch, key=lambda x: -ref[x]))
             for cols_major in ((False, True) if sC is None else (False,)):
-                res = _evaluate(m_order, n_order, k_order, batch_t, sizes, sA, sB, sC, cols_major)
+                res = _evaluate(m_order, n_order, k_order, batch_t, sizes, sA, sB, sC, cols_major, single)
                 if res is None:
                     continue
                 kind, sec, _ = res
@@ -558,6 +579,7 @@ class _Problem:
     I: list[str]  # noqa: E741  (in A and C)
     J: list[str]  # in B and C
     K: list[str]  # contracted (in A and B)
+    single: bool = False  # float32 operands (:data:`_SINGLE_SHORT_ROWS_PENALTY`)
 
 
 @dataclass
@@ -635,10 +657,10 @@ def _zero_copy(pb: _Problem, sC, free_out: bool) -> tuple[_Candidate | None, dic
     """Step 3: the best candidate that copies nothing (and the output strides it implies)."""
     args = (pb.I, pb.J, pb.K, pb.H, pb.sizes, pb.sA, pb.sB)
     if not free_out:
-        return _search(*args, sC, max(sC, key=lambda x: sC[x]) if sC else None), sC
+        return _search(*args, sC, max(sC, key=lambda x: sC[x]) if sC else None, single=pb.single), sC
     c_pref = _contiguous_strides(tuple(pb.c_keep), pb.sizes)
-    best_c = _search(*args, c_pref, pb.c_keep[0] if pb.c_keep else None)
-    best_free = _search(*args, None, None)
+    best_c = _search(*args, c_pref, pb.c_keep[0] if pb.c_keep else None, single=pb.single)
+    best_free = _search(*args, None, None, single=pb.single)
     # prefer the C-ordered output unless the free layout is clearly (>10 %) faster
     if best_c is not None and (best_free is None or best_c.seconds <= 1.10 * best_free.seconds):
         return best_c, c_pref
@@ -664,21 +686,22 @@ def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, 
     if chosen is not None:
         options.append((chosen.seconds, Remedy.BATCHED_GEMV, chosen, 0, (False, False, False)))
     for which, size in (("A", size_a), ("B", size_b)):
-        cand = _search(*item_free, None if which == "A" else pb.sA, None if which == "B" else pb.sB, sC, c_outer)
+        cand = _search(*item_free, None if which == "A" else pb.sA, None if which == "B" else pb.sB, sC, c_outer,
+                       single=pb.single)
         if cand is not None:
             options.append((cand.seconds + 2 * size * itemsize / _COPY_BW,
                             Remedy.COPY_A if which == "A" else Remedy.COPY_B, cand, size,
                             (which == "A", which == "B", False)))
     if sC is not None:
-        cand = _search(*item_free, pb.sA, pb.sB, None, None)
+        cand = _search(*item_free, pb.sA, pb.sB, None, None, single=pb.single)
         if cand is not None:
             options.append((cand.seconds + 2 * size_c * itemsize / _COPY_BW, Remedy.COPY_OUT, cand, size_c,
                             (False, False, True)))
     if not options:  # neither operand alone can be fixed: copy both (and the output if need be)
-        cand = _search(*item_free, None, None, sC, c_outer)
+        cand = _search(*item_free, None, None, sC, c_outer, single=pb.single)
         flags = (True, True, False)
         if cand is None:
-            cand = _search(*item_free, None, None, None, None)
+            cand = _search(*item_free, None, None, None, None, single=pb.single)
             flags = (True, True, True)
         if cand is None:  # pragma: no cover - free operands and output always admit a GEMM
             raise RuntimeError(f"internal error: no plan for {pb.spec}")
@@ -761,6 +784,7 @@ def build_plan(
     """Plan ``spec`` for operands of the given shapes and element strides (see the module docstring);
     ``copies="never"``: zero-copy evaluations only."""
     pb = _problem(spec, a_shape, a_strides, b_shape, b_strides)
+    pb.single = dtype == "float32"
     common: dict[str, Any] = dict(
         spec=str(spec), dtype=dtype, summed_modes=tuple(spec.a[i] for i in pb.sum_a) + tuple(
             spec.b[i] for i in pb.sum_b), shapes=(tuple(a_shape), tuple(b_shape), pb.out_shape),
