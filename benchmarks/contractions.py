@@ -2,8 +2,9 @@
 
 Every one of the 36 single-mode 2nd x 3rd order cases (seed 000, Table II) on C-ordered n x n and n x n x n
 operands, n in {32, 64, 128, 256}, float32 and float64; median of interleaved repeats in one process (at
-least ``--repeat`` rounds and at least 0.2 s of them per case: on a shared machine a case of under a
-millisecond otherwise takes its median from a few tens of milliseconds, one slow spell).
+least ``--repeat`` rounds, n = 256 two fewer but at least five, and at least 0.2 s of them per case: on a
+shared machine a case of under a millisecond otherwise takes its median from a few tens of milliseconds,
+one slow spell).
 
 Run:  python benchmarks/contractions.py [--sizes 32,64,128,256] [--repeat 7] [--quick]
 Writes benchmarks/results/contractions.{json,md,png}.
@@ -74,7 +75,7 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(0)
     rows = []
     for n in sizes:
-        rep = repeat if n <= 128 else max(3, repeat // 2)
+        rep = repeat if n <= 128 else max(5, repeat - 2)  # (five rounds: three let one slow spell set a median)
         for dt in args.dtypes.split(","):
             for case, spec in table2():
                 lhs = spec.split("->")[0].split(",")
