@@ -48,12 +48,12 @@ _NARROW_PENALTY = 1.35  # ... ran this much slower than its transpose (benchmark
 # a middle mode: rows n*p apart) ran 1.05-1.17x slower than the same batch into dense slices (Table II
 # 1.3 / 2.3 / 5.4 / 6.4 at n = 64, 128, 1 and 2 workers), so a free output is laid out batch-major instead
 _GAPPED_OUT_PENALTY = 1.15
-# an SGEMM whose larger operand has the reduction as its unit stride ran 1.16-1.41x slower when that operand
+# an SGEMM whose larger operand has the reduction as its unit stride ran 1.10-1.41x slower when that operand
 # gave the output's columns (short rows: the smaller extent) than when it gave the rows (one thread,
-# M x N x K = 4096 x 64 x 64, 16384 x 128 x 128 and 40000 x 10 x 200, medians of three interleaved rounds:
-# Table II's x.5 / x.6 cases, B's reduction last, whose free output took short rows at 0.55-0.74x einsum).
-# DGEMM showed no such preference (0.90-1.05x at 4096 x 64 x 64), nor SGEMM with the other layout of the
-# larger operand (0.96-1.14x), so the penalty is float32's and this layout's only; and only where both
+# M x N x K = 4096 x 64 x 64, 16384 x 128 x 128, 65536 x 256 x 256 and 40000 x 10 x 200, medians of three
+# interleaved rounds: Table II's x.5 / x.6 cases, B's reduction last, whose free output took short rows at
+# 0.55-0.74x einsum). DGEMM showed no such preference (0.90-1.05x at 4096 x 64 x 64), nor SGEMM with the other
+# layout of the larger operand (0.84-1.14x), so the penalty is float32's and this layout's only; and only where both
 # extents are at least _NARROW (a narrower output is _NARROW_PENALTY's).
 _SINGLE_SHORT_ROWS_PENALTY = 1.25
 
