@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,9 +47,14 @@ def environment() -> dict:
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeat: int, min_time: float = 0.0) -> dict[str, float]:
-    """Median seconds of each callable, run round-robin ``repeat`` times after one warm-up each."""
+    """Median seconds of each callable, run round-robin ``repeat`` times after one warm-up each.
+
+    After each call tuckerkit's GEMM helpers are sent to sleep (:func:`_park`), so that no callable runs beside
+    a thread the one before left spinning (as ``_quiet_blas`` does for OpenBLAS's): each of tuckerkit's calls
+    then starts with its helpers asleep, as a first call does."""
     for fn in fns.values():
         fn()
+        _park()
     times: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     rounds = 0
@@ -59,8 +65,16 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int, min_time: flo
             t0 = time.perf_counter()
             fns[k]()
             times[k].append(time.perf_counter() - t0)
+            _park()
         rounds += 1
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _park() -> None:
+    """Send tuckerkit's spinning GEMM helpers to sleep, when they exist (outside any timed region)."""
+    handoff = sys.modules.get("tuckerkit.engine._handoff")
+    if handoff is not None:
+        handoff.park()
 
 
 def write_json(name: str, payload: dict) -> Path:

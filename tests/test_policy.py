@@ -269,9 +269,16 @@ def test_a_planned_contraction_is_cut_from_20_mflop_in_float64_terms(dtype, n, c
     B = rng.standard_normal((n, n, n)).astype(dtype)
     p2 = plan_contraction("mk,knp->mnp", A, B, policy=TWO)
     assert p2.parallel == cut
-    calls = []
-    real = _contract.parallel_for
+    calls = []  # pieces of each cut product: on the GIL-free helpers, or on the Python pool
+    real, real_split = _contract.parallel_for, _contract.run_split
     monkeypatch.setattr(_contract, "parallel_for", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    def split(*a, **k):
+        done = real_split(*a, **k)
+        if done:
+            calls.append(len(a[4]) - 1)
+        return done
+
+    monkeypatch.setattr(_contract, "run_split", split)
     r2 = p2(A, B)
     assert (len(calls) == 1 and calls[0] >= 2) if cut else calls == []
     r1 = plan_contraction("mk,knp->mnp", A, B, policy=ONE)(A, B)

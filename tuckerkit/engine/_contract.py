@@ -333,6 +333,14 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
             _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1, piece_scale)
 
 
+def run_split(av, bv, cv, axis: int, bounds: list[int], policy: ExecutionPolicy, partial=None) -> bool:
+    """The pieces on the GIL-free helpers (:func:`tuckerkit.engine._handoff.run_split`, imported with numba
+    on first use); False where they cannot take them."""
+    from tuckerkit.engine._handoff import run_split as run
+
+    return run(av, bv, cv, axis, bounds, policy, partial)
+
+
 def _piece_flops(flops: int, piece_scale: int) -> int:
     """The work :func:`split_points` cuts for pieces ``piece_scale`` times its smallest: a product that is
     cut at all gets at least two pieces (a function of the sizes only, like the cut itself)."""
@@ -355,6 +363,9 @@ def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int, pie
     a_ax = axis if axis < nd - 2 else (nd - 2 if axis == nd - 2 else None)
     b_ax = axis if axis < nd - 2 else (nd - 1 if axis == nd - 1 else None)
 
+    if run_split(av, bv, cv, axis, bounds, policy):  # the GIL-free helpers
+        return
+
     def work(i: int, _: Any) -> None:
         lo, hi = bounds[i], bounds[i + 1]
         a = av if a_ax is None else cut(av, lo, hi, a_ax)
@@ -370,12 +381,13 @@ def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scal
     k = av.shape[-1]
     bounds = split_points(k, _piece_flops(flops, piece_scale))
     partial = np.empty((len(bounds) - 1, *cv.shape), dtype=cv.dtype)
+    if not run_split(av, bv, cv, -1, bounds, policy, partial):  # the GIL-free helpers, else the Python pool
 
-    def work(i: int, _: Any) -> None:
-        lo, hi = bounds[i], bounds[i + 1]
-        np.matmul(av[..., lo:hi], bv[..., lo:hi, :], out=partial[i])
+        def work(i: int, _: Any) -> None:
+            lo, hi = bounds[i], bounds[i + 1]
+            np.matmul(av[..., lo:hi], bv[..., lo:hi, :], out=partial[i])
 
-    parallel_for(work, len(bounds) - 1, policy)
+        parallel_for(work, len(bounds) - 1, policy)
     cv[...] = partial[0]
     for i in range(1, partial.shape[0]):
         cv += partial[i]

@@ -330,6 +330,9 @@ def parallel_for(work: Callable[[int, Any], None], n_items: int, policy: Executi
                 raise
         return st
 
+    handoff = sys.modules.get("tuckerkit.engine._handoff")
+    if handoff is not None:  # the GIL-free GEMM helpers stop spinning: this section needs the cores
+        handoff.park()
     pool = _pool(w - 1)
     futures = [pool.submit(drain) for _ in range(w - 1)]
     error: BaseException | None = None
