@@ -22,8 +22,10 @@ Measured on the project's 2-core VM (float64 unless said, medians of interleaved
 as cut before): a loop of five calls of the seed's Table II contractions took 0.81x the time of the Python
 pool's at n = 64 (1.20 -> 1.48x einsum) and 0.94x at n = 128, float32 n = 128 0.94x (float32 n = 64 is one
 call). A single call whose helper is asleep (the benchmarks' setting: they park the helpers after every timed
-call) gains little: Table II 0.99-1.02x, single GEMMs of 4096 x 64 x 64 and 512^3 0.84-0.92x; HOOI and CP-ALS
-(whose other sections are compiled kernels on the Python pool, which park the helpers) 0.95-1.05x, noise.
+call) gains little: Table II 0.99-1.02x, single GEMMs of 4096 x 64 x 64 and 512^3 0.84-0.92x. The
+decompositions hand off few products (HOOI on 60^4 and CP-ALS at rank 50 on 200^3: six a call; HOOI on 200^3
+and CP-ALS at rank 10: none), so their times do not move (0.96-1.03x, noise): their other sections are
+compiled kernels on the Python pool, which park the helpers.
 
 Every piece is the same BLAS call whichever thread runs it (a piece is a function of the sizes, as before), and
 with one worker the caller runs the same descriptors in order: the bits do not depend on the workers or the
