@@ -52,6 +52,13 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int, min_time: flo
     After each call tuckerkit's GEMM helpers are sent to sleep (:func:`_park`), so that no callable runs beside
     a thread the one before left spinning (as ``_quiet_blas`` does for OpenBLAS's): each of tuckerkit's calls
     then starts with its helpers asleep, as a first call does."""
+    return {k: statistics.median(v) for k, v in interleaved_samples(fns, repeat, min_time).items()}
+
+
+def interleaved_samples(fns: dict[str, Callable[[], object]], repeat: int,
+                        min_time: float = 0.0) -> dict[str, list[float]]:
+    """The seconds of every timed call of :func:`interleaved` (at least ``repeat`` rounds, and at least
+    ``min_time`` of them), before the medians."""
     for fn in fns.values():
         fn()
         _park()
@@ -67,7 +74,7 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int, min_time: flo
             times[k].append(time.perf_counter() - t0)
             _park()
         rounds += 1
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
 
 
 def _park() -> None:

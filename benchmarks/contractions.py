@@ -1,10 +1,13 @@
 """Seed Table II contractions: tuckerkit vs numpy.einsum(optimize=True) vs transpose-transpose-GEMM-transpose.
 
 Every one of the 36 single-mode 2nd x 3rd order cases (seed 000, Table II) on C-ordered n x n and n x n x n
-operands, n in {32, 64, 128, 256}, float32 and float64; median of interleaved repeats in one process (at
-least ``--repeat`` rounds, n = 256 two fewer but at least five, and at least 0.2 s of them per case: on a
-shared machine a case of under a millisecond otherwise takes its median from a few tens of milliseconds,
-one slow spell).
+operands (one pair per n and dtype, the spec labelling its modes), n in {32, 64, 128, 256}, float32 and
+float64; medians of interleaved calls in one process, taken in ``--repeat`` passes over all 36 cases (n = 256
+two fewer but at least five), each pass timing every case round-robin for at least 0.2 s / passes. A slow
+spell of the shared machine (it lasts seconds) then falls in one pass of many cases rather than in every
+repeat of a few, and each case's median leaves it out: with all repeats of a case back to back, the worst
+of 72 cases was set by whichever case a slow spell hit (n = 64, 2026-11-28: cases of one kind and size ran
+0.33 and 0.64 ms). After every call tuckerkit's GEMM helpers are parked, so each of its calls starts cold.
 
 Run:  python benchmarks/contractions.py [--sizes 32,64,128,256] [--repeat 7] [--quick]
 Writes benchmarks/results/contractions.{json,md,png}.
@@ -21,7 +24,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, geomean, interleaved, write_json, write_text
+from _common import environment, geomean, interleaved_samples, write_json, write_text
 
 from tuckerkit.engine import contract, plan_contraction
 
@@ -58,6 +61,20 @@ def ttgt(spec: str, A, B, xp=np):
     return xp.ascontiguousarray(Cp.transpose([(I + J).index(x) for x in c]))
 
 
+def _case(case: str, spec: str, A, B) -> dict:
+    """One Table II case on the shared operands: its plan, its error against einsum, the three callables and
+    their samples."""
+    plan = plan_contraction(spec, A, B)
+    ref = np.einsum(spec, A, B, optimize=True)
+    err = float(np.max(np.abs(contract(spec, A, B) - ref)) / max(np.max(np.abs(ref)), 1e-30))
+    fns = {
+        "tuckerkit": lambda: contract(spec, A, B, plan=plan),
+        "einsum": lambda: np.einsum(spec, A, B, optimize=True),
+        "ttgt": lambda: ttgt(spec, A, B),
+    }
+    return {"case": case, "spec": spec, "plan": plan, "err": err, "fns": fns, "samples": {k: [] for k in fns}}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="32,64,128,256")
@@ -75,37 +92,37 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(0)
     rows = []
     for n in sizes:
-        rep = repeat if n <= 128 else max(5, repeat - 2)  # (five rounds: three let one slow spell set a median)
+        # passes over all 36 cases, each pass timing every case for a share of its time: a slow spell of the
+        # shared machine (seconds) then falls in one pass of many cases instead of every repeat of a few, and
+        # each case's median over its passes leaves it out
+        passes = repeat if n <= 128 else max(5, repeat - 2)
         for dt in args.dtypes.split(","):
-            for case, spec in table2():
-                lhs = spec.split("->")[0].split(",")
-                A = rng.standard_normal((n, n)).astype(dt)
-                B = rng.standard_normal((n, n, n)).astype(dt)
-                plan = plan_contraction(spec, A, B)
-                ref = np.einsum(spec, A, B, optimize=True)
-                err = float(np.max(np.abs(contract(spec, A, B) - ref)) / max(np.max(np.abs(ref)), 1e-30))
-                t = interleaved(
-                    {
-                        "tuckerkit": lambda spec=spec, A=A, B=B, plan=plan: contract(spec, A, B, plan=plan),
-                        "einsum": lambda spec=spec, A=A, B=B: np.einsum(spec, A, B, optimize=True),
-                        "ttgt": lambda spec=spec, A=A, B=B: ttgt(spec, A, B),
-                    },
-                    rep,
-                    min_time=0.2,
-                )
+            A = rng.standard_normal((n, n)).astype(dt)
+            B = rng.standard_normal((n, n, n)).astype(dt)  # (one operand for all cases: the spec labels its modes)
+            cases = [_case(case, spec, A, B) for case, spec in table2()]
+            for p in range(passes):
+                for c in cases[p % len(cases):] + cases[: p % len(cases)]:
+                    for k, v in interleaved_samples(c["fns"], 1, min_time=0.2 / passes).items():
+                        c["samples"][k].extend(v)
+            for c in cases:
+                t = {k: float(np.median(v)) for k, v in c["samples"].items()}
+                plan = c["plan"]
                 rows.append(
                     {
-                        "case": case, "spec": spec, "operands": lhs, "n": n, "dtype": dt,
-                        "kind": str(plan.kind), "remedy": str(plan.remedy), "copies": plan.copies,
-                        "t_tuckerkit": t["tuckerkit"], "t_einsum": t["einsum"], "t_ttgt": t["ttgt"],
-                        "speedup_einsum": t["einsum"] / t["tuckerkit"], "speedup_ttgt": t["ttgt"] / t["tuckerkit"],
-                        "speedup_best": min(t["einsum"], t["ttgt"]) / t["tuckerkit"], "rel_err": err,
+                        "case": c["case"], "spec": c["spec"], "operands": c["spec"].split("->")[0].split(","),
+                        "n": n, "dtype": dt, "kind": str(plan.kind), "remedy": str(plan.remedy),
+                        "copies": plan.copies, "t_tuckerkit": t["tuckerkit"], "t_einsum": t["einsum"],
+                        "t_ttgt": t["ttgt"], "speedup_einsum": t["einsum"] / t["tuckerkit"],
+                        "speedup_ttgt": t["ttgt"] / t["tuckerkit"],
+                        "speedup_best": min(t["einsum"], t["ttgt"]) / t["tuckerkit"], "rel_err": c["err"],
+                        "samples": len(c["samples"]["tuckerkit"]),
                     }
                 )
                 r = rows[-1]
                 print(
-                    f"n={n:4d} {dt:8s} {case:4s} {spec:12s} {r['kind']:22s} tk {r['t_tuckerkit'] * 1e3:8.3f} ms "
-                    f"einsum x{r['speedup_einsum']:5.2f} ttgt x{r['speedup_ttgt']:5.2f}",
+                    f"n={n:4d} {dt:8s} {r['case']:4s} {r['spec']:12s} {r['kind']:22s} "
+                    f"tk {r['t_tuckerkit'] * 1e3:8.3f} ms einsum x{r['speedup_einsum']:5.2f} "
+                    f"ttgt x{r['speedup_ttgt']:5.2f}",
                     flush=True,
                 )
     summary = summarize(rows)
