@@ -55,11 +55,11 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int, min_time: flo
     return {k: statistics.median(v) for k, v in interleaved_samples(fns, repeat, min_time).items()}
 
 
-def interleaved_samples(fns: dict[str, Callable[[], object]], repeat: int,
-                        min_time: float = 0.0) -> dict[str, list[float]]:
+def interleaved_samples(fns: dict[str, Callable[[], object]], repeat: int, min_time: float = 0.0,
+                        warm: bool = True) -> dict[str, list[float]]:
     """The seconds of every timed call of :func:`interleaved` (at least ``repeat`` rounds, and at least
-    ``min_time`` of them), before the medians."""
-    for fn in fns.values():
+    ``min_time`` of them), before the medians; ``warm=False``: no warm-up call (the callables ran before)."""
+    for fn in fns.values() if warm else ():
         fn()
         _park()
     times: dict[str, list[float]] = {k: [] for k in fns}

@@ -102,7 +102,7 @@ def main(argv=None) -> None:
             cases = [_case(case, spec, A, B) for case, spec in table2()]
             for p in range(passes):
                 for c in cases[p % len(cases):] + cases[: p % len(cases)]:
-                    for k, v in interleaved_samples(c["fns"], 1, min_time=0.2 / passes).items():
+                    for k, v in interleaved_samples(c["fns"], 1, min_time=0.2 / passes, warm=p == 0).items():
                         c["samples"][k].extend(v)
             for c in cases:
                 t = {k: float(np.median(v)) for k, v in c["samples"].items()}
