@@ -4,6 +4,7 @@ how many threads call at once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -247,6 +248,36 @@ def test_same_bits_beside_a_busy_process(rng):
         busy.kill()
         busy.wait()
     _same(got, ref)
+
+
+_FIRST_CALL = """
+import hashlib, json, sys, warnings
+import numpy as np
+import tuckerkit as tk
+from threadpoolctl import threadpool_info
+from tuckerkit.engine import blas_pinned
+fresh = "scipy.linalg" not in sys.modules  # tuckerkit's import leaves scipy's LAPACK (its own OpenBLAS) unloaded
+with blas_pinned():
+    inside = {d["filepath"]: d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}
+X = np.random.default_rng(0).standard_normal((150, 150, 150))
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", tk.ConvergenceWarning)
+    runs = [tk.cp_als(X, 30, max_iter=1, tol=0) for _ in range(2)]
+digests = [hashlib.sha256(b"".join(U.tobytes() for U in r.factors)).hexdigest() for r in runs]
+print(json.dumps({"fresh": fresh, "threads inside": sorted(set(inside.values())),
+                  "scipy's BLAS pinned": any("scipy" in f and "numpy" not in f for f in inside),
+                  "same bits": digests[0] == digests[1]}))
+"""
+
+
+def test_the_first_call_of_a_process_gives_the_bits_of_the_next():
+    """scipy's LAPACK is loaded by a decomposition's first call, inside the pin: it must be pinned too. Before,
+    scipy's OpenBLAS ran that call's ``eigh`` on two threads: the first ``cp_als(X, 30)`` of a process on 150^3
+    gave other bits than the second."""
+    p = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout) == {"fresh": True, "threads inside": [1], "scipy's BLAS pinned": True,
+                                    "same bits": True}
 
 
 def test_policy_is_validated():

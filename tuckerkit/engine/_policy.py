@@ -159,7 +159,16 @@ class _BlasPin:
         self.pinned_access: list[tuple[Callable[[], int], Callable[[int], Any]]] = []
 
     def _libraries(self) -> list[Any]:
-        # a library loaded since the last look (an import) is found by looking again
+        # a library loaded since the last look (an import) is found by looking again. Before the first look
+        # scipy's LAPACK (its wheel bundles an OpenBLAS of its own) is loaded: the decompositions import it on
+        # their first call, inside the pin, where a library loaded after the look would run unpinned at its own
+        # thread count (measured: the first cp_als(X, 50) of a process, 200^3, gave other bits than the next
+        # ones; eigh's results change with the thread count)
+        if self.libs is None:
+            try:
+                import scipy.linalg  # noqa: F401
+            except Exception:  # pragma: no cover - scipy is a dependency
+                pass
         if self.libs is None or len(sys.modules) != self.modules_seen:
             self.modules_seen = len(sys.modules)
             try:
@@ -205,13 +214,30 @@ class _BlasPin:
     def enter(self) -> None:
         with self.lock:
             if self.inside == 0:
-                self.pinned = self._libraries()
-                access = self.pinned_access = self.access
+                self.pinned = list(self._libraries())
+                access = self.pinned_access = list(self.access)
                 self.saved = saved = [get() for get, _ in access]
                 for (_, put), n in zip(access, saved, strict=True):
                     if n != 1:
                         put(1)
+            elif len(sys.modules) != self.modules_seen:  # an import inside the pin: pin what it loaded too
+                self._pin_new()
             self.inside += 1
+
+    def _pin_new(self) -> None:
+        """Hold at one thread the libraries loaded since the outermost call came in (lock held)."""
+        have = {id(lib) for lib in self.pinned}
+        libs = self._libraries()
+        for lib, acc in zip(libs, self.access, strict=True):
+            if id(lib) not in have and all(getattr(lib, "filepath", None) != getattr(p, "filepath", 0)
+                                           for p in self.pinned):
+                n = acc[0]()
+                if n != 1:
+                    acc[1](1)
+                self.pinned.append(lib)
+                self.pinned_access.append(acc)
+                if self.saved is not None:
+                    self.saved.append(n)
 
     def leave(self) -> None:
         with self.lock:
