@@ -146,6 +146,26 @@ def test_mttkrp_plan_two_steps_without_large_khatri_rao(rng):
     np.testing.assert_allclose(mttkrp(X, factors, 1, plan=plan), _mttkrp_ref(X, factors, 1), rtol=1e-10)
 
 
+@pytest.mark.parametrize(("dtype", "mode", "chains"), [(np.float64, 0, True), (np.float64, 2, True),
+                                                     (np.float32, 0, False), (np.float32, 2, True)])
+def test_mttkrp_of_a_large_tensor_takes_two_chains(dtype, mode, chains, rng):
+    """From a million elements the one-sided MTTKRP contracts the far mode first (a TTM, the compiled kernel
+    at small rank) and the near one batched over the rank, instead of one GEMM with the whole Khatri-Rao
+    product (0.43-0.88x the time in float64); single precision keeps the one GEMM where the side lies inside
+    the mode (mode 0 of a C-order tensor: 0.70-1.31x measured)."""
+    X = rng.standard_normal((100, 100, 120)).astype(dtype)
+    factors = [rng.standard_normal((s, 6)).astype(dtype) for s in X.shape]
+    plan = mttkrp_plan(X, factors, mode)
+    far, near = ((2,), (1,)) if mode == 0 else ((0,), (1,))
+    assert (plan.first, plan.second) == ((far, near) if chains else ((1, 2), ()))
+    small = mttkrp_plan(X[:40], [factors[0][:40], *factors[1:]], mode)  # 480,000 elements: one GEMM
+    assert small.second == ()
+    ref = _mttkrp_ref(X.astype(np.float64), [U.astype(np.float64) for U in factors], mode)
+    got = mttkrp(X, factors, mode, plan=plan)
+    k = X.size // X.shape[mode]
+    np.testing.assert_allclose(got, ref, rtol=0, atol=4 * np.sqrt(k) * np.finfo(dtype).eps * np.abs(ref).max())
+
+
 def test_mttkrp_large_rank_end_mode_splits(rng):
     X = rng.standard_normal((6, 7, 8, 9))
     factors = [rng.standard_normal((s, 50)) for s in X.shape]
