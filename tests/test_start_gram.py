@@ -1,4 +1,5 @@
-"""The Gram from float32 products that seeds HOOI's ST-HOSVD start (engine/_gram.py ``start_gram``)."""
+"""The Gram from float32 products that seeds HOOI's ST-HOSVD start and CP-ALS's SVD start (engine/_gram.py
+``start_gram``)."""
 
 from __future__ import annotations
 
@@ -68,14 +69,57 @@ def test_start_gram_blocks_cover_every_column(rng, monkeypatch):
     np.testing.assert_allclose(ssq, np.diag(ref), rtol=5600 * EPS64, atol=0)
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_start_gram_of_a_middle_mode_is_the_gram_to_float32_rounding(rng, order, monkeypatch):
+    """A middle mode (a sum over slabs with unit-stride rows, packed side by side in float32): within the bound
+    of float32 sums over one pack, (k R + 2) eps32 |X_(n)| |X_(n)|^T, packs that do not divide the pieces
+    included; exactly symmetric; the diagonal's exact float64 squares; the same bits for one or two workers;
+    the input unchanged."""
+    monkeypatch.setattr(_gram, "_START_BLOCK_BYTES", 4 * 70 * 80 * 3)  # three slabs a pack (C order)
+    X = _tensor(rng, (60, 70, 80), order)
+    before = X.copy()
+    G, ssq = start_gram(X, 1, TWO)
+    ref = _dense_gram(X, 1, None, ONE)
+    absref = _dense_gram(np.abs(X), 1, None, ONE)
+    R = 80 if order == "C" else 60  # the unit-stride side of the slabs
+    k = max(1, _gram._START_BLOCK_BYTES // (4 * 70 * R))
+    assert np.all(np.abs(G - ref) <= (k * R + 2) * EPS32 * absref)
+    assert np.abs(G - ref).max() > 1e3 * EPS64 * np.abs(ref).max()
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_allclose(ssq, np.diag(ref), rtol=X.size // 70 * EPS64, atol=0)
+    G1, s1 = start_gram(X, 1, ONE)
+    np.testing.assert_array_equal(G1, G)
+    np.testing.assert_array_equal(s1, ssq)
+    np.testing.assert_array_equal(X, before)
+
+
 def test_start_gram_declines_where_it_does_not_apply(rng):
-    """None for float32 (already single precision), a middle mode (a sum over slabs), a last mode without a
-    unit stride, and a Gram too small to be worth a second route."""
+    """None for float32 (already single precision), a last mode or a middle one without a unit stride, and a
+    Gram too small to be worth a second route."""
     X = rng.standard_normal((60, 70, 80))
     assert start_gram(X.astype(np.float32), 0, TWO) is None
-    assert start_gram(X, 1, TWO) is None
     assert start_gram(X[:, :, ::2], 2, TWO) is None
+    assert start_gram(X[:, :, ::2], 1, TWO) is None
     assert start_gram(rng.standard_normal((10, 11, 12)), 0, TWO) is None
+    assert start_gram(rng.standard_normal((10, 11, 12)), 1, TWO) is None
+
+
+def test_cp_starts_from_rough_grams_and_reaches_the_same_model(rng, monkeypatch):
+    """CP-ALS's SVD start takes the Grams of modes 1 and 2 from float32 products (the first made on entry, its
+    trace the exact norm), and ends where the exact Grams' start ends: the same iterations, the fit to a few
+    eps, the same model to float32's rounding of the start (ALS removes it: 7.7e-12 apart)."""
+    X = tk.datasets.make_low_rank_cp((60, 70, 80), 4, noise=0.01, random_state=3).data
+    calls = []
+    real = _gram.start_gram
+    monkeypatch.setattr(_gram, "start_gram", lambda *a: calls.append(a[1]) or real(*a))
+    T = tk.cp_als(X, 4)
+    assert calls == [1, 2]
+    monkeypatch.setattr(_entry, "_rough_gram", lambda *a: None)
+    ref = tk.cp_als(X, 4)
+    assert T.n_iter == ref.n_iter
+    assert T.fit == pytest.approx(ref.fit, abs=1e2 * EPS64 / (1 - ref.fit))
+    dense, dref = T.to_dense(), ref.to_dense()
+    assert np.linalg.norm(dense - dref) <= EPS32 * np.linalg.norm(dref)  # (measured: 7.7e-12)
 
 
 def test_hooi_starts_from_the_rough_gram_and_reaches_the_same_model(rng, monkeypatch):

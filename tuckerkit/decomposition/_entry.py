@@ -54,14 +54,21 @@ class Call:
         G = self.grams.pop(mode, None) if Y is self.X else None
         return Y.gram(mode, policy=self.policy) if G is None else G
 
-    def leading_subspace(self, Y: Any, mode: int, rank: int, rng: Any, start: Any = None) -> tuple[Any, Any]:
+    def leading_subspace(self, Y: Any, mode: int, rank: int, rng: Any, start: Any = None,
+                         rough: bool = False) -> tuple[Any, Any]:
         """``Y.leading_subspace(mode, rank)``, from the Gram made on entry when ``Y`` is the call's dense
         operand (handed out once); a dense ``Y`` with ``start`` (an estimate of the result: HOOI's current
-        factor) warm-starts :func:`~tuckerkit.engine._subspace.leading_left_singular`'s eigensolver."""
+        factor) warm-starts :func:`~tuckerkit.engine._subspace.leading_left_singular`'s eigensolver.
+        ``rough``: for a start that iterations refine (CP-ALS's SVD start), the Gram of the call's float64
+        operand from float32 products where the magnitudes allow (:func:`_rough_gram`)."""
         from tuckerkit.engine import DenseTensor
         from tuckerkit.engine._subspace import leading_left_singular
 
         G = self.grams.pop(mode, None) if Y is self.X else None
+        if G is None and rough and Y is self.X and isinstance(Y, DenseTensor) and self.scale == 1.0:
+            got = _rough_gram(Y, mode, self.policy)
+            if got is not None and math.isfinite(got[1]):
+                G = got[0]
         if isinstance(Y, DenseTensor) and (G is not None or start is not None):
             return leading_left_singular(Y.data, mode, rank, self.policy, gram=G, start=start)
         return Y.leading_subspace(mode, rank, rng=rng, policy=self.policy)
@@ -158,20 +165,34 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
 def _first_gram(op: Any, mode: int, policy: ExecutionPolicy, rough: bool) -> tuple[Any, float]:
     """The Gram ``decomposition_call`` makes on entry and its trace (``||X||^2``); ``rough``: from float32
     products where the magnitudes allow (see :func:`decomposition_call`)."""
-    if rough and op.xp is np:
-        from tuckerkit.engine._gram import start_gram
-
-        got = start_gram(op.data, mode, policy)
+    if rough:
+        got = _rough_gram(op, mode, policy)
         if got is not None:
-            G, ssq = got
-            tr = float(ssq.sum())
-            if not (math.isfinite(tr) and tr > 0):
-                return G, tr  # (a NaN or Inf: dropped by the caller, the norm's pass decides)
-            lo, hi = _RMS_RANGE[np.dtype(np.float32)]
-            if lo <= math.sqrt(tr / op.size) <= hi and bool(np.isfinite(G).all()):
-                return G, tr
+            return got
     G = op.gram(mode, policy=policy)
     return G, float(to_host(op.xp.trace(G)))
+
+
+def _rough_gram(op: Any, mode: int, policy: ExecutionPolicy) -> tuple[Any, float] | None:
+    """Mode ``mode``'s Gram of a float64 numpy operand from float32 products
+    (:func:`~tuckerkit.engine._gram.start_gram`) and its exact trace; a non-finite trace is returned as it is
+    (the caller's norm pass decides); None where it does not apply, or where the magnitudes do not suit float32
+    (root-mean-square outside float32's safe range, or a non-finite product)."""
+    if op.xp is not np or getattr(op, "dtype", None) != np.float64 or not hasattr(op, "data"):
+        return None
+    from tuckerkit.engine._gram import start_gram
+
+    got = start_gram(op.data, mode, policy)
+    if got is None:
+        return None
+    G, ssq = got
+    tr = float(ssq.sum())
+    if not (math.isfinite(tr) and tr > 0):
+        return G, tr  # (a NaN or Inf: dropped by the caller, the norm's pass decides)
+    lo, hi = _RMS_RANGE[np.dtype(np.float32)]
+    if lo <= math.sqrt(tr / op.size) <= hi and bool(np.isfinite(G).all()):
+        return G, tr
+    return None
 
 
 def _scale_for(norm: float, size: int, dtype: Any) -> float:

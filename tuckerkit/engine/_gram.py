@@ -184,20 +184,25 @@ _START_BLOCK_BYTES = 2 << 20
 def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray] | None:
     """``X_(n) X_(n)^T`` of a float64 array from float32 products, for a start that iterations refine, and the
     exact float64 squared norms of the rows of ``X_(n)`` (the diagonal, hence ``||X||^2``); None where it does
-    not apply (not a float64 numpy array, the mode's unfolding not one matrix view with a unit stride, or a
-    Gram of fewer than ``4 * MIN_PARALLEL_FLOPS`` multiply-adds).
+    not apply (not a float64 numpy array, the mode's unfolding neither one matrix view with a unit stride nor
+    slabs with unit-stride rows, or a Gram of fewer than ``4 * MIN_PARALLEL_FLOPS`` multiply-adds).
 
-    The unfolding is read once, in the column pieces of :func:`_syrk_pieces` (the same fixed cut), each piece
-    in blocks of ``_START_BLOCK_BYTES``: a block is rounded to float32 (its rows' squares summed in float64 on
-    the way) and multiplied by one SSYRK; each block's product is added to its piece's float64 partial, the
-    partials in piece order (the same bits for any number of workers). SSYRK runs at about twice DSYRK's
-    flops: 200^3's last mode, two workers, 16.5-17.4 ms against 23-29 ms for the float64 Gram; the first
-    mode 22-24 against 24-31 ms. The entries carry float32's rounding (relative error about 1e-7 on 200^3):
-    the caller's fit must not come from its eigenvalues. A value beyond float32's range makes the result
-    non-finite (the caller then takes the exact Gram)."""
+    One matrix (the first or the last mode of a C-ordered tensor): the unfolding is read once, in the column
+    pieces of :func:`_syrk_pieces` (the same fixed cut), each piece in blocks of ``_START_BLOCK_BYTES``: a
+    block is rounded to float32 (its rows' squares summed in float64 on the way) and multiplied by one SSYRK;
+    each block's product is added to its piece's float64 partial, the partials in piece order (the same bits
+    for any number of workers). SSYRK runs at about twice DSYRK's flops: 200^3's last mode, two workers,
+    16.5-17.4 ms against 23-29 ms for the float64 Gram; the first mode 22-24 against 24-31 ms. Slabs (a middle
+    mode: ``X`` as (outer, I_n, inner) with unit-stride rows): a fixed cut of the outer index into pieces,
+    each piece's slabs rounded to float32 side by side into packs of about ``_START_BLOCK_BYTES``, one SSYRK
+    per pack (:func:`_start_gram_slabs`). The entries carry float32's rounding (relative error about 1e-7 on
+    200^3): the caller's fit must not come from its eigenvalues. A value beyond float32's range makes the
+    result non-finite (the caller then takes the exact Gram)."""
     if not isinstance(X, np.ndarray) or X.dtype != np.float64 or X.ndim < 2:
         return None
     plan = build_gram_plan(X, n, policy)
+    if plan.route == "slabs":
+        return _start_gram_slabs(X, plan, policy)
     if plan.route != "syrk":
         return None
     Xv = _slab_view(X, n, list(plan.outer), list(plan.inner))
@@ -243,6 +248,48 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
                      make_state=lambda: (np.empty(In * kb, np.float32), np.empty((In, In), np.float32)))
     G, s = parts[0], ssq[0]
     for i in range(1, n_cols):  # in piece order
+        G += parts[i]
+        s += ssq[i]
+    return G, s
+
+
+def _start_gram_slabs(X: np.ndarray, plan: GramPlan, policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`start_gram` of a mode whose unfolding is a stack of slabs ``Xv[a]`` (I_n, R) with unit-stride rows
+    (a middle mode of a C-ordered tensor): ``sum_a Xv[a] Xv[a]^T``. The outer index is cut into pieces by the
+    sizes alone (at most ``MAX_PIECES``, partials within ``_PARTIALS_BYTES``); a piece rounds its slabs to
+    float32 side by side into packs of about ``_START_BLOCK_BYTES`` ((I_n, k R): the rows' squares summed in
+    float64 on the way, slab by slab), one SSYRK per pack added to the piece's float64 partial, the partials
+    added in piece order: the same bits for any number of workers. 200^3's middle mode, two workers: see
+    :data:`_START_BLOCK_BYTES`'s neighbour figures in the caller's docstring (CP-ALS's start)."""
+    Xv = _slab_view(X, plan.mode, list(plan.outer), list(plan.inner))
+    n_outer, In, R = Xv.shape
+    it = X.itemsize
+    if In * In * R * n_outer < 4 * MIN_PARALLEL_FLOPS or (Xv.strides[2] != it and R > 1):
+        return None
+    from tuckerkit.engine._gram_kernels import to_single_slabs  # (numba: loaded on first use)
+
+    k = max(1, min(n_outer, _START_BLOCK_BYTES // (4 * In * R)))  # slabs per pack
+    most = max(1, _PARTIALS_BYTES // (In * In * it))
+    n_pieces = max(1, min(MAX_PIECES, most, n_outer, max(2, In * In * R * n_outer // _SYRK_PIECE_FLOPS)))
+    bounds = [n_outer * i // n_pieces for i in range(n_pieces + 1)]
+    parts = np.zeros((n_pieces, In, In))
+    ssq = np.zeros((n_pieces, In))
+
+    def work(i: int, st: Any) -> None:
+        buf, tmp = st
+        with np.errstate(over="ignore", invalid="ignore"):  # (per thread; an overflow: the caller's exact Gram)
+            for a in range(bounds[i], bounds[i + 1], k):
+                b = min(a + k, bounds[i + 1])
+                blk = buf[:In * (b - a) * R].reshape(In, (b - a) * R)
+                to_single_slabs(Xv, a, b, blk, ssq[i])
+                np.matmul(blk, blk.T, out=tmp)  # numpy's SSYRK (exactly symmetric)
+                parts[i] += tmp
+
+    with blas_pinned():
+        parallel_for(work, n_pieces, policy,
+                     make_state=lambda: (np.empty(In * k * R, np.float32), np.empty((In, In), np.float32)))
+    G, s = parts[0], ssq[0]
+    for i in range(1, n_pieces):  # in piece order
         G += parts[i]
         s += ssq[i]
     return G, s

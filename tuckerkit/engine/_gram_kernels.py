@@ -47,3 +47,12 @@ def to_single_cols(x2, a, b, out, ss):  # pragma: no cover (compiled)
             x = x2[k, j]
             out[k - a, j] = np.float32(x)
             ss[j] += x * x
+
+
+@njit(cache=True, nogil=True)
+def to_single_slabs(xv, a, b, out, ss):  # pragma: no cover (compiled)
+    # slabs [a, b) of xv (outer, I_n, R) side by side: out[j, (s - a) R + k] = float32(xv[s, j, k]); ss[j] +=
+    # each slab row's squares (to_single_rows's fixed order), slab after slab
+    R = xv.shape[2]
+    for s in range(a, b):
+        to_single_rows(xv[s], 0, R, out[:, (s - a) * R:(s - a + 1) * R], ss)
