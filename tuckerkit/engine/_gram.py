@@ -222,32 +222,40 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     kb = max(16, _START_BLOCK_BYTES // (4 * In))
     n_cols = max(1, _column_pieces(In, K, it))  # (the same cut as the float64 Gram's)
     cuts = [K * i // n_cols for i in range(n_cols + 1)]
-    parts = np.zeros((n_cols, In, In))
-    ssq = np.zeros((n_cols, In))
 
-    def work(i: int, st: Any) -> None:
-        buf, tmp = st
-        with np.errstate(over="ignore", invalid="ignore"):  # (per thread; an overflow: the caller's exact Gram)
-            _blocks(i, buf, tmp)
-
-    def _blocks(i: int, buf: Any, tmp: Any) -> None:
+    def piece(i: int, buf: Any, tmp: Any, part: Any, ss: Any) -> None:
         for a in range(cuts[i], cuts[i + 1], kb):
             b = min(a + kb, cuts[i + 1])
             if rows:
                 blk = buf[:In * (b - a)].reshape(In, b - a)
-                to_single_rows(V, a, b, blk, ssq[i])
+                to_single_rows(V, a, b, blk, ss)
                 np.matmul(blk, blk.T, out=tmp)  # numpy's SSYRK (exactly symmetric)
             else:
                 blk = buf[:In * (b - a)].reshape(b - a, In)
-                to_single_cols(V.T, a, b, blk, ssq[i])
+                to_single_cols(V.T, a, b, blk, ss)
                 np.matmul(blk.T, blk, out=tmp)
-            parts[i] += tmp
+            part += tmp
+
+    return _pieces_in_order(piece, n_cols, In, In * kb, policy)
+
+
+def _pieces_in_order(piece: Any, n_pieces: int, In: int, buf_elems: int,
+                     policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray]:
+    """Run :func:`start_gram`'s pieces, ``piece(i, buf, tmp, partial Gram, partial squares)`` (each thread with
+    a float32 buffer of ``buf_elems`` and an I_n x I_n float32 product), then add the partials in piece order
+    (the same bits for any number of workers)."""
+    parts = np.zeros((n_pieces, In, In))
+    ssq = np.zeros((n_pieces, In))
+
+    def work(i: int, st: Any) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):  # (per thread; an overflow: the caller's exact Gram)
+            piece(i, *st, parts[i], ssq[i])
 
     with blas_pinned():
-        parallel_for(work, n_cols, policy,
-                     make_state=lambda: (np.empty(In * kb, np.float32), np.empty((In, In), np.float32)))
+        parallel_for(work, n_pieces, policy,
+                     make_state=lambda: (np.empty(buf_elems, np.float32), np.empty((In, In), np.float32)))
     G, s = parts[0], ssq[0]
-    for i in range(1, n_cols):  # in piece order
+    for i in range(1, n_pieces):
         G += parts[i]
         s += ssq[i]
     return G, s
@@ -272,27 +280,16 @@ def _start_gram_slabs(X: np.ndarray, plan: GramPlan, policy: ExecutionPolicy) ->
     most = max(1, _PARTIALS_BYTES // (In * In * it))
     n_pieces = max(1, min(MAX_PIECES, most, n_outer, max(2, In * In * R * n_outer // _SYRK_PIECE_FLOPS)))
     bounds = [n_outer * i // n_pieces for i in range(n_pieces + 1)]
-    parts = np.zeros((n_pieces, In, In))
-    ssq = np.zeros((n_pieces, In))
 
-    def work(i: int, st: Any) -> None:
-        buf, tmp = st
-        with np.errstate(over="ignore", invalid="ignore"):  # (per thread; an overflow: the caller's exact Gram)
-            for a in range(bounds[i], bounds[i + 1], k):
-                b = min(a + k, bounds[i + 1])
-                blk = buf[:In * (b - a) * R].reshape(In, (b - a) * R)
-                to_single_slabs(Xv, a, b, blk, ssq[i])
-                np.matmul(blk, blk.T, out=tmp)  # numpy's SSYRK (exactly symmetric)
-                parts[i] += tmp
+    def piece(i: int, buf: Any, tmp: Any, part: Any, ss: Any) -> None:
+        for a in range(bounds[i], bounds[i + 1], k):
+            b = min(a + k, bounds[i + 1])
+            blk = buf[:In * (b - a) * R].reshape(In, (b - a) * R)
+            to_single_slabs(Xv, a, b, blk, ss)
+            np.matmul(blk, blk.T, out=tmp)  # numpy's SSYRK (exactly symmetric)
+            part += tmp
 
-    with blas_pinned():
-        parallel_for(work, n_pieces, policy,
-                     make_state=lambda: (np.empty(In * k * R, np.float32), np.empty((In, In), np.float32)))
-    G, s = parts[0], ssq[0]
-    for i in range(1, n_pieces):  # in piece order
-        G += parts[i]
-        s += ssq[i]
-    return G, s
+    return _pieces_in_order(piece, n_pieces, In, In * k * R, policy)
 
 
 #: a complex Gram conjugates this many elements of the tensor at a time (numpy's matmul has no conjugate flag)
