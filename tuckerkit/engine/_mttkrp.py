@@ -135,7 +135,7 @@ class MTTKRPPlan:
 CHAINS_MIN_ELEMENTS = 1 << 20
 
 
-def _mttkrp_split(shape, strides, n, R, dtype=np.float64) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _mttkrp_split(shape, strides, n, R, dtype=np.float64, host: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The modes of the first (GEMM) and second (batched over the rank) steps of mode ``n``'s MTTKRP.
 
     Modes on both sides of ``n`` in memory: the larger side first. Modes on one side only: one step with the
@@ -149,7 +149,7 @@ def _mttkrp_split(shape, strides, n, R, dtype=np.float64) -> tuple[tuple[int, ..
     step): float64 0.43-0.88x the time (0.97x at R = 64), float32 with the side outside 0.44-0.86x; float32
     with the side inside (mode 0 of a C-order tensor) 0.70-1.31x, so that case keeps one step. 200^3, R = 10,
     mode 2: 9.4 -> 3.6 ms (a streaming read of X: 4.3 ms on one thread), which CP-ALS's line search pays once
-    per tried jump."""
+    per tried jump. ``host``: numpy arrays; a GPU's keep the former rule (not measured there)."""
     others = [m for m in range(len(shape)) if m != n]
     outer = sorted((m for m in others if strides[m] > strides[n]), key=lambda m: -strides[m])
     inner = sorted((m for m in others if strides[m] <= strides[n]), key=lambda m: -strides[m])
@@ -162,7 +162,7 @@ def _mttkrp_split(shape, strides, n, R, dtype=np.float64) -> tuple[tuple[int, ..
         return (), ()
     full = math.prod(shape[m] for m in side)
     dt = np.dtype(dtype)
-    chains = size >= CHAINS_MIN_ELEMENTS and (dt == np.float64 or (dt == np.float32 and side is outer))
+    chains = host and size >= CHAINS_MIN_ELEMENTS and (dt == np.float64 or (dt == np.float32 and side is outer))
     if len(side) == 1 or (full * R <= max(size // 4, 1) and not chains):
         return tuple(side), ()
     # split the side into two chains: first the far end (away from mode n), balancing the temporaries
@@ -199,7 +199,7 @@ def _specs(ndim: int, n: int, first, second) -> tuple[str, str, list[int]]:
 
 def build_mttkrp_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> MTTKRPPlan:
     xp = array_namespace(X)
-    first, second = _mttkrp_split(X.shape, _elem_strides(X), n, R, X.dtype)
+    first, second = _mttkrp_split(X.shape, _elem_strides(X), n, R, X.dtype, xp is np)
     spec1, spec2, rest = _specs(X.ndim, n, first, second)
     out = xp.empty((X.shape[n], R), dtype=X.dtype)
     kr1 = xp.empty((*(X.shape[m] for m in first), R), dtype=X.dtype)
