@@ -337,7 +337,9 @@ class _Handoff:
         if workers < 2:
             _run_all(self.D, n)
             return
-        nh = min(workers - 1, _MAX_HELPERS)
+        # (no more spinning helpers than the other CPUs: on an oversubscribed machine a spinner would share a
+        # core with a helper still computing; the pieces, hence the bits, do not depend on it)
+        nh = min(workers - 1, _MAX_HELPERS, max(1, (os.cpu_count() or 2) - 1))
         self.helpers(nh)
         self.seq += 1
         _round(self.ctrl, self.D, self.hs, self.word, n, nh, self.seq, self.sysc)
