@@ -267,8 +267,9 @@ def _start_gram_slabs(X: np.ndarray, plan: GramPlan, policy: ExecutionPolicy) ->
     sizes alone (at most ``MAX_PIECES``, partials within ``_PARTIALS_BYTES``); a piece rounds its slabs to
     float32 side by side into packs of about ``_START_BLOCK_BYTES`` ((I_n, k R): the rows' squares summed in
     float64 on the way, slab by slab), one SSYRK per pack added to the piece's float64 partial, the partials
-    added in piece order: the same bits for any number of workers. 200^3's middle mode, two workers: see
-    :data:`_START_BLOCK_BYTES`'s neighbour figures in the caller's docstring (CP-ALS's start)."""
+    added in piece order: the same bits for any number of workers. 200^3's middle mode, two workers,
+    interleaved medians of 9: 19.9-24.6 against 27.9-31.9 ms for the float64 Gram; 60^4's mode 2 26.2-26.5
+    against 38.6-41.6 ms, its mode 1 (two slabs a pack of 60 x 3600) 23.5-24.6 against 20.0-24.6 ms."""
     Xv = _slab_view(X, plan.mode, list(plan.outer), list(plan.inner))
     n_outer, In, R = Xv.shape
     it = X.itemsize

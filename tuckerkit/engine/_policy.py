@@ -226,11 +226,9 @@ class _BlasPin:
 
     def _pin_new(self) -> None:
         """Hold at one thread the libraries loaded since the outermost call came in (lock held)."""
-        have = {id(lib) for lib in self.pinned}
-        libs = self._libraries()
-        for lib, acc in zip(libs, self.access, strict=True):
-            if id(lib) not in have and all(getattr(lib, "filepath", None) != getattr(p, "filepath", 0)
-                                           for p in self.pinned):
+        have = {getattr(lib, "filepath", None) for lib in self.pinned}  # (a new look makes new controllers)
+        for lib, acc in zip(self._libraries(), self.access, strict=True):
+            if getattr(lib, "filepath", None) not in have:
                 n = acc[0]()
                 if n != 1:
                     acc[1](1)
