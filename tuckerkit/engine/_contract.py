@@ -19,9 +19,11 @@ from tuckerkit.engine._policy import (
     MIN_CHUNK_FLOPS,
     MIN_PARALLEL_FLOPS,
     PIN_FLOPS,
+    QUIET_MIN_FLOPS,
     ExecutionPolicy,
     blas_pinned,
     parallel_for,
+    quiet_blas_workers,
     resolve_policy,
     split_points,
     split_work,
@@ -317,6 +319,8 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
             return
         if piece_scale > 1:  # a planned contraction's pieces in float64 terms (float32 pieces twice the flops)
             flops = split_work(flops, cv.dtype)
+        if flops >= QUIET_MIN_FLOPS and policy.workers > 1:  # its pieces need the cores OpenBLAS's workers spin on
+            quiet_blas_workers()
         nd = cv.ndim
         batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
         if batch_axes:

@@ -1,0 +1,135 @@
+"""OpenBLAS's spinning workers quieted before a parallel section (``_policy.quiet_blas_workers``).
+
+Each case runs in a fresh interpreter: the step acts only when no Python thread but the caller (and
+tuckerkit's own) is alive, and pytest's workers keep threads of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+from tuckerkit.engine import _policy
+
+_POOLS = [i for i in threadpool_info() if i["user_api"] == "blas" and i["internal_api"] == "openblas"
+          and i.get("threading_layer") == "pthreads"]
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _POOLS or len(os.sched_getaffinity(0)) < 2,
+    reason="needs OpenBLAS with its own worker threads (Linux, 2 threads or more)")
+
+_PRELUDE = """
+import json, threading, numpy as np
+import tuckerkit as tk
+from tuckerkit.engine import _policy
+A = np.random.default_rng(0).standard_normal((400, 400))
+ref = A @ A
+_policy._openblas_pools()
+pool = next(p for path, p in _policy._QUIET.items() if p is not None and 'numpy' in path)  # numpy's OpenBLAS
+out = {}
+"""
+
+
+_THREAD_SETTINGS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS",
+                    "OPENBLAS_THREAD_TIMEOUT")
+
+
+def _run(body: str, env: dict[str, str] | None = None) -> dict:
+    # OpenBLAS as a fresh process starts it (a test before may have left dask's one-thread settings behind)
+    e = {k: v for k, v in os.environ.items() if k not in _THREAD_SETTINGS}
+    e.update(env or {})
+    p = subprocess.run([sys.executable, "-c", _PRELUDE + body], capture_output=True, text=True, timeout=300, env=e)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_threaded_product_leaves_a_spinning_worker_that_the_step_ends_and_blas_starts_again():
+    out = _run("""
+B = A @ A                                   # OpenBLAS's worker spins for ~0.1 s after this
+out['spinning'] = _policy._foreign_threads_running()
+out['quieted'] = _policy.quiet_blas_workers()
+out['pool up after'] = bool(pool.avail.value)
+out['spinning after'] = _policy._foreign_threads_running()
+C = A @ A                                   # the pool starts again on the next threaded call
+out['pool up again'] = bool(pool.avail.value)
+out['same bits'] = bool(np.array_equal(B, ref) and np.array_equal(C, ref))
+print(json.dumps(out))
+""")
+    assert out == {"spinning": True, "quieted": True, "pool up after": False, "spinning after": False,
+                   "pool up again": True, "same bits": True}
+
+
+def test_nothing_is_stopped_while_another_python_thread_lives_or_when_turned_off():
+    out = _run("""
+stop = threading.Event()
+t = threading.Thread(target=stop.wait); t.start()
+A @ A
+out['with a thread'] = _policy.quiet_blas_workers()
+out['pool up'] = bool(pool.avail.value)
+stop.set(); t.join()
+print(json.dumps(out))
+""")
+    assert out == {"with a thread": False, "pool up": True}
+    out = _run("""
+A @ A
+out['turned off'] = _policy.quiet_blas_workers()
+out['pool up'] = bool(pool.avail.value)
+print(json.dumps(out))
+""", env={"TUCKERKIT_BLAS_QUIET": "0"})
+    assert out == {"turned off": False, "pool up": True}
+
+
+def test_nothing_is_stopped_when_no_worker_spins():
+    out = _run("""
+import time
+A @ A
+time.sleep(0.6)                            # past OpenBLAS's 2^28-cycle spin: the worker sleeps
+out['spinning'] = _policy._foreign_threads_running()
+out['quieted'] = _policy.quiet_blas_workers()
+out['pool up'] = bool(pool.avail.value)
+print(json.dumps(out))
+""")
+    assert out == {"spinning": False, "quieted": False, "pool up": True}
+
+
+def test_a_decomposition_after_a_threaded_product_gives_the_same_bits_and_restores_the_count():
+    """The first parallel section of ``cp_als`` quiets the worker the product left; the factors are the bits
+    of a call with the step turned off, and the caller's thread count is back after the call."""
+    body = """
+from threadpoolctl import threadpool_info
+X = np.random.default_rng(1).standard_normal((120, 110, 100))
+A @ A
+cp = tk.cp_als(X, 8, max_iter=3, tol=0, init="random", random_state=0)
+out['quieted'] = _policy._PIN.quieted
+out['stopped'] = _policy.QUIETED[0]
+out['threads'] = sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'})
+np.save('{path}', np.concatenate([f.ravel() for f in cp.factors]))
+print(json.dumps(out))
+"""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        on = _run(body.replace("{path}", f"{d}/on.npy"))
+        off = _run(body.replace("{path}", f"{d}/off.npy"), env={"TUCKERKIT_BLAS_QUIET": "0"})
+        assert on["quieted"] and off["quieted"]  # looked once (off: the switch is read after the flag is set)
+        assert (on["stopped"], off["stopped"]) == (1, 0)
+        assert on["threads"] == off["threads"] == [min(len(os.sched_getaffinity(0)), 64)]
+        assert np.array_equal(np.load(f"{d}/on.npy"), np.load(f"{d}/off.npy"))
+
+
+def test_inside_a_pinned_call_the_step_looks_once(monkeypatch):
+    looks = []
+    monkeypatch.setattr(_policy, "_foreign_threads_running", lambda: looks.append(1) or False)
+    monkeypatch.delenv("TUCKERKIT_BLAS_QUIET", raising=False)
+    monkeypatch.setattr(_policy.threading, "enumerate", lambda: [_policy.threading.current_thread()])
+    with _policy.blas_pinned():
+        assert _policy.quiet_blas_workers() is False
+        assert _policy.quiet_blas_workers() is False
+    with _policy.blas_pinned():
+        _policy.quiet_blas_workers()
+    assert len(looks) == 2
