@@ -412,8 +412,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
             client, cluster = connect_scheduler(scheduler, name="--scheduler")
         # the file's metadata, the ranks and the output path are checked before the one NaN/Inf scan, which
         # the decomposition runs as it reads the tensor
-        if input.suffix.lower() == ".tns":  # this process is the CLI's: cached kernels load without a refresh
-            _own_process_numba()
+        _own_process_numba()  # this process is the CLI's: cached kernels load without a refresh
         with open_tensor(input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
                          csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,
                          allow_external=allow_external, iterations=n_iter_max) as X:
@@ -809,8 +808,9 @@ _OWN_PROCESS = False
 
 
 def _own_process_numba() -> None:
-    """Before the first compiled kernel of a sparse run: cached kernels load without numba's registry refresh
-    (``cli/_startup.py``), in the console script's process only."""
+    """Before the first compiled kernel of a run: cached kernels load without numba's registry refresh
+    (``cli/_startup.py``), in the console script's process only. A dense run imports scipy.linalg all the same
+    (its eigensolvers): there it saves about 0.07 s of a 1.05 s run of HOOI on 200^3 (a sparse one 0.3-0.5 s)."""
     if _OWN_PROCESS:
         from tuckerkit.cli._startup import light_numba
 

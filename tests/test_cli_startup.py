@@ -121,8 +121,7 @@ def _write_tns(path: Path) -> None:
 _CLI = """
 import atexit, gc, json, sys
 atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0, file=sys.stderr))  # runs last
-sys.argv = ["tuckerkit", "decompose", {tns!r}, "--method", "cp", "--rank", "4", "--iterations", "5",
-            "--seed", "1", "-o", {out!r}, "--force", "--no-linesearch", "--quiet"]
+sys.argv = ["tuckerkit", "decompose", {tns!r}, *{args!r}, "-o", {out!r}]
 from tuckerkit.cli import main
 try:
     main()
@@ -134,21 +133,34 @@ print(json.dumps([m for m in heavy if m in sys.modules]), file=sys.stderr)
 """
 
 
-def test_console_script_sparse_run_loads_cached_kernels_lightly_and_writes_the_same_result(tmp_path):
-    tns = tmp_path / "t.tns"
-    _write_tns(tns)
+_CP_ARGS = ["--method", "cp", "--rank", "4", "--iterations", "5", "--seed", "1", "--force", "--no-linesearch",
+            "--quiet"]
+
+
+@pytest.mark.parametrize(("suffix", "args", "summary"), [
+    (".tns", _CP_ARGS, "cp of 30x25x20 float64: rank 4"),
+    (".npy", _CP_ARGS, "cp of 30x25x20 float64: rank 4"),
+    (".npy", ["--ranks", "3,3,3", "--iterations", "3", "--force", "--quiet"], "hooi of 30x25x20 float64"),
+])
+def test_console_script_run_loads_cached_kernels_lightly_and_writes_the_same_result(tmp_path, suffix, args,
+                                                                                     summary):
+    tns = tmp_path / f"t{suffix}"
+    _write_tns(tmp_path / "t.tns")
+    if suffix == ".npy":  # the same tensor, dense
+        from tuckerkit.io import load_tensor
+
+        np.save(tns, load_tensor(tmp_path / "t.tns").to_dense())
     ref = tmp_path / "ref.npz"
-    res = CliRunner().invoke(app, ["decompose", str(tns), "--method", "cp", "--rank", "4", "--iterations", "5",
-                                   "--seed", "1", "-o", str(ref), "--force", "--no-linesearch", "--quiet"])
+    res = CliRunner().invoke(app, ["decompose", str(tns), *args, "-o", str(ref)])
     assert res.exit_code == 0, res.output  # in this process: numba's usual path (and its cache written)
     out = tmp_path / "out.npz"
-    code = _CLI.format(tns=str(tns), out=str(out))
+    code = _CLI.format(tns=str(tns), args=args, out=str(out))
     for _ in range(2):  # the second run finds every kernel in the cache, whatever ran before
         run = _run_py(code, cwd=tmp_path)
         assert run.returncode == 0, run.stderr
     assert json.loads(run.stderr.strip().splitlines()[-2]) == []
     assert run.stderr.strip().splitlines()[-1] == "frozen at exit: True"  # main()'s last exit handler ran
-    assert "cp of 30x25x20 float64: rank 4" in run.stdout
+    assert summary in run.stdout
     with np.load(ref) as a, np.load(out) as b:
         assert sorted(a.files) == sorted(b.files)
         for k in a.files:
