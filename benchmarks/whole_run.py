@@ -10,12 +10,12 @@ on 200^3 float64 files (64 MB, read from the page cache):
 * ``import`` alone of each library (with numpy), the floor of every run of it.
 
 The clock is the parent's, around the whole process (start to exit); each script also reports its own import,
-read, call and write times and the fit of its result (computed after the clock inside stopped, the same way
-for all). Peak memory: the child's own peak resident set (``VmHWM``; the command line's from one more run
-through its entry point). Medians of ``--repeat`` rounds after one
-warm-up round (it fills numba's and Python's caches as any user's first run does once), the commands taken in
-a rotating order. Children run with OpenBLAS's defaults (the OpenBLAS variables of this machine's environment
-removed) and with Python's bytecode cache on (an installed package has it).
+read, call and write times. The fit of each script's result is computed here afterwards from the file it
+wrote, the same way for all (the command line's is its own summary's). Peak memory: the child's own peak
+resident set (``VmHWM``; the command line's from one more run through its entry point). Medians of
+``--repeat`` rounds after one warm-up round (it fills numba's and Python's caches as any user's first run does
+once), the commands taken in a rotating order. Children run with OpenBLAS's defaults (the OpenBLAS variables
+of this machine's environment removed) and with Python's bytecode cache on (an installed package has it).
 
 Run:  python benchmarks/whole_run.py [--repeat 5] [--quick]
 Writes benchmarks/results/whole_run.{json,md,png}.
@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, environment, write_json, write_text
-from defaults import cp_tensor, tucker_tensor
+from defaults import cp_tensor, fit_cp, fit_tucker, tucker_tensor
 
 _DROP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_THREAD_TIMEOUT", "PYTHONDONTWRITEBYTECODE")
 
@@ -55,23 +55,12 @@ t2 = time.perf_counter()
 t3 = time.perf_counter()
 np.savez({out!r}, *arrays)
 t4 = time.perf_counter()
-{fit}
-print(json.dumps({{"import": t1 - t0, "read": t2 - t1, "call": t3 - t2, "write": t4 - t3, "fit": fit,
-                  "peak_mb": {peak}}}))
+print(json.dumps({{"import": t1 - t0, "read": t2 - t1, "call": t3 - t2, "write": t4 - t3, "peak_mb": {peak}}}))
 """
 
 #: the process's own peak resident set, MB (VmHWM: this process's memory only; ``wait4``'s maximum would also
 #: count the parent's pages at the fork)
 _PEAK = "int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024"
-
-_FIT_TUCKER = """Y = np.asarray(core)
-for n, U in enumerate(factors):
-    Y = np.moveaxis(np.tensordot(np.asarray(U), Y, axes=(1, n)), 0, n)
-fit = 1.0 - float(np.linalg.norm(X - Y) / np.linalg.norm(X))"""
-
-_FIT_CP = """Us = [np.asarray(U) for U in factors]
-Us[0] = Us[0] * np.asarray(weights)[None, :]
-fit = 1.0 - float(np.linalg.norm(X - np.einsum("az,bz,cz->abc", *Us, optimize=True)) / np.linalg.norm(X))"""
 
 _CALLS = {
     "tucker": {
@@ -140,7 +129,7 @@ def commands(kind: str, path: Path, tmp: Path) -> dict[str, list[str]]:
     cmds["tuckerkit CLI"] = cli
     for lib, (imports, call) in _CALLS[kind].items():
         src = _SCRIPT.format(imports=imports, path=str(path), call=call, out=str(tmp / f"{lib}_{kind}.npz"),
-                             fit=_FIT_TUCKER if kind == "tucker" else _FIT_CP, peak=_PEAK)
+                             peak=_PEAK)
         cmds[lib] = [sys.executable, "-c", src]
     return cmds
 
@@ -177,7 +166,11 @@ def run(repeat: int, n: int) -> dict:
             if reps and "read" in reps[0]:
                 for part in ("import", "read", "call", "write"):
                     row[part] = statistics.median(r[part] for r in reps)
-                row["fit"] = reps[0]["fit"]
+                # the fit of the result it wrote, computed here (outside every clock), the same way for all
+                X = np.load(files[kind])
+                with np.load(tmp / f"{name}_{kind}.npz") as z:
+                    arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
+                row["fit"] = (fit_tucker if kind == "tucker" else fit_cp)(X, arrays[0], arrays[1:])
             elif reps and "fit" in reps[0]:  # the command line's summary
                 row["fit"] = reps[0]["fit"]
                 row["call"] = statistics.median(r["seconds"] for r in reps)
