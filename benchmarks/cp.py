@@ -81,7 +81,7 @@ def main(argv=None) -> None:
     from tensorly.cp_tensor import CPTensor as TLCP
 
     cases = [((200, 200, 200), 10, "float64"), ((200, 200, 200), 50, "float64"), ((200, 200, 200), 10, "float32"),
-             ((60, 60, 60, 60), 10, "float64"), ((60, 60, 60, 60), 50, "float64")]
+             ((200, 200, 200), 50, "float32"), ((60, 60, 60, 60), 10, "float64"), ((60, 60, 60, 60), 50, "float64")]
     if args.quick:
         cases = [((60, 60, 60), 10, "float64"), ((60, 60, 60), 10, "float32")]
     rows = []
