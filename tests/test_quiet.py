@@ -133,3 +133,25 @@ def test_inside_a_pinned_call_the_step_looks_once(monkeypatch):
     with _policy.blas_pinned():
         _policy.quiet_blas_workers()
     assert len(looks) == 2
+
+
+def test_a_large_cut_product_quiets_the_workers_first_and_keeps_its_bits():
+    """A product cut over the workers from QUIET_MIN_FLOPS (here 2 x 300 x 400 x 300 = 72 MFlop) looks
+    before its pieces run (on the GIL-free helpers, which share the cores with OpenBLAS's workers)."""
+    body = """
+from tuckerkit.engine import ExecutionPolicy, plan_contraction
+rng = np.random.default_rng(2)
+P, Q = rng.standard_normal((300, 400)), rng.standard_normal((400, 300))
+plan = plan_contraction("ik,kj->ij", P, Q, policy=ExecutionPolicy(workers=2))
+import time
+time.sleep(0.6)                            # past the spin of the prelude's product
+ref = plan(P, Q)                            # nothing spins
+out['stopped before'] = _policy.QUIETED[0]
+A @ A
+again = plan(P, Q)
+out['stopped after'] = _policy.QUIETED[0]
+out['same bits'] = bool(np.array_equal(ref, again))
+out['close to numpy'] = bool(np.allclose(ref, P @ Q, rtol=1e-13, atol=1e-12))
+print(json.dumps(out))
+"""
+    assert _run(body) == {"stopped before": 0, "stopped after": 1, "same bits": True, "close to numpy": True}
