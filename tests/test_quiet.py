@@ -117,7 +117,8 @@ print(json.dumps(out))
         on = _run(body.replace("{path}", f"{d}/on.npy"))
         off = _run(body.replace("{path}", f"{d}/off.npy"), env={"TUCKERKIT_BLAS_QUIET": "0"})
         assert on["quieted"] and off["quieted"]  # looked once (off: the switch is read after the flag is set)
-        assert (on["stopped"], off["stopped"]) == (1, 0)
+        # numpy's pool, and scipy's too when its workers still spin from its loading during the call
+        assert on["stopped"] in (1, 2) and off["stopped"] == 0
         assert on["threads"] == off["threads"] == [min(len(os.sched_getaffinity(0)), 64)]
         assert np.array_equal(np.load(f"{d}/on.npy"), np.load(f"{d}/off.npy"))
 
