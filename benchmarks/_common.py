@@ -105,3 +105,33 @@ def write_text(name: str, text: str) -> Path:
 def geomean(xs) -> float:
     xs = list(xs)
     return float(statistics.geometric_mean(xs)) if xs else float("nan")
+
+
+def grouped_bars(name: str, groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
+                 log: bool = False) -> None:
+    """A bar chart of ``series`` (label -> one value per group) side by side in each group, written to
+    ``results/name``; nothing when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = np.arange(len(groups))
+    w = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * w, values, w, label=label, color=f"C{i}")
+    ax.set_xticks(x, groups)
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(RESULTS / name, dpi=110)
+    plt.close(fig)

@@ -33,7 +33,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, write_json, write_text
+from _common import environment, grouped_bars, write_json, write_text
 
 import tuckerkit as tk
 
@@ -206,26 +206,10 @@ def markdown(rows) -> str:
 
 
 def plot(rows) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, ax = plt.subplots(figsize=(8, 4))
     labels = [f"{'HOOI' if r['kind'] == 'tucker' else 'CP'} {'x'.join(map(str, r['shape']))}" for r in rows]
-    x = np.arange(len(rows))
-    for i, (k, c) in enumerate((("tuckerkit", "C0"), ("tensorly", "C1"), ("pyttb", "C2"))):
-        ax.bar(x + (i - 1) * 0.27, [r["seconds"][k] for r in rows], 0.27, label=k, color=c)
-    ax.set_xticks(x, labels)
-    ax.set_yscale("log")
-    ax.set_ylabel("seconds, whole default call (log)")
-    ax.set_title("A whole default call (lower is better)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "defaults.png", dpi=110)
-    plt.close(fig)
+    series = {k: [r["seconds"][k] for r in rows] for k in ("tuckerkit", "tensorly", "pyttb")}
+    grouped_bars("defaults.png", labels, series, "seconds, whole default call (log)",
+                 "A whole default call (lower is better)", log=True)
 
 
 def main(argv=None) -> None:

@@ -38,7 +38,7 @@ import _quiet_blas  # noqa: F401  (this process's own OpenBLAS; the children get
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, write_json, write_text
+from _common import environment, grouped_bars, write_json, write_text
 from defaults import cp_tensor, fit_cp, fit_tucker, tucker_tensor
 
 _DROP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_THREAD_TIMEOUT", "PYTHONDONTWRITEBYTECODE")
@@ -215,26 +215,12 @@ def markdown(res: dict) -> str:
 
 
 def plot(res: dict) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
     by = {(r["kind"], r["command"]): r for r in res["rows"]}
-    names = ["tuckerkit CLI", "tuckerkit", "tensorly", "pyttb"]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    x = np.arange(2)
-    for i, name in enumerate(names):
-        ax.bar(x + (i - 1.5) * 0.2, [by[(k, name)]["wall"] for k in ("tucker", "cp")], 0.2, label=name)
-    ax.set_xticks(x, [f"HOOI {res['shape'][0]}^3", f"CP-ALS {res['shape'][0]}^3"])
-    ax.set_ylabel("seconds, whole process")
-    ax.set_title("Whole runs: import, read, decompose, write (lower is better)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "whole_run.png", dpi=110)
-    plt.close(fig)
+    n = res["shape"][0]
+    grouped_bars("whole_run.png", [f"HOOI {n}^3", f"CP-ALS {n}^3"],
+                 {name: [by[(k, name)]["wall"] for k in ("tucker", "cp")]
+                  for name in ("tuckerkit CLI", "tuckerkit", "tensorly", "pyttb")},
+                 "seconds, whole process", "Whole runs: import, read, decompose, write (lower is better)")
 
 
 def main(argv=None) -> None:
