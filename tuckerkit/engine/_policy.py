@@ -360,8 +360,9 @@ def quiet_blas_workers() -> bool:
         return False
     done = False
     with pin.lock:
-        # numpy's library first (the one numpy's products run on), then the others, until none runs: a pool
-        # whose workers already sleep is left up (stopped, it would start spinning ones at the call's end)
+        # numpy's library first (the one numpy's products run on), then the others while a foreign thread
+        # still runs: once none does, the pools left are left up (a stopped pool starts its workers again,
+        # spinning, at the next threaded call, which is the call's own pin restoring the count)
         pools = sorted(_openblas_pools(), key=lambda p: "numpy" not in p.path)
         for pool in pools:
             if done and not _foreign_threads_running():
