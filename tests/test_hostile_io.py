@@ -77,6 +77,8 @@ def test_a_signal_during_the_final_write_keeps_the_old_output_and_removes_the_te
                                                                                        tmp_path, command, sig):
     """SIGTERM during ``reconstruct -o out.npy --force`` left hidden temporaries of up to 1.2 GB; Ctrl-C during
     the final write was swallowed (exit 0)."""
+    if sig == "SIGHUP" and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        pytest.skip("SIGHUP is ignored in this process (nohup): the command line inherits that and keeps it")
     res, _ = result_file
     out = tmp_path / ("out.npy" if command == "reconstruct" else "out.npz")
     out.write_bytes(b"the old output")
