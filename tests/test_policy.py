@@ -5,6 +5,7 @@ how many threads call at once."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -256,16 +257,32 @@ import numpy as np
 import tuckerkit as tk
 from threadpoolctl import threadpool_info
 from tuckerkit.engine import blas_pinned
+from tuckerkit.engine._policy import scipy_linalg
 fresh = "scipy.linalg" not in sys.modules  # tuckerkit's import leaves scipy's LAPACK (its own OpenBLAS) unloaded
 with blas_pinned():
+    still = "scipy.linalg" not in sys.modules  # nor does entering a pinned call
+    scipy_linalg()  # loaded inside the pin: held at one thread at once
     inside = {d["filepath"]: d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}
 X = np.random.default_rng(0).standard_normal((150, 150, 150))
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", tk.ConvergenceWarning)
     runs = [tk.cp_als(X, 30, max_iter=1, tol=0) for _ in range(2)]
 digests = [hashlib.sha256(b"".join(U.tobytes() for U in r.factors)).hexdigest() for r in runs]
-print(json.dumps({"fresh": fresh, "threads inside": sorted(set(inside.values())),
+print(json.dumps({"fresh": fresh and still, "threads inside": sorted(set(inside.values())),
                   "scipy's BLAS pinned": any("scipy" in f and "numpy" not in f for f in inside),
+                  "same bits": digests[0] == digests[1]}))
+"""
+
+_FIRST_CALL_UNLOADED = """
+import hashlib, json, sys, warnings
+import numpy as np
+import tuckerkit as tk
+X = np.random.default_rng(0).standard_normal((150, 150, 150))
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", tk.ConvergenceWarning)
+    runs = [tk.cp_als(X, 30, max_iter=1, tol=0) for _ in range(2)]
+digests = [hashlib.sha256(b"".join(U.tobytes() for U in r.factors)).hexdigest() for r in runs]
+print(json.dumps({"scipy.linalg loaded by the call": "scipy.linalg" in sys.modules,
                   "same bits": digests[0] == digests[1]}))
 """
 
@@ -274,10 +291,18 @@ def test_the_first_call_of_a_process_gives_the_bits_of_the_next():
     """scipy's LAPACK is loaded by a decomposition's first call, inside the pin: it must be pinned too. Before,
     scipy's OpenBLAS ran that call's ``eigh`` on two threads: the first ``cp_als(X, 30)`` of a process on 150^3
     gave other bits than the second."""
-    p = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True, timeout=300)
+    # OpenBLAS as a fresh process starts it (a test before may have left dask's one-thread settings behind)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                            "GOTO_NUM_THREADS", "MKL_NUM_THREADS")}
+    p = subprocess.run([sys.executable, "-c", _FIRST_CALL], capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout) == {"fresh": True, "threads inside": [1], "scipy's BLAS pinned": True,
                                     "same bits": True}
+    # and where scipy.linalg is first loaded by the call itself (no look before it)
+    p = subprocess.run([sys.executable, "-c", _FIRST_CALL_UNLOADED], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout) == {"scipy.linalg loaded by the call": True, "same bits": True}
 
 
 def test_policy_is_validated():

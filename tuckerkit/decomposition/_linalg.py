@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tuckerkit.backend import array_namespace, to_host
-from tuckerkit.engine._policy import blas_pinned
+from tuckerkit.engine._policy import blas_pinned, scipy_linalg
 
 
 def _definite(L: Any) -> bool:
@@ -36,16 +36,15 @@ def spd_solve(V: Any, M: Any) -> Any:
     xp = array_namespace(V, M)
     if xp is not np:
         return M @ xp.asarray(spd_inverse(to_host(V)))
-    import scipy.linalg  # here, not at the top: `import tuckerkit` needs no scipy.linalg
-
+    linalg = scipy_linalg()  # (not at the top: `import tuckerkit` needs no scipy.linalg)
     Vt = V.T  # U V = M is V^T U^T = M^T (V^T = conj(V) is Hermitian positive definite too)
     try:
-        c = scipy.linalg.cho_factor(Vt, check_finite=False)
+        c = linalg.cho_factor(Vt, check_finite=False)
         if _definite(c[0]):
-            return scipy.linalg.cho_solve(c, M.T, check_finite=False).T
+            return linalg.cho_solve(c, M.T, check_finite=False).T
     except np.linalg.LinAlgError:
         pass
-    sol, *_ = scipy.linalg.lstsq(Vt, M.T, check_finite=False, cond=np.finfo(V.dtype).eps * max(V.shape))
+    sol, *_ = linalg.lstsq(Vt, M.T, check_finite=False, cond=np.finfo(V.dtype).eps * max(V.shape))
     return sol.T
 
 
@@ -62,8 +61,7 @@ def spd_inverse(V: Any) -> Any:
     array([[0.25, 0.  ],
            [0.  , 0.  ]])
     """
-    from scipy.linalg import lapack
-
+    lapack = scipy_linalg().lapack
     with blas_pinned():  # LAPACK's ?potrf, then ?potri (the inverse from the Cholesky factor)
         potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (V,))
         c, info = potrf(V, lower=1, clean=1)

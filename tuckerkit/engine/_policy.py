@@ -160,16 +160,8 @@ class _BlasPin:
         self.quieted = False  # quiet_blas_workers looked during the outermost call
 
     def _libraries(self) -> list[Any]:
-        # a library loaded since the last look (an import) is found by looking again. Before the first look
-        # scipy's LAPACK (its wheel bundles an OpenBLAS of its own) is loaded: the decompositions import it on
-        # their first call, inside the pin, where a library loaded after the look would run unpinned at its own
-        # thread count (measured: the first cp_als(X, 50) of a process, 200^3, gave other bits than the next
-        # ones; eigh's results change with the thread count)
-        if self.libs is None:
-            try:
-                import scipy.linalg  # noqa: F401
-            except Exception:  # pragma: no cover - scipy is a dependency
-                pass
+        # a library loaded since the last look (an import) is found by looking again; one loaded inside a
+        # pinned call is pinned by the next nested entry, or at once by :func:`scipy_linalg`
         if self.libs is None or len(sys.modules) != self.modules_seen:
             self.modules_seen = len(sys.modules)
             try:
@@ -256,6 +248,23 @@ class _BlasPin:
 
 
 _PIN = _BlasPin()
+
+
+def scipy_linalg() -> Any:
+    """``scipy.linalg``, imported where first needed (``import tuckerkit`` and sparse CP runs never load it:
+    0.1-0.3 s and 15 MB of a command-line run). Its wheel bundles an OpenBLAS of its own: loaded inside a
+    pinned call, that library is held at one thread before this returns, so the call's LAPACK runs as every
+    later call's does (measured before: the first ``cp_als(X, 50)`` of a process on 200^3 gave other bits than
+    the next ones; ``eigh``'s results change with the thread count). Every LAPACK call of tuckerkit's gets
+    ``scipy.linalg`` through this function."""
+    import scipy.linalg
+
+    pin = _PIN
+    if pin.inside and len(sys.modules) != pin.modules_seen:
+        with pin.lock:
+            if pin.inside:
+                pin._pin_new()
+    return scipy.linalg
 
 
 # ---------------------------------------------------------------------------------------------------

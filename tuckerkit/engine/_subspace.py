@@ -17,7 +17,7 @@ import numpy as np
 
 from tuckerkit.backend import array_namespace, to_host
 from tuckerkit.engine._gram import dense_gram
-from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned
+from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, scipy_linalg
 
 
 def sign_fix(U: Any) -> Any:
@@ -57,12 +57,11 @@ def eigh_desc(G: Any, r: int | None = None) -> tuple[Any, Any]:
         if r is not None and r < I_n:
             w, V = w[I_n - r:], V[:, I_n - r:]
     elif G.dtype.char not in "fdFD" or I_n == 0 or (r is not None and r < 1):  # scipy converts or checks
-        import scipy.linalg  # here, not at the top: `import tuckerkit` and sparse runs need no scipy.linalg
-
+        linalg = scipy_linalg()  # (not at the top: `import tuckerkit` and sparse runs need no scipy.linalg)
         if r is None or r >= I_n:
-            w, V = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False)
+            w, V = linalg.eigh(G, overwrite_a=True, check_finite=False)
         else:
-            w, V = scipy.linalg.eigh(G, subset_by_index=[I_n - r, I_n - 1], overwrite_a=True, check_finite=False)
+            w, V = linalg.eigh(G, subset_by_index=[I_n - r, I_n - 1], overwrite_a=True, check_finite=False)
     else:  # scipy.linalg.eigh's own ?syevr / ?heevr call (same arguments and workspace: the same bits), without
         # its per-call checks and workspace query: ~0.2 ms of a 100 x 100 subset eigh (HOOI's factor step)
         drv, lwork = _evr_driver(G.dtype.char, I_n)
@@ -97,8 +96,7 @@ def _evr_driver(char: str, n: int) -> tuple[Any, dict[str, int]]:
     hit = _EVR_DRIVERS.get((char, n))
     if hit is not None:
         return hit
-    from scipy.linalg import lapack
-
+    lapack = scipy_linalg().lapack
     pfx = "heevr" if char in "FD" else "syevr"
     proto = np.empty((1, 1), dtype=char)
     drv, drvlw = lapack.get_lapack_funcs((pfx, pfx + "_lwork"), (proto,))
@@ -124,8 +122,7 @@ def _top_eigh_mrrr(G: Any, r: int) -> tuple[Any, Any] | None:
     key = (G.dtype.char, n, r)
     hit = _MRRR_DRIVERS.get(key)
     if hit is None:
-        from scipy.linalg import lapack
-
+        lapack = scipy_linalg().lapack
         sytrd, stemr, ormqr = lapack.get_lapack_funcs(("sytrd", "stemr", "ormqr"), (G,))
         lw_trd = int(lapack.get_lapack_funcs(("sytrd_lwork",), (G,))[0](n, lower=1)[0])
         z = np.zeros((n - 1, n - 1), dtype=G.dtype, order="F")
@@ -260,14 +257,11 @@ def _thin_q(A: Any) -> Any:
     workspaces, so the same bits, without its per-call workspace queries, checks and unused ``R``."""
     m, k = A.shape
     if A.dtype.char not in "fdFD" or m < k or k == 0:
-        import scipy.linalg
-
-        return scipy.linalg.qr(A, mode="economic", overwrite_a=True, check_finite=False)[0]
+        return scipy_linalg().qr(A, mode="economic", overwrite_a=True, check_finite=False)[0]
     key = (A.dtype.char, m, k)
     hit = _QR_DRIVERS.get(key)
     if hit is None:
-        from scipy.linalg import lapack
-
+        lapack = scipy_linalg().lapack
         geqrf, orgqr = lapack.get_lapack_funcs(("geqrf", "orgqr"), (A,))
         z = np.zeros((m, k), dtype=A.dtype, order="F")
         lw1 = int(geqrf(z, lwork=-1)[-2][0].real)
@@ -402,10 +396,9 @@ _BLOCK_ELEMS = 1 << 20
 def _orth(xp, A: Any) -> Any:
     """An orthonormal basis of the columns of a tall matrix (thin QR; LAPACK on one BLAS thread)."""
     if xp is np:
-        import scipy.linalg
-
+        linalg = scipy_linalg()
         with blas_pinned():
-            Q, _ = scipy.linalg.qr(A, mode="economic", overwrite_a=False, check_finite=False)
+            Q, _ = linalg.qr(A, mode="economic", overwrite_a=False, check_finite=False)
         return Q
     Q, _ = xp.linalg.qr(A)
     return Q

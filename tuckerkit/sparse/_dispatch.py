@@ -10,7 +10,7 @@ import numpy as np
 
 from tuckerkit.backend import Device
 from tuckerkit.engine._operand import OperandBase
-from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
+from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy, scipy_linalg
 from tuckerkit.engine._subspace import sign_fix
 from tuckerkit.engine._sweeps import Sweep
 
@@ -252,6 +252,7 @@ class SparseOperand(SparseShape, OperandBase):
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
         """ARPACK's leading singular vectors of the sparse unfolding (orthonormalized; random columns when
         the unfolding has fewer than ``rank + 1`` columns or no nonzeros)."""
+        scipy_linalg()  # (ARPACK's BLAS is scipy's OpenBLAS: held at one thread in a pinned call)
         import scipy.sparse.linalg
 
         rng = np.random.default_rng(0) if rng is None else rng
@@ -286,7 +287,7 @@ def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     column at a time, instead of forming and factoring the (columns x k) block ``A^T Q`` as ``svds`` does: a
     2M-nonzero unfolding with 734,236 columns took 230 MB of peak memory that way, for a result of I_n x k.
     A tall matrix goes to ``svds`` (its block is then the result's size)."""
-    import scipy.linalg
+    linalg = scipy_linalg()
     import scipy.sparse.linalg
 
     n, m = A.shape
@@ -302,7 +303,7 @@ def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     for j in range(k):  # A A^T Q, one column at a time: no (m x k) block
         Z[:, j] = A @ (AT @ Q[:, j])
     G = Q.T @ Z
-    w, W = scipy.linalg.eigh((G + G.T) / 2)
+    w, W = linalg.eigh((G + G.T) / 2)
     order = np.argsort(w)[::-1]
     w, W = w[order], W[:, order]
     return Q @ W, np.sqrt(np.clip(w, 0.0, None))
