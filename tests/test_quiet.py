@@ -156,3 +156,30 @@ out['close to numpy'] = bool(np.allclose(ref, P @ Q, rtol=1e-13, atol=1e-12))
 print(json.dumps(out))
 """
     assert _run(body) == {"stopped before": 0, "stopped after": 1, "same bits": True, "close to numpy": True}
+
+
+def test_a_stopped_pool_stays_stopped_across_calls_until_the_next_threaded_product():
+    """The pin sets a stopped pool's thread count without starting it (OpenBLAS's setter would start it, its
+    workers then spinning into the next call: back-to-back calls each stopped a pool again)."""
+    out = _run("""
+from threadpoolctl import threadpool_info
+X = np.random.default_rng(1).standard_normal((120, 110, 100))
+def numpy_threads():
+    return [i['num_threads'] for i in threadpool_info() if 'numpy' in i['filepath']][0]
+before = numpy_threads()
+A @ A
+first = tk.cp_als(X, 8, max_iter=2, tol=0, init="random", random_state=0)
+out['stopped'] = _policy.QUIETED[0]
+out['pool up after the call'] = bool(pool.avail.value)
+out['count restored'] = numpy_threads() == before
+second = tk.cp_als(X, 8, max_iter=2, tol=0, init="random", random_state=0)
+out['stopped again'] = _policy.QUIETED[0] - out['stopped']
+out['same bits'] = all(np.array_equal(a, b) for a, b in zip(first.factors, second.factors))
+C = A @ A
+out['pool up after a product'] = bool(pool.avail.value)
+out['product right'] = bool(np.array_equal(C, ref))
+print(json.dumps(out))
+""")
+    assert out.pop("stopped") >= 1
+    assert out == {"pool up after the call": False, "count restored": True, "stopped again": 0, "same bits": True,
+                   "pool up after a product": True, "product right": True}

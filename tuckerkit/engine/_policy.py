@@ -186,7 +186,13 @@ class _BlasPin:
             except Exception:  # pragma: no cover - another threadpoolctl
                 get = put = None
             if get is not None and put is not None:
-                return get, put
+                pool = _pool_of(lib)
+                if pool is None:
+                    return get, put
+                # a pool that quiet_blas_workers stopped stays stopped: OpenBLAS's setter would start it again
+                # (its workers then spinning for 0.1 s, found and stopped by the next call: measured, 22 stops
+                # in 23 back-to-back hooi calls)
+                return get, (lambda n, put=put, pool=pool: pool.set_count_stopped(n) or put(n))
         return (lambda: int(lib.num_threads)), (lambda n: cls._set(lib, n))
 
     def caller_threads(self) -> int:
@@ -276,10 +282,10 @@ QUIET_MIN_FLOPS = 64_000_000
 
 class _OpenblasPool:
     """The entry points of one OpenBLAS library's own thread pool: its shutdown (what OpenBLAS itself runs
-    before a ``fork``; the next threaded call starts the workers again), whether the pool is up, and how
-    many threads it has."""
+    before a ``fork``; the next threaded call starts the workers again), whether the pool is up, how many
+    threads it has, and its thread count."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, config: bytes) -> None:
         import ctypes
 
         lib = ctypes.CDLL(path)
@@ -287,33 +293,48 @@ class _OpenblasPool:
         self.shutdown = lib.blas_thread_shutdown_
         self.avail = ctypes.c_int.in_dll(lib, "blas_server_avail")
         self.threads = ctypes.c_int.in_dll(lib, "blas_num_threads")
+        self.count = ctypes.c_int.in_dll(lib, "blas_cpu_number")
+        # without thread affinity, OpenBLAS's setter does nothing else to a pool's count than store it
+        self.plain_count = b"NO_AFFINITY" in config
 
     def idle_workers(self) -> bool:
         return bool(self.avail.value) and self.threads.value > 1
+
+    def set_count_stopped(self, n: int) -> bool:
+        """Set the thread count of a stopped pool without starting it (the next threaded call starts it, as
+        after a ``fork``); False where the pool is up or OpenBLAS's own setter must do it."""
+        if self.plain_count and not self.avail.value and 1 <= n <= max(self.threads.value, 1):
+            self.count.value = n
+            return True
+        return False
 
 
 _QUIET: dict[str, _OpenblasPool | None] = {}
 QUIETED = [0]  # pools stopped by quiet_blas_workers in this process (for tests and diagnostics)
 
 
+def _pool_of(lib: Any) -> _OpenblasPool | None:
+    """The pool of a loaded OpenBLAS library that runs its own (pthreads) workers and exports the entry
+    points (numpy's and scipy's wheels since OpenBLAS 0.3.2x); None for others, which are left alone."""
+    path = getattr(lib, "filepath", None)
+    if (not path or getattr(lib, "internal_api", None) != "openblas"
+            or getattr(lib, "threading_layer", None) != "pthreads"):
+        return None
+    if path not in _QUIET:
+        try:
+            import ctypes
+
+            cfg = lib._get_symbol("openblas_get_config")
+            cfg.restype = ctypes.c_char_p
+            _QUIET[path] = _OpenblasPool(path, cfg() or b"")
+        except Exception:  # another build or threadpoolctl: no such symbols
+            _QUIET[path] = None
+    return _QUIET[path]
+
+
 def _openblas_pools() -> list[_OpenblasPool]:
-    """The thread pools of the loaded OpenBLAS libraries that run their own (pthreads) workers and export
-    the entry points (numpy's and scipy's wheels since OpenBLAS 0.3.2x); others are left alone."""
-    out = []
-    for lib in _PIN._libraries():
-        path = getattr(lib, "filepath", None)
-        if (not path or getattr(lib, "internal_api", None) != "openblas"
-                or getattr(lib, "threading_layer", None) != "pthreads"):
-            continue
-        if path not in _QUIET:
-            try:
-                _QUIET[path] = _OpenblasPool(path)
-            except (OSError, AttributeError, ValueError):  # another build: no such symbols
-                _QUIET[path] = None
-        pool = _QUIET[path]
-        if pool is not None:
-            out.append(pool)
-    return out
+    """The pools of the loaded OpenBLAS libraries (:func:`_pool_of`)."""
+    return [p for p in map(_pool_of, _PIN._libraries()) if p is not None]
 
 
 def _foreign_threads_running() -> bool:
@@ -347,8 +368,10 @@ def quiet_blas_workers() -> bool:
     timeout; each call right after a threaded 500 x 500 product, medians of 9 interleaved with the step off):
     0.70x the time for ``hooi(X, 10)`` on 200^3 (38.9 against 55.8 ms), 0.84x for ``cp_als(X, 10)``, 0.72-0.83x
     for rank-32 TTMs; calls back to back with no product between: 0.96-1.02x.
-    The step runs OpenBLAS's own pool shutdown, the one OpenBLAS runs before every ``fork``: the workers end,
-    the next threaded BLAS call (after the call's pin restores the count) starts them again, about 0.1 ms.
+    The step runs OpenBLAS's own pool shutdown, the one OpenBLAS runs before every ``fork``: the workers end;
+    the pin sets a stopped pool's thread count without starting it (:meth:`_OpenblasPool.set_count_stopped`),
+    and the next threaded BLAS call starts it again (about 0.1 ms). Back-to-back calls then find nothing to
+    stop (with OpenBLAS's setter restarting the pool, 22 of 23 back-to-back ``hooi`` calls stopped it again).
 
     It acts only when a thread Python did not start is running (``/proc``, about 15 us to look), and never
     while a Python thread other than tuckerkit's own is alive: another thread could be inside BLAS, whose
@@ -370,8 +393,7 @@ def quiet_blas_workers() -> bool:
     done = False
     with pin.lock:
         # numpy's library first (the one numpy's products run on), then the others while a foreign thread
-        # still runs: once none does, the pools left are left up (a stopped pool starts its workers again,
-        # spinning, at the next threaded call, which is the call's own pin restoring the count)
+        # still runs: once none does, the pools left are left up
         pools = sorted(_openblas_pools(), key=lambda p: "numpy" not in p.path)
         for pool in pools:
             if done and not _foreign_threads_running():
