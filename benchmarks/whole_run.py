@@ -118,7 +118,7 @@ def _report(out: str) -> dict:
     rep: dict = {}
     for ln in out.splitlines():
         if ln.startswith("{"):
-            rep.update(json.loads(ln.replace("'", '"')))
+            rep.update(json.loads(ln))
     return rep
 
 
