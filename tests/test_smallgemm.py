@@ -342,21 +342,59 @@ def test_inner_kernel_row_tail_has_the_bits_of_a_full_strip(C, dtype, rng):
 
 @pytest.mark.parametrize("R", [10, 23])
 def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, R, dtype, rng):
-    """The tile width, the chunks of i (the partial sums carried through the output), the workers and a
-    second call give the same bits: every element is one in-order chain of fused multiply-adds (R = 10: the
-    blocks read X directly; R = 23: each chunk packed first)."""
+    """The tile width, the chunks of i (the partial sums carried through the output), the workers, a second
+    call and reading each chunk directly or packed first give the same bits: every element is one in-order
+    chain of fused multiply-adds (R = 10 reads X directly; R = 23 directly where vectors are wide, else packed:
+    both forced here)."""
     X = rng.standard_normal((5, 301, 333)).astype(dtype)
     U = rng.standard_normal((301, R)).astype(dtype)
     ref = np.empty((5, R, 333), dtype)
     sg.ttm_inner(X, U, ref)
     _check(X, U, 1, ref)
-    for l1, pack in ((10**9, 256 * 1024), (4096, 256 * 1024), (20 * 1024, 16 * 1024), (2048, 4096)):
-        monkeypatch.setattr(sg, "_L1_BYTES", l1)
-        monkeypatch.setattr(sg, "_CHUNK_BYTES", pack)
-        for workers in (1, 2, 3):
-            Y = np.empty_like(ref)
+    for wide_direct in (True, False):
+        monkeypatch.setattr(sg, "_wide_direct", lambda wide_direct=wide_direct: wide_direct)
+        for l1, pack in ((10**9, 256 * 1024), (4096, 256 * 1024), (20 * 1024, 16 * 1024), (2048, 4096)):
+            monkeypatch.setattr(sg, "_L1_BYTES", l1)
+            monkeypatch.setattr(sg, "_CHUNK_BYTES", pack)
+            for workers in (1, 2, 3):
+                Y = np.empty_like(ref)
+                sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
+                assert Y.tobytes() == ref.tobytes(), (wide_direct, l1, pack, workers)
+
+
+def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, dtype, rng):
+    """R above 16: where vectors are wide each chunk is read straight from X (long rows in chunks of up to
+    _MAX_KC rows of 4 KiB tiles) unless long rows crowd L1; with 256-bit vectors it is packed first, in the
+    former tiling. Both give the same bits as each other and einsum's sums to rounding."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)  # blocks of up to twelve rows, whatever this CPU has
+    sg._blocks.cache_clear()
+    monkeypatch.setattr(sg, "_wide_direct", lambda: True)
+    assert sg._tiling(200, 32, 8, 40000, 4, 320000) == (512, 50)  # 200^3 float64, first mode: spread rows
+    assert sg._tiling(200, 32, 4, 40000, 4, 160000) == (1024, 50)
+    assert sg._direct_chunks(32, 320000, 320000, 50) is True
+    assert sg._direct_chunks(32, 1600, 1600, 67) is True  # a middle mode: short rows, never crowded
+    # 320x240x160 float64, first mode: rows 75 pages apart crowd one set; the former tiling, packed
+    crowded = sg._tiling(320, 32, 8, 38400, 4, 307200)
+    assert sg._direct_chunks(32, 307200, 307200, crowded[1]) is False
+    monkeypatch.setattr(sg, "_wide_direct", lambda: False)
+    assert sg._tiling(320, 32, 8, 38400, 4, 307200) == crowded
+    assert sg._tiling(200, 32, 8, 40000, 4, 320000) == (480, 67)
+    assert sg._direct_chunks(32, 1600, 1600, 67) is False
+    assert sg._direct_chunks(16, 1600, 1600, 67) is True
+    C = 9000 // np.dtype(dtype).itemsize  # long rows (at least LONG_ROW_BYTES), not line-aligned: spread
+    X = _sliced_view(rng, (2, 70, C), dtype)
+    U = rng.standard_normal((70, 32)).astype(dtype)
+    out = []
+    for wide_direct in (True, False):
+        monkeypatch.setattr(sg, "_wide_direct", lambda wide_direct=wide_direct: wide_direct)
+        for workers in (1, 2):
+            Y = np.full((2, 32, C), np.nan, dtype)
             sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
-            assert Y.tobytes() == ref.tobytes(), (l1, pack, workers)
+            _check(np.ascontiguousarray(X), U, 1, Y)
+            out.append(Y.tobytes())
+    assert len(set(out)) == 1
+    monkeypatch.undo()
+    sg._blocks.cache_clear()
 
 
 @pytest.mark.parametrize("R", [10, 17, 32])

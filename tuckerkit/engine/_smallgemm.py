@@ -17,10 +17,10 @@ kernels here read ``X`` once, in memory order:
   fused multiply-add per term) runs every row block of ``U`` over each strip straight from X (the strip's
   lines stay in L1 for the blocks after the first). While a chunk computes, the microkernel prefetches the
   next chunk into L2 in runs of consecutive lines (one run when the chunk's rows lie back to back, else one
-  per row), so its DRAM reads overlap the arithmetic instead of following it. For ``R`` above
-  ``_DIRECT_MAX_RANK`` (many row blocks walking each strip: a chunk's rows a page apart each would cost a
-  TLB miss per line), and for long rows whose stride crowds one L1 set (:func:`_l1_crowded`), each chunk is
-  first packed into strips, each row of X read once in one unit-stride run.
+  per row), so its DRAM reads overlap the arithmetic instead of following it. For long rows whose stride
+  crowds one L1 set (:func:`_l1_crowded`), and with 256-bit vectors for ``R`` above ``_DIRECT_MAX_RANK`` (six
+  or more row blocks walking each strip), each chunk is first packed into strips, each row of X read once
+  in one unit-stride run (:func:`_direct_chunks`).
   The columns at the end of a row (fewer than a strip) run from ``X`` directly, a whole line first (after
   strips of two lines), then one vector at a time, the last vector overlapping the columns before it
   through a private buffer.
@@ -161,8 +161,9 @@ _L1_BYTES = 20 * 1024
 #: Measured against packing every chunk (one core, 200 x 200 x 200 float64, R = 10): 40 against 28 GFlop/s
 #: on four slabs in cache, 32 against 27 streamed from memory; two workers on the shared 2-core machine,
 #: interleaved medians: 0.81-0.97x the time at R = 10 (float32 and float64, first and middle modes of 200^3
-#: and 320x240x160; the gain shrinks when the machine's memory is slow). At R = 32 the direct reads of long
-#: rows took 1.2-1.9x the packed kernel's time (the blocks walk kc rows a page apart), hence the packing there
+#: and 320x240x160; the gain shrinks when the machine's memory is slow). At R = 32, with 256-bit vectors, the
+#: direct reads of long rows took 1.2-1.9x the packed kernel's time, hence the packing there; where vectors
+#: are wide larger R reads directly too (:func:`_direct_chunks`)
 _DIRECT_MAX_RANK = 16
 #: sets of L1 (32 KiB, 8 ways of 64-byte lines) and the most lines of one strip per set the direct kernel
 #: takes (:func:`_l1_crowded`); beyond, the chunk is packed
@@ -376,7 +377,7 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                             _block(snv, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo, ln,
                                    pfn)
                 else:
-                    # many row blocks (R > _DIRECT_MAX_RANK) or crowded long rows (_l1_crowded): the chunk
+                    # crowded long rows (_l1_crowded) or, with 256-bit vectors, R > _DIRECT_MAX_RANK: the chunk
                     # packed first, strip by strip, reading each row of X once in one unit-stride run (the
                     # blocks then walk the packed strips, not kc rows of X a page apart each), a few rows
                     # ahead prefetched
@@ -437,6 +438,30 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                     y[ya + (r0 + r) * syr + j] = acc
 
 
+def _wide_direct() -> bool:
+    """Whether :func:`ttm_inner` reads X directly for R above ``_DIRECT_MAX_RANK`` (see :func:`_direct_chunks`):
+    where vectors are wide (three row blocks of up to twelve rows over strips of two lines)."""
+    return wide_vectors()
+
+
+def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int) -> bool:
+    """Whether :func:`ttm_inner`'s row blocks read each chunk straight from X (else the chunk is packed into
+    strips first): not where long rows (``row_len`` bytes of X from at least ``LONG_ROW_BYTES``) are
+    ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`), and for R above
+    ``_DIRECT_MAX_RANK`` only where vectors are wide (:func:`_wide_direct`).
+
+    Where vectors are wide, R = 32 read directly (two workers, interleaved medians of 9-21 in one process, the
+    same bits) against the chunks packed first: middle modes of 200^3 and 320x240x160 0.77-0.93x the time in
+    float64 and float32; the first mode of 200^3 (rows 320000 bytes apart, not crowded) in chunks of 50 rows
+    of 4 KiB tiles 0.78-0.87x, but in the former chunks of 67-100 rows of 480-640 columns 0.97-1.14x; the
+    first mode of 320x240x160 (rows a multiple of 4 KiB apart: crowded) 0.98-1.02x in the best tiling, so
+    packed as before. With 256-bit vectors (six row blocks of up to six rows at R = 32) the direct reads of
+    long rows measured 1.2-1.9x the packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
+    if R > _DIRECT_MAX_RANK and not _wide_direct():
+        return False
+    return not (row_len >= LONG_ROW_BYTES and _l1_crowded(row_bytes, kc))
+
+
 def _l1_crowded(row_bytes: int, kc: int) -> bool:
     """Whether ``kc`` rows of X ``row_bytes`` apart crowd more than ``_L1_LINES_PER_SET`` of one strip's
     lines into one set of L1 (64 sets of 64-byte lines: rows whose stride is a multiple of 4 KiB all land in
@@ -488,16 +513,27 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
     cap = (_MAX_KC_LONG if long else _MAX_KC) if short else I
-    if long and row_bytes:
+    if not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct() and not (
+            row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, _MAX_KC, w, itemsize))):
+        # larger R on long rows that do not crowd L1, where vectors are wide: read directly (_direct_chunks) in
+        # chunks of up to _MAX_KC rows of tiles of _LONG_TILE_BYTES
+        long = True
+        cap = _MAX_KC
+    if long and short and row_bytes:
         # rows whose stride crowds L1's sets (_l1_crowded) take chunks of no more rows than the sets hold, read
         # directly, rather than longer chunks packed first: 0.59-0.87x the time on rows a multiple of 4 KiB apart
         cap = min(cap, _L1_LINES_PER_SET * _l1_sets(row_bytes))
-    kc = max(_MIN_KC, min(cap, _L1_BYTES // ((_inner_rb() + w) * itemsize)))
-    nch = -(-I // kc)
-    kc = -(-I // nch)
+    kc = _chunk_rows(I, cap, w, itemsize)
     widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
     ct = min(widest, _CHUNK_BYTES // (kc * itemsize), -(-C // w) * w)
     return max(w, ct // w * w), kc
+
+
+def _chunk_rows(I: int, cap: int, w: int, itemsize: int) -> int:  # noqa: E741
+    """Rows of i per chunk of :func:`_tiling`: at most ``cap`` and what one row block and one strip of ``w``
+    columns keep in ``_L1_BYTES``, at least ``_MIN_KC``, as even as possible over ``I``."""
+    kc = max(_MIN_KC, min(cap, _L1_BYTES // ((_inner_rb() + w) * itemsize)))
+    return -(-I // -(-I // kc))
 
 
 @functools.lru_cache(maxsize=256)
@@ -909,7 +945,7 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1])
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
             Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0,
-            U.shape[1] > _DIRECT_MAX_RANK or (C * it >= LONG_ROW_BYTES and _l1_crowded(X3.strides[1], kc)), snv)
+            not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc), snv)
     _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
                2 * X3.size * U.shape[1], policy)
 
