@@ -454,8 +454,9 @@ def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int) -> bool:
     same bits) against the chunks packed first: middle modes of 200^3 and 320x240x160 0.77-0.93x the time in
     float64 and float32; the first mode of 200^3 (rows 320000 bytes apart, not crowded) in chunks of 50 rows
     of 4 KiB tiles 0.78-0.87x, but in the former chunks of 67-100 rows of 480-640 columns 0.97-1.14x; the
-    first mode of 320x240x160 (rows a multiple of 4 KiB apart: crowded) 0.98-1.02x in the best tiling, so
-    packed as before. With 256-bit vectors (six row blocks of up to six rows at R = 32) the direct reads of
+    first mode of 320x240x160 (rows a multiple of 4 KiB apart: crowded) no better than the noise in any tiling
+    tried (chunks of 8-100 rows, tiles of 128-2048 columns: the best 0.90-0.97x in one run, 0.98-1.06x in
+    another), so packed as before. With 256-bit vectors (six row blocks of up to six rows at R = 32) the direct reads of
     long rows measured 1.2-1.9x the packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
     if R > _DIRECT_MAX_RANK and not _wide_direct():
         return False
