@@ -126,6 +126,7 @@ BENCH_PY := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY)
 bench: $(VENV)/.bench
 	$(BENCH_PY) benchmarks/roofline.py
 	$(BENCH_PY) benchmarks/contractions.py
+	$(BENCH_PY) benchmarks/contractions.py --warm
 	$(BENCH_PY) benchmarks/ttm.py
 	$(BENCH_PY) benchmarks/tucker.py
 	$(BENCH_PY) benchmarks/cp.py

@@ -7,9 +7,17 @@ two fewer but at least five), each pass timing every case round-robin for at lea
 spell of the shared machine (it lasts seconds) then falls in one pass of many cases rather than in every
 repeat of a few, and each case's median leaves it out: with all repeats of a case back to back, the worst
 of 72 cases was set by whichever case a slow spell hit (n = 64, 2026-11-28: cases of one kind and size ran
-0.33 and 0.64 ms). After every call tuckerkit's GEMM helpers are parked, so each of its calls starts cold.
+0.33 and 0.64 ms). After every call tuckerkit's GEMM helpers are parked, so each of its calls starts cold,
+and OpenBLAS's idle workers sleep at once (``_quiet_blas``), so each einsum or TTGT call starts cold too.
 
-Run:  python benchmarks/contractions.py [--sizes 32,64,128,256] [--repeat 7] [--quick]
+``--warm``: each library as in a loop of its own calls, which is what a user timing one of them sees. OpenBLAS
+keeps its defaults (its workers spin for about 0.1 s after a threaded call, so einsum's and TTGT's next call
+finds them awake), nobody is parked, and each callable runs in a block of back-to-back calls (the first one
+of a block not timed), the blocks round-robin. Small calls gain most from it: einsum's and TTGT's GEMMs run on
+OpenBLAS's two threads without waking them, where tuckerkit holds a GEMM below CONTRACT_PARALLEL_FLOPS to one
+thread (OpenBLAS's threads change the bits of some shapes). Writes contractions_warm.{json,md}.
+
+Run:  python benchmarks/contractions.py [--sizes 32,64,128,256] [--repeat 7] [--quick] [--warm]
 Writes benchmarks/results/contractions.{json,md,png}.
 """
 
@@ -18,15 +26,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 
-import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep instead of spinning)
-import numpy as np
+WARM = "--warm" in sys.argv[1:]
+if not WARM:
+    import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep instead of spinning)
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, geomean, interleaved_samples, write_json, write_text
+from _common import _park, environment, geomean, interleaved_samples, write_json, write_text  # noqa: E402
 
-from tuckerkit.engine import contract, plan_contraction
+from tuckerkit.engine import contract, plan_contraction  # noqa: E402
 
 _FREE = {"m": "np", "n": "mp", "p": "mn"}
 _B_PATTERNS = ["k{y}{z}", "k{z}{y}", "{y}k{z}", "{z}k{y}", "{y}{z}k", "{z}{y}k"]
@@ -82,7 +93,11 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="n=32,64 only, 3 repeats (a smoke run)")
     ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
+    ap.add_argument("--warm", action="store_true",
+                    help="each library as in a loop of its own calls: OpenBLAS's defaults, blocks of calls")
     args = ap.parse_args(argv)
+    if args.warm != WARM:  # (called with argv, not from the command line: the OpenBLAS setting is already made)
+        raise SystemExit("--warm must be given on the command line (it decides OpenBLAS's setting at import)")
     if args.device != "cpu":
         import gpu
 
@@ -102,7 +117,9 @@ def main(argv=None) -> None:
             cases = [_case(case, spec, A, B) for case, spec in table2()]
             for p in range(passes):
                 for c in cases[p % len(cases):] + cases[: p % len(cases)]:
-                    for k, v in interleaved_samples(c["fns"], 1, min_time=0.2 / passes, warm=p == 0).items():
+                    timed = (block_samples(c["fns"], 0.2 / passes) if args.warm else
+                             interleaved_samples(c["fns"], 1, min_time=0.2 / passes, warm=p == 0))
+                    for k, v in timed.items():
                         c["samples"][k].extend(v)
             for c in cases:
                 t = {k: float(np.median(v)) for k, v in c["samples"].items()}
@@ -126,11 +143,38 @@ def main(argv=None) -> None:
                     flush=True,
                 )
     summary = summarize(rows)
-    payload = {"benchmark": "contractions", "environment": environment(), "summary": summary, "rows": rows}
-    write_json("contractions.json", payload)
-    write_text("contractions.md", markdown(rows, summary))
-    plot(rows)
-    print(markdown(rows, summary).split("\n## Per case")[0])
+    name = "contractions_warm" if args.warm else "contractions"
+    payload = {"benchmark": name, "environment": environment(), "summary": summary, "rows": rows,
+               "regime": "warm: blocks of back-to-back calls, OpenBLAS defaults, nobody parked" if args.warm else
+               "cold: calls interleaved, tuckerkit's helpers parked, OPENBLAS_THREAD_TIMEOUT=4"}
+    write_json(f"{name}.json", payload)
+    write_text(f"{name}.md", markdown(rows, summary, args.warm))
+    if not args.warm:
+        plot(rows)
+    print(markdown(rows, summary, args.warm).split("\n## Per case")[0])
+
+
+def block_samples(fns, min_time: float) -> dict[str, list[float]]:
+    """Each callable's seconds per call over a block of back-to-back calls lasting at least ``min_time`` / 3
+    (at least three calls; one more before them not timed), the callables' blocks one after another: each
+    library in the state its own previous call left (``--warm``). Between blocks tuckerkit's helpers are parked
+    and OpenBLAS's workers stopped (:func:`~tuckerkit.engine._policy.quiet_blas_workers`), so no block runs
+    beside threads another library left spinning; each block's untimed first call wakes its own."""
+    from tuckerkit.engine._policy import quiet_blas_workers
+
+    out: dict[str, list[float]] = {}
+    for k, fn in fns.items():
+        fn()
+        times = []
+        start = time.perf_counter()
+        while len(times) < 3 or time.perf_counter() - start < min_time / 3:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[k] = times
+        _park()
+        quiet_blas_workers()
+    return out
 
 
 def summarize(rows):
@@ -151,11 +195,16 @@ def summarize(rows):
     return out
 
 
-def markdown(rows, summary) -> str:
+def markdown(rows, summary, warm: bool = False) -> str:
+    how = ("each library warm, as in a loop of its own calls: blocks of back-to-back calls, OpenBLAS's defaults "
+           "(its workers stay awake between einsum's calls), nobody parked; medians over the blocks of several "
+           "passes, one process" if warm else
+           "every call cold: calls interleaved round-robin, tuckerkit's helpers parked and OpenBLAS's workers "
+           "asleep (OPENBLAS_THREAD_TIMEOUT=4) before each; median of interleaved repeats, one process")
     lines = [
-        "# Table II contractions: tuckerkit vs numpy.einsum(optimize=True) vs TTGT",
+        "# Table II contractions: tuckerkit vs numpy.einsum(optimize=True) vs TTGT" + (" (warm)" if warm else ""),
         "",
-        "Speedup = other time / tuckerkit time (median of interleaved repeats, one process).",
+        f"Speedup = other time / tuckerkit time ({how}).",
         "",
         "| n | geo-mean vs einsum | geo-mean vs TTGT | worst case vs the faster of the two |",
         "|---|---|---|---|",
