@@ -12,10 +12,12 @@ and OpenBLAS's idle workers sleep at once (``_quiet_blas``), so each einsum or T
 
 ``--warm``: each library as in a loop of its own calls, which is what a user timing one of them sees. OpenBLAS
 keeps its defaults (its workers spin for about 0.1 s after a threaded call, so einsum's and TTGT's next call
-finds them awake), nobody is parked, and each callable runs in a block of back-to-back calls (the first one
-of a block not timed), the blocks round-robin. Small calls gain most from it: einsum's and TTGT's GEMMs run on
-OpenBLAS's two threads without waking them, where tuckerkit holds a GEMM below CONTRACT_PARALLEL_FLOPS to one
-thread (OpenBLAS's threads change the bits of some shapes). Writes contractions_warm.{json,md}.
+finds them awake), and each callable runs in a block of back-to-back calls (the first one of a block not
+timed), the blocks round-robin; between blocks, not within them, tuckerkit's helpers are parked and OpenBLAS's
+workers stopped, so no block runs beside threads another library left spinning. Small calls gain most from it:
+einsum's and TTGT's GEMMs run on OpenBLAS's two threads without waking them, where tuckerkit holds a GEMM
+below CONTRACT_PARALLEL_FLOPS to one thread (OpenBLAS's threads change the bits of some shapes). Writes
+contractions_warm.{json,md}.
 
 Run:  python benchmarks/contractions.py [--sizes 32,64,128,256] [--repeat 7] [--quick] [--warm]
 Writes benchmarks/results/contractions.{json,md,png}.
@@ -145,13 +147,16 @@ def main(argv=None) -> None:
     summary = summarize(rows)
     name = "contractions_warm" if args.warm else "contractions"
     payload = {"benchmark": name, "environment": environment(), "summary": summary, "rows": rows,
-               "regime": "warm: blocks of back-to-back calls, OpenBLAS defaults, nobody parked" if args.warm else
-               "cold: calls interleaved, tuckerkit's helpers parked, OPENBLAS_THREAD_TIMEOUT=4"}
+               "regime": REGIME_WARM if args.warm else REGIME_COLD}
     write_json(f"{name}.json", payload)
     write_text(f"{name}.md", markdown(rows, summary, args.warm))
     if not args.warm:
         plot(rows)
     print(markdown(rows, summary, args.warm).split("\n## Per case")[0])
+
+
+REGIME_WARM = "warm: blocks of back-to-back calls, OpenBLAS defaults, threads parked only between blocks"
+REGIME_COLD = "cold: calls interleaved, tuckerkit's helpers parked, OPENBLAS_THREAD_TIMEOUT=4"
 
 
 def block_samples(fns, min_time: float) -> dict[str, list[float]]:
@@ -197,7 +202,8 @@ def summarize(rows):
 
 def markdown(rows, summary, warm: bool = False) -> str:
     how = ("each library warm, as in a loop of its own calls: blocks of back-to-back calls, OpenBLAS's defaults "
-           "(its workers stay awake between einsum's calls), nobody parked; medians over the blocks of several "
+           "(its workers stay awake between einsum's calls), threads parked only between blocks; medians over the "
+           "blocks of several "
            "passes, one process" if warm else
            "every call cold: calls interleaved round-robin, tuckerkit's helpers parked and OpenBLAS's workers "
            "asleep (OPENBLAS_THREAD_TIMEOUT=4) before each; median of interleaved repeats, one process")

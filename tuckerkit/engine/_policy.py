@@ -69,7 +69,7 @@ CONTRACT_PIECE_SCALE = 32
 #: 1.01 -> 0.96x, n = 80 (81.9 MFlop) 0.98 -> 0.76x. Lowered from 20 to 16 MFlop (stop 42) so that float32 n = 64
 #: (16.7 MFlop in float64 terms) is cut in two: with each library warm, as in a loop of its own calls
 #: (``benchmarks/contractions.py --warm``: OpenBLAS's two threads awake for einsum), its 36 cases went from
-#: 0.80x einsum (geometric mean, two runs) to 1.05-1.08x, the plain GEMMs from 0.57-0.69x; every call cold
+#: 0.80x einsum (geometric mean, two runs; its plain GEMMs 0.57-0.69x each) to 1.05-1.08x; every call cold
 #: (the default run) 1.04-1.09x -> 1.01x
 CONTRACT_PARALLEL_FLOPS = 16_000_000
 
