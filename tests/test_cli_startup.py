@@ -223,3 +223,58 @@ def test_cli_sparse_cp_runs_without_the_coordinates(tmp_path, monkeypatch, lines
 
     ref = COOTensor.from_tns(tns)
     assert np.array_equal(seen[0].coords, ref.coords)  # and rebuilt equal when asked for afterwards
+
+
+_LIGHT_RUN = """
+import json, sys
+sys.path.insert(0, {user!r})
+import numpy as np
+import tuckerkit as tk
+X = np.random.default_rng(3).random((50, 120, 100))
+U = np.random.default_rng(4).random((6, 120))
+Y = tk.ttm(X, U, 1)  # the compiled small-rank kernel, loaded from numba's cache (after the first run)
+from tuckerkit.engine import _smallgemm
+assert _smallgemm._inner_kernel.signatures  # (it ran: not a BLAS plan)
+ok = bool(np.allclose(Y, np.einsum("ijk,rj->irk", X, U), rtol=0, atol=4 * 120 * np.finfo(float).eps * 120))
+ours = "numba.np.linalg" in sys.modules  # imported only by numba's compiler refresh
+import user_kernels
+assert user_kernels.twice(21) == 42  # a cached kernel of the application's own: numba's usual path
+print(json.dumps([ok, ours, "numba.np.linalg" in sys.modules]))
+"""
+
+
+def test_cached_kernels_of_tuckerkit_alone_load_without_numbas_refresh(tmp_path):
+    """A process whose tuckerkit kernels come from numba's cache never runs numba's compiler refresh for them
+    (tuckerkit/_numba_load.py), while an application's own cached kernel in the same process still loads the
+    usual way: the refresh, hence numba.np.linalg, comes with it."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "user_kernels.py").write_text("from numba import njit\n\n\n@njit(cache=True)\ndef twice(x):\n"
+                                          "    return 2 * x\n")
+    code = _LIGHT_RUN.format(user=str(user))
+    first = _run_py(code, cwd=tmp_path)  # compiles whatever the cache lacks (numba's usual path)
+    assert first.returncode == 0, first.stderr
+    second = _run_py(code, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == [True, False, True]
+
+
+def test_load_lightly_changes_only_the_kernels_it_is_given():
+    from numba import njit
+    from numba.core.caching import Cache
+    from tuckerkit import _numba_load
+    from tuckerkit.engine import _gram_kernels
+
+    assert getattr(_gram_kernels.to_single_cols._cache, _numba_load._MARK, False)
+    assert "load_overload" in vars(_gram_kernels.to_single_cols._cache)  # on the instance, not the class
+    assert _numba_load.load_lightly(vars(_gram_kernels)) == 0  # each kernel once
+
+    @njit(cache=True)
+    def other(x):  # pragma: no cover - compiled
+        return x + 1
+
+    ns = {"other": other, "plain": lambda x: x, "number": 3}
+    assert "load_overload" not in vars(other._cache)
+    assert _numba_load.load_lightly(ns) == 1
+    assert "load_overload" in vars(other._cache) and other(1) == 2
+    assert Cache.load_overload.__qualname__ == "Cache.load_overload"  # numba's own class is left as it is

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from numba import njit, prange
 
+from tuckerkit._numba_load import load_lightly
+
 
 @njit(parallel=True, cache=True)
 def _gather_pi(coords, F_all, F_off, n, out):  # pragma: no cover - compiled
@@ -49,3 +51,6 @@ def _model_at(coords, F_all, F_off, weights, out):  # pragma: no cover - compile
                 p *= F_all[F_off[m] + coords[k, m], r]
             s += p
         out[k] = s
+
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

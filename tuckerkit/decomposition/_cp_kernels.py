@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tuckerkit._numba_load import load_lightly
+
 #: rows solved side by side (vector lanes)
 BLOCK = 16
 #: rows whose sums of squares are added up apart, then in piece order
@@ -70,3 +72,5 @@ def cholesky_solve_rows(M, L, U, ss):  # pragma: no cover - compiled
                 t += acc[i, b]
             ss[p, i] = t
 
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tuckerkit._numba_load import load_lightly
+
 
 @njit(cache=True, nogil=True)
 def hals_sweeps(Ut, UtM, V, inv, sweeps, stop, zero):  # pragma: no cover - compiled
@@ -46,3 +48,5 @@ def hals_sweeps(Ut, UtM, V, inv, sweeps, stop, zero):  # pragma: no cover - comp
             break
     return done
 
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tuckerkit._numba_load import load_lightly
+
 
 @njit(cache=True, nogil=True)
 def to_single_rows(v, a, b, out, ss):  # pragma: no cover (compiled)
@@ -56,3 +58,6 @@ def to_single_slabs(xv, a, b, out, ss):  # pragma: no cover (compiled)
     R = xv.shape[2]
     for s in range(a, b):
         to_single_rows(xv[s], 0, R, out[:, (s - a) * R:(s - a + 1) * R], ss)
+
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

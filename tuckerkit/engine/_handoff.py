@@ -51,6 +51,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from tuckerkit._numba_load import load_lightly
+
 #: seconds a helper keeps spinning after its last piece before it sleeps (a round within that starts at once)
 SPIN_SECONDS = 1e-3
 #: descriptor columns: gemm address, 1 for float64, transA, transB, m, n, k, a, lda, b, ldb, c, ldc, batch,
@@ -510,3 +512,6 @@ def run_split(av: np.ndarray, bv: np.ndarray, cv: np.ndarray, axis: int, bounds:
 
 def _address(x: np.ndarray) -> int:
     return int(x.__array_interface__["data"][0])
+
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -53,6 +53,7 @@ import math
 import numpy as np
 from numba import njit
 
+from tuckerkit._numba_load import load_lightly
 from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 from tuckerkit.engine._simd import (
     MAX_RB,
@@ -1186,3 +1187,6 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     else:
         ttm_outer(_view(X, (a_ext, I)), np.ascontiguousarray(U.T), _view(Y, (a_ext, R)).T, plan.policy)
     return out
+
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tuckerkit._numba_load import load_lightly
+
 # status codes of scan_tns
 OK = 0
 E_WIDTH = 1  # a line with another number of columns than the first data line
@@ -549,3 +551,6 @@ def splice_values(text, miss, fill, fill_w):  # pragma: no cover
         out[o] = text[i]
         o += 1
     return out
+
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -3,6 +3,8 @@
 
 from numba import njit
 
+from tuckerkit._numba_load import load_lightly
+
 
 @njit(cache=True, nogil=True)
 def _first_root_at(rstart, lo):  # pragma: no cover
@@ -661,3 +663,6 @@ def _build_packed6(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
     k[3] = k3
     k[4] = k4
     k[5] = hi
+
+
+load_lightly(globals())

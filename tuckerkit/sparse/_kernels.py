@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from tuckerkit._numba_load import load_lightly
 from tuckerkit.sparse._build_unrolled import (
     _build_packed3,
     _build_packed4,
@@ -704,3 +705,6 @@ def csf_build_packed_part(coords, order, lo, hi, k, idx_all, idx_off, pos_all, p
             if lev - 1 >= d:
                 pos_all[pos_off[lev - 1] + k[lev - 1] - 1] = kk
             k[lev] = kk + 1
+
+
+load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

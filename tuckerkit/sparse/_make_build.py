@@ -27,6 +27,8 @@ HEADER = '''"""The CSF build's per-part count and fill kernels for trees of 3 to
 
 from numba import njit
 
+from tuckerkit._numba_load import load_lightly
+
 
 @njit(cache=True, nogil=True)
 def _first_root_at(rstart, lo):  # pragma: no cover
@@ -42,6 +44,8 @@ def _first_root_at(rstart, lo):  # pragma: no cover
             b = m
     return a
 '''
+#: the last line: cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
+FOOTER = "load_lightly(globals())\n"
 DECORATOR = "@njit(cache=True, nogil=True)"
 
 
@@ -137,6 +141,7 @@ def source() -> str:
     parts = [HEADER]
     parts += [grouped_count(L) + "\n\n" + grouped_fill(L) for L in LEVELS]
     parts += [count_levels(L) + "\n\n" + build_packed(L) for L in LEVELS]
+    parts += [FOOTER]
     return "\n\n".join(parts)
 
 

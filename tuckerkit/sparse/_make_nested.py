@@ -37,6 +37,7 @@ HEADER = '''"""MTTKRP kernels of CSF trees of 3 to 6 levels as nested loops (gen
 import numpy as np
 from numba import njit, prange
 
+from tuckerkit._numba_load import load_lightly
 from tuckerkit.engine._simd import prefetch
 '''
 
@@ -206,7 +207,8 @@ def source() -> str:
               "multiple of it;", "#: compile them under ``tuckerkit.sparse._mttkrp.slp_vectorize``)",
               f"BLOCK = {BLOCK}", "BLOCKED_ROOT = {"]
     lines += [f"    {n}: mttkrp_blocked_{n}," for n in BLOCKED_LEVELS]
-    lines += ["}", ""]
+    # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
+    lines += ["}", "", "load_lightly(globals())", ""]
     return "\n".join(lines)
 
 

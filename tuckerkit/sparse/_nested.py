@@ -4,6 +4,7 @@
 import numpy as np
 from numba import njit, prange
 
+from tuckerkit._numba_load import load_lightly
 from tuckerkit.engine._simd import prefetch
 
 
@@ -1833,3 +1834,5 @@ BLOCKED_ROOT = {
     5: mttkrp_blocked_5,
     6: mttkrp_blocked_6,
 }
+
+load_lightly(globals())
