@@ -50,8 +50,28 @@ def test_thin_q_bits_equal_scipy_and_orthonormal(dtype, m, k, order):
     Q0 = scipy.linalg.qr(A.copy(order="K"), mode="economic", overwrite_a=True, check_finite=False)[0]
     assert Q.dtype == Q0.dtype and Q.shape == (m, k)
     np.testing.assert_array_equal(Q, Q0)
+    assert Q.flags.f_contiguous == Q0.flags.f_contiguous  # Fortran order either way: later products alike
     eps = np.finfo(dtype).eps
     assert np.abs(Q.conj().T @ Q - np.eye(k)).max() <= 10 * eps * m
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_thin_q_of_double_precision_needs_no_scipy(monkeypatch, dtype):
+    """float64 and complex128 run numpy's own LAPACK gufuncs (no ``import scipy.linalg`` in a HOOI call)."""
+    from tuckerkit.engine import _subspace
+
+    assert _subspace._NP_QR is not None
+
+    def refuse():
+        raise AssertionError("scipy.linalg was asked for")
+
+    monkeypatch.setattr(_subspace, "scipy_linalg", refuse)
+    rng = np.random.default_rng(4)
+    A = draw(rng, (150, 12), dtype)
+    A0 = A.copy()
+    Q = _thin_q(A)  # (A may be overwritten, as with scipy's LAPACK)
+    assert Q.flags.f_contiguous and np.abs(Q.conj().T @ Q - np.eye(12)).max() <= 10 * np.finfo(dtype).eps * 150
+    np.testing.assert_allclose(Q @ (Q.conj().T @ A0), A0, rtol=0, atol=100 * np.finfo(dtype).eps * np.abs(A0).max())
 
 
 def test_thin_q_falls_back_for_wide_and_empty():

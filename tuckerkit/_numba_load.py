@@ -47,8 +47,8 @@ def load_lightly(namespace: dict[str, Any]) -> int:
     for obj in list(namespace.values()):
         if not isinstance(obj, CPUDispatcher):
             continue
-        cache = getattr(obj, "_cache", None)
-        if type(cache) is not function_cache or getattr(cache, _MARK, False):
+        cache: Any = getattr(obj, "_cache", None)
+        if cache is None or type(cache) is not function_cache or getattr(cache, _MARK, False):
             continue
         cache.load_overload = MethodType(_load_overload, cache)
         setattr(cache, _MARK, True)
