@@ -808,9 +808,10 @@ _OWN_PROCESS = False
 
 
 def _own_process_numba() -> None:
-    """Before the first compiled kernel of a run: cached kernels load without numba's registry refresh
-    (``cli/_startup.py``), in the console script's process only. A dense run imports scipy.linalg all the same
-    (its eigensolvers): there it saves about 0.07 s of a 1.05 s run of HOOI on 200^3 (a sparse one 0.3-0.5 s)."""
+    """Before the first compiled kernel of a run: every cached kernel loads without numba's registry refresh
+    and numba's scan for third-party extensions is skipped (``cli/_startup.py``), in the console script's
+    process only. tuckerkit's own kernels load so in any process (``tuckerkit/_numba_load.py``); what this
+    adds is the extension scan (0.03-0.06 s)."""
     if _OWN_PROCESS:
         from tuckerkit.cli._startup import light_numba
 

@@ -12,7 +12,8 @@ on a ``.tns`` file (2-core machine), which otherwise only loads its kernels.
 kernels call) without that refresh. A kernel that is not in the cache still compiles as before: numba's
 compiler refreshes the registries itself before compiling. Third-party numba extensions are not loaded (the
 CLI's kernels take NumPy arrays only). Done for the console script's own process only (``main()``), never
-by the library or by an application that imports it.
+by the library or by an application that imports it: there only tuckerkit's own kernels load without the
+refresh (``tuckerkit/_numba_load.py``), and numba scans for extensions as usual.
 """
 
 from __future__ import annotations
