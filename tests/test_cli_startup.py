@@ -50,7 +50,8 @@ def test_functions_that_need_scipy_linalg_still_import_it():
 
 def test_a_default_hooi_call_on_low_rank_data_needs_no_scipy_linalg():
     """The eigensteps of HOOI's default call certify by subspace iteration, whose QR is numpy's own LAPACK:
-    a fresh process then never imports scipy.linalg (0.11-0.16 s of the first call)."""
+    a fresh process whose kernels come from numba's cache then never imports scipy.linalg (0.11-0.16 s of the
+    first call)."""
     code = ("import sys, numpy as np, tuckerkit as tk\n"
             "rng = np.random.default_rng(0)\n"
             "U = [np.linalg.qr(rng.standard_normal((n, 10)))[0] for n in (120, 110, 100)]\n"
@@ -58,8 +59,9 @@ def test_a_default_hooi_call_on_low_rank_data_needs_no_scipy_linalg():
             "X += 1e-3 * np.linalg.norm(X) * rng.standard_normal(X.shape) / np.sqrt(X.size)\n"
             "T = tk.hooi(X, 10)\n"
             "print('scipy.linalg' in sys.modules, round(float(T.fit), 4))\n")
-    out = _run_py(code)
-    assert out.returncode == 0, out.stderr
+    for _ in range(2):  # the first run compiles what numba's cache lacks (its compiler imports scipy.linalg)
+        out = _run_py(code)
+        assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "0.999"]
 
 
