@@ -281,6 +281,8 @@ def _thin_q(A: Any) -> Any:
     m, k = A.shape
     if A.dtype.char in "dD" and m >= k > 0 and _NP_QR is not None:
         raw, reduced = _NP_QR
+        if not A.flags.writeable:  # (the gufunc factors A in place, as LAPACK does)
+            A = A.copy()
         sig = A.dtype.char
         Q = np.empty((k, m), dtype=A.dtype).T  # Fortran order, as LAPACK's (scipy's) Q: later products alike
         return reduced(A, raw(A, signature=f"{sig}->{sig}"), signature=f"{sig}{sig}->{sig}", out=Q)
