@@ -72,6 +72,8 @@ def test_thin_q_of_double_precision_needs_no_scipy(monkeypatch, dtype):
     Q = _thin_q(A)  # (A may be overwritten, as with scipy's LAPACK)
     assert Q.flags.f_contiguous and np.abs(Q.conj().T @ Q - np.eye(12)).max() <= 10 * np.finfo(dtype).eps * 150
     np.testing.assert_allclose(Q @ (Q.conj().T @ A0), A0, rtol=0, atol=100 * np.finfo(dtype).eps * np.abs(A0).max())
+    A0.flags.writeable = False  # a read-only operand is factored in a copy, with the same bits
+    np.testing.assert_array_equal(_thin_q(A0), Q)
 
 
 def test_thin_q_falls_back_for_wide_and_empty():
