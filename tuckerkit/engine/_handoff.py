@@ -323,6 +323,7 @@ class _Handoff:
         self.seq = 0
         self.pid = os.getpid()
         self.spin = int(SPIN_SECONDS * _cycle_rate())
+        self.others = max(1, (os.cpu_count() or 2) - 1)  # the other CPUs (os.cpu_count: 3 us a call)
 
     def helpers(self, n: int) -> None:
         """At least ``n`` helper threads (made on first use, kept for the process)."""
@@ -341,7 +342,7 @@ class _Handoff:
             return
         # (no more spinning helpers than the other CPUs: on an oversubscribed machine a spinner would share a
         # core with a helper still computing; the pieces, hence the bits, do not depend on it)
-        nh = min(workers - 1, _MAX_HELPERS, max(1, (os.cpu_count() or 2) - 1))
+        nh = min(workers - 1, _MAX_HELPERS, self.others)
         self.helpers(nh)
         self.seq += 1
         _round(self.ctrl, self.D, self.hs, self.word, n, nh, self.seq, self.sysc)
