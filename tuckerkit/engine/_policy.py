@@ -267,7 +267,7 @@ def scipy_linalg() -> Any:
     later call's does (measured before: the first ``cp_als(X, 50)`` of a process on 200^3 gave other bits than
     the next ones; ``eigh``'s results change with the thread count). Every LAPACK call of tuckerkit's gets
     ``scipy.linalg`` through this function, except those numpy's own LAPACK makes (``numpy.linalg``, and the
-    float64 thin QR of :func:`tuckerkit.engine._subspace._thin_q`), whose OpenBLAS is numpy's."""
+    float64 and complex128 thin QR of :func:`tuckerkit.engine._subspace._thin_q`), whose OpenBLAS is numpy's."""
     import scipy.linalg
 
     pin = _PIN
