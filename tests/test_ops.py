@@ -594,3 +594,25 @@ def test_gram_of_a_small_projection_packed_whole(shape, mode, rng, monkeypatch):
     Xn = _unfold(X, mode)
     ref = Xn @ Xn.T
     np.testing.assert_allclose(G, ref, rtol=0, atol=Xn.shape[1] * np.finfo(X.dtype).eps * ref.diagonal().max())
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mttkrp_sweep_of_a_3way_tensor_never_contracts_its_unit_stride_mode_alone(order, dtype, rng):
+    """A 3-way sweep's two passes over X contract one mode each by a GEMM; neither is the unit-stride mode
+    (C order: the halves [0] | [1, 2]; F order: [0, 1] | [2]), and every MTTKRP still equals einsum's."""
+    from tuckerkit.engine import mttkrp_sweep
+
+    X = np.asarray(rng.standard_normal((24, 20, 16)), order=order).astype(dtype, order="K")
+    U = [rng.standard_normal((n, 5)).astype(dtype) for n in X.shape]
+    got = {}
+    plans = mttkrp_sweep(X, [u.copy() for u in U], lambda n, M: got.setdefault(n, M.copy()))
+    unit = "c" if order == "C" else "a"
+    passes = [p.spec for p in plans if math.prod(p.shapes[0]) == X.size]
+    assert passes == (["abc,bZ->acZ", "abc,aZ->bcZ"] if order == "C" else ["abc,cZ->abZ", "abc,bZ->acZ"])
+    assert all(s.split(",")[1][0] != unit for s in passes)
+    Xd = X.astype(np.float64)
+    for n, spec in enumerate(["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]):
+        ref = np.einsum(spec, Xd, *(U[m].astype(np.float64) for m in range(3) if m != n), optimize=True)
+        tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
+        np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)

@@ -230,12 +230,28 @@ class MttkrpTree:
             self.update(active[0], T)
             return
         half = (len(active) + 1) // 2
+        if not has_r and len(active) == 3 and _innermost(T, t_modes, active) == active[-1]:
+            # a 3-way tensor whose last mode has the unit stride (C order): the halves [0] | [1, 2], so that
+            # no pass contracts the unit-stride mode alone (X x_2 U_2, the rank-outer partial written by
+            # columns: the slowest of the three single-mode products) but the outermost mode alone and the
+            # other two as the middle mode's product then a GEMV. The same flops and partial sizes, the same
+            # update order. CP-ALS per iteration, medians of 7 interleaved, 6 iterations, one process, R = 10 /
+            # 32 / 50: 200^3 float32 0.86 / 0.89 / 0.87x, float64 0.85 / 0.91 / 1.02x; 320x240x160 float32
+            # 0.76 / 0.87 / 0.88x, float64 0.82 / 0.87 / 0.93x. An F-ordered tensor's halves [0, 1] | [2]
+            # already contract its outermost mode alone
+            half = 1
         first, second = active[:half], active[half:]
         T2, m2 = self.contract_modes(T, t_modes, second, has_r)
         self.rec(T2, m2, True, first)
         del T2  # the first half's partial goes before the second half's is made (CP R50 200^3: 0.52x -> 0.29x of X)
         T1, m1 = self.contract_modes(T, t_modes, first, has_r)
         self.rec(T1, m1, True, second)
+
+
+def _innermost(T: Any, t_modes: list[int], modes: list[int]) -> int:
+    """The mode among ``modes`` with the smallest stride in ``T`` (the first of them on a tie)."""
+    st = _elem_strides(T)
+    return min(modes, key=lambda m: abs(st[t_modes.index(m)]))
 
 
 def _merged_view(T: Any, axes: list[int]) -> tuple[Any, list[int]] | None:
