@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tuckerkit._validation import check_factor_list
 from tuckerkit.backend import array_namespace
 from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
@@ -230,7 +232,7 @@ class MttkrpTree:
             self.update(active[0], T)
             return
         half = (len(active) + 1) // 2
-        if not has_r and len(active) == 3 and _innermost(T, t_modes, active) == active[-1]:
+        if not has_r and len(active) == 3 and self.xp is np and _innermost(T, t_modes, active) == active[-1]:
             # a 3-way tensor whose last mode has the unit stride (C order): the halves [0] | [1, 2], so that
             # no pass contracts the unit-stride mode alone (X x_2 U_2, the rank-outer partial written by
             # columns: the slowest of the three single-mode products) but the outermost mode alone and the
@@ -238,7 +240,7 @@ class MttkrpTree:
             # update order. CP-ALS per iteration, medians of 7 interleaved, 6 iterations, one process, R = 10 /
             # 32 / 50: 200^3 float32 0.86 / 0.89 / 0.87x, float64 0.85 / 0.91 / 1.02x; 320x240x160 float32
             # 0.76 / 0.87 / 0.88x, float64 0.82 / 0.87 / 0.93x. An F-ordered tensor's halves [0, 1] | [2]
-            # already contract its outermost mode alone
+            # already contract its outermost mode alone. (Host arrays only: cuBLAS's layouts not measured)
             half = 1
         first, second = active[:half], active[half:]
         T2, m2 = self.contract_modes(T, t_modes, second, has_r)
