@@ -36,12 +36,12 @@ def light_numba() -> bool:
     if getattr(cache.load_overload, "tuckerkit_light", False):
         return True
 
+    from tuckerkit._numba_load import _load_overload
+
     def load_overload(self, sig, target_context):
-        """numba's ``Cache.load_overload`` without ``target_context.refresh()``: only the runtime (NRT) that
-        the loaded code calls is initialized (idempotent)."""
-        rtsys.initialize(target_context)
-        with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+        """numba's ``Cache.load_overload`` without ``target_context.refresh()`` (the library's own kernels'
+        loader, :func:`tuckerkit._numba_load._load_overload`), for every cached kernel of this process."""
+        return _load_overload(self, sig, target_context)
 
     load_overload.tuckerkit_light = True  # type: ignore[attr-defined]
     cache.load_overload = load_overload
