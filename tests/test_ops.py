@@ -598,6 +598,39 @@ def test_gram_of_a_small_projection_packed_whole(shape, mode, rng, monkeypatch):
 
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ttmc_sweep_of_a_3way_tensor_never_projects_its_unit_stride_mode_alone(order, dtype, rng):
+    """HOOI's sweep reads X twice; on a C-ordered 3-way tensor the two reads project modes {1, 2} and mode 0
+    (the halves [0] | [1, 2]), never the unit-stride mode 2 alone; an F-ordered one keeps [0, 1] | [2]
+    (its unit-stride mode 0 goes with mode 1). The operand names the partials its sweep takes from a start,
+    every update sees the latest factors (Gauss-Seidel), and each projection equals einsum's."""
+    from tuckerkit.engine import as_operand, ttmc_sweep
+
+    X = np.asarray(rng.standard_normal((24, 20, 16)), order=order).astype(dtype, order="K")
+    U0 = [np.linalg.qr(rng.standard_normal((n, r)))[0].astype(dtype) for n, r in zip(X.shape, (3, 4, 5), strict=True)]
+    new = [np.linalg.qr(rng.standard_normal((n, r)))[0].astype(dtype) for n, r in zip(X.shape, (3, 4, 5), strict=True)]
+    factors = [u.copy() for u in U0]
+    got, used = {}, {}
+
+    def update(n, Y):
+        got[n] = np.array(Y)
+        used[n] = [f.copy() for f in factors]
+        factors[n] = new[n]
+
+    plans = ttmc_sweep(X, factors, update)
+    passes = sorted(sorted(p.order) for p in plans if p.shape == X.shape)
+    assert passes == ([[0], [1, 2]] if order == "C" else [[0, 1], [2]])
+    assert [sorted(s) for s in as_operand(X).sweep_spine()] == ([[0]] if order == "C" else [[0, 1], [0]])
+    Xd = X.astype(np.float64)
+    for n in range(3):
+        assert all(np.array_equal(used[n][m], new[m] if m < n else U0[m]) for m in range(3) if m != n)
+        spec = {0: "abc,bj,ck->ajk", 1: "abc,ai,ck->ibk", 2: "abc,ai,bj->ijc"}[n]
+        ref = np.einsum(spec, Xd, *(used[n][m].astype(np.float64) for m in range(3) if m != n), optimize=True)
+        tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(Xd).max()
+        np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_mttkrp_sweep_of_a_3way_tensor_never_contracts_its_unit_stride_mode_alone(order, dtype, rng):
     """A 3-way sweep's two passes over X contract one mode each by a GEMM; neither is the unit-stride mode
     (C order: the halves [0] | [1, 2]; F order: [0, 1] | [2]), and every MTTKRP still equals einsum's."""

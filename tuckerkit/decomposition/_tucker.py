@@ -327,7 +327,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
     chosen = [0] * N
     Y = X
     core: Any = None
-    spine = set(tree_spine(N)) if keep is not None else set()
+    spine = set(X.sweep_spine()) if keep is not None else set()
     for i, n in enumerate(seq):
         if i > 0 and keep is not None and (left := frozenset(seq[i:])) in spine:
             keep[left] = core
@@ -380,7 +380,10 @@ def _tree_order(shape: Sequence[int], ranks: Sequence[int], sketch: bool = False
     instead of computing them (on a 3-way tensor one of its two reads of ``X``, and its first factor update,
     which is ST-HOSVD's last step). The cheapest such order by :func:`_cheapest_order`'s model, taken when it
     costs no more than :func:`_cheapest_order`'s plus the projection it saves; None otherwise (and when
-    ``first``, a streamed tensor's first mode, is not in the second half)."""
+    ``first``, a streamed tensor's first mode, is not in the second half). The order depends on the shape
+    and ranks alone (a C- and an F-ordered tensor get the same start): an operand whose sweep takes fewer
+    partials (:meth:`~tuckerkit.engine.Operand.sweep_spine`: a C-ordered 3-way tensor's, mode 0's alone)
+    takes those it needs from the same steps."""
     N = len(shape)
     if N < 2 or N > 8:
         return None

@@ -34,7 +34,7 @@ from tuckerkit.engine._mttkrp import MTTKRPPlan, dense_mttkrp
 from tuckerkit.engine._plan import ContractionPlan
 from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, parallel_for, resolve_policy
 from tuckerkit.engine._subspace import leading_left_singular
-from tuckerkit.engine._sweeps import Sweep, dense_mttkrp_sweep, dense_ttmc_sweep
+from tuckerkit.engine._sweeps import Sweep, dense_mttkrp_sweep, dense_ttmc_sweep, splits_first_alone, tree_spine
 from tuckerkit.engine._ttm import MultiTTMPlan, dense_multi_ttm, dense_ttm
 
 #: the engine's subscripts have 50 letters: at most this many modes in a contraction
@@ -128,6 +128,11 @@ class Operand(Protocol):
         (removing each it takes) or ignore them."""
         ...
 
+    def sweep_spine(self) -> list[frozenset[int]]:
+        """The partials :meth:`ttmc_sweep` makes before its first update, keyed by the modes each leaves
+        unprojected (:func:`~tuckerkit.engine._sweeps.tree_spine`): those a start may hand it."""
+        ...
+
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
         """CP-ALS's N MTTKRPs in mode order, ``update(n, M_n)`` after each."""
         ...
@@ -206,6 +211,9 @@ class OperandBase:
 
     def preferred_init(self, ranks: Sequence[int]) -> str:
         return "st_hosvd"
+
+    def sweep_spine(self) -> list[frozenset[int]]:
+        return tree_spine(self.ndim)
 
 
 #: pieces whose largest magnitude lies in this range are summed unscaled (no square over/underflows that counts)
@@ -398,6 +406,9 @@ class DenseTensor(OperandBase):
     def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
                    partials: dict[frozenset[int], Any] | None = None) -> Sweep:
         return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans)
+
+    def sweep_spine(self) -> list[frozenset[int]]:
+        return tree_spine(self.ndim, splits_first_alone(self.data))
 
     def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
         with on_device(self.device):  # (a GPU's cached plans then run without contract's device handling)
