@@ -200,7 +200,14 @@ def test_explain_records_the_choice_and_both_estimates(forced, rng):
     assert "compiled small_rank_ttm_outer (BLAS alternative: gemm)" in text
     assert "choice: the compiled kernel computes at least 5 % faster" in text
     names = [name for name, _ in plan.estimates]
-    assert names == ["compiled", "blas gemm", "roofline"]
+    assert names == ["compiled", "blas gemm", "roofline", "compiled compute", "blas gemm compute"]
+    est = dict(plan.estimates)
+    # the compute terms are what the choice rests on (a tie of bandwidth-bound estimates included), and shown
+    assert est["compiled compute"] * 1.05 <= est["blas gemm compute"]
+    assert est["compiled"] <= est["blas gemm"]
+    line = next(ln for ln in text.splitlines() if ln.startswith("  compute alone"))
+    assert line == ("  compute alone (flops / (peak x efficiency)): "
+                    f"compiled {est['compiled compute'] * 1e3:.3g} ms, blas gemm {est['blas gemm compute'] * 1e3:.3g} ms")
     assert plan.copies == 40 * 5  # U transposed once into (R, I) rows
 
 
@@ -279,6 +286,7 @@ def test_explain_says_why_blas_stays(monkeypatch, rng):
     assert plan.compiled is CompiledKernel.NONE  # long rows: the inner kernel does not beat BLAS at rank 10
     assert "choice: the compiled kernel would not compute 5 % faster than BLAS" in plan.explain()
     assert dict(plan.estimates)["compiled"] >= dict(plan.estimates)["blas gemm"]
+    assert dict(plan.estimates)["compiled compute"] * 1.05 > dict(plan.estimates)["blas gemm compute"]
     assert middle.compiled is CompiledKernel.TTM_INNER  # short rows (40 columns): the kernel
     assert "compiled small_rank_ttm_inner (BLAS alternative: strided_batched_gemm)" in middle.explain()
     assert dict(middle.estimates)["compiled"] < dict(middle.estimates)["blas strided_batched_gemm"]

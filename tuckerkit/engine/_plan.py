@@ -218,7 +218,9 @@ class ContractionPlan:
         model chose over it (``kind`` is then the BLAS alternative, which a GPU plan runs).
     estimates : tuple of (str, float)
         The cost model's seconds for each candidate it weighed (``"roofline"`` is the bound
-        ``max(bytes / bandwidth, flops / peak)`` of one core), when a compiled kernel was considered.
+        ``max(bytes / bandwidth, flops / peak)`` of one core), when a compiled kernel was considered; then
+        each candidate's compute term alone (``"... compute"``: flops over its rate), which decides where
+        both candidates are bandwidth-bound and their estimates tie.
 
     A plan is callable: ``plan(A, B, out=None)`` runs it on operands of exactly the shapes, strides and dtype
     it was made for, and raises a one-line ``ValueError`` for anything else.
@@ -328,10 +330,15 @@ class ContractionPlan:
         if self.compiled != CompiledKernel.NONE:
             lines[0] = f"{self.notation()}  ->  compiled {self.compiled} (BLAS alternative: {self.kind})"
         if self.estimates:
-            est = ", ".join(f"{name} {sec * 1e3:.3g} ms" for name, sec in self.estimates)
+            both = [(name, sec) for name, sec in self.estimates if not name.endswith(" compute")]
+            alone = [(name[:-len(" compute")], sec) for name, sec in self.estimates if name.endswith(" compute")]
+            est = ", ".join(f"{name} {sec * 1e3:.3g} ms" for name, sec in both)
             why = ("the compiled kernel computes at least 5 % faster" if self.compiled != CompiledKernel.NONE
                    else "the compiled kernel would not compute 5 % faster than BLAS")
             lines.append(f"  choice: {why} (per core: {est})")
+            if alone:  # (where both candidates are bandwidth-bound their estimates tie: the compute terms decide)
+                lines.append("  compute alone (flops / (peak x efficiency)): "
+                             + ", ".join(f"{name} {sec * 1e3:.3g} ms" for name, sec in alone))
         if self.parallel:
             how = "the batch cut into pieces" if self.batch_modes else "rows or columns cut into pieces"
             lines.append(f"  execution: parallel ({how}, {self.policy.workers} workers)")
@@ -961,8 +968,11 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]])
     t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R))
     t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, eff_comp)
+    peak = roof.peak(plan.dtype)
     estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
-                 ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)))
+                 ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)),
+                 ("compiled compute", plan.flops / (peak * eff_comp)),
+                 (f"blas {plan.kind} compute", plan.flops / (peak * blas_efficiency(variant.value, plan.dtype, R))))
     # both read the tensor once: where both are bandwidth-bound the estimates tie and the compute terms
     # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration)
     c_comp = 1.0 / eff_comp
