@@ -207,7 +207,8 @@ def test_explain_records_the_choice_and_both_estimates(forced, rng):
     assert est["compiled"] <= est["blas gemm"]
     line = next(ln for ln in text.splitlines() if ln.startswith("  compute alone"))
     assert line == ("  compute alone (flops / (peak x efficiency)): "
-                    f"compiled {est['compiled compute'] * 1e3:.3g} ms, blas gemm {est['blas gemm compute'] * 1e3:.3g} ms")
+                    f"compiled {est['compiled compute'] * 1e3:.3g} ms, "
+                    f"blas gemm {est['blas gemm compute'] * 1e3:.3g} ms")
     assert plan.copies == 40 * 5  # U transposed once into (R, I) rows
 
 
