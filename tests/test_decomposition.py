@@ -460,6 +460,52 @@ def test_st_hosvd_auto_order_is_the_cheapest_and_cubes_end_with_mode_0(rng):
     assert _tree_order((9, 9, 9, 9), (2, 2, 2, 2), first=1) is None
 
 
+@pytest.mark.parametrize("structure", ["gaussian", "planted"])
+def test_hooi_skips_the_warm_eigensolver_after_refusals_with_the_same_bits(rng, monkeypatch, structure):
+    """HOOI's factor steps try the certified subspace iteration from the current factor; on a tensor without a
+    gap after the r-th singular value (Gaussian data) it refuses every time, so each mode skips it for 1, 2,
+    4, ... steps after each refusal; where it certifies (a planted model) every step tries it. Skipped or not,
+    the result is the same to the bit (LAPACK computes what a refusal would have left to it), at every
+    iteration count."""
+    from tuckerkit.engine import _subspace
+
+    if structure == "gaussian":
+        X = rng.standard_normal((100, 104, 108))
+    else:
+        X = planted_tucker(rng, (100, 104, 108), (6, 6, 6), np.float64, noise=1e-2)
+    init = tk.hosvd(X, 6)  # (each projection's Gram: 36 x 36, of the order the warm start begins at)
+    tries, outcomes = [], []
+    real = _subspace._top_eigh_subspace
+
+    def spy(G, r, start=None):
+        out = real(G, r, start)
+        if start is not None:
+            tries.append(G.shape)
+            outcomes.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_subspace, "_top_eigh_subspace", spy)
+    with pytest.warns(ConvergenceWarning):
+        got = tk.hooi(X, 6, init=init, max_iter=12, tol=0)
+    n_tried = len(tries)
+    with pytest.warns(ConvergenceWarning):
+        short = tk.hooi(X, 6, init=init, max_iter=5, tol=0)
+    monkeypatch.setattr(_subspace.SubspaceBackoff, "wanted", lambda self: True)  # the eigensolver on every step
+    tries.clear()
+    outcomes.clear()
+    with pytest.warns(ConvergenceWarning):
+        every = tk.hooi(X, 6, init=init, max_iter=12, tol=0)
+    if structure == "gaussian":
+        assert not any(outcomes) and len(tries) == 3 * 12
+        assert n_tried == 3 * 4  # each mode at steps 1, 3, 6 and 11 of 12
+    else:
+        assert all(outcomes) and n_tried == len(tries) == 3 * 12
+    np.testing.assert_array_equal(got.core, every.core)
+    for U, V in zip(got.factors, every.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
+    assert got.fit_history[:5] == short.fit_history
+
+
 @pytest.mark.parametrize(("shape", "ranks"), [
     ((20, 21, 22), (3, 4, 2)),
     ((9, 10, 11, 12), (2, 3, 2, 3)),

@@ -55,10 +55,11 @@ class Call:
         return Y.gram(mode, policy=self.policy) if G is None else G
 
     def leading_subspace(self, Y: Any, mode: int, rank: int, rng: Any, start: Any = None,
-                         rough: bool = False) -> tuple[Any, Any]:
+                         rough: bool = False, backoff: Any = None) -> tuple[Any, Any]:
         """``Y.leading_subspace(mode, rank)``, from the Gram made on entry when ``Y`` is the call's dense
         operand (handed out once); a dense ``Y`` with ``start`` (an estimate of the result: HOOI's current
-        factor) warm-starts :func:`~tuckerkit.engine._subspace.leading_left_singular`'s eigensolver.
+        factor) warm-starts :func:`~tuckerkit.engine._subspace.leading_left_singular`'s eigensolver, which
+        ``backoff`` (the mode's :class:`~tuckerkit.engine._subspace.SubspaceBackoff`) skips after refusals.
         ``rough``: for a start that iterations refine (CP-ALS's SVD start), the Gram of the call's float64
         operand from float32 products where the magnitudes allow (:func:`_rough_gram`)."""
         from tuckerkit.engine import DenseTensor
@@ -70,7 +71,7 @@ class Call:
             if got is not None and math.isfinite(got[1]):
                 G = got[0]
         if isinstance(Y, DenseTensor) and (G is not None or start is not None):
-            return leading_left_singular(Y.data, mode, rank, self.policy, gram=G, start=start)
+            return leading_left_singular(Y.data, mode, rank, self.policy, gram=G, start=start, backoff=backoff)
         return Y.leading_subspace(mode, rank, rng=rng, policy=self.policy)
 
     def unscale(self, A: Any) -> Any:

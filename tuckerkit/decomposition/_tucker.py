@@ -29,6 +29,7 @@ from tuckerkit.decomposition._results import TuckerTensor
 from tuckerkit.engine import as_operand, multi_ttm
 from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import (
+    SubspaceBackoff,
     eigh_desc,
     gram_route,
     randomized_left_singular,
@@ -57,19 +58,20 @@ _FIT_FLOOR = 16 * float(np.finfo(np.float64).eps)  # (a relative error below ~6e
 
 
 def _subspace(call: Call, Y: Any, n: int, r: int, svd: str, rng: np.random.Generator,
-              start: Any = None) -> tuple[Any, Any]:
+              start: Any = None, backoff: Any = None) -> tuple[Any, Any]:
     """The factor step: the ``r`` leading left singular vectors of ``Y_(n)`` and the eigenvalues of its Gram.
 
     ``svd="exact"``: the operand's own route (a Gram's eigendecomposition without unfolding, the SVD of a small
     unfolding, ARPACK on a sparse unfolding, a streamed Gram). ``svd="randomized"``: on a dense array (every
     HOOI projection; a dense input's own steps) the randomized range finder of
     :func:`~tuckerkit.engine._subspace.randomized_left_singular`; other operand kinds keep their route.
-    ``start``: the factor being replaced (HOOI), which warm-starts the exact route's eigensolver."""
+    ``start``: the factor being replaced (HOOI), which warm-starts the exact route's eigensolver; ``backoff``:
+    the mode's :class:`~tuckerkit.engine._subspace.SubspaceBackoff` over the call."""
     from tuckerkit.engine import DenseTensor
 
     if svd == "randomized" and isinstance(Y, DenseTensor):
         return randomized_left_singular(Y.data, n, r, rng, call.policy)
-    return call.leading_subspace(Y, n, r, rng, start)  # (X's first from the Gram made on entry)
+    return call.leading_subspace(Y, n, r, rng, start, backoff=backoff)  # (X's first from the Gram made on entry)
 
 
 def _entry_gram(ranks: Any, order: Any = "auto", sketch: bool = False, svd: Any = "exact",
@@ -689,6 +691,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     # the projection ST-HOSVD's last step (mode 0) took its factor from: the first sweep's first update, which
     # would compute the same factor again from it
     done = partials.get(frozenset({0}))
+    # (each mode's warm-started eigensolver skipped after refusals: a spectrum without a gap refuses every time)
+    backoffs = [SubspaceBackoff() for _ in range(N)]
     for it in range(1, max_iter + 1):
         last: dict[str, Any] = {}
 
@@ -696,7 +700,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
             last["n"], last["Y"] = n, Y
             if n in fixed or Y is done:
                 return
-            U, _ = _subspace(call, as_operand(Y), n, ranks[n], svd, srng, start=factors[n])
+            U, _ = _subspace(call, as_operand(Y), n, ranks[n], svd, srng, start=factors[n], backoff=backoffs[n])
             factors[n] = U.astype(X.dtype, copy=False)
 
         sweep = X.ttmc_sweep(factors, update, policy=policy, **({"partials": partials} if partials else {}))
