@@ -132,7 +132,7 @@ bench: $(VENV)/.bench
 	$(BENCH_PY) benchmarks/cp.py
 	$(BENCH_PY) benchmarks/defaults.py
 	$(BENCH_PY) benchmarks/whole_run.py
-	$(BENCH_PY) benchmarks/sparse.py
+	$(BENCH_PY) benchmarks/sparse_tensors.py
 	$(BENCH_PY) benchmarks/features.py
 	$(BENCH_PY) benchmarks/compat.py
 

@@ -1,4 +1,4 @@
-"""Medians over repeated full runs of ``benchmarks/sparse.py`` (this machine is shared: single runs move 2x).
+"""Medians over repeated full runs of ``benchmarks/sparse_tensors.py`` (this machine is shared: single runs move 2x).
 
 Copy each run's ``results/sparse.json`` to ``results/sparse_runs/run_<name>.json``, then run this script; it
 writes ``results/sparse_runs.md`` with the per-run figures and their medians against the issue's floors.

@@ -5,7 +5,7 @@ seed per tensor, power-law coordinates with exponent 1.2 relabelled by a random 
 coverage block that puts at least one nonzero in every slice, first-occurrence de-duplication until exactly
 ``nnz`` distinct coordinates exist, uniform(0, 1) values, random output order). This module draws the same
 random numbers in the same order, so the tensors are identical bit for bit to the reference files (checked
-against their md5 sums by ``benchmarks/sparse.py``), and the project never needs files from outside itself.
+against their md5 sums by ``benchmarks/sparse_tensors.py``), and the project never needs files from outside itself.
 skew5d (3000^5) and skew6d (1000^6), 1M nonzeros each, follow the same recipe at orders 5 and 6 (issue 17:
 sparse CP-ALS at every order 3-6 against SPLATT); their md5 sums are of tuckerkit's own output.
 """

@@ -19,7 +19,7 @@ Rank 16, 20 iterations (pyttb: 3 iterations, its time per iteration is stable), 
 Reports per-iteration time, MTTKRP time per mode, CSF plan build time, peak memory and the final fit.
 Reference SPLATT figures (C, CSF, OpenMP) measured on this machine type are in the table for comparison.
 
-Run:  python benchmarks/sparse.py [--only splatt|peers] [--quick] [--splatt-bin PATH] [--data DIR]
+Run:  python benchmarks/sparse_tensors.py [--only splatt|peers] [--quick] [--splatt-bin PATH] [--data DIR]
       [--tensors skew3d,unif3d] [--iters 20]
 Writes benchmarks/results/sparse_splatt.{json,md,png} and sparse.{json,md,png}.
 """
