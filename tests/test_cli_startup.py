@@ -296,3 +296,40 @@ def test_load_lightly_changes_only_the_kernels_it_is_given():
     assert _numba_load.load_lightly(ns) == 1
     assert "load_overload" in vars(other._cache) and other(1) == 2
     assert Cache.load_overload.__qualname__ == "Cache.load_overload"  # numba's own class is left as it is
+
+
+def test_read_only_and_writable_inputs_share_one_compiled_specialization(tmp_path):
+    """numba compiles and loads one specialization per argument type, and a read-only array is another type:
+    the compiled kernels take their inputs read-only whatever the caller's flag, so a tensor mapped from a file
+    and one in memory use the same machine code (a fresh process's first HOOI on a memory-mapped 200^3 loaded
+    ``_inner_kernel`` twice), with the same bits."""
+    code = ("import json, numpy as np, tuckerkit as tk\n"
+            "from tuckerkit.engine import _gram_kernels as g, _smallgemm as s\n"
+            "from tuckerkit.engine import ttm\n"
+            "rng = np.random.default_rng(0)\n"
+            "X = rng.standard_normal((60, 50, 70))\n"
+            f"np.save({str(tmp_path / 'x.npy')!r}, X)\n"
+            f"M = np.load({str(tmp_path / 'x.npy')!r}, mmap_mode='r')\n"
+            "same = []\n"
+            "for R in (5, 12):\n"
+            "    for m in range(3):\n"
+            "        U = rng.standard_normal((X.shape[m], R))\n"
+            "        same.append(ttm(X, U, m, transpose=True).tobytes() == ttm(M, U, m, transpose=True).tobytes())\n"
+            "a, b = tk.hooi(X, 5, max_iter=2, tol=0), tk.hooi(M, 5, max_iter=2, tol=0)\n"
+            "same.append(a.core.tobytes() == b.core.tobytes())\n"
+            "sigs = {k.py_func.__name__: [str(t[0]) for t in k.signatures] for k in (\n"
+            "    s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel, g.to_single_cols, g.to_single_rows,\n"
+            "    g.to_single_slabs)}\n"
+            "print(json.dumps([all(same), sigs]))\n")
+    import warnings as _w
+
+    with _w.catch_warnings():
+        _w.simplefilter("ignore")
+        out = _run_py(code)
+    assert out.returncode == 0, out.stderr
+    same, sigs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert same
+    used = {name: types for name, types in sigs.items() if types}
+    assert "_inner_kernel" in used and "_outer_dot_kernel" in used  # (the compiled TTMs ran)
+    for name, types in used.items():
+        assert len(types) == 1 and types[0].startswith("readonly array(float64"), (name, types)

@@ -223,6 +223,21 @@ def _fresh_out(bound: _Bound):
     return buf if bound.alloc_perm is None else buf.transpose(bound.alloc_perm)
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only view (``a`` itself when it is read-only already; ``a``'s own flag unchanged).
+
+    numba compiles, caches and loads one specialization per argument type, and a read-only array is another
+    type than a writable one. The compiled kernels take their inputs through this, so that a tensor mapped
+    from a file (read-only) and one in memory share one specialization: a fresh process's first HOOI on a
+    memory-mapped 200^3 loaded ``_inner_kernel`` twice (60-70 ms, then 29-34 ms more for the second type), a
+    fresh install compiled it twice."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def _check_spec(plan: ContractionPlan, spec: str, A, B) -> None:
     """A plan runs only the contraction it was made for (a plan of ``ik,kj->ij`` is not one of ``ki,kj->ij``,
     even on square operands)."""

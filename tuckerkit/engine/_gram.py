@@ -12,7 +12,7 @@ import numpy as np
 from tuckerkit._validation import check_mode
 from tuckerkit.backend import array_namespace
 from tuckerkit.backend._device import device_op
-from tuckerkit.engine._contract import _elem_strides, _view, contract, cpu_matmul
+from tuckerkit.engine._contract import _elem_strides, _view, contract, cpu_matmul, read_only
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._policy import (
     MAX_PIECES,
@@ -221,6 +221,7 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
         return None
     kb = max(16, _START_BLOCK_BYTES // (4 * In))
     n_cols = max(1, _column_pieces(In, K, it))  # (the same cut as the float64 Gram's)
+    Vr = read_only(V)  # (one compiled specialization for arrays in memory and mapped from files)
     cuts = [K * i // n_cols for i in range(n_cols + 1)]
 
     def piece(i: int, buf: Any, tmp: Any, part: Any, ss: Any) -> None:
@@ -228,11 +229,11 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
             b = min(a + kb, cuts[i + 1])
             if rows:
                 blk = buf[:In * (b - a)].reshape(In, b - a)
-                to_single_rows(V, a, b, blk, ss)
+                to_single_rows(Vr, a, b, blk, ss)
                 np.matmul(blk, blk.T, out=tmp)  # numpy's SSYRK (exactly symmetric)
             else:
                 blk = buf[:In * (b - a)].reshape(b - a, In)
-                to_single_cols(V.T, a, b, blk, ss)
+                to_single_cols(Vr.T, a, b, blk, ss)
                 np.matmul(blk.T, blk, out=tmp)
             part += tmp
 
@@ -278,6 +279,7 @@ def _start_gram_slabs(X: np.ndarray, plan: GramPlan, policy: ExecutionPolicy) ->
     from tuckerkit.engine._gram_kernels import to_single_slabs  # (numba: loaded on first use)
 
     k = max(1, min(n_outer, _START_BLOCK_BYTES // (4 * In * R)))  # slabs per pack
+    Xr = read_only(Xv)
     most = max(1, _PARTIALS_BYTES // (In * In * it))
     n_pieces = max(1, min(MAX_PIECES, most, n_outer, max(2, In * In * R * n_outer // _SYRK_PIECE_FLOPS)))
     bounds = [n_outer * i // n_pieces for i in range(n_pieces + 1)]
@@ -286,7 +288,7 @@ def _start_gram_slabs(X: np.ndarray, plan: GramPlan, policy: ExecutionPolicy) ->
         for a in range(bounds[i], bounds[i + 1], k):
             b = min(a + k, bounds[i + 1])
             blk = buf[:In * (b - a) * R].reshape(In, (b - a) * R)
-            to_single_slabs(Xv, a, b, blk, ss)
+            to_single_slabs(Xr, a, b, blk, ss)
             np.matmul(blk, blk.T, out=tmp)  # numpy's SSYRK (exactly symmetric)
             part += tmp
 

@@ -54,6 +54,7 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import load_lightly
+from tuckerkit.engine._contract import read_only
 from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 from tuckerkit.engine._simd import (
     MAX_RB,
@@ -934,6 +935,7 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     fx, fy = flat_span(X3), flat_span(Y3)
     if fx is None or fy is None:
         raise ValueError("ttm_inner needs non-empty views with non-negative strides")
+    fx = read_only(fx)
     if any(v.shape[2] > 1 and v.strides[2] != v.itemsize for v in (X3, Y3)):
         raise ValueError("ttm_inner needs unit stride along the last axis of X3 and Y3")
     A, I, C = X3.shape  # noqa: E741
@@ -971,6 +973,7 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     fx, fy = flat_span(X2), flat_span(Y2)
     if fx is None or fy is None:
         raise ValueError("ttm_outer needs non-empty views with non-negative strides")
+    fx = read_only(fx)
     if X2.shape[1] > 1 and X2.strides[1] != X2.itemsize:
         raise ValueError("ttm_outer needs unit stride along the last axis of X2")
     A, I = X2.shape  # noqa: E741
@@ -978,7 +981,7 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     it = X2.itemsize
     vl = 32 // it
     if not outer_gemm_style(R, it):
-        args = (fx, 0, A, I, X2.strides[0] // it, Ut, fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
+        args = (fx, 0, A, I, X2.strides[0] // it, read_only(Ut), fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
         zero = X2.dtype.type(0)
         _run_tiles(lambda lo, hi: _outer_dot_kernel(*args, lo, hi, zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it)),
                    (A + 3) // 4,
