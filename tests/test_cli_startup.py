@@ -321,11 +321,7 @@ def test_read_only_and_writable_inputs_share_one_compiled_specialization(tmp_pat
             "    s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel, g.to_single_cols, g.to_single_rows,\n"
             "    g.to_single_slabs)}\n"
             "print(json.dumps([all(same), sigs]))\n")
-    import warnings as _w
-
-    with _w.catch_warnings():
-        _w.simplefilter("ignore")
-        out = _run_py(code)
+    out = _run_py(code)
     assert out.returncode == 0, out.stderr
     same, sigs = json.loads(out.stdout.strip().splitlines()[-1])
     assert same
