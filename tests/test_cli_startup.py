@@ -329,3 +329,32 @@ def test_read_only_and_writable_inputs_share_one_compiled_specialization(tmp_pat
     assert "_inner_kernel" in used and "_outer_dot_kernel" in used  # (the compiled TTMs ran)
     for name, types in used.items():
         assert len(types) == 1 and types[0].startswith("readonly array(float64"), (name, types)
+
+
+def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
+    """The dense kernels of a default HOOI and CP-ALS allocate nothing (scratch from the caller, or on the stack
+    for CP's row solve): compiled with ``_nrt=False``, they load from the cache without numba's runtime, whose
+    set-up (about 25 ms) and array allocator (``numba.np.arrayobj``, 20-25 ms of imports) a process's first call
+    then never pays. The first run fills the cache (compiling sets the runtime up); the second loads from it."""
+    code = ("import json, sys, numpy as np, tuckerkit as tk\n"
+            "rng = np.random.default_rng(0)\n"
+            "out = []\n"
+            "for dt in (np.float64, np.float32):\n"
+            "    X = rng.standard_normal((100, 90, 110)).astype(dt)\n"
+            "    for r in (5, 20):\n"
+            "        out.append(float(tk.hooi(X, r, max_iter=3, tol=0).fit))\n"
+            "        out.append(float(tk.cp_als(X, r, max_iter=3, tol=0).fit))\n"
+            "    out.append(float(tk.hooi(rng.standard_normal((30, 28, 26, 24)).astype(dt), 4, max_iter=3, tol=0).fit))\n"
+            "from numba.core.runtime import rtsys\n"
+            "from tuckerkit.engine import _smallgemm as s\n"
+            "ran = [k.py_func.__name__ for k in (s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel)"
+            " if k.signatures]\n"
+            "print(json.dumps([getattr(rtsys, '_init', None), 'numba.np.arrayobj' in sys.modules, ran, out]))\n")
+    first = _run_py(code)
+    assert first.returncode == 0, first.stderr
+    out = _run_py(code)
+    assert out.returncode == 0, out.stderr
+    nrt, arrayobj, ran, fits = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sorted(ran) == ["_inner_kernel", "_outer_dot_kernel", "_outer_gemm_kernel"]
+    assert nrt is False and arrayobj is False
+    assert fits == json.loads(first.stdout.strip().splitlines()[-1])[3]  # (loaded or compiled: the same bits)

@@ -117,3 +117,37 @@ def test_cp_als_same_bits_for_any_threads_dense_and_sparse():
                 r = tk.cp_als(T, 7, max_iter=6, tol=0, random_state=0)
             runs.add(r.weights.tobytes() + b"".join(U.tobytes() for U in r.factors))
         assert len(runs) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("R", [3, 16, 128])
+def test_stack_and_heap_row_solves_give_the_same_bits(R, dtype):
+    """The row solve keeps its work arrays on the stack up to STACK_MAX_R (no numba runtime) and takes them
+    from numba's allocator beyond: the two kernels run the same operations, so the same bits, and R one past
+    the bound goes to the heap kernel with the answer of scipy's cho_solve."""
+    from tuckerkit.decomposition._cp_kernels import (
+        CHUNK,
+        STACK_MAX_R,
+        cholesky_solve_rows,
+        cholesky_solve_rows_heap,
+    )
+    from tuckerkit.decomposition._linalg import cp_factor_update
+
+    assert R <= STACK_MAX_R == 128
+    V, M = _system(700, R, dtype, R)
+    L = np.linalg.cholesky(V).astype(dtype)
+    M = np.ascontiguousarray(M)
+    outs = []
+    for kernel in (cholesky_solve_rows, cholesky_solve_rows_heap):
+        out, ss = np.full_like(M, np.nan), np.full((-(-700 // CHUNK), R), np.nan)
+        kernel(M, L, out, ss)
+        outs.append((out, ss))
+    assert outs[0][0].tobytes() == outs[1][0].tobytes() and outs[0][1].tobytes() == outs[1][1].tobytes()
+    np.testing.assert_allclose(outs[0][1].sum(axis=0), (outs[0][0].astype(np.float64) ** 2).sum(axis=0),
+                               rtol=100 * np.finfo(dtype).eps)
+    V, M = _system(300, STACK_MAX_R + 1, dtype, 5)
+    want = scipy.linalg.cho_solve(scipy.linalg.cho_factor(V.T), M.T).T
+    out = np.empty(M.shape, dtype)
+    assert cp_factor_update(V, M, out, False) is None
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(out, want, rtol=0, atol=10 * M.shape[1] * eps * np.abs(want).max())

@@ -17,6 +17,12 @@ Nothing else in the process changes: a kernel of another library, or one of ours
 yet, goes through numba's usual path, whose compiler refreshes itself before compiling. Where numba's internals
 are not the ones this was written for (the attributes checked below), nothing is changed.
 
+A kernel compiled with ``_nrt=False`` (it allocates nothing: its work arrays come from the caller or from
+the stack, :func:`tuckerkit.engine._simd.stack_matrix`) loads without the runtime at all: the dense TTM and
+Gram kernels and CP-ALS's row solve, so a first default ``tk.hooi`` or ``tk.cp_als`` never sets NRT up (about
+25 ms) nor imports numba's array allocator (``numba.np.arrayobj`` and the unicode modules it pulls in, 20-25
+ms), which loading a kernel that calls ``np.empty`` does.
+
 The command line goes further in its own process (``cli/_startup.py``): there every cached kernel,
 ours or not, loads this way and numba's scan for third-party extensions is skipped, which an application
 importing tuckerkit must keep.
@@ -29,6 +35,8 @@ from typing import Any
 
 #: set on a cache object whose loader :func:`load_lightly` replaced
 _MARK = "_tuckerkit_light"
+#: set on such a cache object: whether its kernel needs numba's runtime (NRT) initialized before it loads
+_NRT = "_tuckerkit_nrt"
 
 
 def load_lightly(namespace: dict[str, Any]) -> int:
@@ -54,6 +62,8 @@ def load_lightly(namespace: dict[str, Any]) -> int:
             continue
         cache.load_overload = MethodType(_load_overload, cache)
         setattr(cache, _MARK, True)
+        # a kernel compiled without numba's runtime (``_nrt=False``: it allocates nothing) loads without it
+        setattr(cache, _NRT, bool(getattr(obj, "targetoptions", {}).get("_nrt", True)))
         changed += 1
     return changed
 
@@ -61,9 +71,10 @@ def load_lightly(namespace: dict[str, Any]) -> int:
 def _load_overload(self: Any, sig: Any, target_context: Any) -> Any:
     """numba's ``Cache.load_overload`` without ``target_context.refresh()``: only the runtime (NRT) that the
     loaded code calls is initialized first. None (numba then compiles, refreshing as usual) on a cache miss."""
-    from numba.core.runtime import rtsys
+    if getattr(self, _NRT, True):
+        from numba.core.runtime import rtsys
 
-    rtsys.initialize(target_context)
+        rtsys.initialize(target_context)
     with self._guard_against_spurious_io_errors():
         return self._load_overload(sig, target_context)
     return None  # pragma: no cover - the guard swallowed an I/O error: numba compiles instead

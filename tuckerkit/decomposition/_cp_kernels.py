@@ -17,24 +17,30 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import load_lightly
+from tuckerkit.engine._simd import stack_matrix
 
 #: rows solved side by side (vector lanes)
 BLOCK = 16
 #: rows whose sums of squares are added up apart, then in piece order
 CHUNK = 512
+#: the largest R whose work arrays (2 x R x BLOCK elements, 32 kB at 128 in float64) the solve keeps on the
+#: stack; beyond, :func:`cholesky_solve_rows_heap`
+STACK_MAX_R = 128
 
 
-@njit(cache=True, nogil=True)
-def cholesky_solve_rows(M, L, U, ss):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, inline="always")
+def _solve_rows(M, L, U, ss, T, acc):  # pragma: no cover - compiled
     """``U[i] = M[i] (L L^T)^{-1}`` for every row (M, U: I x R, C-contiguous; L: R x R lower triangular) and
-    ``ss[p, r]``: the sum of ``U[i, r]**2`` (float64) over the rows of piece ``p`` (``ss``: pieces x R)."""
+    ``ss[p, r]``: the sum of ``U[i, r]**2`` (float64) over the rows of piece ``p`` (``ss``: pieces x R).
+    ``T`` (R x BLOCK, U's dtype) and ``acc`` (R x BLOCK, float64): the kernel's work arrays."""
     I, R = M.shape  # noqa: E741
     pieces = ss.shape[0]
     for p in range(pieces):
         r0 = p * CHUNK
         r1 = min(I, r0 + CHUNK)
-        T = np.empty((R, BLOCK), dtype=U.dtype)
-        acc = np.zeros((R, BLOCK), dtype=np.float64)
+        for i in range(R):
+            for b in range(BLOCK):
+                acc[i, b] = 0.0
         for s in range(r0, r1, BLOCK):
             nb = min(BLOCK, r1 - s)
             for i in range(R):
@@ -71,6 +77,20 @@ def cholesky_solve_rows(M, L, U, ss):  # pragma: no cover - compiled
             for b in range(BLOCK):
                 t += acc[i, b]
             ss[p, i] = t
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def cholesky_solve_rows(M, L, U, ss):  # pragma: no cover - compiled
+    """:func:`_solve_rows` with its work arrays on the stack (R <= :data:`STACK_MAX_R`): no numba runtime."""
+    R = M.shape[1]
+    _solve_rows(M, L, U, ss, stack_matrix(R, BLOCK, U), stack_matrix(R, BLOCK, 0.0))
+
+
+@njit(cache=True, nogil=True)
+def cholesky_solve_rows_heap(M, L, U, ss):  # pragma: no cover - compiled
+    """:func:`_solve_rows` with its work arrays from numba's allocator (any R)."""
+    R = M.shape[1]
+    _solve_rows(M, L, U, ss, np.empty((R, BLOCK), dtype=U.dtype), np.empty((R, BLOCK), dtype=np.float64))
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -82,7 +82,12 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     and leaves ``out`` alone when the Cholesky factorization of V fails or shows V singular in working
     precision (:func:`_definite`; the caller takes :func:`spd_solve`'s least squares). One thread (see
     :mod:`._cp_kernels`)."""
-    from tuckerkit.decomposition._cp_kernels import CHUNK, cholesky_solve_rows
+    from tuckerkit.decomposition._cp_kernels import (
+        CHUNK,
+        STACK_MAX_R,
+        cholesky_solve_rows,
+        cholesky_solve_rows_heap,
+    )
     from tuckerkit.sparse._mttkrp import slp_vectorize
 
     try:
@@ -97,7 +102,7 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     ss = np.empty((-(-I // CHUNK), M.shape[1]), dtype=np.float64)
     L = np.ascontiguousarray(L, dtype=dtype)
     with slp_vectorize():  # SLP packs the lanes of a block into vector registers (at compile time)
-        cholesky_solve_rows(M, L, out, ss)
+        (cholesky_solve_rows if M.shape[1] <= STACK_MAX_R else cholesky_solve_rows_heap)(M, L, out, ss)
     if not normalize:
         return None
     norms = np.sqrt(ss.sum(axis=0))

@@ -340,3 +340,38 @@ def _pack_typed(NV, x, pk):
 #: buffer, a vector at a time; ``pack_row4`` the same for strips of four vectors
 pack_row = _make_pack(NV)
 pack_row4 = _make_pack(2 * NV)
+
+
+@intrinsic
+def stack_matrix(typingctx, rows, cols, like):
+    """A C-contiguous ``(rows, cols)`` scratch array of ``like``'s dtype (an array or a scalar) on the calling
+    kernel's stack, uninitialized, valid until the kernel returns: a kernel's work arrays without numba's
+    runtime (NRT: its allocator, the ``numba.np.arrayobj`` import and the runtime's set-up in the first call
+    of a process), and, unlike arrays passed in, known to LLVM not to alias the kernel's arguments (a row
+    solve vectorizes as with ``np.empty``: 2-3.5x faster than with scratch arrays passed in). Call it once at
+    the top of a kernel, outside its loops, for a few kilobytes (the caller bounds ``rows * cols``): the
+    space is the thread's stack."""
+    dt = like.dtype if isinstance(like, types.Array) else like
+    if not isinstance(rows, types.Integer) or not isinstance(cols, types.Integer) or \
+            dt not in (types.float32, types.float64):
+        return None
+    aryty = types.Array(dt, 2, "C")
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        r, c = (builder.sext(a, i64) if a.type.width < 64 else a for a in args[:2])
+        lty = context.get_data_type(dt)
+        ptr = builder.alloca(lty, size=builder.mul(r, c))
+        ptr.align = 64
+        size = context.get_constant(types.intp, context.get_abi_sizeof(lty))
+        ary = context.make_array(aryty)(context, builder)
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        ary.nitems = builder.mul(r, c)
+        ary.itemsize = size
+        ary.data = ptr
+        ary.shape = cgutils.pack_array(builder, [r, c])
+        ary.strides = cgutils.pack_array(builder, [builder.mul(c, size), size])
+        return ary._getvalue()
+
+    return aryty(rows, cols, like), codegen

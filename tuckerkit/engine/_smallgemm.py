@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import numpy as np
 from numba import njit
@@ -308,8 +309,8 @@ def _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n, idle):  # pragma: n
     return pfo, pfn, q, qr, qs
 
 
-@njit(cache=True, fastmath={"contract"}, nogil=True)
-def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+@njit(cache=True, fastmath={"contract"}, nogil=True, _nrt=False)
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, tl, pk, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
     # w = snv * vl), taken kc rows of i at a time (as GEMM blocks its k). For each strip of w columns (one cache
     # line of each row of the chunk, or two where snv = 4: two 512-bit vectors a row, 24 accumulators) every
@@ -324,8 +325,6 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
     nblk = blocks.shape[0]
     w = snv * vl  # the strip
     ln = 2 * vl  # one cache line
-    tl = np.empty(WIDE_RB * vl, x.dtype)
-    pk = np.empty(kc * ct if packed else 1, x.dtype)
     for t in range(t_lo, t_hi):
         a = t // nct
         c0 = (t - a * nct) * ct
@@ -687,8 +686,8 @@ def _strip_rows(nv, grw):  # pragma: no cover
     return MAX_RB
 
 
-@njit(cache=True, nogil=True)
-def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, grw, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+@njit(cache=True, nogil=True, _nrt=False)
+def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, grw, tl, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: rows [12 t, 12 t + 12) of X, each element broadcast against a strip of the packed U (I rows of Rp
     # columns, Rp = R rounded up to whole (512-bit where wide) vectors, the padding zero): the register block of
     # the inner kernel with the roles swapped (rows of X for rows of U, columns of U for columns of X), 12 vector
@@ -700,7 +699,6 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
     # directly, else into a private buffer copied out (the padded columns dropped)
     Rp = up.shape[0] // I
     nstrip = strips.shape[0]
-    tl = np.empty(_OUTER_ROWS * Rp, x.dtype)
     ln = 64 // x.itemsize  # elements of one cache line
     lpr = (I * sxi + ln - 1) // ln  # lines of one row of X (from its first element: all inside the array)
     calls = 0
@@ -766,7 +764,7 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                         y[(a0 + a) * sya + r * syr] = tl[a * Rp + r]
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True)
+@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, _nrt=False)
 def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero, pfd, w, five):  # noqa: E741 # pragma: no cover
     # four rows of X against five columns of U at a time where ``five`` (twenty dot products share the loads: nine
     # per twenty vector fused multiply-adds; their accumulators need the 32 vector registers of AVX-512), the
@@ -905,6 +903,29 @@ def _dot_block2(x0, x1, x2, x3, c, d, I, y, yr, sya, syr, h, two, zero):  # noqa
             y[yr + 3 * sya] = t3
 
 
+_THREAD = threading.local()
+#: scratch arrays start on cache-line boundaries
+_LINE = 64
+
+
+def _scratch(dtype: np.dtype, *sizes: int) -> list[np.ndarray]:
+    """Arrays of ``sizes`` elements of ``dtype`` for one kernel call on this thread (the kernels allocate
+    nothing, so that they load without numba's runtime): views of one byte buffer per thread, kept and grown
+    as needed, each array on a cache-line boundary. Valid until this thread's next call."""
+    it = np.dtype(dtype).itemsize
+    spans = [-(-n * it // _LINE) * _LINE for n in sizes]
+    need = sum(spans) + _LINE
+    buf = getattr(_THREAD, "buf", None)
+    if buf is None or buf.size < need:
+        buf = _THREAD.buf = np.empty(max(need, 1 << 16), np.uint8)
+    at = -buf.ctypes.data % _LINE
+    out = []
+    for n, span in zip(sizes, spans, strict=True):
+        out.append(buf[at:at + n * it].view(dtype))
+        at += span
+    return out
+
+
 def flat_span(a: np.ndarray) -> np.ndarray | None:
     """A 1-D view of the memory ``a`` spans, from its first element (elements apart by ``a``'s strides).
 
@@ -947,11 +968,15 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
         snv = 2
     ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1])
+    packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-            Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0,
-            not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc), snv)
-    _run_tiles(lambda lo, hi: _inner_kernel(*args, lo, hi), A * ((C + ct - 1) // ct),
-               2 * X3.size * U.shape[1], policy)
+            Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
+    tl_n, pk_n = WIDE_RB * vl, kc * ct if packed else 1
+
+    def tiles(lo: int, hi: int) -> None:  # (the kernels allocate nothing: each thread's own scratch)
+        _inner_kernel(*args, *_scratch(X3.dtype, tl_n, pk_n), lo, hi)
+
+    _run_tiles(tiles, A * ((C + ct - 1) // ct), 2 * X3.size * U.shape[1], policy)
 
 
 def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionPolicy | None = None) -> None:
@@ -997,7 +1022,9 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     strips = _outer_strips(up.shape[1] // vl, vl)
     gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, strips, fy, sya, syr,
              _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
-    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, lo, hi), -(-A // _OUTER_ROWS), 2 * X2.size * R, policy)
+    tl_n = _OUTER_ROWS * up.shape[1]
+    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, *_scratch(X2.dtype, tl_n), lo, hi), -(-A // _OUTER_ROWS),
+               2 * X2.size * R, policy)
 
 
 def _dot_five(I: int, itemsize: int) -> bool:  # noqa: E741
