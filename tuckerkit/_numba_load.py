@@ -33,6 +33,10 @@ from __future__ import annotations
 from types import MethodType
 from typing import Any
 
+#: ``njit`` options of a kernel that allocates nothing: compiled without numba's runtime (NRT), so that it loads
+#: from the cache without setting the runtime up (``@njit(cache=True, **NO_RUNTIME)``)
+NO_RUNTIME: dict[str, Any] = {"_nrt": False}
+
 #: set on a cache object whose loader :func:`load_lightly` replaced
 _MARK = "_tuckerkit_light"
 #: set on such a cache object: whether its kernel needs numba's runtime (NRT) initialized before it loads

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tuckerkit._numba_load import load_lightly
+from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 from tuckerkit.engine._simd import stack_matrix
 
 #: rows solved side by side (vector lanes)
@@ -79,7 +79,7 @@ def _solve_rows(M, L, U, ss, T, acc):  # pragma: no cover - compiled
             ss[p, i] = t
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def cholesky_solve_rows(M, L, U, ss):  # pragma: no cover - compiled
     """:func:`_solve_rows` with its work arrays on the stack (R <= :data:`STACK_MAX_R`): no numba runtime."""
     R = M.shape[1]

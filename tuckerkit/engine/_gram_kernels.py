@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tuckerkit._numba_load import load_lightly
+from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def to_single_rows(v, a, b, out, ss):  # pragma: no cover (compiled)
     # out[j, k - a] = float32(v[j, k]) for k in [a, b); ss[j] += the row's squares in float64, summed in eight
     # interleaved partial sums (k - a mod 8) combined in a fixed order: explicit, so no compiler's choice of
@@ -41,7 +41,7 @@ def to_single_rows(v, a, b, out, ss):  # pragma: no cover (compiled)
         ss[j] += (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def to_single_cols(x2, a, b, out, ss):  # pragma: no cover (compiled)
     # out[k - a, j] = float32(x2[k, j]) for k in [a, b); ss[j] += x2[k, j]^2 in order of k
     for k in range(a, b):
@@ -51,7 +51,7 @@ def to_single_cols(x2, a, b, out, ss):  # pragma: no cover (compiled)
             ss[j] += x * x
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def to_single_slabs(xv, a, b, out, ss):  # pragma: no cover (compiled)
     # slabs [a, b) of xv (outer, I_n, R) side by side: out[j, (s - a) R + k] = float32(xv[s, j, k]); ss[j] +=
     # each slab row's squares (to_single_rows's fixed order), slab after slab

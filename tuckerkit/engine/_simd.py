@@ -31,6 +31,8 @@ cached only with a change to (or a touch of) the files that call these blocks (`
 
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -342,8 +344,7 @@ pack_row = _make_pack(NV)
 pack_row4 = _make_pack(2 * NV)
 
 
-@intrinsic
-def stack_matrix(typingctx, rows, cols, like):
+def _stack_matrix(typingctx, rows, cols, like):
     """A C-contiguous ``(rows, cols)`` scratch array of ``like``'s dtype (an array or a scalar) on the calling
     kernel's stack, uninitialized, valid until the kernel returns: a kernel's work arrays without numba's
     runtime (NRT: its allocator, the ``numba.np.arrayobj`` import and the runtime's set-up in the first call
@@ -375,3 +376,7 @@ def stack_matrix(typingctx, rows, cols, like):
         return ary._getvalue()
 
     return aryty(rows, cols, like), codegen
+
+
+#: ``stack_matrix(rows, cols, like)`` inside a kernel (:func:`_stack_matrix`)
+stack_matrix: Any = intrinsic(_stack_matrix)

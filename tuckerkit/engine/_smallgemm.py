@@ -54,7 +54,7 @@ import threading
 import numpy as np
 from numba import njit
 
-from tuckerkit._numba_load import load_lightly
+from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 from tuckerkit.engine._contract import read_only
 from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
 from tuckerkit.engine._simd import (
@@ -309,7 +309,7 @@ def _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n, idle):  # pragma: n
     return pfo, pfn, q, qr, qs
 
 
-@njit(cache=True, fastmath={"contract"}, nogil=True, _nrt=False)
+@njit(cache=True, fastmath={"contract"}, nogil=True, **NO_RUNTIME)
 def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, tl, pk, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
     # w = snv * vl), taken kc rows of i at a time (as GEMM blocks its k). For each strip of w columns (one cache
@@ -686,7 +686,7 @@ def _strip_rows(nv, grw):  # pragma: no cover
     return MAX_RB
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, grw, tl, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: rows [12 t, 12 t + 12) of X, each element broadcast against a strip of the packed U (I rows of Rp
     # columns, Rp = R rounded up to whole (512-bit where wide) vectors, the padding zero): the register block of
@@ -764,7 +764,7 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                         y[(a0 + a) * sya + r * syr] = tl[a * Rp + r]
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, _nrt=False)
+@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, **NO_RUNTIME)
 def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zero, pfd, w, five):  # noqa: E741 # pragma: no cover
     # four rows of X against five columns of U at a time where ``five`` (twenty dot products share the loads: nine
     # per twenty vector fused multiply-adds; their accumulators need the 32 vector registers of AVX-512), the
