@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 
 import numpy as np
 from numba import njit
@@ -903,29 +902,6 @@ def _dot_block2(x0, x1, x2, x3, c, d, I, y, yr, sya, syr, h, two, zero):  # noqa
             y[yr + 3 * sya] = t3
 
 
-_THREAD = threading.local()
-#: scratch arrays start on cache-line boundaries
-_LINE = 64
-
-
-def _scratch(dtype: np.dtype, *sizes: int) -> list[np.ndarray]:
-    """Arrays of ``sizes`` elements of ``dtype`` for one kernel call on this thread (the kernels allocate
-    nothing, so that they load without numba's runtime): views of one byte buffer per thread, kept and grown
-    as needed, each array on a cache-line boundary. Valid until this thread's next call."""
-    it = np.dtype(dtype).itemsize
-    spans = [-(-n * it // _LINE) * _LINE for n in sizes]
-    need = sum(spans) + _LINE
-    buf = getattr(_THREAD, "buf", None)
-    if buf is None or buf.size < need:
-        buf = _THREAD.buf = np.empty(max(need, 1 << 16), np.uint8)
-    at = -buf.ctypes.data % _LINE
-    out = []
-    for n, span in zip(sizes, spans, strict=True):
-        out.append(buf[at:at + n * it].view(dtype))
-        at += span
-    return out
-
-
 def flat_span(a: np.ndarray) -> np.ndarray | None:
     """A 1-D view of the memory ``a`` spans, from its first element (elements apart by ``a``'s strides).
 
@@ -973,8 +949,8 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
             Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
     tl_n, pk_n = WIDE_RB * vl, kc * ct if packed else 1
 
-    def tiles(lo: int, hi: int) -> None:  # (the kernels allocate nothing: each thread's own scratch)
-        _inner_kernel(*args, *_scratch(X3.dtype, tl_n, pk_n), lo, hi)
+    def tiles(lo: int, hi: int) -> None:  # (the kernel allocates nothing: its scratch comes from here)
+        _inner_kernel(*args, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype), lo, hi)
 
     _run_tiles(tiles, A * ((C + ct - 1) // ct), 2 * X3.size * U.shape[1], policy)
 
@@ -1023,7 +999,7 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, strips, fy, sya, syr,
              _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
     tl_n = _OUTER_ROWS * up.shape[1]
-    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, *_scratch(X2.dtype, tl_n), lo, hi), -(-A // _OUTER_ROWS),
+    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, np.empty(tl_n, X2.dtype), lo, hi), -(-A // _OUTER_ROWS),
                2 * X2.size * R, policy)
 
 
