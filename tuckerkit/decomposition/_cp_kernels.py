@@ -23,9 +23,10 @@ from tuckerkit.engine._simd import stack_matrix
 BLOCK = 16
 #: rows whose sums of squares are added up apart, then in piece order
 CHUNK = 512
-#: the largest R whose work arrays (2 x R x BLOCK elements, 32 kB at 128 in float64) the solve keeps on the
-#: stack; beyond, :func:`cholesky_solve_rows_heap`
-STACK_MAX_R = 128
+#: the largest R whose work arrays (2 x R x BLOCK elements, 16 kB at 64 in float64) the solve keeps on the
+#: stack, a small part of any thread's (Python's smallest is 32 kB, the usual 8 MB); beyond,
+#: :func:`cholesky_solve_rows_heap`, which loads numba's runtime
+STACK_MAX_R = 64
 
 
 @njit(cache=True, nogil=True, inline="always")
