@@ -965,7 +965,8 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     roof = machine_roofline()
     itemsize = 4 if plan.dtype == "float32" else 8
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
-    eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]])
+    eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
+                                 math.prod(t_shape) * itemsize)
     t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R))
     t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, eff_comp)
     peak = roof.peak(plan.dtype)

@@ -1107,6 +1107,8 @@ _KERNEL_EFF = {
     ("small_rank_ttm_inner_long", "float32"): (0.50, 0.71),
     ("small_rank_ttm_inner_long_short_i", "float64"): (0.49, 0.80),
     ("small_rank_ttm_inner_long_short_i", "float32"): (0.50, 0.71),
+    ("small_rank_ttm_inner_long_short_i_streamed", "float64"): (0.56, 0.80),
+    ("small_rank_ttm_inner_long_short_i_streamed", "float32"): (0.50, 0.71),
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
     ("small_rank_ttm_outer", "float32"): (0.50, 0.60),
 }
@@ -1126,16 +1128,26 @@ TAIL_SCALAR_RATE = 0.03
 #: (``_long_short_i``): with it, float64 at R <= 16 ran 0.80-0.96x BLAS's time on the first mode of 200^3 and
 #: 320x240x160 (I = 200, 320; 1 and 2 workers, 9 interleaved pairs, shared machine), but 1.0-1.5x on 64^4
 LONG_ROW_MIN_I = 128
+#: a tensor of more bytes than this is streamed from memory by each pass (beyond the caches it shares), where
+#: the kernel's next-chunk prefetch pays for long rows over a short ``I`` (``_long_short_i_streamed``): float64,
+#: R = 4-16, the first two modes of 60^4, 64^4, 100^4, 30^5, 16^6 and 40x50x60x70 (67-800 MB), 15 interleaved
+#: pairs in one process, stop 45: 0.67-0.94x BLAS's time with one worker (median 0.80) and 0.72-0.99x with two
+#: (median 0.85), except 64^4 at R = 16 (1.09-1.16x: its rows 2 MiB apart map to the same cache sets);
+#: on tensors held in cache (100^3, 120x90x110, 10x60x60x60: 8-17 MB) 1.03-1.57x, which the plain
+#: ``_long_short_i`` constants (BLAS) keep
+STREAMED_BYTES = 32 << 20
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
 
 
-def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0) -> float:
+def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
+                      nbytes: int = 0) -> float:
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
 
     ``contracted``: the contracted extent ``I`` (0: not known). Long rows contracted over fewer than
     ``LONG_ROW_MIN_I`` rows (one short chunk per tile: the microkernel's start and drain weigh more) take the
-    ``_long_short_i`` constants.
+    ``_long_short_i`` constants, or ``_long_short_i_streamed`` where the tensor's ``nbytes`` exceed
+    ``STREAMED_BYTES``.
 
     ``columns``: the unit-stride extent ``C`` of :func:`ttm_inner` (0: not known). Rows of at least
     ``LONG_ROW_BYTES`` take the long-row constants. The columns left over at the end of a row, fewer than one
@@ -1148,6 +1160,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
         key = variant + ("_long_short_i" if 0 < contracted < LONG_ROW_MIN_I else "_long")
+        if key.endswith("_short_i") and nbytes > STREAMED_BYTES:
+            key += "_streamed"
     lo, hi = _KERNEL_EFF[(key, dtype)]
     eff = lo if R <= 16 else hi
     if variant == "small_rank_ttm_inner" and columns > 0:
