@@ -1132,9 +1132,10 @@ LONG_ROW_MIN_I = 128
 #: the kernel's next-chunk prefetch pays for long rows over a short ``I`` (``_long_short_i_streamed``): float64,
 #: R = 4-16, the first two modes of 60^4, 64^4, 100^4, 30^5, 16^6 and 40x50x60x70 (67-800 MB), 15 interleaved
 #: pairs in one process, stop 45: 0.67-0.94x BLAS's time with one worker (median 0.80) and 0.72-0.99x with two
-#: (median 0.85), except 64^4 at R = 16 (1.09-1.16x: its rows 2 MiB apart map to the same cache sets);
+#: (median 0.85), except 64^4 at R = 16 (1.04-1.16x: its rows 2 MiB apart map to the same cache sets);
 #: on tensors held in cache (100^3, 120x90x110, 10x60x60x60: 8-17 MB) 1.03-1.57x, which the plain
-#: ``_long_short_i`` constants (BLAS) keep
+#: ``_long_short_i`` constants (BLAS) keep. Measured on days of slow memory (one read at 8-19 GB/s, against
+#: 25-31 on quiet ones); ``benchmarks/ttm.py``'s "/ BLAS" column on 64^4 shows the ratio in every run
 STREAMED_BYTES = 32 << 20
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
