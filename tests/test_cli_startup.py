@@ -335,7 +335,9 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
     """The dense kernels of a default HOOI and CP-ALS allocate nothing (scratch from the caller, or on the stack
     for CP's row solve): compiled with ``_nrt=False``, they load from the cache without numba's runtime, whose
     set-up (about 25 ms) and array allocator (``numba.np.arrayobj``, 20-25 ms of imports) a process's first call
-    then never pays. The first run fills the cache (compiling sets the runtime up); the second loads from it."""
+    then never pays; nor numba's scan for third-party extensions (28-32 ms), which the first kernel of another
+    library still runs. The first run fills the cache (compiling sets the runtime up); the second loads from
+    it."""
     code = ("import json, sys, numpy as np, tuckerkit as tk\n"
             "rng = np.random.default_rng(0)\n"
             "out = []\n"
@@ -350,12 +352,18 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
             "from tuckerkit.engine import _smallgemm as s\n"
             "ran = [k.py_func.__name__ for k in (s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel)"
             " if k.signatures]\n"
-            "print(json.dumps([getattr(rtsys, '_init', None), 'numba.np.arrayobj' in sys.modules, ran, out]))\n")
+            "from numba.core import entrypoints\n"
+            "scanned = entrypoints._already_initialized\n"
+            "from numba import njit\n"
+            "print(json.dumps([getattr(rtsys, '_init', None), 'numba.np.arrayobj' in sys.modules, ran, out, scanned,"
+            " njit(lambda x: x + 1)(1) == 2 and entrypoints._already_initialized]))\n")
     first = _run_py(code)
     assert first.returncode == 0, first.stderr
     out = _run_py(code)
     assert out.returncode == 0, out.stderr
-    nrt, arrayobj, ran, fits = json.loads(out.stdout.strip().splitlines()[-1])
+    nrt, arrayobj, ran, fits, scanned, scanned_later = json.loads(out.stdout.strip().splitlines()[-1])
     assert sorted(ran) == ["_inner_kernel", "_outer_dot_kernel", "_outer_gemm_kernel"]
     assert nrt is False and arrayobj is False
+    # numba's scan for third-party extensions: not run for our cached kernels, run for the first other kernel
+    assert scanned is False and scanned_later is True
     assert fits == json.loads(first.stdout.strip().splitlines()[-1])[3]  # (loaded or compiled: the same bits)

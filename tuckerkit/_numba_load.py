@@ -17,6 +17,9 @@ Nothing else in the process changes: a kernel of another library, or one of ours
 yet, goes through numba's usual path, whose compiler refreshes itself before compiling. Where numba's internals
 are not the ones this was written for (the attributes checked below), nothing is changed.
 
+Each such kernel also skips numba's scan for third-party extensions before its first call
+(:func:`_no_extension_scan`): the scan is left to the first kernel that is not ours, or to a compilation.
+
 A kernel compiled with ``_nrt=False`` (it allocates nothing: its work arrays come from the caller or from
 the stack, :func:`tuckerkit.engine._simd.stack_matrix`) loads without the runtime at all: the dense TTM and
 Gram kernels and CP-ALS's row solve, so a first default ``tk.hooi`` or ``tk.cp_als`` never sets NRT up (about
@@ -66,10 +69,21 @@ def load_lightly(namespace: dict[str, Any]) -> int:
             continue
         cache.load_overload = MethodType(_load_overload, cache)
         setattr(cache, _MARK, True)
+        if callable(getattr(obj, "_compilation_chain_init_hook", None)):
+            obj._compilation_chain_init_hook = _no_extension_scan  # type: ignore[attr-defined]  # (the instance)
         # a kernel compiled without numba's runtime (``_nrt=False``: it allocates nothing) loads without it
         setattr(cache, _NRT, bool(getattr(obj, "targetoptions", {}).get("_nrt", True)))
         changed += 1
     return changed
+
+
+def _no_extension_scan() -> None:
+    """Our kernels' ``_compilation_chain_init_hook``: nothing. numba's own runs ``entrypoints.init_all()``
+    before it types a call's arguments, to load the third-party extensions installed (every distribution's
+    ``numba_extensions`` entry points: 28-32 ms on the 2-core machine, pydata ``sparse``'s import included, more
+    where many packages are installed). Our kernels take NumPy arrays and numbers only; a cache miss still
+    scans them (the compiler's refresh calls ``init_all``), and so does the first kernel of any other library
+    (numba's flag stays unset until then)."""
 
 
 def _load_overload(self: Any, sig: Any, target_context: Any) -> Any:
