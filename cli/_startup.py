@@ -13,7 +13,8 @@ kernels call) without that refresh. A kernel that is not in the cache still comp
 compiler refreshes the registries itself before compiling. Third-party numba extensions are not loaded (the
 CLI's kernels take NumPy arrays only). Done for the console script's own process only (``main()``), never
 by the library or by an application that imports it: there only tuckerkit's own kernels load without the
-refresh (``tuckerkit/_numba_load.py``), and numba scans for extensions as usual.
+refresh and without the extension scan (``tuckerkit/_numba_load.py``), and numba scans for extensions as usual
+before the first kernel that is not ours.
 """
 
 from __future__ import annotations
