@@ -158,3 +158,12 @@ def forced(monkeypatch):
     contract_mod._cached_plan.cache_clear()
     yield
     contract_mod._cached_plan.cache_clear()
+
+
+@pytest.fixture
+def planned_sweeps(monkeypatch):
+    """Every dense sweep planned, however small the tensor (tests of the planned route's own behaviour; by
+    default a tensor below ``DIRECT_SWEEP_FLOPS`` takes the direct route of engine/_direct.py)."""
+    from tuckerkit.engine import _direct
+
+    monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)

@@ -506,27 +506,33 @@ def test_hooi_skips_the_warm_eigensolver_after_refusals_with_the_same_bits(rng, 
     assert got.fit_history[:5] == short.fit_history
 
 
+@pytest.mark.parametrize("route", ["planned", "direct"])
 @pytest.mark.parametrize(("shape", "ranks"), [
     ((20, 21, 22), (3, 4, 2)),
     ((9, 10, 11, 12), (2, 3, 2, 3)),
     ((6, 7, 5, 8, 6), (2, 2, 3, 2, 2)),
 ])
-def test_hooi_first_sweep_takes_the_start_projections(rng, monkeypatch, shape, ranks):
+def test_hooi_first_sweep_takes_the_start_projections(rng, monkeypatch, shape, ranks, route):
     """HOOI's ST-HOSVD start projects the modes in the order of the first sweep's partial projections, so the
     first sweep takes them instead of reading ``X`` again (one read of the full tensor, not two) and skips its
     first update (ST-HOSVD's last step made that factor from the same projection); the result is the one
-    iteration from the start's factors given as ``init`` (which reads ``X`` twice), bit for bit."""
-    from tuckerkit.engine import _sweeps
+    iteration from the start's factors given as ``init`` (which reads ``X`` twice), bit for bit. On both
+    routes of the sweep: planned, and direct (a small tensor's, engine/_direct.py)."""
+    from tuckerkit.engine import _direct, _sweeps
 
     X = planted_tucker(rng, shape, ranks, np.float64, noise=1e-2)
+    assert _direct.direct_applies(X, max(ranks))
     reads = []
-    real = _sweeps.dense_multi_ttm
+    if route == "planned":
+        monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)
+    mod, name = (_sweeps, "dense_multi_ttm") if route == "planned" else (_direct, "_project")
+    real = getattr(mod, name)
 
     def spy(T, mats, *args, **kwargs):
         reads.append(T.shape == X.shape)
         return real(T, mats, *args, **kwargs)
 
-    monkeypatch.setattr(_sweeps, "dense_multi_ttm", spy)
+    monkeypatch.setattr(mod, name, spy)
     S = tk.st_hosvd(X, ranks)
     with pytest.warns(ConvergenceWarning, match="reached max_iter=1"):
         T = tk.hooi(X, ranks, max_iter=1, tol=0)

@@ -326,7 +326,7 @@ def test_norm_same_bits_for_any_number_of_workers(layout, rng):
     assert sqnorm_scaled(Y, 1 << 12, ExecutionPolicy(workers=2)) == (math.inf, 1.0)
 
 
-def test_a_dense_operand_builds_each_sweep_plan_once(rng, monkeypatch):
+def test_a_dense_operand_builds_each_sweep_plan_once(rng, monkeypatch, planned_sweeps):
     """HOOI's sweeps reuse the multi-TTM plans of earlier sweeps on the same operand (same shapes, strides,
     dtypes): the same plan objects, the same bits as freshly built plans; another layout or rank builds anew."""
     import tuckerkit.engine._sweeps as sweeps
@@ -365,7 +365,7 @@ def test_a_dense_operand_builds_each_sweep_plan_once(rng, monkeypatch):
 
 
 @pytest.mark.parametrize("shape", [(9, 8, 7), (5, 4, 6, 3)])
-def test_a_dense_operand_builds_each_mttkrp_sweep_plan_once(shape, rng, monkeypatch):
+def test_a_dense_operand_builds_each_mttkrp_sweep_plan_once(shape, rng, monkeypatch, planned_sweeps):
     """CP-ALS's sweeps reuse the contraction plans of earlier sweeps on the same operand and run them
     unchecked: the same plan objects, the same bits as a fresh operand's sweep, each MTTKRP equal to
     ``tk.mttkrp``'s; another rank builds anew."""

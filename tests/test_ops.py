@@ -549,7 +549,7 @@ def test_hooi_fit_equals_tensorly_and_pyttb_to_1e8(shape, ranks, iters, rng):
 @pytest.mark.parametrize("shape", [(24, 20, 16, 12), (12, 10, 9, 8, 7)])
 @pytest.mark.parametrize("layout", ["C", "F", "strided"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_mttkrp_sweep_with_merged_halves_matches_einsum(shape, layout, dtype, rng):
+def test_mttkrp_sweep_with_merged_halves_matches_einsum(shape, layout, dtype, rng, planned_sweeps):
     from tuckerkit.engine import mttkrp_sweep
 
     # a half whose modes sit next to each other in memory is contracted as one axis of a view with the 2-D
@@ -598,7 +598,7 @@ def test_gram_of_a_small_projection_packed_whole(shape, mode, rng, monkeypatch):
 
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_ttmc_sweep_of_a_3way_tensor_never_projects_its_unit_stride_mode_alone(order, dtype, rng):
+def test_ttmc_sweep_of_a_3way_tensor_never_projects_its_unit_stride_mode_alone(order, dtype, rng, planned_sweeps):
     """HOOI's sweep reads X twice; on a C-ordered 3-way tensor the two reads project modes {1, 2} and mode 0
     (the halves [0] | [1, 2]), never the unit-stride mode 2 alone; an F-ordered one keeps [0, 1] | [2]
     (its unit-stride mode 0 goes with mode 1). The operand names the partials its sweep takes from a start,
@@ -631,7 +631,7 @@ def test_ttmc_sweep_of_a_3way_tensor_never_projects_its_unit_stride_mode_alone(o
 
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_mttkrp_sweep_of_a_3way_tensor_never_contracts_its_unit_stride_mode_alone(order, dtype, rng):
+def test_mttkrp_sweep_of_a_3way_tensor_never_contracts_its_unit_stride_mode_alone(order, dtype, rng, planned_sweeps):
     """A 3-way sweep's two passes over X contract one mode each by a GEMM; neither is the unit-stride mode
     (C order: the halves [0] | [1, 2]; F order: [0, 1] | [2]), and every MTTKRP still equals einsum's."""
     from tuckerkit.engine import mttkrp_sweep

@@ -15,6 +15,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import tuckerkit as tk
 import tuckerkit.decomposition._cp as cp_mod
 import tuckerkit.decomposition._tucker as tucker_mod
+import tuckerkit.engine._direct as direct_mod
 import tuckerkit.engine._subspace as subspace_mod
 import tuckerkit.engine._sweeps as sweeps_mod
 from tuckerkit.engine import ExecutionPolicy
@@ -40,17 +41,23 @@ CP_CALLS = [(cp_mod, "cp_factor_update"), (cp_mod, "spd_solve"), (cp_mod, "_gram
             (sweeps_mod, "contract"), (sweeps_mod, "execute")]
 HOOI_CALLS = [(tucker_mod, "_subspace"), (tucker_mod, "frobenius_norm"), (subspace_mod, "eigh_desc"),
               (sweeps_mod, "dense_multi_ttm")]
+#: the direct route's (engine/_direct.py): its recursions run inside its own pin and the call's
+DIRECT_CALLS = [(direct_mod, "_mttkrp_rec"), (direct_mod, "_ttmc_rec"), (direct_mod, "_ttm_rows")]
 
 
+@pytest.mark.parametrize("route", ["planned", "direct"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("method", ["cp_als", "hooi"])
 def test_iteration_blas_calls_run_at_one_thread_and_the_caller_setting_is_restored(monkeypatch, rng, dtype,
-                                                                                  method):
+                                                                                  method, route):
     import scipy.linalg  # noqa: F401  (scipy's wheel brings its own OpenBLAS: both are held)
 
-    X = rng.standard_normal((61, 50, 43)).astype(dtype)
+    X = rng.standard_normal((61, 50, 43)).astype(dtype)  # (4 * size * rank: 3.1 MFlop at rank 6, direct)
+    assert direct_mod.direct_applies(X, 6)
+    if route == "planned":
+        monkeypatch.setattr(direct_mod, "DIRECT_SWEEP_FLOPS", 0)
     seen: list = []
-    _probe(monkeypatch, seen, CP_CALLS if method == "cp_als" else HOOI_CALLS)
+    _probe(monkeypatch, seen, (CP_CALLS if method == "cp_als" else HOOI_CALLS) + DIRECT_CALLS)
     with threadpool_limits(2, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         before = _blas_threads()
@@ -62,20 +69,26 @@ def test_iteration_blas_calls_run_at_one_thread_and_the_caller_setting_is_restor
         after = _blas_threads()
     assert after == before  # the caller's setting, exactly
     names = {name for name, _ in seen}
-    expected = ({"cp_factor_update", "_gram", "_cp_fit", "execute"} if method == "cp_als"
-                else {"_subspace", "frobenius_norm", "dense_multi_ttm"})
+    expected = ({"cp_factor_update", "_gram", "_cp_fit"} if method == "cp_als" else {"_subspace", "frobenius_norm"})
+    expected |= ({"execute"} if method == "cp_als" else {"dense_multi_ttm"}) if route == "planned" else \
+        ({"_mttkrp_rec"} if method == "cp_als" else {"_ttmc_rec", "_ttm_rows"})
     assert expected <= names  # the probes sit on the loop's calls
+    assert not names & {"execute", "dense_multi_ttm", "_mttkrp_rec", "_ttmc_rec"} - expected  # the one route
     bad = [(name, counts) for name, counts in seen if counts != {1}]
     assert not bad, f"BLAS calls inside the iteration ran with more than one thread: {bad[:5]}"
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+@pytest.mark.parametrize("route", ["planned", "direct"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_iteration_same_bits_with_one_and_two_workers_and_blas_threads(monkeypatch, rng, dtype):
+def test_iteration_same_bits_with_one_and_two_workers_and_blas_threads(monkeypatch, rng, dtype, route):
     """The caller's BLAS setting (1 or 2 threads) and the policy's workers (1 or 2) change no bit."""
     import tuckerkit.decomposition._entry as entry
 
     X = rng.standard_normal((57, 64, 45)).astype(dtype)
+    assert direct_mod.direct_applies(X, 6)  # (4 * size * rank: 3.9 MFlop)
+    if route == "planned":
+        monkeypatch.setattr(direct_mod, "DIRECT_SWEEP_FLOPS", 0)
     runs = []
     for blas, workers in ((2, 2), (1, 1), (2, 1), (1, 2)):
         monkeypatch.setattr(entry, "default_policy", lambda w=workers: ExecutionPolicy(workers=w))

@@ -170,7 +170,7 @@ def test_read_only_and_memory_mapped_inputs_give_the_same_bits(forced, rng, tmp_
             assert contract(spec, Y, U, plan=plan).tobytes() == want.tobytes()
 
 
-def test_hooi_unchanged_by_the_compiled_kernels(monkeypatch, rng):
+def test_hooi_unchanged_by_the_compiled_kernels(monkeypatch, rng, planned_sweeps):
     X = rng.standard_normal((17, 15, 13, 11))
     ranks = (3, 4, 2, 3)
     init = tk.hosvd(X, ranks)

@@ -28,6 +28,7 @@ from tuckerkit.decomposition._linalg import cp_factor_update, spd_inverse, spd_s
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
 from tuckerkit.engine._buffers import pooled
+from tuckerkit.engine._direct import operand_mttkrp
 from tuckerkit.engine._subspace import gram_route, real_dtype
 
 logger = logging.getLogger(__name__)
@@ -369,7 +370,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if trying:
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
                 Fc = [U.conj() for U in F] if cplx else F
-                M = X.mttkrp(Fc, N - 1, policy=policy)
+                M = operand_mttkrp(X, Fc, N - 1, policy)  # (a small tensor's: numpy directly)
                 if small is not None:
                     return _fit_from_inner(np, normX, small.inner(M, F[N - 1]), w, G)
                 return _cp_fit(xp, normX, M, F[N - 1], w, G)

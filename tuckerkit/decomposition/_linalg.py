@@ -22,9 +22,15 @@ def _definite(L: Any) -> bool:
     """Whether a Cholesky factor ``L`` (either triangle) of an R x R matrix is that of a definite one in working
     precision: its smallest squared pivot above ``eps * R`` times its largest. A singular V (e.g. two equal
     factor columns) can pass the factorization with a last pivot of rounding size (measured: 0.3-0.6 eps of
-    the largest), whose inverse would be rounding noise times 1/eps."""
-    d = np.abs(np.diagonal(L)).astype(np.float64) ** 2
-    return bool(d.size == 0 or d.min() > d.max() * np.finfo(L.dtype).eps * L.shape[0])
+    the largest), whose inverse would be rounding noise times 1/eps. (Python floats on the diagonal's list:
+    a few microseconds less than numpy's reductions at these sizes, the same decision.)"""
+    d = [abs(x) ** 2 for x in np.diagonal(L).tolist()]
+    eps = _EPS.get(L.dtype.char) or float(np.finfo(L.dtype).eps)
+    return not d or min(d) > max(d) * eps * L.shape[0]
+
+
+#: the machine epsilon of each working dtype, by type character (complex: its real part's)
+_EPS = {c: float(np.finfo(c).eps) for c in "fdFD"}
 
 
 def spd_solve(V: Any, M: Any) -> Any:
@@ -75,6 +81,28 @@ def spd_inverse(V: Any) -> Any:
         return (Q * inv[None, :]) @ Q.conj().T
 
 
+#: (kernel, dtype character) pairs :func:`cp_factor_update` has run in this process (compiled or loaded)
+_RAN: set[tuple[Any, str]] = set()
+
+
+def _row_solve() -> tuple[Any, Any, int, int]:
+    """The compiled row solves and their constants, imported once (numba loads with the first)."""
+    global _ROW_SOLVE
+    if _ROW_SOLVE is None:
+        from tuckerkit.decomposition._cp_kernels import (
+            CHUNK,
+            STACK_MAX_R,
+            cholesky_solve_rows,
+            cholesky_solve_rows_heap,
+        )
+
+        _ROW_SOLVE = (cholesky_solve_rows, cholesky_solve_rows_heap, CHUNK, STACK_MAX_R)
+    return _ROW_SOLVE
+
+
+_ROW_SOLVE: tuple[Any, Any, int, int] | None = None
+
+
 def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     """CP-ALS's factor update on the host for a real dtype: ``U V = M`` solved into ``out`` (I x R, C-contiguous,
     M's dtype) by the compiled row solve (:mod:`._cp_kernels`), and with ``normalize`` the columns divided by
@@ -82,14 +110,7 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     and leaves ``out`` alone when the Cholesky factorization of V fails or shows V singular in working
     precision (:func:`_definite`; the caller takes :func:`spd_solve`'s least squares). One thread (see
     :mod:`._cp_kernels`)."""
-    from tuckerkit.decomposition._cp_kernels import (
-        CHUNK,
-        STACK_MAX_R,
-        cholesky_solve_rows,
-        cholesky_solve_rows_heap,
-    )
-    from tuckerkit.sparse._mttkrp import slp_vectorize
-
+    solve, heap, chunk, stack_max = _row_solve()
     try:
         L = np.linalg.cholesky(V)  # numpy's: a sparse CLI run then needs no scipy.linalg import (0.3 s)
     except np.linalg.LinAlgError:
@@ -98,11 +119,18 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
         return False
     dtype = out.dtype
     M = np.ascontiguousarray(M, dtype=dtype)
-    I = M.shape[0]  # noqa: E741
-    ss = np.empty((-(-I // CHUNK), M.shape[1]), dtype=np.float64)
+    I, R = M.shape  # noqa: E741
+    ss = np.empty((-(-I // chunk), R), dtype=np.float64)
     L = np.ascontiguousarray(L, dtype=dtype)
-    with slp_vectorize():  # SLP packs the lanes of a block into vector registers (at compile time)
-        (cholesky_solve_rows if M.shape[1] <= STACK_MAX_R else cholesky_solve_rows_heap)(M, L, out, ss)
+    kernel = solve if R <= stack_max else heap
+    if (kernel, dtype.char) in _RAN:
+        kernel(M, L, out, ss)
+    else:  # a first call may compile: with SLP, which packs a block's lanes into vector registers
+        from tuckerkit.sparse._mttkrp import slp_vectorize
+
+        with slp_vectorize():
+            kernel(M, L, out, ss)
+        _RAN.add((kernel, dtype.char))
     if not normalize:
         return None
     norms = np.sqrt(ss.sum(axis=0))

@@ -27,6 +27,7 @@ from tuckerkit.decomposition._entry import Call, caller_stacklevel, check_fixed_
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
 from tuckerkit.engine import as_operand, multi_ttm
+from tuckerkit.engine._direct import operand_ttm
 from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import (
     SubspaceBackoff,
@@ -360,7 +361,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         U = U.astype(X.dtype, copy=False)
         factors[n] = U
         chosen[n] = r
-        core = Y.ttm(U, n, transpose=True, policy=call.policy)
+        core = operand_ttm(Y, U, n, call.policy)  # (a small tensor's: as the direct sweeps project)
         Y = as_operand(core)
     fit = 1.0 - math.sqrt(min(max(discarded, 0.0), 1.0)) if normX > 0 else 1.0
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
@@ -706,7 +707,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         sweep = X.ttmc_sweep(factors, update, policy=policy, **({"partials": partials} if partials else {}))
         done = None
         partials.clear()
-        core = as_operand(last["Y"]).ttm(factors[last["n"]], last["n"], transpose=True, policy=policy)
+        core = operand_ttm(as_operand(last["Y"]), factors[last["n"]], last["n"], policy)
         # the E step (missing data): the fit on the observed entries, the missing ones refilled for the next sweep
         fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(multi_ttm(core, factors))
         if mon.step(it, fit, factors):

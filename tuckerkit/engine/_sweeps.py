@@ -20,6 +20,7 @@ import numpy as np
 from tuckerkit._validation import check_factor_list
 from tuckerkit.backend import array_namespace
 from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
+from tuckerkit.engine._direct import direct_applies, direct_mttkrp_sweep, direct_ttmc_sweep, record
 from tuckerkit.engine._mttkrp import _khatri_rao, rank_outer
 from tuckerkit.engine._policy import ExecutionPolicy
 from tuckerkit.engine._ttm import CHEAPER, build_multi_ttm_plan, dense_multi_ttm
@@ -116,7 +117,7 @@ def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, pla
     if len(active) == 1:
         update(active[0], T)
         return
-    half = 1 if len(active) == 3 and splits_first_alone(T) else (len(active) + 1) // 2
+    half = _ttmc_half(T, active)
     first, second = active[:half], active[half:]
     for part, rest in ((first, second), (second, first)):
         Y = take_partial(partials, part)
@@ -134,9 +135,18 @@ def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, pla
         del Y
 
 
+def _ttmc_half(T: Any, active: list[int]) -> int:
+    """How many of the ``active`` modes of ``T`` HOOI's tree puts in its first half."""
+    return 1 if len(active) == 3 and splits_first_alone(T) else (len(active) + 1) // 2
+
+
 def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
                      partials: dict[frozenset[int], Any] | None = None,
                      cache: dict[Any, Any] | None = None) -> Sweep:
+    rank = max((int(U.shape[1]) for U in factors), default=1)
+    if direct_applies(X, rank):  # a small tensor: numpy directly, the same tree (engine/_direct.py)
+        direct_ttmc_sweep(X, factors, update, lambda part: take_partial(partials, part), _ttmc_half)
+        return Sweep((record("ttmc", X, rank),), min(X.ndim, 2))
     plans: list[Any] = []
     ttmc_tree(X, list(range(X.ndim)), factors, update, plans, policy, partials, cache)
     return Sweep(tuple(plans), min(X.ndim, 2))
@@ -291,6 +301,10 @@ def _merged_view(T: Any, axes: list[int]) -> tuple[Any, list[int]] | None:
 
 def dense_mttkrp_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
                        cache: dict[Any, Any] | None = None) -> Sweep:
+    R = next(int(U.shape[1]) for U in factors if U is not None)
+    if direct_applies(X, R):  # a small tensor: numpy directly, the same tree (engine/_direct.py)
+        direct_mttkrp_sweep(X, factors, update, R)
+        return Sweep((record("mttkrp", X, R),), 2)
     plans: list[Any] = []
     # mode order is the update order (0..N-1); for C or F layouts each half is a memory-adjacent chain
     all_modes = list(range(X.ndim))

@@ -1,0 +1,194 @@
+"""The direct route of small dense tensors (engine/_direct.py): HOOI's and CP-ALS's sweeps, the start's TTMs and
+the line search's MTTKRP straight through numpy, against einsum oracles and the planned route."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+from tuckerkit.engine import _direct
+from tuckerkit.engine._direct import (
+    DIRECT_SWEEP_FLOPS,
+    DirectSweep,
+    direct_applies,
+    direct_mttkrp,
+    direct_ttm,
+    operand_mttkrp,
+    operand_ttm,
+)
+from tuckerkit.engine._operand import DenseTensor
+from tuckerkit.engine._policy import ExecutionPolicy
+from tuckerkit.engine._sweeps import dense_mttkrp_sweep, dense_ttmc_sweep
+
+_L = "abcdefg"
+SHAPES = [(7, 1), (5, 6, 7), (1, 4, 3), (4, 1, 5, 3), (3, 4, 1, 2, 3), (2, 3, 2, 1, 3, 2)]
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _rand(rng, shape, dtype):
+    x = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def _eps(dtype) -> float:
+    return float(np.finfo(dtype).eps)
+
+
+def _mttkrp_ref(X, factors, n):
+    x = _L[:X.ndim]
+    spec = ",".join([x] + [x[m] + "z" for m in range(X.ndim) if m != n]) + f"->{x[n]}z"
+    ops = [X.astype(np.complex128)] + [factors[m].astype(np.complex128) for m in range(X.ndim) if m != n]
+    mags = [np.abs(o) for o in ops]
+    return np.einsum(spec, *ops), np.einsum(spec, *mags)
+
+
+def _projection_ref(X, factors, n):
+    """``X x_{m != n} U_m^H`` in complex128, and the same of the magnitudes (the rounding bound's scale)."""
+    x = _L[:X.ndim]
+    up = x.upper()
+    keep = [m for m in range(X.ndim) if m != n]
+    out = "".join(x[m] if m == n else up[m] for m in range(X.ndim))
+    spec = ",".join([x] + [x[m] + up[m] for m in keep]) + "->" + out
+    ops = [X.astype(np.complex128)] + [np.conj(factors[m]).astype(np.complex128) for m in keep]
+    return np.einsum(spec, *ops), np.einsum(spec, *(np.abs(o) for o in ops))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_direct_mttkrp_sweep_is_gauss_seidel_against_einsum(shape, dtype, rng):
+    """Each mode's MTTKRP against einsum with the factors as the sweep has left them (each update replaces
+    its factor before the later modes), within the dtype's rounding; X unchanged; a record in place of plans."""
+    R = 3
+    X = _rand(rng, shape, dtype)
+    keep = X.copy()
+    factors = [_rand(rng, (s, R), dtype) for s in shape]
+    seen = {}
+
+    def update(n, M):
+        ref, scale = _mttkrp_ref(X, factors, n)
+        seen[n] = M.dtype
+        assert M.shape == (shape[n], R)
+        assert np.all(np.abs(M - ref) <= 4 * (X.size // shape[n] + len(shape)) * _eps(dtype) * scale + 1e-30)
+        factors[n] = _rand(rng, (shape[n], R), dtype)  # the next modes must see this one
+
+    assert direct_applies(X, R)
+    sweep = dense_mttkrp_sweep(X, factors, update, ExecutionPolicy())
+    assert sorted(seen) == list(range(len(shape))) and set(seen.values()) == {np.dtype(dtype)}
+    assert np.array_equal(X, keep)
+    assert sweep.passes == 2 and isinstance(sweep.plans[0], DirectSweep) and sweep.plans[0].kind == "mttkrp"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_direct_ttmc_sweep_is_gauss_seidel_against_einsum(shape, dtype, rng):
+    X = _rand(rng, shape, dtype)
+    keep = X.copy()
+    ranks = [max(1, s - 1) for s in shape]
+    factors = [_rand(rng, (s, r), dtype) for s, r in zip(shape, ranks, strict=True)]
+    seen = []
+
+    def update(n, Y):
+        ref, scale = _projection_ref(X, factors, n)
+        assert Y.shape == ref.shape
+        assert np.all(np.abs(Y - ref) <= 4 * (X.size + len(shape)) * _eps(dtype) * scale + 1e-30)
+        seen.append(n)
+        factors[n] = _rand(rng, (shape[n], ranks[n]), dtype)
+
+    sweep = dense_ttmc_sweep(X, factors, update, ExecutionPolicy())
+    assert seen == list(range(len(shape)))
+    assert np.array_equal(X, keep)
+    assert isinstance(sweep.plans[0], DirectSweep) and sweep.plans[0].kind == "ttmc"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_direct_mttkrp_of_every_mode_against_einsum(shape, dtype, rng):
+    """Size-1 modes still scale by their factor's row (the first and the last mode included)."""
+    R = 2
+    X = _rand(rng, shape, dtype)
+    factors = [_rand(rng, (s, R), dtype) for s in shape]
+    for n in range(len(shape)):
+        M = direct_mttkrp(X, factors, n, R)
+        ref, scale = _mttkrp_ref(X, factors, n)
+        assert M.shape == (shape[n], R) and M.flags.c_contiguous
+        assert np.all(np.abs(M - ref) <= 4 * X.size * _eps(dtype) * scale + 1e-30)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_direct_ttm_against_einsum(dtype, transpose, rng):
+    X = _rand(rng, (4, 5, 6, 3), dtype)
+    for n in range(4):
+        U = _rand(rng, (X.shape[n], 2) if transpose else (2, X.shape[n]), dtype)
+        x = "abcd"
+        spec = f"{x},{x[n] + 'z' if transpose else 'z' + x[n]}->{x[:n]}z{x[n + 1:]}"
+        W = np.conj(U) if transpose else U  # transpose: U^H
+        ref = np.einsum(spec, X.astype(np.complex128), W.astype(np.complex128))
+        scale = np.einsum(spec, np.abs(X), np.abs(W))
+        Y = direct_ttm(X, U, n, transpose)
+        assert Y.dtype == X.dtype and Y.flags.c_contiguous
+        assert np.all(np.abs(Y - ref) <= 4 * X.shape[n] * _eps(dtype) * scale)
+
+
+def test_the_route_is_chosen_by_size_and_layout(rng):
+    """C-contiguous numpy arrays up to DIRECT_SWEEP_FLOPS (4 * size * rank) go direct; a larger one, an
+    F-ordered or strided one (a reshape would copy it) is planned."""
+    X = rng.standard_normal((10, 10, 10))
+    assert direct_applies(X, DIRECT_SWEEP_FLOPS // (4 * X.size))
+    assert not direct_applies(X, DIRECT_SWEEP_FLOPS // (4 * X.size) + 1)
+    assert not direct_applies(np.asfortranarray(X), 2)
+    assert not direct_applies(X[:, ::2], 2)
+    U = [rng.standard_normal((10, 2)) for _ in range(3)]
+    planned = dense_mttkrp_sweep(np.asfortranarray(X), U, lambda n, M: None, ExecutionPolicy())
+    assert not isinstance(planned.plans[0], DirectSweep)
+    # the operand helpers: direct for a small dense operand, the operand's own otherwise (other dtypes too)
+    op = DenseTensor(X)
+    np.testing.assert_array_equal(operand_ttm(op, U[1], 1, ExecutionPolicy()), direct_ttm(X, U[1], 1, True))
+    np.testing.assert_array_equal(operand_mttkrp(op, U, 2, ExecutionPolicy()), direct_mttkrp(X, U, 2, 2))
+    U32 = [u.astype(np.float32) for u in U]
+    np.testing.assert_array_equal(operand_mttkrp(op, U32, 2, ExecutionPolicy()), op.mttkrp(U32, 2))
+
+
+def test_the_record_explains_the_route(rng):
+    X = rng.standard_normal((6, 7, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        C = tk.cp_als(X, 2, max_iter=3, tol=0)
+        T = tk.hooi(X, 2, max_iter=3, tol=0)
+    (c,), (t,) = C.plans, T.plans
+    assert (c.kind, c.shape, c.dtype, c.rank, c.flops) == ("mttkrp", (6, 7, 8), np.dtype("float64"), 2, 4 * 336 * 2)
+    assert t.kind == "ttmc" and t.rank == 2
+    assert c.explain().startswith("direct mttkrp sweep of a 6x7x8 float64 tensor, rank 2: 2688 flops")
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(12, 13, 14), (6, 7, 5, 8)])
+def test_decompositions_agree_on_both_routes(shape, dtype, rng, monkeypatch):
+    """HOOI, CP-ALS (line search on) and ST-HOSVD on a small tensor: the direct route against the planned one,
+    fits equal to the dtype's rounding, factors' subspaces equal; each route repeats its own bits."""
+    X = rng.standard_normal(shape).astype(dtype)
+    tol = 1e3 * _eps(dtype)
+
+    def run():
+        return (tk.hooi(X, 3, max_iter=8, tol=0), tk.cp_als(X, 3, max_iter=12, tol=0), tk.st_hosvd(X, 3))
+
+    direct = run()
+    again = run()
+    monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)
+    planned = run()
+    assert isinstance(direct[0].plans[0], DirectSweep) and not isinstance(planned[0].plans[0], DirectSweep)
+    for a, b, c in zip(direct, again, planned, strict=True):
+        assert a.fit == b.fit  # the same bits on a repeat
+        for U, V in zip(a.factors, b.factors, strict=True):
+            np.testing.assert_array_equal(U, V)
+        assert abs(a.fit - c.fit) <= tol
+    for a, c in (direct[0], planned[0]), (direct[2], planned[2]):
+        for U, V in zip(a.factors, c.factors, strict=True):  # orthonormal bases of the same subspaces
+            np.testing.assert_allclose(U.T @ V @ V.T @ U, np.eye(U.shape[1]), atol=math.sqrt(tol))
