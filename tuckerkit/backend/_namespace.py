@@ -67,6 +67,11 @@ def array_namespace(*arrays: Any) -> ModuleType:
     TypeError
         If numpy and cupy arrays are mixed.
     """
+    for a in arrays:  # plain numpy arrays (and None): the common case, without a look at each
+        if a is not None and type(a) is not np.ndarray:
+            break
+    else:
+        return np
     kinds = {is_cupy_array(a) for a in arrays if a is not None and not np.isscalar(a)}
     if len(kinds) > 1:
         raise TypeError(

@@ -32,7 +32,7 @@ from tuckerkit.backend import (
 from tuckerkit.engine._gram import GramPlan, dense_gram
 from tuckerkit.engine._mttkrp import MTTKRPPlan, dense_mttkrp
 from tuckerkit.engine._plan import ContractionPlan
-from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, parallel_for, resolve_policy
+from tuckerkit.engine._policy import DOT_SERIAL_MAX, ExecutionPolicy, blas_pinned, parallel_for, resolve_policy
 from tuckerkit.engine._subspace import leading_left_singular
 from tuckerkit.engine._sweeps import Sweep, dense_mttkrp_sweep, dense_ttmc_sweep, splits_first_alone, tree_spine
 from tuckerkit.engine._ttm import MultiTTMPlan, dense_multi_ttm, dense_ttm
@@ -265,6 +265,9 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16, policy: ExecutionPolicy | 
             ssq += xp.sum(b * b)
         both = xp.stack([scale, ssq]).get()  # one copy back
         return float(both[0]), float(both[1])
+    if X.size <= min(DOT_SERIAL_MAX, chunk_elems):  # one piece, whose dot product OpenBLAS runs on one thread
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # in any setting: the path below's pair
+            return _piece_ssq(X)
     # one BLAS thread: a dot product's bits depend on the thread count. The pieces are summed on the policy's
     # workers (groups of pieces, each piece's pair computed alone) and combined in piece order on this thread:
     # the same bits for any number of workers

@@ -32,6 +32,11 @@ def sign_fix(U: Any) -> Any:
     array([[-1. ,  2. ],
            [ 3. ,  0.5]])
     """
+    if type(U) is np.ndarray and U.dtype.kind != "c":  # (the same arithmetic, fewer calls: HOOI's small steps)
+        top = U[np.abs(U).argmax(axis=0), np.arange(U.shape[1])]
+        signs = np.sign(top)
+        signs[signs == 0] = 1
+        return U * signs.astype(U.dtype, copy=False)[None, :]
     xp = array_namespace(U)
     idx = xp.argmax(xp.abs(U), axis=0)
     top = U[idx, xp.arange(U.shape[1])]
@@ -418,7 +423,7 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
                 top = eigh_desc(G, r)
         V, w = _on_host(xp, sign_fix(np.ascontiguousarray(top[1])), top[0])
         return V, w
-    M = xp.moveaxis(Y, n, 0).reshape(I_n, P)
+    M = (Y if n == 0 else Y.transpose((n, *(m for m in range(Y.ndim) if m != n)))).reshape(I_n, P)
     real = real_dtype(Y.dtype)
     if xp is not np:  # the P x P Gram and M V on the device; a small P's eigenproblem and thin QR on the host
         G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
@@ -437,7 +442,7 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
         W = M.T @ start if _warm_start_ok(start, I_n, r) and M.dtype.char == "d" else None
         w, V = _top_gram_pairs(G, r, P, W, backoff if W is not None else None)
         Q = _thin_q(M @ V)
-    return sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False)
+    return sign_fix(np.ascontiguousarray(Q)), np.maximum(w, 0).astype(real, copy=False)
 
 
 def _top_gram_pairs(G: Any, r: int, P: int, start: Any = None,
