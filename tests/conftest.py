@@ -163,7 +163,13 @@ def forced(monkeypatch):
 @pytest.fixture
 def planned_sweeps(monkeypatch):
     """Every dense sweep planned, however small the tensor (tests of the planned route's own behaviour; by
-    default a tensor below ``DIRECT_SWEEP_FLOPS`` takes the direct route of engine/_direct.py)."""
+    default a small tensor takes the direct route of engine/_direct.py)."""
+    planned_only(monkeypatch)
+
+
+def planned_only(monkeypatch) -> None:
+    """Turn engine/_direct.py's route off for the test (both of its thresholds)."""
     from tuckerkit.engine import _direct
 
     monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)
+    monkeypatch.setattr(_direct, "DIRECT_PROJECTION_ELEMS", 0)

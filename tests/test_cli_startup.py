@@ -337,17 +337,17 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
     set-up (about 25 ms) and array allocator (``numba.np.arrayobj``, 20-25 ms of imports) a process's first call
     then never pays; nor numba's scan for third-party extensions (28-32 ms), which the first kernel of another
     library still runs. The first run fills the cache (compiling sets the runtime up); the second loads from
-    it."""
+    it. (The tensors are above engine/_direct.py's thresholds: smaller ones run no kernel of ours.)"""
     code = ("import json, sys, numpy as np, tuckerkit as tk\n"
             "rng = np.random.default_rng(0)\n"
             "out = []\n"
             "for dt in (np.float64, np.float32):\n"
-            "    X = rng.standard_normal((100, 90, 110)).astype(dt)\n"
+            "    X = rng.standard_normal((140, 130, 120)).astype(dt)\n"
             "    for r in (5, 20):\n"
             "        out.append(float(tk.hooi(X, r, max_iter=3, tol=0).fit))\n"
             "        out.append(float(tk.cp_als(X, r, max_iter=3, tol=0).fit))\n"
             "    X4 = rng.standard_normal((30, 28, 26, 24)).astype(dt)\n"
-            "    out.append(float(tk.hooi(X4, 4, max_iter=3, tol=0).fit))\n"
+            "    out.append(float(tk.cp_als(X4, 4, max_iter=3, tol=0).fit))\n"
             "from numba.core.runtime import rtsys\n"
             "from tuckerkit.engine import _smallgemm as s\n"
             "ran = [k.py_func.__name__ for k in (s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel)"

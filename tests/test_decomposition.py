@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import make_tensor
+from conftest import make_tensor, planned_only
 
 import tuckerkit as tk
 from tuckerkit import ConvergenceWarning, CPTensor, TuckerTensor
@@ -524,7 +524,7 @@ def test_hooi_first_sweep_takes_the_start_projections(rng, monkeypatch, shape, r
     assert _direct.direct_applies(X, max(ranks))
     reads = []
     if route == "planned":
-        monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)
+        planned_only(monkeypatch)
     mod, name = (_sweeps, "dense_multi_ttm") if route == "planned" else (_direct, "_project")
     real = getattr(mod, name)
 

@@ -8,10 +8,11 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import planned_only
 
 import tuckerkit as tk
-from tuckerkit.engine import _direct
 from tuckerkit.engine._direct import (
+    DIRECT_PROJECTION_FLOPS,
     DIRECT_SWEEP_FLOPS,
     DirectSweep,
     direct_applies,
@@ -144,6 +145,11 @@ def test_the_route_is_chosen_by_size_and_layout(rng):
     assert not direct_applies(X, DIRECT_SWEEP_FLOPS // (4 * X.size) + 1)
     assert not direct_applies(np.asfortranarray(X), 2)
     assert not direct_applies(X[:, ::2], 2)
+    # HOOI's projections go further: up to DIRECT_PROJECTION_ELEMS elements and DIRECT_PROJECTION_FLOPS
+    big = np.empty((128, 128, 128), dtype=np.float32)  # (2^21 elements; np.empty: no page touched)
+    assert direct_applies(big, 10, projections=True) and not direct_applies(big, 10)
+    assert not direct_applies(np.empty((129, 128, 128)), 10, projections=True)
+    assert not direct_applies(big, DIRECT_PROJECTION_FLOPS // (4 * big.size) + 1, projections=True)
     U = [rng.standard_normal((10, 2)) for _ in range(3)]
     planned = dense_mttkrp_sweep(np.asfortranarray(X), U, lambda n, M: None, ExecutionPolicy())
     assert not isinstance(planned.plans[0], DirectSweep)
@@ -181,7 +187,7 @@ def test_decompositions_agree_on_both_routes(shape, dtype, rng, monkeypatch):
 
     direct = run()
     again = run()
-    monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)
+    planned_only(monkeypatch)
     planned = run()
     assert isinstance(direct[0].plans[0], DirectSweep) and not isinstance(planned[0].plans[0], DirectSweep)
     for a, b, c in zip(direct, again, planned, strict=True):
@@ -192,3 +198,20 @@ def test_decompositions_agree_on_both_routes(shape, dtype, rng, monkeypatch):
     for a, c in (direct[0], planned[0]), (direct[2], planned[2]):
         for U, V in zip(a.factors, c.factors, strict=True):  # orthonormal bases of the same subspaces
             np.testing.assert_allclose(U.T @ V @ V.T @ U, np.eye(U.shape[1]), atol=math.sqrt(tol))
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_hooi_projects_directly_where_cp_als_plans(rng):
+    """Between the two thresholds: HOOI's sweep is direct (its explain names the projection rule), CP-ALS's
+    planned; HOOI's fit equals the planned route's to rounding."""
+    X = rng.standard_normal((60, 50, 40))
+    assert direct_applies(X, 10, projections=True) and not direct_applies(X, 10)
+    T = tk.hooi(X, 10, max_iter=3, tol=0)
+    C = tk.cp_als(X, 10, max_iter=2, tol=0)
+    assert isinstance(T.plans[0], DirectSweep) and "DIRECT_PROJECTION_ELEMS" in T.plans[0].explain()
+    assert not isinstance(C.plans[0], DirectSweep)
+    with pytest.MonkeyPatch.context() as mp:
+        planned_only(mp)
+        P = tk.hooi(X, 10, max_iter=3, tol=0)
+    assert not isinstance(P.plans[0], DirectSweep)
+    assert abs(T.fit - P.fit) <= 1e3 * _eps(np.float64)

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import planned_only
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import tuckerkit as tk
@@ -55,7 +56,7 @@ def test_iteration_blas_calls_run_at_one_thread_and_the_caller_setting_is_restor
     X = rng.standard_normal((61, 50, 43)).astype(dtype)  # (4 * size * rank: 3.1 MFlop at rank 6, direct)
     assert direct_mod.direct_applies(X, 6)
     if route == "planned":
-        monkeypatch.setattr(direct_mod, "DIRECT_SWEEP_FLOPS", 0)
+        planned_only(monkeypatch)
     seen: list = []
     _probe(monkeypatch, seen, (CP_CALLS if method == "cp_als" else HOOI_CALLS) + DIRECT_CALLS)
     with threadpool_limits(2, user_api="blas"), warnings.catch_warnings():
@@ -88,7 +89,7 @@ def test_iteration_same_bits_with_one_and_two_workers_and_blas_threads(monkeypat
     X = rng.standard_normal((57, 64, 45)).astype(dtype)
     assert direct_mod.direct_applies(X, 6)  # (4 * size * rank: 3.9 MFlop)
     if route == "planned":
-        monkeypatch.setattr(direct_mod, "DIRECT_SWEEP_FLOPS", 0)
+        planned_only(monkeypatch)
     runs = []
     for blas, workers in ((2, 2), (1, 1), (2, 1), (1, 2)):
         monkeypatch.setattr(entry, "default_policy", lambda w=workers: ExecutionPolicy(workers=w))

@@ -10,8 +10,8 @@ the products with the tensor and ``numpy.einsum`` for the rank-batched steps on 
 Measured in one process on the 2-core machine (medians of 60, float64, the sweep alone, direct / planned):
 MTTKRP sweeps 0.17-0.27x on 10^3 to 20^3 and 10^4, 0.37-0.55x on 30^3 to 50^3 (R = 3) and 16^4, 0.95x on
 64^3 at R = 3 (3.1 MFlop, the largest taken); TTMc sweeps 0.18-0.36x on 10^3 to 50^3 (R = 3) and 10^4,
-0.51-0.57x on 40^3 (R = 10) and 64^3 (R = 3). Which route ran is in the result's ``plans``
-(:class:`DirectSweep`).
+0.51-0.57x on 40^3 (R = 10) and 64^3 (R = 3); larger TTMc sweeps at :data:`DIRECT_PROJECTION_ELEMS`. Which
+route ran is in the result's ``plans`` (:class:`DirectSweep`).
 
 The direct route takes C-contiguous numpy arrays only (a reshape of anything else would copy the tensor);
 it runs under :func:`~tuckerkit.engine.blas_pinned` (one BLAS thread: the same bits in any setting).
@@ -32,6 +32,20 @@ from tuckerkit.engine._policy import MIN_PARALLEL_FLOPS, blas_pinned
 #: element and rank) on a C-contiguous numpy array runs directly (see the module); its contractions would
 #: each be one call on one thread in the planned sweep as well
 DIRECT_SWEEP_FLOPS = MIN_PARALLEL_FLOPS
+
+#: HOOI's projections (its sweep, the ST-HOSVD start's TTMs, the core) also run directly on tensors of up to
+#: this many elements and ``DIRECT_PROJECTION_FLOPS``: one BLAS thread on GEMMs batched over the outer modes
+#: beat the planned sweep's two workers there. TTMc sweeps, interleaved medians of 22 in one process, direct /
+#: planned, float64, R = 5 / 10 / 20: 64^3 0.52 / 0.60 / 0.66x, 100^3 0.82 / 0.79 / 0.77x (R = 32 / 50:
+#: 0.89x), 120^3 0.88 / 0.95 / 0.90x, 200x100x50 0.73-0.84x, 50x100x200 0.88-1.01x, 30^4 0.72-0.81x, 40^4
+#: 0.88-0.96x, 16^5 0.74-0.92x; beyond it the planned sweep wins: 160^3 1.13-1.17x (R = 20: 0.91x), 200^3
+#: 1.25-1.50x, 60^4 1.12-1.29x. float32, R = 10 / 32: 100^3 0.82 / 0.72x, 128^3 (2^21 elements) 1.06 /
+#: 0.89x, 160^3 1.21 / 1.11x, 48^4 1.13 / 1.24x. (CP-ALS's MTTKRP sweeps keep the planned route above
+#: ``DIRECT_SWEEP_FLOPS``: their rank-batched steps by ``einsum`` lose from 80^3 on, 1.2-2x.)
+DIRECT_PROJECTION_ELEMS = 1 << 21
+#: ... and at most this many flops (``4 * X.size * R``): 120^3 at R = 32 (221 MFlop) 0.96x, 128^3 float32 at
+#: R = 32 (268 MFlop) 0.89x; a larger rank is compute-bound, where the planned sweep has both cores
+DIRECT_PROJECTION_FLOPS = 256_000_000
 
 Update = Callable[[int, Any], None]
 
@@ -69,22 +83,28 @@ class DirectSweep:
     flops: int
 
     def explain(self) -> str:
+        why = (f"{self.flops} flops <= DIRECT_SWEEP_FLOPS ({DIRECT_SWEEP_FLOPS})" if self.flops <= DIRECT_SWEEP_FLOPS
+               else f"{math.prod(self.shape)} elements <= DIRECT_PROJECTION_ELEMS ({DIRECT_PROJECTION_ELEMS}) and "
+                    f"{self.flops} flops <= DIRECT_PROJECTION_FLOPS ({DIRECT_PROJECTION_FLOPS})")
         return (f"direct {self.kind} sweep of a {'x'.join(map(str, self.shape))} {self.dtype} tensor, rank "
-                f"{self.rank}: {self.flops} flops <= DIRECT_SWEEP_FLOPS ({DIRECT_SWEEP_FLOPS}); numpy.matmul and "
-                "numpy.einsum on one BLAS thread, no planner (its fixed costs exceed the arithmetic here)")
+                f"{self.rank}: {why}; numpy.matmul and numpy.einsum on one BLAS thread, no planner")
 
 
-def direct_applies(X: Any, rank: int) -> bool:
-    """Whether a sweep of ``X`` with factors of at most ``rank`` columns runs directly (see the module)."""
-    return (type(X) is np.ndarray and X.ndim >= 1 and X.flags.c_contiguous
-            and 4 * X.size * max(rank, 1) <= DIRECT_SWEEP_FLOPS)
+def direct_applies(X: Any, rank: int, projections: bool = False) -> bool:
+    """Whether a sweep of ``X`` with factors of at most ``rank`` columns runs directly (see the module):
+    ``projections`` for HOOI's (:data:`DIRECT_PROJECTION_ELEMS`), else CP-ALS's MTTKRPs."""
+    if type(X) is not np.ndarray or X.ndim < 1 or not X.flags.c_contiguous:
+        return False
+    flops = 4 * X.size * max(rank, 1)
+    return flops <= DIRECT_SWEEP_FLOPS or (projections and X.size <= DIRECT_PROJECTION_ELEMS
+                                           and flops <= DIRECT_PROJECTION_FLOPS)
 
 
 def record(kind: str, X: np.ndarray, rank: int) -> DirectSweep:
     return DirectSweep(kind, X.shape, X.dtype, rank, 4 * X.size * rank)
 
 
-def _direct_data(op: Any, rank: int, *mats: Any) -> np.ndarray | None:
+def _direct_data(op: Any, rank: int, projections: bool, *mats: Any) -> np.ndarray | None:
     """The array of a dense operand whose products with ``mats`` (numpy matrices of its dtype, at most ``rank``
     columns) run directly, else None."""
     from tuckerkit.engine._operand import DenseTensor
@@ -92,7 +112,7 @@ def _direct_data(op: Any, rank: int, *mats: Any) -> np.ndarray | None:
     if not isinstance(op, DenseTensor):
         return None
     X = op.data
-    if not direct_applies(X, rank) or any(type(U) is not np.ndarray or U.dtype != X.dtype for U in mats):
+    if not direct_applies(X, rank, projections) or any(type(U) is not np.ndarray or U.dtype != X.dtype for U in mats):
         return None
     return X
 
@@ -102,7 +122,7 @@ def operand_ttm(op: Any, U: Any, n: int, policy: Any) -> Any:
     the direct sweeps, bit for bit: ST-HOSVD's steps that HOOI's first sweep takes, HOOI's core), else the
     operand's own ``ttm``. (The public :func:`~tuckerkit.ttm` always plans: with or without a plan, the same
     bits.)"""
-    X = _direct_data(op, U.shape[1], U)
+    X = _direct_data(op, U.shape[1], True, U)
     if X is not None:
         return direct_ttm(X, U, n, True)
     return op.ttm(U, n, transpose=True, policy=policy)
@@ -112,7 +132,7 @@ def operand_mttkrp(op: Any, factors: Sequence[Any], n: int, policy: Any) -> Any:
     """Mode ``n``'s MTTKRP for the decompositions: :func:`direct_mttkrp` on a small dense operand (CP-ALS's line
     search), else the operand's own ``mttkrp``."""
     R = next(int(U.shape[1]) for m, U in enumerate(factors) if m != n)
-    X = _direct_data(op, R, *(U for m, U in enumerate(factors) if m != n)) if op.ndim > 1 else None
+    X = _direct_data(op, R, False, *(U for m, U in enumerate(factors) if m != n)) if op.ndim > 1 else None
     if X is not None:
         return direct_mttkrp(X, factors, n, R)
     return op.mttkrp(factors, n, policy=policy)

@@ -144,7 +144,7 @@ def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: Executi
                      partials: dict[frozenset[int], Any] | None = None,
                      cache: dict[Any, Any] | None = None) -> Sweep:
     rank = max((int(U.shape[1]) for U in factors), default=1)
-    if direct_applies(X, rank):  # a small tensor: numpy directly, the same tree (engine/_direct.py)
+    if direct_applies(X, rank, projections=True):  # a small tensor: numpy directly, the same tree (_direct.py)
         direct_ttmc_sweep(X, factors, update, lambda part: take_partial(partials, part), _ttmc_half)
         return Sweep((record("ttmc", X, rank),), min(X.ndim, 2))
     plans: list[Any] = []
