@@ -215,3 +215,21 @@ def test_hooi_projects_directly_where_cp_als_plans(rng):
         P = tk.hooi(X, 10, max_iter=3, tol=0)
     assert not isinstance(P.plans[0], DirectSweep)
     assert abs(T.fit - P.fit) <= 1e3 * _eps(np.float64)
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+def test_a_memory_mapped_tensor_takes_the_route_of_its_copy(rng, tmp_path):
+    """A .npy file's tensor (a read-only memory map) and the same array in memory: the same route, the same bits
+    (the CLI's results equal the API's)."""
+    from tuckerkit.io import load_tensor
+
+    X = rng.standard_normal((9, 11, 10))
+    np.save(tmp_path / "x.npy", X)
+    M = load_tensor(tmp_path / "x.npy", mmap=True)
+    assert isinstance(M, np.memmap) and direct_applies(M, 3)
+    for f in (lambda A: tk.hooi(A, 3, max_iter=4, tol=0), lambda A: tk.cp_als(A, 3, max_iter=6, tol=0)):
+        a, b = f(X), f(M)
+        assert isinstance(a.plans[0], DirectSweep) and isinstance(b.plans[0], DirectSweep)
+        assert a.fit == b.fit
+        for U, V in zip(a.factors, b.factors, strict=True):
+            np.testing.assert_array_equal(U, V)

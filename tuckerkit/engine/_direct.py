@@ -90,10 +90,15 @@ class DirectSweep:
                 f"{self.rank}: {why}; numpy.matmul and numpy.einsum on one BLAS thread, no planner")
 
 
+#: the array types the direct route takes: numpy's own and its memory maps (a file's tensor takes the route its
+#: copy in memory would: the same bits from the CLI as from the API)
+_PLAIN = (np.ndarray, np.memmap)
+
+
 def direct_applies(X: Any, rank: int, projections: bool = False) -> bool:
     """Whether a sweep of ``X`` with factors of at most ``rank`` columns runs directly (see the module):
     ``projections`` for HOOI's (:data:`DIRECT_PROJECTION_ELEMS`), else CP-ALS's MTTKRPs."""
-    if type(X) is not np.ndarray or X.ndim < 1 or not X.flags.c_contiguous:
+    if type(X) not in _PLAIN or X.ndim < 1 or not X.flags.c_contiguous:
         return False
     flops = 4 * X.size * max(rank, 1)
     return flops <= DIRECT_SWEEP_FLOPS or (projections and X.size <= DIRECT_PROJECTION_ELEMS
@@ -112,7 +117,7 @@ def _direct_data(op: Any, rank: int, projections: bool, *mats: Any) -> np.ndarra
     if not isinstance(op, DenseTensor):
         return None
     X = op.data
-    if not direct_applies(X, rank, projections) or any(type(U) is not np.ndarray or U.dtype != X.dtype for U in mats):
+    if not direct_applies(X, rank, projections) or any(type(U) not in _PLAIN or U.dtype != X.dtype for U in mats):
         return None
     return X
 
