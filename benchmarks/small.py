@@ -51,11 +51,11 @@ class _Planned:
     """tuckerkit with engine/_direct.py's route off inside the block."""
 
     def __enter__(self):
-        self.saved = _direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_PROJECTION_ELEMS
-        _direct.DIRECT_SWEEP_FLOPS = _direct.DIRECT_PROJECTION_ELEMS = 0
+        self.saved = _direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_TTMC_ELEMS, _direct.DIRECT_MTTKRP_ELEMS
+        _direct.DIRECT_SWEEP_FLOPS = _direct.DIRECT_TTMC_ELEMS = _direct.DIRECT_MTTKRP_ELEMS = 0
 
     def __exit__(self, *exc):
-        _direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_PROJECTION_ELEMS = self.saved
+        _direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_TTMC_ELEMS, _direct.DIRECT_MTTKRP_ELEMS = self.saved
 
 
 def hooi_runners(X, rank, out):

@@ -172,4 +172,5 @@ def planned_only(monkeypatch) -> None:
     from tuckerkit.engine import _direct
 
     monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)
-    monkeypatch.setattr(_direct, "DIRECT_PROJECTION_ELEMS", 0)
+    monkeypatch.setattr(_direct, "DIRECT_TTMC_ELEMS", 0)
+    monkeypatch.setattr(_direct, "DIRECT_MTTKRP_ELEMS", 0)

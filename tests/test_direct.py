@@ -12,7 +12,8 @@ from conftest import planned_only
 
 import tuckerkit as tk
 from tuckerkit.engine._direct import (
-    DIRECT_PROJECTION_FLOPS,
+    DIRECT_MAX_FLOPS,
+    DIRECT_MTTKRP_ELEMS,
     DIRECT_SWEEP_FLOPS,
     DirectSweep,
     direct_applies,
@@ -138,18 +139,25 @@ def test_direct_ttm_against_einsum(dtype, transpose, rng):
 
 
 def test_the_route_is_chosen_by_size_and_layout(rng):
-    """C-contiguous numpy arrays up to DIRECT_SWEEP_FLOPS (4 * size * rank) go direct; a larger one, an
+    """C-contiguous numpy arrays go direct up to DIRECT_SWEEP_FLOPS (4 * size * rank) at any size, and up to
+    DIRECT_MTTKRP_ELEMS (CP-ALS) / DIRECT_TTMC_ELEMS (HOOI) elements within DIRECT_MAX_FLOPS; a larger one, an
     F-ordered or strided one (a reshape would copy it) is planned."""
     X = rng.standard_normal((10, 10, 10))
-    assert direct_applies(X, DIRECT_SWEEP_FLOPS // (4 * X.size))
-    assert not direct_applies(X, DIRECT_SWEEP_FLOPS // (4 * X.size) + 1)
+    assert direct_applies(X, DIRECT_MAX_FLOPS // (4 * X.size))
+    assert not direct_applies(X, DIRECT_MAX_FLOPS // (4 * X.size) + 1)
     assert not direct_applies(np.asfortranarray(X), 2)
     assert not direct_applies(X[:, ::2], 2)
-    # HOOI's projections go further: up to DIRECT_PROJECTION_ELEMS elements and DIRECT_PROJECTION_FLOPS
-    big = np.empty((128, 128, 128), dtype=np.float32)  # (2^21 elements; np.empty: no page touched)
+    mid = np.empty((70, 65, 60))  # (above DIRECT_MTTKRP_ELEMS; np.empty: no page touched)
+    r = DIRECT_SWEEP_FLOPS // (4 * mid.size)
+    assert mid.size > DIRECT_MTTKRP_ELEMS and direct_applies(mid, r) and not direct_applies(mid, r + 1)
+    assert direct_applies(mid, r + 1, projections=True)
+    edge = np.empty((64, 64, 64))  # (2^18 elements)
+    assert direct_applies(edge, 32) and not direct_applies(np.empty((65, 64, 64)), 32)
+    # HOOI's projections go further: up to DIRECT_TTMC_ELEMS elements and DIRECT_MAX_FLOPS
+    big = np.empty((128, 128, 128), dtype=np.float32)  # (2^21 elements)
     assert direct_applies(big, 10, projections=True) and not direct_applies(big, 10)
     assert not direct_applies(np.empty((129, 128, 128)), 10, projections=True)
-    assert not direct_applies(big, DIRECT_PROJECTION_FLOPS // (4 * big.size) + 1, projections=True)
+    assert not direct_applies(big, DIRECT_MAX_FLOPS // (4 * big.size) + 1, projections=True)
     U = [rng.standard_normal((10, 2)) for _ in range(3)]
     planned = dense_mttkrp_sweep(np.asfortranarray(X), U, lambda n, M: None, ExecutionPolicy())
     assert not isinstance(planned.plans[0], DirectSweep)
@@ -204,11 +212,11 @@ def test_decompositions_agree_on_both_routes(shape, dtype, rng, monkeypatch):
 def test_hooi_projects_directly_where_cp_als_plans(rng):
     """Between the two thresholds: HOOI's sweep is direct (its explain names the projection rule), CP-ALS's
     planned; HOOI's fit equals the planned route's to rounding."""
-    X = rng.standard_normal((60, 50, 40))
+    X = rng.standard_normal((70, 65, 60))
     assert direct_applies(X, 10, projections=True) and not direct_applies(X, 10)
     T = tk.hooi(X, 10, max_iter=3, tol=0)
     C = tk.cp_als(X, 10, max_iter=2, tol=0)
-    assert isinstance(T.plans[0], DirectSweep) and "DIRECT_PROJECTION_ELEMS" in T.plans[0].explain()
+    assert isinstance(T.plans[0], DirectSweep) and "DIRECT_TTMC_ELEMS" in T.plans[0].explain()
     assert not isinstance(C.plans[0], DirectSweep)
     with pytest.MonkeyPatch.context() as mp:
         planned_only(mp)

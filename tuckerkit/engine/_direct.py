@@ -1,20 +1,22 @@
-"""The sweeps of HOOI and CP-ALS on a small dense tensor, run straight through numpy: no planner.
+"""The sweeps of HOOI and CP-ALS on small and mid-size dense tensors, run straight through numpy: no planner.
 
 Below :data:`DIRECT_SWEEP_FLOPS` a sweep's contractions are each one single-threaded call (none would be cut
 for the workers: they are below ``MIN_PARALLEL_FLOPS`` together), and the planned sweep's fixed costs
 (building spec strings, cache keys, operand views, the dispatch of each plan: about 35 us per contraction,
-180-200 us per sweep of a 10^3 tensor) are several times the arithmetic. The direct sweeps walk the same
-dimension tree (halves of the modes, Gauss-Seidel order, two reads of the tensor) with ``numpy.matmul`` for
-the products with the tensor and ``numpy.einsum`` for the rank-batched steps on the small partials.
+180-200 us per sweep of a 10^3 tensor) are several times the arithmetic. Up to :data:`DIRECT_TTMC_ELEMS`
+(HOOI) and :data:`DIRECT_MTTKRP_ELEMS` (CP-ALS) elements, one BLAS thread on GEMMs batched over the outer
+modes still beats the planned sweep's two workers (measured there). The direct sweeps walk the same dimension
+tree (halves of the modes, Gauss-Seidel order, two reads of the tensor) with ``numpy.matmul``: the products
+with the tensor, then GEMMs (HOOI) or GEMVs (CP-ALS) batched over the small partials' outer index.
 
-Measured in one process on the 2-core machine (medians of 60, float64, the sweep alone, direct / planned):
-MTTKRP sweeps 0.17-0.27x on 10^3 to 20^3 and 10^4, 0.37-0.55x on 30^3 to 50^3 (R = 3) and 16^4, 0.95x on
-64^3 at R = 3 (3.1 MFlop, the largest taken); TTMc sweeps 0.18-0.36x on 10^3 to 50^3 (R = 3) and 10^4,
-0.51-0.57x on 40^3 (R = 10) and 64^3 (R = 3); larger TTMc sweeps at :data:`DIRECT_PROJECTION_ELEMS`. Which
-route ran is in the result's ``plans`` (:class:`DirectSweep`).
+Sweeps alone, in one process on the 2-core machine (medians of 60, float64, direct / planned): MTTKRP sweeps
+0.17-0.27x on 10^3 to 20^3 and 10^4, 0.31-0.60x on 30^3; TTMc sweeps 0.18-0.36x on 10^3 to 50^3 (R = 3) and
+10^4, 0.51-0.57x on 40^3 (R = 10) and 64^3 (R = 3). Which route ran is in the result's ``plans``
+(:class:`DirectSweep`).
 
-The direct route takes C-contiguous numpy arrays only (a reshape of anything else would copy the tensor);
-it runs under :func:`~tuckerkit.engine.blas_pinned` (one BLAS thread: the same bits in any setting).
+The direct route takes C-contiguous numpy arrays (and memory maps) only: a reshape of anything else would copy
+the tensor. It runs under :func:`~tuckerkit.engine.blas_pinned` (one BLAS thread: the same bits in any
+setting).
 """
 
 from __future__ import annotations
@@ -34,18 +36,23 @@ from tuckerkit.engine._policy import MIN_PARALLEL_FLOPS, blas_pinned
 DIRECT_SWEEP_FLOPS = MIN_PARALLEL_FLOPS
 
 #: HOOI's projections (its sweep, the ST-HOSVD start's TTMs, the core) also run directly on tensors of up to
-#: this many elements and ``DIRECT_PROJECTION_FLOPS``: one BLAS thread on GEMMs batched over the outer modes
-#: beat the planned sweep's two workers there. TTMc sweeps, interleaved medians of 22 in one process, direct /
+#: this many elements and ``DIRECT_MAX_FLOPS``: one BLAS thread on GEMMs batched over the outer modes beat
+#: the planned sweep's two workers there. TTMc sweeps, interleaved medians of 22 in one process, direct /
 #: planned, float64, R = 5 / 10 / 20: 64^3 0.52 / 0.60 / 0.66x, 100^3 0.82 / 0.79 / 0.77x (R = 32 / 50:
 #: 0.89x), 120^3 0.88 / 0.95 / 0.90x, 200x100x50 0.73-0.84x, 50x100x200 0.88-1.01x, 30^4 0.72-0.81x, 40^4
 #: 0.88-0.96x, 16^5 0.74-0.92x; beyond it the planned sweep wins: 160^3 1.13-1.17x (R = 20: 0.91x), 200^3
 #: 1.25-1.50x, 60^4 1.12-1.29x. float32, R = 10 / 32: 100^3 0.82 / 0.72x, 128^3 (2^21 elements) 1.06 /
-#: 0.89x, 160^3 1.21 / 1.11x, 48^4 1.13 / 1.24x. (CP-ALS's MTTKRP sweeps keep the planned route above
-#: ``DIRECT_SWEEP_FLOPS``: their rank-batched steps by ``einsum`` lose from 80^3 on, 1.2-2x.)
-DIRECT_PROJECTION_ELEMS = 1 << 21
-#: ... and at most this many flops (``4 * X.size * R``): 120^3 at R = 32 (221 MFlop) 0.96x, 128^3 float32 at
-#: R = 32 (268 MFlop) 0.89x; a larger rank is compute-bound, where the planned sweep has both cores
-DIRECT_PROJECTION_FLOPS = 256_000_000
+#: 0.89x, 160^3 1.21 / 1.11x, 48^4 1.13 / 1.24x.
+DIRECT_TTMC_ELEMS = 1 << 21
+#: CP-ALS's MTTKRP sweeps run directly up to this many elements (and ``DIRECT_MAX_FLOPS``). Interleaved
+#: medians of 18, direct / planned, float64, R = 5 / 10 / 32: 50^3 0.62 / 0.70 / 0.78x, 64^3 (2^18 elements)
+#: 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x, 80^3 1.01-1.08x, 100^3
+#: 1.14-1.31x; 20^4 0.47-0.62x, 24^4 0.70-0.87x, 26^4 0.85-0.98x, 30^4 0.84-0.95x, 40^4 1.02-1.16x, 12^5
+#: 0.66-0.77x
+DIRECT_MTTKRP_ELEMS = 1 << 18
+#: ... and at most this many flops (``4 * X.size * R``) for either: 120^3 at R = 32 (221 MFlop) 0.96x, 128^3
+#: float32 at R = 32 (268 MFlop) 0.89x; a larger rank is compute-bound, where the planned sweep has both cores
+DIRECT_MAX_FLOPS = 256_000_000
 
 Update = Callable[[int, Any], None]
 
@@ -83,11 +90,12 @@ class DirectSweep:
     flops: int
 
     def explain(self) -> str:
+        elems = DIRECT_TTMC_ELEMS if self.kind == "ttmc" else DIRECT_MTTKRP_ELEMS
         why = (f"{self.flops} flops <= DIRECT_SWEEP_FLOPS ({DIRECT_SWEEP_FLOPS})" if self.flops <= DIRECT_SWEEP_FLOPS
-               else f"{math.prod(self.shape)} elements <= DIRECT_PROJECTION_ELEMS ({DIRECT_PROJECTION_ELEMS}) and "
-                    f"{self.flops} flops <= DIRECT_PROJECTION_FLOPS ({DIRECT_PROJECTION_FLOPS})")
+               else f"{math.prod(self.shape)} elements <= DIRECT_{self.kind.upper()}_ELEMS ({elems}) and "
+                    f"{self.flops} flops <= DIRECT_MAX_FLOPS ({DIRECT_MAX_FLOPS})")
         return (f"direct {self.kind} sweep of a {'x'.join(map(str, self.shape))} {self.dtype} tensor, rank "
-                f"{self.rank}: {why}; numpy.matmul and numpy.einsum on one BLAS thread, no planner")
+                f"{self.rank}: {why}; numpy.matmul on one BLAS thread, no planner")
 
 
 #: the array types the direct route takes: numpy's own and its memory maps (a file's tensor takes the route its
@@ -97,12 +105,12 @@ _PLAIN = (np.ndarray, np.memmap)
 
 def direct_applies(X: Any, rank: int, projections: bool = False) -> bool:
     """Whether a sweep of ``X`` with factors of at most ``rank`` columns runs directly (see the module):
-    ``projections`` for HOOI's (:data:`DIRECT_PROJECTION_ELEMS`), else CP-ALS's MTTKRPs."""
+    ``projections`` for HOOI's (:data:`DIRECT_TTMC_ELEMS`), else CP-ALS's MTTKRPs (:data:`DIRECT_MTTKRP_ELEMS`)."""
     if type(X) not in _PLAIN or X.ndim < 1 or not X.flags.c_contiguous:
         return False
     flops = 4 * X.size * max(rank, 1)
-    return flops <= DIRECT_SWEEP_FLOPS or (projections and X.size <= DIRECT_PROJECTION_ELEMS
-                                           and flops <= DIRECT_PROJECTION_FLOPS)
+    return flops <= DIRECT_SWEEP_FLOPS or (
+        X.size <= (DIRECT_TTMC_ELEMS if projections else DIRECT_MTTKRP_ELEMS) and flops <= DIRECT_MAX_FLOPS)
 
 
 def record(kind: str, X: np.ndarray, rank: int) -> DirectSweep:
@@ -155,45 +163,45 @@ def _kr(mats: Sequence[Any]) -> Any:
 
 
 def direct_mttkrp_sweep(X: np.ndarray, factors: list[Any], update: Update, R: int) -> None:
-    """The N MTTKRPs of one ALS sweep of a C-contiguous ``X``: ``X`` as (first half, second half) times the
-    Khatri-Rao product of the second half's factors gives the first half's partial (rank last), the first
-    half's (updated) Khatri-Rao product transposed times ``X`` the second half's (rank first); each partial's
-    halves by ``einsum`` batched over the rank, recursively. ``update(n, M_n)`` as in :func:`mttkrp_sweep`."""
+    """The N MTTKRPs of one ALS sweep of a C-contiguous ``X``, every partial with the rank first: the
+    Khatri-Rao product of the second half's factors transposed times ``X`` as (first half, second half)
+    transposed gives the first half's partial, the first half's (updated) one times ``X`` the second half's;
+    each partial's halves by GEMVs batched over the rank (``numpy.matmul``), recursively. ``update(n, M_n)``
+    as in :func:`mttkrp_sweep` (``M_n`` an (I_n, R) view of a rank-first array, as the planned sweep gives)."""
     shape, N = X.shape, X.ndim
     h = (N + 1) // 2
     F = math.prod(shape[:h])
     X2 = X.reshape(F, X.size // F)
     with blas_pinned():
-        P = X2 @ _kr([factors[m] for m in range(h, N)])
-        _mttkrp_rec(P, list(range(h)), True, shape, R, factors, update)
+        P = _kr([factors[m] for m in range(h, N)]).T @ X2.T
+        _mttkrp_rec(P, list(range(h)), shape, R, factors, update)
         del P
         Q = _kr([factors[m] for m in range(h)]).T @ X2
-        _mttkrp_rec(Q, list(range(h, N)), False, shape, R, factors, update)
+        _mttkrp_rec(Q, list(range(h, N)), shape, R, factors, update)
 
 
-def _mttkrp_rec(T: Any, modes: list[int], rank_last: bool, shape: Sequence[int], R: int, factors: list[Any],
+def _mttkrp_rec(T: Any, modes: list[int], shape: Sequence[int], R: int, factors: list[Any],
                 update: Update) -> None:
-    """``T``: C-contiguous, the modes ``modes`` (in order) and the rank, last or first."""
+    """``T``: C-contiguous, the rank first, then the modes ``modes`` (in order)."""
     if len(modes) == 1:
-        update(modes[0], T if rank_last else T.T)
+        update(modes[0], T.T)
         return
     h = (len(modes) + 1) // 2
     first, second = modes[:h], modes[h:]
     F = math.prod(shape[m] for m in first)
-    S = math.prod(shape[m] for m in second)
-    T3, a, b = (T.reshape(F, S, R), "fsr,sr->fr", "fsr,fr->sr") if rank_last else \
-        (T.reshape(R, F, S), "rfs,sr->rf", "rfs,fr->rs")
-    A = np.einsum(a, T3, _kr([factors[m] for m in second]))
-    _mttkrp_rec(A, first, rank_last, shape, R, factors, update)
+    T3 = T.reshape(R, F, T.size // (R * F))
+    A = np.matmul(T3, _kr([factors[m] for m in second]).T[:, :, None])[:, :, 0]
+    _mttkrp_rec(A, first, shape, R, factors, update)
     del A
-    B = np.einsum(b, T3, _kr([factors[m] for m in first]))
-    _mttkrp_rec(B, second, rank_last, shape, R, factors, update)
+    B = np.matmul(_kr([factors[m] for m in first]).T[:, None, :], T3)[:, 0, :]
+    _mttkrp_rec(B, second, shape, R, factors, update)
 
 
 def direct_mttkrp(X: np.ndarray, factors: Sequence[Any], n: int, R: int) -> Any:
     """Mode ``n``'s MTTKRP of a C-contiguous ``X`` (at least 2 modes), C-contiguous (I_n, R): ``X`` as
     (modes before n and n, modes after n) times the Khatri-Rao product of the modes after, then the modes before
-    by ``einsum`` batched over the rank; for the last mode one GEMM with the Khatri-Rao product of the others."""
+    by ``einsum`` batched over the rank (a single MTTKRP: CP-ALS's line search); for the last mode one GEMM with
+    the Khatri-Rao product of the others."""
     shape = X.shape
     A, I, B = math.prod(shape[:n]), shape[n], math.prod(shape[n + 1:])  # noqa: E741
     with blas_pinned():
