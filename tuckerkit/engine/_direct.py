@@ -48,7 +48,7 @@ DIRECT_TTMC_ELEMS = 1 << 21
 #: medians of 18, direct / planned, float64, R = 5 / 10 / 32: 50^3 0.62 / 0.70 / 0.78x, 64^3 (2^18 elements)
 #: 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x, 80^3 1.01-1.08x, 100^3
 #: 1.14-1.31x; 20^4 0.47-0.62x, 24^4 0.70-0.87x, 26^4 0.85-0.98x, 30^4 0.84-0.95x, 40^4 1.02-1.16x, 12^5
-#: 0.66-0.77x
+#: 0.66-0.77x; float32: 50^3 0.46-0.75x, 64^3 0.73-0.95x, 24^4 0.67-0.86x, 12^5 0.58-0.70x
 DIRECT_MTTKRP_ELEMS = 1 << 18
 #: ... and at most this many flops (``4 * X.size * R``) for either: 120^3 at R = 32 (221 MFlop) 0.96x, 128^3
 #: float32 at R = 32 (268 MFlop) 0.89x; a larger rank is compute-bound, where the planned sweep has both cores
