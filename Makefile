@@ -131,6 +131,7 @@ bench: $(VENV)/.bench
 	$(BENCH_PY) benchmarks/tucker.py
 	$(BENCH_PY) benchmarks/cp.py
 	$(BENCH_PY) benchmarks/defaults.py
+	$(BENCH_PY) benchmarks/small.py
 	$(BENCH_PY) benchmarks/whole_run.py
 	$(BENCH_PY) benchmarks/sparse_tensors.py
 	$(BENCH_PY) benchmarks/features.py

@@ -3,6 +3,7 @@ protocol every tensor kind implements; the execution policy."""
 
 from tuckerkit.engine._contract import contract, plan_contraction
 from tuckerkit.engine._dask import DaskTensor
+from tuckerkit.engine._direct import DirectSweep
 from tuckerkit.engine._gram import GramPlan, gram, gram_plan
 from tuckerkit.engine._mttkrp import MTTKRPPlan, khatri_rao, mttkrp, mttkrp_plan
 from tuckerkit.engine._operand import DenseTensor, Operand, as_operand
@@ -17,6 +18,7 @@ __all__ = [
     "ContractionPlan",
     "DaskTensor",
     "DenseTensor",
+    "DirectSweep",
     "ExecutionPolicy",
     "GramPlan",
     "KernelKind",
