@@ -21,7 +21,6 @@ from tuckerkit.engine import _contract as contract_mod
 from tuckerkit.engine import _plan as plan_mod
 from tuckerkit.engine import _smallgemm as sg
 from tuckerkit.engine._plan import CompiledKernel
-from tuckerkit.engine._policy import split_points
 from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_override
 
 
@@ -137,11 +136,13 @@ def test_compiled_into_a_given_out(forced, rng):
     _check(X, U, 1, contract("abc,bz->azc", X, U, out=outF, plan=planF))
 
 
-def test_bits_do_not_depend_on_workers_or_repeats(forced, rng):
-    X = rng.standard_normal((97, 63, 81))  # about 7 MFlop per TTM: several tiles pieces, taken by any worker
+def test_bits_do_not_depend_on_workers_or_repeats(forced, rng, monkeypatch):
+    X = rng.standard_normal((97, 63, 81))  # about 7 MFlop per TTM: several tiles pieces (cut finer here than by
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # default, which runs this size on one thread), taken
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 1_000_000)  # by any worker
     for n in range(3):
         U = rng.standard_normal((X.shape[n], 7))
-        assert len(split_points(X.size, 2 * X.size * 7)) > 3
+        assert 2 * X.size * 7 // sg.KERNEL_PIECE_FLOPS > 3
         spec = "abc,bz->azc" if n == 1 else ("abc,az->zbc" if n == 0 else "abc,cz->abz")
         results = []
         for w in (1, 2, 3, 1):
@@ -699,7 +700,9 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     X = rng.standard_normal((1001, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
-    assert len(split_points(-(-1001 // sg._OUTER_ROWS), 2 * X.size * R)) > 3
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 1_000_000)
+    assert min(-(-1001 // sg._OUTER_ROWS), 2 * X.size * R // sg.KERNEL_PIECE_FLOPS) > 3
     ref = np.empty((1001, R), dtype).T
     sg.ttm_outer(X, Ut, ref)
     _check(X, np.ascontiguousarray(Ut.T), 1, ref.T)
@@ -799,3 +802,25 @@ def test_long_rows_over_a_short_mode_go_to_the_kernel_when_streamed(rng):
         assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()
         _check(X, U, m, plan(X, U))
     contract_mod._cached_plan.cache_clear()
+
+
+def test_a_small_kernel_call_stays_on_the_calling_thread(monkeypatch):
+    """Below KERNEL_PARALLEL_FLOPS a compiled kernel's tiles run in one call on the caller's thread (no pool);
+    above it, pieces of at least KERNEL_PIECE_FLOPS, at most MAX_PIECES, cut by the sizes alone."""
+    from tuckerkit.engine._policy import MAX_PIECES
+
+    calls = []
+    monkeypatch.setattr(sg, "parallel_for",
+                        lambda work, n, policy: calls.append(n) or [work(i, None) for i in range(n)])
+    seen = []
+    sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, sg.KERNEL_PARALLEL_FLOPS - 1, ExecutionPolicy(2))
+    assert seen == [(0, 100)] and calls == []
+    seen.clear()
+    sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 3 * sg.KERNEL_PIECE_FLOPS, ExecutionPolicy(2))
+    assert calls == [3] and seen == [(0, 33), (33, 66), (66, 100)]
+    seen.clear()
+    sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(2))
+    assert calls[-1] == MAX_PIECES and seen[0] == (0, 100 // MAX_PIECES) and seen[-1][1] == 100
+    seen.clear()
+    sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(1))  # one worker: one call
+    assert seen == [(0, 100)]

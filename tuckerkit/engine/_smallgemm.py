@@ -55,7 +55,7 @@ from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 from tuckerkit.engine._contract import read_only
-from tuckerkit.engine._policy import ExecutionPolicy, parallel_for, split_points
+from tuckerkit.engine._policy import MAX_PIECES, ExecutionPolicy, parallel_for
 from tuckerkit.engine._simd import (
     MAX_RB,
     OCT_RB,
@@ -1075,15 +1075,26 @@ def _outer_kc(I: int, itemsize: int, nv: int = 2) -> int:  # noqa: E741
     return -(-I // nch)
 
 
+#: a compiled kernel's call of fewer flops runs on the calling thread: waking the pool and cutting the tiles
+#: cost more than the second core gives back. Above it, pieces of at least ``KERNEL_PIECE_FLOPS`` (at most
+#: ``MAX_PIECES``). Against the former cut (pieces from 1 MFlop on: 5-16 pieces), TTMs of n^3 at R = 10 / 32
+#: on every compiled mode, two workers, 26 interleaved pairs in one process: float64 64^3-80^3 0.61-1.04x
+#: the time (median 0.92), 100^3-160^3 0.91-1.06x (median 0.97); float32 64^3-80^3 0.50-1.04x (median
+#: 0.78), 100^3-160^3 0.77-1.05x (median 0.97). From 128 MFlop (200^3 at R = 10) the cut is the former one
+KERNEL_PARALLEL_FLOPS = 16_000_000
+KERNEL_PIECE_FLOPS = 8_000_000
+
+
 def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> None:
     """``kernel(lo, hi)`` over a cut of ``range(n_tiles)`` that depends on the sizes only, the pieces taken
     by the policy's workers (the tuckerkit pool: no second thread pool spinning beside BLAS's pieces). Each
     output element belongs to one tile, so the bits do not depend on the cut or the workers."""
-    bounds = split_points(n_tiles, flops)
-    if len(bounds) <= 2 or policy is None or policy.workers < 2:
+    n = min(n_tiles, MAX_PIECES, flops // KERNEL_PIECE_FLOPS)
+    if flops < KERNEL_PARALLEL_FLOPS or n < 2 or policy is None or policy.workers < 2:
         kernel(0, n_tiles)
         return
-    parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), len(bounds) - 1, policy)
+    bounds = [n_tiles * i // n for i in range(n + 1)]
+    parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), n, policy)
 
 
 # ---------------------------------------------------------------------------------------------------
