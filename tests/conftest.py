@@ -105,6 +105,14 @@ def make_tensor(rng, shape, dtype=np.float64, layout="C", xp=np):
     return out
 
 
+def draw(rng, shape, dtype):
+    """A standard normal array of ``dtype`` (complex: independent real and imaginary parts)."""
+    A = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        A = A + 1j * rng.standard_normal(shape)
+    return A.astype(dtype)
+
+
 def to_numpy(x):
     return x.get() if hasattr(x, "get") else np.asarray(x)
 

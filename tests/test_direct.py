@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import draw as _rand
 from conftest import planned_only
 
 import tuckerkit as tk
@@ -29,13 +30,6 @@ from tuckerkit.engine._sweeps import dense_mttkrp_sweep, dense_ttmc_sweep
 _L = "abcdefg"
 SHAPES = [(7, 1), (5, 6, 7), (1, 4, 3), (4, 1, 5, 3), (3, 4, 1, 2, 3), (2, 3, 2, 1, 3, 2)]
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
-
-
-def _rand(rng, shape, dtype):
-    x = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(shape)
-    return x.astype(dtype)
 
 
 def _eps(dtype) -> float:

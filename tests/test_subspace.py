@@ -9,18 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.linalg
+from conftest import draw
 
 from tuckerkit.engine import default_policy
 from tuckerkit.engine._subspace import _thin_q, _top_eigh_mrrr, eigh_desc, leading_left_singular
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
-
-
-def draw(rng, shape, dtype):
-    A = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        A = A + 1j * rng.standard_normal(shape)
-    return A.astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
