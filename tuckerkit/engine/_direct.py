@@ -42,13 +42,16 @@ DIRECT_SWEEP_FLOPS = MIN_PARALLEL_FLOPS
 #: 0.89x), 120^3 0.88 / 0.95 / 0.90x, 200x100x50 0.73-0.84x, 50x100x200 0.88-1.01x, 30^4 0.72-0.81x, 40^4
 #: 0.88-0.96x, 16^5 0.74-0.92x; beyond it the planned sweep wins: 160^3 1.13-1.17x (R = 20: 0.91x), 200^3
 #: 1.25-1.50x, 60^4 1.12-1.29x. float32, R = 10 / 32: 100^3 0.82 / 0.72x, 128^3 (2^21 elements) 1.06 /
-#: 0.89x, 160^3 1.21 / 1.11x, 48^4 1.13 / 1.24x.
+#: 0.89x, 160^3 1.21 / 1.11x, 48^4 1.13 / 1.24x. Rechecked after the compiled kernels stopped splitting small
+#: calls (``_smallgemm.KERNEL_PARALLEL_FLOPS``), R = 5 / 10 / 32: 64^3 0.52-0.71x, 100^3 0.81-0.89x, 120^3
+#: 0.89-1.01x, 128^3 float32 0.83-1.18x, 40^4 0.87-1.05x.
 DIRECT_TTMC_ELEMS = 1 << 21
 #: CP-ALS's MTTKRP sweeps run directly up to this many elements (and ``DIRECT_MAX_FLOPS``). Interleaved
 #: medians of 18, direct / planned, float64, R = 5 / 10 / 32: 50^3 0.62 / 0.70 / 0.78x, 64^3 (2^18 elements)
 #: 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x, 80^3 1.01-1.08x, 100^3
 #: 1.14-1.31x; 20^4 0.47-0.62x, 24^4 0.70-0.87x, 26^4 0.85-0.98x, 30^4 0.84-0.95x, 40^4 1.02-1.16x, 12^5
-#: 0.66-0.77x; float32: 50^3 0.46-0.75x, 64^3 0.73-0.95x, 24^4 0.67-0.86x, 12^5 0.58-0.70x
+#: 0.66-0.77x; float32: 50^3 0.46-0.75x, 64^3 0.73-0.95x, 24^4 0.67-0.86x, 12^5 0.58-0.70x. Rechecked as
+#: above: 50^3 0.60-0.75x, 64^3 0.78-0.91x (float32 0.74-0.87x), 24^4 0.61-0.86x, 80^3 1.03-1.12x.
 DIRECT_MTTKRP_ELEMS = 1 << 18
 #: ... and at most this many flops (``4 * X.size * R``) for either: 120^3 at R = 32 (221 MFlop) 0.96x, 128^3
 #: float32 at R = 32 (268 MFlop) 0.89x; a larger rank is compute-bound, where the planned sweep has both cores
@@ -59,8 +62,8 @@ Update = Callable[[int, Any], None]
 
 @dataclass(frozen=True)
 class DirectSweep:
-    """The record of a sweep that ran directly through numpy (a small tensor): what a result's ``plans`` holds
-    in place of the engine plans.
+    """The record of a sweep that ran directly through numpy (a small or mid-size tensor): what a result's
+    ``plans`` holds in place of the engine plans.
 
     Attributes
     ----------
@@ -72,7 +75,7 @@ class DirectSweep:
     rank : int
         The largest rank of the factors.
     flops : int
-        ``4 * size * rank``, the measure compared with :data:`DIRECT_SWEEP_FLOPS`.
+        ``4 * size * rank``, the measure compared with :data:`DIRECT_SWEEP_FLOPS` and :data:`DIRECT_MAX_FLOPS`.
 
     Examples
     --------
