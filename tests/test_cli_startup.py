@@ -348,10 +348,16 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
             "        out.append(float(tk.cp_als(X, r, max_iter=3, tol=0).fit))\n"
             "    X4 = rng.standard_normal((30, 28, 26, 24)).astype(dt)\n"
             "    out.append(float(tk.cp_als(X4, 4, max_iter=3, tol=0).fit))\n"
+            "    X5 = rng.standard_normal((42, 40, 38, 36)).astype(dt)\n"  # (a BLAS product cut over the helpers)
+            "    out.append(float(tk.hooi(X5, 4, max_iter=2, tol=0).fit))\n"
             "from numba.core.runtime import rtsys\n"
             "from tuckerkit.engine import _smallgemm as s\n"
             "ran = [k.py_func.__name__ for k in (s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel)"
             " if k.signatures]\n"
+            "from tuckerkit.engine import ExecutionPolicy, _handoff\n"  # (a product cut over the GEMM helpers,
+            "A, B, C = rng.standard_normal((512, 256)), rng.standard_normal((256, 256)), np.empty((512, 256))\n"
+            "split = _handoff.run_split(A, B, C, 0, [0, 256, 512], ExecutionPolicy(workers=2))\n"  # as a 4-way
+            "ran += ['_round'] if split and _handoff._round.signatures and np.allclose(C, A @ B) else []\n"  # HOOI's)
             "from numba.core import entrypoints\n"
             "scanned = entrypoints._already_initialized\n"
             "from numba import njit\n"
@@ -362,7 +368,7 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
     out = _run_py(code)
     assert out.returncode == 0, out.stderr
     nrt, arrayobj, ran, fits, scanned, scanned_later = json.loads(out.stdout.strip().splitlines()[-1])
-    assert sorted(ran) == ["_inner_kernel", "_outer_dot_kernel", "_outer_gemm_kernel"]
+    assert sorted(ran) == ["_inner_kernel", "_outer_dot_kernel", "_outer_gemm_kernel", "_round"]
     assert nrt is False and arrayobj is False
     # numba's scan for third-party extensions: not run for our cached kernels, run for the first other kernel
     assert scanned is False and scanned_later is True

@@ -27,6 +27,10 @@ decompositions hand off few products (HOOI on 60^4 and CP-ALS at rank 50 on 200^
 and CP-ALS at rank 10: none), so their times do not move (0.96-1.03x, noise): their other sections are
 compiled kernels on the Python pool, which park the helpers.
 
+The compiled side allocates nothing (every table comes from Python), so it compiles with ``NO_RUNTIME`` and loads
+from the cache without setting numba's runtime up (about 25 ms of a process's first call: a 4-way HOOI between
+2^21 elements and 60^4, e.g. 42x40x38x36, cuts a product over the helpers in its first sweep).
+
 Every piece is the same BLAS call whichever thread runs it (a piece is a function of the sizes, as before), and
 with one worker the caller runs the same descriptors in order: the bits do not depend on the workers or the
 load. Only float32 and float64 operands whose 2-D slices have a unit stride (BLAS's layouts) take this route,
@@ -51,7 +55,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from tuckerkit._numba_load import load_lightly
+from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 
 #: seconds a helper keeps spinning after its last piece before it sleeps (a round within that starts at once)
 SPIN_SECONDS = 1e-3
@@ -194,14 +198,14 @@ def _gemm(typingctx, fp, dbl, ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
 # ---------------------------------------------------------------------------------------------------
 # the compiled side: run a piece, claim pieces, serve rounds, publish a round and wait
 # ---------------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _run_piece(D, i):  # pragma: no cover - compiled
     for j in range(D[i, 13]):
         _gemm(D[i, 0], D[i, 1], D[i, 2], D[i, 3], D[i, 4], D[i, 5], D[i, 6], D[i, 7] + j * D[i, 14], D[i, 8],
               D[i, 9] + j * D[i, 15], D[i, 10], D[i, 11] + j * D[i, 16], D[i, 12])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _claim(ctrl, D, seq):  # pragma: no cover - compiled
     npieces = _aload(ctrl, _NP)
     while True:
@@ -216,7 +220,7 @@ def _claim(ctrl, D, seq):  # pragma: no cover - compiled
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE forms
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _helper_loop(ctrl, D, hs, word, h, spin, sysc):  # pragma: no cover - compiled
     # helper h, for the life of the process: the rounds that include it; after ``spin`` cycles without one, or
     # when parked, asleep on the futex ``word`` until a round wakes it (no GIL, no Python on the way)
@@ -241,7 +245,7 @@ def _helper_loop(ctrl, D, hs, word, h, spin, sysc):  # pragma: no cover - compil
             t0 = _cycles()
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _round(ctrl, D, hs, word, npieces, nhelpers, seq, sysc):  # pragma: no cover - compiled
     # publish a round, wake its helpers that sleep, take pieces until none is left, wait for the others
     _astore(ctrl, _NP, npieces)
@@ -261,24 +265,24 @@ def _round(ctrl, D, hs, word, npieces, nhelpers, seq, sysc):  # pragma: no cover
         _pause()
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _wake_all(ctrl, word, sysc):  # pragma: no cover - compiled
     _aadd32(word, 0)
     _futex(sysc, word, 0, _FUTEX_WAKE, 1 << 30)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _run_all(D, npieces):  # pragma: no cover - compiled
     for i in range(npieces):
         _run_piece(D, i)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _store(arr, i, v):  # pragma: no cover - compiled
     _astore(arr, i, v)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _load(arr, i):  # pragma: no cover - compiled
     return _aload(arr, i)
 
@@ -366,7 +370,7 @@ def _cycle_rate() -> float:
     return max((_cycles_now() - c0) / (time.perf_counter() - t0), 1e8)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _cycles_now():  # pragma: no cover - compiled
     return _cycles()
 
