@@ -84,6 +84,20 @@ def _park() -> None:
         handoff.park()
 
 
+def peak_extra(fn: Callable[[], object]) -> int:
+    """Peak bytes that ``fn()`` allocates beyond what was live when it started (tracemalloc; numpy's buffers
+    included), from one untimed call."""
+    import tracemalloc
+
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    fn()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak
+
+
 def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name

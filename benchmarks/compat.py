@@ -21,14 +21,13 @@ import argparse
 import statistics
 import sys
 import time
-import tracemalloc
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, write_json, write_text
+from _common import RESULTS, environment, peak_extra, write_json, write_text
 
 import tuckerkit as tk
 from tuckerkit.compat import tensorly as compat
@@ -48,14 +47,6 @@ def timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
-
-
-def peak_extra(fn) -> float:
-    tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
 
 
 def fit_of(X, weights, factors) -> float:

@@ -10,7 +10,9 @@ and for the same number of iterations (no early stop) in every library, interlea
   ``cp_als``, the same random start, 25 iterations.
 
 ``planned`` is tuckerkit with the direct route turned off (every sweep planned, as before it existed), in the
-same run. Fits are computed after the timed calls, the same way for every library.
+same run. Fits are computed after the timed calls, the same way for every library; peak memory beyond the
+input (tracemalloc) the median of three more, untimed calls of each (at 10^3, 8 kB, fixed allocations of a
+few tens of kB dominate that ratio).
 
 Run:  python benchmarks/small.py [--quick] [--repeat 15]
 Writes benchmarks/results/small.{json,md,png}.
@@ -28,7 +30,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, grouped_bars, interleaved, write_json, write_text
+from _common import environment, grouped_bars, interleaved, peak_extra, write_json, write_text
 
 import tuckerkit as tk
 from tuckerkit.engine import _direct
@@ -137,15 +139,21 @@ def main(argv=None) -> None:
             fns, dense = make(X, rank, out)
             t = interleaved(fns, args.repeat)
             fits = {k: fit_of(X, dense[k](out[k])) for k in fns}
+            # (untimed; the median of three: a library's first traced call also counts one-off state, 190 KB of
+            # caches for tuckerkit, against 57 KB steady on 10^3)
+            mem = {k: float(np.median([peak_extra(fns[k]) for _ in range(3)])) / X.nbytes
+                   for k in ("tuckerkit", "tensorly", "pyttb")}
             route = type(out["tuckerkit"].plans[0]).__name__ if out["tuckerkit"].plans else "none"
             row = {"method": method, "shape": list(shape), "rank": rank, "seconds": t, "fit": fits,
+                   "peak_extra_over_input": mem, "input_bytes": int(X.nbytes),
                    "route": "direct" if route == "DirectSweep" else "planned",
                    "x_tensorly": t["tensorly"] / t["tuckerkit"], "x_pyttb": t["pyttb"] / t["tuckerkit"],
                    "direct_over_planned": t["tuckerkit"] / t["planned"]}
             rows.append(row)
             print(f"{method} {'x'.join(map(str, shape))} R={rank} ({row['route']}): tk {t['tuckerkit'] * 1e3:.2f} ms, "
                   f"planned {t['planned'] * 1e3:.2f}, TL {t['tensorly'] * 1e3:.2f}, pyttb {t['pyttb'] * 1e3:.2f} | "
-                  f"x TL {row['x_tensorly']:.2f} x pyttb {row['x_pyttb']:.2f} | fits "
+                  f"x TL {row['x_tensorly']:.2f} x pyttb {row['x_pyttb']:.2f} | mem "
+                  + " / ".join(f"{v:.2f}" for v in mem.values()) + " | fits "
                   + " ".join(f"{fits[k]:.8f}" for k in fns), flush=True)
     write_json("small.json", {"benchmark": "small", "environment": environment(), "hooi_iterations": HOOI_ITERS,
                               "cp_iterations": CP_ITERS, "repeat": args.repeat, "rows": rows})
@@ -169,8 +177,8 @@ def markdown(rows, repeat) -> str:
         "(engine/_direct.py) turned off, in the same run. Speedups are other / tuckerkit.",
         "",
         "| method | shape | rank | route | tuckerkit ms | planned ms | TensorLy ms | pyttb ms | x TensorLy | x pyttb "
-        "| planned / tuckerkit | fit tk / TL / pyttb |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| planned / tuckerkit | fit tk / TL / pyttb | peak extra tk / TL / pyttb (x input) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t, f = r["seconds"], r["fit"]
@@ -178,7 +186,8 @@ def markdown(rows, repeat) -> str:
                      f"{t['tuckerkit'] * 1e3:.2f} | {t['planned'] * 1e3:.2f} | {t['tensorly'] * 1e3:.2f} | "
                      f"{t['pyttb'] * 1e3:.2f} | {r['x_tensorly']:.2f} | {r['x_pyttb']:.2f} | "
                      f"{1 / r['direct_over_planned']:.2f} | {f['tuckerkit']:.6f} / {f['tensorly']:.6f} / "
-                     f"{f['pyttb']:.6f} |")
+                     f"{f['pyttb']:.6f} | " + " / ".join(f"{v:.2f}" for v in r["peak_extra_over_input"].values())
+                     + " |")
     lines += ["", "Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/small.py`. Machine "
               "and library versions: see small.json.", ""]
     return "\n".join(lines)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import tracemalloc
 import warnings
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, interleaved, write_json, write_text
+from _common import RESULTS, environment, interleaved, peak_extra, write_json, write_text
 from roofline import InterleavedRead, read_bound
 
 import tuckerkit as tk
@@ -81,16 +80,6 @@ def timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
-
-
-def peak_extra(fn):
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    base = tracemalloc.get_traced_memory()[0]
-    fn()
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    return peak
 
 
 def iteration_roofline(X, ranks, factors, repeat: int = 5, read: float | None = None) -> dict:
