@@ -122,20 +122,32 @@ def test_cp_starts_from_rough_grams_and_reaches_the_same_model(rng, monkeypatch)
     assert np.linalg.norm(dense - dref) <= EPS32 * np.linalg.norm(dref)  # (measured: 7.7e-12)
 
 
-def test_hooi_starts_from_the_rough_gram_and_reaches_the_same_model(rng, monkeypatch):
-    """HOOI's default start takes its entry Gram from float32 products (one call of start_gram), and ends
-    where the exact Gram's start ends: the same iterations, the fit to a few eps of the norm, the same
-    subspaces."""
-    X = _planted(rng, (60, 70, 80), (4, 5, 6))
+@pytest.mark.parametrize("shape, ranks, grams", [
+    ((60, 70, 80), (4, 5, 6), [((60, 70, 80), 0, True), ((4, 70, 80), 1, False)]),  # (too small: exact)
+    ((120, 120, 120), (10, 10, 10), [((120, 120, 120), 2, True), ((120, 120, 10), 1, True)]),
+    # (the third step's Gram, 56^2 x 2100 multiply-adds, is below start_gram's size: it declines)
+    ((56, 50, 44, 38), (4, 5, 6, 7), [((56, 50, 44, 38), 3, True), ((56, 50, 44, 7), 2, True),
+                                      ((56, 50, 6, 7), 1, False)]),
+])
+def test_hooi_starts_from_the_rough_gram_and_reaches_the_same_model(rng, monkeypatch, shape, ranks, grams):
+    """HOOI's default start takes its entry Gram and the Gram of each later ST-HOSVD step but the last from
+    float32 products where start_gram applies (on X, then on the projections; the last step's factor is the
+    first sweep's first update, so its Gram stays exact), and ends where the exact Grams' start ends: the same
+    iterations, the fit to a few eps of the norm, the same subspaces."""
+    X = _planted(rng, shape, ranks)
     calls = []
     real = _gram.start_gram
-    monkeypatch.setattr(_gram, "start_gram", lambda *a: calls.append(a[1]) or real(*a))
-    T = tk.hooi(X, (4, 5, 6))
-    assert len(calls) == 1
-    real_first = _entry._first_gram
-    monkeypatch.setattr(_entry, "_first_gram", lambda op, m, p, rough: real_first(op, m, p, False))
-    ref = tk.hooi(X, (4, 5, 6))
-    assert len(calls) == 1
+
+    def spy(*a):
+        got = real(*a)
+        calls.append((a[0].shape, a[1], got is not None))
+        return got
+
+    monkeypatch.setattr(_gram, "start_gram", spy)
+    T = tk.hooi(X, ranks)
+    assert calls == grams
+    monkeypatch.setattr(_entry, "_rough_gram", lambda *a: None)
+    ref = tk.hooi(X, ranks)
     assert T.n_iter == ref.n_iter
     assert T.fit == pytest.approx(ref.fit, abs=1e2 * EPS64 / (1 - ref.fit))
     for U, V in zip(T.factors, ref.factors, strict=True):

@@ -60,13 +60,14 @@ class Call:
         operand (handed out once); a dense ``Y`` with ``start`` (an estimate of the result: HOOI's current
         factor) warm-starts :func:`~tuckerkit.engine._subspace.leading_left_singular`'s eigensolver, which
         ``backoff`` (the mode's :class:`~tuckerkit.engine._subspace.SubspaceBackoff`) skips after refusals.
-        ``rough``: for a start that iterations refine (CP-ALS's SVD start), the Gram of the call's float64
-        operand from float32 products where the magnitudes allow (:func:`_rough_gram`)."""
+        ``rough``: for a start that iterations refine (CP-ALS's SVD start, the steps of HOOI's ST-HOSVD start
+        before its last), the Gram of a float64 numpy operand (the call's, or a projection of it) from float32
+        products where the magnitudes allow (:func:`_rough_gram`)."""
         from tuckerkit.engine import DenseTensor
         from tuckerkit.engine._subspace import leading_left_singular
 
         G = self.grams.pop(mode, None) if Y is self.X else None
-        if G is None and rough and Y is self.X and isinstance(Y, DenseTensor) and self.scale == 1.0:
+        if G is None and rough and isinstance(Y, DenseTensor) and self.scale == 1.0:
             got = _rough_gram(Y, mode, self.policy)
             if got is not None and math.isfinite(got[1]):
                 G = got[0]
