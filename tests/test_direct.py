@@ -52,7 +52,7 @@ def _projection_ref(X, factors, n):
     out = "".join(x[m] if m == n else up[m] for m in range(X.ndim))
     spec = ",".join([x] + [x[m] + up[m] for m in keep]) + "->" + out
     ops = [X.astype(np.complex128)] + [np.conj(factors[m]).astype(np.complex128) for m in keep]
-    return np.einsum(spec, *ops), np.einsum(spec, *(np.abs(o) for o in ops))
+    return np.einsum(spec, *ops, optimize=True), np.einsum(spec, *(np.abs(o) for o in ops), optimize=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -132,6 +132,48 @@ def test_direct_ttm_against_einsum(dtype, transpose, rng):
         assert np.all(np.abs(Y - ref) <= 4 * X.shape[n] * _eps(dtype) * scale)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("kind", ["mttkrp", "ttmc"])
+def test_mid_size_products_are_cut_for_the_workers_with_the_same_bits(kind, dtype, rng, monkeypatch):
+    """A product with the tensor of at least CONTRACT_PARALLEL_FLOPS (float64 terms) is cut into pieces by the
+    sizes alone (cpu_matmul: the batch, rows or columns): the sweep still matches einsum within the dtype's
+    rounding, and one worker gives the bits of two."""
+    import tuckerkit.engine._contract as contract_mod
+    import tuckerkit.engine._direct as direct_mod
+
+    # (2 x size x R a product with X: 20.7 / 16.8 MFlop in float64 terms, above CONTRACT_PARALLEL_FLOPS; the
+    # MTTKRP's tensor within DIRECT_MTTKRP_ELEMS)
+    shape, R = ((96, 90, 100), 12) if kind == "ttmc" else ((64, 64, 64), 32)
+    R *= 2 if dtype == np.float32 else 1  # (single precision counts half its flops)
+    X = _rand(rng, shape, dtype)
+    start = [_rand(rng, (s, R), dtype) for s in shape]
+    cuts = []
+    real = contract_mod.cpu_matmul
+    monkeypatch.setattr(contract_mod, "cpu_matmul", lambda *a: cuts.append(a[3]) or real(*a))
+
+    def run(workers):
+        monkeypatch.setattr(direct_mod, "default_policy", lambda: ExecutionPolicy(workers=workers))
+        factors = [U.copy() for U in start]
+        got = {}
+
+        def update(n, M):
+            ref, scale = (_mttkrp_ref if kind == "mttkrp" else _projection_ref)(X, factors, n)
+            assert np.all(np.abs(M - ref) <= 4 * (X.size // shape[n] + 3) * _eps(dtype) * scale + 1e-30)
+            got[n] = np.array(M)
+            factors[n] = _rand(np.random.default_rng(n), (shape[n], R), dtype)
+
+        sweep = (dense_mttkrp_sweep if kind == "mttkrp" else dense_ttmc_sweep)(X, factors, update, ExecutionPolicy())
+        assert isinstance(sweep.plans[0], DirectSweep)
+        return got
+
+    one = run(1)
+    assert cuts and all(f >= 16_000_000 for f in cuts)  # (each big product went through the cut)
+    two = run(2)
+    assert sorted(one) == [0, 1, 2]
+    for n in one:
+        assert one[n].tobytes() == two[n].tobytes()
+
+
 def test_the_route_is_chosen_by_size_and_layout(rng):
     """C-contiguous numpy arrays go direct up to DIRECT_SWEEP_FLOPS (4 * size * rank) at any size, and up to
     DIRECT_MTTKRP_ELEMS (CP-ALS) / DIRECT_TTMC_ELEMS (HOOI) elements within DIRECT_MAX_FLOPS; a larger one, an
@@ -141,12 +183,11 @@ def test_the_route_is_chosen_by_size_and_layout(rng):
     assert not direct_applies(X, DIRECT_MAX_FLOPS // (4 * X.size) + 1)
     assert not direct_applies(np.asfortranarray(X), 2)
     assert not direct_applies(X[:, ::2], 2)
-    mid = np.empty((70, 65, 60))  # (above DIRECT_MTTKRP_ELEMS; np.empty: no page touched)
-    r = DIRECT_SWEEP_FLOPS // (4 * mid.size)
-    assert mid.size > DIRECT_MTTKRP_ELEMS and direct_applies(mid, r) and not direct_applies(mid, r + 1)
-    assert direct_applies(mid, r + 1, projections=True)
-    edge = np.empty((64, 64, 64))  # (2^18 elements)
-    assert direct_applies(edge, 32) and not direct_applies(np.empty((65, 64, 64)), 32)
+    mid = np.empty((110, 105, 100))  # (above DIRECT_MTTKRP_ELEMS; np.empty: no page touched)
+    assert mid.size > DIRECT_MTTKRP_ELEMS and 4 * mid.size > DIRECT_SWEEP_FLOPS and not direct_applies(mid, 1)
+    assert direct_applies(mid, 1, projections=True)
+    edge = np.empty((128, 128, 64))  # (2^20 elements)
+    assert direct_applies(edge, 32) and not direct_applies(np.empty((129, 128, 64)), 32)
     # HOOI's projections go further: up to DIRECT_TTMC_ELEMS elements and DIRECT_MAX_FLOPS
     big = np.empty((128, 128, 128), dtype=np.float32)  # (2^21 elements)
     assert direct_applies(big, 10, projections=True) and not direct_applies(big, 10)
@@ -206,7 +247,7 @@ def test_decompositions_agree_on_both_routes(shape, dtype, rng, monkeypatch):
 def test_hooi_projects_directly_where_cp_als_plans(rng):
     """Between the two thresholds: HOOI's sweep is direct (its explain names the projection rule), CP-ALS's
     planned; HOOI's fit equals the planned route's to rounding."""
-    X = rng.standard_normal((70, 65, 60))
+    X = rng.standard_normal((110, 105, 100))
     assert direct_applies(X, 10, projections=True) and not direct_applies(X, 10)
     T = tk.hooi(X, 10, max_iter=3, tol=0)
     C = tk.cp_als(X, 10, max_iter=2, tol=0)

@@ -4,10 +4,11 @@ Below :data:`DIRECT_SWEEP_FLOPS` a sweep's contractions are each one single-thre
 for the workers: they are below ``MIN_PARALLEL_FLOPS`` together), and the planned sweep's fixed costs
 (building spec strings, cache keys, operand views, the dispatch of each plan: about 35 us per contraction,
 180-200 us per sweep of a 10^3 tensor) are several times the arithmetic. Up to :data:`DIRECT_TTMC_ELEMS`
-(HOOI) and :data:`DIRECT_MTTKRP_ELEMS` (CP-ALS) elements, one BLAS thread on GEMMs batched over the outer
-modes still beats the planned sweep's two workers (measured there). The direct sweeps walk the same dimension
-tree (halves of the modes, Gauss-Seidel order, two reads of the tensor) with ``numpy.matmul``: the products
-with the tensor, then GEMMs (HOOI) or GEMVs (CP-ALS) batched over the small partials' outer index.
+(HOOI) and :data:`DIRECT_MTTKRP_ELEMS` (CP-ALS) elements, BLAS GEMMs batched over the outer modes still beat
+the planned sweep (measured there). The direct sweeps walk the same dimension tree (halves of the modes,
+Gauss-Seidel order, two reads of the tensor) with ``numpy.matmul``: the products with the tensor (from
+``CONTRACT_PARALLEL_FLOPS`` on cut into pieces for the workers by the sizes alone, as a planned product is:
+:func:`_mm`), then GEMMs (HOOI) or GEMVs (CP-ALS) batched over the small partials' outer index.
 
 Sweeps alone, in one process on the 2-core machine (medians of 60, float64, direct / planned): MTTKRP sweeps
 0.17-0.27x on 10^3 to 20^3 and 10^4, 0.31-0.60x on 30^3; TTMc sweeps 0.18-0.36x on 10^3 to 50^3 (R = 3) and
@@ -15,8 +16,13 @@ Sweeps alone, in one process on the 2-core machine (medians of 60, float64, dire
 (:class:`DirectSweep`).
 
 The direct route takes C-contiguous numpy arrays (and memory maps) only: a reshape of anything else would copy
-the tensor. It runs under :func:`~tuckerkit.engine.blas_pinned` (one BLAS thread: the same bits in any
-setting).
+the tensor. It runs under :func:`~tuckerkit.engine.blas_pinned` (one BLAS thread per piece: the same bits in
+any setting and for any number of workers).
+
+Cutting the products with the tensor (before: one call on one BLAS thread), sweeps alone, direct cut / direct
+uncut, medians of 15 interleaved on a 2-core AVX2 machine (2026-11-29), float64 unless said: TTMc 100^3 R = 10
+0.77x, 128^3 0.71x (float32 0.72x), 120^3 R = 32 0.71x, 30^4 R = 10 0.93x, 80^3 R = 20 0.95x; MTTKRP 64^3
+R = 32 0.97x (float32 R = 64 0.99x).
 """
 
 from __future__ import annotations
@@ -28,7 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.engine._policy import MIN_PARALLEL_FLOPS, blas_pinned
+from tuckerkit.engine._policy import (
+    CONTRACT_PARALLEL_FLOPS,
+    CONTRACT_PIECE_SCALE,
+    MIN_PARALLEL_FLOPS,
+    blas_pinned,
+    default_policy,
+    split_work,
+)
 
 #: a sweep of at most this many flops (``4 * X.size * R``: two reads of the tensor, each a multiply-add per
 #: element and rank) on a C-contiguous numpy array runs directly (see the module); its contractions would
@@ -44,15 +57,19 @@ DIRECT_SWEEP_FLOPS = MIN_PARALLEL_FLOPS
 #: 1.25-1.50x, 60^4 1.12-1.29x. float32, R = 10 / 32: 100^3 0.82 / 0.72x, 128^3 (2^21 elements) 1.06 /
 #: 0.89x, 160^3 1.21 / 1.11x, 48^4 1.13 / 1.24x. Rechecked after the compiled kernels stopped splitting small
 #: calls (``_smallgemm.KERNEL_PARALLEL_FLOPS``), R = 5 / 10 / 32: 64^3 0.52-0.71x, 100^3 0.81-0.89x, 120^3
-#: 0.89-1.01x, 128^3 float32 0.83-1.18x, 40^4 0.87-1.05x.
+#: 0.89-1.01x, 128^3 float32 0.83-1.18x, 40^4 0.87-1.05x. With the products cut for the workers (:func:`_mm`;
+#: a 2-core AVX2 machine, 2026-11-29, R = 10, medians of 15 interleaved): 100^3 0.74x, 128^3 0.94x, 40^4
+#: 0.98x, 60^4 1.02x, 160^3 1.04x (float32 0.88x), 200^3 1.21x: the same threshold.
 DIRECT_TTMC_ELEMS = 1 << 21
 #: CP-ALS's MTTKRP sweeps run directly up to this many elements (and ``DIRECT_MAX_FLOPS``). Interleaved
-#: medians of 18, direct / planned, float64, R = 5 / 10 / 32: 50^3 0.62 / 0.70 / 0.78x, 64^3 (2^18 elements)
-#: 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x, 80^3 1.01-1.08x, 100^3
-#: 1.14-1.31x; 20^4 0.47-0.62x, 24^4 0.70-0.87x, 26^4 0.85-0.98x, 30^4 0.84-0.95x, 40^4 1.02-1.16x, 12^5
-#: 0.66-0.77x; float32: 50^3 0.46-0.75x, 64^3 0.73-0.95x, 24^4 0.67-0.86x, 12^5 0.58-0.70x. Rechecked as
-#: above: 50^3 0.60-0.75x, 64^3 0.78-0.91x (float32 0.74-0.87x), 24^4 0.61-0.86x, 80^3 1.03-1.12x.
-DIRECT_MTTKRP_ELEMS = 1 << 18
+#: medians of 18, direct / planned, float64, R = 5 / 10 / 32, with every product on one thread: 50^3 0.62 /
+#: 0.70 / 0.78x, 64^3 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x, 80^3
+#: 1.01-1.08x, 100^3 1.14-1.31x; 20^4 0.47-0.62x, 24^4 0.70-0.87x, 26^4 0.85-0.98x, 30^4 0.84-0.95x, 40^4
+#: 1.02-1.16x, 12^5 0.66-0.77x; float32: 50^3 0.46-0.75x, 64^3 0.73-0.95x, 24^4 0.67-0.86x, 12^5 0.58-0.70x
+#: (hence 2^18 then). Since the products with the tensor are cut for the workers (:func:`_mm`), on a 2-core
+#: AVX2 machine (2026-11-29, medians of 15 interleaved, R = 10): 64^3 0.50x, 80^3 0.75x, 100^3 0.81x (float32
+#: 0.80x), 40^4 0.88x, 128^3 1.01x: up to 2^20 elements (100^3).
+DIRECT_MTTKRP_ELEMS = 1 << 20
 #: ... and at most this many flops (``4 * X.size * R``) for either: 120^3 at R = 32 (221 MFlop) 0.96x, 128^3
 #: float32 at R = 32 (268 MFlop) 0.89x; a larger rank is compute-bound, where the planned sweep has both cores
 DIRECT_MAX_FLOPS = 256_000_000
@@ -155,6 +172,28 @@ def operand_mttkrp(op: Any, factors: Sequence[Any], n: int, policy: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------
+# the products with the tensor
+# ---------------------------------------------------------------------------------------------------
+def _mm(a: Any, b: Any) -> Any:
+    """``a @ b`` (2-D, or a 2-D ``a`` against a 3-D ``b`` batched over its first axis), C-contiguous: one
+    call below ``CONTRACT_PARALLEL_FLOPS`` (in float64 terms), else cut into pieces by the sizes alone, as a
+    planned contraction's product is (:func:`~tuckerkit.engine._contract.cpu_matmul`: the batch, or the rows
+    or columns; the GIL-free GEMM helpers take them), so that a mid-size tensor's products use every core.
+    Each piece is the BLAS call the workers would make whichever ran it: the same bits for any number of
+    workers."""
+    m, k = a.shape
+    n = b.shape[-1]
+    flops = 2 * m * n * k * (b.shape[0] if b.ndim == 3 else 1)
+    if split_work(flops, b.dtype) < CONTRACT_PARALLEL_FLOPS:
+        return np.matmul(a, b)
+    from tuckerkit.engine._contract import cpu_matmul  # (imports the engine's contraction layer once)
+
+    out = np.empty((*b.shape[:-2], m, n), dtype=np.result_type(a, b))
+    cpu_matmul(a[None] if b.ndim == 3 else a, b, out, flops, default_policy(), CONTRACT_PIECE_SCALE)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
 # CP-ALS: the MTTKRPs
 # ---------------------------------------------------------------------------------------------------
 def _kr(mats: Sequence[Any]) -> Any:
@@ -176,10 +215,10 @@ def direct_mttkrp_sweep(X: np.ndarray, factors: list[Any], update: Update, R: in
     F = math.prod(shape[:h])
     X2 = X.reshape(F, X.size // F)
     with blas_pinned():
-        P = _kr([factors[m] for m in range(h, N)]).T @ X2.T
+        P = _mm(_kr([factors[m] for m in range(h, N)]).T, X2.T)
         _mttkrp_rec(P, list(range(h)), shape, R, factors, update)
         del P
-        Q = _kr([factors[m] for m in range(h)]).T @ X2
+        Q = _mm(_kr([factors[m] for m in range(h)]).T, X2)
         _mttkrp_rec(Q, list(range(h, N)), shape, R, factors, update)
 
 
@@ -225,11 +264,11 @@ def _ttm_rows(T: Any, k: int, W: Any) -> Any:
     d = T.shape
     A, I, B = math.prod(d[:k]), d[k], math.prod(d[k + 1:])  # noqa: E741
     if B == 1:
-        Y = T.reshape(A, I) @ W
+        Y = _mm(T.reshape(A, I), W)
     elif A == 1:
-        Y = W.T @ T.reshape(I, B)
+        Y = _mm(W.T, T.reshape(I, B))
     else:
-        Y = np.matmul(W.T, T.reshape(A, I, B))
+        Y = _mm(W.T, T.reshape(A, I, B))
     return Y.reshape(*d[:k], W.shape[1], *d[k + 1:])
 
 
