@@ -174,6 +174,30 @@ def test_mid_size_products_are_cut_for_the_workers_with_the_same_bits(kind, dtyp
         assert one[n].tobytes() == two[n].tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_single_mid_size_mttkrp_is_cut_with_the_same_bits(dtype, rng, monkeypatch):
+    """The line search's MTTKRP of every mode: its product with the tensor cut for the workers (the reduction
+    for the last mode), against einsum within the dtype's rounding, one worker's bits equal to two's."""
+    import tuckerkit.engine._contract as contract_mod
+    import tuckerkit.engine._direct as direct_mod
+
+    shape, R = (64, 64, 64), 32 * (2 if dtype == np.float32 else 1)
+    X = _rand(rng, shape, dtype)
+    factors = [_rand(rng, (s, R), dtype) for s in shape]
+    cuts = []
+    real = contract_mod.cpu_matmul
+    monkeypatch.setattr(contract_mod, "cpu_matmul", lambda *a: cuts.append(a[3]) or real(*a))
+    for n in range(3):
+        got = []
+        for workers in (1, 2):
+            monkeypatch.setattr(direct_mod, "default_policy", lambda w=workers: ExecutionPolicy(workers=w))
+            got.append(direct_mttkrp(X, factors, n, R))
+        ref, scale = _mttkrp_ref(X, factors, n)
+        assert np.all(np.abs(got[0] - ref) <= 4 * X.size * _eps(dtype) * scale)
+        assert got[0].tobytes() == got[1].tobytes() and got[0].flags.c_contiguous
+    assert len(cuts) == 6
+
+
 def test_the_route_is_chosen_by_size_and_layout(rng):
     """C-contiguous numpy arrays go direct up to DIRECT_SWEEP_FLOPS (4 * size * rank) at any size, and up to
     DIRECT_MTTKRP_ELEMS (CP-ALS) / DIRECT_TTMC_ELEMS (HOOI) elements within DIRECT_MAX_FLOPS; a larger one, an

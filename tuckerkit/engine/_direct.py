@@ -248,8 +248,8 @@ def direct_mttkrp(X: np.ndarray, factors: Sequence[Any], n: int, R: int) -> Any:
     A, I, B = math.prod(shape[:n]), shape[n], math.prod(shape[n + 1:])  # noqa: E741
     with blas_pinned():
         if n == X.ndim - 1:  # (by the mode, not by B == 1: a mode of size 1 still scales by its factor's row)
-            return X.reshape(A, I).T @ _kr(factors[:n])
-        P = X.reshape(A * I, B) @ _kr(factors[n + 1:])
+            return _mm(X.reshape(A, I).T, _kr(factors[:n]))
+        P = _mm(X.reshape(A * I, B), _kr(factors[n + 1:]))
         return P if n == 0 else np.einsum("air,ar->ir", P.reshape(A, I, R), _kr(factors[:n]))
 
 
