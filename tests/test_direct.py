@@ -207,11 +207,12 @@ def test_the_route_is_chosen_by_size_and_layout(rng):
     assert not direct_applies(X, DIRECT_MAX_FLOPS // (4 * X.size) + 1)
     assert not direct_applies(np.asfortranarray(X), 2)
     assert not direct_applies(X[:, ::2], 2)
-    mid = np.empty((110, 105, 100))  # (above DIRECT_MTTKRP_ELEMS; np.empty: no page touched)
-    assert mid.size > DIRECT_MTTKRP_ELEMS and 4 * mid.size > DIRECT_SWEEP_FLOPS and not direct_applies(mid, 1)
-    assert direct_applies(mid, 1, projections=True)
-    edge = np.empty((128, 128, 64))  # (2^20 elements)
-    assert direct_applies(edge, 32) and not direct_applies(np.empty((129, 128, 64)), 32)
+    mid = np.empty((70, 65, 60))  # (above DIRECT_MTTKRP_ELEMS; np.empty: no page touched)
+    r = DIRECT_SWEEP_FLOPS // (4 * mid.size)
+    assert mid.size > DIRECT_MTTKRP_ELEMS and direct_applies(mid, r) and not direct_applies(mid, r + 1)
+    assert direct_applies(mid, r + 1, projections=True)
+    edge = np.empty((64, 64, 64))  # (2^18 elements)
+    assert direct_applies(edge, 32) and not direct_applies(np.empty((65, 64, 64)), 32)
     # HOOI's projections go further: up to DIRECT_TTMC_ELEMS elements and DIRECT_MAX_FLOPS
     big = np.empty((128, 128, 128), dtype=np.float32)  # (2^21 elements)
     assert direct_applies(big, 10, projections=True) and not direct_applies(big, 10)
@@ -271,7 +272,7 @@ def test_decompositions_agree_on_both_routes(shape, dtype, rng, monkeypatch):
 def test_hooi_projects_directly_where_cp_als_plans(rng):
     """Between the two thresholds: HOOI's sweep is direct (its explain names the projection rule), CP-ALS's
     planned; HOOI's fit equals the planned route's to rounding."""
-    X = rng.standard_normal((110, 105, 100))
+    X = rng.standard_normal((70, 65, 60))
     assert direct_applies(X, 10, projections=True) and not direct_applies(X, 10)
     T = tk.hooi(X, 10, max_iter=3, tol=0)
     C = tk.cp_als(X, 10, max_iter=2, tol=0)

@@ -22,7 +22,9 @@ any setting and for any number of workers).
 Cutting the products with the tensor (before: one call on one BLAS thread), sweeps alone, direct cut / direct
 uncut, medians of 15 interleaved on a 2-core AVX2 machine (2026-11-29), float64 unless said: TTMc 100^3 R = 10
 0.77x, 128^3 0.71x (float32 0.72x), 120^3 R = 32 0.71x, 30^4 R = 10 0.93x, 80^3 R = 20 0.95x; MTTKRP 64^3
-R = 32 0.97x (float32 R = 64 0.99x).
+R = 32 0.97x (float32 R = 64 0.99x). Whole HOOI calls (10 iterations from HOSVD, R = 10, medians of 11):
+100^3 0.85x, 128^3 0.83x, 30^4 0.92x; whole CP-ALS calls (25 plain ALS iterations, R = 10) on 64^3 and 12^5
+0.98-1.01x (their products are below the cut).
 """
 
 from __future__ import annotations
@@ -58,18 +60,23 @@ DIRECT_SWEEP_FLOPS = MIN_PARALLEL_FLOPS
 #: 0.89x, 160^3 1.21 / 1.11x, 48^4 1.13 / 1.24x. Rechecked after the compiled kernels stopped splitting small
 #: calls (``_smallgemm.KERNEL_PARALLEL_FLOPS``), R = 5 / 10 / 32: 64^3 0.52-0.71x, 100^3 0.81-0.89x, 120^3
 #: 0.89-1.01x, 128^3 float32 0.83-1.18x, 40^4 0.87-1.05x. With the products cut for the workers (:func:`_mm`;
-#: a 2-core AVX2 machine, 2026-11-29, R = 10, medians of 15 interleaved): 100^3 0.74x, 128^3 0.94x, 40^4
-#: 0.98x, 60^4 1.02x, 160^3 1.04x (float32 0.88x), 200^3 1.21x: the same threshold.
+#: a 2-core AVX2 machine, 2026-11-29, R = 10, medians of 15 interleaved, each route's plans cached): sweeps
+#: 100^3 0.91x, 128^3 0.88x, 40^4 1.03x, 160^3 1.12x (float32 0.95x), 60^4 1.17x, 200^3 1.29x; whole HOOI
+#: calls (10 iterations from HOSVD, medians of 11) 100^3 0.98x, 128^3 1.10x, 30^4 0.90x, 40^4 0.89x: the same
+#: threshold.
 DIRECT_TTMC_ELEMS = 1 << 21
 #: CP-ALS's MTTKRP sweeps run directly up to this many elements (and ``DIRECT_MAX_FLOPS``). Interleaved
-#: medians of 18, direct / planned, float64, R = 5 / 10 / 32, with every product on one thread: 50^3 0.62 /
-#: 0.70 / 0.78x, 64^3 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x, 80^3
-#: 1.01-1.08x, 100^3 1.14-1.31x; 20^4 0.47-0.62x, 24^4 0.70-0.87x, 26^4 0.85-0.98x, 30^4 0.84-0.95x, 40^4
-#: 1.02-1.16x, 12^5 0.66-0.77x; float32: 50^3 0.46-0.75x, 64^3 0.73-0.95x, 24^4 0.67-0.86x, 12^5 0.58-0.70x
-#: (hence 2^18 then). Since the products with the tensor are cut for the workers (:func:`_mm`), on a 2-core
-#: AVX2 machine (2026-11-29, medians of 15 interleaved, R = 10): 64^3 0.50x, 80^3 0.75x, 100^3 0.81x (float32
-#: 0.80x), 40^4 0.88x, 128^3 1.01x: up to 2^20 elements (100^3).
-DIRECT_MTTKRP_ELEMS = 1 << 20
+#: medians of 18, direct / planned, float64, R = 5 / 10 / 32, every product on one thread: 50^3 0.62 / 0.70 /
+#: 0.78x, 64^3 (2^18 elements) 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x,
+#: 80^3 1.01-1.08x, 100^3 1.14-1.31x; 20^4 0.47-0.62x, 24^4 0.70-0.87x, 26^4 0.85-0.98x, 30^4 0.84-0.95x,
+#: 40^4 1.02-1.16x, 12^5 0.66-0.77x; float32: 50^3 0.46-0.75x, 64^3 0.73-0.95x, 24^4 0.67-0.86x, 12^5
+#: 0.58-0.70x. Rechecked as above: 50^3 0.60-0.75x, 64^3 0.78-0.91x (float32 0.74-0.87x), 24^4 0.61-0.86x,
+#: 80^3 1.03-1.12x. With the products cut for the workers (:func:`_mm`), whole CP-ALS calls (25 plain ALS
+#: iterations, R = 10, medians of 11 interleaved) on a 2-core AVX2 machine (2026-11-29): 64^3 0.89x, 72^3
+#: 0.89x, 26^4 0.89x, 30^4 0.82x, 12^5 0.75x, but 80^3 1.37x, 100^3 1.35x, 120x100x80 1.29x (there OpenBLAS's
+#: GEMMs with a short side of 80-100 ran at 8 GFlop/s a core, where the planned sweep takes the compiled
+#: kernels): the threshold stays.
+DIRECT_MTTKRP_ELEMS = 1 << 18
 #: ... and at most this many flops (``4 * X.size * R``) for either: 120^3 at R = 32 (221 MFlop) 0.96x, 128^3
 #: float32 at R = 32 (268 MFlop) 0.89x; a larger rank is compute-bound, where the planned sweep has both cores
 DIRECT_MAX_FLOPS = 256_000_000
