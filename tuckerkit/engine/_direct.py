@@ -191,8 +191,8 @@ def _mm(a: Any, b: Any) -> Any:
     m, k = a.shape
     n = b.shape[-1]
     flops = 2 * m * n * k * (b.shape[0] if b.ndim == 3 else 1)
-    if split_work(flops, b.dtype) < CONTRACT_PARALLEL_FLOPS:
-        return np.matmul(a, b)
+    if flops < CONTRACT_PARALLEL_FLOPS or split_work(flops, b.dtype) < CONTRACT_PARALLEL_FLOPS:
+        return np.matmul(a, b)  # (the first test alone for a small product: split_work's dtype look-up costs 2 us)
     from tuckerkit.engine._contract import cpu_matmul  # (imports the engine's contraction layer once)
 
     out = np.empty((*b.shape[:-2], m, n), dtype=np.result_type(a, b))
