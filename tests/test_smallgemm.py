@@ -612,11 +612,35 @@ def test_l1_crowding_rule():
     assert sg._l1_crowded(4100, 64) is False  # rows not line-aligned straddle sets
 
 
+def test_long_rows_take_chunks_by_the_vector_width_with_the_same_bits(monkeypatch, dtype, rng):
+    """Long rows (the first mode of a C-ordered tensor) take chunks of at most 32 rows where vectors are wide
+    and 16 with 256-bit vectors (_max_kc_long); either cap gives the same bits (each element one in-order chain
+    of fused multiply-adds) and einsum's sums to rounding."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    assert sg._max_kc_long() == 32 and sg._tiling(200, 10, 8, 40000, row_bytes=320000)[1] == 29
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    assert sg._max_kc_long() == 16 and sg._tiling(200, 10, 8, 40000, row_bytes=320000)[1] == 16
+    monkeypatch.undo()
+    C = 9000 // np.dtype(dtype).itemsize  # (long rows, not line-aligned: spread over L1's sets)
+    X = rng.standard_normal((1, 100, C)).astype(dtype)
+    U = rng.standard_normal((100, 10)).astype(dtype)
+    out = []
+    for cap in (32, 16):
+        monkeypatch.setattr(sg, "_max_kc_long", lambda cap=cap: cap)
+        assert sg._tiling(100, 10, X.itemsize, C, row_bytes=X.strides[1])[1] <= cap
+        Y = np.empty((1, 10, C), dtype)
+        sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
+        _check(X, U, 1, Y)
+        out.append(Y.tobytes())
+    assert out[0] == out[1]
+
+
 def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtype, rng):
     """Long rows a multiple of 4 KiB apart would crowd one L1 set with chunks of 32 rows: their tiling takes 16
     (the direct kernel then reads them, not crowded); the same bits as chunks of 32 packed first (every element
     the same in-order chain of fused multiply-adds) and as einsum to rounding. Rows not line-aligned or spread
     over the sets keep their chunks."""
+    monkeypatch.setattr(sg, "_max_kc_long", lambda: sg._MAX_KC_LONG)  # (chunks of 32: the wide vectors' cap)
     C = 8192 // np.dtype(dtype).itemsize
     X = rng.standard_normal((2, 40, C)).astype(dtype)
     U = rng.standard_normal((40, 10)).astype(dtype)

@@ -148,6 +148,8 @@ _MAX_TILE = 1024
 #: (:func:`_tiling`)
 _LONG_TILE_BYTES = 4096
 _MAX_KC_LONG = 32
+#: ... where vectors are 256 bits (AVX2): long rows take chunks of at most 16 rows (:func:`_max_kc_long`)
+_MAX_KC_LONG_256 = 16
 _MAX_KC = 64
 #: the smallest R whose strips are two cache lines wide where vectors are wide (:func:`_inner_strip`): the
 #: packed chunks' ranks (above ``_DIRECT_MAX_RANK``). Measured in one process against strips of one line (the
@@ -513,7 +515,7 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
-    cap = (_MAX_KC_LONG if long else _MAX_KC) if short else I
+    cap = (_max_kc_long() if long else _MAX_KC) if short else I
     if not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct() and not (
             row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, _MAX_KC, w, itemsize))):
         # larger R on long rows that do not crowd L1, where vectors are wide: read directly (_direct_chunks) in
@@ -528,6 +530,18 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
     ct = min(widest, _CHUNK_BYTES // (kc * itemsize), -(-C // w) * w)
     return max(w, ct // w * w), kc
+
+
+def _max_kc_long() -> int:
+    """The most rows of i per chunk of a long row (:func:`_tiling`, R up to ``_SHORT_CHUNK_RANK``):
+    ``_MAX_KC_LONG`` = 32 where vectors are wide (measured there, see :func:`_tiling`), ``_MAX_KC_LONG_256`` = 16
+    with 256-bit vectors. Measured on a 2-core AVX2 machine (2.45 GHz, 32 MiB L3, one 64 MB read 5-6 ms; the
+    first mode's ``ttm_inner`` alone, two workers, interleaved medians of 9, caps 32 / 24 / 16 / 12 / 8, the
+    same bits for every cap): 200^3 R = 10 float64 9.88 / 8.23 / 7.81 / 7.67 / 8.00 ms (16: 0.79x), float32
+    0.80x, R = 16 0.89x; 320x240x160 float32 0.90x; where L1's sets already cap the chunk at 16 rows (rows a
+    multiple of 4 KiB apart: 320x240x160 float64, 64^4) unchanged. Fewer rows in flight per chunk: the
+    strided gathers of a chunk are one run per row, and this machine's memory has fewer of them to serve."""
+    return _MAX_KC_LONG if wide_vectors() else _MAX_KC_LONG_256
 
 
 def _chunk_rows(I: int, cap: int, w: int, itemsize: int) -> int:  # noqa: E741
