@@ -538,8 +538,9 @@ def _max_kc_long() -> int:
     with 256-bit vectors. Measured on a 2-core AVX2 machine (2.45 GHz, 32 MiB L3, one 64 MB read 5-6 ms; the
     first mode's ``ttm_inner`` alone, two workers, interleaved medians of 9, caps 32 / 24 / 16 / 12 / 8, the
     same bits for every cap): 200^3 R = 10 float64 9.88 / 8.23 / 7.81 / 7.67 / 8.00 ms (16: 0.79x), float32
-    0.80x, R = 16 0.89x; 320x240x160 float32 0.90x; where L1's sets already cap the chunk at 16 rows (rows a
-    multiple of 4 KiB apart: 320x240x160 float64, 64^4) unchanged. Fewer rows in flight per chunk: the
+    0.80x, R = 16 0.89x, R = 5 0.82x; 320x240x160 float32 0.90x; 300x200x100 0.75x, 150^3 0.79x, 100^3 0.94x,
+    120^3 float32 1.03x (noise); where L1's sets already cap the chunk at 16 rows (rows a multiple of 4 KiB
+    apart: 320x240x160 float64, 128^3, 64^4) unchanged. Whole CP-ALS iterations on 200^3 (R = 10) 0.93x. Fewer rows in flight per chunk: the
     strided gathers of a chunk are one run per row, and this machine's memory has fewer of them to serve."""
     return _MAX_KC_LONG if wide_vectors() else _MAX_KC_LONG_256
 
