@@ -635,6 +635,32 @@ def test_long_rows_take_chunks_by_the_vector_width_with_the_same_bits(monkeypatc
     assert out[0] == out[1]
 
 
+def test_streamed_short_rows_take_shorter_chunks_with_256_bit_vectors(monkeypatch, dtype, rng):
+    """A middle mode (short rows) of a tensor beyond STREAMED_BYTES takes chunks of at most 32 rows with 256-bit
+    vectors (_short_kc), 64 otherwise; ttm_inner passes the flag by the tensor's bytes; the same bits either way
+    and einsum's sums to rounding."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    assert sg._tiling(200, 10, 8, 200, row_bytes=1600, streamed=True)[1] == 29
+    assert sg._tiling(200, 10, 8, 200, row_bytes=1600)[1] == 50
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    assert sg._tiling(200, 10, 8, 200, row_bytes=1600, streamed=True)[1] == 50
+    monkeypatch.undo()
+    X = rng.standard_normal((3, 100, 40)).astype(dtype)
+    U = rng.standard_normal((100, 10)).astype(dtype)
+    seen, real = [], sg._tiling
+    monkeypatch.setattr(sg, "_tiling", lambda *a: seen.append(a[-1]) or real(*a))
+    out = []
+    # (a streamed tensor's cap made one that changes this tiling, whatever this CPU's vectors)
+    monkeypatch.setattr(sg, "_short_kc", lambda streamed: 8 if streamed else sg._MAX_KC)
+    for limit in (1 << 40, 0):  # (in cache, then "streamed": a tensor beyond the limit)
+        monkeypatch.setattr(sg, "STREAMED_BYTES", limit)
+        Y = np.empty((3, 10, 40), dtype)
+        sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
+        _check(X, U, 1, Y)
+        out.append(Y.tobytes())
+    assert seen == [False, True] and out[0] == out[1]
+
+
 def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtype, rng):
     """Long rows a multiple of 4 KiB apart would crowd one L1 set with chunks of 32 rows: their tiling takes 16
     (the direct kernel then reads them, not crowded); the same bits as chunks of 32 packed first (every element

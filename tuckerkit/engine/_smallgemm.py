@@ -491,7 +491,8 @@ def _l1_sets(row_bytes: int) -> int:
     return _L1_SETS // math.gcd(q, _L1_SETS) if q else 1
 
 
-def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int = 0) -> tuple[int, int]:  # noqa: E741
+def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int = 0,  # noqa: E741
+            streamed: bool = False) -> tuple[int, int]:
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one strip of X
     (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
     (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per tile, a
@@ -511,11 +512,13 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     320x240x160, 64^4 and 128x128x256, two workers, interleaved medians of 9, the same bits) 0.59-0.64x the
     time at R = 10 and 0.67-0.87x at R = 16 in float64 and float32 (where the rows are 4 KiB-aligned); other
     strides unchanged (1.0x). Measured on this project's AVX-512 machine only; the rule does not depend on the
-    vector width (the same bits either way). The sums are the same bits for any tiling."""
+    vector width (the same bits either way). ``streamed`` (the tensor beyond ``STREAMED_BYTES``): with 256-bit
+    vectors, short rows take chunks of at most ``_MAX_KC_STREAMED_256`` rows (see there). The sums are the same
+    bits for any tiling."""
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
-    cap = (_max_kc_long() if long else _MAX_KC) if short else I
+    cap = (_max_kc_long() if long else _short_kc(streamed)) if short else I
     if not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct() and not (
             row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, _MAX_KC, w, itemsize))):
         # larger R on long rows that do not crowd L1, where vectors are wide: read directly (_direct_chunks) in
@@ -540,9 +543,24 @@ def _max_kc_long() -> int:
     same bits for every cap): 200^3 R = 10 float64 9.88 / 8.23 / 7.81 / 7.67 / 8.00 ms (16: 0.79x), float32
     0.80x, R = 16 0.89x, R = 5 0.82x; 320x240x160 float32 0.90x; 300x200x100 0.75x, 150^3 0.79x, 100^3 0.94x,
     120^3 float32 1.03x (noise); where L1's sets already cap the chunk at 16 rows (rows a multiple of 4 KiB
-    apart: 320x240x160 float64, 128^3, 64^4) unchanged. Whole CP-ALS iterations on 200^3 (R = 10) 0.93x. Fewer rows in flight per chunk: the
-    strided gathers of a chunk are one run per row, and this machine's memory has fewer of them to serve."""
+    apart: 320x240x160 float64, 128^3, 64^4) unchanged. Whole CP-ALS iterations on 200^3 (R = 10) 0.93x.
+    Fewer rows in flight per chunk: the strided gathers of a chunk are one run per row, and this machine's
+    memory has fewer of them to serve."""
     return _MAX_KC_LONG if wide_vectors() else _MAX_KC_LONG_256
+
+
+#: with 256-bit vectors, the most rows of i per chunk of short rows (a middle mode) of a tensor streamed from
+#: memory (``STREAMED_BYTES``); see :func:`_short_kc`
+_MAX_KC_STREAMED_256 = 32
+
+
+def _short_kc(streamed: bool) -> int:
+    """The most rows of i per chunk of short rows (:func:`_tiling`, R up to ``_SHORT_CHUNK_RANK``): ``_MAX_KC``
+    = 64, or ``_MAX_KC_STREAMED_256`` = 32 with 256-bit vectors on a tensor streamed from memory. Measured on a
+    2-core AVX2 machine (middle modes, R = 10, ``ttm_inner`` alone, two workers, interleaved medians of 9, the
+    same bits): 200^3 0.88x (float32 0.96x), 64^4's mode 2 0.92x, 320x240x160 0.98x (float32 0.98x); but in
+    cache 128^3 1.01x and 100^3 1.06x, hence only beyond ``STREAMED_BYTES``."""
+    return _MAX_KC_STREAMED_256 if streamed and not wide_vectors() else _MAX_KC
 
 
 def _chunk_rows(I: int, cap: int, w: int, itemsize: int) -> int:  # noqa: E741
@@ -958,7 +976,7 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     snv = _inner_strip(U.shape[1])
     if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
         snv = 2
-    ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1])
+    ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], A * I * C * it > STREAMED_BYTES)
     packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
             Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
