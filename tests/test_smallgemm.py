@@ -637,18 +637,25 @@ def test_long_rows_take_chunks_by_the_vector_width_with_the_same_bits(monkeypatc
 
 def test_streamed_short_rows_take_shorter_chunks_with_256_bit_vectors(monkeypatch, dtype, rng):
     """A middle mode (short rows) of a tensor beyond STREAMED_BYTES takes chunks of at most 32 rows with 256-bit
-    vectors (_short_kc), 64 otherwise; ttm_inner passes the flag by the tensor's bytes; the same bits either way
-    and einsum's sums to rounding."""
+    vectors (_short_kc), 64 otherwise, and its long rows 4 KiB apart are packed first; ttm_inner passes the flag
+    by the tensor's bytes to both; the same bits either way and einsum's sums to rounding."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert sg._tiling(200, 10, 8, 200, row_bytes=1600, streamed=True)[1] == 29
     assert sg._tiling(200, 10, 8, 200, row_bytes=1600)[1] == 50
+    # long rows a multiple of 4 KiB apart (320x240x160's first mode): packed first when streamed, with 256-bit
+    # vectors (more than _L1_LINES_PER_SET_256 lines a set), read directly otherwise
+    assert sg._direct_chunks(10, 307200, 307200, 16, streamed=True) is False
+    assert sg._direct_chunks(10, 307200, 307200, 16) is True
+    assert sg._direct_chunks(10, 320000, 320000, 16, streamed=True) is True  # (200^3: spread over the sets)
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     assert sg._tiling(200, 10, 8, 200, row_bytes=1600, streamed=True)[1] == 50
+    assert sg._direct_chunks(10, 307200, 307200, 16, streamed=True) is True
     monkeypatch.undo()
     X = rng.standard_normal((3, 100, 40)).astype(dtype)
     U = rng.standard_normal((100, 10)).astype(dtype)
-    seen, real = [], sg._tiling
+    seen, real, direct = [], sg._tiling, sg._direct_chunks
     monkeypatch.setattr(sg, "_tiling", lambda *a: seen.append(a[-1]) or real(*a))
+    monkeypatch.setattr(sg, "_direct_chunks", lambda *a: seen.append(a[-1]) or direct(*a))
     out = []
     # (a streamed tensor's cap made one that changes this tiling, whatever this CPU's vectors)
     monkeypatch.setattr(sg, "_short_kc", lambda streamed: 8 if streamed else sg._MAX_KC)
@@ -658,7 +665,7 @@ def test_streamed_short_rows_take_shorter_chunks_with_256_bit_vectors(monkeypatc
         sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
         _check(X, U, 1, Y)
         out.append(Y.tobytes())
-    assert seen == [False, True] and out[0] == out[1]
+    assert seen == [False, False, True, True] and out[0] == out[1]
 
 
 def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtype, rng):
@@ -679,7 +686,7 @@ def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtyp
     sg.ttm_inner(X, U, direct, ExecutionPolicy(2))
     _check(X, U, 1, direct)
     monkeypatch.setattr(sg, "_l1_sets", lambda row_bytes: sg._L1_SETS)  # the former chunks of 32, packed
-    monkeypatch.setattr(sg, "_l1_crowded", lambda row_bytes, kc: True)
+    monkeypatch.setattr(sg, "_l1_crowded", lambda row_bytes, kc, lines=16: True)
     packed = np.empty_like(direct)
     sg.ttm_inner(X, U, packed, ExecutionPolicy(2))
     assert packed.tobytes() == direct.tobytes()

@@ -173,6 +173,14 @@ _DIRECT_MAX_RANK = 16
 #: takes (:func:`_l1_crowded`); beyond, the chunk is packed
 _L1_SETS = 64
 _L1_LINES_PER_SET = 16
+#: ... with 256-bit vectors, the most lines of one strip per set before a long-row chunk is packed first
+#: (:func:`_direct_chunks`; the tiling's cap keeps ``_L1_LINES_PER_SET``). Measured on a 2-core AVX2 machine
+#: (32 KiB 8-way L1; ``ttm_inner`` alone, two workers, interleaved medians of 9, the same bits), the first modes
+#: of 320x240x160 and 64^4 float64 at R = 10 (rows a multiple of 4 KiB apart: every row's line in one set),
+#: chunks of 16 rows packed first against read directly: 0.67x and 0.78x the time (more streamed ones in
+#: :func:`_direct_chunks`); but 1.18-1.23x on tensors the caches hold (64^3, 128^3), so only beyond
+#: ``STREAMED_BYTES``
+_L1_LINES_PER_SET_256 = 8
 #: rows ahead the packing loop prefetches
 _PACK_AHEAD = 8
 #: prefetch the next chunk's rows into L2 while the current chunk computes (its DRAM reads overlap the
@@ -446,10 +454,14 @@ def _wide_direct() -> bool:
     return wide_vectors()
 
 
-def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int) -> bool:
+def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool = False) -> bool:
     """Whether :func:`ttm_inner`'s row blocks read each chunk straight from X (else the chunk is packed into
     strips first): not where long rows (``row_len`` bytes of X from at least ``LONG_ROW_BYTES``) are
-    ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`), and for R above
+    ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`: more than ``_L1_LINES_PER_SET``
+    lines a set, or ``_L1_LINES_PER_SET_256`` with 256-bit vectors on a tensor beyond ``STREAMED_BYTES``, the
+    ``streamed`` flag; on a 2-core AVX2 machine, first modes at R = 10-16, two workers, interleaved medians of
+    9 in two runs, packed against direct: 320x240x160 0.72-0.76x (float32 0.99-1.0x), 64^4 0.73-0.81x (float32
+    0.95-0.96x), its mode 1 0.85-0.92x; 64^3, 128^3 and 200^3 (cached, or not aligned) unchanged), and for R above
     ``_DIRECT_MAX_RANK`` only where vectors are wide (:func:`_wide_direct`).
 
     Where vectors are wide, R = 32 read directly (two workers, interleaved medians of 9-21 in one process, the
@@ -462,10 +474,11 @@ def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int) -> bool:
     long rows measured 1.2-1.9x the packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
     if R > _DIRECT_MAX_RANK and not _wide_direct():
         return False
-    return not (row_len >= LONG_ROW_BYTES and _l1_crowded(row_bytes, kc))
+    lines = _L1_LINES_PER_SET_256 if streamed and not wide_vectors() else _L1_LINES_PER_SET
+    return not (row_len >= LONG_ROW_BYTES and _l1_crowded(row_bytes, kc, lines))
 
 
-def _l1_crowded(row_bytes: int, kc: int) -> bool:
+def _l1_crowded(row_bytes: int, kc: int, lines: int = _L1_LINES_PER_SET) -> bool:
     """Whether ``kc`` rows of X ``row_bytes`` apart crowd more than ``_L1_LINES_PER_SET`` of one strip's
     lines into one set of L1 (64 sets of 64-byte lines: rows whose stride is a multiple of 4 KiB all land in
     one set). The direct kernel rereads each strip's lines for every row block; crowded, they miss L1.
@@ -479,7 +492,7 @@ def _l1_crowded(row_bytes: int, kc: int) -> bool:
     if row_bytes % 64:
         return False
     sets = _l1_sets(row_bytes)
-    return -(-kc // min(kc, sets)) > _L1_LINES_PER_SET
+    return -(-kc // min(kc, sets)) > lines
 
 
 def _l1_sets(row_bytes: int) -> int:
@@ -976,8 +989,9 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     snv = _inner_strip(U.shape[1])
     if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
         snv = 2
-    ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], A * I * C * it > STREAMED_BYTES)
-    packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc)
+    streamed = A * I * C * it > STREAMED_BYTES
+    ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], streamed)
+    packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc, streamed)
     args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
             Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
     tl_n, pk_n = WIDE_RB * vl, kc * ct if packed else 1
