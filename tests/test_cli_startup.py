@@ -51,18 +51,19 @@ def test_functions_that_need_scipy_linalg_still_import_it():
 def test_a_default_hooi_call_on_low_rank_data_needs_no_scipy_linalg():
     """The eigensteps of HOOI's default call certify by subspace iteration, whose QR is numpy's own LAPACK:
     a fresh process whose kernels come from numba's cache then never imports scipy.linalg (0.11-0.16 s of the
-    first call)."""
+    first call), nor numpy.ma (20-26 ms)."""
     code = ("import sys, numpy as np, tuckerkit as tk\n"
             "rng = np.random.default_rng(0)\n"
             "U = [np.linalg.qr(rng.standard_normal((n, 10)))[0] for n in (120, 110, 100)]\n"
             "X = np.einsum('abc,ia,jb,kc->ijk', rng.standard_normal((10, 10, 10)), *U, optimize=True)\n"
             "X += 1e-3 * np.linalg.norm(X) * rng.standard_normal(X.shape) / np.sqrt(X.size)\n"
             "T = tk.hooi(X, 10)\n"
-            "print('scipy.linalg' in sys.modules, round(float(T.fit), 4))\n")
+            "print('scipy.linalg' in sys.modules, 'numpy.ma' in sys.modules, round(float(T.fit), 4))\n")
     for _ in range(2):  # the first run compiles what numba's cache lacks (its compiler imports scipy.linalg)
         out = _run_py(code)
         assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "0.999"]
+    # nor numpy.ma: numba's typing of our kernels' array arguments would import it (tuckerkit/_numba_load.py)
+    assert out.stdout.split() == ["False", "False", "0.999"]
 
 
 def _decompose_params():
@@ -373,3 +374,128 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
     # numba's scan for third-party extensions: not run for our cached kernels, run for the first other kernel
     assert scanned is False and scanned_later is True
     assert fits == json.loads(first.stdout.strip().splitlines()[-1])[3]  # (loaded or compiled: the same bits)
+
+
+_LAZY_RUN = """
+import json, sys, numpy as np
+import numba.core.codegen as cg
+parsed = []
+_parse = cg.ll.parse_bitcode
+def counting(data, *a):
+    parsed.append(len(data))
+    return _parse(data, *a)
+cg.ll.parse_bitcode = counting
+import tuckerkit as tk
+from tuckerkit.engine import _gram_kernels as g, _smallgemm as s
+rng = np.random.default_rng(0)
+X = rng.standard_normal((140, 130, 120))
+fit = float(tk.hooi(X, 5, max_iter=2, tol=0).fit)
+lib = s._inner_kernel.overloads[s._inner_kernel.signatures[0]].library
+lazy = [lib._shared_module is None, len(parsed)]
+v = rng.standard_normal((3, 21))
+out, ss = np.empty((3, 21), np.float32), np.zeros(3)
+g.to_single_rows(v, 0, 21, out, ss)
+callee = g.to_single_rows.overloads[g.to_single_rows.signatures[0]].library
+before = callee._shared_module is None
+from numba import njit
+@njit
+def caller(v, a, b, out, ss):  # (a and b as int64 arguments: the signature loaded above, not a literal's)
+    g.to_single_rows(v, a, b, out, ss)
+    return ss[0]
+out2, ss2 = np.empty_like(out), np.zeros(3)
+first = caller(v, 0, 21, out2, ss2)
+one = len(g.to_single_rows.signatures) == 1
+linked = [bool(x) for x in (before and one, callee._shared_module is not None, first == ss[0], np.array_equal(ss2, ss),
+          np.array_equal(out2, v.astype(np.float32)), np.allclose(ss, (v * v).sum(axis=1), rtol=1e-15))]
+print(json.dumps([lazy, linked, fit]))
+"""
+
+
+def test_cached_kernels_load_without_parsing_their_bitcode_which_a_later_link_still_gets():
+    """A kernel loaded from numba's cache takes the symbols it defines from its machine code: no bitcode is
+    parsed for a dense HOOI's kernels. A later
+    compilation that calls a kernel so loaded still links it in: its bitcode is parsed then, and the new
+    function gives the kernel's own values. The first run compiles (and links) whatever the cache lacks; the
+    second loads."""
+    first = _run_py(_LAZY_RUN)
+    assert first.returncode == 0, first.stderr
+    second = _run_py(_LAZY_RUN)
+    assert second.returncode == 0, second.stderr
+    lazy, linked, fit = json.loads(second.stdout.strip().splitlines()[-1])
+    assert lazy == [True, 0]
+    assert linked == [True, True, True, True, True, True]
+    assert fit == json.loads(first.stdout.strip().splitlines()[-1])[2]  # (loaded or compiled: the same bits)
+
+
+def test_defined_symbols_are_the_definitions_of_the_kernels_bitcode():
+    """The names :func:`defined_symbols` reads from a compiled library's ELF object are exactly the functions and
+    globals its bitcode defines (numba's loader lists those), for a kernel alone, one that calls another and one
+    holding a constant array; anything that is not a little-endian ELF64 object gives None."""
+    from llvmlite import binding as ll
+    from numba import njit
+
+    from tuckerkit._numba_load import defined_symbols
+
+    table = np.arange(5.0)
+
+    @njit
+    def inner(x):  # pragma: no cover - compiled
+        return x * 2.0 + 1.0
+
+    @njit
+    def outer(a):  # pragma: no cover - compiled
+        s = 0.0
+        for i in range(a.shape[0]):
+            s += inner(a[i]) + table[i % 5]
+        return s
+
+    assert outer(np.ones(7)) == 7 * 3.0 + (0 + 1 + 2 + 3 + 4) + 0 + 1
+    checked = 0
+    for disp in (inner, outer):
+        for cres in disp.overloads.values():
+            name, kind, (obj, bitcode) = cres.library.serialize_using_object_code()
+            assert kind == "object"
+            mod = ll.parse_bitcode(bitcode)
+            want = {g.name for gs in (mod.functions, mod.global_variables) for g in gs if not g.is_declaration}
+            assert defined_symbols(obj) == want and want
+            checked += 1
+    assert checked == 2
+    assert defined_symbols(b"") is None
+    assert defined_symbols(b"\x7fELF\x01\x01" + bytes(100)) is None  # (32-bit)
+    assert defined_symbols(b"\x7fELF\x02\x01" + bytes(10)) is None  # (truncated)
+    assert defined_symbols(b"\x7fELF\x02\x01" + bytes(200)) is None  # (no symbol table)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.zeros((3, 4)), lambda: np.zeros((3, 4), order="F"), lambda: np.zeros((6, 4))[::2],
+    lambda: np.zeros(5, np.float32), lambda: np.zeros((2, 2, 2), np.complex128), lambda: np.array(3.0),
+    lambda: np.zeros(4, bool), lambda: np.zeros((3, 1), np.int64), lambda: np.zeros((0, 3)),
+])
+@pytest.mark.parametrize("writeable", [True, False])
+def test_array_type_is_numbas_own_type_of_the_argument(make, writeable):
+    from numba import typeof
+    from numba.core.typing.typeof import Purpose
+
+    from tuckerkit._numba_load import array_type
+
+    a = make()
+    a.flags.writeable = writeable
+    assert array_type(a) == typeof(a, Purpose.argument)
+
+
+def test_our_kernels_type_other_arrays_as_numba_does():
+    """Only a plain ndarray is typed by the shortcut: a dtype numba does not take, a masked array and a memory
+    map take numba's own path (its errors and types)."""
+    from numba import typeof
+    from numba.core.errors import NumbaTypeError
+
+    from tuckerkit._numba_load import array_type
+    from tuckerkit.engine import _gram_kernels as g
+
+    assert array_type(np.zeros(3, np.longdouble)) is None
+    masked = np.ma.masked_array(np.zeros((2, 8)), mask=False)
+    with pytest.raises(NumbaTypeError, match="Unsupported array type: numpy.ma.MaskedArray"):
+        g.to_single_rows(masked, 0, 8, np.empty((2, 8), np.float32), np.zeros(2))
+    v = np.zeros((2, 8))
+    assert g.to_single_rows.typeof_pyval(v) == typeof(v)
+    assert "typeof_pyval" in vars(g.to_single_rows)  # (on the instance: numba's class is left as it is)
