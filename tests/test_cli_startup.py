@@ -453,7 +453,7 @@ def test_defined_symbols_are_the_definitions_of_the_kernels_bitcode():
     checked = 0
     for disp in (inner, outer):
         for cres in disp.overloads.values():
-            name, kind, (obj, bitcode) = cres.library.serialize_using_object_code()
+            _, kind, (obj, bitcode) = cres.library.serialize_using_object_code()
             assert kind == "object"
             mod = ll.parse_bitcode(bitcode)
             want = {g.name for gs in (mod.functions, mod.global_variables) for g in gs if not g.is_declaration}
@@ -494,7 +494,7 @@ def test_our_kernels_type_other_arrays_as_numba_does():
 
     assert array_type(np.zeros(3, np.longdouble)) is None
     masked = np.ma.masked_array(np.zeros((2, 8)), mask=False)
-    with pytest.raises(NumbaTypeError, match="Unsupported array type: numpy.ma.MaskedArray"):
+    with pytest.raises(NumbaTypeError, match=r"Unsupported array type: numpy\.ma\.MaskedArray"):
         g.to_single_rows(masked, 0, 8, np.empty((2, 8), np.float32), np.zeros(2))
     v = np.zeros((2, 8))
     assert g.to_single_rows.typeof_pyval(v) == typeof(v)

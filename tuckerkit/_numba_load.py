@@ -159,7 +159,7 @@ def _symbols_from_object(codegen: Any) -> Iterator[None]:
     differ, numba's own loader runs. (Loads run under numba's compiler lock: the codegen's loader is replaced for
     this load only.)"""
     lib_cls = getattr(codegen, "_library_class", None)
-    engine = getattr(codegen, "_engine", None)
+    engine: Any = getattr(codegen, "_engine", None)
     if lib_cls is None or not all(hasattr(lib_cls, a) for a in _LIBRARY_ATTRS) or not isinstance(
             getattr(engine, "_defined_symbols", None), set) or "unserialize_library" in vars(codegen):
         yield  # pragma: no cover - another numba
