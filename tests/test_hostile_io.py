@@ -54,10 +54,17 @@ def npy_input(tmp_path, rng):
     return tmp_path / "x.npy"
 
 
+#: the command line as a terminal starts it, SIGINT at Python's own handler (Ctrl-C raises KeyboardInterrupt): a
+#: test harness run as a background job of a shell without job control (``cmd &`` in a script, ``nohup ... &``)
+#: starts with SIGINT ignored, and every child inherits that, so the Ctrl-C test would wait out the pause
+CLI_TERMINAL = [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "from tuckerkit.cli import main; main()"]
+
+
 def _start_paused(args, marker: Path, cwd: Path) -> subprocess.Popen:
     """A CLI run that stops just before publishing its output (its temporary written and fsynced)."""
     env = dict(os.environ, **{HOOK: str(marker)})
-    proc = subprocess.Popen([*CLI, *(str(a) for a in args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*CLI_TERMINAL, *(str(a) for a in args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not marker.exists():
