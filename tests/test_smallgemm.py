@@ -9,7 +9,9 @@ the worker count; GPU plans keep cuBLAS.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import types
 
 import numpy as np
 import pytest
@@ -22,6 +24,59 @@ from tuckerkit.engine import _plan as plan_mod
 from tuckerkit.engine import _smallgemm as sg
 from tuckerkit.engine._plan import CompiledKernel
 from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_override
+
+
+@functools.cache
+def _all_blocks_kernel():
+    """``_inner_kernel`` with every register block and strip compiled in, as a machine with 512-bit vectors
+    compiles it. On a 256-bit machine the module leaves the blocks of 7-12 rows and the strips of two lines out
+    (``_ALL_BLOCKS``), so the tests that force the wide tiling there run this copy of the same code (compiled
+    here, not cached on disk)."""
+    from numba import njit
+
+    from tuckerkit._numba_load import NO_RUNTIME
+
+    g = dict(vars(sg), _ALL_BLOCKS=True)
+
+    def copy(disp, **opts):
+        f = disp.py_func
+        return njit(**opts)(types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__))
+
+    for name in ("_block_line", "_block_half", "_block"):  # (the functions that read _ALL_BLOCKS)
+        g[name] = copy(getattr(sg, name), nogil=True, inline="always")
+    return copy(sg._inner_kernel, fastmath={"contract"}, nogil=True, **NO_RUNTIME)
+
+
+@pytest.fixture
+def all_blocks(monkeypatch):
+    """Run ``ttm_inner`` on a kernel with every block, whatever this CPU's vectors (see above); gives the module's
+    own kernel and that one."""
+    own = sg._inner_kernel
+    if not sg._ALL_BLOCKS:
+        monkeypatch.setattr(sg, "_inner_kernel", _all_blocks_kernel())
+    return own, sg._inner_kernel
+
+
+def test_256_bit_kernels_leave_the_wide_blocks_out(monkeypatch, rng):
+    """The kernel compiled for this CPU has the blocks of 7-12 rows and the strips of two lines exactly where
+    vectors are wide: elsewhere numba pruned them (half the code to compile), and forcing the wide tiling onto
+    it fails loudly instead of computing anything."""
+    assert sg._ALL_BLOCKS is sg.wide_vectors()
+    X = rng.standard_normal((2, 40, 24))
+    U = rng.standard_normal((40, 12))
+    Y = np.empty((2, 12, 24))
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    sg._blocks.cache_clear()
+    try:
+        if sg._ALL_BLOCKS:
+            sg.ttm_inner(X, U, Y, ExecutionPolicy(1))
+            _check(X, U, 1, Y)
+        else:
+            with pytest.raises(ValueError, match="internal error: no register block of that many rows"):
+                sg.ttm_inner(X, U, Y, ExecutionPolicy(1))
+    finally:
+        monkeypatch.undo()
+        sg._blocks.cache_clear()
 
 
 def _ref(X, U, n):
@@ -372,7 +427,7 @@ def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, R, dt
                 assert Y.tobytes() == ref.tobytes(), (wide_direct, l1, pack, workers)
 
 
-def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, dtype, rng):
+def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_blocks, dtype, rng):
     """R above 16: where vectors are wide each chunk is read straight from X (long rows in chunks of up to
     _MAX_KC rows of 4 KiB tiles) unless long rows crowd L1; with 256-bit vectors it is packed first, in the
     former tiling. Both give the same bits as each other and einsum's sums to rounding."""
@@ -408,7 +463,7 @@ def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, dtype, r
 
 
 @pytest.mark.parametrize("R", [10, 17, 32])
-def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch, R, dtype, rng):
+def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch, all_blocks, R, dtype, rng):
     """Strips of one cache line of each row of X (two 256-bit vectors, or one 512-bit) or two (four, or two):
     the columns left at the end of a row run as a line, a vector or one element at a time, the chunks
     packed (R > 16) or read directly; every width and the leftovers of each against einsum, the same bits."""
@@ -434,7 +489,7 @@ def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch,
 
 
 @pytest.mark.parametrize("R", [10, 13, 32])
-def test_inner_kernel_bits_do_not_depend_on_row_blocks(monkeypatch, R, dtype, rng):
+def test_inner_kernel_bits_do_not_depend_on_row_blocks(monkeypatch, all_blocks, R, dtype, rng):
     """The row blocks of U (up to WIDE_RB = 12 rows where a line of X is one 512-bit vector, else up to
     MAX_RB = 6) change which rows share a load of X, never a sum: the same bits, and R cut as evenly as
     possible either way."""
@@ -443,8 +498,10 @@ def test_inner_kernel_bits_do_not_depend_on_row_blocks(monkeypatch, R, dtype, rn
     X = rng.standard_normal((3, 97, 75)).astype(dtype)
     U = rng.standard_normal((97, R)).astype(dtype)
     out = {}
-    for wide in (True, False):
+    own, full = all_blocks
+    for wide in (True, False):  # (the narrow tiling on this CPU's own kernel, which may lack the wide blocks)
         monkeypatch.setattr(sg, "wide_vectors", lambda wide=wide: wide)
+        monkeypatch.setattr(sg, "_inner_kernel", full if wide else own)
         sg._blocks.cache_clear()
         rows = sg._row_blocks(R)
         widest = _simd.WIDE_RB if wide else _simd.MAX_RB

@@ -212,6 +212,19 @@ MAX_RANK = 32
 #: n = 64 with the unit-stride k from 0.74-0.94x to 0.53-0.76x einsum's time, so it stops at MAX_RANK too)
 
 
+#: whether :func:`_inner_kernel` is compiled with the register blocks of 7-12 rows and the strips of two lines,
+#: which only machines with 512-bit vectors choose (:func:`_inner_rb`, :func:`_inner_strip`): numba takes this
+#: global as a constant and drops the branches to them (its dead-branch pruning) where it is False, so that a
+#: 256-bit machine compiles a kernel of half the code: ``_inner_kernel`` in 7.0 instead of 13.4 s a dtype on the
+#: 2-core AVX2 machine (a process's first HOOI or CP-ALS after installing compiles it: the first ``tk.hooi(X, 10)``
+#: on 200^3 took 11.0-11.3 s against 17.5-20.0 s), 295 instead of 593 kB of machine code; the same bits (each
+#: variant is the same chain of fused multiply-adds per element: 112 cases hashed alike) and the same speed
+#: (single-thread TTMs on 200^3, R = 5-32, modes 0 and 1: 0.91-1.06x, noise). numba's cache
+#: is per CPU (its features are in the key), as :func:`wide_vectors` is. Tests that force the wide tiling on a
+#: 256-bit machine run a copy compiled with it True (``tests/test_smallgemm.py``)
+_ALL_BLOCKS = wide_vectors()
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _block_quad(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # rb rows of U (packed at uo) against a strip of four vectors of x (two cache lines); rb of 8-12 only: the
@@ -231,8 +244,8 @@ def _block_quad(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # rb rows of U (packed at uo) against a strip of two vectors of x (one cache line)
+def _wide_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # rb of 7-12 rows of U against a strip of two vectors of x (one cache line): only where vectors are wide
     if rb == 12:
         block12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 11:
@@ -243,8 +256,15 @@ def _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
         block9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 8:
         block8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 7:
+    else:
         block7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # rb rows of U (packed at uo) against a strip of two vectors of x (one cache line)
+    if _ALL_BLOCKS and MAX_RB < rb <= WIDE_RB:
+        _wide_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 6:
         block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 5:
@@ -262,8 +282,8 @@ def _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _block_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # rb rows of U (packed at uo) against one vector of x
+def _wide_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # rb of 7-12 rows of U against one vector of x: only where vectors are wide
     if rb == 12:
         half12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 11:
@@ -274,8 +294,15 @@ def _block_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
         half9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 8:
         half8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 7:
+    else:
         half7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # rb rows of U (packed at uo) against one vector of x
+    if _ALL_BLOCKS and MAX_RB < rb <= WIDE_RB:
+        _wide_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 6:
         half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 5:
@@ -296,7 +323,7 @@ def _block_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
 def _block(nv, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # one register block of a strip of nv = 4 or 2 vectors (the columns left over call the one- and two-vector
     # families directly: every call site inlines the variants it can reach, and each costs compile time)
-    if nv == 4:
+    if _ALL_BLOCKS and nv == 4:
         _block_quad(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
         _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
