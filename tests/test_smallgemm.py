@@ -30,21 +30,23 @@ from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_ov
 def _all_blocks_kernel():
     """``_inner_kernel`` with every register block and strip compiled in, as a machine with 512-bit vectors
     compiles it. On a 256-bit machine the module leaves the blocks of 7-12 rows and the strips of two lines out
-    (``_ALL_BLOCKS``), so the tests that force the wide tiling there run this copy of the same code (compiled
-    here, not cached on disk)."""
+    (``_ALL_BLOCKS``), so the tests that force the wide tiling there run this copy of the same code, cached by
+    numba under a name of its own (``_inner_kernel_all_blocks``: about 13 s of compiling a dtype, once)."""
     from numba import njit
 
     from tuckerkit._numba_load import NO_RUNTIME
 
     g = dict(vars(sg), _ALL_BLOCKS=True)
 
-    def copy(disp, **opts):
+    def copy(disp, name=None, **opts):
         f = disp.py_func
-        return njit(**opts)(types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__))
+        code = f.__code__ if name is None else f.__code__.replace(co_name=name, co_qualname=name)
+        return njit(**opts)(types.FunctionType(code, g, code.co_name, f.__defaults__, f.__closure__))
 
     for name in ("_block_line", "_block_half", "_block"):  # (the functions that read _ALL_BLOCKS)
         g[name] = copy(getattr(sg, name), nogil=True, inline="always")
-    return copy(sg._inner_kernel, fastmath={"contract"}, nogil=True, **NO_RUNTIME)
+    return copy(sg._inner_kernel, "_inner_kernel_all_blocks", cache=True, fastmath={"contract"}, nogil=True,
+                **NO_RUNTIME)
 
 
 @pytest.fixture
