@@ -25,57 +25,69 @@ from tuckerkit.engine import _smallgemm as sg
 from tuckerkit.engine._plan import CompiledKernel
 from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_override
 
+#: the kernels that leave the wide register blocks out on a 256-bit machine, and the functions of theirs that
+#: read ``_ALL_BLOCKS``
+_WIDE_READERS = {"_inner_kernel": ("_block_line", "_block_half", "_block"), "_outer_gemm_kernel": ("_gblock",)}
+
 
 @functools.cache
-def _all_blocks_kernel():
-    """``_inner_kernel`` with every register block and strip compiled in, as a machine with 512-bit vectors
-    compiles it. On a 256-bit machine the module leaves the blocks of 7-12 rows and the strips of two lines out
-    (``_ALL_BLOCKS``), so the tests that force the wide tiling there run this copy of the same code, cached by
-    numba under a name of its own (``_inner_kernel_all_blocks``: about 13 s of compiling a dtype, once)."""
+def _all_blocks_kernel(kernel: str):
+    """``kernel`` with every register block and strip compiled in, as a machine with 512-bit vectors compiles
+    it. On a 256-bit machine the module leaves the wide blocks out (``_ALL_BLOCKS``), so the tests that force the
+    wide tiling there run this copy of the same code, cached by numba under a name of its own
+    (``<kernel>_all_blocks``: about 13 s of compiling a dtype for ``_inner_kernel``, once)."""
     from numba import njit
-
-    from tuckerkit._numba_load import NO_RUNTIME
 
     g = dict(vars(sg), _ALL_BLOCKS=True)
 
-    def copy(disp, name=None, **opts):
+    def copy(disp, name=None, **more):
         f = disp.py_func
         code = f.__code__ if name is None else f.__code__.replace(co_name=name, co_qualname=name)
-        return njit(**opts)(types.FunctionType(code, g, code.co_name, f.__defaults__, f.__closure__))
+        opts = {k: v for k, v in disp.targetoptions.items() if k not in ("nopython", "boundscheck")}
+        return njit(**opts, **more)(types.FunctionType(code, g, code.co_name, f.__defaults__, f.__closure__))
 
-    for name in ("_block_line", "_block_half", "_block"):  # (the functions that read _ALL_BLOCKS)
-        g[name] = copy(getattr(sg, name), nogil=True, inline="always")
-    return copy(sg._inner_kernel, "_inner_kernel_all_blocks", cache=True, fastmath={"contract"}, nogil=True,
-                **NO_RUNTIME)
+    for name in _WIDE_READERS[kernel]:
+        g[name] = copy(getattr(sg, name))
+    return copy(getattr(sg, kernel), kernel + "_all_blocks", cache=True)
 
 
 @pytest.fixture
 def all_blocks(monkeypatch):
-    """Run ``ttm_inner`` on a kernel with every block, whatever this CPU's vectors (see above); gives the module's
-    own kernel and that one."""
+    """Run ``ttm_inner`` and ``ttm_outer`` on kernels with every block, whatever this CPU's vectors (see
+    above); gives the module's own ``_inner_kernel`` and the one the tests run."""
     own = sg._inner_kernel
     if not sg._ALL_BLOCKS:
-        monkeypatch.setattr(sg, "_inner_kernel", _all_blocks_kernel())
+        for kernel in _WIDE_READERS:
+            monkeypatch.setattr(sg, kernel, _all_blocks_kernel(kernel))
     return own, sg._inner_kernel
 
 
 def test_256_bit_kernels_leave_the_wide_blocks_out(monkeypatch, rng):
-    """The kernel compiled for this CPU has the blocks of 7-12 rows and the strips of two lines exactly where
-    vectors are wide: elsewhere numba pruned them (half the code to compile), and forcing the wide tiling onto
-    it fails loudly instead of computing anything."""
+    """The kernels compiled for this CPU have the wide register blocks (7-12 rows a two-vector block, strips of
+    two lines; ``ttm_outer``'s strips of four and eight vectors too) exactly where vectors are wide: elsewhere
+    numba pruned them (half the code to compile), and forcing the wide tiling onto them fails loudly instead of
+    computing anything."""
     assert sg._ALL_BLOCKS is sg.wide_vectors()
     X = rng.standard_normal((2, 40, 24))
     U = rng.standard_normal((40, 12))
     Y = np.empty((2, 12, 24))
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     sg._blocks.cache_clear()
+    X2, Ut = rng.standard_normal((30, 40)), rng.standard_normal((16, 40))
+    Y2 = np.empty((16, 30))
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
+    monkeypatch.setattr(sg, "_outer_rb", lambda: 12)  # (twelve rows of X a two-vector block)
     try:
         if sg._ALL_BLOCKS:
             sg.ttm_inner(X, U, Y, ExecutionPolicy(1))
             _check(X, U, 1, Y)
+            sg.ttm_outer(X2, Ut, Y2, ExecutionPolicy(1))
+            _check(X2, np.ascontiguousarray(Ut.T), 1, Y2.T)
         else:
             with pytest.raises(ValueError, match="internal error: no register block of that many rows"):
                 sg.ttm_inner(X, U, Y, ExecutionPolicy(1))
+            with pytest.raises(ValueError, match="internal error: no register block of that many rows"):
+                sg.ttm_outer(X2, Ut, Y2, ExecutionPolicy(1))
     finally:
         monkeypatch.undo()
         sg._blocks.cache_clear()
@@ -789,7 +801,7 @@ def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
 
 @pytest.mark.parametrize("R", [*range(1, 14), 15, 16, 17, 20, 23, 24, 25, 31, 32, 33, 40, 47, 50, 64])
 @pytest.mark.parametrize("rows", [6, 12])
-def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, monkeypatch, rng):
+def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, all_blocks, monkeypatch, rng):
     """Every rank (one-, two- and three-vector strips; with 512-bit vectors strips of one, two and four
     vectors: all three at float64 R = 50), every layout, with blocks of six rows of X per
     two-vector strip (256-bit vectors) and of twelve (512-bit, whatever this CPU has): against einsum, and
@@ -809,7 +821,8 @@ def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, mon
 
 
 @pytest.mark.parametrize("R", [16, 24, 32])
-def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monkeypatch, R, dtype, rng):
+def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monkeypatch, all_blocks, R, dtype,
+                                                                                rng):
     """Several tiles pieces (any worker takes any), chunks of i carried through the output (or the private
     buffer where R is not whole vectors), the prefetch a hint, and blocks of 12 or 6 rows of X: the same bits
     for all of them."""
