@@ -39,9 +39,10 @@ Two more costs of a first call are skipped for our kernels only:
   ``numpy.ma.MaskedArray``: that first access of ``numpy.ma`` imports it (20-26 ms). A plain ndarray is typed
   directly (:func:`_typeof_pyval`).
 
-Measured on the 2-core machine (a fresh process reads a 200^3 float64 ``.npy`` and runs ``tk.hooi(X, 10)``,
-medians of 10 interleaved processes): the first call 0.604 -> 0.551 s with the bitcode alone (the steady call
-is 0.05-0.06 s; most of the rest is importing numba, 0.3-0.4 s).
+Measured on the 2-core AVX2 machine (a fresh process reads a 200^3 float64 ``.npy`` and makes the default
+call, medians of 15 interleaved processes, both items against neither): the first ``tk.hooi(X, 10)`` 0.605 ->
+0.519 s, the first ``tk.cp_als(X, 10)`` 0.855 -> 0.795 s (the steady HOOI call is 0.05-0.06 s; most of the
+rest is importing numba, 0.3-0.4 s there).
 
 The command line goes further in its own process (``cli/_startup.py``): there every cached kernel,
 ours or not, loads this way and numba's scan for third-party extensions is skipped, which an application

@@ -212,19 +212,17 @@ MAX_RANK = 32
 #: n = 64 with the unit-stride k from 0.74-0.94x to 0.53-0.76x einsum's time, so it stops at MAX_RANK too)
 
 
-#: whether :func:`_inner_kernel` is compiled with the register blocks of 7-12 rows and the strips of two lines,
-#: and :func:`_outer_gemm_kernel` with its blocks of 7-12 rows and strips of four and eight vectors, which only
-#: machines with 512-bit vectors choose (:func:`_inner_rb`, :func:`_inner_strip`, :func:`_outer_rb`,
-#: :func:`_outer_strips`; ``_outer_gemm_kernel`` then compiles in 4.6 instead of 9.6 s in float32, 183 instead
-#: of 363 kB, the same bits over 90 cases of ``ttm_outer``): numba takes this
-#: global as a constant and drops the branches to them (its dead-branch pruning) where it is False, so that a
-#: 256-bit machine compiles a kernel of half the code: ``_inner_kernel`` in 7.0 instead of 13.4 s a dtype on the
-#: 2-core AVX2 machine (a process's first HOOI or CP-ALS after installing compiles it: the first ``tk.hooi(X, 10)``
-#: on 200^3 took 11.0-11.3 s against 17.5-20.0 s), 295 instead of 593 kB of machine code; the same bits (each
-#: variant is the same chain of fused multiply-adds per element: 112 cases hashed alike) and the same speed
-#: (single-thread TTMs on 200^3, R = 5-32, modes 0 and 1: 0.91-1.06x, noise). numba's cache
-#: is per CPU (its features are in the key), as :func:`wide_vectors` is. Tests that force the wide tiling on a
-#: 256-bit machine run a copy compiled with it True (``tests/test_smallgemm.py``)
+#: whether the kernels are compiled with the register blocks that only machines with 512-bit vectors choose:
+#: :func:`_inner_kernel`'s blocks of 7-12 rows and strips of two lines (:func:`_inner_rb`, :func:`_inner_strip`),
+#: :func:`_outer_gemm_kernel`'s blocks of 7-12 rows and strips of four and eight vectors (:func:`_outer_rb`,
+#: :func:`_outer_strips`). numba takes this global as a constant and prunes the branches to them where it is
+#: False, so a 256-bit machine compiles half the code. Measured on the 2-core AVX2 machine: ``_inner_kernel``
+#: 7.0 instead of 13.4 s a dtype (295 instead of 593 kB), ``_outer_gemm_kernel`` 4.6 instead of 9.6 s in
+#: float32; the first ``tk.hooi(X, 10)`` on 200^3 after installing 11.0-11.3 s instead of 17.5-20.0 s. The same
+#: bits (every variant is the same chain of fused multiply-adds per element: 112 ``ttm_inner`` and 90
+#: ``ttm_outer`` cases hashed alike) and the same speed (single-thread TTMs on 200^3, R = 5-32: 0.91-1.06x,
+#: noise). numba's cache is per CPU (its features are in the key), as :func:`wide_vectors` is. Tests that force
+#: the wide tiling on a 256-bit machine run copies compiled with it True (``tests/test_smallgemm.py``)
 _ALL_BLOCKS = wide_vectors()
 
 
