@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -329,6 +331,43 @@ def test_roofline_is_cached_per_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(_roofline, "_CURRENT", {})  # a new process reads the cache: same numbers
     second = machine_roofline()
     assert second == Roofline(2e10, 4e10, 8e10, "cache") and len(calls) == 1
+
+
+@pytest.mark.parametrize(("text", "model"), [
+    (b"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC 7B13\n"
+     b"cpu MHz\t\t: 2450.000\n\nprocessor\t: 1\nmodel name\t: another\n", "AMD EPYC 7B13"),  # x86: the first entry's
+    (b"Processor\t: ARMv7 Processor rev 10 (v7l)\nprocessor\t: 0\nBogoMIPS\t: 38.40\n", "ARMv7 Processor rev 10 (v7l)"),
+    (b"processor\t: 0\ncpu\t\t: POWER9 (architected), altivec supported\nclock\t\t: 2300.0MHz\n",
+     "POWER9 (architected), altivec supported"),
+    (b"processor\t: 0\nBogoMIPS\t: 50.00\nCPU part\t: 0xd0c\n\nprocessor\t: 1\nmodel name\t: late\n", ""),  # arm64
+    (b"processor\t: 0\nmodel name\t:\n", ""),  # an empty name
+    (b"", ""),
+])
+def test_cpu_model_is_the_first_processors_model_name(tmp_path, text, model):
+    from tuckerkit.engine._roofline import cpu_model
+
+    path = tmp_path / "cpuinfo"
+    path.write_bytes(text)
+    assert cpu_model(str(path)) == model
+    assert cpu_model(str(tmp_path / "missing")) == ""
+
+
+def test_the_roofline_cache_key_starts_no_process():
+    # platform.processor(), which the key once held, runs ``uname -p`` (about 10 ms of a fresh process's first
+    # plan); the key is made in a fresh interpreter whose process-starting calls all raise
+    code = (
+        "import os, subprocess, sys\n"
+        "def boom(*a, **k):\n"
+        "    raise AssertionError('a process was started')\n"
+        "subprocess.Popen.__init__ = boom\n"
+        "os.posix_spawn = os.posix_spawnp = os.fork = os.system = os.popen = boom\n"
+        "from tuckerkit.engine._roofline import _machine_key, cpu_model\n"
+        "key = _machine_key()\n"
+        "assert key.split('|')[2] == cpu_model() and key.endswith('|v1'), key\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_same_bits_from_several_threads_at_once(forced, rng):

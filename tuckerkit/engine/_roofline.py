@@ -77,7 +77,40 @@ def _cache_dir() -> Path:
 
 
 def _machine_key() -> str:
-    return f"{platform.node()}|{platform.machine()}|{platform.processor()}|{os.cpu_count()}|v{_VERSION}"
+    """The cache entry's key: host name, architecture, CPU model (:func:`cpu_model`), CPU count, cache version."""
+    return f"{platform.node()}|{platform.machine()}|{cpu_model()}|{os.cpu_count()}|v{_VERSION}"
+
+
+#: the fields of ``/proc/cpuinfo`` that name the CPU model: x86 ("model name"), 32-bit ARM ("Processor"; arm64
+#: kernels give none), MIPS ("cpu model"), POWER ("cpu")
+_MODEL_FIELDS = (b"model name", b"Processor", b"cpu model", b"cpu")
+
+
+def cpu_model(path: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name as the first processor entry of ``path`` (Linux's ``/proc/cpuinfo``) gives it, or
+    "" where there is none. Read without starting a process: ``platform.processor()``, which the key used
+    before, runs ``uname -p`` on Linux and macOS (on the project's 2-core VM 9.5-11 ms in a bare interpreter,
+    2-6 ms inside a fresh process's first ``tk.hooi``), for a value ("" or "x86_64" on Linux) that told machines
+    apart no better than the architecture. A changed key means one calibration (about 0.2 s) on first use.
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._roofline import cpu_model
+    >>> isinstance(cpu_model(), str), cpu_model("/nonexistent/cpuinfo")
+    (True, '')
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16384)  # the first processor's entry (a few hundred bytes, a few kB with many flags)
+    except OSError:
+        return ""
+    for line in head.split(b"\n"):
+        if not line.strip():
+            break  # the end of the first processor's entry
+        key, sep, value = line.partition(b":")
+        if sep and key.strip() in _MODEL_FIELDS and value.strip():
+            return value.strip().decode("utf-8", "replace")
+    return ""
 
 
 def parse_override(text: str) -> Roofline:
