@@ -151,3 +151,72 @@ def test_stack_and_heap_row_solves_give_the_same_bits(R, dtype):
     assert cp_factor_update(V, M, out, False) is None
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(out, want, rtol=0, atol=10 * M.shape[1] * eps * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("R", [1, 4, 32])
+def test_fused_update_declines_what_the_lapack_route_declines(R, dtype, monkeypatch):
+    """Up to FUSED_MAX_R the Cholesky factor is the compiled kernel's: it accepts and declines exactly the
+    matrices the LAPACK route does (a negative or NaN pivot, or a pivot of rounding size: singular in
+    working precision), and where it declines it writes nothing."""
+    from tuckerkit.decomposition import _linalg
+    from tuckerkit.decomposition._cp_kernels import FUSED_MAX_R
+    from tuckerkit.decomposition._linalg import cp_factor_update
+
+    assert R <= FUSED_MAX_R == 32
+    rng = np.random.default_rng(R)
+    Q, _ = np.linalg.qr(rng.standard_normal((R, R)))
+    eps = np.finfo(dtype).eps
+    spectra = {
+        "definite": np.linspace(1.0, 4.0, R),
+        "rounding-size pivot": np.r_[np.linspace(1.0, 4.0, R - 1), eps * 1e-3] if R > 1 else None,
+        "negative": np.r_[np.linspace(1.0, 4.0, R - 1), -0.5],
+    }
+    lapack = (*_linalg._row_solve()[:5], 0)  # the same update with numpy's Cholesky and _definite
+    for name, w in spectra.items():
+        if w is None:
+            continue
+        V = ((Q * w) @ Q.T).astype(dtype)
+        V = (V + V.T) / 2
+        M = rng.standard_normal((50, R)).astype(dtype)
+        got = []
+        for route in (None, lapack):
+            if route is not None:
+                monkeypatch.setattr(_linalg, "_ROW_SOLVE", route)
+            out = np.full((50, R), 7, dtype)
+            got.append((cp_factor_update(V, M, out, True), out))
+            monkeypatch.undo()
+        (n_fused, out_fused), (n_lapack, out_lapack) = got
+        assert (n_fused is False) == (n_lapack is False), name
+        if n_fused is False:
+            assert name != "definite" and (out_fused == 7).all()
+        else:
+            scale = np.abs(out_lapack).max()
+            np.testing.assert_allclose(out_fused, out_lapack, rtol=0, atol=100 * R * eps * scale)
+            np.testing.assert_allclose(n_fused, n_lapack, rtol=100 * R * eps)
+    V = np.eye(R, dtype=dtype)
+    V[R - 1, R - 1] = np.nan
+    out = np.full((5, R), 7, dtype)
+    assert cp_factor_update(V, np.ones((5, R), dtype), out, False) is False and (out == 7).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_and_lapack_routes_reach_the_same_fits(dtype, monkeypatch):
+    """A whole CP-ALS run (R = 5) with the fused update against the same run with numpy's Cholesky: the fits
+    of every iteration agree to the dtype's rounding, and each route repeats its own bits."""
+    import tuckerkit as tk
+    from tuckerkit.decomposition import _linalg
+
+    rng = np.random.default_rng(2)
+    A, B, C = (rng.standard_normal((n, 5)) for n in (12, 13, 14))
+    X = (np.einsum("ir,jr,kr->ijk", A, B, C) + 0.01 * rng.standard_normal((12, 13, 14))).astype(dtype)
+    runs = {}
+    for route in ("fused", "lapack", "fused"):
+        if route == "lapack":
+            monkeypatch.setattr(_linalg, "_ROW_SOLVE", (*_linalg._row_solve()[:5], 0))
+        res = tk.cp_als(X, 5, max_iter=15, tol=0, random_state=0)
+        monkeypatch.undo()
+        bits = b"".join(U.tobytes() for U in res.factors)
+        assert runs.setdefault(route, (bits, res.fit_history))[0] == bits
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(runs["fused"][1], runs["lapack"][1], rtol=0, atol=1e3 * eps)

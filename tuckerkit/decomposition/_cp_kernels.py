@@ -94,4 +94,68 @@ def cholesky_solve_rows_heap(M, L, U, ss):  # pragma: no cover - compiled
     _solve_rows(M, L, U, ss, np.empty((R, BLOCK), dtype=U.dtype), np.empty((R, BLOCK), dtype=np.float64))
 
 
+#: the largest R whose whole update (:func:`fused_update`: Cholesky, solve, norms) is one compiled call; its
+#: work arrays (L, and the solve's two, 3 x 32 x 32 elements at most: 24 kB in float64) stay on the stack
+FUSED_MAX_R = 32
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cholesky(V, L, eps):  # pragma: no cover - compiled
+    """``L`` (R x R): the lower Cholesky factor of ``V`` read from its lower triangle (as numpy's
+    ``cholesky``), upper triangle zeroed; False when a pivot is not positive (or NaN), or when V is singular in
+    working precision by :func:`tuckerkit.decomposition._linalg._definite`'s rule (smallest squared pivot at
+    most ``eps * R`` times the largest, in float64). Column by column (left-looking, ``?potf2``'s order): each
+    entry its inner products in index order, in V's dtype."""
+    R = V.shape[0]
+    for j in range(R):
+        for i in range(j):
+            L[i, j] = 0
+        s = V[j, j]
+        for k in range(j):
+            s -= L[j, k] * L[j, k]
+        if not s > 0:
+            return False
+        d = np.sqrt(s)
+        L[j, j] = d
+        for i in range(j + 1, R):
+            t = V[i, j]
+            for k in range(j):
+                t -= L[i, k] * L[j, k]
+            L[i, j] = t / d
+    lo = np.inf
+    hi = 0.0
+    for j in range(R):
+        q = np.float64(L[j, j]) ** 2
+        lo = min(lo, q)
+        hi = max(hi, q)
+    return lo > hi * eps * R
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def fused_update(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
+    """CP-ALS's whole factor update for R <= :data:`FUSED_MAX_R` in one call: V's Cholesky factor
+    (:func:`_cholesky`), the rows of ``U V = M`` (:func:`_solve_rows`) with their columns' sums of squares in
+    ``ss``, and with ``normalize`` the columns' norms into ``norms`` (float64; the pieces of ``ss`` added in
+    order, a zero norm taken as 1) and U's columns divided by them (cast to U's dtype). Returns False, with
+    ``U`` untouched, when V is not definite in working precision (the caller's least squares)."""
+    R = M.shape[1]
+    L = stack_matrix(R, R, U)
+    nd = stack_matrix(1, R, U)  # the norms in U's dtype
+    if not _cholesky(V, L, eps):
+        return False
+    _solve_rows(M, L, U, ss, stack_matrix(R, BLOCK, U), stack_matrix(R, BLOCK, 0.0))
+    if normalize:
+        for r in range(R):
+            t = 0.0
+            for p in range(ss.shape[0]):
+                t += ss[p, r]
+            t = np.sqrt(t)
+            norms[r] = t if t != 0 else 1.0
+            nd[0, r] = norms[r]
+        for i in range(U.shape[0]):
+            for r in range(R):
+                U[i, r] /= nd[0, r]
+    return True
+
+
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -85,22 +85,37 @@ def spd_inverse(V: Any) -> Any:
 _RAN: set[tuple[Any, str]] = set()
 
 
-def _row_solve() -> tuple[Any, Any, int, int]:
-    """The compiled row solves and their constants, imported once (numba loads with the first)."""
+def _row_solve() -> tuple[Any, Any, Any, int, int, int]:
+    """The compiled updates and their constants, imported once (numba loads with the first)."""
     global _ROW_SOLVE
     if _ROW_SOLVE is None:
         from tuckerkit.decomposition._cp_kernels import (
             CHUNK,
+            FUSED_MAX_R,
             STACK_MAX_R,
             cholesky_solve_rows,
             cholesky_solve_rows_heap,
+            fused_update,
         )
 
-        _ROW_SOLVE = (cholesky_solve_rows, cholesky_solve_rows_heap, CHUNK, STACK_MAX_R)
+        _ROW_SOLVE = (cholesky_solve_rows, cholesky_solve_rows_heap, fused_update, CHUNK, STACK_MAX_R, FUSED_MAX_R)
     return _ROW_SOLVE
 
 
-_ROW_SOLVE: tuple[Any, Any, int, int] | None = None
+_ROW_SOLVE: tuple[Any, Any, Any, int, int, int] | None = None
+
+
+def _first_run(kernel: Any, dtype: Any, *args: Any) -> Any:
+    """``kernel(*args)``; its first call in a process for a dtype may compile: with SLP on, which packs the row
+    solve's lanes into vector registers."""
+    if (kernel, dtype.char) in _RAN:
+        return kernel(*args)
+    from tuckerkit.sparse._mttkrp import slp_vectorize
+
+    with slp_vectorize():
+        result = kernel(*args)
+    _RAN.add((kernel, dtype.char))
+    return result
 
 
 def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
@@ -109,28 +124,32 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     their norms, which are returned (float64, zero norms as 1); None without ``normalize``. Returns False
     and leaves ``out`` alone when the Cholesky factorization of V fails or shows V singular in working
     precision (:func:`_definite`; the caller takes :func:`spd_solve`'s least squares). One thread (see
-    :mod:`._cp_kernels`)."""
-    solve, heap, chunk, stack_max = _row_solve()
+    :mod:`._cp_kernels`).
+
+    Up to ``FUSED_MAX_R`` columns the whole update, V's Cholesky factor included, is one compiled call
+    (:func:`._cp_kernels.fused_update`): numpy's ``cholesky``, the definiteness check and the norms' numpy
+    calls cost about 30 us an update in Python (R = 3: 33.7 against 4.4 us), which is most of a small
+    tensor's factor step. Larger R factors V with numpy's LAPACK, then the compiled row solve."""
+    solve, heap, fused, chunk, stack_max, fused_max = _row_solve()
+    dtype = out.dtype
+    I, R = M.shape  # noqa: E741
+    if R <= fused_max and V.dtype == dtype and dtype.char in "fd":
+        ss = np.empty((-(-I // chunk), R), dtype=np.float64)
+        norms = np.empty(R, dtype=np.float64)
+        if not _first_run(fused, dtype, np.ascontiguousarray(V), np.ascontiguousarray(M, dtype=dtype), out, ss, norms,
+                          bool(normalize), _EPS[dtype.char]):
+            return False
+        return norms if normalize else None
     try:
         L = np.linalg.cholesky(V)  # numpy's: a sparse CLI run then needs no scipy.linalg import (0.3 s)
     except np.linalg.LinAlgError:
         return False
     if not _definite(L):
         return False
-    dtype = out.dtype
     M = np.ascontiguousarray(M, dtype=dtype)
-    I, R = M.shape  # noqa: E741
     ss = np.empty((-(-I // chunk), R), dtype=np.float64)
     L = np.ascontiguousarray(L, dtype=dtype)
-    kernel = solve if R <= stack_max else heap
-    if (kernel, dtype.char) in _RAN:
-        kernel(M, L, out, ss)
-    else:  # a first call may compile: with SLP, which packs a block's lanes into vector registers
-        from tuckerkit.sparse._mttkrp import slp_vectorize
-
-        with slp_vectorize():
-            kernel(M, L, out, ss)
-        _RAN.add((kernel, dtype.char))
+    _first_run(solve if R <= stack_max else heap, dtype, M, L, out, ss)
     if not normalize:
         return None
     norms = np.sqrt(ss.sum(axis=0))
