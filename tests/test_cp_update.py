@@ -167,17 +167,30 @@ def test_fused_update_declines_what_the_lapack_route_declines(R, dtype, monkeypa
     rng = np.random.default_rng(R)
     Q, _ = np.linalg.qr(rng.standard_normal((R, R)))
     eps = np.finfo(dtype).eps
-    spectra = {
-        "definite": np.linspace(1.0, 4.0, R),
-        "rounding-size pivot": np.r_[np.linspace(1.0, 4.0, R - 1), eps * 1e-3] if R > 1 else None,
-        "negative": np.r_[np.linspace(1.0, 4.0, R - 1), -0.5],
+
+    def spd(w):
+        V = ((Q * w) @ Q.T).astype(dtype)
+        return (V + V.T) / 2
+
+    def tiny_last_pivot():
+        # a definite block and a last pivot of 0.01 eps of the largest, exactly (no rounding in its Schur
+        # complement): positive, so LAPACK factors it, and singular in working precision by the rule
+        V = np.zeros((R, R), dtype)
+        Q1, _ = np.linalg.qr(rng.standard_normal((R - 1, R - 1)))
+        V[:-1, :-1] = (Q1 * np.linspace(1.0, 4.0, R - 1)) @ Q1.T
+        V[:-1, :-1] = (V[:-1, :-1] + V[:-1, :-1].T) / 2
+        V[-1, -1] = 0.01 * eps
+        return V
+
+    matrices = {
+        "definite": spd(np.linspace(1.0, 4.0, R)),
+        "rounding-size pivot": tiny_last_pivot() if R > 1 else None,
+        "negative": spd(np.r_[np.linspace(1.0, 4.0, R - 1), -0.5]),
     }
     lapack = (*_linalg._row_solve()[:5], 0)  # the same update with numpy's Cholesky and _definite
-    for name, w in spectra.items():
-        if w is None:
+    for name, V in matrices.items():
+        if V is None:
             continue
-        V = ((Q * w) @ Q.T).astype(dtype)
-        V = (V + V.T) / 2
         M = rng.standard_normal((50, R)).astype(dtype)
         got = []
         for route in (None, lapack):
@@ -187,9 +200,9 @@ def test_fused_update_declines_what_the_lapack_route_declines(R, dtype, monkeypa
             got.append((cp_factor_update(V, M, out, True), out))
             monkeypatch.undo()
         (n_fused, out_fused), (n_lapack, out_lapack) = got
-        assert (n_fused is False) == (n_lapack is False), name
+        assert (n_fused is False) == (n_lapack is False) == (name != "definite"), name
         if n_fused is False:
-            assert name != "definite" and (out_fused == 7).all()
+            assert (out_fused == 7).all()
         else:
             scale = np.abs(out_lapack).max()
             np.testing.assert_allclose(out_fused, out_lapack, rtol=0, atol=100 * R * eps * scale)

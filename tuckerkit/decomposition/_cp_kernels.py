@@ -95,7 +95,8 @@ def cholesky_solve_rows_heap(M, L, U, ss):  # pragma: no cover - compiled
 
 
 #: the largest R whose whole update (:func:`fused_update`: Cholesky, solve, norms) is one compiled call; its
-#: work arrays (L, and the solve's two, 3 x 32 x 32 elements at most: 24 kB in float64) stay on the stack
+#: work arrays (L, R x R, and the solve's two, R x BLOCK: 2048 elements at most, 16 kB in float64) stay on the
+#: stack
 FUSED_MAX_R = 32
 
 
