@@ -141,3 +141,108 @@ def test_top_eigh_mrrr_matches_syevr(dtype, n, r):
     assert np.abs(V.T @ V - np.eye(r)).max() <= 10 * eps * n
     gap = (w0[r - 1] - np.linalg.eigvalsh(G.astype(np.float64))[::-1][r]) / w0[0] if r < n else 1.0
     assert np.linalg.norm(V @ V.T - V0 @ V0.T, 2) <= 100 * n * eps / gap
+
+
+def _planted(rng, shape, n, dtype, s):
+    """A tensor whose mode-``n`` unfolding has singular values ``s`` (the rest of its rank zero) and known left
+    singular vectors."""
+    I_n = shape[n]
+    rest = [d for i, d in enumerate(shape) if i != n]
+    P = int(np.prod(rest))
+    k = len(s)
+    U = np.linalg.qr(rng.standard_normal((I_n, k)))[0]
+    Vt = np.linalg.qr(rng.standard_normal((P, k)))[0].T
+    M = (U * np.asarray(s, dtype=np.float64)) @ Vt
+    return np.moveaxis(M.reshape(I_n, *rest), 0, n).astype(dtype), U
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("shape", "n", "r"), [
+    ((10, 3, 3), 0, 3),  # HOOI's projection on 10^3 at rank 3: the Gram of the other side (9 x 9)
+    ((3, 10, 3), 1, 2),
+    ((7, 2, 2), 0, 3),  # P = 4 < I_n = 7
+    ((16, 20), 0, 5),  # the mode's own Gram, order 16 (the largest tiny one)
+    ((12, 4, 13), 0, 4),
+    ((4, 4, 4, 4), 3, 3),
+])
+def test_tiny_route_gives_the_svds_subspace(dtype, shape, n, r):
+    """The compiled tiny route (a Gram of order <= TINY_ORDER: Jacobi rotations, Householder QR, the sign fix):
+    the SVD's leading subspace to rounding over the gap, orthonormal, the squared singular values, signs fixed
+    as sign_fix does, and the same answer as the LAPACK route to a few eps."""
+    from tuckerkit.engine import _subspace
+    from tuckerkit.engine._subspace import TINY_ORDER, sign_fix
+
+    rng = np.random.default_rng(sum(shape) + n)
+    I_n = shape[n]
+    P = int(np.prod(shape)) // I_n
+    k = min(I_n, P)
+    s = np.geomspace(10.0, 1.0, k)  # gaps of at least 10^(1/(k-1)) - 1: 0.16 at k = 16
+    Y, U_ref = _planted(rng, shape, n, dtype, s)
+    assert _subspace._tiny(Y, I_n, P, r) and k <= TINY_ORDER
+    U, w = leading_left_singular(Y, n, r, default_policy())
+    from tuckerkit.engine._tiny_kernels import tiny_left_singular
+
+    Uk, wk = np.empty((I_n, r), dtype), np.empty(r)  # the kernel itself took it (it did not decline)
+    assert tiny_left_singular(np.ascontiguousarray(np.moveaxis(Y, n, 0).reshape(I_n, P)), r, Uk, wk)
+    assert Uk.tobytes() == U.tobytes()
+    eps = np.finfo(dtype).eps
+    gap = s[r - 1] ** 2 - s[r] ** 2
+    assert U.shape == (I_n, r) and U.dtype == dtype and U.flags.c_contiguous and w.dtype == dtype
+    assert np.abs(U.T.astype(np.float64) @ U - np.eye(r)).max() <= 10 * k * eps
+    Ur = U_ref[:, :r]
+    resid = U.astype(np.float64) - Ur @ (Ur.T @ U.astype(np.float64))
+    assert np.linalg.norm(resid, 2) <= 100 * k * eps * s[0] ** 2 / gap
+    np.testing.assert_allclose(w, s[:r] ** 2, rtol=100 * k * eps)
+    np.testing.assert_array_equal(U, sign_fix(U))  # each column's largest entry positive already
+    # the LAPACK route on the same input
+    real = _subspace._tiny
+    try:
+        _subspace._tiny = lambda *a: False
+        U2, w2 = leading_left_singular(Y, n, r, default_policy())
+    finally:
+        _subspace._tiny = real
+    np.testing.assert_allclose(U, U2, rtol=0, atol=100 * k * eps * s[0] ** 2 / gap)
+    np.testing.assert_allclose(w, w2, rtol=100 * k * eps)
+    U3, w3 = leading_left_singular(Y.copy(), n, r, default_policy())
+    assert U3.tobytes() == U.tobytes() and w3.tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tiny_route_rank_deficient_and_zero(dtype):
+    """Fewer nonzero singular values than r: the basis stays orthonormal (the Householder QR completes it) and
+    the missing eigenvalues are zero; an all-zero unfolding gives an orthonormal basis and zeros."""
+    from tuckerkit.engine import _subspace
+
+    rng = np.random.default_rng(3)
+    eps = np.finfo(dtype).eps
+    Y, U_ref = _planted(rng, (11, 3, 3), 0, dtype, [5.0, 2.0])  # rank 2, r = 4 from the 9 x 9 Gram
+    assert _subspace._tiny(Y, 11, 9, 4)
+    U, w = leading_left_singular(Y, 0, 4, default_policy())
+    assert np.abs(U.T.astype(np.float64) @ U - np.eye(4)).max() <= 100 * eps
+    np.testing.assert_allclose(w[:2], [25.0, 4.0], rtol=100 * eps)
+    assert np.all(w[2:] >= 0) and np.all(w[2:] <= 100 * eps * 25.0)
+    resid = U[:, :2].astype(np.float64) - U_ref @ (U_ref.T @ U[:, :2].astype(np.float64))
+    assert np.abs(resid).max() <= 1e3 * eps
+    for shape in ((11, 3, 3), (6, 4, 4)):
+        Z = np.zeros(shape, dtype)
+        U, w = leading_left_singular(Z, 0, 3, default_policy())
+        assert np.abs(U.T.astype(np.float64) @ U - np.eye(3)).max() <= 10 * eps and not w.any()
+
+
+def test_tiny_route_declines_non_finite_and_is_taken_only_where_small():
+    """The kernel declines a NaN or Inf (the caller's LAPACK route then decides); the route is taken for real
+    host arrays with a Gram of order <= TINY_ORDER, r below that order, and an I_n x r factor of at most
+    _TINY_FACTOR_ELEMS on the other side."""
+    from tuckerkit.engine import _subspace
+    from tuckerkit.engine._tiny_kernels import tiny_left_singular
+
+    for bad in (np.nan, np.inf):
+        M = np.ones((10, 9))
+        M[3, 4] = bad
+        U, w = np.full((10, 3), 7.0), np.full(3, 7.0)
+        assert tiny_left_singular(M, 3, U, w) is False
+    T = _subspace._tiny
+    assert T(np.ones((16, 17)), 16, 17, 5) and not T(np.ones((17, 17)), 17, 17, 5)
+    assert not T(np.ones((10, 9)), 10, 9, 9) and not T(np.ones((10, 9)), 10, 9, 0)  # r below the order
+    assert T(np.ones((128, 16)), 128, 16, 4) and not T(np.ones((129, 16)), 129, 16, 4)  # 512 factor elements
+    assert not T(np.ones((10, 9), np.complex128), 10, 9, 3) and not T(np.ones((10, 9), np.int64), 10, 9, 3)
