@@ -161,7 +161,7 @@ def _planted(rng, shape, n, dtype, s):
     ((10, 3, 3), 0, 3),  # HOOI's projection on 10^3 at rank 3: the Gram of the other side (9 x 9)
     ((3, 10, 3), 1, 2),
     ((7, 2, 2), 0, 3),  # P = 4 < I_n = 7
-    ((16, 20), 0, 5),  # the mode's own Gram, order 16 (the largest tiny one)
+    ((12, 20), 0, 5),  # the mode's own Gram, order 12 (the largest tiny one)
     ((12, 4, 13), 0, 4),
     ((4, 4, 4, 4), 3, 3),
 ])
@@ -176,7 +176,7 @@ def test_tiny_route_gives_the_svds_subspace(dtype, shape, n, r):
     I_n = shape[n]
     P = int(np.prod(shape)) // I_n
     k = min(I_n, P)
-    s = np.geomspace(10.0, 1.0, k)  # gaps of at least 10^(1/(k-1)) - 1: 0.16 at k = 16
+    s = np.geomspace(10.0, 1.0, k)  # gaps of at least 10^(1/(k-1)) - 1: 0.23 at k = 12
     Y, U_ref = _planted(rng, shape, n, dtype, s)
     assert _subspace._tiny(Y, I_n, P, r) and k <= TINY_ORDER
     U, w = leading_left_singular(Y, n, r, default_policy())
@@ -231,8 +231,8 @@ def test_tiny_route_rank_deficient_and_zero(dtype):
 
 def test_tiny_route_declines_non_finite_and_is_taken_only_where_small():
     """The kernel declines a NaN or Inf (the caller's LAPACK route then decides); the route is taken for real
-    host arrays with a Gram of order <= TINY_ORDER, r below that order, and an I_n x r factor of at most
-    _TINY_FACTOR_ELEMS on the other side."""
+    host arrays with a Gram of order <= TINY_ORDER and at most _TINY_GRAM_MADDS, r below that order, and an
+    I_n x r factor of at most _TINY_FACTOR_ELEMS on the other side."""
     from tuckerkit.engine import _subspace
     from tuckerkit.engine._tiny_kernels import tiny_left_singular
 
@@ -242,7 +242,8 @@ def test_tiny_route_declines_non_finite_and_is_taken_only_where_small():
         U, w = np.full((10, 3), 7.0), np.full(3, 7.0)
         assert tiny_left_singular(M, 3, U, w) is False
     T = _subspace._tiny
-    assert T(np.ones((16, 17)), 16, 17, 5) and not T(np.ones((17, 17)), 17, 17, 5)
+    assert T(np.ones((12, 13)), 12, 13, 5) and not T(np.ones((13, 13)), 13, 13, 5)  # order 12
     assert not T(np.ones((10, 9)), 10, 9, 9) and not T(np.ones((10, 9)), 10, 9, 0)  # r below the order
-    assert T(np.ones((128, 16)), 128, 16, 4) and not T(np.ones((129, 16)), 129, 16, 4)  # 512 factor elements
+    assert T(np.ones((128, 4)), 128, 4, 3) and not T(np.ones((172, 4)), 172, 4, 3)  # 512 factor elements
+    assert T(np.ones((4, 1638)), 4, 1638, 2) and not T(np.ones((4, 1639)), 4, 1639, 2)  # 16384 Gram madds
     assert not T(np.ones((10, 9), np.complex128), 10, 9, 3) and not T(np.ones((10, 9), np.int64), 10, 9, 3)

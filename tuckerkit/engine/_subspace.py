@@ -389,10 +389,11 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
       measured in ``benchmarks/roofline.py``). float64: the leading pairs by MRRR (:func:`_top_eigh_mrrr`,
       ``?syevr`` if LAPACK fails); float32 / complex: ``?syevr`` / ``?heevr``.
 
-    On the host, a real array whose Gram (on either route) has order at most :data:`TINY_ORDER` = 16 (HOOI's
+    On the host, a real array whose Gram (on either route) has order at most :data:`TINY_ORDER` = 12 (HOOI's
     steps on small tensors) takes one compiled call instead (:mod:`._tiny_kernels`: the Gram in float64, cyclic
     Jacobi rotations, the leading pairs, a thin Householder QR on the second route, the sign fix), with ``r``
-    below that order and, on the second route, an I_n x r factor of at most 512 entries: 18 instead of 97 us
+    below that order, a Gram of at most 16384 multiply-adds and, on the second route, an I_n x r factor of at
+    most 512 entries: 18 instead of 97 us
     for a 10 x 3 x 3 projection, HOOI on 10^3 at rank 3 0.56x the time (10 iterations; 10^4 0.67x), the same
     subspace to rounding over the gap. Where it declines (not finite, or not converged) LAPACK's route runs.
 
@@ -458,8 +459,12 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
 
 
 #: the largest Gram order :func:`leading_left_singular` gives the compiled tiny route (:mod:`._tiny_kernels`:
-#: cyclic Jacobi rotations, about 3 n^3 flops a sweep and six to ten sweeps; beyond, LAPACK's solvers are as fast)
-TINY_ORDER = 16
+#: cyclic Jacobi rotations, about 3 n^3 flops a sweep and six to ten sweeps). Measured against the LAPACK route
+#: (one thread, the call alone): order 9-10 0.11-0.51x the time, 12 0.45-0.59x, but 16 0.85-1.32x
+TINY_ORDER = 12
+#: the most multiply-adds of the tiny route's Gram (n (n + 1) / 2 times the long side, one chain each, not
+#: vectorized): 4 x 1000 0.28x the LAPACK route's time, but a 16 x 2000 unfolding 2.1x
+_TINY_GRAM_MADDS = 16384
 #: the most elements of the I_n x r factor the tiny route's other side (I_n > P) works on, three arrays of them
 #: on the kernel's stack (12 kB in float64)
 _TINY_FACTOR_ELEMS = 512
@@ -467,11 +472,13 @@ _TINY_FACTOR_ELEMS = 512
 
 def _tiny(Y: Any, I_n: int, P: int, r: int) -> bool:
     """Whether :func:`leading_left_singular` takes the compiled tiny route (:mod:`._tiny_kernels`): a real host
-    array whose smaller side's Gram has order at most ``TINY_ORDER``, ``r`` below that order, and (Gram of
-    the other side) an I_n x r factor of at most ``_TINY_FACTOR_ELEMS``."""
+    array whose smaller side's Gram has order at most ``TINY_ORDER`` and takes at most ``_TINY_GRAM_MADDS``,
+    ``r`` below that order, and (Gram of the other side) an I_n x r factor of at most ``_TINY_FACTOR_ELEMS``."""
     if type(Y) not in (np.ndarray, np.memmap) or Y.dtype.char not in "fd" or not 0 < r < min(I_n, P):
         return False
-    return min(I_n, P) <= TINY_ORDER and (I_n <= P or I_n * r <= _TINY_FACTOR_ELEMS)
+    n = min(I_n, P)
+    return (n <= TINY_ORDER and n * (n + 1) // 2 * max(I_n, P) <= _TINY_GRAM_MADDS
+            and (I_n <= P or I_n * r <= _TINY_FACTOR_ELEMS))
 
 
 def _tiny_left(Y: np.ndarray, n: int, I_n: int, P: int, r: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -83,12 +83,12 @@ def _jacobi(A, V, n):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
-    """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` at
-    most 16, ``r < min(I, P)``) into ``U`` (I x r, M's dtype), signs fixed (each column's entry of largest
-    magnitude positive, the first on a tie), and the matching eigenvalues of ``M M^T`` into ``w`` (float64,
-    decreasing, clipped at zero). ``I <= P``: the eigenvectors of ``M M^T``; else those of ``M^T M``, ``V``,
-    and ``U`` the Q of the thin Householder QR of ``M V``. Returns False (``U`` and ``w`` not to be used) when
-    M is not finite or the rotations do not converge."""
+    """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
+    n x n work arrays on the stack: the caller bounds it; ``r < min(I, P)``) into ``U`` (I x r, M's dtype),
+    signs fixed (each column's entry of largest magnitude positive, the first on a tie), and the matching
+    eigenvalues of ``M M^T`` into ``w`` (float64, decreasing, clipped at zero). ``I <= P``: the eigenvectors of
+    ``M M^T``; else those of ``M^T M``, ``V``, and ``U`` the Q of the thin Householder QR of ``M V``. Returns
+    False (``U`` and ``w`` not to be used) when M is not finite or the rotations do not converge."""
     I, P = M.shape  # noqa: E741
     first = I <= P
     n = I if first else P
