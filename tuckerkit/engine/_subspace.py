@@ -393,9 +393,9 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
     steps on small tensors) takes one compiled call instead (:mod:`._tiny_kernels`: the Gram in float64, cyclic
     Jacobi rotations, the leading pairs, a thin Householder QR on the second route, the sign fix), with ``r``
     below that order, a Gram of at most 16384 multiply-adds and, on the second route, an I_n x r factor of at
-    most 512 entries: 18 instead of 97 us
-    for a 10 x 3 x 3 projection, HOOI on 10^3 at rank 3 0.56x the time (10 iterations; 10^4 0.67x), the same
-    subspace to rounding over the gap. Where it declines (not finite, or not converged) LAPACK's route runs.
+    most 512 entries: 18 instead of 97 us for a 10 x 3 x 3 projection, HOOI on 10^3 at rank 3 0.56x the time
+    (10 iterations; 10^4 0.67x), the same subspace to rounding over the gap. Where it declines (not finite, or
+    not converged) LAPACK's route runs.
 
     On the host, a float64 Gram of order 96 or more first tries the certified subspace iteration of
     :func:`_top_eigh_subspace` (both routes): 2.8x faster than ``?syevr`` on a 200 x 200 Gram with a spectral
@@ -486,8 +486,7 @@ def _tiny_left(Y: np.ndarray, n: int, I_n: int, P: int, r: int) -> tuple[np.ndar
     or not converged): the caller's LAPACK route then."""
     from tuckerkit.engine._tiny_kernels import tiny_left_singular
 
-    M = np.ascontiguousarray((Y if n == 0 else Y.transpose((n, *(m for m in range(Y.ndim) if m != n))))
-                             .reshape(I_n, P))
+    M = _unfolding(Y, n, I_n, P)
     U = np.empty((I_n, r), dtype=Y.dtype)
     w = np.empty(r, dtype=np.float64)
     if not tiny_left_singular(M, r, U, w):
@@ -505,9 +504,14 @@ def _small_gram(Y: np.ndarray, n: int, I_n: int, P: int) -> Any:
     """``Y_(n) Y_(n)^T`` of a small real array: one SYRK (exactly symmetric) on the unfolding, copied when mode
     ``n`` is not the first (a few kB). The planned Gram's fixed costs are several times this on HOOI's small
     projections: 20 x 5 x 5, 4.8 against 32.5 us."""
-    M = np.ascontiguousarray((Y if n == 0 else Y.transpose((n, *(m for m in range(Y.ndim) if m != n))))
-                             .reshape(I_n, P))
+    M = _unfolding(Y, n, I_n, P)
     return M @ M.T  # (numpy's SYRK: M and M.T one C-contiguous buffer)
+
+
+def _unfolding(Y: np.ndarray, n: int, I_n: int, P: int) -> np.ndarray:
+    """The mode-``n`` unfolding of a small array as one C-contiguous I_n x P matrix (copied unless it is one)."""
+    return np.ascontiguousarray((Y if n == 0 else Y.transpose((n, *(m for m in range(Y.ndim) if m != n))))
+                                .reshape(I_n, P))
 
 
 def _top_gram_pairs(G: Any, r: int, P: int, start: Any = None,
