@@ -325,7 +325,8 @@ def test_certified_subspace_iteration_refuses_what_it_cannot_certify(rng):
     assert _top_eigh_subspace(A @ A.T, 10) is None  # no gap: refused after its first check
     G = _planted_gram(rng, 200, 10, 1e-2)
     assert _top_eigh_subspace(G.astype(np.float32), 10) is None
-    assert _top_eigh_subspace(G[:64, :64].copy(), 10) is None
+    assert _top_eigh_subspace(G[:12, :12].copy(), 3) is None  # below the compiled iteration's orders
+    assert _top_eigh_subspace(G[:64, :64].copy(), 17) is None  # above its ranks, below the numpy one's orders
     assert _top_eigh_subspace(np.zeros((200, 200)), 10) is None
     for bad in (np.nan, np.inf):
         B = G.copy()
@@ -381,7 +382,8 @@ def test_certified_subspace_iteration_from_a_warm_start(rng, n, r, noise):
     cold = _top_eigh_subspace(G, r)
     assert out is not None
     check(out)
-    assert (cold is None) == (n < _subspace.SUBSPACE_MIN_ORDER)  # (too small for a cold start)
+    # (too small for a cold start, unless the compiled iteration takes the order)
+    assert (cold is None) == (n < _subspace.SUBSPACE_MIN_ORDER and not _subspace._compiled_order(n, r))
     for ignored in (warm.astype(np.float32), warm[:, :-1].copy()):
         got = _top_eigh_subspace(G, r, ignored)
         assert got is None if cold is None else got[1].tobytes() == cold[1].tobytes()
@@ -421,6 +423,7 @@ def test_hooi_warm_starts_its_factor_steps(rng):
     assert calls and all(calls) and len(calls) == 12  # 4 iterations x 3 modes, each warm and certified
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_subspace, "WARM_MIN_ORDER", 10**9)  # no warm starts: LAPACK at this order
+        mp.setattr(_subspace, "_compiled_order", lambda n, r: False)
         cold = tk.hooi(X, 10, init=init, tol=0, max_iter=4)
     eps = np.finfo(np.float64).eps
     assert abs(res.fit - cold.fit) <= 1e3 * eps

@@ -81,6 +81,51 @@ def _jacobi(A, V, n):  # pragma: no cover - compiled
     return False
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _house_q(B, m, k, H, Q):  # pragma: no cover - compiled
+    """The Q (``m x k``, into ``Q[:m, :k]``) of the thin Householder QR of ``B[:m, :k]`` (overwritten; ``m >= k``),
+    ``H`` an ``m x k`` work array for the reflectors' vectors (unit norm, or zero for none). A zero column
+    leaves the identity's column: an orthonormal completion, as LAPACK's."""
+    for j in range(k):
+        nrm = 0.0
+        for a in range(j, m):
+            nrm += B[a, j] * B[a, j]
+        nrm = np.sqrt(nrm)
+        for a in range(m):
+            H[a, j] = 0.0
+        if nrm == 0.0:
+            continue
+        alpha = -nrm if B[j, j] >= 0.0 else nrm
+        for a in range(j, m):
+            H[a, j] = B[a, j]
+        H[j, j] -= alpha
+        vn = 0.0
+        for a in range(j, m):
+            vn += H[a, j] * H[a, j]
+        vn = np.sqrt(vn)
+        if vn == 0.0:
+            continue
+        for a in range(j, m):
+            H[a, j] /= vn
+        for c in range(j, k):  # B := (I - 2 h h^T) B
+            d = 0.0
+            for a in range(j, m):
+                d += H[a, j] * B[a, c]
+            for a in range(j, m):
+                B[a, c] -= 2.0 * d * H[a, j]
+    # Q = H_0 H_1 ... H_{k-1} applied to the first k columns of the identity
+    for a in range(m):
+        for c in range(k):
+            Q[a, c] = 1.0 if a == c else 0.0
+    for j in range(k - 1, -1, -1):
+        for c in range(k):
+            d = 0.0
+            for a in range(j, m):
+                d += H[a, j] * Q[a, c]
+            for a in range(j, m):
+                Q[a, c] -= 2.0 * d * H[a, j]
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
     """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
@@ -139,45 +184,8 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
                     t += np.float64(M[a, p]) * V[p, k]
                 B[a, j] = t
         H = stack_matrix(I, r, 0.0)  # the reflectors' vectors (unit norm, or zero for none)
-        for j in range(r):
-            nrm = 0.0
-            for a in range(j, I):
-                nrm += B[a, j] * B[a, j]
-            nrm = np.sqrt(nrm)
-            for a in range(I):
-                H[a, j] = 0.0
-            if nrm == 0.0:
-                continue
-            alpha = -nrm if B[j, j] >= 0.0 else nrm
-            for a in range(j, I):
-                H[a, j] = B[a, j]
-            H[j, j] -= alpha
-            vn = 0.0
-            for a in range(j, I):
-                vn += H[a, j] * H[a, j]
-            vn = np.sqrt(vn)
-            if vn == 0.0:
-                continue
-            for a in range(j, I):
-                H[a, j] /= vn
-            for c in range(j, r):  # B := (I - 2 h h^T) B
-                d = 0.0
-                for a in range(j, I):
-                    d += H[a, j] * B[a, c]
-                for a in range(j, I):
-                    B[a, c] -= 2.0 * d * H[a, j]
-        # Q = H_0 H_1 ... H_{r-1} applied to the first r columns of the identity
         Q = stack_matrix(I, r, 0.0)
-        for a in range(I):
-            for c in range(r):
-                Q[a, c] = 1.0 if a == c else 0.0
-        for j in range(r - 1, -1, -1):
-            for c in range(r):
-                d = 0.0
-                for a in range(j, I):
-                    d += H[a, j] * Q[a, c]
-                for a in range(j, I):
-                    Q[a, c] -= 2.0 * d * H[a, j]
+        _house_q(B, I, r, H, Q)
         for a in range(I):
             for c in range(r):
                 U[a, c] = Q[a, c]
@@ -191,5 +199,181 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
                 U[a, j] = -U[a, j]
     return True
 
+
+@njit(cache=True, nogil=True, inline="always")
+def _orthonormalize(B, k, n):  # pragma: no cover - compiled
+    """The rows of ``B[:k, :n]`` made orthonormal in place by Gram-Schmidt, each row projected off the earlier
+    ones twice (classical Gram-Schmidt twice: orthonormal to rounding while ``cond(B) eps < 1``). False when a
+    row is (to rounding) in the span of the earlier ones, or not finite."""
+    for j in range(k):
+        before = 0.0
+        for i in range(n):
+            before += B[j, i] * B[j, i]
+        if not (before > 0.0 and np.isfinite(before)):
+            return False
+        for _ in range(2):
+            for a in range(j):
+                d = 0.0
+                for i in range(n):
+                    d += B[a, i] * B[j, i]
+                for i in range(n):
+                    B[j, i] -= d * B[a, i]
+        after = 0.0
+        for i in range(n):
+            after += B[j, i] * B[j, i]
+        if not after > 1e-20 * before:
+            return False
+        inv = 1.0 / np.sqrt(after)
+        for i in range(n):
+            B[j, i] *= inv
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ritz_rotate(G, QT, ZT, k, n, A, S, th, order, T):  # pragma: no cover - compiled
+    """Rayleigh-Ritz on the block: the pairs of the symmetrized ``Q^T G Q`` (``ZT = Q^T G``) by Jacobi, the values
+    into ``th[0]`` (decreasing, the lower index first on a tie), and the rows of ``QT`` and ``ZT`` replaced by
+    the Ritz vectors and ``G`` times them, in that order (``T`` a ``k x n`` work array). The next block then
+    starts near its Ritz basis, so its rotations converge in a sweep or two. False when not converged."""
+    for a in range(k):
+        for b in range(a + 1):
+            t = 0.0
+            u = 0.0
+            for i in range(n):
+                t += QT[a, i] * ZT[b, i]
+                u += QT[b, i] * ZT[a, i]
+            if not np.isfinite(t + u):
+                return False
+            A[a, b] = 0.5 * (t + u)
+            A[b, a] = A[a, b]
+    if not _jacobi(A, S, k):
+        return False
+    for a in range(k):
+        order[0, a] = 0.0
+    for j in range(k):
+        best = -1
+        for a in range(k):
+            if order[0, a] == 0.0 and (best < 0 or A[a, a] > A[best, best]):
+                best = a
+        order[0, best] = 1.0
+        th[0, j] = A[best, best]
+        order[1, j] = best
+    for X in (QT, ZT):
+        for j in range(k):
+            c = int(order[1, j])
+            for i in range(n):
+                T[j, i] = 0.0
+            for a in range(k):
+                s = S[a, c]
+                for i in range(n):
+                    T[j, i] += s * X[a, i]
+        for j in range(k):
+            for i in range(n):
+                X[j, i] = T[j, i]
+    return True
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def certified_top(G, r, S0, budget, U, w):  # pragma: no cover - compiled
+    """The ``r`` leading eigenpairs of the symmetric float64 ``n x n`` Gram ``G`` (C-contiguous, both triangles
+    read) by block subspace iteration with Rayleigh-Ritz, certified as
+    :func:`~tuckerkit.engine._subspace._top_eigh_subspace` certifies them, into ``U`` (``n x r``) and ``w``
+    (decreasing), the signs fixed as :func:`~tuckerkit.engine._subspace.sign_fix` fixes them. ``S0`` (``n x k``,
+    ``r < k < n``): the start block (an estimate of the leading vectors in its
+    first columns, or a fixed seeded block), orthonormalized first; at most ``budget`` steps. Returns 1 when
+    certified, 0 when refused (a flat spectrum after the r-th pair, no convergence within the budget, pairs it
+    cannot certify as the leading ones, a norm outside ``2^-400 .. 2^400``, a block that loses rank, or not
+    finite): ``U`` and ``w`` are then not to be used. The block is kept as rows (``k x n``), so every product
+    runs along a contiguous row of ``n``."""
+    n = G.shape[0]
+    k = S0.shape[1]
+    eps = 2.220446049250313e-16
+    QT = stack_matrix(k, n, 0.0)
+    ZT = stack_matrix(k, n, 0.0)
+    T = stack_matrix(k, n, 0.0)
+    A = stack_matrix(k, k, 0.0)
+    S = stack_matrix(k, k, 0.0)
+    th = stack_matrix(1, k, 0.0)
+    order = stack_matrix(2, k, 0.0)
+    for j in range(k):
+        for i in range(n):
+            QT[j, i] = S0[i, j]
+    if not _orthonormalize(QT, k, n):
+        return 0
+    normF = 0.0
+    tol = 0.0
+    for step in range(1, budget + 1):
+        for j in range(k):  # Z^T = Q^T G (G symmetric), a row of G at a time, summed in the same order
+            for i in range(n):
+                ZT[j, i] = 0.0
+            for m in range(n):
+                q = QT[j, m]
+                for i in range(n):
+                    ZT[j, i] += q * G[m, i]
+        if step == 1:  # a flat spectrum (no gap after the r-th pair) stops here, at the cost of one step
+            if not _ritz_rotate(G, QT, ZT, k, n, A, S, th, order, T):
+                return 0
+            t0 = th[0, r - 1]
+            if not (t0 > 0.0 and abs(th[0, k - 1]) < 0.5 * t0):
+                return 0
+            for i in range(n):
+                for m in range(n):
+                    normF += G[i, m] * G[i, m]
+            normF = np.sqrt(normF)
+            if not (2.0 ** -400 <= normF <= 2.0 ** 400):
+                return 0
+            tol = 8 * n * eps * normF
+        elif step % 2 == 0 or step == budget:
+            if not _ritz_rotate(G, QT, ZT, k, n, A, S, th, order, T):
+                return 0
+            t0 = th[0, r - 1]
+            if not t0 > 0.0:
+                return 0
+            # the Ritz vectors V are QT's first r rows, G V ZT's: the residuals R = G V - V theta
+            res2 = 0.0
+            sum2 = 0.0
+            gv2 = 0.0
+            for j in range(r):
+                col2 = 0.0
+                for i in range(n):
+                    d = ZT[j, i] - QT[j, i] * th[0, j]
+                    col2 += d * d
+                    gv2 += ZT[j, i] * ZT[j, i]
+                res2 = max(res2, col2)
+                sum2 += col2
+            res = np.sqrt(res2)
+            if res <= tol:
+                # each eigenvalue of G off the Ritz pairs lies within ||R||_F of one of P G P's, whose norm is at
+                # most sqrt(||G||_F^2 - 2 ||G V||_F^2 + ||V^T G V||_F^2) (its rounding added)
+                vgv2 = 0.0
+                for a in range(r):
+                    for b in range(r):
+                        t = 0.0
+                        for i in range(n):
+                            t += QT[a, i] * ZT[b, i]
+                        vgv2 += t * t
+                rest2 = normF * normF - 2 * gv2 + vgv2
+                rest = np.sqrt(max(rest2 + 8 * n * eps * normF * normF, 0.0))
+                if rest + 2 * np.sqrt(sum2) + tol < t0:
+                    for j in range(r):  # signs fixed as sign_fix's: each column's largest entry positive
+                        w[j] = th[0, j]
+                        best = 0
+                        for i in range(1, n):
+                            if abs(QT[j, i]) > abs(QT[j, best]):
+                                best = i
+                        sg = -1.0 if QT[j, best] < 0 else 1.0
+                        for i in range(n):
+                            U[i, j] = sg * QT[j, i]
+                    return 1
+                return 0  # converged to pairs it cannot certify as the leading ones
+            rho = abs(th[0, k - 1]) / t0  # (about the residuals' shrink per step)
+            if not rho < 1.0 or step + np.log(tol / res) / np.log(max(rho, 1e-300)) > budget:
+                return 0
+        for j in range(k):
+            for i in range(n):
+                QT[j, i] = ZT[j, i]
+        if not _orthonormalize(QT, k, n):
+            return 0
+    return 0
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
