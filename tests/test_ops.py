@@ -434,6 +434,94 @@ def test_hooi_warm_starts_its_factor_steps(rng):
     assert again.core.tobytes() == res.core.tobytes()
 
 
+@pytest.mark.parametrize(("n", "r", "noise"), [(14, 3, 1e-2), (20, 5, 1e-2), (37, 7, 1e-3), (64, 10, 1e-2),
+                                                (64, 10, 0.1), (100, 16, 1e-2), (128, 12, 1e-2)])
+def test_compiled_iteration_matches_lapack(rng, n, r, noise):
+    """On the orders and ranks the compiled iteration takes (certified_top), cold and from a warm start: LAPACK's
+    pairs to a few eps over each pair's gap, orthonormal, the signs already sign_fix's, the Gram unmodified,
+    the same bits on a repeat; the numpy iteration is not consulted."""
+    import scipy.linalg
+
+    from tuckerkit.engine import _subspace
+    from tuckerkit.engine._subspace import _top_eigh_subspace, sign_fix
+
+    assert _subspace._compiled_order(n, r)
+    G = _planted_gram(rng, n, r, noise)
+    G0 = G.copy()
+    wl, Vl = scipy.linalg.eigh(G0, subset_by_index=[n - r - 1, n - 1])
+    wl, Vl = wl[::-1], np.ascontiguousarray(Vl[:, ::-1])
+    eps = np.finfo(np.float64).eps
+    normG = np.linalg.norm(G0, 2)
+    gaps = np.minimum(np.abs(np.diff(wl, prepend=np.inf))[:r], np.abs(np.diff(wl))[:r])
+    warm = Vl[:, :r] + 1e-3 * rng.standard_normal((n, r))
+    outs = [_top_eigh_subspace(G, r), _top_eigh_subspace(G, r, warm)]
+    for out in outs:
+        assert out is not None
+        w, V = out
+        np.testing.assert_array_equal(G, G0)
+        np.testing.assert_allclose(w, wl[:r], rtol=0, atol=64 * n * eps * normG)
+        assert V.tobytes() == sign_fix(V).tobytes()
+        err = np.abs(V - sign_fix(Vl[:, :r])).max(axis=0)
+        assert np.all(err <= 64 * n * eps * normG / gaps), (err, gaps)
+        np.testing.assert_allclose(V.T @ V, np.eye(r), rtol=0, atol=64 * n * eps)
+    with pytest.MonkeyPatch.context() as mp:  # (the numpy iteration's every step calls _thin_q: not reached)
+        mp.setattr(_subspace, "_thin_q", None)
+        for start, (w, V) in zip((None, warm), outs, strict=True):
+            w2, V2 = _top_eigh_subspace(G, r, start)
+            assert w2.tobytes() == w.tobytes() and V2.tobytes() == V.tobytes()
+
+
+def test_compiled_iteration_refuses_what_it_cannot_certify(rng):
+    """The compiled iteration returns None (LAPACK decides) for a flat spectrum, zeros, a NaN or Inf, a norm
+    whose squares would underflow or overflow, a Gram whose leading eigenvector its fixed start cannot see (the
+    Ritz pairs converge at once; only the bound on the rest of the spectrum tells), a negative eigenvalue larger
+    in magnitude than the r-th, and an r-th eigenvalue equal to the next; from a wrong warm start it gives the
+    leading pairs or None, never other pairs."""
+    import scipy.linalg
+
+    from tuckerkit.engine import _subspace
+    from tuckerkit.engine._subspace import _top_eigh_subspace, sign_fix
+
+    n, r = 64, 10
+    k = r + max(4, r // 2)
+    assert _subspace._compiled_order(n, r)
+    A = rng.standard_normal((n, 3 * n))
+    assert _top_eigh_subspace(A @ A.T, r) is None
+    assert _top_eigh_subspace(np.zeros((n, n)), r) is None
+    G = _planted_gram(rng, n, r, 1e-2)
+    assert _top_eigh_subspace(G, r) is not None
+    for bad in (np.nan, np.inf):
+        B = G.copy()
+        B[3, 3] = bad
+        assert _top_eigh_subspace(B, r) is None
+        assert _top_eigh_subspace(B, r, np.linalg.eigh(G)[1][:, -r:].copy()) is None
+    for scale, refused in ((1e-170, True), (1e-60, False), (1e100, False), (1e200, True)):
+        assert (_top_eigh_subspace(G * scale, r) is None) == refused
+    Q0 = _subspace._COMPILED_STARTS[(n, k)]
+    u = rng.standard_normal(n)
+    u -= Q0 @ (Q0.T @ u)
+    u /= np.linalg.norm(u)
+    mu = np.linspace(2.0, 1.0, k) * 1e-3 + np.linspace(1.0, 0.5, k) * (np.arange(k) < r)
+    for hidden in (5.0, 0.7):  # above every eigenvalue of the block; between its 9th and 10th
+        blind = (Q0 * mu[None, :]) @ Q0.T + hidden * np.outer(u, u)
+        assert hidden in np.round(np.linalg.eigvalsh(blind)[-r:], 12)
+        assert _top_eigh_subspace(blind, r) is None
+    w, U = np.linalg.eigh(G)
+    for w2 in (np.where(np.arange(n) == 0, -20.0, w), np.where(np.arange(n) == n - r - 1, w[n - r], w)):
+        assert _top_eigh_subspace((U * w2[None, :]) @ U.T, r) is None
+    wl, Vl = scipy.linalg.eigh(G, subset_by_index=[n - r - 1, n - 1])
+    wl, Vl = wl[::-1], np.ascontiguousarray(Vl[:, ::-1])
+    gaps = np.minimum(np.abs(np.diff(wl, prepend=np.inf))[:r], np.abs(np.diff(wl))[:r])
+    eps = np.finfo(np.float64).eps
+    other = np.linalg.eigh(A @ A.T)[1][:, -r:]  # another matrix's vectors
+    for start in (other, Vl[:, 1:r + 1], np.zeros((n, r))):  # ... and one blind to the leading vector
+        got = _top_eigh_subspace(G, r, np.ascontiguousarray(start))
+        if got is not None:
+            np.testing.assert_allclose(got[0], wl[:r], rtol=0, atol=64 * n * eps * np.linalg.norm(G, 2))
+            err = np.abs(got[1] - sign_fix(Vl[:, :r])).max(axis=0)
+            assert np.all(err <= 64 * n * eps * np.linalg.norm(G, 2) / gaps)
+
+
 @pytest.mark.parametrize("scale", [1e-170, 1e-83, 1e-60, 1e60, 1e150, 1e200])
 def test_certified_subspace_iteration_at_extreme_scales(rng, scale):
     """A Gram scaled toward the ends of float64: refused where its squares would underflow or overflow (LAPACK,
