@@ -471,6 +471,39 @@ def test_compiled_iteration_matches_lapack(rng, n, r, noise):
             assert w2.tobytes() == w.tobytes() and V2.tobytes() == V.tobytes()
 
 
+@pytest.mark.parametrize(("n", "r"), [(20, 5), (64, 10), (128, 12)])
+def test_compiled_iteration_on_a_float32_gram(rng, n, r):
+    """A float32 Gram (and a float32 warm start) on the compiled iteration's orders: the pairs of its exact
+    float64 copy, rounded to float32 (LAPACK's float64 pairs of that copy to float32's rounding over the gaps),
+    orthonormal to float32's eps, signs fixed, the same bits on a repeat; ?ssyevr's own answer is no closer."""
+    import scipy.linalg
+
+    from tuckerkit.engine._subspace import _top_eigh_subspace, sign_fix
+
+    G = _planted_gram(rng, n, r, 1e-2).astype(np.float32)
+    G64 = G.astype(np.float64)
+    wl, Vl = scipy.linalg.eigh(G64, subset_by_index=[n - r - 1, n - 1])
+    wl, Vl = wl[::-1], np.ascontiguousarray(Vl[:, ::-1])
+    gaps = np.minimum(np.abs(np.diff(wl, prepend=np.inf))[:r], np.abs(np.diff(wl))[:r])
+    eps32 = float(np.finfo(np.float32).eps)
+    normG = np.linalg.norm(G64, 2)
+    Vs = scipy.linalg.eigh(G, subset_by_index=[n - r, n - 1])[1]  # LAPACK in float32
+    err_lapack32 = np.abs(sign_fix(np.ascontiguousarray(Vs[:, ::-1])) - sign_fix(Vl[:, :r])).max()
+    for start in (None, (Vl[:, :r] + 1e-3 * rng.standard_normal((n, r))).astype(np.float32)):
+        out = _top_eigh_subspace(G, r, start)
+        assert out is not None
+        w, V = out
+        assert w.dtype == np.float32 and V.dtype == np.float32
+        np.testing.assert_allclose(w, wl[:r], rtol=2 * eps32, atol=0)
+        assert V.tobytes() == sign_fix(V).tobytes()
+        err = np.abs(V.astype(np.float64) - sign_fix(Vl[:, :r])).max(axis=0)
+        assert np.all(err <= eps32 + 64 * n * np.finfo(np.float64).eps * normG / gaps), (err, gaps)
+        assert err.max() <= err_lapack32
+        np.testing.assert_allclose(V.T.astype(np.float64) @ V, np.eye(r), rtol=0, atol=4 * n * eps32)
+        again = _top_eigh_subspace(G, r, start)
+        assert again[0].tobytes() == w.tobytes() and again[1].tobytes() == V.tobytes()
+
+
 def test_compiled_iteration_refuses_what_it_cannot_certify(rng):
     """The compiled iteration returns None (LAPACK decides) for a flat spectrum, zeros, a NaN or Inf, a norm
     whose squares would underflow or overflow, a Gram whose leading eigenvector its fixed start cannot see (the

@@ -188,7 +188,7 @@ def _top_eigh_subspace(G: np.ndarray, r: int,
 
     On orders and ranks :func:`_compiled_order` accepts, the iteration is one compiled call instead
     (:func:`_compiled_top`; the same certificate, a block of ``r + 1`` columns from a warm start, its own step
-    budget, the signs fixed), tried from a cold start too.
+    budget, the signs fixed), tried from a cold start too, and on float32 Grams as well (their float64 copy).
 
     The budget: at most ``0.6 n / k + 2`` steps (below the cost of LAPACK's tridiagonal route), and an early
     stop when the Ritz values' ratio ``theta_k / theta_r`` (about the residuals' shrink per step) predicts
@@ -202,8 +202,8 @@ def _top_eigh_subspace(G: np.ndarray, r: int,
     n = G.shape[0]
     k = r + max(4, r // 2)
     warm = start is not None and start.shape == (n, r) and start.dtype == np.float64
-    if G.dtype == np.float64 and _compiled_order(n, r):
-        return _compiled_top(G, r, start if warm else None)
+    if G.dtype.char in "fd" and _compiled_order(n, r):
+        return _compiled_top(G, r, start if _warm_start_ok(start, n, r) and start.dtype == G.dtype else None)
     if G.dtype != np.float64 or n < (WARM_MIN_ORDER if warm else SUBSPACE_MIN_ORDER) or 3 * k > n or r < 1:
         return None
     Q = _SUBSPACE_STARTS.get((n, k))
@@ -288,12 +288,17 @@ def _compiled_order(n: int, r: int) -> bool:
 
 def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_top_eigh_subspace` by one compiled call (:func:`._tiny_kernels.certified_top`: the same
-    certificate, a block of ``r + 1`` columns from a warm start and ``r + 2`` from the fixed seeded one, kept as
-    rows so every product runs along contiguous memory, Rayleigh-Ritz by Jacobi rotations), or None when it
-    refuses, within :data:`COMPILED_STEPS` steps."""
+    certificate, a block of ``r + 1`` columns from a warm start and ``r + max(4, r // 2)`` from the fixed seeded
+    one, kept as rows so every product runs along contiguous memory, Rayleigh-Ritz by Jacobi rotations), or None
+    when it refuses, within :data:`COMPILED_STEPS` steps. A float32 Gram: the iteration certifies the pairs of
+    its exact float64 copy, which are returned rounded to float32 (more accurate than ``?ssyevr``'s)."""
     from tuckerkit.engine._tiny_kernels import certified_top
 
     n = G.shape[0]
+    dtype = G.dtype
+    if dtype != np.float64:  # (float32: the iteration on the Gram's exact float64 copy; results rounded back)
+        G = G.astype(np.float64)
+        start = None if start is None else start.astype(np.float64)
     k = r + 1 if start is not None else r + max(4, r // 2)
     Q = _COMPILED_STARTS.get((n, k))
     if Q is None:
@@ -305,7 +310,7 @@ def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.n
     w = np.empty(r)
     if not certified_top(np.ascontiguousarray(G), r, S0, COMPILED_STEPS, U, w):
         return None
-    return w, U
+    return (w, U) if dtype == np.float64 else (w.astype(dtype), U.astype(dtype))
 
 class SubspaceBackoff:
     """One mode's memory, over one decomposition call, of whether :func:`_top_eigh_subspace` certified its
@@ -488,7 +493,7 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
         warm = start if xp is np and _warm_start_ok(start, I_n, r) else None
         G = to_host(G)  # (a device Gram of small order: its eigenproblem on the host)
         top = _tried(G, r, warm, backoff if warm is not None else None) if r < I_n else None
-        if top is not None and G.dtype.char == "d" and _compiled_order(I_n, r):  # (its signs already fixed)
+        if top is not None and G.dtype.char in "fd" and _compiled_order(I_n, r):  # (its signs already fixed)
             return _on_host(xp, top[1], top[0])
         if top is None:
             with blas_pinned():
@@ -511,7 +516,8 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
         return _on_host(xp, sign_fix(np.ascontiguousarray(Q)), np.clip(w, 0, None).astype(real, copy=False))
     with blas_pinned():
         G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
-        W = M.T @ start if _warm_start_ok(start, I_n, r) and M.dtype.char == "d" else None
+        W = M.T @ start if _warm_start_ok(start, I_n, r) and (M.dtype.char == "d" or _compiled_order(P, r)) \
+            else None
         w, V = _top_gram_pairs(G, r, P, W, backoff if W is not None else None)
         Q = _thin_q(M @ V)
     return sign_fix(np.ascontiguousarray(Q)), np.maximum(w, 0).astype(real, copy=False)
@@ -578,16 +584,19 @@ def _top_gram_pairs(G: Any, r: int, P: int, start: Any = None,
     """The ``r`` leading eigenpairs of the host's P x P Gram ``G`` (may be overwritten): the certified subspace
     iteration (from ``start`` when given; unless ``backoff`` skips it), then MRRR (float64), else ``?syevr`` /
     ``?heevr``."""
-    # float64 only: float32's ?stemr measured slower than ?ssyevr's subset route (1.2x on 100 x 100, r = 10)
-    top = _tried(G, r, start, backoff) if G.dtype.char == "d" and r < P else None
+    # the iteration: float64, or float32 on the compiled one's orders; MRRR float64 only (float32's ?stemr
+    # measured slower than ?ssyevr's subset route: 1.2x on 100 x 100, r = 10)
+    tried = G.dtype.char == "d" or (G.dtype.char == "f" and _compiled_order(P, r))
+    top = _tried(G, r, start, backoff) if tried and r < P else None
     if top is None and G.dtype.char == "d" and r < P:
         top = _top_eigh_mrrr(G, r)
     return top if top is not None else eigh_desc(G, r)
 
 
 def _warm_start_ok(start: Any, I_n: int, r: int) -> bool:
-    """Whether ``start`` can warm-start the subspace iteration: a host float64 ``I_n x r`` array."""
-    return isinstance(start, np.ndarray) and start.dtype == np.float64 and start.shape == (I_n, r)
+    """Whether ``start`` can warm-start the subspace iteration: a host ``I_n x r`` array, float64 (float32 too
+    for the compiled iteration's orders: :func:`_top_eigh_subspace` checks)."""
+    return isinstance(start, np.ndarray) and start.dtype.char in "fd" and start.shape == (I_n, r)
 
 
 def gram_route(shape: tuple[int, ...], n: int, r: int) -> bool:
