@@ -203,7 +203,8 @@ def _top_eigh_subspace(G: np.ndarray, r: int,
     k = r + max(4, r // 2)
     warm = start is not None and start.shape == (n, r) and start.dtype == np.float64
     if G.dtype.char in "fd" and _compiled_order(n, r):
-        return _compiled_top(G, r, start if _warm_start_ok(start, n, r) and start.dtype == G.dtype else None)
+        ok = start is not None and _warm_start_ok(start, n, r) and start.dtype == G.dtype
+        return _compiled_top(G, r, start if ok else None)
     if G.dtype != np.float64 or n < (WARM_MIN_ORDER if warm else SUBSPACE_MIN_ORDER) or 3 * k > n or r < 1:
         return None
     Q = _SUBSPACE_STARTS.get((n, k))
