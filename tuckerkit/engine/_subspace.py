@@ -290,8 +290,8 @@ def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.n
     """:func:`_top_eigh_subspace` by one compiled call (:func:`._tiny_kernels.certified_top`: the same
     certificate, a block of ``r + 1`` columns from a warm start and ``r + 2`` from the fixed seeded one, kept as
     rows so every product runs along contiguous memory, Rayleigh-Ritz by Jacobi rotations), or None when it
-    refuses, within :data:`COMPILED_STEPS` steps. Cold, ``r + 2`` columns measured 0.55-0.85x LAPACK's time on
-    planted Grams of order 20-128 (``r + max(4, r // 2)``, the numpy iteration's, 0.66-1.1x), refusing one of
+    refuses, within :data:`COMPILED_STEPS` steps. Cold, ``r + 2`` columns measured 0.51-0.64x LAPACK's time on
+    planted Grams of order 20-128 (``r + max(4, r // 2)``, the numpy iteration's, 0.60-1.11x), refusing one of
     seven (order 100 at 10 % noise: 81 us, then LAPACK). A float32 Gram: the iteration certifies the pairs of
     its exact float64 copy, which are returned rounded to float32 (more accurate than ``?ssyevr``'s)."""
     from tuckerkit.engine._tiny_kernels import certified_top
@@ -310,7 +310,7 @@ def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.n
     S0 = Q if start is None else np.concatenate((start, Q[:, :1]), axis=1)
     U = np.empty((n, r))
     w = np.empty(r)
-    if not certified_top(np.ascontiguousarray(G), r, S0, COMPILED_STEPS, U, w):
+    if not certified_top(np.ascontiguousarray(G), r, S0, COMPILED_STEPS, start is None, U, w):
         return None
     return (w, U) if dtype == np.float64 else (w.astype(dtype), U.astype(dtype))
 

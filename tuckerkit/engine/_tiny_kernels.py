@@ -283,7 +283,7 @@ def _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):  # pragma: no cover - compil
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def certified_top(G, r, S0, budget, U, w):  # pragma: no cover - compiled
+def certified_top(G, r, S0, budget, first_check, U, w):  # pragma: no cover - compiled
     """The ``r`` leading eigenpairs of the symmetric float64 ``n x n`` Gram ``G`` (C-contiguous, both triangles
     read) by block subspace iteration with Rayleigh-Ritz, certified as
     :func:`~tuckerkit.engine._subspace._top_eigh_subspace` certifies them, into ``U`` (``n x r``) and ``w``
@@ -292,7 +292,9 @@ def certified_top(G, r, S0, budget, U, w):  # pragma: no cover - compiled
     first columns, or a fixed seeded block), orthonormalized first; at most ``budget`` steps. Returns 1 when
     certified, 0 when refused (a flat spectrum after the r-th pair, no convergence within the budget, pairs it
     cannot certify as the leading ones, a norm outside ``2^-400 .. 2^400``, a block that loses rank, or not
-    finite): ``U`` and ``w`` are then not to be used. The block is kept as rows (``k x n``), so every product
+    finite): ``U`` and ``w`` are then not to be used. ``first_check``: a Rayleigh-Ritz after the first step too,
+    whose Ritz values refuse a flat spectrum at the cost of one step (from a cold start; from a warm one the
+    block is first checked after two steps, one Rayleigh-Ritz fewer). The block is kept as rows (``k x n``), so every product
     runs along a contiguous row of ``n``."""
     n = G.shape[0]
     k = S0.shape[1]
@@ -310,7 +312,13 @@ def certified_top(G, r, S0, budget, U, w):  # pragma: no cover - compiled
     if not _orthonormalize(QT, k, n):
         return 0
     normF = 0.0
-    tol = 0.0
+    for i in range(n):
+        for m in range(n):
+            normF += G[i, m] * G[i, m]
+    normF = np.sqrt(normF)
+    if not (2.0 ** -400 <= normF <= 2.0 ** 400):  # (also a NaN or Inf)
+        return 0
+    tol = 8 * n * eps * normF
     for step in range(1, budget + 1):
         for j in range(k):  # Z^T = Q^T G (G symmetric), a row of G at a time, summed in the same order
             for i in range(n):
@@ -319,19 +327,12 @@ def certified_top(G, r, S0, budget, U, w):  # pragma: no cover - compiled
                 q = QT[j, m]
                 for i in range(n):
                     ZT[j, i] += q * G[m, i]
-        if step == 1:  # a flat spectrum (no gap after the r-th pair) stops here, at the cost of one step
+        if step == 1 and first_check:  # a flat spectrum (no gap after the r-th pair) stops here
             if not _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):
                 return 0
             t0 = th[0, r - 1]
             if not (t0 > 0.0 and abs(th[0, k - 1]) < 0.5 * t0):
                 return 0
-            for i in range(n):
-                for m in range(n):
-                    normF += G[i, m] * G[i, m]
-            normF = np.sqrt(normF)
-            if not (2.0 ** -400 <= normF <= 2.0 ** 400):
-                return 0
-            tol = 8 * n * eps * normF
         elif step % 2 == 0 or step == budget:
             if not _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):
                 return 0
