@@ -294,8 +294,8 @@ def certified_top(G, r, S0, budget, first_check, U, w):  # pragma: no cover - co
     cannot certify as the leading ones, a norm outside ``2^-400 .. 2^400``, a block that loses rank, or not
     finite): ``U`` and ``w`` are then not to be used. ``first_check``: a Rayleigh-Ritz after the first step too,
     whose Ritz values refuse a flat spectrum at the cost of one step (from a cold start; from a warm one the
-    block is first checked after two steps, one Rayleigh-Ritz fewer). The block is kept as rows (``k x n``), so every product
-    runs along a contiguous row of ``n``."""
+    block is first checked after two steps, one Rayleigh-Ritz fewer). The block is kept as rows (``k x n``), so
+    every product runs along a contiguous row of ``n``."""
     n = G.shape[0]
     k = S0.shape[1]
     eps = 2.220446049250313e-16
