@@ -280,8 +280,8 @@ _COMPILED_STARTS: dict[tuple[int, int], np.ndarray] = {}
 
 
 def _compiled_order(n: int, r: int) -> bool:
-    """Whether :func:`_top_eigh_subspace` runs the compiled iteration on an ``n x n`` float64 Gram for ``r``
-    pairs: an order in :data:`COMPILED_ORDERS`, ``1 <= r <=`` :data:`COMPILED_MAX_RANK` and a cold block
+    """Whether :func:`_top_eigh_subspace` runs the compiled iteration on an ``n x n`` float64 or float32 Gram
+    for ``r`` pairs: an order in :data:`COMPILED_ORDERS`, ``1 <= r <=`` :data:`COMPILED_MAX_RANK` and a cold block
     (``r + 2`` columns) of at most half the order."""
     return COMPILED_ORDERS[0] <= n <= COMPILED_ORDERS[1] and 1 <= r <= COMPILED_MAX_RANK and 2 * (r + 2) <= n
 
@@ -313,6 +313,7 @@ def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.n
     if not certified_top(np.ascontiguousarray(G), r, S0, COMPILED_STEPS, start is None, U, w):
         return None
     return (w, U) if dtype == np.float64 else (w.astype(dtype), U.astype(dtype))
+
 
 class SubspaceBackoff:
     """One mode's memory, over one decomposition call, of whether :func:`_top_eigh_subspace` certified its

@@ -92,51 +92,6 @@ def _jacobi(A, V, n):  # pragma: no cover - compiled
     return False
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _house_q(B, m, k, H, Q):  # pragma: no cover - compiled
-    """The Q (``m x k``, into ``Q[:m, :k]``) of the thin Householder QR of ``B[:m, :k]`` (overwritten; ``m >= k``),
-    ``H`` an ``m x k`` work array for the reflectors' vectors (unit norm, or zero for none). A zero column
-    leaves the identity's column: an orthonormal completion, as LAPACK's."""
-    for j in range(k):
-        nrm = 0.0
-        for a in range(j, m):
-            nrm += B[a, j] * B[a, j]
-        nrm = np.sqrt(nrm)
-        for a in range(m):
-            H[a, j] = 0.0
-        if nrm == 0.0:
-            continue
-        alpha = -nrm if B[j, j] >= 0.0 else nrm
-        for a in range(j, m):
-            H[a, j] = B[a, j]
-        H[j, j] -= alpha
-        vn = 0.0
-        for a in range(j, m):
-            vn += H[a, j] * H[a, j]
-        vn = np.sqrt(vn)
-        if vn == 0.0:
-            continue
-        for a in range(j, m):
-            H[a, j] /= vn
-        for c in range(j, k):  # B := (I - 2 h h^T) B
-            d = 0.0
-            for a in range(j, m):
-                d += H[a, j] * B[a, c]
-            for a in range(j, m):
-                B[a, c] -= 2.0 * d * H[a, j]
-    # Q = H_0 H_1 ... H_{k-1} applied to the first k columns of the identity
-    for a in range(m):
-        for c in range(k):
-            Q[a, c] = 1.0 if a == c else 0.0
-    for j in range(k - 1, -1, -1):
-        for c in range(k):
-            d = 0.0
-            for a in range(j, m):
-                d += H[a, j] * Q[a, c]
-            for a in range(j, m):
-                Q[a, c] -= 2.0 * d * H[a, j]
-
-
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
     """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
@@ -195,8 +150,45 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
                     t += np.float64(M[a, p]) * V[p, k]
                 B[a, j] = t
         H = stack_matrix(I, r, 0.0)  # the reflectors' vectors (unit norm, or zero for none)
+        for j in range(r):
+            nrm = 0.0
+            for a in range(j, I):
+                nrm += B[a, j] * B[a, j]
+            nrm = np.sqrt(nrm)
+            for a in range(I):
+                H[a, j] = 0.0
+            if nrm == 0.0:
+                continue
+            alpha = -nrm if B[j, j] >= 0.0 else nrm
+            for a in range(j, I):
+                H[a, j] = B[a, j]
+            H[j, j] -= alpha
+            vn = 0.0
+            for a in range(j, I):
+                vn += H[a, j] * H[a, j]
+            vn = np.sqrt(vn)
+            if vn == 0.0:
+                continue
+            for a in range(j, I):
+                H[a, j] /= vn
+            for c in range(j, r):  # B := (I - 2 h h^T) B
+                d = 0.0
+                for a in range(j, I):
+                    d += H[a, j] * B[a, c]
+                for a in range(j, I):
+                    B[a, c] -= 2.0 * d * H[a, j]
+        # Q = H_0 H_1 ... H_{r-1} applied to the first r columns of the identity
         Q = stack_matrix(I, r, 0.0)
-        _house_q(B, I, r, H, Q)
+        for a in range(I):
+            for c in range(r):
+                Q[a, c] = 1.0 if a == c else 0.0
+        for j in range(r - 1, -1, -1):
+            for c in range(r):
+                d = 0.0
+                for a in range(j, I):
+                    d += H[a, j] * Q[a, c]
+                for a in range(j, I):
+                    Q[a, c] -= 2.0 * d * H[a, j]
         for a in range(I):
             for c in range(r):
                 U[a, c] = Q[a, c]
