@@ -335,9 +335,20 @@ def test_certified_subspace_iteration_refuses_what_it_cannot_certify(rng):
     n, r = 200, 10
     k = r + max(4, r // 2)
     assert _top_eigh_subspace(G, r) is not None
-    Q0 = _subspace._SUBSPACE_STARTS[(n, k)]
     # an invariant subspace = the start's span (eigenvalues 1.0 .. 0.68 and small ones) and one eigenvalue off
     # it that belongs among the leading r: 0.7, between the block's 9th and 10th (0.716, 0.68)
+    _assert_blind_and_bad_spectra_refused(rng, G, _subspace._SUBSPACE_STARTS[(n, k)], r)
+
+
+def _assert_blind_and_bad_spectra_refused(rng, G, Q0, r):
+    """``_top_eigh_subspace`` refuses (1) a Gram whose leading eigenvector is orthogonal to the fixed start
+    ``Q0`` (``n x k``): the start's span is invariant (eigenvalues 1.0 .. 0.5 on its first r columns, ~1e-3
+    on the rest) and the eigenvalue off it, 5.0 or 0.7, is among the leading r; (2) ``G`` with a negative
+    eigenvalue larger in magnitude than the r-th (the block converges to the others); (3) ``G`` with its r-th
+    eigenvalue equal to the next (no gap)."""
+    from tuckerkit.engine._subspace import _top_eigh_subspace
+
+    n, k = Q0.shape
     u = rng.standard_normal(n)
     u -= Q0 @ (Q0.T @ u)
     u /= np.linalg.norm(u)
@@ -346,8 +357,6 @@ def test_certified_subspace_iteration_refuses_what_it_cannot_certify(rng):
         blind = (Q0 * mu[None, :]) @ Q0.T + hidden * np.outer(u, u)
         assert hidden in np.round(np.linalg.eigvalsh(blind)[-r:], 12)
         assert _top_eigh_subspace(blind, r) is None
-    # a negative eigenvalue larger in magnitude than the r-th (the block converges to the others), and an r-th
-    # eigenvalue equal to the next (no gap): refused
     w, U = np.linalg.eigh(G)
     for w2 in (np.where(np.arange(n) == 0, -20.0, w), np.where(np.arange(n) == n - r - 1, w[n - r], w)):
         assert _top_eigh_subspace((U * w2[None, :]) @ U.T, r) is None
@@ -530,18 +539,7 @@ def test_compiled_iteration_refuses_what_it_cannot_certify(rng):
         assert _top_eigh_subspace(B, r, np.linalg.eigh(G)[1][:, -r:].copy()) is None
     for scale, refused in ((1e-170, True), (1e-60, False), (1e100, False), (1e200, True)):
         assert (_top_eigh_subspace(G * scale, r) is None) == refused
-    Q0 = _subspace._COMPILED_STARTS[(n, k)]
-    u = rng.standard_normal(n)
-    u -= Q0 @ (Q0.T @ u)
-    u /= np.linalg.norm(u)
-    mu = np.linspace(2.0, 1.0, k) * 1e-3 + np.linspace(1.0, 0.5, k) * (np.arange(k) < r)
-    for hidden in (5.0, 0.7):  # above every eigenvalue of the block; among its leading r
-        blind = (Q0 * mu[None, :]) @ Q0.T + hidden * np.outer(u, u)
-        assert hidden in np.round(np.linalg.eigvalsh(blind)[-r:], 12)
-        assert _top_eigh_subspace(blind, r) is None
-    w, U = np.linalg.eigh(G)
-    for w2 in (np.where(np.arange(n) == 0, -20.0, w), np.where(np.arange(n) == n - r - 1, w[n - r], w)):
-        assert _top_eigh_subspace((U * w2[None, :]) @ U.T, r) is None
+    _assert_blind_and_bad_spectra_refused(rng, G, _subspace._COMPILED_STARTS[(n, k)], r)
     wl, Vl = scipy.linalg.eigh(G, subset_by_index=[n - r - 1, n - 1])
     wl, Vl = wl[::-1], np.ascontiguousarray(Vl[:, ::-1])
     gaps = np.minimum(np.abs(np.diff(wl, prepend=np.inf))[:r], np.abs(np.diff(wl))[:r])

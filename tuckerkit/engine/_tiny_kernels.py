@@ -92,6 +92,21 @@ def _jacobi(A, V, n):  # pragma: no cover - compiled
     return False
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _leading(A, n, m, order):  # pragma: no cover - compiled
+    """The indices of the ``m`` largest diagonal entries of ``A[:n, :n]``, decreasing (the lower index first on a
+    tie), into ``order[1, :m]``; ``order[0, :n]`` is scratch (marks)."""
+    for a in range(n):
+        order[0, a] = 0.0
+    for j in range(m):
+        best = -1
+        for a in range(n):
+            if order[0, a] == 0.0 and (best < 0 or A[a, a] > A[best, best]):
+                best = a
+        order[0, best] = 1.0
+        order[1, j] = best
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
     """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
@@ -121,21 +136,13 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
     if not _jacobi(A, V, n):
         return False
     # the leading r, decreasing (the lower index first on a tie): a selection over the eigenvalues
-    idx = stack_matrix(1, n, 0.0)
-    for k in range(n):
-        idx[0, k] = 0.0
-    order = stack_matrix(1, r, 0.0)
+    order = stack_matrix(2, n, 0.0)
+    _leading(A, n, r, order)
     for j in range(r):
-        best = -1
-        for k in range(n):
-            if idx[0, k] == 0.0 and (best < 0 or A[k, k] > A[best, best]):
-                best = k
-        idx[0, best] = 1.0
-        order[0, j] = best
-        w[j] = max(A[best, best], 0.0)
+        w[j] = max(A[int(order[1, j]), int(order[1, j])], 0.0)
     if first:
         for j in range(r):
-            k = int(order[0, j])
+            k = int(order[1, j])
             for a in range(I):
                 U[a, j] = V[a, k]
     else:
@@ -144,7 +151,7 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
         B = stack_matrix(I, r, 0.0)
         for a in range(I):
             for j in range(r):
-                k = int(order[0, j])
+                k = int(order[1, j])
                 t = 0.0
                 for p in range(P):
                     t += np.float64(M[a, p]) * V[p, k]
@@ -232,6 +239,19 @@ def _orthonormalize(B, k, n):  # pragma: no cover - compiled
     return True
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _combine_rows(C, X, out, k, m, n):  # pragma: no cover - compiled
+    """``out[j, :n] = sum_a C[j, a] X[a, :n]`` for ``j < k``, ``a < m``: a row of ``X`` at a time, added in the
+    order of ``a`` (the same bits on every call), each along a contiguous row."""
+    for j in range(k):
+        for i in range(n):
+            out[j, i] = 0.0
+        for a in range(m):
+            c = C[j, a]
+            for i in range(n):
+                out[j, i] += c * X[a, i]
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):  # pragma: no cover - compiled
     """Rayleigh-Ritz on the block: the pairs of the symmetrized ``Q^T G Q`` (``ZT = Q^T G``) by Jacobi, the values
@@ -251,25 +271,14 @@ def _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):  # pragma: no cover - compil
             A[b, a] = A[a, b]
     if not _jacobi(A, S, k):
         return False
-    for a in range(k):
-        order[0, a] = 0.0
+    _leading(A, k, k, order)
     for j in range(k):
-        best = -1
+        th[0, j] = A[int(order[1, j]), int(order[1, j])]
+    for j in range(k):  # (A is free now: the vectors' coefficients, one row each, in the values' order)
         for a in range(k):
-            if order[0, a] == 0.0 and (best < 0 or A[a, a] > A[best, best]):
-                best = a
-        order[0, best] = 1.0
-        th[0, j] = A[best, best]
-        order[1, j] = best
+            A[j, a] = S[a, int(order[1, j])]
     for X in (QT, ZT):
-        for j in range(k):
-            c = int(order[1, j])
-            for i in range(n):
-                T[j, i] = 0.0
-            for a in range(k):
-                s = S[a, c]
-                for i in range(n):
-                    T[j, i] += s * X[a, i]
+        _combine_rows(A, X, T, k, k, n)
         for j in range(k):
             for i in range(n):
                 X[j, i] = T[j, i]
@@ -314,13 +323,7 @@ def certified_top(G, r, S0, budget, first_check, U, w):  # pragma: no cover - co
         return 0
     tol = 8 * n * eps * normF
     for step in range(1, budget + 1):
-        for j in range(k):  # Z^T = Q^T G (G symmetric), a row of G at a time, summed in the same order
-            for i in range(n):
-                ZT[j, i] = 0.0
-            for m in range(n):
-                q = QT[j, m]
-                for i in range(n):
-                    ZT[j, i] += q * G[m, i]
+        _combine_rows(QT, G, ZT, k, n, n)  # Z^T = Q^T G (G symmetric)
         if step == 1 and first_check:  # a flat spectrum (no gap after the r-th pair) stops here
             if not _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):
                 return 0
