@@ -291,8 +291,8 @@ def certified_top(G, r, S0, budget, first_check, U, w):  # pragma: no cover - co
     read) by block subspace iteration with Rayleigh-Ritz, certified as
     :func:`~tuckerkit.engine._subspace._top_eigh_subspace` certifies them, into ``U`` (``n x r``) and ``w``
     (decreasing), the signs fixed as :func:`~tuckerkit.engine._subspace.sign_fix` fixes them. ``S0`` (``n x k``,
-    ``r < k < n``): the start block (an estimate of the leading vectors in its
-    first columns, or a fixed seeded block), orthonormalized first; at most ``budget`` steps. Returns 1 when
+    ``r < k < n``): the start block (an estimate of the leading vectors in its first columns, or a fixed seeded
+    block), orthonormalized first; at most ``budget`` steps. Returns 1 when
     certified, 0 when refused (a flat spectrum after the r-th pair, no convergence within the budget, pairs it
     cannot certify as the leading ones, a norm outside ``2^-400 .. 2^400``, a block that loses rank, or not
     finite): ``U`` and ``w`` are then not to be used. ``first_check``: a Rayleigh-Ritz after the first step too,
