@@ -176,3 +176,56 @@ def test_hooi_with_the_rough_start_still_refuses_nan_with_its_count(rng):
     X[5, 6, 7], X[50, 60, 70] = np.nan, np.inf
     with pytest.raises(ValueError, match=r"^X contains 2 NaN or infinite value\(s\); remove or impute them first$"):
         tk.hooi(X, 3)
+
+
+needs_tiles = pytest.mark.skipif(not _gram._tiles_apply(),
+                                 reason="the tile kernel runs on AVX2 CPUs with 256-bit vectors")
+
+
+@needs_tiles
+@pytest.mark.parametrize("In", [1, 5, 6, 7, 13, 16, 17, 33, 50])
+def test_the_tile_kernel_is_the_gram_to_float32_rounding(rng, In, monkeypatch):
+    """The tile kernel (:func:`_gram._start_gram_tiles`) on sizes that fill no tile exactly (rows of 6, columns
+    of 16) and on runs and windows that divide neither the pieces nor each other: within the bound of float32
+    sums over one window, (window + 2) eps32 |W|^T |W|; exactly symmetric; the diagonal's float64 squares;
+    the same bits for one or two workers, for any run length (each entry is one chain over its window) and on
+    a repeat; W unchanged."""
+    K = 301
+    W = rng.standard_normal((K, In))
+    before = W.copy()
+    cuts, window = [0, 97, 203, K], 41
+    ref = W.T @ W
+    absref = np.abs(W).T @ np.abs(W)
+    monkeypatch.setattr(_gram, "_TILE_RUN", 11)
+    G, ssq = _gram._start_gram_tiles(W, cuts, window, TWO)
+    assert np.all(np.abs(G - ref) <= (window + 2) * EPS32 * absref)
+    if In > 1:
+        assert np.abs(G - ref).max() > 1e3 * EPS64 * np.abs(ref).max()  # (float32 products)
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_allclose(ssq, np.diag(ref), rtol=K * EPS64, atol=0)
+    G1, s1 = _gram._start_gram_tiles(W, cuts, window, ONE)
+    np.testing.assert_array_equal(G1, G)
+    np.testing.assert_array_equal(s1, ssq)
+    for run in (1, 41, 1000):
+        monkeypatch.setattr(_gram, "_TILE_RUN", run)
+        Gr, sr = _gram._start_gram_tiles(W, cuts, window, TWO)
+        np.testing.assert_array_equal(Gr, G)
+        np.testing.assert_array_equal(sr, ssq)
+    np.testing.assert_array_equal(W, before)
+
+
+@needs_tiles
+def test_the_tile_kernel_takes_the_last_mode_of_a_c_array_only(rng, monkeypatch):
+    """start_gram's last mode of a C array (the first of an F array) goes to the tile kernel with SSYRK's
+    pieces and blocks; its first mode and its middle ones keep numpy's SSYRK (a transpose to round them)."""
+    calls = []
+    real = _gram._start_gram_tiles
+    monkeypatch.setattr(_gram, "_start_gram_tiles", lambda W, cuts, window, pol: calls.append(
+        (W.shape, cuts[-1], window)) or real(W, cuts, window, pol))
+    X = rng.standard_normal((60, 70, 80))
+    kb = max(16, _gram._START_BLOCK_BYTES // (4 * 80))
+    for mode in (0, 1, 2):
+        assert start_gram(X, mode, TWO) is not None
+    assert calls == [((60 * 70, 80), 60 * 70, kb)]
+    assert start_gram(np.asfortranarray(X), 0, TWO) is not None
+    assert calls[1] == ((70 * 80, 60), 70 * 80, max(16, _gram._START_BLOCK_BYTES // (4 * 60)))

@@ -1,5 +1,7 @@
 """Compiled helpers of :func:`tuckerkit.engine._gram.start_gram`: a block of a float64 unfolding rounded to
-float32, its rows' squares summed in float64 on the way (numba, cached on disk; imported on first use)."""
+float32, its rows' squares summed in float64 on the way, and (:func:`gram_single`) the whole float32 Gram of a
+range of the unfolding's columns on the register-blocked microkernels of the small-rank TTM
+(:mod:`tuckerkit.engine._simd`) (numba, cached on disk; imported on first use)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,11 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
+from tuckerkit.engine._simd import gblock1, gblock2, gblock3, gblock4, gblock5, gblock6
+
+#: rows of one tile of :func:`gram_single` (``_simd.MAX_RB``) and its columns (two 256-bit float32 vectors)
+GRAM_TILE_ROWS = 6
+GRAM_TILE_COLS = 16
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
@@ -58,6 +65,55 @@ def to_single_slabs(xv, a, b, out, ss):  # pragma: no cover (compiled)
     R = xv.shape[2]
     for s in range(a, b):
         to_single_rows(xv[s], 0, R, out[:, (s - a) * R:(s - a + 1) * R], ss)
+
+
+@njit(nogil=True, **NO_RUNTIME)
+def _gram_tile(rb, B, j0, Ip, n, r0, A, acc):  # pragma: no cover (compiled)
+    # A[r0 + r, j0:j0 + 16] (+)= sum_i B[i, r0 + r] * B[i, j0:j0 + 16] for r < rb, i < n (B, A: rows of Ip)
+    if rb == 6:
+        gblock6(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+    elif rb == 5:
+        gblock5(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+    elif rb == 4:
+        gblock4(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+    elif rb == 3:
+        gblock3(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+    elif rb == 2:
+        gblock2(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+    else:
+        gblock1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def gram_single(v, a, b, kb, kc, B, A, part, ss):  # pragma: no cover (compiled)
+    # Rows [a, b) of v (K, In), each a column of the unfolding: part[j, l] (l <= j) += the float32 sum over each
+    # window of kb rows (from a) of float32(v[k, j]) float32(v[k, l]), one chain of fused multiply-adds per
+    # entry in row order; ss[j] += v[k, j]^2 in float64, in row order. A window goes through in runs of at most
+    # kc rows: each run rounded to float32 into B (n x Ip; Ip = In rounded up to 16, the pad columns zero, set
+    # by the caller), then the lower triangle's tiles of 6 x 16 entries of A (Ip x Ip, float32) go on over the
+    # run's rows (``acc``: the chains continue from A's values after a window's first run, so the runs do not
+    # change a bit).
+    In = v.shape[1]
+    Ip = (In + 15) // 16 * 16
+    for w0 in range(a, b, kb):
+        w1 = min(w0 + kb, b)
+        acc = 0
+        for s0 in range(w0, w1, kc):
+            n = min(s0 + kc, w1) - s0
+            for k in range(n):
+                o = k * Ip
+                for j in range(In):
+                    x = v[s0 + k, j]
+                    B[o + j] = np.float32(x)
+                    ss[j] += x * x
+            for r0 in range(0, In, 6):
+                rb = min(6, In - r0)
+                for j0 in range(0, r0 + rb, 16):  # (every strip that holds an entry on or below the diagonal)
+                    _gram_tile(rb, B, j0, Ip, n, r0, A, acc)
+            acc = 1
+        for j in range(In):
+            for col in range(j + 1):
+                part[j, col] += A[j * Ip + col]
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
