@@ -217,15 +217,41 @@ def test_the_tile_kernel_is_the_gram_to_float32_rounding(rng, In, monkeypatch):
 @needs_tiles
 def test_the_tile_kernel_takes_the_last_mode_of_a_c_array_only(rng, monkeypatch):
     """start_gram's last mode of a C array (the first of an F array) goes to the tile kernel with SSYRK's
-    pieces and blocks; its first mode and its middle ones keep numpy's SSYRK (a transpose to round them)."""
+    pieces (float32 sums over ``_TILE_WINDOW`` columns); its first mode and its middle ones keep numpy's SSYRK
+    (a transpose to round them)."""
     calls = []
     real = _gram._start_gram_tiles
     monkeypatch.setattr(_gram, "_start_gram_tiles", lambda W, cuts, window, pol: calls.append(
         (W.shape, cuts[-1], window)) or real(W, cuts, window, pol))
     X = rng.standard_normal((60, 70, 80))
-    kb = max(16, _gram._START_BLOCK_BYTES // (4 * 80))
     for mode in (0, 1, 2):
         assert start_gram(X, mode, TWO) is not None
-    assert calls == [((60 * 70, 80), 60 * 70, kb)]
+    assert calls == [((60 * 70, 80), 60 * 70, _gram._TILE_WINDOW)]
     assert start_gram(np.asfortranarray(X), 0, TWO) is not None
-    assert calls[1] == ((70 * 80, 60), 70 * 80, max(16, _gram._START_BLOCK_BYTES // (4 * 60)))
+    assert calls[1] == ((70 * 80, 60), 70 * 80, _gram._TILE_WINDOW)
+
+
+@needs_tiles
+@pytest.mark.parametrize("order, mode", [("C", 2), ("F", 0)])
+def test_a_long_float32_gram_takes_the_tile_kernel(rng, monkeypatch, order, mode):
+    """A float32 Gram whose unfolding's transpose has unit-stride rows and is long enough for column pieces
+    goes to the tile kernel: the float32 sums over windows of ``_TILE_WINDOW`` columns, the rest in float64,
+    one rounding at the end: within (window + 2) eps32 |X_(n)| |X_(n)|^T + eps32 |G| of the float64 Gram;
+    exactly symmetric; the same bits for one or two workers; X unchanged."""
+    X = _tensor(rng, (60, 70, 80), order).astype(np.float32)
+    before = X.copy()
+    calls = []
+    real = _gram._start_gram_tiles
+    monkeypatch.setattr(_gram, "_start_gram_tiles", lambda *a: calls.append(a[0].shape) or real(*a))
+    G = as_operand(X).gram(mode, policy=TWO)
+    In = X.shape[mode]
+    assert calls == [(X.size // In, In)]
+    assert G.dtype == np.float32
+    X64 = X.astype(np.float64)
+    ref = _dense_gram(X64, mode, None, ONE)
+    absref = _dense_gram(np.abs(X64), mode, None, ONE)
+    bound = (_gram._TILE_WINDOW + 2) * EPS32 * absref + EPS32 * np.abs(ref)
+    assert np.all(np.abs(G - ref) <= bound)
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_array_equal(as_operand(X).gram(mode, policy=ONE), G)
+    np.testing.assert_array_equal(X, before)

@@ -141,12 +141,19 @@ def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
     of workers). 200^3's first mode: 25-35 ms on two workers, against 78-98 ms for the row blocks below (each
     block read up to all of ``V`` again) and 49 ms for OpenBLAS's own two-thread SYRK. The partials are at most
     an eighth of ``V``'s bytes and 64 MiB; when that leaves fewer than two pieces, the lower triangle is cut
-    into row blocks of equal work (a fixed cut, each block written by one product), then mirrored."""
+    into row blocks of equal work (a fixed cut, each block written by one product), then mirrored. A float32
+    ``V`` whose transpose has rows of unit stride takes the same column pieces on the tile kernel
+    (:func:`_start_gram_tiles`) where it applies."""
     In, K = V.shape
     flops = In * In * K
     n_cols = _column_pieces(In, K, V.itemsize)
     if n_cols >= 2:
         cuts_k = [K * i // n_cols for i in range(n_cols + 1)]
+        if G.dtype == np.float32 and V.strides[0] == V.itemsize and _tiles_apply():
+            # (float32 rows of V^T with a unit stride: the tile kernel, float32 sums over short windows, the
+            # windows and partials added in float64, one rounding at the end)
+            G[...] = _start_gram_tiles(V.T, cuts_k, _TILE_WINDOW, policy)[0]
+            return
         parts = np.empty((n_cols, In, In), dtype=G.dtype)
 
         def col_work(i: int, _: Any) -> None:
@@ -192,7 +199,10 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     block is rounded to float32 (its rows' squares summed in float64 on the way) and multiplied by one SSYRK;
     each block's product is added to its piece's float64 partial, the partials in piece order (the same bits
     for any number of workers). SSYRK runs at about twice DSYRK's flops: 200^3's last mode, two workers,
-    16.5-17.4 ms against 23-29 ms for the float64 Gram; the first mode 22-24 against 24-31 ms. Slabs (a middle
+    16.5-17.4 ms against 23-29 ms for the float64 Gram; the first mode 22-24 against 24-31 ms. Where the rows
+    of unit stride are the unfolding's transpose's (the last mode) and the CPU's vectors are AVX2's, the pieces
+    go to the tile kernel instead (:func:`_start_gram_tiles`: float32 sums over ``_TILE_WINDOW`` columns,
+    0.76-0.83x the time of the SSYRK route on 200^3). Slabs (a middle
     mode: ``X`` as (outer, I_n, inner) with unit-stride rows): a fixed cut of the outer index into pieces,
     each piece's slabs rounded to float32 side by side into packs of about ``_START_BLOCK_BYTES``, one SSYRK
     per pack (:func:`_start_gram_slabs`). The entries carry float32's rounding (relative error about 1e-7 on
@@ -221,7 +231,7 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     n_cols = max(1, _column_pieces(In, K, it))  # (the same cut as the float64 Gram's)
     cuts = [K * i // n_cols for i in range(n_cols + 1)]
     if not rows and _tiles_apply():
-        return _start_gram_tiles(V.T, cuts, kb, policy)
+        return _start_gram_tiles(V.T, cuts, _TILE_WINDOW, policy)
     from tuckerkit.engine._gram_kernels import to_single_cols, to_single_rows  # (numba: loaded on first use)
 
     Vr = read_only(V)  # (one compiled specialization for arrays in memory and mapped from files)
@@ -245,6 +255,10 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
 #: rows of one run of :func:`_start_gram_tiles` (rounded to float32 into a buffer that stays in L2: 128 x 208
 #: float32 is 104 kB for I_n = 200; 64-256 measured within 10 % of each other)
 _TILE_RUN = 128
+#: rows of one float32 sum of :func:`_start_gram_tiles` (one chain of fused multiply-adds per entry; the sums
+#: added in float64): short, so that the float32 rounding stays that of a short sum (the entry of a window adds
+#: I_n^2 / 2 float64 additions to its 256 I_n^2 / 2 multiply-adds)
+_TILE_WINDOW = 256
 
 
 def _tiles_apply() -> bool:
@@ -258,24 +272,28 @@ def _tiles_apply() -> bool:
 
 def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
                       policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`start_gram` of ``W^T W`` (``W`` (K, I_n) with rows of unit stride: the unfolding's transpose of a
-    C-ordered tensor's last mode) on the tile kernel (:func:`~tuckerkit.engine._gram_kernels.gram_single`):
-    the rows cut at ``cuts`` (a fixed cut by the sizes) into pieces, each piece's rows summed in float32 over
+    """``W^T W`` of ``W`` (K, I_n) with rows of unit stride (the unfolding's transpose of a C-ordered tensor's
+    last mode), float32 or float64 (rounded to float32), on the tile kernel
+    (:func:`~tuckerkit.engine._gram_kernels.gram_single`), and the float64 squared norms of its columns: the
+    rows cut at ``cuts`` (a fixed cut by the sizes) into pieces, each piece's rows summed in float32 over
     windows of ``window`` rows from its start, the windows' sums added to the piece's float64 partial, the
     partials in piece order (the same bits for any number of workers); the lower triangle, then mirrored
-    (exactly symmetric).
+    (exactly symmetric). Used by :func:`start_gram` (float64 data, a start's Gram) and by :func:`_syrk_pieces`
+    (a float32 Gram, rounded to float32 once at the end: 200^3's error against the float64 Gram of the same
+    data 5.9e-8 of its largest entry, SSYRK's pieces 1.3e-7).
 
     Why: numpy's SSYRK takes a block already rounded to float32 (one pass over the block to round it, another
     in BLAS to pack it) and runs at about half of sgemm's flop rate on these shapes (I_n x I_n from a long
     side). Here each run of ``_TILE_RUN`` rows is rounded into a buffer that stays in L2 and multiplied there by
     6 x 16 register tiles of the lower triangle (the small-rank TTM's microkernel, one chain of fused
-    multiply-adds per entry). Measured on the 2-core AVX2 machine: one thread on 10000 x 200 rows already
-    float32, the tiles 68-70 GFlop/s of the Gram's I_n^2 K against SSYRK's 37-49; from float64, rounding and
-    tiles 1.2-1.6x SSYRK's route; two workers on 200^3's last mode 19-20 against 26-27 ms (60^4: 16 against 21
-    ms); whole default ``tk.hooi(X, 10)`` calls (interleaved medians of 11) 0.82x the time on 200^3, 0.80x on
-    300^3, 0.88x on 320x240x160, 0.94x on 100^3. Not taken for the first mode or a middle one (the rows of the
-    unfolding itself of unit stride): rounding them into the buffer's columns is a transpose, and there it
-    measured 1.0-1.2x SSYRK's route."""
+    multiply-adds per entry). Measured on the 2-core AVX2 machine: one thread on 10000 x 200 float32 rows
+    already in L2, the tiles 68-70 GFlop/s of the Gram's I_n^2 K against SSYRK's 37-49; 200^3's last mode on
+    two workers (31 interleaved pairs, median ratios) 0.76-0.78x the time of SSYRK's route from float64 and
+    0.79x from float32, on one worker 0.85-1.01x and 0.85-0.99x (this VM's times moved 2x between rounds);
+    whole default ``tk.hooi(X, 10)`` calls, float64 (interleaved medians of 11): 0.82-0.83x the time on 200^3,
+    0.80-0.86x on 300^3, 0.88-0.96x on 320x240x160, 0.94-1.01x on 100^3. Not taken for the first mode or a
+    middle one (the rows of the unfolding itself of unit stride): rounding them into the buffer's columns is a
+    transpose, and there it measured 1.0-1.2x SSYRK's route."""
     from tuckerkit.engine._gram_kernels import gram_single  # (numba: loaded on first use)
 
     In = W.shape[1]
