@@ -28,13 +28,19 @@ def _tensor(rng, shape, order):
     return np.asfortranarray(X) if order == "F" else X
 
 
+@pytest.mark.parametrize("tiles", [True, False])
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("mode", [0, 2])
-def test_start_gram_is_the_gram_to_float32_rounding(rng, order, mode):
-    """Either end mode of a C or F array (rows of the unfolding or of its transpose of unit stride): within the
-    worst-case bound of float32 inputs and float32 sums over one block, (kb + 2) eps32 |X_(n)| |X_(n)|^T;
-    exactly symmetric; the diagonal's exact float64 squares; the same bits for one or two workers and on a
-    second call; the input unchanged."""
+def test_start_gram_is_the_gram_to_float32_rounding(rng, order, mode, tiles, monkeypatch):
+    """Either end mode of a C or F array (rows of the unfolding or of its transpose of unit stride), on the
+    tile kernel where it applies and on numpy's SSYRK (every CPU's route elsewhere): within the worst-case
+    bound of float32 inputs and float32 sums over one block, (kb + 2) eps32 |X_(n)| |X_(n)|^T; exactly
+    symmetric; the diagonal's exact float64 squares; the same bits for one or two workers and on a second
+    call; the input unchanged."""
+    if tiles and not _gram._tiles_apply():
+        pytest.skip("the tile kernel runs on AVX2 CPUs with 256-bit vectors")
+    if not tiles:
+        monkeypatch.setattr(_gram, "_tiles_apply", lambda: False)
     X = _tensor(rng, (60, 70, 80), order)
     before = X.copy()
     got = start_gram(X, mode, TWO)
