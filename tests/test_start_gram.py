@@ -37,10 +37,10 @@ def test_start_gram_is_the_gram_to_float32_rounding(rng, order, mode, tiles, mon
     bound of float32 inputs and float32 sums over one block, (kb + 2) eps32 |X_(n)| |X_(n)|^T; exactly
     symmetric; the diagonal's exact float64 squares; the same bits for one or two workers and on a second
     call; the input unchanged."""
-    if tiles and not _gram._tiles_apply():
+    if tiles and not _gram._tiles_apply(1):
         pytest.skip("the tile kernel runs on AVX2 CPUs with 256-bit vectors")
     if not tiles:
-        monkeypatch.setattr(_gram, "_tiles_apply", lambda: False)
+        monkeypatch.setattr(_gram, "_tiles_apply", lambda In: False)
     X = _tensor(rng, (60, 70, 80), order)
     before = X.copy()
     got = start_gram(X, mode, TWO)
@@ -184,7 +184,7 @@ def test_hooi_with_the_rough_start_still_refuses_nan_with_its_count(rng):
         tk.hooi(X, 3)
 
 
-needs_tiles = pytest.mark.skipif(not _gram._tiles_apply(),
+needs_tiles = pytest.mark.skipif(not _gram._tiles_apply(1),
                                  reason="the tile kernel runs on AVX2 CPUs with 256-bit vectors")
 
 
@@ -223,8 +223,8 @@ def test_the_tile_kernel_is_the_gram_to_float32_rounding(rng, In, monkeypatch):
 @needs_tiles
 def test_the_tile_kernel_takes_the_last_mode_of_a_c_array_only(rng, monkeypatch):
     """start_gram's last mode of a C array (the first of an F array) goes to the tile kernel with SSYRK's
-    pieces (float32 sums over ``_TILE_WINDOW`` columns); its first mode and its middle ones keep numpy's SSYRK
-    (a transpose to round them)."""
+    pieces (float32 sums over ``_TILE_WINDOW`` columns) up to ``_TILE_MAX_ORDER``; its first mode and its middle
+    ones keep numpy's SSYRK (a transpose to round them), and so does a longer last mode."""
     calls = []
     real = _gram._start_gram_tiles
     monkeypatch.setattr(_gram, "_start_gram_tiles", lambda W, cuts, window, pol: calls.append(
@@ -235,6 +235,10 @@ def test_the_tile_kernel_takes_the_last_mode_of_a_c_array_only(rng, monkeypatch)
     assert calls == [((60 * 70, 80), 60 * 70, _gram._TILE_WINDOW)]
     assert start_gram(np.asfortranarray(X), 0, TWO) is not None
     assert calls[1] == ((70 * 80, 60), 70 * 80, _gram._TILE_WINDOW)
+    big = _gram._TILE_MAX_ORDER + 1  # (above it the float32 triangle leaves L2: SSYRK)
+    assert start_gram(rng.standard_normal((200, big)), 1, TWO) is not None
+    assert start_gram(rng.standard_normal((200, big - 1)), 1, TWO) is not None
+    assert calls[2:] == [((200, big - 1), 200, _gram._TILE_WINDOW)]
 
 
 @needs_tiles

@@ -149,7 +149,7 @@ def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
     n_cols = _column_pieces(In, K, V.itemsize)
     if n_cols >= 2:
         cuts_k = [K * i // n_cols for i in range(n_cols + 1)]
-        if G.dtype == np.float32 and V.strides[0] == V.itemsize and _tiles_apply():
+        if G.dtype == np.float32 and V.strides[0] == V.itemsize and _tiles_apply(In):
             # (float32 rows of V^T with a unit stride: the tile kernel, float32 sums over short windows, the
             # windows and partials added in float64, one rounding at the end)
             G[...] = _start_gram_tiles(V.T, cuts_k, _TILE_WINDOW, policy)[0]
@@ -230,7 +230,7 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     kb = max(16, _START_BLOCK_BYTES // (4 * In))
     n_cols = max(1, _column_pieces(In, K, it))  # (the same cut as the float64 Gram's)
     cuts = [K * i // n_cols for i in range(n_cols + 1)]
-    if not rows and _tiles_apply():
+    if not rows and _tiles_apply(In):
         return _start_gram_tiles(V.T, cuts, _TILE_WINDOW, policy)
     from tuckerkit.engine._gram_kernels import to_single_cols, to_single_rows  # (numba: loaded on first use)
 
@@ -261,13 +261,19 @@ _TILE_RUN = 128
 _TILE_WINDOW = 256
 
 
-def _tiles_apply() -> bool:
-    """Whether :func:`start_gram` takes the tile kernel (:func:`_start_gram_tiles`) instead of numpy's SSYRK:
-    CPUs with AVX2 and FMA whose vectors are 256 bits wide, where it was measured (with AVX-512 OpenBLAS's
-    SkylakeX SSYRK has not been measured against it)."""
+#: the largest I_n of :func:`_start_gram_tiles`: each run of rows updates all of the float32 lower triangle, which
+#: stops fitting in L2 above this (two workers, interleaved, against SSYRK's route: I_n = 256 0.74x the time,
+#: 384 0.89x, 512 1.00x, 768 1.10x, 1024 1.45x)
+_TILE_MAX_ORDER = 384
+
+
+def _tiles_apply(In: int) -> bool:
+    """Whether a Gram of order ``In`` takes the tile kernel (:func:`_start_gram_tiles`) instead of numpy's
+    SSYRK: CPUs with AVX2 and FMA whose vectors are 256 bits wide, where it was measured (with AVX-512
+    OpenBLAS's SkylakeX SSYRK has not been measured against it), and I_n up to ``_TILE_MAX_ORDER``."""
     from tuckerkit.engine._simd import simd_supported, wide_vectors
 
-    return simd_supported() and not wide_vectors()
+    return In <= _TILE_MAX_ORDER and simd_supported() and not wide_vectors()
 
 
 def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
