@@ -299,7 +299,8 @@ def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
     whole default ``tk.hooi(X, 10)`` calls, float64 (interleaved medians of 11): 0.82-0.83x the time on 200^3,
     0.80-0.86x on 300^3, 0.88-0.96x on 320x240x160, 0.94-1.01x on 100^3. Not taken for the first mode or a
     middle one (the rows of the unfolding itself of unit stride): rounding them into the buffer's columns is a
-    transpose, and there it measured 1.0-1.2x SSYRK's route."""
+    transpose, and there it measured 0.92-1.36x SSYRK's route (one thread; 1.05-1.28x on 60^4's middle modes,
+    1.28-1.36x on 200^3's)."""
     from tuckerkit.engine._gram_kernels import gram_single  # (numba: loaded on first use)
 
     In = W.shape[1]

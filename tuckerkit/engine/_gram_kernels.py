@@ -11,10 +11,6 @@ from numba import njit
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 from tuckerkit.engine._simd import gblock1, gblock2, gblock3, gblock4, gblock5, gblock6
 
-#: rows of one tile of :func:`gram_single` (``_simd.MAX_RB``) and its columns (two 256-bit float32 vectors)
-GRAM_TILE_ROWS = 6
-GRAM_TILE_COLS = 16
-
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def to_single_rows(v, a, b, out, ss):  # pragma: no cover (compiled)
