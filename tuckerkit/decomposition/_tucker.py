@@ -559,7 +559,7 @@ def hooi(
         time of the exact Gram's call, 30^5 0.65x, the same iterations and fits. A magnitude outside
         float32's range takes the exact Gram. On a CPU with AVX2 (256-bit vectors) a last mode's Gram (the
         first step of a C-ordered 3-way start) runs on a float32 tile kernel of our own instead of SSYRK
-        (:func:`~tuckerkit.engine._gram._start_gram_tiles`): the whole call 0.82-0.83x the time on 200^3 and
+        (:func:`~tuckerkit.engine._gram._start_gram_tiles`): the whole call 0.82-0.88x the time on 200^3 and
         0.80-0.86x on 300^3 (interleaved), the same iterations and fits to 1e-14.
     tol : float, default 1e-8
         The convergence tolerance (TensorLy's and scikit-learn's ``tol``; pyttb's ``stoptol``): stop when

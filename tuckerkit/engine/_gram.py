@@ -296,8 +296,9 @@ def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
     already in L2, the tiles 68-70 GFlop/s of the Gram's I_n^2 K against SSYRK's 37-49; 200^3's last mode on
     two workers (31 interleaved pairs, median ratios) 0.76-0.78x the time of SSYRK's route from float64 and
     0.79x from float32, on one worker 0.85-1.01x and 0.85-0.99x (this VM's times moved 2x between rounds);
-    whole default ``tk.hooi(X, 10)`` calls, float64 (interleaved medians of 11): 0.82-0.83x the time on 200^3,
-    0.80-0.86x on 300^3, 0.88-0.96x on 320x240x160, 0.94-1.01x on 100^3. Not taken for the first mode or a
+    whole default ``tk.hooi(X, 10)`` calls, float64 (interleaved medians of 11-21): 0.82-0.88x the time on 200^3,
+    0.80-0.86x on 300^3, 0.88-0.96x on 320x240x160, 0.94-1.01x on 100^3; float32 calls 0.96x on 200^3 (21
+    pairs; their first Gram is a float32 Gram) and 0.84x on 300^3. Not taken for the first mode or a
     middle one (the rows of the unfolding itself of unit stride): rounding them into the buffer's columns is a
     transpose, and there it measured 0.92-1.36x SSYRK's route (one thread; 1.05-1.28x on 60^4's middle modes,
     1.28-1.36x on 200^3's)."""
