@@ -307,31 +307,23 @@ def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
     In = W.shape[1]
     Ip = -(-In // 16) * 16
     Wr = read_only(W)  # (one compiled specialization for arrays in memory and mapped from files)
-    parts = np.zeros((len(cuts) - 1, In, In))
-    ssq = np.zeros((len(cuts) - 1, In))
     run = _TILE_RUN
 
-    def work(i: int, st: Any) -> None:
-        with np.errstate(over="ignore", invalid="ignore"):  # (an overflow: the caller's exact Gram)
-            gram_single(Wr, cuts[i], cuts[i + 1], window, run, st[0], st[1], parts[i], ssq[i])
+    def piece(i: int, B: Any, A: Any, part: Any, ss: Any) -> None:
+        gram_single(Wr, cuts[i], cuts[i + 1], window, run, B, A, part, ss)
 
-    with blas_pinned():
-        parallel_for(work, len(cuts) - 1, policy,
-                     make_state=lambda: (np.zeros(run * Ip, np.float32), np.empty(Ip * Ip, np.float32)))
-    G, s = parts[0], ssq[0]
-    for i in range(1, len(cuts) - 1):
-        G += parts[i]
-        s += ssq[i]
+    G, s = _pieces_in_order(piece, len(cuts) - 1, In, 0, policy,
+                            lambda: (np.zeros(run * Ip, np.float32), np.empty(Ip * Ip, np.float32)))
     iu = np.triu_indices(In, 1)
     G[iu] = G.T[iu]
     return G, s
 
 
-def _pieces_in_order(piece: Any, n_pieces: int, In: int, buf_elems: int,
-                     policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray]:
-    """Run :func:`start_gram`'s pieces, ``piece(i, buf, tmp, partial Gram, partial squares)`` (each thread with
-    a float32 buffer of ``buf_elems`` and an I_n x I_n float32 product), then add the partials in piece order
-    (the same bits for any number of workers)."""
+def _pieces_in_order(piece: Any, n_pieces: int, In: int, buf_elems: int, policy: ExecutionPolicy,
+                     make_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Run :func:`start_gram`'s pieces, ``piece(i, *state, partial Gram, partial squares)`` (each thread's state
+    from ``make_state()``; by default a float32 buffer of ``buf_elems`` and an I_n x I_n float32 product), then
+    add the partials in piece order (the same bits for any number of workers)."""
     parts = np.zeros((n_pieces, In, In))
     ssq = np.zeros((n_pieces, In))
 
@@ -340,8 +332,8 @@ def _pieces_in_order(piece: Any, n_pieces: int, In: int, buf_elems: int,
             piece(i, *st, parts[i], ssq[i])
 
     with blas_pinned():
-        parallel_for(work, n_pieces, policy,
-                     make_state=lambda: (np.empty(buf_elems, np.float32), np.empty((In, In), np.float32)))
+        parallel_for(work, n_pieces, policy, make_state=make_state or (
+            lambda: (np.empty(buf_elems, np.float32), np.empty((In, In), np.float32))))
     G, s = parts[0], ssq[0]
     for i in range(1, n_pieces):
         G += parts[i]
