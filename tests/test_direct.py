@@ -20,6 +20,7 @@ from tuckerkit.engine._direct import (
     direct_applies,
     direct_mttkrp,
     direct_ttm,
+    memory_order,
     operand_mttkrp,
     operand_ttm,
 )
@@ -30,6 +31,19 @@ from tuckerkit.engine._sweeps import dense_mttkrp_sweep, dense_ttmc_sweep
 _L = "abcdefg"
 SHAPES = [(7, 1), (5, 6, 7), (1, 4, 3), (4, 1, 5, 3), (3, 4, 1, 2, 3), (2, 3, 2, 1, 3, 2)]
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _laid_out(X, layout):
+    """``X``'s values in memory order ``layout``: "C", "F", or "perm" (the axes' memory order rolled by one, as
+    a chain of products leaves a tensor: neither C nor F for three or more axes of size > 1)."""
+    if layout == "C":
+        return np.ascontiguousarray(X)
+    if layout == "F":
+        return np.asfortranarray(X)
+    roll = [X.ndim - 1, *range(X.ndim - 1)]
+    Y = X.transpose(roll).copy(order="C").transpose(np.argsort(roll))
+    assert np.array_equal(Y, X) and not np.shares_memory(Y, X)
+    return Y
 
 
 def _eps(dtype) -> float:
@@ -55,13 +69,15 @@ def _projection_ref(X, factors, n):
     return np.einsum(spec, *ops, optimize=True), np.einsum(spec, *(np.abs(o) for o in ops), optimize=True)
 
 
+@pytest.mark.parametrize("layout", ["C", "F"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_direct_mttkrp_sweep_is_gauss_seidel_against_einsum(shape, dtype, rng):
+def test_direct_mttkrp_sweep_is_gauss_seidel_against_einsum(shape, dtype, layout, rng):
     """Each mode's MTTKRP against einsum with the factors as the sweep has left them (each update replaces
-    its factor before the later modes), within the dtype's rounding; X unchanged; a record in place of plans."""
+    its factor before the later modes, in mode order for an F-ordered tensor too), within the dtype's rounding;
+    X unchanged; a record in place of plans."""
     R = 3
-    X = _rand(rng, shape, dtype)
+    X = _laid_out(_rand(rng, shape, dtype), layout)
     keep = X.copy()
     factors = [_rand(rng, (s, R), dtype) for s in shape]
     seen = {}
@@ -80,34 +96,41 @@ def test_direct_mttkrp_sweep_is_gauss_seidel_against_einsum(shape, dtype, rng):
     assert sweep.passes == 2 and isinstance(sweep.plans[0], DirectSweep) and sweep.plans[0].kind == "mttkrp"
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "perm"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_direct_ttmc_sweep_is_gauss_seidel_against_einsum(shape, dtype, rng):
-    X = _rand(rng, shape, dtype)
+def test_direct_ttmc_sweep_is_gauss_seidel_against_einsum(shape, dtype, layout, rng):
+    """Each mode's projection against einsum with the factors as the sweep has left them, the modes in order
+    whatever the tensor's memory order; every projection in the tensor's own order of axes in memory."""
+    X = _laid_out(_rand(rng, shape, dtype), layout)
     keep = X.copy()
+    order = memory_order(X)
     ranks = [max(1, s - 1) for s in shape]
     factors = [_rand(rng, (s, r), dtype) for s, r in zip(shape, ranks, strict=True)]
     seen = []
 
     def update(n, Y):
         ref, scale = _projection_ref(X, factors, n)
-        assert Y.shape == ref.shape
+        assert Y.shape == ref.shape and Y.transpose(order).flags.c_contiguous
         assert np.all(np.abs(Y - ref) <= 4 * (X.size + len(shape)) * _eps(dtype) * scale + 1e-30)
         seen.append(n)
         factors[n] = _rand(rng, (shape[n], ranks[n]), dtype)
 
+    assert direct_applies(X, max(ranks), projections=True)
     sweep = dense_ttmc_sweep(X, factors, update, ExecutionPolicy())
     assert seen == list(range(len(shape)))
     assert np.array_equal(X, keep)
     assert isinstance(sweep.plans[0], DirectSweep) and sweep.plans[0].kind == "ttmc"
 
 
+@pytest.mark.parametrize("layout", ["C", "F"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_direct_mttkrp_of_every_mode_against_einsum(shape, dtype, rng):
-    """Size-1 modes still scale by their factor's row (the first and the last mode included)."""
+def test_direct_mttkrp_of_every_mode_against_einsum(shape, dtype, layout, rng):
+    """Size-1 modes still scale by their factor's row (the first and the last mode included); an F-ordered
+    tensor as the C-contiguous view of its memory (the modes reversed)."""
     R = 2
-    X = _rand(rng, shape, dtype)
+    X = _laid_out(_rand(rng, shape, dtype), layout)
     factors = [_rand(rng, (s, R), dtype) for s in shape]
     for n in range(len(shape)):
         M = direct_mttkrp(X, factors, n, R)
@@ -116,10 +139,14 @@ def test_direct_mttkrp_of_every_mode_against_einsum(shape, dtype, rng):
         assert np.all(np.abs(M - ref) <= 4 * X.size * _eps(dtype) * scale + 1e-30)
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "perm"])
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_direct_ttm_against_einsum(dtype, transpose, rng):
-    X = _rand(rng, (4, 5, 6, 3), dtype)
+def test_direct_ttm_against_einsum(dtype, transpose, layout, rng):
+    """Every mode, against einsum within the dtype's rounding; the result in the tensor's own memory order (a
+    view of one C-contiguous buffer, never a copy of the tensor)."""
+    X = _laid_out(_rand(rng, (4, 5, 6, 3), dtype), layout)
+    order = memory_order(X)
     for n in range(4):
         U = _rand(rng, (X.shape[n], 2) if transpose else (2, X.shape[n]), dtype)
         x = "abcd"
@@ -128,7 +155,8 @@ def test_direct_ttm_against_einsum(dtype, transpose, rng):
         ref = np.einsum(spec, X.astype(np.complex128), W.astype(np.complex128))
         scale = np.einsum(spec, np.abs(X), np.abs(W))
         Y = direct_ttm(X, U, n, transpose)
-        assert Y.dtype == X.dtype and Y.flags.c_contiguous
+        assert Y.dtype == X.dtype and Y.transpose(order).flags.c_contiguous
+        assert Y.flags.c_contiguous == (layout == "C")
         assert np.all(np.abs(Y - ref) <= 4 * X.shape[n] * _eps(dtype) * scale)
 
 
@@ -200,13 +228,19 @@ def test_a_single_mid_size_mttkrp_is_cut_with_the_same_bits(dtype, rng, monkeypa
 
 def test_the_route_is_chosen_by_size_and_layout(rng):
     """C-contiguous numpy arrays go direct up to DIRECT_SWEEP_FLOPS (4 * size * rank) at any size, and up to
-    DIRECT_MTTKRP_ELEMS (CP-ALS) / DIRECT_TTMC_ELEMS (HOOI) elements within DIRECT_MAX_FLOPS; a larger one, an
-    F-ordered or strided one (a reshape would copy it) is planned."""
+    DIRECT_MTTKRP_ELEMS (CP-ALS) / DIRECT_TTMC_ELEMS (HOOI) elements within DIRECT_MAX_FLOPS; a larger one is
+    planned. F-ordered arrays go direct too, and HOOI's projections take any order of the axes without gaps; a
+    strided view (a reshape would copy it) is planned, as is CP-ALS's sweep of an order neither C nor F."""
     X = rng.standard_normal((10, 10, 10))
     assert direct_applies(X, DIRECT_MAX_FLOPS // (4 * X.size))
     assert not direct_applies(X, DIRECT_MAX_FLOPS // (4 * X.size) + 1)
-    assert not direct_applies(np.asfortranarray(X), 2)
-    assert not direct_applies(X[:, ::2], 2)
+    for F in (np.asfortranarray(X), np.asfortranarray(X[:, :1])):
+        assert direct_applies(F, 2) and direct_applies(F, 2, projections=True)
+    assert not direct_applies(np.asfortranarray(X), DIRECT_MAX_FLOPS // (4 * X.size) + 1, projections=True)
+    perm = _laid_out(X, "perm")
+    assert direct_applies(perm, 2, projections=True) and not direct_applies(perm, 2)
+    for strided in (X[:, ::2], X[::-1], np.asfortranarray(X)[:, 1:]):
+        assert not direct_applies(strided, 2) and not direct_applies(strided, 2, projections=True)
     mid = np.empty((70, 65, 60))  # (above DIRECT_MTTKRP_ELEMS; np.empty: no page touched)
     r = DIRECT_SWEEP_FLOPS // (4 * mid.size)
     assert mid.size > DIRECT_MTTKRP_ELEMS and direct_applies(mid, r) and not direct_applies(mid, r + 1)
@@ -219,8 +253,10 @@ def test_the_route_is_chosen_by_size_and_layout(rng):
     assert not direct_applies(np.empty((129, 128, 128)), 10, projections=True)
     assert not direct_applies(big, DIRECT_MAX_FLOPS // (4 * big.size) + 1, projections=True)
     U = [rng.standard_normal((10, 2)) for _ in range(3)]
-    planned = dense_mttkrp_sweep(np.asfortranarray(X), U, lambda n, M: None, ExecutionPolicy())
+    planned = dense_mttkrp_sweep(perm, U, lambda n, M: None, ExecutionPolicy())
     assert not isinstance(planned.plans[0], DirectSweep)
+    direct = dense_mttkrp_sweep(np.asfortranarray(X), U, lambda n, M: None, ExecutionPolicy())
+    assert isinstance(direct.plans[0], DirectSweep)
     # the operand helpers: direct for a small dense operand, the operand's own otherwise (other dtypes too)
     op = DenseTensor(X)
     np.testing.assert_array_equal(operand_ttm(op, U[1], 1, ExecutionPolicy()), direct_ttm(X, U[1], 1, True))
@@ -301,3 +337,54 @@ def test_a_memory_mapped_tensor_takes_the_route_of_its_copy(rng, tmp_path):
         assert a.fit == b.fit
         for U, V in zip(a.factors, b.factors, strict=True):
             np.testing.assert_array_equal(U, V)
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["F", "perm"])
+def test_other_memory_orders_take_the_direct_route(layout, dtype, rng):
+    """An F-ordered tensor (pyttb's, MATLAB's) and one in another order of its axes (a Tucker model's
+    ``to_dense``): HOOI and ST-HOSVD go direct, CP-ALS too for F order (planned otherwise); fits equal the C
+    array's to the dtype's rounding, the factors span the same subspaces, a repeat gives the same bits and the
+    tensor is unchanged."""
+    C = rng.standard_normal((12, 13, 14)).astype(dtype)
+    X = _laid_out(C, layout)
+    keep = X.copy(order="K")
+    tol = 1e3 * _eps(dtype)
+
+    def run(A):
+        return (tk.hooi(A, 3, max_iter=8, tol=0), tk.cp_als(A, 3, max_iter=12, tol=0), tk.st_hosvd(A, 3))
+
+    got, again, ref = run(X), run(X), run(C)
+    assert isinstance(got[0].plans[0], DirectSweep)
+    assert isinstance(got[1].plans[0], DirectSweep) == (layout == "F")
+    for a, b, c in zip(got, again, ref, strict=True):
+        assert a.fit == b.fit
+        for U, V in zip(a.factors, b.factors, strict=True):
+            np.testing.assert_array_equal(U, V)
+        assert abs(a.fit - c.fit) <= tol
+    for a, c in (got[0], ref[0]), (got[2], ref[2]):
+        for U, V in zip(a.factors, c.factors, strict=True):
+            np.testing.assert_allclose(U.T @ V @ V.T @ U, np.eye(U.shape[1]), atol=math.sqrt(tol))
+    assert np.array_equal(X, keep) and X.strides == keep.strides
+
+
+@pytest.mark.parametrize("layout", ["F", "perm"])
+def test_the_norm_of_another_memory_order_copies_nothing(layout, rng):
+    """``||X||`` of an F-ordered or otherwise permuted tensor is summed over runs of its own memory: no copy
+    of the tensor (numpy's allocations traced), the value equal to the C array's within float64 rounding."""
+    import tracemalloc
+
+    from tuckerkit.engine._operand import sqnorm_scaled
+
+    C = rng.standard_normal((64, 64, 64))
+    X = _laid_out(C, layout)
+    tracemalloc.start()
+    try:
+        scale, ssq = sqnorm_scaled(X, 1 << 12, ExecutionPolicy(workers=2))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < X.nbytes // 8
+    s0, q0 = sqnorm_scaled(C, 1 << 12, ExecutionPolicy(workers=2))
+    assert abs(scale * math.sqrt(ssq) - s0 * math.sqrt(q0)) <= 4 * X.size * _eps(np.float64) * s0 * math.sqrt(q0)

@@ -130,10 +130,45 @@ class DirectSweep:
 _PLAIN = (np.ndarray, np.memmap)
 
 
+def memory_order(X: Any) -> tuple[int, ...] | None:
+    """The axes of ``X`` from the slowest-varying in memory to the fastest, when ``X`` fills its memory without
+    gaps in some order of its axes (``X.transpose(order)`` is then C-contiguous: a view), else None (a strided
+    view, negative strides). C order gives ``(0, 1, ..., N-1)``, F order the reverse; a tensor made by a chain of
+    products (a Tucker model's ``to_dense``, ``multi_ttm``) may have any other.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine._direct import memory_order
+    >>> X = np.zeros((2, 3, 4))
+    >>> memory_order(X), memory_order(np.asfortranarray(X)), memory_order(X.transpose(1, 2, 0))
+    ((0, 1, 2), (2, 1, 0), (2, 0, 1))
+    >>> memory_order(X[:, ::2]) is None
+    True
+    """
+    if X.flags.c_contiguous:
+        return tuple(range(X.ndim))
+    if X.flags.f_contiguous:
+        return tuple(range(X.ndim - 1, -1, -1))
+    if X.size == 0 or any(s < 0 for s in X.strides):
+        return None
+    order = tuple(sorted(range(X.ndim), key=lambda a: -X.strides[a]))  # (stable: equal strides keep their order)
+    return order if X.transpose(order).flags.c_contiguous else None
+
+
+def _cp_layout(X: Any) -> bool | None:
+    """CP-ALS's direct sweep: False for a C layout, True for an F layout (the axes' memory order reversed: each
+    half of the modes is still one block of memory), None for any other."""
+    return False if X.flags.c_contiguous else True if X.flags.f_contiguous else None
+
+
 def direct_applies(X: Any, rank: int, projections: bool = False) -> bool:
     """Whether a sweep of ``X`` with factors of at most ``rank`` columns runs directly (see the module):
-    ``projections`` for HOOI's (:data:`DIRECT_TTMC_ELEMS`), else CP-ALS's MTTKRPs (:data:`DIRECT_MTTKRP_ELEMS`)."""
-    if type(X) not in _PLAIN or X.ndim < 1 or not X.flags.c_contiguous:
+    ``projections`` for HOOI's (:data:`DIRECT_TTMC_ELEMS`; ``X`` in any order of its axes without gaps,
+    :func:`memory_order`), else CP-ALS's MTTKRPs (:data:`DIRECT_MTTKRP_ELEMS`; C or F order)."""
+    if type(X) not in _PLAIN or X.ndim < 1:
+        return False
+    if not X.flags.c_contiguous and (memory_order(X) is None if projections else _cp_layout(X) is None):
         return False
     flops = 4 * X.size * max(rank, 1)
     return flops <= DIRECT_SWEEP_FLOPS or (
@@ -212,45 +247,66 @@ def _kr(mats: Sequence[Any]) -> Any:
 
 
 def direct_mttkrp_sweep(X: np.ndarray, factors: list[Any], update: Update, R: int) -> None:
-    """The N MTTKRPs of one ALS sweep of a C-contiguous ``X``, every partial with the rank first: the
+    """The N MTTKRPs of one ALS sweep of a C- or F-contiguous ``X``, every partial with the rank first: the
     Khatri-Rao product of the second half's factors transposed times ``X`` as (first half, second half)
     transposed gives the first half's partial, the first half's (updated) one times ``X`` the second half's;
     each partial's halves by GEMVs batched over the rank (``numpy.matmul``), recursively. ``update(n, M_n)``
-    as in :func:`mttkrp_sweep` (``M_n`` an (I_n, R) view of a rank-first array, as the planned sweep gives)."""
+    as in :func:`mttkrp_sweep` (``M_n`` an (I_n, R) view of a rank-first array, as the planned sweep gives).
+    An F-ordered ``X`` is read as the C-contiguous view of its memory (the modes reversed): the same halves and
+    the same order of updates, every partial's modes reversed in memory (``rev``)."""
     shape, N = X.shape, X.ndim
     h = (N + 1) // 2
+    first, second = list(range(h)), list(range(h, N))
     F = math.prod(shape[:h])
-    X2 = X.reshape(F, X.size // F)
+    rev = bool(_cp_layout(X))
     with blas_pinned():
-        P = _mm(_kr([factors[m] for m in range(h, N)]).T, X2.T)
-        _mttkrp_rec(P, list(range(h)), shape, R, factors, update)
+        if not rev:
+            X2 = X.reshape(F, X.size // F)
+            P = _mm(_kr([factors[m] for m in second]).T, X2.T)
+        else:  # (the memory's rows: the second half's modes, the last slowest; its columns: the first half's)
+            X2 = X.T.reshape(X.size // F, F)
+            P = _mm(_kr([factors[m] for m in second[::-1]]).T, X2)
+        _mttkrp_rec(P, first, shape, R, factors, update, rev)
         del P
-        Q = _mm(_kr([factors[m] for m in range(h)]).T, X2)
-        _mttkrp_rec(Q, list(range(h, N)), shape, R, factors, update)
+        if not rev:
+            Q = _mm(_kr([factors[m] for m in first]).T, X2)
+        else:
+            Q = _mm(_kr([factors[m] for m in first[::-1]]).T, X2.T)
+        _mttkrp_rec(Q, second, shape, R, factors, update, rev)
 
 
 def _mttkrp_rec(T: Any, modes: list[int], shape: Sequence[int], R: int, factors: list[Any],
-                update: Update) -> None:
-    """``T``: C-contiguous, the rank first, then the modes ``modes`` (in order)."""
+                update: Update, rev: bool = False) -> None:
+    """``T``: C-contiguous, the rank first, then the modes ``modes`` (in order; in reverse order with ``rev``)."""
     if len(modes) == 1:
         update(modes[0], T.T)
         return
     h = (len(modes) + 1) // 2
     first, second = modes[:h], modes[h:]
     F = math.prod(shape[m] for m in first)
-    T3 = T.reshape(R, F, T.size // (R * F))
-    A = np.matmul(T3, _kr([factors[m] for m in second]).T[:, :, None])[:, :, 0]
-    _mttkrp_rec(A, first, shape, R, factors, update)
+    if not rev:
+        T3 = T.reshape(R, F, T.size // (R * F))
+        A = np.matmul(T3, _kr([factors[m] for m in second]).T[:, :, None])[:, :, 0]
+    else:  # (the second half's modes first in memory)
+        T3 = T.reshape(R, T.size // (R * F), F)
+        A = np.matmul(_kr([factors[m] for m in second[::-1]]).T[:, None, :], T3)[:, 0, :]
+    _mttkrp_rec(A, first, shape, R, factors, update, rev)
     del A
-    B = np.matmul(_kr([factors[m] for m in first]).T[:, None, :], T3)[:, 0, :]
-    _mttkrp_rec(B, second, shape, R, factors, update)
+    if not rev:
+        B = np.matmul(_kr([factors[m] for m in first]).T[:, None, :], T3)[:, 0, :]
+    else:
+        B = np.matmul(T3, _kr([factors[m] for m in first[::-1]]).T[:, :, None])[:, :, 0]
+    _mttkrp_rec(B, second, shape, R, factors, update, rev)
 
 
 def direct_mttkrp(X: np.ndarray, factors: Sequence[Any], n: int, R: int) -> Any:
     """Mode ``n``'s MTTKRP of a C-contiguous ``X`` (at least 2 modes), C-contiguous (I_n, R): ``X`` as
     (modes before n and n, modes after n) times the Khatri-Rao product of the modes after, then the modes before
     by ``einsum`` batched over the rank (a single MTTKRP: CP-ALS's line search); for the last mode one GEMM with
-    the Khatri-Rao product of the others."""
+    the Khatri-Rao product of the others. An F-ordered ``X``: the same MTTKRP of its C-contiguous transpose
+    (the modes reversed)."""
+    if _cp_layout(X):
+        return direct_mttkrp(X.T, list(factors)[::-1], X.ndim - 1 - n, R)
     shape = X.shape
     A, I, B = math.prod(shape[:n]), shape[n], math.prod(shape[n + 1:])  # noqa: E741
     with blas_pinned():
@@ -267,7 +323,15 @@ def _ttm_rows(T: Any, k: int, W: Any) -> Any:
     """``T`` with mode ``k`` contracted against the rows of ``W`` (I_k x J), C-contiguous, the new mode in place:
     one GEMM when mode ``k`` is the first or the last of ``T``, else GEMMs batched over the modes before it
     (``T`` is reshaped: a view when it is C-contiguous, as every array of the direct routes is but a start's
-    partial)."""
+    partial). ``T`` in another order of its axes without gaps (:func:`memory_order`: an F-ordered tensor) is
+    contracted as the C-contiguous view of its memory, and the result comes back in the same order of axes."""
+    if not T.flags.c_contiguous:
+        order = memory_order(T)
+        if order is not None:
+            back = [0] * len(order)
+            for i, a in enumerate(order):
+                back[a] = i
+            return _ttm_rows(T.transpose(order), back[k], W).transpose(back)
     d = T.shape
     A, I, B = math.prod(d[:k]), d[k], math.prod(d[k + 1:])  # noqa: E741
     if B == 1:
@@ -285,8 +349,9 @@ def _project_mode(T: Any, k: int, U: Any) -> Any:
 
 
 def direct_ttm(X: np.ndarray, U: Any, n: int, transpose: bool) -> Any:
-    """``X x_n U`` (``U^H`` / ``U^T`` with ``transpose``) of a C-contiguous ``X``, as the direct sweeps project:
-    a start's projections made by it are, bit for bit, the ones the first sweep would make."""
+    """``X x_n U`` (``U^H`` / ``U^T`` with ``transpose``) of ``X`` in any order of its axes without gaps (the
+    result in the same order: C-contiguous for a C-contiguous ``X``), as the direct sweeps project: a start's
+    projections made by it are, bit for bit, the ones the first sweep would make."""
     with blas_pinned():
         return _project_mode(X, n, U) if transpose else _ttm_rows(X, n, U.T)
 
@@ -301,8 +366,8 @@ def _project(T: Any, modes: Sequence[int], factors: list[Any]) -> Any:
 
 def direct_ttmc_sweep(X: np.ndarray, factors: list[Any], update: Update,
                       take: Callable[[list[int]], Any], split: Callable[[Any, list[int]], int]) -> None:
-    """The N projections of one HOOI sweep of a C-contiguous ``X`` (``Y_n = X x_{m != n} U_m^H``, mode ``n``
-    unprojected, the modes in place): the modes halved as the planned tree halves them (``split(T, active)``
+    """The N projections of one HOOI sweep of ``X`` (``Y_n = X x_{m != n} U_m^H``, mode ``n`` unprojected, the
+    modes in place; ``X`` and every projection in the same order of axes in memory, :func:`_ttm_rows`): the modes halved as the planned tree halves them (``split(T, active)``
     gives the first half's length), a projection found by ``take(unprojected modes)`` (a start's partial)
     used as it is. ``update(n, Y_n)`` as in :func:`ttmc_sweep`."""
     with blas_pinned():

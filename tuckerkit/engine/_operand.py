@@ -29,6 +29,7 @@ from tuckerkit.backend import (
     result_dtype,
     to_device,
 )
+from tuckerkit.engine._direct import memory_order
 from tuckerkit.engine._gram import GramPlan, dense_gram
 from tuckerkit.engine._mttkrp import MTTKRPPlan, dense_mttkrp
 from tuckerkit.engine._plan import ContractionPlan
@@ -224,8 +225,11 @@ _SSQ_LO, _SSQ_HI = 2.0**-799, 2.0**790
 
 
 def _pieces(X: Any, chunk_elems: int):
-    if X.flags.c_contiguous or X.flags.f_contiguous:
-        flat = X.reshape(-1)
+    """Pieces of about ``chunk_elems`` elements: runs of memory when ``X`` fills its memory in some order of its
+    axes (C, F or another: views, in the memory's order), else blocks of its first axis."""
+    order = memory_order(X)
+    if order is not None:
+        flat = X.transpose(order).reshape(-1)  # (a view: C-contiguous after the transpose)
         return (flat[i:i + chunk_elems] for i in range(0, flat.size, chunk_elems))
     rows = max(1, chunk_elems // max(1, X.size // X.shape[0]))
     return (X[s:s + rows] for s in range(0, X.shape[0], rows))
