@@ -10,7 +10,8 @@ and for the same number of iterations (no early stop) in every library, interlea
   ``cp_als``, the same random start, 25 iterations.
 
 ``planned`` is tuckerkit with the direct route turned off (every sweep planned, as before it existed), in the
-same run. Fits are computed after the timed calls, the same way for every library; peak memory beyond the
+same run. ``F-ordered`` is tuckerkit on the same values in Fortran order (as pyttb, MATLAB and
+``numpy.asfortranarray`` hold a tensor), from the same start, in the same run. Fits are computed after the timed calls, the same way for every library; peak memory beyond the
 input (tracemalloc) the median of three more, untimed calls of each (at 10^3, 8 kB, fixed allocations of a
 few tens of kB dominate that ratio).
 
@@ -75,6 +76,11 @@ def hooi_runners(X, rank, out):
         with _Planned():
             out["planned"] = tk.hooi(X, ranks, init=init, max_iter=HOOI_ITERS, tol=0.0)
 
+    XF = np.asfortranarray(X)
+
+    def fortran():
+        out["fortran"] = tk.hooi(XF, ranks, init=init, max_iter=HOOI_ITERS, tol=0.0)
+
     def tensorly():
         out["tensorly"] = tld.tucker(X, rank=ranks, init=(init.core.copy(), [U.copy() for U in init.factors]),
                                      n_iter_max=HOOI_ITERS, tol=0, svd="truncated_svd")
@@ -84,8 +90,9 @@ def hooi_runners(X, rank, out):
                                       init=[U.copy() for U in init.factors], printitn=0)[0]
 
     dense = {"tuckerkit": lambda T: np.asarray(T.to_dense()), "planned": lambda T: np.asarray(T.to_dense()),
+             "fortran": lambda T: np.asarray(T.to_dense()),
              "tensorly": lambda T: np.asarray(T.to_tensor()), "pyttb": lambda T: np.asarray(T.full().data)}
-    return {"tuckerkit": ours, "planned": planned, "tensorly": tensorly, "pyttb": pyttb_run}, dense
+    return {"tuckerkit": ours, "planned": planned, "fortran": fortran, "tensorly": tensorly, "pyttb": pyttb_run}, dense
 
 
 def cp_runners(X, rank, out):
@@ -106,6 +113,12 @@ def cp_runners(X, rank, out):
             out["planned"] = tk.cp_als(X, rank, init=tk.CPTensor(np.ones(rank), tuple(U.copy() for U in init)),
                                        max_iter=CP_ITERS, tol=0.0, linesearch=False)
 
+    XF = np.asfortranarray(X)
+
+    def fortran():
+        out["fortran"] = tk.cp_als(XF, rank, init=tk.CPTensor(np.ones(rank), tuple(U.copy() for U in init)),
+                                   max_iter=CP_ITERS, tol=0.0, linesearch=False)
+
     def tensorly():
         out["tensorly"] = tld.parafac(X, rank, init=TLCP((np.ones(rank), [U.copy() for U in init])),
                                       n_iter_max=CP_ITERS, tol=0, normalize_factors=True)
@@ -115,8 +128,9 @@ def cp_runners(X, rank, out):
                                   init=ttb.ktensor([U.copy() for U in init]), printitn=0)[0]
 
     dense = {"tuckerkit": lambda T: np.asarray(T.to_dense()), "planned": lambda T: np.asarray(T.to_dense()),
+             "fortran": lambda T: np.asarray(T.to_dense()),
              "tensorly": lambda T: np.asarray(T.to_tensor()), "pyttb": lambda T: np.asarray(T.full().data)}
-    return {"tuckerkit": ours, "planned": planned, "tensorly": tensorly, "pyttb": pyttb_run}, dense
+    return {"tuckerkit": ours, "planned": planned, "fortran": fortran, "tensorly": tensorly, "pyttb": pyttb_run}, dense
 
 
 CASES = [((10, 10, 10), 3), ((20, 20, 20), 5), ((30, 30, 30), 5), ((50, 50, 50), 10), ((100, 100, 100), 10),
@@ -144,14 +158,17 @@ def main(argv=None) -> None:
             mem = {k: float(np.median([peak_extra(fns[k]) for _ in range(3)])) / X.nbytes
                    for k in ("tuckerkit", "tensorly", "pyttb")}
             route = type(out["tuckerkit"].plans[0]).__name__ if out["tuckerkit"].plans else "none"
+            froute = type(out["fortran"].plans[0]).__name__ if out["fortran"].plans else "none"
             row = {"method": method, "shape": list(shape), "rank": rank, "seconds": t, "fit": fits,
                    "peak_extra_over_input": mem, "input_bytes": int(X.nbytes),
                    "route": "direct" if route == "DirectSweep" else "planned",
+                   "route_fortran": "direct" if froute == "DirectSweep" else "planned",
+                   "fortran_over_c": t["fortran"] / t["tuckerkit"],
                    "x_tensorly": t["tensorly"] / t["tuckerkit"], "x_pyttb": t["pyttb"] / t["tuckerkit"],
                    "direct_over_planned": t["tuckerkit"] / t["planned"]}
             rows.append(row)
             print(f"{method} {'x'.join(map(str, shape))} R={rank} ({row['route']}): tk {t['tuckerkit'] * 1e3:.2f} ms, "
-                  f"planned {t['planned'] * 1e3:.2f}, TL {t['tensorly'] * 1e3:.2f}, pyttb {t['pyttb'] * 1e3:.2f} | "
+                  f"planned {t['planned'] * 1e3:.2f}, F-ordered {t['fortran'] * 1e3:.2f} ({row['route_fortran']}), TL {t['tensorly'] * 1e3:.2f}, pyttb {t['pyttb'] * 1e3:.2f} | "
                   f"x TL {row['x_tensorly']:.2f} x pyttb {row['x_pyttb']:.2f} | mem "
                   + " / ".join(f"{v:.2f}" for v in mem.values()) + " | fits "
                   + " ".join(f"{fits[k]:.8f}" for k in fns), flush=True)
@@ -174,18 +191,21 @@ def markdown(rows, repeat) -> str:
         f"float64, low rank + 1 % noise; the same start in every library (HOOI: HOSVD, {HOOI_ITERS} iterations; "
         f"CP-ALS: random factors, {CP_ITERS} iterations, plain ALS), no early stop; medians of {repeat} "
         "interleaved calls in one process. `planned`: tuckerkit with its direct route for small tensors "
-        "(engine/_direct.py) turned off, in the same run. Speedups are other / tuckerkit.",
+        "(engine/_direct.py) turned off; `F-ordered`: tuckerkit on the same values in Fortran order (pyttb's and "
+        "MATLAB's layout), from the same start; both in the same run. Speedups are other / tuckerkit.",
         "",
-        "| method | shape | rank | route | tuckerkit ms | planned ms | TensorLy ms | pyttb ms | x TensorLy | x pyttb "
-        "| planned / tuckerkit | fit tk / TL / pyttb | peak extra tk / TL / pyttb (x input) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | shape | rank | route | tuckerkit ms | planned ms | F-ordered ms (route) | TensorLy ms | pyttb ms "
+        "| x TensorLy | x pyttb | planned / tuckerkit | F / C | fit tk / TL / pyttb | peak extra tk / TL / pyttb "
+        "(x input) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t, f = r["seconds"], r["fit"]
         lines.append(f"| {r['method']} | {'x'.join(map(str, r['shape']))} | {r['rank']} | {r['route']} | "
-                     f"{t['tuckerkit'] * 1e3:.2f} | {t['planned'] * 1e3:.2f} | {t['tensorly'] * 1e3:.2f} | "
+                     f"{t['tuckerkit'] * 1e3:.2f} | {t['planned'] * 1e3:.2f} | {t['fortran'] * 1e3:.2f} "
+                     f"({r['route_fortran']}) | {t['tensorly'] * 1e3:.2f} | "
                      f"{t['pyttb'] * 1e3:.2f} | {r['x_tensorly']:.2f} | {r['x_pyttb']:.2f} | "
-                     f"{1 / r['direct_over_planned']:.2f} | {f['tuckerkit']:.6f} / {f['tensorly']:.6f} / "
+                     f"{1 / r['direct_over_planned']:.2f} | {r['fortran_over_c']:.2f} | {f['tuckerkit']:.6f} / {f['tensorly']:.6f} / "
                      f"{f['pyttb']:.6f} | " + " / ".join(f"{v:.2f}" for v in r["peak_extra_over_input"].values())
                      + " |")
     lines += ["", "Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/small.py`. Machine "

@@ -162,7 +162,7 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
     if fixsigns:
         _fix_signs(weights, factors)
     fit = float(cp.fit)
-    normX = float(np.linalg.norm(np.asarray(X).reshape(-1))) if not hasattr(X, "norm") else float(X.norm())
+    normX = float(np.linalg.norm(np.asarray(X).ravel(order="K"))) if not hasattr(X, "norm") else float(X.norm())
     output = {
         "params": {"stoptol": stoptol, "maxiters": maxiters, "dimorder": np.arange(N) if dimorder is None else dimorder,
                    "optdims": np.asarray(opt),
@@ -242,7 +242,7 @@ def tucker_als(input_tensor: Any, rank: Any, stoptol: float = 1e-4, maxiters: in
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         T = tk.hooi(X, ranks, init=start, tol=stoptol, max_iter=maxiters, callback=progress)
     fit = float(T.fit)
-    normX = float(np.linalg.norm(np.asarray(X).reshape(-1))) if not hasattr(X, "norm") else float(X.norm())
+    normX = float(np.linalg.norm(np.asarray(X).ravel(order="K"))) if not hasattr(X, "norm") else float(X.norm())
     output = {"params": (stoptol, maxiters, printitn, np.arange(N) if dimorder is None else dimorder),
               "iters": T.n_iter - 1, "normresidual": (1.0 - fit) * normX, "fit": fit}
     return (T.to_pyttb() if _installed("pyttb") else T), Uinit, output
