@@ -16,6 +16,7 @@ from tuckerkit.engine._direct import (
     DIRECT_MAX_FLOPS,
     DIRECT_MTTKRP_ELEMS,
     DIRECT_SWEEP_FLOPS,
+    ROWS_MIN_ELEMS,
     DirectSweep,
     direct_applies,
     direct_mttkrp,
@@ -139,14 +140,18 @@ def test_direct_mttkrp_of_every_mode_against_einsum(shape, dtype, layout, rng):
         assert np.all(np.abs(M - ref) <= 4 * X.size * _eps(dtype) * scale + 1e-30)
 
 
+@pytest.mark.parametrize("shape", [(4, 5, 6, 3), (30, 41, 2, 27)])
 @pytest.mark.parametrize("layout", ["C", "F", "perm"])
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_direct_ttm_against_einsum(dtype, transpose, layout, rng):
-    """Every mode, against einsum within the dtype's rounding; the result in the tensor's own memory order (a
-    view of one C-contiguous buffer, never a copy of the tensor)."""
-    X = _laid_out(_rand(rng, (4, 5, 6, 3), dtype), layout)
+def test_direct_ttm_against_einsum(dtype, transpose, layout, shape, rng):
+    """Every mode, against einsum within the dtype's rounding; never a copy of the tensor: the result is one
+    C-contiguous buffer in some order of its axes. A C-ordered tensor gives a C-ordered result; another memory
+    order is kept, except that from ROWS_MIN_ELEMS elements a product over the axis last in memory puts the new
+    mode first in memory (the factor's rows against the tensor's)."""
+    X = _laid_out(_rand(rng, shape, dtype), layout)
     order = memory_order(X)
+    rows = layout != "C" and X.size >= ROWS_MIN_ELEMS
     for n in range(4):
         U = _rand(rng, (X.shape[n], 2) if transpose else (2, X.shape[n]), dtype)
         x = "abcd"
@@ -155,8 +160,10 @@ def test_direct_ttm_against_einsum(dtype, transpose, layout, rng):
         ref = np.einsum(spec, X.astype(np.complex128), W.astype(np.complex128))
         scale = np.einsum(spec, np.abs(X), np.abs(W))
         Y = direct_ttm(X, U, n, transpose)
-        assert Y.dtype == X.dtype and Y.transpose(order).flags.c_contiguous
-        assert Y.flags.c_contiguous == (layout == "C")
+        assert Y.dtype == X.dtype and Y.flags.c_contiguous == (layout == "C")
+        last = [a for a in order if X.shape[a] > 1][-1]  # (the axis last in memory)
+        want = (n, *(a for a in order if a != n)) if rows and n == last else order
+        assert Y.transpose(want).flags.c_contiguous
         assert np.all(np.abs(Y - ref) <= 4 * X.shape[n] * _eps(dtype) * scale)
 
 

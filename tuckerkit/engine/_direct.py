@@ -83,6 +83,10 @@ DIRECT_MAX_FLOPS = 256_000_000
 
 Update = Callable[[int, Any], None]
 
+#: a tensor in another memory order than C's whose product with a factor contracts the axis last in memory, of at
+#: least this many elements, takes the factor's rows against the tensor's (see :func:`_ttm_rows`)
+ROWS_MIN_ELEMS = 1 << 16
+
 
 @dataclass(frozen=True)
 class DirectSweep:
@@ -319,21 +323,29 @@ def direct_mttkrp(X: np.ndarray, factors: Sequence[Any], n: int, R: int) -> Any:
 # ---------------------------------------------------------------------------------------------------
 # HOOI: the projections
 # ---------------------------------------------------------------------------------------------------
-def _ttm_rows(T: Any, k: int, W: Any) -> Any:
+def _ttm_rows(T: Any, k: int, W: Any, rows: bool = False) -> Any:
     """``T`` with mode ``k`` contracted against the rows of ``W`` (I_k x J), C-contiguous, the new mode in place:
     one GEMM when mode ``k`` is the first or the last of ``T``, else GEMMs batched over the modes before it
     (``T`` is reshaped: a view when it is C-contiguous, as every array of the direct routes is but a start's
     partial). ``T`` in another order of its axes without gaps (:func:`memory_order`: an F-ordered tensor) is
-    contracted as the C-contiguous view of its memory, and the result comes back in the same order of axes."""
+    contracted as the C-contiguous view of its memory, and the result comes back in the same order of axes;
+    there, when the contracted axis is the last in memory and the tensor has at least :data:`ROWS_MIN_ELEMS`
+    elements (``rows``), the product is ``W^T`` against the tensor's transposed unfolding (the result's new
+    mode first in memory): OpenBLAS runs (27000 x 30) @ (30 x 5) in 1.8 ms and (5 x 30) @ (30 x 27000)^T in
+    1.2 ms (one thread). HOOI on an F-ordered 30^4 (rank 5, 10 iterations) took 0.82x the time with it, 20^4
+    0.90x, 50^3-128^3 0.95-0.97x; C-ordered tensors keep their products (0.96-1.07x with it, noise)."""
     if not T.flags.c_contiguous:
         order = memory_order(T)
         if order is not None:
             back = [0] * len(order)
             for i, a in enumerate(order):
                 back[a] = i
-            return _ttm_rows(T.transpose(order), back[k], W).transpose(back)
+            return _ttm_rows(T.transpose(order), back[k], W, T.size >= ROWS_MIN_ELEMS).transpose(back)
     d = T.shape
     A, I, B = math.prod(d[:k]), d[k], math.prod(d[k + 1:])  # noqa: E741
+    if B == 1 and rows and A > 1:  # (W^T T^T)^T: the new mode first in memory
+        Yt = _mm(W.T, T.reshape(A, I).T).reshape(W.shape[1], *d[:k], *d[k + 1:])
+        return Yt.transpose((*range(1, k + 1), 0, *range(k + 1, len(d))))
     if B == 1:
         Y = _mm(T.reshape(A, I), W)
     elif A == 1:
