@@ -11,9 +11,9 @@ and for the same number of iterations (no early stop) in every library, interlea
 
 ``planned`` is tuckerkit with the direct route turned off (every sweep planned, as before it existed), in the
 same run. ``F-ordered`` is tuckerkit on the same values in Fortran order (as pyttb, MATLAB and
-``numpy.asfortranarray`` hold a tensor), from the same start, in the same run. Fits are computed after the timed calls, the same way for every library; peak memory beyond the
-input (tracemalloc) the median of three more, untimed calls of each (at 10^3, 8 kB, fixed allocations of a
-few tens of kB dominate that ratio).
+``numpy.asfortranarray`` hold a tensor), from the same start, in the same run. Fits are computed after the
+timed calls, the same way for every library; peak memory beyond the input (tracemalloc) the median of three
+more, untimed calls of each (at 10^3, 8 kB, fixed allocations of a few tens of kB dominate that ratio).
 
 Run:  python benchmarks/small.py [--quick] [--repeat 15]
 Writes benchmarks/results/small.{json,md,png}.
@@ -168,7 +168,8 @@ def main(argv=None) -> None:
                    "direct_over_planned": t["tuckerkit"] / t["planned"]}
             rows.append(row)
             print(f"{method} {'x'.join(map(str, shape))} R={rank} ({row['route']}): tk {t['tuckerkit'] * 1e3:.2f} ms, "
-                  f"planned {t['planned'] * 1e3:.2f}, F-ordered {t['fortran'] * 1e3:.2f} ({row['route_fortran']}), TL {t['tensorly'] * 1e3:.2f}, pyttb {t['pyttb'] * 1e3:.2f} | "
+                  f"planned {t['planned'] * 1e3:.2f}, F-ordered {t['fortran'] * 1e3:.2f} ({row['route_fortran']}), "
+                  f"TL {t['tensorly'] * 1e3:.2f}, pyttb {t['pyttb'] * 1e3:.2f} | "
                   f"x TL {row['x_tensorly']:.2f} x pyttb {row['x_pyttb']:.2f} | mem "
                   + " / ".join(f"{v:.2f}" for v in mem.values()) + " | fits "
                   + " ".join(f"{fits[k]:.8f}" for k in fns), flush=True)
@@ -205,7 +206,8 @@ def markdown(rows, repeat) -> str:
                      f"{t['tuckerkit'] * 1e3:.2f} | {t['planned'] * 1e3:.2f} | {t['fortran'] * 1e3:.2f} "
                      f"({r['route_fortran']}) | {t['tensorly'] * 1e3:.2f} | "
                      f"{t['pyttb'] * 1e3:.2f} | {r['x_tensorly']:.2f} | {r['x_pyttb']:.2f} | "
-                     f"{1 / r['direct_over_planned']:.2f} | {r['fortran_over_c']:.2f} | {f['tuckerkit']:.6f} / {f['tensorly']:.6f} / "
+                     f"{1 / r['direct_over_planned']:.2f} | {r['fortran_over_c']:.2f} | "
+                     f"{f['tuckerkit']:.6f} / {f['tensorly']:.6f} / "
                      f"{f['pyttb']:.6f} | " + " / ".join(f"{v:.2f}" for v in r["peak_extra_over_input"].values())
                      + " |")
     lines += ["", "Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/small.py`. Machine "

@@ -378,9 +378,10 @@ def _project(T: Any, modes: Sequence[int], factors: list[Any]) -> Any:
 
 def direct_ttmc_sweep(X: np.ndarray, factors: list[Any], update: Update,
                       take: Callable[[list[int]], Any], split: Callable[[Any, list[int]], int]) -> None:
-    """The N projections of one HOOI sweep of ``X`` (``Y_n = X x_{m != n} U_m^H``, mode ``n`` unprojected, the
-    modes in place; ``X`` and every projection in the same order of axes in memory, :func:`_ttm_rows`): the modes halved as the planned tree halves them (``split(T, active)``
-    gives the first half's length), a projection found by ``take(unprojected modes)`` (a start's partial)
+    """The N projections of one HOOI sweep of ``X`` in any order of its axes without gaps (``Y_n = X x_{m != n}
+    U_m^H``, mode ``n`` unprojected, the modes in place; each product on the C view of its operand's memory,
+    :func:`_ttm_rows`): the modes halved as the planned tree halves them (``split(T, active)`` gives the first
+    half's length), a projection found by ``take(unprojected modes)`` (a start's partial)
     used as it is. ``update(n, Y_n)`` as in :func:`ttmc_sweep`."""
     with blas_pinned():
         _ttmc_rec(X, list(range(X.ndim)), factors, update, take, split)
