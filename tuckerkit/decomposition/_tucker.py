@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -431,29 +432,60 @@ def _cheapest_order(shape: Sequence[int], ranks: Sequence[int], sketch: bool = F
                     first: int | None = None) -> list[int]:
     """The mode order of ST-HOSVD with the fewest modeled multiply-adds (:func:`_step_cost` summed over the
     steps, each on the tensor the earlier steps left); the first such order in lexicographic order, so equal
-    modes keep their index order. Every order up to 8 modes; greedy (the cheapest next step) beyond.
+    modes keep their index order. Exact up to 8 modes; greedy (the cheapest next step) beyond.
 
     The first step works on the whole tensor and dominates: its Gram costs ``I_n |X|``, so the shortest mode
     tends to go first, not the one that shrinks the tensor most (320x240x160, ranks 10: 160 first is 1.8x
     fewer multiply-adds than 320 first, and measured 72 against 83 ms). ``first``: the mode that must go first
-    (a streamed tensor's)."""
+    (a streamed tensor's).
+
+    The size a step works on depends on the set of modes done before it, not on their order, so the exact
+    search runs over those sets (``2^N N`` step costs, cached per shape and ranks) instead of the ``N!``
+    orders: on an 8-way tensor 0.37 s of every HOOI and ST-HOSVD call (the orders, twice or more a call) became
+    about a millisecond, the same order."""
+    return list(_cheapest_order_cached(tuple(int(s) for s in shape), tuple(int(r) for r in ranks), bool(sketch),
+                                       None if first is None else int(first)))
+
+
+@functools.lru_cache(maxsize=256)
+def _cheapest_order_cached(shape: tuple[int, ...], ranks: tuple[int, ...], sketch: bool,
+                           first: int | None) -> tuple[int, ...]:
     N = len(shape)
+    full = math.prod(shape)
 
-    def cost(seq: Sequence[int]) -> int:
-        size, total = math.prod(shape), 0
-        for i, n in enumerate(seq):
-            total += _step_cost(size, shape[n], ranks[n], sketch and i == 0)
-            size = size // shape[n] * ranks[n]
-        return total
+    def size_after(done: int) -> int:  # the tensor's size once the modes in the bit set ``done`` are projected
+        size = full
+        for m in range(N):
+            if done >> m & 1:
+                size = size // shape[m] * ranks[m]
+        return size
 
-    if N <= 8:
-        perms = (p for p in itertools.permutations(range(N)) if first is None or p[0] == first)
-        return list(min(perms, key=lambda p: cost(list(p))))
-    seq: list[int] = [] if first is None else [first]
-    while len(seq) < N:
-        rest = [n for n in range(N) if n not in seq]
-        seq.append(min(rest, key=lambda n: cost([*seq, n])))
-    return seq
+    def step(done: int, n: int) -> int:
+        return _step_cost(size_after(done), shape[n], ranks[n], sketch and done == 0)
+
+    if N > 8:  # greedy: the cheapest next step
+        seq: list[int] = [] if first is None else [first]
+        done = sum(1 << m for m in seq)
+        while len(seq) < N:
+            n = min((m for m in range(N) if not done >> m & 1), key=lambda m: step(done, m))
+            seq.append(n)
+            done |= 1 << n
+        return tuple(seq)
+    # rest[S]: the least cost of the steps left once the modes in S are done (every mode a step of its own)
+    every = (1 << N) - 1
+    rest = [0] * (1 << N)
+    for done in range(every - 1, -1, -1):
+        rest[done] = min(step(done, n) + rest[done | 1 << n] for n in range(N) if not done >> n & 1)
+    # the lexicographically first optimal order: at each step the lowest mode that keeps the least total
+    seq = []
+    done = 0
+    while done != every:
+        allowed = [first] if not seq and first is not None else [n for n in range(N) if not done >> n & 1]
+        target = min(step(done, n) + rest[done | 1 << n] for n in allowed)
+        n = next(n for n in allowed if step(done, n) + rest[done | 1 << n] == target)
+        seq.append(n)
+        done |= 1 << n
+    return tuple(seq)
 
 
 def _check_order(order: Any, N: int) -> list[int]:
