@@ -362,8 +362,9 @@ def _project_mode(T: Any, k: int, U: Any) -> Any:
 
 def direct_ttm(X: np.ndarray, U: Any, n: int, transpose: bool) -> Any:
     """``X x_n U`` (``U^H`` / ``U^T`` with ``transpose``) of ``X`` in any order of its axes without gaps (the
-    result in the same order: C-contiguous for a C-contiguous ``X``), as the direct sweeps project: a start's
-    projections made by it are, bit for bit, the ones the first sweep would make."""
+    result one buffer in some order of its axes: C-contiguous for a C-contiguous ``X``, :func:`_ttm_rows`), as
+    the direct sweeps project: a start's projections made by it are, bit for bit, the ones the first sweep would
+    make."""
     with blas_pinned():
         return _project_mode(X, n, U) if transpose else _ttm_rows(X, n, U.T)
 
