@@ -329,15 +329,16 @@ def test_hooi_projects_directly_where_cp_als_plans(rng):
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
-def test_a_memory_mapped_tensor_takes_the_route_of_its_copy(rng, tmp_path):
-    """A .npy file's tensor (a read-only memory map) and the same array in memory: the same route, the same bits
-    (the CLI's results equal the API's)."""
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_memory_mapped_tensor_takes_the_route_of_its_copy(order, rng, tmp_path):
+    """A .npy file's tensor (a read-only memory map; an F-ordered one as numpy saves a Fortran array) and the
+    same array in memory: the same route, the same bits (the CLI's results equal the API's)."""
     from tuckerkit.io import load_tensor
 
-    X = rng.standard_normal((9, 11, 10))
+    X = np.asarray(rng.standard_normal((9, 11, 10)), order=order)
     np.save(tmp_path / "x.npy", X)
     M = load_tensor(tmp_path / "x.npy", mmap=True)
-    assert isinstance(M, np.memmap) and direct_applies(M, 3)
+    assert isinstance(M, np.memmap) and direct_applies(M, 3) and M.flags.f_contiguous == (order == "F")
     for f in (lambda A: tk.hooi(A, 3, max_iter=4, tol=0), lambda A: tk.cp_als(A, 3, max_iter=6, tol=0)):
         a, b = f(X), f(M)
         assert isinstance(a.plans[0], DirectSweep) and isinstance(b.plans[0], DirectSweep)
