@@ -199,8 +199,14 @@ def _direct_data(op: Any, rank: int, projections: bool, *mats: Any) -> np.ndarra
 def operand_ttm(op: Any, U: Any, n: int, policy: Any) -> Any:
     """``op x_n U^H`` for the decompositions: :func:`direct_ttm` on a small dense operand (the projections of
     the direct sweeps, bit for bit: ST-HOSVD's steps that HOOI's first sweep takes, HOOI's core), else the
-    operand's own ``ttm``. (The public :func:`~tuckerkit.ttm` always plans: with or without a plan, the same
+    operand's own ``ttm``. ``op`` may be a host array too (a sweep's projection: wrapped as an operand only
+    when it is not small). (The public :func:`~tuckerkit.ttm` always plans: with or without a plan, the same
     bits.)"""
+    if type(op) in _PLAIN and direct_applies(op, U.shape[1], True) and type(U) in _PLAIN and U.dtype == op.dtype:
+        return direct_ttm(op, U, n, True)
+    from tuckerkit.engine._operand import as_operand
+
+    op = as_operand(op)  # (an operand as it is)
     X = _direct_data(op, U.shape[1], True, U)
     if X is not None:
         return direct_ttm(X, U, n, True)
