@@ -233,3 +233,110 @@ def test_fused_and_lapack_routes_reach_the_same_fits(dtype, monkeypatch):
         assert runs.setdefault(route, (bits, res.fit_history))[0] == bits
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(runs["fused"][1], runs["lapack"][1], rtol=0, atol=1e3 * eps)
+
+
+def _grams(N, I, R, dtype, seed):  # noqa: E741
+    rng = np.random.default_rng(seed)
+    return np.stack([(U.T @ U).astype(dtype) for U in (rng.standard_normal((I + m, R)) for m in range(N))])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("I", "R"), [(1, 1), (7, 3), (13, 10), (200, 10), (1000, 16), (40, 32)])
+@pytest.mark.parametrize("n", [0, 2])
+def test_sweep_update_is_the_fused_update_with_the_new_gram_and_inner_products(I, R, dtype, n):  # noqa: E741
+    """One compiled step (decomposition/_cp_kernels.py: sweep_update): V from the other modes' Grams, the
+    solve and the norms the same bits as cp_factor_update's with that V, the mode's Gram replaced by the new
+    factor's (in the call up to SWEEP_GRAM_MAX multiply-adds, else BLAS), the other Grams untouched, and the
+    fit's inner products <M[:, r], U[:, r]> in float64."""
+    from tuckerkit.decomposition._cp import _inner_columns
+    from tuckerkit.decomposition._cp_kernels import SWEEP_GRAM_MAX
+    from tuckerkit.decomposition._linalg import cp_factor_update, cp_sweep_update
+
+    grams = _grams(3, I, R, dtype, I + R + n)
+    _, M = _system(I, R, dtype, 7 * I + R)
+    V = np.ones((R, R), dtype)
+    for m in (0, 1, 2):
+        if m != n:
+            V *= grams[m]
+    for normalize in (True, False):
+        want = np.empty((I, R), dtype)
+        want_norms = cp_factor_update(V, M, want, normalize)
+        G = grams.copy()
+        out = np.full((I, R), np.nan, dtype)
+        norms, inner = cp_sweep_update(G, n, M, out, normalize, want_inner=True)
+        assert np.array_equal(out, want)
+        assert (norms is None) if not normalize else np.array_equal(norms, want_norms)
+        assert all(np.array_equal(G[m], grams[m]) for m in (0, 1, 2) if m != n)
+        ref = out.T.astype(np.float64) @ out.astype(np.float64)
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(G[n], ref, rtol=0, atol=2 * I * eps * np.abs(ref).max())
+        assert np.array_equal(G[n], G[n].T)
+        if I * R * (R + 1) // 2 > SWEEP_GRAM_MAX:
+            assert np.array_equal(G[n], out.T @ out)  # BLAS's Gram for a long factor
+        inner_ref = _inner_columns(np, M, out)
+        assert inner.dtype == np.float64
+        np.testing.assert_allclose(inner, inner_ref, rtol=0, atol=2 * I * np.finfo(np.float64).eps
+                                   * np.abs(M.astype(np.float64) * out).sum(axis=0).max())
+        assert cp_sweep_update(G.copy(), n, M, out, normalize, want_inner=False)[1] is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sweep_update_writes_nothing_where_v_is_not_definite(dtype):
+    from tuckerkit.decomposition._linalg import cp_sweep_update
+
+    grams = _grams(3, 20, 4, dtype, 1)
+    grams[1][3, :] = grams[1][:, 3] = 0  # V's last row and column zero: singular
+    G = grams.copy()
+    out = np.full((20, 4), 7, dtype)
+    M = np.ones((20, 4), dtype)
+    assert cp_sweep_update(G, 0, M, out, True, want_inner=True) == (False, None)
+    assert (out == 7).all() and np.array_equal(G, grams)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("N", [2, 3, 5])
+def test_compiled_fit_error_is_the_numpy_formula(N, dtype):
+    from tuckerkit.decomposition._cp import _fit_from_inner, _fit_of_error
+    from tuckerkit.decomposition._linalg import cp_fit_error
+
+    rng = np.random.default_rng(N)
+    grams = _grams(N, 9, 4, dtype, N)
+    inner, weights, norm = rng.standard_normal(4), rng.random(4).astype(dtype) + 0.5, 3.7
+    want = _fit_from_inner(np, norm, inner, weights, list(grams))
+    got = _fit_of_error(norm, cp_fit_error(inner, weights, grams, norm))
+    err2 = 1.0 - 2 * (inner * weights / norm).sum() / norm
+    scale = 1.0 + abs(err2) + abs(want)
+    assert abs(got - want) <= 1e2 * np.finfo(np.float64).eps * scale
+    assert _fit_of_error(0.0, 0.3) == 1.0
+
+
+@pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_call_steps_and_the_numpy_steps_reach_the_same_fits(dtype, monkeypatch):
+    """A whole CP-ALS run (R = 5, the default line search) by one compiled call per step against the same run
+    by the numpy calls around the fused update: the fits of every iteration agree to the dtype's rounding,
+    and each route repeats its own bits."""
+    import tuckerkit as tk
+    import tuckerkit.decomposition._cp as cp_mod
+
+    rng = np.random.default_rng(4)
+    A, B, C = (rng.standard_normal((n, 5)) for n in (12, 13, 14))
+    X = (np.einsum("ir,jr,kr->ijk", A, B, C) + 0.01 * rng.standard_normal((12, 13, 14))).astype(dtype)
+    calls = []
+    real_update, real_fits = cp_mod.cp_sweep_update, cp_mod.sweep_fits
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(cp_mod, "cp_sweep_update", counted)
+    runs = {}
+    for route in ("one call", "numpy", "one call"):
+        monkeypatch.setattr(cp_mod, "sweep_fits", real_fits if route == "one call" else lambda R, dtype: False)
+        before = len(calls)
+        res = tk.cp_als(X, 5, max_iter=12, tol=0, random_state=0)
+        assert len(calls) - before == (36 if route == "one call" else 0)  # 12 sweeps of 3 steps
+        bits = b"".join(U.tobytes() for U in res.factors)
+        assert runs.setdefault(route, (bits, res.fit_history))[0] == bits
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(runs["one call"][1], runs["numpy"][1], rtol=0, atol=1e3 * eps)

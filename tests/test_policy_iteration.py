@@ -38,8 +38,8 @@ def _probe(monkeypatch, seen, targets):
         monkeypatch.setattr(mod, name, wrapped)
 
 
-CP_CALLS = [(cp_mod, "cp_factor_update"), (cp_mod, "spd_solve"), (cp_mod, "_gram"), (cp_mod, "_cp_fit"),
-            (sweeps_mod, "contract"), (sweeps_mod, "execute")]
+CP_CALLS = [(cp_mod, "cp_factor_update"), (cp_mod, "cp_sweep_update"), (cp_mod, "spd_solve"), (cp_mod, "_gram"),
+            (cp_mod, "_cp_fit"), (cp_mod, "cp_fit_error"), (sweeps_mod, "contract"), (sweeps_mod, "execute")]
 HOOI_CALLS = [(tucker_mod, "_subspace"), (tucker_mod, "frobenius_norm"), (subspace_mod, "eigh_desc"),
               (sweeps_mod, "dense_multi_ttm")]
 #: the direct route's (engine/_direct.py): its recursions run inside its own pin and the call's
@@ -70,7 +70,7 @@ def test_iteration_blas_calls_run_at_one_thread_and_the_caller_setting_is_restor
         after = _blas_threads()
     assert after == before  # the caller's setting, exactly
     names = {name for name, _ in seen}
-    expected = ({"cp_factor_update", "_gram", "_cp_fit"} if method == "cp_als" else {"_subspace", "frobenius_norm"})
+    expected = ({"cp_sweep_update", "_gram", "cp_fit_error"} if method == "cp_als" else {"_subspace", "frobenius_norm"})
     expected |= ({"execute"} if method == "cp_als" else {"dense_multi_ttm"}) if route == "planned" else \
         ({"_mttkrp_rec"} if method == "cp_als" else {"_ttmc_rec", "_ttm_rows"})
     assert expected <= names  # the probes sit on the loop's calls

@@ -24,7 +24,14 @@ from tuckerkit._validation import (
 )
 from tuckerkit.backend import to_host
 from tuckerkit.decomposition._entry import Call, check_fixed_modes, decomposition_call
-from tuckerkit.decomposition._linalg import cp_factor_update, spd_inverse, spd_solve
+from tuckerkit.decomposition._linalg import (
+    cp_factor_update,
+    cp_fit_error,
+    cp_sweep_update,
+    spd_inverse,
+    spd_solve,
+    sweep_fits,
+)
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
 from tuckerkit.engine._buffers import pooled
@@ -306,12 +313,37 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     # call (engine._buffers.pooled: a factor is rewritten in place unless something else holds it)
     fused = xp is np and not cplx
     buffers: dict = {}
+    # ... and up to the fused update's rank, each step is one compiled call (cp_sweep_update: V, the solve, the
+    # new factor's Gram and the fit's inner products) over the Grams kept in one N x R x R array, ``grams``
+    # its views, and the fit another (cp_fit_error)
+    stack = None
+    if fused and sweep_fits(rank, X.dtype):
+        stack = np.empty((N, rank, rank), dtype=X.dtype)
+        for m, G in enumerate(grams):
+            stack[m] = G
+        grams = list(stack)
+
+    def set_gram(n: int, G: Any) -> None:
+        if stack is not None:
+            stack[n] = G
+        else:
+            grams[n] = G
 
     def update(n: int, M: Any) -> None:
         nonlocal weights
         last["M"], last["n"], last["inner"] = M, n, None
         if n in fixed:
             return
+        if stack is not None:  # one compiled call (a factor still held elsewhere is never written; V not definite: the
+            # least squares below)
+            factors[n] = None
+            U = pooled(buffers, n, (X.shape[n], rank), X.dtype)
+            norms, last["inner"] = cp_sweep_update(stack, n, M, U, normalize, want_inner=n == N - 1)
+            if norms is not False:
+                if normalize:
+                    weights = norms.astype(wdt)
+                factors[n] = U
+                return
         V = sxp.ones((rank, rank), dtype=X.dtype)
         for m in range(N):
             if m != n:
@@ -321,7 +353,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             if normalize:
                 weights = norms.astype(wdt)
             return
-        if fused:  # the compiled solve into a reused buffer (a factor still held elsewhere is never written)
+        if fused and stack is None:  # the compiled solve into a reused buffer (never a factor held elsewhere)
             factors[n] = None  # the factor being replaced is not read: its buffer is free unless held elsewhere
             U = pooled(buffers, n, (X.shape[n], rank), X.dtype)
             norms = cp_factor_update(V, M, U, normalize)
@@ -340,7 +372,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         factors[n] = xp.ascontiguousarray(U.astype(X.dtype, copy=False))
         if cplx:
             conj[n] = factors[n].conj()
-        grams[n] = _gram(factors[n])
+        set_gram(n, _gram(factors[n]))
 
     sweep = None
     jumps = _Jumps()
@@ -349,7 +381,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             for n in free:
                 if X.shape[n] >= rank:
                     factors[n] = xp.ascontiguousarray(xp.linalg.qr(factors[n])[0].astype(X.dtype, copy=False))
-                    grams[n] = small.grams([factors[n]])[0] if small is not None else _gram(factors[n])
+                    set_gram(n, small.grams([factors[n]])[0] if small is not None else _gram(factors[n]))
                     if cplx:
                         conj[n] = factors[n].conj()
         if not normalize and free:
@@ -363,6 +395,11 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             if inner is None:  # the sweep's last update was not mode N - 1's, or that mode is fixed
                 inner = small.inner(last["M"], factors[last["n"]])
             fit = _fit_from_inner(np, normX, inner, weights, grams)
+        elif stack is not None and em is None:
+            inner = last["inner"]
+            if inner is None:  # as above
+                inner = _inner_columns(np, last["M"], factors[last["n"]])
+            fit = _fit_of_error(normX, cp_fit_error(inner, weights, stack, normX))
         elif em is None:
             fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, grams)
         else:  # the E step: the fit on the observed entries, then the missing ones refilled for the next sweep
@@ -373,12 +410,16 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                 M = operand_mttkrp(X, Fc, N - 1, policy)  # (a small tensor's: numpy directly)
                 if small is not None:
                     return _fit_from_inner(np, normX, small.inner(M, F[N - 1]), w, G)
+                if stack is not None:  # (the sweep's fit's own arithmetic: a jump is kept when it is better)
+                    return _fit_of_error(normX, cp_fit_error(_inner_columns(np, M, F[N - 1]), w, np.stack(G), normX))
                 return _cp_fit(xp, normX, M, F[N - 1], w, G)
 
             jumped = jumps.attempt(it, before, factors, weights, fixed, normalize, fit, fit_of,
                                    renorm=small.renorm if small is not None else None)
             if jumped is not None:
-                factors[:], weights, grams[:], fit = jumped
+                factors[:], weights, G, fit = jumped
+                for n, Gn in enumerate(G):
+                    set_gram(n, Gn)
                 if cplx:
                     conj[:] = [U.conj() for U in factors]
         shown = xp.asarray(weights) if small is not None and callback is not None else weights
@@ -529,6 +570,11 @@ def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any
         V = V * G
     err2 = float(1.0 - 2 * inner + (w @ V @ w).real)
     return 1.0 - math.sqrt(max(err2, 0.0))
+
+
+def _fit_of_error(normX: float, err2: float) -> float:
+    """The fit ``1 - ||X - X_hat|| / ||X||`` from :func:`cp_fit_error`'s relative squared error."""
+    return 1.0 if normX <= 0 else 1.0 - math.sqrt(max(err2, 0.0))
 
 
 def _fit_from_inner(xp: Any, normX: float, inner: Any, weights: Any, grams: list[Any]) -> float:

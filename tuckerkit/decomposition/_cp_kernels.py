@@ -132,13 +132,8 @@ def _cholesky(V, L, eps):  # pragma: no cover - compiled
     return lo > hi * eps * R
 
 
-@njit(cache=True, nogil=True, **NO_RUNTIME)
-def fused_update(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
-    """CP-ALS's whole factor update for R <= :data:`FUSED_MAX_R` in one call: V's Cholesky factor
-    (:func:`_cholesky`), the rows of ``U V = M`` (:func:`_solve_rows`) with their columns' sums of squares in
-    ``ss``, and with ``normalize`` the columns' norms into ``norms`` (float64; the pieces of ``ss`` added in
-    order, a zero norm taken as 1) and U's columns divided by them (cast to U's dtype). Returns False, with
-    ``U`` untouched, when V is not definite in working precision (the caller's least squares)."""
+@njit(cache=True, nogil=True, inline="always")
+def _fused(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
     R = M.shape[1]
     L = stack_matrix(R, R, U)
     nd = stack_matrix(1, R, U)  # the norms in U's dtype
@@ -157,6 +152,87 @@ def fused_update(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - comp
             for r in range(R):
                 U[i, r] /= nd[0, r]
     return True
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def fused_update(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
+    """CP-ALS's whole factor update for R <= :data:`FUSED_MAX_R` in one call: V's Cholesky factor
+    (:func:`_cholesky`), the rows of ``U V = M`` (:func:`_solve_rows`) with their columns' sums of squares in
+    ``ss``, and with ``normalize`` the columns' norms into ``norms`` (float64; the pieces of ``ss`` added in
+    order, a zero norm taken as 1) and U's columns divided by them (cast to U's dtype). Returns False, with
+    ``U`` untouched, when V is not definite in working precision (the caller's least squares)."""
+    return _fused(V, M, U, ss, norms, normalize, eps)
+
+
+#: the most multiply-adds (``I R (R + 1) / 2``) of a factor's Gram that :func:`sweep_update` makes itself;
+#: beyond, the caller's BLAS (a loop of ours is slower than SYRK once the factor is long)
+SWEEP_GRAM_MAX = 1 << 16
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, inner):  # pragma: no cover - compiled
+    """One step of a CP-ALS sweep on the host in one call, for a small factor: ``V``, the Hadamard product of
+    ``grams[m]`` (``grams``: N x R x R, U's dtype) for every ``m != n`` in order of ``m`` (from ones, as the
+    caller's loop of products), :func:`fused_update`'s solve into ``U``, and then, with ``gram``,
+    ``grams[n] = U^T U`` (each entry its sum over the rows in order, the lower triangle mirrored), and with
+    ``want_inner`` ``inner[r] = sum_i M[i, r] U[i, r]`` in float64 (the fit's ``<X, X_hat>`` when ``n`` is the sweep's
+    last mode; rows in order, as numpy's reduction over axis 0). Returns False, with ``U``, ``grams`` and
+    ``inner`` untouched, when V is not definite in working precision."""
+    N = grams.shape[0]
+    R = M.shape[1]
+    V = stack_matrix(R, R, U)
+    for a in range(R):
+        for b in range(R):
+            V[a, b] = 1
+    for m in range(N):
+        if m != n:
+            for a in range(R):
+                for b in range(R):
+                    V[a, b] *= grams[m, a, b]
+    if not _fused(V, M, U, ss, norms, normalize, eps):
+        return False
+    if gram:
+        for a in range(R):
+            for b in range(R):
+                grams[n, a, b] = 0
+        for i in range(U.shape[0]):
+            for a in range(R):
+                ua = U[i, a]
+                for b in range(a + 1):
+                    grams[n, a, b] += ua * U[i, b]
+        for a in range(R):
+            for b in range(a):
+                grams[n, b, a] = grams[n, a, b]
+    if not want_inner:
+        return True
+    for r in range(R):
+        inner[r] = 0.0
+    for i in range(U.shape[0]):
+        for r in range(R):
+            inner[r] += np.float64(M[i, r]) * np.float64(U[i, r])
+    return True
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def fit_error(inner, weights, grams, norm):  # pragma: no cover - compiled
+    """``||X - X_hat||^2 / ||X||^2`` of a real CP model from ``inner[r] = <M[:, r], U_n[:, r]>`` (float64), its
+    weights and the factors' Grams (N x R x R): ``1 - 2 sum_r w_r inner_r + w^T (hadamard of the Grams) w``
+    with ``w`` the weights over ``norm`` (``||X||``), every sum in float64 in index order."""
+    N = grams.shape[0]
+    R = inner.shape[0]
+    s = 0.0
+    for r in range(R):
+        s += inner[r] * (np.float64(weights[r]) / norm)
+    q = 0.0
+    for a in range(R):
+        t = 0.0
+        for b in range(R):
+            v = 1.0
+            for m in range(N):
+                v *= np.float64(grams[m, a, b])
+            t += v * (np.float64(weights[b]) / norm)
+        q += (np.float64(weights[a]) / norm) * t
+    return 1.0 - 2.0 * (s / norm) + q
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

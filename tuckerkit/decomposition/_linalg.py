@@ -156,3 +156,44 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     norms[norms == 0] = 1.0
     np.divide(out, norms.astype(dtype), out=out)
     return norms
+
+
+def sweep_fits(R: int, dtype: Any) -> bool:
+    """Whether :func:`cp_sweep_update` takes a factor of rank ``R`` and ``dtype`` (real, ``R`` at most the
+    fused update's limit)."""
+    return np.dtype(dtype).char in "fd" and R <= _row_solve()[5]
+
+
+def cp_sweep_update(grams: np.ndarray, n: int, M: np.ndarray, out: np.ndarray, normalize: bool,
+                    want_inner: bool) -> tuple[Any, Any]:
+    """CP-ALS's step for mode ``n`` in one compiled call (:func:`._cp_kernels.sweep_update`): ``V`` from
+    ``grams`` (N x R x R, ``out``'s dtype; every mode's Gram, ``n``'s ignored), the update solved into ``out`` as
+    :func:`cp_factor_update` solves it (the same operations, the same bits), and ``grams[n]`` replaced by the new
+    factor's Gram: made in the call for a factor of at most ``SWEEP_GRAM_MAX`` multiply-adds, else by BLAS here.
+    Returns ``(norms, inner)``: the norms as :func:`cp_factor_update` returns them, ``inner`` (float64, R) the
+    fit's ``<M[:, r], U[:, r]>`` with ``want_inner`` (else None); ``(False, None)`` with nothing changed when
+    V is not definite (the caller's least squares).
+
+    Why: on a small tensor a factor step is a few microseconds of arithmetic, and the numpy calls around it
+    (V's products, the Gram, the fit's column sums) cost more than the solve."""
+    from tuckerkit.decomposition._cp_kernels import SWEEP_GRAM_MAX, sweep_update
+
+    dtype = out.dtype
+    I, R = M.shape  # noqa: E741
+    ss = np.empty((-(-I // _row_solve()[3]), R), dtype=np.float64)
+    norms = np.empty(R, dtype=np.float64)
+    inner = np.empty(R if want_inner else 0, dtype=np.float64)
+    gram = I * R * (R + 1) // 2 <= SWEEP_GRAM_MAX
+    if not _first_run(sweep_update, dtype, grams, n, np.ascontiguousarray(M, dtype=dtype), out, ss, norms,
+                      bool(normalize), _EPS[dtype.char], gram, want_inner, inner):
+        return False, None
+    if not gram:
+        grams[n] = out.T @ out  # (numpy's SYRK for a product with its own transpose)
+    return (norms if normalize else None), (inner if want_inner else None)
+
+
+def cp_fit_error(inner: np.ndarray, weights: np.ndarray, grams: np.ndarray, norm: float) -> float:
+    """``||X - X_hat||^2 / ||X||^2`` of a real CP model (:func:`._cp_kernels.fit_error`)."""
+    from tuckerkit.decomposition._cp_kernels import fit_error
+
+    return float(fit_error(inner, weights, grams, float(norm)))
