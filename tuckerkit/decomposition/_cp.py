@@ -41,6 +41,12 @@ from tuckerkit.engine._subspace import gram_route, real_dtype
 logger = logging.getLogger(__name__)
 
 
+#: the most entries of a factor that CP-ALS's one-call step (:func:`cp_sweep_update`) writes into a fresh array
+#: instead of a pooled one (:func:`~tuckerkit.engine._buffers.pooled`: a few microseconds of bookkeeping, which
+#: pays where a factor's pages would otherwise be faulted in anew each step)
+_FRESH_MAX = 4096
+
+
 def _check_rank_fits(X: Any, rank: int) -> None:
     """A CP rank has no upper bound but memory: refuse one whose Grams, factors and MTTKRP partials (the
     larger half of the modes times R) cannot fit, before allocating anything."""
@@ -336,8 +342,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             return
         if stack is not None:  # one compiled call (a factor still held elsewhere is never written; V not definite: the
             # least squares below)
-            factors[n] = None
-            U = pooled(buffers, n, (X.shape[n], rank), X.dtype)
+            factors[n] = None  # (a small factor is a fresh array: cheaper than the pool's bookkeeping)
+            U = (np.empty((X.shape[n], rank), X.dtype) if X.shape[n] * rank <= _FRESH_MAX
+                 else pooled(buffers, n, (X.shape[n], rank), X.dtype))
             norms, last["inner"] = cp_sweep_update(stack, n, M, U, normalize, want_inner=n == N - 1)
             if norms is not False:
                 if normalize:

@@ -164,6 +164,10 @@ def sweep_fits(R: int, dtype: Any) -> bool:
     return np.dtype(dtype).char in "fd" and R <= _row_solve()[5]
 
 
+#: (:func:`cp_sweep_update`'s kernel and constants, imported on its first call)
+_SWEEP: tuple[Any, int, int] | None = None
+
+
 def cp_sweep_update(grams: np.ndarray, n: int, M: np.ndarray, out: np.ndarray, normalize: bool,
                     want_inner: bool) -> tuple[Any, Any]:
     """CP-ALS's step for mode ``n`` in one compiled call (:func:`._cp_kernels.sweep_update`): ``V`` from
@@ -176,15 +180,19 @@ def cp_sweep_update(grams: np.ndarray, n: int, M: np.ndarray, out: np.ndarray, n
 
     Why: on a small tensor a factor step is a few microseconds of arithmetic, and the numpy calls around it
     (V's products, the Gram, the fit's column sums) cost more than the solve."""
-    from tuckerkit.decomposition._cp_kernels import SWEEP_GRAM_MAX, sweep_update
+    global _SWEEP
+    if _SWEEP is None:
+        from tuckerkit.decomposition._cp_kernels import CHUNK, SWEEP_GRAM_MAX, sweep_update
 
+        _SWEEP = (sweep_update, SWEEP_GRAM_MAX, CHUNK)
+    kernel, gram_max, chunk = _SWEEP
     dtype = out.dtype
     I, R = M.shape  # noqa: E741
-    ss = np.empty((-(-I // _row_solve()[3]), R), dtype=np.float64)
+    ss = np.empty((-(-I // chunk), R), dtype=np.float64)
     norms = np.empty(R, dtype=np.float64)
     inner = np.empty(R if want_inner else 0, dtype=np.float64)
-    gram = I * R * (R + 1) // 2 <= SWEEP_GRAM_MAX
-    if not _first_run(sweep_update, dtype, grams, n, np.ascontiguousarray(M, dtype=dtype), out, ss, norms,
+    gram = I * R * (R + 1) // 2 <= gram_max
+    if not _first_run(kernel, dtype, grams, n, np.ascontiguousarray(M, dtype=dtype), out, ss, norms,
                       bool(normalize), _EPS[dtype.char], gram, want_inner, inner):
         return False, None
     if not gram:
