@@ -243,7 +243,7 @@ def _grams(N, I, R, dtype, seed):  # noqa: E741
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("I", "R"), [(1, 1), (7, 3), (13, 10), (200, 10), (1000, 16), (40, 32)])
 @pytest.mark.parametrize("n", [0, 2])
-def test_sweep_update_is_the_fused_update_with_the_new_gram_and_inner_products(I, R, dtype, n):  # noqa: E741
+def test_sweep_update_is_the_factor_update_with_the_new_gram_and_inner_products(I, R, dtype, n):  # noqa: E741
     """One compiled step (decomposition/_cp_kernels.py: sweep_update): V from the other modes' Grams, the
     solve and the norms the same bits as cp_factor_update's with that V, the mode's Gram replaced by the new
     factor's (in the call up to SWEEP_GRAM_MAX multiply-adds, else BLAS), the other Grams untouched, and the

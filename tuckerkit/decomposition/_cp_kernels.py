@@ -94,7 +94,7 @@ def cholesky_solve_rows_heap(M, L, U, ss):  # pragma: no cover - compiled
     _solve_rows(M, L, U, ss, np.empty((R, BLOCK), dtype=U.dtype), np.empty((R, BLOCK), dtype=np.float64))
 
 
-#: the largest R whose whole update (:func:`fused_update`: Cholesky, solve, norms) is one compiled call; its
+#: the largest R whose whole update (:func:`sweep_update`: Cholesky, solve, norms) is one compiled call; its
 #: work arrays (L, R x R, and the solve's two, R x BLOCK: 2048 elements at most, 16 kB in float64) stay on the
 #: stack
 FUSED_MAX_R = 32
@@ -134,6 +134,7 @@ def _cholesky(V, L, eps):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True, inline="always")
 def _fused(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
+    # (see sweep_update)
     R = M.shape[1]
     L = stack_matrix(R, R, U)
     nd = stack_matrix(1, R, U)  # the norms in U's dtype
@@ -154,16 +155,6 @@ def _fused(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
     return True
 
 
-@njit(cache=True, nogil=True, **NO_RUNTIME)
-def fused_update(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
-    """CP-ALS's whole factor update for R <= :data:`FUSED_MAX_R` in one call: V's Cholesky factor
-    (:func:`_cholesky`), the rows of ``U V = M`` (:func:`_solve_rows`) with their columns' sums of squares in
-    ``ss``, and with ``normalize`` the columns' norms into ``norms`` (float64; the pieces of ``ss`` added in
-    order, a zero norm taken as 1) and U's columns divided by them (cast to U's dtype). Returns False, with
-    ``U`` untouched, when V is not definite in working precision (the caller's least squares)."""
-    return _fused(V, M, U, ss, norms, normalize, eps)
-
-
 #: the most multiply-adds (``I R (R + 1) / 2``) of a factor's Gram that :func:`sweep_update` makes itself;
 #: beyond, the caller's BLAS (a loop of ours is slower than SYRK once the factor is long)
 SWEEP_GRAM_MAX = 1 << 16
@@ -171,9 +162,13 @@ SWEEP_GRAM_MAX = 1 << 16
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, inner):  # pragma: no cover - compiled
-    """One step of a CP-ALS sweep on the host in one call, for a small factor: ``V``, the Hadamard product of
-    ``grams[m]`` (``grams``: N x R x R, U's dtype) for every ``m != n`` in order of ``m`` (from ones, as the
-    caller's loop of products), :func:`fused_update`'s solve into ``U``, and then, with ``gram``,
+    """One step of a CP-ALS sweep on the host in one call, for R <= :data:`FUSED_MAX_R`: ``V``, the Hadamard
+    product of ``grams[m]`` (``grams``: N x R x R, U's dtype) for every ``m != n`` in order of ``m`` (from ones,
+    as a loop of numpy products; ``n = -1`` and one Gram: ``V`` itself), the whole update solved into ``U``:
+    V's Cholesky factor (:func:`_cholesky`), the rows of ``U V = M`` (:func:`_solve_rows`) with their columns'
+    sums of squares in ``ss``, and with ``normalize`` the columns' norms into ``norms`` (float64; the pieces of
+    ``ss`` added in order, a zero norm taken as 1) and U's columns divided by them (cast to U's dtype); then,
+    with ``gram``,
     ``grams[n] = U^T U`` (each entry its sum over the rows in order, the lower triangle mirrored), and with
     ``want_inner`` ``inner[r] = sum_i M[i, r] U[i, r]`` in float64 (the fit's ``<X, X_hat>`` when ``n`` is the sweep's
     last mode; rows in order, as numpy's reduction over axis 0). Returns False, with ``U``, ``grams`` and

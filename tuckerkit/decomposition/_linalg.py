@@ -95,10 +95,10 @@ def _row_solve() -> tuple[Any, Any, Any, int, int, int]:
             STACK_MAX_R,
             cholesky_solve_rows,
             cholesky_solve_rows_heap,
-            fused_update,
+            sweep_update,
         )
 
-        _ROW_SOLVE = (cholesky_solve_rows, cholesky_solve_rows_heap, fused_update, CHUNK, STACK_MAX_R, FUSED_MAX_R)
+        _ROW_SOLVE = (cholesky_solve_rows, cholesky_solve_rows_heap, sweep_update, CHUNK, STACK_MAX_R, FUSED_MAX_R)
     return _ROW_SOLVE
 
 
@@ -127,17 +127,18 @@ def cp_factor_update(V: Any, M: Any, out: Any, normalize: bool) -> Any:
     :mod:`._cp_kernels`).
 
     Up to ``FUSED_MAX_R`` columns the whole update, V's Cholesky factor included, is one compiled call
-    (:func:`._cp_kernels.fused_update`): numpy's ``cholesky``, the definiteness check and the norms' numpy
-    calls cost about 30 us an update in Python (R = 3: 33.7 against 3.2 us), which is most of a small
-    tensor's factor step. Larger R factors V with numpy's LAPACK, then the compiled row solve."""
+    (:func:`._cp_kernels.sweep_update` with V as its one Gram): numpy's ``cholesky``, the definiteness check
+    and the norms' numpy calls cost about 30 us an update in Python (R = 3: 33.7 against 3.2 us), which is most
+    of a small tensor's factor step. Larger R factors V with numpy's LAPACK, then the compiled row solve."""
     solve, heap, fused, chunk, stack_max, fused_max = _row_solve()
     dtype = out.dtype
     I, R = M.shape  # noqa: E741
     if R <= fused_max and V.dtype == dtype and dtype.char in "fd":
         ss = np.empty((-(-I // chunk), R), dtype=np.float64)
         norms = np.empty(R, dtype=np.float64)
-        if not _first_run(fused, dtype, np.ascontiguousarray(V), np.ascontiguousarray(M, dtype=dtype), out, ss, norms,
-                          bool(normalize), _EPS[dtype.char]):
+        # (sweep_update's V from one Gram and no mode left out: 1 * V, V exactly; no Gram and no inner products)
+        if not _first_run(fused, dtype, np.ascontiguousarray(V)[None], -1, np.ascontiguousarray(M, dtype=dtype), out,
+                          ss, norms, bool(normalize), _EPS[dtype.char], False, False, np.empty(0)):
             return False
         return norms if normalize else None
     try:
@@ -171,12 +172,12 @@ _SWEEP: tuple[Any, int, int] | None = None
 def cp_sweep_update(grams: np.ndarray, n: int, M: np.ndarray, out: np.ndarray, normalize: bool,
                     want_inner: bool) -> tuple[Any, Any]:
     """CP-ALS's step for mode ``n`` in one compiled call (:func:`._cp_kernels.sweep_update`): ``V`` from
-    ``grams`` (N x R x R, ``out``'s dtype; every mode's Gram, ``n``'s ignored), the update solved into ``out`` as
-    :func:`cp_factor_update` solves it (the same operations, the same bits), and ``grams[n]`` replaced by the new
-    factor's Gram: made in the call for a factor of at most ``SWEEP_GRAM_MAX`` multiply-adds, else by BLAS here.
-    Returns ``(norms, inner)``: the norms as :func:`cp_factor_update` returns them, ``inner`` (float64, R) the
-    fit's ``<M[:, r], U[:, r]>`` with ``want_inner`` (else None); ``(False, None)`` with nothing changed when
-    V is not definite (the caller's least squares).
+    ``grams`` (N x R x R, ``out``'s dtype; every mode's Gram, ``n``'s ignored), the update solved into ``out``
+    as :func:`cp_factor_update` solves it with that V (the same kernel, the same bits), and ``grams[n]``
+    replaced by the new factor's Gram: made in the call for a factor of at most ``SWEEP_GRAM_MAX``
+    multiply-adds, else by BLAS here. Returns ``(norms, inner)``: the norms as :func:`cp_factor_update`
+    returns them, ``inner`` (float64, R) the fit's ``<M[:, r], U[:, r]>`` with ``want_inner`` (else None);
+    ``(False, None)`` with nothing changed when V is not definite (the caller's least squares).
 
     Why: on a small tensor a factor step is a few microseconds of arithmetic, and the numpy calls around it
     (V's products, the Gram, the fit's column sums) cost more than the solve."""
@@ -185,7 +186,7 @@ def cp_sweep_update(grams: np.ndarray, n: int, M: np.ndarray, out: np.ndarray, n
         from tuckerkit.decomposition._cp_kernels import CHUNK, SWEEP_GRAM_MAX, sweep_update
 
         _SWEEP = (sweep_update, SWEEP_GRAM_MAX, CHUNK)
-    kernel, gram_max, chunk = _SWEEP
+    kernel, gram_max, chunk = _SWEEP  # (the kernel of cp_factor_update's fused update too)
     dtype = out.dtype
     I, R = M.shape  # noqa: E741
     ss = np.empty((-(-I // chunk), R), dtype=np.float64)
