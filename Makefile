@@ -41,7 +41,7 @@ lint: $(VENV)/.test
 
 # two pytest workers: most of a cold run is numba compiling one kernel at a time (9m57s -> 4m32s on 2 cores)
 test: lint
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 2
 
 # The real-GPU tests and benchmarks/gpu.py, on a machine where cupy is preinstalled and no package registry is
 # reachable: a venv over GPU_PYTHON's packages (also when GPU_PYTHON is itself a venv, as the GPU image's

@@ -32,11 +32,6 @@ from tuckerkit.engine._roofline import ENV, Roofline, machine_roofline, parse_ov
 _WIDE_READERS = {"_inner_kernel": ("_block_line", "_block_half", "_block"), "_outer_gemm_kernel": ("_gblock",)}
 
 
-#: the tests that compile the wide blocks on a 256-bit machine run on one pytest-xdist worker (``make test``'s
-#: ``--dist loadgroup``), so that each ``<kernel>_all_blocks`` copy compiles once per run, not once per worker
-WIDE_GROUP = pytest.mark.xdist_group("wide_blocks")
-
-
 @functools.cache
 def _all_blocks_kernel(kernel: str):
     """``kernel`` with every register block and strip compiled in, as a machine with 512-bit vectors compiles
@@ -485,7 +480,6 @@ def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, R, dt
                 assert Y.tobytes() == ref.tobytes(), (wide_direct, l1, pack, workers)
 
 
-@WIDE_GROUP
 def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_blocks, dtype, rng):
     """R above 16: where vectors are wide each chunk is read straight from X (long rows in chunks of up to
     _MAX_KC rows of 4 KiB tiles) unless long rows crowd L1; with 256-bit vectors it is packed first, in the
@@ -521,7 +515,6 @@ def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_bloc
     sg._blocks.cache_clear()
 
 
-@WIDE_GROUP
 @pytest.mark.parametrize("R", [10, 17, 32])
 def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch, all_blocks, R, dtype, rng):
     """Strips of one cache line of each row of X (two 256-bit vectors, or one 512-bit) or two (four, or two):
@@ -548,7 +541,6 @@ def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch,
     assert sg._inner_strip(R) == (4 if sg.wide_vectors() and R > sg._DIRECT_MAX_RANK else 2)
 
 
-@WIDE_GROUP
 @pytest.mark.parametrize("R", [10, 13, 32])
 def test_inner_kernel_bits_do_not_depend_on_row_blocks(monkeypatch, all_blocks, R, dtype, rng):
     """The row blocks of U (up to WIDE_RB = 12 rows where a line of X is one 512-bit vector, else up to
@@ -846,7 +838,6 @@ def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
     return xs, outs
 
 
-@WIDE_GROUP
 @pytest.mark.parametrize("R", [*range(1, 14), 15, 16, 17, 20, 23, 24, 25, 31, 32, 33, 40, 47, 50, 64])
 @pytest.mark.parametrize("rows", [6, 12])
 def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, all_blocks, monkeypatch, rng):
@@ -868,7 +859,6 @@ def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, all
         assert len(bits) == 1, (A, I)  # every layout of X and of the output: the same bits
 
 
-@WIDE_GROUP
 @pytest.mark.parametrize("R", [16, 24, 32])
 def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monkeypatch, all_blocks, R, dtype,
                                                                                 rng):
