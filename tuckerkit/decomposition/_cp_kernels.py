@@ -168,11 +168,11 @@ def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, in
     V's Cholesky factor (:func:`_cholesky`), the rows of ``U V = M`` (:func:`_solve_rows`) with their columns'
     sums of squares in ``ss``, and with ``normalize`` the columns' norms into ``norms`` (float64; the pieces of
     ``ss`` added in order, a zero norm taken as 1) and U's columns divided by them (cast to U's dtype); then,
-    with ``gram``,
-    ``grams[n] = U^T U`` (each entry its sum over the rows in order, the lower triangle mirrored), and with
-    ``want_inner`` ``inner[r] = sum_i M[i, r] U[i, r]`` in float64 (the fit's ``<X, X_hat>`` when ``n`` is the sweep's
-    last mode; rows in order, as numpy's reduction over axis 0). Returns False, with ``U``, ``grams`` and
-    ``inner`` untouched, when V is not definite in working precision."""
+    with ``gram``, ``grams[n] = U^T U`` (each entry its sum over the rows in order, the lower triangle
+    mirrored), and with ``want_inner``, ``inner[r] = sum_i M[i, r] U[i, r]`` in float64 (the fit's
+    ``<X, X_hat>`` when ``n`` is the sweep's last mode; rows in order, as numpy's reduction over axis 0).
+    Returns False, with ``U``, ``grams`` and ``inner`` untouched, when V is not definite in working
+    precision."""
     N = grams.shape[0]
     R = M.shape[1]
     V = stack_matrix(R, R, U)
@@ -181,30 +181,31 @@ def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, in
             V[a, b] = 1
     for m in range(N):
         if m != n:
+            Gm = grams[m]
             for a in range(R):
                 for b in range(R):
-                    V[a, b] *= grams[m, a, b]
+                    V[a, b] *= Gm[a, b]
     if not _fused(V, M, U, ss, norms, normalize, eps):
         return False
     if gram:
+        Gn = grams[n]
         for a in range(R):
             for b in range(R):
-                grams[n, a, b] = 0
+                Gn[a, b] = 0
         for i in range(U.shape[0]):
             for a in range(R):
                 ua = U[i, a]
                 for b in range(a + 1):
-                    grams[n, a, b] += ua * U[i, b]
+                    Gn[a, b] += ua * U[i, b]
         for a in range(R):
             for b in range(a):
-                grams[n, b, a] = grams[n, a, b]
-    if not want_inner:
-        return True
-    for r in range(R):
-        inner[r] = 0.0
-    for i in range(U.shape[0]):
+                Gn[b, a] = Gn[a, b]
+    if want_inner:
         for r in range(R):
-            inner[r] += np.float64(M[i, r]) * np.float64(U[i, r])
+            inner[r] = 0.0
+        for i in range(U.shape[0]):
+            for r in range(R):
+                inner[r] += np.float64(M[i, r]) * np.float64(U[i, r])
     return True
 
 
