@@ -340,8 +340,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         last["M"], last["n"], last["inner"] = M, n, None
         if n in fixed:
             return
-        if stack is not None:  # one compiled call (a factor still held elsewhere is never written; V not definite: the
-            # least squares below)
+        if stack is not None:  # one compiled call (where V is not definite: the least squares below)
             factors[n] = None  # (a small factor is a fresh array: cheaper than the pool's bookkeeping)
             U = (np.empty((X.shape[n], rank), X.dtype) if X.shape[n] * rank <= _FRESH_MAX
                  else pooled(buffers, n, (X.shape[n], rank), X.dtype))
