@@ -110,6 +110,43 @@ def test_start_gram_declines_where_it_does_not_apply(rng):
     assert start_gram(rng.standard_normal((10, 11, 12)), 1, TWO) is None
 
 
+def test_a_small_gram_is_declined_before_planning_and_at_the_threshold_exactly(rng, monkeypatch):
+    """The size test (I_n^2 K flops, as both routes count them) runs before a plan is made: below the
+    threshold no plan is made and the answer is None; at it, every mode's start Gram is made."""
+    from tuckerkit.engine._policy import MIN_PARALLEL_FLOPS
+
+    made = []
+    real = _gram.build_gram_plan
+    monkeypatch.setattr(_gram, "build_gram_plan", lambda *a: made.append(a) or real(*a))
+    assert 4 * MIN_PARALLEL_FLOPS == 100 * 40 * 40 * 100  # (the shapes below sit on it)
+    for n, at, below in ((0, (100, 40, 40), (99, 40, 40)), (1, (40, 100, 40), (39, 100, 40)),
+                         (2, (40, 40, 100), (40, 40, 99))):
+        made.clear()
+        assert start_gram(rng.standard_normal(below), n, TWO) is None and not made
+        X = rng.standard_normal(at)
+        G, ssq = start_gram(X, n, TWO)
+        assert made and G.shape == (X.shape[n], X.shape[n])
+        np.testing.assert_allclose(ssq.sum(), np.sum(X * X), rtol=1e3 * np.finfo(float).eps)
+
+
+def test_gram_plans_are_kept_per_spec(rng):
+    """A plan depends on the array type, shape, strides, dtype, mode and policy only: the same spec gives the
+    same plan object, any other part gives another one, and the plan still checks what it is given."""
+    from tuckerkit.engine._gram import build_gram_plan
+
+    X = rng.standard_normal((6, 7, 8))
+    p = build_gram_plan(X, 1, TWO)
+    assert build_gram_plan(X.copy(), 1, TWO) is p
+    others = [build_gram_plan(X, 0, TWO), build_gram_plan(X, 1, ExecutionPolicy(workers=1)),
+              build_gram_plan(X.astype(np.float32), 1, TWO), build_gram_plan(np.asfortranarray(X), 1, TWO),
+              build_gram_plan(X[:, :, :7], 1, TWO)]
+    assert all(q is not p for q in others) and len({id(q) for q in others}) == len(others)
+    np.testing.assert_allclose(p(X), np.einsum("ijk,ilk->jl", X, X), rtol=0, atol=1e3 * np.finfo(float).eps
+                               * np.abs(X).max() ** 2 * X.size)
+    with pytest.raises(ValueError, match="plan was made for mode 1, shape"):
+        p(X[:, :, :7])
+
+
 def test_cp_starts_from_rough_grams_and_reaches_the_same_model(rng, monkeypatch):
     """CP-ALS's SVD start takes the Grams of modes 1 and 2 from float32 products (the first made on entry, its
     trace the exact norm), and ends where the exact Grams' start ends: the same iterations, the fit to a few

@@ -91,8 +91,25 @@ class GramPlan:
             )
 
 
+#: plans made, by (array type, shape, element strides, dtype, mode, policy): a plan depends on nothing else, and
+#: a small tensor's decomposition asks for the same few several times a call (about 50 us each to make)
+_PLANS: dict[tuple, GramPlan] = {}
+_PLANS_MAX = 256
+
+
 def build_gram_plan(X: Any, n: int, policy: ExecutionPolicy) -> GramPlan:
     st = _elem_strides(X)
+    key = (type(X), tuple(X.shape), st, X.dtype, n, policy)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _make_gram_plan(X, n, policy, st)
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def _make_gram_plan(X: Any, n: int, policy: ExecutionPolicy, st: tuple[int, ...]) -> GramPlan:
     others = [m for m in range(X.ndim) if m != n and X.shape[m] != 1]
     outer = tuple(sorted((m for m in others if st[m] > st[n] or X.shape[n] == 1), key=lambda m: -st[m]))
     inner = tuple(sorted((m for m in others if m not in outer), key=lambda m: -st[m]))
@@ -209,6 +226,8 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     200^3): the caller's fit must not come from its eigenvalues. A value beyond float32's range makes the
     result non-finite (the caller then takes the exact Gram)."""
     if not isinstance(X, np.ndarray) or X.dtype != np.float64 or X.ndim < 2:
+        return None
+    if X.shape[n] * X.size < 4 * MIN_PARALLEL_FLOPS:  # (either route's I_n^2 K below: decided before planning)
         return None
     plan = build_gram_plan(X, n, policy)
     if plan.route == "slabs":
