@@ -196,6 +196,39 @@ def test_csf_build_in_parts_matches_lexsort_reference(shape, n):
             _assert_tree(_parts_build(X, order, parts), X, order)
 
 
+@pytest.mark.parametrize("shape", [(6, 5, 4), (4, 3, 5, 2), (3, 4, 2, 3, 2), (2, 3, 2, 2, 3, 2)])
+def test_unrolled_build_kernels_make_the_generic_loops_trees(shape, monkeypatch):
+    """Trees of 3 to 6 levels are built by the unrolled kernels, chosen by the tree's levels outside the compiled
+    code (so that a first build compiles only its own); the generic loops, forced for the same trees, give the
+    same arrays, in parts and sorted, as the reference."""
+    from tuckerkit.sparse import _build_unrolled as U
+    from tuckerkit.sparse import _kernels as K
+
+    N = len(shape)
+    assert K.count_levels_kernel(N) is getattr(U, f"_count_levels{N}")
+    assert K.build_packed_kernel(N) is getattr(U, f"_build_packed{N}")
+    assert K.grouped_count_kernel(N - 1) is getattr(U, f"_grouped_count{N}")
+    assert K.grouped_fill_kernel(N - 1) is getattr(U, f"_grouped_fill{N}")
+    for other in (2, 7):
+        assert K.count_levels_kernel(other) is K.csf_count_levels_part
+        assert K.build_packed_kernel(other) is K.csf_build_packed_part
+    assert K.grouped_count_kernel(6) is K.csf_grouped_count_part and K.grouped_fill_kernel(1) is K.csf_grouped_fill_part
+    X = _random_coo(shape, 300, seed=N)
+    orders = _orders(N, cap=8)
+    unrolled = [[a.tobytes() for a in (*T.idx, *T.pos, T.values)]
+                for order in orders for T in (_parts_build(X, order, 3), CSFTensor(X, order=order))]
+    monkeypatch.setattr(K, "count_levels_kernel", lambda N: K.csf_count_levels_part)
+    monkeypatch.setattr(K, "build_packed_kernel", lambda N: K.csf_build_packed_part)
+    monkeypatch.setattr(K, "grouped_count_kernel", lambda L: K.csf_grouped_count_part)
+    monkeypatch.setattr(K, "grouped_fill_kernel", lambda L: K.csf_grouped_fill_part)
+    generic = []
+    for order in orders:
+        for T in (_parts_build(X, order, 3), CSFTensor(X, order=order)):
+            _assert_tree(T, X, order)
+            generic.append([a.tobytes() for a in (*T.idx, *T.pos, T.values)])
+    assert generic == unrolled
+
+
 def test_csf_build_without_nonzeros_and_with_one_mode():
     Z = COOTensor(np.zeros((3, 3), dtype=np.int64), np.zeros(3), shape=(4, 5, 6))
     for order in _orders(3):

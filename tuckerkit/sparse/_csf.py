@@ -143,7 +143,8 @@ def _build_in_parts(coords: np.ndarray, values: np.ndarray, order: tuple[int, ..
 
     counts = np.zeros((parts, N), dtype=np.int64)
     if lead == 0:
-        each(lambda t, lo, hi: K.csf_count_levels_part(coords, order_arr, lo, hi, counts[t]))
+        count = K.count_levels_kernel(N)
+        each(lambda t, lo, hi: count(coords, order_arr, lo, hi, counts[t]))
     else:
         if lead >= 2:  # stable regrouping by the middle modes out of order (the root's is the scatter's)
             coords, values = K.sort_rows_by(coords, values, np.asarray(order[1:lead], dtype=np.int64),
@@ -160,19 +161,20 @@ def _build_in_parts(coords: np.ndarray, values: np.ndarray, order: tuple[int, ..
         src, src_v = coords, values
         each(lambda t, lo, hi: K.csf_scatter_part(src, src_v, order_arr, lo, hi, cur[t], dst, dst_v))
         del coords, values, src, src_v, cur
-        each(lambda t, lo, hi: K.csf_grouped_count_part(dst, rstart, lo, hi, counts[t]))
+        gcount = K.grouped_count_kernel(N - 1)
+        each(lambda t, lo, hi: gcount(dst, rstart, lo, hi, counts[t]))
     total = counts.sum(axis=0)
     starts = np.zeros_like(counts)
     np.cumsum(counts[:-1], axis=0, out=starts[1:])
     idx_all, idx_off, pos_all, pos_off = _packed_arrays(total, itype)
     if lead == 0:
-        each(lambda t, lo, hi: K.csf_build_packed_part(coords, order_arr, lo, hi, starts[t], idx_all, idx_off,
-                                                       pos_all, pos_off))
+        build = K.build_packed_kernel(N)
+        each(lambda t, lo, hi: build(coords, order_arr, lo, hi, starts[t], idx_all, idx_off, pos_all, pos_off))
     else:
         idx_all[:roots] = idx0
         del idx0
-        each(lambda t, lo, hi: K.csf_grouped_fill_part(dst, rstart, lo, hi, starts[t], idx_all, idx_off, pos_all,
-                                                       pos_off))
+        fill = K.grouped_fill_kernel(N - 1)
+        each(lambda t, lo, hi: fill(dst, rstart, lo, hi, starts[t], idx_all, idx_off, pos_all, pos_off))
         values = dst_v
     for lev in range(N - 1):  # each level's closing pointer
         pos_all[pos_off[lev] + total[lev]] = total[lev + 1]

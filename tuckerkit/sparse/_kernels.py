@@ -470,24 +470,51 @@ def coo_canonical_rows(coords, values, shape, reuse_input):  # pragma: no cover
     return c, v, r + 1, dups
 
 
-@njit(cache=True, nogil=True)
-def csf_count_levels(coords, order):  # pragma: no cover
+def csf_count_levels(coords, order):
     """Nodes per level of the tree of nonzeros already in tree order (sizes the packed arrays exactly)."""
     counts = np.zeros(coords.shape[1], dtype=np.int64)
-    csf_count_levels_part(coords, order, 0, coords.shape[0], counts)
+    count_levels_kernel(coords.shape[1])(coords, order, 0, coords.shape[0], counts)
     return counts
 
 
-@njit(cache=True, nogil=True)
-def csf_build_packed(coords, order, idx_all, idx_off, pos_all, pos_off):  # pragma: no cover
+def csf_build_packed(coords, order, idx_all, idx_off, pos_all, pos_off):
     """The levels of the tree written straight into its packed arrays (sized by :func:`csf_count_levels`):
     level ``l``'s node indices at ``idx_all[idx_off[l]:]``, its child pointers at ``pos_all[pos_off[l]:]``."""
     N = coords.shape[1]
     counts = np.zeros(N, dtype=np.int64)
-    csf_build_packed_part(coords, order, 0, coords.shape[0], counts, idx_all, idx_off, pos_all, pos_off)
+    build_packed_kernel(N)(coords, order, 0, coords.shape[0], counts, idx_all, idx_off, pos_all, pos_off)
     for lev in range(N - 1):
         pos_all[pos_off[lev] + counts[lev]] = counts[lev + 1]
     return counts
+
+
+# The build's per-part kernels of a tree of 3 to 6 levels are the unrolled ones (``_build_unrolled.py``: node
+# counters in registers, 1.5-2x the loops' speed); other trees take the generic loops below. Chosen here, by
+# the tree's levels, and not by a branch inside one compiled kernel: a kernel compiles every function it may
+# call, so a first build of a 3-way tree compiled all four unrolled variants of each of its two kernels
+# (measured on the 2-core machine with an empty cache: about 3 s a kernel, against 0.6-0.9 s for one variant).
+def count_levels_kernel(N: int):
+    """:func:`csf_count_levels_part`'s kernel for an ``N``-way tree (rows in tree order)."""
+    return {3: _count_levels3, 4: _count_levels4, 5: _count_levels5, 6: _count_levels6}.get(
+        N, csf_count_levels_part)
+
+
+def build_packed_kernel(N: int):
+    """:func:`csf_build_packed_part`'s kernel for an ``N``-way tree (rows in tree order)."""
+    return {3: _build_packed3, 4: _build_packed4, 5: _build_packed5, 6: _build_packed6}.get(
+        N, csf_build_packed_part)
+
+
+def grouped_count_kernel(L: int):
+    """:func:`csf_grouped_count_part`'s kernel for rows grouped by root slice with ``L`` modes below the root."""
+    return {2: _grouped_count3, 3: _grouped_count4, 4: _grouped_count5, 5: _grouped_count6}.get(
+        L, csf_grouped_count_part)
+
+
+def grouped_fill_kernel(L: int):
+    """:func:`csf_grouped_fill_part`'s kernel for rows grouped by root slice with ``L`` modes below the root."""
+    return {2: _grouped_fill3, 3: _grouped_fill4, 4: _grouped_fill5, 5: _grouped_fill6}.get(
+        L, csf_grouped_fill_part)
 
 
 @njit(cache=True, nogil=True)
@@ -586,17 +613,6 @@ def csf_grouped_count_part(dst, rstart, lo, hi, counts):  # pragma: no cover
     """``counts[l]``: the level-``l`` nodes that rows ``lo:hi`` grouped by root slice (:func:`csf_scatter_part`;
     slice ``k`` starts at row ``rstart[k]``) open."""
     L = dst.shape[1]
-    # 3 to 6 levels: the unrolled kernels (node counts in registers: 1.5-2x the loops' speed)
-    if L == 2:
-        _grouped_count3(dst, rstart, lo, hi, counts)
-    elif L == 3:
-        _grouped_count4(dst, rstart, lo, hi, counts)
-    elif L == 4:
-        _grouped_count5(dst, rstart, lo, hi, counts)
-    elif L == 5:
-        _grouped_count6(dst, rstart, lo, hi, counts)
-    if 2 <= L <= 5:
-        return
     k = _first_root_at(rstart, lo)
     nxt = rstart[k]
     for j in range(lo, hi):
@@ -619,17 +635,6 @@ def csf_grouped_fill_part(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos
     the rows before them), written into the packed arrays (:func:`csf_build_packed`) but for the root's
     indices (the nonempty slices, :func:`csf_root_starts`)."""
     L = dst.shape[1]
-    # 3 to 6 levels: the unrolled kernels (node counters in registers)
-    if L == 2:
-        _grouped_fill3(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    elif L == 3:
-        _grouped_fill4(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    elif L == 4:
-        _grouped_fill5(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    elif L == 5:
-        _grouped_fill6(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    if 2 <= L <= 5:
-        return
     r = _first_root_at(rstart, lo)
     nxt = rstart[r]
     for j in range(lo, hi):
@@ -652,17 +657,6 @@ def csf_grouped_fill_part(dst, rstart, lo, hi, k, idx_all, idx_off, pos_all, pos
 def csf_count_levels_part(coords, order, lo, hi, counts):  # pragma: no cover
     """:func:`csf_count_levels` of rows ``lo:hi`` (in tree order) into ``counts``: the nodes they open."""
     N = coords.shape[1]
-    # 3 to 6 modes: the unrolled kernels (node counts in registers)
-    if N == 3:
-        _count_levels3(coords, order, lo, hi, counts)
-    elif N == 4:
-        _count_levels4(coords, order, lo, hi, counts)
-    elif N == 5:
-        _count_levels5(coords, order, lo, hi, counts)
-    elif N == 6:
-        _count_levels6(coords, order, lo, hi, counts)
-    if 3 <= N <= 6:
-        return
     for i in range(lo, hi):
         if i == 0:
             for lev in range(N):
@@ -680,17 +674,6 @@ def csf_build_packed_part(coords, order, lo, hi, k, idx_all, idx_off, pos_all, p
     """:func:`csf_build_packed` of rows ``lo:hi``, the nodes numbered from ``k`` (the nodes of the rows before
     them, per level; updated)."""
     N = coords.shape[1]
-    # 3 to 6 modes: the unrolled kernels (node counters in registers)
-    if N == 3:
-        _build_packed3(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    elif N == 4:
-        _build_packed4(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    elif N == 5:
-        _build_packed5(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    elif N == 6:
-        _build_packed6(coords, order, lo, hi, k, idx_all, idx_off, pos_all, pos_off)
-    if 3 <= N <= 6:
-        return
     for i in range(lo, hi):
         d = 0
         if i > 0:
