@@ -297,3 +297,42 @@ def test_slp_vectorize_restores_the_setting_after_concurrent_use():
         t.join()
     assert set(seen) == {1}
     assert config.SLP_VECTORIZE == before
+
+
+def test_nested_kernels_run_on_our_threads_without_numba_parallel():
+    """3- to 6-way trees run their nested kernels over parts on the policy's threads: numba's parallel runtime
+    (its OpenMP threads, which spin after each call) never starts; a 7-way tree's generic walk still starts
+    it. Checked in a fresh process; each result against einsum, and the same bits for 1 and 2 workers."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np, string
+import numba.np.ufunc.parallel as P
+from tuckerkit.engine import ExecutionPolicy
+from tuckerkit.sparse import COOTensor
+from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+def check(shape, R):
+    rng = np.random.default_rng(len(shape) + R)
+    X = COOTensor(np.stack([rng.integers(0, s, 60) for s in shape], 1), rng.standard_normal(60), shape)
+    f = [rng.standard_normal((s, R)) for s in shape]
+    d = X.to_dense()
+    L = string.ascii_lowercase[:len(shape)]
+    for m in range(len(shape)):
+        a = sparse_mttkrp(X, f, m, ExecutionPolicy(2)).copy()
+        b = sparse_mttkrp(X, f, m, ExecutionPolicy(1))
+        assert a.tobytes() == b.tobytes()
+        spec = ",".join([L] + [c + "r" for i, c in enumerate(L) if i != m]) + "->" + L[m] + "r"
+        want = np.einsum(spec, d, *[f[k] for k in range(len(shape)) if k != m])
+        assert np.abs(a - want).max() <= 200 * np.finfo(np.float64).eps * np.abs(want).max()
+
+for shape in [(7, 5, 9), (4, 3, 5, 2), (3, 4, 2, 3, 2), (2, 3, 2, 2, 3, 2)]:
+    for R in (5, 16):
+        check(shape, R)
+print(P._is_initialized)
+check((2, 3, 2, 2, 3, 2, 2), 5)
+print(P._is_initialized)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]

@@ -16,6 +16,15 @@ factors themselves, one array per level (``_mttkrp.level_factors``: no stacked c
 unsigned integers and prefetch the factor rows of the fiber node ``PREFETCH`` ahead (see
 ``_blocked_root_kernel``).
 
+Each kernel takes a range of roots, releases the GIL, and runs over the parts of the tree on the policy's
+threads (``_over_parts``: :func:`~tuckerkit.engine._policy.parallel_for`), not in a numba ``prange`` of its
+own: a ``parallel=True`` wrapper cost about 2.2 s of compiling per kernel and dtype (with an empty cache, a
+first sparse ``cp_als`` on a 3-way tensor took 10.7 s, now 8.6 s; the CSF build's kernels had taken it from
+21.5 s), and it started numba's OpenMP threads, which spin on the cores for a while after each call (an
+interleaved comparison in one process ran the parts-on-our-threads form 1.1-1.6x slower right after the
+``prange`` form, while in separate processes it ran 0.76-1.0x its time on a 1.5M-nonzero 3-way tree: rank 10
+and 16, every mode; a whole rank-10 and 16 CP-ALS iteration the same within noise, the same bits).
+
 Run ``python -m tuckerkit.sparse._make_nested`` after changing it; ``tests/test_sparse_kernels.py`` checks
 the file is current.
 """
@@ -35,10 +44,29 @@ HEADER = '''"""MTTKRP kernels of CSF trees of 3 to 6 levels as nested loops (gen
 ``python -m tuckerkit.sparse._make_nested``; do not edit by hand)."""
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tuckerkit._numba_load import load_lightly
+from tuckerkit.engine._policy import parallel_for, resolve_policy
 from tuckerkit.engine._simd import prefetch
+
+
+def _over_parts(kernel, private):
+    """``kernel`` (rows ``r0:r1`` of the roots) run over the parts that ``bounds`` cuts, on the policy's
+    threads (:func:`~tuckerkit.engine._policy.parallel_for`; the kernels release the GIL), each thread taking
+    the next part when free: into ``out`` whole (a root kernel: each output row written by one part) or into
+    ``out[t]`` for part ``t`` (private outputs). Called as ``run(*arrays, bounds, out, policy=None)``."""
+
+    def run(*args, policy=None):
+        *head, bounds, out = args
+
+        def part(t, _):
+            kernel(*head, bounds[t], bounds[t + 1], out[t] if private else out)
+
+        parallel_for(part, bounds.shape[0] - 1, resolve_policy(policy))
+
+    run.kernel = kernel
+    return run
 '''
 
 
@@ -46,7 +74,7 @@ def _range_kernel(n: int, L: int) -> list[str]:
     out = [
         "",
         "",
-        "@njit(cache=True, fastmath=False)",
+        "@njit(cache=True, nogil=True, fastmath=False)",
         f"def _range_{n}_{L}(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover",
         "    R = out.shape[1]",
     ]
@@ -101,19 +129,6 @@ def _range_kernel(n: int, L: int) -> list[str]:
     return out
 
 
-def _parallel_kernel(n: int, L: int) -> list[str]:
-    target = "out" if L == 0 else "out[t]"
-    return [
-        "",
-        "",
-        "@njit(parallel=True, cache=True, fastmath=False)",
-        f"def mttkrp_{n}_{L}(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover",
-        "    for t in prange(bounds.shape[0] - 1):",
-        f"        _range_{n}_{L}(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], "
-        f"{target})",
-    ]
-
-
 def _blocked_root_kernel(n: int, W: int) -> list[str]:
     """The root kernel of an ``n``-level tree with ``W`` scalar accumulators per level (``a{lev}_{i}``: the
     sum under the current level-``lev`` node, column ``i`` of the block); see the module docstring.
@@ -126,7 +141,7 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
     out = [
         "",
         "",
-        "@njit(cache=True, fastmath=False)",
+        "@njit(cache=True, nogil=True, fastmath=False)",
         f"def _rangeb_{n}(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover",
         f"    nb = np.uint64(out.shape[1] // {W})",
         f"    Ob = out.reshape(out.shape[0], out.shape[1] // {W}, {W})",
@@ -183,14 +198,6 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
     out += [f"            a0_{i} = zero" for i in cols]
     out += body(1, "            ")
     out += [f"            Ob[orow, q, {i}] = a0_{i}" for i in cols]
-    out += [
-        "",
-        "",
-        "@njit(parallel=True, cache=True, fastmath=False)",
-        f"def mttkrp_blocked_{n}(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover",
-        "    for t in prange(bounds.shape[0] - 1):",
-        f"        _rangeb_{n}(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)",
-    ]
     return out
 
 
@@ -198,15 +205,15 @@ def source() -> str:
     lines = [HEADER.rstrip("\n")]
     for n in LEVELS:
         for L in range(n):
-            lines += _range_kernel(n, L) + _parallel_kernel(n, L)
+            lines += _range_kernel(n, L)
     for n in BLOCKED_LEVELS:
         lines += _blocked_root_kernel(n, BLOCK)
     lines += ["", "", "KERNELS = {"]
-    lines += [f"    ({n}, {L}): mttkrp_{n}_{L}," for n in LEVELS for L in range(n)]
+    lines += [f"    ({n}, {L}): _over_parts(_range_{n}_{L}, {L > 0})," for n in LEVELS for L in range(n)]
     lines += ["}", "", f"#: root kernels with {BLOCK} scalar accumulators per level (the number of columns a "
               "multiple of it;", "#: compile them under ``tuckerkit.sparse._mttkrp.slp_vectorize``)",
               f"BLOCK = {BLOCK}", "BLOCKED_ROOT = {"]
-    lines += [f"    {n}: mttkrp_blocked_{n}," for n in BLOCKED_LEVELS]
+    lines += [f"    {n}: _over_parts(_rangeb_{n}, False)," for n in BLOCKED_LEVELS]
     # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
     lines += ["}", "", "load_lightly(globals())", ""]
     return "\n".join(lines)

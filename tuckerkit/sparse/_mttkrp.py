@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
+from tuckerkit.engine._policy import ExecutionPolicy, blas_pinned, resolve_policy
 from tuckerkit.sparse._coo import COOTensor
 from tuckerkit.sparse._csf import CSFTensor, as_coo
 
@@ -358,7 +358,9 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
     workers = _kernel_workers(policy)
     nested = _nested_kernel(csf.ndim, level)
     shape = (csf.shape[mode], R)
-    with numba_threads(policy):  # BLAS held to one thread meanwhile
+    # the nested kernels run over their parts on the policy's threads (parallel_for), the generic walks on
+    # numba's (prange); BLAS held to one thread meanwhile either way
+    with blas_pinned() if nested is not None else numba_threads(policy):
         # the outputs and factor stacks are work buffers kept on X (work_buffer): allocated once per tensor
         if level == 0:
             # each root's row is written whole; the rows without a root are zeroed (the buffer may have served
@@ -370,11 +372,11 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             if blocked is not None:  # the factors themselves, one per level (no stacked copy)
                 Fs = level_factors(csf, factors, 0, R, dtype, X)
                 with slp_vectorize():
-                    blocked(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out)
+                    blocked(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out, policy=policy)
                 return out
             F_all, F_off = _pack_levels(csf, factors, 0, R, dtype, X)
             if nested is not None:
-                nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out)
+                nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out, policy=policy)
             else:
                 mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
             return out
@@ -385,7 +387,7 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
         private = work_buffer(X, "private", (len(bounds) - 1, *shape), dtype)
         private.fill(0)  # the kernels add into it
         if nested is not None:
-            nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private)
+            nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private, policy=policy)
         else:
             mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
         out = work_buffer(X, "out", shape, dtype)

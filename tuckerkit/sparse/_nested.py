@@ -2,13 +2,32 @@
 ``python -m tuckerkit.sparse._make_nested``; do not edit by hand)."""
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tuckerkit._numba_load import load_lightly
+from tuckerkit.engine._policy import parallel_for, resolve_policy
 from tuckerkit.engine._simd import prefetch
 
 
-@njit(cache=True, fastmath=False)
+def _over_parts(kernel, private):
+    """``kernel`` (rows ``r0:r1`` of the roots) run over the parts that ``bounds`` cuts, on the policy's
+    threads (:func:`~tuckerkit.engine._policy.parallel_for`; the kernels release the GIL), each thread taking
+    the next part when free: into ``out`` whole (a root kernel: each output row written by one part) or into
+    ``out[t]`` for part ``t`` (private outputs). Called as ``run(*arrays, bounds, out, policy=None)``."""
+
+    def run(*args, policy=None):
+        *head, bounds, out = args
+
+        def part(t, _):
+            kernel(*head, bounds[t], bounds[t + 1], out[t] if private else out)
+
+        parallel_for(part, bounds.shape[0] - 1, resolve_policy(policy))
+
+    run.kernel = kernel
+    return run
+
+
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_3_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -47,13 +66,7 @@ def _range_3_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
             out[orow, q] = acc0[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_3_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_3_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_3_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -82,13 +95,7 @@ def _range_3_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                 out[orow, q] += pre0[q] * acc1[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_3_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_3_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_3_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -115,13 +122,7 @@ def _range_3_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                     out[orow, q] += v * pre1[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_3_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_3_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_4_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -170,13 +171,7 @@ def _range_4_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
             out[orow, q] = acc0[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_4_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_4_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_4_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -223,13 +218,7 @@ def _range_4_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                 out[orow, q] += pre0[q] * acc1[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_4_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_4_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_4_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -266,13 +255,7 @@ def _range_4_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                     out[orow, q] += pre1[q] * acc2[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_4_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_4_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_4_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -307,13 +290,7 @@ def _range_4_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                         out[orow, q] += v * pre2[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_4_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_4_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_5_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -372,13 +349,7 @@ def _range_5_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
             out[orow, q] = acc0[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_5_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_5_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_5_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -435,13 +406,7 @@ def _range_5_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                 out[orow, q] += pre0[q] * acc1[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_5_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_5_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_5_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -496,13 +461,7 @@ def _range_5_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                     out[orow, q] += pre1[q] * acc2[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_5_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_5_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_5_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -547,13 +506,7 @@ def _range_5_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                         out[orow, q] += pre2[q] * acc3[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_5_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_5_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_5_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -596,13 +549,7 @@ def _range_5_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                             out[orow, q] += v * pre3[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_5_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_5_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_6_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -671,13 +618,7 @@ def _range_6_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
             out[orow, q] = acc0[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_6_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_6_0(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_6_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -744,13 +685,7 @@ def _range_6_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                 out[orow, q] += pre0[q] * acc1[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_6_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_6_1(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_6_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -815,13 +750,7 @@ def _range_6_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                     out[orow, q] += pre1[q] * acc2[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_6_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_6_2(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_6_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -884,13 +813,7 @@ def _range_6_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                         out[orow, q] += pre2[q] * acc3[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_6_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_6_3(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_6_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -943,13 +866,7 @@ def _range_6_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                             out[orow, q] += pre3[q] * acc4[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_6_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_6_4(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _range_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     i0 = idx_off[0]
@@ -1000,13 +917,7 @@ def _range_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, o
                                 out[orow, q] += v * pre4[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _range_6_5(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out[t])
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
     nb = np.uint64(out.shape[1] // 16)
     Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
@@ -1144,13 +1055,7 @@ def _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pra
             Ob[orow, q, 15] = a0_15
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_blocked_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _rangeb_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
     nb = np.uint64(out.shape[1] // 16)
     Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
@@ -1325,13 +1230,7 @@ def _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pra
             Ob[orow, q, 15] = a0_15
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_blocked_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _rangeb_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _rangeb_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
     nb = np.uint64(out.shape[1] // 16)
     Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
@@ -1543,13 +1442,7 @@ def _rangeb_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pra
             Ob[orow, q, 15] = a0_15
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_blocked_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _rangeb_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
-
-
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
     nb = np.uint64(out.shape[1] // 16)
     Ob = out.reshape(out.shape[0], out.shape[1] // 16, 16)
@@ -1798,41 +1691,35 @@ def _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pra
             Ob[orow, q, 15] = a0_15
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_blocked_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out):  # pragma: no cover
-    for t in prange(bounds.shape[0] - 1):
-        _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds[t], bounds[t + 1], out)
-
-
 KERNELS = {
-    (3, 0): mttkrp_3_0,
-    (3, 1): mttkrp_3_1,
-    (3, 2): mttkrp_3_2,
-    (4, 0): mttkrp_4_0,
-    (4, 1): mttkrp_4_1,
-    (4, 2): mttkrp_4_2,
-    (4, 3): mttkrp_4_3,
-    (5, 0): mttkrp_5_0,
-    (5, 1): mttkrp_5_1,
-    (5, 2): mttkrp_5_2,
-    (5, 3): mttkrp_5_3,
-    (5, 4): mttkrp_5_4,
-    (6, 0): mttkrp_6_0,
-    (6, 1): mttkrp_6_1,
-    (6, 2): mttkrp_6_2,
-    (6, 3): mttkrp_6_3,
-    (6, 4): mttkrp_6_4,
-    (6, 5): mttkrp_6_5,
+    (3, 0): _over_parts(_range_3_0, False),
+    (3, 1): _over_parts(_range_3_1, True),
+    (3, 2): _over_parts(_range_3_2, True),
+    (4, 0): _over_parts(_range_4_0, False),
+    (4, 1): _over_parts(_range_4_1, True),
+    (4, 2): _over_parts(_range_4_2, True),
+    (4, 3): _over_parts(_range_4_3, True),
+    (5, 0): _over_parts(_range_5_0, False),
+    (5, 1): _over_parts(_range_5_1, True),
+    (5, 2): _over_parts(_range_5_2, True),
+    (5, 3): _over_parts(_range_5_3, True),
+    (5, 4): _over_parts(_range_5_4, True),
+    (6, 0): _over_parts(_range_6_0, False),
+    (6, 1): _over_parts(_range_6_1, True),
+    (6, 2): _over_parts(_range_6_2, True),
+    (6, 3): _over_parts(_range_6_3, True),
+    (6, 4): _over_parts(_range_6_4, True),
+    (6, 5): _over_parts(_range_6_5, True),
 }
 
 #: root kernels with 16 scalar accumulators per level (the number of columns a multiple of it;
 #: compile them under ``tuckerkit.sparse._mttkrp.slp_vectorize``)
 BLOCK = 16
 BLOCKED_ROOT = {
-    3: mttkrp_blocked_3,
-    4: mttkrp_blocked_4,
-    5: mttkrp_blocked_5,
-    6: mttkrp_blocked_6,
+    3: _over_parts(_rangeb_3, False),
+    4: _over_parts(_rangeb_4, False),
+    5: _over_parts(_rangeb_5, False),
+    6: _over_parts(_rangeb_6, False),
 }
 
 load_lightly(globals())
