@@ -184,7 +184,7 @@ def cp_apr(
     (True, 2, 1.0)
     """
     from tuckerkit.engine import ExecutionPolicy, default_policy
-    from tuckerkit.engine._policy import numba_threads
+    from tuckerkit.engine._policy import blas_pinned
 
     data, dtype = _count_data(X, device)
     rank = check_cp_rank(rank)
@@ -206,8 +206,8 @@ def cp_apr(
             raise ValueError(f"init has negative entries; cp_apr needs a non-negative start, received {describe(init)}")
     # threads pay off once a kernel call has enough nonzeros; the bits do not depend on the count
     policy = default_policy() if data.coords.shape[0] * rank >= SERIAL_BELOW else ExecutionPolicy(workers=1)
-    with numba_threads(policy):  # BLAS held to one thread meanwhile
-        model = _cp_apr(data, rank, factors, weights, tol, max_iter, max_inner_iter, callback, verbose)
+    with blas_pinned():  # (the kernels run on the policy's threads; BLAS on one meanwhile)
+        model = _cp_apr(data, rank, factors, weights, tol, max_iter, max_inner_iter, callback, verbose, policy)
     if dtype != np.float64:
         import dataclasses
 
@@ -223,8 +223,8 @@ def _normalize1(U: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.ndarray, tol: float,
-            max_iter: int, max_inner_iter: int, callback: Any, verbose: bool) -> PoissonCPTensor:
-    from tuckerkit.decomposition._apr_kernels import _gather_pi, _phi
+            max_iter: int, max_inner_iter: int, callback: Any, verbose: bool, policy: Any = None) -> PoissonCPTensor:
+    from tuckerkit.decomposition._apr_kernels import gather_pi, phi
 
     N = len(data.shape)
     for n in range(N):  # every column to unit sum, the scale in the weights
@@ -248,10 +248,10 @@ def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.n
             coords_n, vals_n, ptr = data.sorted[n]
             others = [factors[m] if m != n else np.zeros((1, rank)) for m in range(N)]
             F_all, F_off = _stack(others)
-            _gather_pi(coords_n, F_all, F_off, n, Pi)
+            gather_pi(coords_n, F_all, F_off, n, Pi, policy)
             B = np.ascontiguousarray(B)
             for _ in range(max_inner_iter):
-                _phi(ptr, vals_n, Pi, B, EPS_DIV_ZERO, Phi[n])
+                phi(ptr, vals_n, Pi, B, EPS_DIV_ZERO, Phi[n], policy)
                 kkt[n] = float(np.max(np.abs(np.minimum(B, 1 - Phi[n]))))
                 if kkt[n] < tol:
                     break
@@ -259,14 +259,14 @@ def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.n
                 B = B * Phi[n]
             factors[n], weights = _normalize1(B, weights)
         kkt_last = float(kkt.max())
-        stop = mon.step(it, _ls_fit(data, factors, weights, normX), factors)
+        stop = mon.step(it, _ls_fit(data, factors, weights, normX, policy), factors)
         if converged:  # every subproblem met the KKT tolerance without an update
             mon.converged = True
             break
         if stop:
             break
     _finish(mon, tol)
-    ll = _log_likelihood(data, factors, weights)
+    ll = _log_likelihood(data, factors, weights, policy)
     return PoissonCPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history), (), 0,
                            log_likelihood=ll, kkt_violation=kkt_last)
 
@@ -286,28 +286,29 @@ def _finish(mon: Monitor, tol: float) -> None:
                       f"tol={tol}", ConvergenceWarning, stacklevel=caller_stacklevel())
 
 
-def _values_at(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
-    from tuckerkit.decomposition._apr_kernels import _model_at
+def _values_at(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray, policy: Any = None) -> np.ndarray:
+    from tuckerkit.decomposition._apr_kernels import model_at
 
     F_all, F_off = _stack(factors)
     out = np.empty(data.coords.shape[0])
-    _model_at(data.coords, F_all, F_off, np.ascontiguousarray(weights, dtype=np.float64), out)
+    model_at(data.coords, F_all, F_off, np.ascontiguousarray(weights, dtype=np.float64), out, policy)
     return out
 
 
-def _log_likelihood(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray) -> float:
+def _log_likelihood(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray, policy: Any = None) -> float:
     """``sum x log m - sum m`` over the nonzeros; ``sum m = sum_r w_r prod_n colsum(U_n)``."""
-    m = _values_at(data, factors, weights)
+    m = _values_at(data, factors, weights, policy)
     total = float(np.sum(weights * np.prod([U.sum(axis=0) for U in factors], axis=0)))
     with np.errstate(divide="ignore"):
         return float(np.sum(data.values * np.log(m))) - total
 
 
-def _ls_fit(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray, normX: float) -> float:
+def _ls_fit(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray, normX: float,
+            policy: Any = None) -> float:
     """``1 - ||X - M|| / ||X||`` from the model at the nonzeros and the Grams (no reconstruction)."""
     if normX <= 0:
         return 1.0
-    m = _values_at(data, factors, weights)
+    m = _values_at(data, factors, weights, policy)
     inner = float(data.values @ m)
     V = np.ones((weights.shape[0],) * 2)
     for U in factors:

@@ -1,19 +1,26 @@
-"""CP-APR's compiled kernels over the nonzeros (numba, parallel over independent rows, cached on disk);
-imported on first use so that ``import tuckerkit`` does not load numba."""
+"""CP-APR's compiled kernels over the nonzeros (numba, cached on disk; imported on first use so that
+``import tuckerkit`` does not load numba). Each takes a range of independent rows and releases the GIL; the
+wrappers run the ranges on the policy's threads (:func:`~tuckerkit.engine._policy.parallel_for`), not in a numba
+``prange`` (see :func:`tuckerkit.sparse._kernels.run_parts`): every row is computed alone, so the bits do not
+depend on the cut or the threads."""
 
 from __future__ import annotations
 
-from numba import njit, prange
+from typing import Any
+
+import numpy as np
+from numba import njit
 
 from tuckerkit._numba_load import load_lightly
 
 
-@njit(parallel=True, cache=True)
-def _gather_pi(coords, F_all, F_off, n, out):  # pragma: no cover - compiled
-    """``out[k, r] = prod_{m != n} U_m[coords[k, m], r]`` (the Khatri-Rao rows of the nonzeros)."""
-    nnz, N = coords.shape
+@njit(cache=True, nogil=True)
+def _gather_pi_rows(coords, F_all, F_off, n, lo, hi, out):  # pragma: no cover - compiled
+    """``out[k, r] = prod_{m != n} U_m[coords[k, m], r]`` for ``lo <= k < hi`` (the Khatri-Rao rows of the
+    nonzeros)."""
+    N = coords.shape[1]
     R = out.shape[1]
-    for k in prange(nnz):
+    for k in range(lo, hi):
         for r in range(R):
             p = 1.0
             for m in range(N):
@@ -22,11 +29,11 @@ def _gather_pi(coords, F_all, F_off, n, out):  # pragma: no cover - compiled
             out[k, r] = p
 
 
-@njit(parallel=True, cache=True)
-def _phi(ptr, vals, Pi, B, eps, out):  # pragma: no cover - compiled
-    """``out[i] = sum_{k in row i} vals[k] / max(B[i] . Pi[k], eps) * Pi[k]``, one thread per row, in order."""
-    rows, R = B.shape
-    for i in prange(rows):
+@njit(cache=True, nogil=True)
+def _phi_rows(ptr, vals, Pi, B, eps, lo, hi, out):  # pragma: no cover - compiled
+    """``out[i] = sum_{k in row i} vals[k] / max(B[i] . Pi[k], eps) * Pi[k]`` for ``lo <= i < hi``, in order."""
+    R = B.shape[1]
+    for i in range(lo, hi):
         for r in range(R):
             out[i, r] = 0.0
         for k in range(ptr[i], ptr[i + 1]):
@@ -38,12 +45,12 @@ def _phi(ptr, vals, Pi, B, eps, out):  # pragma: no cover - compiled
                 out[i, r] += w * Pi[k, r]
 
 
-@njit(parallel=True, cache=True)
-def _model_at(coords, F_all, F_off, weights, out):  # pragma: no cover - compiled
-    """``out[k] = sum_r w_r prod_m U_m[coords[k, m], r]``: the model at the nonzeros."""
-    nnz, N = coords.shape
+@njit(cache=True, nogil=True)
+def _model_at_rows(coords, F_all, F_off, weights, lo, hi, out):  # pragma: no cover - compiled
+    """``out[k] = sum_r w_r prod_m U_m[coords[k, m], r]`` for ``lo <= k < hi``: the model at the nonzeros."""
+    N = coords.shape[1]
     R = weights.shape[0]
-    for k in prange(nnz):
+    for k in range(lo, hi):
         s = 0.0
         for r in range(R):
             p = weights[r]
@@ -51,6 +58,32 @@ def _model_at(coords, F_all, F_off, weights, out):  # pragma: no cover - compile
                 p *= F_all[F_off[m] + coords[k, m], r]
             s += p
         out[k] = s
+
+
+def _over_rows(kernel: Any, head: tuple, rows: int, out: np.ndarray, policy: Any) -> None:
+    """``kernel(*head, lo, hi, out)`` over ``rows`` cut into four parts per worker, each thread taking the next
+    part when free (one part, on the calling thread, for one worker)."""
+    from tuckerkit.engine._policy import parallel_for, resolve_policy
+
+    pol = resolve_policy(policy)
+    parts = max(1, min(rows, 4 * pol.workers if pol.workers > 1 else 1))
+    cuts = [rows * t // parts for t in range(parts + 1)]
+    parallel_for(lambda t, _: kernel(*head, cuts[t], cuts[t + 1], out), parts, pol)
+
+
+def gather_pi(coords, F_all, F_off, n, out, policy=None) -> None:
+    """:func:`_gather_pi_rows` over every nonzero."""
+    _over_rows(_gather_pi_rows, (coords, F_all, F_off, n), coords.shape[0], out, policy)
+
+
+def phi(ptr, vals, Pi, B, eps, out, policy=None) -> None:
+    """:func:`_phi_rows` over every row of ``B``."""
+    _over_rows(_phi_rows, (ptr, vals, Pi, B, eps), B.shape[0], out, policy)
+
+
+def model_at(coords, F_all, F_off, weights, out, policy=None) -> None:
+    """:func:`_model_at_rows` over every nonzero."""
+    _over_rows(_model_at_rows, (coords, F_all, F_off, weights), coords.shape[0], out, policy)
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

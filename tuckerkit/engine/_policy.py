@@ -27,9 +27,8 @@ import itertools
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -542,21 +541,3 @@ def parallel_map(fn: Callable[[Any], Any], items: list, policy: ExecutionPolicy)
 
     parallel_for(work, len(items), policy)
     return out
-
-
-@contextmanager
-def numba_threads(policy: ExecutionPolicy) -> Iterator[None]:
-    """numba's thread count for the calling thread set to the policy's workers inside the block (numba's
-    setting is per calling thread), BLAS held to one thread meanwhile."""
-    import numba
-
-    before = numba.get_num_threads()
-    want = min(policy.workers, numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    with blas_pinned():
-        if want != before:
-            numba.set_num_threads(want)
-        try:
-            yield
-        finally:
-            if want != before:
-                numba.set_num_threads(before)

@@ -1,4 +1,4 @@
-"""Compiled CSF kernels (numba, parallel, cached on disk).
+"""Compiled CSF kernels (numba, cached on disk; run over parts of the tree on the policy's threads).
 
 MTTKRP for the mode at the root of a CSF: each root node (a slice of the output mode) is one parallel
 task that walks its fiber tree depth-first with one accumulator row per level, so every output row is
@@ -9,7 +9,7 @@ of roots, cut where the nonzeros divide evenly (power-law slices), so memory is 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from tuckerkit._numba_load import load_lightly
 from tuckerkit.sparse._build_unrolled import (
@@ -33,7 +33,7 @@ from tuckerkit.sparse._build_unrolled import (
 )
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _root_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, r0, r1, out):  # pragma: no cover
     R = out.shape[1]
     acc = np.zeros((n_levels, R), dtype=out.dtype)
@@ -71,7 +71,7 @@ def _root_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels
             acc[1, q] = 0.0
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _root3_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     """The root kernel of a 3-level tree as plain nested loops (the generic walk's depth stack and 2-D
     accumulator indexing cost a third of its time on short fibers); a fiber with one nonzero skips its
@@ -109,7 +109,7 @@ def _root3_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1,
             out[orow, q] = acc1[q]
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _root4_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1, out):  # pragma: no cover
     """The root kernel of a 4-level tree as plain nested loops (see :func:`_root3_range`)."""
     R = out.shape[1]
@@ -152,20 +152,49 @@ def _root4_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, r0, r1,
             out[orow, q] = acc1[q]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, bounds, out):  # pragma: no cover
-    # one contiguous run of roots per thread, cut where the nonzeros split evenly (power-law slices)
-    for t in prange(bounds.shape[0] - 1):
-        if n_levels == 3:
-            _root3_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
-        elif n_levels == 4:
-            _root4_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds[t], bounds[t + 1], out)
-        else:
-            _root_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, bounds[t], bounds[t + 1],
-                        out)
+def run_parts(kernel, head, bounds, out, private=False, policy=None):
+    """``kernel(*head, r0, r1, out)`` (a range of roots; a kernel that releases the GIL) over the parts that
+    ``bounds`` cuts, on the policy's threads (:func:`~tuckerkit.engine._policy.parallel_for`), each thread
+    taking the next part when free: into ``out`` whole (each output row written by one part) or, ``private``,
+    into ``out[t]`` for part ``t``. Not a numba ``prange``: a ``parallel=True`` wrapper costs about 2 s of
+    compiling per kernel and dtype, and starts numba's OpenMP threads, which spin on the cores after each call
+    (see ``_make_nested``)."""
+    from tuckerkit.engine._policy import parallel_for, resolve_policy
+
+    def part(t, _):
+        kernel(*head, bounds[t], bounds[t + 1], out[t] if private else out)
+
+    parallel_for(part, bounds.shape[0] - 1, resolve_policy(policy))
 
 
-@njit(cache=True, fastmath=False)
+class PartsKernel:
+    """A range kernel called as ``run(*arrays, bounds, out, policy=None)``: :func:`run_parts` into ``out``
+    whole (a root kernel) or into ``out[t]`` for part ``t`` (``private``)."""
+
+    __slots__ = ("kernel", "private")
+
+    def __init__(self, kernel, private=False):
+        self.kernel = kernel
+        self.private = private
+
+    def __call__(self, *args, policy=None):
+        *head, bounds, out = args
+        run_parts(self.kernel, head, bounds, out, self.private, policy)
+
+
+def mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, bounds, out, policy=None):
+    """MTTKRP for the mode at the root: each run of roots (cut where the nonzeros split evenly: power-law
+    slices) walked by one thread, each output row written once (the 3- and 4-level walks unrolled)."""
+    head = (pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off)
+    if n_levels == 3:
+        run_parts(_root3_range, head, bounds, out, policy=policy)
+    elif n_levels == 4:
+        run_parts(_root4_range, head, bounds, out, policy=policy)
+    else:
+        run_parts(_root_range, (*head, n_levels), bounds, out, policy=policy)
+
+
+@njit(cache=True, nogil=True, fastmath=False)
 def _ttmc_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels, r0, r1,
                 out):  # pragma: no cover
     # tmp[P_off[l]:P_off[l] + P_lev[l]] accumulates, for the current node's children at level l, the sum of
@@ -212,16 +241,14 @@ def _ttmc_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P
             tmp[b1 + b] = 0.0
 
 
-@njit(parallel=True, cache=True, fastmath=False)
 def ttmc_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels, bounds,
-              out):  # pragma: no cover
+              out, policy=None):
     """Sparse tensor times all factor matrices but the root's (transposed): one dense row per root slice."""
-    for t in prange(bounds.shape[0] - 1):
-        _ttmc_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels,
-                    bounds[t], bounds[t + 1], out)
+    run_parts(_ttmc_range, (pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, R_lev, P_lev, P_off, n_levels),
+              bounds, out, policy=policy)
 
 
-@njit(cache=True, fastmath=False)
+@njit(cache=True, nogil=True, fastmath=False)
 def _level_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L, r0, r1,
                  out):  # pragma: no cover
     # MTTKRP for the mode at level L >= 1 of the tree: for each node at level L, the Hadamard product of the
@@ -278,13 +305,11 @@ def _level_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_level
                 depth += 1
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L, bounds,
-                 out_private):  # pragma: no cover
+def mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L, bounds, out_private,
+                 policy=None):
     """MTTKRP for an internal or leaf level: one private output per run of roots, summed by the caller."""
-    for t in prange(bounds.shape[0] - 1):
-        _level_range(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L, bounds[t],
-                     bounds[t + 1], out_private[t])
+    run_parts(_level_range, (pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, n_levels, L), bounds,
+              out_private, private=True, policy=policy)
 
 
 @njit(cache=True, nogil=True)

@@ -17,7 +17,7 @@ unsigned integers and prefetch the factor rows of the fiber node ``PREFETCH`` ah
 ``_blocked_root_kernel``).
 
 Each kernel takes a range of roots, releases the GIL, and runs over the parts of the tree on the policy's
-threads (``_over_parts``: :func:`~tuckerkit.engine._policy.parallel_for`), not in a numba ``prange`` of its
+threads (:class:`~tuckerkit.sparse._kernels.PartsKernel`), not in a numba ``prange`` of its
 own: a ``parallel=True`` wrapper cost about 2.2 s of compiling per kernel and dtype (with an empty cache, a
 first sparse ``cp_als`` on a 3-way tensor took 10.7 s, now 8.6 s; the CSF build's kernels had taken it from
 21.5 s), and it started numba's OpenMP threads, which spin on the cores for a while after each call (an
@@ -47,26 +47,8 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import load_lightly
-from tuckerkit.engine._policy import parallel_for, resolve_policy
 from tuckerkit.engine._simd import prefetch
-
-
-def _over_parts(kernel, private):
-    """``kernel`` (rows ``r0:r1`` of the roots) run over the parts that ``bounds`` cuts, on the policy's
-    threads (:func:`~tuckerkit.engine._policy.parallel_for`; the kernels release the GIL), each thread taking
-    the next part when free: into ``out`` whole (a root kernel: each output row written by one part) or into
-    ``out[t]`` for part ``t`` (private outputs). Called as ``run(*arrays, bounds, out, policy=None)``."""
-
-    def run(*args, policy=None):
-        *head, bounds, out = args
-
-        def part(t, _):
-            kernel(*head, bounds[t], bounds[t + 1], out[t] if private else out)
-
-        parallel_for(part, bounds.shape[0] - 1, resolve_policy(policy))
-
-    run.kernel = kernel
-    return run
+from tuckerkit.sparse._kernels import PartsKernel
 '''
 
 
@@ -209,11 +191,11 @@ def source() -> str:
     for n in BLOCKED_LEVELS:
         lines += _blocked_root_kernel(n, BLOCK)
     lines += ["", "", "KERNELS = {"]
-    lines += [f"    ({n}, {L}): _over_parts(_range_{n}_{L}, {L > 0})," for n in LEVELS for L in range(n)]
+    lines += [f"    ({n}, {L}): PartsKernel(_range_{n}_{L}, {L > 0})," for n in LEVELS for L in range(n)]
     lines += ["}", "", f"#: root kernels with {BLOCK} scalar accumulators per level (the number of columns a "
               "multiple of it;", "#: compile them under ``tuckerkit.sparse._mttkrp.slp_vectorize``)",
               f"BLOCK = {BLOCK}", "BLOCKED_ROOT = {"]
-    lines += [f"    {n}: _over_parts(_rangeb_{n}, False)," for n in BLOCKED_LEVELS]
+    lines += [f"    {n}: PartsKernel(_rangeb_{n})," for n in BLOCKED_LEVELS]
     # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
     lines += ["}", "", "load_lightly(globals())", ""]
     return "\n".join(lines)

@@ -76,16 +76,8 @@ class SparsePlan:
 
 
 def _kernel_workers(policy: ExecutionPolicy | None) -> int:
-    """Threads the compiled kernels run on (the policy's workers, at most numba's pool)."""
-    import numba
-
-    return min(resolve_policy(policy).workers, numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-
-
-def numba_threads(policy: ExecutionPolicy | None) -> Any:
-    from tuckerkit.engine._policy import numba_threads as _nt
-
-    return _nt(resolve_policy(policy))
+    """Threads the compiled kernels run on (the policy's workers: :func:`~tuckerkit.sparse._kernels.run_parts`)."""
+    return resolve_policy(policy).workers
 
 
 def _estimate_tree_bytes(coo: COOTensor) -> int:
@@ -358,9 +350,7 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
     workers = _kernel_workers(policy)
     nested = _nested_kernel(csf.ndim, level)
     shape = (csf.shape[mode], R)
-    # the nested kernels run over their parts on the policy's threads (parallel_for), the generic walks on
-    # numba's (prange); BLAS held to one thread meanwhile either way
-    with blas_pinned() if nested is not None else numba_threads(policy):
+    with blas_pinned():  # (the kernels run over parts of the tree on the policy's threads; BLAS on one meanwhile)
         # the outputs and factor stacks are work buffers kept on X (work_buffer): allocated once per tensor
         if level == 0:
             # each root's row is written whole; the rows without a root are zeroed (the buffer may have served
@@ -378,7 +368,7 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             if nested is not None:
                 nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out, policy=policy)
             else:
-                mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out)
+                mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out, policy)
             return out
         F_all, F_off = _pack_levels(csf, factors, level, R, dtype, X)
         # a fixed number of private outputs, whatever the workers: the same partial sums, added in the same
@@ -389,7 +379,8 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
         if nested is not None:
             nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private, policy=policy)
         else:
-            mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private)
+            mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private,
+                         policy)
         out = work_buffer(X, "out", shape, dtype)
         if private.shape[0] == 1:
             out[...] = private[0]
@@ -514,8 +505,8 @@ def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
         off += U.shape[0]
     out = np.zeros((csf.shape[mode], int(P_lev[1])), dtype=dtype)
     bounds = balanced_roots(csf, 4 * _kernel_workers(policy))
-    with numba_threads(policy):
+    with blas_pinned():
         ttmc_root(pos_all, pos_off, idx_all, idx_off, csf.values.astype(dtype, copy=False), F_all, F_off,
-                  np.asarray(ranks, dtype=np.int64), P_lev, P_off, N, bounds, out)
+                  np.asarray(ranks, dtype=np.int64), P_lev, P_off, N, bounds, out, policy)
     Y = out.reshape(csf.shape[mode], *(ranks[lev] for lev in range(1, N)))  # axes in CSF order
     return Y.transpose(np.argsort(csf.order))  # a view with the modes in place

@@ -5,26 +5,8 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import load_lightly
-from tuckerkit.engine._policy import parallel_for, resolve_policy
 from tuckerkit.engine._simd import prefetch
-
-
-def _over_parts(kernel, private):
-    """``kernel`` (rows ``r0:r1`` of the roots) run over the parts that ``bounds`` cuts, on the policy's
-    threads (:func:`~tuckerkit.engine._policy.parallel_for`; the kernels release the GIL), each thread taking
-    the next part when free: into ``out`` whole (a root kernel: each output row written by one part) or into
-    ``out[t]`` for part ``t`` (private outputs). Called as ``run(*arrays, bounds, out, policy=None)``."""
-
-    def run(*args, policy=None):
-        *head, bounds, out = args
-
-        def part(t, _):
-            kernel(*head, bounds[t], bounds[t + 1], out[t] if private else out)
-
-        parallel_for(part, bounds.shape[0] - 1, resolve_policy(policy))
-
-    run.kernel = kernel
-    return run
+from tuckerkit.sparse._kernels import PartsKernel
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -1692,34 +1674,34 @@ def _rangeb_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pra
 
 
 KERNELS = {
-    (3, 0): _over_parts(_range_3_0, False),
-    (3, 1): _over_parts(_range_3_1, True),
-    (3, 2): _over_parts(_range_3_2, True),
-    (4, 0): _over_parts(_range_4_0, False),
-    (4, 1): _over_parts(_range_4_1, True),
-    (4, 2): _over_parts(_range_4_2, True),
-    (4, 3): _over_parts(_range_4_3, True),
-    (5, 0): _over_parts(_range_5_0, False),
-    (5, 1): _over_parts(_range_5_1, True),
-    (5, 2): _over_parts(_range_5_2, True),
-    (5, 3): _over_parts(_range_5_3, True),
-    (5, 4): _over_parts(_range_5_4, True),
-    (6, 0): _over_parts(_range_6_0, False),
-    (6, 1): _over_parts(_range_6_1, True),
-    (6, 2): _over_parts(_range_6_2, True),
-    (6, 3): _over_parts(_range_6_3, True),
-    (6, 4): _over_parts(_range_6_4, True),
-    (6, 5): _over_parts(_range_6_5, True),
+    (3, 0): PartsKernel(_range_3_0, False),
+    (3, 1): PartsKernel(_range_3_1, True),
+    (3, 2): PartsKernel(_range_3_2, True),
+    (4, 0): PartsKernel(_range_4_0, False),
+    (4, 1): PartsKernel(_range_4_1, True),
+    (4, 2): PartsKernel(_range_4_2, True),
+    (4, 3): PartsKernel(_range_4_3, True),
+    (5, 0): PartsKernel(_range_5_0, False),
+    (5, 1): PartsKernel(_range_5_1, True),
+    (5, 2): PartsKernel(_range_5_2, True),
+    (5, 3): PartsKernel(_range_5_3, True),
+    (5, 4): PartsKernel(_range_5_4, True),
+    (6, 0): PartsKernel(_range_6_0, False),
+    (6, 1): PartsKernel(_range_6_1, True),
+    (6, 2): PartsKernel(_range_6_2, True),
+    (6, 3): PartsKernel(_range_6_3, True),
+    (6, 4): PartsKernel(_range_6_4, True),
+    (6, 5): PartsKernel(_range_6_5, True),
 }
 
 #: root kernels with 16 scalar accumulators per level (the number of columns a multiple of it;
 #: compile them under ``tuckerkit.sparse._mttkrp.slp_vectorize``)
 BLOCK = 16
 BLOCKED_ROOT = {
-    3: _over_parts(_rangeb_3, False),
-    4: _over_parts(_rangeb_4, False),
-    5: _over_parts(_rangeb_5, False),
-    6: _over_parts(_rangeb_6, False),
+    3: PartsKernel(_rangeb_3),
+    4: PartsKernel(_rangeb_4),
+    5: PartsKernel(_rangeb_5),
+    6: PartsKernel(_rangeb_6),
 }
 
 load_lightly(globals())
