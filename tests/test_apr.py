@@ -100,3 +100,46 @@ def test_bad_input(rng):
         tk.cp_apr(X, 2, max_inner_iter=0)
     with pytest.raises(ValueError, match=r"^init='svd' is not valid; expected one of 'random'"):
         tk.cp_apr(X, 2, init="svd")
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_kernels_over_parts_are_the_serial_rows_bit_for_bit(workers):
+    """CP-APR's kernels cut into parts on the policy's threads (``phi`` where the nonzeros split evenly: a
+    power-law mode, empty rows) give the bits of one serial pass, and the numpy formulas."""
+    from tuckerkit.decomposition import _apr_kernels as K
+    from tuckerkit.engine import ExecutionPolicy
+
+    rng = np.random.default_rng(workers)
+    rows, R, nnz = 50, 4, 3000
+    w = 1.0 / np.arange(1, rows + 1) ** 1.5
+    w[[3, 7, 8]] = 0  # rows without nonzeros
+    counts = np.bincount(rng.choice(rows, nnz, p=w / w.sum()), minlength=rows)
+    ptr = np.concatenate([[0], np.cumsum(counts)])
+    vals = rng.integers(1, 5, nnz).astype(np.float64)
+    Pi = rng.random((nnz, R))
+    B = rng.random((rows, R))
+    serial = np.empty((rows, R))
+    K._phi_rows(ptr, vals, Pi, B, 1e-10, 0, rows, serial)
+    got = np.full((rows, R), np.nan)
+    K.phi(ptr, vals, Pi, B, 1e-10, got, ExecutionPolicy(workers))
+    assert got.tobytes() == serial.tobytes()
+    rowid = np.repeat(np.arange(rows), counts)
+    want = np.zeros((rows, R))
+    np.add.at(want, rowid, (vals / np.maximum(np.einsum("kr,kr->k", B[rowid], Pi), 1e-10))[:, None] * Pi)
+    np.testing.assert_allclose(got, want, rtol=50 * np.finfo(np.float64).eps, atol=0)
+    shape = (6, 7, 5)
+    coords = np.stack([rng.integers(0, s, nnz) for s in shape], axis=1)
+    Us = [rng.random((s, R)) for s in shape]
+    F_all, F_off = np.concatenate(Us), np.array([0, 6, 13])
+    pi_serial, pi = np.empty((nnz, R)), np.empty((nnz, R))
+    K._gather_pi_rows(coords, F_all, F_off, 1, 0, nnz, pi_serial)
+    K.gather_pi(coords, F_all, F_off, 1, pi, ExecutionPolicy(workers))
+    assert pi.tobytes() == pi_serial.tobytes()
+    np.testing.assert_array_equal(pi, Us[0][coords[:, 0]] * Us[2][coords[:, 2]])
+    wts = rng.random(R)
+    m_serial, m = np.empty(nnz), np.empty(nnz)
+    K._model_at_rows(coords, F_all, F_off, wts, 0, nnz, m_serial)
+    K.model_at(coords, F_all, F_off, wts, m, ExecutionPolicy(workers))
+    assert m.tobytes() == m_serial.tobytes()
+    ref = np.einsum("r,kr,kr,kr->k", wts, *(U[coords[:, i]] for i, U in enumerate(Us)))
+    np.testing.assert_allclose(m, ref, rtol=20 * np.finfo(np.float64).eps, atol=0)

@@ -60,14 +60,20 @@ def _model_at_rows(coords, F_all, F_off, weights, lo, hi, out):  # pragma: no co
         out[k] = s
 
 
-def _over_rows(kernel: Any, head: tuple, rows: int, out: np.ndarray, policy: Any) -> None:
-    """``kernel(*head, lo, hi, out)`` over ``rows`` cut into four parts per worker, each thread taking the next
-    part when free (one part, on the calling thread, for one worker)."""
+def _over_rows(kernel: Any, head: tuple, rows: int, out: np.ndarray, policy: Any, ptr: Any = None) -> None:
+    """``kernel(*head, lo, hi, out)`` over ``rows`` cut into four parts per worker (of equal rows, or with
+    ``ptr`` (rows + 1 offsets) of about equal nonzeros: a mode of power-law slices), each thread taking the
+    next part when free (one part, on the calling thread, for one worker)."""
     from tuckerkit.engine._policy import parallel_for, resolve_policy
 
     pol = resolve_policy(policy)
     parts = max(1, min(rows, 4 * pol.workers if pol.workers > 1 else 1))
-    cuts = [rows * t // parts for t in range(parts + 1)]
+    if ptr is None or parts == 1:
+        cuts = [rows * t // parts for t in range(parts + 1)]
+    else:
+        total = int(ptr[rows])
+        cuts = [0, *(int(np.searchsorted(ptr, total * t // parts)) for t in range(1, parts)), rows]
+        cuts = [min(max(c, lo), rows) for c, lo in zip(cuts, [0, *cuts[:-1]], strict=True)]  # (nondecreasing)
     parallel_for(lambda t, _: kernel(*head, cuts[t], cuts[t + 1], out), parts, pol)
 
 
@@ -77,8 +83,8 @@ def gather_pi(coords, F_all, F_off, n, out, policy=None) -> None:
 
 
 def phi(ptr, vals, Pi, B, eps, out, policy=None) -> None:
-    """:func:`_phi_rows` over every row of ``B``."""
-    _over_rows(_phi_rows, (ptr, vals, Pi, B, eps), B.shape[0], out, policy)
+    """:func:`_phi_rows` over every row of ``B``, cut where the nonzeros split evenly."""
+    _over_rows(_phi_rows, (ptr, vals, Pi, B, eps), B.shape[0], out, policy, ptr)
 
 
 def model_at(coords, F_all, F_off, weights, out, policy=None) -> None:
