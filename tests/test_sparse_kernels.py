@@ -146,15 +146,16 @@ def test_sparse_mttkrp_oracle_every_rank_and_dtype(n, dtype, R):
         np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(dtype).eps * np.abs(oracle).max())
 
 
-@pytest.mark.parametrize("R", [1, 5, 16, 17, 32])
+@pytest.mark.parametrize("R", [1, 4, 5, 10, 16, 17, 32])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [3, 4, 5, 6])
 def test_root_kernels_on_fibers_of_one_nonzero(n, dtype, R):
     """Trees whose fibers hold one nonzero each (the uniform-random case the blocked root kernels prefetch
     for: every fiber node's rows fetched ahead, the last ones clamped to the tree's end), extents of 1 and
     empty slices: the kernel the chooser picks (blocked when R is a multiple of its block, the loop form
-    otherwise) against einsum, the same bits for 1 and 2 workers and as the loop form."""
-    from tuckerkit.sparse._mttkrp import _blocked_root_kernel, sparse_mttkrp, sparse_plan
+    otherwise; from rank 5 with zero columns up to a multiple of it) against einsum, the same bits for 1 and 2
+    workers and as the loop form."""
+    from tuckerkit.sparse._mttkrp import _blocked_root_kernel, padded_rank, sparse_mttkrp, sparse_plan
     from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT, KERNELS
 
     # 300 nonzeros: most fibers hold one (the dense oracle kept small)
@@ -166,8 +167,9 @@ def test_root_kernels_on_fibers_of_one_nonzero(n, dtype, R):
     X = COOTensor(coords, rng.standard_normal(nnz).astype(dtype), shape)
     factors = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
     X.plan(csf="all")
-    chosen = _blocked_root_kernel(n, R)
-    assert (chosen is BLOCKED_ROOT[n]) if R % BLOCK == 0 else (chosen is None)
+    chosen = _blocked_root_kernel(n, padded_rank(R))
+    assert (chosen is BLOCKED_ROOT[n]) if R % BLOCK == 0 or R >= 5 else (chosen is None)
+    assert padded_rank(R) == (R if R < 5 else -(-R // BLOCK) * BLOCK)
     _, csfs = sparse_plan(X)
     for mode in range(n):
         a = sparse_mttkrp(X, factors, mode, ExecutionPolicy(1))

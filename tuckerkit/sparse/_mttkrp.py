@@ -309,26 +309,47 @@ def _pack_levels(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int
 
 
 def level_factors(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: int, dtype: Any,
-                  owner: Any = None) -> tuple:
+                  owner: Any = None, columns: int | None = None) -> tuple:
     """The factor of each level of the tree, in level order, as the blocked root kernels take them: a factor
     that is C-contiguous, writable, of ``dtype`` and starts on a cache line (:data:`ALIGN`; CP-ALS's factors
     after their first update) goes as it is, another is copied into an aligned array (with an ``owner``, a
     work buffer kept on it, :func:`work_buffer`); the skipped level gets an empty array. Passing the factors
-    saves :func:`_pack_levels`' copy of them into one stack at every call (2.6 MB per mode on unif3d)."""
+    saves :func:`_pack_levels`' copy of them into one stack at every call (2.6 MB per mode on unif3d).
+    ``columns`` > ``R`` (:func:`padded_rank`): every factor copied, with zero columns after its ``R``."""
+    C = R if columns is None else columns
     Fs = []
     for lev in range(csf.ndim):
         U = None if lev == skip_level else factors[csf.order[lev]]
         if U is None:
-            Fs.append(np.zeros((0, R), dtype))
+            Fs.append(np.zeros((0, C), dtype))
             continue
-        if not (isinstance(U, np.ndarray) and U.dtype == dtype and U.flags.c_contiguous and U.flags.writeable
-                and U.ctypes.data % ALIGN == 0):
-            shape = (int(U.shape[0]), R)
+        if C != R or not (isinstance(U, np.ndarray) and U.dtype == dtype and U.flags.c_contiguous
+                          and U.flags.writeable and U.ctypes.data % ALIGN == 0):
+            shape = (int(U.shape[0]), C)
             A = aligned_zeros(shape, dtype) if owner is None else work_buffer(owner, f"factor{lev}", shape, dtype)
-            A[...] = U
+            A[:, :R] = U
+            A[:, R:] = 0
             U = A
         Fs.append(U)
     return tuple(Fs)
+
+
+#: the smallest rank whose root MTTKRP runs on the column-blocked kernels with zero columns added up to a
+#: multiple of their block (:func:`padded_rank`)
+PAD_MIN_RANK = 5
+
+
+def padded_rank(R: int) -> int:
+    """The columns a root MTTKRP of rank ``R`` computes: ``R`` rounded up to a multiple of the blocked root
+    kernels' block (16) from :data:`PAD_MIN_RANK` up, else ``R``. Each column is computed alone, by the same
+    operations in the same order in either kernel, so the zero columns change no bit of the others (a test
+    checks it). Why: the blocked kernels keep each level's sums in registers, the loop form in memory; on a
+    1.5M-nonzero power-law 3-way tree (2 workers, every mode, medians of 5) the loop form took 7-9 ms at
+    rank 1-4, 11-14 ms at 5, 15-20 ms at 10-12, 24-25 ms at 24 and 26-28 ms at 40, and the blocked ones
+    7-9 ms at 16, 14-17 ms at 32 and 19-26 ms at 48."""
+    from tuckerkit.sparse._nested import BLOCK
+
+    return -(-R // BLOCK) * BLOCK if R >= PAD_MIN_RANK else R
 
 
 def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
@@ -356,14 +377,19 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             # each root's row is written whole; the rows without a root are zeroed (the buffer may have served
             # another mode, or a caller wrote into a result it then dropped)
             out = work_buffer(X, "out", shape, dtype)
-            out[_rootless_rows(csf)] = 0
             bounds = balanced_roots(csf, 4 * workers)  # each output row written once: any cut, same bits
-            blocked = _blocked_root_kernel(csf.ndim, R)
-            if blocked is not None:  # the factors themselves, one per level (no stacked copy)
-                Fs = level_factors(csf, factors, 0, R, dtype, X)
+            Rp = padded_rank(R)
+            blocked = _blocked_root_kernel(csf.ndim, Rp)
+            if blocked is not None:  # the factors themselves, one per level (no stacked copy), or padded copies
+                Fs = level_factors(csf, factors, 0, R, dtype, X, columns=Rp)
+                full = out if Rp == R else work_buffer(X, "out_padded", (shape[0], Rp), dtype)
+                full[_rootless_rows(csf)] = 0
                 with slp_vectorize():
-                    blocked(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, out, policy=policy)
+                    blocked(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, full, policy=policy)
+                if Rp != R:
+                    out[...] = full[:, :R]
                 return out
+            out[_rootless_rows(csf)] = 0
             F_all, F_off = _pack_levels(csf, factors, 0, R, dtype, X)
             if nested is not None:
                 nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, out, policy=policy)
