@@ -167,3 +167,47 @@ def test_non_negative_cp_fixed_and_unconstrained_modes():
     np.testing.assert_array_equal(kept.factors[1], start[1])
     with pytest.raises(ValueError, match=r"^nonnegative_modes leaves modes unconstrained, which needs method='hals'"):
         tk.non_negative_cp(X, 2, method="mu", nonnegative_modes=[0])
+
+
+def test_default_calls_repeat_their_bits_also_with_a_rank_beyond_a_mode():
+    """``random_state=None`` seeds what a default call draws: CP's SVD start pads a rank beyond a mode's size
+    with random columns (once drawn from fresh entropy: two default calls differed), and the same call gives
+    the same bits; ``init="random"`` asked for still starts from fresh entropy (CP and HOOI), and a seed
+    repeats it. No Generator from OS entropy is made for a start that draws nothing."""
+    import warnings
+
+    import numpy as np
+
+    import tuckerkit as tk
+    from tuckerkit import _validation
+
+    X = np.random.default_rng(0).standard_normal((4, 5, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for rank in (3, 7):
+            a, b = tk.cp_als(X, rank, max_iter=5), tk.cp_als(X, rank, max_iter=5)
+            assert all(u.tobytes() == v.tobytes() for u, v in zip(a.factors, b.factors, strict=True))
+            assert a.weights.tobytes() == b.weights.tobytes()
+        c, d = tk.cp_als(X, 7, init="random", max_iter=5), tk.cp_als(X, 7, init="random", max_iter=5)
+        assert any(u.tobytes() != v.tobytes() for u, v in zip(c.factors, d.factors, strict=True))
+        e, f = (tk.cp_als(X, 7, init="random", random_state=3, max_iter=5) for _ in range(2))
+        assert all(u.tobytes() == v.tobytes() for u, v in zip(e.factors, f.factors, strict=True))
+        g, h = tk.hooi(X, 2, init="random", max_iter=3), tk.hooi(X, 2, init="random", max_iter=3)
+        assert any(u.tobytes() != v.tobytes() for u, v in zip(g.factors, h.factors, strict=True))
+        seeds = []
+        real = _validation.check_random_state
+
+        def spy(random_state):
+            seeds.append(random_state)
+            return real(random_state)
+
+        import tuckerkit.decomposition._cp as cp_mod
+        import tuckerkit.decomposition._tucker as tucker_mod
+
+        for mod in (cp_mod, tucker_mod):
+            mod.check_random_state, before = spy, mod.check_random_state
+            try:
+                (tk.cp_als if mod is cp_mod else tk.hooi)(X, 3, max_iter=3)
+            finally:
+                mod.check_random_state = before
+        assert None not in seeds and seeds

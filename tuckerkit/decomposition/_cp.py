@@ -143,6 +143,9 @@ def cp_als(
         with fits 2-4x further off. With the default line search: 31 and 39 iterations, same fits.
     max_iter : int, default 200
     random_state : None, int or numpy Generator
+        The seed of a random start, and of the columns that pad the SVD start where ``rank`` exceeds a mode's
+        size. None: a fixed seed (0), so a default call repeats its bits, except with ``init="random"``
+        asked for, which then starts from fresh entropy.
     normalize : bool, default True
         Keep unit-norm factor columns, scale in ``weights``.
     fixed_modes : sequence of int, default ()
@@ -258,14 +261,16 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     _check_rank_fits(X, rank)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
-    rng = check_random_state(random_state)
+    # (None: seed 0, so that a default call repeats its bits, the SVD start's padding columns included; and no
+    # Generator from fresh OS entropy, 50 us, for a start that draws nothing)
+    rng = check_random_state(0 if random_state is None else random_state)
     check_callback(callback)
     N = X.ndim
     init = check_init(init, X.shape, rank, kind="cp", methods=("auto", "svd", "random"))
     if init == "auto":  # SVD starts for dense tensors; random ones for sparse, as SPLATT and pyttb start
         init = "random" if X.stored_entries < X.size else "svd"  # sparse operands store their nonzeros only
-        if init == "random" and random_state is None:
-            rng = check_random_state(0)  # a default call repeats its bits
+    elif init == "random" and random_state is None:
+        rng = check_random_state(None)  # init="random" asked for: a start from fresh entropy
     xp = X.xp
     cplx = X.dtype.kind == "c"
     wdt = real_dtype(X.dtype)  # CP weights are real (column norms), complex tensors included

@@ -697,8 +697,9 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     fixed = check_fixed_modes(fixed_factors, X.ndim, "fixed_factors")
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
-    rng = check_random_state(random_state)
-    srng = rng if random_state is not None else check_random_state(0)  # the randomized SVD's draws: seeded
+    # the randomized SVD's and the sketch's draws: seeded (None: 0); a random start's: from ``random_state``, or
+    # (None) fresh entropy, its Generator made only for that start (50 us a call otherwise)
+    srng = check_random_state(0 if random_state is None else random_state)
     check_callback(callback)
     N = X.ndim
     init = check_init(init, X.shape, ranks, kind="tucker",
@@ -716,6 +717,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
             factors = [_subspace(call, X, n, ranks[n], svd, srng)[0].astype(X.dtype, copy=False)
                        for n in range(N)]
         elif how == "random":
+            rng = srng if random_state is not None else check_random_state(None)
             factors = [call.like(_random_orthonormal(rng, X.shape[n], ranks[n], X.dtype)) for n in range(N)]
         else:
             sketch = how == "st_hosvd_sketch"
