@@ -170,10 +170,11 @@ def test_non_negative_cp_fixed_and_unconstrained_modes():
 
 
 def test_default_calls_repeat_their_bits_also_with_a_rank_beyond_a_mode():
-    """``random_state=None`` seeds what a default call draws: CP's SVD start pads a rank beyond a mode's size
-    with random columns (once drawn from fresh entropy: two default calls differed), and the same call gives
-    the same bits; ``init="random"`` asked for still starts from fresh entropy (CP and HOOI), and a seed
-    repeats it. No Generator from OS entropy is made for a start that draws nothing."""
+    """``random_state=None`` seeds what a default call draws: the SVD starts of CP and of the non-negative
+    methods pad a rank beyond a mode's size with random columns (once drawn from fresh entropy: two default
+    calls differed), and cp_apr's default start is random: the same call gives the same bits. ``init="random"``
+    asked for still starts from fresh entropy (CP, HOOI, the non-negative methods), and a seed repeats it. No
+    Generator from OS entropy is made for a start that draws nothing."""
     import warnings
 
     import numpy as np
@@ -194,6 +195,15 @@ def test_default_calls_repeat_their_bits_also_with_a_rank_beyond_a_mode():
         assert all(u.tobytes() == v.tobytes() for u, v in zip(e.factors, f.factors, strict=True))
         g, h = tk.hooi(X, 2, init="random", max_iter=3), tk.hooi(X, 2, init="random", max_iter=3)
         assert any(u.tobytes() != v.tobytes() for u, v in zip(g.factors, h.factors, strict=True))
+        P = np.abs(X)  # the non-negative methods' SVD starts pad the same way; cp_apr's default start is random
+        for call in (lambda **kw: tk.non_negative_cp(P, 7, max_iter=5, **kw),
+                     lambda **kw: tk.non_negative_tucker(P, (2, 2, 2), max_iter=5, **kw)):
+            a, b = call(), call()
+            assert all(u.tobytes() == v.tobytes() for u, v in zip(a.factors, b.factors, strict=True))
+            c, d = call(init="random"), call(init="random")
+            assert any(u.tobytes() != v.tobytes() for u, v in zip(c.factors, d.factors, strict=True))
+        a, b = (tk.cp_apr(3 * P, 3, max_iter=3) for _ in range(2))
+        assert all(u.tobytes() == v.tobytes() for u, v in zip(a.factors, b.factors, strict=True))
         seeds = []
         real = _validation.check_random_state
 

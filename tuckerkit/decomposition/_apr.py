@@ -156,6 +156,8 @@ def cp_apr(
     max_inner_iter : int, default 10
         Multiplicative updates per mode per outer iteration, at most.
     random_state : None, int or numpy Generator
+        The random start's seed. None: a fixed seed (0), so a default call repeats its bits (pyttb's
+        ``cp_apr`` starts from an unseeded draw).
     callback : callable, optional
         ``callback(state)`` after each outer iteration (``state.fit`` is the least-squares fit); True stops.
     verbose : bool, default False
@@ -191,7 +193,7 @@ def cp_apr(
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
     max_inner_iter = check_max_iter(max_inner_iter, "max_inner_iter")
-    rng = check_random_state(random_state)
+    rng = check_random_state(0 if random_state is None else random_state)  # (None: a default call repeats its bits)
     check_callback(callback)
     shape = data.shape
     init = check_init(init, shape, rank, kind="cp", methods=("random",))

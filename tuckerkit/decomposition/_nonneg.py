@@ -142,6 +142,9 @@ def non_negative_cp(
         ``max_iter`` iterations.
     max_iter : int, default 200
     random_state : None, int or numpy Generator
+        The seed of a random start, and of the columns that pad the SVD start where a rank exceeds a mode's
+        size. None: a fixed seed (0), so a default call repeats its bits, except with ``init="random"``
+        asked for, which then starts from fresh entropy.
     fixed_modes : sequence of int, default ()
         Modes whose factor stays exactly as given in ``init`` (weights given with ``init`` scale the first
         free mode); the other factors are returned with unit-norm columns, the scale in ``weights``.
@@ -180,6 +183,15 @@ def non_negative_cp(
     with decomposition_call(X, device=device, memory_limit=memory_limit) as call:
         return call.result(_non_negative_cp(call, rank, method, init, tol, max_iter, random_state, callback,
                                             verbose, fixed_modes, nonnegative_modes))
+
+
+def _start_rng(random_state: Any, init: Any) -> np.random.Generator:
+    """The start's Generator: ``random_state``'s; for None a fixed seed (0), so that a default call repeats its
+    bits (the SVD start pads a rank beyond a mode's size with random columns), except where ``init="random"``
+    is asked for: fresh entropy, as for :func:`~tuckerkit.cp_als`."""
+    if random_state is None and isinstance(init, str) and init == "random":
+        return check_random_state(None)
+    return check_random_state(0 if random_state is None else random_state)
 
 
 def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator, fixed: frozenset[int] = frozenset(),
@@ -238,7 +250,7 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
                          "multiplicative updates keep every entry positive")
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
-    rng = check_random_state(random_state)
+    rng = _start_rng(random_state, init)
     check_callback(callback)
     from tuckerkit.decomposition._cp import _check_rank_fits, _cp_fit
 
@@ -348,6 +360,9 @@ def non_negative_tucker(
     tol : float, default 1e-6
     max_iter : int, default 200
     random_state : None, int or numpy Generator
+        The seed of a random start, and of the columns that pad the SVD start where a rank exceeds a mode's
+        size. None: a fixed seed (0), so a default call repeats its bits, except with ``init="random"``
+        asked for, which then starts from fresh entropy.
     callback : callable, optional
     verbose : bool, default False
     memory_limit : int or str, optional
@@ -439,7 +454,7 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
     method = check_choice(method, "method", METHODS)
     tol = check_nonneg(tol, "tol")
     max_iter = check_max_iter(max_iter)
-    rng = check_random_state(random_state)
+    rng = _start_rng(random_state, init)
     check_callback(callback)
     init = check_init(init, X.shape, ranks, kind="tucker", methods=("svd", "random"))
     xp, N = X.xp, X.ndim
