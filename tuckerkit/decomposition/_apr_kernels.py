@@ -1,8 +1,7 @@
 """CP-APR's compiled kernels over the nonzeros (numba, cached on disk; imported on first use so that
 ``import tuckerkit`` does not load numba). Each takes a range of independent rows and releases the GIL; the
-wrappers run the ranges on the policy's threads (:func:`~tuckerkit.engine._policy.parallel_for`), not in a numba
-``prange`` (see :func:`tuckerkit.sparse._kernels.run_parts`): every row is computed alone, so the bits do not
-depend on the cut or the threads."""
+wrappers run the ranges on the policy's threads (:func:`tuckerkit.sparse._kernels.run_parts`), not in a numba
+``prange``: every row is computed alone, so the bits do not depend on the cut or the threads."""
 
 from __future__ import annotations
 
@@ -62,19 +61,19 @@ def _model_at_rows(coords, F_all, F_off, weights, lo, hi, out):  # pragma: no co
 
 def _over_rows(kernel: Any, head: tuple, rows: int, out: np.ndarray, policy: Any, ptr: Any = None) -> None:
     """``kernel(*head, lo, hi, out)`` over ``rows`` cut into four parts per worker (of equal rows, or with
-    ``ptr`` (rows + 1 offsets) of about equal nonzeros: a mode of power-law slices), each thread taking the
-    next part when free (one part, on the calling thread, for one worker)."""
-    from tuckerkit.engine._policy import parallel_for, resolve_policy
+    ``ptr`` (rows + 1 offsets) of about equal nonzeros: a mode of power-law slices), on the policy's threads
+    (:func:`tuckerkit.sparse._kernels.run_parts`; one part, on the calling thread, for one worker)."""
+    from tuckerkit.engine._policy import resolve_policy
+    from tuckerkit.sparse._kernels import run_parts
 
     pol = resolve_policy(policy)
     parts = max(1, min(rows, 4 * pol.workers if pol.workers > 1 else 1))
     if ptr is None or parts == 1:
         cuts = [rows * t // parts for t in range(parts + 1)]
-    else:
+    else:  # (ptr is nondecreasing and ends at the total: the cuts are too, within 0..rows)
         total = int(ptr[rows])
         cuts = [0, *(int(np.searchsorted(ptr, total * t // parts)) for t in range(1, parts)), rows]
-        cuts = [min(max(c, lo), rows) for c, lo in zip(cuts, [0, *cuts[:-1]], strict=True)]  # (nondecreasing)
-    parallel_for(lambda t, _: kernel(*head, cuts[t], cuts[t + 1], out), parts, pol)
+    run_parts(kernel, head, np.asarray(cuts, dtype=np.int64), out, policy=pol)
 
 
 def gather_pi(coords, F_all, F_off, n, out, policy=None) -> None:
