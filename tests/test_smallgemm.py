@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 import subprocess
 import sys
 import types
@@ -425,7 +426,7 @@ def test_table2_cases_through_the_compiled_kernels(order, fresh, forced, rng):
     assert used == 36 if fresh else used >= 10  # a given C/F output fits the kernel in 10 of the cases
 
 
-@pytest.mark.parametrize("R", [*range(1, 14), 16, 17, 24, 31, 32, 33])
+@pytest.mark.parametrize("R", [*range(1, 14), 16, 17, 24, 31, 32, 33, 40, 50, 64])
 def test_inner_kernel_every_rank_and_column_tail(R, dtype, rng):
     """Row blocks of 1-6 (R cut as evenly as possible), strips of two vectors, one vector and single
     columns at the end of a row, several chunks of i: against einsum, into a strided output view."""
@@ -924,18 +925,57 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
 
 
 def test_planner_keeps_ranks_above_32_on_blas(rng):
-    """Above ``MAX_RANK`` = 32 the planner runs BLAS, whatever the vectors and the layout (the register-blocked
-    unit-stride kernel won on large X at R = 50 and 64, but lost on the seed's n = 64 cases); the result is
-    einsum's to rounding."""
+    """Above ``MAX_RANK`` = 32 the planner runs BLAS, whatever the vectors and the layout, on tensors below
+    ``SHORT_ROWS_MIN_BYTES`` (the register-blocked unit-stride kernel won on large X at R = 50 and 64, but
+    lost on the seed's n = 64 cases); the result is einsum's to rounding."""
     contract_mod._cached_plan.cache_clear()
     X = rng.standard_normal((40, 50, 120))
     for R in (33, 50, 64):
-        U = rng.standard_normal((120, R))
-        plan = ttm_plan(X, U, 2, transpose=True)
-        assert plan.compiled is CompiledKernel.NONE, plan.explain()
-        _check(X, U, 2, plan(X, U))
+        for mode in (0, 1, 2):
+            U = rng.standard_normal((X.shape[mode], R))
+            plan = ttm_plan(X, U, mode, transpose=True)
+            assert plan.compiled is CompiledKernel.NONE, plan.explain()
+            _check(X, U, mode, plan(X, U))
     A, B = rng.standard_normal((64, 64)), rng.standard_normal((64, 64, 64))
-    assert plan_contraction("pk,mnk->mnp", A, B).compiled is CompiledKernel.NONE
+    for spec in ("pk,mnk->mnp", "nk,mkp->mnp"):
+        assert plan_contraction(spec, A, B).compiled is CompiledKernel.NONE
+
+
+def test_short_rows_of_a_large_tensor_take_the_inner_kernel_up_to_rank_64(monkeypatch, dtype, rng):
+    """Above ``MAX_RANK``, up to ``SHORT_ROWS_MAX_RANK`` = 64, the middle mode of a tensor of at least
+    ``SHORT_ROWS_MIN_BYTES`` runs the inner kernel on a 256-bit machine (measured 0.80-0.98x BLAS's time
+    there); its first mode (long rows), its last (unit stride), R = 65, a smaller tensor and 512-bit vectors
+    keep BLAS. The compiled result is einsum's to rounding (the size limit lowered to run it on a small
+    tensor)."""
+    assert (sg.SHORT_ROWS_MAX_RANK, sg.SHORT_ROWS_MIN_BYTES, sg.MAX_RANK) == (64, 12 << 20, 32)
+    contract_mod._cached_plan.cache_clear()
+    on256 = sg.simd_supported() and not sg.wide_vectors()
+    big = np.empty((200, 200, 200), dtype)  # 32 or 64 MB (np.empty: planning touches no page)
+    for R, mode, want in ((33, 1, on256), (50, 1, on256), (64, 1, on256), (65, 1, False), (50, 0, False),
+                          (50, 2, False)):
+        plan = ttm_plan(big, np.ones((200, R), dtype), mode, transpose=True)
+        expected = CompiledKernel.TTM_INNER if want else CompiledKernel.NONE
+        assert plan.compiled is expected, (R, mode, plan.explain())
+    n = math.ceil((sg.SHORT_ROWS_MIN_BYTES / np.dtype(dtype).itemsize) ** (1 / 3))
+    below = np.empty((n - 2, n - 2, n - 2), dtype)
+    assert ttm_plan(below, np.ones((n - 2, 50), dtype), 1, transpose=True).compiled is CompiledKernel.NONE
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    contract_mod._cached_plan.cache_clear()
+    assert ttm_plan(big, np.ones((200, 50), dtype), 1, transpose=True).compiled is CompiledKernel.NONE
+    monkeypatch.undo()
+    if not on256:
+        return
+    monkeypatch.setattr(sg, "SHORT_ROWS_MIN_BYTES", 1)
+    monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    contract_mod._cached_plan.cache_clear()
+    for order in ("C", "F"):
+        X = np.asarray(rng.standard_normal((32, 41, 48)).astype(dtype), order=order)
+        for R in (40, 64):
+            U = rng.standard_normal((41, R)).astype(dtype)
+            plan = ttm_plan(X, U, 1, transpose=True)
+            assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()
+            _check(X, U, 1, plan(X, U))
+    contract_mod._cached_plan.cache_clear()
 
 
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):

@@ -949,12 +949,10 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if lay is None:
         return plan
     from tuckerkit.engine._roofline import machine_roofline
-    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency
+    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency, short_rows_beyond_max_rank
 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
     R = m_shape[1] if u_kz else m_shape[0]
-    if R > MAX_RANK:
-        return plan
     variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
     from tuckerkit.engine._simd import simd_supported
 
@@ -962,8 +960,11 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
         return plan  # its microkernels are written for AVX2 + FMA: elsewhere many times slower than BLAS
     t_shape = b_shape if swap else a_shape
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
-    roof = machine_roofline()
     itemsize = 4 if plan.dtype == "float32" else 8
+    if R > MAX_RANK and not (variant == CompiledKernel.TTM_INNER and short_rows_beyond_max_rank(
+            R, columns * itemsize, math.prod(t_shape) * itemsize)):
+        return plan
+    roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
     eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
                                  math.prod(t_shape) * itemsize)

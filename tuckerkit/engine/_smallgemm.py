@@ -204,8 +204,12 @@ _MIN_KC = 8
 #: the smallest R :func:`ttm_outer` gives its register-blocked kernel where vectors are wide
 #: (:func:`outer_gemm_style`)
 _WIDE_GEMM_MIN_RANK = 16
-#: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak)
+#: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak),
+#: except the short rows of a large tensor on a 256-bit machine (:func:`short_rows_beyond_max_rank`)
 MAX_RANK = 32
+#: the largest R of :func:`short_rows_beyond_max_rank`, and the fewest bytes of the tensor it needs
+SHORT_ROWS_MAX_RANK = 64
+SHORT_ROWS_MIN_BYTES = 12 << 20
 #: (Where vectors are wide :func:`ttm_outer`'s register-blocked kernel keeps 24 accumulators at any R and ran
 #: R = 50 / 64 in float64 at 0.76 / 0.68-0.78x BLAS's time on X of (40000, 200), but 1.14-1.75x on (4096, 64)
 #: and (4096, 200) and 0.88-1.12x on (40000, 64): planned up to 64, it took the seed's Table II cases of
@@ -1238,6 +1242,36 @@ LONG_ROW_MIN_I = 128
 STREAMED_BYTES = 32 << 20
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
+
+
+def short_rows_beyond_max_rank(R: int, row_bytes: int, nbytes: int) -> bool:
+    """Whether :func:`ttm_inner` is planned for an ``R`` above ``MAX_RANK``: up to ``SHORT_ROWS_MAX_RANK`` =
+    64 on a tensor of at least ``SHORT_ROWS_MIN_BYTES`` whose unit-stride rows are short (``row_bytes`` below
+    ``LONG_ROW_BYTES``: a middle mode, each tile one run of memory), on a 256-bit machine (AVX2 + FMA, not
+    :func:`wide_vectors`, where it was measured). There BLAS sees the TTM as a batch of GEMMs of R x I by
+    I x C with C a few hundred (or as one GEMM over a transposed view), well below its peak; the kernel's
+    blocks of six rows of U keep their sums in registers at any R (more row blocks per strip, the strips
+    packed once per chunk).
+
+    Measured on the 2-core AVX2 machine (the planner's compiled plan against its BLAS plan, two workers,
+    medians of 9 interleaved pairs in one process, R = 40 / 50 / 64): the middle mode of 200^3 float64 0.86 /
+    0.85 / 0.93x the time, float32 0.80 / 0.88 / 0.90x; 320x240x160 float64 0.82 / 0.87 / 0.87x, float32
+    0.80 / 0.80 / 0.88x; 240x120x180 float64 0.88 / 0.80 / 0.94x, float32 0.82 / 0.84 / 0.90x; 180^3 float64
+    0.98 / 0.92 / 0.95x, float32 0.89 / 0.83 / 0.89x; 150^3 float64 (27 MB) 0.83 / 0.89 / 0.91x, float32
+    (13.5 MB) 0.88 / 0.80 / 0.92x; mode 2 of 60^4 float64 0.83 / 0.82 / 0.87x, float32 0.89 / 0.86 / 0.91x.
+    Left to BLAS: smaller tensors (128^3 float64, 16.8 MB: 0.89 / 1.00 / 1.02x; float32, 8.4 MB: 0.94 / 0.86 /
+    1.00x; 100^3 float32 0.99-1.19x; 64^3 1.13-1.80x, the seed's Table II cases of n = 64 among them), R of
+    80 and 100 (0.89-0.98x: BLAS nears its peak), the long rows of a first mode (200^3 and 320x240x160:
+    0.90-1.12x) and the unit-stride last mode (:func:`ttm_outer`, float32 1.0-1.66x at R = 40-64). With
+    512-bit vectors not measured: ``MAX_RANK`` holds there.
+
+    >>> short_rows_beyond_max_rank(50, 1600, 64 << 20) == (simd_supported() and not wide_vectors())
+    True
+    >>> short_rows_beyond_max_rank(50, 320000, 64 << 20), short_rows_beyond_max_rank(65, 1600, 64 << 20)
+    (False, False)
+    """
+    return (MAX_RANK < R <= SHORT_ROWS_MAX_RANK and 0 < row_bytes < LONG_ROW_BYTES
+            and nbytes >= SHORT_ROWS_MIN_BYTES and simd_supported() and not wide_vectors())
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
