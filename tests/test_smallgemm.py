@@ -157,10 +157,11 @@ def test_kernels_directly_against_einsum(R, I, dtype, rng):  # noqa: E741
 
 
 @pytest.mark.parametrize("five", [True, False])
-@pytest.mark.parametrize("R", [*range(1, 16), 20, 23])
+@pytest.mark.parametrize("R", [*range(1, 16), 20, 23, 41, 56])
 def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch, rng):
     """The last-mode dot-product kernel with columns of U five at a time (the rest in pairs, one of them
-    duplicated when odd) and in pairs only: against einsum over every rank up to 15, rows in full tiles of
+    duplicated when odd) and in pairs only: against einsum over every rank up to 15 and some beyond 32
+    (planned up to 56 in float64), rows in full tiles of
     four and a ragged one, into a strided output view; the same bits for one and two workers."""
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "_dot_five", lambda length, itemsize: five)
@@ -926,8 +927,8 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
 
 def test_planner_keeps_ranks_above_32_on_blas(rng):
     """Above ``MAX_RANK`` = 32 the planner runs BLAS, whatever the vectors and the layout, on tensors below
-    ``SHORT_ROWS_MIN_BYTES`` (the register-blocked unit-stride kernel won on large X at R = 50 and 64, but
-    lost on the seed's n = 64 cases); the result is einsum's to rounding."""
+    ``BEYOND_MIN_BYTES`` (the register-blocked unit-stride kernel won on large X at R = 50 and 64, but lost
+    on the seed's n = 64 cases); the result is einsum's to rounding."""
     contract_mod._cached_plan.cache_clear()
     X = rng.standard_normal((40, 50, 120))
     for R in (33, 50, 64):
@@ -941,40 +942,47 @@ def test_planner_keeps_ranks_above_32_on_blas(rng):
         assert plan_contraction(spec, A, B).compiled is CompiledKernel.NONE
 
 
-def test_short_rows_of_a_large_tensor_take_the_inner_kernel_up_to_rank_64(monkeypatch, dtype, rng):
-    """Above ``MAX_RANK``, up to ``SHORT_ROWS_MAX_RANK`` = 64, the middle mode of a tensor of at least
-    ``SHORT_ROWS_MIN_BYTES`` runs the inner kernel on a 256-bit machine (measured 0.80-0.98x BLAS's time
-    there); its first mode (long rows), its last (unit stride), R = 65, a smaller tensor and 512-bit vectors
-    keep BLAS. The compiled result is einsum's to rounding (the size limit lowered to run it on a small
-    tensor)."""
-    assert (sg.SHORT_ROWS_MAX_RANK, sg.SHORT_ROWS_MIN_BYTES, sg.MAX_RANK) == (64, 12 << 20, 32)
+def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
+    """Above ``MAX_RANK``, on a tensor of at least ``BEYOND_MIN_BYTES`` on a 256-bit machine (measured
+    0.76-0.99x BLAS's time there): the middle mode runs the inner kernel up to ``SHORT_ROWS_MAX_RANK`` = 64,
+    the last mode the outer kernel up to ``OUTER_F64_MAX_RANK`` = 56 in float64 only; the first mode (long
+    rows), larger R, a smaller tensor and 512-bit vectors keep BLAS. The compiled results are einsum's to
+    rounding (the size and flop limits lowered to run them on a small tensor)."""
+    assert (sg.SHORT_ROWS_MAX_RANK, sg.OUTER_F64_MAX_RANK, sg.BEYOND_MIN_BYTES, sg.MAX_RANK) == (
+        64, 56, 12 << 20, 32)
     contract_mod._cached_plan.cache_clear()
     on256 = sg.simd_supported() and not sg.wide_vectors()
+    f64 = dtype == np.float64
+    inner, outer, none = CompiledKernel.TTM_INNER, CompiledKernel.TTM_OUTER, CompiledKernel.NONE
     big = np.empty((200, 200, 200), dtype)  # 32 or 64 MB (np.empty: planning touches no page)
-    for R, mode, want in ((33, 1, on256), (50, 1, on256), (64, 1, on256), (65, 1, False), (50, 0, False),
-                          (50, 2, False)):
+    cases = [(33, 1, inner), (50, 1, inner), (64, 1, inner), (65, 1, none), (50, 0, none),
+             (33, 2, outer if f64 else none), (56, 2, outer if f64 else none), (57, 2, none)]
+    for R, mode, want in cases:
         plan = ttm_plan(big, np.ones((200, R), dtype), mode, transpose=True)
-        expected = CompiledKernel.TTM_INNER if want else CompiledKernel.NONE
-        assert plan.compiled is expected, (R, mode, plan.explain())
-    n = math.ceil((sg.SHORT_ROWS_MIN_BYTES / np.dtype(dtype).itemsize) ** (1 / 3))
+        assert plan.compiled is (want if on256 else none), (R, mode, plan.explain())
+    n = math.ceil((sg.BEYOND_MIN_BYTES / np.dtype(dtype).itemsize) ** (1 / 3))
     below = np.empty((n - 2, n - 2, n - 2), dtype)
-    assert ttm_plan(below, np.ones((n - 2, 50), dtype), 1, transpose=True).compiled is CompiledKernel.NONE
+    for mode in (1, 2):
+        assert ttm_plan(below, np.ones((n - 2, 50), dtype), mode, transpose=True).compiled is none
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     contract_mod._cached_plan.cache_clear()
-    assert ttm_plan(big, np.ones((200, 50), dtype), 1, transpose=True).compiled is CompiledKernel.NONE
+    for mode in (1, 2):
+        assert ttm_plan(big, np.ones((200, 50), dtype), mode, transpose=True).compiled is none
     monkeypatch.undo()
     if not on256:
         return
-    monkeypatch.setattr(sg, "SHORT_ROWS_MIN_BYTES", 1)
+    monkeypatch.setattr(sg, "BEYOND_MIN_BYTES", 1)
     monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
     contract_mod._cached_plan.cache_clear()
     for order in ("C", "F"):
         X = np.asarray(rng.standard_normal((32, 41, 48)).astype(dtype), order=order)
-        for R in (40, 64):
-            U = rng.standard_normal((41, R)).astype(dtype)
-            plan = ttm_plan(X, U, 1, transpose=True)
-            assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()
-            _check(X, U, 1, plan(X, U))
+        last = 2 if order == "C" else 0  # the unit-stride mode
+        for R, mode, want in ((40, 1, inner), (64, 1, inner), (41, last, outer if f64 else none),
+                              (56, last, outer if f64 else none)):
+            U = rng.standard_normal((X.shape[mode], R)).astype(dtype)
+            plan = ttm_plan(X, U, mode, transpose=True)
+            assert plan.compiled is want, plan.explain()
+            _check(X, U, mode, plan(X, U))
     contract_mod._cached_plan.cache_clear()
 
 

@@ -949,7 +949,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if lay is None:
         return plan
     from tuckerkit.engine._roofline import machine_roofline
-    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency, short_rows_beyond_max_rank
+    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency, planned_beyond_max_rank
 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
     R = m_shape[1] if u_kz else m_shape[0]
@@ -961,8 +961,8 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     t_shape = b_shape if swap else a_shape
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
     itemsize = 4 if plan.dtype == "float32" else 8
-    if R > MAX_RANK and not (variant == CompiledKernel.TTM_INNER and short_rows_beyond_max_rank(
-            R, columns * itemsize, math.prod(t_shape) * itemsize)):
+    if R > MAX_RANK and not planned_beyond_max_rank(variant == CompiledKernel.TTM_INNER, itemsize, R,
+                                                    columns * itemsize, math.prod(t_shape) * itemsize):
         return plan
     roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize

@@ -205,11 +205,13 @@ _MIN_KC = 8
 #: (:func:`outer_gemm_style`)
 _WIDE_GEMM_MIN_RANK = 16
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak),
-#: except the short rows of a large tensor on a 256-bit machine (:func:`short_rows_beyond_max_rank`)
+#: except on a large tensor on a 256-bit machine (:func:`planned_beyond_max_rank`)
 MAX_RANK = 32
-#: the largest R of :func:`short_rows_beyond_max_rank`, and the fewest bytes of the tensor it needs
+#: the largest R of :func:`planned_beyond_max_rank`: :func:`ttm_inner` on short rows, :func:`ttm_outer` in
+#: float64; and the fewest bytes of the tensor it needs
 SHORT_ROWS_MAX_RANK = 64
-SHORT_ROWS_MIN_BYTES = 12 << 20
+OUTER_F64_MAX_RANK = 56
+BEYOND_MIN_BYTES = 12 << 20
 #: (Where vectors are wide :func:`ttm_outer`'s register-blocked kernel keeps 24 accumulators at any R and ran
 #: R = 50 / 64 in float64 at 0.76 / 0.68-0.78x BLAS's time on X of (40000, 200), but 1.14-1.75x on (4096, 64)
 #: and (4096, 200) and 0.88-1.12x on (40000, 64): planned up to 64, it took the seed's Table II cases of
@@ -1244,34 +1246,42 @@ STREAMED_BYTES = 32 << 20
 LONG_ROW_BYTES = 8192
 
 
-def short_rows_beyond_max_rank(R: int, row_bytes: int, nbytes: int) -> bool:
-    """Whether :func:`ttm_inner` is planned for an ``R`` above ``MAX_RANK``: up to ``SHORT_ROWS_MAX_RANK`` =
-    64 on a tensor of at least ``SHORT_ROWS_MIN_BYTES`` whose unit-stride rows are short (``row_bytes`` below
-    ``LONG_ROW_BYTES``: a middle mode, each tile one run of memory), on a 256-bit machine (AVX2 + FMA, not
-    :func:`wide_vectors`, where it was measured). There BLAS sees the TTM as a batch of GEMMs of R x I by
-    I x C with C a few hundred (or as one GEMM over a transposed view), well below its peak; the kernel's
-    blocks of six rows of U keep their sums in registers at any R (more row blocks per strip, the strips
-    packed once per chunk).
+def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, nbytes: int) -> bool:
+    """Whether a compiled kernel is planned for an ``R`` above ``MAX_RANK``, on a tensor of at least
+    ``BEYOND_MIN_BYTES`` on a 256-bit machine (AVX2 + FMA, not :func:`wide_vectors`, where it was measured):
+    :func:`ttm_inner` (``inner``) up to ``SHORT_ROWS_MAX_RANK`` = 64 where the unit-stride rows are short
+    (``row_bytes`` below ``LONG_ROW_BYTES``: a middle mode, each tile one run of memory), and the dot-product
+    :func:`ttm_outer` (the unit-stride mode contracted) in float64 up to ``OUTER_F64_MAX_RANK`` = 56. There
+    BLAS sees the TTM as a batch of GEMMs of R x I by I x C with C a few hundred, or as one GEMM with an
+    extent R, below its peak; the inner kernel's blocks of six rows of U keep their sums in registers at any
+    R, the dot kernel shares each load of four rows of X among the columns of U.
 
     Measured on the 2-core AVX2 machine (the planner's compiled plan against its BLAS plan, two workers,
-    medians of 9 interleaved pairs in one process, R = 40 / 50 / 64): the middle mode of 200^3 float64 0.86 /
-    0.85 / 0.93x the time, float32 0.80 / 0.88 / 0.90x; 320x240x160 float64 0.82 / 0.87 / 0.87x, float32
-    0.80 / 0.80 / 0.88x; 240x120x180 float64 0.88 / 0.80 / 0.94x, float32 0.82 / 0.84 / 0.90x; 180^3 float64
-    0.98 / 0.92 / 0.95x, float32 0.89 / 0.83 / 0.89x; 150^3 float64 (27 MB) 0.83 / 0.89 / 0.91x, float32
-    (13.5 MB) 0.88 / 0.80 / 0.92x; mode 2 of 60^4 float64 0.83 / 0.82 / 0.87x, float32 0.89 / 0.86 / 0.91x.
-    Left to BLAS: smaller tensors (128^3 float64, 16.8 MB: 0.89 / 1.00 / 1.02x; float32, 8.4 MB: 0.94 / 0.86 /
-    1.00x; 100^3 float32 0.99-1.19x; 64^3 1.13-1.80x, the seed's Table II cases of n = 64 among them), R of
-    80 and 100 (0.89-0.98x: BLAS nears its peak), the long rows of a first mode (200^3 and 320x240x160:
-    0.90-1.12x) and the unit-stride last mode (:func:`ttm_outer`, float32 1.0-1.66x at R = 40-64). With
-    512-bit vectors not measured: ``MAX_RANK`` holds there.
+    medians of 9 interleaved pairs in one process). Inner, R = 40 / 50 / 64: the middle mode of 200^3 float64
+    0.86 / 0.85 / 0.93x the time, float32 0.80 / 0.88 / 0.90x; 320x240x160 float64 0.82 / 0.87 / 0.87x,
+    float32 0.80 / 0.80 / 0.88x; 240x120x180 float64 0.88 / 0.80 / 0.94x, float32 0.82 / 0.84 / 0.90x; 180^3
+    float64 0.98 / 0.92 / 0.95x, float32 0.89 / 0.83 / 0.89x; 150^3 float64 (27 MB) 0.83 / 0.89 / 0.91x,
+    float32 (13.5 MB) 0.88 / 0.80 / 0.92x; mode 2 of 60^4 float64 0.83 / 0.82 / 0.87x, float32 0.89 / 0.86 /
+    0.91x. Outer float64, R = 36 / 44 / 50 / 56: the last mode of 200^3 0.88 / 0.86 / 0.90 / 0.97x, 320x240x160
+    0.76 / 0.88 / 0.87 / 0.88x, 150^3 0.85 / 0.92 / 0.99 / 0.94x, 128^3 (16.8 MB) 0.96 / 0.89 / 0.90 / 0.90x.
+    Left to BLAS: smaller tensors (inner: 128^3 float32, 8.4 MB, 0.86-1.00x; 100^3 float32 0.99-1.19x; 64^3
+    1.13-1.80x, the seed's Table II cases of n = 64 among them), R of 80 and 100 (inner 0.89-0.98x: BLAS nears
+    its peak), the outer kernel at R = 64 (float64 0.99-1.09x) and in float32 (1.0-1.66x at R = 40-64), the
+    long rows of a first mode (200^3 and 320x240x160: 0.90-1.12x). With 512-bit vectors not measured:
+    ``MAX_RANK`` holds there.
 
-    >>> short_rows_beyond_max_rank(50, 1600, 64 << 20) == (simd_supported() and not wide_vectors())
+    >>> planned_beyond_max_rank(True, 8, 50, 1600, 64 << 20) == (simd_supported() and not wide_vectors())
     True
-    >>> short_rows_beyond_max_rank(50, 320000, 64 << 20), short_rows_beyond_max_rank(65, 1600, 64 << 20)
+    >>> planned_beyond_max_rank(True, 8, 50, 320000, 64 << 20), planned_beyond_max_rank(True, 8, 65, 1600, 1 << 30)
+    (False, False)
+    >>> planned_beyond_max_rank(False, 4, 40, 0, 64 << 20), planned_beyond_max_rank(False, 8, 57, 0, 64 << 20)
     (False, False)
     """
-    return (MAX_RANK < R <= SHORT_ROWS_MAX_RANK and 0 < row_bytes < LONG_ROW_BYTES
-            and nbytes >= SHORT_ROWS_MIN_BYTES and simd_supported() and not wide_vectors())
+    if not (MAX_RANK < R and nbytes >= BEYOND_MIN_BYTES and simd_supported() and not wide_vectors()):
+        return False
+    if inner:
+        return R <= SHORT_ROWS_MAX_RANK and 0 < row_bytes < LONG_ROW_BYTES
+    return itemsize == 8 and R <= OUTER_F64_MAX_RANK
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
