@@ -121,6 +121,81 @@ def test_blocked_root_kernel_matches_the_loop_form_bitwise(n, R, dtype):
         np.testing.assert_allclose(got, oracle, rtol=0, atol=200 * eps * np.abs(oracle).max())
 
 
+@pytest.mark.parametrize("R", [16, 32])
+@pytest.mark.parametrize(("n", "dtype"), [(3, np.float32), (3, np.float64), (4, np.float32), (4, np.float64),
+                                          (5, np.float64), (6, np.float64)])  # (float32 at 5-6: compile time)
+def test_blocked_level_kernels_match_the_loop_form_bitwise(n, R, dtype):
+    """The column-blocked internal- and leaf-level kernels (every output level below the root of 3- to
+    6-level trees): the same bits as the loop form, part by part, on trees with empty slices, one-leaf fibers
+    and long fibers, and the einsum oracle once the parts are added."""
+    from tuckerkit.sparse._mttkrp import _pack_levels, _packed_tree, balanced_roots, level_factors, slp_vectorize
+    from tuckerkit.sparse._nested import BLOCKED_LEVEL, KERNELS
+
+    assert sorted(BLOCKED_LEVEL) == [(k, L) for k in range(3, 7) for L in range(1, k)]
+    shape = (7, 5, 9, 3, 2, 3)[:n]
+    rng = np.random.default_rng(n + R + 1)
+    dense_part = np.stack(np.meshgrid(*[[2]] + [np.arange(s) for s in shape[1:]], indexing="ij"), -1).reshape(-1, n)
+    scattered = np.stack([rng.choice([0, 3, 5, 6], 40)] + [rng.integers(0, s, 40) for s in shape[1:]], axis=1)
+    coords = np.concatenate([dense_part, scattered])
+    X = COOTensor(coords, rng.standard_normal(len(coords)).astype(dtype), shape)
+    factors = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
+    C = CSFTensor(X, order=tuple(range(n)))
+    pos_all, pos_off, idx_all, idx_off = _packed_tree(C)
+    bounds = balanced_roots(C, 3)
+    for level in range(1, n):
+        F_all, F_off = _pack_levels(C, factors, level, R, dtype)
+        want = np.zeros((len(bounds) - 1, shape[level], R), dtype)
+        got = np.zeros_like(want)
+        KERNELS[(n, level)](pos_all, pos_off, idx_all, idx_off, C.values, F_all, F_off, bounds, want)
+        with slp_vectorize():
+            BLOCKED_LEVEL[(n, level)](pos_all, pos_off, idx_all, idx_off, C.values,
+                                      level_factors(C, factors, level, R, dtype), bounds, got)
+        assert got.tobytes() == want.tobytes(), f"level {level}"
+        oracle = _oracle(X, factors, level)
+        np.testing.assert_allclose(got.sum(axis=0), oracle, rtol=0, atol=200 * np.finfo(dtype).eps
+                                   * np.abs(oracle).max())
+
+
+@pytest.mark.parametrize("kind", ["one", "two"])
+@pytest.mark.parametrize("R", [4, 10, 16])
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_level_modes_through_sparse_mttkrp(n, R, kind):
+    """``csf="one"`` / ``"two"`` plans (the modes below a root): the blocked level kernels from rank 5 (zero
+    columns up to a multiple of 16), the loop form below it, against einsum, the same bits
+    for 1 and 2 workers, and the loop form's bits (the blocked kernels switched off)."""
+    from tuckerkit.sparse import _mttkrp as sm
+    from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
+    dtype = np.float64
+    shape = (40, 1, 50, 30, 7)[:n]
+    rng = np.random.default_rng(11 * n + R)
+    coords = np.stack([rng.integers(0, s, 400) for s in shape], axis=1)
+    coords[:80, 2] = 3  # some long fibers beside the single nonzeros
+    X = COOTensor(coords, rng.standard_normal(400).astype(dtype), shape)
+    factors = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
+    X.plan(csf=kind)
+    plan, _ = sm.sparse_plan(X)
+    below_root = [m for m in range(n) if plan.assignment[m][1] > 0]
+    assert below_root
+    for mode in range(n):
+        a = sparse_mttkrp(X, factors, mode, ExecutionPolicy(1)).copy()
+        b = sparse_mttkrp(X, factors, mode, ExecutionPolicy(2)).copy()
+        assert a.tobytes() == b.tobytes() and a.shape == (shape[mode], R)
+        oracle = _oracle(X, factors, mode)
+        np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(dtype).eps * np.abs(oracle).max())
+        level = plan.assignment[mode][1]
+        blocked = sm._blocked_level_kernel(n, level, sm.padded_rank(R)) if level > 0 else None
+        assert (blocked is not None) == (level > 0 and R >= 5)
+        if blocked is not None:
+            real = sm._blocked_level_kernel
+            sm._blocked_level_kernel = lambda *args: None
+            try:
+                loop = sparse_mttkrp(X, factors, mode, ExecutionPolicy(2)).copy()
+            finally:
+                sm._blocked_level_kernel = real
+            assert loop.tobytes() == a.tobytes(), f"mode {mode}"
+
+
 @pytest.mark.parametrize("R", [1, 16, 17, 32])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [3, 4, 5, 6])

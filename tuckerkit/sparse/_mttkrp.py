@@ -396,17 +396,27 @@ def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
             else:
                 mttkrp_root(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, bounds, out, policy)
             return out
-        F_all, F_off = _pack_levels(csf, factors, level, R, dtype, X)
         # a fixed number of private outputs, whatever the workers: the same partial sums, added in the same
         # order, on any machine (bitwise repeatable)
         bounds = balanced_roots(csf, LEVEL_PARTS)
-        private = work_buffer(X, "private", (len(bounds) - 1, *shape), dtype)
-        private.fill(0)  # the kernels add into it
-        if nested is not None:
-            nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private, policy=policy)
+        Rp = padded_rank(R)
+        blocked = _blocked_level_kernel(csf.ndim, level, Rp)
+        if blocked is not None:  # as the root's: the factors themselves (or padded copies), one per level
+            Fs = level_factors(csf, factors, level, R, dtype, X, columns=Rp)
+            private = work_buffer(X, "private", (len(bounds) - 1, shape[0], Rp), dtype)
+            private.fill(0)  # the kernels add into it
+            with slp_vectorize():
+                blocked(pos_all, pos_off, idx_all, idx_off, vals, Fs, bounds, private, policy=policy)
+            private = private[:, :, :R]  # (the padded columns are zero: dropped)
         else:
-            mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds, private,
-                         policy)
+            F_all, F_off = _pack_levels(csf, factors, level, R, dtype, X)
+            private = work_buffer(X, "private", (len(bounds) - 1, *shape), dtype)
+            private.fill(0)  # the kernels add into it
+            if nested is not None:
+                nested(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, bounds, private, policy=policy)
+            else:
+                mttkrp_level(pos_all, pos_off, idx_all, idx_off, vals, F_all, F_off, csf.ndim, level, bounds,
+                             private, policy)
         out = work_buffer(X, "out", shape, dtype)
         if private.shape[0] == 1:
             out[...] = private[0]
@@ -456,6 +466,14 @@ def _blocked_root_kernel(n_levels: int, R: int) -> Any:
     from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT
 
     return BLOCKED_ROOT.get(n_levels) if R % BLOCK == 0 and R > 0 else None
+
+
+def _blocked_level_kernel(n_levels: int, level: int, R: int) -> Any:
+    """The column-blocked internal- or leaf-level kernel of a 3- to 6-level tree when ``R`` is a multiple of
+    its block (None: the loop form serves); same bits as the loop form (see ``_make_nested``)."""
+    from tuckerkit.sparse._nested import BLOCK, BLOCKED_LEVEL
+
+    return BLOCKED_LEVEL.get((n_levels, level)) if R % BLOCK == 0 and R > 0 else None
 
 
 @contextmanager
