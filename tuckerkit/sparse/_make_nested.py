@@ -117,6 +117,33 @@ def _range_kernel(n: int, L: int) -> list[str]:
     return out
 
 
+def _node_sums(n: int, lev: int, ind: str, W: int, deeper) -> list[str]:
+    """The blocked kernels' lines for one node at level ``lev`` below the output level (inside the loop over
+    its siblings, at indent ``ind``): its subtree's sum (``a{lev}_{i}``, ``deeper(lev + 1, ind)`` walking the
+    children) times its factor row, added into its parent's (``a{lev - 1}_{i}``); a leaf adds its value times
+    its row; a node whose children are leaves skips its accumulator when it has one leaf (the loop form's
+    ``(v * a) * b``)."""
+    cols = range(W)
+    if lev == n - 1:  # a leaf
+        return ([f"{ind}v = vals[j{lev}]", f"{ind}row{lev} = np.uint64(idx{lev}[j{lev}])"]
+                + [f"{ind}a{lev - 1}_{i} += v * Fb{lev}[row{lev}, q, {i}]" for i in cols])
+    b = [f"{ind}row{lev} = np.uint64(idx{lev}[j{lev}])"]
+    if lev == n - 2:  # children are leaves: a node with one leaf skips its accumulator
+        b += [f"{ind}k0 = np.uint64(pos{lev}[j{lev}])", f"{ind}k1 = np.uint64(pos{lev}[j{lev} + u1])",
+              f"{ind}if k1 - k0 == u1:", f"{ind}    v = vals[k0]", f"{ind}    rowl = np.uint64(idx{lev + 1}[k0])"]
+        b += [f"{ind}    a{lev - 1}_{i} += v * Fb{lev + 1}[rowl, q, {i}] * Fb{lev}[row{lev}, q, {i}]" for i in cols]
+        b += [f"{ind}    continue"]
+        b += [f"{ind}a{lev}_{i} = zero" for i in cols]
+        b += [f"{ind}for j{lev + 1} in range(k0, k1):", f"{ind}    v = vals[j{lev + 1}]",
+              f"{ind}    row{lev + 1} = np.uint64(idx{lev + 1}[j{lev + 1}])"]
+        b += [f"{ind}    a{lev}_{i} += v * Fb{lev + 1}[row{lev + 1}, q, {i}]" for i in cols]
+    else:
+        b += [f"{ind}a{lev}_{i} = zero" for i in cols]
+        b += deeper(lev + 1, ind)
+    b += [f"{ind}a{lev - 1}_{i} += a{lev}_{i} * Fb{lev}[row{lev}, q, {i}]" for i in cols]
+    return b
+
+
 def _blocked_root_kernel(n: int, W: int) -> list[str]:
     """The root kernel of an ``n``-level tree with ``W`` scalar accumulators per level (``a{lev}_{i}``: the
     sum under the current level-``lev`` node, column ``i`` of the block); see the module docstring.
@@ -153,33 +180,13 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
         kids = f"range(np.uint64(pos{lev - 1}[j{lev - 1}]), np.uint64(pos{lev - 1}[j{lev - 1} + u1]))"
         b = [f"{ind}for j{lev} in {kids}:"]
         ind2 = ind + "    "
-        if lev == n - 1:  # leaves
-            b += [f"{ind2}v = vals[j{lev}]", f"{ind2}row{lev} = np.uint64(idx{lev}[j{lev}])"]
-            b += [f"{ind2}a{lev - 1}_{i} += v * Fb{lev}[row{lev}, q, {i}]" for i in cols]
-            return b
         if lev == n - 2:  # the rows of the fiber node ``ahead`` and of its first leaf, fetched meanwhile
             b += [f"{ind2}jp = min(j{lev} + ahead, last)",
                   f"{ind2}pr = np.uint64(idx{lev}[jp]) * R + q * uw",
                   f"{ind2}pl = np.uint64(idx{lev + 1}[np.uint64(pos{lev}[jp])]) * R + q * uw",
                   f"{ind2}prefetch(Ff{lev}, pr)", f"{ind2}prefetch(Ff{lev}, pr + uw - u1)",
                   f"{ind2}prefetch(Ff{lev + 1}, pl)", f"{ind2}prefetch(Ff{lev + 1}, pl + uw - u1)"]
-        b += [f"{ind2}row{lev} = np.uint64(idx{lev}[j{lev}])"]
-        if lev == n - 2:  # children are leaves: a node with one leaf skips its accumulator
-            b += [f"{ind2}k0 = np.uint64(pos{lev}[j{lev}])", f"{ind2}k1 = np.uint64(pos{lev}[j{lev} + u1])",
-                  f"{ind2}if k1 - k0 == u1:", f"{ind2}    v = vals[k0]",
-                  f"{ind2}    rowl = np.uint64(idx{lev + 1}[k0])"]
-            b += [f"{ind2}    a{lev - 1}_{i} += v * Fb{lev + 1}[rowl, q, {i}] * Fb{lev}[row{lev}, q, {i}]"
-                  for i in cols]
-            b += [f"{ind2}    continue"]
-            b += [f"{ind2}a{lev}_{i} = zero" for i in cols]
-            b += [f"{ind2}for j{lev + 1} in range(k0, k1):", f"{ind2}    v = vals[j{lev + 1}]",
-                  f"{ind2}    row{lev + 1} = np.uint64(idx{lev + 1}[j{lev + 1}])"]
-            b += [f"{ind2}    a{lev}_{i} += v * Fb{lev + 1}[row{lev + 1}, q, {i}]" for i in cols]
-        else:
-            b += [f"{ind2}a{lev}_{i} = zero" for i in cols]
-            b += body(lev + 1, ind2)
-        b += [f"{ind2}a{lev - 1}_{i} += a{lev}_{i} * Fb{lev}[row{lev}, q, {i}]" for i in cols]
-        return b
+        return b + _node_sums(n, lev, ind2, W, body)
 
     out += ["    for j0 in range(np.uint64(r0), np.uint64(r1)):", "        orow = np.uint64(idx0[j0])",
             "        for q in range(nb):"]
@@ -217,29 +224,7 @@ def _blocked_level_kernel(n: int, L: int, W: int) -> list[str]:
     def below(lev: int, ind: str) -> list[str]:
         """The loop over the children (level ``lev`` > ``L``) of the current node: their sums into its own."""
         kids = f"range(np.uint64(pos{lev - 1}[j{lev - 1}]), np.uint64(pos{lev - 1}[j{lev - 1} + u1]))"
-        b = [f"{ind}for j{lev} in {kids}:"]
-        ind2 = ind + "    "
-        if lev == n - 1:  # leaves
-            b += [f"{ind2}v = vals[j{lev}]", f"{ind2}row{lev} = np.uint64(idx{lev}[j{lev}])"]
-            b += [f"{ind2}a{lev - 1}_{i} += v * Fb{lev}[row{lev}, q, {i}]" for i in cols]
-            return b
-        b += [f"{ind2}row{lev} = np.uint64(idx{lev}[j{lev}])"]
-        if lev == n - 2:  # children are leaves: a node with one leaf skips its accumulator
-            b += [f"{ind2}k0 = np.uint64(pos{lev}[j{lev}])", f"{ind2}k1 = np.uint64(pos{lev}[j{lev} + u1])",
-                  f"{ind2}if k1 - k0 == u1:", f"{ind2}    v = vals[k0]",
-                  f"{ind2}    rowl = np.uint64(idx{lev + 1}[k0])"]
-            b += [f"{ind2}    a{lev - 1}_{i} += v * Fb{lev + 1}[rowl, q, {i}] * Fb{lev}[row{lev}, q, {i}]"
-                  for i in cols]
-            b += [f"{ind2}    continue"]
-            b += [f"{ind2}a{lev}_{i} = zero" for i in cols]
-            b += [f"{ind2}for j{lev + 1} in range(k0, k1):", f"{ind2}    v = vals[j{lev + 1}]",
-                  f"{ind2}    row{lev + 1} = np.uint64(idx{lev + 1}[j{lev + 1}])"]
-            b += [f"{ind2}    a{lev}_{i} += v * Fb{lev + 1}[row{lev + 1}, q, {i}]" for i in cols]
-        else:
-            b += [f"{ind2}a{lev}_{i} = zero" for i in cols]
-            b += below(lev + 1, ind2)
-        b += [f"{ind2}a{lev - 1}_{i} += a{lev}_{i} * Fb{lev}[row{lev}, q, {i}]" for i in cols]
-        return b
+        return [f"{ind}for j{lev} in {kids}:"] + _node_sums(n, lev, ind + "    ", W, below)
 
     def above(lev: int, ind: str) -> list[str]:
         """The loop over the children (level ``lev`` in 1..L) of the current node on the path."""
