@@ -97,7 +97,9 @@ def _default_budget() -> int:
 #: cost model of ``csf="auto"``, in units of one root-kernel MTTKRP of one mode (measured on skew3d and 5-way
 #: power-law tensors, 2 threads, rank 16): building one CSF tree (row-moving counting sorts plus one level
 #: pass) costs about as much as one root MTTKRP; an internal- or leaf-level MTTKRP (thread-private outputs
-#: summed afterwards, scattered output rows) about 1.5 of them
+#: summed afterwards, scattered output rows) about 1.5 of them. Rechecked with the column-blocked level
+#: kernels (stop 55, 2-core AVX2, rank 16, medians of 7 interleaved): 1.86-1.96 on skew3d, 1.61-1.95 on
+#: unif3d, 1.20-1.32 on skew4d (the loop form had taken 3-4 on the 3-way tensors)
 BUILD_COST = 1.0
 LEVEL_COST = 1.5
 #: iterations assumed when the caller does not say (CP-ALS's default stopping rule converges in 30-80)
