@@ -404,7 +404,8 @@ def test_hooi_compares_its_first_iteration_with_the_st_hosvd_start(rng):
 
 def test_hooi_sketched_start_by_name(rng):
     """``init="st_hosvd_sketch"`` starts from ST-HOSVD with ``sketch=True`` (its fit is iteration 0) and ends at
-    the default start's fit; on a sparse tensor it is HOSVD's start, as ``"st_hosvd"`` is there."""
+    the default start's fit; on a sparse tensor it is the Khatri-Rao sketch's start, as ``"st_hosvd"`` is
+    there."""
     ranks = (3, 4, 2)
     X = planted_tucker(rng, (30, 31, 32), ranks, np.float64, noise=0.05)
     S = tk.st_hosvd(X, ranks, sketch=True)
@@ -423,8 +424,50 @@ def test_hooi_sketched_start_by_name(rng):
     Xs = COOTensor.from_dense(np.where(np.abs(X) > 0.5 * np.abs(X).max(), X, 0.0))
     with pytest.warns(ConvergenceWarning):  # three iterations, tol=0
         a = tk.hooi(Xs, ranks, init="st_hosvd_sketch", max_iter=3, tol=0)
-        b = tk.hooi(Xs, ranks, init="hosvd", max_iter=3, tol=0)
+        b = tk.hooi(Xs, ranks, max_iter=3, tol=0)
     np.testing.assert_array_equal(a.core, b.core)
+
+
+def test_sparse_hooi_starts_from_a_khatri_rao_sketch(rng):
+    """A sparse tensor's default start: each factor from one MTTKRP of the tensor with Gaussian factors of
+    ``R_n + 10`` columns (a Khatri-Rao test matrix) and the leading left singular vectors of that sketch:
+    orthonormal factors spanning the unfolding's range on an exactly low-rank sparse tensor, the same bits for
+    the same call (seeded), other bits for another ``random_state``; on a planted sparse tensor the default
+    call reaches the fit of the ARPACK start (``init="hosvd"``, kept) to 1e-10; float32 stays float32."""
+    from tuckerkit.sparse import COOTensor
+    from tuckerkit.sparse._dispatch import SKETCH_OVERSAMPLE
+
+    assert SKETCH_OVERSAMPLE == 10
+    shape, ranks = (60, 50, 40), (3, 4, 2)
+    Us = []
+    for n, r in zip(shape, ranks, strict=True):  # sparse factors: an exactly low-rank sparse tensor
+        U = np.where(rng.random((n, r)) < 0.2, rng.random((n, r)) + 0.5, 0.0)
+        U[rng.integers(0, n), :] = 1.0  # (no empty column)
+        Us.append(U)
+    core = rng.standard_normal(ranks)
+    dense = np.einsum("abc,ia,jb,kc->ijk", core, *Us)
+    X = COOTensor.from_dense(dense)
+    assert X.preferred_init(ranks) == "kr_sketch"
+    for n in range(3):
+        U = X.sketched_subspace(n, ranks[n], np.random.default_rng(0))
+        assert U.shape == (shape[n], ranks[n]) and U.dtype == np.float64
+        np.testing.assert_allclose(U.T @ U, np.eye(ranks[n]), atol=100 * _eps(np.float64))
+        unfold = np.moveaxis(dense, n, 0).reshape(shape[n], -1)
+        resid = unfold - U @ (U.T @ unfold)  # the unfolding has rank R_n: the basis spans its range
+        assert np.linalg.norm(resid) <= 1e4 * _eps(np.float64) * np.linalg.norm(unfold)
+    a, b = tk.hooi(X, ranks), tk.hooi(X, ranks)
+    assert a.core.tobytes() == b.core.tobytes() and all(
+        u.tobytes() == v.tobytes() for u, v in zip(a.factors, b.factors, strict=True))
+    noisy = COOTensor(X.coords, X.values * (1 + 0.01 * rng.standard_normal(X.nnz)), shape)
+    d, e = tk.hooi(noisy, ranks), tk.hooi(noisy, ranks, init="hosvd")
+    assert d.converged and e.converged and abs(d.fit - e.fit) <= 1e-10
+    s0 = noisy.sketched_subspace(0, 3, np.random.default_rng(0))
+    s1 = noisy.sketched_subspace(0, 3, np.random.default_rng(1))
+    assert s0.tobytes() != s1.tobytes()
+    X32 = COOTensor(X.coords, X.values.astype(np.float32), shape)
+    f = tk.hooi(X32, ranks)
+    assert f.core.dtype == np.float32 and all(U.dtype == np.float32 for U in f.factors)
+    assert abs(f.fit - a.fit) <= 10 * np.sqrt(_eps(np.float32))  # (1 - sqrt(1 - |core|^2 / |X|^2) near 1)
 
 
 def test_st_hosvd_auto_order_is_the_cheapest_and_cubes_end_with_mode_0(rng):

@@ -14,6 +14,10 @@ from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy, scipy_lina
 from tuckerkit.engine._subspace import sign_fix
 from tuckerkit.engine._sweeps import Sweep
 
+#: extra Gaussian columns of the sketch of :meth:`SparseOperand.sketched_subspace` (the range finder's
+#: oversampling)
+SKETCH_OVERSAMPLE = 10
+
 
 class SparseShape:
     """What every sparse tensor (host or GPU) derives from its ``shape`` and ``values``."""
@@ -275,8 +279,29 @@ class SparseOperand(SparseShape, OperandBase):
         return sign_fix(np.ascontiguousarray(Q)).astype(self.dtype, copy=False), (s * s).astype(self.dtype)
 
     def preferred_init(self, ranks: Sequence[int]) -> str:
-        """HOSVD: each factor from the sparse unfolding (ST-HOSVD's projections would grow the nonzeros)."""
-        return "hosvd"
+        """``"kr_sketch"``: each factor from a sketch of the sparse unfolding (:meth:`sketched_subspace`;
+        ST-HOSVD's projections would grow the nonzeros)."""
+        return "kr_sketch"
+
+    def sketched_subspace(self, mode: int, rank: int, rng: np.random.Generator,
+                          policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """An orthonormal basis of ``rank`` columns for the range of the unfolding ``X_(mode)``, from a sketch
+        ``X_(mode) (G_{N-1} kr ... kr G_0)`` (modes other than ``mode``): a Khatri-Rao product of Gaussian
+        matrices of ``rank + SKETCH_OVERSAMPLE`` columns as the randomized range finder's test matrix
+        (Halko, Martinsson and Tropp 2011, with the structured test matrix of tensor sketching), so the
+        sketch is one MTTKRP of the compiled CSF kernels, never a dense unfolding; then the leading left
+        singular vectors of the ``I_mode x (rank + oversample)`` sketch. HOOI's default start on a sparse
+        tensor; the draws come from ``rng``, so a seeded call repeats its bits."""
+        from tuckerkit.engine._policy import blas_pinned
+
+        k = rank + SKETCH_OVERSAMPLE
+        G = [None if m == mode else rng.standard_normal((n, k)).astype(self.dtype) for m, n in enumerate(self.shape)]
+        Y = np.asarray(self.mttkrp(G, mode, policy=policy), dtype=np.float64)
+        with blas_pinned():  # (LAPACK on one thread: the same bits whatever the machine's threads)
+            Q, T = np.linalg.qr(Y)
+            V, _, _ = np.linalg.svd(T)
+            U = Q @ V[:, :rank]
+        return sign_fix(np.ascontiguousarray(U)).astype(self.dtype, copy=False)
 
 
 def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
