@@ -456,6 +456,7 @@ def test_sparse_hooi_starts_from_a_khatri_rao_sketch(rng):
         resid = unfold - U @ (U.T @ unfold)  # the unfolding has rank R_n: the basis spans its range
         assert np.linalg.norm(resid) <= 1e4 * _eps(np.float64) * np.linalg.norm(unfold)
     a, b = tk.hooi(X, ranks), tk.hooi(X, ranks)
+    assert not getattr(X, "_tk_work", {})  # the sketch's MTTKRP buffers are not kept on the tensor
     assert a.core.tobytes() == b.core.tobytes() and all(
         u.tobytes() == v.tobytes() for u, v in zip(a.factors, b.factors, strict=True))
     noisy = COOTensor(X.coords, X.values * (1 + 0.01 * rng.standard_normal(X.nnz)), shape)

@@ -723,6 +723,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
                    else init)
         if how == "kr_sketch":  # (a sparse tensor: each factor from a sketch of its unfolding, one MTTKRP each)
             factors = [call.like(X.sketched_subspace(n, ranks[n], srng, policy)) for n in range(N)]
+            X.release_work_buffers()  # (the MTTKRPs' buffers: not kept on the tensor after the call)
         elif how == "hosvd":
             factors = [_subspace(call, X, n, ranks[n], svd, srng)[0].astype(X.dtype, copy=False)
                        for n in range(N)]
