@@ -432,7 +432,7 @@ def test_sparse_hooi_starts_from_a_khatri_rao_sketch(rng):
     """A sparse tensor's default start: each factor from one MTTKRP of the tensor with Gaussian factors of
     ``R_n + 10`` columns (a Khatri-Rao test matrix) and the leading left singular vectors of that sketch:
     orthonormal factors spanning the unfolding's range on an exactly low-rank sparse tensor, the same bits for
-    the same call (seeded), other bits for another ``random_state``; on a planted sparse tensor the default
+    the same call (seeded), other bits for other draws; no work buffer left on the tensor; on a noisy one the default
     call reaches the fit of the ARPACK start (``init="hosvd"``, kept) to 1e-10; float32 stays float32."""
     from tuckerkit.sparse import COOTensor
     from tuckerkit.sparse._dispatch import SKETCH_OVERSAMPLE
