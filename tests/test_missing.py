@@ -124,3 +124,81 @@ def test_mask_accepts_the_dense_operand(rng):
     a = _quiet(tk.cp_als, X, 3, mask=mask, tol=0, max_iter=3)
     b = _quiet(tk.cp_als, as_operand(X), 3, mask=mask, tol=0, max_iter=3)
     assert a.fit_history == b.fit_history
+
+
+def _models(rng, shape, rank, dtype):
+    from tuckerkit.decomposition._missing import CPModel, TuckerModel
+
+    w = rng.random(rank).astype(dtype) + 0.5
+    F = [rng.standard_normal((n, rank)).astype(dtype) for n in shape]
+    core = rng.standard_normal((rank,) * len(shape)).astype(dtype)
+    letters = "abcdef"[:len(shape)]
+    cp_dense = np.einsum(",".join(f"{c}r" for c in letters) + ",r->" + letters, *(U.astype(np.float64) for U in F),
+                         w.astype(np.float64))
+    tk_dense = tk.multi_ttm(core.astype(np.float64), [U.astype(np.float64) for U in F])
+    return [(CPModel(w, F), cp_dense), (TuckerModel(core, F), tk_dense)]
+
+
+@pytest.mark.parametrize("shape", [(5, 6, 7), (9, 11), (3, 4, 5, 6), (1, 7, 1, 13)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("piece", [4, 16, 64, 1 << 15])  # one row cut in ranges, rows of a slab, whole slabs
+def test_e_step_in_pieces_fills_the_model_and_measures_the_observed_residual(shape, dtype, piece, rng,
+                                                                               monkeypatch):
+    from tuckerkit.decomposition import _missing
+    from tuckerkit.engine._policy import ExecutionPolicy
+
+    monkeypatch.setattr(_missing, "E_PIECE_ELEMS", piece)
+    monkeypatch.setattr(_missing, "E_PIECES_PER_TASK", 2)
+    eps = np.finfo(dtype).eps
+    X0 = rng.standard_normal(shape).astype(dtype)
+    mask = rng.random(shape) > 0.4
+    mask.flat[0] = True
+    for model, dense in _models(rng, shape, 3, dtype):
+        scale = np.abs(dense).max() + np.abs(X0).max()
+        fits, filled = [], []
+        for workers in (1, 2, 3):
+            e = _missing.EStep(X0.copy(), mask, ExecutionPolicy(workers=workers))
+            assert e.pieces
+            fits.append(e.step(model))
+            filled.append(e.X)
+        # the same bits for any number of workers
+        assert fits[0] == fits[1] == fits[2] and all(np.array_equal(filled[0], f) for f in filled[1:])
+        got = filled[0]
+        assert np.array_equal(got[mask], X0[mask])  # observed entries untouched
+        np.testing.assert_allclose(got[~mask], dense[~mask], rtol=0, atol=64 * eps * scale)
+        X64 = X0.astype(np.float64)
+        want = 1 - np.linalg.norm(np.where(mask, X64 - dense, 0)) / np.linalg.norm(np.where(mask, X64, 0))
+        assert abs(fits[0] - want) <= 64 * eps * scale
+        # the whole-array form (a GPU's, or a tensor that is not C-contiguous) agrees
+        whole = _missing.EStep(X0.copy(), mask)
+        whole.pieces = False
+        assert abs(whole.step(model) - fits[0]) <= 64 * eps * scale
+        np.testing.assert_allclose(whole.X, got, rtol=0, atol=64 * eps * scale)
+        # a fill alone (the start) writes the same values and leaves the observed entries
+        only = _missing.EStep(X0.copy(), mask)
+        only.fill(model)
+        assert np.array_equal(only.X, got)
+
+
+def test_e_step_extreme_values_sum_scaled(rng):
+    from tuckerkit.decomposition._missing import CPModel, EStep
+
+    X = rng.standard_normal((6, 7, 8)) * 1e200
+    mask = rng.random(X.shape) > 0.5
+    F = [rng.standard_normal((n, 2)) for n in X.shape]
+    model = CPModel(np.ones(2), F)
+    dense = np.einsum("ir,jr,kr->ijk", *F)
+    fit = EStep(X.copy(), mask).step(model)
+    want = 1 - np.linalg.norm(np.where(mask, X / 1e200 - dense / 1e200, 0)) / np.linalg.norm(np.where(mask, X / 1e200, 0))
+    assert np.isfinite(fit) and abs(fit - want) < 1e-12
+    bad = CPModel(np.array([np.inf, 1.0]), F)
+    assert EStep(X.copy(), mask).step(bad) == -np.inf
+
+
+def test_masked_calls_from_any_layout_give_the_same_bits(rng):
+    _, X, _ = _planted_cp(rng, noise=0.05)
+    mask = rng.random(X.shape) > 0.5
+    for fn, r in ((tk.cp_als, 3), (tk.hooi, (3, 3, 3))):
+        a = _quiet(fn, X, r, mask=mask, tol=0, max_iter=4, random_state=0)
+        b = _quiet(fn, np.asfortranarray(X), r, mask=np.asfortranarray(mask), tol=0, max_iter=4, random_state=0)
+        assert a.fit_history == b.fit_history

@@ -32,6 +32,7 @@ from tuckerkit.decomposition._linalg import (
     spd_solve,
     sweep_fits,
 )
+from tuckerkit.decomposition._missing import CPModel
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor
 from tuckerkit.engine._buffers import pooled
@@ -310,7 +311,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
         ]
     if em is not None and not isinstance(init, str):  # the start's values at the missing entries
-        em.fill(_cp_full(weights, factors))
+        em.fill(CPModel(weights, factors))
     # with complex factors the model stays multilinear (no conjugate, as TensorLy's): the MTTKRP contracts
     # with the conjugated factors, X_(n) conj(KR), and the Grams are U^T conj(U), so that U_n V = M_n is
     # the least-squares update (V = K^T conj(K), Hermitian positive definite)
@@ -414,7 +415,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         elif em is None:
             fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, grams)
         else:  # the E step: the fit on the observed entries, then the missing ones refilled for the next sweep
-            fit = em.step(_cp_full(weights, factors))
+            fit = em.step(CPModel(weights, factors))
         if trying:
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
                 Fc = [U.conj() for U in F] if cplx else F

@@ -16,6 +16,8 @@ extrapolated model would be judged on the filled entries too.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -57,36 +59,171 @@ def prepare_masked(X: Any, mask: Any) -> tuple[Any, Any, float]:
         raise ValueError("X has NaN or infinite values at observed entries (mask True); only missing entries "
                          "may hold them")
     mean = float(observed.astype(np.float64).mean())
-    filled = xp.where(mask, X, X.dtype.type(mean)).astype(X.dtype, copy=False)
+    if xp is np:  # a C-ordered copy whatever X's layout: the E step works on its rows (EStep), and a call on
+        # an F-ordered X gives the bits of the same call on a C-ordered one
+        filled = np.array(X, order="C")
+        np.copyto(filled, X.dtype.type(mean), where=~mask)
+    else:
+        filled = xp.where(mask, X, X.dtype.type(mean)).astype(X.dtype, copy=False)
     return filled, mask, mean
+
+
+#: elements of one piece of the E step (a block of the model and of X, both in L2 while it is worked on)
+E_PIECE_ELEMS = 1 << 15
+#: pieces per task on the policy's workers
+E_PIECES_PER_TASK = 8
+
+
+class CPModel:
+    """The CP model ``sum_r w_r a_r o b_r o ...`` for the E step, as ``left @ right`` on ``X.reshape(P, I_last)``
+    (``P``: the other extents' product): ``right`` is the last factor transposed, and the rows of ``left`` (the
+    Khatri-Rao product of the other factors, the weights in the first) are made a block at a time, a row of
+    the first factor times the middle factors' Khatri-Rao product (``Q x R``, ``Q = P / I_0``). Nothing as
+    large as the tensor is formed."""
+
+    def __init__(self, weights: Any, factors: Sequence[Any]):
+        from tuckerkit.engine import khatri_rao
+
+        self.factors, self.weights = list(factors), weights
+        shape = tuple(int(U.shape[0]) for U in factors)
+        self.rows, self.cols = math.prod(shape[:-1]), shape[-1]
+        self.slab = math.prod(shape[1:-1])  # rows of the (rows, cols) view per index of the first mode
+        self._first = factors[0] * weights[None, :]
+        self._middle = (khatri_rao(self.factors[1:-1]) if len(factors) > 2
+                        else np.ones((1, len(weights)), dtype=self._first.dtype))
+        self.right = np.ascontiguousarray(factors[-1].T)
+
+    def full(self) -> Any:
+        """The whole dense model (the device path)."""
+        from tuckerkit.decomposition._cp import _cp_full
+
+        return _cp_full(self.weights, self.factors)
+
+    def left(self, r0: int, r1: int) -> Any:
+        """Rows ``r0:r1`` of ``left``: whole slabs of the first mode, or rows of one slab."""
+        Q = self.slab
+        i0, q0 = divmod(r0, Q)
+        if r1 - r0 <= Q - q0:  # within one slab
+            return self._middle[q0:q0 + r1 - r0] * self._first[i0]
+        return (self._first[i0:r1 // Q, None, :] * self._middle[None, :, :]).reshape(r1 - r0, -1)
+
+
+class TuckerModel:
+    """The Tucker model ``G x_0 U_0 x_1 U_1 ...`` for the E step, as ``left @ right`` on ``X.reshape(P,
+    I_last)``: ``left`` is the core times every factor but the last (``P x R_last``, ``R_last / I_last`` of the
+    tensor's size), made once a step, and ``right`` the last factor transposed."""
+
+    def __init__(self, core: Any, factors: Sequence[Any]):
+        self.core, self.factors = core, list(factors)
+        shape = tuple(int(U.shape[0]) for U in factors)
+        self.rows, self.cols = math.prod(shape[:-1]), shape[-1]
+        self.slab = math.prod(shape[1:-1])
+        self.right = np.ascontiguousarray(self.factors[-1].T)
+        self._left: Any = None
+
+    def full(self) -> Any:
+        """The whole dense model (the device path)."""
+        from tuckerkit.engine import multi_ttm
+
+        return multi_ttm(self.core, self.factors)
+
+    def left(self, r0: int, r1: int) -> Any:
+        """Rows ``r0:r1`` of ``left``."""
+        if self._left is None:  # (made once per step, before the pieces run on the workers: see EStep._run)
+            from tuckerkit.engine import multi_ttm
+
+            self._left = multi_ttm(self.core, self.factors, skip=len(self.factors) - 1).reshape(self.rows, -1)
+        return self._left[r0:r1]
 
 
 class EStep:
     """EM imputation's E step around an algorithm's own iterations: the operand the sweeps read is the filled
     array itself, and after each sweep :meth:`step` gives the fit on the observed entries,
-    ``1 - ||P(X - X_hat)|| / ||P(X)||``, and writes the model's values into the missing entries (in place: no
-    second tensor-sized array is kept). :func:`~tuckerkit.decomposition._cp._cp_als` and
-    :func:`~tuckerkit.decomposition._tucker._hooi` call it; everything else is their iteration unchanged."""
+    ``1 - ||P(X - X_hat)|| / ||P(X)||``, and writes the model's values into the missing entries (in place).
 
-    def __init__(self, filled: Any, mask: Any):
+    On the host the model (:class:`CPModel`, :class:`TuckerModel`) is formed by pieces of ``E_PIECE_ELEMS``
+    elements, each filled in and its residual's sum of squares taken while it is in cache (after the fill the
+    missing entries' residual is exactly zero, so the piece's whole residual is its observed one); the pieces
+    run on the policy's workers with BLAS at one thread and their sums are combined in piece order, so the
+    bits are the same for any number of workers. No array as large as the tensor is formed (the whole-array
+    form took three: the model, the residual and its masked copy; 100^3 at rank 5: 17 against ~1 ms a step,
+    see docs/benchmarks.md). On a GPU (or a tensor that is not C-contiguous) the whole model is formed as
+    before. :func:`~tuckerkit.decomposition._cp._cp_als` and :func:`~tuckerkit.decomposition._tucker._hooi`
+    call it; everything else is their iteration unchanged."""
+
+    def __init__(self, filled: Any, mask: Any, policy: Any = None):
         from tuckerkit.engine._operand import frobenius_norm
 
         self.xp = array_namespace(filled)
-        self.X, self.mask, self.missing = filled, mask, ~mask
+        self.pieces = self.xp is np and filled.flags.c_contiguous and filled.size > 0
+        self.X, self.missing = filled, np.ascontiguousarray(~mask) if self.pieces else ~mask
+        self.policy = policy
         self.norm_obs = frobenius_norm(self.xp.where(mask, filled, 0))
 
-    def fill(self, Xhat: Any) -> None:
-        """The missing entries take ``Xhat``'s values."""
-        self.xp.copyto(self.X, Xhat.astype(self.X.dtype, copy=False), where=self.missing)
+    def fill(self, model: Any) -> None:
+        """The missing entries take the model's values."""
+        if not self.pieces:
+            self.xp.copyto(self.X, model.full().astype(self.X.dtype, copy=False), where=self.missing)
+            return
+        self._run(model, False)
 
-    def step(self, Xhat: Any) -> float:
-        """The observed-entry fit of the model ``Xhat``, then :meth:`fill`."""
+    def step(self, model: Any) -> float:
+        """The observed-entry fit of the model, then :meth:`fill`."""
         from tuckerkit.engine._operand import frobenius_norm
 
-        fit = 1.0 if self.norm_obs <= 0 else (
-            1.0 - frobenius_norm(self.xp.where(self.mask, self.X - Xhat, 0)) / self.norm_obs)
-        self.fill(Xhat)
-        return fit
+        if not self.pieces:
+            Xhat = model.full()
+            fit = 1.0 if self.norm_obs <= 0 else (
+                1.0 - frobenius_norm(self.xp.where(self.missing, 0, self.X - Xhat)) / self.norm_obs)
+            self.xp.copyto(self.X, Xhat.astype(self.X.dtype, copy=False), where=self.missing)
+            return fit
+        scale, ssq = self._run(model, True)
+        if self.norm_obs <= 0:
+            return 1.0
+        return 1.0 - scale * math.sqrt(ssq) / self.norm_obs
+
+    def _run(self, model: Any, residual: bool) -> tuple[float, float]:
+        from tuckerkit.decomposition._missing_kernels import fill_residual
+        from tuckerkit.engine._operand import _piece_ssq, combine_scaled
+        from tuckerkit.engine._policy import blas_pinned, parallel_for, resolve_policy
+
+        rows, cols = model.rows, model.cols
+        flat_x, flat_m = self.X.reshape(-1), self.missing.reshape(-1)
+        # pieces: whole slabs of the first mode, or rows of one slab, or (where a row is longer than a piece) a
+        # range of one row; each one a contiguous range of the flat arrays
+        Q, E = model.slab, E_PIECE_ELEMS
+        if Q * cols <= E:
+            step = Q * max(1, E // (Q * cols))
+            pieces = [(r, min(r + step, rows), 0, cols) for r in range(0, rows, step)]
+        elif cols <= E:
+            k = -(-Q // max(1, E // cols))  # pieces per slab, of equal rows
+            pieces = [(s + Q * j // k, s + Q * (j + 1) // k, 0, cols) for s in range(0, rows, Q) for j in range(k)]
+        else:
+            pieces = [(r, r + 1, c, min(c + E, cols)) for r in range(rows) for c in range(0, cols, E)]
+        pairs: list[tuple[float, float]] = [(1.0, 0.0)] * len(pieces)
+        dtype = self.X.dtype
+        right = model.right
+        model.left(0, 0)  # (a model's shared pieces made here, once, not raced for by the workers)
+
+        def work(t: int, scratch: Any) -> None:
+            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+                for i in range(t * E_PIECES_PER_TASK, min((t + 1) * E_PIECES_PER_TASK, len(pieces))):
+                    r0, r1, c0, c1 = pieces[i]
+                    T = np.matmul(model.left(r0, r1), right[:, c0:c1]).astype(dtype, copy=False).reshape(-1)
+                    lo, hi = r0 * cols + c0, (r1 - 1) * cols + c1
+                    fill_residual(flat_x[lo:hi], T, flat_m[lo:hi], scratch)
+                    if residual:
+                        pairs[i] = _piece_ssq(T)
+
+        with blas_pinned():  # (each piece's GEMM on its worker's thread: the same bits for any number of them)
+            parallel_for(work, -(-len(pieces) // E_PIECES_PER_TASK), resolve_policy(self.policy),
+                         lambda: np.empty(E_PIECE_ELEMS, dtype))
+        acc = (1.0, 0.0)
+        for pair in pairs:
+            if math.isinf(pair[0]):
+                return math.inf, 1.0
+            acc = combine_scaled(acc, pair)
+        return acc
 
 
 def _filled_call(X: Any, mask: Any, memory_limit: Any, device: Any) -> tuple[Any, Any]:
@@ -108,7 +245,7 @@ def masked_cp_als(X: Any, rank: Any, mask: Any, *, init: Any, tol: Any, max_iter
 
     ctx, mask = _filled_call(X, mask, memory_limit, device)
     with ctx as call:
-        em = EStep(call.X.data, call.like(mask, bool))
+        em = EStep(call.X.data, call.like(mask, bool), call.policy)
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
                                    dataclasses.replace(extras, linesearch=False, em=em)))
 
@@ -122,7 +259,7 @@ def masked_hooi(X: Any, ranks: Any, mask: Any, *, init: Any, tol: Any, max_iter:
 
     ctx, mask = _filled_call(X, mask, memory_limit, device)
     with ctx as call:
-        em = EStep(call.X.data, call.like(mask, bool))
+        em = EStep(call.X.data, call.like(mask, bool), call.policy)
         init = "hosvd" if isinstance(init, str) and init == "st_hosvd" else init
         return call.result(_hooi(call, ranks, init, tol, max_iter, random_state, callback, verbose, fixed_factors,
                                  em=em))

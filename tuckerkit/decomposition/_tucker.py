@@ -25,9 +25,10 @@ from tuckerkit._validation import (
 )
 from tuckerkit.backend import to_host
 from tuckerkit.decomposition._entry import Call, caller_stacklevel, check_fixed_modes, decomposition_call
+from tuckerkit.decomposition._missing import TuckerModel
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
-from tuckerkit.engine import as_operand, multi_ttm
+from tuckerkit.engine import as_operand
 from tuckerkit.engine._direct import operand_ttm
 from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import (
@@ -740,7 +741,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
             if em is None:  # the start's fit from its core, as each iteration's below (scale: a power of two)
                 start_fit = _fit(call.norm, frobenius_norm(start.core) * call.scale)
     if em is not None and not isinstance(init, str) and init[0] is not None:  # the start's values where missing
-        em.fill(multi_ttm(call.like(init[0]) * X.dtype.type(call.scale), factors))
+        em.fill(TuckerModel(call.like(init[0]) * X.dtype.type(call.scale), factors))
     normX = call.norm
     mon = Monitor("hooi" if em is None else "hooi(mask)", tol, max_iter, callback, verbose, start_fit)
     core = None
@@ -772,7 +773,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         partials.clear()
         core = operand_ttm(last["Y"], factors[last["n"]], last["n"], policy)
         # the E step (missing data): the fit on the observed entries, the missing ones refilled for the next sweep
-        fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(multi_ttm(core, factors))
+        fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(TuckerModel(core, factors))
         if mon.step(it, fit, factors):
             break
     mon.finish()
