@@ -170,8 +170,8 @@ def test_e_step_in_pieces_fills_the_model_and_measures_the_observed_residual(sha
         want = 1 - np.linalg.norm(np.where(mask, X64 - dense, 0)) / np.linalg.norm(np.where(mask, X64, 0))
         assert abs(fits[0] - want) <= 64 * eps * scale
         # the whole-array form (a GPU's, or a tensor that is not C-contiguous) agrees
-        whole = _missing.EStep(X0.copy(), mask)
-        whole.pieces = False
+        whole = _missing.EStep(X0.copy(), mask, pieces=False)
+        assert not whole.pieces
         assert abs(whole.step(model) - fits[0]) <= 64 * eps * scale
         np.testing.assert_allclose(whole.X, got, rtol=0, atol=64 * eps * scale)
         # a fill alone (the start) writes the same values and leaves the observed entries
@@ -189,7 +189,8 @@ def test_e_step_extreme_values_sum_scaled(rng):
     model = CPModel(np.ones(2), F)
     dense = np.einsum("ir,jr,kr->ijk", *F)
     fit = EStep(X.copy(), mask).step(model)
-    want = 1 - np.linalg.norm(np.where(mask, X / 1e200 - dense / 1e200, 0)) / np.linalg.norm(np.where(mask, X / 1e200, 0))
+    Xs = X / 1e200
+    want = 1 - np.linalg.norm(np.where(mask, Xs - dense / 1e200, 0)) / np.linalg.norm(np.where(mask, Xs, 0))
     assert np.isfinite(fit) and abs(fit - want) < 1e-12
     bad = CPModel(np.array([np.inf, 1.0]), F)
     assert EStep(X.copy(), mask).step(bad) == -np.inf
