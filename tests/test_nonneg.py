@@ -231,3 +231,39 @@ def test_compiled_hals_sweeps_equal_the_row_by_row_update(dtype_, rng):
     assert np.array_equal(got[4], start[4])
     again = hals_rows(start.copy(), UtM, V)
     assert np.array_equal(got, again)  # the same call, the same bits
+
+
+@pytest.mark.parametrize("ranks", [(3, 4, 2), (1, 5, 7), (2, 3, 2, 3), (4, 1), (6, 6, 6)])
+@pytest.mark.parametrize("dtype_", [np.float64, np.float32])
+def test_compiled_core_step_equals_the_numpy_steps_and_meets_the_kkt_conditions(ranks, dtype_, rng, monkeypatch):
+    """Non-negative Tucker's core step compiled (small cores) against the NumPy steps it replaces: equal to
+    rounding after 12 steps; run to convergence, the projected gradient vanishes (KKT: zero gradient where the
+    core is positive, non-negative where it is zero); the same call, the same bits."""
+    from tuckerkit.decomposition import _hals_kernels, _nonneg
+
+    calls = []
+    compiled = _hals_kernels.core_fista
+    monkeypatch.setattr(_hals_kernels, "core_fista", lambda *a: calls.append(1) or compiled(*a))
+    N = len(ranks)
+    Us = [rng.random((9 + n, r)) for n, r in enumerate(ranks)]
+    grams = [(U.T @ U).astype(dtype_) for U in Us]
+    X = rng.random(tuple(U.shape[0] for U in Us)) - 0.3
+    P = tk.multi_ttm(X, Us, transpose=True).astype(dtype_)
+    G = rng.random(ranks).astype(dtype_)
+    got = _nonneg._core_fista(G, P, grams, steps=12)
+    assert calls == [1]
+    monkeypatch.setattr(_nonneg, "COMPILED_CORE_MAX", 0)
+    ref = _nonneg._core_fista(G, P, grams, steps=12)
+    assert calls == [1]
+    monkeypatch.setattr(_nonneg, "COMPILED_CORE_MAX", 1 << 15)
+    assert got.dtype == dtype_ and got.shape == ranks
+    scale = float(np.abs(ref).max())
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e3 * _eps(dtype_) * scale)
+    assert np.array_equal(_nonneg._core_fista(G, P, grams, steps=12), got)
+    if dtype_ == np.float64:  # (without the early stop, which ends at a relative move, not at the optimum)
+        monkeypatch.setattr(_nonneg, "CORE_STOP", 0.0)
+        x = _nonneg._core_fista(G, P, grams, steps=20000)
+        grad = _nonneg._ttm_all(x, grams) - P
+        tol = 1e-6 * float(np.abs(P).max())
+        assert (x >= 0).all() and bool((x == 0).any() or N == 2)
+        assert np.abs(grad[x > 0]).max(initial=0) <= tol and grad[x == 0].min(initial=0) >= -tol

@@ -49,7 +49,7 @@ def observed_sums(x, observed, inv_scale, s):  # pragma: no cover - compiled
     select, which vectorizes; a select inside the sums compiled to a branch, which a random mask mispredicts
     half the time: 2.5x the time), then summed in four lanes (the entries ``k`` with ``k % 4`` alike, within
     each block) added at the end in lane order: a fixed order, the same bits on every call."""
-    count = 0
+    count = np.int64(0)
     t0 = t1 = t2 = t3 = 0.0
     q0 = q1 = q2 = q3 = 0.0
     a0 = a1 = a2 = a3 = 0.0
