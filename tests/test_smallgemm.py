@@ -986,6 +986,32 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
     contract_mod._cached_plan.cache_clear()
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_long_rows_above_rank_16_go_to_blas_on_256_bit_machines(monkeypatch, dtype):
+    """The first mode's long rows (over ``LONG_ROW_MIN_I`` rows or more) at R = 17-32: on a 256-bit machine the
+    packed kernel measured 1.07-1.32x BLAS's time on most shapes, so its rate there (``_LONG_HI_256``) sits
+    below BLAS's and the planner keeps BLAS; with 512-bit vectors the kernel is planned as before; R <= 16
+    keeps the kernel on both."""
+    contract_mod._cached_plan.cache_clear()
+    big = np.empty((320, 240, 160), dtype)
+    for wide in (False, True):
+        monkeypatch.setattr(sg, "wide_vectors", lambda wide=wide: wide)
+        contract_mod._cached_plan.cache_clear()
+        want = CompiledKernel.TTM_INNER if (wide and sg.simd_supported()) else CompiledKernel.NONE
+        assert sg.kernel_efficiency("small_rank_ttm_inner", np.dtype(dtype).name, 32, 38400, 320) == (
+            sg._KERNEL_EFF[("small_rank_ttm_inner_long", np.dtype(dtype).name)][1] if wide
+            else sg._LONG_HI_256[np.dtype(dtype).name])
+        for R in (17, 20, 32):
+            plan = ttm_plan(big, np.ones((320, R), dtype), 0, transpose=True)
+            assert plan.compiled is want, (wide, R, plan.explain())
+        small_r = ttm_plan(big, np.ones((320, 10), dtype), 0, transpose=True)
+        assert small_r.compiled is (CompiledKernel.TTM_INNER if sg.simd_supported() else CompiledKernel.NONE)
+    assert sg._LONG_HI_256["float64"] < sg.blas_efficiency("small_rank_ttm_inner", "float64", 32)
+    assert sg._LONG_HI_256["float32"] < sg.blas_efficiency("small_rank_ttm_inner", "float32", 32)
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
     monkeypatch.setattr(sg, "simd_supported", lambda: False)
     assert not sg.outer_gemm_style(32, 4)

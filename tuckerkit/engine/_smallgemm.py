@@ -1217,6 +1217,16 @@ _KERNEL_EFF = {
     ("small_rank_ttm_outer", "float64"): (0.70, 0.57),
     ("small_rank_ttm_outer", "float32"): (0.50, 0.60),
 }
+#: ... the long-row rate above R = 16 where vectors are 256 bits (AVX2): below BLAS's, so the first modes' long
+#: rows go to BLAS there. The packed kernel against BLAS's plan on the first mode (the planner's plans, two
+#: workers, interleaved medians of 9 in one process, 2-core AMD EPYC, stop 56), R = 20 / 32: float64 320x240x160
+#: 1.10 / 1.09x the time, 300x200x150 1.10 / 1.07x, 256x160x160 1.11 / 1.12x, 128x128x256 1.08 / 1.08x,
+#: 240x128x192 0.97 / 1.07x, 200^3 1.00 / 1.02x; float32 1.08-1.32x, except 200^3 (0.91 / 0.86x) and 240x128x192
+#: at R = 32 (0.99x); ``ttm.py``'s "/ BLAS" column had shown 1.02-1.19x on the committed cases (float64 0.80
+#: there would mean 0.80 / 0.68 = 1.18x BLAS's speed). The first modes over fewer than ``LONG_ROW_MIN_I`` rows
+#: keep their constants (64^4: 0.92-0.99x). With 512-bit vectors the table's 0.80 / 0.71 hold (committed
+#: ttm table: 200^3 0.70 / 0.74x, 320x240x160 1.22 / 0.96x)
+_LONG_HI_256 = {"float64": 0.62, "float32": 0.55}
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
@@ -1307,6 +1317,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
         if key.endswith("_short_i") and nbytes > STREAMED_BYTES:
             key += "_streamed"
     lo, hi = _KERNEL_EFF[(key, dtype)]
+    if key == "small_rank_ttm_inner_long" and not wide_vectors():
+        hi = _LONG_HI_256[dtype]
     eff = lo if R <= 16 else hi
     if variant == "small_rank_ttm_inner" and columns > 0:
         vl = 32 // itemsize
