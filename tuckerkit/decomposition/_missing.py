@@ -10,8 +10,8 @@ express; EM keeps each update the exact ALS / HOOI step of the completed tensor,
 never increases from one iteration to the next (each step minimizes a majorizer of it that touches it at the
 current model). The price is one reconstruction per iteration (formed piece by piece: :class:`EStep`), so
 ``mask=`` needs a dense, in-memory ``X``. The first fill is the mean of the observed entries (or the given
-start's values); HOOI's ``"st_hosvd"`` start is then the HOSVD of the filled tensor. CP-ALS's line search stays off: its
-extrapolated model would be judged on the filled entries too.
+start's values); HOOI's ``"st_hosvd"`` start is then the HOSVD of the filled tensor. CP-ALS's line search
+stays off: its extrapolated model would be judged on the filled entries too.
 """
 
 from __future__ import annotations
@@ -113,16 +113,19 @@ class CPModel:
     large as the tensor is formed."""
 
     def __init__(self, weights: Any, factors: Sequence[Any]):
-        from tuckerkit.engine import khatri_rao
-
         self.factors, self.weights = list(factors), weights
         shape = tuple(int(U.shape[0]) for U in factors)
         self.rows, self.cols = math.prod(shape[:-1]), shape[-1]
         self.slab = math.prod(shape[1:-1])  # rows of the (rows, cols) view per index of the first mode
-        self._first = factors[0] * weights[None, :]
-        self._middle = (khatri_rao(self.factors[1:-1]) if len(factors) > 2
-                        else np.ones((1, len(weights)), dtype=self._first.dtype))
-        self.right = np.ascontiguousarray(factors[-1].T)
+        self.right: Any = None  # (the pieces' arrays, host only: made by the first left())
+
+    def _prepare(self) -> None:
+        from tuckerkit.engine import khatri_rao
+
+        self._first = self.factors[0] * self.weights[None, :]
+        self._middle = (khatri_rao(self.factors[1:-1]) if len(self.factors) > 2
+                        else np.ones((1, len(self.weights)), dtype=self._first.dtype))
+        self.right = np.ascontiguousarray(self.factors[-1].T)
 
     def full(self) -> Any:
         """The whole dense model (the device path)."""
@@ -132,6 +135,8 @@ class CPModel:
 
     def left(self, r0: int, r1: int) -> Any:
         """Rows ``r0:r1`` of ``left``: whole slabs of the first mode, or rows of one slab."""
+        if self.right is None:  # (the first call, before the pieces run on the workers: see EStep._run)
+            self._prepare()
         Q = self.slab
         i0, q0 = divmod(r0, Q)
         if r1 - r0 <= Q - q0:  # within one slab
@@ -149,7 +154,7 @@ class TuckerModel:
         shape = tuple(int(U.shape[0]) for U in factors)
         self.rows, self.cols = math.prod(shape[:-1]), shape[-1]
         self.slab = math.prod(shape[1:-1])
-        self.right = np.ascontiguousarray(self.factors[-1].T)
+        self.right: Any = None
         self._left: Any = None
 
     def full(self) -> Any:
@@ -164,6 +169,7 @@ class TuckerModel:
             from tuckerkit.engine import multi_ttm
 
             self._left = multi_ttm(self.core, self.factors, skip=len(self.factors) - 1).reshape(self.rows, -1)
+            self.right = np.ascontiguousarray(self.factors[-1].T)
         return self._left[r0:r1]
 
 
@@ -240,8 +246,8 @@ class EStep:
             pieces = [(r, r + 1, c, min(c + E, cols)) for r in range(rows) for c in range(0, cols, E)]
         pairs: list[tuple[float, float]] = [(1.0, 0.0)] * len(pieces)
         dtype = self.X.dtype
-        right = model.right
         model.left(0, 0)  # (a model's shared pieces made here, once, not raced for by the workers)
+        right = model.right
 
         def work(t: int, scratch: Any) -> None:
             with np.errstate(over="ignore", under="ignore", invalid="ignore"):
