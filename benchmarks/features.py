@@ -11,7 +11,8 @@ Cases: NN-CP HALS and NN-Tucker HALS on a 200^3 non-negative rank-10 tensor (ran
 cp_apr on a sparse count tensor (300 x 250 x 200, about 600k nonzeros, rank 10), masked CP-ALS on 100^3 with
 50 % missing (rank 5) and on 200^3 (rank 10), masked HOOI on 200^3 with 50 % missing (ranks 10, from the same
 orthonormal factors and the core they give the zero-filled tensor; TensorLy's ``tucker(mask=)`` refills the
-missing entries from the model at each iteration, as tuckerkit's EM does). ``--quick`` shrinks every case for a smoke run (seconds).
+missing entries from the model at each iteration, as tuckerkit's EM does). ``--quick`` shrinks every case
+for a smoke run (seconds).
 
 Run:  python benchmarks/features.py [--quick] [--iters 5] [--repeat 3]
 Writes benchmarks/results/features.{json,md,png}.
@@ -158,12 +159,17 @@ def masked_case(n, R, iters, repeat):
                                                                                                    init])),
                                     n_iter_max=iters, tol=0, linesearch=False),
     }
+    return _masked_row("masked CP-ALS (50 % missing, EM)", "TensorLy parafac(mask=)", X, mask, R, iters, fns,
+                       repeat, tl.cp_to_tensor)
+
+
+def _masked_row(case, peer, X, mask, R, iters, fns, repeat, peer_dense):
+    """A masked case's row: the two calls timed alternately, their errors on the observed entries."""
     med, out = _time(fns, repeat)
     err = {"tuckerkit": _rel(X, out["tuckerkit"].to_dense(), mask),
-           "tensorly": _rel(X, tl.cp_to_tensor(out["tensorly"]), mask)}
-    return {"case": "masked CP-ALS (50 % missing, EM)", "peer": "TensorLy parafac(mask=)", "size": f"{n}^3",
-            "rank": R, "iterations": iters, "seconds": med, "objective": err,
-            "objective_name": "relative error on observed entries"}
+           "tensorly": _rel(X, peer_dense(out["tensorly"]), mask)}
+    return {"case": case, "peer": peer, "size": f"{X.shape[0]}^3", "rank": R, "iterations": iters, "seconds": med,
+            "objective": err, "objective_name": "relative error on observed entries"}
 
 
 def masked_tucker_case(n, R, iters, repeat):
@@ -184,12 +190,8 @@ def masked_tucker_case(n, R, iters, repeat):
         "tensorly": lambda: tucker(X, [R] * 3, mask=fmask, init=tl.tucker_tensor.TuckerTensor(
             (core0.copy(), [U.copy() for U in start])), n_iter_max=iters, tol=0),
     }
-    med, out = _time(fns, repeat)
-    err = {"tuckerkit": _rel(X, out["tuckerkit"].to_dense(), mask),
-           "tensorly": _rel(X, tl.tucker_to_tensor(out["tensorly"]), mask)}
-    return {"case": "masked HOOI (50 % missing, EM)", "peer": "TensorLy tucker(mask=)", "size": f"{n}^3",
-            "rank": R, "iterations": iters, "seconds": med, "objective": err,
-            "objective_name": "relative error on observed entries"}
+    return _masked_row("masked HOOI (50 % missing, EM)", "TensorLy tucker(mask=)", X, mask, R, iters, fns, repeat,
+                       tl.tucker_to_tensor)
 
 
 def main(argv=None) -> None:

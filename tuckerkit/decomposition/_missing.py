@@ -228,7 +228,7 @@ class EStep:
 
     def _run(self, model: Any, residual: bool) -> tuple[float, float]:
         from tuckerkit.decomposition._missing_kernels import fill_residual
-        from tuckerkit.engine._operand import _piece_ssq, combine_scaled
+        from tuckerkit.engine._operand import _piece_ssq, combine_pairs
         from tuckerkit.engine._policy import blas_pinned, parallel_for, resolve_policy
 
         rows, cols = model.rows, model.cols
@@ -262,12 +262,7 @@ class EStep:
         with blas_pinned():  # (each piece's GEMM on its worker's thread: the same bits for any number of them)
             parallel_for(work, -(-len(pieces) // E_PIECES_PER_TASK), resolve_policy(self.policy),
                          lambda: np.empty(E_PIECE_ELEMS, dtype))
-        acc = (1.0, 0.0)
-        for pair in pairs:
-            if math.isinf(pair[0]):
-                return math.inf, 1.0
-            acc = combine_scaled(acc, pair)
-        return acc
+        return combine_pairs(pairs)
 
 
 def _filled_call(X: Any, mask: Any, memory_limit: Any, device: Any) -> tuple[Any, Any]:

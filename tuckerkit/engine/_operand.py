@@ -287,6 +287,12 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16, policy: ExecutionPolicy | 
 
     with blas_pinned():
         parallel_for(work, n_tasks, resolve_policy(policy))
+    return combine_pairs(pairs)
+
+
+def combine_pairs(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The ``(scale, ssq)`` pairs of pieces combined in their order (:func:`combine_scaled`); ``(inf, 1)`` as
+    soon as one piece held a NaN or an infinity."""
     acc = (1.0, 0.0)
     for pair in pairs:
         if math.isinf(pair[0]):
