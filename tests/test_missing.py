@@ -203,3 +203,19 @@ def test_masked_calls_from_any_layout_give_the_same_bits(rng):
         a = _quiet(fn, X, r, mask=mask, tol=0, max_iter=4, random_state=0)
         b = _quiet(fn, np.asfortranarray(X), r, mask=np.asfortranarray(mask), tol=0, max_iter=4, random_state=0)
         assert a.fit_history == b.fit_history
+
+
+def test_masked_hooi_starts_from_the_sketched_st_hosvd(rng):
+    """The default start of a masked HOOI is the sketched ST-HOSVD of the filled tensor (the same bits as
+    asking for it; a fixed seed when random_state is None, so default calls repeat their bits), and it
+    reaches the HOSVD start's fit."""
+    _, X, _ = _planted_cp(rng, noise=0.01)
+    mask = rng.random(X.shape) > 0.5
+    a = _quiet(tk.hooi, X, (3, 3, 3), mask=mask, tol=0, max_iter=3)
+    b = _quiet(tk.hooi, X, (3, 3, 3), mask=mask, tol=0, max_iter=3, init="st_hosvd_sketch")
+    c = _quiet(tk.hooi, X, (3, 3, 3), mask=mask, tol=0, max_iter=3)
+    assert a.fit_history == b.fit_history == c.fit_history
+    assert all(np.array_equal(U, V) for U, V in zip(a.factors, c.factors, strict=True))
+    d = _quiet(tk.hooi, X, (3, 3, 3), mask=mask, tol=1e-12, max_iter=200)
+    e = _quiet(tk.hooi, X, (3, 3, 3), mask=mask, tol=1e-12, max_iter=200, init="hosvd")
+    assert abs(d.fit - e.fit) < 1e-9

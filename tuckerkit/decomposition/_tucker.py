@@ -657,7 +657,9 @@ def hooi(
     mask : boolean array of X's shape, optional
         Missing data: True where ``X`` is observed (other entries may hold anything, NaN included). Fitted by
         EM imputation (the missing entries take the model's values before each projection sweep); ``fit`` is
-        then the fit on the observed entries. Needs a dense ``X``; combines with ``fixed_factors``.
+        then the fit on the observed entries. The default start is then the sketched ST-HOSVD of the filled
+        tensor (as fast to the same fit, measured; see ``_missing.masked_hooi``). Needs a dense ``X``;
+        combines with ``fixed_factors``.
 
     Returns
     -------
