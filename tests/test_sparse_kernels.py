@@ -160,9 +160,9 @@ def test_blocked_level_kernels_match_the_loop_form_bitwise(n, R, dtype):
 @pytest.mark.parametrize("R", [4, 10, 16])
 @pytest.mark.parametrize("n", [3, 4, 5])
 def test_level_modes_through_sparse_mttkrp(n, R, kind):
-    """``csf="one"`` / ``"two"`` plans (the modes below a root): the blocked level kernels from rank 5 (zero
-    columns up to a multiple of 16), the loop form below it, against einsum, the same bits
-    for 1 and 2 workers, and the loop form's bits (the blocked kernels switched off)."""
+    """``csf="one"`` / ``"two"`` plans (the modes below a root): the blocked level kernels from rank 2 (zero
+    columns up to 8 on the narrow kernels, above 8 up to a multiple of 16), the loop form below it, against
+    einsum, the same bits for 1 and 2 workers, and the loop form's bits (the blocked kernels switched off)."""
     from tuckerkit.sparse import _mttkrp as sm
     from tuckerkit.sparse._mttkrp import sparse_mttkrp
 
@@ -185,7 +185,7 @@ def test_level_modes_through_sparse_mttkrp(n, R, kind):
         np.testing.assert_allclose(a, oracle, rtol=0, atol=200 * np.finfo(dtype).eps * np.abs(oracle).max())
         level = plan.assignment[mode][1]
         blocked = sm._blocked_level_kernel(n, level, sm.padded_rank(R)) if level > 0 else None
-        assert (blocked is not None) == (level > 0 and R >= 5)
+        assert (blocked is not None) == (level > 0 and R >= 2)
         if blocked is not None:
             real = sm._blocked_level_kernel
             sm._blocked_level_kernel = lambda *args: None
@@ -227,11 +227,11 @@ def test_sparse_mttkrp_oracle_every_rank_and_dtype(n, dtype, R):
 def test_root_kernels_on_fibers_of_one_nonzero(n, dtype, R):
     """Trees whose fibers hold one nonzero each (the uniform-random case the blocked root kernels prefetch
     for: every fiber node's rows fetched ahead, the last ones clamped to the tree's end), extents of 1 and
-    empty slices: the kernel the chooser picks (blocked when R is a multiple of its block, the loop form
-    otherwise; from rank 5 with zero columns up to a multiple of it) against einsum, the same bits for 1 and 2
-    workers and as the loop form."""
+    empty slices: the kernel the chooser picks (from rank 2 the narrow blocked kernel with zero columns up to
+    8, above 8 the wide one with zero columns up to a multiple of 16; the loop form at rank 1) against einsum,
+    the same bits for 1 and 2 workers and as the loop form."""
     from tuckerkit.sparse._mttkrp import _blocked_root_kernel, padded_rank, sparse_mttkrp, sparse_plan
-    from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT, KERNELS
+    from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT, BLOCKED_ROOT_NARROW, KERNELS, NARROW
 
     # 300 nonzeros: most fibers hold one (the dense oracle kept small)
     shape = (40, 1, 500, 300)[:n] if n <= 4 else (40, 1, 50, 30, 1, 20)[:n]
@@ -243,8 +243,8 @@ def test_root_kernels_on_fibers_of_one_nonzero(n, dtype, R):
     factors = [rng.standard_normal((s, R)).astype(dtype) for s in shape]
     X.plan(csf="all")
     chosen = _blocked_root_kernel(n, padded_rank(R))
-    assert (chosen is BLOCKED_ROOT[n]) if R % BLOCK == 0 or R >= 5 else (chosen is None)
-    assert padded_rank(R) == (R if R < 5 else -(-R // BLOCK) * BLOCK)
+    assert chosen is (None if R < 2 else BLOCKED_ROOT_NARROW[n] if R <= NARROW else BLOCKED_ROOT[n])
+    assert padded_rank(R) == (R if R < 2 else NARROW if R <= NARROW else -(-R // BLOCK) * BLOCK)
     _, csfs = sparse_plan(X)
     for mode in range(n):
         a = sparse_mttkrp(X, factors, mode, ExecutionPolicy(1))

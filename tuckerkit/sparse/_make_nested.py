@@ -42,6 +42,9 @@ LEVELS = (3, 4, 5, 6)
 #: levels with a column-blocked root kernel, and its block of columns (R must be a multiple of it)
 BLOCKED_LEVELS = (3, 4, 5, 6)
 BLOCK = 16
+#: the narrow blocks' width: kernels of the same forms with this many scalars per level, for ranks whose
+#: columns a multiple of it covers with fewer zero columns than one of ``BLOCK`` (``_mttkrp.column_block``)
+NARROW = 8
 #: levels with column-blocked internal- and leaf-level kernels (one per output level below the root)
 BLOCKED_LEVEL_LEVELS = (3, 4, 5, 6)
 #: fiber nodes ahead whose factor rows the blocked root kernels prefetch
@@ -117,6 +120,12 @@ def _range_kernel(n: int, L: int) -> list[str]:
     return out
 
 
+def _name(base: str, W: int, *levels: int) -> str:
+    """A blocked kernel's name: ``_rangeb_3`` for the ``BLOCK``-wide root kernel of 3 levels, ``_rangeb8_3``
+    for the ``NARROW`` one; the level kernels alike (``_rangebl_3_1``, ``_rangebl8_3_1``)."""
+    return base + ("" if W == BLOCK else str(W)) + "".join(f"_{lev}" for lev in levels)
+
+
 def _node_sums(n: int, lev: int, ind: str, W: int, deeper) -> list[str]:
     """The blocked kernels' lines for one node at level ``lev`` below the output level (inside the loop over
     its siblings, at indent ``ind``): its subtree's sum (``a{lev}_{i}``, ``deeper(lev + 1, ind)`` walking the
@@ -157,7 +166,8 @@ def _blocked_root_kernel(n: int, W: int) -> list[str]:
         "",
         "",
         "@njit(cache=True, nogil=True, fastmath=False)",
-        f"def _rangeb_{n}(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover",
+        f"def {_name('_rangeb', W, n)}(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):"
+        "  # pragma: no cover",
         f"    nb = np.uint64(out.shape[1] // {W})",
         f"    Ob = out.reshape(out.shape[0], out.shape[1] // {W}, {W})",
         "    R = np.uint64(out.shape[1])",
@@ -209,7 +219,8 @@ def _blocked_level_kernel(n: int, L: int, W: int) -> list[str]:
         "",
         "",
         "@njit(cache=True, nogil=True, fastmath=False)",
-        f"def _rangebl_{n}_{L}(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover",
+        f"def {_name('_rangebl', W, n, L)}(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):"
+        "  # pragma: no cover",
         f"    nb = np.uint64(out.shape[1] // {W})",
         f"    Ob = out.reshape(out.shape[0], out.shape[1] // {W}, {W})",
     ]
@@ -257,11 +268,12 @@ def source() -> str:
     for n in LEVELS:
         for L in range(n):
             lines += _range_kernel(n, L)
-    for n in BLOCKED_LEVELS:
-        lines += _blocked_root_kernel(n, BLOCK)
-    for n in BLOCKED_LEVEL_LEVELS:
-        for L in range(1, n):
-            lines += _blocked_level_kernel(n, L, BLOCK)
+    for W in (BLOCK, NARROW):
+        for n in BLOCKED_LEVELS:
+            lines += _blocked_root_kernel(n, W)
+        for n in BLOCKED_LEVEL_LEVELS:
+            for L in range(1, n):
+                lines += _blocked_level_kernel(n, L, W)
     lines += ["", "", "KERNELS = {"]
     lines += [f"    ({n}, {L}): PartsKernel(_range_{n}_{L}, {L > 0})," for n in LEVELS for L in range(n)]
     lines += ["}", "", f"#: root kernels with {BLOCK} scalar accumulators per level (the number of columns a "
@@ -271,6 +283,12 @@ def source() -> str:
     lines += ["}", "", f"#: internal- and leaf-level kernels with {BLOCK} scalar accumulators per level (into the "
               "parts' private outputs)", "BLOCKED_LEVEL = {"]
     lines += [f"    ({n}, {L}): PartsKernel(_rangebl_{n}_{L}, True)," for n in BLOCKED_LEVEL_LEVELS
+              for L in range(1, n)]
+    lines += ["}", "", f"#: the same kernels with {NARROW} scalars per level (the number of columns a multiple of it)",
+              f"NARROW = {NARROW}", "BLOCKED_ROOT_NARROW = {"]
+    lines += [f"    {n}: PartsKernel({_name('_rangeb', NARROW, n)})," for n in BLOCKED_LEVELS]
+    lines += ["}", "BLOCKED_LEVEL_NARROW = {"]
+    lines += [f"    ({n}, {L}): PartsKernel({_name('_rangebl', NARROW, n, L)}, True)," for n in BLOCKED_LEVEL_LEVELS
               for L in range(1, n)]
     # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
     lines += ["}", "", "load_lightly(globals())", ""]

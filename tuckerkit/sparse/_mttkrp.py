@@ -336,22 +336,33 @@ def level_factors(csf: CSFTensor, factors: Sequence[Any], skip_level: int, R: in
     return tuple(Fs)
 
 
-#: the smallest rank whose root MTTKRP runs on the column-blocked kernels with zero columns added up to a
-#: multiple of their block (:func:`padded_rank`)
-PAD_MIN_RANK = 5
+#: the smallest rank whose MTTKRP runs on the column-blocked kernels with zero columns added (:func:`padded_rank`)
+PAD_MIN_RANK = 2
+#: whether ranks up to the narrow block (8) run on the narrow kernels (:func:`padded_rank`)
+NARROW_RANKS = True
 
 
 def padded_rank(R: int) -> int:
-    """The columns a root MTTKRP of rank ``R`` computes: ``R`` rounded up to a multiple of the blocked root
-    kernels' block (16) from :data:`PAD_MIN_RANK` up, else ``R``. Each column is computed alone, by the same
-    operations in the same order in either kernel, so the zero columns change no bit of the others (a test
-    checks it). Why: the blocked kernels keep each level's sums in registers, the loop form in memory; on a
-    1.5M-nonzero power-law 3-way tree (2 workers, every mode, medians of 5) the loop form took 7-9 ms at
-    rank 1-4, 11-14 ms at 5, 15-20 ms at 10-12, 24-25 ms at 24 and 26-28 ms at 40, and the blocked ones
-    7-9 ms at 16, 14-17 ms at 32 and 19-26 ms at 48."""
-    from tuckerkit.sparse._nested import BLOCK
+    """The columns an MTTKRP of rank ``R`` computes: from :data:`PAD_MIN_RANK` up, ``R`` rounded up to the
+    narrow kernels' block (8) up to 8, above it to a multiple of the wide kernels' block (16); below, ``R``
+    (the loop form). Each column is computed alone, by the same operations in the same order in every kernel,
+    so the zero columns change no bit of the others (a test checks it).
 
-    return -(-R // BLOCK) * BLOCK if R >= PAD_MIN_RANK else R
+    Why: the blocked kernels keep each level's sums in registers, the loop form in memory; on a 1.5M-nonzero
+    power-law 3-way tree (2 workers, every mode, medians of 5) the loop form took 7-9 ms at rank 1-4, 11-14
+    ms at 5, 15-20 ms at 10-12, 24-25 ms at 24 and 26-28 ms at 40, and the wide blocked ones 7-9 ms at 16,
+    14-17 ms at 32 and 19-26 ms at 48. The narrow kernels (stop 56; CP-ALS per iteration on skew3d, unif3d and
+    skew4d, both dtypes, three interleaved rounds, the same fits to the bit): ranks 2-4 0.60-0.96x the loop
+    form's time, 5 0.70-0.89x the 16 wide columns', 8 0.63-0.88x them (and 0.97-1.06x the loop form's). Not
+    above 8: a rank of 17-24 on three narrow passes ran 0.90-1.05x its two wide ones, 40 on five 1.07-1.08x
+    its three (each pass walks the whole tree again)."""
+    from tuckerkit.sparse._nested import BLOCK, NARROW
+
+    if R < PAD_MIN_RANK:
+        return R
+    if NARROW_RANKS and R <= NARROW:
+        return NARROW
+    return -(-R // BLOCK) * BLOCK
 
 
 def sparse_mttkrp(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
@@ -465,17 +476,25 @@ def _nested_kernel(n_levels: int, level: int) -> Any:
 def _blocked_root_kernel(n_levels: int, R: int) -> Any:
     """The column-blocked root kernel of a 3- to 6-level tree when ``R`` is a multiple of its block (None:
     the loop form serves); same bits as the loop form (see ``_make_nested``)."""
-    from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT
+    from tuckerkit.sparse._nested import BLOCK, BLOCKED_ROOT, BLOCKED_ROOT_NARROW, NARROW
 
-    return BLOCKED_ROOT.get(n_levels) if R % BLOCK == 0 and R > 0 else None
+    if R <= 0:
+        return None
+    if R % BLOCK == 0:
+        return BLOCKED_ROOT.get(n_levels)
+    return BLOCKED_ROOT_NARROW.get(n_levels) if R % NARROW == 0 else None
 
 
 def _blocked_level_kernel(n_levels: int, level: int, R: int) -> Any:
     """The column-blocked internal- or leaf-level kernel of a 3- to 6-level tree when ``R`` is a multiple of
     its block (None: the loop form serves); same bits as the loop form (see ``_make_nested``)."""
-    from tuckerkit.sparse._nested import BLOCK, BLOCKED_LEVEL
+    from tuckerkit.sparse._nested import BLOCK, BLOCKED_LEVEL, BLOCKED_LEVEL_NARROW, NARROW
 
-    return BLOCKED_LEVEL.get((n_levels, level)) if R % BLOCK == 0 and R > 0 else None
+    if R <= 0:
+        return None
+    if R % BLOCK == 0:
+        return BLOCKED_LEVEL.get((n_levels, level))
+    return BLOCKED_LEVEL_NARROW.get((n_levels, level)) if R % NARROW == 0 else None
 
 
 @contextmanager

@@ -3661,6 +3661,1728 @@ def _rangebl_6_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # 
                                 Ob[orow, q, 15] += v * p4_15
 
 
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangeb8_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(8)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Ff1 = Fs[1].reshape(-1)
+    Ff2 = Fs[2].reshape(-1)
+    last = np.uint64(idx1.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                jp = min(j1 + ahead, last)
+                pr = np.uint64(idx1[jp]) * R + q * uw
+                pl = np.uint64(idx2[np.uint64(pos1[jp])]) * R + q * uw
+                prefetch(Ff1, pr)
+                prefetch(Ff1, pr + uw - u1)
+                prefetch(Ff2, pl)
+                prefetch(Ff2, pl + uw - u1)
+                row1 = np.uint64(idx1[j1])
+                k0 = np.uint64(pos1[j1])
+                k1 = np.uint64(pos1[j1 + u1])
+                if k1 - k0 == u1:
+                    v = vals[k0]
+                    rowl = np.uint64(idx2[k0])
+                    a0_0 += v * Fb2[rowl, q, 0] * Fb1[row1, q, 0]
+                    a0_1 += v * Fb2[rowl, q, 1] * Fb1[row1, q, 1]
+                    a0_2 += v * Fb2[rowl, q, 2] * Fb1[row1, q, 2]
+                    a0_3 += v * Fb2[rowl, q, 3] * Fb1[row1, q, 3]
+                    a0_4 += v * Fb2[rowl, q, 4] * Fb1[row1, q, 4]
+                    a0_5 += v * Fb2[rowl, q, 5] * Fb1[row1, q, 5]
+                    a0_6 += v * Fb2[rowl, q, 6] * Fb1[row1, q, 6]
+                    a0_7 += v * Fb2[rowl, q, 7] * Fb1[row1, q, 7]
+                    continue
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(k0, k1):
+                    v = vals[j2]
+                    row2 = np.uint64(idx2[j2])
+                    a1_0 += v * Fb2[row2, q, 0]
+                    a1_1 += v * Fb2[row2, q, 1]
+                    a1_2 += v * Fb2[row2, q, 2]
+                    a1_3 += v * Fb2[row2, q, 3]
+                    a1_4 += v * Fb2[row2, q, 4]
+                    a1_5 += v * Fb2[row2, q, 5]
+                    a1_6 += v * Fb2[row2, q, 6]
+                    a1_7 += v * Fb2[row2, q, 7]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangeb8_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(8)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Ff2 = Fs[2].reshape(-1)
+    Ff3 = Fs[3].reshape(-1)
+    last = np.uint64(idx2.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    jp = min(j2 + ahead, last)
+                    pr = np.uint64(idx2[jp]) * R + q * uw
+                    pl = np.uint64(idx3[np.uint64(pos2[jp])]) * R + q * uw
+                    prefetch(Ff2, pr)
+                    prefetch(Ff2, pr + uw - u1)
+                    prefetch(Ff3, pl)
+                    prefetch(Ff3, pl + uw - u1)
+                    row2 = np.uint64(idx2[j2])
+                    k0 = np.uint64(pos2[j2])
+                    k1 = np.uint64(pos2[j2 + u1])
+                    if k1 - k0 == u1:
+                        v = vals[k0]
+                        rowl = np.uint64(idx3[k0])
+                        a1_0 += v * Fb3[rowl, q, 0] * Fb2[row2, q, 0]
+                        a1_1 += v * Fb3[rowl, q, 1] * Fb2[row2, q, 1]
+                        a1_2 += v * Fb3[rowl, q, 2] * Fb2[row2, q, 2]
+                        a1_3 += v * Fb3[rowl, q, 3] * Fb2[row2, q, 3]
+                        a1_4 += v * Fb3[rowl, q, 4] * Fb2[row2, q, 4]
+                        a1_5 += v * Fb3[rowl, q, 5] * Fb2[row2, q, 5]
+                        a1_6 += v * Fb3[rowl, q, 6] * Fb2[row2, q, 6]
+                        a1_7 += v * Fb3[rowl, q, 7] * Fb2[row2, q, 7]
+                        continue
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(k0, k1):
+                        v = vals[j3]
+                        row3 = np.uint64(idx3[j3])
+                        a2_0 += v * Fb3[row3, q, 0]
+                        a2_1 += v * Fb3[row3, q, 1]
+                        a2_2 += v * Fb3[row3, q, 2]
+                        a2_3 += v * Fb3[row3, q, 3]
+                        a2_4 += v * Fb3[row3, q, 4]
+                        a2_5 += v * Fb3[row3, q, 5]
+                        a2_6 += v * Fb3[row3, q, 6]
+                        a2_7 += v * Fb3[row3, q, 7]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangeb8_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(8)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    Ff3 = Fs[3].reshape(-1)
+    Ff4 = Fs[4].reshape(-1)
+    last = np.uint64(idx3.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        jp = min(j3 + ahead, last)
+                        pr = np.uint64(idx3[jp]) * R + q * uw
+                        pl = np.uint64(idx4[np.uint64(pos3[jp])]) * R + q * uw
+                        prefetch(Ff3, pr)
+                        prefetch(Ff3, pr + uw - u1)
+                        prefetch(Ff4, pl)
+                        prefetch(Ff4, pl + uw - u1)
+                        row3 = np.uint64(idx3[j3])
+                        k0 = np.uint64(pos3[j3])
+                        k1 = np.uint64(pos3[j3 + u1])
+                        if k1 - k0 == u1:
+                            v = vals[k0]
+                            rowl = np.uint64(idx4[k0])
+                            a2_0 += v * Fb4[rowl, q, 0] * Fb3[row3, q, 0]
+                            a2_1 += v * Fb4[rowl, q, 1] * Fb3[row3, q, 1]
+                            a2_2 += v * Fb4[rowl, q, 2] * Fb3[row3, q, 2]
+                            a2_3 += v * Fb4[rowl, q, 3] * Fb3[row3, q, 3]
+                            a2_4 += v * Fb4[rowl, q, 4] * Fb3[row3, q, 4]
+                            a2_5 += v * Fb4[rowl, q, 5] * Fb3[row3, q, 5]
+                            a2_6 += v * Fb4[rowl, q, 6] * Fb3[row3, q, 6]
+                            a2_7 += v * Fb4[rowl, q, 7] * Fb3[row3, q, 7]
+                            continue
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(k0, k1):
+                            v = vals[j4]
+                            row4 = np.uint64(idx4[j4])
+                            a3_0 += v * Fb4[row4, q, 0]
+                            a3_1 += v * Fb4[row4, q, 1]
+                            a3_2 += v * Fb4[row4, q, 2]
+                            a3_3 += v * Fb4[row4, q, 3]
+                            a3_4 += v * Fb4[row4, q, 4]
+                            a3_5 += v * Fb4[row4, q, 5]
+                            a3_6 += v * Fb4[row4, q, 6]
+                            a3_7 += v * Fb4[row4, q, 7]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangeb8_6(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    R = np.uint64(out.shape[1])
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    uw = np.uint64(8)
+    ahead = np.uint64(8)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    Fb5 = Fs[5].reshape(Fs[5].shape[0], out.shape[1] // 8, 8)
+    Ff4 = Fs[4].reshape(-1)
+    Ff5 = Fs[5].reshape(-1)
+    last = np.uint64(idx4.shape[0]) - u1
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        orow = np.uint64(idx0[j0])
+        for q in range(nb):
+            a0_0 = zero
+            a0_1 = zero
+            a0_2 = zero
+            a0_3 = zero
+            a0_4 = zero
+            a0_5 = zero
+            a0_6 = zero
+            a0_7 = zero
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            jp = min(j4 + ahead, last)
+                            pr = np.uint64(idx4[jp]) * R + q * uw
+                            pl = np.uint64(idx5[np.uint64(pos4[jp])]) * R + q * uw
+                            prefetch(Ff4, pr)
+                            prefetch(Ff4, pr + uw - u1)
+                            prefetch(Ff5, pl)
+                            prefetch(Ff5, pl + uw - u1)
+                            row4 = np.uint64(idx4[j4])
+                            k0 = np.uint64(pos4[j4])
+                            k1 = np.uint64(pos4[j4 + u1])
+                            if k1 - k0 == u1:
+                                v = vals[k0]
+                                rowl = np.uint64(idx5[k0])
+                                a3_0 += v * Fb5[rowl, q, 0] * Fb4[row4, q, 0]
+                                a3_1 += v * Fb5[rowl, q, 1] * Fb4[row4, q, 1]
+                                a3_2 += v * Fb5[rowl, q, 2] * Fb4[row4, q, 2]
+                                a3_3 += v * Fb5[rowl, q, 3] * Fb4[row4, q, 3]
+                                a3_4 += v * Fb5[rowl, q, 4] * Fb4[row4, q, 4]
+                                a3_5 += v * Fb5[rowl, q, 5] * Fb4[row4, q, 5]
+                                a3_6 += v * Fb5[rowl, q, 6] * Fb4[row4, q, 6]
+                                a3_7 += v * Fb5[rowl, q, 7] * Fb4[row4, q, 7]
+                                continue
+                            a4_0 = zero
+                            a4_1 = zero
+                            a4_2 = zero
+                            a4_3 = zero
+                            a4_4 = zero
+                            a4_5 = zero
+                            a4_6 = zero
+                            a4_7 = zero
+                            for j5 in range(k0, k1):
+                                v = vals[j5]
+                                row5 = np.uint64(idx5[j5])
+                                a4_0 += v * Fb5[row5, q, 0]
+                                a4_1 += v * Fb5[row5, q, 1]
+                                a4_2 += v * Fb5[row5, q, 2]
+                                a4_3 += v * Fb5[row5, q, 3]
+                                a4_4 += v * Fb5[row5, q, 4]
+                                a4_5 += v * Fb5[row5, q, 5]
+                                a4_6 += v * Fb5[row5, q, 6]
+                                a4_7 += v * Fb5[row5, q, 7]
+                            a3_0 += a4_0 * Fb4[row4, q, 0]
+                            a3_1 += a4_1 * Fb4[row4, q, 1]
+                            a3_2 += a4_2 * Fb4[row4, q, 2]
+                            a3_3 += a4_3 * Fb4[row4, q, 3]
+                            a3_4 += a4_4 * Fb4[row4, q, 4]
+                            a3_5 += a4_5 * Fb4[row4, q, 5]
+                            a3_6 += a4_6 * Fb4[row4, q, 6]
+                            a3_7 += a4_7 * Fb4[row4, q, 7]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                a0_0 += a1_0 * Fb1[row1, q, 0]
+                a0_1 += a1_1 * Fb1[row1, q, 1]
+                a0_2 += a1_2 * Fb1[row1, q, 2]
+                a0_3 += a1_3 * Fb1[row1, q, 3]
+                a0_4 += a1_4 * Fb1[row1, q, 4]
+                a0_5 += a1_5 * Fb1[row1, q, 5]
+                a0_6 += a1_6 * Fb1[row1, q, 6]
+                a0_7 += a1_7 * Fb1[row1, q, 7]
+            Ob[orow, q, 0] = a0_0
+            Ob[orow, q, 1] = a0_1
+            Ob[orow, q, 2] = a0_2
+            Ob[orow, q, 3] = a0_3
+            Ob[orow, q, 4] = a0_4
+            Ob[orow, q, 5] = a0_5
+            Ob[orow, q, 6] = a0_6
+            Ob[orow, q, 7] = a0_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_3_1(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                orow = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    v = vals[j2]
+                    row2 = np.uint64(idx2[j2])
+                    a1_0 += v * Fb2[row2, q, 0]
+                    a1_1 += v * Fb2[row2, q, 1]
+                    a1_2 += v * Fb2[row2, q, 2]
+                    a1_3 += v * Fb2[row2, q, 3]
+                    a1_4 += v * Fb2[row2, q, 4]
+                    a1_5 += v * Fb2[row2, q, 5]
+                    a1_6 += v * Fb2[row2, q, 6]
+                    a1_7 += v * Fb2[row2, q, 7]
+                Ob[orow, q, 0] += p0_0 * a1_0
+                Ob[orow, q, 1] += p0_1 * a1_1
+                Ob[orow, q, 2] += p0_2 * a1_2
+                Ob[orow, q, 3] += p0_3 * a1_3
+                Ob[orow, q, 4] += p0_4 * a1_4
+                Ob[orow, q, 5] += p0_5 * a1_5
+                Ob[orow, q, 6] += p0_6 * a1_6
+                Ob[orow, q, 7] += p0_7 * a1_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_3_2(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    orow = np.uint64(idx2[j2])
+                    v = vals[j2]
+                    Ob[orow, q, 0] += v * p1_0
+                    Ob[orow, q, 1] += v * p1_1
+                    Ob[orow, q, 2] += v * p1_2
+                    Ob[orow, q, 3] += v * p1_3
+                    Ob[orow, q, 4] += v * p1_4
+                    Ob[orow, q, 5] += v * p1_5
+                    Ob[orow, q, 6] += v * p1_6
+                    Ob[orow, q, 7] += v * p1_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_4_1(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                orow = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    k0 = np.uint64(pos2[j2])
+                    k1 = np.uint64(pos2[j2 + u1])
+                    if k1 - k0 == u1:
+                        v = vals[k0]
+                        rowl = np.uint64(idx3[k0])
+                        a1_0 += v * Fb3[rowl, q, 0] * Fb2[row2, q, 0]
+                        a1_1 += v * Fb3[rowl, q, 1] * Fb2[row2, q, 1]
+                        a1_2 += v * Fb3[rowl, q, 2] * Fb2[row2, q, 2]
+                        a1_3 += v * Fb3[rowl, q, 3] * Fb2[row2, q, 3]
+                        a1_4 += v * Fb3[rowl, q, 4] * Fb2[row2, q, 4]
+                        a1_5 += v * Fb3[rowl, q, 5] * Fb2[row2, q, 5]
+                        a1_6 += v * Fb3[rowl, q, 6] * Fb2[row2, q, 6]
+                        a1_7 += v * Fb3[rowl, q, 7] * Fb2[row2, q, 7]
+                        continue
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(k0, k1):
+                        v = vals[j3]
+                        row3 = np.uint64(idx3[j3])
+                        a2_0 += v * Fb3[row3, q, 0]
+                        a2_1 += v * Fb3[row3, q, 1]
+                        a2_2 += v * Fb3[row3, q, 2]
+                        a2_3 += v * Fb3[row3, q, 3]
+                        a2_4 += v * Fb3[row3, q, 4]
+                        a2_5 += v * Fb3[row3, q, 5]
+                        a2_6 += v * Fb3[row3, q, 6]
+                        a2_7 += v * Fb3[row3, q, 7]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                Ob[orow, q, 0] += p0_0 * a1_0
+                Ob[orow, q, 1] += p0_1 * a1_1
+                Ob[orow, q, 2] += p0_2 * a1_2
+                Ob[orow, q, 3] += p0_3 * a1_3
+                Ob[orow, q, 4] += p0_4 * a1_4
+                Ob[orow, q, 5] += p0_5 * a1_5
+                Ob[orow, q, 6] += p0_6 * a1_6
+                Ob[orow, q, 7] += p0_7 * a1_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_4_2(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    orow = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        v = vals[j3]
+                        row3 = np.uint64(idx3[j3])
+                        a2_0 += v * Fb3[row3, q, 0]
+                        a2_1 += v * Fb3[row3, q, 1]
+                        a2_2 += v * Fb3[row3, q, 2]
+                        a2_3 += v * Fb3[row3, q, 3]
+                        a2_4 += v * Fb3[row3, q, 4]
+                        a2_5 += v * Fb3[row3, q, 5]
+                        a2_6 += v * Fb3[row3, q, 6]
+                        a2_7 += v * Fb3[row3, q, 7]
+                    Ob[orow, q, 0] += p1_0 * a2_0
+                    Ob[orow, q, 1] += p1_1 * a2_1
+                    Ob[orow, q, 2] += p1_2 * a2_2
+                    Ob[orow, q, 3] += p1_3 * a2_3
+                    Ob[orow, q, 4] += p1_4 * a2_4
+                    Ob[orow, q, 5] += p1_5 * a2_5
+                    Ob[orow, q, 6] += p1_6 * a2_6
+                    Ob[orow, q, 7] += p1_7 * a2_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_4_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    p2_0 = p1_0 * Fb2[row2, q, 0]
+                    p2_1 = p1_1 * Fb2[row2, q, 1]
+                    p2_2 = p1_2 * Fb2[row2, q, 2]
+                    p2_3 = p1_3 * Fb2[row2, q, 3]
+                    p2_4 = p1_4 * Fb2[row2, q, 4]
+                    p2_5 = p1_5 * Fb2[row2, q, 5]
+                    p2_6 = p1_6 * Fb2[row2, q, 6]
+                    p2_7 = p1_7 * Fb2[row2, q, 7]
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        orow = np.uint64(idx3[j3])
+                        v = vals[j3]
+                        Ob[orow, q, 0] += v * p2_0
+                        Ob[orow, q, 1] += v * p2_1
+                        Ob[orow, q, 2] += v * p2_2
+                        Ob[orow, q, 3] += v * p2_3
+                        Ob[orow, q, 4] += v * p2_4
+                        Ob[orow, q, 5] += v * p2_5
+                        Ob[orow, q, 6] += v * p2_6
+                        Ob[orow, q, 7] += v * p2_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_5_1(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                orow = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        k0 = np.uint64(pos3[j3])
+                        k1 = np.uint64(pos3[j3 + u1])
+                        if k1 - k0 == u1:
+                            v = vals[k0]
+                            rowl = np.uint64(idx4[k0])
+                            a2_0 += v * Fb4[rowl, q, 0] * Fb3[row3, q, 0]
+                            a2_1 += v * Fb4[rowl, q, 1] * Fb3[row3, q, 1]
+                            a2_2 += v * Fb4[rowl, q, 2] * Fb3[row3, q, 2]
+                            a2_3 += v * Fb4[rowl, q, 3] * Fb3[row3, q, 3]
+                            a2_4 += v * Fb4[rowl, q, 4] * Fb3[row3, q, 4]
+                            a2_5 += v * Fb4[rowl, q, 5] * Fb3[row3, q, 5]
+                            a2_6 += v * Fb4[rowl, q, 6] * Fb3[row3, q, 6]
+                            a2_7 += v * Fb4[rowl, q, 7] * Fb3[row3, q, 7]
+                            continue
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(k0, k1):
+                            v = vals[j4]
+                            row4 = np.uint64(idx4[j4])
+                            a3_0 += v * Fb4[row4, q, 0]
+                            a3_1 += v * Fb4[row4, q, 1]
+                            a3_2 += v * Fb4[row4, q, 2]
+                            a3_3 += v * Fb4[row4, q, 3]
+                            a3_4 += v * Fb4[row4, q, 4]
+                            a3_5 += v * Fb4[row4, q, 5]
+                            a3_6 += v * Fb4[row4, q, 6]
+                            a3_7 += v * Fb4[row4, q, 7]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                Ob[orow, q, 0] += p0_0 * a1_0
+                Ob[orow, q, 1] += p0_1 * a1_1
+                Ob[orow, q, 2] += p0_2 * a1_2
+                Ob[orow, q, 3] += p0_3 * a1_3
+                Ob[orow, q, 4] += p0_4 * a1_4
+                Ob[orow, q, 5] += p0_5 * a1_5
+                Ob[orow, q, 6] += p0_6 * a1_6
+                Ob[orow, q, 7] += p0_7 * a1_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_5_2(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    orow = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        k0 = np.uint64(pos3[j3])
+                        k1 = np.uint64(pos3[j3 + u1])
+                        if k1 - k0 == u1:
+                            v = vals[k0]
+                            rowl = np.uint64(idx4[k0])
+                            a2_0 += v * Fb4[rowl, q, 0] * Fb3[row3, q, 0]
+                            a2_1 += v * Fb4[rowl, q, 1] * Fb3[row3, q, 1]
+                            a2_2 += v * Fb4[rowl, q, 2] * Fb3[row3, q, 2]
+                            a2_3 += v * Fb4[rowl, q, 3] * Fb3[row3, q, 3]
+                            a2_4 += v * Fb4[rowl, q, 4] * Fb3[row3, q, 4]
+                            a2_5 += v * Fb4[rowl, q, 5] * Fb3[row3, q, 5]
+                            a2_6 += v * Fb4[rowl, q, 6] * Fb3[row3, q, 6]
+                            a2_7 += v * Fb4[rowl, q, 7] * Fb3[row3, q, 7]
+                            continue
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(k0, k1):
+                            v = vals[j4]
+                            row4 = np.uint64(idx4[j4])
+                            a3_0 += v * Fb4[row4, q, 0]
+                            a3_1 += v * Fb4[row4, q, 1]
+                            a3_2 += v * Fb4[row4, q, 2]
+                            a3_3 += v * Fb4[row4, q, 3]
+                            a3_4 += v * Fb4[row4, q, 4]
+                            a3_5 += v * Fb4[row4, q, 5]
+                            a3_6 += v * Fb4[row4, q, 6]
+                            a3_7 += v * Fb4[row4, q, 7]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                    Ob[orow, q, 0] += p1_0 * a2_0
+                    Ob[orow, q, 1] += p1_1 * a2_1
+                    Ob[orow, q, 2] += p1_2 * a2_2
+                    Ob[orow, q, 3] += p1_3 * a2_3
+                    Ob[orow, q, 4] += p1_4 * a2_4
+                    Ob[orow, q, 5] += p1_5 * a2_5
+                    Ob[orow, q, 6] += p1_6 * a2_6
+                    Ob[orow, q, 7] += p1_7 * a2_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_5_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    p2_0 = p1_0 * Fb2[row2, q, 0]
+                    p2_1 = p1_1 * Fb2[row2, q, 1]
+                    p2_2 = p1_2 * Fb2[row2, q, 2]
+                    p2_3 = p1_3 * Fb2[row2, q, 3]
+                    p2_4 = p1_4 * Fb2[row2, q, 4]
+                    p2_5 = p1_5 * Fb2[row2, q, 5]
+                    p2_6 = p1_6 * Fb2[row2, q, 6]
+                    p2_7 = p1_7 * Fb2[row2, q, 7]
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        orow = np.uint64(idx3[j3])
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            v = vals[j4]
+                            row4 = np.uint64(idx4[j4])
+                            a3_0 += v * Fb4[row4, q, 0]
+                            a3_1 += v * Fb4[row4, q, 1]
+                            a3_2 += v * Fb4[row4, q, 2]
+                            a3_3 += v * Fb4[row4, q, 3]
+                            a3_4 += v * Fb4[row4, q, 4]
+                            a3_5 += v * Fb4[row4, q, 5]
+                            a3_6 += v * Fb4[row4, q, 6]
+                            a3_7 += v * Fb4[row4, q, 7]
+                        Ob[orow, q, 0] += p2_0 * a3_0
+                        Ob[orow, q, 1] += p2_1 * a3_1
+                        Ob[orow, q, 2] += p2_2 * a3_2
+                        Ob[orow, q, 3] += p2_3 * a3_3
+                        Ob[orow, q, 4] += p2_4 * a3_4
+                        Ob[orow, q, 5] += p2_5 * a3_5
+                        Ob[orow, q, 6] += p2_6 * a3_6
+                        Ob[orow, q, 7] += p2_7 * a3_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_5_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    p2_0 = p1_0 * Fb2[row2, q, 0]
+                    p2_1 = p1_1 * Fb2[row2, q, 1]
+                    p2_2 = p1_2 * Fb2[row2, q, 2]
+                    p2_3 = p1_3 * Fb2[row2, q, 3]
+                    p2_4 = p1_4 * Fb2[row2, q, 4]
+                    p2_5 = p1_5 * Fb2[row2, q, 5]
+                    p2_6 = p1_6 * Fb2[row2, q, 6]
+                    p2_7 = p1_7 * Fb2[row2, q, 7]
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        p3_0 = p2_0 * Fb3[row3, q, 0]
+                        p3_1 = p2_1 * Fb3[row3, q, 1]
+                        p3_2 = p2_2 * Fb3[row3, q, 2]
+                        p3_3 = p2_3 * Fb3[row3, q, 3]
+                        p3_4 = p2_4 * Fb3[row3, q, 4]
+                        p3_5 = p2_5 * Fb3[row3, q, 5]
+                        p3_6 = p2_6 * Fb3[row3, q, 6]
+                        p3_7 = p2_7 * Fb3[row3, q, 7]
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            orow = np.uint64(idx4[j4])
+                            v = vals[j4]
+                            Ob[orow, q, 0] += v * p3_0
+                            Ob[orow, q, 1] += v * p3_1
+                            Ob[orow, q, 2] += v * p3_2
+                            Ob[orow, q, 3] += v * p3_3
+                            Ob[orow, q, 4] += v * p3_4
+                            Ob[orow, q, 5] += v * p3_5
+                            Ob[orow, q, 6] += v * p3_6
+                            Ob[orow, q, 7] += v * p3_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_6_1(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    Fb5 = Fs[5].reshape(Fs[5].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                orow = np.uint64(idx1[j1])
+                a1_0 = zero
+                a1_1 = zero
+                a1_2 = zero
+                a1_3 = zero
+                a1_4 = zero
+                a1_5 = zero
+                a1_6 = zero
+                a1_7 = zero
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            row4 = np.uint64(idx4[j4])
+                            k0 = np.uint64(pos4[j4])
+                            k1 = np.uint64(pos4[j4 + u1])
+                            if k1 - k0 == u1:
+                                v = vals[k0]
+                                rowl = np.uint64(idx5[k0])
+                                a3_0 += v * Fb5[rowl, q, 0] * Fb4[row4, q, 0]
+                                a3_1 += v * Fb5[rowl, q, 1] * Fb4[row4, q, 1]
+                                a3_2 += v * Fb5[rowl, q, 2] * Fb4[row4, q, 2]
+                                a3_3 += v * Fb5[rowl, q, 3] * Fb4[row4, q, 3]
+                                a3_4 += v * Fb5[rowl, q, 4] * Fb4[row4, q, 4]
+                                a3_5 += v * Fb5[rowl, q, 5] * Fb4[row4, q, 5]
+                                a3_6 += v * Fb5[rowl, q, 6] * Fb4[row4, q, 6]
+                                a3_7 += v * Fb5[rowl, q, 7] * Fb4[row4, q, 7]
+                                continue
+                            a4_0 = zero
+                            a4_1 = zero
+                            a4_2 = zero
+                            a4_3 = zero
+                            a4_4 = zero
+                            a4_5 = zero
+                            a4_6 = zero
+                            a4_7 = zero
+                            for j5 in range(k0, k1):
+                                v = vals[j5]
+                                row5 = np.uint64(idx5[j5])
+                                a4_0 += v * Fb5[row5, q, 0]
+                                a4_1 += v * Fb5[row5, q, 1]
+                                a4_2 += v * Fb5[row5, q, 2]
+                                a4_3 += v * Fb5[row5, q, 3]
+                                a4_4 += v * Fb5[row5, q, 4]
+                                a4_5 += v * Fb5[row5, q, 5]
+                                a4_6 += v * Fb5[row5, q, 6]
+                                a4_7 += v * Fb5[row5, q, 7]
+                            a3_0 += a4_0 * Fb4[row4, q, 0]
+                            a3_1 += a4_1 * Fb4[row4, q, 1]
+                            a3_2 += a4_2 * Fb4[row4, q, 2]
+                            a3_3 += a4_3 * Fb4[row4, q, 3]
+                            a3_4 += a4_4 * Fb4[row4, q, 4]
+                            a3_5 += a4_5 * Fb4[row4, q, 5]
+                            a3_6 += a4_6 * Fb4[row4, q, 6]
+                            a3_7 += a4_7 * Fb4[row4, q, 7]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                    a1_0 += a2_0 * Fb2[row2, q, 0]
+                    a1_1 += a2_1 * Fb2[row2, q, 1]
+                    a1_2 += a2_2 * Fb2[row2, q, 2]
+                    a1_3 += a2_3 * Fb2[row2, q, 3]
+                    a1_4 += a2_4 * Fb2[row2, q, 4]
+                    a1_5 += a2_5 * Fb2[row2, q, 5]
+                    a1_6 += a2_6 * Fb2[row2, q, 6]
+                    a1_7 += a2_7 * Fb2[row2, q, 7]
+                Ob[orow, q, 0] += p0_0 * a1_0
+                Ob[orow, q, 1] += p0_1 * a1_1
+                Ob[orow, q, 2] += p0_2 * a1_2
+                Ob[orow, q, 3] += p0_3 * a1_3
+                Ob[orow, q, 4] += p0_4 * a1_4
+                Ob[orow, q, 5] += p0_5 * a1_5
+                Ob[orow, q, 6] += p0_6 * a1_6
+                Ob[orow, q, 7] += p0_7 * a1_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_6_2(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    Fb5 = Fs[5].reshape(Fs[5].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    orow = np.uint64(idx2[j2])
+                    a2_0 = zero
+                    a2_1 = zero
+                    a2_2 = zero
+                    a2_3 = zero
+                    a2_4 = zero
+                    a2_5 = zero
+                    a2_6 = zero
+                    a2_7 = zero
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            row4 = np.uint64(idx4[j4])
+                            k0 = np.uint64(pos4[j4])
+                            k1 = np.uint64(pos4[j4 + u1])
+                            if k1 - k0 == u1:
+                                v = vals[k0]
+                                rowl = np.uint64(idx5[k0])
+                                a3_0 += v * Fb5[rowl, q, 0] * Fb4[row4, q, 0]
+                                a3_1 += v * Fb5[rowl, q, 1] * Fb4[row4, q, 1]
+                                a3_2 += v * Fb5[rowl, q, 2] * Fb4[row4, q, 2]
+                                a3_3 += v * Fb5[rowl, q, 3] * Fb4[row4, q, 3]
+                                a3_4 += v * Fb5[rowl, q, 4] * Fb4[row4, q, 4]
+                                a3_5 += v * Fb5[rowl, q, 5] * Fb4[row4, q, 5]
+                                a3_6 += v * Fb5[rowl, q, 6] * Fb4[row4, q, 6]
+                                a3_7 += v * Fb5[rowl, q, 7] * Fb4[row4, q, 7]
+                                continue
+                            a4_0 = zero
+                            a4_1 = zero
+                            a4_2 = zero
+                            a4_3 = zero
+                            a4_4 = zero
+                            a4_5 = zero
+                            a4_6 = zero
+                            a4_7 = zero
+                            for j5 in range(k0, k1):
+                                v = vals[j5]
+                                row5 = np.uint64(idx5[j5])
+                                a4_0 += v * Fb5[row5, q, 0]
+                                a4_1 += v * Fb5[row5, q, 1]
+                                a4_2 += v * Fb5[row5, q, 2]
+                                a4_3 += v * Fb5[row5, q, 3]
+                                a4_4 += v * Fb5[row5, q, 4]
+                                a4_5 += v * Fb5[row5, q, 5]
+                                a4_6 += v * Fb5[row5, q, 6]
+                                a4_7 += v * Fb5[row5, q, 7]
+                            a3_0 += a4_0 * Fb4[row4, q, 0]
+                            a3_1 += a4_1 * Fb4[row4, q, 1]
+                            a3_2 += a4_2 * Fb4[row4, q, 2]
+                            a3_3 += a4_3 * Fb4[row4, q, 3]
+                            a3_4 += a4_4 * Fb4[row4, q, 4]
+                            a3_5 += a4_5 * Fb4[row4, q, 5]
+                            a3_6 += a4_6 * Fb4[row4, q, 6]
+                            a3_7 += a4_7 * Fb4[row4, q, 7]
+                        a2_0 += a3_0 * Fb3[row3, q, 0]
+                        a2_1 += a3_1 * Fb3[row3, q, 1]
+                        a2_2 += a3_2 * Fb3[row3, q, 2]
+                        a2_3 += a3_3 * Fb3[row3, q, 3]
+                        a2_4 += a3_4 * Fb3[row3, q, 4]
+                        a2_5 += a3_5 * Fb3[row3, q, 5]
+                        a2_6 += a3_6 * Fb3[row3, q, 6]
+                        a2_7 += a3_7 * Fb3[row3, q, 7]
+                    Ob[orow, q, 0] += p1_0 * a2_0
+                    Ob[orow, q, 1] += p1_1 * a2_1
+                    Ob[orow, q, 2] += p1_2 * a2_2
+                    Ob[orow, q, 3] += p1_3 * a2_3
+                    Ob[orow, q, 4] += p1_4 * a2_4
+                    Ob[orow, q, 5] += p1_5 * a2_5
+                    Ob[orow, q, 6] += p1_6 * a2_6
+                    Ob[orow, q, 7] += p1_7 * a2_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_6_3(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    Fb5 = Fs[5].reshape(Fs[5].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    p2_0 = p1_0 * Fb2[row2, q, 0]
+                    p2_1 = p1_1 * Fb2[row2, q, 1]
+                    p2_2 = p1_2 * Fb2[row2, q, 2]
+                    p2_3 = p1_3 * Fb2[row2, q, 3]
+                    p2_4 = p1_4 * Fb2[row2, q, 4]
+                    p2_5 = p1_5 * Fb2[row2, q, 5]
+                    p2_6 = p1_6 * Fb2[row2, q, 6]
+                    p2_7 = p1_7 * Fb2[row2, q, 7]
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        orow = np.uint64(idx3[j3])
+                        a3_0 = zero
+                        a3_1 = zero
+                        a3_2 = zero
+                        a3_3 = zero
+                        a3_4 = zero
+                        a3_5 = zero
+                        a3_6 = zero
+                        a3_7 = zero
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            row4 = np.uint64(idx4[j4])
+                            k0 = np.uint64(pos4[j4])
+                            k1 = np.uint64(pos4[j4 + u1])
+                            if k1 - k0 == u1:
+                                v = vals[k0]
+                                rowl = np.uint64(idx5[k0])
+                                a3_0 += v * Fb5[rowl, q, 0] * Fb4[row4, q, 0]
+                                a3_1 += v * Fb5[rowl, q, 1] * Fb4[row4, q, 1]
+                                a3_2 += v * Fb5[rowl, q, 2] * Fb4[row4, q, 2]
+                                a3_3 += v * Fb5[rowl, q, 3] * Fb4[row4, q, 3]
+                                a3_4 += v * Fb5[rowl, q, 4] * Fb4[row4, q, 4]
+                                a3_5 += v * Fb5[rowl, q, 5] * Fb4[row4, q, 5]
+                                a3_6 += v * Fb5[rowl, q, 6] * Fb4[row4, q, 6]
+                                a3_7 += v * Fb5[rowl, q, 7] * Fb4[row4, q, 7]
+                                continue
+                            a4_0 = zero
+                            a4_1 = zero
+                            a4_2 = zero
+                            a4_3 = zero
+                            a4_4 = zero
+                            a4_5 = zero
+                            a4_6 = zero
+                            a4_7 = zero
+                            for j5 in range(k0, k1):
+                                v = vals[j5]
+                                row5 = np.uint64(idx5[j5])
+                                a4_0 += v * Fb5[row5, q, 0]
+                                a4_1 += v * Fb5[row5, q, 1]
+                                a4_2 += v * Fb5[row5, q, 2]
+                                a4_3 += v * Fb5[row5, q, 3]
+                                a4_4 += v * Fb5[row5, q, 4]
+                                a4_5 += v * Fb5[row5, q, 5]
+                                a4_6 += v * Fb5[row5, q, 6]
+                                a4_7 += v * Fb5[row5, q, 7]
+                            a3_0 += a4_0 * Fb4[row4, q, 0]
+                            a3_1 += a4_1 * Fb4[row4, q, 1]
+                            a3_2 += a4_2 * Fb4[row4, q, 2]
+                            a3_3 += a4_3 * Fb4[row4, q, 3]
+                            a3_4 += a4_4 * Fb4[row4, q, 4]
+                            a3_5 += a4_5 * Fb4[row4, q, 5]
+                            a3_6 += a4_6 * Fb4[row4, q, 6]
+                            a3_7 += a4_7 * Fb4[row4, q, 7]
+                        Ob[orow, q, 0] += p2_0 * a3_0
+                        Ob[orow, q, 1] += p2_1 * a3_1
+                        Ob[orow, q, 2] += p2_2 * a3_2
+                        Ob[orow, q, 3] += p2_3 * a3_3
+                        Ob[orow, q, 4] += p2_4 * a3_4
+                        Ob[orow, q, 5] += p2_5 * a3_5
+                        Ob[orow, q, 6] += p2_6 * a3_6
+                        Ob[orow, q, 7] += p2_7 * a3_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_6_4(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    zero = np.zeros(1, out.dtype)[0]
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb5 = Fs[5].reshape(Fs[5].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    p2_0 = p1_0 * Fb2[row2, q, 0]
+                    p2_1 = p1_1 * Fb2[row2, q, 1]
+                    p2_2 = p1_2 * Fb2[row2, q, 2]
+                    p2_3 = p1_3 * Fb2[row2, q, 3]
+                    p2_4 = p1_4 * Fb2[row2, q, 4]
+                    p2_5 = p1_5 * Fb2[row2, q, 5]
+                    p2_6 = p1_6 * Fb2[row2, q, 6]
+                    p2_7 = p1_7 * Fb2[row2, q, 7]
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        p3_0 = p2_0 * Fb3[row3, q, 0]
+                        p3_1 = p2_1 * Fb3[row3, q, 1]
+                        p3_2 = p2_2 * Fb3[row3, q, 2]
+                        p3_3 = p2_3 * Fb3[row3, q, 3]
+                        p3_4 = p2_4 * Fb3[row3, q, 4]
+                        p3_5 = p2_5 * Fb3[row3, q, 5]
+                        p3_6 = p2_6 * Fb3[row3, q, 6]
+                        p3_7 = p2_7 * Fb3[row3, q, 7]
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            orow = np.uint64(idx4[j4])
+                            a4_0 = zero
+                            a4_1 = zero
+                            a4_2 = zero
+                            a4_3 = zero
+                            a4_4 = zero
+                            a4_5 = zero
+                            a4_6 = zero
+                            a4_7 = zero
+                            for j5 in range(np.uint64(pos4[j4]), np.uint64(pos4[j4 + u1])):
+                                v = vals[j5]
+                                row5 = np.uint64(idx5[j5])
+                                a4_0 += v * Fb5[row5, q, 0]
+                                a4_1 += v * Fb5[row5, q, 1]
+                                a4_2 += v * Fb5[row5, q, 2]
+                                a4_3 += v * Fb5[row5, q, 3]
+                                a4_4 += v * Fb5[row5, q, 4]
+                                a4_5 += v * Fb5[row5, q, 5]
+                                a4_6 += v * Fb5[row5, q, 6]
+                                a4_7 += v * Fb5[row5, q, 7]
+                            Ob[orow, q, 0] += p3_0 * a4_0
+                            Ob[orow, q, 1] += p3_1 * a4_1
+                            Ob[orow, q, 2] += p3_2 * a4_2
+                            Ob[orow, q, 3] += p3_3 * a4_3
+                            Ob[orow, q, 4] += p3_4 * a4_4
+                            Ob[orow, q, 5] += p3_5 * a4_5
+                            Ob[orow, q, 6] += p3_6 * a4_6
+                            Ob[orow, q, 7] += p3_7 * a4_7
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _rangebl8_6_5(pos_all, pos_off, idx_all, idx_off, vals, Fs, r0, r1, out):  # pragma: no cover
+    nb = np.uint64(out.shape[1] // 8)
+    Ob = out.reshape(out.shape[0], out.shape[1] // 8, 8)
+    u1 = np.uint64(1)
+    idx0 = idx_all[idx_off[0]:idx_off[1]]
+    idx1 = idx_all[idx_off[1]:idx_off[2]]
+    idx2 = idx_all[idx_off[2]:idx_off[3]]
+    idx3 = idx_all[idx_off[3]:idx_off[4]]
+    idx4 = idx_all[idx_off[4]:idx_off[5]]
+    idx5 = idx_all[idx_off[5]:idx_off[6]]
+    pos0 = pos_all[pos_off[0]:]
+    pos1 = pos_all[pos_off[1]:]
+    pos2 = pos_all[pos_off[2]:]
+    pos3 = pos_all[pos_off[3]:]
+    pos4 = pos_all[pos_off[4]:]
+    Fb0 = Fs[0].reshape(Fs[0].shape[0], out.shape[1] // 8, 8)
+    Fb1 = Fs[1].reshape(Fs[1].shape[0], out.shape[1] // 8, 8)
+    Fb2 = Fs[2].reshape(Fs[2].shape[0], out.shape[1] // 8, 8)
+    Fb3 = Fs[3].reshape(Fs[3].shape[0], out.shape[1] // 8, 8)
+    Fb4 = Fs[4].reshape(Fs[4].shape[0], out.shape[1] // 8, 8)
+    for j0 in range(np.uint64(r0), np.uint64(r1)):
+        row0 = np.uint64(idx0[j0])
+        for q in range(nb):
+            p0_0 = Fb0[row0, q, 0]
+            p0_1 = Fb0[row0, q, 1]
+            p0_2 = Fb0[row0, q, 2]
+            p0_3 = Fb0[row0, q, 3]
+            p0_4 = Fb0[row0, q, 4]
+            p0_5 = Fb0[row0, q, 5]
+            p0_6 = Fb0[row0, q, 6]
+            p0_7 = Fb0[row0, q, 7]
+            for j1 in range(np.uint64(pos0[j0]), np.uint64(pos0[j0 + u1])):
+                row1 = np.uint64(idx1[j1])
+                p1_0 = p0_0 * Fb1[row1, q, 0]
+                p1_1 = p0_1 * Fb1[row1, q, 1]
+                p1_2 = p0_2 * Fb1[row1, q, 2]
+                p1_3 = p0_3 * Fb1[row1, q, 3]
+                p1_4 = p0_4 * Fb1[row1, q, 4]
+                p1_5 = p0_5 * Fb1[row1, q, 5]
+                p1_6 = p0_6 * Fb1[row1, q, 6]
+                p1_7 = p0_7 * Fb1[row1, q, 7]
+                for j2 in range(np.uint64(pos1[j1]), np.uint64(pos1[j1 + u1])):
+                    row2 = np.uint64(idx2[j2])
+                    p2_0 = p1_0 * Fb2[row2, q, 0]
+                    p2_1 = p1_1 * Fb2[row2, q, 1]
+                    p2_2 = p1_2 * Fb2[row2, q, 2]
+                    p2_3 = p1_3 * Fb2[row2, q, 3]
+                    p2_4 = p1_4 * Fb2[row2, q, 4]
+                    p2_5 = p1_5 * Fb2[row2, q, 5]
+                    p2_6 = p1_6 * Fb2[row2, q, 6]
+                    p2_7 = p1_7 * Fb2[row2, q, 7]
+                    for j3 in range(np.uint64(pos2[j2]), np.uint64(pos2[j2 + u1])):
+                        row3 = np.uint64(idx3[j3])
+                        p3_0 = p2_0 * Fb3[row3, q, 0]
+                        p3_1 = p2_1 * Fb3[row3, q, 1]
+                        p3_2 = p2_2 * Fb3[row3, q, 2]
+                        p3_3 = p2_3 * Fb3[row3, q, 3]
+                        p3_4 = p2_4 * Fb3[row3, q, 4]
+                        p3_5 = p2_5 * Fb3[row3, q, 5]
+                        p3_6 = p2_6 * Fb3[row3, q, 6]
+                        p3_7 = p2_7 * Fb3[row3, q, 7]
+                        for j4 in range(np.uint64(pos3[j3]), np.uint64(pos3[j3 + u1])):
+                            row4 = np.uint64(idx4[j4])
+                            p4_0 = p3_0 * Fb4[row4, q, 0]
+                            p4_1 = p3_1 * Fb4[row4, q, 1]
+                            p4_2 = p3_2 * Fb4[row4, q, 2]
+                            p4_3 = p3_3 * Fb4[row4, q, 3]
+                            p4_4 = p3_4 * Fb4[row4, q, 4]
+                            p4_5 = p3_5 * Fb4[row4, q, 5]
+                            p4_6 = p3_6 * Fb4[row4, q, 6]
+                            p4_7 = p3_7 * Fb4[row4, q, 7]
+                            for j5 in range(np.uint64(pos4[j4]), np.uint64(pos4[j4 + u1])):
+                                orow = np.uint64(idx5[j5])
+                                v = vals[j5]
+                                Ob[orow, q, 0] += v * p4_0
+                                Ob[orow, q, 1] += v * p4_1
+                                Ob[orow, q, 2] += v * p4_2
+                                Ob[orow, q, 3] += v * p4_3
+                                Ob[orow, q, 4] += v * p4_4
+                                Ob[orow, q, 5] += v * p4_5
+                                Ob[orow, q, 6] += v * p4_6
+                                Ob[orow, q, 7] += v * p4_7
+
+
 KERNELS = {
     (3, 0): PartsKernel(_range_3_0, False),
     (3, 1): PartsKernel(_range_3_1, True),
@@ -3708,6 +5430,31 @@ BLOCKED_LEVEL = {
     (6, 3): PartsKernel(_rangebl_6_3, True),
     (6, 4): PartsKernel(_rangebl_6_4, True),
     (6, 5): PartsKernel(_rangebl_6_5, True),
+}
+
+#: the same kernels with 8 scalars per level (the number of columns a multiple of it)
+NARROW = 8
+BLOCKED_ROOT_NARROW = {
+    3: PartsKernel(_rangeb8_3),
+    4: PartsKernel(_rangeb8_4),
+    5: PartsKernel(_rangeb8_5),
+    6: PartsKernel(_rangeb8_6),
+}
+BLOCKED_LEVEL_NARROW = {
+    (3, 1): PartsKernel(_rangebl8_3_1, True),
+    (3, 2): PartsKernel(_rangebl8_3_2, True),
+    (4, 1): PartsKernel(_rangebl8_4_1, True),
+    (4, 2): PartsKernel(_rangebl8_4_2, True),
+    (4, 3): PartsKernel(_rangebl8_4_3, True),
+    (5, 1): PartsKernel(_rangebl8_5_1, True),
+    (5, 2): PartsKernel(_rangebl8_5_2, True),
+    (5, 3): PartsKernel(_rangebl8_5_3, True),
+    (5, 4): PartsKernel(_rangebl8_5_4, True),
+    (6, 1): PartsKernel(_rangebl8_6_1, True),
+    (6, 2): PartsKernel(_rangebl8_6_2, True),
+    (6, 3): PartsKernel(_rangebl8_6_3, True),
+    (6, 4): PartsKernel(_rangebl8_6_4, True),
+    (6, 5): PartsKernel(_rangebl8_6_5, True),
 }
 
 load_lightly(globals())
