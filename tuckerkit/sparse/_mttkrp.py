@@ -352,10 +352,11 @@ def padded_rank(R: int) -> int:
     power-law 3-way tree (2 workers, every mode, medians of 5) the loop form took 7-9 ms at rank 1-4, 11-14
     ms at 5, 15-20 ms at 10-12, 24-25 ms at 24 and 26-28 ms at 40, and the wide blocked ones 7-9 ms at 16,
     14-17 ms at 32 and 19-26 ms at 48. The narrow kernels (stop 56; CP-ALS per iteration on skew3d, unif3d and
-    skew4d, both dtypes, three interleaved rounds, the same fits to the bit): ranks 2-4 0.60-0.96x the loop
-    form's time, 5 0.70-0.89x the 16 wide columns', 8 0.63-0.88x them (and 0.97-1.06x the loop form's). Not
-    above 8: a rank of 17-24 on three narrow passes ran 0.90-1.05x its two wide ones, 40 on five 1.07-1.08x
-    its three (each pass walks the whole tree again)."""
+    skew4d, both dtypes, three interleaved rounds, two runs, the same fits to the bit): rank 2 0.67-1.11x the
+    loop form's time (above 1 on unif3d in one run), 3-4 0.60-0.86x, 5 0.70-0.89x the 16 wide columns', 8
+    0.63-0.88x them (0.86-1.07x the loop form's; ``benchmarks/sparse_ranks.py``). Not above 8: a rank of 17-24
+    on three narrow passes ran 0.90-1.05x its two wide ones, 40 on five 1.07-1.08x its three (each pass walks
+    the whole tree again)."""
     from tuckerkit.sparse._nested import BLOCK, NARROW
 
     if R < PAD_MIN_RANK:
