@@ -154,7 +154,8 @@ def masked_case(n, R, iters, repeat):
     start = np.where(mask, X, np.einsum("ir,jr,kr->ijk", *init))
     fmask = mask.astype(float)
     fns = {
-        "tuckerkit": lambda: tk.cp_als(X, R, mask=mask, init=[U.copy() for U in init], tol=0, max_iter=iters),
+        "tuckerkit": lambda: tk.cp_als(X, R, mask=mask, init=[U.copy() for U in init], tol=0, max_iter=iters,
+                                       linesearch=False),
         "tensorly": lambda: parafac(start, R, mask=fmask, init=tl.cp_tensor.CPTensor((np.ones(R), [U.copy() for U in
                                                                                                    init])),
                                     n_iter_max=iters, tol=0, linesearch=False),

@@ -162,7 +162,7 @@ def cp_als(
         (0.70 s instead of 1.45 s, the same fit), the faces 39 instead of 89, and where ALS crawls (nearly
         collinear components) a third to a quarter of the iterations (``benchmarks/compat.py``).
         ``linesearch=False`` is plain ALS, iteration for iteration the algorithm of pyttb's ``cp_als`` and
-        TensorLy's default ``parafac``. With ``mask=`` the iterations are EM-ALS without line search.
+        TensorLy's default ``parafac``. With ``mask=`` a jump is judged on the observed entries (see ``mask``).
     orthogonalize : int, default 0
         Replace each factor with more rows than ``rank`` by the Q of its QR factorization before each of
         the first ``orthogonalize`` iterations (TensorLy's ``orthogonalise``): a start that avoids
@@ -187,7 +187,12 @@ def cp_als(
         Missing data: True where ``X`` is observed (other entries may hold anything, NaN included). Fitted by
         EM imputation (the missing entries take the model's values before each ALS sweep; the observed-entry
         error never increases); ``fit`` is then the fit on the observed entries. Needs a dense ``X``; combines
-        with ``fixed_modes`` and ``orthogonalize`` (the same iterations), not with the line search.
+        with ``fixed_modes`` and ``orthogonalize`` (the same iterations) and with the line search, whose jumps
+        are then judged by the observed entries' fit (one pass over X, leaving it as it is; an accepted jump
+        refills the missing entries). Measured (planted CP tensors 100^3, 200x150x100, 60^4; default stop):
+        at 80 % missing 15-19 iterations instead of 28-39 (0.63-0.83x the time, the same or a higher fit), at
+        50 % 10-13 instead of 12-14, at 30 % the same iterations (up to 1.08x the time: the rejected jumps'
+        passes); ``linesearch=False`` follows TensorLy's masked ``parafac`` iteration for iteration.
 
     Returns
     -------
@@ -208,7 +213,7 @@ def cp_als(
 
         return masked_cp_als(X, rank, mask, init=init, tol=tol, max_iter=max_iter, random_state=random_state,
                              normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
-                             device=device, extras=Extras(fixed_modes, False, orthogonalize))
+                             device=device, extras=Extras(fixed_modes, linesearch, orthogonalize))
     with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True,
                             first_gram=_entry_gram(rank, init, fixed_modes), rough_first_gram=True) as call:
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
@@ -398,7 +403,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                         conj[n] = factors[n].conj()
         if not normalize and free:
             weights = sxp.ones(rank, dtype=wdt)
-        trying = linesearch and em is None and free and it > 4 and it % 2 == 0
+        trying = linesearch and free and it > 4 and it % 2 == 0
         if trying:
             before = [U.copy() for U in factors], weights.copy()
         sweep = X.mttkrp_sweep(conj, update, policy=policy)
@@ -418,6 +423,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             fit = em.step(CPModel(weights, factors))
         if trying:
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
+                if em is not None:  # missing data: the jumped model on the observed entries, X left as it is
+                    return em.observed_fit(CPModel(w, F))
                 Fc = [U.conj() for U in F] if cplx else F
                 M = operand_mttkrp(X, Fc, N - 1, policy)  # (a small tensor's: numpy directly)
                 if small is not None:
@@ -432,6 +439,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                 factors[:], weights, G, fit = jumped
                 for n, Gn in enumerate(G):
                     set_gram(n, Gn)
+                if em is not None:  # the missing entries take the jumped model's values for the next sweep
+                    em.fill(CPModel(weights, factors))
                 if cplx:
                     conj[:] = [U.conj() for U in factors]
         shown = xp.asarray(weights) if small is not None and callback is not None else weights

@@ -11,8 +11,8 @@ never increases from one iteration to the next (each step minimizes a majorizer 
 current model). The price is one reconstruction per iteration (formed piece by piece: :class:`EStep`), so
 ``mask=`` needs a dense, in-memory ``X``. The first fill is the mean of the observed entries (or the given
 start's values); HOOI's default start (``"st_hosvd"``) is then the sketched ST-HOSVD of the filled tensor
-(:func:`masked_hooi`). CP-ALS's line search stays off: its extrapolated model would be judged on the filled
-entries too.
+(:func:`masked_hooi`). CP-ALS's line search judges a jump by :meth:`EStep.observed_fit` (the filled tensor
+left as it is) and refills the missing entries from an accepted one.
 """
 
 from __future__ import annotations
@@ -227,8 +227,21 @@ class EStep:
             return 1.0
         return 1.0 - scale * math.sqrt(ssq) / self.norm_obs
 
-    def _run(self, model: Any, residual: bool) -> tuple[float, float]:
-        from tuckerkit.decomposition._missing_kernels import fill_residual
+    def observed_fit(self, model: Any) -> float:
+        """The observed-entry fit of the model, the tensor left as it is (a line search's trial model)."""
+        from tuckerkit.engine._operand import frobenius_norm
+
+        if not self.pieces:
+            fit = 1.0 if self.norm_obs <= 0 else (
+                1.0 - frobenius_norm(self.xp.where(self.missing, 0, self.X - model.full())) / self.norm_obs)
+            return fit
+        scale, ssq = self._run(model, True, fill=False)
+        if self.norm_obs <= 0:
+            return 1.0
+        return 1.0 - scale * math.sqrt(ssq) / self.norm_obs
+
+    def _run(self, model: Any, residual: bool, fill: bool = True) -> tuple[float, float]:
+        from tuckerkit.decomposition._missing_kernels import fill_residual, residual_only
         from tuckerkit.engine._operand import _piece_ssq, combine_pairs
         from tuckerkit.engine._policy import blas_pinned, parallel_for, resolve_policy
 
@@ -256,7 +269,10 @@ class EStep:
                     r0, r1, c0, c1 = pieces[i]
                     T = np.matmul(model.left(r0, r1), right[:, c0:c1]).astype(dtype, copy=False).reshape(-1)
                     lo, hi = r0 * cols + c0, (r1 - 1) * cols + c1
-                    fill_residual(flat_x[lo:hi], T, flat_o[lo:hi], scratch)
+                    if fill:
+                        fill_residual(flat_x[lo:hi], T, flat_o[lo:hi], scratch)
+                    else:
+                        residual_only(flat_x[lo:hi], T, flat_o[lo:hi])
                     if residual:
                         pairs[i] = _piece_ssq(T)
 
@@ -287,7 +303,7 @@ def masked_cp_als(X: Any, rank: Any, mask: Any, *, init: Any, tol: Any, max_iter
     with ctx as call:
         em = EStep(call.X.data, call.like(mask, bool), call.policy)
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
-                                   dataclasses.replace(extras, linesearch=False, em=em)))
+                                   dataclasses.replace(extras, em=em)))
 
 
 def masked_hooi(X: Any, ranks: Any, mask: Any, *, init: Any, tol: Any, max_iter: Any, random_state: Any,

@@ -42,6 +42,16 @@ def fill_residual(x, t, observed, scratch):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
+def residual_only(x, t, observed):  # pragma: no cover - compiled
+    """``t[k] = x[k] - t[k]`` where observed, ``0`` elsewhere; x unchanged (a model judged without filling it
+    in: CP-ALS's line search on masked data)."""
+    for k in range(x.shape[0]):
+        xv = x[k]
+        tv = t[k]
+        t[k] = xv - tv if observed[k] else 0.0
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def observed_sums(x, observed, inv_scale, s):  # pragma: no cover - compiled
     """``(count, largest magnitude, any NaN or infinity, sum, sum of squares)`` of the observed entries times
     ``inv_scale`` (a power of two: exact), in float64 (x: 1-D; observed: 1-D bool; s: float64 scratch, any
