@@ -189,10 +189,11 @@ def cp_als(
         error never increases); ``fit`` is then the fit on the observed entries. Needs a dense ``X``; combines
         with ``fixed_modes`` and ``orthogonalize`` (the same iterations) and with the line search, whose jumps
         are then judged by the observed entries' fit (one pass over X, leaving it as it is; an accepted jump
-        refills the missing entries). Measured (planted CP tensors 100^3, 200x150x100, 60^4; default stop):
-        at 80 % missing 15-19 iterations instead of 28-39 (0.63-0.83x the time, the same or a higher fit), at
-        50 % 10-13 instead of 12-14, at 30 % the same iterations (up to 1.08x the time: the rejected jumps'
-        passes); ``linesearch=False`` follows TensorLy's masked ``parafac`` iteration for iteration.
+        refills the missing entries). Measured (planted CP tensors 100^3, 200x150x100, 60^4; default stop;
+        two rounds): at 80 % missing 15-19 iterations instead of 28-39 (0.62-0.83x the time, the same or a
+        higher fit), at 50 % 10-13 instead of 12-14 (0.92-1.24x the time: each jump is a pass more), at 30 %
+        the same iterations (0.9-1.08x); ``linesearch=False`` follows TensorLy's masked ``parafac`` iteration
+        for iteration.
 
     Returns
     -------
