@@ -214,31 +214,25 @@ class EStep:
 
     def step(self, model: Any) -> float:
         """The observed-entry fit of the model, then :meth:`fill`."""
+        return self._measure(model, fill=True)
+
+    def observed_fit(self, model: Any) -> float:
+        """The observed-entry fit of the model, the tensor left as it is (a line search's trial model); the
+        same bits as :meth:`step`'s fit of that model."""
+        return self._measure(model, fill=False)
+
+    def _measure(self, model: Any, fill: bool) -> float:
         from tuckerkit.engine._operand import frobenius_norm
 
         if not self.pieces:
             Xhat = model.full()
-            fit = 1.0 if self.norm_obs <= 0 else (
-                1.0 - frobenius_norm(self.xp.where(self.missing, 0, self.X - Xhat)) / self.norm_obs)
-            self.xp.copyto(self.X, Xhat.astype(self.X.dtype, copy=False), where=self.missing)
-            return fit
-        scale, ssq = self._run(model, True)
-        if self.norm_obs <= 0:
-            return 1.0
-        return 1.0 - scale * math.sqrt(ssq) / self.norm_obs
-
-    def observed_fit(self, model: Any) -> float:
-        """The observed-entry fit of the model, the tensor left as it is (a line search's trial model)."""
-        from tuckerkit.engine._operand import frobenius_norm
-
-        if not self.pieces:
-            fit = 1.0 if self.norm_obs <= 0 else (
-                1.0 - frobenius_norm(self.xp.where(self.missing, 0, self.X - model.full())) / self.norm_obs)
-            return fit
-        scale, ssq = self._run(model, True, fill=False)
-        if self.norm_obs <= 0:
-            return 1.0
-        return 1.0 - scale * math.sqrt(ssq) / self.norm_obs
+            norm = frobenius_norm(self.xp.where(self.missing, 0, self.X - Xhat))
+            if fill:
+                self.xp.copyto(self.X, Xhat.astype(self.X.dtype, copy=False), where=self.missing)
+        else:
+            scale, ssq = self._run(model, True, fill=fill)
+            norm = scale * math.sqrt(ssq)
+        return 1.0 if self.norm_obs <= 0 else 1.0 - norm / self.norm_obs
 
     def _run(self, model: Any, residual: bool, fill: bool = True) -> tuple[float, float]:
         from tuckerkit.decomposition._missing_kernels import fill_residual, residual_only
