@@ -327,30 +327,44 @@ def _two_gpus(monkeypatch):
     return cp, _fakecupy.COUNTS
 
 
-def test_a_cp_sweep_runs_on_the_operands_gpu_with_its_cached_plans(monkeypatch):
-    """A CP-ALS sweep on arrays of cuda:1 while cuda:0 is current: its cached plans run there (the operand
-    makes its GPU current), the second sweep plans nothing, and each MTTKRP equals the CPU sweep's."""
-    from tuckerkit.engine import DenseTensor
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_a_cp_sweep_runs_on_the_operands_gpu(monkeypatch, layout):
+    """A CP-ALS sweep on arrays of cuda:1 while cuda:0 is current runs there (the operand makes its GPU
+    current) and each MTTKRP equals the CPU sweep's. A C- or F-ordered tensor's sweep is direct (cupy.matmul,
+    no planner: engine/_direct.py, ``device_direct_applies``); a strided view's runs its plans, cached: the
+    second sweep plans nothing, every cuBLAS call on cuda:1."""
+    from tuckerkit.engine import DenseTensor, DirectSweep
 
     cp, counts = _two_gpus(monkeypatch)
     rng = np.random.default_rng(11)
-    X = rng.standard_normal((9, 8, 7))
+    X = rng.standard_normal((9, 8, 14))
+    X = {"C": X, "F": np.asfortranarray(X), "strided": X[:, :, ::2]}[layout]
     Us = [rng.standard_normal((n, 3)) for n in X.shape]
     with cp.cuda.Device(1):
-        op, Fd = DenseTensor(cp.asarray(X)), [cp.asarray(F) for F in Us]
+        Xd = cp.asarray(X) if layout != "strided" else cp.asarray(np.ascontiguousarray(X.base))[:, :, ::2]
+        op, Fd = DenseTensor(Xd), [cp.asarray(F) for F in Us]
+    assert (Xd.flags.c_contiguous, Xd.flags.f_contiguous) == (layout == "C", layout == "F")
     assert cp.cuda.runtime.getDevice() == 0
     ref: dict = {}
     DenseTensor(X).mttkrp_sweep(list(Us), lambda n, M: ref.__setitem__(n, np.array(M)))
     for sweep_no in range(2):
         got: dict = {}
         before = len(op._sweep_plans)
-        op.mttkrp_sweep(list(Fd), lambda n, M, got=got: got.__setitem__(n, M))
-        assert len(op._sweep_plans) == before if sweep_no else before == 0 < len(op._sweep_plans)
+        sweep = op.mttkrp_sweep(list(Fd), lambda n, M, got=got: got.__setitem__(n, M))
+        if layout == "strided":
+            assert len(op._sweep_plans) == before if sweep_no else before == 0 < len(op._sweep_plans)
+            assert not isinstance(sweep.plans[0], DirectSweep)
+        else:
+            assert len(op._sweep_plans) == 0 and sweep.passes == 2
+            (rec,) = sweep.plans
+            assert isinstance(rec, DirectSweep) and rec.device == "gpu" and "cupy.matmul" in rec.explain()
         for n in range(3):
-            assert got[n].device.id == 1
+            assert got[n].device.id == 1 and got[n].shape == (X.shape[n], 3)
             tol = 512 * np.finfo(np.float64).eps * np.abs(X).sum()
             np.testing.assert_allclose(got[n].get(), ref[n], rtol=0, atol=tol)
-    assert counts["gemm@cuda:1"] > 0 and counts["gemm@cuda:0"] == 0
+    if layout == "strided":
+        assert counts["gemm@cuda:1"] > 0
+    assert counts["gemm@cuda:0"] == 0
     assert cp.cuda.runtime.getDevice() == 0
 
 

@@ -20,7 +20,13 @@ import numpy as np
 from tuckerkit._validation import check_factor_list
 from tuckerkit.backend import array_namespace
 from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
-from tuckerkit.engine._direct import direct_applies, direct_mttkrp_sweep, direct_ttmc_sweep, record
+from tuckerkit.engine._direct import (
+    device_direct_applies,
+    direct_applies,
+    direct_mttkrp_sweep,
+    direct_ttmc_sweep,
+    record,
+)
 from tuckerkit.engine._mttkrp import _khatri_rao, rank_outer
 from tuckerkit.engine._policy import ExecutionPolicy
 from tuckerkit.engine._ttm import CHEAPER, build_multi_ttm_plan, dense_multi_ttm
@@ -302,8 +308,8 @@ def _merged_view(T: Any, axes: list[int]) -> tuple[Any, list[int]] | None:
 def dense_mttkrp_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
                        cache: dict[Any, Any] | None = None) -> Sweep:
     R = next(int(U.shape[1]) for U in factors if U is not None)
-    if direct_applies(X, R):  # a small tensor: numpy directly, the same tree (engine/_direct.py)
-        direct_mttkrp_sweep(X, factors, update, R)
+    if direct_applies(X, R) or device_direct_applies(X):  # a small tensor, or a GPU's: matmul directly, the
+        direct_mttkrp_sweep(X, factors, update, R)        # same tree (engine/_direct.py)
         return Sweep((record("mttkrp", X, R),), 2)
     plans: list[Any] = []
     # mode order is the update order (0..N-1); for C or F layouts each half is a memory-adjacent chain
