@@ -104,6 +104,9 @@ class DirectSweep:
         The largest rank of the factors.
     flops : int
         ``4 * size * rank``, the measure compared with :data:`DIRECT_SWEEP_FLOPS` and :data:`DIRECT_MAX_FLOPS`.
+    device : str
+        ``"cpu"`` (numpy), or ``"gpu"`` for a cupy tensor's MTTKRP sweep (:func:`device_direct_applies`: any
+        size, ``cupy.matmul``).
 
     Examples
     --------
@@ -119,7 +122,6 @@ class DirectSweep:
     dtype: np.dtype
     rank: int
     flops: int
-    #: ``"cpu"``, or ``"gpu"`` for a cupy tensor's MTTKRP sweep (:func:`device_direct_applies`)
     device: str = "cpu"
 
     def explain(self) -> str:
