@@ -1012,6 +1012,60 @@ def test_long_rows_above_rank_16_go_to_blas_on_256_bit_machines(monkeypatch, dty
     contract_mod._cached_plan.cache_clear()
 
 
+def test_short_dot_rows_go_to_blas_on_256_bit_machines(monkeypatch, dtype, rng):
+    """ttm_outer's dot products along a contracted unit-stride extent of fewer than SHORT_DOT_BYTES (a short
+    last mode): on a 256-bit machine their sums run in LLVM's scalar remainder (measured 1.13-2.84x BLAS's
+    time in float32 at I = 6-24, 1.04-1.50x in float64 at I = 6-12, R >= 5), so BLAS is planned there; a row
+    of SHORT_DOT_BYTES keeps the kernel, as do R = 16's register-blocked kernel and 512-bit machines (their
+    constants unmeasured, unchanged). The BLAS plan's result is einsum's."""
+    item = np.dtype(dtype).itemsize
+    short, long_ = sg.SHORT_DOT_BYTES // item - 2, sg.SHORT_DOT_BYTES // item
+    kernel = CompiledKernel.TTM_OUTER if sg.simd_supported() else CompiledKernel.NONE
+    for wide in (False, True):
+        monkeypatch.setattr(sg, "wide_vectors", lambda wide=wide: wide)
+        for I, R in ((short, 5), (short, 10), (long_, 5), (short, 16)):  # noqa: E741
+            contract_mod._cached_plan.cache_clear()
+            X = np.empty((4_000_000 // I, I), dtype)
+            plan = plan_contraction("ac,cz->az", X, np.empty((I, R), dtype))
+            dot_short = I == short and not sg.outer_gemm_style(R, item) and not wide
+            assert plan.compiled is (CompiledKernel.NONE if dot_short else kernel), (wide, I, R, plan.explain())
+            assert (sg.kernel_efficiency("small_rank_ttm_outer", np.dtype(dtype).name, R, 0, I)
+                    == sg._KERNEL_EFF[("small_rank_ttm_outer", np.dtype(dtype).name)][R > 16]
+                    * (sg.SHORT_DOT_RATE if dot_short else 1.0))
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    contract_mod._cached_plan.cache_clear()
+    X, U = make_tensor(rng, (50_000, short), dtype), make_tensor(rng, (short, 5), dtype)
+    plan = plan_contraction("ac,cz->az", X, U)
+    assert plan.compiled is CompiledKernel.NONE
+    want = np.einsum("ac,cz->az", X.astype(np.float64), U.astype(np.float64))
+    np.testing.assert_allclose(contract("ac,cz->az", X, U, plan=plan), want,
+                               atol=4 * (short + 2) * np.finfo(dtype).eps * np.abs(want).max())
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
+def test_batches_of_tiny_gemms_go_to_the_compiled_kernel(monkeypatch, dtype):
+    """A middle mode batched over a long first mode ((100000, 10, 10) at R = 5: 100000 GEMMs of 10 x 10 by 10 x
+    5) costs BLAS BATCH_CALL_SECONDS a GEMM beyond its flops (measured 370-700 ns), so the planner takes the
+    compiled kernel (float32 0.12-0.48x BLAS's time, where the rates alone had kept BLAS); without the call
+    term the float32 plan is BLAS's strided-batched GEMM. The estimates show the calls."""
+    if not sg.simd_supported():
+        pytest.skip("ttm_inner's microkernels need AVX2 + FMA")
+    X, U = np.empty((100_000, 10, 10), dtype), np.empty((10, 5), dtype)
+    contract_mod._cached_plan.cache_clear()
+    plan = plan_contraction("abc,bz->azc", X, U)
+    assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()
+    est = dict(plan.estimates)
+    assert est["blas strided_batched_gemm"] >= (100_000 - 1) * sg.BATCH_CALL_SECONDS
+    monkeypatch.setattr(sg, "BATCH_CALL_SECONDS", 0.0)
+    contract_mod._cached_plan.cache_clear()
+    without = plan_contraction("abc,bz->azc", X, U)
+    if np.dtype(dtype) == np.float32:
+        assert without.compiled is CompiledKernel.NONE and without.kind == "strided_batched_gemm"
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
     monkeypatch.setattr(sg, "simd_supported", lambda: False)
     assert not sg.outer_gemm_style(32, 4)

@@ -949,7 +949,13 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if lay is None:
         return plan
     from tuckerkit.engine._roofline import machine_roofline
-    from tuckerkit.engine._smallgemm import MAX_RANK, blas_efficiency, kernel_efficiency, planned_beyond_max_rank
+    from tuckerkit.engine._smallgemm import (
+        BATCH_CALL_SECONDS,
+        MAX_RANK,
+        blas_efficiency,
+        kernel_efficiency,
+        planned_beyond_max_rank,
+    )
 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
     R = m_shape[1] if u_kz else m_shape[0]
@@ -968,17 +974,22 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
     eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
                                  math.prod(t_shape) * itemsize)
-    t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R))
+    # (a batch of GEMMs pays BATCH_CALL_SECONDS a GEMM beyond its flops: many tiny slices are call-bound)
+    calls = math.prod(plan.batch_sizes) if plan.kind == KernelKind.STRIDED_BATCHED_GEMM else 1
+    t_calls = (calls - 1) * BATCH_CALL_SECONDS
+    t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R)) + t_calls
     t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, eff_comp)
     peak = roof.peak(plan.dtype)
     estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
                  ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)),
                  ("compiled compute", plan.flops / (peak * eff_comp)),
-                 (f"blas {plan.kind} compute", plan.flops / (peak * blas_efficiency(variant.value, plan.dtype, R))))
+                 (f"blas {plan.kind} compute",
+                  plan.flops / (peak * blas_efficiency(variant.value, plan.dtype, R)) + t_calls))
     # both read the tensor once: where both are bandwidth-bound the estimates tie and the compute terms
-    # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration)
+    # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration;
+    # a batch's calls, in seconds, count against the peak's flops)
     c_comp = 1.0 / eff_comp
-    c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R)
+    c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R) + t_calls * peak / max(plan.flops, 1)
     if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:
         return dataclasses.replace(plan, estimates=estimates)
     small = _SmallRankLayout(x_perm, n_outer, out_perm, u_kz, plan._out_order, swap)

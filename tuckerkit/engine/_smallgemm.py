@@ -1254,6 +1254,26 @@ LONG_ROW_MIN_I = 128
 STREAMED_BYTES = 32 << 20
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
+#: :func:`ttm_outer`'s dot products (not :func:`outer_gemm_style`) along a contracted unit-stride extent of
+#: fewer bytes than this, where vectors are 256 bits: LLVM's vector loop (a vector times its unroll) is longer
+#: than the row, so the sums run in the scalar remainder; their rate is the constant times ``SHORT_DOT_RATE``.
+#: Measured on the 2-core AVX2 machine (a C-ordered (E / I, I) X against I x R, E = 8M elements, the
+#: planner's compiled plan against its BLAS plan, two workers, medians of 7 interleaved, R = 3-20, three
+#: runs): float32 I = 6-24 1.13-2.84x BLAS's time, I = 32-40 0.78-1.53x (1.0-1.2x in two runs of three),
+#: I = 48 0.71-0.91x, I = 64 0.68-0.89x; float64 I = 6-12 0.93-1.50x (1.04-1.50x at R >= 5), I = 16
+#: 0.70-1.25x (1.0-1.25x in two runs), I = 24 0.71-1.09x, I = 32 0.61-1.01x. The short last modes of
+#: (1000, 100, 10) or (100000, 10, 10) are such rows: float32 100000 x 10 x 10 at R = 5, 17 against 7 ms
+#: on BLAS. The register-blocked kernel (R = 16) keeps its rate (0.55-0.94x BLAS's time at I = 6-40).
+#: 512-bit vectors not measured: their constants are unchanged
+SHORT_DOT_BYTES = 192
+SHORT_DOT_RATE = 0.45
+#: a batch of GEMMs on BLAS costs this much per GEMM beyond its flops (the batched loop's call, its
+#: operands' set-up, a tiny GEMM's packing): the strided-batched alternative of :func:`ttm_inner` adds it
+#: per GEMM. Measured on the 2-core AVX2 machine (the middle mode, batched over the first: X of (A, B, C)
+#: against B x R, R = 5 / 10, two workers): 370-700 ns a GEMM for 10 x 10 to 20 x 20 slices, where the
+#: compiled kernel ran float32 (100000, 10, 10) in 0.12-0.26x BLAS's time (which the rates alone put at a
+#: ninth of the kernel's) and float64 (100000, 20, 5) in 0.28x
+BATCH_CALL_SECONDS = 0.4e-6
 
 
 def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, nbytes: int) -> bool:
@@ -1303,6 +1323,9 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     ``_long_short_i`` constants, or ``_long_short_i_streamed`` where the tensor's ``nbytes`` exceed
     ``STREAMED_BYTES``.
 
+    :func:`ttm_outer`'s dot products along a contracted extent of fewer than ``SHORT_DOT_BYTES`` (256-bit
+    vectors) run at ``SHORT_DOT_RATE`` of the rate.
+
     ``columns``: the unit-stride extent ``C`` of :func:`ttm_inner` (0: not known). Rows of at least
     ``LONG_ROW_BYTES`` take the long-row constants. The columns left over at the end of a row, fewer than one
     packed strip of 64 bytes, run from X directly one vector at a time (the last vector overlapping the
@@ -1320,6 +1343,9 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     if key == "small_rank_ttm_inner_long" and not wide_vectors():
         hi = _LONG_HI_256[dtype]
     eff = lo if R <= 16 else hi
+    if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < SHORT_DOT_BYTES and not wide_vectors()
+            and not outer_gemm_style(R, itemsize)):
+        eff *= SHORT_DOT_RATE
     if variant == "small_rank_ttm_inner" and columns > 0:
         vl = 32 // itemsize
         full = columns - columns % (2 * vl)
