@@ -247,3 +247,32 @@ def test_tiny_route_declines_non_finite_and_is_taken_only_where_small():
     assert T(np.ones((128, 4)), 128, 4, 3) and not T(np.ones((172, 4)), 172, 4, 3)  # 512 factor elements
     assert T(np.ones((4, 1638)), 4, 1638, 2) and not T(np.ones((4, 1639)), 4, 1639, 2)  # 16384 Gram madds
     assert not T(np.ones((10, 9), np.complex128), 10, 9, 3) and not T(np.ones((10, 9), np.int64), 10, 9, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_sign_fix_of_a_thin_q_in_any_layout_is_sign_fix_of_its_c_copy(dtype, layout):
+    """The factor step's sign fix of the thin QR's (Fortran-ordered) Q reads it where it lies and writes the
+    C-contiguous result in one pass: bit for bit sign_fix of Q's C-contiguous copy, also with a zero column,
+    a column whose largest magnitudes tie with opposite signs (the first one decides), and Q left unmodified."""
+    from tuckerkit.engine._subspace import _sign_fix_c, sign_fix
+
+    rng = np.random.default_rng(3)
+    Q = rng.standard_normal((301, 6))
+    if np.dtype(dtype).kind == "c":
+        Q = Q + 1j * rng.standard_normal((301, 6))
+    Q = Q.astype(dtype)
+    Q[:, 2] = 0
+    Q[:, 3] = 0.5
+    Q[7, 3], Q[40, 3] = -2.0, 2.0  # (the first of the tied magnitudes is negative: the column flips)
+    Q = {"C": np.ascontiguousarray(Q), "F": np.asfortranarray(Q), "strided": np.asfortranarray(
+        np.repeat(Q, 2, axis=0))[::2]}[layout]
+    before = Q.copy()
+    got = _sign_fix_c(Q)
+    want = sign_fix(np.ascontiguousarray(Q))
+    assert got.flags.c_contiguous and got.dtype == Q.dtype
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got.real), np.signbit(want.real))  # (the signs of zeros too)
+    np.testing.assert_array_equal(Q, before)
+    if np.dtype(dtype).kind != "c":
+        assert got[7, 3] == 2.0 and got[40, 3] == -2.0 and np.all(got[:, 2] == 0)
