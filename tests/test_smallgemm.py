@@ -1066,6 +1066,26 @@ def test_batches_of_tiny_gemms_go_to_the_compiled_kernel(monkeypatch, dtype):
     contract_mod._cached_plan.cache_clear()
 
 
+def test_a_large_u_over_few_rows_goes_to_blas(monkeypatch):
+    """ttm_outer reads all of U once per tile of rows of X: a long last mode against few rows ((4, 4, 1000000)
+    or (10, 10, 100000): U of 8-80 MB re-read 4-25 times, measured 1.6-18x BLAS's time) is planned on BLAS,
+    with the re-reads in the compiled estimate; without them (or with U under OUTER_U_CACHED_BYTES, as the
+    last mode of 200^3) the kernel. The rule is outer_reread_bytes'."""
+    if not sg.simd_supported():
+        pytest.skip("the compiled kernels need AVX2 + FMA")
+    big, small = np.empty((4, 4, 1_000_000)), np.empty((200, 200, 200))
+    assert sg.outer_reread_bytes(16, 1_000_000, 10, 8) == 3 * 80_000_000  # (4 tiles of 4 rows: 3 more reads)
+    assert sg.outer_reread_bytes(40_000, 200, 10, 8) == 0
+    for cached, want_big in ((sg.OUTER_U_CACHED_BYTES, CompiledKernel.NONE), (1 << 60, CompiledKernel.TTM_OUTER)):
+        monkeypatch.setattr(sg, "OUTER_U_CACHED_BYTES", cached)
+        contract_mod._cached_plan.cache_clear()
+        plan = ttm_plan(big, np.empty((1_000_000, 10)), 2, transpose=True)
+        assert plan.compiled is want_big, plan.explain()
+        assert ttm_plan(small, np.empty((200, 10)), 2, transpose=True).compiled is CompiledKernel.TTM_OUTER
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
     monkeypatch.setattr(sg, "simd_supported", lambda: False)
     assert not sg.outer_gemm_style(32, 4)

@@ -954,6 +954,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
         MAX_RANK,
         blas_efficiency,
         kernel_efficiency,
+        outer_reread_bytes,
         planned_beyond_max_rank,
     )
 
@@ -978,17 +979,22 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     calls = math.prod(plan.batch_sizes) if plan.kind == KernelKind.STRIDED_BATCHED_GEMM else 1
     t_calls = (calls - 1) * BATCH_CALL_SECONDS
     t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R)) + t_calls
-    t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, eff_comp)
+    # (the unit-stride kernel reads U once per tile of rows of X: again from memory where U is large, which
+    # stalls the kernel: added to its time, not overlapped)
+    reread = (outer_reread_bytes(math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], R,
+                                 itemsize) if variant == CompiledKernel.TTM_OUTER else 0)
+    t_reread = reread / roof.bandwidth
+    t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, eff_comp) + t_reread
     peak = roof.peak(plan.dtype)
     estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
                  ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)),
-                 ("compiled compute", plan.flops / (peak * eff_comp)),
+                 ("compiled compute", plan.flops / (peak * eff_comp) + t_reread),
                  (f"blas {plan.kind} compute",
                   plan.flops / (peak * blas_efficiency(variant.value, plan.dtype, R)) + t_calls))
     # both read the tensor once: where both are bandwidth-bound the estimates tie and the compute terms
     # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration;
     # a batch's calls, in seconds, count against the peak's flops)
-    c_comp = 1.0 / eff_comp
+    c_comp = 1.0 / eff_comp + t_reread * peak / max(plan.flops, 1)
     c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R) + t_calls * peak / max(plan.flops, 1)
     if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:
         return dataclasses.replace(plan, estimates=estimates)

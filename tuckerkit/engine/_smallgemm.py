@@ -1274,6 +1274,15 @@ SHORT_DOT_RATE = 0.45
 #: compiled kernel ran float32 (100000, 10, 10) in 0.12-0.26x BLAS's time (which the rates alone put at a
 #: ninth of the kernel's) and float64 (100000, 20, 5) in 0.28x
 BATCH_CALL_SECONDS = 0.4e-6
+#: :func:`ttm_outer` reads all of U (I x R) once per tile of rows of X (4 rows for the dot products,
+#: ``_OUTER_ROWS`` for the register-blocked kernel): where U is larger than this it comes from memory each
+#: time, and the planner counts those reads (:func:`outer_reread_bytes`). Measured on the 2-core AVX2 machine
+#: (the last mode of (A / I ... , I) tensors, the planner's compiled plan against its BLAS plan, medians of 5
+#: interleaved): U of 6.4-25 MB over 16-100 rows of X 1.6-18x BLAS's time ((10, 10, 100000) float64 R = 10
+#: 18.1 against 11.5 ms, (4, 4, 1000000) float64 R = 10 147 against 25 ms); U of 4 MB and less 0.85-1.16x
+#: ((10, 10, 100000) float32 R = 10, float64 R = 5; (50, 50, 4000), (100, 100, 1000), (20, 200, 2000) at
+#: R = 3-32)
+OUTER_U_CACHED_BYTES = 4 << 20
 
 
 def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, nbytes: int) -> bool:
@@ -1354,6 +1363,20 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
         else:
             eff *= columns / (full + -(-(columns - full) // vl) * vl / TAIL_VECTOR_RATE)
     return eff
+
+
+def outer_reread_bytes(A: int, I: int, R: int, itemsize: int) -> int:  # noqa: E741
+    """The bytes :func:`ttm_outer` reads beyond the tensor, the output and one pass over U: U read again for
+    each further tile of rows of X where U exceeds ``OUTER_U_CACHED_BYTES`` (else 0).
+
+    >>> outer_reread_bytes(100, 100000, 10, 8), outer_reread_bytes(40000, 200, 10, 8)
+    (192000000, 0)
+    """
+    u = I * R * itemsize
+    if u <= OUTER_U_CACHED_BYTES:
+        return 0
+    rows = _OUTER_ROWS if outer_gemm_style(R, itemsize) else 4
+    return (-(-A // rows) - 1) * u
 
 
 def blas_efficiency(variant: str, dtype: str, R: int) -> float:
