@@ -298,7 +298,8 @@ def direct_mttkrp_sweep(X: np.ndarray, factors: list[Any], update: Update, R: in
     each partial's halves by GEMVs batched over the rank (``numpy.matmul``), recursively. ``update(n, M_n)``
     as in :func:`mttkrp_sweep` (``M_n`` an (I_n, R) view of a rank-first array, as the planned sweep gives).
     An F-ordered ``X`` is read as the C-contiguous view of its memory (the modes reversed): the same halves and
-    the same order of updates, every partial's modes reversed in memory (``rev``)."""
+    the same order of updates, every partial's modes reversed in memory (``rev``). A cupy ``X``
+    (:func:`device_direct_applies`) takes the same steps with ``cupy.matmul`` (cuBLAS)."""
     shape, N = X.shape, X.ndim
     h = (N + 1) // 2
     first, second = list(range(h)), list(range(h, N))

@@ -992,8 +992,9 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
                  (f"blas {plan.kind} compute",
                   plan.flops / (peak * blas_efficiency(variant.value, plan.dtype, R)) + t_calls))
     # both read the tensor once: where both are bandwidth-bound the estimates tie and the compute terms
-    # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration;
-    # a batch's calls, in seconds, count against the peak's flops)
+    # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration,
+    # except where a batch's calls or the kernel's re-reads of U, in seconds, count against the peak's flops:
+    # there the calibrated peak and bandwidth weigh them)
     c_comp = 1.0 / eff_comp + t_reread * peak / max(plan.flops, 1)
     c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R) + t_calls * peak / max(plan.flops, 1)
     if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:

@@ -528,10 +528,11 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
 
 
 def _sign_fix_c(Q: np.ndarray) -> np.ndarray:
-    """``sign_fix(np.ascontiguousarray(Q))`` of a real or complex host matrix in any layout (the thin QR's
-    Fortran-ordered Q), bit for bit, in one pass: the signs from ``Q`` as it is (a Fortran-ordered column is
-    one run of memory), then the product written C-contiguous. A Fortran-ordered 100000 x 5 Q (a long mode's
-    factor step; best of 7, one core): float64 2.7 against 4.3 ms, float32 1.5 against 1.9 ms."""
+    """``sign_fix(np.ascontiguousarray(Q))`` of a real host matrix in any layout (the thin QR's Fortran-ordered
+    Q), bit for bit, in one pass: the signs from ``Q`` as it is (a Fortran-ordered column is one run of
+    memory), then the product written C-contiguous (a complex Q: that expression itself). A Fortran-ordered
+    100000 x 5 Q (a long mode's factor step; best of 7, one core): float64 2.7 against 4.3 ms, float32 1.5
+    against 1.9 ms."""
     if Q.dtype.kind == "c" or Q.ndim != 2:
         return sign_fix(np.ascontiguousarray(Q))
     top = Q[np.abs(Q).argmax(axis=0), np.arange(Q.shape[1])]
