@@ -276,3 +276,41 @@ def test_sign_fix_of_a_thin_q_in_any_layout_is_sign_fix_of_its_c_copy(dtype, lay
     np.testing.assert_array_equal(Q, before)
     if np.dtype(dtype).kind != "c":
         assert got[7, 3] == 2.0 and got[40, 3] == -2.0 and np.all(got[:, 2] == 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["C", "permuted"])
+def test_a_long_modes_factor_step_cuts_its_products_for_the_workers(dtype, layout, monkeypatch):
+    """The second route (P < I_n) on an unfolding of TALL_ELEMS elements or more (a long mode) cuts M^T M,
+    the warm start's M^T start and M V into pieces by the sizes: the same bits for 1, 2 and 3 workers, an
+    orthonormal basis, the same subspace and eigenvalues as the single-call route to rounding, from a C-ordered
+    projection or one whose long mode is not outermost (the unfolding copied first, as before)."""
+    from tuckerkit.engine import ExecutionPolicy, _subspace
+
+    rng = np.random.default_rng(8)
+    I_n, shape, r = 70_000, (4, 4), 3
+    assert I_n * 16 >= _subspace.TALL_ELEMS
+    core = rng.standard_normal((I_n, 16)) * np.linspace(3, 0.1, 16)  # (a spectrum with gaps)
+    Y = core.reshape(I_n, *shape).astype(dtype)
+    if layout == "permuted":
+        Y = np.ascontiguousarray(Y.transpose(2, 0, 1)).transpose(1, 2, 0)
+        assert not Y.flags.c_contiguous
+    start = np.linalg.qr(rng.standard_normal((I_n, r)))[0].astype(dtype)
+    taken = []
+    route = _subspace._tall_second_route
+    monkeypatch.setattr(_subspace, "_tall_second_route", lambda *a: taken.append(a[0].shape) or route(*a))
+    got = [leading_left_singular(Y, 0, r, ExecutionPolicy(workers=w), start=start) for w in (1, 2, 3)]
+    assert taken == [(I_n, 16)] * 3
+    for U, w in got[1:]:
+        np.testing.assert_array_equal(U, got[0][0])
+        np.testing.assert_array_equal(w, got[0][1])
+    U, w = got[0]
+    assert U.flags.c_contiguous and U.dtype == dtype and U.shape == (I_n, r)
+    eps = np.finfo(dtype).eps
+    U64 = U.astype(np.float64)
+    np.testing.assert_allclose(U64.T @ U64, np.eye(r), atol=50 * eps)
+    monkeypatch.setattr(_subspace, "TALL_ELEMS", 1 << 62)
+    U_ref, w_ref = leading_left_singular(Y, 0, r, default_policy(), start=start)
+    np.testing.assert_allclose(w, w_ref, rtol=1e3 * eps)
+    np.testing.assert_allclose(np.linalg.svd(U64.T @ U_ref.astype(np.float64), compute_uv=False), 1,
+                               atol=1e3 * eps)
