@@ -1086,6 +1086,23 @@ def test_a_large_u_over_few_rows_goes_to_blas(monkeypatch):
     contract_mod._cached_plan.cache_clear()
 
 
+def test_gemvs_that_reread_a_large_matrix_lose_to_one_gemm(monkeypatch):
+    """A short last mode at a small rank ((50000, 8, 8, 8) x_3 at R = 4: A of 3.2M x 8 against 8 x 4) was
+    planned as four GEMVs over z, each reading all of A (measured 132-138 ms against one GEMM's 27-41 ms):
+    the planner now counts a GEMV batch's re-reads of a matrix it shares (_STREAM_BW), and plans the GEMM;
+    without that term it plans the GEMVs again."""
+    X, U = np.empty((50_000, 8, 8, 8)), np.empty((8, 4))
+    contract_mod._cached_plan.cache_clear()
+    plan = ttm_plan(X, U, 3, transpose=True)
+    assert plan.kind == "gemm" and plan.remedy == plan_mod.Remedy.NONE, plan.explain()
+    monkeypatch.setattr(plan_mod, "_STREAM_BW", 1e30)
+    contract_mod._cached_plan.cache_clear()
+    again = ttm_plan(X, U, 3, transpose=True)
+    assert again.remedy != plan_mod.Remedy.NONE and again.inner_kind == "batched_gemv", again.explain()
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
     monkeypatch.setattr(sg, "simd_supported", lambda: False)
     assert not sg.outer_gemm_style(32, 4)

@@ -40,6 +40,11 @@ _GEMM_HALF = 16.0  # extent at which a GEMM dimension runs at half efficiency
 _CALL = 1.5e-6  # overhead of one BLAS call inside a batched loop
 _VEC_RATE = 4e9  # flop/s of a level-2 (GEMV, dot) kernel
 _GER_RATE = 1e9  # element updates/s of an outer product loop
+#: bytes/s of a level-2 kernel's pass over a matrix it re-reads: a GEMV batched over an index its matrix lacks
+#: reads the whole matrix once per GEMV. The last mode of 50000 x 8 x 8 x 8 at rank 4 (A of 3.2M x 8, four
+#: GEMVs over z, 205 MB each) took 162-173 ms against one GEMM's 52-74 ms, which the flop rates alone had
+#: ranked the other way (51 against 69 ms)
+_STREAM_BW = 10e9
 _COPY_BW = 2e9  # bytes/s of a strided (transposing) copy
 _OUTER_PREF = 1.02  # penalty when the batch loop is not over the output's outermost mode
 _NARROW = 32  # a row-major GEMM output with fewer columns than this, and many rows, ...
@@ -469,6 +474,11 @@ def _evaluate(
             return None
         base = KernelKind.GEMV
         sec = flops / _VEC_RATE + nb * _CALL
+        # the batch modes the matrix side lacks read each of its slices again for every GEMV over them
+        mat = sA if m > 1 else sB
+        again = math.prod(sizes[x] for x in batch if x not in mat) if mat is not None else 1
+        if again > 1:
+            sec += nb * (1 - 1 / again) * (m if m > 1 else n) * k * (4 if single else 8) / _STREAM_BW
     elif k > 1:
         base = KernelKind.DOT
         sec = flops / _VEC_RATE + nb * _CALL
