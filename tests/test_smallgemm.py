@@ -1103,6 +1103,34 @@ def test_gemvs_that_reread_a_large_matrix_lose_to_one_gemm(monkeypatch):
     contract_mod._cached_plan.cache_clear()
 
 
+def test_a_gemv_batchs_exceptional_case_goes_to_the_compiled_kernel(monkeypatch, rng):
+    """float32 at R = 2 on a short first mode ((8, 2000, 8, 40) x_0: 2 x 8 against 8 x 640000) has no GEMM the
+    planner ranks above a batch of GEMVs over the rank (each reading the whole tensor: the exceptional case's
+    zero-copy remedy), and the small-rank step used to skip exceptional cases: 1.83-1.89 ms against the
+    compiled kernel's 0.79 (first mode of (10, 10, 10, 10000): 4.6-5.9 against 1.27). The step now weighs the
+    kernel against such a batch, whose BLAS estimate counts the tensor read once more per rank beyond one."""
+    X = rng.standard_normal((8, 2000, 8, 40)).astype(np.float32)
+    U = rng.standard_normal((2, 8)).astype(np.float32)
+    contract_mod._cached_plan.cache_clear()
+    plan = ttm_plan(X, U, 0)
+    assert plan.compiled is CompiledKernel.TTM_INNER and plan.remedy == plan_mod.Remedy.BATCHED_GEMV, plan.explain()
+    assert "BLAS alternative: exceptional, remedy batched_gemv" in plan.explain()
+    assert plan_mod._gemv_reread_bytes(plan, 4) == X.nbytes  # (the second GEMV reads the tensor again)
+    Y = plan(X, U)
+    ref = np.einsum("abcd,za->zbcd", X.astype(np.float64), U.astype(np.float64))
+    assert np.abs(Y - ref).max() <= 32 * np.finfo(np.float32).eps * np.abs(ref).max()
+    assert np.array_equal(plan(X, U), Y)
+    monkeypatch.setattr(plan_mod, "_gemv_reread_bytes", lambda plan, itemsize: 0)
+    contract_mod._cached_plan.cache_clear()
+    once = dict(ttm_plan(X, U, 0).estimates)
+    from tuckerkit.engine._roofline import machine_roofline
+
+    blas = "blas exceptional"
+    assert dict(plan.estimates)[blas] - once[blas] == pytest.approx(X.nbytes / machine_roofline().bandwidth)
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
     monkeypatch.setattr(sg, "simd_supported", lambda: False)
     assert not sg.outer_gemm_style(32, 4)

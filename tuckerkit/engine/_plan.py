@@ -333,7 +333,8 @@ class ContractionPlan:
         if self.remedy != Remedy.NONE:
             lines[0] += f" (remedy: {self.remedy}, then {self.inner_kind})"
         if self.compiled != CompiledKernel.NONE:
-            lines[0] = f"{self.notation()}  ->  compiled {self.compiled} (BLAS alternative: {self.kind})"
+            alt = f"{self.kind}" + (f", remedy {self.remedy}" if self.remedy != Remedy.NONE else "")
+            lines[0] = f"{self.notation()}  ->  compiled {self.compiled} (BLAS alternative: {alt})"
         if self.estimates:
             both = [(name, sec) for name, sec in self.estimates if not name.endswith(" compute")]
             alone = [(name[:-len(" compute")], sec) for name, sec in self.estimates if name.endswith(" compute")]
@@ -941,10 +942,30 @@ def _ttm_layout(spec: Spec, a_shape, a_strides, b_strides, out_shape, out_stride
     return x_perm, n_outer, out_perm, b[0] == k, False
 
 
+def _gemv_reread_bytes(plan: ContractionPlan, itemsize: int) -> int:
+    """The bytes a plan's batch of GEMVs reads beyond one pass over its operands: the matrix side once more
+    for each further index of the batch modes it lacks (0 for any other plan).
+
+    >>> import numpy as np
+    >>> from tuckerkit.engine import ttm_plan
+    >>> p = ttm_plan(np.ones((10, 10, 10, 10000), np.float32), np.ones((2, 10), np.float32), 0)
+    >>> p.inner_kind.value, _gemv_reread_bytes(p, 4)
+    ('batched_gemv', 40000000)
+    """
+    if plan.inner_kind != KernelKind.BATCHED_GEMV:
+        return 0
+    side = 0 if plan.m > 1 else 1  # the matrix is A when the GEMV's rows come from it, else B
+    again = math.prod(size for size, st in zip(plan.batch_sizes, plan.batch_strides, strict=True) if st[side] == 0)
+    matrix = plan.m * plan.k if side == 0 else plan.n * plan.k
+    lacking = math.prod(plan.batch_sizes) // max(again, 1)
+    return (again - 1) * matrix * lacking * itemsize
+
+
 def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
                          out_strides, out_layout: str, copies: str = "auto") -> ContractionPlan:
     """The plan with a compiled small-rank TTM kernel when the roofline cost model says it is faster."""
-    if plan.dtype not in ("float32", "float64") or plan.remedy != Remedy.NONE or plan.kind == KernelKind.EMPTY:
+    if plan.dtype not in ("float32", "float64") or plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) \
+            or plan.kind == KernelKind.EMPTY:
         return plan
     if plan.flops < SMALL_RANK_MIN_FLOPS:
         return plan
@@ -986,9 +1007,15 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
                                  math.prod(t_shape) * itemsize)
     # (a batch of GEMMs pays BATCH_CALL_SECONDS a GEMM beyond its flops: many tiny slices are call-bound)
-    calls = math.prod(plan.batch_sizes) if plan.kind == KernelKind.STRIDED_BATCHED_GEMM else 1
+    calls = math.prod(plan.batch_sizes) if plan.inner_kind in (KernelKind.STRIDED_BATCHED_GEMM,
+                                                                KernelKind.BATCHED_GEMV) else 1
     t_calls = (calls - 1) * BATCH_CALL_SECONDS
-    t_blas = roof.estimate(nbytes, plan.flops, plan.dtype, blas_efficiency(variant.value, plan.dtype, R)) + t_calls
+    # (an exceptional case's batch of GEMVs reads the tensor again for each batch index it lacks, e.g. once
+    # per rank: added to BLAS's bytes and, those re-reads in seconds, to its compute term)
+    reread_blas = _gemv_reread_bytes(plan, itemsize)
+    t_blas = roof.estimate(nbytes + reread_blas, plan.flops, plan.dtype,
+                           blas_efficiency(variant.value, plan.dtype, R)) + t_calls
+    t_calls += reread_blas / roof.bandwidth
     # (the unit-stride kernel reads U once per tile of rows of X: again from memory where U is large, which
     # stalls the kernel: added to its time, not overlapped)
     reread = (outer_reread_bytes(math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], R,
