@@ -1131,6 +1131,36 @@ def test_a_gemv_batchs_exceptional_case_goes_to_the_compiled_kernel(monkeypatch,
     contract_mod._cached_plan.cache_clear()
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_long_sum_over_one_tile_is_cut_into_pieces_added_in_order(dtype, rng):
+    """A long contracted mode against few short rows ((100000, 10, 10) x_0: the whole output one tile) ran on
+    one worker; the sum over i is now cut by the sizes alone (_reduction_cuts), each piece's partial output
+    added in piece order: the same bits for 1-3 workers and repeats, those of the pieces summed by hand,
+    einsum's to rounding, and X and U unmodified."""
+    I, C, R = 50_000, 40, 8  # noqa: E741
+    cuts = sg._reduction_cuts(1, I, C, R, np.dtype(dtype).itemsize)
+    assert cuts == [I * k // 4 for k in range(5)]  # 32 MFlop: four pieces of 8 MFlop
+    X = rng.standard_normal((1, I, C)).astype(dtype)
+    U = rng.standard_normal((I, R)).astype(dtype)
+    X0, U0 = X.copy(), U.copy()
+    outs = []
+    for w in (1, 2, 3, 2):
+        Y = np.full((1, R, C), np.nan, dtype)
+        sg.ttm_inner(X, U, Y, ExecutionPolicy(w))
+        outs.append(Y)
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    by_hand = np.empty((4, 1, R, C), dtype)
+    for k in range(4):
+        sg._inner_tiles(X[:, cuts[k]:cuts[k + 1]], U[cuts[k]:cuts[k + 1]], by_hand[k], ExecutionPolicy(1))
+    assert np.array_equal(outs[0], ((by_hand[0] + by_hand[1]) + by_hand[2]) + by_hand[3])
+    ref = np.einsum("aib,ir->arb", X.astype(np.float64), U.astype(np.float64))
+    scale = np.sqrt(I) * np.abs(X).max() * np.abs(U).max()
+    assert np.abs(outs[0] - ref).max() <= 8 * np.finfo(dtype).eps * scale
+    assert np.array_equal(X, X0) and np.array_equal(U, U0)
+    assert sg._reduction_cuts(2, I, C, R, 8) == [0, I]  # two rows of tiles: the workers share those instead
+    assert sg._reduction_cuts(1, I, 100_000, R, 8) == [0, I]  # long rows: many tiles
+
+
 def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
     monkeypatch.setattr(sg, "simd_supported", lambda: False)
     assert not sg.outer_gemm_style(32, 4)

@@ -1025,13 +1025,70 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     fx, fy = flat_span(X3), flat_span(Y3)
     if fx is None or fy is None:
         raise ValueError("ttm_inner needs non-empty views with non-negative strides")
-    fx = read_only(fx)
     if any(v.shape[2] > 1 and v.strides[2] != v.itemsize for v in (X3, Y3)):
         raise ValueError("ttm_inner needs unit stride along the last axis of X3 and Y3")
     A, I, C = X3.shape  # noqa: E741
+    R = U.shape[1]
+    cuts = _reduction_cuts(A, I, C, R, X3.itemsize)
+    if len(cuts) == 2:
+        _inner_tiles(X3, U, Y3, policy)
+        return
+    # one tile holds the whole output (a long contracted mode against few short rows): the sum over i cut into
+    # pieces by the sizes alone, each piece's partial output its own, added in piece order (the same bits for
+    # any number of workers)
+    part = np.empty((len(cuts) - 1, A, R, C), Y3.dtype)
+
+    def piece(k: int, _: object) -> None:
+        _inner_tiles(X3[:, cuts[k]:cuts[k + 1]], U[cuts[k]:cuts[k + 1]], part[k], None)
+
+    if policy is None or policy.workers < 2:
+        for k in range(len(cuts) - 1):
+            piece(k, None)
+    else:
+        parallel_for(piece, len(cuts) - 1, policy)
+    np.copyto(Y3, part[0])
+    for k in range(1, len(cuts) - 1):
+        np.add(Y3, part[k], out=Y3)
+
+
+#: :func:`ttm_inner` cuts the sum over ``i`` into pieces where its whole output is one tile and the contraction
+#: has at least ``KERNEL_PARALLEL_FLOPS``, each piece at least this many rows of i (see :func:`_reduction_cuts`)
+REDUCTION_PIECE_ROWS = 1024
+
+
+def _reduction_cuts(A: int, I: int, C: int, R: int, itemsize: int) -> list[int]:  # noqa: E741
+    """Where :func:`ttm_inner` cuts the sum over ``i`` (``[0, I]``: not at all): only where its output is one
+    tile (``A == 1``, ``C`` within one tile's columns), which no worker could share, and the flops reach
+    ``KERNEL_PARALLEL_FLOPS``; ``flops // KERNEL_PIECE_FLOPS`` pieces, at most ``MAX_PIECES``, of at least
+    ``REDUCTION_PIECE_ROWS`` rows. A function of the sizes only (not of the workers), so the bits are too.
+    Measured on (100000, 10, 10) x_0 at R = 16 (float64, two workers, the AVX-512 machine): the TTM 20.1 ms
+    before (one worker summing all 100000 rows, U packed by slices), against one read of X in 5.3 ms.
+
+    >>> _reduction_cuts(1, 100000, 100, 16, 8)
+    [0, 6250, 12500, 18750, 25000, 31250, 37500, 43750, 50000, 56250, 62500, 68750, 75000, 81250, 87500, 93750, 100000]
+    >>> _reduction_cuts(200, 200, 200, 10, 8), _reduction_cuts(1, 50, 1000, 10, 8)
+    ([0, 200], [0, 50])
+    """
+    flops = 2 * A * I * C * R
+    if A > 1 or flops < KERNEL_PARALLEL_FLOPS or C > _tiling(I, R, itemsize, C, _inner_strip(R))[0]:
+        return [0, I]
+    n = max(1, min(MAX_PIECES, flops // KERNEL_PIECE_FLOPS, I // REDUCTION_PIECE_ROWS))
+    return [I * k // n for k in range(n + 1)]
+
+
+def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPolicy | None) -> None:
+    """:func:`ttm_inner` over its tiles (checked views)."""
+    fx, fy = flat_span(X3), flat_span(Y3)
+    assert fx is not None and fy is not None  # (ttm_inner checked the views; its pieces are views of them)
+    fx = read_only(fx)
+    A, I, C = X3.shape  # noqa: E741
     it = X3.itemsize
     rows, blocks = _blocks(I, U.shape[1])
-    up = np.concatenate([np.ascontiguousarray(U[:, r0:r0 + rb]).ravel() for r0, rb in rows])
+    # U packed block by block, each block's columns as (I, rb) rows (one strided pass over U per block; a
+    # concatenation of the blocks' contiguous copies took 4x as long on a 100000 x 16 U)
+    up = np.empty(I * U.shape[1], X3.dtype)
+    for (r0, rb), off in zip(rows, blocks[:, 2], strict=True):
+        np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
     vl = 32 // it
     snv = _inner_strip(U.shape[1])
     if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
