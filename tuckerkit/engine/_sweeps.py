@@ -95,7 +95,21 @@ def splits_first_alone(T: Any) -> bool:
     if not isinstance(T, np.ndarray) or T.ndim != 3:
         return False
     st = [abs(s) for s in _elem_strides(T)]
-    return st[2] < st[1] and st[2] < st[0]
+    return st[2] < st[1] and st[2] < st[0] and not skewed_last(T.shape)
+
+
+def skewed_last(shape: tuple[int, ...]) -> bool:
+    """Whether a 3-way tensor's halves [0, 1] | [2] leave partials more than ``SKEW`` times smaller than
+    [0] | [1, 2] (:func:`_partial_elems`): a last mode much longer than the first, as (10, 10, 100000),
+    (10, 1000, 1000) or (20, 500, 500). There the C-ordered tensor's sweeps (HOOI's and CP-ALS's) take the
+    halves [0, 1] | [2] after all: [0] | [1, 2] projects mode 0 alone into a partial of a large share of the
+    tensor (CP-ALS at R = 16 on (10, 10, 100000): 1.6x the tensor, written twice). Per iteration, in-process
+    A/B on the AVX-512 machine (medians of 7, float64): CP-ALS (10, 10, 100000) R = 16 / 10 (float32) / 4
+    0.44 / 0.53 / 0.87x the time, (20, 500, 500) R = 10 / 16 0.80 / 0.64x, (10, 1000, 1000) R = 10 0.38x;
+    HOOI at rank 5: (10, 1000, 1000) 0.46x, (20, 500, 500) 0.76x, (10, 10, 100000) 0.92x. Cubes and a long
+    first mode keep [0] | [1, 2] (HOOI on (100000, 10, 10) 1.12x and 200^3 1.11x the time with the halves)."""
+    return len(shape) == 3 and _partial_elems(tuple(shape), [[1, 2], [0]]) > SKEW * _partial_elems(
+        tuple(shape), [[2], [0, 1]])
 
 
 def take_partial(partials: dict[frozenset[int], Any] | None, unprojected: list[int]) -> Any:
@@ -278,13 +292,43 @@ class MttkrpTree:
             # 32 / 50: 200^3 float32 0.86 / 0.89 / 0.87x, float64 0.85 / 0.91 / 1.02x; 320x240x160 float32
             # 0.76 / 0.87 / 0.88x, float64 0.82 / 0.87 / 0.93x. An F-ordered tensor's halves [0, 1] | [2]
             # already contract its outermost mode alone. (Host arrays only: cuBLAS's layouts not measured)
-            half = 1
+            # Unless the tensor is so skewed that [0, 1] | [2] leaves partials many times smaller
+            # (:func:`skewed_last`)
+            if not skewed_last(self.shape):
+                half = 1
         first, second = active[:half], active[half:]
         T2, m2 = self.contract_modes(T, t_modes, second, has_r)
         self.rec(T2, m2, True, first)
         del T2  # the first half's partial goes before the second half's is made (CP R50 200^3: 0.52x -> 0.29x of X)
         T1, m1 = self.contract_modes(T, t_modes, first, has_r)
         self.rec(T1, m1, True, second)
+
+
+#: a C-ordered 3-way tensor's sweeps leave the halves [0] | [1, 2] for [0, 1] | [2] where those partials
+#: (:func:`_partial_elems`) are more than this many times smaller (:func:`skewed_last`)
+SKEW = 4
+
+
+def _partial_elems(shape: tuple[int, ...], passes: list[list[int]]) -> int:
+    """Elements (per rank) of the partials a 3-way sweep's passes write, each pass contracting its modes (in
+    memory order, C) from the tensor as :meth:`MttkrpTree.contract_modes` does: one mode, or the outermost one
+    alone where the partial it leaves is at most twice the Khatri-Rao product (then a GEMV), else the
+    Khatri-Rao product and the output.
+
+    >>> _partial_elems((200, 200, 200), [[1, 2], [0]]), _partial_elems((200, 200, 200), [[2], [0, 1]])
+    (80000, 80000)
+    >>> _partial_elems((10, 10, 100000), [[1, 2], [0]]), _partial_elems((10, 10, 100000), [[2], [0, 1]])
+    (2000000, 100200)
+    """
+    size = math.prod(shape)
+    total = 0
+    for gone in passes:
+        kr = math.prod(shape[m] for m in gone)
+        if len(gone) == 1 or size // shape[gone[0]] <= 2 * kr:
+            total += size // shape[gone[0]]
+        else:
+            total += kr + size // kr
+    return total
 
 
 def _innermost(T: Any, t_modes: list[int], modes: list[int]) -> int:
