@@ -415,7 +415,8 @@ def direct_ttm(X: np.ndarray, U: Any, n: int, transpose: bool) -> Any:
 def _project(T: Any, modes: Sequence[int], factors: list[Any]) -> Any:
     """``T`` projected on the factors of ``modes``, the mode that shrinks most first (as the planned
     multi-TTM orders them)."""
-    for m in sorted(modes, key=lambda m: factors[m].shape[1] / max(factors[m].shape[0], 1)):
+    for m in sorted((m for m in modes if factors[m] is not None),
+                    key=lambda m: factors[m].shape[1] / max(factors[m].shape[0], 1)):
         T = _project_mode(T, m, factors[m])
     return T
 
@@ -438,6 +439,8 @@ def _ttmc_rec(T: Any, active: list[int], factors: list[Any], update: Update, tak
     h = split(T, active)
     first, second = active[:h], active[h:]
     for part, rest in ((first, second), (second, first)):
+        if all(factors[m] is None for m in part):  # (no update below: modes left out of the sweep)
+            continue
         Y = take(part)
         if Y is None:
             Y = _project(T, rest, factors)

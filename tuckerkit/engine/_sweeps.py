@@ -140,17 +140,22 @@ def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, pla
     half = _ttmc_half(T, active)
     first, second = active[:half], active[half:]
     for part, rest in ((first, second), (second, first)):
+        if all(factors[m] is None for m in part):  # (no update below: modes left out of the sweep)
+            continue
         Y = take_partial(partials, part)
         if Y is None:
-            mats = {m: factors[m] for m in rest}
-            key = (policy, tuple(mats), _layout_key(T, *mats.values())) if cache is not None else None
-            p = cache.get(key) if cache is not None else None
-            if p is None:
-                p = build_multi_ttm_plan(T, mats, True, policy)
-                if cache is not None:
-                    cache[key] = p
-            plans.append(p)
-            Y = dense_multi_ttm(T, mats, True, p, policy)
+            mats = {m: factors[m] for m in rest if factors[m] is not None}
+            if mats:
+                key = (policy, tuple(mats), _layout_key(T, *mats.values())) if cache is not None else None
+                p = cache.get(key) if cache is not None else None
+                if p is None:
+                    p = build_multi_ttm_plan(T, mats, True, policy)
+                    if cache is not None:
+                        cache[key] = p
+                plans.append(p)
+                Y = dense_multi_ttm(T, mats, True, p, policy)
+            else:
+                Y = T
         ttmc_tree(Y, part, factors, update, plans, policy, partials, cache)
         del Y
 
@@ -163,7 +168,7 @@ def _ttmc_half(T: Any, active: list[int]) -> int:
 def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
                      partials: dict[frozenset[int], Any] | None = None,
                      cache: dict[Any, Any] | None = None) -> Sweep:
-    rank = max((int(U.shape[1]) for U in factors), default=1)
+    rank = max((int(U.shape[1]) for U in factors if U is not None), default=1)
     if direct_applies(X, rank, projections=True):  # a small tensor: numpy directly, the same tree (_direct.py)
         direct_ttmc_sweep(X, factors, update, lambda part: take_partial(partials, part), _ttmc_half)
         return Sweep((record("ttmc", X, rank),), min(X.ndim, 2))
