@@ -237,7 +237,8 @@ def test_hooi_matches_tensorly_and_pyttb_from_same_init(rng):
 
 @pytest.mark.parametrize(("shape", "ranks"), [((40, 6, 7), (3, 6, 7)), ((30, 6, 25), (4, 6, 3)),
                                              ((9, 8, 5, 20), (3, 8, 5, 4))])
-def test_hooi_leaves_full_rank_modes_out_of_its_sweeps(shape, ranks, rng, monkeypatch):
+@pytest.mark.parametrize("route", ["direct", "planned"])
+def test_hooi_leaves_full_rank_modes_out_of_its_sweeps(shape, ranks, route, rng, monkeypatch):
     """A mode of full rank (R_n = I_n) only rotates the others' unfoldings: HOOI leaves it out of its sweeps
     (no projection, no update: (100000, 10, 10) at rank 10 read X three times an iteration, 122 -> 81 ms)
     and makes its factor once from the core. The same model as with every mode swept (fit to 1e-12, the
@@ -250,6 +251,8 @@ def test_hooi_leaves_full_rank_modes_out_of_its_sweeps(shape, ranks, rng, monkey
     X = planted_tucker(rng, shape, ranks, np.float64, noise=0.05)
     X0 = X.copy()
     init = tk.hosvd(X, ranks)
+    if route == "planned":  # (the planned tree's sweeps, as a large tensor's)
+        planned_only(monkeypatch)
     seen = []
     real = tucker_mod.leading_left_singular
     monkeypatch.setattr(tucker_mod, "leading_left_singular",
@@ -267,6 +270,8 @@ def test_hooi_leaves_full_rank_modes_out_of_its_sweeps(shape, ranks, rng, monkey
     full = [n for n in range(len(shape)) if ranks[n] == shape[n]]
     swept = [n for n in range(len(shape)) if n not in full]
     assert steps == swept * 5 + full and seen[len(steps):] == list(range(len(shape))) * 5
+    kinds = {type(p).__name__ for p in ours.plans}
+    assert kinds == ({"DirectSweep"} if route == "direct" else set() if len(swept) == 1 else {"MultiTTMPlan"})
     assert abs(ours.fit - every.fit) <= 1e-12
     np.testing.assert_allclose(ours.full(), every.full(), rtol=0, atol=1e-12 * np.abs(X).max())
     tl_fit = 1 - np.linalg.norm(X - np.asarray(tlT.to_tensor())) / np.linalg.norm(X)
