@@ -751,24 +751,30 @@ def test_ttmc_sweep_of_a_3way_tensor_never_projects_its_unit_stride_mode_alone(o
         np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_skewed_c_ordered_3way_hooi_sweep_takes_the_halves_0_1_and_2(dtype, rng, planned_sweeps):
+def test_a_skewed_3way_hooi_sweep_takes_the_halves_with_small_projections(order, dtype, rng, planned_sweeps):
     """HOOI's tree on a C-ordered tensor with a last mode much longer than the first ((4, 5, 600); measured on
     (10, 1000, 1000) at rank 5: 0.46x the iteration) projects modes {0, 1} and mode 2 ([0, 1] | [2], not
     [0] | [1, 2], whose projection of mode 0 alone kept most of the tensor); the operand's spine (the
-    partials a start hands over) says the same, and every projection is einsum's to rounding."""
+    partials a start hands over) says the same, and every projection is einsum's to rounding. The mirror
+    image: an F-ordered (600, 5, 4) takes [0] | [1, 2] instead of its [0, 1] | [2]."""
     from tuckerkit.engine import as_operand, ttmc_sweep
     from tuckerkit.engine._sweeps import skewed_last, splits_first_alone
 
     assert skewed_last((10, 1000, 1000)) and skewed_last((20, 500, 500)) and skewed_last((10, 10, 100000))
     assert not any(map(skewed_last, [(200, 200, 200), (100000, 10, 10), (320, 240, 160), (60, 60, 60, 60)]))
     X = rng.standard_normal((4, 5, 600)).astype(dtype)
-    assert not splits_first_alone(X) and splits_first_alone(np.empty((24, 20, 16)))
+    if order == "F":
+        X = np.asfortranarray(rng.standard_normal((600, 5, 4)).astype(dtype))
+    assert splits_first_alone(X) == (order == "F") and splits_first_alone(np.empty((24, 20, 16)))
+    assert not splits_first_alone(np.empty((24, 20, 16), order="F"))
     factors = [np.linalg.qr(rng.standard_normal((n, 3)))[0].astype(dtype) for n in X.shape]
     got = {}
     plans = ttmc_sweep(X, [f.copy() for f in factors], lambda n, Y: got.setdefault(n, np.array(Y)))
-    assert sorted(sorted(p.order) for p in plans if p.shape == X.shape) == [[0, 1], [2]]
-    assert [sorted(s) for s in as_operand(X).sweep_spine()] == [[0, 1], [0]]
+    halves = [[0, 1], [2]] if order == "C" else [[0], [1, 2]]
+    assert sorted(sorted(p.order) for p in plans if p.shape == X.shape) == halves
+    assert [sorted(s) for s in as_operand(X).sweep_spine()] == ([[0, 1], [0]] if order == "C" else [[0]])
     Xd = X.astype(np.float64)
     for n in range(3):
         spec = {0: "abc,bj,ck->ajk", 1: "abc,ai,ck->ibk", 2: "abc,ai,bj->ijc"}[n]
@@ -776,13 +782,15 @@ def test_a_skewed_c_ordered_3way_hooi_sweep_takes_the_halves_0_1_and_2(dtype, rn
         np.testing.assert_allclose(got[n], ref, rtol=0, atol=4 * X.size * np.finfo(dtype).eps * np.abs(Xd).max())
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_skewed_c_ordered_3way_sweep_takes_the_halves_with_small_partials(dtype, rng, planned_sweeps):
+def test_a_skewed_3way_mttkrp_sweep_takes_the_halves_with_small_partials(order, dtype, rng, planned_sweeps):
     """A C-ordered 3-way tensor with a long last mode ((4, 5, 600); measured on (10, 10, 100000) at R = 16) has
     the halves [0, 1] | [2]: its partials 640 elements a rank against 5400 for [0] | [1, 2] (SKEW = 4), whose
     pass over mode 0 alone wrote a partial of 1.6x the tensor there. The passes: mode 2 alone (a partial of
     4 x 5 x R, then GEMVs), then modes 0 and 1 with their Khatri-Rao product (one GEMM on a merged view); the
-    updates Gauss-Seidel, each MTTKRP einsum's to rounding. A cube keeps [0] | [1, 2]."""
+    updates Gauss-Seidel, each MTTKRP einsum's to rounding. A cube keeps [0] | [1, 2]. The mirror image: an
+    F-ordered (600, 5, 4) takes [0] | [1, 2] (modes 1 and 2 by their Khatri-Rao product, then mode 0 alone)."""
     from tuckerkit.engine import mttkrp_sweep
     from tuckerkit.engine._sweeps import SKEW, _partial_elems
 
@@ -790,6 +798,8 @@ def test_a_skewed_c_ordered_3way_sweep_takes_the_halves_with_small_partials(dtyp
     assert 5400 > SKEW * 640
     assert _partial_elems((24, 24, 24), [[1, 2], [0]]) <= _partial_elems((24, 24, 24), [[2], [0, 1]])
     X = rng.standard_normal((4, 5, 600)).astype(dtype)
+    if order == "F":
+        X = np.asfortranarray(rng.standard_normal((600, 5, 4)).astype(dtype))
     U0 = [rng.standard_normal((n, 5)).astype(dtype) for n in X.shape]
     new = [rng.standard_normal((n, 5)).astype(dtype) for n in X.shape]
     factors = [u.copy() for u in U0]
@@ -800,7 +810,8 @@ def test_a_skewed_c_ordered_3way_sweep_takes_the_halves_with_small_partials(dtyp
         factors[n] = new[n]
 
     plans = mttkrp_sweep(X, factors, update)
-    assert [p.spec for p in plans if math.prod(p.shapes[0]) == X.size] == ["abc,cZ->abZ", "ca,aZ->cZ"]
+    assert [p.spec for p in plans if math.prod(p.shapes[0]) == X.size] == (
+        ["abc,cZ->abZ", "ca,aZ->cZ"] if order == "C" else ["ac,cZ->aZ", "abc,aZ->bcZ"])
     Xd = X.astype(np.float64)
     for n, spec in enumerate(["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]):
         assert all(np.array_equal(used[n][m], new[m] if m < n else U0[m]) for m in range(3) if m != n)
