@@ -294,6 +294,41 @@ def test_sweep_update_writes_nothing_where_v_is_not_definite(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("R", [2, 16, 32])
+def test_a_long_factors_sweep_step_splits_its_rows_with_the_same_bits(R, dtype):
+    """From SWEEP_PARALLEL_ROWS rows (and a Gram left to BLAS) the one-call step runs as V's factor, the row
+    solve and the column scaling cut into whole CHUNK-row pieces for the workers, and the norms and inner
+    products as before: the factor, norms, inner products and new Gram bit for bit the one call's, for 2 and 3
+    workers; V not definite still writes nothing."""
+    from tuckerkit.decomposition._linalg import SWEEP_PARALLEL_ROWS, cp_sweep_update
+    from tuckerkit.engine import ExecutionPolicy
+
+    I = SWEEP_PARALLEL_ROWS + 1000  # noqa: E741  (not a multiple of CHUNK)
+    grams = _grams(3, I, R, dtype, 2)
+    M = np.random.default_rng(3).standard_normal((I, R)).astype(dtype)
+    outs = []
+    for policy in (None, ExecutionPolicy(1), ExecutionPolicy(2), ExecutionPolicy(3)):
+        G, out = grams.copy(), np.empty((I, R), dtype)
+        norms, inner = cp_sweep_update(G, 0, M, out, True, want_inner=True, policy=policy)
+        outs.append((out.tobytes(), norms.tobytes(), inner.tobytes(), G.tobytes()))
+    assert outs[1:] == outs[:1] * 3
+    G, out = grams.copy(), np.empty((I, R), dtype)
+    assert cp_sweep_update(G, 0, M, out, False, want_inner=False, policy=ExecutionPolicy(2)) == (None, None)
+    ref = np.empty((I, R), dtype)
+    cp_sweep_update(grams.copy(), 0, M, ref, False, want_inner=False)
+    assert np.array_equal(out, ref)
+    V = grams[1] * grams[2]
+    np.testing.assert_allclose(out, scipy.linalg.cho_solve(scipy.linalg.cho_factor(V.astype(np.float64)),
+                                                           M.T.astype(np.float64)).T,
+                               rtol=0, atol=1e3 * R * np.finfo(dtype).eps * np.abs(ref).max())
+    bad = grams.copy()
+    bad[1][R - 1, :] = bad[1][:, R - 1] = 0
+    out = np.full((I, R), 7, dtype)
+    assert cp_sweep_update(bad, 0, M, out, True, want_inner=True, policy=ExecutionPolicy(2)) == (False, None)
+    assert (out == 7).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("N", [2, 3, 5])
 def test_compiled_fit_error_is_the_numpy_formula(N, dtype):
     from tuckerkit.decomposition._cp import _fit_from_inner, _fit_of_error

@@ -356,7 +356,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             factors[n] = None  # (a small factor is a fresh array: cheaper than the pool's bookkeeping)
             U = (np.empty((X.shape[n], rank), X.dtype) if X.shape[n] * rank <= _FRESH_MAX
                  else pooled(buffers, n, (X.shape[n], rank), X.dtype))
-            norms, last["inner"] = cp_sweep_update(stack, n, M, U, normalize, want_inner=n == N - 1)
+            norms, last["inner"] = cp_sweep_update(stack, n, M, U, normalize, want_inner=n == N - 1,
+                                                   policy=call.policy)
             if norms is not False:
                 if normalize:
                     weights = norms.astype(wdt)

@@ -5,9 +5,11 @@ does not load numba.
 substitution with ``L^T``. LAPACK's ``potrs`` runs it on ``M^T`` with 10^4-10^5 right-hand sides of 16 entries
 at ~3 GFlop/s (1.7 ms for 20000 x 16); here :data:`BLOCK` rows are solved side by side (one vector lane each),
 and the column sums of squares that ``normalize`` needs are added up on the way, in pieces of :data:`CHUNK`
-rows added in piece order. It runs on one thread: a parallel version (the pieces over numba's threads, the
-same bits) measured no faster on the shared 2-core machine, where each parallel launch waits for a
-descheduled thread. No fastmath: every lane does the same IEEE operations in the same order as a row solved
+rows added in piece order. Each call runs on one thread: a parallel version (the pieces over numba's threads,
+the same bits) measured no faster on the shared 2-core machine, where each parallel launch waits for a
+descheduled thread; a long factor's step (:func:`tuckerkit.decomposition._linalg.cp_sweep_update`) cuts its
+rows into runs of whole pieces for tuckerkit's own workers instead (100000 x 16: the solve 7.6 -> 3.7 ms on
+two, the same bits). No fastmath: every lane does the same IEEE operations in the same order as a row solved
 alone.
 """
 
@@ -137,22 +139,93 @@ def _fused(V, M, U, ss, norms, normalize, eps):  # pragma: no cover - compiled
     # (see sweep_update)
     R = M.shape[1]
     L = stack_matrix(R, R, U)
-    nd = stack_matrix(1, R, U)  # the norms in U's dtype
     if not _cholesky(V, L, eps):
         return False
     _solve_rows(M, L, U, ss, stack_matrix(R, BLOCK, U), stack_matrix(R, BLOCK, 0.0))
     if normalize:
-        for r in range(R):
-            t = 0.0
-            for p in range(ss.shape[0]):
-                t += ss[p, r]
-            t = np.sqrt(t)
-            norms[r] = t if t != 0 else 1.0
-            nd[0, r] = norms[r]
-        for i in range(U.shape[0]):
-            for r in range(R):
-                U[i, r] /= nd[0, r]
+        _normalize(U, ss, norms)
     return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _normalize(U, ss, norms):  # pragma: no cover - compiled
+    """The columns' norms from the pieces' sums of squares (added in piece order; a zero norm taken as 1) into
+    ``norms``, and U's columns divided by them (cast to U's dtype)."""
+    nd = stack_matrix(1, U.shape[1], U)  # the norms in U's dtype
+    _norms(ss, norms, nd)
+    _scale(U, nd)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _norms(ss, norms, nd):  # pragma: no cover - compiled
+    for r in range(norms.shape[0]):
+        t = 0.0
+        for p in range(ss.shape[0]):
+            t += ss[p, r]
+        t = np.sqrt(t)
+        norms[r] = t if t != 0 else 1.0
+        nd[0, r] = norms[r]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scale(U, nd):  # pragma: no cover - compiled
+    for i in range(U.shape[0]):
+        for r in range(U.shape[1]):
+            U[i, r] /= nd[0, r]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sweep_v(grams, n, V):  # pragma: no cover - compiled
+    """``V``: the Hadamard product of ``grams[m]`` for every ``m != n``, in order of ``m``, from ones."""
+    R = V.shape[0]
+    for a in range(R):
+        for b in range(R):
+            V[a, b] = 1
+    for m in range(grams.shape[0]):
+        if m != n:
+            Gm = grams[m]
+            for a in range(R):
+                for b in range(R):
+                    V[a, b] *= Gm[a, b]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _inner(M, U, inner):  # pragma: no cover - compiled
+    """``inner[r] = sum_i M[i, r] U[i, r]`` in float64, the rows in order."""
+    R = U.shape[1]
+    for r in range(R):
+        inner[r] = 0.0
+    for i in range(U.shape[0]):
+        for r in range(R):
+            inner[r] += np.float64(M[i, r]) * np.float64(U[i, r])
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def sweep_factor(grams, n, L, eps):  # pragma: no cover - compiled
+    """:func:`sweep_update`'s ``V`` and its Cholesky factor into ``L`` (R x R; False as there): the first part of
+    its update split for the workers (:func:`tuckerkit.decomposition._linalg.cp_sweep_update`)."""
+    V = stack_matrix(L.shape[0], L.shape[0], L)
+    _sweep_v(grams, n, V)
+    return _cholesky(V, L, eps)
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def sweep_norms(ss, norms, nd):  # pragma: no cover - compiled
+    """:func:`sweep_update`'s column norms from the row solve's sums of squares, into ``norms`` (float64) and
+    ``nd`` (1 x R, U's dtype); the same code, the same bits."""
+    _norms(ss, norms, nd)
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def sweep_scale(U, nd):  # pragma: no cover - compiled
+    """U's columns divided by ``nd`` (1 x R), row by row: any run of rows alone, the same bits."""
+    _scale(U, nd)
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def sweep_inner(M, U, inner):  # pragma: no cover - compiled
+    """:func:`sweep_update`'s fit terms ``inner[r] = sum_i M[i, r] U[i, r]`` (float64, rows in order)."""
+    _inner(M, U, inner)
 
 
 #: the most multiply-adds (``I R (R + 1) / 2``) of a factor's Gram that :func:`sweep_update` makes itself;
@@ -173,18 +246,9 @@ def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, in
     ``<X, X_hat>`` when ``n`` is the sweep's last mode; rows in order, as numpy's reduction over axis 0).
     Returns False, with ``U``, ``grams`` and ``inner`` untouched, when V is not definite in working
     precision."""
-    N = grams.shape[0]
     R = M.shape[1]
     V = stack_matrix(R, R, U)
-    for a in range(R):
-        for b in range(R):
-            V[a, b] = 1
-    for m in range(N):
-        if m != n:
-            Gm = grams[m]
-            for a in range(R):
-                for b in range(R):
-                    V[a, b] *= Gm[a, b]
+    _sweep_v(grams, n, V)
     if not _fused(V, M, U, ss, norms, normalize, eps):
         return False
     if gram:
@@ -201,11 +265,7 @@ def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, in
             for b in range(a):
                 Gn[b, a] = Gn[a, b]
     if want_inner:
-        for r in range(R):
-            inner[r] = 0.0
-        for i in range(U.shape[0]):
-            for r in range(R):
-                inner[r] += np.float64(M[i, r]) * np.float64(U[i, r])
+        _inner(M, U, inner)
     return True
 
 
