@@ -902,8 +902,8 @@ def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, t
 
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     """The rule: with 256-bit vectors R of 16 or more in at most four vectors, little padding (float32 16-32,
-    float64 16); with 512-bit vectors R of 16 to ``MAX_RANK`` = 32; the planner's last-mode plans run it
-    (float32 R = 32 through ``ttm``, the bits of the direct call)."""
+    float64 16); with 512-bit vectors R of 16 to ``MAX_RANK`` = 32, in float64 to ``WIDE_OUTER_F64_MAX_RANK`` =
+    64; the planner's last-mode plans run it (float32 R = 32 through ``ttm``, the bits of the direct call)."""
     wide = sg.wide_vectors()
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert [sg.outer_gemm_style(R, 4) for R in (10, 15, 16, 22, 24, 32, 33)] == [False, False, True, True, True,
@@ -911,8 +911,8 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     assert [sg.outer_gemm_style(R, 8) for R in (10, 15, 16, 24, 32)] == [False, False, True, False, False]
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     for itemsize in (4, 8):
-        assert [sg.outer_gemm_style(R, itemsize) for R in (10, 12, 15, 16, 20, 32, 33)] == [
-            False, False, False, True, True, True, False]
+        assert [sg.outer_gemm_style(R, itemsize) for R in (10, 12, 15, 16, 20, 32, 33, 64, 65)] == [
+            False, False, False, True, True, True, itemsize == 8, itemsize == 8, False]
     monkeypatch.setattr(sg, "wide_vectors", lambda: wide)
     X = rng.standard_normal((30, 20, 50)).astype(np.float32)
     U = rng.standard_normal((50, 32)).astype(np.float32)
@@ -943,42 +943,47 @@ def test_planner_keeps_ranks_above_32_on_blas(rng):
 
 
 def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
-    """Above ``MAX_RANK``, on a tensor of at least ``BEYOND_MIN_BYTES`` on a 256-bit machine (measured
-    0.76-0.99x BLAS's time there): the middle mode runs the inner kernel up to ``SHORT_ROWS_MAX_RANK`` = 64,
-    the last mode the outer kernel up to ``OUTER_F64_MAX_RANK`` = 56 in float64 only; the first mode (long
-    rows), larger R, a smaller tensor and 512-bit vectors keep BLAS. The compiled results are einsum's to
-    rounding (the size and flop limits lowered to run them on a small tensor)."""
-    assert (sg.SHORT_ROWS_MAX_RANK, sg.OUTER_F64_MAX_RANK, sg.BEYOND_MIN_BYTES, sg.MAX_RANK) == (
-        64, 56, 12 << 20, 32)
-    contract_mod._cached_plan.cache_clear()
-    on256 = sg.simd_supported() and not sg.wide_vectors()
+    """Above ``MAX_RANK``, on a tensor of at least ``BEYOND_MIN_BYTES`` (measured 0.76-0.99x BLAS's time with
+    256-bit vectors, 0.56-0.93x with 512-bit ones): the middle mode runs the inner kernel up to
+    ``SHORT_ROWS_MAX_RANK`` = 64, the last mode the outer kernel in float64 only, up to ``OUTER_F64_MAX_RANK``
+    = 56 with 256-bit vectors and ``WIDE_OUTER_F64_MAX_RANK`` = 64 with 512-bit ones (there U of at most
+    ``WIDE_OUTER_U_BYTES``); the first mode (long rows), larger R and a smaller tensor keep BLAS. The
+    compiled results are einsum's to rounding (the size and flop limits lowered to run them on a small
+    tensor)."""
+    assert (sg.SHORT_ROWS_MAX_RANK, sg.OUTER_F64_MAX_RANK, sg.WIDE_OUTER_F64_MAX_RANK, sg.WIDE_OUTER_U_BYTES,
+            sg.BEYOND_MIN_BYTES, sg.MAX_RANK) == (64, 56, 64, 1 << 20, 12 << 20, 32)
     f64 = dtype == np.float64
     inner, outer, none = CompiledKernel.TTM_INNER, CompiledKernel.TTM_OUTER, CompiledKernel.NONE
     big = np.empty((200, 200, 200), dtype)  # 32 or 64 MB (np.empty: planning touches no page)
-    cases = [(33, 1, inner), (50, 1, inner), (64, 1, inner), (65, 1, none), (50, 0, none),
-             (33, 2, outer if f64 else none), (56, 2, outer if f64 else none), (57, 2, none)]
-    for R, mode, want in cases:
-        plan = ttm_plan(big, np.ones((200, R), dtype), mode, transpose=True)
-        assert plan.compiled is (want if on256 else none), (R, mode, plan.explain())
     n = math.ceil((sg.BEYOND_MIN_BYTES / np.dtype(dtype).itemsize) ** (1 / 3))
     below = np.empty((n - 2, n - 2, n - 2), dtype)
-    for mode in (1, 2):
-        assert ttm_plan(below, np.ones((n - 2, 50), dtype), mode, transpose=True).compiled is none
-    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
-    contract_mod._cached_plan.cache_clear()
-    for mode in (1, 2):
-        assert ttm_plan(big, np.ones((200, 50), dtype), mode, transpose=True).compiled is none
+    for wide in (False, True):
+        monkeypatch.setattr(sg, "wide_vectors", lambda wide=wide: wide)
+        contract_mod._cached_plan.cache_clear()
+        on = sg.simd_supported()
+        top = 64 if wide else 56
+        cases = [(33, 1, inner), (50, 1, inner), (64, 1, inner), (65, 1, none), (50, 0, none),
+                 (33, 2, outer if f64 else none), (top, 2, outer if f64 else none), (top + 1, 2, none)]
+        for R, mode, want in cases:
+            plan = ttm_plan(big, np.ones((200, R), dtype), mode, transpose=True)
+            assert plan.compiled is (want if on else none), (wide, R, mode, plan.explain())
+        for mode in (1, 2):
+            assert ttm_plan(below, np.ones((n - 2, 50), dtype), mode, transpose=True).compiled is none
+        # a long contracted last mode: U of 3600 x 50 (1.4 MB in float64) beyond WIDE_OUTER_U_BYTES
+        long_last = ttm_plan(np.empty((60, 60, 3600), dtype), np.ones((3600, 50), dtype), 2, transpose=True)
+        assert long_last.compiled is (outer if on and f64 and not wide else none), long_last.explain()
     monkeypatch.undo()
-    if not on256:
+    if not sg.simd_supported():
         return
     monkeypatch.setattr(sg, "BEYOND_MIN_BYTES", 1)
     monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
     contract_mod._cached_plan.cache_clear()
+    top = 64 if sg.wide_vectors() else 56
     for order in ("C", "F"):
         X = np.asarray(rng.standard_normal((32, 41, 48)).astype(dtype), order=order)
         last = 2 if order == "C" else 0  # the unit-stride mode
         for R, mode, want in ((40, 1, inner), (64, 1, inner), (41, last, outer if f64 else none),
-                              (56, last, outer if f64 else none)):
+                              (50, last, outer if f64 else none), (top, last, outer if f64 else none)):
             U = rng.standard_normal((X.shape[mode], R)).astype(dtype)
             plan = ttm_plan(X, U, mode, transpose=True)
             assert plan.compiled is want, plan.explain()

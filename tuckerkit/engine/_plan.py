@@ -1000,7 +1000,8 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
     itemsize = 4 if plan.dtype == "float32" else 8
     if R > MAX_RANK and not planned_beyond_max_rank(variant == CompiledKernel.TTM_INNER, itemsize, R,
-                                                    columns * itemsize, math.prod(t_shape) * itemsize):
+                                                    columns * itemsize, math.prod(t_shape) * itemsize,
+                                                    t_shape[x_perm[n_outer]]):
         return plan
     roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize

@@ -205,17 +205,22 @@ _MIN_KC = 8
 #: (:func:`outer_gemm_style`)
 _WIDE_GEMM_MIN_RANK = 16
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak),
-#: except on a large tensor on a 256-bit machine (:func:`planned_beyond_max_rank`)
+#: except on a large tensor (:func:`planned_beyond_max_rank`)
 MAX_RANK = 32
 #: the largest R of :func:`planned_beyond_max_rank`: :func:`ttm_inner` on short rows, :func:`ttm_outer` in
-#: float64; and the fewest bytes of the tensor it needs
+#: float64 (256-bit vectors; ``WIDE_OUTER_F64_MAX_RANK`` where they are wide); and the fewest bytes of the
+#: tensor it needs
 SHORT_ROWS_MAX_RANK = 64
 OUTER_F64_MAX_RANK = 56
+WIDE_OUTER_F64_MAX_RANK = 64
+#: ... and the most bytes of U there (:func:`planned_beyond_max_rank`)
+WIDE_OUTER_U_BYTES = 1 << 20
 BEYOND_MIN_BYTES = 12 << 20
 #: (Where vectors are wide :func:`ttm_outer`'s register-blocked kernel keeps 24 accumulators at any R and ran
 #: R = 50 / 64 in float64 at 0.76 / 0.68-0.78x BLAS's time on X of (40000, 200), but 1.14-1.75x on (4096, 64)
-#: and (4096, 200) and 0.88-1.12x on (40000, 64): planned up to 64, it took the seed's Table II cases of
-#: n = 64 with the unit-stride k from 0.74-0.94x to 0.53-0.76x einsum's time, so it stops at MAX_RANK too)
+#: and (4096, 200) and 0.88-1.12x on (40000, 64): planned up to 64 on every tensor, it took the seed's Table II
+#: cases of n = 64 with the unit-stride k from 0.74-0.94x to 0.53-0.76x einsum's time; so beyond MAX_RANK only
+#: from BEYOND_MIN_BYTES, :func:`planned_beyond_max_rank`)
 
 
 #: whether the kernels are compiled with the register blocks that only machines with 512-bit vectors choose:
@@ -1180,7 +1185,8 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     1.26x.
 
     Where vectors are wide (:func:`wide_vectors`: strips of up to four 512-bit vectors, 24 accumulators) any
-    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 16 to ``MAX_RANK``. Measured in one process against
+    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 16 to ``MAX_RANK``, in float64 to ``WIDE_OUTER_F64_MAX_RANK`` = 64
+    (the planner's ranks beyond ``MAX_RANK``: :func:`planned_beyond_max_rank`). Measured in one process against
     the dot kernel (X of (40000, 200) and (76800, 160), two workers, interleaved medians of 11): float64
     R = 8 / 10 / 12 / 16 / 20 / 24 / 28 / 32 0.90-0.96 / 1.01-1.12 / 0.88-1.02 / 0.72-0.77 / 0.88-0.96 /
     0.68-0.77 / 0.68-0.81 / 0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32
@@ -1190,7 +1196,7 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     if not simd_supported():
         return False
     if wide_vectors():
-        return _WIDE_GEMM_MIN_RANK <= R <= MAX_RANK
+        return _WIDE_GEMM_MIN_RANK <= R <= (WIDE_OUTER_F64_MAX_RANK if itemsize == 8 else MAX_RANK)
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
     return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp
@@ -1342,12 +1348,14 @@ BATCH_CALL_SECONDS = 0.4e-6
 OUTER_U_CACHED_BYTES = 4 << 20
 
 
-def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, nbytes: int) -> bool:
+def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, nbytes: int,
+                            contracted: int = 0) -> bool:
     """Whether a compiled kernel is planned for an ``R`` above ``MAX_RANK``, on a tensor of at least
-    ``BEYOND_MIN_BYTES`` on a 256-bit machine (AVX2 + FMA, not :func:`wide_vectors`, where it was measured):
+    ``BEYOND_MIN_BYTES`` on a machine with AVX2 + FMA (measured with 256-bit vectors, and with 512-bit ones):
     :func:`ttm_inner` (``inner``) up to ``SHORT_ROWS_MAX_RANK`` = 64 where the unit-stride rows are short
-    (``row_bytes`` below ``LONG_ROW_BYTES``: a middle mode, each tile one run of memory), and the dot-product
-    :func:`ttm_outer` (the unit-stride mode contracted) in float64 up to ``OUTER_F64_MAX_RANK`` = 56. There
+    (``row_bytes`` below ``LONG_ROW_BYTES``: a middle mode, each tile one run of memory), and
+    :func:`ttm_outer` (the unit-stride mode contracted; its dot products with 256-bit vectors, its register
+    blocks with 512-bit ones) in float64 up to ``OUTER_F64_MAX_RANK`` = 56. There
     BLAS sees the TTM as a batch of GEMMs of R x I by I x C with C a few hundred, or as one GEMM with an
     extent R, below its peak; the inner kernel's blocks of six rows of U keep their sums in registers at any
     R, the dot kernel shares each load of four rows of X among the columns of U.
@@ -1363,21 +1371,48 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     Left to BLAS: smaller tensors (inner: 128^3 float32, 8.4 MB, 0.86-1.00x; 100^3 float32 0.99-1.19x; 64^3
     1.13-1.80x, the seed's Table II cases of n = 64 among them), R of 80 and 100 (inner 0.89-0.98x: BLAS nears
     its peak), the outer kernel at R = 64 (float64 0.99-1.09x) and in float32 (1.0-1.66x at R = 40-64), the
-    long rows of a first mode (200^3 and 320x240x160: 0.90-1.12x). With 512-bit vectors not measured:
-    ``MAX_RANK`` holds there.
+    long rows of a first mode (200^3 and 320x240x160: 0.90-1.12x).
 
-    >>> planned_beyond_max_rank(True, 8, 50, 1600, 64 << 20) == (simd_supported() and not wide_vectors())
+    Where vectors are wide (:func:`wide_vectors`: the inner kernel's strips of two 512-bit vectors in blocks of up to
+    twelve rows, the outer one's strips of up to eight vectors) the same rule, the outer kernel in float64 up to
+    ``WIDE_OUTER_F64_MAX_RANK`` = 64 where U (the ``contracted`` extent times R) takes at most ``WIDE_OUTER_U_BYTES``:
+    each tile of twelve rows of X reads all of U again, from L2 while it fits there beside the streamed rows. Measured
+    on the 2-core AVX-512 machine (the compiled plan forced against the BLAS plan, two workers, medians of 8 interleaved
+    rounds in one process, R = 40 / 50 / 64). Inner on short rows: the middle mode of 200^3 float64 0.71 / 0.74 / 0.76x
+    the time, float32 0.80 / 0.79 / 0.84x; 320x240x160 float64 0.67 / 0.69 / 0.70x, float32 0.62 / 0.64 / 0.73x; 150^3
+    float64 0.92 / 0.77 / 0.74x, float32 0.93 / 0.73 / 0.88x; 240x120x180 float64 0.83 / 0.76 / 0.84x, float32 0.96 /
+    0.78 / 0.82x; 400x400x50 float64 0.77 / 0.82 / 0.65x, float32 0.85 / 0.91 / 0.81x; 50x400x400 float64 0.81 / 0.85 /
+    0.93x, float32 0.80 / 0.80 / 0.87x; mode 2 of 60^4 and 64^4 0.83-0.92x. Outer float64: the last mode of 200^3 0.60 /
+    0.73 / 0.70x, 320x240x160 0.62 / 0.71 / 0.72x, 150^3 0.72 / 0.79 / 0.73x, 240x120x180 0.65 / 0.76 / 0.68x,
+    50x400x400 0.56 / 0.64 / 0.62x, 60^4 and 64^4 0.72-0.90x, 128^3 (16.8 MB) 0.71 / 1.00 / 0.88x; X of (40000, 200),
+    (76800, 160), (8000, 2000), (10000, 1000) at R = 40-50: 0.67-0.82x, or 0.71-0.97x where the output has R outermost
+    (a CP-ALS partial: BLAS's GEMM then has R rows, its better shape). But a longer contracted extent: (3600, 3600) at R
+    = 40 / 50 / 64 0.69 / 0.84 / 0.97x, with R outermost 0.88 / 1.02 / 1.08x (CP-ALS on 60^4 at R = 50: 1.04-1.06x the
+    iteration), (4096, 4096) 0.90x and 1.16x, (1000, 10000) 1.04x: U of 1.2-4 MB; hence the bound on U. Left to BLAS
+    there as on 256-bit machines: the outer kernel in float32 (200^3 1.15 / 0.99 / 0.85x, 150^3 1.03-1.28x, 240x120x180
+    0.89-1.22x, 60^4 and 64^4 1.14-1.25x at R = 40-50), the long rows of a first mode (float64 0.96-1.24x; float32
+    0.77-0.88x on 200^3, 320x240x160 and 60^4 but 0.93-1.17x on 150^3, 240x120x180, 64^4 and 400x400x50), and the long
+    middle rows of 4-way tensors (60^4 mode 1 float64 1.06-1.10x). CP-ALS at R = 50 on 200^3 (its middle-mode pass):
+    float64 0.92x, float32 0.87x the iteration.
+
+    >>> planned_beyond_max_rank(True, 8, 50, 1600, 64 << 20) == simd_supported()
     True
     >>> planned_beyond_max_rank(True, 8, 50, 320000, 64 << 20), planned_beyond_max_rank(True, 8, 65, 1600, 1 << 30)
     (False, False)
-    >>> planned_beyond_max_rank(False, 4, 40, 0, 64 << 20), planned_beyond_max_rank(False, 8, 57, 0, 64 << 20)
+    >>> planned_beyond_max_rank(False, 4, 40, 0, 64 << 20, 200), planned_beyond_max_rank(False, 8, 65, 0, 64 << 20, 200)
     (False, False)
+    >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 200) == simd_supported()
+    True
+    >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 3600) == (simd_supported() and not wide_vectors())
+    True
     """
-    if not (MAX_RANK < R and nbytes >= BEYOND_MIN_BYTES and simd_supported() and not wide_vectors()):
+    if not (MAX_RANK < R and nbytes >= BEYOND_MIN_BYTES and simd_supported()):
         return False
     if inner:
         return R <= SHORT_ROWS_MAX_RANK and 0 < row_bytes < LONG_ROW_BYTES
-    return itemsize == 8 and R <= OUTER_F64_MAX_RANK
+    if not wide_vectors():
+        return itemsize == 8 and R <= OUTER_F64_MAX_RANK
+    return itemsize == 8 and R <= WIDE_OUTER_F64_MAX_RANK and 0 < contracted * R * itemsize <= WIDE_OUTER_U_BYTES
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
