@@ -1213,7 +1213,8 @@ def test_long_rows_over_a_short_mode_go_to_the_kernel_when_streamed(rng):
 
 def test_a_small_kernel_call_stays_on_the_calling_thread(monkeypatch):
     """Below KERNEL_PARALLEL_FLOPS a compiled kernel's tiles run in one call on the caller's thread (no pool);
-    above it, pieces of at least KERNEL_PIECE_FLOPS, at most MAX_PIECES, cut by the sizes alone."""
+    above it, pieces of at least KERNEL_PIECE_FLOPS, at most KERNEL_PIECES_PER_WORKER a worker and MAX_PIECES
+    in all."""
     from tuckerkit.engine._policy import MAX_PIECES
 
     calls = []
@@ -1227,6 +1228,13 @@ def test_a_small_kernel_call_stays_on_the_calling_thread(monkeypatch):
     assert calls == [3] and seen == [(0, 33), (33, 66), (66, 100)]
     seen.clear()
     sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(2))
+    assert sg.KERNEL_PIECES_PER_WORKER == 2
+    assert calls[-1] == 4 and seen == [(0, 25), (25, 50), (50, 75), (75, 100)]
+    seen.clear()
+    sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(3))
+    assert calls[-1] == 6 and seen[0] == (0, 16) and seen[-1] == (83, 100)
+    seen.clear()
+    sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(MAX_PIECES))
     assert calls[-1] == MAX_PIECES and seen[0] == (0, 100 // MAX_PIECES) and seen[-1][1] == 100
     seen.clear()
     sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(1))  # one worker: one call
