@@ -992,34 +992,23 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_long_rows_above_rank_16_go_to_blas_on_256_bit_machines_and_where_packed(monkeypatch, dtype):
+def test_long_rows_above_rank_16_go_to_blas_on_256_bit_machines(monkeypatch, dtype):
     """The first mode's long rows (over ``LONG_ROW_MIN_I`` rows or more) at R = 17-32: on a 256-bit machine the
     packed kernel measured 1.07-1.32x BLAS's time on most shapes, so its rate there (``_LONG_HI_256``) sits
-    below BLAS's and the planner keeps BLAS; with 512-bit vectors the kernel is planned as before, except in
-    float64 where the rows crowd L1 (320x240x160: rows 75 x 4 KiB apart, each chunk packed first, measured
-    1.04-1.36x BLAS's time there: ``_PACKED_LONG_HI_WIDE``); 200^3's rows (not crowding L1, read directly) keep
-    the kernel; R <= 16 keeps the kernel on both."""
+    below BLAS's and the planner keeps BLAS; with 512-bit vectors the kernel is planned as before; R <= 16
+    keeps the kernel on both."""
     contract_mod._cached_plan.cache_clear()
     big = np.empty((320, 240, 160), dtype)
-    name, item = np.dtype(dtype).name, np.dtype(dtype).itemsize
-    f64 = dtype == np.float64
     for wide in (False, True):
         monkeypatch.setattr(sg, "wide_vectors", lambda wide=wide: wide)
         contract_mod._cached_plan.cache_clear()
-        want = CompiledKernel.TTM_INNER if (wide and not f64 and sg.simd_supported()) else CompiledKernel.NONE
-        assert sg.kernel_efficiency("small_rank_ttm_inner", name, 32, 38400, 320) == (
-            sg._KERNEL_EFF[("small_rank_ttm_inner_long", name)][1] if wide else sg._LONG_HI_256[name])
-        assert sg._packed_long(320, 32, item, 38400, 38400 * item, big.nbytes)
-        assert sg.kernel_efficiency("small_rank_ttm_inner", name, 32, 38400, 320, big.nbytes, 38400 * item) == (
-            (sg._PACKED_LONG_HI_WIDE[name] if f64 else sg._KERNEL_EFF[("small_rank_ttm_inner_long", name)][1])
-            if wide else sg._LONG_HI_256[name])
+        want = CompiledKernel.TTM_INNER if (wide and sg.simd_supported()) else CompiledKernel.NONE
+        assert sg.kernel_efficiency("small_rank_ttm_inner", np.dtype(dtype).name, 32, 38400, 320) == (
+            sg._KERNEL_EFF[("small_rank_ttm_inner_long", np.dtype(dtype).name)][1] if wide
+            else sg._LONG_HI_256[np.dtype(dtype).name])
         for R in (17, 20, 32):
             plan = ttm_plan(big, np.ones((320, R), dtype), 0, transpose=True)
             assert plan.compiled is want, (wide, R, plan.explain())
-        if wide and sg.simd_supported():
-            cube = np.empty((200, 200, 200), dtype)  # rows 200 x 200 elements apart: read directly
-            assert not sg._packed_long(200, 32, item, 40000, 40000 * item, cube.nbytes)
-            assert ttm_plan(cube, np.ones((200, 32), dtype), 0, transpose=True).compiled is CompiledKernel.TTM_INNER
         small_r = ttm_plan(big, np.ones((320, 10), dtype), 0, transpose=True)
         assert small_r.compiled is (CompiledKernel.TTM_INNER if sg.simd_supported() else CompiledKernel.NONE)
     assert sg._LONG_HI_256["float64"] < sg.blas_efficiency("small_rank_ttm_inner", "float64", 32)

@@ -1081,29 +1081,6 @@ def _reduction_cuts(A: int, I: int, C: int, R: int, itemsize: int) -> list[int]:
     return [I * k // n for k in range(n + 1)]
 
 
-def _strip_vectors(R: int) -> int:
-    """:func:`ttm_inner`'s strip (256-bit vectors) for ``R``: :func:`_inner_strip`, but one line where the
-    strips of two lines would have a row block below ``QUAD_MIN_RB`` rows."""
-    snv = _inner_strip(R)
-    if snv == 4 and min(rb for _, rb in _row_blocks(R)) < QUAD_MIN_RB:
-        return 2
-    return snv
-
-
-def _packed_long(I: int, R: int, itemsize: int, C: int, row_stride: int, nbytes: int) -> bool:  # noqa: E741
-    """Whether :func:`ttm_inner` packs each chunk first on an X of ``I`` rows of ``C`` columns ``row_stride``
-    bytes apart (``nbytes`` in all), as :func:`_inner_tiles` decides.
-
-    >>> _packed_long(320, 32, 8, 38400, 38400 * 8, 320 * 38400 * 8)  # rows 75 x 4 KiB apart
-    True
-    >>> _packed_long(200, 32, 8, 40000, 40000 * 8, 200 * 40000 * 8) == (not wide_vectors())
-    True
-    """
-    streamed = nbytes > STREAMED_BYTES
-    _, kc = _tiling(I, R, itemsize, C, _strip_vectors(R), row_stride, streamed)
-    return not _direct_chunks(R, C * itemsize, row_stride, kc, streamed)
-
-
 def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPolicy | None) -> None:
     """:func:`ttm_inner` over its tiles (checked views)."""
     fx, fy = flat_span(X3), flat_span(Y3)
@@ -1118,7 +1095,9 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: Executio
     for (r0, rb), off in zip(rows, blocks[:, 2], strict=True):
         np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
     vl = 32 // it
-    snv = _strip_vectors(U.shape[1])  # (the strips of two lines have blocks of 8-12 rows)
+    snv = _inner_strip(U.shape[1])
+    if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
+        snv = 2
     streamed = A * I * C * it > STREAMED_BYTES
     ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], streamed)
     packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc, streamed)
@@ -1320,14 +1299,6 @@ _KERNEL_EFF = {
 #: keep their constants (64^4: 0.92-0.99x). With 512-bit vectors the table's 0.80 / 0.71 hold (committed
 #: ttm table: 200^3 0.70 / 0.74x, 320x240x160 1.22 / 0.96x)
 _LONG_HI_256 = {"float64": 0.62, "float32": 0.55}
-#: ... where vectors are wide, the rate of float64 long rows above R = 16 whose chunks are packed first (rows a
-#: multiple of 4 KiB apart, crowding L1: :func:`_packed_long`): below BLAS's, so those first modes go to BLAS.
-#: Measured on the 2-core AVX-512 machine (the planner's compiled plan forced against its BLAS plan, two
-#: workers, medians of 8 interleaved rounds in one process), R = 20 / 24 / 32: 320x240x160 1.27 / 1.26 /
-#: 1.18x the time, 64^4 1.13 / 1.09 / 1.04x, 128x128x256 1.30 / 1.36 / 1.29x, 256x128x128 1.07 / 1.22 /
-#: 1.16x (committed ttm table: 320x240x160 R = 32 at 1.16x BLAS's time). float32 keeps its rate: 320x240x160
-#: 0.78-0.92x, but 64^4 1.0-1.1x, 128x128x256 1.07-1.36x, 256x128x128 0.91-1.15x (no clear side)
-_PACKED_LONG_HI_WIDE = {"float64": 0.55}
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
@@ -1454,12 +1425,8 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
-                      nbytes: int = 0, row_stride: int = 0) -> float:
+                      nbytes: int = 0) -> float:
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
-
-    ``row_stride``: the bytes between two rows of i of :func:`ttm_inner`'s X (0: not known). Where vectors are
-    wide, long float64 rows at R above 16 whose chunks :func:`ttm_inner` packs first (rows that crowd L1,
-    :func:`_packed_long`) take ``_PACKED_LONG_HI_WIDE``.
 
     ``contracted``: the contracted extent ``I`` (0: not known). Long rows contracted over fewer than
     ``LONG_ROW_MIN_I`` rows (one short chunk per tile: the microkernel's start and drain weigh more) take the
@@ -1485,10 +1452,6 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     lo, hi = _KERNEL_EFF[(key, dtype)]
     if key == "small_rank_ttm_inner_long" and not wide_vectors():
         hi = _LONG_HI_256[dtype]
-    elif (key.startswith("small_rank_ttm_inner_long") and wide_vectors() and dtype in _PACKED_LONG_HI_WIDE
-          and R > 16 and row_stride > 0 and contracted > 0
-          and _packed_long(contracted, R, itemsize, columns, row_stride, nbytes)):
-        hi = _PACKED_LONG_HI_WIDE[dtype]
     eff = lo if R <= 16 else hi
     if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < SHORT_DOT_BYTES and not wide_vectors()
             and not outer_gemm_style(R, itemsize)):
