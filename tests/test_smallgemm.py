@@ -484,8 +484,9 @@ def test_inner_kernel_bits_do_not_depend_on_tiling_or_workers(monkeypatch, R, dt
 
 def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_blocks, dtype, rng):
     """R above 16: where vectors are wide each chunk is read straight from X (long rows in chunks of up to
-    _MAX_KC rows of 4 KiB tiles) unless long rows crowd L1; with 256-bit vectors it is packed first, in the
-    former tiling. Both give the same bits as each other and einsum's sums to rounding."""
+    _MAX_KC rows of 4 KiB tiles; long rows that crowd L1 in the former tiling, read directly too); with 256-bit
+    vectors it is packed first, in the former tiling. Both give the same bits as each other and einsum's sums
+    to rounding."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)  # blocks of up to twelve rows, whatever this CPU has
     sg._blocks.cache_clear()
     monkeypatch.setattr(sg, "_wide_direct", lambda: True)
@@ -493,26 +494,32 @@ def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_bloc
     assert sg._tiling(200, 32, 4, 40000, 4, 160000) == (1024, 50)
     assert sg._direct_chunks(32, 320000, 320000, 50) is True
     assert sg._direct_chunks(32, 1600, 1600, 67) is True  # a middle mode: short rows, never crowded
-    # 320x240x160 float64, first mode: rows 75 pages apart crowd one set; the former tiling, packed
+    # 320x240x160 float64, first mode: rows 75 pages apart crowd one set; the former tiling, read directly
     crowded = sg._tiling(320, 32, 8, 38400, 4, 307200)
-    assert sg._direct_chunks(32, 307200, 307200, crowded[1]) is False
+    assert crowded == (400, 80) and sg._l1_crowded(307200, crowded[1])
+    assert sg._direct_chunks(32, 307200, 307200, crowded[1]) is True
+    assert sg._direct_chunks(10, 307200, 307200, crowded[1]) is False  # (R <= 16: the tiling caps such chunks)
     monkeypatch.setattr(sg, "_wide_direct", lambda: False)
     assert sg._tiling(320, 32, 8, 38400, 4, 307200) == crowded
+    assert sg._direct_chunks(32, 307200, 307200, crowded[1]) is False
     assert sg._tiling(200, 32, 8, 40000, 4, 320000) == (480, 67)
     assert sg._direct_chunks(32, 1600, 1600, 67) is False
     assert sg._direct_chunks(16, 1600, 1600, 67) is True
-    C = 9000 // np.dtype(dtype).itemsize  # long rows (at least LONG_ROW_BYTES), not line-aligned: spread
-    X = _sliced_view(rng, (2, 70, C), dtype)
-    U = rng.standard_normal((70, 32)).astype(dtype)
-    out = []
-    for wide_direct in (True, False):
-        monkeypatch.setattr(sg, "_wide_direct", lambda wide_direct=wide_direct: wide_direct)
-        for workers in (1, 2):
-            Y = np.full((2, 32, C), np.nan, dtype)
-            sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
-            _check(np.ascontiguousarray(X), U, 1, Y)
-            out.append(Y.tobytes())
-    assert len(set(out)) == 1
+    # long rows (at least LONG_ROW_BYTES) not line-aligned (spread over L1's sets), and rows two pages apart
+    # (each line of a strip in one set: crowded)
+    for C in (9000 // np.dtype(dtype).itemsize, 8192 // np.dtype(dtype).itemsize):
+        X = _sliced_view(rng, (2, 70, C), dtype)
+        U = rng.standard_normal((70, 32)).astype(dtype)
+        assert sg._l1_crowded(X.strides[1], 40) is (C * X.itemsize == 8192)
+        out = []
+        for wide_direct in (True, False):
+            monkeypatch.setattr(sg, "_wide_direct", lambda wide_direct=wide_direct: wide_direct)
+            for workers in (1, 2):
+                Y = np.full((2, 32, C), np.nan, dtype)
+                sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
+                _check(np.ascontiguousarray(X), U, 1, Y)
+                out.append(Y.tobytes())
+        assert len(set(out)) == 1
     monkeypatch.undo()
     sg._blocks.cache_clear()
 

@@ -495,8 +495,9 @@ def _wide_direct() -> bool:
 
 def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool = False) -> bool:
     """Whether :func:`ttm_inner`'s row blocks read each chunk straight from X (else the chunk is packed into
-    strips first): not where long rows (``row_len`` bytes of X from at least ``LONG_ROW_BYTES``) are
-    ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`: more than ``_L1_LINES_PER_SET``
+    strips first): up to ``_DIRECT_MAX_RANK``, not where long rows (``row_len`` bytes of X from at least
+    ``LONG_ROW_BYTES``) are ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`: more
+    than ``_L1_LINES_PER_SET``
     lines a set, or ``_L1_LINES_PER_SET_256`` with 256-bit vectors on a tensor beyond ``STREAMED_BYTES``, the
     ``streamed`` flag; on a 2-core AVX2 machine, first modes at R = 10-16, two workers, interleaved medians of
     9 in two runs, packed against direct: 320x240x160 0.72-0.76x (float32 0.99-1.0x), 64^4 0.73-0.81x (float32
@@ -507,12 +508,18 @@ def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool
     same bits) against the chunks packed first: middle modes of 200^3 and 320x240x160 0.77-0.93x the time in
     float64 and float32; the first mode of 200^3 (rows 320000 bytes apart, not crowded) in chunks of 50 rows
     of 4 KiB tiles 0.78-0.87x, but in the former chunks of 67-100 rows of 480-640 columns 0.97-1.14x; the
-    first mode of 320x240x160 (rows a multiple of 4 KiB apart: crowded) no better than the noise in any tiling
-    tried (chunks of 8-100 rows, tiles of 128-2048 columns: the best 0.90-0.97x in one run, 0.98-1.06x in
-    another), so packed as before. With 256-bit vectors (six row blocks of up to six rows at R = 32) the direct reads of
-    long rows measured 1.2-1.9x the packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
-    if R > _DIRECT_MAX_RANK and not _wide_direct():
-        return False
+    first mode of 320x240x160 (rows a multiple of 4 KiB apart: crowded) was then no better than the noise in
+    any tiling tried (chunks of 8-100 rows, tiles of 128-2048 columns: the best 0.90-0.97x in one run, 0.98-1.06x
+    in another), so it stayed packed; since the tiles run in at most two pieces a worker
+    (``KERNEL_PIECES_PER_WORKER``) the crowded rows read directly too, at R above ``_DIRECT_MAX_RANK`` where
+    vectors are wide: first modes at R = 20 / 32, two workers, medians of 8 interleaved rounds in one process,
+    direct over packed time, float64 / float32: 320x240x160 0.73 / 0.79x and 0.82 / 0.88x, 64^4 0.85 / 0.72x
+    and 0.90 / 0.87x, 128x128x256 0.70 / 0.70x and 0.78 / 0.76x, 256x128x128 0.81 / 0.85x and 0.86 / 1.03x;
+    64^4's mode 1 0.77-0.90x except float64 R = 32 (1.16x); 200^3 (not crowded) unchanged. With 256-bit
+    vectors (six row blocks of up to six rows at R = 32) the direct reads of long rows measured 1.2-1.9x the
+    packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
+    if R > _DIRECT_MAX_RANK:
+        return _wide_direct()
     lines = _L1_LINES_PER_SET_256 if streamed and not wide_vectors() else _L1_LINES_PER_SET
     return not (row_len >= LONG_ROW_BYTES and _l1_crowded(row_bytes, kc, lines))
 
