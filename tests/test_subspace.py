@@ -342,3 +342,94 @@ def test_a_long_modes_thin_q_is_cholesky_qr2_on_the_workers(dtype):
     assert _subspace._cholesky_qr2(dependent, ExecutionPolicy(workers=2)) is None
     spread = (Q0 * np.sqrt(np.logspace(0, -14, r))).astype(np.float64)  # (kappa 1e7: beyond the margin)
     assert _subspace._cholesky_qr2(spread, ExecutionPolicy(workers=2)) is None
+
+
+def _planted_tall(rng, I_n, P, r, noise):
+    """A tall I_n x P matrix of rank r plus noise of relative size ``noise`` (a projection's unfolding)."""
+    A = np.linalg.qr(rng.standard_normal((I_n, r)))[0] * np.linspace(3, 1, r)
+    M = A @ np.linalg.qr(rng.standard_normal((P, r)))[0].T
+    E = rng.standard_normal((I_n, P))
+    return M / np.linalg.norm(M) + noise * E / np.linalg.norm(E)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_the_gram_free_route_gives_the_grams_leading_pairs(warm):
+    """Where P is in the hundreds (P >= GRAM_FREE_MIN_P, below I_n, float64) the second route finds the leading
+    pairs of M^T M by subspace iteration on M^T (M Q), without the P x P Gram: the same eigenvalues as eigh of
+    the Gram, M V spanning its leading left singular subspace, the same bits for 1-3 workers, M unmodified;
+    from HOOI's factor (warm) or from the seeded block (cold)."""
+    from tuckerkit.engine import ExecutionPolicy, _subspace
+
+    rng = np.random.default_rng(21)
+    I_n, P, r = 3000, 300, 6
+    assert _subspace._gram_free_wanted(I_n, P, r, np.float64)
+    M = _planted_tall(rng, I_n, P, r, 0.01)
+    M0 = M.copy()
+    U_svd, s_svd, _ = np.linalg.svd(M, full_matrices=False)
+    start = np.linalg.qr(U_svd[:, :r] + 1e-3 * rng.standard_normal((I_n, r)))[0] if warm else None
+    got = [_subspace._gram_free_pairs(M, r, start, ExecutionPolicy(workers=w)) for w in (1, 2, 3)]
+    assert got[0] is not None and np.array_equal(M, M0)
+    for w, B in got[1:]:
+        assert np.array_equal(w, got[0][0]) and np.array_equal(B, got[0][1])
+    w, B = got[0]
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(w, s_svd[:r] ** 2, rtol=1e3 * eps * P)
+    # M V: orthogonal columns of norms sqrt(w), spanning the leading left singular vectors
+    np.testing.assert_allclose(np.linalg.norm(B, axis=0), np.sqrt(w), rtol=1e-10)
+    Q = np.linalg.qr(B)[0]
+    np.testing.assert_allclose(np.linalg.svd(Q.T @ U_svd[:, :r], compute_uv=False), 1, atol=1e-10)
+
+
+def test_the_gram_free_route_refuses_what_it_cannot_certify():
+    """Gaussian data (no gap after the r-th pair) and noise of 30 % (the energy outside the leading pairs
+    above theta_r): None, so the route forms the Gram; float32, a P below GRAM_FREE_MIN_P or not below I_n: not
+    tried. Through leading_left_singular the refused step gives the Gram route's result."""
+    from tuckerkit.engine import ExecutionPolicy, _subspace
+
+    rng = np.random.default_rng(22)
+    pol = ExecutionPolicy(workers=2)
+    for M in (rng.standard_normal((3000, 300)), _planted_tall(rng, 3000, 300, 6, 0.3)):
+        assert _subspace._gram_free_pairs(M, 6, None, pol) is None
+    assert not _subspace._gram_free_wanted(3000, 300, 6, np.float32)
+    assert not _subspace._gram_free_wanted(3000, _subspace.GRAM_FREE_MIN_P - 1, 6, np.float64)
+    assert not _subspace._gram_free_wanted(300, 300, 6, np.float64)
+    assert (_subspace.GRAM_FREE_MIN_P, _subspace.GRAM_FREE_MAX_STEPS) == (256, 12)
+    Y = _planted_tall(rng, 3000, 300, 6, 0.3).reshape(3000, 15, 20)
+    U, w = leading_left_singular(Y, 0, 6, pol)
+    M = Y.reshape(3000, 300)
+    w_ref = np.linalg.eigvalsh(M.T @ M)[::-1][:6]
+    np.testing.assert_allclose(w, w_ref, rtol=1e-12)
+    U_ref = np.linalg.svd(M, full_matrices=False)[0][:, :6]
+    np.testing.assert_allclose(U.T @ U, np.eye(6), atol=1e-13)
+    np.testing.assert_allclose(np.linalg.svd(U.T @ U_ref, compute_uv=False), 1, atol=1e-10)
+
+
+def test_hooi_with_a_long_mode_and_a_large_p_matches_the_gram_route(monkeypatch):
+    """HOOI on (10, 10, 10, 2000) at rank 10 (three full-rank modes; the long mode's unfolding 2000 x 1000, P =
+    1000): the Gram-free second route gives the Gram route's fit to 1e-12 and the same subspaces, and the
+    unfolding of the last mode is a view of the C-ordered tensor (no copy)."""
+    import tuckerkit as tk
+    from tuckerkit.engine import _subspace
+
+    rng = np.random.default_rng(23)
+    shape = (10, 10, 10, 2000)
+    core = rng.standard_normal((10, 10, 10, 10))
+    Y = core
+    for i, n in enumerate(shape):
+        Y = np.moveaxis(np.tensordot(np.linalg.qr(rng.standard_normal((n, 10)))[0], Y, axes=(1, i)), 0, i)
+    E = rng.standard_normal(shape)
+    X = Y / np.linalg.norm(Y) + 0.01 * E / np.linalg.norm(E)
+    X0 = X.copy()
+    tried = []
+    real = _subspace._gram_free_pairs
+    monkeypatch.setattr(_subspace, "_gram_free_pairs",
+                        lambda M, *a: tried.append(np.shares_memory(M, X)) or real(M, *a))
+    with pytest.warns(tk.ConvergenceWarning, match=r"^hooi reached max_iter=4"):
+        free = tk.hooi(X, 10, max_iter=4, tol=0)
+    assert tried and all(tried) and np.array_equal(X, X0)
+    monkeypatch.setattr(_subspace, "GRAM_FREE_MIN_P", 1 << 40)
+    with pytest.warns(tk.ConvergenceWarning, match=r"^hooi reached max_iter=4"):
+        gram = tk.hooi(X, 10, max_iter=4, tol=0)
+    assert abs(free.fit - gram.fit) < 1e-12
+    for Uf, Ug in zip(free.factors, gram.factors, strict=True):
+        np.testing.assert_allclose(np.linalg.svd(Uf.T @ Ug, compute_uv=False), 1, atol=1e-10)
