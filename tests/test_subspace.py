@@ -352,37 +352,40 @@ def _planted_tall(rng, I_n, P, r, noise):
     return M / np.linalg.norm(M) + noise * E / np.linalg.norm(E)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
-def test_the_gram_free_route_gives_the_grams_leading_pairs(warm):
-    """Where P is in the hundreds (P >= GRAM_FREE_MIN_P, below I_n, float64) the second route finds the leading
-    pairs of M^T M by subspace iteration on M^T (M Q), without the P x P Gram: the same eigenvalues as eigh of
-    the Gram, M V spanning its leading left singular subspace, the same bits for 1-3 workers, M unmodified;
+def test_the_gram_free_route_gives_the_grams_leading_pairs(warm, dtype):
+    """Where P is in the hundreds (P >= GRAM_FREE_MIN_P, below I_n) the second route finds the leading pairs of
+    M^T M by subspace iteration on M^T (M Q), without the P x P Gram: the eigenvalues of the SVD (float64's) to
+    I_n eps, M V spanning its leading left singular subspace, the same bits for 1-3 workers, M unmodified;
     from HOOI's factor (warm) or from the seeded block (cold)."""
     from tuckerkit.engine import ExecutionPolicy, _subspace
 
     rng = np.random.default_rng(21)
     I_n, P, r = 3000, 300, 6
-    assert _subspace._gram_free_wanted(I_n, P, r, np.float64)
-    M = _planted_tall(rng, I_n, P, r, 0.01)
+    assert _subspace._gram_free_wanted(I_n, P, r, dtype)
+    M64 = _planted_tall(rng, I_n, P, r, 0.01)
+    M = M64.astype(dtype)
     M0 = M.copy()
-    U_svd, s_svd, _ = np.linalg.svd(M, full_matrices=False)
-    start = np.linalg.qr(U_svd[:, :r] + 1e-3 * rng.standard_normal((I_n, r)))[0] if warm else None
+    U_svd, s_svd, _ = np.linalg.svd(M.astype(np.float64), full_matrices=False)
+    start = np.linalg.qr(U_svd[:, :r] + 1e-3 * rng.standard_normal((I_n, r)))[0].astype(dtype) if warm else None
     got = [_subspace._gram_free_pairs(M, r, start, ExecutionPolicy(workers=w)) for w in (1, 2, 3)]
     assert got[0] is not None and np.array_equal(M, M0)
     for w, B in got[1:]:
         assert np.array_equal(w, got[0][0]) and np.array_equal(B, got[0][1])
     w, B = got[0]
-    eps = np.finfo(np.float64).eps
-    np.testing.assert_allclose(w, s_svd[:r] ** 2, rtol=1e3 * eps * P)
+    assert w.dtype == np.float64 and B.dtype == dtype and B.shape == (I_n, r)
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(w, s_svd[:r] ** 2, rtol=I_n * eps)
     # M V: orthogonal columns of norms sqrt(w), spanning the leading left singular vectors
-    np.testing.assert_allclose(np.linalg.norm(B, axis=0), np.sqrt(w), rtol=1e-10)
-    Q = np.linalg.qr(B)[0]
-    np.testing.assert_allclose(np.linalg.svd(Q.T @ U_svd[:, :r], compute_uv=False), 1, atol=1e-10)
+    np.testing.assert_allclose(np.linalg.norm(B.astype(np.float64), axis=0), np.sqrt(w), rtol=I_n * eps)
+    Q = np.linalg.qr(B.astype(np.float64))[0]
+    np.testing.assert_allclose(np.linalg.svd(Q.T @ U_svd[:, :r], compute_uv=False), 1, atol=I_n * eps)
 
 
 def test_the_gram_free_route_refuses_what_it_cannot_certify():
     """Gaussian data (no gap after the r-th pair) and noise of 30 % (the energy outside the leading pairs
-    above theta_r): None, so the route forms the Gram; float32, a P below GRAM_FREE_MIN_P or not below I_n: not
+    above theta_r): None, so the route forms the Gram; complex, a P below GRAM_FREE_MIN_P or not below I_n: not
     tried. Through leading_left_singular the refused step gives the Gram route's result."""
     from tuckerkit.engine import ExecutionPolicy, _subspace
 
@@ -390,7 +393,7 @@ def test_the_gram_free_route_refuses_what_it_cannot_certify():
     pol = ExecutionPolicy(workers=2)
     for M in (rng.standard_normal((3000, 300)), _planted_tall(rng, 3000, 300, 6, 0.3)):
         assert _subspace._gram_free_pairs(M, 6, None, pol) is None
-    assert not _subspace._gram_free_wanted(3000, 300, 6, np.float32)
+    assert not _subspace._gram_free_wanted(3000, 300, 6, np.complex128)
     assert not _subspace._gram_free_wanted(3000, _subspace.GRAM_FREE_MIN_P - 1, 6, np.float64)
     assert not _subspace._gram_free_wanted(300, 300, 6, np.float64)
     assert (_subspace.GRAM_FREE_MIN_P, _subspace.GRAM_FREE_MAX_STEPS) == (256, 12)
@@ -406,8 +409,8 @@ def test_the_gram_free_route_refuses_what_it_cannot_certify():
 
 def test_hooi_with_a_long_mode_and_a_large_p_matches_the_gram_route(monkeypatch):
     """HOOI on (10, 10, 10, 2000) at rank 10 (three full-rank modes; the long mode's unfolding 2000 x 1000, P =
-    1000): the Gram-free second route gives the Gram route's fit to 1e-12 and the same subspaces, and the
-    unfolding of the last mode is a view of the C-ordered tensor (no copy)."""
+    1000): the Gram-free second route gives the Gram route's fit to 1e-12 and the same subspaces (float32: to
+    its rounding), and the unfolding of the last mode is a view of the C-ordered tensor (no copy)."""
     import tuckerkit as tk
     from tuckerkit.engine import _subspace
 
@@ -433,3 +436,9 @@ def test_hooi_with_a_long_mode_and_a_large_p_matches_the_gram_route(monkeypatch)
     assert abs(free.fit - gram.fit) < 1e-12
     for Uf, Ug in zip(free.factors, gram.factors, strict=True):
         np.testing.assert_allclose(np.linalg.svd(Uf.T @ Ug, compute_uv=False), 1, atol=1e-10)
+    # float32 (its products in float32): float64's fit to float32's rounding
+    monkeypatch.setattr(_subspace, "GRAM_FREE_MIN_P", 256)
+    tried.clear()
+    with pytest.warns(tk.ConvergenceWarning, match=r"^hooi reached max_iter=4"):
+        free32 = tk.hooi(X.astype(np.float32), 10, max_iter=4, tol=0)
+    assert tried and abs(free32.fit - gram.fit) < 100 * np.finfo(np.float32).eps

@@ -523,7 +523,9 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
         return _on_host(xp, _sign_fix_c(Q), np.clip(w, 0, None).astype(real, copy=False))
     warm = _warm_start_ok(start, I_n, r) and (M.dtype.char == "d" or _compiled_order(P, r))
     if M.dtype.kind != "c" and I_n * P >= TALL_ELEMS:  # (a long mode: its products cut for the workers)
-        return _tall_second_route(M, r, policy, start if warm else None, backoff, real)
+        # (its Gram-free step takes a float32 start too; its Gram's iteration as here)
+        free_warm = _warm_start_ok(start, I_n, r) and _gram_free_wanted(I_n, P, r, M.dtype)
+        return _tall_second_route(M, r, policy, start if warm or free_warm else None, backoff, real)
     with blas_pinned():
         G = M.conj().T @ M if M.dtype.kind == "c" else M.T @ M
         W = M.T @ start if warm else None
@@ -557,6 +559,8 @@ def _tall_second_route(M: np.ndarray, r: int, policy: ExecutionPolicy, start: An
             if backoff is not None:
                 backoff.record(got is not None)
         start = None
+    elif start is not None and not (M.dtype.char == "d" or _compiled_order(P, r)):
+        start = None  # (float32 Grams: the compiled iteration's orders only)
     if got is not None:
         w, B = got
     else:
@@ -577,25 +581,25 @@ def _tall_second_route(M: np.ndarray, r: int, policy: ExecutionPolicy, start: An
     return _sign_fix_c(Q), np.maximum(w, 0).astype(real, copy=False)
 
 
-#: the second route skips the P x P Gram of a tall float64 unfolding from this many columns (see
+#: the second route skips the P x P Gram of a tall real unfolding from this many columns (see
 #: :func:`_gram_free_pairs`), with at most ``GRAM_FREE_MAX_STEPS`` steps and at least two
 GRAM_FREE_MIN_P = 256
 GRAM_FREE_MAX_STEPS = 12
 
 
 def _gram_free_wanted(I_n: int, P: int, r: int, dtype: Any) -> bool:
-    """Whether the second route on a tall ``I_n x P`` unfolding tries :func:`_gram_free_pairs` first: float64,
-    ``P`` of at least ``GRAM_FREE_MIN_P`` (and below ``I_n``: the second route), a block of ``r`` plus a few
+    """Whether the second route on a tall ``I_n x P`` unfolding tries :func:`_gram_free_pairs` first: float32 or
+    float64, ``P`` of at least ``GRAM_FREE_MIN_P`` (and below ``I_n``: the second route), a block of ``r`` plus a few
     columns within a third of ``P``, and a step budget (a step's 4 I_n P k flops, against the Gram's 2 I_n P^2
     and its eigenproblem) of at least two steps.
 
     >>> _gram_free_wanted(10000, 1000, 10, np.float64), _gram_free_wanted(10000, 100, 10, np.float64)
     (True, False)
-    >>> _gram_free_wanted(10000, 1000, 10, np.float32)
-    False
+    >>> _gram_free_wanted(10000, 1000, 10, np.float32), _gram_free_wanted(10000, 1000, 10, np.complex128)
+    (True, False)
     """
     k = r + max(4, r // 2)
-    return (np.dtype(dtype) == np.float64 and GRAM_FREE_MIN_P <= P < I_n and 3 * k <= P and r >= 1
+    return (np.dtype(dtype) in (np.float32, np.float64) and GRAM_FREE_MIN_P <= P < I_n and 3 * k <= P and r >= 1
             and _gram_free_budget(P, k) >= 2)
 
 
@@ -609,9 +613,10 @@ def _gram_free_budget(P: int, k: int) -> int:
 def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
                      policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray] | None:
     """The ``r`` leading eigenvalues of ``G = M^T M`` (decreasing) and ``M V`` for their eigenvectors ``V``, for
-    a tall float64 ``M`` (I_n x P, P in the hundreds or more), without forming ``G``: block subspace iteration
-    on the operator ``Q -> M^T (M Q)`` with Rayleigh-Ritz, or None when it cannot certify the pairs within its
-    budget (the caller forms the Gram then).
+    a tall float32 or float64 ``M`` (I_n x P, P in the hundreds or more), without forming ``G``: block subspace
+    iteration on the operator ``Q -> M^T (M Q)`` with Rayleigh-Ritz, or None when it cannot certify the pairs
+    within its budget (the caller forms the Gram then). The products run in ``M``'s dtype, the rest in float64;
+    float32's tolerances in its own ``eps``.
 
     HOOI's second route forms the P x P Gram (2 I_n P^2 flops: 20 GFlop for a 10000 x 1000 unfolding, the long mode of
     (10, 10, 10, 10000) at rank 10, whose other modes are full-rank) for a handful of its leading pairs. Here a block of
@@ -635,14 +640,16 @@ def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
     against the Gram route's 230; HOOI per iteration on (10, 10, 10, 10000) at rank 10 247 -> 55 ms (0.22x) at
     1 % and 10 % noise, at 30 % 1.04x (refused); (10000, 30, 30) at ranks (10, 30, 30) 0.34x, (20000, 20, 20)
     at (10, 20, 20) 0.59x, (40, 40, 3000) at (20, 20, 16) 0.49x, (3000, 40, 40) at (16, 20, 20) 0.74x, (5000,
-    50, 50) at (20, 20, 20) 0.85x; the same fits to 1e-12."""
+    50, 50) at (20, 20, 20) 0.85x; the same fits to 1e-12. float32: (10, 10, 10, 10000) 149 -> 25 ms (0.17x),
+    (10000, 30, 30) 0.27x, its fits nearer float64's than the float32 Gram's (5e-8 against 3e-7)."""
     from tuckerkit.engine._contract import contract, plan_contraction
     from tuckerkit.engine._operand import frobenius_norm
 
     I_n, P = M.shape
     k = r + max(4, r // 2)
     budget = _gram_free_budget(P, k)
-    eps = float(np.finfo(np.float64).eps)
+    dt = M.dtype  # (the products in M's dtype; the Rayleigh-Ritz, the certificate and the basis in float64)
+    eps = float(np.finfo(dt).eps)
     with blas_pinned():
         trace = frobenius_norm(M) ** 2
     if not _SUBSPACE_NORM_RANGE[0] <= trace <= _SUBSPACE_NORM_RANGE[1]:
@@ -654,22 +661,24 @@ def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
     if start is None:  # (cold: HOOI's start, ST-HOSVD's first mode)
         Q = seeded.copy()
     else:
-        W = np.empty((P, r))
+        W = np.empty((P, r), dt)
         contract("ci,cr->ir", M, start, out=W, policy=policy)
         with blas_pinned():
-            Q = np.ascontiguousarray(_thin_q(np.hstack([W, seeded[:, :k - r]])))
+            Q = np.ascontiguousarray(_thin_q(np.hstack([W.astype(np.float64), seeded[:, :k - r]])))
     # the products as planned contractions: skinny GEMMs (k columns) that the compiled small-rank kernels run
     # at the speed of a read of M (10000 x 1000: 4.6 and 5.6 ms against BLAS's 11 each); (M Q)^T's rows
     # unit-strided, as the kernel writes them
-    BT = np.empty((k, I_n))
-    Z = np.empty((P, k))
-    p_b = plan_contraction("ci,ir->rc", M, Q, out=BT, policy=policy)
+    BT = np.empty((k, I_n), dt)
+    Z = np.empty((P, k), dt)
+    Qd = Q.astype(dt)
+    p_b = plan_contraction("ci,ir->rc", M, Qd, out=BT, policy=policy)
     p_z = plan_contraction("ci,rc->ir", M, BT, out=Z, policy=policy)
     for step in range(1, budget + 1):
-        contract("ci,ir->rc", M, Q, out=BT, plan=p_b)
+        contract("ci,ir->rc", M, Qd, out=BT, plan=p_b)
         contract("ci,rc->ir", M, BT, out=Z, plan=p_z)
         with blas_pinned():
-            H = Q.T @ Z
+            Z64 = Z.astype(np.float64, copy=False)
+            H = Q.T @ Z64
             if not np.isfinite(H).all():
                 return None
             th, S = np.linalg.eigh((H + H.T) * 0.5)  # ascending
@@ -680,7 +689,7 @@ def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
                 # (the energy outside the Ritz vectors: the pairs converge to at most this much more, so the
                 # certificate would need the rest to fall from twice theta_r below it; not worth the steps)
                 return None
-            V, GV = Q @ S[:, :r], Z @ S[:, :r]
+            V, GV = Q @ S[:, :r], Z64 @ S[:, :r]
             R = GV - V * th[None, :r]
             col2 = np.einsum("ij,ij->j", R, R)
             res = math.sqrt(float(col2.max()))
@@ -689,12 +698,13 @@ def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
                 inside = float(np.einsum("ij,ij->", V, GV))  # trace(V^T G V)
                 rest = max(trace - inside + 8 * (I_n + P) * eps * trace, 0.0)
                 if rest + 2 * math.sqrt(float(col2.sum())) + tol < th[r - 1]:
-                    return th[:r].copy(), BT.T @ S[:, :r]  # M V = (M Q) S
+                    return th[:r].copy(), (BT.T @ S[:, :r].astype(dt)).astype(dt, copy=False)  # M V = (M Q) S
                 return None
             rho = abs(float(th[k - 1])) / float(th[r - 1])
             if rho >= 1 or step + math.log(tol / res) / math.log(max(rho, 1e-300)) > budget:
                 return None
-            Q = np.ascontiguousarray(_thin_q(Z))
+            Q = np.ascontiguousarray(_thin_q(Z64))  # (may overwrite Z64: made again next step)
+            Qd = Q.astype(dt)
     return None
 
 
