@@ -504,7 +504,7 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
                 top = eigh_desc(G, r)
         V, w = _on_host(xp, sign_fix(np.ascontiguousarray(top[1])), top[0])
         return V, w
-    if 0 < n == Y.ndim - 1 and Y.flags.c_contiguous:  # the last mode of a C array: its unfolding is a view
+    if 0 < n == Y.ndim - 1 and xp is np and Y.flags.c_contiguous:  # a C array's last mode: its unfolding a view
         M = Y.reshape(P, I_n).T  # (of Fortran order: no copy of the tensor for BLAS, which takes either)
     else:
         M = (Y if n == 0 else Y.transpose((n, *(m for m in range(Y.ndim) if m != n)))).reshape(I_n, P)
