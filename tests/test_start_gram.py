@@ -37,10 +37,10 @@ def test_start_gram_is_the_gram_to_float32_rounding(rng, order, mode, tiles, mon
     bound of float32 inputs and float32 sums over one block, (kb + 2) eps32 |X_(n)| |X_(n)|^T; exactly
     symmetric; the diagonal's exact float64 squares; the same bits for one or two workers and on a second
     call; the input unchanged."""
-    if tiles and not _gram._tiles_apply(1):
-        pytest.skip("the tile kernel runs on AVX2 CPUs with 256-bit vectors")
+    if tiles and not _gram._start_tiles_apply(1):
+        pytest.skip("the tile kernel runs on CPUs with AVX2 and FMA")
     if not tiles:
-        monkeypatch.setattr(_gram, "_tiles_apply", lambda In: False)
+        monkeypatch.setattr(_gram, "_start_tiles_apply", lambda In: False)
     X = _tensor(rng, (60, 70, 80), order)
     before = X.copy()
     got = start_gram(X, mode, TWO)
@@ -221,15 +221,18 @@ def test_hooi_with_the_rough_start_still_refuses_nan_with_its_count(rng):
         tk.hooi(X, 3)
 
 
-needs_tiles = pytest.mark.skipif(not _gram._tiles_apply(1),
-                                 reason="the tile kernel runs on AVX2 CPUs with 256-bit vectors")
+needs_tiles = pytest.mark.skipif(not _gram._start_tiles_apply(1),
+                                 reason="the tile kernel runs on CPUs with AVX2 and FMA")
+needs_f32_tiles = pytest.mark.skipif(not _gram._tiles_apply(1),
+                                     reason="float32 Grams take the tile kernel on AVX2 CPUs with 256-bit vectors")
 
 
 @needs_tiles
-@pytest.mark.parametrize("In", [1, 5, 6, 7, 13, 16, 17, 33, 50])
+@pytest.mark.parametrize("In", [1, 5, 6, 7, 12, 13, 16, 17, 25, 32, 33, 50])
 def test_the_tile_kernel_is_the_gram_to_float32_rounding(rng, In, monkeypatch):
     """The tile kernel (:func:`_gram._start_gram_tiles`) on sizes that fill no tile exactly (rows of 6, columns
-    of 16) and on runs and windows that divide neither the pieces nor each other: within the bound of float32
+    of 16; where vectors are wide 12 x 32) and on runs and windows that divide neither the pieces nor each
+    other, its next run prefetched (W C-ordered) or not (a strided W, the same bits): within the bound of float32
     sums over one window, (window + 2) eps32 |W|^T |W|; exactly symmetric; the diagonal's float64 squares;
     the same bits for one or two workers, for any run length (each entry is one chain over its window) and on
     a repeat; W unchanged."""
@@ -254,6 +257,10 @@ def test_the_tile_kernel_is_the_gram_to_float32_rounding(rng, In, monkeypatch):
         Gr, sr = _gram._start_gram_tiles(W, cuts, window, TWO)
         np.testing.assert_array_equal(Gr, G)
         np.testing.assert_array_equal(sr, ssq)
+    strided = np.asfortranarray(W)  # (not C-ordered: no prefetch of the next run)
+    Gs, s_s = _gram._start_gram_tiles(strided, cuts, window, TWO)
+    np.testing.assert_array_equal(Gs, G)
+    np.testing.assert_array_equal(s_s, ssq)
     np.testing.assert_array_equal(W, before)
 
 
@@ -278,7 +285,7 @@ def test_the_tile_kernel_takes_the_last_mode_of_a_c_array_only(rng, monkeypatch)
     assert calls[2:] == [((200, big - 1), 200, _gram._TILE_WINDOW)]
 
 
-@needs_tiles
+@needs_f32_tiles
 @pytest.mark.parametrize("order, mode", [("C", 2), ("F", 0)])
 def test_a_long_float32_gram_takes_the_tile_kernel(rng, monkeypatch, order, mode):
     """A float32 Gram whose unfolding's transpose has unit-stride rows and is long enough for column pieces

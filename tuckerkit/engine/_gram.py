@@ -211,18 +211,17 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     not apply (not a float64 numpy array, the mode's unfolding neither one matrix view with a unit stride nor
     slabs with unit-stride rows, or a Gram of fewer than ``4 * MIN_PARALLEL_FLOPS`` multiply-adds).
 
-    One matrix (the first or the last mode of a C-ordered tensor): the unfolding is read once, in the column
-    pieces of :func:`_syrk_pieces` (the same fixed cut), each piece in blocks of ``_START_BLOCK_BYTES``: a
-    block is rounded to float32 (its rows' squares summed in float64 on the way) and multiplied by one SSYRK;
-    each block's product is added to its piece's float64 partial, the partials in piece order (the same bits
-    for any number of workers). SSYRK runs at about twice DSYRK's flops: 200^3's last mode, two workers,
-    16.5-17.4 ms against 23-29 ms for the float64 Gram; the first mode 22-24 against 24-31 ms. Where the rows
-    of unit stride are the unfolding's transpose's (the last mode) and the CPU's vectors are AVX2's, the pieces
-    go to the tile kernel instead (:func:`_start_gram_tiles`: float32 sums over ``_TILE_WINDOW`` columns,
-    0.76-0.83x the time of the SSYRK route on 200^3). Slabs (a middle
-    mode: ``X`` as (outer, I_n, inner) with unit-stride rows): a fixed cut of the outer index into pieces,
-    each piece's slabs rounded to float32 side by side into packs of about ``_START_BLOCK_BYTES``, one SSYRK
-    per pack (:func:`_start_gram_slabs`). The entries carry float32's rounding (relative error about 1e-7 on
+    One matrix (the first or the last mode of a C-ordered tensor): the unfolding is read once, in the column pieces of
+    :func:`_syrk_pieces` (the same fixed cut), each piece in blocks of ``_START_BLOCK_BYTES``: a block is rounded to
+    float32 (its rows' squares summed in float64 on the way) and multiplied by one SSYRK; each block's product is added
+    to its piece's float64 partial, the partials in piece order (the same bits for any number of workers). SSYRK runs at
+    about twice DSYRK's flops: 200^3's last mode, two workers, 16.5-17.4 ms against 23-29 ms for the float64 Gram; the
+    first mode 22-24 against 24-31 ms. Where the rows of unit stride are the unfolding's transpose's (the last mode) on
+    a CPU with AVX2 and FMA (:func:`_start_tiles_apply`), the pieces go to the tile kernel instead
+    (:func:`_start_gram_tiles`: float32 sums over ``_TILE_WINDOW`` columns, 0.76-0.83x the time of the SSYRK route on
+    200^3). Slabs (a middle mode: ``X`` as (outer, I_n, inner) with unit-stride rows): a fixed cut of the outer index
+    into pieces, each piece's slabs rounded to float32 side by side into packs of about ``_START_BLOCK_BYTES``, one
+    SSYRK per pack (:func:`_start_gram_slabs`). The entries carry float32's rounding (relative error about 1e-7 on
     200^3): the caller's fit must not come from its eigenvalues. A value beyond float32's range makes the
     result non-finite (the caller then takes the exact Gram)."""
     if not isinstance(X, np.ndarray) or X.dtype != np.float64 or X.ndim < 2:
@@ -249,7 +248,7 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     kb = max(16, _START_BLOCK_BYTES // (4 * In))
     n_cols = max(1, _column_pieces(In, K, it))  # (the same cut as the float64 Gram's)
     cuts = [K * i // n_cols for i in range(n_cols + 1)]
-    if not rows and _tiles_apply(In):
+    if not rows and _start_tiles_apply(In):
         return _start_gram_tiles(V.T, cuts, _TILE_WINDOW, policy)
     from tuckerkit.engine._gram_kernels import to_single_cols, to_single_rows  # (numba: loaded on first use)
 
@@ -287,12 +286,27 @@ _TILE_MAX_ORDER = 384
 
 
 def _tiles_apply(In: int) -> bool:
-    """Whether a Gram of order ``In`` takes the tile kernel (:func:`_start_gram_tiles`) instead of numpy's
-    SSYRK: CPUs with AVX2 and FMA whose vectors are 256 bits wide, where it was measured (with AVX-512
-    OpenBLAS's SkylakeX SSYRK has not been measured against it), and I_n up to ``_TILE_MAX_ORDER``."""
+    """Whether a float32 Gram of order ``In`` takes the tile kernel (:func:`_start_gram_tiles`) instead of numpy's
+    SSYRK: CPUs with AVX2 and FMA whose vectors are 256 bits wide, where it was measured, and I_n up to
+    ``_TILE_MAX_ORDER``. (With AVX-512, float32 data going straight to OpenBLAS's SkylakeX SSYRK, the 12 x 32
+    tiles took a float32 HOOI default call on 200^3 to 1.05x its time: not there. A float64 tensor's start
+    Gram: :func:`_start_tiles_apply`.)"""
     from tuckerkit.engine._simd import simd_supported, wide_vectors
 
     return In <= _TILE_MAX_ORDER and simd_supported() and not wide_vectors()
+
+
+def _start_tiles_apply(In: int) -> bool:
+    """Whether :func:`start_gram` (a float64 tensor's Gram from float32 products) takes the tile kernel: I_n up
+    to ``_TILE_MAX_ORDER`` on CPUs with AVX2 and FMA, whatever their vector width. Where vectors are wide the
+    kernel's tiles are 12 x 32 (two 512-bit vectors a row, 24 accumulators: :mod:`._gram_kernels`), its next
+    run of rows prefetched across a run's tiles: 200^3's last mode 10.5 against 12.5-12.8 ms for SSYRK's route
+    (two workers, interleaved medians of 12; the 6 x 16 tiles at half the vector width had tied with it,
+    12.9-13.3 ms); whole default ``tk.hooi(X, 10)`` calls (interleaved medians of 11) 0.89x the time on 200^3,
+    0.91x on 300^3 and 320x240x160, 0.96x on 100^3."""
+    from tuckerkit.engine._simd import simd_supported
+
+    return In <= _TILE_MAX_ORDER and simd_supported()
 
 
 def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
@@ -307,29 +321,32 @@ def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
     (a float32 Gram, rounded to float32 once at the end: 200^3's error against the float64 Gram of the same
     data 5.9e-8 of its largest entry, SSYRK's pieces 1.3e-7).
 
-    Why: numpy's SSYRK takes a block already rounded to float32 (one pass over the block to round it, another
-    in BLAS to pack it) and runs at about half of sgemm's flop rate on these shapes (I_n x I_n from a long
-    side). Here each run of ``_TILE_RUN`` rows is rounded into a buffer that stays in L2 and multiplied there by
-    6 x 16 register tiles of the lower triangle (the small-rank TTM's microkernel, one chain of fused
-    multiply-adds per entry). Measured on the 2-core AVX2 machine: one thread on 10000 x 200 float32 rows
-    already in L2, the tiles 68-70 GFlop/s of the Gram's I_n^2 K against SSYRK's 37-49; 200^3's last mode on
-    two workers (31 interleaved pairs, median ratios) 0.76-0.78x the time of SSYRK's route from float64 and
-    0.79x from float32, on one worker 0.85-1.01x and 0.85-0.99x (this VM's times moved 2x between rounds);
-    whole default ``tk.hooi(X, 10)`` calls, float64 (interleaved medians of 11-21): 0.82-0.88x the time on 200^3,
-    0.80-0.86x on 300^3, 0.88-0.96x on 320x240x160, 0.94-1.01x on 100^3; float32 calls 0.96x on 200^3 (21
-    pairs; their first Gram is a float32 Gram) and 0.84x on 300^3. Not taken for the first mode or a
-    middle one (the rows of the unfolding itself of unit stride): rounding them into the buffer's columns is a
-    transpose, and there it measured 0.92-1.36x SSYRK's route (one thread; 1.05-1.28x on 60^4's middle modes,
+    Why: numpy's SSYRK takes a block already rounded to float32 (one pass over the block to round it, another in BLAS to
+    pack it) and runs at about half of sgemm's flop rate on these shapes (I_n x I_n from a long side). Here each run of
+    ``_TILE_RUN`` rows is rounded into a buffer that stays in L2 and multiplied there by 6 x 16 register tiles of the
+    lower triangle (12 x 32 where vectors are wide; the small-rank TTM's microkernel, one chain of fused multiply-adds
+    per entry). Measured on the 2-core AVX2 machine: one thread on 10000 x 200 float32 rows already in L2, the tiles
+    68-70 GFlop/s of the Gram's I_n^2 K against SSYRK's 37-49; 200^3's last mode on two workers (31 interleaved pairs,
+    median ratios) 0.76-0.78x the time of SSYRK's route from float64 and 0.79x from float32, on one worker 0.85-1.01x
+    and 0.85-0.99x (this VM's times moved 2x between rounds); whole default ``tk.hooi(X, 10)`` calls, float64
+    (interleaved medians of 11-21): 0.82-0.88x the time on 200^3, 0.80-0.86x on 300^3, 0.88-0.96x on 320x240x160,
+    0.94-1.01x on 100^3; float32 calls 0.96x on 200^3 (21 pairs; their first Gram is a float32 Gram) and 0.84x on 300^3.
+    Not taken for the first mode or a middle one (the rows of the unfolding itself of unit stride): rounding them into
+    the buffer's columns is a transpose, and there it measured 0.92-1.36x SSYRK's route (one thread; 1.05-1.28x on
+    60^4's middle modes,
     1.28-1.36x on 200^3's)."""
-    from tuckerkit.engine._gram_kernels import gram_single  # (numba: loaded on first use)
+    from tuckerkit.engine._gram_kernels import gram_single, tile_columns  # (numba: loaded on first use)
 
     In = W.shape[1]
-    Ip = -(-In // 16) * 16
+    Ip = -(-In // tile_columns()) * tile_columns()
     Wr = read_only(W)  # (one compiled specialization for arrays in memory and mapped from files)
     run = _TILE_RUN
 
+    # (W's elements as one block, for the kernel's prefetch of its next rows; empty where W is not C-ordered)
+    flat = Wr.reshape(-1) if Wr.flags.c_contiguous else Wr[:0, 0]
+
     def piece(i: int, B: Any, A: Any, part: Any, ss: Any) -> None:
-        gram_single(Wr, cuts[i], cuts[i + 1], window, run, B, A, part, ss)
+        gram_single(Wr, cuts[i], cuts[i + 1], window, run, B, A, part, ss, flat)
 
     G, s = _pieces_in_order(piece, len(cuts) - 1, In, 0, policy,
                             lambda: (np.zeros(run * Ip, np.float32), np.empty(Ip * Ip, np.float32)))

@@ -9,7 +9,40 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
-from tuckerkit.engine._simd import gblock1, gblock2, gblock3, gblock4, gblock5, gblock6
+from tuckerkit.engine._simd import (
+    gblock1,
+    gblock2,
+    gblock3,
+    gblock4,
+    gblock5,
+    gblock6,
+    gquad1,
+    gquad2,
+    gquad3,
+    gquad4,
+    gquad5,
+    gquad6,
+    gquad7,
+    gquad8,
+    gquad9,
+    gquad10,
+    gquad11,
+    gquad12,
+    wide_vectors,
+)
+
+#: whether :func:`gram_single` takes tiles of up to 12 x 32 entries (rows of two 512-bit vectors, 24
+#: accumulators) instead of 6 x 16 (two 256-bit vectors, 12): where numba compiles for AVX-512, whose vectors
+#: the narrower tiles used at half width. numba takes the global as a constant (the other branch pruned). The
+#: same bits either way: every entry is one chain of fused multiply-adds in row order
+_WIDE_TILES = wide_vectors()
+#: columns of one tile (:func:`tile_columns`)
+_TILE_COLS = 32 if _WIDE_TILES else 16
+
+
+def tile_columns() -> int:
+    """The columns of :func:`gram_single`'s tiles: its buffers' rows are padded to a multiple of this."""
+    return _TILE_COLS
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
@@ -80,17 +113,47 @@ def _gram_tile(rb, B, j0, Ip, n, r0, A, acc):  # pragma: no cover (compiled)
         gblock1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
 
 
+@njit(nogil=True, **NO_RUNTIME)
+def _gram_tile_wide(rb, B, j0, Ip, n, r0, A, acc, px, pfo, pfs, pfn):  # pragma: no cover (compiled)
+    # A[r0 + r, j0:j0 + 32] (+)= sum_i B[i, r0 + r] * B[i, j0:j0 + 32] for r < rb, i < n (B, A: rows of Ip); the
+    # first pfn iterations prefetch px[pfo + i pfs] into L2 (the next run's rows: a hint, no bit changes)
+    if rb == 12:
+        gquad12(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 11:
+        gquad11(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 10:
+        gquad10(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 9:
+        gquad9(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 8:
+        gquad8(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 7:
+        gquad7(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 6:
+        gquad6(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 5:
+        gquad5(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 4:
+        gquad4(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 3:
+        gquad3(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 2:
+        gquad2(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    else:
+        gquad1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def gram_single(v, a, b, kb, kc, B, A, part, ss):  # pragma: no cover (compiled)
+def gram_single(v, a, b, kb, kc, B, A, part, ss, vflat):  # pragma: no cover (compiled)
     # Rows [a, b) of v (K, In), each a column of the unfolding: part[j, l] (l <= j) += the float32 sum over each
     # window of kb rows (from a) of float32(v[k, j]) float32(v[k, l]), one chain of fused multiply-adds per
     # entry in row order; ss[j] += v[k, j]^2 in float64, in row order. A window goes through in runs of at most
     # kc rows: each run rounded to float32 into B (n x Ip; Ip = In rounded up to 16, the pad columns zero, set
     # by the caller), then the lower triangle's tiles of 6 x 16 entries of A (Ip x Ip, float32) go on over the
     # run's rows (``acc``: the chains continue from A's values after a window's first run, so the runs do not
-    # change a bit).
+    # change a bit); with _WIDE_TILES tiles of 12 x 32 (Ip rounded up to 32).
     In = v.shape[1]
-    Ip = (In + 15) // 16 * 16
+    Ip = (In + _TILE_COLS - 1) // _TILE_COLS * _TILE_COLS
     for w0 in range(a, b, kb):
         w1 = min(w0 + kb, b)
         acc = 0
@@ -102,10 +165,29 @@ def gram_single(v, a, b, kb, kc, B, A, part, ss):  # pragma: no cover (compiled)
                     x = v[s0 + k, j]
                     B[o + j] = np.float32(x)
                     ss[j] += x * x
-            for r0 in range(0, In, 6):
-                rb = min(6, In - r0)
-                for j0 in range(0, r0 + rb, 16):  # (every strip that holds an entry on or below the diagonal)
-                    _gram_tile(rb, B, j0, Ip, n, r0, A, acc)
+            if _WIDE_TILES:
+                # the next run's rows (v's next n rows, one block of memory where v is C-ordered: ``vflat`` its
+                # elements, else empty) prefetched into L2 across this run's tiles, a line per iteration
+                step = 64 // vflat.itemsize
+                q0 = (s0 + n) * In
+                q1 = min(min(s0 + n + kc, b) * In, vflat.size) if s0 + n < b else q0
+                lines = (q1 - q0 + step - 1) // step if q1 > q0 else 0
+                ntiles = 0
+                for r0 in range(0, In, 12):
+                    ntiles += (r0 + min(12, In - r0) + 31) // 32
+                per = min(n, (lines + ntiles - 1) // ntiles)
+                q = 0
+                for r0 in range(0, In, 12):
+                    rb = min(12, In - r0)
+                    for j0 in range(0, r0 + rb, 32):  # (every strip that holds an entry on or below the diagonal)
+                        pfn = max(0, min(per, lines - q))
+                        _gram_tile_wide(rb, B, j0, Ip, n, r0, A, acc, vflat, q0 + q * step, step, pfn)
+                        q += pfn
+            else:
+                for r0 in range(0, In, 6):
+                    rb = min(6, In - r0)
+                    for j0 in range(0, r0 + rb, 16):  # (every strip that holds an entry on or below the diagonal)
+                        _gram_tile(rb, B, j0, Ip, n, r0, A, acc)
             acc = 1
         for j in range(In):
             for col in range(j + 1):
