@@ -333,8 +333,7 @@ def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
     0.94-1.01x on 100^3; float32 calls 0.96x on 200^3 (21 pairs; their first Gram is a float32 Gram) and 0.84x on 300^3.
     Not taken for the first mode or a middle one (the rows of the unfolding itself of unit stride): rounding them into
     the buffer's columns is a transpose, and there it measured 0.92-1.36x SSYRK's route (one thread; 1.05-1.28x on
-    60^4's middle modes,
-    1.28-1.36x on 200^3's)."""
+    60^4's middle modes, 1.28-1.36x on 200^3's)."""
     from tuckerkit.engine._gram_kernels import gram_single, tile_columns  # (numba: loaded on first use)
 
     In = W.shape[1]

@@ -166,8 +166,9 @@ def gram_single(v, a, b, kb, kc, B, A, part, ss, vflat):  # pragma: no cover (co
                     B[o + j] = np.float32(x)
                     ss[j] += x * x
             if _WIDE_TILES:
-                # the next run's rows (v's next n rows, one block of memory where v is C-ordered: ``vflat`` its
-                # elements, else empty) prefetched into L2 across this run's tiles, a line per iteration
+                # the next run's rows (up to kc rows of v after this run's, one block of memory where v is
+                # C-ordered: ``vflat`` its elements, else empty) prefetched into L2 across this run's tiles, one
+                # line per iteration of each tile
                 step = 64 // vflat.itemsize
                 q0 = (s0 + n) * In
                 q1 = min(min(s0 + n + kc, b) * In, vflat.size) if s0 + n < b else q0

@@ -494,15 +494,14 @@ def _wide_direct() -> bool:
 
 
 def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool = False) -> bool:
-    """Whether :func:`ttm_inner`'s row blocks read each chunk straight from X (else the chunk is packed into
-    strips first): up to ``_DIRECT_MAX_RANK``, not where long rows (``row_len`` bytes of X from at least
-    ``LONG_ROW_BYTES``) are ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`: more
-    than ``_L1_LINES_PER_SET``
-    lines a set, or ``_L1_LINES_PER_SET_256`` with 256-bit vectors on a tensor beyond ``STREAMED_BYTES``, the
-    ``streamed`` flag; on a 2-core AVX2 machine, first modes at R = 10-16, two workers, interleaved medians of
-    9 in two runs, packed against direct: 320x240x160 0.72-0.76x (float32 0.99-1.0x), 64^4 0.73-0.81x (float32
-    0.95-0.96x), its mode 1 0.85-0.92x; 64^3, 128^3 and 200^3 (cached, or not aligned) unchanged), and for R above
-    ``_DIRECT_MAX_RANK`` only where vectors are wide (:func:`_wide_direct`).
+    """Whether :func:`ttm_inner`'s row blocks read each chunk straight from X (else the chunk is packed into strips
+    first): up to ``_DIRECT_MAX_RANK``, not where long rows (``row_len`` bytes of X from at least
+    ``LONG_ROW_BYTES``) are ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`: more than
+    ``_L1_LINES_PER_SET`` lines a set, or ``_L1_LINES_PER_SET_256`` with 256-bit vectors on a tensor beyond
+    ``STREAMED_BYTES``, the ``streamed`` flag; on a 2-core AVX2 machine, first modes at R = 10-16, two workers,
+    interleaved medians of 9 in two runs, packed against direct: 320x240x160 0.72-0.76x (float32 0.99-1.0x), 64^4
+    0.73-0.81x (float32 0.95-0.96x), its mode 1 0.85-0.92x; 64^3, 128^3 and 200^3 (cached, or not aligned)
+    unchanged), and for R above ``_DIRECT_MAX_RANK`` only where vectors are wide (:func:`_wide_direct`).
 
     Where vectors are wide, R = 32 read directly (two workers, interleaved medians of 9-21 in one process, the
     same bits) against the chunks packed first: middle modes of 200^3 and 320x240x160 0.77-0.93x the time in
