@@ -650,41 +650,74 @@ def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
     50, 50) at (20, 20, 20) 0.85x; the same fits to 1e-12. float32: (10, 10, 10, 10000) 149 -> 25 ms (0.17x),
     (10000, 30, 30) 0.27x, its fits nearer float64's than the float32 Gram's (5e-8 against 3e-7)."""
     from tuckerkit.engine._contract import contract, plan_contraction
-    from tuckerkit.engine._operand import frobenius_norm
 
     I_n, P = M.shape
     k = r + max(4, r // 2)
-    budget = _gram_free_budget(P, k)
     dt = M.dtype  # (the products in M's dtype; the Rayleigh-Ritz, the certificate and the basis in float64)
-    eps = float(np.finfo(dt).eps)
-    with blas_pinned():
-        trace = frobenius_norm(M) ** 2
-    if not _SUBSPACE_NORM_RANGE[0] <= trace <= _SUBSPACE_NORM_RANGE[1]:
+    trace = _operator_trace(M)
+    if trace is None:
         return None
-    seeded = _SUBSPACE_STARTS.get((P, k))
-    if seeded is None:
-        with blas_pinned():
-            seeded = _SUBSPACE_STARTS[(P, k)] = _thin_q(np.random.default_rng(7919 * P + k).standard_normal((P, k)))
+    seeded = _seeded_block(P, k)
     if start is None:  # (cold: HOOI's start, ST-HOSVD's first mode)
-        Q = seeded.copy()
+        Q0 = seeded.copy()
     else:
         W = np.empty((P, r), dt)
         contract("ci,cr->ir", M, start, out=W, policy=policy)
         with blas_pinned():
-            Q = np.ascontiguousarray(_thin_q(np.hstack([W.astype(np.float64), seeded[:, :k - r]])))
+            Q0 = np.ascontiguousarray(_thin_q(np.hstack([W.astype(np.float64), seeded[:, :k - r]])))
     # the products as planned contractions: skinny GEMMs (k columns) that the compiled small-rank kernels run
     # at the speed of a read of M (10000 x 1000: 4.6 and 5.6 ms against BLAS's 11 each); (M Q)^T's rows
     # unit-strided, as the kernel writes them
     BT = np.empty((k, I_n), dt)
     Z = np.empty((P, k), dt)
-    Qd = Q.astype(dt)
+    Qd = np.empty((P, k), dt)
     p_b = plan_contraction("ci,ir->rc", M, Qd, out=BT, policy=policy)
     p_z = plan_contraction("ci,rc->ir", M, BT, out=Z, policy=policy)
-    for step in range(1, budget + 1):
+
+    def gram_times(Q: np.ndarray) -> np.ndarray:
+        np.copyto(Qd, Q)
         contract("ci,ir->rc", M, Qd, out=BT, plan=p_b)
         contract("ci,rc->ir", M, BT, out=Z, plan=p_z)
+        return Z.astype(np.float64, copy=False)
+
+    got = _certified_top(gram_times, Q0, r, trace, float(np.finfo(dt).eps), I_n + P, _gram_free_budget(P, k),
+                         start is not None)
+    if got is None:
+        return None
+    th, _, S = got
+    return th, (BT.T @ S[:, :r].astype(dt)).astype(dt, copy=False)  # M V = (M Q) S, Q the last step's
+
+
+def _operator_trace(M: Any) -> float | None:
+    """``||M||_F^2`` (the trace of ``M^T M`` and of ``M M^T``) in float64, or None outside the range where its
+    squares and the residuals' neither overflow nor underflow."""
+    from tuckerkit.engine._operand import frobenius_norm
+
+    with blas_pinned():
+        trace = frobenius_norm(M) ** 2
+    return trace if _SUBSPACE_NORM_RANGE[0] <= trace <= _SUBSPACE_NORM_RANGE[1] else None
+
+
+def _seeded_block(n: int, k: int) -> np.ndarray:
+    """The fixed orthonormal n x k start block of the certified iterations (seeded by the sizes alone)."""
+    Q = _SUBSPACE_STARTS.get((n, k))
+    if Q is None:
         with blas_pinned():
-            Z64 = Z.astype(np.float64, copy=False)
+            Q = _SUBSPACE_STARTS[(n, k)] = _thin_q(np.random.default_rng(7919 * n + k).standard_normal((n, k)))
+    return Q
+
+
+def _certified_top(gram_times: Any, Q: np.ndarray, r: int, trace: float, eps: float, length: int, budget: int,
+                   warm: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The certified block subspace iteration of :func:`_gram_free_pairs` on a positive semidefinite operator
+    ``G`` given by ``gram_times(Q) = G Q`` (float64, n x k) from the orthonormal float64 block ``Q`` (n x k): ``(theta[:r], V, S)`` (the leading Ritz values, their vectors ``V = Q S[:, :r]``
+    and the Rayleigh-Ritz rotation ``S`` of the last step's ``Q``), or None. ``trace``: the trace of ``G``;
+    ``eps`` and ``length`` (the products' sums' length): the rounding of its products; ``warm``: ``Q`` holds an
+    estimate of the result (the energy test from the first step)."""
+    k = Q.shape[1]
+    for step in range(1, budget + 1):
+        Z64 = gram_times(Q)
+        with blas_pinned():
             H = Q.T @ Z64
             if not np.isfinite(H).all():
                 return None
@@ -692,7 +725,7 @@ def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
             th, S = th[::-1], S[:, ::-1]
             if not th[r - 1] > 0 or (step == 1 and abs(th[k - 1]) >= 0.5 * th[r - 1]):
                 return None
-            if (start is not None or step > 1) and trace - float(th[:r].sum()) >= 2 * th[r - 1]:
+            if (warm or step > 1) and trace - float(th[:r].sum()) >= 2 * th[r - 1]:
                 # (the energy outside the Ritz vectors: the pairs converge to at most this much more, so the
                 # certificate would need the rest to fall from twice theta_r below it; not worth the steps)
                 return None
@@ -700,18 +733,17 @@ def _gram_free_pairs(M: np.ndarray, r: int, start: np.ndarray | None,
             R = GV - V * th[None, :r]
             col2 = np.einsum("ij,ij->j", R, R)
             res = math.sqrt(float(col2.max()))
-            tol = 8 * (I_n + P) * eps * float(th[0])
+            tol = 8 * length * eps * float(th[0])
             if res <= tol:
                 inside = float(np.einsum("ij,ij->", V, GV))  # trace(V^T G V)
-                rest = max(trace - inside + 8 * (I_n + P) * eps * trace, 0.0)
+                rest = max(trace - inside + 8 * length * eps * trace, 0.0)
                 if rest + 2 * math.sqrt(float(col2.sum())) + tol < th[r - 1]:
-                    return th[:r].copy(), (BT.T @ S[:, :r].astype(dt)).astype(dt, copy=False)  # M V = (M Q) S
+                    return th[:r].copy(), V, S
                 return None
             rho = abs(float(th[k - 1])) / float(th[r - 1])
             if rho >= 1 or step + math.log(tol / res) / math.log(max(rho, 1e-300)) > budget:
                 return None
-            Q = np.ascontiguousarray(_thin_q(Z64))  # (may overwrite Z64: made again next step)
-            Qd = Q.astype(dt)
+            Q = np.ascontiguousarray(_thin_q(Z64.copy()))
     return None
 
 
