@@ -709,11 +709,12 @@ def _seeded_block(n: int, k: int) -> np.ndarray:
 
 def _certified_top(gram_times: Any, Q: np.ndarray, r: int, trace: float, eps: float, length: int, budget: int,
                    warm: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The certified block subspace iteration of :func:`_gram_free_pairs` on a positive semidefinite operator
-    ``G`` given by ``gram_times(Q) = G Q`` (float64, n x k) from the orthonormal float64 block ``Q`` (n x k): ``(theta[:r], V, S)`` (the leading Ritz values, their vectors ``V = Q S[:, :r]``
-    and the Rayleigh-Ritz rotation ``S`` of the last step's ``Q``), or None. ``trace``: the trace of ``G``;
-    ``eps`` and ``length`` (the products' sums' length): the rounding of its products; ``warm``: ``Q`` holds an
-    estimate of the result (the energy test from the first step)."""
+    """The certified block subspace iteration of :func:`_gram_free_pairs` on a positive semidefinite operator ``G``
+    given by ``gram_times(Q) = G Q`` (float64, n x k) from the orthonormal float64 block ``Q`` (n x k):
+    ``(theta[:r], V, S)`` (the leading Ritz values, their vectors ``V = Q S[:, :r]`` and the Rayleigh-Ritz rotation
+    ``S`` of the last step's ``Q``), or None. ``trace``: the trace of ``G``; ``eps`` and ``length`` (the products'
+    sums' length): the rounding of its products; ``warm``: ``Q`` holds an estimate of the result (the energy test
+    from the first step)."""
     k = Q.shape[1]
     for step in range(1, budget + 1):
         Z64 = gram_times(Q)
