@@ -9,27 +9,8 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
-from tuckerkit.engine._simd import (
-    gblock1,
-    gblock2,
-    gblock3,
-    gblock4,
-    gblock5,
-    gblock6,
-    gquad1,
-    gquad2,
-    gquad3,
-    gquad4,
-    gquad5,
-    gquad6,
-    gquad7,
-    gquad8,
-    gquad9,
-    gquad10,
-    gquad11,
-    gquad12,
-    wide_vectors,
-)
+from tuckerkit.engine._simd import gblock1, gblock2, gblock3, gblock4, gblock5, gblock6, wide_vectors
+from tuckerkit.engine._smallgemm import _wide_gblock
 
 #: whether :func:`gram_single` takes tiles of up to 12 x 32 entries (rows of two 512-bit vectors, 24
 #: accumulators) instead of 6 x 16 (two 256-bit vectors, 12): where numba compiles for AVX-512, whose vectors
@@ -115,32 +96,10 @@ def _gram_tile(rb, B, j0, Ip, n, r0, A, acc):  # pragma: no cover (compiled)
 
 @njit(nogil=True, **NO_RUNTIME)
 def _gram_tile_wide(rb, B, j0, Ip, n, r0, A, acc, px, pfo, pfs, pfn):  # pragma: no cover (compiled)
-    # A[r0 + r, j0:j0 + 32] (+)= sum_i B[i, r0 + r] * B[i, j0:j0 + 32] for r < rb, i < n (B, A: rows of Ip); the
-    # first pfn iterations prefetch px[pfo + i pfs] into L2 (the next run's rows: a hint, no bit changes)
-    if rb == 12:
-        gquad12(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 11:
-        gquad11(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 10:
-        gquad10(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 9:
-        gquad9(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 8:
-        gquad8(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 7:
-        gquad7(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 6:
-        gquad6(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 5:
-        gquad5(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 4:
-        gquad4(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 3:
-        gquad3(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 2:
-        gquad2(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    else:
-        gquad1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    # A[r0 + r, j0:j0 + 32] (+)= sum_i B[i, r0 + r] * B[i, j0:j0 + 32] for r < rb, i < n (B, A: rows of Ip): the
+    # unit-stride TTM's strips of four 256-bit vectors (two 512-bit ones); the first pfn iterations prefetch
+    # px[pfo + i pfs] into L2 (the next run's rows: a hint, no bit changes)
+    _wide_gblock(4, rb, B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
