@@ -958,7 +958,8 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
     compiled results are einsum's to rounding (the size and flop limits lowered to run them on a small
     tensor)."""
     assert (sg.SHORT_ROWS_MAX_RANK, sg.OUTER_F64_MAX_RANK, sg.WIDE_OUTER_F64_MAX_RANK, sg.WIDE_OUTER_U_BYTES,
-            sg.BEYOND_MIN_BYTES, sg.MAX_RANK) == (64, 56, 64, 1 << 20, 12 << 20, 32)
+            sg.BEYOND_MIN_BYTES, sg.BEYOND_LONG_F32_MIN_BYTES, sg.MAX_RANK) == (64, 56, 64, 1 << 20, 12 << 20,
+                                                                                24 << 20, 32)
     f64 = dtype == np.float64
     inner, outer, none = CompiledKernel.TTM_INNER, CompiledKernel.TTM_OUTER, CompiledKernel.NONE
     big = np.empty((200, 200, 200), dtype)  # 32 or 64 MB (np.empty: planning touches no page)
@@ -969,12 +970,14 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
         contract_mod._cached_plan.cache_clear()
         on = sg.simd_supported()
         top = 64 if wide else 56
-        cases = [(33, 1, inner), (50, 1, inner), (64, 1, inner), (65, 1, none), (50, 0, none),
+        # (the first mode's long rows: float32 from BEYOND_LONG_F32_MIN_BYTES where vectors are wide)
+        long_f32 = inner if wide and not f64 and big.nbytes >= sg.BEYOND_LONG_F32_MIN_BYTES else none
+        cases = [(33, 1, inner), (50, 1, inner), (64, 1, inner), (65, 1, none), (50, 0, long_f32), (65, 0, none),
                  (33, 2, outer if f64 else none), (top, 2, outer if f64 else none), (top + 1, 2, none)]
         for R, mode, want in cases:
             plan = ttm_plan(big, np.ones((200, R), dtype), mode, transpose=True)
             assert plan.compiled is (want if on else none), (wide, R, mode, plan.explain())
-        for mode in (1, 2):
+        for mode in (0, 1, 2):
             assert ttm_plan(below, np.ones((n - 2, 50), dtype), mode, transpose=True).compiled is none
         # a long contracted last mode: U of 3600 x 50 (1.4 MB in float64) beyond WIDE_OUTER_U_BYTES
         long_last = ttm_plan(np.empty((60, 60, 3600), dtype), np.ones((3600, 50), dtype), 2, transpose=True)
@@ -995,6 +998,15 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
             plan = ttm_plan(X, U, mode, transpose=True)
             assert plan.compiled is want, plan.explain()
             _check(X, U, mode, plan(X, U))
+    # a first mode's long rows (33600 bytes in float32) beyond MAX_RANK: float32 where vectors are wide
+    monkeypatch.setattr(sg, "BEYOND_LONG_F32_MIN_BYTES", 1)
+    contract_mod._cached_plan.cache_clear()
+    X = rng.standard_normal((24, 20, 420)).astype(dtype)
+    for R in (40, 64):
+        U = rng.standard_normal((24, R)).astype(dtype)
+        plan = ttm_plan(X, U, 0, transpose=True)
+        assert plan.compiled is (inner if sg.wide_vectors() and not f64 else none), plan.explain()
+        _check(X, U, 0, plan(X, U))
     contract_mod._cached_plan.cache_clear()
 
 

@@ -215,6 +215,9 @@ OUTER_F64_MAX_RANK = 56
 WIDE_OUTER_F64_MAX_RANK = 64
 #: ... and the most bytes of U there (:func:`planned_beyond_max_rank`)
 WIDE_OUTER_U_BYTES = 1 << 20
+#: ... and, where vectors are wide, the fewest bytes of a float32 tensor whose long rows (a first mode) take
+#: :func:`ttm_inner` up to ``SHORT_ROWS_MAX_RANK`` (:func:`planned_beyond_max_rank`)
+BEYOND_LONG_F32_MIN_BYTES = 24 << 20
 BEYOND_MIN_BYTES = 12 << 20
 #: (Where vectors are wide :func:`ttm_outer`'s register-blocked kernel keeps 24 accumulators at any R and ran
 #: R = 50 / 64 in float64 at 0.76 / 0.68-0.78x BLAS's time on X of (40000, 200), but 1.14-1.75x on (4096, 64)
@@ -1405,9 +1408,13 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     = 40 / 50 / 64 0.69 / 0.84 / 0.97x, with R outermost 0.88 / 1.02 / 1.08x (CP-ALS on 60^4 at R = 50: 1.04-1.06x the
     iteration), (4096, 4096) 0.90x and 1.16x, (1000, 10000) 1.04x: U of 1.2-4 MB; hence the bound on U. Left to BLAS
     there as on 256-bit machines: the outer kernel in float32 (200^3 1.15 / 0.99 / 0.85x, 150^3 1.03-1.28x, 240x120x180
-    0.89-1.22x, 60^4 and 64^4 1.14-1.25x at R = 40-50), the long rows of a first mode (float64 0.96-1.24x; float32
-    0.77-0.88x on 200^3, 320x240x160 and 60^4 but 0.93-1.17x on 150^3, 240x120x180, 64^4 and 400x400x50), and the long
-    middle rows of 4-way tensors (60^4 mode 1 float64 1.06-1.10x). CP-ALS at R = 50 on 200^3 (its middle-mode pass):
+    0.89-1.22x, 60^4 and 64^4 1.14-1.25x at R = 40-50), the long rows of a first mode in float64 (0.96-1.24x) and
+    in float32 below ``BEYOND_LONG_F32_MIN_BYTES`` (150^3, 13.5 MB, 0.93-1.17x; 240x120x180, 20.7 MB, 1.02-1.16x),
+    and the long middle rows of 4-way tensors (60^4 mode 1 float64 1.06-1.10x). float32 first modes from 24 MiB
+    (after the kernels' tiles ran in at most two pieces a worker) take the inner kernel: R = 40 / 50 / 64 200^3
+    0.74 / 0.74 / 0.89x BLAS's time, 320x240x160 0.75 / 0.75 / 0.92x, 250^3 0.76 / 0.78 / 0.88x, 300x200x150
+    0.80 / 0.84 / 0.93x, 60^4 0.64 / 0.84x, 64^4 0.93-0.99x; 256x256x128 1.03 / 0.91 / 1.03x and 400x400x50
+    1.02 / 1.07 / 0.99x (no shape rule found for those two). CP-ALS at R = 50 on 200^3 (its middle-mode pass):
     float64 0.92x, float32 0.87x the iteration.
 
     >>> planned_beyond_max_rank(True, 8, 50, 1600, 64 << 20) == simd_supported()
@@ -1424,7 +1431,10 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     if not (MAX_RANK < R and nbytes >= BEYOND_MIN_BYTES and simd_supported()):
         return False
     if inner:
-        return R <= SHORT_ROWS_MAX_RANK and 0 < row_bytes < LONG_ROW_BYTES
+        if R > SHORT_ROWS_MAX_RANK:
+            return False
+        return 0 < row_bytes < LONG_ROW_BYTES or (row_bytes > 0 and wide_vectors() and itemsize == 4
+                                                  and nbytes >= BEYOND_LONG_F32_MIN_BYTES)
     if not wide_vectors():
         return itemsize == 8 and R <= OUTER_F64_MAX_RANK
     return itemsize == 8 and R <= WIDE_OUTER_F64_MAX_RANK and 0 < contracted * R * itemsize <= WIDE_OUTER_U_BYTES
