@@ -207,10 +207,7 @@ def _top_eigh_subspace(G: np.ndarray, r: int,
         return _compiled_top(G, r, start if ok else None)
     if G.dtype != np.float64 or n < (WARM_MIN_ORDER if warm else SUBSPACE_MIN_ORDER) or 3 * k > n or r < 1:
         return None
-    Q = _SUBSPACE_STARTS.get((n, k))
-    if Q is None:
-        with blas_pinned():
-            Q = _SUBSPACE_STARTS[(n, k)] = _thin_q(np.random.default_rng(7919 * n + k).standard_normal((n, k)))
+    Q = _seeded_block(n, k)
     if warm and start is not None:
         with blas_pinned():
             Q = _thin_q(np.hstack([start, Q[:, :k - r]]))
