@@ -353,3 +353,97 @@ def test_copies_must_be_auto_or_never(rng):
         plan_contraction("ik,kj->ij", A, B, copies="always")
     with pytest.raises(ValueError, match=r"^copies=None is not valid; expected one of 'auto', 'never'$"):
         contract("ik,kj->ij", A, B, copies=None)
+
+
+# ------------------------------------------------------------------- a summed batch (Remedy.SUMMED_BATCH)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_summed_batch_copies_nothing_and_matches_einsum(dtype, rng):
+    """``abc,acz->bz``: a and c cannot be one flattened group (b lies between them in A), so each index of a
+    is one GEMM over c and the products are summed, where the planner used to copy the whole tensor."""
+    X = rng.standard_normal((60, 50, 40)).astype(dtype)
+    Q = rng.standard_normal((60, 40, 7)).astype(dtype)
+    X0, Q0 = X.copy(), Q.copy()
+    plan = plan_contraction("abc,acz->bz", X, Q)
+    assert plan.kind == KernelKind.EXCEPTIONAL and plan.remedy == Remedy.SUMMED_BATCH, plan.explain()
+    assert plan.copies == 0 and plan.summed_batch == ("a",) and plan.summed_size == 60 and plan.k == 40
+    assert plan.flops == 2 * 60 * 50 * 40 * 7
+    assert "summed batch: [a] x60" in plan.explain()
+    assert plan.notation() == "C_{bz} = A_{[a]bc} B_{[a]cz}"
+    res = contract("abc,acz->bz", X, Q)
+    assert res.dtype == dtype
+    assert_contraction_close(res, "abc,acz->bz", X, Q, dtype)
+    assert_contraction_close(plan(X, Q), "abc,acz->bz", X, Q, dtype)
+    np.testing.assert_array_equal(X, X0)
+    np.testing.assert_array_equal(Q, Q0)
+
+
+def test_a_summed_batch_gives_the_same_bits_for_any_workers(rng, monkeypatch):
+    from tuckerkit.engine import ExecutionPolicy
+    from tuckerkit.engine import _contract as contract_mod
+
+    X = rng.standard_normal((300, 200, 100))
+    Q = rng.standard_normal((300, 100, 15))
+    plan = plan_contraction("abc,acz->bz", X, Q, policy=ExecutionPolicy(workers=2))
+    assert plan.remedy == Remedy.SUMMED_BATCH and plan.parallel, plan.explain()
+    pieces = contract_mod.summed_pieces(300, plan.flops, 200 * 15 * 8, X.dtype)
+    assert len(pieces) > 2 and pieces[0] == 0 and pieces[-1] == 300  # cut by the sizes alone
+    runs = [contract("abc,acz->bz", X, Q, policy=ExecutionPolicy(workers=w)) for w in (1, 2, 3, 2)]
+    for r in runs[1:]:
+        np.testing.assert_array_equal(r, runs[0])
+    assert_contraction_close(runs[0], "abc,acz->bz", X, Q, np.float64)
+    # products a few at a time (a small temporary): the same sums to rounding
+    monkeypatch.setattr(contract_mod, "SUMMED_TEMP_BYTES", 3 * 200 * 15 * 8)
+    assert_contraction_close(contract("abc,acz->bz", X, Q), "abc,acz->bz", X, Q, np.float64)
+    # at most SUMMED_PARTIAL_BYTES of partial sums
+    monkeypatch.setattr(contract_mod, "SUMMED_PARTIAL_BYTES", 2 * 200 * 15 * 8)
+    assert contract_mod.summed_pieces(300, plan.flops, 200 * 15 * 8, X.dtype) == [0, 150, 300]
+    assert_contraction_close(contract("abc,acz->bz", X, Q, policy=ExecutionPolicy(workers=2)), "abc,acz->bz", X,
+                             Q, np.float64)
+
+
+def test_a_summed_batch_on_views_into_a_given_output(rng):
+    """A strided view of a tensor and a strided output view: the products read the views, the sums land in
+    ``out``, the tensor is not copied."""
+    base = rng.standard_normal((90, 140, 60))
+    X = base[:, 10:130, :]  # (a, b, c), rows of b 60 apart inside 140
+    Q = rng.standard_normal((90, 60, 5))
+    out = np.empty((120, 10), order="F")[:, ::2]  # (b, z), z two columns apart
+    before = base.copy()
+    plan = plan_contraction("abc,acz->bz", X, Q, out=out)
+    assert plan.remedy == Remedy.SUMMED_BATCH and plan.copies == 0, plan.explain()
+    res = contract("abc,acz->bz", X, Q, out=out)
+    assert res is out
+    assert_contraction_close(res, "abc,acz->bz", X, Q, np.float64)
+    np.testing.assert_array_equal(base, before)
+
+
+def test_copies_never_takes_a_summed_batch(rng):
+    """Small operands: copying A is cheaper (``auto``); ``copies="never"`` still has an evaluation on views."""
+    X = rng.standard_normal((30, 20, 10))
+    Q = rng.standard_normal((30, 10, 3))
+    out = np.empty((20, 3), order="F")
+    auto = plan_contraction("abc,acz->bz", X, Q, out=out)
+    never = plan_contraction("abc,acz->bz", X, Q, out=out, copies="never")
+    assert auto.remedy == Remedy.COPY_A and auto.copies == X.size, auto.explain()
+    assert never.remedy == Remedy.SUMMED_BATCH and never.copies == 0, never.explain()
+    res = contract("abc,acz->bz", X, Q, out=out, copies="never")
+    assert res is out
+    assert_contraction_close(res, "abc,acz->bz", X, Q, np.float64)
+
+
+def test_a_summed_batch_of_two_modes(rng):
+    """``abcd,abdz->cz``: a and b flatten into one looped group (adjacent in A and B), d is the GEMM's k."""
+    X = rng.standard_normal((6, 7, 8, 9))
+    Q = rng.standard_normal((6, 7, 9, 4))
+    plan = plan_contraction("abcd,abdz->cz", X, Q, copies="never")
+    assert plan.remedy == Remedy.SUMMED_BATCH and plan.summed_batch == ("a", "b"), plan.explain()
+    assert plan.summed_size == 42 and plan.k == 9 and plan.copies == 0
+    assert_contraction_close(contract("abcd,abdz->cz", X, Q, copies="never"), "abcd,abdz->cz", X, Q,
+                             np.float64)
+    # with a batch mode kept in the output: one product per (a, e), summed over a
+    Y = rng.standard_normal((6, 5, 8, 9))  # (a, e, c, d)
+    P = rng.standard_normal((6, 5, 9, 4))  # (a, e, d, z)
+    p2 = plan_contraction("aecd,aedz->ecz", Y, P, copies="never")
+    assert p2.copies == 0, p2.explain()
+    assert_contraction_close(contract("aecd,aedz->ecz", Y, P, copies="never"), "aecd,aedz->ecz", Y, P,
+                             np.float64)

@@ -78,6 +78,22 @@ def test_table2_on_device_equals_einsum(xp, case, spec, order, monkeypatch):
         assert plan.device == "cpu"
 
 
+def test_a_summed_batch_on_device(xp, dtype):
+    """``Remedy.SUMMED_BATCH`` (a contracted mode looped, the products summed) on the device's arrays: one
+    piece, the products into a device temporary, the sum on the device."""
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((30, 20, 10)).astype(dtype)
+    Q = rng.standard_normal((30, 10, 3)).astype(dtype)
+    Xd, Qd = xp.asarray(X), xp.asarray(Q)
+    plan = plan_contraction("abc,acz->bz", Xd, Qd, copies="never")
+    assert plan.remedy == "summed_batch" and plan.copies == 0, plan.explain()
+    got = contract("abc,acz->bz", Xd, Qd, copies="never")
+    assert type(got) is type(Xd) and got.dtype == dtype
+    ref = np.einsum("abc,acz->bz", X.astype(np.float64), Q.astype(np.float64))
+    tol = _tol(dtype)
+    np.testing.assert_allclose(to_numpy(got), ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
 def test_device_views_and_float32(xp):
     rng = np.random.default_rng(4)
     big = xp.asarray(rng.standard_normal((9, 8, 13)).astype(np.float32))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any
@@ -11,7 +12,14 @@ import numpy as np
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.backend._device import device_op
 from tuckerkit.engine._gpu import gpu_matmul
-from tuckerkit.engine._plan import CompiledKernel, ContractionPlan, KernelKind, build_plan
+from tuckerkit.engine._plan import (
+    SUMMED_PARTIAL_BYTES,
+    SUMMED_TEMP_BYTES,
+    CompiledKernel,
+    ContractionPlan,
+    KernelKind,
+    build_plan,
+)
 from tuckerkit.engine._policy import (
     CONTRACT_PARALLEL_FLOPS,
     CONTRACT_PIECE_SCALE,
@@ -163,6 +171,7 @@ class _Bound:
         la, lb, lc = plan._a, plan._b, plan._c
         self.views = None
         if (plan.kind != KernelKind.EMPTY and plan.compiled == CompiledKernel.NONE and not plan._sum_a
+                and not plan.summed_batch
                 and not plan._sum_b and la is not None and lb is not None and lc is not None
                 and la.copy_order is None and lb.copy_order is None and lc.copy_order is None):
             self.views = (_view_steps(la, plan.shapes[0]), _view_steps(lb, plan.shapes[1]),
@@ -412,6 +421,68 @@ def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scal
         cv += partial[i]
 
 
+def summed_pieces(n_s: int, flops: int, c_bytes: int, dtype) -> list[int]:
+    """Where :func:`summed_matmul` cuts its summed batch of ``n_s`` products: by the sizes alone (never the
+    workers), at most as many pieces as ``SUMMED_PARTIAL_BYTES`` holds partial sums of ``c_bytes`` each.
+
+    >>> summed_pieces(1000, 1_500_000_000, 120_000, "float64")[:3], summed_pieces(4, 10_000, 8, "float64")
+    ([0, 62, 125], [0, 4])
+    """
+    bounds = split_points(n_s, split_work(flops, dtype) // CONTRACT_PIECE_SCALE)
+    most = max(1, SUMMED_PARTIAL_BYTES // max(c_bytes, 1))
+    if len(bounds) - 1 > most:
+        bounds = [n_s * i // most for i in range(most + 1)]
+    return bounds
+
+
+def summed_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, xp=np) -> None:
+    """``cv[...] = sum_s av[s] @ bv[s]`` (``Remedy.SUMMED_BATCH``): ``av`` ``(S, *batch, m, k)``, ``bv``
+    ``(S, *batch, k, n)``, ``cv`` ``(*batch, m, n)``. The S products are cut into pieces by the sizes alone
+    (:func:`summed_pieces`); a piece computes its products ``SUMMED_TEMP_BYTES`` at a time into a temporary
+    and sums them into its partial; the partials are added in piece order. The same cuts and order whatever
+    the workers, so the same bits; the pieces run on the policy's workers (BLAS held to one thread), on a
+    GPU in one piece."""
+    n_s = av.shape[0]
+    c_bytes = cv.size * cv.itemsize
+    bounds = summed_pieces(n_s, flops, c_bytes, cv.dtype) if xp is np else [0, n_s]
+    pieces = len(bounds) - 1
+    rows = max(1, SUMMED_TEMP_BYTES // max(c_bytes, 1))
+    part = cv if pieces == 1 else xp.empty((pieces, *cv.shape), dtype=cv.dtype)
+
+    def work(i: int, _: Any) -> None:
+        lo, hi = bounds[i], bounds[i + 1]
+        dst = part if pieces == 1 else part[i]
+        tmp = xp.empty((min(rows, hi - lo), *cv.shape), dtype=cv.dtype)
+        red = None
+        for s0 in range(lo, hi, rows):
+            s1 = min(hi, s0 + rows)
+            t = tmp[:s1 - s0]
+            xp.matmul(av[s0:s1], bv[s0:s1], out=t)
+            if s0 == lo:
+                xp.sum(t, axis=0, out=dst)
+            else:
+                if red is None:
+                    red = xp.empty(cv.shape, dtype=cv.dtype)
+                xp.sum(t, axis=0, out=red)
+                dst += red
+
+    if xp is not np:
+        work(0, None)
+        return
+    with blas_pinned() if flops >= MIN_PARALLEL_FLOPS else contextlib.nullcontext():
+        if pieces > 1 and policy.workers > 1:
+            if flops >= QUIET_MIN_FLOPS:
+                quiet_blas_workers()
+            parallel_for(work, pieces, policy)
+        else:
+            for i in range(pieces):
+                work(i, None)
+    if pieces > 1:
+        cv[...] = part[0]
+        for i in range(1, pieces):
+            cv += part[i]
+
+
 def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     """Run ``plan`` on ``A`` and ``B`` (already validated), writing into ``out`` when given."""
     if xp is None:
@@ -426,7 +497,9 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
 
         return run_small_rank(plan, A, B, out)
     av, bv, cv, target = operand_views(plan, A, B, out, xp)
-    if xp is np:
+    if plan.summed_batch:
+        summed_matmul(av, bv, cv, plan.flops, plan.policy, xp)
+    elif xp is np:
         cpu_matmul(av, bv, cv, plan.flops, plan.policy, CONTRACT_PIECE_SCALE)
     else:  # cupy: cuBLAS strided-batched GEMM on the same views
         gpu_matmul(xp, av, bv, cv)

@@ -100,6 +100,8 @@ class Remedy(str, enum.Enum):
     """How an exceptional contraction is evaluated.
 
     ``NONE`` (not exceptional), ``BATCHED_GEMV`` (loop the product as matrix-vector calls, no copy),
+    ``SUMMED_BATCH`` (a contracted mode that cannot join the others in one flattened group, e.g. ``a`` of
+    ``abc,acz->bz``, looped as a batch whose products are summed: no copy of an operand, a bounded temporary),
     ``COPY_A`` / ``COPY_B`` (copy the smaller operand once into a BLAS-legal layout) or ``COPY_OUT``
     (compute into a temporary and copy it into the requested output); the cheapest by the cost model wins.
 
@@ -114,6 +116,7 @@ class Remedy(str, enum.Enum):
 
     NONE = "none"
     BATCHED_GEMV = "batched_gemv"
+    SUMMED_BATCH = "summed_batch"
     COPY_A = "copy_a"
     COPY_B = "copy_b"
     COPY_OUT = "copy_out"
@@ -221,6 +224,11 @@ class ContractionPlan:
     compiled : CompiledKernel
         ``NONE`` when BLAS runs the plan (``kind``); else the compiled small-rank kernel the roofline cost
         model chose over it (``kind`` is then the BLAS alternative, which a GPU plan runs).
+    summed_batch : tuple of str
+        With ``Remedy.SUMMED_BATCH``: the contracted modes looped as a batch whose products are summed
+        (outer to inner in memory), each product a GEMM of the other groups.
+    summed_size : int
+        The number of those products (the extent of ``summed_batch``; 1 without one).
     estimates : tuple of (str, float)
         The cost model's seconds for each candidate it weighed (``"roofline"`` is the bound
         ``max(bytes / bandwidth, flops / peak)`` of one core), when a compiled kernel was considered; then
@@ -277,6 +285,8 @@ class ContractionPlan:
     policy: ExecutionPolicy = _SERIAL
     compiled: CompiledKernel = CompiledKernel.NONE
     estimates: tuple[tuple[str, float], ...] = ()
+    summed_batch: tuple[str, ...] = ()
+    summed_size: int = 1
     _a: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _b: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _c: _OperandLayout | None = field(default=None, repr=False, compare=False)
@@ -307,7 +317,9 @@ class ContractionPlan:
                     continue
                 grp = next((g for g in groups if ch in g and all(x in sub for x in g)), None)
                 bgroup = next((g for g in self.batch_modes if ch in g), None)
-                if bgroup is not None:
+                if ch in self.summed_batch:
+                    out.append(f"[{ch}]")
+                elif bgroup is not None:
                     if len(bgroup) == 1:
                         out.append(f"[{ch}]")
                     elif all(x in sub for x in bgroup):
@@ -346,8 +358,12 @@ class ContractionPlan:
                 lines.append("  compute alone (flops / (peak x efficiency)): "
                              + ", ".join(f"{name} {sec * 1e3:.3g} ms" for name, sec in alone))
         if self.parallel:
-            how = "the batch cut into pieces" if self.batch_modes else "rows or columns cut into pieces"
+            how = ("the summed batch cut into pieces" if self.summed_batch else
+                   "the batch cut into pieces" if self.batch_modes else "rows or columns cut into pieces")
             lines.append(f"  execution: parallel ({how}, {self.policy.workers} workers)")
+        if self.summed_batch:
+            lines.append(f"  summed batch: [{''.join(self.summed_batch)}] x{self.summed_size} (no copy: one product "
+                         "per index, the products added in a fixed order)")
         if self.batch_modes:
             desc = ", ".join(
                 f"[{mode}] x{size} (strides A {sa}, B {sb}, C {sc})"
@@ -614,6 +630,7 @@ class _Choice:
     sA: dict[str, int]
     sB: dict[str, int]
     sC: dict[str, int] | None
+    summed: tuple[str, ...] = ()  # Remedy.SUMMED_BATCH's looped contracted modes
 
 
 def _index_sizes(spec: Spec, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> dict[str, int]:
@@ -692,10 +709,15 @@ def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, 
     ``c_outer`` is the outermost index of an output whose layout was fixed by the caller (None otherwise).
     Without ``allow_copies`` only the zero-copy remedy (a batched GEMV on views) is allowed.
     """
+    summed = _summed_batch(pb, sC, c_outer, itemsize)
     if not allow_copies:
-        if chosen is None:
+        if chosen is None and summed is None:
             raise ValueError(f"copies='never' cannot be met for {pb.spec}: no evaluation on views reaches BLAS "
                              "with these strides; pass copies='auto'")
+        if summed is not None and (chosen is None or summed[0] < chosen.seconds):
+            return _Choice(summed[1], Remedy.SUMMED_BATCH, summed[0], 0, False, False, False, dict(pb.sA),
+                           dict(pb.sB), sC, summed[2])
+        assert chosen is not None
         return _Choice(chosen, Remedy.BATCHED_GEMV, chosen.seconds, 0, False, False, False, dict(pb.sA),
                        dict(pb.sB), sC)
     item_free = (pb.I, pb.J, pb.K, pb.H, pb.sizes)
@@ -703,6 +725,8 @@ def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, 
     options: list[tuple[float, Remedy, _Candidate, int, tuple[bool, bool, bool]]] = []
     if chosen is not None:
         options.append((chosen.seconds, Remedy.BATCHED_GEMV, chosen, 0, (False, False, False)))
+    if summed is not None:
+        options.append((summed[0], Remedy.SUMMED_BATCH, summed[1], 0, (False, False, False)))
     for which, size in (("A", size_a), ("B", size_b)):
         cand = _search(*item_free, None if which == "A" else pb.sA, None if which == "B" else pb.sB, sC, c_outer,
                        single=pb.single)
@@ -725,7 +749,49 @@ def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, 
             raise RuntimeError(f"internal error: no plan for {pb.spec}")
         options.append((cand.seconds, Remedy.COPY_A, cand, size_a + size_b, flags))
     seconds, remedy, cand, copies, (ca, cb, co) = min(options, key=lambda t: t[0])
-    return _Choice(cand, remedy, seconds, copies, ca, cb, co, dict(pb.sA), dict(pb.sB), sC)
+    return _Choice(cand, remedy, seconds, copies, ca, cb, co, dict(pb.sA), dict(pb.sB), sC,
+                   summed[2] if remedy == Remedy.SUMMED_BATCH and summed is not None else ())
+
+
+#: the temporary of a summed batch (``Remedy.SUMMED_BATCH``): products of this many bytes at a time
+SUMMED_TEMP_BYTES = 4 << 20
+#: ... and the most bytes of the partial sums of its pieces (pieces run on the workers, added in order)
+SUMMED_PARTIAL_BYTES = 32 << 20
+
+
+def _summed_batch(pb: _Problem, sC, c_outer: str | None,
+                  itemsize: int) -> tuple[float, _Candidate, tuple[str, ...]] | None:
+    """The cheapest ``Remedy.SUMMED_BATCH`` evaluation, as (seconds, the candidate for one index of the looped
+    modes, the looped modes outer to inner), or None.
+
+    Where the contracted modes cannot be flattened into one group (``a`` and ``c`` of ``abc,acz->bz`` lie on
+    either side of ``b`` in A), some of them (S) are looped instead: for each index of S the product of the
+    slices is one GEMM (or batch of them) over the other contracted modes, and the products are summed. S is
+    any run of contracted modes that flattens in A and B (one view axis) and leaves a level-3 product on views.
+    Its cost: the slice candidate's time per index, plus writing each product to a temporary and reading it
+    back for the sum (``_STREAM_BW``). Against copying the operand whose layout blocks the GEMM (a 400 MB
+    tensor for the example at 1000 x 1000 x 50), it moves no operand and holds a few MB."""
+    if len(pb.K) < 2 or not pb.I or not pb.J:
+        return None
+    best = None
+    c_elems = math.prod(pb.out_shape)
+    for S in _runs(pb.K, pb.sA):
+        if not S or len(S) == len(pb.K):
+            continue
+        s_order = _chain(S, pb.sizes, [pb.sA, pb.sB])
+        if s_order is None:
+            continue
+        rest = [x for x in pb.K if x not in S]
+        sA = {x: v for x, v in pb.sA.items() if x not in S}
+        sB = {x: v for x, v in pb.sB.items() if x not in S}
+        cand = _search(pb.I, pb.J, rest, pb.H, pb.sizes, sA, sB, sC, c_outer, single=pb.single)
+        if cand is None or not _level3(cand.kind):
+            continue
+        n_s = math.prod(pb.sizes[x] for x in S)
+        sec = n_s * (cand.seconds + 2 * c_elems * itemsize / _STREAM_BW)
+        if best is None or sec < best[0]:
+            best = (sec, cand, s_order)
+    return best
 
 
 def _concrete_layouts(pb: _Problem, ch: _Choice) -> None:
@@ -762,9 +828,10 @@ def _operand_layouts(pb: _Problem, ch: _Choice, batch_groups: tuple[str, ...]):
 
     def layout(keep: str, keep_shape, groups, copy: bool) -> _OperandLayout:
         pos = {x: i for i, x in enumerate(keep)}
-        order = [x for x in c.batch if x in pos] + [x for g in groups for x in g]
+        summed = [x for x in ch.summed if x in pos]  # (a summed batch: one leading axis of A's and B's views)
+        order = summed + [x for x in c.batch if x in pos] + [x for g in groups for x in g]
         perm = tuple(pos[x] for x in order)
-        view_shape = tuple(
+        view_shape = ((math.prod(pb.sizes[x] for x in summed),) if summed else ()) + tuple(
             math.prod(pb.sizes[x] for x in bg) if bg[0] in pos else 1 for bg in batch_groups
         ) + tuple(math.prod(pb.sizes[x] for x in g) for g in groups)
         return _OperandLayout(tuple(keep_shape), perm, view_shape, perm if copy else None)
@@ -837,7 +904,8 @@ def build_plan(
     nb_sizes = tuple(math.prod(sizes[x] for x in g) for g in batch_groups)
     la, lb, lc = _operand_layouts(pb, choice, batch_groups)
     m, n, k = (math.prod(sizes[x] for x in grp) for grp in (c.M, c.N, c.K))
-    flops = 2 * m * n * k * math.prod(nb_sizes)
+    n_summed = math.prod(sizes[x] for x in choice.summed)
+    flops = 2 * m * n * k * math.prod(nb_sizes) * n_summed
     base_bytes = (math.prod(a_shape) + math.prod(b_shape) + size_c) * itemsize
     plan = ContractionPlan(
         kind=KernelKind.EXCEPTIONAL if choice.remedy != Remedy.NONE else kind,
@@ -867,6 +935,8 @@ def build_plan(
         _b=lb,
         _c=lc,
         _out_order=_allocation_order(pb, choice, out_strides, out_layout),
+        summed_batch=choice.summed,
+        summed_size=n_summed,
         **common,
     )
     return _consider_small_rank(plan, spec, a_shape, a_strides, b_shape, b_strides, out_strides, out_layout,
