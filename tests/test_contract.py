@@ -447,3 +447,19 @@ def test_a_summed_batch_of_two_modes(rng):
     assert p2.copies == 0, p2.explain()
     assert_contraction_close(contract("aecd,aedz->ecz", Y, P, copies="never"), "aecd,aedz->ecz", Y, P,
                              np.float64)
+
+
+@pytest.mark.parametrize("spec", ["abc,acz->bz", "abcd,bdz->acz", "abcd,adz->bcz", "abcd,acz->bdz", "abcd,dbz->acz",
+                                  "abcde,bdz->acez", "abc,azc->bz"])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_summed_batches_at_every_position_match_einsum(spec, order):
+    """The looped mode outer, inner or in the middle of A, in C and F order, with batches of GEMMs inside each
+    product: every ``copies="never"`` plan here is a summed batch, equal to einsum to the GEMM bound."""
+    rng = np.random.default_rng(sum(map(ord, spec + order)))
+    lhs = spec.split("->")[0].split(",")
+    sizes = {ch: int(rng.integers(2, 9)) for ch in set("".join(lhs))}
+    A, B = (np.asarray(rng.standard_normal([sizes[c] for c in sub]), order=order) for sub in lhs)
+    plan = plan_contraction(spec, A, B, copies="never")
+    assert plan.remedy == Remedy.SUMMED_BATCH and plan.copies == 0, plan.explain()
+    assert plan.summed_size == int(np.prod([sizes[c] for c in plan.summed_batch]))
+    assert_contraction_close(contract(spec, A, B, copies="never"), spec, A, B, np.float64)
