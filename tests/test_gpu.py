@@ -78,16 +78,26 @@ def test_table2_on_device_equals_einsum(xp, case, spec, order, monkeypatch):
         assert plan.device == "cpu"
 
 
-def test_a_summed_batch_on_device(xp, dtype):
+def test_a_summed_batch_on_device(xp, dtype, monkeypatch):
     """``Remedy.SUMMED_BATCH`` (a contracted mode looped, the products summed) on the device's arrays: one
-    piece, the products into a device temporary, the sum on the device."""
+    piece, the products by cuBLAS strided-batched calls on views into a device temporary (never
+    ``cupy.matmul``, which copies), the sum on the device."""
     rng = np.random.default_rng(8)
     X = rng.standard_normal((30, 20, 10)).astype(dtype)
     Q = rng.standard_normal((30, 10, 3)).astype(dtype)
     Xd, Qd = xp.asarray(X), xp.asarray(Q)
     plan = plan_contraction("abc,acz->bz", Xd, Qd, copies="never")
     assert plan.remedy == "summed_batch" and plan.copies == 0, plan.explain()
+    fallbacks = []
+    if xp is not np:
+        real = xp.matmul
+        monkeypatch.setattr(xp, "matmul", lambda *a, **k: (fallbacks.append(1), real(*a, **k))[1])
+    counts = _counts(xp)
+    if counts is not None:
+        counts.clear()
     got = contract("abc,acz->bz", Xd, Qd, copies="never")
+    assert fallbacks == []
+    assert counts is None or counts["gemmStridedBatched"] >= 1
     assert type(got) is type(Xd) and got.dtype == dtype
     ref = np.einsum("abc,acz->bz", X.astype(np.float64), Q.astype(np.float64))
     tol = _tol(dtype)

@@ -457,7 +457,10 @@ def summed_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, xp=np) -> Non
         for s0 in range(lo, hi, rows):
             s1 = min(hi, s0 + rows)
             t = tmp[:s1 - s0]
-            xp.matmul(av[s0:s1], bv[s0:s1], out=t)
+            if xp is np:
+                np.matmul(av[s0:s1], bv[s0:s1], out=t)
+            else:  # cuBLAS strided-batched calls on the views (cupy.matmul would copy them)
+                gpu_matmul(xp, av[s0:s1], bv[s0:s1], t)
             if s0 == lo:
                 xp.sum(t, axis=0, out=dst)
             else:
