@@ -463,3 +463,41 @@ def test_summed_batches_at_every_position_match_einsum(spec, order):
     assert plan.remedy == Remedy.SUMMED_BATCH and plan.copies == 0, plan.explain()
     assert plan.summed_size == int(np.prod([sizes[c] for c in plan.summed_batch]))
     assert_contraction_close(contract(spec, A, B, copies="never"), spec, A, B, np.float64)
+
+
+def test_a_summed_batch_into_an_output_over_its_input(rng, monkeypatch):
+    """``out`` a view into B's own buffer: the sums go to a temporary first (the products read B to the end)."""
+    from tuckerkit.engine import ExecutionPolicy
+    from tuckerkit.engine import _contract as contract_mod
+
+    X = rng.standard_normal((60, 50, 40))
+    buf = np.zeros((60, 60, 7))
+    buf[:, :40, :] = rng.standard_normal((60, 40, 7))
+    Q = buf[:, :40, :]
+    ref = np.einsum("abc,acz->bz", X, Q.copy())
+    monkeypatch.setattr(contract_mod, "SUMMED_TEMP_BYTES", 50 * 7 * 8)  # one product at a time
+    out = buf[59, 10:60, :]  # (b, z): over rows of Q[59], which the last product reads
+    assert contract_mod.summed_pieces(60, 2 * 60 * 50 * 40 * 7, out.nbytes, out.dtype) == [0, 60]  # one piece
+    res = contract("abc,acz->bz", X, Q, out=out, copies="never", policy=ExecutionPolicy(workers=2))
+    assert res is out
+    np.testing.assert_allclose(res, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_an_output_over_an_input_gets_the_product_of_the_inputs_as_they_were(rng):
+    """``out=`` a view into the tensor's own buffer, on a plan the compiled small-rank kernel runs (it writes
+    ``out`` while it still reads ``X``): the result is made apart and copied in, through ``contract``, ``ttm``
+    and a plan's call alike."""
+    from tuckerkit.engine import ttm
+
+    U = rng.standard_normal((10, 200))
+    for run in ("contract", "ttm", "plan"):
+        buf = rng.standard_normal((200, 220, 200))
+        X = buf[:, :200, :]
+        ref = np.einsum("abc,zb->azc", X, U)
+        out = buf[:, 190:200, :]  # over the last ten rows of every slab of X
+        plan = plan_contraction("abc,zb->azc", X, U, out=out)
+        assert plan.compiled.value == "small_rank_ttm_inner", plan.explain()
+        res = (contract("abc,zb->azc", X, U, out=out) if run == "contract" else
+               ttm(X, U, 1, out=out) if run == "ttm" else plan(X, U, out))
+        assert res is out
+        np.testing.assert_allclose(res, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())

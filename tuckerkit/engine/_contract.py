@@ -11,7 +11,7 @@ import numpy as np
 
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.backend._device import device_op
-from tuckerkit.engine._gpu import gpu_matmul
+from tuckerkit.engine._gpu import gpu_matmul, may_share_bounds
 from tuckerkit.engine._plan import (
     SUMMED_PARTIAL_BYTES,
     SUMMED_TEMP_BYTES,
@@ -442,6 +442,12 @@ def summed_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, xp=np) -> Non
     and sums them into its partial; the partials are added in piece order. The same cuts and order whatever
     the workers, so the same bits; the pieces run on the policy's workers (BLAS held to one thread), on a
     GPU in one piece."""
+    share = np.may_share_memory if xp is np else may_share_bounds
+    if share(cv, av) or share(cv, bv):  # an out= over an input: the sums land in it while the inputs are read
+        tmp_out = xp.empty(cv.shape, dtype=cv.dtype)
+        summed_matmul(av, bv, tmp_out, flops, policy, xp)
+        cv[...] = tmp_out
+        return
     n_s = av.shape[0]
     c_bytes = cv.size * cv.itemsize
     bounds = summed_pieces(n_s, flops, c_bytes, cv.dtype) if xp is np else [0, n_s]
@@ -492,6 +498,14 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
         xp = array_namespace(A, B, out)
     if out is None:
         out = _alloc_out(plan, xp, A.dtype)
+    elif xp is np and plan.kind != KernelKind.EMPTY and (np.may_share_memory(out, A) or np.may_share_memory(out, B)):
+        # an out= over an input's memory: the kernels write it while they still read the input (numpy's own
+        # matmul and einsum copy then, the compiled kernels and the summed batch would not), so the result
+        # is made in a fresh array of the plan without out=, then copied in
+        fresh = _cached_plan(plan.spec, plan.shapes[0], plan.strides[0], plan.shapes[1], plan.strides[1], plan.dtype,
+                             np.dtype(plan.dtype).itemsize, None, "auto", plan.policy, "auto")
+        out[...] = execute(fresh, A, B, None, xp)
+        return out
     if plan.kind == KernelKind.EMPTY:
         out[...] = 0
         return out
