@@ -115,8 +115,8 @@ def plan_contraction(
     copies : {"auto", "never"}, default "auto"
         ``"auto"``: the cost model may copy an operand once when that is faster (an exceptional case's
         remedy, or the small matrix of a compiled kernel; ``plan.copies`` counts the elements). ``"never"``:
-        only zero-copy evaluations (a batched GEMV for an exceptional case, BLAS instead of a kernel that
-        needs the matrix re-laid out); a ``ValueError`` when none exists.
+        only zero-copy evaluations (a batched GEMV or a summed batch for an exceptional case, BLAS instead of
+        a kernel that needs the matrix re-laid out); a ``ValueError`` when none exists.
 
     Returns
     -------
