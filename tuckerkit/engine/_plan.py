@@ -755,6 +755,13 @@ def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, 
 
 #: the temporary of a summed batch (``Remedy.SUMMED_BATCH``): products of this many bytes at a time
 SUMMED_TEMP_BYTES = 4 << 20
+#: seconds a product of a summed batch costs beyond its flops: numpy's matmul runs a chunk of them in one
+#: call, about 0.1 us apiece (measured: 200000 products of (4 x 10) @ (10 x 2) in 18.7 ms), where ``_CALL``
+#: prices a separate BLAS call (the estimate had put that batch at 365 ms and chosen a 50 ms copy of A)
+_SUMMED_ITEM = 0.1e-6
+#: ... and once a call: its pieces, temporaries and sums in Python (about 15-25 us against a copy remedy's 10-23
+#: us on operands of a few thousand elements, where a copy is cheaper)
+_SUMMED_CALL = 20e-6
 #: ... and the most bytes of the partial sums of its pieces (pieces run on the workers, added in order)
 SUMMED_PARTIAL_BYTES = 32 << 20
 
@@ -768,9 +775,11 @@ def _summed_batch(pb: _Problem, sC, c_outer: str | None,
     either side of ``b`` in A), some of them (S) are looped instead: for each index of S the product of the
     slices is one GEMM (or batch of them) over the other contracted modes, and the products are summed. S is
     any run of contracted modes that flattens in A and B (one view axis) and leaves a level-3 product on views.
-    Its cost: the slice candidate's time per index, plus writing each product to a temporary and reading it
-    back for the sum (``_STREAM_BW``). Against copying the operand whose layout blocks the GEMM (a 400 MB
-    tensor for the example at 1000 x 1000 x 50), it moves no operand and holds a few MB."""
+    Its cost: the slice candidate's flops per index with ``_SUMMED_ITEM`` in place of a BLAS call's
+    ``_CALL`` (one batched matmul runs a chunk of products), writing each product to a temporary and reading it
+    back for the sum (``_STREAM_BW``), and ``_SUMMED_CALL`` once. Against copying the operand whose layout
+    blocks the GEMM (a 400 MB tensor for the example at 1000 x 1000 x 50), it moves no operand and holds a few
+    MB."""
     if len(pb.K) < 2 or not pb.I or not pb.J:
         return None
     best = None
@@ -788,7 +797,9 @@ def _summed_batch(pb: _Problem, sC, c_outer: str | None,
         if cand is None or not _level3(cand.kind):
             continue
         n_s = math.prod(pb.sizes[x] for x in S)
-        sec = n_s * (cand.seconds + 2 * c_elems * itemsize / _STREAM_BW)
+        nb = math.prod(pb.sizes[x] for x in cand.batch)
+        per = cand.seconds - nb * _CALL + nb * _SUMMED_ITEM  # (one batched matmul call runs all the products)
+        sec = _SUMMED_CALL + n_s * (per + 2 * c_elems * itemsize / _STREAM_BW)
         if best is None or sec < best[0]:
             best = (sec, cand, s_order)
     return best
