@@ -707,7 +707,7 @@ def _remedies(pb: _Problem, chosen: _Candidate | None, sC, c_outer: str | None, 
     """Step 4: an exceptional case (no level-3 kernel without a copy): cost every remedy, take the cheapest.
 
     ``c_outer`` is the outermost index of an output whose layout was fixed by the caller (None otherwise).
-    Without ``allow_copies`` only the zero-copy remedy (a batched GEMV on views) is allowed.
+    Without ``allow_copies`` only the zero-copy remedies (a batched GEMV on views, a summed batch) are allowed.
     """
     summed = _summed_batch(pb, sC, c_outer, itemsize)
     if not allow_copies:
