@@ -502,3 +502,25 @@ def test_an_output_over_an_input_gets_the_product_of_the_inputs_as_they_were(rng
                ttm(X, U, 1, out=out) if run == "ttm" else plan(X, U, out))
         assert res is out
         np.testing.assert_allclose(res, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_many_tiny_products_are_priced_at_a_batched_rate(monkeypatch):
+    """200000 products of (4 x 10) @ (10 x 2) ran in 19 ms against 52 ms for copying A: the cost model prices a
+    product of a summed batch without a BLAS call's overhead and at least at a level-2 rate, so it is chosen;
+    on operands of a few hundred elements the copy stays cheaper."""
+    from tuckerkit.engine import _plan as plan_mod
+    from tuckerkit.engine._contract import _cached_plan
+
+    X, Q = np.empty((200000, 4, 10)), np.empty((200000, 10, 2))
+    plan = plan_contraction("abc,acz->bz", X, Q)
+    assert plan.remedy == Remedy.SUMMED_BATCH and plan.copies == 0, plan.explain()
+    monkeypatch.setattr(plan_mod, "_summed_batch", lambda *a, **k: None)
+    _cached_plan.cache_clear()
+    try:
+        before = plan_contraction("abc,acz->bz", X, Q)
+    finally:
+        monkeypatch.undo()
+        _cached_plan.cache_clear()
+    assert before.remedy == Remedy.COPY_A and plan.est_seconds < before.est_seconds
+    small = plan_contraction("abc,acz->bz", np.empty((8, 6, 5)), np.empty((8, 5, 2)))
+    assert small.remedy == Remedy.COPY_A, small.explain()

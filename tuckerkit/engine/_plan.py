@@ -775,9 +775,10 @@ def _summed_batch(pb: _Problem, sC, c_outer: str | None,
     either side of ``b`` in A), some of them (S) are looped instead: for each index of S the product of the
     slices is one GEMM (or batch of them) over the other contracted modes, and the products are summed. S is
     any run of contracted modes that flattens in A and B (one view axis) and leaves a level-3 product on views.
-    Its cost: the slice candidate's flops per index with ``_SUMMED_ITEM`` in place of a BLAS call's
-    ``_CALL`` (one batched matmul runs a chunk of products), writing each product to a temporary and reading it
-    back for the sum (``_STREAM_BW``), and ``_SUMMED_CALL`` once. Against copying the operand whose layout
+    Its cost: the slice candidate's flops per index (at most at ``_VEC_RATE``: numpy runs a batch of tiny
+    products far faster than the GEMM efficiency of tiny extents says) with ``_SUMMED_ITEM`` in place of a BLAS
+    call's ``_CALL`` (one batched matmul runs a chunk of products), writing each product to a temporary and
+    reading it back for the sum (``_STREAM_BW``), and ``_SUMMED_CALL`` once. Against copying the operand whose layout
     blocks the GEMM (a 400 MB tensor for the example at 1000 x 1000 x 50), it moves no operand and holds a few
     MB."""
     if len(pb.K) < 2 or not pb.I or not pb.J:
@@ -798,7 +799,10 @@ def _summed_batch(pb: _Problem, sC, c_outer: str | None,
             continue
         n_s = math.prod(pb.sizes[x] for x in S)
         nb = math.prod(pb.sizes[x] for x in cand.batch)
-        per = cand.seconds - nb * _CALL + nb * _SUMMED_ITEM  # (one batched matmul call runs all the products)
+        flops = 2 * nb * math.prod(pb.sizes[x] for x in (*cand.M, *cand.N, *cand.K))
+        # (one batched matmul call runs the products: no BLAS call's overhead each, and a tiny product at least
+        # at a level-2 kernel's rate, where the GEMM efficiency of its tiny extents would price it far above)
+        per = min(cand.seconds - nb * _CALL, flops / _VEC_RATE) + nb * _SUMMED_ITEM
         sec = _SUMMED_CALL + n_s * (per + 2 * c_elems * itemsize / _STREAM_BW)
         if best is None or sec < best[0]:
             best = (sec, cand, s_order)
