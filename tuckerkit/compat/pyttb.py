@@ -128,6 +128,7 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
     >>> from tuckerkit.compat.pyttb import cp_als
     >>> rng = np.random.default_rng(0)
     >>> X = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 2)) for n in (5, 6, 7)))
+    >>> np.random.seed(0)  # the random start is drawn as pyttb draws it, from numpy's global generator
     >>> M, M0, out = cp_als(X, 2, stoptol=1e-10, printitn=0)
     >>> round(out["fit"], 6)
     1.0
