@@ -442,8 +442,9 @@ def summed_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, xp=np) -> Non
     and sums them into its partial; the partials are added in piece order. The same cuts and order whatever
     the workers, so the same bits; the pieces run on the policy's workers (BLAS held to one thread), on a
     GPU in one piece."""
-    share = np.may_share_memory if xp is np else may_share_bounds
-    if share(cv, av) or share(cv, bv):  # an out= over an input: the sums land in it while the inputs are read
+    if xp is not np and (may_share_bounds(cv, av) or may_share_bounds(cv, bv)):
+        # an out= over an input on the device: the sums land in it while the inputs are read (on the host,
+        # :func:`execute` already gave such an out a fresh result)
         tmp_out = xp.empty(cv.shape, dtype=cv.dtype)
         summed_matmul(av, bv, tmp_out, flops, policy, xp)
         cv[...] = tmp_out
