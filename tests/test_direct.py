@@ -280,7 +280,8 @@ def test_the_record_explains_the_route(rng):
         T = tk.hooi(X, 2, max_iter=3, tol=0)
     (c,), (t,) = C.plans, T.plans
     assert (c.kind, c.shape, c.dtype, c.rank, c.flops) == ("mttkrp", (6, 7, 8), np.dtype("float64"), 2, 4 * 336 * 2)
-    assert t.kind == "ttmc" and t.rank == 2
+    assert t.kind == "ttmc_compiled" and t.rank == 2  # (a small 3-way tensor: engine/_small_hooi.py)
+    assert t.explain().startswith("compiled ttmc sweep of a 6x7x8 float64 tensor, rank 2: each sweep one")
     assert c.explain().startswith("direct mttkrp sweep of a 6x7x8 float64 tensor, rank 2: 2688 flops")
 
 

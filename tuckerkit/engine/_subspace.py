@@ -299,17 +299,24 @@ def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.n
         G = G.astype(np.float64)
         start = None if start is None else start.astype(np.float64)
     k = r + 1 if start is not None else r + 2
-    Q = _COMPILED_STARTS.get((n, k))
-    if Q is None:
-        with blas_pinned():
-            Q = _COMPILED_STARTS[(n, k)] = np.ascontiguousarray(
-                _thin_q(np.random.default_rng(7919 * n + k).standard_normal((n, k))))
+    Q = compiled_seed(n, k)
     S0 = Q if start is None else np.concatenate((start, Q[:, :1]), axis=1)
     U = np.empty((n, r))
     w = np.empty(r)
     if not certified_top(np.ascontiguousarray(G), r, S0, COMPILED_STEPS, start is None, U, w):
         return None
     return (w, U) if dtype == np.float64 else (w.astype(dtype), U.astype(dtype))
+
+
+def compiled_seed(n: int, k: int) -> np.ndarray:
+    """The compiled iteration's fixed start for order ``n`` and ``k`` columns (C order, float64): the thin Q of a
+    seeded Gaussian block, made once per process (:data:`_COMPILED_STARTS`)."""
+    Q = _COMPILED_STARTS.get((n, k))
+    if Q is None:
+        with blas_pinned():
+            Q = _COMPILED_STARTS[(n, k)] = np.ascontiguousarray(
+                _thin_q(np.random.default_rng(7919 * n + k).standard_normal((n, k))))
+    return Q
 
 
 class SubspaceBackoff:
@@ -359,6 +366,14 @@ class SubspaceBackoff:
             return
         self.streak += 1
         self.skip = min(1 << (self.streak - 1), self.MAX_SKIP)
+
+
+class SkipBackoff(SubspaceBackoff):
+    """A :class:`SubspaceBackoff` that skips every step: :func:`leading_left_singular` then goes straight to
+    LAPACK (for a caller that already tried the certified iteration on this step)."""
+
+    def wanted(self) -> bool:
+        return False
 
 
 def _tried(G: np.ndarray, r: int, start: np.ndarray | None,

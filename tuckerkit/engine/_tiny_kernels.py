@@ -107,6 +107,65 @@ def _leading(A, n, m, order):  # pragma: no cover - compiled
         order[1, j] = best
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _householder_q(B, I, r, H, Q):  # noqa: E741 # pragma: no cover - compiled
+    """The Q (``I x r``, into ``Q``) of the thin QR of ``B[:I, :r]`` (overwritten) by Householder reflections,
+    their vectors into ``H`` (unit norm, or zero where a column needs none: a zero column leaves the
+    identity's column, an orthonormal completion as LAPACK's)."""
+    for j in range(r):
+        nrm = 0.0
+        for a in range(j, I):
+            nrm += B[a, j] * B[a, j]
+        nrm = np.sqrt(nrm)
+        for a in range(I):
+            H[a, j] = 0.0
+        if nrm == 0.0:
+            continue
+        alpha = -nrm if B[j, j] >= 0.0 else nrm
+        for a in range(j, I):
+            H[a, j] = B[a, j]
+        H[j, j] -= alpha
+        vn = 0.0
+        for a in range(j, I):
+            vn += H[a, j] * H[a, j]
+        vn = np.sqrt(vn)
+        if vn == 0.0:
+            continue
+        for a in range(j, I):
+            H[a, j] /= vn
+        for c in range(j, r):  # B := (I - 2 h h^T) B
+            d = 0.0
+            for a in range(j, I):
+                d += H[a, j] * B[a, c]
+            for a in range(j, I):
+                B[a, c] -= 2.0 * d * H[a, j]
+    # Q = H_0 H_1 ... H_{r-1} applied to the first r columns of the identity
+    for a in range(I):
+        for c in range(r):
+            Q[a, c] = 1.0 if a == c else 0.0
+    for j in range(r - 1, -1, -1):
+        for c in range(r):
+            d = 0.0
+            for a in range(j, I):
+                d += H[a, j] * Q[a, c]
+            for a in range(j, I):
+                Q[a, c] -= 2.0 * d * H[a, j]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sign_fix_cols(U, I, r):  # noqa: E741 # pragma: no cover - compiled
+    """The sign fix of :func:`~tuckerkit.engine._subspace.sign_fix` on ``U[:I, :r]`` in place: each column's entry
+    of largest magnitude positive (the first on a tie)."""
+    for j in range(r):
+        best = 0
+        for a in range(1, I):
+            if abs(U[a, j]) > abs(U[best, j]):
+                best = a
+        if U[best, j] < 0:
+            for a in range(I):
+                U[a, j] = -U[a, j]
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
     """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
@@ -157,56 +216,12 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
                     t += np.float64(M[a, p]) * V[p, k]
                 B[a, j] = t
         H = stack_matrix(I, r, 0.0)  # the reflectors' vectors (unit norm, or zero for none)
-        for j in range(r):
-            nrm = 0.0
-            for a in range(j, I):
-                nrm += B[a, j] * B[a, j]
-            nrm = np.sqrt(nrm)
-            for a in range(I):
-                H[a, j] = 0.0
-            if nrm == 0.0:
-                continue
-            alpha = -nrm if B[j, j] >= 0.0 else nrm
-            for a in range(j, I):
-                H[a, j] = B[a, j]
-            H[j, j] -= alpha
-            vn = 0.0
-            for a in range(j, I):
-                vn += H[a, j] * H[a, j]
-            vn = np.sqrt(vn)
-            if vn == 0.0:
-                continue
-            for a in range(j, I):
-                H[a, j] /= vn
-            for c in range(j, r):  # B := (I - 2 h h^T) B
-                d = 0.0
-                for a in range(j, I):
-                    d += H[a, j] * B[a, c]
-                for a in range(j, I):
-                    B[a, c] -= 2.0 * d * H[a, j]
-        # Q = H_0 H_1 ... H_{r-1} applied to the first r columns of the identity
         Q = stack_matrix(I, r, 0.0)
-        for a in range(I):
-            for c in range(r):
-                Q[a, c] = 1.0 if a == c else 0.0
-        for j in range(r - 1, -1, -1):
-            for c in range(r):
-                d = 0.0
-                for a in range(j, I):
-                    d += H[a, j] * Q[a, c]
-                for a in range(j, I):
-                    Q[a, c] -= 2.0 * d * H[a, j]
+        _householder_q(B, I, r, H, Q)
         for a in range(I):
             for c in range(r):
                 U[a, c] = Q[a, c]
-    for j in range(r):  # the sign fix: each column's entry of largest magnitude positive (the first on a tie)
-        best = 0
-        for a in range(1, I):
-            if abs(U[a, j]) > abs(U[best, j]):
-                best = a
-        if U[best, j] < 0:
-            for a in range(I):
-                U[a, j] = -U[a, j]
+    _sign_fix_cols(U, I, r)
     return True
 
 
