@@ -281,7 +281,7 @@ def test_the_record_explains_the_route(rng):
     (c,), (t,) = C.plans, T.plans
     assert (c.kind, c.shape, c.dtype, c.rank, c.flops) == ("mttkrp", (6, 7, 8), np.dtype("float64"), 2, 4 * 336 * 2)
     assert t.kind == "ttmc_compiled" and t.rank == 2  # (a small 3-way tensor: engine/_small_hooi.py)
-    assert t.explain().startswith("compiled ttmc sweep of a 6x7x8 float64 tensor, rank 2: each sweep one")
+    assert t.explain().startswith("compiled ttmc sweep of a 6x7x8 float64 tensor, rank 2: each factor step")
     assert c.explain().startswith("direct mttkrp sweep of a 6x7x8 float64 tensor, rank 2: 2688 flops")
 
 

@@ -49,7 +49,8 @@ def test_routes_mirror_the_factor_steps():
     assert small_sweep_routes((30, 30, 30), (5, 5, 5)) == (OTHER, OTHER, OTHER)  # (P = 25 < I_n = 30)
     assert small_sweep_routes((200, 10, 10), (4, 4, 4)) == (OTHER, TINY, TINY)
     assert small_sweep_routes((10, 10, 10, 10), (3, 3, 3, 3)) is None  # (4-way: the direct route)
-    assert small_sweep_routes((40, 40, 40), (5, 5, 5)) is None  # (64000 * 25 > SMALL_SWEEP_MAX_WORK)
+    assert small_sweep_routes((40, 40, 40), (10, 10, 10)) is None  # (64000 * 10^4 > SMALL_SWEEP_MAX_WORK)
+    assert small_sweep_routes((70, 70, 70), (3, 3, 3)) is None  # (beyond SMALL_SWEEP_MAX_ELEMS)
     assert small_sweep_routes((10, 10, 10), (10, 3, 3)) is None  # (a full-rank mode)
     assert small_sweep_routes((25, 20, 15), (2, 8, 3)) is None  # (mode 1: r = 8 > P = 6)
 
@@ -124,16 +125,12 @@ def test_refused_steps_take_lapack_and_the_sweep_goes_on(shape, rng, monkeypatch
     after the last mode's refusal too); with every step refused, the later sweeps take the direct route. The
     fits equal the direct route's throughout (its steps refuse alike)."""
     X = rng.standard_normal(shape)
-    calls = []
-    real = _small_hooi.SmallSweep.run
-
-    def spy(self, old, new, tries, first):
-        calls.append((first, out := real(self, old, new, tries, first)))
-        return out
-
-    monkeypatch.setattr(_small_hooi.SmallSweep, "run", spy)
+    tried = []
+    real = _small_hooi.SmallSweep._certified
+    monkeypatch.setattr(_small_hooi.SmallSweep, "_certified", lambda self, n: tried.append((n, out := real(self, n)))
+                        or out)
     a = _hooi(X, 5, True, monkeypatch, init="hosvd", max_iter=8, tol=0)
-    assert calls == [(0, 0), (1, 1), (2, 2)] and a.plans[0].kind == "ttmc"
+    assert tried == [(0, False), (1, False), (2, False)] and a.plans[0].kind == "ttmc"
     b = _hooi(X, 5, False, monkeypatch, init="hosvd", max_iter=8, tol=0)
     np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e3 * _eps(np.float64))
     for U, V in zip(a.factors, b.factors, strict=True):
@@ -145,14 +142,14 @@ def test_refused_steps_take_lapack_and_the_sweep_goes_on(shape, rng, monkeypatch
 
 
 def test_planted_sweeps_certify_every_step(rng, monkeypatch):
-    """On a planted tensor every sweep is one call that certifies all three steps."""
+    """On a planted tensor every step of every sweep is certified by the compiled iteration (no LAPACK)."""
     X = planted_tucker(rng, (30, 30, 30), (5, 5, 5), np.float64, noise=1e-2)
-    calls = []
-    real = _small_hooi.SmallSweep.run
-    monkeypatch.setattr(_small_hooi.SmallSweep, "run",
-                        lambda self, *a: calls.append(out := real(self, *a)) or out)
+    tried = []
+    real = _small_hooi.SmallSweep._certified
+    monkeypatch.setattr(_small_hooi.SmallSweep, "_certified", lambda self, n: tried.append(out := real(self, n))
+                        or out)
     assert tk.hooi(X, 5, init="hosvd", max_iter=5, tol=0).plans[0].kind == "ttmc_compiled"
-    assert calls == [3] * 5
+    assert tried == [True] * 15
 
 
 def test_convergence_and_callback_as_the_direct_route(rng, monkeypatch):
@@ -180,6 +177,6 @@ def test_where_it_does_not_apply_the_direct_route_runs(rng):
                  tk.hooi(X, 3, max_iter=2, tol=0, init=tk.hooi(X, 3, max_iter=1, tol=0), fixed_factors=[1]),
                  tk.hooi(X, 3, max_iter=2, tol=0, svd="randomized", random_state=0),
                  tk.hooi(rng.standard_normal((8, 8, 8, 8)), 3, max_iter=2, tol=0),
-                 tk.hooi(rng.standard_normal((40, 40, 40)), 5, max_iter=2, tol=0)]
+                 tk.hooi(rng.standard_normal((40, 40, 40)), 10, max_iter=2, tol=0)]
     assert [c.plans[0].kind for c in cases] == ["ttmc"] * 5
     assert tk.hooi(X, 3, max_iter=2, tol=0).plans[0].kind == "ttmc_compiled"

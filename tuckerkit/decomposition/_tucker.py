@@ -32,7 +32,6 @@ from tuckerkit.engine import as_operand
 from tuckerkit.engine._direct import operand_ttm
 from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import (
-    SkipBackoff,
     SubspaceBackoff,
     eigh_desc,
     gram_route,
@@ -720,8 +719,9 @@ def _full_modes(X: Any, ranks: Sequence[int], fixed: Any, em: Any) -> set[int]:
 
 def _small_sweep(X: Any, ranks: Sequence[int], fixed: Any, em: Any, svd: str) -> Any:
     """The compiled sweep's set-up (:class:`~tuckerkit.engine._small_hooi.SmallSweep`) where HOOI's sweeps of ``X``
-    run as one compiled call each: a host float32 / float64 C-contiguous 3-way tensor within
-    ``SMALL_SWEEP_MAX_WORK`` (its size times the largest rank squared), the exact SVD, no fixed factors nor
+    take its compiled factor steps: a host float32 / float64 C-contiguous 3-way tensor within
+    ``SMALL_SWEEP_MAX_ELEMS`` and ``SMALL_SWEEP_MAX_WORK`` (its size times the largest rank's fourth power), the
+    exact SVD, no fixed factors nor
     missing data, and every mode's factor step on a compiled route
     (:func:`~tuckerkit.engine._small_hooi.small_sweep_routes`); else None."""
     from tuckerkit.engine import DenseTensor
@@ -746,44 +746,6 @@ def _small_sweep(X: Any, ranks: Sequence[int], fixed: Any, em: Any, svd: str) ->
 _SMALL_SWEEPS = True
 
 
-def _small_iteration(ss: Any, factors: list[Any], backoffs: list[SubspaceBackoff],
-                     policy: Any) -> tuple[list[Any], Any, bool]:
-    """One HOOI sweep by the compiled call (:class:`~tuckerkit.engine._small_hooi.SmallSweep`): the new factors,
-    the core, and whether the next sweep should be compiled too. A mode whose step the compiled iteration refused
-    (or its backoff skipped) takes LAPACK's route (:func:`~tuckerkit.engine._subspace.leading_left_singular` on the
-    unfolding the call left), and the sweep goes on from the next mode; the backoffs see each step's outcome as
-    in the direct route. Where every mode off the tiny route went to LAPACK (a tensor without a gap after the
-    r-th pair: Gaussian data), the calls only add their own cost (30^3 at rank 5: 1.2x the direct route's time
-    an iteration), so the call's later sweeps take the direct route."""
-    from tuckerkit.engine._small_hooi import TINY
-
-    dtype = ss.X.dtype
-    old = [np.ascontiguousarray(U, dtype=dtype) for U in factors]  # (one layout: one compiled signature)
-    new: list[Any] = [None, None, None]
-    tries = [ss.routes[n] == TINY or backoffs[n].wanted() for n in range(3)]
-    first = 0
-    lapack = 0
-    while True:
-        stop = ss.run(old, new, tries, first)
-        for n in range(first, min(stop, 3)):
-            if ss.routes[n] != TINY:
-                backoffs[n].record(True)
-        if stop == 3:
-            core = ss.core
-            break
-        if ss.routes[stop] != TINY and tries[stop]:
-            backoffs[stop].record(False)
-        lapack += ss.routes[stop] != TINY
-        U, _ = leading_left_singular(ss.M[stop], 0, ss.ranks[stop], policy, start=old[stop].astype(np.float64),
-                                     backoff=SkipBackoff())
-        new[stop] = np.ascontiguousarray(U, dtype=dtype)
-        first = stop + 1
-        if first == 3:
-            core = ss.M[2].T @ new[2].astype(np.float64)
-            break
-    return new, core.reshape(ss.ranks).astype(dtype), not 0 < lapack == sum(r != TINY for r in ss.routes)
-
-
 def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_state: Any, callback: Any,
           verbose: bool, fixed_factors: Any = (), svd: Any = "exact", em: Any = None) -> TuckerTensor:
     """HOOI on the call's operand; ``em``: missing data, the E step run after each sweep
@@ -803,7 +765,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
                       methods=("st_hosvd", "st_hosvd_sketch", "hosvd", "random"))
     start_fit = None
     partials: dict[frozenset[int], Any] = {}  # the start's projections that the first sweep takes
-    small = _small_sweep(X, ranks, fixed, em, svd)  # a small 3-way tensor: each sweep one compiled call
+    small = _small_sweep(X, ranks, fixed, em, svd)  # a small 3-way tensor: compiled factor steps
     if not isinstance(init, str):
         factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
     else:
@@ -849,8 +811,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     eye = {n: np.eye(X.shape[n], dtype=X.dtype) for n in full}
     for it in range(1, max_iter + 1):
         if small is not None:
-            factors[:], core, keep_on = _small_iteration(small, factors, backoffs, policy)
-            sweep = small.sweep
+            factors[:], core, keep_on = small.sweep(factors, backoffs, policy)
+            sweep = small.record
             if not keep_on:  # (every certified step refused: the direct route from the next sweep on)
                 small = None
             if mon.step(it, _fit(normX, frobenius_norm(core)), factors):

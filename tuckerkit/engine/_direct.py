@@ -97,7 +97,7 @@ class DirectSweep:
     ----------
     kind : str
         ``"mttkrp"`` (CP-ALS), ``"ttmc"`` (HOOI), or ``"ttmc_compiled"`` (HOOI's sweep of a small 3-way tensor
-        as one compiled call, :mod:`tuckerkit.engine._small_hooi`).
+        with compiled factor steps, :mod:`tuckerkit.engine._small_hooi`).
     shape : tuple of int
         The tensor's shape.
     dtype : numpy.dtype
@@ -132,8 +132,8 @@ class DirectSweep:
                     "sweep is bound by the host's calls, not by its arithmetic)")
         if self.kind == "ttmc_compiled":
             return (f"compiled ttmc sweep of a {'x'.join(map(str, self.shape))} {self.dtype} tensor, rank "
-                    f"{self.rank}: each sweep one compiled call (engine/_small_hooi.py: size x rank^2 <= "
-                    "SMALL_SWEEP_MAX_WORK), no planner")
+                    f"{self.rank}: each factor step's unfolding, Gram and eigenproblem in compiled calls "
+                    "(engine/_small_hooi.py: SMALL_SWEEP_MAX_ELEMS, size x rank^4 <= SMALL_SWEEP_MAX_WORK), no planner")
         elems = DIRECT_TTMC_ELEMS if self.kind == "ttmc" else DIRECT_MTTKRP_ELEMS
         why = (f"{self.flops} flops <= DIRECT_SWEEP_FLOPS ({DIRECT_SWEEP_FLOPS})" if self.flops <= DIRECT_SWEEP_FLOPS
                else f"{math.prod(self.shape)} elements <= DIRECT_{self.kind.upper()}_ELEMS ({elems}) and "

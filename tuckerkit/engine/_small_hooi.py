@@ -1,27 +1,29 @@
-"""HOOI's sweep of a small 3-way dense tensor in one compiled call (numba, cached on disk).
+"""HOOI's sweeps of a small 3-way dense tensor with compiled factor steps (numba, cached on disk).
 
 On a tensor of a few thousand elements an iteration of HOOI is a few tens of thousands of flops: five
 products with the tensor and its projections and three small eigenproblems. Run as numpy and LAPACK calls
 through the planner-free direct route (:mod:`._direct`) and :func:`~._subspace.leading_left_singular`, each step
 costs a few microseconds of Python and dispatch, some forty of them an iteration: on 10^3 to 30^3 tensors
-(rank 3-5) an iteration took 180-380 us for about 20-50 us of arithmetic. Here the whole sweep is one call:
+(rank 3-5) an iteration took 180-380 us for about 20-50 us of arithmetic. Here (:class:`SmallSweep`) a mode's
+step is three calls:
 
-* the projections in float64 (a float32 tensor's too), two reads of the tensor as the dimension tree does it:
-  ``T = X x_2 U_2^T`` gives mode 0's unfolding (``T x_1 U_1^T``) and, with the new ``U_0``, mode 1's
-  (``T x_0 U_0^T``); ``S = X x_0 U_0^T`` gives mode 2's (``S x_1 U_1^T``), and the core ``Y_2 x_2 U_2^T``;
-* each factor by the route :func:`~._subspace.leading_left_singular` takes for that unfolding on the host: the
+* the product with the tensor where the dimension tree reads it (BLAS, float64; a float32 tensor copied to
+  float64 once a call): ``T = X x_2 U_2^T`` before mode 0, whose unfolding is ``T x_1 U_1^T`` and mode 1's (with
+  the new ``U_0``) ``T x_0 U_0^T``; ``S = X x_0 U_0^T`` before mode 2, whose unfolding is ``S x_1 U_1^T``;
+* one compiled call (:func:`_prepare`) makes the mode's unfolding from them and, for the certified iteration,
+  its Gram and start block;
+* the factor by the route :func:`~._subspace.leading_left_singular` takes for that unfolding on the host: the
   tiny Jacobi route (:func:`._tiny_kernels.tiny_left_singular`) on Grams of order at most
   :data:`~._subspace.TINY_ORDER`, else the certified subspace iteration warm-started from the factor it replaces
   (:func:`._tiny_kernels.certified_top`, the same start block: the factor and the first column of the order's
   seeded block) on the smaller side's Gram, followed on the other side (``I_n > P``) by ``orth(M V)``
-  (Householder) and the sign fix. Where that iteration refuses (no gap after the r-th pair) or the mode's
-  :class:`~._subspace.SubspaceBackoff` skips it, the call returns the mode's unfolding: the caller takes LAPACK's
-  route for that factor (:func:`~._subspace.leading_left_singular`) and calls again for the modes after it.
+  (Householder, :func:`_other_side`) and the sign fix. Where that iteration refuses (no gap after the r-th pair)
+  or the mode's :class:`~._subspace.SubspaceBackoff` skips it, LAPACK's route runs on the unfolding.
 
-The arithmetic is serial, in a fixed order (the dot products along the tensor's rows in a compile-time order):
-the same bits on every call and for any number of workers. The bits differ from the direct route's (numpy's
-products in the tensor's dtype); the subspaces agree to rounding over each gap (tests compare both routes and
-the einsum reference).
+Every array the kernels see is float64 and the sweep's own, so they compile once for both dtypes (about 1.5 s
+on first use). The arithmetic is serial in a fixed order and BLAS runs on one thread: the same bits on every
+call and for any number of workers. The bits differ from the direct route's (numpy's products in the tensor's
+dtype); the subspaces agree to rounding over each gap (tests compare both routes and an einsum + SVD reference).
 """
 
 from __future__ import annotations
@@ -35,27 +37,31 @@ from numba import njit
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 from tuckerkit.engine._tiny_kernels import _householder_q, _sign_fix_cols, certified_top, tiny_left_singular
 
-#: the compiled sweep is taken where ``X.size * max(ranks)**2`` is at most this (its loops' share grows with the
-#: rank's square: the unfoldings' products and Grams). Measured per iteration against the direct route (10
-#: iterations from HOSVD, planted tensors at 1 % noise, float64, medians of 3 x 15 in one process): 10^3 R = 3
-#: 0.42x the time, 16^3 R = 6 0.40x, 20^3 R = 5 0.46x, 12^3 R = 10 0.68x, 36^3 R = 4 0.47x, 30^3 R = 5 0.54x,
-#: (60, 20, 20) R = 5 0.65x, (200, 10, 10) R = 4 0.75x, 25^3 R = 8 0.81x, (100, 20, 10) R = 5 0.86x, 30^3 R = 6
-#: 0.95x (all within the bound); beyond it 24^3 R = 10 1.02x, 40^3 R = 5 1.05x, 32^3 R = 8 1.07x, 50^3 R = 5
-#: 1.21x, 40^3 R = 10 2.3x
-SMALL_SWEEP_MAX_WORK = 1_200_000
+#: the compiled sweep is taken on tensors of at most ``SMALL_SWEEP_MAX_ELEMS`` elements where ``X.size *
+#: max(ranks)**4`` is at most ``SMALL_SWEEP_MAX_WORK`` (its loops, the unfoldings' products and Grams, grow with
+#: the rank's square and fourth power; the products with X are BLAS's). Measured per iteration against the direct
+#: route (10 iterations from HOSVD, planted tensors at 1 % noise, float64, medians of 3 x 15 in one process,
+#: compiled / direct time): within the bounds 10^3 R = 3 0.55x, 20^3 R = 5 0.45x, 30^3 R = 5 0.48x, 40^3 R = 5
+#: 0.60x, 50^3 R = 5 0.68x, 64^3 R = 5 0.80x, (60, 20, 20) R = 5 0.55x, (100, 20, 10) R = 5 0.69x, 25^3 R = 8
+#: 0.68x, 32^3 R = 8 0.84x, 24^3 R = 10 0.87x; beyond them 40^3 R = 8 0.93x, 80^3 R = 4 0.92x, 64^3 R = 6 0.97x,
+#: 30^3 R = 10 1.01x, 50^3 R = 8 1.30x, 100^3 R = 3 1.44x, 40^3 R = 10 1.78x
+SMALL_SWEEP_MAX_ELEMS = 1 << 18
+SMALL_SWEEP_MAX_WORK = 200_000_000
 #: routes of a mode's factor step (:func:`small_sweep_routes`)
 TINY, GRAM, OTHER = 0, 1, 2
 
 
 def small_sweep_routes(shape: tuple[int, ...], ranks: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The route of each mode's factor step in :func:`small_sweep` (``TINY``, ``GRAM``: the certified iteration on
+    """The route of each mode's factor step in :class:`SmallSweep` (``TINY``, ``GRAM``: the certified iteration on
     the mode's own Gram, ``OTHER``: on the Gram of the other side), or None where the compiled sweep does not
-    apply: not 3-way, beyond ``SMALL_SWEEP_MAX_WORK``, or a mode whose unfolding takes neither the
-    tiny route nor the compiled iteration's orders (:func:`~._subspace._compiled_order`). The choice mirrors
+    apply: not 3-way, beyond ``SMALL_SWEEP_MAX_ELEMS`` or ``SMALL_SWEEP_MAX_WORK``, or a mode whose unfolding takes
+    neither the tiny route nor the compiled iteration's orders (:func:`~._subspace._compiled_order`). The choice mirrors
     :func:`~._subspace.leading_left_singular`'s on the host for that unfolding."""
     from tuckerkit.engine._subspace import _TINY_FACTOR_ELEMS, _TINY_GRAM_MADDS, TINY_ORDER, _compiled_order
 
-    if len(shape) != 3 or len(ranks) != 3 or math.prod(shape) * max(ranks) ** 2 > SMALL_SWEEP_MAX_WORK:
+    size = math.prod(shape)
+    if len(shape) != 3 or len(ranks) != 3 or size > SMALL_SWEEP_MAX_ELEMS or size * max(ranks) ** 4 > \
+            SMALL_SWEEP_MAX_WORK:
         return None
     routes = []
     for n in range(3):
@@ -76,44 +82,48 @@ def small_sweep_routes(shape: tuple[int, ...], ranks: tuple[int, ...]) -> tuple[
     return tuple(routes)
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_RUNTIME)
-def _project_last(X, U2, T):  # pragma: no cover - compiled
-    """``T[p, c] = sum_k X[p, k] U2[k, c]`` (X as (I0 I1, I2)), float64: dot products along X's rows."""
-    I01, I2 = X.shape
-    r2 = U2.shape[1]
-    for p in range(I01):
-        for c in range(r2):
-            acc = 0.0
-            for k in range(I2):
-                acc += np.float64(X[p, k]) * np.float64(U2[k, c])
-            T[p, c] = acc
-
-
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_RUNTIME)
-def _project_first(X, U0, S):  # pragma: no cover - compiled
-    """``S[a, q] = sum_i X[i, q] U0[i, a]`` (X as (I0, I1 I2)), float64: rows of X added along their length."""
-    I0, Q = X.shape
-    r0 = U0.shape[1]
-    for a in range(r0):
-        for q in range(Q):
-            S[a, q] = 0.0
-        for i in range(I0):
-            u = np.float64(U0[i, a])
-            for q in range(Q):
-                S[a, q] += u * np.float64(X[i, q])
-
-
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _factor(M, r, route, try_it, start, seed, budget, G, S0, W, V, B, H, Q, U, w):  # pragma: no cover
-    """The ``r`` leading left singular vectors of ``M`` (I x P, float64, C-contiguous) into ``U`` by ``route``
-    (see the module), ``start`` the factor being replaced; 1 when found, 0 when the caller must take LAPACK's
-    route (the tiny route declined, the iteration refused, or ``try_it`` is 0)."""
+def _prepare(n, shape, F0, F1, F2, N0, N1, route, seed, T, S, M, G, S0):  # pragma: no cover - compiled
+    """Mode ``n``'s step of a sweep of a tensor of ``shape`` (I0, I1, I2) up to its eigenproblem, every array
+    float64: the unfolding ``M`` (I_n x P) of the projection on the other modes' newest factors (``F`` the
+    factors the sweep started from, ``N`` the new ones) from the tensor's projections ``T = X x_2 F2^T`` (as
+    (I0 I1, r2): modes 0 and 1) and ``S = X x_0 N0^T`` (as (r0, I1 I2): mode 2), and for the certified iteration
+    (``route`` GRAM / OTHER) its Gram ``G`` and start block ``S0`` (the factor being replaced, or its image
+    ``M^T F_n`` on the other side, then the first column of the order's seeded block, ``seed``)."""
+    I0, I1, I2 = shape
+    r0, r1, r2 = F0.shape[1], F1.shape[1], F2.shape[1]
     I, P = M.shape  # noqa: E741
-    if route == 0:
-        return 1 if tiny_left_singular(M, r, U, w) else 0
-    if not try_it:
-        return 0
-    if route == 1:  # G = M M^T (its lower triangle, mirrored: exactly symmetric)
+    for x in range(I):
+        for q in range(P):
+            M[x, q] = 0.0
+    if n == 0:  # M[i, b r2 + c] = sum_j F1[j, b] T[i j, c]
+        for i in range(I0):
+            for j in range(I1):
+                row = i * I1 + j
+                for b in range(r1):
+                    u = F1[j, b]
+                    for c in range(r2):
+                        M[i, b * r2 + c] += u * T[row, c]
+        start = F0
+    elif n == 1:  # M[j, a r2 + c] = sum_i N0[i, a] T[i j, c]
+        for i in range(I0):
+            for j in range(I1):
+                row = i * I1 + j
+                for a in range(r0):
+                    u = N0[i, a]
+                    for c in range(r2):
+                        M[j, a * r2 + c] += u * T[row, c]
+        start = F1
+    else:  # M[k, a r1 + b] = sum_j N1[j, b] S[a, j I2 + k]
+        for a in range(r0):
+            for j in range(I1):
+                for b in range(r1):
+                    u = N1[j, b]
+                    for k in range(I2):
+                        M[k, a * r1 + b] += u * S[a, j * I2 + k]
+        start = F2
+    r = start.shape[1]
+    if route == 1:  # the mode's own Gram M M^T (its lower triangle, mirrored: exactly symmetric)
         for x in range(I):
             for y in range(x + 1):
                 t = 0.0
@@ -121,32 +131,33 @@ def _factor(M, r, route, try_it, start, seed, budget, G, S0, W, V, B, H, Q, U, w
                     t += M[x, p] * M[y, p]
                 G[x, y] = t
                 G[y, x] = t
-        for x in range(I):
             for j in range(r):
-                S0[x, j] = np.float64(start[x, j])
+                S0[x, j] = start[x, j]
             S0[x, r] = seed[x]
-        return certified_top(G, r, S0, budget, False, U, w)
-    # route 2: G = M^T M, the start's image W = M^T start, then U = orth(M V), signs fixed
-    for p in range(P):
-        for q in range(p + 1):
-            G[p, q] = 0.0
-        for j in range(r):
-            W[p, j] = 0.0
-    for x in range(I):
+    elif route == 2:  # the other side's M^T M, and the start's image M^T F_n
         for p in range(P):
-            m = M[x, p]
             for q in range(p + 1):
-                G[p, q] += m * M[x, q]
+                G[p, q] = 0.0
             for j in range(r):
-                W[p, j] += m * np.float64(start[x, j])
-    for p in range(P):
-        for q in range(p):
-            G[q, p] = G[p, q]
-        for j in range(r):
-            S0[p, j] = W[p, j]
-        S0[p, r] = seed[p]
-    if not certified_top(G, r, S0, budget, False, V, w):
-        return 0
+                S0[p, j] = 0.0
+        for x in range(I):
+            for p in range(P):
+                m = M[x, p]
+                for q in range(p + 1):
+                    G[p, q] += m * M[x, q]
+                for j in range(r):
+                    S0[p, j] += m * start[x, j]
+        for p in range(P):
+            for q in range(p):
+                G[q, p] = G[p, q]
+            S0[p, r] = seed[p]
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def _other_side(M, V, B, H, Q, U):  # pragma: no cover - compiled
+    """``U`` = the Q of the thin QR of ``M V`` (Householder), signs fixed: the left vectors from the right ones."""
+    I, P = M.shape  # noqa: E741
+    r = V.shape[1]
     for x in range(I):
         for j in range(r):
             t = 0.0
@@ -158,82 +169,11 @@ def _factor(M, r, route, try_it, start, seed, budget, G, S0, W, V, B, H, Q, U, w
         for j in range(r):
             U[x, j] = Q[x, j]
     _sign_fix_cols(U, I, r)
-    return 1
-
-
-@njit(cache=True, nogil=True, **NO_RUNTIME)
-def small_sweep(X3, first, F0, F1, F2, N0, N1, N2, routes, tries, seed0, seed1, seed2, budget,
-                T, S, M0, M1, M2, G0, G1, G2, S00, S01, S02, W, V, B, H, Q, U, w, core):  # pragma: no cover
-    """Modes ``first``..2 of one HOOI sweep of ``X3`` (I0 x I1 x I2, C-contiguous): ``F0..F2`` the factors the
-    sweep starts from, ``N0..N2`` the new ones (written for the modes it finds), mode n's unfolding left in
-    ``M_n``. Returns 3 when the sweep is done (the core in ``core``, (r0 r1, r2)), else the mode whose factor the
-    caller must find by LAPACK's route (from ``M_n``), then calling again from the mode after it. Modes before
-    ``first`` use ``N``. ``T`` (I0 I1 x r2) is recomputed when the sweep starts at mode 1."""
-    I0, I1, I2 = X3.shape
-    r0, r1, r2 = F0.shape[1], F1.shape[1], F2.shape[1]
-    X2 = X3.reshape((I0 * I1, I2))
-    if first <= 1:
-        _project_last(X2, F2, T)  # T = X x_2 F2^T as (I0 I1, r2)
-    if first == 0:
-        for i in range(I0):  # M0[i, b r2 + c] = sum_j F1[j, b] T[i j, c]
-            for q in range(r1 * r2):
-                M0[i, q] = 0.0
-            for j in range(I1):
-                row = i * I1 + j
-                for b in range(r1):
-                    u = np.float64(F1[j, b])
-                    for c in range(r2):
-                        M0[i, b * r2 + c] += u * T[row, c]
-        if not _factor(M0, r0, routes[0], tries[0], F0, seed0, budget, G0, S00, W, V, B, H, Q, U, w):
-            return 0
-        for i in range(I0):
-            for a in range(r0):
-                N0[i, a] = U[i, a]
-    if first <= 1:
-        for j in range(I1):  # M1[j, a r2 + c] = sum_i N0[i, a] T[i j, c]
-            for q in range(r0 * r2):
-                M1[j, q] = 0.0
-        for i in range(I0):
-            for j in range(I1):
-                row = i * I1 + j
-                for a in range(r0):
-                    u = np.float64(N0[i, a])
-                    for c in range(r2):
-                        M1[j, a * r2 + c] += u * T[row, c]
-        if not _factor(M1, r1, routes[1], tries[1], F1, seed1, budget, G1, S01, W, V, B, H, Q, U, w):
-            return 1
-        for j in range(I1):
-            for b in range(r1):
-                N1[j, b] = U[j, b]
-    _project_first(X3.reshape((I0, I1 * I2)), N0, S)  # S = X x_0 N0^T as (r0, I1 I2)
-    for k in range(I2):  # M2[k, a r1 + b] = sum_j N1[j, b] S[a, j I2 + k]
-        for q in range(r0 * r1):
-            M2[k, q] = 0.0
-    for a in range(r0):
-        for j in range(I1):
-            for b in range(r1):
-                u = np.float64(N1[j, b])
-                for k in range(I2):
-                    M2[k, a * r1 + b] += u * S[a, j * I2 + k]
-    if not _factor(M2, r2, routes[2], tries[2], F2, seed2, budget, G2, S02, W, V, B, H, Q, U, w):
-        return 2
-    for k in range(I2):
-        for c in range(r2):
-            N2[k, c] = U[k, c]
-    for q in range(r0 * r1):  # the core: M2^T N2 as (r0 r1, r2)
-        for c in range(r2):
-            core[q, c] = 0.0
-    for k in range(I2):
-        for q in range(r0 * r1):
-            m = M2[k, q]
-            for c in range(r2):
-                core[q, c] += m * np.float64(N2[k, c])
-    return 3
 
 
 class SmallSweep:
-    """The work arrays and fixed inputs of :func:`small_sweep` for one HOOI call on ``X`` (3-way, C-contiguous,
-    float32 or float64) at ``ranks``, whose factor steps take ``routes`` (:func:`small_sweep_routes`)."""
+    """HOOI's sweeps of one call on ``X`` (3-way, C-contiguous, float32 or float64) at ``ranks``, whose factor
+    steps take ``routes`` (:func:`small_sweep_routes`): the work arrays, made once, and :meth:`sweep`."""
 
     def __init__(self, X: np.ndarray, ranks: tuple[int, ...], routes: tuple[int, ...]):
         from tuckerkit.engine._direct import DirectSweep
@@ -242,10 +182,11 @@ class SmallSweep:
 
         I0, I1, I2 = X.shape
         r0, r1, r2 = ranks
-        from tuckerkit.engine._contract import read_only
-
-        # (a read-only ndarray view whatever came in, a memory map too: one compiled signature a dtype)
-        self.X, self.ranks, self.routes = read_only(np.asarray(X)), ranks, np.asarray(routes, dtype=np.int64)
+        self.dtype, self.shape, self.ranks, self.routes = X.dtype, X.shape, ranks, routes
+        # the tensor as float64 (a float32 one copied once a call: a small tensor), seen as (I0 I1, I2) and
+        # (I0, I1 I2) for the two products with it
+        X64 = np.ascontiguousarray(X, dtype=np.float64)
+        self.X_last, self.X_first = X64.reshape(I0 * I1, I2), X64.reshape(I0, I1 * I2)
         self.budget = COMPILED_STEPS
         P = (r1 * r2, r0 * r2, r0 * r1)
         f8 = np.float64
@@ -257,25 +198,68 @@ class SmallSweep:
         self.S0 = [np.empty((g, ranks[n] + 1), f8) for n, g in enumerate(order)]
         self.seeds = [compiled_seed(g, ranks[n] + 1)[:, 0].copy() if routes[n] != TINY else np.zeros(1)
                       for n, g in enumerate(order)]
-        pmax, imax, rmax = max(P), max(X.shape), max(ranks)
-        self.W, self.V = np.empty((pmax, rmax), f8), np.empty((pmax, rmax), f8)
-        self.B, self.H, self.Q = (np.empty((imax, rmax), f8) for _ in range(3))
-        self.U, self.w = np.empty((imax, rmax), f8), np.empty(rmax, f8)
-        self.core = np.empty((r0 * r1, r2), f8)
+        self.U = [np.empty((X.shape[n], ranks[n]), f8) for n in range(3)]
+        self.V = [np.empty((g, ranks[n]), f8) for n, g in enumerate(order)]
+        self.w = np.empty(max(ranks), f8)
+        self.work = [tuple(np.empty((X.shape[n], ranks[n]), f8) for _ in range(3)) for n in range(3)]
         rank = max(ranks)
         # what a result's ``plans`` records (kind "ttmc_compiled"), and two reads of X a sweep
-        self.sweep = Sweep((DirectSweep("ttmc_compiled", X.shape, X.dtype, rank, 4 * X.size * rank, "cpu"),), 2)
+        self.record = Sweep((DirectSweep("ttmc_compiled", X.shape, X.dtype, rank, 4 * X.size * rank, "cpu"),), 2)
 
-    def run(self, old: list[Any], new: list[Any], tries: list[bool], first: int) -> int:
-        """One call of :func:`small_sweep` from mode ``first``: ``old`` the factors the sweep started from, ``new``
-        the sweep's new ones (those before ``first`` already found; fresh arrays of ``X``'s dtype are put in for
-        the others, and filled for the modes it finds). Returns the mode it stopped at (3: done)."""
-        X = self.X
-        for n in range(first, 3):
-            new[n] = np.empty(old[n].shape, dtype=X.dtype)
-        return int(small_sweep(X, first, *old, *new, self.routes, np.asarray(tries, dtype=np.int64), *self.seeds,
-                               self.budget, self.T, self.S, *self.M, *self.G, *self.S0, self.W, self.V, self.B,
-                               self.H, self.Q, self.U, self.w, self.core))
+    def _certified(self, n: int) -> bool:
+        """Mode ``n``'s certified iteration (its Gram and start block made): the leading pairs into ``U[n]`` (the
+        left vectors: on the other side from the right ones in ``V[n]``); False where it refuses."""
+        r = self.ranks[n]
+        if self.routes[n] == GRAM:
+            return bool(certified_top(self.G[n], r, self.S0[n], self.budget, False, self.U[n], self.w[:r]))
+        if not certified_top(self.G[n], r, self.S0[n], self.budget, False, self.V[n], self.w[:r]):
+            return False
+        _other_side(self.M[n], self.V[n], *self.work[n], self.U[n])
+        return True
+
+    def sweep(self, factors: list[Any], backoffs: list[Any], policy: Any) -> tuple[list[Any], Any, bool]:
+        """One sweep from ``factors``: the new factors (fresh C-contiguous arrays of ``X``'s dtype), the core
+        (``X``'s dtype) and whether the next sweep should take this route too. Each mode's step: the products with
+        ``X`` (BLAS, float64), the unfolding and its Gram by :func:`_prepare`, then the tiny route or (unless the mode's
+        :class:`~._subspace.SubspaceBackoff` skips it) the certified iteration; where either declines, LAPACK's
+        route (:func:`~._subspace.leading_left_singular` on the unfolding). The backoffs see each outcome as in the
+        direct route. Where every mode off the tiny route went to LAPACK (a tensor without a gap after the r-th
+        pair: Gaussian data) these calls only add their own cost (30^3 at rank 5: 1.2x the direct route's time an
+        iteration), so the caller's later sweeps take the direct route."""
+        from tuckerkit.engine._policy import blas_pinned
+        from tuckerkit.engine._subspace import SkipBackoff, leading_left_singular
+
+        routes, ranks, dtype, f8 = self.routes, self.ranks, self.dtype, np.float64
+        # (the factors as float64 C arrays of their own: the kernels' one signature for both dtypes)
+        F = [U if U.dtype == f8 and U.flags.c_contiguous and U.flags.writeable else np.array(U, dtype=f8)
+             for U in (np.asarray(V) for V in factors)]
+        N = list(F)
+        lapack = 0
+        with blas_pinned():  # (the two products with X on one BLAS thread: the same bits in any setting)
+            for n in range(3):
+                if n == 0:
+                    np.matmul(self.X_last, F[2], out=self.T)
+                elif n == 2:
+                    np.matmul(N[0].T, self.X_first, out=self.S)
+                _prepare(n, self.shape, *F, N[0], N[1], routes[n], self.seeds[n], self.T, self.S, self.M[n],
+                         self.G[n], self.S0[n])
+                r = ranks[n]
+                if routes[n] == TINY:
+                    ok = bool(tiny_left_singular(self.M[n], r, self.U[n], self.w[:r]))
+                elif backoffs[n].wanted():
+                    ok = self._certified(n)
+                    backoffs[n].record(ok)
+                else:
+                    ok = False
+                if ok:
+                    N[n] = self.U[n].copy()
+                else:
+                    lapack += routes[n] != TINY
+                    U, _ = leading_left_singular(self.M[n], 0, r, policy, start=F[n], backoff=SkipBackoff())
+                    N[n] = np.array(U, dtype=f8)
+            core = (self.M[2].T @ N[2]).reshape(ranks)
+        out = N if dtype == f8 else [U.astype(dtype) for U in N]
+        return out, core.astype(dtype, copy=False), not 0 < lapack == sum(r != TINY for r in routes)
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
