@@ -180,3 +180,27 @@ def test_where_it_does_not_apply_the_direct_route_runs(rng):
                  tk.hooi(rng.standard_normal((40, 40, 40)), 10, max_iter=2, tol=0)]
     assert [c.plans[0].kind for c in cases] == ["ttmc"] * 5
     assert tk.hooi(X, 3, max_iter=2, tol=0).plans[0].kind == "ttmc_compiled"
+
+
+@pytest.mark.parametrize("shape", [(10, 9), (9, 10), (12, 12), (30, 4)])
+def test_warm_jacobi_finds_the_cold_pairs(shape, rng):
+    """tiny_left_singular_warm from the identity, from the previous call's eigenvectors and from an unrelated
+    orthogonal start: the same leading pairs as the cold kernel to rounding, its eigenvectors orthonormal."""
+    from tuckerkit.engine._tiny_kernels import tiny_left_singular, tiny_left_singular_warm
+
+    I, P = shape  # noqa: E741
+    r = 3
+    M = rng.standard_normal(shape) * np.geomspace(1, 1e-3, P)[None, :]
+    U0, w0 = np.empty((I, r)), np.empty(r)
+    assert tiny_left_singular(M, r, U0, w0)
+    n = min(I, P)
+    starts = [(np.zeros((n, n)), False), (None, True), (np.linalg.qr(rng.standard_normal((n, n)))[0], True)]
+    V = np.zeros((n, n))
+    for V0, warm in starts:
+        if V0 is not None:
+            V = V0.copy()
+        U, w = np.empty((I, r)), np.empty(r)
+        assert tiny_left_singular_warm(M, r, U, w, V, warm)
+        np.testing.assert_allclose(w, w0, rtol=0, atol=1e2 * _eps(np.float64) * w0[0])
+        _same_subspace(U, U0, 1e-10)
+        np.testing.assert_allclose(V.T @ V, np.eye(n), atol=1e-13)

@@ -42,13 +42,15 @@ MAX_SWEEPS = 40
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _jacobi(A, V, n):  # pragma: no cover - compiled
+def _jacobi(A, V, n, fresh):  # pragma: no cover - compiled
     """Eigenpairs of the symmetric ``A[:n, :n]`` (overwritten: its diagonal becomes the eigenvalues) into the
-    columns of ``V[:n, :n]``; False when not converged within ``MAX_SWEEPS``."""
+    columns of ``V[:n, :n]`` (``fresh``: from the identity; else ``V``'s rotations go on: ``A`` was rotated by
+    ``V`` already, :func:`tiny_left_singular_warm`); False when not converged within ``MAX_SWEEPS``."""
     frob = 0.0
     for a in range(n):
         for b in range(n):
-            V[a, b] = 1.0 if a == b else 0.0
+            if fresh:
+                V[a, b] = 1.0 if a == b else 0.0
             frob += A[a, b] * A[a, b]
     tol = (2.220446049250313e-16 ** 2) * frob
     for _ in range(MAX_SWEEPS):
@@ -166,19 +168,12 @@ def _sign_fix_cols(U, I, r):  # noqa: E741 # pragma: no cover - compiled
                 U[a, j] = -U[a, j]
 
 
-@njit(cache=True, nogil=True, **NO_RUNTIME)
-def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
-    """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
-    n x n work arrays on the stack: the caller bounds it; ``r < min(I, P)``) into ``U`` (I x r, M's dtype),
-    signs fixed (each column's entry of largest magnitude positive, the first on a tie), and the matching
-    eigenvalues of ``M M^T`` into ``w`` (float64, decreasing, clipped at zero). ``I <= P``: the eigenvectors of
-    ``M M^T``; else those of ``M^T M``, ``V``, and ``U`` the Q of the thin Householder QR of ``M V``. Returns
-    False (``U`` and ``w`` not to be used) when M is not finite or the rotations do not converge."""
+@njit(cache=True, nogil=True, inline="always")
+def _tiny_left_body(M, r, U, w, A, V, warm):  # pragma: no cover - compiled
+    # tiny_left_singular's body, its n x n work arrays A and V given (V the previous eigenvectors where ``warm``)
     I, P = M.shape  # noqa: E741
     first = I <= P
     n = I if first else P
-    A = stack_matrix(n, n, 0.0)
-    V = stack_matrix(n, n, 0.0)
     for a in range(n):
         for b in range(a + 1):
             t = 0.0
@@ -192,7 +187,22 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
                 return False
             A[a, b] = t
             A[b, a] = t
-    if not _jacobi(A, V, n):
+    if warm:  # A := V^T A V (its lower triangle, mirrored), T = A V first
+        T = stack_matrix(n, n, 0.0)
+        for a in range(n):
+            for b in range(n):
+                t = 0.0
+                for k in range(n):
+                    t += A[a, k] * V[k, b]
+                T[a, b] = t
+        for a in range(n):
+            for b in range(a + 1):
+                t = 0.0
+                for k in range(n):
+                    t += V[k, a] * T[k, b]
+                A[a, b] = t
+                A[b, a] = t
+    if not _jacobi(A, V, n, not warm):
         return False
     # the leading r, decreasing (the lower index first on a tie): a selection over the eigenvalues
     order = stack_matrix(2, n, 0.0)
@@ -223,6 +233,33 @@ def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
                 U[a, c] = Q[a, c]
     _sign_fix_cols(U, I, r)
     return True
+
+
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
+    """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
+    n x n work arrays on the stack: the caller bounds it; ``r < min(I, P)``) into ``U`` (I x r, M's dtype),
+    signs fixed (each column's entry of largest magnitude positive, the first on a tie), and the matching
+    eigenvalues of ``M M^T`` into ``w`` (float64, decreasing, clipped at zero). ``I <= P``: the eigenvectors of
+    ``M M^T``; else those of ``M^T M``, ``V``, and ``U`` the Q of the thin Householder QR of ``M V``. Returns
+    False (``U`` and ``w`` not to be used) when M is not finite or the rotations do not converge."""
+    I, P = M.shape  # noqa: E741
+    n = min(I, P)
+    return _tiny_left_body(M, r, U, w, stack_matrix(n, n, 0.0), stack_matrix(n, n, 0.0), False)
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def tiny_left_singular_warm(M, r, U, w, V, warm):  # pragma: no cover - compiled
+    """:func:`tiny_left_singular` keeping the Jacobi eigenvectors of the Gram of ``M``'s smaller side in ``V``
+    (``n x n``, float64, ``n = min(I, P)``): where ``warm``, the rotations start from ``V`` (the previous call's,
+    for an ``M`` that changed little: HOOI's next sweep) on ``V^T A V`` instead of the identity on ``A``, and
+    converge in a sweep or two instead of four to ten; ``V`` holds this call's eigenvectors after it (when it
+    returns True). The same eigenpairs to rounding; the bits depend on the start."""
+    I, P = M.shape  # noqa: E741
+    n = min(I, P)
+    return _tiny_left_body(M, r, U, w, stack_matrix(n, n, 0.0), V, warm)
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
@@ -284,7 +321,7 @@ def _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):  # pragma: no cover - compil
                 return False
             A[a, b] = 0.5 * (t + u)
             A[b, a] = A[a, b]
-    if not _jacobi(A, S, k):
+    if not _jacobi(A, S, k, True):
         return False
     _leading(A, k, k, order)
     for j in range(k):
