@@ -85,14 +85,18 @@ def small_sweep_routes(shape: tuple[int, ...], ranks: tuple[int, ...]) -> tuple[
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _prepare(n, shape, F0, F1, F2, N0, N1, route, seed, T, S, M, G, S0):  # pragma: no cover - compiled
+def _prepare(n, shape, F0, F1, F2, N0, N1, route, seed, T, S, M, G, S0, fo):  # pragma: no cover - compiled
     """Mode ``n``'s step of a sweep of a tensor of ``shape`` (I0, I1, I2) up to its eigenproblem, every array
     float64: the unfolding ``M`` (I_n x P) of the projection on the other modes' newest factors (``F`` the
     factors the sweep started from, ``N`` the new ones) from the tensor's projections ``T = X x_2 F2^T`` (as
     (I0 I1, r2): modes 0 and 1) and ``S = X x_0 N0^T`` (as (r0, I1 I2): mode 2), and for the certified iteration
     (``route`` GRAM / OTHER) its Gram ``G`` and start block ``S0`` (the factor being replaced, or its image
-    ``M^T F_n`` on the other side, then the first column of the order's seeded block, ``seed``)."""
+    ``M^T F_n`` on the other side, then the first column of the order's seeded block, ``seed``). ``fo``: the
+    tensor is in F order, and so are the index pairs of ``T``'s rows (``i + I0 j``) and ``S``'s columns
+    (``j + I1 k``)."""
     I0, I1, I2 = shape
+    ti, tj = (1, I0) if fo else (I1, 1)  # T's row of (i, j)
+    sj, sk = (1, I1) if fo else (I2, 1)  # S's column of (j, k)
     r0, r1, r2 = F0.shape[1], F1.shape[1], F2.shape[1]
     I, P = M.shape  # noqa: E741
     for x in range(I):
@@ -101,7 +105,7 @@ def _prepare(n, shape, F0, F1, F2, N0, N1, route, seed, T, S, M, G, S0):  # prag
     if n == 0:  # M[i, b r2 + c] = sum_j F1[j, b] T[i j, c]
         for i in range(I0):
             for j in range(I1):
-                row = i * I1 + j
+                row = i * ti + j * tj
                 for b in range(r1):
                     u = F1[j, b]
                     for c in range(r2):
@@ -110,7 +114,7 @@ def _prepare(n, shape, F0, F1, F2, N0, N1, route, seed, T, S, M, G, S0):  # prag
     elif n == 1:  # M[j, a r2 + c] = sum_i N0[i, a] T[i j, c]
         for i in range(I0):
             for j in range(I1):
-                row = i * I1 + j
+                row = i * ti + j * tj
                 for a in range(r0):
                     u = N0[i, a]
                     for c in range(r2):
@@ -122,7 +126,7 @@ def _prepare(n, shape, F0, F1, F2, N0, N1, route, seed, T, S, M, G, S0):  # prag
                 for b in range(r1):
                     u = N1[j, b]
                     for k in range(I2):
-                        M[k, a * r1 + b] += u * S[a, j * I2 + k]
+                        M[k, a * r1 + b] += u * S[a, j * sj + k * sk]
         start = F2
     r = start.shape[1]
     if route == 1:  # the mode's own Gram M M^T (its lower triangle, mirrored: exactly symmetric)
@@ -174,7 +178,7 @@ def _other_side(M, V, B, H, Q, U):  # pragma: no cover - compiled
 
 
 class SmallSweep:
-    """HOOI's sweeps of one call on ``X`` (3-way, C-contiguous, float32 or float64) at ``ranks``, whose factor
+    """HOOI's sweeps of one call on ``X`` (3-way, C- or F-contiguous, float32 or float64) at ``ranks``, whose factor
     steps take ``routes`` (:func:`small_sweep_routes`): the work arrays, made once, and :meth:`sweep`."""
 
     def __init__(self, X: np.ndarray, ranks: tuple[int, ...], routes: tuple[int, ...]):
@@ -186,9 +190,12 @@ class SmallSweep:
         r0, r1, r2 = ranks
         self.dtype, self.shape, self.ranks, self.routes = X.dtype, X.shape, ranks, routes
         # the tensor as float64 (a float32 one copied once a call: a small tensor), seen as (I0 I1, I2) and
-        # (I0, I1 I2) for the two products with it
-        X64 = np.ascontiguousarray(X, dtype=np.float64)
-        self.X_last, self.X_first = X64.reshape(I0 * I1, I2), X64.reshape(I0, I1 * I2)
+        # (I0, I1 I2) for the two products with it, in its own order (an F-ordered one's: F matrices, BLAS's
+        # transposed layout)
+        self.fo = not X.flags.c_contiguous
+        order = "F" if self.fo else "C"
+        X64 = np.asarray(X, dtype=np.float64, order=order)
+        self.X_last, self.X_first = X64.reshape(I0 * I1, I2, order=order), X64.reshape(I0, I1 * I2, order=order)
         self.budget = COMPILED_STEPS
         P = (r1 * r2, r0 * r2, r0 * r1)
         f8 = np.float64
@@ -247,7 +254,7 @@ class SmallSweep:
                 elif n == 2:
                     np.matmul(N[0].T, self.X_first, out=self.S)
                 _prepare(n, self.shape, *F, N[0], N[1], routes[n], self.seeds[n], self.T, self.S, self.M[n],
-                         self.G[n], self.S0[n])
+                         self.G[n], self.S0[n], self.fo)
                 r = ranks[n]
                 if routes[n] == TINY:
                     ok = self.warm[n] = bool(tiny_left_singular_warm(self.M[n], r, self.U[n], self.w[:r], self.J[n],
