@@ -31,7 +31,7 @@ dtype); the subspaces agree to rounding over each gap (tests compare both routes
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numba import njit
@@ -193,9 +193,9 @@ class SmallSweep:
         # (I0, I1 I2) for the two products with it, in its own order (an F-ordered one's: F matrices, BLAS's
         # transposed layout)
         self.fo = not X.flags.c_contiguous
-        order = "F" if self.fo else "C"
-        X64 = np.asarray(X, dtype=np.float64, order=order)
-        self.X_last, self.X_first = X64.reshape(I0 * I1, I2, order=order), X64.reshape(I0, I1 * I2, order=order)
+        layout: Literal["C", "F"] = "F" if self.fo else "C"
+        X64 = np.asarray(X, dtype=np.float64, order=layout)
+        self.X_last, self.X_first = X64.reshape(I0 * I1, I2, order=layout), X64.reshape(I0, I1 * I2, order=layout)
         self.budget = COMPILED_STEPS
         P = (r1 * r2, r0 * r2, r0 * r1)
         f8 = np.float64
