@@ -42,11 +42,13 @@ from tuckerkit.engine._tiny_kernels import _householder_q, _sign_fix_cols, certi
 #: the compiled sweep is taken on tensors of at most ``SMALL_SWEEP_MAX_ELEMS`` elements where ``X.size *
 #: max(ranks)**4`` is at most ``SMALL_SWEEP_MAX_WORK`` (its loops, the unfoldings' products and Grams, grow with
 #: the rank's square and fourth power; the products with X are BLAS's). Measured per iteration against the direct
-#: route (10 iterations from HOSVD, planted tensors at 1 % noise, float64, medians of 3 x 15 in one process,
-#: compiled / direct time): within the bounds 10^3 R = 3 0.55x, 20^3 R = 5 0.45x, 30^3 R = 5 0.48x, 40^3 R = 5
-#: 0.60x, 50^3 R = 5 0.68x, 64^3 R = 5 0.80x, (60, 20, 20) R = 5 0.55x, (100, 20, 10) R = 5 0.69x, 25^3 R = 8
-#: 0.68x, 32^3 R = 8 0.84x, 24^3 R = 10 0.87x; beyond them 40^3 R = 8 0.93x, 80^3 R = 4 0.92x, 64^3 R = 6 0.97x,
-#: 30^3 R = 10 1.01x, 50^3 R = 8 1.30x, 100^3 R = 3 1.44x, 40^3 R = 10 1.78x
+#: route (the AVX-512 machine, 10 iterations from HOSVD, planted tensors at 1 % noise, float64, medians of 3 x 11
+#: interleaved in one process, compiled / direct time): 10^3 R = 3 0.40x (73 against 183 us), 20^3 R = 5 0.49x,
+#: 30^3 R = 5 0.46x, 40^3 R = 5 0.60x, 50^3 R = 5 0.67x, 64^3 R = 5 0.88x, (60, 20, 20) R = 5 0.51x,
+#: (200, 10, 10) R = 4 0.57x, 32^3 R = 8 0.87x, 24^3 R = 10 0.83x (whole 10-iteration calls 0.49-0.93x); Gaussian
+#: tensors 0.49x on 10^3, 1.01-1.02x on 20^3 and 30^3 (every certified step refused: the direct route from the
+#: second sweep on). Beyond the bounds (an earlier build, the same comparison): 40^3 R = 8 0.93x, 80^3 R = 4
+#: 0.92x, 64^3 R = 6 0.97x, 30^3 R = 10 1.01x, 50^3 R = 8 1.30x, 100^3 R = 3 1.44x, 40^3 R = 10 1.78x
 SMALL_SWEEP_MAX_ELEMS = 1 << 18
 SMALL_SWEEP_MAX_WORK = 200_000_000
 #: routes of a mode's factor step (:func:`small_sweep_routes`)
