@@ -170,6 +170,8 @@ def _run(debug: bool, fn, *args, **kwargs):
             msg = msg.replace("pass force=True to overwrite it", "pass --force to overwrite it")
         elif reason == "not-regular":
             msg = "--" + msg.replace("force=True", "--force")
+        elif reason == "memory-limit":  # the library names its keyword; here the option
+            msg = msg.replace("memory_limit=", "--memory-limit=").replace("raise memory_limit", "raise --memory-limit")
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1) from None
 
@@ -588,6 +590,7 @@ def _print_result_info(info: dict[str, Any], path: Path, json_out: bool) -> None
 def _info(input, key, shape, json_out, *, allow_external=False):
     import numpy as np
 
+    from tuckerkit._validation import count_nonfinite
     from tuckerkit.engine import as_operand
     from tuckerkit.io import load_tensor
     from tuckerkit.sparse import COOTensor
@@ -610,7 +613,11 @@ def _info(input, key, shape, json_out, *, allow_external=False):
                 "ndim": X.ndim}
         if X.dtype.kind in "biuf" and X.size:
             Xf = X if X.dtype.kind == "f" else X.astype(np.float64)
-            info["frobenius_norm"] = as_operand(Xf).norm()
+            norm = as_operand(Xf).norm()
+            bad = count_nonfinite(Xf) if not math.isfinite(norm) else 0
+            info["frobenius_norm"] = None if bad else norm  # (NaN or Inf entries: no norm, their count instead)
+            if bad:
+                info["nan_or_inf"] = bad
             nnz = int(np.count_nonzero(X))
             info["nnz"] = nnz
             info["density"] = nnz / X.size
@@ -626,7 +633,11 @@ def _info(input, key, shape, json_out, *, allow_external=False):
     labels = {"bytes": "size", "dense_bytes": "dense size", "available_ram_bytes": "available RAM",
               "frobenius_norm": "Frobenius norm", "fits_in_ram": "fits in RAM"}
     for k, v in info.items():
-        if k in ("bytes", "dense_bytes", "available_ram_bytes"):
+        if k == "nan_or_inf":
+            continue
+        if k == "frobenius_norm" and v is None:
+            v = f"undefined: {info['nan_or_inf']} NaN or infinite value(s)"
+        elif k in ("bytes", "dense_bytes", "available_ram_bytes"):
             v = f"{_human_bytes(v)} ({v:,} bytes)"
         elif k == "shape":
             v = " x ".join(map(str, v))
@@ -682,7 +693,11 @@ def _parse_index(text: str, shape: tuple[int, ...]) -> list:
                 out.append(slice(None))
             elif ":" in p:
                 a, b = p.split(":", 1)
-                out.append(slice(int(a) if a else None, int(b) if b else None))
+                sl = slice(int(a) if a else None, int(b) if b else None)
+                if not len(range(*sl.indices(shape[m]))):
+                    raise CLIError(f"--index entry {m} ({p!r}) selects nothing from mode {m} of size {shape[m]}; "
+                                   "expected a:b with a < b, both within the mode (negative: from its end)")
+                out.append(sl)
             else:
                 i = int(p)
                 if not -shape[m] <= i < shape[m]:
@@ -693,8 +708,11 @@ def _parse_index(text: str, shape: tuple[int, ...]) -> list:
     return out
 
 
-def _relative_error(X: Any, Xhat: Any) -> float:
-    """``||X - X_hat|| / ||X||`` in float64, a slab of mode 0 at a time (``X`` may be memory-mapped)."""
+def _relative_error(X: Any, Xhat: Any, name: str = "X") -> float:
+    """``||X - X_hat|| / ||X||`` in float64, a slab of mode 0 at a time (``X`` may be memory-mapped). A NaN or
+    Inf in ``X`` is refused as decompose refuses it (one line naming ``name``), not reported as an error of inf
+    or nan; so is an all-zero ``X`` against a nonzero model (0.0 against the zero model, as
+    :meth:`TuckerTensor.relative_error`)."""
     import numpy as np
 
     if X.ndim == 0:
@@ -702,15 +720,25 @@ def _relative_error(X: Any, Xhat: Any) -> float:
     rows = max(1, (1 << 22) // max(1, X.size // max(X.shape[0], 1)))
     num = den = 0.0
     scale = 0.0
+    bad = 0
     for start in range(0, X.shape[0], rows):  # scale-safe: the largest entry first, as LAPACK's nrm2
-        scale = max(scale, float(np.abs(np.asarray(X[start:start + rows])).max(initial=0.0)))
+        slab = np.asarray(X[start:start + rows])
+        if slab.dtype.kind in "fc":
+            bad += int(slab.size - np.count_nonzero(np.isfinite(slab)))
+        if not bad:
+            scale = max(scale, float(np.abs(slab).max(initial=0.0)))
+    if bad:
+        raise CLIError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first")
     scale = scale or 1.0
     for start in range(0, X.shape[0], rows):
         a = np.asarray(X[start:start + rows], dtype=np.float64) / scale
         b = np.asarray(Xhat[start:start + rows], dtype=np.float64) / scale
         num += float(np.vdot(a - b, a - b))
         den += float(np.vdot(a, a))
-    return math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+    if den > 0 or num == 0:
+        return math.sqrt(num / den) if den > 0 else 0.0
+    raise CLIError(f"{name} has zero norm (every entry is 0); the relative error ||X - X_hat|| / ||X|| of a nonzero "
+                   "model is undefined")
 
 
 def _reconstruct(result, output, index, force, *, against=None, key=None, json_out=False, allow_external=False):
@@ -749,7 +777,8 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
     summary: dict[str, Any] = {"result": str(result), "shape": list(dense.shape), "dtype": str(dense.dtype)}
     if X is not None:
         summary["against"] = str(against)
-        summary["relative_error"] = _relative_error(X[tuple(idx)], dense)
+        summary["relative_error"] = _relative_error(X[tuple(idx)], dense, f"--against {str(against)!r}"
+                                                      + ("" if index is None else f" (index {index})"))
     if output is not None:
         atomic_write(output, lambda f: np.save(f, dense), force=force,
                      inputs=tuple(p for p in (result, against) if p is not None))

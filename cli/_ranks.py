@@ -44,6 +44,7 @@ def ranks_cmd(
 
 def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, plot, key, shape, json_out):
     import tuckerkit as tk
+    from tuckerkit._validation import check_max_iter, check_nonneg
     from tuckerkit.io import load_tensor
 
     if method not in METHODS:
@@ -53,8 +54,11 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
     if not 1 <= min_rank <= max_rank:
         raise CLIError(f"--min-rank {min_rank} and --max-rank {max_rank} are invalid; expected "
                        "1 <= --min-rank <= --max-rank")
-    if plot is not None and plot.exists():
-        raise CLIError(f"--plot {str(plot)!r} exists; choose another file name")
+    if max_iter is not None:  # (named as options here, before the sweep: the library names its keywords)
+        check_max_iter(max_iter, "--max-iter")
+    if tol is not None:
+        check_nonneg(tol, "--tol")
+    plot_format = _check_plot(plot, input) if plot is not None else None
     if input.suffix.lower() == ".tns":
         _own_process_numba()
     X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
@@ -72,12 +76,49 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
             typer.echo(f"suggested rank: {table.suggested_rank} (largest rank before CORCONDIA falls below "
                        f"{table.threshold:g})")
     if plot is not None:
-        import matplotlib
+        from tuckerkit.io import OutputFileError, atomic_write
 
-        matplotlib.use("Agg")
         ax = table.plot()
         ax.figure.tight_layout()
-        ax.figure.savefig(plot, dpi=120)
+        # (a temporary file renamed into place: an interrupted or failed write leaves nothing, and a link that
+        # appeared at the path meanwhile is refused, never followed)
+        try:
+            atomic_write(plot, lambda f: ax.figure.savefig(f, format=plot_format, dpi=120), inputs=(input,))
+        except OutputFileError as exc:  # (the path taken meanwhile, its folder removed, ...)
+            raise _plot_error(exc, plot) from None
+
+
+def _check_plot(plot: Path, input: Path) -> str:
+    """--plot's path, checked before the sweep as ``decompose -o`` checks its output (an image format matplotlib
+    writes, a new regular file in an existing writable folder, not the input; ``ranks`` has no --force, so an
+    existing file or link is refused); returns the format (the extension, lower case)."""
+    from tuckerkit.io import OutputFileError, check_output_path
+
+    try:
+        import matplotlib
+    except ImportError:
+        raise CLIError("--plot needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    formats = sorted(set(Figure().canvas.get_supported_filetypes()) - {"pgf"})  # (pgf needs a LaTeX install)
+    fmt = plot.suffix[1:].lower()
+    if fmt not in formats:
+        raise CLIError(f"--plot {str(plot)!r} has the extension {plot.suffix or '(none)'!r}; expected an image "
+                       f"file: {', '.join('.' + f for f in formats)}")
+    try:
+        check_output_path(plot, inputs=(input,))
+    except OutputFileError as exc:
+        raise _plot_error(exc, plot) from None
+    return fmt
+
+
+def _plot_error(exc: Exception, plot: Path) -> CLIError:
+    """:class:`~tuckerkit.io.OutputFileError`'s message about the output, naming --plot (no --force here)."""
+    if getattr(exc, "reason", "") == "exists":
+        return CLIError(f"--plot {str(plot)!r} exists; choose another file name")
+    msg = str(exc).removeprefix("output ").replace("output folder", "folder")
+    return CLIError("--plot " + msg.replace(" (force=True never replaces it)", ""))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -116,8 +157,14 @@ def run_extra(X, method, rank, rk, target, tol, max_iter, seed, progress, device
                                       device=device)
     try:
         m = np.load(mask, allow_pickle=False)
+    except EOFError:  # (numpy's answer to an empty file, which click would take for Ctrl-D: "Aborted!")
+        raise CLIError(f"--mask {str(mask)!r} could not be read as a .npy array (it is empty; expected a boolean "
+                       "array saved by numpy.save)") from None
     except (ValueError, OSError) as exc:
         raise CLIError(f"--mask {str(mask)!r} could not be read as a .npy array ({exc})") from None
+    if not isinstance(m, np.ndarray):  # an .npz archive (np.load's NpzFile holds the file open)
+        m.close()
+        raise CLIError(f"--mask {str(mask)!r} is an .npz archive; expected a boolean .npy of the input's shape")
     Xd = X.data if isinstance(X, DenseTensor) else X
     if method == "cp":
         return tk.cp_als(Xd, rank, mask=m, tol=tol, max_iter=max_iter, random_state=seed, callback=progress,

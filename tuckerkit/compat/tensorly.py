@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit._validation import check_random_state
+from tuckerkit._validation import _as_int, check_random_state, describe
 from tuckerkit.compat import _installed
 
 __all__ = [
@@ -73,12 +73,20 @@ def _check_svd(svd: Any, who: str) -> None:
         raise ValueError(f"{who}: svd={svd!r} is not valid; expected one of {names}")
 
 
-def _mask_kw(fn: Callable, mask: Any, who: str) -> dict[str, Any]:
+def _mask_kw(fn: Callable, mask: Any, who: str, shape: Sequence[int]) -> dict[str, Any]:
+    """``mask=`` for ``fn`` (TensorLy's masks may be 0/1 numbers: nonzero is observed), of the tensor's shape
+    (checked here, before the masked start fills the tensor: the native API's message, not a broadcast error)."""
     if mask is None:
         return {}
     if "mask" not in inspect.signature(fn).parameters:
         raise NotImplementedError(f"{who}: mask= is not supported by this version of tuckerkit")
-    return {"mask": np.asarray(mask) != 0}
+    if not hasattr(mask, "shape") and not isinstance(mask, list | tuple):
+        raise TypeError(f"{who}: mask is {describe(mask)}; expected a boolean array of the tensor's shape (True = "
+                        "observed)")
+    mask = np.asarray(mask) != 0
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{who}: mask has shape {tuple(mask.shape)}; expected the tensor's shape {tuple(shape)}")
+    return {"mask": mask}
 
 
 def _orthogonalize(orthogonalise: Any, n_iter_max: int) -> int:
@@ -189,7 +197,7 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     if cvg_criterion not in ("abs_rec_error", "rec_error"):
         raise TypeError(f"{who}: cvg_criterion={cvg_criterion!r} is not valid; expected 'abs_rec_error' or "
                         "'rec_error'")
-    kw = _mask_kw(tk.cp_als, mask, who)
+    kw = _mask_kw(tk.cp_als, mask, who, np.shape(tensor))
     N = np.ndim(tensor)
     fixed = list(range(N)) if n_iter_max == 0 else list(fixed_modes or ())
     random_state = _random_state(random_state)
@@ -264,11 +272,18 @@ def _masked_start(tensor: Any, mask: np.ndarray, rank: int, init: Any, repeats: 
 
 
 def _tucker_ranks(rank: Any, shape: Sequence[int], who: str) -> list[int]:
+    """TensorLy's ``rank``: None (every mode's size), one integer (capped at each mode's size) or one integer per
+    mode (the native API then checks their range); anything else is refused in one line."""
     if rank is None:
         return list(shape)
-    if isinstance(rank, numbers.Integral):
+    if isinstance(rank, np.ndarray) and rank.ndim == 0:
+        rank = rank.item()
+    if isinstance(rank, numbers.Integral) and not isinstance(rank, bool):
         return [min(int(rank), s) for s in shape]
-    ranks = [int(r) for r in rank]
+    if isinstance(rank, str) or not isinstance(rank, Sequence | np.ndarray):
+        raise TypeError(f"{who}: rank must be None, an integer or a sequence of {len(shape)} integers; received "
+                        f"{describe(rank)}")
+    ranks = [_as_int(r, f"{who}: rank[{i}]") for i, r in enumerate(rank)]
     if len(ranks) != len(shape):
         raise ValueError(f"{who}: rank has {len(ranks)} entries; expected {len(shape)}, one per mode")
     return ranks
@@ -329,7 +344,7 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
     who = "tucker"
     tensor = _array(tensor, who, complex_ok=True)
     _check_svd(svd, who)
-    kw = _mask_kw(tk.hooi, mask, who)
+    kw = _mask_kw(tk.hooi, mask, who, np.shape(tensor))
     ranks = _tucker_ranks(rank, np.shape(tensor), who)
     random_state = _random_state(random_state)
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
@@ -382,7 +397,7 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     who = "partial_tucker"
     tensor = _array(tensor, who, complex_ok=True)
     _check_svd(svd, who)
-    kw = _mask_kw(tk.hooi, mask, who)
+    kw = _mask_kw(tk.hooi, mask, who, np.shape(tensor))
     shape = np.shape(tensor)
     N = len(shape)
     modes = list(range(N)) if modes is None else [int(m) % N for m in modes]

@@ -198,6 +198,8 @@ def cp_als(
     Returns
     -------
     CPTensor
+        An all-zero ``X`` (dense or sparse) gives the zero model, exactly: zero factors (fixed ones as given),
+        zero weights with ``normalize``, ``fit`` 1.0 (as HOOI and ``non_negative_cp`` report on zeros).
 
     Examples
     --------
@@ -454,6 +456,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     release = getattr(X, "release_work_buffers", None)
     if release is not None:  # a sparse tensor's MTTKRP buffers, kept across the iterations, go with the call
         release()
+    if normX <= 0 and normalize and free and em is None:  # all-zero X: its free factors are zero, the weights too
+        weights = xp.zeros_like(weights)
     if normalize or not free:
         weights = call.unscale(weights)
     else:

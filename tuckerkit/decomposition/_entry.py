@@ -76,8 +76,21 @@ class Call:
         return Y.leading_subspace(mode, rank, rng=rng, policy=self.policy)
 
     def unscale(self, A: Any) -> Any:
-        """An array of the scaled problem (a core, CP weights) in the input's units."""
-        return A if self.scale == 1.0 else A * A.dtype.type(1.0 / self.scale)
+        """An array of the scaled problem (a core, CP weights) in the input's units. A ``ValueError`` where they
+        overflow there: a finite X whose norm exceeds its dtype's largest value has a core (CP weights) that
+        its dtype cannot hold."""
+        if self.scale == 1.0:
+            return A
+        with np.errstate(over="ignore"):  # (refused below, in one line)
+            out = A * A.dtype.type(1.0 / self.scale)
+        if self.scale < 1.0:
+            xp = self.X.xp
+            if not bool(xp.isfinite(out).all()) and bool(xp.isfinite(A).all()):
+                big = float(np.finfo(A.dtype).max)
+                raise ValueError(f"X has a Frobenius norm above the largest {np.dtype(A.dtype).name} ({big:.4g}), so "
+                                 "the model's core or weights overflow in X's units; expected X divided by a power "
+                                 "of two (e.g. X / 2**16), the model scaled back by it")
+        return out
 
     def result(self, model: Any) -> Any:
         """``model`` on the device the input came from."""
@@ -158,9 +171,11 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
             if not math.isfinite(norm):
                 op.check_finite()  # raises, naming the count (a finite tensor whose norm overflows passes)
             op._finite = True
-        scale = _scale_for(norm, op.size, op.dtype)
+        scale = _scale_for(norm, op.size, op.dtype, lambda: _max_magnitude(op))
         if scale != 1.0:  # an extreme magnitude: compute on X * 2^k (exact), give the model back in X's units
-            op, norm = op.scaled(scale), norm * scale
+            op = op.scaled(scale)
+            # (a finite tensor whose norm overflowed: the scaled one's own, one more pass of an extreme tensor)
+            norm = norm * scale if math.isfinite(norm) else op.norm()
         yield Call(op, policy, home, op.device, norm, scale)
 
 
@@ -197,17 +212,49 @@ def _rough_gram(op: Any, mode: int, policy: ExecutionPolicy) -> tuple[Any, float
     return None
 
 
-def _scale_for(norm: float, size: int, dtype: Any) -> float:
-    """The power of two that brings the tensor's root-mean-square magnitude near 1 when it lies outside the
-    safe range of its dtype, else 1.0 (decompositions are scale-equivariant: their fits and ranks do not
-    change, their cores and weights scale back)."""
-    if not norm > 0 or not math.isfinite(norm):
+#: the largest exponent ``e`` of a rescale ``2^e`` (and of its inverse, which scales the model back): both stay
+#: normal numbers of the dtype (float32: 2^-126..2^127, float64: 2^-1022..2^1023)
+_SCALE_EXP = {"f": 126, "d": 1022}
+
+
+def _scale_for(norm: float, size: int, dtype: Any, amax: Callable[[], float | None] | None = None) -> float:
+    """The power of two that brings the tensor's magnitude near 1 when its root-mean-square magnitude lies
+    outside the safe range of its dtype (or its norm overflowed: a finite tensor near the dtype's largest
+    value), else 1.0 (decompositions are scale-equivariant: their fits and ranks do not change, their cores and
+    weights scale back).
+
+    The power is taken from the largest magnitude, ``amax()`` (one more pass over X, made only for such
+    extreme tensors; None where the operand has no cheap one: then from the root-mean-square), by its binary
+    exponent (``math.frexp``: no square, so subnormal and near-overflow tensors alike), and kept within
+    ``2^-e .. 2^e`` (``_SCALE_EXP``) so that it and its inverse are normal numbers of the dtype, never inf or 0:
+    a subnormal float64 tensor (amax >= 2^-1074) is brought to amax >= 2^-52."""
+    if not norm > 0 or math.isnan(norm):
         return 1.0
-    rms = norm / math.sqrt(max(size, 1))
     lo, hi = _RMS_RANGE.get(np.dtype(dtype), (2.0**-40, 2.0**40))
-    if lo <= rms <= hi:
+    rms = norm / math.sqrt(max(size, 1))
+    if math.isfinite(norm) and lo <= rms <= hi:
         return 1.0
-    return 2.0 ** -math.frexp(rms)[1]
+    ref = amax() if amax is not None else None
+    if ref is None or not (0 < ref < math.inf):
+        # (no amax: the norm overflowed, so max |x| >= 2^1024 / sqrt(size): take the largest float; or the
+        # root-mean-square underflowed: take the smallest)
+        ref = rms if 0 < rms < math.inf else (float(np.finfo(np.float64).max) if math.isinf(rms) else 5e-324)
+    limit = _SCALE_EXP["f" if np.dtype(dtype).char in "fF" else "d"]
+    return math.ldexp(1.0, max(-limit, min(limit, -math.frexp(ref)[1])))
+
+
+def _max_magnitude(op: Any) -> float | None:
+    """``max |x|`` of a dense tensor in memory or of a sparse tensor's stored values (float, on the host);
+    None for the streamed kinds (a rescale then goes by the root-mean-square)."""
+    from tuckerkit.engine import DenseTensor
+
+    data = op.data if isinstance(op, DenseTensor) else getattr(op, "values", None)
+    if data is None or not hasattr(data, "shape"):
+        return None
+    if data.size == 0:
+        return 0.0
+    xp = op.xp
+    return float(to_host(xp.max(xp.abs(data))))
 
 
 def _library_dirs() -> tuple[str, ...]:

@@ -255,7 +255,10 @@ def _split_sweep(grams: np.ndarray, n: int, M: np.ndarray, out: np.ndarray, ss: 
 
 
 def cp_fit_error(inner: np.ndarray, weights: np.ndarray, grams: np.ndarray, norm: float) -> float:
-    """``||X - X_hat||^2 / ||X||^2`` of a real CP model (:func:`._cp_kernels.fit_error`)."""
+    """``||X - X_hat||^2 / ||X||^2`` of a real CP model (:func:`._cp_kernels.fit_error`); 0.0 for an all-zero X
+    (``norm`` 0: the model is zero too, an exact fit, as HOOI reports on zeros)."""
+    if not norm > 0:
+        return 0.0
     from tuckerkit.decomposition._cp_kernels import fit_error
 
     return float(fit_error(inner, weights, grams, float(norm)))

@@ -91,7 +91,7 @@ def observed_moments(X: np.ndarray, mask: np.ndarray) -> tuple[int, bool, float,
         return int(count), bool(bad), math.nan, math.nan
     e = 0
     if amax != 0.0 and not _SAFE_LO <= amax <= _SAFE_HI:  # (squares or a sum that could over- or underflow)
-        e = math.frexp(amax)[1]
+        e = max(math.frexp(amax)[1], -1021)  # (a subnormal amax: 2^-e stays a float, amax 2^-e >= 2^-53)
         _, _, _, total, ssq = observed_sums(x, o, math.ldexp(1.0, -e), s)
     return int(count), False, math.ldexp(total / count, e), math.ldexp(math.sqrt(ssq), e)
 

@@ -64,13 +64,34 @@ def _sqnorm(X: Any, chunk_elems: int = 1 << 18) -> float:
 
 def _relative_error(X: Any, Xhat: Any) -> float:
     """``||X - X_hat|| / ||X||`` in float64 on the host (a diagnostic: one copy back from a GPU); the norms
-    are scaled, so no magnitude the dtype can hold overflows or underflows them."""
+    are scaled, so no magnitude the dtype can hold overflows or underflows them. An all-zero ``X``: see
+    :func:`_error_from_identity`."""
     from tuckerkit.engine._operand import frobenius_norm
 
     wide = np.complex128 if np.iscomplexobj(X) or np.iscomplexobj(Xhat) else np.float64
     X = np.asarray(to_host(X), dtype=wide)
     diff = X - np.asarray(to_host(Xhat), dtype=wide)
-    return frobenius_norm(diff) / frobenius_norm(X)
+    normX, err = frobenius_norm(X), frobenius_norm(diff)
+    if normX > 0:
+        return err / normX
+    if err > 0:
+        raise _zero_reference()
+    return 0.0
+
+
+def _zero_reference() -> ValueError:
+    return ValueError("X has zero norm (every entry is 0); the relative error ||X - X_hat|| / ||X|| of a nonzero "
+                      "model is undefined")
+
+
+def _reference(X: Any, shape: tuple[int, ...]) -> Any:
+    """The operand of ``relative_error``'s ``X``: finite (NaN and Inf refused, counted), of the model's shape."""
+    from tuckerkit.engine import as_operand
+
+    op = as_operand(X, min_ndim=1, check_finite=True)
+    if tuple(op.shape) != tuple(shape):
+        raise ValueError(f"X has shape {tuple(op.shape)}; expected the model's shape {tuple(shape)}")
+    return op
 
 
 def _wide(a: Any) -> np.ndarray:
@@ -91,9 +112,13 @@ def _dense_input(op: Any) -> bool:
 
 
 def _error_from_identity(normX: float, inner: float, normXhat: float) -> float:
-    """``||X - X_hat|| / ||X||`` from ``||X||``, ``<X, X_hat>`` and ``||X_hat||`` (in units of ``||X||``)."""
+    """``||X - X_hat|| / ||X||`` from ``||X||``, ``<X, X_hat>`` and ``||X_hat||`` (in units of ``||X||``). An
+    all-zero ``X``: 0.0 for the zero model (exact, as a decomposition of zeros reports fit 1.0), else a
+    ``ValueError`` (the ratio is undefined)."""
     if normX <= 0:
-        return 0.0 if normXhat <= 0 else math.inf
+        if normXhat > 0:
+            raise _zero_reference()
+        return 0.0
     a, b = inner / normX / normX, normXhat / normX
     return math.sqrt(max(1.0 - 2.0 * a + b * b, 0.0))
 
@@ -112,6 +137,23 @@ def _read_only(a: Any) -> Any:
 def _host_array(a: Any) -> Any:
     """A peer's array (numpy, or anything ``numpy.asarray`` takes) as numpy, on the host."""
     return np.asarray(to_host(a)) if hasattr(a, "shape") else np.asarray(a)
+
+
+def _check_factors(factors: Any) -> tuple[Any, ...]:
+    """A model's ``factors``: a sequence (tuple, list) of 2-D arrays (numpy, cupy: only their shapes are read;
+    entries are not checked, so a model built by hand may hold NaN, which ``save_result`` refuses)."""
+    if isinstance(factors, str | bytes) or hasattr(factors, "shape") or not hasattr(factors, "__iter__"):
+        from tuckerkit._validation import describe
+
+        raise TypeError(f"factors is {describe(factors)}; expected a tuple of 2-D arrays, one (I_n, R_n) matrix per "
+                        "mode")
+    factors = tuple(factors)
+    for n, U in enumerate(factors):
+        if not hasattr(U, "shape") or not hasattr(U, "dtype") or len(U.shape) != 2:
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"factors[{n}] is {describe(U)}; expected a 2-D array (an (I_{n}, R_{n}) matrix)")
+    return factors
 
 
 class _Model:
@@ -252,6 +294,20 @@ class TuckerTensor(_Model):
     passes_per_iteration: int = 0
 
     def __post_init__(self) -> None:
+        factors = _check_factors(self.factors)
+        core = self.core
+        if not hasattr(core, "shape") or not hasattr(core, "dtype"):
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"core is {describe(core)}; expected an array of shape (R_0, ..., R_{{N-1}})")
+        if len(core.shape) != len(factors):
+            raise ValueError(f"core has {len(core.shape)} modes (shape {tuple(core.shape)}) but factors has "
+                             f"{len(factors)} matrices; expected one factor per mode of the core")
+        for n, U in enumerate(factors):
+            if U.shape[1] != core.shape[n]:
+                raise ValueError(f"factors[{n}] has shape {tuple(U.shape)}; expected {core.shape[n]} columns (the "
+                                 f"core's size along mode {n}, core shape {tuple(core.shape)})")
+        object.__setattr__(self, "factors", factors)
         self._freeze("core")
 
     def _pair(self) -> tuple[Any, list[Any]]:
@@ -284,6 +340,9 @@ class TuckerTensor(_Model):
         ||X||^2 - 2 <X, X_hat> + ||X_hat||^2``, where ``<X, X_hat> = <X x_n U_n^T, core>`` is one projection of
         ``X`` (never densified; accurate to about ``sqrt(eps)`` relative to ``||X||``).
 
+        ``X`` must have the model's shape and finite entries (a one-line ``ValueError`` otherwise). An all-zero
+        ``X`` gives 0.0 for a zero model (exact) and a ``ValueError`` for any other (the ratio is undefined).
+
         Examples
         --------
         >>> import numpy as np
@@ -294,11 +353,9 @@ class TuckerTensor(_Model):
         >>> bool(abs(T.relative_error(COOTensor.from_dense(X)) - T.relative_error(X)) < 1e-8)
         True
         """
-        from tuckerkit.engine import as_operand
-
-        op = as_operand(X, min_ndim=1)
+        op = _reference(X, self.shape)
         if _dense_input(op):
-            return _relative_error(X, self.to_dense())
+            return _relative_error(op.data, self.to_dense())
         inner = _wide(op.multi_ttm(dict(enumerate(self.factors)), transpose=True))
         return _error_from_identity(op.norm(), float(np.sum(inner * _wide(self.core).conj()).real), self.norm())
 
@@ -424,6 +481,20 @@ class CPTensor(_Model):
     passes_per_iteration: int = 0
 
     def __post_init__(self) -> None:
+        factors = _check_factors(self.factors)
+        w = self.weights
+        if not hasattr(w, "shape") or not hasattr(w, "dtype") or len(w.shape) != 1:
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"weights is {describe(w)}; expected a 1-D array of R weights (from_tensorly takes None "
+                            "as ones)")
+        if not factors:
+            raise ValueError("factors is empty; expected one (I_n, R) matrix per mode")
+        for n, U in enumerate(factors):
+            if U.shape[1] != w.shape[0]:
+                raise ValueError(f"factors[{n}] has shape {tuple(U.shape)}; expected {w.shape[0]} columns (rank R = "
+                                 f"{w.shape[0]}, the length of weights)")
+        object.__setattr__(self, "factors", factors)
         self._freeze("weights")
 
     def _pair(self) -> tuple[Any, list[Any]]:
@@ -454,7 +525,7 @@ class CPTensor(_Model):
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F``: entry by entry for a dense array; for a sparse, out-of-core or Dask
         tensor from the identity ``||X||^2 - 2 <X, X_hat> + ||X_hat||^2`` with ``<X, X_hat>`` from one MTTKRP
-        (never densified; see :meth:`TuckerTensor.relative_error`).
+        (never densified; the checks on ``X``: see :meth:`TuckerTensor.relative_error`).
 
         Examples
         --------
@@ -466,11 +537,9 @@ class CPTensor(_Model):
         >>> bool(abs(C.relative_error(COOTensor.from_dense(X)) - C.relative_error(X)) < 1e-8)
         True
         """
-        from tuckerkit.engine import as_operand
-
-        op = as_operand(X, min_ndim=1)
+        op = _reference(X, self.shape)
         if _dense_input(op):
-            return _relative_error(X, self.to_dense())
+            return _relative_error(op.data, self.to_dense())
         M = _wide(op.mttkrp([U.conj() if np.iscomplexobj(U) else U for U in self.factors], 0))
         U0 = _wide(self.factors[0])
         w = _wide(self.weights)

@@ -317,7 +317,7 @@ def _piece_ssq(blk: Any) -> tuple[float, float]:
         return 1.0, 0.0
     if _SAFE_LO <= amax <= _SAFE_HI:  # squares neither overflow nor lose anything that matters
         return 1.0, q
-    s = 2.0 ** math.frexp(amax)[1]
+    s = math.ldexp(1.0, min(math.frexp(amax)[1], 1023))  # (2^1024 is not a float: amax >= 2^1023 takes 2^1023)
     b = b / s
     return s, float(np.dot(b, b))
 

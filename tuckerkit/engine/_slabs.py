@@ -74,6 +74,13 @@ def streams(shape: Sequence[int], dtype: Any, memory_limit: int) -> bool:
     return math.prod(shape) * max(np.dtype(dtype).itemsize, 4) > memory_limit
 
 
+class MemoryLimitError(ValueError):
+    """``memory_limit`` is too small for something the computation must hold (one line; ``reason`` lets the
+    command line name its option, ``--memory-limit``, instead of the keyword)."""
+
+    reason = "memory-limit"
+
+
 class SlabTensor(OperandBase):
     """A tensor read in slabs along mode 0 so that no pass holds more than ``memory_limit`` bytes.
 
@@ -191,20 +198,20 @@ class SlabTensor(OperandBase):
         return None
 
     def norm(self) -> float:
-        """Frobenius norm in one pass (float64, scaled: no overflow); NaN or Inf anywhere gives a clear error."""
+        """Frobenius norm in one pass (float64, scaled: no overflow); NaN or Inf anywhere gives a clear error. A
+        finite tensor whose norm exceeds float64's largest value gives inf (the caller rescales it)."""
         acc = (1.0, 0.0)
         for _, slab in self.slabs():
             acc = combine_scaled(acc, sqnorm_scaled(slab, 1 << 20))
-        total = acc[0] * math.sqrt(acc[1])
-        if not math.isfinite(total):
+        if not (math.isfinite(acc[0]) and math.isfinite(acc[1])):  # (a piece's NaN or Inf: an infinite scale)
             raise ValueError("X contains NaN or infinite value(s); remove or impute them first")
-        return total
+        return acc[0] * math.sqrt(acc[1])
 
     def _check_fits(self, shape: Sequence[int], what: str) -> None:
         """Refuse an in-memory result that alone would exceed the memory limit."""
         need = math.prod(shape) * self.dtype.itemsize
         if need > self.memory_limit:
-            raise ValueError(
+            raise MemoryLimitError(
                 f"memory_limit={self.memory_limit:,} bytes is too small: {what} has shape {tuple(shape)} "
                 f"({need:,} bytes), more than the limit; raise memory_limit or lower the ranks"
             )

@@ -180,6 +180,9 @@ def connect_scheduler(scheduler: str, *, name: str = "scheduler") -> tuple[Any, 
         return Client(cluster), cluster
     try:
         return Client(scheduler, timeout="10s"), None
+    except ValueError as exc:  # (an address dask cannot parse: "missing port number in address 'bogus'")
+        raise ValueError(f"{name} {scheduler!r} is not a scheduler address ({str(exc).splitlines()[0]}); expected "
+                         "'local' or an address such as tcp://host:8786") from None
     except (OSError, TimeoutError) as exc:
         raise ConnectionError(f"{name} {scheduler!r}: cannot connect ({str(exc).splitlines()[0]})") from None
 
