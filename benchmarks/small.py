@@ -157,12 +157,10 @@ def main(argv=None) -> None:
             # caches for tuckerkit, against 57 KB steady on 10^3)
             mem = {k: float(np.median([peak_extra(fns[k]) for _ in range(3)])) / X.nbytes
                    for k in ("tuckerkit", "tensorly", "pyttb")}
-            route = type(out["tuckerkit"].plans[0]).__name__ if out["tuckerkit"].plans else "none"
-            froute = type(out["fortran"].plans[0]).__name__ if out["fortran"].plans else "none"
+            route, froute = (route_of(out[k]) for k in ("tuckerkit", "fortran"))
             row = {"method": method, "shape": list(shape), "rank": rank, "seconds": t, "fit": fits,
                    "peak_extra_over_input": mem, "input_bytes": int(X.nbytes),
-                   "route": "direct" if route == "DirectSweep" else "planned",
-                   "route_fortran": "direct" if froute == "DirectSweep" else "planned",
+                   "route": route, "route_fortran": froute,
                    "fortran_over_c": t["fortran"] / t["tuckerkit"],
                    "x_tensorly": t["tensorly"] / t["tuckerkit"], "x_pyttb": t["pyttb"] / t["tuckerkit"],
                    "direct_over_planned": t["tuckerkit"] / t["planned"]}
@@ -185,15 +183,26 @@ def main(argv=None) -> None:
     print(md)
 
 
+def route_of(result) -> str:
+    """``direct`` (engine/_direct.py's numpy sweep), ``compiled`` (HOOI's compiled factor steps of small 3- and
+    4-way tensors, engine/_small_hooi.py) or ``planned``, from a result's first plan record."""
+    p = result.plans[0] if result.plans else None
+    if type(p).__name__ != "DirectSweep":
+        return "planned"
+    return "compiled" if p.kind == "ttmc_compiled" else "direct"
+
+
 def markdown(rows, repeat) -> str:
     lines = [
         "# Small and mid-size tensors: whole calls, tuckerkit vs TensorLy vs pyttb",
         "",
         f"float64, low rank + 1 % noise; the same start in every library (HOOI: HOSVD, {HOOI_ITERS} iterations; "
         f"CP-ALS: random factors, {CP_ITERS} iterations, plain ALS), no early stop; medians of {repeat} "
-        "interleaved calls in one process. `planned`: tuckerkit with its direct route for small tensors "
-        "(engine/_direct.py) turned off; `F-ordered`: tuckerkit on the same values in Fortran order (pyttb's and "
-        "MATLAB's layout), from the same start; both in the same run. Speedups are other / tuckerkit.",
+        "interleaved calls in one process. `route`: `direct` (engine/_direct.py's numpy sweeps), `compiled` "
+        "(HOOI's compiled factor steps, engine/_small_hooi.py) or `planned`; `planned`: tuckerkit with its direct "
+        "route for small tensors (and so its compiled steps) turned off; `F-ordered`: tuckerkit on the same values "
+        "in Fortran order (pyttb's and MATLAB's layout), from the same start; both in the same run. Speedups are "
+        "other / tuckerkit.",
         "",
         "| method | shape | rank | route | tuckerkit ms | planned ms | F-ordered ms (route) | TensorLy ms | pyttb ms "
         "| x TensorLy | x pyttb | planned / tuckerkit | F / C | fit tk / TL / pyttb | peak extra tk / TL / pyttb "

@@ -48,7 +48,11 @@ def test_routes_mirror_the_factor_steps():
     assert small_sweep_routes((20, 20, 20), (5, 5, 5)) == (GRAM, GRAM, GRAM)  # (I_n = 20 <= P = 25)
     assert small_sweep_routes((30, 30, 30), (5, 5, 5)) == (OTHER, OTHER, OTHER)  # (P = 25 < I_n = 30)
     assert small_sweep_routes((200, 10, 10), (4, 4, 4)) == (OTHER, TINY, TINY)
-    assert small_sweep_routes((10, 10, 10, 10), (3, 3, 3, 3)) is None  # (4-way: the direct route)
+    assert small_sweep_routes((10, 10, 10, 10), (3, 3, 3, 3)) == (TINY,) * 4  # (I_n = 10 <= P = 27)
+    assert small_sweep_routes((12, 12, 12, 12), (4, 4, 4, 4)) == (TINY,) * 4  # (Gram order 12)
+    assert small_sweep_routes((14, 14, 14, 14), (3, 3, 3, 3)) == (GRAM,) * 4  # (I_n = 14 <= P = 27)
+    assert small_sweep_routes((20, 20, 20, 20), (5, 5, 5, 5)) is None  # (4-way: 160000 * 25 > 500000)
+    assert small_sweep_routes((6, 6, 6, 6, 6), (2,) * 5) is None  # (5-way: the direct route)
     assert small_sweep_routes((40, 40, 40), (10, 10, 10)) is None  # (64000 * 10^4 > SMALL_SWEEP_MAX_WORK)
     assert small_sweep_routes((70, 70, 70), (3, 3, 3)) is None  # (beyond SMALL_SWEEP_MAX_ELEMS)
     assert small_sweep_routes((10, 10, 10), (10, 3, 3)) is None  # (a full-rank mode)
@@ -142,6 +146,47 @@ def test_refused_steps_take_lapack_and_the_sweep_goes_on(shape, rng, monkeypatch
     assert one.fit_history[0] == pytest.approx(b.fit_history[0], abs=1e3 * _eps(np.float64))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("shape", "ranks"), [((10, 10, 10, 10), (3, 3, 3, 3)), ((8, 9, 10, 11), (2, 3, 2, 3)),
+                                              ((14, 14, 14, 14), (3, 3, 3, 3)), ((30, 6, 7, 8), (4, 2, 3, 2))])
+def test_four_way_sweeps_match_the_direct_route(shape, ranks, dtype, rng, monkeypatch):
+    """4-way C-ordered tensors: the same comparison as the 3-way one (fits to the fit's rounding, the same
+    subspaces, the core the projection); an F-ordered one keeps the direct route."""
+    core = rng.standard_normal(ranks)
+    Us = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(shape, ranks, strict=True)]
+    X = np.einsum("abcd,ia,jb,kc,ld->ijkl", core, *Us)
+    E = rng.standard_normal(shape)
+    X = (X + 1e-2 * np.linalg.norm(X) / np.linalg.norm(E) * E).astype(dtype)
+    a = _hooi(X, ranks, True, monkeypatch, init="hosvd", max_iter=8, tol=0)
+    b = _hooi(X, ranks, False, monkeypatch, init="hosvd", max_iter=8, tol=0)
+    assert a.plans[0].kind == "ttmc_compiled" and b.plans[0].kind == "ttmc"
+    eps = _eps(dtype)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * eps / (1 - b.fit))
+    for U, V in zip(a.factors, b.factors, strict=True):
+        assert U.dtype == dtype
+        _same_subspace(U, V, 1e3 * eps)
+    ref = np.einsum("ijkl,ia,jb,kc,ld->abcd", X.astype(np.float64), *(U.astype(np.float64) for U in a.factors))
+    np.testing.assert_allclose(a.core, ref, rtol=0, atol=1e2 * eps * np.abs(ref).max())
+    monkeypatch.setattr(_tucker, "_SMALL_SWEEPS", True)
+    assert tk.hooi(np.asfortranarray(X), ranks, max_iter=2, tol=0).plans[0].kind == "ttmc"
+
+
+def test_one_four_way_sweep_is_the_reference_iteration(rng, monkeypatch):
+    """One 4-way sweep from given factors against HOOI written out with einsum and numpy's SVD."""
+    shape, ranks = (9, 10, 11, 12), (2, 3, 2, 3)
+    X = rng.standard_normal(shape) + np.einsum("a,i,j,k,l->ijkl", [5.0], *(rng.standard_normal(n) for n in shape))
+    start = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(shape, ranks, strict=True)]
+    got = _hooi(X, ranks, True, monkeypatch, init=[U.copy() for U in start], max_iter=1, tol=0)
+    assert got.plans[0].kind == "ttmc_compiled"
+    U = list(start)
+    specs = ("ijkl,jb,kc,ld->ibcd", "ijkl,ia,kc,ld->jacd", "ijkl,ia,jb,ld->kabd", "ijkl,ia,jb,kc->labc")
+    for n in range(4):
+        Y = np.einsum(specs[n], X, *(U[m] for m in range(4) if m != n)).reshape(shape[n], -1)
+        U[n] = np.linalg.svd(Y, full_matrices=False)[0][:, :ranks[n]]
+    for A, B in zip(got.factors, U, strict=True):
+        _same_subspace(A, B, 1e-10)
+
+
 def test_planted_sweeps_certify_every_step(rng, monkeypatch):
     """On a planted tensor every step of every sweep is certified by the compiled iteration (no LAPACK)."""
     X = planted_tucker(rng, (30, 30, 30), (5, 5, 5), np.float64, noise=1e-2)
@@ -169,7 +214,7 @@ def test_convergence_and_callback_as_the_direct_route(rng, monkeypatch):
 
 
 def test_where_it_does_not_apply_the_direct_route_runs(rng):
-    """A strided view, fixed factors, the randomized SVD, a 4-way tensor and a tensor beyond the work bound keep
+    """A strided view, fixed factors, the randomized SVD, a 5-way tensor and a tensor beyond the work bound keep
     the direct route."""
     X = planted_tucker(rng, (12, 13, 14), (3, 3, 3), np.float64, noise=1e-2)
     with warnings.catch_warnings():
@@ -177,7 +222,7 @@ def test_where_it_does_not_apply_the_direct_route_runs(rng):
         cases = [tk.hooi(np.transpose(X, (1, 0, 2)), 3, max_iter=2, tol=0),
                  tk.hooi(X, 3, max_iter=2, tol=0, init=tk.hooi(X, 3, max_iter=1, tol=0), fixed_factors=[1]),
                  tk.hooi(X, 3, max_iter=2, tol=0, svd="randomized", random_state=0),
-                 tk.hooi(rng.standard_normal((8, 8, 8, 8)), 3, max_iter=2, tol=0),
+                 tk.hooi(rng.standard_normal((6, 6, 6, 6, 6)), 2, max_iter=2, tol=0),
                  tk.hooi(rng.standard_normal((40, 40, 40)), 10, max_iter=2, tol=0)]
     assert [c.plans[0].kind for c in cases] == ["ttmc"] * 5
     assert tk.hooi(X, 3, max_iter=2, tol=0).plans[0].kind == "ttmc_compiled"
