@@ -22,7 +22,7 @@ step is three calls:
   fix. Where that iteration refuses (no gap after the r-th pair) or the mode's
   :class:`~._subspace.SubspaceBackoff` skips it, LAPACK's route runs on the unfolding.
 
-Every array the kernels see is float64 and the sweep's own, so they compile once for both dtypes (about 1.5 s
+Every array the kernels see is float64 and the sweep's own, so they compile once for both dtypes (1.1-1.6 s
 on first use). The arithmetic is serial in a fixed order and BLAS runs on one thread: the same bits on every
 call and for any number of workers. The bits differ from the direct route's (numpy's products in the tensor's
 dtype); the subspaces agree to rounding over each gap (tests compare both routes and an einsum + SVD reference).

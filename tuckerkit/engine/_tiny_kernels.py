@@ -238,19 +238,6 @@ def _tiny_left_body(M, r, U, w, A, V, warm):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def tiny_left_singular(M, r, U, w):  # pragma: no cover - compiled
-    """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
-    n x n work arrays on the stack: the caller bounds it; ``r < min(I, P)``) into ``U`` (I x r, M's dtype),
-    signs fixed (each column's entry of largest magnitude positive, the first on a tie), and the matching
-    eigenvalues of ``M M^T`` into ``w`` (float64, decreasing, clipped at zero). ``I <= P``: the eigenvectors of
-    ``M M^T``; else those of ``M^T M``, ``V``, and ``U`` the Q of the thin Householder QR of ``M V``. Returns
-    False (``U`` and ``w`` not to be used) when M is not finite or the rotations do not converge."""
-    I, P = M.shape  # noqa: E741
-    n = min(I, P)
-    return _tiny_left_body(M, r, U, w, stack_matrix(n, n, 0.0), stack_matrix(n, n, 0.0), False)
-
-
-@njit(cache=True, nogil=True, **NO_RUNTIME)
 def tiny_left_singular_warm(M, r, U, w, V, warm):  # pragma: no cover - compiled
     """:func:`tiny_left_singular` keeping the Jacobi eigenvectors of the Gram of ``M``'s smaller side in ``V``
     (``n x n``, float64, ``n = min(I, P)``): where ``warm``, the rotations start from ``V`` (the previous call's,
@@ -260,6 +247,20 @@ def tiny_left_singular_warm(M, r, U, w, V, warm):  # pragma: no cover - compiled
     I, P = M.shape  # noqa: E741
     n = min(I, P)
     return _tiny_left_body(M, r, U, w, stack_matrix(n, n, 0.0), V, warm)
+
+
+def tiny_left_singular(M: np.ndarray, r: int, U: np.ndarray, w: np.ndarray) -> bool:
+    """The ``r`` leading left singular vectors of ``M`` (I x P, C-contiguous, real; ``min(I, P)`` small, its
+X
+    signs fixed (each column's entry of largest magnitude positive, the first on a tie), and the matching
+    eigenvalues of ``M M^T`` into ``w`` (float64, decreasing, clipped at zero). ``I <= P``: the eigenvectors of
+    ``M M^T``; else those of ``M^T M``, ``V``, and ``U`` the Q of the thin Householder QR of ``M V``. Returns
+    False (``U`` and ``w`` not to be used) when M is not finite or the rotations do not converge.
+
+    :func:`tiny_left_singular_warm` from the identity (one compiled kernel for both: the same rotations, the
+    same bits; a second kernel cost some 2 s of compiling on first use)."""
+    n = min(M.shape)
+    return bool(tiny_left_singular_warm(M, r, U, w, np.empty((n, n)), False))
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
