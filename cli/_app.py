@@ -573,7 +573,7 @@ def _print_result_info(info: dict[str, Any], path: Path, json_out: bool) -> None
            else "not recorded")
     conv = {True: ", converged", False: ", not converged"}.get(info["converged"], "")
     lines = [
-        ("file", f"{path} ({info['kind']}, {info['method']})"),
+        ("file", f"{path} ({info['kind']}{'' if info['method'] is None else ', ' + str(info['method'])})"),
         ("shape", f"{' x '.join(map(str, info['shape']))} {info['dtype']}, {rk}"),
         ("fit", f"{fit}, {info['iterations']} iterations{conv}"),
         ("size", f"{_human_bytes(info['bytes'])} stored, {_human_bytes(info['dense_bytes'])} as a dense tensor "
@@ -826,8 +826,21 @@ def _plan(spec, shapes, order, dtype):
         raise CLIError(f"--order {order!r} is not valid; expected C or F")
     if dtype not in ("float32", "float64"):
         raise CLIError(f"--dtype {dtype!r} is not valid; expected float32 or float64")
-    A = np.empty(parts[0], dtype=dtype, order=order)
-    B = np.empty(parts[1], dtype=dtype, order=order)
+    for i, part in enumerate(parts):
+        text = "x".join(map(str, part))
+        bad = next((d for d in part if d < 1), None)
+        if bad is not None:
+            raise CLIError(f"--shapes {shapes!r}: operand {i + 1} ({text}) has the size {bad}; expected sizes >= 1")
+        nbytes = math.prod(part) * np.dtype(dtype).itemsize
+        if nbytes >= 2**63:
+            raise CLIError(f"--shapes {shapes!r}: operand {i + 1} ({text}) would hold {nbytes:,} bytes; expected "
+                           "operands below 2**63 bytes")
+    try:
+        A = np.empty(parts[0], dtype=dtype, order=order)  # (not written: the plan reads shapes and strides only)
+        B = np.empty(parts[1], dtype=dtype, order=order)
+    except (ValueError, MemoryError) as exc:
+        raise CLIError(f"--shapes {shapes!r} cannot be planned here ({str(exc).splitlines()[0]}); expected "
+                       "smaller operands") from None
     typer.echo(plan_contraction(spec, A, B).explain())
 
 

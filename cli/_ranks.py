@@ -155,6 +155,17 @@ def run_extra(X, method, rank, rk, target, tol, max_iter, seed, progress, device
                                       device=device)
         return tk.non_negative_tucker(X, rk, tol=tol, max_iter=max_iter, random_state=seed, callback=progress,
                                       device=device)
+    from tuckerkit.io._load import _check_npy_size
+
+    with open(mask, "rb") as fh:
+        head = fh.read(6)
+    if head and head[:2] != b"PK" and head != b"\x93NUMPY":  # numpy would try it as a pickle ("object data")
+        what = ("it looks like a text file" if all(32 <= b < 127 or b in (9, 10, 13) for b in head) else
+                "it does not start with the .npy header")
+        raise CLIError(f"--mask {str(mask)!r} is not a valid .npy file ({what}; expected a boolean array saved by "
+                       "numpy.save)")
+    if head == b"\x93NUMPY":
+        _check_npy_size(mask, f"--mask {str(mask)!r}")
     try:
         m = np.load(mask, allow_pickle=False)
     except EOFError:  # (numpy's answer to an empty file, which click would take for Ctrl-D: "Aborted!")

@@ -234,7 +234,8 @@ def test_a_0d_array_rank_is_one_rank_for_every_mode(rng):
     X = rng.standard_normal((4, 5, 6))
     assert tk.hooi(X, np.array(2)).ranks == tk.hooi(X, 2).ranks == (2, 2, 2)
     assert tk.st_hosvd(X, np.int64(3)).ranks == (3, 3, 3)
-    with pytest.raises(TypeError, match=r"ranks must be a sequence of 3 integers; received 2.5"):
+    with pytest.raises(TypeError, match=r"ranks must be an integer or a sequence of 3 integers \(one per mode\); "
+                                        r"received 2.5"):
         tk.hooi(X, np.array(2.5))
 
 

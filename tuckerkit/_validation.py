@@ -99,7 +99,8 @@ def check_ranks(ranks: Any, shape: Sequence[int], name: str = "ranks") -> tuple[
     if isinstance(ranks, numbers.Integral | np.integer) and not isinstance(ranks, bool):
         ranks = [int(ranks)] * ndim
     if isinstance(ranks, str) or not isinstance(ranks, Sequence | np.ndarray):
-        raise TypeError(f"{name} must be a sequence of {ndim} integers; received {describe(ranks)}")
+        raise TypeError(f"{name} must be an integer or a sequence of {ndim} integers (one per mode); received "
+                        f"{describe(ranks)} ({type(ranks).__name__})")
     ranks = list(ranks)
     if len(ranks) != ndim:
         raise ValueError(f"{name} has {len(ranks)} entries but the tensor has {ndim} modes; expected {ndim}")

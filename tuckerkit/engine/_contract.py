@@ -66,9 +66,24 @@ def _as_operand(x: Any, name: str, xp, dtype) -> Any:
     return x
 
 
-def _prepare(spec, A, B, out, out_layout):
+def _check_out(out: Any, write: bool = True) -> None:
+    """``out=``: an array (numpy's or cupy's) the result may be written into (``write``: writeable; a plan
+    only reads its strides); a one-line error otherwise."""
+    if not hasattr(out, "dtype") or not hasattr(out, "shape") or not hasattr(out, "strides"):
+        from tuckerkit._validation import describe
+
+        raise TypeError(f"out must be a numpy array (a cupy array on the GPU) to write the result into; received "
+                        f"{describe(out)} ({type(out).__name__})")
+    if write and not getattr(getattr(out, "flags", None), "writeable", True):
+        raise ValueError(f"out is read-only (an array of shape {tuple(out.shape)} and dtype {out.dtype}); expected a "
+                         "writeable array to write the result into")
+
+
+def _prepare(spec, A, B, out, out_layout, write=True):
     if out_layout not in _LAYOUTS:
         raise ValueError(f"out_layout={out_layout!r} is not valid; expected one of {', '.join(map(repr, _LAYOUTS))}")
+    if out is not None:
+        _check_out(out, write)
     xp = array_namespace(A, B, out)
     dtype_a = getattr(A, "dtype", None)
     dtype_b = getattr(B, "dtype", None)
@@ -133,7 +148,7 @@ def plan_contraction(
     'C_{m(np)} = A_{mk} B_{k(np)}'
     """
     copies = _check_copies(copies)
-    xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout)
+    xp, dtype, A, B, out, out_strides = _prepare(spec, A, B, out, out_layout, write=False)
     plan = _cached_plan(
         spec, tuple(A.shape), _elem_strides(A), tuple(B.shape), _elem_strides(B), str(dtype), dtype.itemsize,
         out_strides, out_layout, resolve_policy(policy), copies,
@@ -532,6 +547,8 @@ def run_bound_plan(plan: ContractionPlan, A: Any, B: Any, out: Any = None) -> An
         bound = _bound_call(plan, A, B)
         if bound is not None:
             return _run_bound(plan, bound, A, B)
+    if out is not None:
+        _check_out(out)
     xp = array_namespace(A, B, out)
     for name, x in (("A", A), ("B", B)):
         if not hasattr(x, "dtype") or not hasattr(x, "strides"):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit._validation import check_factor_list, check_matrices, check_mode
+from tuckerkit._validation import check_factor_list, check_matrices, check_mode, describe
 from tuckerkit.backend import array_namespace
 from tuckerkit.backend._device import device_op
 from tuckerkit.engine._contract import _elem_strides, contract, plan_contraction
@@ -45,12 +45,17 @@ def khatri_rao(matrices: Sequence[Any], *, device: Any = None) -> Any:
     mats = check_matrices(matrices)
     if len(mats) == 0:
         raise ValueError("matrices is empty; expected at least one matrix")
-    R = mats[0].shape[1] if getattr(mats[0], "ndim", 0) == 2 else None
     for i, U in enumerate(mats):
-        if getattr(U, "ndim", 0) != 2 or U.shape[1] != R:
+        if not hasattr(U, "ndim") or not hasattr(U, "shape"):
+            raise TypeError(f"matrices[{i}] is {describe(U)}; expected a 2-D array of shape (I_{i}, R)")
+        if U.ndim != 2:
+            raise ValueError(f"matrices[{i}] is {U.ndim}-D (shape {tuple(U.shape)}); expected a 2-D matrix of shape "
+                             f"(I_{i}, R)")
+    R = mats[0].shape[1]
+    for i, U in enumerate(mats):
+        if U.shape[1] != R:
             raise ValueError(
-                f"matrices[{i}] has shape {tuple(getattr(U, 'shape', ()))}; expected 2-D with {R} columns like "
-                "matrices[0]"
+                f"matrices[{i}] has shape {tuple(U.shape)}; expected 2-D with {R} columns like matrices[0]"
             )
     return _khatri_rao(mats)
 

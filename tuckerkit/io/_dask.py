@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.io._load import TensorFileError, _check_path
+from tuckerkit.io._load import TensorFileError, _check_npy_size, _check_path
 
 
 class _NpyRows:
@@ -63,6 +63,7 @@ def open_npy_dask(path: str | os.PathLike, *, chunk_bytes: int = 256 << 20, chun
     except ImportError:
         raise ImportError("open_npy_dask needs dask; install it with: pip install 'tuckerkit[distributed]'") from None
     p = _check_path(path)
+    _check_npy_size(p)
     try:
         rows = _NpyRows(p)
     except ValueError as exc:

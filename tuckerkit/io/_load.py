@@ -44,6 +44,19 @@ def _check_path(path: str | os.PathLike) -> Path:
     return p
 
 
+def _check_options(p: Path, key: str | None, shape: Sequence[int] | None) -> None:
+    """``key`` names an array inside a file that holds several (.npz, .mat, .h5/.hdf5) and ``shape`` is the
+    shape of a .tns tensor; given for any other file they would be silently ignored, so they are refused."""
+    ext = p.suffix.lower()
+    if key is not None and ext not in (".npz", ".mat", ".h5", ".hdf5"):
+        raise TensorFileError(f"--key / key={key!r} applies only to .npz, .mat, .h5 and .hdf5 files (it names the "
+                              f"array to read); received the {ext} file {str(p)!r}")
+    if shape is not None and ext != ".tns":
+        shp = tuple(shape) if isinstance(shape, Sequence | np.ndarray) and not isinstance(shape, str) else shape
+        raise TensorFileError(f"--shape / shape={shp!r} applies only to .tns files (the shape of a sparse tensor); "
+                              f"received the {ext} file {str(p)!r}")
+
+
 def _check_array(arr: Any, where: str) -> np.ndarray:
     if not isinstance(arr, np.ndarray):
         raise TensorFileError(f"{where} does not hold an array (found {type(arr).__name__})")
@@ -80,6 +93,52 @@ def _check_npy_magic(p: Path) -> None:
             "it looks like a text file" if all(32 <= b < 127 or b in (9, 10, 13) for b in head) else
             "it does not start with the .npy header")
         raise TensorFileError(f"{str(p)!r} is not a valid .npy file ({what}; expected an array saved by numpy.save)")
+
+
+def _check_npz_magic(p: Path) -> None:
+    """An ``.npz`` archive is a zip file (``PK\\x03\\x04``, or ``PK\\x05\\x06`` when it holds nothing); anything else
+    is not one. Without this check numpy hands a text file to its pickle fallback, whose refusal reads as "an
+    object array"."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(6)
+    except OSError as exc:
+        raise TensorFileError(f"{str(p)!r} cannot be read ({exc.strerror or exc})") from None
+    if head[:4] not in (b"PK\x03\x04", b"PK\x05\x06"):
+        what = "it is empty" if not head else "it is a .npy file (one array)" if head == b"\x93NUMPY" else (
+            "it looks like a text file" if all(32 <= b < 127 or b in (9, 10, 13) for b in head) else
+            "it does not start with the zip header")
+        raise TensorFileError(f"{str(p)!r} is not a valid .npz file ({what}; expected a zip archive saved by "
+                              "numpy.savez)")
+
+
+def _check_npy_size(p: Path, label: str | None = None) -> None:
+    """The bytes a ``.npy`` header claims (its shape times its item size, in exact integers: no overflow
+    warnings) must be the bytes that follow it: a truncated file, or a header claiming more or fewer elements
+    than the file holds, is refused here with both sizes, before numpy maps or reads it. Headers numpy cannot
+    parse, negative dimensions and object arrays are left to ``numpy.load``, which refuses them itself."""
+    label = label or repr(str(p))
+    try:
+        with open(p, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+            offset = f.tell()
+    except Exception:
+        return
+    if dtype.hasobject or any(int(d) < 0 for d in shape):
+        return
+    claimed = dtype.itemsize
+    for d in shape:
+        claimed *= int(d)
+    present = p.stat().st_size - offset
+    if claimed != present:
+        fault = ("the file is truncated or corrupt" if claimed > present else
+                 "a .npy file holds exactly the bytes its header claims")
+        raise TensorFileError(
+            f"{label} is not a valid .npy file (its header claims an array of shape {tuple(shape)} and dtype "
+            f"{dtype} ({claimed:,} bytes) but {present:,} bytes of data are present; {fault})"
+        )
 
 
 def _object_error(p: Path) -> TensorFileError:
@@ -171,9 +230,11 @@ def load_tensor(
     (2, 3, 4)
     """
     p = _check_path(path)
+    _check_options(p, key, shape)
     ext = p.suffix.lower()
     if ext == ".npy":
         _check_npy_magic(p)
+        _check_npy_size(p)
         try:
             arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
         except ValueError as exc:
@@ -186,6 +247,7 @@ def load_tensor(
     if ext == ".npz":
         from tuckerkit.io._tns import is_sparse_npz
 
+        _check_npz_magic(p)
         try:
             with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:  # closed even when corrupt
                 if key is None and is_sparse_npz(z.files):  # coords, shape, values: COOTensor.save_npz

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from tuckerkit.io._load import _check_path, load_tensor, open_h5_dataset
+from tuckerkit.io._load import _check_options, _check_path, load_tensor, open_h5_dataset
 
 CSF_CHOICES = ("auto", "all", "two", "one")
 
@@ -88,6 +88,7 @@ def open_tensor(
     from tuckerkit.engine._slabs import parse_memory
 
     p = _check_path(path)
+    _check_options(p, key, shape)
     label = name or f"tensor in {str(p)!r}"
     ext = p.suffix.lower()
     limit = parse_memory(memory_limit, "memory_limit") if memory_limit is not None else None

@@ -374,6 +374,44 @@ def sha256_of(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+#: the metadata entries save_result records from the result itself: a caller's ``metadata`` may not set them
+RESULT_KEYS = ("kind", "ranks", "fit", "n_iter", "converged", "dtype", "shape")
+
+
+def _json_scalar(v: Any) -> Any:
+    """``json.dumps``'s ``default``: numpy's numbers and bools as the Python ones they hold; nothing else (no
+    silent ``str()``)."""
+    if isinstance(v, np.generic) and v.dtype.kind in "biuf":
+        return v.item()
+    raise TypeError(f"{type(v).__name__} is not JSON serializable")
+
+
+def _check_metadata(metadata: Any) -> dict:
+    """A caller's ``metadata``: a dict of string keys and JSON values (finite numbers), none of
+    :data:`RESULT_KEYS`; a one-line error naming the entry otherwise."""
+    from tuckerkit._validation import describe
+
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict of JSON values; received {describe(metadata)}")
+    for k, v in metadata.items():
+        if not isinstance(k, str):
+            raise TypeError(f"metadata key {describe(k)} ({type(k).__name__}) is not a string; expected string keys")
+        if k in RESULT_KEYS:
+            raise ValueError(f"metadata[{k!r}] is recorded from the result itself ({', '.join(RESULT_KEYS)}); "
+                             "choose another key")
+        try:
+            json.dumps(v, default=_json_scalar, allow_nan=False)
+        except ValueError:
+            raise ValueError(f"metadata[{k!r}] is or holds a non-finite number ({describe(v)}); expected finite "
+                             "numbers (JSON has no NaN or infinity)") from None
+        except (TypeError, RecursionError):
+            raise TypeError(f"metadata[{k!r}] is {describe(v)} ({type(v).__name__}); expected a JSON value (a "
+                            "string, number, bool, None, or a list or dict of them)") from None
+    return metadata
+
+
 def save_result(
     path: str | os.PathLike,
     result: TuckerTensor | CPTensor,
@@ -394,7 +432,9 @@ def save_result(
         Must end in ``.npz``.
     result : TuckerTensor or CPTensor
     metadata : dict, optional
-        Extra JSON-serializable entries.
+        Extra JSON-serializable entries (string keys; finite numbers; numpy scalars are stored as numbers);
+        the entries recorded from the result itself (``kind``, ``ranks``, ``fit``, ``n_iter``, ``converged``,
+        ``dtype``, ``shape``) are refused.
     input_path : str or Path, optional
         The decomposed file: recorded with its SHA-256, and refused as the output.
     force : bool, default False
@@ -415,6 +455,7 @@ def save_result(
     """
     if not str(path).endswith(".npz"):
         raise OutputFileError(f"output {str(path)!r} must end in .npz")
+    metadata = _check_metadata(metadata)
     arrays: dict[str, np.ndarray] = {}
     if isinstance(result, TuckerTensor):
         arrays["core"] = np.asarray(result.core)
@@ -443,8 +484,8 @@ def save_result(
     if input_path is not None:
         meta["input_path"] = str(Path(input_path).resolve())
         meta["input_sha256"] = sha256_of(input_path)
-    meta.update(metadata or {})
-    arrays["metadata"] = np.array(json.dumps(meta, default=str))
+    meta.update(metadata)
+    arrays["metadata"] = np.array(json.dumps(meta, default=_json_scalar, allow_nan=False))
     try:  # never write a file that load_result would refuse
         _read_result_members(_Members(arrays), Path(path))
     except ValueError as exc:
@@ -668,8 +709,13 @@ def load_metadata(path: str | os.PathLike) -> dict:
 
     p = Path(path)
     try:
-        with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-            return _read_metadata(z, p) if "metadata" in z.files else {}
+        with open(p, "rb") as fh:
+            if fh.read(2) != b"PK":  # not a zip archive: numpy would load a plain .npy (or try a pickle) whole
+                raise TensorFileError(f"{str(p)!r} is not a valid tuckerkit result file: it is not a zip archive, "
+                                      "not the .npz archive written by tuckerkit decompose (or save_result)")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as z:
+                return _read_metadata(z, p) if "metadata" in z.files else {}
     except TensorFileError:
         raise
     except Exception as exc:

@@ -408,9 +408,11 @@ def is_sparse_npz(files: Sequence[str]) -> bool:
 def load_sparse_npz(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """``coords``, ``values`` and ``shape`` of a sparse ``.npz`` (sizes checked against the file and memory
     before reading, no pickles); a one-line :class:`TensorFileError` for anything else."""
-    from tuckerkit.io._load import TensorFileError, _check_npz_member
+    from tuckerkit.io._load import TensorFileError, _check_npz_magic, _check_npz_member
 
     p = Path(path)
+    if p.is_file():
+        _check_npz_magic(p)
     try:
         with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:
             if not is_sparse_npz(z.files):

@@ -15,6 +15,28 @@ from tuckerkit.sparse._dispatch import SparseOperand
 DENSE_LIMIT = 100_000_000
 
 
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    """A tensor's ``shape``: a sequence of integers (bools and floats such as 3.5 refused, not truncated),
+    none negative and each below 2**63; a one-line error naming the entry otherwise."""
+    from tuckerkit._validation import _as_int, describe
+
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray):
+        raise TypeError(f"shape must be a sequence of integers (one per mode); received {describe(shape)}")
+    out = tuple(_as_int(s, f"shape[{i}]") for i, s in enumerate(shape))
+    for i, s in enumerate(out):
+        if s < 0:
+            raise ValueError(f"shape {out} has the negative size {s} in mode {i}; expected mode sizes >= 1")
+        if s >= 2**63:
+            raise ValueError(f"shape {out} has the size {s} in mode {i}, beyond the int64 range; expected mode "
+                             "sizes below 2**63")
+    return out
+
+
+def _index_text(x: Any) -> str:
+    """An index bound for a message: exact for integers, ``%g`` for floats (1e+30, not 31 digits)."""
+    return f"{float(x):g}" if isinstance(x, float | np.floating) else str(int(x))
+
+
 class COOTensor(SparseOperand):
     """A sparse tensor in coordinate format: ``coords`` (nnz, N) 0-based, ``values`` (nnz,), ``shape``.
 
@@ -59,6 +81,23 @@ class COOTensor(SparseOperand):
             raise ValueError(f"coords must be a 2-D array of shape (nnz, N); received shape {c.shape}")
         if v.ndim != 1 or v.shape[0] != c.shape[0]:
             raise ValueError(f"values must have shape ({c.shape[0]},) to match coords; received {v.shape}")
+        if c.dtype.kind not in "biuf":
+            raise TypeError(f"coords must be an integer array of shape (nnz, N); received dtype {c.dtype}")
+        if c.dtype.kind == "f" and c.size and not np.all(np.isfinite(c)):
+            bad = int(c.size - np.count_nonzero(np.isfinite(c)))
+            raise ValueError(f"coords contains {bad} NaN or infinite value(s); expected integer indices")
+        if shape is not None:
+            shape = _check_shape(shape)
+        if c.size and c.dtype.kind in "uf":  # beyond int64 (1e30, uint64 >= 2**63): refused before the cast
+            lo, hi = c.min(axis=0), c.max(axis=0)
+            for m in range(c.shape[1]):
+                if hi[m] >= 2**63 or (c.dtype.kind == "f" and lo[m] < -2**63):
+                    span = f"{_index_text(lo[m])}..{_index_text(hi[m])}"
+                    if shape is not None and len(shape) == c.shape[1]:
+                        raise ValueError(f"coords[:, {m}] spans {span} but mode {m} has size {shape[m]}; expected "
+                                         f"0 <= index < {shape[m]}")
+                    raise ValueError(f"coords[:, {m}] spans {span}, beyond the int64 range; expected indices "
+                                     "0 <= index < the mode size")
         if c.dtype.kind not in "iu":
             if c.size and not np.all(np.equal(np.mod(c, 1), 0)):
                 raise TypeError(f"coords must be integers; received dtype {c.dtype} with fractional entries")
