@@ -193,6 +193,13 @@ def _other_side(M, V, B, H, Q, U):  # pragma: no cover - compiled
     _sign_fix_cols(U, I, r)
 
 
+def _shared(t: tuple[int, int], s: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 arrays of shapes ``t`` and ``s`` in one buffer: a sweep's partials ``T`` (modes 0 and 1) and ``S``
+    (the rest), never needed at once."""
+    buf = np.empty(max(t[0] * t[1], s[0] * s[1]), np.float64)
+    return buf[:t[0] * t[1]].reshape(t), buf[:s[0] * s[1]].reshape(s)
+
+
 class SmallSweep:
     """HOOI's sweeps of one call on ``X`` (3-way in C or F order, or 4-way in C order; float32 or float64) at
     ``ranks``, whose factor steps take ``routes`` (:func:`small_sweep_routes`): the work arrays, made once, and
@@ -222,7 +229,7 @@ class SmallSweep:
         if N == 3:
             I2, r2 = shape[2], ranks[2]
             self.X_t, self.X_s = X64.reshape(I0 * I1, I2, order=layout), X64.reshape(I0, I1 * I2, order=layout)
-            self.T, self.S = np.empty((I0 * I1, r2), f8), np.empty((r0, I1 * I2), f8)
+            self.T, self.S = _shared((I0 * I1, r2), (r0, I1 * I2))
             T_st = (r2, I0 * r2, 1) if self.fo else (I1 * r2, r2, 1)
             S_st = (I1 * I2, 1, I1) if self.fo else (I1 * I2, I2, 1)
             # (mode, form, partial, strides, sizes)
@@ -231,7 +238,7 @@ class SmallSweep:
         else:  # 4-way, C order: T = X (I0 I1, I2 I3) @ (U2 kron U3), S = (N0 kron N1)^T X
             I2, I3 = shape[2], shape[3]
             self.X_t = self.X_s = X64.reshape(I0 * I1, rest)
-            self.T, self.S = np.empty((I0 * I1, rrest), f8), np.empty((r0 * r1, rest), f8)
+            self.T, self.S = _shared((I0 * I1, rrest), (r0 * r1, rest))
             T_st, S_st = (I1 * rrest, rrest, 1), (rest, I3, 1)
             self.steps = [(0, 0, self.T, T_st, (I0, I1, rrest)), (1, 1, self.T, T_st, (I0, I1, rrest)),
                           (2, 2, self.S, S_st, (r0 * r1, I2, I3)), (3, 3, self.S, S_st, (r0 * r1, I2, I3))]
@@ -249,7 +256,9 @@ class SmallSweep:
         # the tiny route's Jacobi eigenvectors of each mode's last step, its next rotations' start
         self.J = [np.zeros((min(shape[n], P[n]),) * 2 if routes[n] == TINY else (1, 1), f8) for n in range(N)]
         self.warm = [False] * N
-        self.work = [tuple(np.empty((shape[n], ranks[n]), f8) for _ in range(3)) for n in range(N)]
+        # (the other side's three I_n x r work arrays: views of one set, the largest mode's)
+        big = [np.empty(max(shape[n] * ranks[n] for n in range(N)), f8) for _ in range(3)]
+        self.work = [tuple(b[:shape[n] * ranks[n]].reshape(shape[n], ranks[n]) for b in big) for n in range(N)]
         rank = max(ranks)
         # what a result's ``plans`` records (kind "ttmc_compiled"), and two reads of X a sweep
         self.record = Sweep((DirectSweep("ttmc_compiled", shape, X.dtype, rank, 4 * X.size * rank, "cpu"),), 2)
