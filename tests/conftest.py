@@ -182,3 +182,31 @@ def planned_only(monkeypatch) -> None:
     monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)
     monkeypatch.setattr(_direct, "DIRECT_TTMC_ELEMS", 0)
     monkeypatch.setattr(_direct, "DIRECT_MTTKRP_ELEMS", 0)
+
+
+def cli_invoke(args):
+    """The command line in-process (typer's runner), every argument as a string."""
+    from tuckerkit.cli import app
+    from typer.testing import CliRunner
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def one_line_error(res, message: str) -> None:
+    """Exit 1, exactly one line on the output, ``error: <message>`` (no traceback, no 'Aborted!')."""
+    assert res.exit_code == 1, res.output
+    assert res.output.strip().splitlines() == [f"error: {message}"], res.output
+
+
+def folder_state(path):
+    """Each file's size and modification time in a folder: equal before and after a refused call."""
+    return {q.name: (q.stat().st_size, q.stat().st_mtime_ns) for q in path.iterdir()}
+
+
+@pytest.fixture
+def x_file(tmp_path, rng):
+    """A (6, 7, 8) float64 tensor saved as ``x.npy``: the path and the array."""
+    X = rng.random((6, 7, 8))
+    p = tmp_path / "x.npy"
+    np.save(p, X)
+    return p, X

@@ -9,44 +9,20 @@ import re
 
 import numpy as np
 import pytest
-from tuckerkit.cli import app
-from typer.testing import CliRunner
+from conftest import cli_invoke, folder_state, one_line_error
 
 import tuckerkit as tk
 from tuckerkit.sparse import COOTensor
-
-runner = CliRunner()
-
-
-def _invoke(args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def _one_line_error(res, message: str) -> None:
-    """Exit 1, exactly one line on the output, ``error: <message>`` (no traceback, no 'Aborted!')."""
-    assert res.exit_code == 1, res.output
-    assert res.output.strip().splitlines() == [f"error: {message}"], res.output
-
-
-@pytest.fixture
-def x_file(tmp_path, rng):
-    X = rng.random((6, 7, 8))
-    p = tmp_path / "x.npy"
-    np.save(p, X)
-    return p, X
 
 
 @pytest.fixture
 def cp_result(tmp_path, x_file):
     p, _ = x_file
     out = tmp_path / "x.cp.npz"
-    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--seed", "0", "-q", "-o", out])
+    res = cli_invoke(["decompose", p, "--method", "cp", "--rank", "2", "--seed", "0", "-q", "-o", out])
     assert res.exit_code == 0, res.output
     return out
 
-
-def _folder(tmp_path):
-    return {q.name: (q.stat().st_size, q.stat().st_mtime_ns) for q in tmp_path.iterdir()}
 
 
 # ------------------------------------------------------------------------------------ 1. CP of an all-zero tensor
@@ -76,10 +52,10 @@ def test_cp_of_zeros_sparse_estimator_and_tensorly():
 def test_cli_cp_and_ranks_of_zeros(tmp_path):
     p = tmp_path / "zeros.npy"
     np.save(p, np.zeros((4, 5, 6)))
-    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "-q"])
+    res = cli_invoke(["decompose", p, "--method", "cp", "--rank", "2", "-q"])
     assert res.exit_code == 0, res.output
     assert "fit 1.000000 (relative error 0.000e+00)" in res.stdout
-    res = _invoke(["ranks", p, "--max-rank", "2"])
+    res = cli_invoke(["ranks", p, "--max-rank", "2"])
     assert res.exit_code == 0, res.output
     assert "| 2 | 0 | 1.0000 |" in res.stdout
 
@@ -88,20 +64,20 @@ def test_cli_cp_and_ranks_of_zeros(tmp_path):
 def test_cli_empty_mask_file_is_one_line(tmp_path, x_file):
     p, _ = x_file
     (tmp_path / "empty.npy").write_bytes(b"")
-    before = _folder(tmp_path)
-    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", tmp_path / "empty.npy",
+    before = folder_state(tmp_path)
+    res = cli_invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", tmp_path / "empty.npy",
                    "-o", tmp_path / "out.npz"])
-    _one_line_error(res, f"--mask {str(tmp_path / 'empty.npy')!r} could not be read as a .npy array (it is empty; "
+    one_line_error(res, f"--mask {str(tmp_path / 'empty.npy')!r} could not be read as a .npy array (it is empty; "
                          "expected a boolean array saved by numpy.save)")
-    assert _folder(tmp_path) == before
+    assert folder_state(tmp_path) == before
 
 
 def test_cli_npz_mask_is_one_line(tmp_path, x_file):
     p, X = x_file
     np.savez(tmp_path / "m.npz", m=np.ones(X.shape, bool))
-    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", tmp_path / "m.npz",
+    res = cli_invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", tmp_path / "m.npz",
                    "-o", tmp_path / "out.npz"])
-    _one_line_error(res, f"--mask {str(tmp_path / 'm.npz')!r} is an .npz archive; expected a boolean .npy of the "
+    one_line_error(res, f"--mask {str(tmp_path / 'm.npz')!r} is an .npz archive; expected a boolean .npy of the "
                          "input's shape")
 
 
@@ -111,9 +87,9 @@ def test_cli_every_file_read_answers_an_empty_file_in_one_line(tmp_path, cp_resu
     empty = tmp_path / "empty.npy"
     empty.write_bytes(b"")
     args = [cp_result if a == "RESULT" else a for a in command]
-    res = _invoke([*args[:1], *(args[1:] if command[0] == "reconstruct" else []), empty,
+    res = cli_invoke([*args[:1], *(args[1:] if command[0] == "reconstruct" else []), empty,
                    *([] if command[0] == "reconstruct" else args[1:])])
-    _one_line_error(res, f"{str(empty)!r} is not a valid .npy file (it is empty; expected an array saved by "
+    one_line_error(res, f"{str(empty)!r} is not a valid .npy file (it is empty; expected an array saved by "
                          "numpy.save)")
 
 
@@ -126,7 +102,7 @@ def test_cli_every_file_read_answers_an_empty_file_in_one_line(tmp_path, cp_resu
 def test_cli_ranks_plot_extension_is_checked_first(tmp_path, x_file, monkeypatch, name, message):
     p, _ = x_file
     monkeypatch.setattr(tk, "rank_sweep", lambda *a, **k: pytest.fail("the sweep ran before --plot was checked"))
-    res = _invoke(["ranks", p, "--max-rank", "1", "--plot", tmp_path / name])
+    res = cli_invoke(["ranks", p, "--max-rank", "1", "--plot", tmp_path / name])
     assert res.exit_code == 1, res.output
     line = f"error: --plot {str(tmp_path / name)!r} {message}"
     assert len(res.output.strip().splitlines()) == 1 and res.output.startswith(line), res.output
@@ -136,16 +112,16 @@ def test_cli_ranks_plot_extension_is_checked_first(tmp_path, x_file, monkeypatch
 def test_cli_ranks_plot_folder_existing_file_and_dangling_link(tmp_path, x_file, monkeypatch):
     p, _ = x_file
     monkeypatch.setattr(tk, "rank_sweep", lambda *a, **k: pytest.fail("the sweep ran before --plot was checked"))
-    res = _invoke(["ranks", p, "--plot", tmp_path / "no" / "r.png"])
-    _one_line_error(res, f"--plot folder {str(tmp_path / 'no')!r} does not exist")
+    res = cli_invoke(["ranks", p, "--plot", tmp_path / "no" / "r.png"])
+    one_line_error(res, f"--plot folder {str(tmp_path / 'no')!r} does not exist")
     (tmp_path / "old.png").write_bytes(b"keep")
-    res = _invoke(["ranks", p, "--plot", tmp_path / "old.png"])
-    _one_line_error(res, f"--plot {str(tmp_path / 'old.png')!r} exists; choose another file name")
+    res = cli_invoke(["ranks", p, "--plot", tmp_path / "old.png"])
+    one_line_error(res, f"--plot {str(tmp_path / 'old.png')!r} exists; choose another file name")
     assert (tmp_path / "old.png").read_bytes() == b"keep"
     link = tmp_path / "link.png"
     os.symlink(tmp_path / "target.png", link)  # dangling: savefig would have created the target through it
-    res = _invoke(["ranks", p, "--plot", link])
-    _one_line_error(res, f"--plot {str(link)!r} exists; choose another file name")
+    res = cli_invoke(["ranks", p, "--plot", link])
+    one_line_error(res, f"--plot {str(link)!r} exists; choose another file name")
     assert not (tmp_path / "target.png").exists()
 
 
@@ -163,7 +139,7 @@ def test_cli_ranks_plot_is_written_through_a_temporary(tmp_path, x_file, monkeyp
 
     monkeypatch.setattr(save, "atomic_write", spy)
     monkeypatch.setattr(tk.io, "atomic_write", spy)
-    res = _invoke(["ranks", p, "--max-rank", "1", "--plot", tmp_path / "r.svg"])
+    res = cli_invoke(["ranks", p, "--max-rank", "1", "--plot", tmp_path / "r.svg"])
     assert res.exit_code == 0, res.output
     assert written == [tmp_path / "r.svg"] and (tmp_path / "r.svg").read_bytes().lstrip().startswith(b"<?xml")
     assert not [q for q in tmp_path.iterdir() if q.name.endswith(".tmp")]
@@ -175,13 +151,13 @@ def test_cli_reconstruct_against_a_non_finite_file(tmp_path, x_file, cp_result):
     Y = X.copy()
     Y[0, 0, 0], Y[1, 1, 1] = np.nan, np.inf
     np.save(tmp_path / "bad.npy", Y)
-    before = _folder(tmp_path)
-    res = _invoke(["reconstruct", cp_result, "--against", tmp_path / "bad.npy", "-o", tmp_path / "r.npy"])
-    _one_line_error(res, f"--against {str(tmp_path / 'bad.npy')!r} contains 2 NaN or infinite value(s); remove or "
+    before = folder_state(tmp_path)
+    res = cli_invoke(["reconstruct", cp_result, "--against", tmp_path / "bad.npy", "-o", tmp_path / "r.npy"])
+    one_line_error(res, f"--against {str(tmp_path / 'bad.npy')!r} contains 2 NaN or infinite value(s); remove or "
                          "impute them first")
-    assert _folder(tmp_path) == before
-    res = _invoke(["reconstruct", cp_result, "--against", tmp_path / "bad.npy", "--index", "1:,:,:"])
-    _one_line_error(res, f"--against {str(tmp_path / 'bad.npy')!r} (index 1:,:,:) contains 1 NaN or infinite "
+    assert folder_state(tmp_path) == before
+    res = cli_invoke(["reconstruct", cp_result, "--against", tmp_path / "bad.npy", "--index", "1:,:,:"])
+    one_line_error(res, f"--against {str(tmp_path / 'bad.npy')!r} (index 1:,:,:) contains 1 NaN or infinite "
                          "value(s); remove or impute them first")
 
 
@@ -191,11 +167,11 @@ def test_cli_reconstruct_against_a_non_finite_file(tmp_path, x_file, cp_result):
     (":,:-7,:", 1, ":-7", 1, 7),
 ])
 def test_cli_reconstruct_index_selecting_nothing(tmp_path, x_file, cp_result, index, entry, text, mode, size):
-    before = _folder(tmp_path)
-    res = _invoke(["reconstruct", cp_result, "--index", index, "-o", tmp_path / "r.npy", "--against", x_file[0]])
-    _one_line_error(res, f"--index entry {entry} ({text!r}) selects nothing from mode {mode} of size {size}; "
+    before = folder_state(tmp_path)
+    res = cli_invoke(["reconstruct", cp_result, "--index", index, "-o", tmp_path / "r.npy", "--against", x_file[0]])
+    one_line_error(res, f"--index entry {entry} ({text!r}) selects nothing from mode {mode} of size {size}; "
                          "expected a:b with a < b, both within the mode (negative: from its end)")
-    assert _folder(tmp_path) == before
+    assert folder_state(tmp_path) == before
 
 
 # --------------------------------------------------------------------------- 6. relative_error's reference tensor
@@ -232,8 +208,8 @@ def test_relative_error_of_the_zero_model_against_zeros_is_zero():
 
 def test_cli_reconstruct_against_zeros_with_a_nonzero_model(tmp_path, cp_result):
     np.save(tmp_path / "z.npy", np.zeros((6, 7, 8)))
-    res = _invoke(["reconstruct", cp_result, "--against", tmp_path / "z.npy"])
-    _one_line_error(res, f"--against {str(tmp_path / 'z.npy')!r} has zero norm (every entry is 0); the relative "
+    res = cli_invoke(["reconstruct", cp_result, "--against", tmp_path / "z.npy"])
+    one_line_error(res, f"--against {str(tmp_path / 'z.npy')!r} has zero norm (every entry is 0); the relative "
                          "error ||X - X_hat|| / ||X|| of a nonzero model is undefined")
 
 
@@ -357,10 +333,10 @@ def test_cli_info_of_a_tensor_with_nan_names_the_count(tmp_path, x_file):
     Y = X.copy()
     Y[0, 0, 0], Y[1, 2, 3] = np.nan, np.nan
     np.save(tmp_path / "nan.npy", Y)
-    res = _invoke(["info", tmp_path / "nan.npy"])
+    res = cli_invoke(["info", tmp_path / "nan.npy"])
     assert res.exit_code == 0, res.output
     assert "Frobenius norm   undefined: 2 NaN or infinite value(s)\n" in res.stdout and "norm   inf" not in res.stdout
-    res = _invoke(["info", tmp_path / "nan.npy", "--json"])
+    res = cli_invoke(["info", tmp_path / "nan.npy", "--json"])
     info = json.loads(res.stdout)
     assert info["frobenius_norm"] is None and info["nan_or_inf"] == 2
 
@@ -376,13 +352,13 @@ def test_cli_info_of_a_tensor_with_nan_names_the_count(tmp_path, x_file):
 def test_cli_messages_name_the_option(tmp_path, x_file, monkeypatch, args, message):
     monkeypatch.setattr(tk, "rank_sweep", lambda *a, **k: pytest.fail("the sweep ran before the options were checked"))
     sub = {"X": x_file[0], "OUT": tmp_path / "out.npz"}
-    res = _invoke([sub.get(a, a) for a in args])
-    _one_line_error(res, message)
+    res = cli_invoke([sub.get(a, a) for a in args])
+    one_line_error(res, message)
     assert not (tmp_path / "out.npz").exists()
 
 
 def test_cli_bad_scheduler_address_names_the_option(x_file, tmp_path):
     pytest.importorskip("dask.distributed")
-    res = _invoke(["decompose", x_file[0], "--ranks", "2,2,2", "--scheduler", "bogus", "-o", tmp_path / "o.npz"])
-    _one_line_error(res, "--scheduler 'bogus' is not a scheduler address (missing port number in address 'bogus'); "
+    res = cli_invoke(["decompose", x_file[0], "--ranks", "2,2,2", "--scheduler", "bogus", "-o", tmp_path / "o.npz"])
+    one_line_error(res, "--scheduler 'bogus' is not a scheduler address (missing port number in address 'bogus'); "
                          "expected 'local' or an address such as tcp://host:8786")

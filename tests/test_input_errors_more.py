@@ -16,36 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tuckerkit.cli import app
-from typer.testing import CliRunner
+from conftest import cli_invoke, folder_state, one_line_error
 
 import tuckerkit as tk
 from tuckerkit.io import TensorFileError, load_metadata, load_result, load_tensor, open_tensor, save_result
 from tuckerkit.sparse import COOTensor
-
-runner = CliRunner()
-
-
-def _invoke(args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def _one_line_error(res, message: str) -> None:
-    """Exit 1, exactly one line on the output, ``error: <message>`` (no traceback, no 'Aborted!')."""
-    assert res.exit_code == 1, res.output
-    assert res.output.strip().splitlines() == [f"error: {message}"], res.output
-
-
-def _folder(tmp_path):
-    return {q.name: (q.stat().st_size, q.stat().st_mtime_ns) for q in tmp_path.iterdir()}
-
-
-@pytest.fixture
-def x_file(tmp_path, rng):
-    X = rng.random((6, 7, 8))
-    p = tmp_path / "x.npy"
-    np.save(p, X)
-    return p, X
 
 
 def _npy(path: Path, shape, data_bytes: int, descr: str = "<f8") -> Path:
@@ -73,11 +48,11 @@ def test_a_truncated_npy_names_the_claimed_and_the_present_size(tmp_path, x_file
         with pytest.raises(TensorFileError) as info:
             load_tensor(t, mmap=mmap)
         assert str(info.value) == message
-    before = _folder(tmp_path)
-    res = _invoke(["decompose", t, "--ranks", "2,2,2", "-o", tmp_path / "out.npz"])
-    _one_line_error(res, message)
-    _one_line_error(_invoke(["info", t]), message)
-    assert _folder(tmp_path) == before
+    before = folder_state(tmp_path)
+    res = cli_invoke(["decompose", t, "--ranks", "2,2,2", "-o", tmp_path / "out.npz"])
+    one_line_error(res, message)
+    one_line_error(cli_invoke(["info", t]), message)
+    assert folder_state(tmp_path) == before
 
 
 def test_a_header_claiming_more_than_the_file_holds(tmp_path):
@@ -117,7 +92,7 @@ def test_a_header_claiming_fewer_elements_than_the_file_holds_is_refused(tmp_pat
     with pytest.raises(TensorFileError) as info:
         load_tensor(p)
     assert str(info.value) == message
-    _one_line_error(_invoke(["info", p]), message)
+    one_line_error(cli_invoke(["info", p]), message)
     exact = _npy(tmp_path / "exact.npy", (2, 2, 2), 64)  # the bytes the header claims: read as before
     assert load_tensor(exact).shape == (2, 2, 2)
 
@@ -125,12 +100,12 @@ def test_a_header_claiming_fewer_elements_than_the_file_holds_is_refused(tmp_pat
 def test_a_corrupt_mask_is_one_line(tmp_path, x_file):
     p, _ = x_file
     m = _npy(tmp_path / "mask.npy", (6, 7, 8), 10, descr="|b1")
-    before = _folder(tmp_path)
-    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", m, "-o", tmp_path / "out.npz"])
-    _one_line_error(res, f"--mask {str(m)!r} is not a valid .npy file (its header claims an array of shape "
+    before = folder_state(tmp_path)
+    res = cli_invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", m, "-o", tmp_path / "out.npz"])
+    one_line_error(res, f"--mask {str(m)!r} is not a valid .npy file (its header claims an array of shape "
                          "(6, 7, 8) and dtype bool (336 bytes) but 10 bytes of data are present; the file is "
                          "truncated or corrupt)")
-    assert _folder(tmp_path) == before
+    assert folder_state(tmp_path) == before
 
 
 # ---------------------------------------------------------------------- 2. a text file as .npz or as --mask
@@ -147,8 +122,8 @@ def test_a_text_file_named_npz_is_not_an_object_array(tmp_path):
     assert str(info.value) == message
     with pytest.raises(TensorFileError, match=r"is not a valid tuckerkit result file: it is not a zip archive"):
         load_metadata(p)
-    res = _invoke(["decompose", p, "--ranks", "1,1", "-o", tmp_path / "out.npz"])
-    _one_line_error(res, message)
+    res = cli_invoke(["decompose", p, "--ranks", "1,1", "-o", tmp_path / "out.npz"])
+    one_line_error(res, message)
     e = tmp_path / "e.npz"
     e.write_bytes(b"")
     with pytest.raises(TensorFileError, match=r"^'.*e\.npz' is not a valid \.npz file \(it is empty; expected a zip "
@@ -164,12 +139,12 @@ def test_a_text_file_as_mask_is_not_pickled_data(tmp_path, x_file):
     p, _ = x_file
     m = tmp_path / "mask.npy"
     m.write_text("1 0 1\n")
-    before = _folder(tmp_path)
-    res = _invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", m, "-o", tmp_path / "out.npz"])
-    _one_line_error(res, f"--mask {str(m)!r} is not a valid .npy file (it looks like a text file; expected a "
+    before = folder_state(tmp_path)
+    res = cli_invoke(["decompose", p, "--method", "cp", "--rank", "2", "--mask", m, "-o", tmp_path / "out.npz"])
+    one_line_error(res, f"--mask {str(m)!r} is not a valid .npy file (it looks like a text file; expected a "
                          "boolean array saved by numpy.save)")
     assert "pickle" not in res.output
-    assert _folder(tmp_path) == before
+    assert folder_state(tmp_path) == before
 
 
 # ------------------------------------------------------------------------ 3. COOTensor's coordinates and shape
@@ -280,11 +255,11 @@ def test_a_read_only_out_may_still_shape_a_plan():
      "79,999,999,998,400,000,000,008 bytes; expected operands below 2**63 bytes"),
 ])
 def test_cli_plan_refuses_bad_shapes_in_one_line(shapes, message):
-    _one_line_error(_invoke(["plan", "mk,kn->mn", "--shapes", shapes]), message)
+    one_line_error(cli_invoke(["plan", "mk,kn->mn", "--shapes", shapes]), message)
 
 
 def test_cli_plan_of_operands_that_cannot_be_allocated_names_shapes():
-    res = _invoke(["plan", "mk,kn->mn", "--shapes", "400000x400000x400x400,4x5"])
+    res = cli_invoke(["plan", "mk,kn->mn", "--shapes", "400000x400000x400x400,4x5"])
     assert res.exit_code == 1, res.output
     assert len(res.output.strip().splitlines()) == 1
     assert res.output.startswith("error: --shapes '400000x400000x400x400,4x5' cannot be planned here ("), res.output
@@ -332,14 +307,14 @@ def test_save_result_stores_numpy_numbers_as_numbers_and_json_is_standard(tmp_pa
 
 def test_cli_info_shows_the_true_kind_and_no_none(tmp_path, tucker_model):
     p = save_result(tmp_path / "t.npz", tucker_model)
-    res = _invoke(["info", p])
+    res = cli_invoke(["info", p])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0] == f"file       {p} (Tucker result, tucker)"
     bare = tmp_path / "bare.npz"  # a result without a metadata member
     np.savez(bare, core=np.asarray(tucker_model.core),
              **{f"factors_{i}": np.asarray(U) for i, U in enumerate(tucker_model.factors)})
     assert isinstance(load_result(bare), tk.TuckerTensor)
-    res = _invoke(["info", bare])
+    res = cli_invoke(["info", bare])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0] == f"file       {bare} (Tucker result)"
     assert "None" not in res.output
@@ -359,14 +334,14 @@ def test_key_and_shape_for_a_npy_are_refused(tmp_path, x_file):
         with pytest.raises(TensorFileError) as info:
             fn(p, shape=(1, 2, 3))
         assert str(info.value) == shape_message
-    before = _folder(tmp_path)
-    _one_line_error(_invoke(["decompose", p, "--key", "a", "--ranks", "2,2,2", "-o", tmp_path / "o.npz"]),
+    before = folder_state(tmp_path)
+    one_line_error(cli_invoke(["decompose", p, "--key", "a", "--ranks", "2,2,2", "-o", tmp_path / "o.npz"]),
                     key_message)
-    _one_line_error(_invoke(["decompose", p, "--shape", "1,2,3", "--ranks", "2,2,2", "-o", tmp_path / "o.npz"]),
+    one_line_error(cli_invoke(["decompose", p, "--shape", "1,2,3", "--ranks", "2,2,2", "-o", tmp_path / "o.npz"]),
                     shape_message)
-    _one_line_error(_invoke(["info", p, "--shape", "1,2,3"]), shape_message)
-    _one_line_error(_invoke(["ranks", p, "--key", "a"]), key_message)
-    assert _folder(tmp_path) == before
+    one_line_error(cli_invoke(["info", p, "--shape", "1,2,3"]), shape_message)
+    one_line_error(cli_invoke(["ranks", p, "--key", "a"]), key_message)
+    assert folder_state(tmp_path) == before
 
 
 def test_key_for_a_tns_and_shape_for_a_npz_are_refused(tmp_path):

@@ -37,7 +37,14 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
-from tuckerkit.engine._tiny_kernels import _householder_q, _sign_fix_cols, certified_top, tiny_left_singular_warm
+from tuckerkit.engine._tiny_kernels import (
+    _householder_q,
+    _sign_fix_cols,
+    certified_top,
+    gram_lower,
+    product_into,
+    tiny_left_singular_warm,
+)
 
 #: the compiled sweep is taken on tensors of at most ``SMALL_SWEEP_MAX_ELEMS`` elements where ``X.size *
 #: max(ranks)**4`` is at most ``SMALL_SWEEP_MAX_WORK`` (its loops, the unfoldings' products and Grams, grow with
@@ -112,22 +119,15 @@ def _prepare(form, P, s0, s1, s2, n0, n1, n2, U, M, route, start, seed, G, S0): 
     for x in range(I):
         for q in range(Pm):
             M[x, q] = 0.0
-    if form == 0:
+    if form < 2:  # (0: rows i, U's rows j; 1: rows j, U's rows i)
         for i in range(n0):
             for j in range(n1):
                 o = i * s0 + j * s1
+                row, ur = (i, j) if form == 0 else (j, i)
                 for b in range(rU):
-                    u = U[j, b]
+                    u = U[ur, b]
                     for t in range(n2):
-                        M[i, b * n2 + t] += u * P[o + t * s2]
-    elif form == 1:
-        for i in range(n0):
-            for j in range(n1):
-                o = i * s0 + j * s1
-                for a in range(rU):
-                    u = U[i, a]
-                    for t in range(n2):
-                        M[j, a * n2 + t] += u * P[o + t * s2]
+                        M[row, b * n2 + t] += u * P[o + t * s2]
     elif form == 2:
         for t in range(n0):
             for k in range(n1):
@@ -145,34 +145,25 @@ def _prepare(form, P, s0, s1, s2, n0, n1, n2, U, M, route, start, seed, G, S0): 
                     for l in range(n2):  # noqa: E741
                         M[l, t * rU + c] += u * P[o + l * s2]
     r = start.shape[1]
-    if route == 1:  # the mode's own Gram M M^T (its lower triangle, mirrored: exactly symmetric)
+    if route == 1:  # the mode's own Gram M M^T, the start block: the factor, then the seeded column
+        if not gram_lower(M, G, True):
+            G[0, 0] = np.nan  # (not finite: the certified iteration refuses, LAPACK's route says why)
         for x in range(I):
-            for y in range(x + 1):
-                g = 0.0
-                for p in range(Pm):
-                    g += M[x, p] * M[y, p]
-                G[x, y] = g
-                G[y, x] = g
             for j in range(r):
                 S0[x, j] = start[x, j]
             S0[x, r] = seed[x]
-    elif route == 2:  # the other side's M^T M, and the start's image M^T start
+    elif route == 2:  # the other side's M^T M; the start block: the factor's image M^T start, the seeded column
+        if not gram_lower(M, G, False):
+            G[0, 0] = np.nan
         for p in range(Pm):
-            for q in range(p + 1):
-                G[p, q] = 0.0
             for j in range(r):
                 S0[p, j] = 0.0
+            S0[p, r] = seed[p]
         for x in range(I):
             for p in range(Pm):
                 m = M[x, p]
-                for q in range(p + 1):
-                    G[p, q] += m * M[x, q]
                 for j in range(r):
                     S0[p, j] += m * start[x, j]
-        for p in range(Pm):
-            for q in range(p):
-                G[q, p] = G[p, q]
-            S0[p, r] = seed[p]
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
@@ -180,12 +171,7 @@ def _other_side(M, V, B, H, Q, U):  # pragma: no cover - compiled
     """``U`` = the Q of the thin QR of ``M V`` (Householder), signs fixed: the left vectors from the right ones."""
     I, P = M.shape  # noqa: E741
     r = V.shape[1]
-    for x in range(I):
-        for j in range(r):
-            t = 0.0
-            for p in range(P):
-                t += M[x, p] * V[p, j]
-            B[x, j] = t
+    product_into(M, V, B, I, P, r)
     _householder_q(B, I, r, H, Q)
     for x in range(I):
         for j in range(r):

@@ -169,10 +169,21 @@ def _sign_fix_cols(U, I, r):  # noqa: E741 # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tiny_left_body(M, r, U, w, A, V, warm):  # pragma: no cover - compiled
-    # tiny_left_singular's body, its n x n work arrays A and V given (V the previous eigenvectors where ``warm``)
+def product_into(A, B, C, m, k, n):  # pragma: no cover - compiled
+    """``C[:m, :n] = A[:m, :k] B[:k, :n]``, each entry one in-order sum (float64)."""
+    for a in range(m):
+        for b in range(n):
+            t = 0.0
+            for p in range(k):
+                t += A[a, p] * B[p, b]
+            C[a, b] = t
+
+
+@njit(cache=True, nogil=True, inline="always")
+def gram_lower(M, A, first):  # pragma: no cover - compiled
+    """The Gram of ``M``'s rows (``first``: ``M M^T``) or columns (``M^T M``) into ``A`` in float64, each entry one
+    in-order sum, the lower triangle mirrored (exactly symmetric); False (``A`` not to be used) when not finite."""
     I, P = M.shape  # noqa: E741
-    first = I <= P
     n = I if first else P
     for a in range(n):
         for b in range(a + 1):
@@ -187,14 +198,20 @@ def _tiny_left_body(M, r, U, w, A, V, warm):  # pragma: no cover - compiled
                 return False
             A[a, b] = t
             A[b, a] = t
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tiny_left_body(M, r, U, w, A, V, warm):  # pragma: no cover - compiled
+    # tiny_left_singular's body, its n x n work arrays A and V given (V the previous eigenvectors where ``warm``)
+    I, P = M.shape  # noqa: E741
+    first = I <= P
+    n = I if first else P
+    if not gram_lower(M, A, first):
+        return False
     if warm:  # A := V^T A V (its lower triangle, mirrored), T = A V first
         T = stack_matrix(n, n, 0.0)
-        for a in range(n):
-            for b in range(n):
-                t = 0.0
-                for k in range(n):
-                    t += A[a, k] * V[k, b]
-                T[a, b] = t
+        product_into(A, V, T, n, n, n)
         for a in range(n):
             for b in range(a + 1):
                 t = 0.0
