@@ -250,3 +250,18 @@ def test_warm_jacobi_finds_the_cold_pairs(shape, rng):
         np.testing.assert_allclose(w, w0, rtol=0, atol=1e2 * _eps(np.float64) * w0[0])
         _same_subspace(U, U0, 1e-10)
         np.testing.assert_allclose(V.T @ V, np.eye(n), atol=1e-13)
+
+
+def test_same_bits_for_one_or_more_blas_threads_and_workers(rng):
+    """The products on one BLAS thread whatever the caller set, the kernels serial: the same bits under
+    ``threadpool_limits(1)`` (tuckerkit serial too) as with every core."""
+    from threadpoolctl import threadpool_limits
+
+    X = planted_tucker(rng, (30, 30, 30), (5, 5, 5), np.float64, noise=1e-2)
+    a = tk.hooi(X, 5, max_iter=4, tol=0)
+    with threadpool_limits(1):
+        b = tk.hooi(X, 5, max_iter=4, tol=0)
+    assert a.plans[0].kind == b.plans[0].kind == "ttmc_compiled"
+    np.testing.assert_array_equal(a.core, b.core)
+    for U, V in zip(a.factors, b.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
