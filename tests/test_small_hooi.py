@@ -150,8 +150,8 @@ def test_refused_steps_take_lapack_and_the_sweep_goes_on(shape, rng, monkeypatch
 @pytest.mark.parametrize(("shape", "ranks"), [((10, 10, 10, 10), (3, 3, 3, 3)), ((8, 9, 10, 11), (2, 3, 2, 3)),
                                               ((14, 14, 14, 14), (3, 3, 3, 3)), ((30, 6, 7, 8), (4, 2, 3, 2))])
 def test_four_way_sweeps_match_the_direct_route(shape, ranks, dtype, rng, monkeypatch):
-    """4-way C-ordered tensors: the same comparison as the 3-way one (fits to the fit's rounding, the same
-    subspaces, the core the projection); an F-ordered one keeps the direct route."""
+    """4-way tensors in C and F order: the same comparison as the 3-way one (fits to the fit's rounding, the same
+    subspaces, the core the projection: the F-ordered run's core axes come back in order)."""
     core = rng.standard_normal(ranks)
     Us = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(shape, ranks, strict=True)]
     X = np.einsum("abcd,ia,jb,kc,ld->ijkl", core, *Us)
@@ -167,8 +167,13 @@ def test_four_way_sweeps_match_the_direct_route(shape, ranks, dtype, rng, monkey
         _same_subspace(U, V, 1e3 * eps)
     ref = np.einsum("ijkl,ia,jb,kc,ld->abcd", X.astype(np.float64), *(U.astype(np.float64) for U in a.factors))
     np.testing.assert_allclose(a.core, ref, rtol=0, atol=1e2 * eps * np.abs(ref).max())
-    monkeypatch.setattr(_tucker, "_SMALL_SWEEPS", True)
-    assert tk.hooi(np.asfortranarray(X), ranks, max_iter=2, tol=0).plans[0].kind == "ttmc"
+    f = _hooi(np.asfortranarray(X), ranks, True, monkeypatch, init="hosvd", max_iter=8, tol=0)
+    assert f.plans[0].kind == "ttmc_compiled"
+    np.testing.assert_allclose(f.fit_history, b.fit_history, rtol=0, atol=1e2 * eps / (1 - b.fit))
+    for U, V in zip(f.factors, b.factors, strict=True):
+        _same_subspace(U, V, 1e3 * eps)
+    ref = np.einsum("ijkl,ia,jb,kc,ld->abcd", X.astype(np.float64), *(U.astype(np.float64) for U in f.factors))
+    np.testing.assert_allclose(f.core, ref, rtol=0, atol=1e2 * eps * np.abs(ref).max())
 
 
 def test_one_four_way_sweep_is_the_reference_iteration(rng, monkeypatch):

@@ -719,7 +719,7 @@ def _full_modes(X: Any, ranks: Sequence[int], fixed: Any, em: Any) -> set[int]:
 
 def _small_sweep(X: Any, ranks: Sequence[int], fixed: Any, em: Any, svd: str) -> Any:
     """The compiled sweep's set-up (:class:`~tuckerkit.engine._small_hooi.SmallSweep`) where HOOI's sweeps of ``X``
-    take its compiled factor steps: a host float32 / float64 3-way (C or F order) or 4-way (C order) tensor within
+    take its compiled factor steps: a host float32 / float64 3- or 4-way tensor in C or F order within
     ``SMALL_SWEEP_MAX_ELEMS`` and ``SMALL_SWEEP_MAX_WORK`` (its size times the largest rank's fourth power), the
     exact SVD, no fixed factors nor
     missing data, and every mode's factor step on a compiled route
@@ -730,7 +730,7 @@ def _small_sweep(X: Any, ranks: Sequence[int], fixed: Any, em: Any, svd: str) ->
         return None
     data = X.data
     if type(data) not in (np.ndarray, np.memmap) or data.dtype.char not in "fd" or not (
-            data.flags.c_contiguous or (data.flags.f_contiguous and data.ndim == 3)):
+            data.flags.c_contiguous or data.flags.f_contiguous):
         return None
     from tuckerkit.engine._direct import direct_applies
     from tuckerkit.engine._small_hooi import SmallSweep, small_sweep_routes

@@ -187,7 +187,7 @@ def _shared(t: tuple[int, int], s: tuple[int, int]) -> tuple[np.ndarray, np.ndar
 
 
 class SmallSweep:
-    """HOOI's sweeps of one call on ``X`` (3-way in C or F order, or 4-way in C order; float32 or float64) at
+    """HOOI's sweeps of one call on ``X`` (3- or 4-way, C or F order; float32 or float64) at
     ``ranks``, whose factor steps take ``routes`` (:func:`small_sweep_routes`): the work arrays, made once, and
     :meth:`sweep`.
 
@@ -221,11 +221,12 @@ class SmallSweep:
             # (mode, form, partial, strides, sizes)
             self.steps = [(0, 0, self.T, T_st, (I0, I1, r2)), (1, 1, self.T, T_st, (I0, I1, r2)),
                           (2, 3, self.S, S_st, (r0, I1, I2))]
-        else:  # 4-way, C order: T = X (I0 I1, I2 I3) @ (U2 kron U3), S = (N0 kron N1)^T X
+        else:  # 4-way: T = X (I0 I1, I2 I3) @ (U2 kron U3), S = (N0 kron N1)^T X (F order: the Kronecker factors
+            # swapped, so that their rows follow X's F-ordered index pairs; S's rank pairs (b, a), see sweep)
             I2, I3 = shape[2], shape[3]
-            self.X_t = self.X_s = X64.reshape(I0 * I1, rest)
+            self.X_t = self.X_s = X64.reshape(I0 * I1, rest, order=layout)
             self.T, self.S = _shared((I0 * I1, rrest), (r0 * r1, rest))
-            T_st, S_st = (I1 * rrest, rrest, 1), (rest, I3, 1)
+            T_st, S_st = ((rrest, I0 * rrest, 1), (rest, 1, I2)) if self.fo else ((I1 * rrest, rrest, 1), (rest, I3, 1))
             self.steps = [(0, 0, self.T, T_st, (I0, I1, rrest)), (1, 1, self.T, T_st, (I0, I1, rrest)),
                           (2, 2, self.S, S_st, (r0 * r1, I2, I3)), (3, 3, self.S, S_st, (r0 * r1, I2, I3))]
         self.budget = COMPILED_STEPS
@@ -262,10 +263,13 @@ class SmallSweep:
 
     def _products(self, n: int, F: list[Any], N: list[Any]) -> None:
         """The tensor's product before mode ``n`` (0: ``T``, 2: ``S``; none before the others)."""
+        swap = self.fo and self.N == 4
         if n == 0:
-            np.matmul(self.X_t, F[2] if self.N == 3 else np.kron(F[2], F[3]), out=self.T)
+            np.matmul(self.X_t, F[2] if self.N == 3 else np.kron(F[3], F[2]) if swap else np.kron(F[2], F[3]),
+                      out=self.T)
         elif n == 2:
-            np.matmul(N[0].T if self.N == 3 else np.kron(N[0], N[1]).T, self.X_s, out=self.S)
+            np.matmul(N[0].T if self.N == 3 else (np.kron(N[1], N[0]) if swap else np.kron(N[0], N[1])).T,
+                      self.X_s, out=self.S)
 
     def sweep(self, factors: list[Any], backoffs: list[Any], policy: Any) -> tuple[list[Any], Any, bool]:
         """One sweep from ``factors``: the new factors (fresh C-contiguous arrays of ``X``'s dtype), the core
@@ -308,7 +312,10 @@ class SmallSweep:
                     U, _ = leading_left_singular(self.M[n], 0, r, policy, start=F[n], backoff=SkipBackoff())
                     N[n] = np.array(U, dtype=f8)
             last = self.N - 1
-            core = (self.M[last].T @ N[last]).reshape(ranks)
+            core = self.M[last].T @ N[last]
+            if self.fo and self.N == 4:  # (S's rank pairs (b, a): the core's first two modes swapped back)
+                core = core.reshape(ranks[1], ranks[0], *ranks[2:]).transpose(1, 0, 2, 3)
+            core = core.reshape(ranks)
         out = N if dtype == f8 else [U.astype(dtype) for U in N]
         return out, core.astype(dtype, copy=False), not 0 < lapack == sum(r != TINY for r in routes)
 
