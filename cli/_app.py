@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer._click.exceptions import BadParameter, UsageError
 from typer.core import TyperCommand, TyperGroup
 
 from tuckerkit._version import __version__
@@ -50,6 +51,14 @@ class CLIError(Exception):
     """A user-facing error: printed as one line, exit code 1."""
 
 
+class _BadValue(UsageError):
+    """A malformed option value: a usage error (exit code 2) shown as one line, ``error: --max-iter must be an
+    integer; received '2.5'``, without the usage block."""
+
+    def show(self, file: Any = None) -> None:
+        typer.echo(f"error: {self.format_message()}", err=True)
+
+
 class _Command(TyperCommand):
     """typer's command with the conventional usage line, ``Usage: tuckerkit decompose [OPTIONS] INPUT``
     (typer writes a required argument as ``{input}``), and its plain option values converted without
@@ -59,7 +68,17 @@ class _Command(TyperCommand):
         from tuckerkit.cli._params import install
 
         install(self.get_params(ctx))  # ints, floats, strings and paths converted without importing pydantic
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except BadParameter as exc:  # a malformed number: one line naming the option and the text received
+            param: Any = exc.param
+            annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+            kind = "an integer" if annotation is int else "a number" if annotation is float else None
+            if param is None or kind is None or not hasattr(exc, "received"):
+                raise
+            opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
+            name = max(opts, key=len) if opts else (param.name or "").upper()
+            raise _BadValue(f"{name} must be {kind}; received {exc.received!r}", ctx) from None
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -174,6 +193,19 @@ def _run(debug: bool, fn, *args, **kwargs):
             msg = msg.replace("memory_limit=", "--memory-limit=").replace("raise memory_limit", "raise --memory-limit")
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1) from None
+
+
+@contextlib.contextmanager
+def _input_named(path: Path):
+    """The library's refusal of a NaN or Inf in its argument ``X`` (``X contains 1 NaN or infinite value(s);
+    ...``), named as the input file it was read from (``'x.npy' contains ...``)."""
+    try:
+        yield
+    except ValueError as exc:
+        msg = str(exc)
+        if msg.startswith("X ") and "NaN or infinite" in msg.splitlines()[0]:
+            raise CLIError(f"{str(path)!r} {msg[2:]}") from None
+        raise
 
 
 def _parse_ints(text: str, name: str) -> list[int]:
@@ -415,9 +447,10 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         # the file's metadata, the ranks and the output path are checked before the one NaN/Inf scan, which
         # the decomposition runs as it reads the tensor
         _own_process_numba()  # this process is the CLI's: cached kernels load without a refresh
-        with open_tensor(input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
-                         csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,
-                         allow_external=allow_external, iterations=n_iter_max) as X:
+        with _input_named(input), open_tensor(
+                input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
+                csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,
+                allow_external=allow_external, iterations=n_iter_max) as X:
             rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks") if ranks is not None else None
             check_output_path(out, force=force, inputs=(input,))
             t0 = time.perf_counter()

@@ -66,7 +66,11 @@ class _Coercion:
             from typer._coercion import build_runtime_param
 
             self.typer_own = build_runtime_param(param.type_descriptor)
-        return self.typer_own.coerce(value, param=param, ctx=ctx)
+        try:
+            return self.typer_own.coerce(value, param=param, ctx=ctx)
+        except Exception as exc:  # typer's error, its message unchanged; the text given kept for the CLI's line
+            exc.received = value  # type: ignore[attr-defined]
+            raise
 
 
 def _simple(param: Any) -> bool:

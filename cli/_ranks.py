@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import typer
-from tuckerkit.cli._app import CLIError, _Command, _own_process_numba, _parse_ints, _run, app
+from tuckerkit.cli._app import CLIError, _Command, _input_named, _own_process_numba, _parse_ints, _run, app
 
 METHODS = ("cp", "nn-cp", "tucker", "nn-tucker")
 
@@ -62,8 +62,9 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
     if input.suffix.lower() == ".tns":
         _own_process_numba()
     X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
-    table = tk.rank_sweep(X, range(min_rank, max_rank + 1), method=method, tol=tol, max_iter=max_iter,
-                          random_state=seed)
+    with _input_named(input):
+        table = tk.rank_sweep(X, range(min_rank, max_rank + 1), method=method, tol=tol, max_iter=max_iter,
+                              random_state=seed)
     if json_out:
         rows = [{"rank": r.rank, "error": r.error, "fit": r.fit,
                  "corcondia": None if r.corcondia != r.corcondia else r.corcondia, "seconds": r.seconds,

@@ -353,7 +353,7 @@ def _unpack_model(init: Any, kind: str) -> tuple[Any, list[Any]] | None:
 
 
 def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, kind: str,
-               methods: Sequence[str]) -> str | tuple[Any, list[Any]]:
+               methods: Sequence[str], dtype: Any = None) -> str | tuple[Any, list[Any]]:
     """The ``init=`` of HOOI (``kind="tucker"``, ``ranks`` per mode) or CP-ALS (``kind="cp"``, one ``rank``).
 
     Accepted: one of ``methods``; a model (tuckerkit's ``TuckerTensor``/``CPTensor``, TensorLy's, pyttb's
@@ -361,9 +361,11 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
     ``(weights, factors)`` (CP, ``weights`` may be None) pair. Returns the method name, or ``(first,
     factors)``: the core or weights (None when not given) and the factor matrices, checked for their shapes
     (``(I_n, R_n)``; CP: ``(I_n, rank)``) and finite, numeric values. Every message is one line and shows
-    shapes and dtypes, never an array's entries.
+    shapes and dtypes, never an array's entries. With ``dtype`` (X's) real, complex factors, core or weights
+    are refused (a cast would drop their imaginary parts).
     """
     N = len(shape)
+    real_x = dtype is not None and np.dtype(dtype).kind != "c"
     if isinstance(init, str):
         if init not in methods:
             names = ", ".join(repr(m) for m in methods)
@@ -393,6 +395,9 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
     checked = []
     for n, U in enumerate(factors):
         U = check_matrix(U, f"init factor {n}", np.float32)
+        if real_x and np.dtype(U.dtype).kind == "c":
+            raise TypeError(f"init's factors[{n}] has complex dtype {U.dtype}; expected real factors for a real X "
+                            f"({np.dtype(dtype)})")
         if count_nonfinite(U):
             raise ValueError(f"init factor {n} contains NaN or infinite values; expected finite numbers")
         checked.append(U)
@@ -403,6 +408,9 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
         if got_shape != tuple(shape) or cols != want:
             raise ValueError(f"init has shape {got_shape} and ranks {cols}; expected shape {tuple(shape)} and "
                              f"ranks {want}")
+        if real_x and first is not None and hasattr(first, "dtype") and np.dtype(first.dtype).kind == "c":
+            raise TypeError(f"init's core has complex dtype {first.dtype}; expected a real core for a real X "
+                            f"({np.dtype(dtype)})")
         return first, checked
     if len(set(cols)) > 1:
         raise ValueError(f"init's factor matrices have {list(cols)} columns; expected {ranks} each (the rank)")
@@ -415,6 +423,9 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
             raise ValueError(f"init's weights are {describe(w)}; expected a vector of {ranks} weights (or None)")
         if np.dtype(w.dtype).kind not in "biufc":
             raise TypeError(f"init's weights have dtype {w.dtype}; expected numbers")
+        if real_x and np.dtype(w.dtype).kind == "c":
+            raise TypeError(f"init's weights have complex dtype {w.dtype}; expected real weights for a real "
+                            f"X ({np.dtype(dtype)})")
         if count_nonfinite(w):
             raise ValueError("init's weights contain NaN or infinite values; expected finite numbers")
         first = w

@@ -763,7 +763,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     check_callback(callback)
     N = X.ndim
     init = check_init(init, X.shape, ranks, kind="tucker",
-                      methods=("st_hosvd", "st_hosvd_sketch", "hosvd", "random"))
+                      methods=("st_hosvd", "st_hosvd_sketch", "hosvd", "random"), dtype=X.dtype)
     start_fit = None
     partials: dict[frozenset[int], Any] = {}  # the start's projections that the first sweep takes
     small = _small_sweep(X, ranks, fixed, em, svd)  # a small 3-way tensor: compiled factor steps

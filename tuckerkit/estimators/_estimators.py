@@ -47,6 +47,12 @@ def _as_samples(X: Any, est: BaseEstimator, reset: bool) -> np.ndarray:
     return X
 
 
+def _as_codes(Z: Any, name: str, dtype: Any) -> np.ndarray:
+    """The features or coefficients that ``inverse_transform`` takes: numbers, finite (scikit-learn's
+    refusal of NaN or infinity, as ``transform`` and ``fit`` give), of the learned factors' dtype."""
+    return check_array(Z, dtype=dtype, input_name=name, ensure_2d=False, allow_nd=True, ensure_min_samples=0)
+
+
 class TuckerDecomposer(TransformerMixin, BaseEstimator):
     """Tucker decomposition of a tensor of samples ``(n_samples, d_1, ..., d_k)`` as a transformer.
 
@@ -131,6 +137,9 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         fr = self._feature_ranks(X)
         s = check_cp_rank(self.sample_rank, "sample_rank") if self.sample_rank is not None else min(
             X.shape[0], math.prod(fr))
+        if s > X.shape[0]:
+            raise ValueError(f"sample_rank={s} exceeds the number of samples ({X.shape[0]}); expected an integer "
+                             "between 1 and the number of samples")
         if check_bool(self.nonnegative, "nonnegative"):
             T = non_negative_tucker(X, (s, *fr), init="svd" if self.init == "st_hosvd" else self.init, tol=self.tol,
                                     max_iter=self.max_iter, random_state=self.random_state, device=self.device)
@@ -156,7 +165,7 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
 
     def inverse_transform(self, Z):
         check_is_fitted(self, "factors_")
-        Z = np.asarray(Z, dtype=self.factors_[0].dtype)
+        Z = _as_codes(Z, "Z", self.factors_[0].dtype)
         if Z.ndim != 2 or Z.shape[1] != math.prod(self.ranks_):
             raise ValueError(f"Z must have shape (n_samples, {math.prod(self.ranks_)}); received {Z.shape}")
         G = Z.reshape(Z.shape[0], *self.ranks_)
@@ -254,7 +263,7 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
 
     def inverse_transform(self, C):
         check_is_fitted(self, "factors_")
-        C = np.asarray(C, dtype=self.factors_[0].dtype)
+        C = _as_codes(C, "C", self.factors_[0].dtype)
         if C.ndim != 2 or C.shape[1] != self.rank:
             raise ValueError(f"C must have shape (n_samples, {self.rank}); received {C.shape}")
         F = self._scaled()
