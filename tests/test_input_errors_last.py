@@ -175,3 +175,19 @@ def test_cli_bad_numeric_option_value_is_one_line(tmp_path, x_file, args, messag
 def test_cli_other_usage_errors_keep_their_usage_block():
     res = cli_invoke(["decompose"])
     assert res.exit_code == 2 and "Usage: tuckerkit decompose [OPTIONS] INPUT" in res.output
+
+
+@pytest.mark.parametrize("method", ["non_negative_cp", "non_negative_tucker", "cp_apr"])
+def test_the_other_decompositions_refuse_complex_init_for_a_real_x(rng, method):
+    """Non-negative CP and Tucker and CP-APR take the same check of ``init``'s dtype against X's."""
+    X = rng.random((5, 6, 7))
+    U = _complex_factors(rng, X.shape, 2)
+    if method == "non_negative_tucker":
+        init = (np.abs(rng.standard_normal((2, 2, 2))), [np.abs(u) + 0j for u in U])
+    else:
+        init = [np.abs(u) + 0j for u in U]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError, match=r"^init's factors\[0\] has complex dtype complex128; expected real "
+                                            r"factors for a real X \(float64\)$"):
+            getattr(tk, method)(X, 2, init=init)

@@ -207,7 +207,7 @@ def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator, fix
     X = call.X
     xp = X.xp
     nn = frozenset(range(X.ndim)) if nn is None else nn
-    init = check_init(init, X.shape, rank, kind="cp", methods=("svd", "random"))
+    init = check_init(init, X.shape, rank, kind="cp", methods=("svd", "random"), dtype=X.dtype)
     if not isinstance(init, str):
         weights0, given = init
         _check_nonneg_start([U for n, U in enumerate(given) if n in nn], "init factor")
@@ -479,7 +479,7 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
     max_iter = check_max_iter(max_iter)
     rng = _start_rng(random_state, init)
     check_callback(callback)
-    init = check_init(init, X.shape, ranks, kind="tucker", methods=("svd", "random"))
+    init = check_init(init, X.shape, ranks, kind="tucker", methods=("svd", "random"), dtype=X.dtype)
     xp, N = X.xp, X.ndim
     core: Any = None
     if not isinstance(init, str):
