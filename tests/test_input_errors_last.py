@@ -76,7 +76,7 @@ def test_tucker_decomposer_names_sample_rank(rng, nonnegative):
     with pytest.raises(ValueError, match=r"^sample_rank=100 exceeds the number of samples \(20\); expected an "
                                          r"integer between 1 and the number of samples$"):
         tk.TuckerDecomposer(ranks=(2, 3), sample_rank=100, nonnegative=nonnegative).fit(X)
-    with pytest.raises(ValueError, match=r"^ranks\[0\]=10 exceeds the size of mode 0 \(6\)"):
+    with pytest.raises(ValueError, match=r"^ranks\[0\]=10 exceeds the size of feature mode 0 \(6; X's mode 1\)"):
         tk.TuckerDecomposer(ranks=(10, 3)).fit(X)
     assert tk.TuckerDecomposer(ranks=(2, 3), sample_rank=20).fit(X).core_.shape == (20, 2, 3)
 
@@ -191,3 +191,11 @@ def test_the_other_decompositions_refuse_complex_init_for_a_real_x(rng, method):
         with pytest.raises(TypeError, match=r"^init's factors\[0\] has complex dtype complex128; expected real "
                                             r"factors for a real X \(float64\)$"):
             getattr(tk, method)(X, 2, init=init)
+
+
+def test_tucker_decomposer_names_the_feature_mode_of_a_rank_too_large():
+    """An estimator's ranks are per feature mode (X's modes after the samples'): the message says which."""
+    X = np.random.default_rng(0).random((20, 6, 7))
+    with pytest.raises(ValueError, match=re.escape("ranks[1]=10 exceeds the size of feature mode 1 (7; X's mode 2); "
+                                                   "each rank must be between 1 and its mode size")):
+        tk.TuckerDecomposer(ranks=(3, 10)).fit(X)

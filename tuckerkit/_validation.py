@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,7 +135,12 @@ def check_feature_ranks(ranks: Any, shape: Sequence[int], name: str = "ranks") -
                         f"received {describe(ranks)} ({type(ranks).__name__})")
     if len(ranks) != k:
         raise ValueError(f"{name} has {len(ranks)} entries but the samples have {k} feature modes; expected {k}")
-    return check_ranks(ranks, shape, name)
+    try:
+        return check_ranks(ranks, shape, name)
+    except ValueError as exc:  # (its modes are the samples' feature modes: X's modes 1, 2, ...)
+        msg = re.sub(r"the size of mode (\d+) \((\d+)\)",
+                     lambda m: f"the size of feature mode {m[1]} ({m[2]}; X's mode {int(m[1]) + 1})", str(exc))
+        raise ValueError(msg) from None
 
 
 def check_cp_rank(rank: Any, name: str = "rank") -> int:
