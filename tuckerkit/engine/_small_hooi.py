@@ -1,4 +1,4 @@
-"""HOOI's sweeps of a small 3-way dense tensor with compiled factor steps (numba, cached on disk).
+"""HOOI's sweeps of a small 3- or 4-way dense tensor with compiled factor steps (numba, cached on disk).
 
 On a tensor of a few thousand elements an iteration of HOOI is a few tens of thousands of flops: five
 products with the tensor and its projections and three small eigenproblems. Run as numpy and LAPACK calls
@@ -9,7 +9,9 @@ step is three calls:
 
 * the product with the tensor where the dimension tree reads it (BLAS, float64; a float32 tensor copied to
   float64 once a call): ``T = X x_2 U_2^T`` before mode 0, whose unfolding is ``T x_1 U_1^T`` and mode 1's (with
-  the new ``U_0``) ``T x_0 U_0^T``; ``S = X x_0 U_0^T`` before mode 2, whose unfolding is ``S x_1 U_1^T``;
+  the new ``U_0``) ``T x_0 U_0^T``; ``S = X x_0 U_0^T`` before mode 2, whose unfolding is ``S x_1 U_1^T`` (4
+  modes: ``T`` projects modes 2 and 3 at once, on the Kronecker product of their factors, and ``S`` modes 0 and
+  1; modes 2 and 3 come from ``S``, :class:`SmallSweep`);
 * one compiled call (:func:`_prepare`) makes the mode's unfolding from them and, for the certified iteration,
   its Gram and start block;
 * the factor by the route :func:`~._subspace.leading_left_singular` takes for that unfolding on the host: the
