@@ -221,7 +221,7 @@ def test_estimator_ranks_are_validated_in_fit(rng):
         TuckerDecomposer(ranks=True).fit(X)
     with pytest.raises(TypeError, match=r"^ranks\[0\] must be an integer; received 2.5 \(float\)$"):
         TuckerDecomposer(ranks=[2.5, 2]).fit(X)
-    with pytest.raises(ValueError, match=r"^ranks\[1\]=7 exceeds the size of mode 1 \(6\)"):
+    with pytest.raises(ValueError, match=r"^ranks\[1\]=7 exceeds the size of feature mode 1 \(6; X's mode 2\)"):
         TuckerDecomposer(ranks=[2, 7]).fit(X)
     with pytest.raises(TypeError, match=r"^sample_rank must be an integer; received 1.5 \(float\)$"):
         TuckerDecomposer(ranks=2, sample_rank=1.5).fit(X)
