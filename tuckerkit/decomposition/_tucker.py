@@ -721,8 +721,7 @@ def _small_sweep(X: Any, ranks: Sequence[int], fixed: Any, em: Any, svd: str) ->
     """The compiled sweep's set-up (:class:`~tuckerkit.engine._small_hooi.SmallSweep`) where HOOI's sweeps of ``X``
     take its compiled factor steps: a host float32 / float64 3- or 4-way tensor in C or F order within
     ``SMALL_SWEEP_MAX_ELEMS`` and ``SMALL_SWEEP_MAX_WORK`` (its size times the largest rank's fourth power), the
-    exact SVD, no fixed factors nor
-    missing data, and every mode's factor step on a compiled route
+    exact SVD, no fixed factors nor missing data, and every mode's factor step on a compiled route
     (:func:`~tuckerkit.engine._small_hooi.small_sweep_routes`); else None."""
     from tuckerkit.engine import DenseTensor
 
@@ -737,12 +736,12 @@ def _small_sweep(X: Any, ranks: Sequence[int], fixed: Any, em: Any, svd: str) ->
 
     if not direct_applies(data, max(ranks), projections=True):  # (a variant of the direct route: within its bounds)
         return None
+    rk = tuple(int(r) for r in ranks)
+    routes = small_sweep_routes(data.shape, rk)
+    return None if routes is None else SmallSweep(data, rk, routes)
 
-    routes = small_sweep_routes(data.shape, tuple(int(r) for r in ranks))
-    return None if routes is None else SmallSweep(data, tuple(int(r) for r in ranks), routes)
 
-
-#: whether HOOI takes the compiled sweep of small 3-way tensors where it applies (:func:`_small_sweep`; tests
+#: whether HOOI takes the compiled sweep of small 3- and 4-way tensors where it applies (:func:`_small_sweep`; tests
 #: turn it off to compare with the direct route)
 _SMALL_SWEEPS = True
 
@@ -766,7 +765,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
                       methods=("st_hosvd", "st_hosvd_sketch", "hosvd", "random"), dtype=X.dtype)
     start_fit = None
     partials: dict[frozenset[int], Any] = {}  # the start's projections that the first sweep takes
-    small = _small_sweep(X, ranks, fixed, em, svd)  # a small 3-way tensor: compiled factor steps
+    small = _small_sweep(X, ranks, fixed, em, svd)  # a small 3- or 4-way tensor: compiled factor steps
     if not isinstance(init, str):
         factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
     else:

@@ -96,7 +96,7 @@ class DirectSweep:
     Attributes
     ----------
     kind : str
-        ``"mttkrp"`` (CP-ALS), ``"ttmc"`` (HOOI), or ``"ttmc_compiled"`` (HOOI's sweep of a small 3-way tensor
+        ``"mttkrp"`` (CP-ALS), ``"ttmc"`` (HOOI), or ``"ttmc_compiled"`` (HOOI's sweep of a small 3- or 4-way tensor
         with compiled factor steps, :mod:`tuckerkit.engine._small_hooi`).
     shape : tuple of int
         The tensor's shape.

@@ -311,6 +311,7 @@ class SmallSweep:
                     N[n] = self.U[n].copy()
                 else:
                     lapack += routes[n] != TINY
+                    # (with a start and a backoff that skips, the route goes straight to LAPACK: no cold retry)
                     U, _ = leading_left_singular(self.M[n], 0, r, policy, start=F[n], backoff=SkipBackoff())
                     N[n] = np.array(U, dtype=f8)
             last = self.N - 1
