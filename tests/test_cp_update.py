@@ -365,6 +365,7 @@ def test_one_call_steps_and_the_numpy_steps_reach_the_same_fits(dtype, monkeypat
         return real_update(*args, **kwargs)
 
     monkeypatch.setattr(cp_mod, "cp_sweep_update", counted)
+    monkeypatch.setattr(cp_mod, "_SMALL_SWEEPS", False)  # (the direct route's steps: the compiled sweep has its own)
     runs = {}
     for route in ("one call", "numpy", "one call"):
         monkeypatch.setattr(cp_mod, "sweep_fits", real_fits if route == "one call" else lambda R, dtype: False)

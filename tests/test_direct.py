@@ -279,10 +279,16 @@ def test_the_record_explains_the_route(rng):
         C = tk.cp_als(X, 2, max_iter=3, tol=0)
         T = tk.hooi(X, 2, max_iter=3, tol=0)
     (c,), (t,) = C.plans, T.plans
-    assert (c.kind, c.shape, c.dtype, c.rank, c.flops) == ("mttkrp", (6, 7, 8), np.dtype("float64"), 2, 4 * 336 * 2)
-    assert t.kind == "ttmc_compiled" and t.rank == 2  # (a small 3-way tensor: engine/_small_hooi.py)
+    # (a small 3-way tensor: compiled steps, engine/_small_hooi.py and decomposition/_small_cp.py)
+    assert (c.kind, c.shape, c.dtype, c.rank, c.flops) == ("mttkrp_compiled", (6, 7, 8), np.dtype("float64"), 2,
+                                                           4 * 336 * 2)
+    assert t.kind == "ttmc_compiled" and t.rank == 2
     assert t.explain().startswith("compiled ttmc sweep of a 6x7x8 float64 tensor, rank 2: each factor step")
-    assert c.explain().startswith("direct mttkrp sweep of a 6x7x8 float64 tensor, rank 2: 2688 flops")
+    assert c.explain().startswith("compiled mttkrp sweep of a 6x7x8 float64 tensor, rank 2: two products")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        (d,) = tk.cp_als(X, 2, max_iter=3, tol=0, fixed_modes=[1]).plans  # (fixed modes: the direct route)
+    assert d.explain().startswith("direct mttkrp sweep of a 6x7x8 float64 tensor, rank 2: 2688 flops")
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")

@@ -15,6 +15,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import tuckerkit as tk
 import tuckerkit.decomposition._cp as cp_mod
+import tuckerkit.decomposition._small_cp as small_cp_mod
 import tuckerkit.decomposition._tucker as tucker_mod
 import tuckerkit.engine._direct as direct_mod
 import tuckerkit.engine._subspace as subspace_mod
@@ -46,9 +47,13 @@ HOOI_CALLS = [(tucker_mod, "_subspace"), (tucker_mod, "frobenius_norm"), (subspa
 DIRECT_CALLS = [(direct_mod, "_mttkrp_rec"), (direct_mod, "_ttmc_rec"), (direct_mod, "_ttm_rows")]
 
 
-@pytest.mark.parametrize("route", ["planned", "direct"])
+#: CP-ALS's compiled sweep (decomposition/_small_cp.py): its products run inside its own pin and the call's
+SMALL_CP_CALLS = [(small_cp_mod, "_c")]
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("method", ["cp_als", "hooi"])
+@pytest.mark.parametrize(("method", "route"), [("cp_als", "planned"), ("cp_als", "direct"), ("cp_als", "compiled"),
+                                               ("hooi", "planned"), ("hooi", "direct")])
 def test_iteration_blas_calls_run_at_one_thread_and_the_caller_setting_is_restored(monkeypatch, rng, dtype,
                                                                                   method, route):
     import scipy.linalg  # noqa: F401  (scipy's wheel brings its own OpenBLAS: both are held)
@@ -57,8 +62,10 @@ def test_iteration_blas_calls_run_at_one_thread_and_the_caller_setting_is_restor
     assert direct_mod.direct_applies(X, 6)
     if route == "planned":
         planned_only(monkeypatch)
+    if route == "direct":  # (CP-ALS's compiled sweep off: the direct route's recursions)
+        monkeypatch.setattr(cp_mod, "_SMALL_SWEEPS", False)
     seen: list = []
-    _probe(monkeypatch, seen, (CP_CALLS if method == "cp_als" else HOOI_CALLS) + DIRECT_CALLS)
+    _probe(monkeypatch, seen, (CP_CALLS if method == "cp_als" else HOOI_CALLS) + DIRECT_CALLS + SMALL_CP_CALLS)
     with threadpool_limits(2, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         before = _blas_threads()
@@ -70,11 +77,13 @@ def test_iteration_blas_calls_run_at_one_thread_and_the_caller_setting_is_restor
         after = _blas_threads()
     assert after == before  # the caller's setting, exactly
     names = {name for name, _ in seen}
-    expected = ({"cp_sweep_update", "_gram", "cp_fit_error"} if method == "cp_als" else {"_subspace", "frobenius_norm"})
+    expected = ({"_gram", "cp_fit_error"} if method == "cp_als" else {"_subspace", "frobenius_norm"})
+    if method == "cp_als":
+        expected |= {"_c"} if route == "compiled" else {"cp_sweep_update"}
     expected |= ({"execute"} if method == "cp_als" else {"dense_multi_ttm"}) if route == "planned" else \
-        ({"_mttkrp_rec"} if method == "cp_als" else {"_ttmc_rec", "_ttm_rows"})
+        set() if route == "compiled" else ({"_mttkrp_rec"} if method == "cp_als" else {"_ttmc_rec", "_ttm_rows"})
     assert expected <= names  # the probes sit on the loop's calls
-    assert not names & {"execute", "dense_multi_ttm", "_mttkrp_rec", "_ttmc_rec"} - expected  # the one route
+    assert not names & {"execute", "dense_multi_ttm", "_mttkrp_rec", "_ttmc_rec", "_c"} - expected  # the one route
     bad = [(name, counts) for name, counts in seen if counts != {1}]
     assert not bad, f"BLAS calls inside the iteration ran with more than one thread: {bad[:5]}"
 

@@ -343,6 +343,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             stack[m] = G
         grams = list(stack)
 
+    # a small dense tensor's sweeps: four calls each (_small_cp.py), the same update where a V is not definite
+    csmall = _small_cp_sweep(X, rank) if stack is not None and em is None and not fixed else None
+
     def set_gram(n: int, G: Any) -> None:
         if stack is not None:
             stack[n] = G
@@ -410,7 +413,13 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         trying = linesearch and free and it > 4 and it % 2 == 0
         if trying:
             before = [U.copy() for U in factors], weights.copy()
-        sweep = X.mttkrp_sweep(conj, update, policy=policy)
+        if csmall is not None:
+            norms = csmall.sweep(factors, stack, normalize, update, last)
+            if norms is not None and normalize:
+                weights = norms.astype(wdt)
+            sweep = csmall.record
+        else:
+            sweep = X.mttkrp_sweep(conj, update, policy=policy)
         if small is not None:
             inner = last["inner"]
             if inner is None:  # the sweep's last update was not mode N - 1's, or that mode is fixed
@@ -465,6 +474,27 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         factors[free[0]] = call.unscale(factors[free[0]])
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
+
+
+def _small_cp_sweep(X: Any, rank: int) -> Any:
+    """The compiled sweep's set-up (:class:`~tuckerkit.decomposition._small_cp.SmallCPSweep`) where CP-ALS's sweeps
+    of ``X`` take it: a dense host tensor on the direct route (``engine._direct.direct_applies``) within
+    :func:`~tuckerkit.decomposition._small_cp.small_cp_applies`; else None. (The caller checks the rest: a real
+    dtype and a rank within the fused update, no fixed modes, no missing data.)"""
+    from tuckerkit.engine import DenseTensor
+
+    if not _SMALL_SWEEPS or not isinstance(X, DenseTensor) or type(X.data) not in (np.ndarray, np.memmap):
+        return None
+    from tuckerkit.decomposition._small_cp import SmallCPSweep, small_cp_applies
+    from tuckerkit.engine._direct import direct_applies
+
+    data = X.data
+    return SmallCPSweep(data, rank) if small_cp_applies(data, rank) and direct_applies(data, rank) else None
+
+
+#: whether CP-ALS takes the compiled sweep of small tensors where it applies (:func:`_small_cp_sweep`; tests turn
+#: it off to compare with the direct route)
+_SMALL_SWEEPS = True
 
 
 class _Jumps:

@@ -246,6 +246,18 @@ def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, in
     ``<X, X_hat>`` when ``n`` is the sweep's last mode; rows in order, as numpy's reduction over axis 0).
     Returns False, with ``U``, ``grams`` and ``inner`` untouched, when V is not definite in working
     precision."""
+    if not sweep_step(grams, n, M, U, ss, norms, normalize, eps, gram):
+        return False
+    if want_inner:
+        _inner(M, U, inner)
+    return True
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def sweep_step(grams, n, M, U, ss, norms, normalize, eps, gram):  # pragma: no cover - compiled
+    """:func:`sweep_update` without the fit's inner products: ``V``, the solve into ``U`` (False where V is not
+    definite, nothing changed), the norms, and with ``gram`` the new Gram into ``grams[n]``. Its work arrays live
+    on its own stack frame (a kernel calling it twice holds one set at a time)."""
     R = M.shape[1]
     V = stack_matrix(R, R, U)
     _sweep_v(grams, n, V)
@@ -264,8 +276,6 @@ def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, in
         for a in range(R):
             for b in range(a):
                 Gn[b, a] = Gn[a, b]
-    if want_inner:
-        _inner(M, U, inner)
     return True
 
 

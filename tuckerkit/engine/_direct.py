@@ -96,8 +96,9 @@ class DirectSweep:
     Attributes
     ----------
     kind : str
-        ``"mttkrp"`` (CP-ALS), ``"ttmc"`` (HOOI), or ``"ttmc_compiled"`` (HOOI's sweep of a small 3- or 4-way tensor
-        with compiled factor steps, :mod:`tuckerkit.engine._small_hooi`).
+        ``"mttkrp"`` (CP-ALS), ``"ttmc"`` (HOOI), ``"ttmc_compiled"`` (HOOI's sweep of a small 3- or 4-way tensor
+        with compiled factor steps, :mod:`tuckerkit.engine._small_hooi`) or ``"mttkrp_compiled"`` (CP-ALS's sweep
+        of a small 2- to 4-way tensor with compiled steps, :mod:`tuckerkit.decomposition._small_cp`).
     shape : tuple of int
         The tensor's shape.
     dtype : numpy.dtype
@@ -134,6 +135,11 @@ class DirectSweep:
             return (f"compiled ttmc sweep of a {'x'.join(map(str, self.shape))} {self.dtype} tensor, rank "
                     f"{self.rank}: each factor step's unfolding, Gram and eigenproblem in compiled calls "
                     "(engine/_small_hooi.py: SMALL_SWEEP_MAX_ELEMS, size x rank^4 <= SMALL_SWEEP_MAX_WORK), no planner")
+        if self.kind == "mttkrp_compiled":
+            return (f"compiled mttkrp sweep of a {'x'.join(map(str, self.shape))} {self.dtype} tensor, rank "
+                    f"{self.rank}: two products with the tensor on one BLAS thread, each half's MTTKRPs, updates and "
+                    "Grams in one compiled call (decomposition/_small_cp.py: SMALL_CP_MAX_ELEMS, "
+                    "size x rank <= SMALL_CP_MAX_WORK), no planner")
         elems = DIRECT_TTMC_ELEMS if self.kind == "ttmc" else DIRECT_MTTKRP_ELEMS
         why = (f"{self.flops} flops <= DIRECT_SWEEP_FLOPS ({DIRECT_SWEEP_FLOPS})" if self.flops <= DIRECT_SWEEP_FLOPS
                else f"{math.prod(self.shape)} elements <= DIRECT_{self.kind.upper()}_ELEMS ({elems}) and "
