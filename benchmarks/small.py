@@ -185,11 +185,12 @@ def main(argv=None) -> None:
 
 def route_of(result) -> str:
     """``direct`` (engine/_direct.py's numpy sweep), ``compiled`` (HOOI's compiled factor steps of small 3- and
-    4-way tensors, engine/_small_hooi.py) or ``planned``, from a result's first plan record."""
+    4-way tensors, engine/_small_hooi.py, or CP-ALS's compiled sweeps of small 2- to 4-way tensors,
+    decomposition/_small_cp.py) or ``planned``, from a result's first plan record."""
     p = result.plans[0] if result.plans else None
     if type(p).__name__ != "DirectSweep":
         return "planned"
-    return "compiled" if p.kind == "ttmc_compiled" else "direct"
+    return "compiled" if p.kind in ("ttmc_compiled", "mttkrp_compiled") else "direct"
 
 
 def markdown(rows, repeat) -> str:

@@ -1,0 +1,429 @@
+"""CP-ALS's compiled sweep of small dense tensors (tuckerkit/decomposition/_small_cp.py): where it is taken, its
+agreement with the direct route and with an einsum + solve reference sweep, its repeatable bits, the least-squares
+fallback where a V is not definite, zeros, and what it leaves alone (the input, the init, a callback's arrays)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+from tuckerkit.decomposition import _cp as cp_mod
+from tuckerkit.decomposition import _small_cp
+from tuckerkit.decomposition._small_cp import SMALL_CP_MAX_ELEMS, SMALL_CP_MAX_WORK, small_cp_applies
+
+pytestmark = pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
+
+#: a shape and rank of each order the compiled sweep covers (two, three and four modes)
+SHAPES = {2: ((9, 7), 3), 3: ((10, 11, 12), 4), 4: ((6, 7, 5, 8), 3)}
+
+
+def _eps(dtype) -> float:
+    return float(np.finfo(dtype).eps)
+
+
+def planted(rng, shape, rank, dtype=np.float64, order="C", noise=1e-2):
+    """A CP tensor of ``rank`` (Gaussian factors, unit weights) plus Gaussian noise of relative size ``noise``, in
+    ``order``; and its factors."""
+    factors = [rng.standard_normal((n, rank)) for n in shape]
+    X = tk.CPTensor(np.ones(rank), tuple(factors)).to_dense()
+    E = rng.standard_normal(shape)
+    X = X + noise * np.linalg.norm(X) / np.linalg.norm(E) * E
+    return np.asarray(X.astype(dtype), order=order), factors
+
+
+def near_start(rng, factors, spread=1.0):
+    """A start of the planted factors plus Gaussian noise of entries ``spread`` (as large as the factors' own at 1:
+    the first iterations do real work, the run still goes to the planted model)."""
+    rank = factors[0].shape[1]
+    return tk.CPTensor(np.ones(rank), tuple(U + spread * rng.standard_normal(U.shape) for U in factors))
+
+
+def _cp(X, rank, compiled: bool, monkeypatch, **kw):
+    """``tk.cp_als`` with the compiled sweep allowed (``compiled``) or turned off (the direct route)."""
+    monkeypatch.setattr(cp_mod, "_SMALL_SWEEPS", compiled)
+    return tk.cp_als(X, rank, **kw)
+
+
+def _rel(A, B) -> float:
+    """``||A - B|| / ||B||`` in float64."""
+    A, B = np.asarray(A, np.float64), np.asarray(B, np.float64)
+    return float(np.linalg.norm(A - B) / np.linalg.norm(B))
+
+
+def _unit(U):
+    """``U``'s columns scaled to unit norm, in float64."""
+    U = np.asarray(U, np.float64)
+    return U / np.linalg.norm(U, axis=0)
+
+
+def _same_bits(a, b) -> None:
+    assert a.fit_history == b.fit_history
+    np.testing.assert_array_equal(a.weights, b.weights)
+    assert a.weights.dtype == b.weights.dtype
+    for U, V in zip(a.factors, b.factors, strict=True):
+        assert U.dtype == V.dtype
+        np.testing.assert_array_equal(U, V)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1. where the compiled sweep is taken
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("N", [2, 3, 4])
+def test_small_dense_tensors_take_the_compiled_sweep(N, dtype, order, rng):
+    """2, 3 and 4 modes, float32 and float64, C and F order: the result is recorded as the compiled sweep's (two
+    passes over the tensor per iteration), in the tensor's dtype."""
+    shape, R = SHAPES[N]
+    X, _ = planted(rng, shape, R, dtype, order)
+    res = tk.cp_als(X, R, max_iter=3, tol=0)
+    assert [p.kind for p in res.plans] == ["mttkrp_compiled"] and res.passes_per_iteration == 2
+    assert res.weights.dtype == dtype and all(U.dtype == dtype for U in res.factors)
+    assert small_cp_applies(X, R)
+
+
+def test_a_memory_mapped_npy_takes_the_compiled_sweep(rng, tmp_path):
+    """A read-only ``np.memmap`` from ``np.load(mmap_mode="r")`` is a plain host array to the route."""
+    X, _ = planted(rng, (10, 11, 12), 4)
+    np.save(tmp_path / "x.npy", X)
+    M = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert type(M) is np.memmap and not M.flags.writeable
+    assert tk.cp_als(M, 4, max_iter=3, tol=0).plans[0].kind == "mttkrp_compiled"
+
+
+def test_where_it_does_not_apply_another_route_runs(rng):
+    """Fixed modes, missing data, a rank above 32, five modes, a strided view, complex data and a tensor beyond
+    SMALL_CP_MAX_ELEMS take another route; the plain call on the same tensor takes the compiled one."""
+    X, _ = planted(rng, (10, 11, 12), 3)
+    start = [rng.standard_normal((n, 3)) for n in X.shape]
+    big = rng.standard_normal((70, 70, 70))
+    assert big.size > SMALL_CP_MAX_ELEMS
+    cases = {
+        "fixed_modes": tk.cp_als(X, 3, init=start, fixed_modes=[1], max_iter=2, tol=0),
+        "mask": tk.cp_als(X, 3, mask=np.ones(X.shape, bool), max_iter=2, tol=0),
+        "rank 33": tk.cp_als(X, 33, max_iter=2, tol=0),
+        "5 modes": tk.cp_als(rng.standard_normal((4, 5, 3, 4, 5)), 2, max_iter=2, tol=0),
+        "view": tk.cp_als(X[:, ::2], 3, max_iter=2, tol=0),
+        "complex128": tk.cp_als(X.astype(np.complex128), 3, max_iter=2, tol=0),
+        "beyond the bound": tk.cp_als(big, 2, max_iter=2, tol=0),
+    }
+    kinds = {name: res.plans[0].kind for name, res in cases.items()}
+    assert all(k != "mttkrp_compiled" for k in kinds.values()), kinds
+    assert tk.cp_als(X, 3, max_iter=2, tol=0).plans[0].kind == "mttkrp_compiled"
+
+
+def test_small_cp_applies_at_its_bounds(monkeypatch):
+    """Each bound taken exactly is within, one past it is not: the elements, the work ``size * rank`` (both with the
+    real constants and with small ones patched in), the rank (32, the fused update's), the Gram's work; and the
+    orders, dtypes and layouts it refuses."""
+    e = np.empty
+    # the real constants: 64^3 = SMALL_CP_MAX_ELEMS elements; at rank 16 size * rank is SMALL_CP_MAX_WORK
+    assert 64 ** 3 == SMALL_CP_MAX_ELEMS and 64 ** 3 * 16 == SMALL_CP_MAX_WORK
+    assert small_cp_applies(e((64, 64, 64)), 16)
+    assert not small_cp_applies(e((64, 64, 64)), 17)
+    assert not small_cp_applies(e((5, (SMALL_CP_MAX_ELEMS + 1) // 5)), 1)  # (5 * 52429 = 2^18 + 1 elements)
+    assert small_cp_applies(e((4, SMALL_CP_MAX_ELEMS // 4)), 1)
+    # the rank: 32 within, 33 not; the Gram's work max(shape) * R (R + 1) / 2 = 124 * 528 <= 2^16 < 125 * 528
+    assert small_cp_applies(e((124, 4)), 32)
+    assert not small_cp_applies(e((125, 4)), 32)
+    assert not small_cp_applies(e((10, 11)), 33)
+    assert not small_cp_applies(e((10, 11)), 0)
+    # small bounds patched in: size * rank = 7 * 11 * 13 = 1001
+    monkeypatch.setattr(_small_cp, "SMALL_CP_MAX_WORK", 1001)
+    assert small_cp_applies(e((7, 11)), 13)
+    monkeypatch.setattr(_small_cp, "SMALL_CP_MAX_WORK", 1000)
+    assert not small_cp_applies(e((7, 11)), 13)
+    assert small_cp_applies(e((7, 11)), 12)
+    monkeypatch.setattr(_small_cp, "SMALL_CP_MAX_ELEMS", 77)
+    assert small_cp_applies(e((7, 11)), 2)
+    monkeypatch.setattr(_small_cp, "SMALL_CP_MAX_ELEMS", 76)
+    assert not small_cp_applies(e((7, 11)), 2)
+    monkeypatch.undo()
+    # orders, dtypes, layouts
+    assert small_cp_applies(e((3, 4), order="F"), 2) and small_cp_applies(e((3, 4, 5, 6), np.float32), 2)
+    assert not small_cp_applies(e(12), 2)
+    assert not small_cp_applies(e((3, 4, 5, 6, 2)), 2)
+    for dt in (np.complex128, np.complex64, np.float16, np.int64):
+        assert not small_cp_applies(e((3, 4, 5), dt), 2)
+    assert not small_cp_applies(e((6, 8, 5))[:, ::2], 2)
+    assert not small_cp_applies(e((0, 4, 5)), 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. the same iterations as the direct route
+
+
+@pytest.mark.parametrize(("linesearch", "normalize"), list(itertools.product([True, False], [True, False])))
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("N", [2, 3, 4])
+def test_compiled_sweep_matches_the_direct_route(N, dtype, order, linesearch, normalize, rng, monkeypatch):
+    """8 iterations from the same start (planted rank-R tensors at 1 % noise): every iteration's fit equal to the
+    direct route's to the fit's rounding, the final models (weights and factors, reconstructed) equal to rounding,
+    in the tensor's dtype; the routes recorded as such."""
+    shape, R = SHAPES[N]
+    X, factors = planted(rng, shape, R, dtype, order)
+    start = near_start(rng, factors)
+    kw = dict(init=start, max_iter=8, tol=0, linesearch=linesearch, normalize=normalize)
+    a = _cp(X, R, True, monkeypatch, **kw)
+    b = _cp(X, R, False, monkeypatch, **kw)
+    assert a.plans[0].kind == "mttkrp_compiled" and b.plans[0].kind == "mttkrp"
+    assert a.n_iter == b.n_iter == 8
+    eps = _eps(dtype)
+    # The fit is 1 - sqrt(err2) with err2 = 1 - 2 <X, X_hat> / |X|^2 + |X_hat|^2 / |X|^2: eps-sized errors of the
+    # terms become eps / (1 - fit) in the fit. The start is far enough from the planted model that the line
+    # search's jumps (iterations 6 and 8) are accepted or refused by margins of many such units (measured: at
+    # least 58), so both routes take the same decisions and the same iterates; measured differences <= 1.5 units.
+    tol = 1e2 * eps / (1 - b.fit)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=tol)
+    assert a.weights.dtype == dtype and all(U.dtype == dtype and U.flags.c_contiguous for U in a.factors)
+    # the models themselves (measured <= 3 eps relative): a well-conditioned problem, the same iterates
+    assert _rel(a.to_dense(), b.to_dense()) <= 1e2 * eps
+    np.testing.assert_allclose(a.weights, b.weights, rtol=1e2 * eps)
+    # each factor's columns up to their scale (without normalize, the scale moves between the modes' columns
+    # along a direction the model does not see: measured up to 240 eps32 in the factors, 3 eps in the model)
+    for U, V in zip(a.factors, b.factors, strict=True):
+        np.testing.assert_allclose(_unit(U), _unit(V), rtol=0, atol=1e2 * eps)
+    if normalize:
+        for U in a.factors:
+            np.testing.assert_allclose(np.linalg.norm(U.astype(np.float64), axis=0), 1.0, rtol=0, atol=1e2 * eps)
+    else:
+        assert not (a.weights - 1).any()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. the ALS sweep written out with einsum and numpy's solve
+
+
+def reference_als(X, start, n_iter):
+    """Plain CP-ALS in float64: for each mode in order, the MTTKRP by einsum, V the Hadamard product of the other
+    factors' Grams, ``U = M V^-1`` (numpy's solve), its columns' norms into the weights. ``start``: the factors
+    (the first one is never read: mode 0 is updated first). Returns the weights, the factors and the fit."""
+    X = np.asarray(X, np.float64)
+    U = [np.asarray(F, np.float64).copy() for F in start]
+    N, R = X.ndim, U[0].shape[1]
+    letters = "abcd"[:N]
+    w = np.ones(R)
+    for _ in range(n_iter):
+        for n in range(N):
+            others = [m for m in range(N) if m != n]
+            spec = letters + "," + ",".join(f"{letters[m]}r" for m in others) + f"->{letters[n]}r"
+            M = np.einsum(spec, X, *(U[m] for m in others))
+            V = np.ones((R, R))
+            for m in others:
+                V *= U[m].T @ U[m]
+            Un = np.linalg.solve(V, M.T).T
+            w = np.linalg.norm(Un, axis=0)
+            U[n] = Un / w
+    model = np.einsum("r," + ",".join(f"{c}r" for c in letters) + "->" + letters, w, *U)
+    return w, U, 1 - np.linalg.norm(X - model) / np.linalg.norm(X)
+
+
+@pytest.mark.parametrize("n_iter", [1, 3])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("N", [3, 4])
+def test_compiled_sweeps_are_the_reference_iteration(N, dtype, order, n_iter, rng, monkeypatch):
+    """1 and 3 sweeps from a given CP model (its weights go into mode 0's factor, which the first update does not
+    read): unit-norm factors and weights equal to plain ALS written out with einsum and solve, in float64 from
+    the same float values, and the fit equal to the reference model's."""
+    shape, R = SHAPES[N]
+    X, factors = planted(rng, shape, R, dtype, order)
+    start = near_start(rng, factors, spread=0.5)
+    start = tk.CPTensor(np.linspace(1.0, 2.0, R).astype(dtype), tuple(U.astype(dtype) for U in start.factors))
+    got = _cp(X, R, True, monkeypatch, init=start, max_iter=n_iter, tol=0, linesearch=False)
+    assert got.plans[0].kind == "mttkrp_compiled" and got.n_iter == n_iter
+    w, U, fit = reference_als(X, start.factors, n_iter)
+    eps = _eps(dtype)
+    # rounding in the working dtype, through R x R solves of condition ~10-100 and up to 3 sweeps (measured
+    # differences <= ... eps); the fit's own rounding as in the route comparison
+    tol = 1e3 * eps
+    np.testing.assert_allclose(got.weights, w, rtol=tol)
+    for A, B in zip(got.factors, U, strict=True):
+        np.testing.assert_allclose(A, B, rtol=0, atol=tol)
+    assert got.fit == pytest.approx(fit, abs=1e2 * eps / (1 - fit))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. the same bits
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_same_bits_on_every_call_for_a_memory_map_and_for_any_threads(dtype, rng, tmp_path):
+    """The default call (SVD start, line search) twice, on the same values mapped from a .npy file, and under
+    ``threadpool_limits(1)``: the same bits (weights, factors, every fit)."""
+    from threadpoolctl import threadpool_limits
+
+    X, _ = planted(rng, (20, 21, 22), 5, dtype)
+    np.save(tmp_path / "x.npy", X)
+    M = np.load(tmp_path / "x.npy", mmap_mode="r")
+    kw = dict(max_iter=10, tol=0)
+    runs = [tk.cp_als(X, 5, **kw), tk.cp_als(X, 5, **kw), tk.cp_als(M, 5, **kw)]
+    with threadpool_limits(1):
+        runs.append(tk.cp_als(X, 5, **kw))
+    assert all(r.plans[0].kind == "mttkrp_compiled" for r in runs)
+    for r in runs[1:]:
+        _same_bits(r, runs[0])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 5. a V that is not definite: the caller's least squares
+
+
+def _count_spd_solve(monkeypatch):
+    """Wrap ``_cp.spd_solve`` (the caller's least squares): the returned list gets each call's mode size."""
+    calls = []
+    real = cp_mod.spd_solve
+
+    def counted(V, M):
+        calls.append(M.shape[0])
+        return real(V, M)
+
+    monkeypatch.setattr(cp_mod, "spd_solve", counted)
+    return calls
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("N", [2, 3, 4])
+def test_every_v_singular_takes_least_squares_as_the_direct_route(N, dtype, order, rng, monkeypatch):
+    """A start whose first two columns are equal in every mode: every Hadamard product of Grams has two equal rows,
+    the least-squares solution keeps the columns equal, so every update of every sweep leaves the kernel for
+    spd_solve (the one-mode halves', and the two-mode halves' first and second steps); the compiled route's result
+    equals the direct route's to rounding, finite."""
+    shape, R = SHAPES[N]
+    X, _ = planted(rng, shape, R, dtype, order)
+    start = []
+    for n in shape:
+        U = rng.standard_normal((n, R))
+        U[:, 1] = U[:, 0]
+        start.append(U)
+    calls = _count_spd_solve(monkeypatch)
+    kw = dict(init=start, max_iter=5, tol=0, linesearch=False)
+    a = _cp(X, R, True, monkeypatch, **kw)
+    assert a.plans[0].kind == "mttkrp_compiled"
+    assert calls == [n for _ in range(5) for n in shape]  # every mode of every sweep, in mode order
+    calls.clear()
+    b = _cp(X, R, False, monkeypatch, **kw)
+    assert len(calls) == 5 * N
+    assert all(np.isfinite(U).all() for U in a.factors) and np.isfinite(a.weights).all()
+    eps = _eps(dtype)
+    # (measured <= 1.5 eps / (1 - fit) and 3 eps)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * eps / (1 - b.fit))
+    assert _rel(a.to_dense(), b.to_dense()) <= 1e2 * eps
+    # the factors: the two equal columns are equal only to rounding, and their difference is least squares' noise
+    # (in the direction the singular V drops); their mean and the other columns are determined
+    for U, V in zip(a.factors, b.factors, strict=True):
+        np.testing.assert_allclose(U[:, 2:], V[:, 2:], rtol=0, atol=1e2 * eps)
+        np.testing.assert_allclose(U[:, :2].mean(axis=1), V[:, :2].mean(axis=1), rtol=0, atol=1e2 * eps)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("N", [3, 4])
+def test_one_singular_v_then_the_kernel_goes_on(N, dtype, order, rng, monkeypatch):
+    """Only the run's first update has a singular V: a start of small integers (exact Grams) whose middle factors
+    have rank one (columns in proportion 4 : 2 : 1) and whose last factor has rank two (third column the sum of
+    the others), so that mode 0's V, the Hadamard product of the others' Grams, is exactly singular (its last
+    pivot of rounding size, well below the definiteness rule's eps * R); mode 0's least-squares factor lacks a
+    direction the last factor has, so every later V is definite. One spd_solve call in all, in both routes, the
+    kernel going on from mode 1 in the same half; the results equal to rounding."""
+    shape, _ = SHAPES[N]
+    R = 3
+    X, _ = planted(rng, shape, R, dtype, order)
+    start = [rng.standard_normal((shape[0], R))]
+    start += [np.outer(rng.integers(-3, 4, n), [4.0, 2.0, 1.0]) for n in shape[1:-1]]
+    last = rng.integers(-3, 4, (shape[-1], R)).astype(np.float64)
+    last[:, 2] = last[:, 0] + last[:, 1]
+    start.append(last)
+    calls = _count_spd_solve(monkeypatch)
+    kw = dict(init=start, max_iter=6, tol=0, linesearch=False)
+    a = _cp(X, R, True, monkeypatch, **kw)
+    assert a.plans[0].kind == "mttkrp_compiled" and calls == [shape[0]]
+    calls.clear()
+    b = _cp(X, R, False, monkeypatch, **kw)
+    assert calls == [shape[0]]
+    assert all(np.isfinite(U).all() for U in a.factors)
+    eps = _eps(dtype)
+    # the degenerate start's first sweeps (factors in a two-dimensional span) amplify the rounding of the
+    # least-squares step: measured up to ... eps / (1 - fit) in the fits and ... eps in the model
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e3 * eps / (1 - b.fit))
+    assert _rel(a.to_dense(), b.to_dense()) <= 1e3 * eps
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 6.-9. zeros, what is left alone, orthogonalize
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_all_zero_tensor_gives_the_zero_model_on_both_routes(dtype, order, monkeypatch):
+    """An all-zero tensor: fit 1.0 every iteration, zero weights and factors, on the compiled route as on the
+    direct one."""
+    X = np.zeros((5, 6, 7), dtype, order=order)
+    for compiled, kind in ((True, "mttkrp_compiled"), (False, "mttkrp")):
+        res = _cp(X, 2, compiled, monkeypatch)
+        assert res.plans[0].kind == kind
+        assert res.fit == 1.0 and set(res.fit_history) == {1.0}
+        assert res.weights.dtype == dtype and not res.weights.any()
+        assert all(U.dtype == dtype and not U.any() for U in res.factors)
+
+
+def test_factors_a_callback_saw_are_not_rewritten(rng):
+    """The compiled sweep writes each new factor into a fresh array: the arrays (factors and weights) a callback
+    was given at every iteration hold the same values after the call, and the last ones are the result's."""
+    X, factors = planted(rng, (10, 11, 12), 4)
+    seen = []
+
+    def callback(state):
+        seen.append((list(state.factors), [U.copy() for U in state.factors], state.weights,
+                     np.array(state.weights, copy=True)))
+
+    res = tk.cp_als(X, 4, init=near_start(rng, factors), max_iter=7, tol=0, callback=callback)
+    assert res.plans[0].kind == "mttkrp_compiled" and len(seen) == 7
+    for held, copies, w, w_copy in seen:
+        for U, C in zip(held, copies, strict=True):
+            assert np.array_equal(U, C)
+        assert np.array_equal(w, w_copy)
+    # (distinct arrays each iteration: nothing was rewritten in place and compared with itself)
+    assert len({id(U) for held, *_ in seen for U in held}) == 7 * 3
+    for U, C in zip(res.factors, seen[-1][1], strict=True):
+        np.testing.assert_array_equal(U, C)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_input_and_start_are_left_as_they_are(order, rng):
+    """The tensor (C and F order) and the start's arrays keep their bits through the compiled sweeps (line search
+    and normalization included)."""
+    X, factors = planted(rng, (6, 7, 5, 8), 3, order=order)
+    start = near_start(rng, factors)
+    keep_x = X.copy(order="K")
+    keep_f = [U.copy() for U in start.factors]
+    keep_w = start.weights.copy()
+    res = tk.cp_als(X, 3, init=start, max_iter=10, tol=0)
+    assert res.plans[0].kind == "mttkrp_compiled"
+    np.testing.assert_array_equal(X, keep_x)
+    assert X.flags.f_contiguous == (order == "F")
+    for U, K in zip(start.factors, keep_f, strict=True):
+        np.testing.assert_array_equal(U, K)
+    np.testing.assert_array_equal(start.weights, keep_w)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("N", [3, 4])
+def test_orthogonalize_on_the_compiled_route_matches_the_direct_route(N, dtype, rng, monkeypatch):
+    """``orthogonalize=2`` (each factor replaced by its QR's Q before the first two iterations, their Grams reset):
+    the compiled route runs it, with every fit equal to the direct route's to the fit's rounding."""
+    shape, R = SHAPES[N]
+    X, factors = planted(rng, shape, R, dtype)
+    kw = dict(init=near_start(rng, factors), max_iter=6, tol=0, orthogonalize=2)
+    a = _cp(X, R, True, monkeypatch, **kw)
+    b = _cp(X, R, False, monkeypatch, **kw)
+    assert a.plans[0].kind == "mttkrp_compiled" and b.plans[0].kind == "mttkrp"
+    eps = _eps(dtype)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * eps / (1 - b.fit))
+    assert _rel(a.to_dense(), b.to_dense()) <= 1e2 * eps
