@@ -438,6 +438,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
                 if em is not None:  # missing data: the jumped model on the observed entries, X left as it is
                     return em.observed_fit(CPModel(w, F))
+                if csmall is not None:  # (one product with X and a compiled sum: the sweep's own arithmetic)
+                    return _fit_of_error(normX, cp_fit_error(csmall.inner_of(F), w, np.stack(G), normX))
                 Fc = [U.conj() for U in F] if cplx else F
                 M = operand_mttkrp(X, Fc, N - 1, policy)  # (a small tensor's: numpy directly)
                 if small is not None:
@@ -447,7 +449,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                 return _cp_fit(xp, normX, M, F[N - 1], w, G)
 
             jumped = jumps.attempt(it, before, factors, weights, fixed, normalize, fit, fit_of,
-                                   renorm=small.renorm if small is not None else None)
+                                   renorm=small.renorm if small is not None else
+                                   csmall.renorm if csmall is not None else None)
             if jumped is not None:
                 factors[:], weights, G, fit = jumped
                 for n, Gn in enumerate(G):

@@ -139,6 +139,34 @@ def khatri_rao_pair(A, B, kr):  # pragma: no cover - compiled
                 kr[o, r] = A[a, r] * B[b, r]
 
 
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def unit_columns(F, normalize, norms, G):  # pragma: no cover - compiled
+    """A jumped factor's step (:meth:`SmallCPSweep.renorm`): with ``normalize``, ``norms[r]`` the norm of column
+    ``r`` (float64, the rows in order; zero taken as 1) and the column divided by it (cast to F's dtype); then
+    ``G = F^T F`` (each entry its sum over the rows in order, the lower triangle mirrored)."""
+    I, R = F.shape  # noqa: E741
+    if normalize:
+        for r in range(R):
+            norms[r] = 0.0
+        for i in range(I):
+            for r in range(R):
+                v = np.float64(F[i, r])
+                norms[r] += v * v
+        for r in range(R):
+            t = np.sqrt(norms[r])
+            norms[r] = t if t != 0 else 1.0
+        for i in range(I):
+            for r in range(R):
+                F[i, r] /= F.dtype.type(norms[r])
+    for a in range(R):
+        for b in range(a + 1):
+            t = F.dtype.type(0)
+            for i in range(I):
+                t += F[i, a] * F[i, b]
+            G[a, b] = t
+            G[b, a] = t
+
+
 class SmallCPSweep:
     """CP-ALS's sweeps of one call on ``X`` (:func:`small_cp_applies`) at rank ``R``: the work arrays, made
     once, and :meth:`sweep`."""
@@ -248,6 +276,40 @@ class SmallCPSweep:
         if self.kernels is None and (half_sweep, dt.char) in _RAN and (half_one, dt.char) in _RAN:
             self.kernels = half_sweep, half_one  # (both compiled: called directly from now on)
         return norms.copy() if done else None
+
+
+    def renorm(self, F: list[Any], w: Any, fixed: frozenset[int], normalize: bool) -> tuple[list[Any], Any, list]:
+        """A line-search jump's model (``F``: fresh arrays, changed in place) with unit columns, their norms into
+        ``w``, and its Grams (views of one N x R x R array), one compiled call a mode (:func:`unit_columns`);
+        the hook of ``_Jumps.attempt``."""
+        G = np.empty((self.N, self.R, self.R), self.dtype)
+        norms = self.norms
+        for n, U in enumerate(F):
+            U = F[n] = _c(U)
+            unit_columns(U, bool(normalize and n not in fixed), norms, G[n])
+            if normalize and n not in fixed:
+                w = (w * norms).astype(w.dtype, copy=False)  # (the weights keep their dtype: float32's too)
+        return F, w, list(G)
+
+    def inner_of(self, F: list[Any]) -> np.ndarray:
+        """``inner[r] = <X, a_r o b_r o ...>`` of the model's factors ``F`` (float64): the last mode's
+        ``<M[:, r], F[:, r]>`` that the fit takes, from one product with the tensor (the first half's partial
+        against the Khatri-Rao product of the first half's factors); a line-search jump's fit."""
+        from tuckerkit.decomposition._cp_kernels import sweep_inner
+        from tuckerkit.engine._policy import blas_pinned
+
+        part = self.parts[0]
+        with blas_pinned():
+            np.matmul(self.mats[0], self._kr(1, F), out=part)
+        first = self.halves[0]
+        if len(first) == 1:
+            kr = _c(F[first[0]])
+        else:
+            kr = self.krs[0]
+            khatri_rao_pair(_c(F[first[0]]), _c(F[first[1]]), kr)
+        inner = np.empty(self.R, np.float64)
+        sweep_inner(part, kr, inner)
+        return inner
 
 
 def _c(U: np.ndarray) -> np.ndarray:
