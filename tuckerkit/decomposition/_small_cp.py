@@ -60,7 +60,8 @@ def small_cp_applies(X: np.ndarray, rank: int) -> bool:
     fused update's (``FUSED_MAX_R``) and every factor's Gram within the update's own (``SWEEP_GRAM_MAX``
     multiply-adds)."""
     return (2 <= X.ndim <= 4 and X.dtype.char in "fd" and 0 < X.size <= SMALL_CP_MAX_ELEMS
-            and X.size * rank <= SMALL_CP_MAX_WORK and 1 <= rank <= FUSED_MAX_R and (X.flags.c_contiguous or X.flags.f_contiguous)
+            and X.size * rank <= SMALL_CP_MAX_WORK and 1 <= rank <= FUSED_MAX_R
+            and (X.flags.c_contiguous or X.flags.f_contiguous)
             and max(X.shape) * rank * (rank + 1) // 2 <= SWEEP_GRAM_MAX)
 
 
@@ -193,7 +194,7 @@ class SmallCPSweep:
         self.mats, self.halves = mats, halves
         self.parts = [np.empty((F, R), dt), np.empty((S, R), dt)]
         # each half's Khatri-Rao product (its memory order), the product with the tensor before the other half
-        self.krs = [np.empty((F, R), dt) if len(halves[0]) == 2 else None,
+        self.krs: list[Any] = [np.empty((F, R), dt) if len(halves[0]) == 2 else None,
                     np.empty((S, R), dt) if len(halves[1]) == 2 else None]
         self.M = [np.empty((shape[n], R), dt) for n in range(N)]
         self.ss = np.empty((-(-max(shape) // CHUNK), R), np.float64)
@@ -206,7 +207,7 @@ class SmallCPSweep:
         # each half's steps, worked out once: (modes, the matrix of its product with the tensor, the partial
         # (3-D for two modes), whether it holds the last mode, its Khatri-Rao output, and for two modes the one
         # updated first (x) and second (y), whether x is the partial's axis b, and the MTTKRP buffers)
-        self.plan = []
+        self.plan: list[tuple[Any, ...]] = []
         for k, modes in enumerate(halves):
             part, want = self.parts[k], N - 1 in modes
             if len(modes) == 1:
@@ -218,7 +219,7 @@ class SmallCPSweep:
             kr = self.krs[0] if k == 0 else self.no_kr  # (the second half's is made at the next sweep's start)
             self.plan.append((modes, mats[k], P3, want, kr, x, y, b < a, self.M[x], self.M[y]))
 
-    def _kr(self, k: int, factors: list[Any]) -> np.ndarray:
+    def _kr(self, k: int, factors: list[Any]) -> Any:
         """Half ``k``'s Khatri-Rao product of ``factors`` (its memory order; a one-mode half's factor itself)."""
         modes = self.halves[k]
         if len(modes) == 1:
