@@ -200,7 +200,8 @@ def markdown(rows, repeat) -> str:
         f"float64, low rank + 1 % noise; the same start in every library (HOOI: HOSVD, {HOOI_ITERS} iterations; "
         f"CP-ALS: random factors, {CP_ITERS} iterations, plain ALS), no early stop; medians of {repeat} "
         "interleaved calls in one process. `route`: `direct` (engine/_direct.py's numpy sweeps), `compiled` "
-        "(HOOI's compiled factor steps, engine/_small_hooi.py) or `planned`; `planned`: tuckerkit with its direct "
+        "(HOOI's compiled factor steps, engine/_small_hooi.py; CP-ALS's compiled sweeps, "
+        "decomposition/_small_cp.py) or `planned`; `planned`: tuckerkit with its direct "
         "route for small tensors (and so its compiled steps) turned off; `F-ordered`: tuckerkit on the same values "
         "in Fortran order (pyttb's and MATLAB's layout), from the same start; both in the same run. Speedups are "
         "other / tuckerkit.",
