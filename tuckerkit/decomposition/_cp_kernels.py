@@ -280,6 +280,21 @@ def sweep_step(grams, n, M, U, ss, norms, normalize, eps, gram):  # pragma: no c
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
+def gram64(U, G):  # pragma: no cover - compiled
+    """``G = U^T U`` in float64 (G: R x R float64): each entry the sum over the rows in order of the products of the
+    entries widened to float64 (exact for float32 ones), the lower triangle mirrored: the fit's Grams of a
+    float32 model (:func:`tuckerkit.decomposition._cp._fit_grams`)."""
+    R = U.shape[1]
+    for a in range(R):
+        for b in range(a + 1):
+            t = 0.0
+            for i in range(U.shape[0]):
+                t += np.float64(U[i, a]) * np.float64(U[i, b])
+            G[a, b] = t
+            G[b, a] = t
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def fit_error(inner, weights, grams, norm):  # pragma: no cover - compiled
     """``||X - X_hat||^2 / ||X||^2`` of a real CP model from ``inner[r] = <M[:, r], U_n[:, r]>`` (float64), its
     weights and the factors' Grams (N x R x R): ``1 - 2 sum_r w_r inner_r + w^T (hadamard of the Grams) w``

@@ -259,7 +259,7 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     max_iter = check_max_iter(max_iter)
     rng = _start_rng(random_state, init)
     check_callback(callback)
-    from tuckerkit.decomposition._cp import _check_rank_fits, _cp_fit
+    from tuckerkit.decomposition._cp import _check_rank_fits, _cp_fit, _fit_grams
 
     _check_rank_fits(X, rank)
     factors, apart = _nn_cp_start(call, rank, init, rng, fixed, nn)
@@ -290,7 +290,8 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     it, sweep = 0, None
     for it in range(1, max_iter + 1):
         sweep = X.mttkrp_sweep(factors, update, policy=policy)
-        fit = _cp_fit(xp, call.norm, last["M"], factors[last["n"]], ones if apart is None else apart, grams)
+        fit = _cp_fit(xp, call.norm, last["M"], factors[last["n"]], ones if apart is None else apart,
+                      _fit_grams(factors, grams))
         if mon.step(it, fit, factors):
             break
     mon.finish()
