@@ -423,7 +423,8 @@ def test_float32_fit_is_the_models_fit_where_components_cancel(shape, order, lin
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", tk.ConvergenceWarning)
             res = tk.cp_als(X, R, init=start, max_iter=12, tol=0, linesearch=linesearch,
-                            callback=lambda s: seen.append((s.fit, s.weights.copy(), [U.copy() for U in s.factors])))
+                            callback=lambda s, seen=seen: seen.append((s.fit, s.weights.copy(),
+                                                                       [U.copy() for U in s.factors])))
         assert res.plans[0].kind == ("mttkrp_compiled" if compiled else "mttkrp")
         if max(np.abs(w).sum() for _, w, _ in seen) / nx < 100:
             continue

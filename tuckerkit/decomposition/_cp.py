@@ -643,18 +643,23 @@ def _fit_grams(factors: Sequence[Any], grams: Any) -> Any:
     float32 Grams' rounding (about eps times the squared weights) then exceeded the error itself. Measured on a
     planted 6x7x5x8 float32 tensor from a start with two equal columns: the fit reported 1.0 where the model's is
     0.567 (float32 Grams), 0.56719 with float64 ones; N Grams of I_n x R a sweep, next to the sweep's own."""
-    if grams is not None and len(factors) and all(type(U) in (np.ndarray, np.memmap) and U.dtype == np.float32
-                                                  for U in factors):
-        from tuckerkit.decomposition._cp_kernels import gram64
+    U0 = factors[0] if len(factors) else None
+    if grams is not None and type(U0) in (np.ndarray, np.memmap) and U0.dtype == np.float32:  # (one kind a call)
+        global _GRAM64
+        if _GRAM64 is None:
+            from tuckerkit.decomposition._cp_kernels import gram64
 
-        R = factors[0].shape[1]
-        out = np.empty((len(factors), R, R))
+            _GRAM64 = gram64
+        out = np.empty((len(factors), U0.shape[1], U0.shape[1]))
         for n, U in enumerate(factors):
-            gram64(np.ascontiguousarray(U), out[n])
+            _GRAM64(U if U.flags.c_contiguous else np.ascontiguousarray(U), out[n])
         return out
     if isinstance(grams, list) and grams and all(type(G) is np.ndarray for G in grams):
         return np.stack(grams)
     return grams
+
+
+_GRAM64: Any = None  # (_cp_kernels.gram64, imported on first use)
 
 
 def _fit_of_error(normX: float, err2: float) -> float:
