@@ -643,7 +643,7 @@ def _fit_grams(factors: Sequence[Any], grams: Any) -> Any:
     float32 Grams' rounding (about eps times the squared weights) then exceeded the error itself. Measured on a
     planted 6x7x5x8 float32 tensor from a start with two equal columns: the fit reported 1.0 where the model's is
     0.567 (float32 Grams), 0.56719 with float64 ones; N Grams of I_n x R a sweep, next to the sweep's own."""
-    U0 = factors[0] if len(factors) else None
+    U0: Any = factors[0] if len(factors) else None
     if grams is not None and type(U0) in (np.ndarray, np.memmap) and U0.dtype == np.float32:  # (one kind a call)
         global _GRAM64
         if _GRAM64 is None:
