@@ -433,3 +433,30 @@ def test_float32_fit_is_the_models_fit_where_components_cancel(shape, order, lin
             true = _model_fit(X64, w, factors)
             assert abs(fit - true) <= 10 * eps * np.abs(w).sum() / nx / (1 - true)
     assert degenerate  # (the case the test is about)
+
+
+def test_fit_grams_widen_short_factors_always_and_long_ones_where_weights_are_large(rng):
+    """``_fit_grams``: a float32 model's Grams for the fit in float64 (each entry the float64 sum of the widened
+    products: to float64 rounding of the exact Gram), always for short factors and for long ones where the
+    weights exceed ``4 sqrt(R) ||X||`` (a degeneracy); long factors with ordinary weights keep the float32
+    Grams (as given, stacked); a float64 model's are returned as given."""
+    from tuckerkit.decomposition._cp import _fit_grams
+
+    R = 8
+    short = [rng.standard_normal((n, R)).astype(np.float32) for n in (30, 40, 50)]
+    long_ = [rng.standard_normal((n, R)).astype(np.float32) for n in (30, 40000, 50)]
+    for F in (short, long_):
+        exact = np.stack([U.astype(np.float64).T @ U.astype(np.float64) for U in F])
+        given = [U.T @ U for U in F]
+        big = _fit_grams(F, given, np.full(R, 100.0), 1.0)  # sum |w| = 800 > 4 sqrt(8): widened
+        assert big.dtype == np.float64
+        np.testing.assert_allclose(big, exact, rtol=0, atol=50 * np.finfo(np.float64).eps * np.abs(exact).max())
+        got = _fit_grams(F, given, np.full(R, 0.1), 1.0)  # sum |w| = 0.8
+        if F is short:
+            np.testing.assert_array_equal(got, big)
+        else:
+            assert got.dtype == np.float32
+            np.testing.assert_array_equal(got, np.stack(given))
+    F64 = [U.astype(np.float64) for U in short]
+    stack = np.stack([U.T @ U for U in F64])
+    assert _fit_grams(F64, stack, np.full(R, 100.0), 1.0) is stack

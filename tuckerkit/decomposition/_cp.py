@@ -343,7 +343,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             stack[m] = G
         grams = list(stack)
 
-    # a small dense tensor's sweeps: four calls each (_small_cp.py), the same update where a V is not definite
+    # a small dense tensor's sweeps: four or five calls each (_small_cp.py), the same update where V is not definite
     csmall = _small_cp_sweep(X, rank) if stack is not None and em is None and not fixed else None
 
     def set_gram(n: int, G: Any) -> None:
@@ -429,25 +429,28 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             inner = last["inner"]
             if inner is None:  # as above
                 inner = _inner_columns(np, last["M"], factors[last["n"]])
-            fit = _fit_of_error(normX, cp_fit_error(inner, weights, _fit_grams(factors, stack), normX))
+            G64 = _fit_grams(factors, stack, weights, normX)
+            fit = _fit_of_error(normX, cp_fit_error(inner, weights, G64, normX))
         elif em is None:
-            fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights, _fit_grams(factors, grams))
+            fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights,
+                          _fit_grams(factors, grams, weights, normX))
         else:  # the E step: the fit on the observed entries, then the missing ones refilled for the next sweep
             fit = em.step(CPModel(weights, factors))
         if trying:
             def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
                 if em is not None:  # missing data: the jumped model on the observed entries, X left as it is
                     return em.observed_fit(CPModel(w, F))
-                if csmall is not None:  # (one product with X and a compiled sum: the sweep's own arithmetic)
-                    return _fit_of_error(normX, cp_fit_error(csmall.inner_of(F), w, _fit_grams(F, G), normX))
+                if csmall is not None:  # (one product with X and a compiled sum: <X, X_hat> from the first half's
+                    # partial, the sweep's from the last mode's MTTKRP: the same value to rounding)
+                    return _fit_of_error(normX, cp_fit_error(csmall.inner_of(F), w, _fit_grams(F, G, w, normX), normX))
                 Fc = [U.conj() for U in F] if cplx else F
                 M = operand_mttkrp(X, Fc, N - 1, policy)  # (a small tensor's: numpy directly)
                 if small is not None:
                     return _fit_from_inner(np, normX, small.inner(M, F[N - 1]), w, G)
                 if stack is not None:  # (the sweep's fit's own arithmetic: a jump is kept when it is better)
-                    return _fit_of_error(normX, cp_fit_error(_inner_columns(np, M, F[N - 1]), w, _fit_grams(F, G),
-                                                             normX))
-                return _cp_fit(xp, normX, M, F[N - 1], w, _fit_grams(F, G))
+                    inner = _inner_columns(np, M, F[N - 1])
+                    return _fit_of_error(normX, cp_fit_error(inner, w, _fit_grams(F, G, w, normX), normX))
+                return _cp_fit(xp, normX, M, F[N - 1], w, _fit_grams(F, G, w, normX))
 
             jumped = jumps.attempt(it, before, factors, weights, fixed, normalize, fit, fit_of,
                                    renorm=small.renorm if small is not None else
@@ -633,16 +636,21 @@ def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any
     return 1.0 - math.sqrt(max(err2, 0.0))
 
 
-def _fit_grams(factors: Sequence[Any], grams: Any) -> Any:
+def _fit_grams(factors: Sequence[Any], grams: Any, weights: Any, norm: float) -> Any:
     """The Grams the fit's ``||X_hat||^2 = w^T (hadamard of the Grams) w`` takes: for a float32 model on the host,
-    the factors' Grams in float64 (:func:`._cp_kernels.gram64`, one N x R x R array); else ``grams`` (stacked
-    where they are a list of host arrays: :func:`cp_fit_error`'s operand).
+    the factors' Grams in float64 (one N x R x R array) where each factor is short (``I_n R (R + 1) / 2`` at most
+    ``_GRAM64_LOOP_MAX``: :func:`._cp_kernels.gram64`, a few microseconds) or where the weights are large
+    (``sum |w_r| > 4 sqrt(R) ||X||``, a degeneracy: BLAS on float64 copies of pieces of the rows); else
+    ``grams`` (stacked where they are a list of host arrays: :func:`cp_fit_error`'s operand).
 
     Why: where components grow and cancel (a two-factor degeneracy, common in CP-ALS on real data), the
     weights reach 10^3-10^5 times ``||X||`` and ``||X_hat||^2`` cancels ``2 <X, X_hat>`` to a few digits; the
-    float32 Grams' rounding (about eps times the squared weights) then exceeded the error itself. Measured on a
-    planted 6x7x5x8 float32 tensor from a start with two equal columns: the fit reported 1.0 where the model's is
-    0.567 (float32 Grams), 0.56719 with float64 ones; N Grams of I_n x R a sweep, next to the sweep's own."""
+    float32 Grams' rounding (about eps times the squared weights over ``||X||^2``) then exceeded the error itself.
+    Measured on a planted 6x7x5x8 float32 tensor from a start with two equal columns: the fit reported 1.0 where
+    the model's is 0.567 (float32 Grams), 0.56719 with float64 ones. Without a degeneracy ``sum |w_r|`` stays
+    within about ``sqrt(R) ||X||`` and the float32 Grams' rounding is about ``R eps`` of ``||X||^2``: a long
+    factor (sparse tensors' modes of 10^5 rows; 200000 x 32 took 13 ms a factor in float64 pieces against float32
+    SYRK's 6.6) keeps them then."""
     U0: Any = factors[0] if len(factors) else None
     if grams is not None and type(U0) in (np.ndarray, np.memmap) and U0.dtype == np.float32:  # (one kind a call)
         global _GRAM64
@@ -650,16 +658,29 @@ def _fit_grams(factors: Sequence[Any], grams: Any) -> Any:
             from tuckerkit.decomposition._cp_kernels import gram64
 
             _GRAM64 = gram64
-        out = np.empty((len(factors), U0.shape[1], U0.shape[1]))
-        for n, U in enumerate(factors):
-            _GRAM64(U if U.flags.c_contiguous else np.ascontiguousarray(U), out[n])
-        return out
+        R = U0.shape[1]
+        short = all(U.shape[0] * R * (R + 1) <= 2 * _GRAM64_LOOP_MAX for U in factors)
+        if short or float(np.abs(weights).sum()) > 4 * math.sqrt(R) * norm:
+            out = np.empty((len(factors), R, R))
+            for n, U in enumerate(factors):
+                if U.shape[0] * R * (R + 1) <= 2 * _GRAM64_LOOP_MAX:
+                    _GRAM64(U if U.flags.c_contiguous else np.ascontiguousarray(U), out[n])
+                    continue
+                out[n] = 0.0  # (pieces of rows in float64, added in piece order)
+                for i in range(0, U.shape[0], _GRAM64_ROWS):
+                    P = U[i:i + _GRAM64_ROWS].astype(np.float64)
+                    out[n] += P.T @ P
+            return out
     if isinstance(grams, list) and grams and all(type(G) is np.ndarray for G in grams):
         return np.stack(grams)
     return grams
 
 
 _GRAM64: Any = None  # (_cp_kernels.gram64, imported on first use)
+#: :func:`_fit_grams` makes a factor's float64 Gram in its compiled loop up to this many multiply-adds
+#: (``I R (R + 1) / 2``), else with BLAS on float64 copies of ``_GRAM64_ROWS`` rows at a time
+_GRAM64_LOOP_MAX = 1 << 16
+_GRAM64_ROWS = 1 << 15
 
 
 def _fit_of_error(normX: float, err2: float) -> float:

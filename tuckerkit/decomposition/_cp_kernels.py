@@ -256,8 +256,8 @@ def sweep_update(grams, n, M, U, ss, norms, normalize, eps, gram, want_inner, in
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def sweep_step(grams, n, M, U, ss, norms, normalize, eps, gram):  # pragma: no cover - compiled
     """:func:`sweep_update` without the fit's inner products: ``V``, the solve into ``U`` (False where V is not
-    definite, nothing changed), the norms, and with ``gram`` the new Gram into ``grams[n]``. Its work arrays live
-    on its own stack frame (a kernel calling it twice holds one set at a time)."""
+    definite, nothing changed), the norms, and with ``gram`` the new Gram into ``grams[n]``. Its work arrays (V,
+    L and the solve's two: 2 R^2 + 2 R x BLOCK elements, 24 kB at R = 32 in float64) are on the stack."""
     R = M.shape[1]
     V = stack_matrix(R, R, U)
     _sweep_v(grams, n, V)
@@ -281,17 +281,22 @@ def sweep_step(grams, n, M, U, ss, norms, normalize, eps, gram):  # pragma: no c
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def gram64(U, G):  # pragma: no cover - compiled
-    """``G = U^T U`` in float64 (G: R x R float64): each entry the sum over the rows in order of the products of the
-    entries widened to float64 (exact for float32 ones), the lower triangle mirrored: the fit's Grams of a
-    float32 model (:func:`tuckerkit.decomposition._cp._fit_grams`)."""
+    """``G = U^T U`` in float64 (G: R x R float64, overwritten): each entry the sum over the rows in order of the
+    products of the entries widened to float64 (exact for float32 ones), row by row into G's lower triangle
+    (a row's products side by side), then mirrored: the fit's Grams of a short float32 factor
+    (:func:`tuckerkit.decomposition._cp._fit_grams`)."""
     R = U.shape[1]
     for a in range(R):
-        for b in range(a + 1):
-            t = 0.0
-            for i in range(U.shape[0]):
-                t += np.float64(U[i, a]) * np.float64(U[i, b])
-            G[a, b] = t
-            G[b, a] = t
+        for b in range(R):
+            G[a, b] = 0.0
+    for i in range(U.shape[0]):
+        for a in range(R):
+            ua = np.float64(U[i, a])
+            for b in range(a + 1):
+                G[a, b] += ua * np.float64(U[i, b])
+    for a in range(R):
+        for b in range(a):
+            G[b, a] = G[a, b]
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)

@@ -291,7 +291,7 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     for it in range(1, max_iter + 1):
         sweep = X.mttkrp_sweep(factors, update, policy=policy)
         fit = _cp_fit(xp, call.norm, last["M"], factors[last["n"]], ones if apart is None else apart,
-                      _fit_grams(factors, grams))
+                      _fit_grams(factors, grams, ones if apart is None else apart, call.norm))
         if mon.step(it, fit, factors):
             break
     mon.finish()

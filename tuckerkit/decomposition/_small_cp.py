@@ -4,7 +4,8 @@ On a tensor of a few thousand elements an ALS iteration is a few tens of thousan
 route (:func:`~tuckerkit.engine._direct.direct_mttkrp_sweep`) makes it in some thirty numpy calls (Khatri-Rao
 products, two products with the tensor, GEMVs batched over the rank, each factor's update through its Python
 wrapper), each a few microseconds: on 10^3 to 30^3 tensors (rank 3-5) an iteration took 70-135 us. Here
-(:class:`SmallCPSweep`) a sweep is four calls, the dimension tree's:
+(:class:`SmallCPSweep`) a sweep is four calls (five with 4 modes: the second half's Khatri-Rao product first),
+the dimension tree's:
 
 * the product of the tensor with the Khatri-Rao product of the second half's factors (BLAS, one thread, the
   partial ``P`` with the rank last: ``(first half, R)``), then one compiled call (:func:`half_sweep`) for the
@@ -201,7 +202,8 @@ class SmallCPSweep:
         self.norms = np.empty(R, np.float64)
         self.inner = np.empty(R, np.float64)
         self.no_kr = np.empty((0, R), dt)
-        self.kernels: tuple[Any, Any] | None = None
+        self.kernels: tuple[Any, Any] = (half_sweep, half_one)
+        self.direct = False
         self.record = Sweep((DirectSweep("mttkrp_compiled", shape, dt, R, 4 * X.size * R, "cpu"),), 2)
 
         # each half's steps, worked out once: (modes, the matrix of its product with the tensor, the partial
@@ -231,15 +233,20 @@ class SmallCPSweep:
     def sweep(self, factors: list[Any], grams: np.ndarray, normalize: bool, update: Any, last: dict) -> Any:
         """One sweep: ``factors`` replaced in place (fresh C arrays), ``grams`` (N x R x R, the call's stack)
         with them, and ``last`` as the caller's ``update`` leaves it (the last mode's MTTKRP, that mode and the
-        fit's inner products). Returns the last mode's column norms (float64: the weights, with ``normalize``),
-        or None where that mode took ``update`` (a V not definite: the caller's least squares, which sets the
-        caller's weights itself)."""
+        fit's inner products). Returns the last mode's column norms (float64: the weights) with ``normalize``;
+        None without, or where that mode took ``update`` (a V not definite: the caller's least squares, which sets
+        the caller's weights itself)."""
         from tuckerkit.engine._policy import blas_pinned
 
         R, dt, eps, norms, inner, ss = self.R, self.dtype, self.eps, self.norms, self.inner, self.ss
         normalize = bool(normalize)
         done = False  # whether the last update was this kernel's
-        two, one = self.kernels or _kernels(dt)
+        if not self.direct:  # (each kernel itself once it has run in this process, else its first-run wrapper)
+            self.kernels = _kernels(dt)
+            two, one = self.kernels  # (the kernels this tensor's halves use)
+            self.direct = ((two is half_sweep or all(len(h) == 1 for h in self.halves))
+                           and (one is half_one or all(len(h) == 2 for h in self.halves)))
+        two, one = self.kernels
         other = self._kr(1, factors)
         # (the products with X on one BLAS thread: the same bits in any setting; inside a decomposition's call,
         # which holds the pin already, a counter)
@@ -274,9 +281,7 @@ class SmallCPSweep:
                     if kr.shape[0]:
                         khatri_rao_pair(_c(factors[modes[0]]), _c(factors[modes[1]]), kr)
                 other = kr
-        if self.kernels is None and (half_sweep, dt.char) in _RAN and (half_one, dt.char) in _RAN:
-            self.kernels = half_sweep, half_one  # (both compiled: called directly from now on)
-        return norms.copy() if done else None
+        return norms.copy() if done and normalize else None
 
 
     def renorm(self, F: list[Any], w: Any, fixed: frozenset[int], normalize: bool) -> tuple[list[Any], Any, list]:

@@ -116,6 +116,8 @@ class DirectSweep:
     >>> import tuckerkit as tk
     >>> X = np.random.default_rng(0).random((6, 7, 8))
     >>> tk.cp_als(X, 2, max_iter=3, tol=0).plans[0].kind
+    'mttkrp_compiled'
+    >>> tk.cp_als(X, 2, max_iter=3, tol=0, fixed_modes=[1]).plans[0].kind
     'mttkrp'
     """
 
