@@ -287,8 +287,8 @@ def test_the_record_explains_the_route(rng):
     assert c.explain().startswith("compiled mttkrp sweep of a 6x7x8 float64 tensor, rank 2: two products")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        (d,) = tk.cp_als(X, 2, max_iter=3, tol=0, fixed_modes=[1]).plans  # (fixed modes: the direct route)
-    assert d.explain().startswith("direct mttkrp sweep of a 6x7x8 float64 tensor, rank 2: 2688 flops")
+        (d,) = tk.cp_als(X, 33, max_iter=3, tol=0).plans  # (rank 33, beyond the compiled sweep's: the direct route)
+    assert d.explain().startswith("direct mttkrp sweep of a 6x7x8 float64 tensor, rank 33: 44352 flops")
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")

@@ -96,15 +96,22 @@ def test_a_memory_mapped_npy_takes_the_compiled_sweep(rng, tmp_path):
 
 
 def test_where_it_does_not_apply_another_route_runs(rng):
-    """Fixed modes, missing data, a rank above 32, five modes, a strided view, complex data and a tensor beyond
-    SMALL_CP_MAX_ELEMS take another route; the plain call on the same tensor takes the compiled one."""
+    """A rank above 32, five modes, a strided view, complex data and a tensor beyond SMALL_CP_MAX_ELEMS take
+    another route; the plain call on the same tensor takes the compiled one, and so do fixed modes, missing data
+    and non-negative CP (their MTTKRPs alone: :meth:`SmallCPSweep.mttkrp_sweep`, or the fused sweep with the E
+    step)."""
     X, _ = planted(rng, (10, 11, 12), 3)
     start = [rng.standard_normal((n, 3)) for n in X.shape]
     big = rng.standard_normal((70, 70, 70))
     assert big.size > SMALL_CP_MAX_ELEMS
-    cases = {
+    taken = {
         "fixed_modes": tk.cp_als(X, 3, init=start, fixed_modes=[1], max_iter=2, tol=0),
         "mask": tk.cp_als(X, 3, mask=np.ones(X.shape, bool), max_iter=2, tol=0),
+        "non_negative_cp": tk.non_negative_cp(np.abs(X), 3, max_iter=2, tol=0),
+        "non_negative_cp mu": tk.non_negative_cp(np.abs(X), 3, method="mu", max_iter=2, tol=0),
+    }
+    assert all(res.plans[0].kind == "mttkrp_compiled" for res in taken.values()), taken
+    cases = {
         "rank 33": tk.cp_als(X, 33, max_iter=2, tol=0),
         "5 modes": tk.cp_als(rng.standard_normal((4, 5, 3, 4, 5)), 2, max_iter=2, tol=0),
         "view": tk.cp_als(X[:, ::2], 3, max_iter=2, tol=0),
@@ -561,3 +568,76 @@ def test_orthogonalize_on_the_compiled_route_matches_the_direct_route(N, dtype, 
     eps = _eps(dtype)
     np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * eps / (1 - b.fit))
     assert _rel(a.to_dense(), b.to_dense()) <= 1e2 * eps
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the MTTKRPs alone (SmallCPSweep.mttkrp_sweep): fixed modes, missing data and non-negative CP
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("N", [2, 3, 4])
+def test_fixed_modes_on_the_compiled_tree_match_the_direct_route(N, order, dtype, rng, monkeypatch):
+    """CP-ALS with a fixed mode (the first, a middle and the last, in turn) takes the compiled tree's MTTKRPs and
+    the caller's update: the fixed factor comes back exactly as given, the fits follow the direct route's to
+    ``100 eps / (1 - fit)`` and the models agree to the fit's conditioning."""
+    shape, R = SHAPES[N]
+    X, factors = planted(rng, shape, R, dtype, order)
+    start = [np.asarray(U, dtype) for U in near_start(rng, factors).factors]
+    eps = _eps(dtype)
+    for fixed in sorted({0, N // 2, N - 1}):
+        kw = {"init": [U.copy() for U in start], "fixed_modes": [fixed], "max_iter": 8, "tol": 0,
+              "linesearch": False}
+        a, b = _cp(X, R, True, monkeypatch, **kw), _cp(X, R, False, monkeypatch, **kw)
+        assert a.plans[0].kind == "mttkrp_compiled" and b.plans[0].kind == "mttkrp"
+        assert np.array_equal(a.factors[fixed], start[fixed])
+        unit = eps / (1 - b.fit)
+        np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * unit)
+        assert _rel(a.to_dense(), b.to_dense()) <= 1e2 * unit
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("N", [3, 4])
+def test_missing_data_on_the_compiled_sweep_matches_the_direct_route(N, dtype, rng, monkeypatch):
+    """Masked CP-ALS (40 % missing) on the compiled sweep: the E step refills the operand's array in place, which
+    the sweep's views read; the observed-entry fits follow the direct route's to ``100 eps / (1 - fit)`` (a
+    free and a fixed-mode run, with and without the line search)."""
+    shape, R = SHAPES[N]
+    X, factors = planted(rng, shape, R, dtype)
+    mask = rng.random(shape) > 0.4
+    Xn = np.where(mask, X, np.nan).astype(dtype)
+    start = [np.asarray(U, dtype) for U in near_start(rng, factors).factors]
+    eps = _eps(dtype)
+    for fixed, ls in ((), False), ((), True), ((1,), False):
+        kw = {"mask": mask, "init": [U.copy() for U in start], "fixed_modes": fixed, "max_iter": 10, "tol": 0,
+              "linesearch": ls}
+        a, b = _cp(Xn, R, True, monkeypatch, **kw), _cp(Xn, R, False, monkeypatch, **kw)
+        assert a.plans[0].kind == "mttkrp_compiled" and b.plans[0].kind == "mttkrp"
+        np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * eps / (1 - b.fit))
+
+
+@pytest.mark.parametrize("method", ["hals", "mu"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("N", "order"), [(2, "C"), (3, "C"), (3, "F"), (4, "C"), (4, "F")])
+def test_non_negative_cp_on_the_compiled_tree_matches_the_direct_route(N, order, dtype, method, rng, monkeypatch):
+    """``non_negative_cp`` takes the compiled tree's MTTKRPs on a small tensor: fits and models as the direct
+    route's to ``100 eps / (1 - fit)``, every entry non-negative, the same bits on a repeat."""
+    shape, R = SHAPES[N]
+    factors = [rng.random((n, R)) for n in shape]
+    X = np.asarray((tk.CPTensor(np.ones(R), tuple(factors)).to_dense() + 1e-2 * rng.random(shape)).astype(dtype),
+                   order=order)
+    start = [rng.random((n, R)).astype(dtype) for n in shape]
+    eps = _eps(dtype)
+
+    def run(compiled):
+        monkeypatch.setattr(cp_mod, "_SMALL_SWEEPS", compiled)
+        return tk.non_negative_cp(X, R, method=method, init=[U.copy() for U in start], max_iter=10, tol=0)
+
+    a, b, c = run(True), run(False), run(True)
+    assert a.plans[0].kind == "mttkrp_compiled" and b.plans[0].kind == "mttkrp"
+    unit = eps / (1 - b.fit)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * unit)
+    assert _rel(a.to_dense(), b.to_dense()) <= 1e2 * unit
+    assert all((U >= 0).all() for U in a.factors)
+    assert all(np.array_equal(U, V) for U, V in zip(a.factors, c.factors, strict=True))
+    assert np.array_equal(a.weights, c.weights)

@@ -343,8 +343,10 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             stack[m] = G
         grams = list(stack)
 
-    # a small dense tensor's sweeps: four or five calls each (_small_cp.py), the same update where V is not definite
-    csmall = _small_cp_sweep(X, rank) if stack is not None and em is None and not fixed else None
+    # a small dense tensor's sweeps: four or five calls each (_small_cp.py), the same update where V is not definite;
+    # with fixed modes its MTTKRPs alone, each handed to ``update`` (missing data too: the E step refills the
+    # operand's array in place, which the sweep reads through its views)
+    csmall = _small_cp_sweep(X, rank) if stack is not None else None
 
     def set_gram(n: int, G: Any) -> None:
         if stack is not None:
@@ -413,11 +415,13 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         trying = linesearch and free and it > 4 and it % 2 == 0
         if trying:
             before = [U.copy() for U in factors], weights.copy()
-        if csmall is not None:
+        if csmall is not None and not fixed:
             norms = csmall.sweep(factors, stack, normalize, update, last)
             if norms is not None and normalize:
                 weights = norms.astype(wdt)
             sweep = csmall.record
+        elif csmall is not None:
+            sweep = csmall.mttkrp_sweep(factors, update)
         else:
             sweep = X.mttkrp_sweep(conj, update, policy=policy)
         if small is not None:
@@ -484,10 +488,10 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
 
 
 def _small_cp_sweep(X: Any, rank: int) -> Any:
-    """The compiled sweep's set-up (:class:`~tuckerkit.decomposition._small_cp.SmallCPSweep`) where CP-ALS's sweeps
-    of ``X`` take it: a dense host tensor on the direct route (``engine._direct.direct_applies``) within
-    :func:`~tuckerkit.decomposition._small_cp.small_cp_applies`; else None. (The caller checks the rest: a real
-    dtype and a rank within the fused update, no fixed modes, no missing data.)"""
+    """The compiled sweep's set-up (:class:`~tuckerkit.decomposition._small_cp.SmallCPSweep`) where CP-ALS's (or
+    non-negative CP's) sweeps of ``X`` take it: a dense host tensor on the direct route
+    (``engine._direct.direct_applies``) within :func:`~tuckerkit.decomposition._small_cp.small_cp_applies`; else
+    None. (The caller checks the rest: CP-ALS a real dtype and a rank within the fused update.)"""
     from tuckerkit.engine import DenseTensor
 
     if not _SMALL_SWEEPS or not isinstance(X, DenseTensor) or type(X.data) not in (np.ndarray, np.memmap):

@@ -259,7 +259,7 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     max_iter = check_max_iter(max_iter)
     rng = _start_rng(random_state, init)
     check_callback(callback)
-    from tuckerkit.decomposition._cp import _check_rank_fits, _cp_fit, _fit_grams
+    from tuckerkit.decomposition._cp import _check_rank_fits, _cp_fit, _fit_grams, _small_cp_sweep
 
     _check_rank_fits(X, rank)
     factors, apart = _nn_cp_start(call, rank, init, rng, fixed, nn)
@@ -287,9 +287,13 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
         factors[n] = xp.ascontiguousarray(U)
         grams[n] = factors[n].T @ factors[n]
 
+    # a small dense host tensor's MTTKRPs by the compiled sweep's tree (_small_cp.py: two BLAS products, each
+    # MTTKRP of a two-mode half in one compiled call)
+    small = _small_cp_sweep(X, rank) if xp is np and X.dtype.kind == "f" else None
     it, sweep = 0, None
     for it in range(1, max_iter + 1):
-        sweep = X.mttkrp_sweep(factors, update, policy=policy)
+        sweep = small.mttkrp_sweep(factors, update) if small is not None else X.mttkrp_sweep(factors, update,
+                                                                                            policy=policy)
         fit = _cp_fit(xp, call.norm, last["M"], factors[last["n"]], ones if apart is None else apart,
                       _fit_grams(factors, grams, ones if apart is None else apart, call.norm))
         if mon.step(it, fit, factors):

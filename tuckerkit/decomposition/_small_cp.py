@@ -120,6 +120,12 @@ def half_sweep(P, b_first, Uy, Ux, Uyn, grams, nx, ny, Mx, My, ss, norms, normal
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
+def partial_mttkrp(P, U, M, along_b):  # pragma: no cover - compiled
+    """:func:`_mttkrp_of` alone (:meth:`SmallCPSweep.mttkrp_sweep`: a mode's MTTKRP from its half's partial)."""
+    _mttkrp_of(P, U, M, along_b)
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def half_one(M, grams, n, U, ss, norms, normalize, eps, want_inner, inner):  # pragma: no cover - compiled
     """A half of one mode: ``M`` is its MTTKRP; the update into ``U`` as :func:`half_sweep`'s (False where V is
     not definite, nothing changed), with ``want_inner`` the fit's inner products."""
@@ -283,6 +289,33 @@ class SmallCPSweep:
                 other = kr
         return norms.copy() if done and normalize else None
 
+
+    def mttkrp_sweep(self, factors: list[Any], update: Any) -> Any:
+        """The N MTTKRPs of one sweep in mode order, ``update(n, M_n)`` after each (which may replace
+        ``factors[n]``), as the engine's ``mttkrp_sweep`` gives them (``M_n``: (I_n, R), C-contiguous, a buffer
+        of this object's, valid until the next sweep), by the same tree as :meth:`sweep`: the two products
+        with the tensor on BLAS and each MTTKRP of a two-mode half from its partial in one compiled call
+        (:func:`partial_mttkrp`). For the callers whose step is not the fused ALS update: fixed modes,
+        non-negative CP. Returns the sweep's record."""
+        from tuckerkit.engine._policy import blas_pinned
+
+        R = self.R
+        with blas_pinned():
+            other = self._kr(1, factors)
+            for modes, mat, part, _, kr, x, y, b_first, Mx, My in self.plan:
+                np.matmul(mat, other, out=part if kr is None else part.reshape(-1, R))
+                if kr is None:  # one mode: the partial is its MTTKRP
+                    update(x, part)
+                    other = _c(factors[x])
+                    continue
+                partial_mttkrp(part, _c(factors[y]), Mx, not b_first)
+                update(x, Mx)
+                partial_mttkrp(part, _c(factors[x]), My, b_first)
+                update(y, My)
+                if kr.shape[0]:
+                    khatri_rao_pair(_c(factors[modes[0]]), _c(factors[modes[1]]), kr)
+                other = kr
+        return self.record
 
     def renorm(self, F: list[Any], w: Any, fixed: frozenset[int], normalize: bool) -> tuple[list[Any], Any, list]:
         """A line-search jump's model (``F``: fresh arrays, changed in place) with unit columns, their norms into

@@ -117,7 +117,7 @@ class DirectSweep:
     >>> X = np.random.default_rng(0).random((6, 7, 8))
     >>> tk.cp_als(X, 2, max_iter=3, tol=0).plans[0].kind
     'mttkrp_compiled'
-    >>> tk.cp_als(X, 2, max_iter=3, tol=0, fixed_modes=[1]).plans[0].kind
+    >>> tk.cp_als(X, 33, max_iter=3, tol=0).plans[0].kind  # (beyond the compiled sweep's rank)
     'mttkrp'
     """
 
