@@ -177,7 +177,7 @@ def unit_columns(F, normalize, norms, G):  # pragma: no cover - compiled
 
 class SmallCPSweep:
     """CP-ALS's sweeps of one call on ``X`` (:func:`small_cp_applies`) at rank ``R``: the work arrays, made
-    once, and :meth:`sweep`."""
+    once, :meth:`sweep` (the fused ALS steps) and :meth:`mttkrp_sweep` (the MTTKRPs alone, for another update)."""
 
     def __init__(self, X: np.ndarray, R: int):
         from tuckerkit.decomposition._linalg import _EPS
@@ -288,7 +288,6 @@ class SmallCPSweep:
                         khatri_rao_pair(_c(factors[modes[0]]), _c(factors[modes[1]]), kr)
                 other = kr
         return norms.copy() if done and normalize else None
-
 
     def mttkrp_sweep(self, factors: list[Any], update: Any) -> Any:
         """The N MTTKRPs of one sweep in mode order, ``update(n, M_n)`` after each (which may replace
