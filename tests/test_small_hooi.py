@@ -219,18 +219,59 @@ def test_convergence_and_callback_as_the_direct_route(rng, monkeypatch):
 
 
 def test_where_it_does_not_apply_the_direct_route_runs(rng):
-    """A strided view, fixed factors, the randomized SVD, a 5-way tensor and a tensor beyond the work bound keep
-    the direct route."""
+    """A strided view, the randomized SVD, a 5-way tensor, a tensor beyond the work bound and a float32 tensor
+    with missing data keep the direct route; fixed factors and a float64 tensor's missing data take the compiled
+    one."""
     X = planted_tucker(rng, (12, 13, 14), (3, 3, 3), np.float64, noise=1e-2)
+    mask = rng.random(X.shape) > 0.3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = [tk.hooi(np.transpose(X, (1, 0, 2)), 3, max_iter=2, tol=0),
-                 tk.hooi(X, 3, max_iter=2, tol=0, init=tk.hooi(X, 3, max_iter=1, tol=0), fixed_factors=[1]),
                  tk.hooi(X, 3, max_iter=2, tol=0, svd="randomized", random_state=0),
                  tk.hooi(rng.standard_normal((6, 6, 6, 6, 6)), 2, max_iter=2, tol=0),
-                 tk.hooi(rng.standard_normal((40, 40, 40)), 10, max_iter=2, tol=0)]
+                 tk.hooi(rng.standard_normal((40, 40, 40)), 10, max_iter=2, tol=0),
+                 tk.hooi(np.where(mask, X, np.nan).astype(np.float32), 3, mask=mask, max_iter=2, tol=0)]
+        taken = [tk.hooi(X, 3, max_iter=2, tol=0, init=tk.hooi(X, 3, max_iter=1, tol=0), fixed_factors=[1]),
+                 tk.hooi(np.where(mask, X, np.nan), 3, mask=mask, max_iter=2, tol=0)]
     assert [c.plans[0].kind for c in cases] == ["ttmc"] * 5
+    assert [c.plans[0].kind for c in taken] == ["ttmc_compiled"] * 2
     assert tk.hooi(X, 3, max_iter=2, tol=0).plans[0].kind == "ttmc_compiled"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize(("shape", "ranks"), [((10, 11, 12), (3, 3, 3)), ((20, 20, 20), (5, 4, 5)),
+                                              ((8, 9, 7, 6), (3, 3, 3, 3))])
+def test_fixed_factors_and_missing_data_match_the_direct_route(shape, ranks, order, dtype, rng, monkeypatch):
+    """Fixed factors (the first, a middle and the last mode) and missing data (30 %, float64: the E step refills in
+    place the array the compiled sweep reads; float32 keeps the direct route) on the compiled sweep: a fixed
+    factor comes back exactly as given, the fits follow the direct route's to ``100 eps / (1 - fit)``."""
+    N = len(shape)
+    core = rng.standard_normal(ranks)
+    Us = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(shape, ranks, strict=True)]
+    X = tk.TuckerTensor(core, tuple(Us)).to_dense()
+    E = rng.standard_normal(shape)
+    X = np.asarray((X + 1e-2 * np.linalg.norm(X) / np.linalg.norm(E) * E).astype(dtype), order=order)
+    start = [np.linalg.qr(U + 0.3 * rng.standard_normal(U.shape))[0].astype(dtype) for U in Us]
+    mask = rng.random(shape) > 0.3
+    eps = _eps(dtype)
+    runs = [({"fixed_factors": [m]}, X) for m in sorted({0, N // 2, N - 1})]
+    if dtype == np.float64:
+        runs += [({"mask": mask}, np.where(mask, X, np.nan)), ({"mask": mask, "fixed_factors": [1]},
+                                                               np.where(mask, X, np.nan))]
+    swept = []
+    real = _small_hooi.SmallSweep.sweep
+    monkeypatch.setattr(_small_hooi.SmallSweep, "sweep", lambda self, *a, **k: swept.append(1) or real(self, *a, **k))
+    for kw, Xin in runs:
+        Xin = np.asarray(Xin, order=order)
+        before = len(swept)
+        a = _hooi(Xin, ranks, True, monkeypatch, init=[U.copy() for U in start], max_iter=6, tol=0, **kw)
+        assert len(swept) > before  # (the compiled sweep ran: from the first sweep on)
+        b = _hooi(Xin, ranks, False, monkeypatch, init=[U.copy() for U in start], max_iter=6, tol=0, **kw)
+        assert b.plans[0].kind == "ttmc" and a.n_iter == b.n_iter == 6
+        for m in kw.get("fixed_factors", []):
+            assert np.array_equal(a.factors[m], start[m])
+        np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * eps / (1 - b.fit))
 
 
 @pytest.mark.parametrize("shape", [(10, 9), (9, 10), (12, 12), (30, 4)])

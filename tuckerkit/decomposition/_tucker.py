@@ -721,15 +721,17 @@ def _small_sweep(X: Any, ranks: Sequence[int], fixed: Any, em: Any, svd: str) ->
     """The compiled sweep's set-up (:class:`~tuckerkit.engine._small_hooi.SmallSweep`) where HOOI's sweeps of ``X``
     take its compiled factor steps: a host float32 / float64 3- or 4-way tensor in C or F order within
     ``SMALL_SWEEP_MAX_ELEMS`` and ``SMALL_SWEEP_MAX_WORK`` (its size times the largest rank's fourth power), the
-    exact SVD, no fixed factors nor missing data, and every mode's factor step on a compiled route
-    (:func:`~tuckerkit.engine._small_hooi.small_sweep_routes`); else None."""
+    exact SVD, and every mode's factor step on a compiled route
+    (:func:`~tuckerkit.engine._small_hooi.small_sweep_routes`); fixed factors stay as given (their modes' steps
+    skipped); missing data only in float64 (the E step refills the operand's array in place, which the sweep
+    reads through its views; a float32 tensor's float64 copy would not see it); else None."""
     from tuckerkit.engine import DenseTensor
 
-    if em is not None or fixed or svd != "exact" or not isinstance(X, DenseTensor) or not _SMALL_SWEEPS:
+    if svd != "exact" or not isinstance(X, DenseTensor) or not _SMALL_SWEEPS:
         return None
     data = X.data
     if type(data) not in (np.ndarray, np.memmap) or data.dtype.char not in "fd" or not (
-            data.flags.c_contiguous or data.flags.f_contiguous):
+            data.flags.c_contiguous or data.flags.f_contiguous) or (em is not None and data.dtype != np.float64):
         return None
     from tuckerkit.engine._direct import direct_applies
     from tuckerkit.engine._small_hooi import SmallSweep, small_sweep_routes
@@ -811,11 +813,13 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     eye = {n: np.eye(X.shape[n], dtype=X.dtype) for n in full}
     for it in range(1, max_iter + 1):
         if small is not None:
-            factors[:], core, keep_on = small.sweep(factors, backoffs, policy)
+            factors[:], core, keep_on = small.sweep(factors, backoffs, policy, fixed)
             sweep = small.record
             if not keep_on:  # (every certified step refused: the direct route from the next sweep on)
                 small = None
-            if mon.step(it, _fit(normX, frobenius_norm(core)), factors):
+            # (the E step: the fit on the observed entries, the missing ones refilled for the next sweep)
+            fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(TuckerModel(core, factors))
+            if mon.step(it, fit, factors):
                 break
             continue
         last: dict[str, Any] = {}

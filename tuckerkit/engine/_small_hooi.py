@@ -273,8 +273,10 @@ class SmallSweep:
             np.matmul(N[0].T if self.N == 3 else (np.kron(N[1], N[0]) if swap else np.kron(N[0], N[1])).T,
                       self.X_s, out=self.S)
 
-    def sweep(self, factors: list[Any], backoffs: list[Any], policy: Any) -> tuple[list[Any], Any, bool]:
-        """One sweep from ``factors``: the new factors (fresh C-contiguous arrays of ``X``'s dtype), the core
+    def sweep(self, factors: list[Any], backoffs: list[Any], policy: Any,
+              fixed: frozenset[int] = frozenset()) -> tuple[list[Any], Any, bool]:
+        """One sweep from ``factors``: the new factors (fresh C-contiguous arrays of ``X``'s dtype; a ``fixed``
+        mode's as given, its unfolding still made for the projections after it), the core
         (``X``'s dtype) and whether the next sweep should take this route too. Each mode's step: the products with
         ``X`` (BLAS, float64), the unfolding and its Gram by :func:`_prepare`, then the tiny route or (unless the
         mode's :class:`~._subspace.SubspaceBackoff` skips it) the certified iteration; where either declines,
@@ -299,6 +301,8 @@ class SmallSweep:
                 _prepare(form, part.reshape(-1), *st, *sizes, other, self.M[n], routes[n], F[n], self.seeds[n],
                          self.G[n], self.S0[n])
                 r = ranks[n]
+                if n in fixed:
+                    continue
                 if routes[n] == TINY:
                     ok = self.warm[n] = bool(tiny_left_singular_warm(self.M[n], r, self.U[n], self.w[:r], self.J[n],
                                                                      self.warm[n]))
@@ -319,8 +323,9 @@ class SmallSweep:
             if self.fo and self.N == 4:  # (S's rank pairs (b, a): the core's first two modes swapped back)
                 core = core.reshape(ranks[1], ranks[0], *ranks[2:]).transpose(1, 0, 2, 3)
             core = core.reshape(ranks)
-        out = N if dtype == f8 else [U.astype(dtype) for U in N]
-        return out, core.astype(dtype, copy=False), not 0 < lapack == sum(r != TINY for r in routes)
+        out = [factors[n] if n in fixed else U if dtype == f8 else U.astype(dtype) for n, U in enumerate(N)]
+        free = sum(routes[n] != TINY for n in range(self.N) if n not in fixed)
+        return out, core.astype(dtype, copy=False), not 0 < lapack == free
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
