@@ -20,7 +20,12 @@ A half has one or two modes (2 to 4 modes in all), in memory order: an F-ordered
 of its memory (its modes reversed), each half's modes then swapped in its partial, the updates still in mode
 order. Where a mode's ``V`` is not definite in working precision the kernel stops before that mode and returns
 it; the caller's update (its least squares, :func:`~._linalg.spd_solve`) takes that mode from the kernel's
-MTTKRP, and the kernel goes on from the next one.
+MTTKRP, and the kernel goes on from the next one. Missing data (``mask=``) takes the same sweep: the E step
+refills in place the array whose views the sweep reads. Where the step is not the fused ALS update (fixed modes,
+``non_negative_cp``'s HALS and multiplicative updates) :meth:`SmallCPSweep.mttkrp_sweep` gives the MTTKRPs alone
+by the same tree, each to the caller's update: in-process, whole calls 0.57-0.92x the direct route's time with a
+fixed mode, 0.72-0.94x for ``non_negative_cp``. Line-search jumps take compiled unit columns and Grams
+(:meth:`SmallCPSweep.renorm`) and one product with the tensor for their fit (:meth:`SmallCPSweep.inner_of`).
 
 The arithmetic is serial in a fixed order in the tensor's dtype and BLAS runs on one thread: the same bits on
 every call and for any number of workers. The bits differ from the direct route's (its MTTKRPs are numpy's
