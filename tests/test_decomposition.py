@@ -778,6 +778,37 @@ def test_cp_als_svd_start_takes_its_first_gram_on_entry(rng, monkeypatch, kwargs
         tk.cp_als(bad, 3, **kwargs)
 
 
+@pytest.mark.parametrize("method", ["hooi", "st_hosvd", "hosvd", "cp_als"])
+def test_a_small_tensor_takes_the_norms_pass_instead_of_the_entry_gram(rng, monkeypatch, method):
+    """At most SMALL_NO_FIRST_GRAM elements (2^13: 20^3 is within) the call takes the norm's pass (a few
+    microseconds) and no Gram on entry (its set-up some fifty): the same model as with the entry Gram to a few
+    eps; with the bound one element below the tensor's size, the entry Gram."""
+    from tuckerkit.decomposition import _entry
+    from tuckerkit.engine._operand import DenseTensor
+
+    norms, grams = [], []
+    real_norm, real_gram = DenseTensor.norm, _entry._first_gram
+    monkeypatch.setattr(DenseTensor, "norm", lambda self: norms.append(self.shape) or real_norm(self))
+    monkeypatch.setattr(_entry, "_first_gram", lambda *a: grams.append(a[1]) or real_gram(*a))
+    fn = getattr(tk, method)
+    X = planted_tucker(rng, (20, 20, 20), (3, 4, 2), np.float64, noise=1e-2)
+    assert X.size <= _entry.SMALL_NO_FIRST_GRAM
+    kw = {"max_iter": 5, "tol": 0} if method in ("hooi", "cp_als") else {}
+    rank = 3 if method == "cp_als" else (3, 4, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        T = fn(X, rank, **kw)
+        assert norms == [X.shape] and grams == []
+        monkeypatch.setattr(_entry, "SMALL_NO_FIRST_GRAM", 0)  # (the entry Gram, as for larger tensors)
+        ref = fn(X, rank, **kw)
+        assert norms == [X.shape] and len(grams) == 1
+        monkeypatch.setattr(_entry, "SMALL_NO_FIRST_GRAM", X.size - 1)  # (the bound one element below)
+        fn(X, rank, **kw)
+        assert norms == [X.shape] and len(grams) == 2
+    eps = _eps(np.float64)
+    np.testing.assert_allclose(T.to_dense(), ref.to_dense(), rtol=0, atol=1e3 * eps * np.abs(X).max())
+
+
 def test_the_entry_gram_gives_way_to_the_norms_pass_on_extreme_or_zero_input(rng, monkeypatch):
     """The Gram made on entry is dropped where its trace cannot give the norm: an all-zero tensor (the norm's
     pass decides; the model is zero), a magnitude that overflows or underflows the squares (the norm's pass

@@ -122,6 +122,13 @@ def _check_complex_dense(X: Any, op: Any) -> None:
                         "array in memory for complex tensors (no memory_limit, Dask or sparse input)")
 
 
+#: a tensor of at most this many elements takes no Gram on entry: its norm's pass costs a few microseconds, the
+#: Gram's set-up some fifty (see :func:`decomposition_call`). Whole default calls, skipped / entry Gram (the AVX-512
+#: machine, medians of 15 interleaved in one process): 10^3 cp_als 0.83x, hooi 0.80x, st_hosvd 0.75x, hosvd 0.85x;
+#: 12^3 0.83-0.88x; 20^3 0.89-0.97x; from 30^3 and 10^4 0.94-1.08x (noise), so the bound stays below them
+SMALL_NO_FIRST_GRAM = 1 << 13
+
+
 @contextmanager
 def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, min_ndim: int = 2,
                        complex_ok: bool = False, first_gram: Callable[[Any], int | None] | None = None,
@@ -132,7 +139,8 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     otherwise a complex input is refused in one line. ``first_gram(op)``: the mode whose Gram the body computes
     first from the whole tensor (or None); for a float64 array in memory that Gram is made here instead of the
     norm's pass, the norm taken from its trace (``||X||^2``; a NaN or Inf makes it non-finite as it makes the
-    norm), and handed to the body by ``call.gram`` / ``call.leading_subspace``: one read of ``X`` fewer. When
+    norm), and handed to the body by ``call.gram`` / ``call.leading_subspace``: one read of ``X`` fewer (not for a
+    tensor of at most :data:`SMALL_NO_FIRST_GRAM` elements, whose read costs less than the Gram's set-up). When
     the trace is not finite, is zero or the magnitude calls for a rescale, the Gram is dropped and the norm's
     own pass decides as always. ``rough_first_gram``: that Gram only seeds a start which iterations refine
     (HOOI's ST-HOSVD start), so a numpy array's is made from float32 products
@@ -156,7 +164,8 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
         stack.enter_context(blas_pinned())
         stack.enter_context(on_device(op.device))
         grams = {}
-        mode = first_gram(op) if dense and first_gram is not None and op.dtype == np.float64 else None
+        mode = (first_gram(op) if dense and first_gram is not None and op.dtype == np.float64
+                and op.size > SMALL_NO_FIRST_GRAM else None)
         if mode is not None:
             with np.errstate(over="ignore", invalid="ignore"):  # (an extreme magnitude: the norm's pass decides)
                 G, tr = _first_gram(op, mode, policy, rough_first_gram)
