@@ -433,8 +433,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             inner = last["inner"]
             if inner is None:  # as above
                 inner = _inner_columns(np, last["M"], factors[last["n"]])
-            G64 = _fit_grams(factors, stack, weights, normX)
-            fit = _fit_of_error(normX, cp_fit_error(inner, weights, G64, normX))
+            fit = _fit_of_error(normX, cp_fit_error(inner, weights, _fit_grams(factors, stack, weights, normX),
+                                                    normX))
         elif em is None:
             fit = _cp_fit(xp, normX, last["M"], factors[last["n"]], weights,
                           _fit_grams(factors, grams, weights, normX))

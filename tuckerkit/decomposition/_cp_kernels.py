@@ -264,19 +264,26 @@ def sweep_step(grams, n, M, U, ss, norms, normalize, eps, gram):  # pragma: no c
     if not _fused(V, M, U, ss, norms, normalize, eps):
         return False
     if gram:
-        Gn = grams[n]
-        for a in range(R):
-            for b in range(R):
-                Gn[a, b] = 0
-        for i in range(U.shape[0]):
-            for a in range(R):
-                ua = U[i, a]
-                for b in range(a + 1):
-                    Gn[a, b] += ua * U[i, b]
-        for a in range(R):
-            for b in range(a):
-                Gn[b, a] = Gn[a, b]
+        gram_rows(U, grams[n])
     return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def gram_rows(U, G):  # pragma: no cover - compiled
+    """``G = U^T U`` in U's dtype: each entry its sum over the rows in order (row by row into the lower triangle, a
+    row's products side by side), the lower triangle mirrored."""
+    R = U.shape[1]
+    for a in range(R):
+        for b in range(R):
+            G[a, b] = 0
+    for i in range(U.shape[0]):
+        for a in range(R):
+            ua = U[i, a]
+            for b in range(a + 1):
+                G[a, b] += ua * U[i, b]
+    for a in range(R):
+        for b in range(a):
+            G[b, a] = G[a, b]
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)

@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
-from tuckerkit.decomposition._cp_kernels import CHUNK, FUSED_MAX_R, SWEEP_GRAM_MAX, _inner, sweep_step
+from tuckerkit.decomposition._cp_kernels import CHUNK, FUSED_MAX_R, SWEEP_GRAM_MAX, _inner, gram_rows, sweep_step
 from tuckerkit.decomposition._linalg import _RAN
 
 #: the compiled sweep is taken on tensors of at most this many elements (the direct route's own bound,
@@ -156,7 +156,7 @@ def khatri_rao_pair(A, B, kr):  # pragma: no cover - compiled
 def unit_columns(F, normalize, norms, G):  # pragma: no cover - compiled
     """A jumped factor's step (:meth:`SmallCPSweep.renorm`): with ``normalize``, ``norms[r]`` the norm of column
     ``r`` (float64, the rows in order; zero taken as 1) and the column divided by it (cast to F's dtype); then
-    ``G = F^T F`` (each entry its sum over the rows in order, the lower triangle mirrored)."""
+    ``G = F^T F`` (:func:`~._cp_kernels.gram_rows`, the sweep's own Gram)."""
     I, R = F.shape  # noqa: E741
     if normalize:
         for r in range(R):
@@ -171,13 +171,7 @@ def unit_columns(F, normalize, norms, G):  # pragma: no cover - compiled
         for i in range(I):
             for r in range(R):
                 F[i, r] /= F.dtype.type(norms[r])
-    for a in range(R):
-        for b in range(a + 1):
-            t = F.dtype.type(0)
-            for i in range(I):
-                t += F[i, a] * F[i, b]
-            G[a, b] = t
-            G[b, a] = t
+    gram_rows(F, G)
 
 
 class SmallCPSweep:
