@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+import tuckerkit as tk
+
 
 def _system(I, R, dtype, seed):  # noqa: E741
     """A well-conditioned SPD V (eigenvalues 1..4) and an M with odd strides (a strided view of a larger array)."""
@@ -460,3 +462,48 @@ def test_fit_grams_widen_short_factors_always_and_long_ones_where_weights_are_la
     F64 = [U.astype(np.float64) for U in short]
     stack = np.stack([U.T @ U for U in F64])
     assert _fit_grams(F64, stack, np.full(R, 100.0), 1.0) is stack
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_3way_sweeps_one_mode_half_is_one_fused_pass(order, dtype, monkeypatch):
+    """CP-ALS on a 3-way tensor past the small routes: the half of one mode (C order's first, F order's last)
+    takes its MTTKRP in one pass (the compiled product with the middle factor summed against the unit-stride
+    factor in cache) instead of the rank-outer partial and a batched matrix-vector product. Once a sweep;
+    the fits of every iteration those of the two steps to rounding; the same bits on a repeat."""
+    from tuckerkit.engine import _simd, _sweeps
+
+    if not _simd.simd_supported():
+        pytest.skip("the compiled kernels need AVX2 and FMA")
+    rng = np.random.default_rng(5)
+    shape = (90, 70, 80)
+    X = np.asarray(tk.CPTensor(np.ones(4), tuple(rng.standard_normal((s, 4)) for s in shape)).to_dense()
+                   + 0.1 * rng.standard_normal(shape), dtype=dtype, order=order)
+    init = [rng.standard_normal((s, 6)).astype(dtype) for s in shape]
+    calls = []
+    real = _sweeps.MttkrpTree._fused
+
+    def counted(self, *args):
+        M = real(self, *args)
+        calls.append(M is not None)
+        return M
+
+    def fits(fused: bool) -> tuple[list[float], bytes]:
+        monkeypatch.setattr(_sweeps, "FUSE_LAST_GEMV", fused)
+        seen: list[float] = []
+        res = tk.cp_als(X, 6, init=init, max_iter=6, tol=0, linesearch=False,
+                        callback=lambda st: seen.append(st.fit) and None)
+        return seen, b"".join(np.ascontiguousarray(U).tobytes() for U in res.factors)
+
+    monkeypatch.setattr(_sweeps.MttkrpTree, "_fused", counted)
+    with pytest.warns(tk.ConvergenceWarning):
+        one, bits = fits(True)
+    assert calls == [True] * 6
+    with pytest.warns(tk.ConvergenceWarning):
+        assert fits(True)[1] == bits
+    calls.clear()
+    with pytest.warns(tk.ConvergenceWarning):
+        two, _ = fits(False)
+    assert calls == [False] * 6  # (declined: the flag off)
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(one, two, rtol=0, atol=200 * eps)

@@ -9,6 +9,7 @@ import pytest
 from conftest import make_tensor
 
 from tuckerkit.engine import gram, gram_plan, khatri_rao, mttkrp, mttkrp_plan, multi_ttm, multi_ttm_plan, ttm, ttm_plan
+from tuckerkit.engine._simd import simd_supported
 
 SHAPES = [(6, 7, 8), (4, 5, 3, 6), (3, 4, 2, 3, 5), (5, 6)]
 
@@ -157,9 +158,12 @@ def test_mttkrp_of_a_large_tensor_takes_two_chains(dtype, mode, chains, rng):
     factors = [rng.standard_normal((s, 6)).astype(dtype) for s in X.shape]
     plan = mttkrp_plan(X, factors, mode)
     far, near = ((2,), (1,)) if mode == 0 else ((0,), (1,))
-    assert (plan.first, plan.second) == ((far, near) if chains else ((1, 2), ()))
+    if mode == 0 and simd_supported():  # the outermost mode with the compiled kernel: one fused pass
+        assert (plan.fused, plan.first, plan.second, plan.intermediate_elements) == (True, (1,), (2,), 0)
+    else:
+        assert (plan.first, plan.second) == ((far, near) if chains else ((1, 2), ()))
     small = mttkrp_plan(X[:40], [factors[0][:40], *factors[1:]], mode)  # 480,000 elements: one GEMM
-    assert small.second == ()
+    assert small.fused if mode == 0 and simd_supported() else small.second == ()
     ref = _mttkrp_ref(X.astype(np.float64), [U.astype(np.float64) for U in factors], mode)
     got = mttkrp(X, factors, mode, plan=plan)
     k = X.size // X.shape[mode]
@@ -840,3 +844,28 @@ def test_mttkrp_sweep_of_a_3way_tensor_never_contracts_its_unit_stride_mode_alon
         ref = np.einsum(spec, Xd, *(U[m].astype(np.float64) for m in range(3) if m != n), optimize=True)
         tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
         np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_mttkrp_of_the_outermost_mode_is_one_fused_pass(order, dtype, rng):
+    """A 3-way tensor's outermost mode (C order's first, F order's last) whose product with the middle mode's
+    factor the planner gives the compiled kernel: one pass, each tile summed against the unit-stride mode's
+    factor in cache (no intermediate); einsum's values to rounding, the same bits on a second call and through
+    the plan; the other modes keep their two steps."""
+    if not simd_supported():
+        pytest.skip("the compiled kernels need AVX2 and FMA")
+    X = np.asarray(rng.standard_normal((60, 70, 80)).astype(dtype), order=order)
+    factors = [rng.standard_normal((s, 10)).astype(dtype) for s in X.shape]
+    n = 0 if order == "C" else 2
+    plan = mttkrp_plan(X, factors, n)
+    assert plan.fused and plan.intermediate_elements == 0 and len(plan.plans) == 1
+    assert (plan.first, plan.second) == ((1,), (2,) if order == "C" else (0,))
+    assert plan.explain().startswith(f"mttkrp mode {n}: one pass, mode 1 contracted by the compiled kernel")
+    got = mttkrp(X, factors, n)
+    ref = _mttkrp_ref(X, factors, n)
+    scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], n)
+    assert np.all(np.abs(got - ref) <= _tol(dtype, X.size // X.shape[n]) * scale)
+    assert got.tobytes() == mttkrp(X, factors, n).tobytes() == plan(X, factors).tobytes()
+    for m in range(3):
+        if m != n:
+            assert not mttkrp_plan(X, factors, m).fused

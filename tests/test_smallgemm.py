@@ -1247,3 +1247,65 @@ def test_a_small_kernel_call_stays_on_the_calling_thread(monkeypatch):
     seen.clear()
     sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(1))  # one worker: one call
     assert seen == [(0, 100)]
+
+
+# ------------------------------------------------------------------------------- the fused MTTKRP pass
+def _dot_ref(X, U, W):
+    """einsum in float64 and the same sum of absolute values (the rounding's scale)."""
+    args = [a.astype(np.float64) for a in (X, U, W)]
+    return (np.einsum("aic,ir,cr->ar", *args),
+            np.einsum("aic,ir,cr->ar", *(np.abs(a) for a in args)))
+
+
+@pytest.mark.parametrize("R", [1, 3, 10, 12, 13, 17, 32, 50, 64])
+def test_ttm_inner_dot_is_the_mttkrp_of_its_three_modes(R, dtype, rng):
+    """``ttm_inner_dot`` (the product with U summed against W's columns tile by tile, never written out) is
+    ``einsum('aic,ir,cr->ar')`` to the rounding of its two sums, on sliced views, odd extents (1, 7, 13), rows
+    shorter than a vector and long rows cut into several tiles (C = 3000: a row's tiles summed in order)."""
+    eps = np.finfo(dtype).eps
+    for A, I, C in ((1, 7, 13), (7, 13, 1), (13, 1, 7), (3, 37, 5), (5, 21, 131), (2, 40, 3000)):  # noqa: E741
+        X = _sliced_view(rng, (A, I, C), dtype)
+        U = rng.standard_normal((I, R)).astype(dtype)
+        W = rng.standard_normal((C, R)).astype(dtype)
+        before = X.copy()
+        M = sg.ttm_inner_dot(X, U, W, ExecutionPolicy(2))
+        ref, scale = _dot_ref(X, U, W)
+        assert M.dtype == dtype and M.shape == (A, R)
+        assert np.all(np.abs(M - ref) <= 4 * (I + C + 2) * eps * scale + 1e-300), (A, I, C)
+        assert np.array_equal(X, before)
+
+
+@pytest.mark.parametrize("R", [10, 32])
+def test_ttm_inner_dot_bits_do_not_depend_on_workers_tiles_or_repeats(monkeypatch, R, dtype, rng):
+    """Each M[a, r] is the in-order sum of its tiles' sums, each tile's sum in an order fixed when the kernel
+    compiled: 1, 2 or 3 workers, a repeat, and narrower tiles or chunks of i (more tiles a row, the partial
+    sums carried through the scratch) give the same bits; the tiles' own products are those of ttm_inner."""
+    X = rng.standard_normal((6, 301, 333)).astype(dtype)
+    U = rng.standard_normal((301, R)).astype(dtype)
+    W = rng.standard_normal((333, R)).astype(dtype)
+    ref = sg.ttm_inner_dot(X, U, W)
+    for workers in (1, 2, 3):
+        assert sg.ttm_inner_dot(X, U, W, ExecutionPolicy(workers)).tobytes() == ref.tobytes(), workers
+    # one tile a row: the sum of each row of ttm_inner's product against W, in the kernel's own order
+    Y = np.empty((6, R, 333), dtype)
+    sg.ttm_inner(X, U, Y)
+    expect, scale = _dot_ref(X, U, W)
+    assert np.all(np.abs(ref - expect) <= 4 * (301 + 333 + 2) * np.finfo(dtype).eps * scale)
+    monkeypatch.setattr(sg, "_L1_BYTES", 2048)  # narrow tiles and short chunks
+    monkeypatch.setattr(sg, "_CHUNK_BYTES", 4096)
+    narrow = sg.ttm_inner_dot(X, U, W, ExecutionPolicy(2))
+    assert np.all(np.abs(narrow - expect) <= 4 * (301 + 333 + 2) * np.finfo(dtype).eps * scale)
+    assert narrow.tobytes() == sg.ttm_inner_dot(X, U, W, ExecutionPolicy(1)).tobytes()
+
+
+def test_ttm_inner_dot_refuses_a_view_without_unit_stride_and_leaves_one_tile_to_the_caller(rng):
+    """A view whose last axis is not unit-strided is refused in one line; where the whole output is one tile
+    (one row a, a long sum over i: the sum cut into pieces, :func:`_reduction_cuts`) it returns None and the
+    caller runs the two steps."""
+    X = rng.standard_normal((4, 5, 6))
+    with pytest.raises(ValueError, match=r"ttm_inner_dot needs a non-empty view with non-negative strides, unit "
+                                         r"stride along the last axis"):
+        sg.ttm_inner_dot(X.transpose(0, 2, 1), np.ones((6, 2)), np.ones((5, 2)))
+    long = rng.standard_normal((1, 200000, 20))
+    assert len(sg._reduction_cuts(1, 200000, 20, 16, 8)) > 2
+    assert sg.ttm_inner_dot(long, np.ones((200000, 16)), np.ones((20, 16))) is None

@@ -88,6 +88,12 @@ class MTTKRPPlan:
         The tensor the plan was made for.
     rank : int
     dtype : str
+    fused : bool
+        One pass (a 3-way tensor's outermost mode, where the planner gives the product with the middle mode's
+        factor to the compiled inner kernel): each tile of that product summed against the unit-stride mode's
+        factor as it finishes (:func:`~tuckerkit.engine._smallgemm.ttm_inner_dot`), no intermediate. 200^3
+        mode 0, two workers, medians of 11: float64 R = 10 / 32 / 50 0.67 / 0.69 / 0.63x the two steps' time,
+        float32 0.40 / 0.53 / 0.55x.
 
     A plan is callable: ``plan(X, factors)``; another mode, tensor or rank raises a one-line ``ValueError``.
 
@@ -110,8 +116,13 @@ class MTTKRPPlan:
     strides: tuple[int, ...] = ()
     rank: int = 0
     dtype: str = ""
+    fused: bool = False
 
     def explain(self) -> str:
+        if self.fused:
+            head = (f"mttkrp mode {self.mode}: one pass, mode {self.first[0]} contracted by the compiled kernel, "
+                    f"each tile summed against mode {self.second[0]}'s factor in cache (no intermediate)")
+            return "\n".join([head] + ["  " + p.explain().replace("\n", "\n  ") for p in self.plans])
         head = (
             f"mttkrp mode {self.mode}: contract modes {list(self.first)} by GEMM"
             + (f", then modes {list(self.second)} batched over the rank" if self.second else "")
@@ -204,6 +215,10 @@ def _specs(ndim: int, n: int, first, second) -> tuple[str, str, list[int]]:
 
 def build_mttkrp_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> MTTKRPPlan:
     xp = array_namespace(X)
+    fused = _fused_plan(X, n, R, policy) if xp is np else None
+    if fused is not None:
+        p, m, u = fused
+        return MTTKRPPlan(n, (m,), (u,), (p,), 0, tuple(X.shape), _elem_strides(X), R, str(X.dtype), True)
     first, second = _mttkrp_split(X.shape, _elem_strides(X), n, R, X.dtype, xp is np)
     spec1, spec2, rest = _specs(X.ndim, n, first, second)
     out = xp.empty((X.shape[n], R), dtype=X.dtype)
@@ -223,6 +238,29 @@ def build_mttkrp_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> MTTKRP
     return MTTKRPPlan(n, first, second, tuple(plans), inter, tuple(X.shape), _elem_strides(X), R, str(X.dtype))
 
 
+def _fused_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> tuple[ContractionPlan, int, int] | None:
+    """For a 3-way host array whose mode ``n`` has the largest stride and another the unit stride (C order's
+    mode 0, F order's mode 2): the plan of the product with the middle mode's factor, its middle and unit-stride
+    modes, where that plan runs the compiled inner kernel (then the MTTKRP is one pass, :class:`MTTKRPPlan`'s
+    ``fused``); else None."""
+    from tuckerkit.engine._plan import CompiledKernel
+
+    if X.ndim != 3 or X.shape[n] < 2 or X.dtype not in (np.float32, np.float64) or not X.flags.aligned:
+        return None
+    st = _elem_strides(X)
+    others = [m for m in range(3) if m != n]
+    if any(s <= 0 for s in st) or any(st[m] >= st[n] for m in others):
+        return None
+    m, u = sorted(others, key=lambda k: -st[k])
+    if st[u] != 1 or X.shape[u] < 2:
+        return None
+    x = _LETTERS[:3]
+    out = rank_outer(np, X, [n, u], R, X.dtype)
+    p = plan_contraction(f"{x},{x[m]}{_RANK}->{x[n]}{x[u]}{_RANK}", X, np.empty((X.shape[m], R), X.dtype), out=out,
+                         policy=policy)
+    return (p, m, u) if getattr(p, "compiled", None) == CompiledKernel.TTM_INNER else None
+
+
 def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPlan | None,
                  policy: ExecutionPolicy) -> Any:
     """Mode ``n``'s MTTKRP of a dense array in at most two contractions (arguments validated)."""
@@ -237,6 +275,12 @@ def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPla
             raise TypeError(f"plan must be an MTTKRPPlan from mttkrp_plan; received {type(plan).__name__}")
         plan.check(X, n, R)
     first, second = plan.first, plan.second
+    if plan.fused:
+        from tuckerkit.engine._smallgemm import ttm_inner_dot
+
+        X3 = X.transpose(n, first[0], second[0])
+        return ttm_inner_dot(X3, np.ascontiguousarray(factors[first[0]], dtype=dtype),
+                             factors[second[0]].astype(dtype, copy=False), policy)
     if not first:  # a 1-way tensor: the sum over nothing
         return xp.asarray(X)[:, None] * xp.ones((1, R), dtype=dtype)
     spec1, spec2, rest = _specs(X.ndim, n, first, second)

@@ -24,6 +24,10 @@ kernels here read ``X`` once, in memory order:
   The columns at the end of a row (fewer than a strip) run from ``X`` directly, a whole line first (after
   strips of two lines), then one vector at a time, the last vector overlapping the columns before it
   through a private buffer.
+* :func:`ttm_inner_dot` -- :func:`ttm_inner`'s tiles summed, as each finishes and while it is still in cache,
+  against the columns of a second matrix over the unit-stride mode: a 3-way tensor's MTTKRP
+  ``M[a, r] = sum_c W[c, r] sum_i U[i, r] X[a, i, c]`` in one pass, the (A, R, C) product never written out
+  (CP-ALS's dimension tree and :func:`tuckerkit.engine.mttkrp` of an outermost mode).
 * :func:`ttm_outer` -- the contracted mode is the unit-stride one: ``X`` is ``(A, I)`` with ``I`` unit-strided
   and ``Y[a, r] = sum_i X[a, i] U[i, r]``. Four rows of ``X`` at a time, each against every column of ``U``
   (stored transposed, ``(R, I)``): four dot products share each load of ``U``; the next tile's rows are
@@ -360,8 +364,18 @@ def _next_run(q, qtot, qr, qs, q0, rstride, w, per, rlen, n, idle):  # pragma: n
     return pfo, pfn, q, qr, qs
 
 
+@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, **NO_RUNTIME)
+def _dot_run(a, ao, b, bo, n):  # pragma: no cover
+    # sum_j a[ao + j] b[bo + j], j < n (n >= 1): LLVM splits the sum into vector lanes (reassoc), an order fixed
+    # when it compiles, so the same bits on every call on a given machine
+    s = a[ao] * b[bo]
+    for j in range(1, n):
+        s += a[ao + j] * b[bo + j]
+    return s
+
+
 @njit(cache=True, fastmath={"contract"}, nogil=True, **NO_RUNTIME)
-def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, tl, pk, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, wt, mp, tl, pk, t_lo, t_hi):  # noqa: E741 # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
     # w = snv * vl), taken kc rows of i at a time (as GEMM blocks its k). For each strip of w columns (one cache
     # line of each row of the chunk, or two where snv = 4: two 512-bit vectors a row, 24 accumulators) every
@@ -371,9 +385,12 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
     # into L2 in runs of consecutive lines spread over the microkernel calls: one run when the chunk's rows
     # are one block of memory (the whole row in the tile, rows back to back), else one run per row. Every
     # output element is one in-order sum over i, one fused multiply-add per term; the columns left at the end
-    # of a row (fewer than w) run two vectors, one vector or one element wide
+    # of a row (fewer than w) run two vectors, one vector or one element wide. With ``wt`` (not empty) each
+    # finished tile's rows are also summed against ``wt``'s (W transposed, R x C) over the tile's columns into
+    # ``mp[t, r]`` (:func:`ttm_inner_dot`: y is then the caller's scratch, sya = 0)
     nct = (C + ct - 1) // ct
     nblk = blocks.shape[0]
+    nr = blocks[nblk - 1, 0] + blocks[nblk - 1, 1]  # R
     w = snv * vl  # the strip
     ln = 2 * vl  # one cache line
     for t in range(t_lo, t_hi):
@@ -488,6 +505,9 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                     for i in range(1, I):
                         acc = acc + up[uo + i * rb + r] * x[xa + i * sxi + j]
                     y[ya + (r0 + r) * syr + j] = acc
+        if wt.size > 0:
+            for r in range(nr):
+                mp[t * nr + r] = _dot_run(y, ya + r * syr + c0, wt, r * C + c0, c1 - c0)
 
 
 def _wide_direct() -> bool:
@@ -1065,6 +1085,41 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
         np.add(Y3, part[k], out=Y3)
 
 
+
+def ttm_inner_dot(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: ExecutionPolicy | None = None) -> np.ndarray:
+    """``M[a, r] = sum_c W[c, r] sum_i U[i, r] X3[a, i, c]`` (shape (A, R)): a 3-way tensor's MTTKRP in one
+    pass, the product with ``U`` (:func:`ttm_inner`'s tiles) summed against ``W``'s columns as each tile
+    finishes, in cache, instead of written out as (A, R, C) and read back by a batched matrix-vector product
+    (CP-ALS's dimension tree, :class:`tuckerkit.engine._sweeps.MttkrpTree`). ``X3`` a 3-D view with unit
+    stride along ``c``, ``U`` C-contiguous (I, R), ``W`` (C, R). Each ``M[a, r]`` is the sum over the tiles of
+    row ``a`` in order of each tile's sum (its order fixed when the kernel compiles): the same bits for any
+    number of workers on a given machine. None where the whole output is one tile (:func:`_reduction_cuts`
+    cuts the sum over i there): the caller keeps the two steps.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine._smallgemm import ttm_inner_dot
+    >>> X, U, W = np.arange(60.0).reshape(3, 4, 5), np.ones((4, 2)), np.arange(10.0).reshape(5, 2)
+    >>> np.allclose(ttm_inner_dot(X, U, W), np.einsum("aic,ir,cr->ar", X, U, W))
+    True
+    """
+    fx = flat_span(X3)
+    if fx is None or (X3.shape[2] > 1 and X3.strides[2] != X3.itemsize):
+        raise ValueError("ttm_inner_dot needs a non-empty view with non-negative strides, unit stride along the "
+                         "last axis")
+    A, I, C = X3.shape  # noqa: E741
+    if len(_reduction_cuts(A, I, C, U.shape[1], X3.itemsize)) != 2:
+        return None  # type: ignore[return-value]
+    parts = _inner_tiles(X3, U, None, policy, W)
+    assert parts is not None
+    if parts.shape[1] == 1:
+        return parts[:, 0]
+    M = parts[:, 0].copy()
+    for k in range(1, parts.shape[1]):
+        M += parts[:, k]
+    return M
+
 #: :func:`ttm_inner` cuts the sum over ``i`` into pieces where its whole output is one tile and the contraction
 #: has at least ``KERNEL_PARALLEL_FLOPS``, each piece at least this many rows of i (see :func:`_reduction_cuts`)
 REDUCTION_PIECE_ROWS = 1024
@@ -1090,10 +1145,14 @@ def _reduction_cuts(A: int, I: int, C: int, R: int, itemsize: int) -> list[int]:
     return [I * k // n for k in range(n + 1)]
 
 
-def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPolicy | None) -> None:
-    """:func:`ttm_inner` over its tiles (checked views)."""
-    fx, fy = flat_span(X3), flat_span(Y3)
-    assert fx is not None and fy is not None  # (ttm_inner checked the views; its pieces are views of them)
+
+def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: ExecutionPolicy | None,
+                 W: np.ndarray | None = None) -> np.ndarray | None:
+    """:func:`ttm_inner` over its tiles (checked views); with ``W`` (:func:`ttm_inner_dot`) no ``Y3``: the
+    tiles' sums against W's columns, (A, tiles a row, R)."""
+    fx = flat_span(X3)
+    fy = flat_span(Y3) if Y3 is not None else None
+    assert fx is not None and (fy is not None or W is not None)  # (the callers checked the views)
     fx = read_only(fx)
     A, I, C = X3.shape  # noqa: E741
     it = X3.itemsize
@@ -1110,14 +1169,33 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: Executio
     streamed = A * I * C * it > STREAMED_BYTES
     ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], streamed)
     packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc, streamed)
-    args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-            Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
+    R = U.shape[1]
+    n_tiles = A * ((C + ct - 1) // ct)
     tl_n, pk_n = WIDE_RB * vl, kc * ct if packed else 1
+    if W is None:
+        assert Y3 is not None
+        no_dot = np.empty(0, X3.dtype)  # (the kernel's wt and mp: no tile summed against W)
+        args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
+                Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, no_dot, no_dot)
 
-    def tiles(lo: int, hi: int) -> None:  # (the kernel allocates nothing: its scratch comes from here)
-        _inner_kernel(*args, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype), lo, hi)
+        def tiles(lo: int, hi: int) -> None:  # (the kernel allocates nothing: its scratch comes from here)
+            _inner_kernel(*args, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype), lo, hi)
 
-    _run_tiles(tiles, A * ((C + ct - 1) // ct), 2 * X3.size * U.shape[1], policy)
+        _run_tiles(tiles, n_tiles, 2 * X3.size * R, policy)
+        return None
+    # the tiles' sums into a scratch of one row's width per call (sya = 0: it stays in cache), each finished
+    # tile's rows summed against W's columns into its own row of mp (per tile: the same bits for any cut)
+    wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
+    mp = np.empty(n_tiles * R, X3.dtype)
+    head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
+    rest = (C, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, wt, mp)
+
+    def dot_tiles(lo: int, hi: int) -> None:
+        _inner_kernel(*head, np.empty(R * C, X3.dtype), 0, *rest, np.empty(tl_n, X3.dtype),
+                      np.empty(pk_n, X3.dtype), lo, hi)
+
+    _run_tiles(dot_tiles, n_tiles, 2 * X3.size * R, policy)
+    return mp.reshape(A, -1, R)
 
 
 def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionPolicy | None = None) -> None:
