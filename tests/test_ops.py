@@ -869,3 +869,28 @@ def test_mttkrp_of_the_outermost_mode_is_one_fused_pass(order, dtype, rng):
     for m in range(3):
         if m != n:
             assert not mttkrp_plan(X, factors, m).fused
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_mttkrp_first_step_takes_its_side_as_one_merged_axis(order, dtype, rng):
+    """A side of modes that lie next to each other in memory (a 4-way tensor's halves) is contracted as one
+    merged axis of a view against the 2-D Khatri-Rao product, so the planner can give the step to the compiled
+    kernels (a 3-D matrix operand leaves it to BLAS): every mode of C and F order against einsum, the first
+    step's plan made for a 3-D view and a 2-D matrix, the same bits through the plan."""
+    X = np.asarray(rng.standard_normal((30, 40, 50, 60)).astype(dtype), order=order)
+    factors = [rng.standard_normal((s, 10)).astype(dtype) for s in X.shape]
+    merged = 0
+    for n in range(4):
+        plan = mttkrp_plan(X, factors, n)
+        got = mttkrp(X, factors, n)
+        ref = _mttkrp_ref(X, factors, n)
+        scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], n)
+        assert np.all(np.abs(got - ref) <= _tol(dtype, X.size // X.shape[n]) * scale)
+        assert got.tobytes() == plan(X, factors).tobytes()
+        first = plan.plans[0]
+        if len(plan.first) > 1:
+            assert len(first.shapes[0]) == 4 - len(plan.first) + 1 and len(first.shapes[1]) == 2
+            merged += 1
+            if simd_supported():
+                assert str(first.compiled) != "none", first.explain()
+    assert merged == 4

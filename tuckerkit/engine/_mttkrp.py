@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -204,6 +205,18 @@ def rank_outer(xp, X, rest, R, dtype):
     return buf.transpose(axes)
 
 
+def _merged_view(T: Any, axes: list[int]) -> tuple[Any, list[int]] | None:
+    """``T`` with ``axes`` merged into one last axis, as a view, and the order of its other axes; None unless
+    each of ``axes`` lies exactly the next one's extent times its stride apart in memory (then a transpose and
+    a reshape are views: a C- or an F-ordered tensor's halves)."""
+    st = T.strides
+    if len(axes) < 2 or any(st[a] != st[b] * T.shape[b] for a, b in itertools.pairwise(axes)):
+        return None
+    keep = [i for i in range(T.ndim) if i not in axes]
+    merged = T.transpose(keep + axes).reshape((*(T.shape[i] for i in keep), math.prod(T.shape[a] for a in axes)))
+    return merged, keep
+
+
 def _specs(ndim: int, n: int, first, second) -> tuple[str, str, list[int]]:
     x = _LETTERS[:ndim]
     rest = [m for m in range(ndim) if m not in first]
@@ -211,6 +224,22 @@ def _specs(ndim: int, n: int, first, second) -> tuple[str, str, list[int]]:
     spec1 = f"{x},{''.join(x[m] for m in first)}{_RANK}->{p_sub if second else x[n] + _RANK}"
     spec2 = f"{p_sub},{''.join(x[m] for m in second)}{_RANK}->{x[n]}{_RANK}"
     return spec1, spec2, rest
+
+
+def _first_operand(X: Any, first: tuple[int, ...], spec1: str) -> tuple[Any, str]:
+    """The tensor and spec of the first step: where the ``first`` modes lie next to each other in memory in
+    the Khatri-Rao product's row order (a C- or an F-ordered tensor's sides), ``X`` with them merged into one
+    axis (a view) against the 2-D Khatri-Rao product, so that the planner can give the step to the compiled
+    small-rank kernels as CP-ALS's tree does (a 3-D matrix operand leaves it to BLAS); else ``X`` and
+    ``spec1`` as they are."""
+    view = _merged_view(X, list(first)) if len(first) > 1 else None
+    if view is None:
+        return X, spec1
+    Xm, keep = view
+    ins, out = spec1.split("->")
+    x = ins.split(",")[0]
+    m = x[first[0]]
+    return Xm, f"{''.join(x[k] for k in keep)}{m},{m}{_RANK}->{out}"
 
 
 def build_mttkrp_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> MTTKRPPlan:
@@ -222,19 +251,21 @@ def build_mttkrp_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> MTTKRP
     first, second = _mttkrp_split(X.shape, _elem_strides(X), n, R, X.dtype, xp is np)
     spec1, spec2, rest = _specs(X.ndim, n, first, second)
     out = xp.empty((X.shape[n], R), dtype=X.dtype)
-    kr1 = xp.empty((*(X.shape[m] for m in first), R), dtype=X.dtype)
+    X1, spec1 = _first_operand(X, first, spec1)
+    kr1 = xp.empty((*(X.shape[m] for m in first), R) if X1 is X else (math.prod(X.shape[m] for m in first), R),
+                   dtype=X.dtype)
     plans = []
     inter = 0
     if not first:
         pass
     elif second:
         P = rank_outer(xp, X, rest, R, X.dtype)
-        plans.append(plan_contraction(spec1, X, kr1, out=P, policy=policy))
+        plans.append(plan_contraction(spec1, X1, kr1, out=P, policy=policy))
         kr2 = xp.empty((*(X.shape[m] for m in second), R), dtype=X.dtype)
         plans.append(plan_contraction(spec2, P, kr2, out=out, policy=policy))
         inter = math.prod(P.shape)
     else:
-        plans.append(plan_contraction(spec1, X, kr1, out=out, policy=policy))
+        plans.append(plan_contraction(spec1, X1, kr1, out=out, policy=policy))
     return MTTKRPPlan(n, first, second, tuple(plans), inter, tuple(X.shape), _elem_strides(X), R, str(X.dtype))
 
 
@@ -284,14 +315,15 @@ def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPla
     if not first:  # a 1-way tensor: the sum over nothing
         return xp.asarray(X)[:, None] * xp.ones((1, R), dtype=dtype)
     spec1, spec2, rest = _specs(X.ndim, n, first, second)
-    kr1 = _as_planned(xp, _khatri_rao([factors[m] for m in first]).reshape(*(X.shape[m] for m in first), R),
-                      plan.plans[0])
+    X1, spec1 = _first_operand(X, first, spec1)
+    kr = _khatri_rao([factors[m] for m in first])
+    kr1 = _as_planned(xp, kr.reshape(*(X.shape[m] for m in first), R) if X1 is X else kr, plan.plans[0])
     out = xp.empty((X.shape[n], R), dtype=dtype)
     if not second:
-        return contract(spec1, X, kr1, out=out, plan=plan.plans[0])
+        return contract(spec1, X1, kr1, out=out, plan=plan.plans[0])
     # intermediate with the rank outermost, so that each rank's slice is a plain matrix for step 2
     P = rank_outer(xp, X, rest, R, dtype)
-    contract(spec1, X, kr1, out=P, plan=plan.plans[0])
+    contract(spec1, X1, kr1, out=P, plan=plan.plans[0])
     kr2 = _as_planned(xp, _khatri_rao([factors[m] for m in second]).reshape(*(X.shape[m] for m in second), R),
                       plan.plans[1])
     return contract(spec2, P, kr2, out=out, plan=plan.plans[1])

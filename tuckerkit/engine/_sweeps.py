@@ -9,7 +9,6 @@ as streamed or distributed passes and hand the (small) partial results to the sa
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from tuckerkit.engine._direct import (
     direct_ttmc_sweep,
     record,
 )
-from tuckerkit.engine._mttkrp import _khatri_rao, rank_outer
+from tuckerkit.engine._mttkrp import _khatri_rao, _merged_view, rank_outer
 from tuckerkit.engine._plan import CompiledKernel
 from tuckerkit.engine._policy import ExecutionPolicy
 from tuckerkit.engine._ttm import CHEAPER, build_multi_ttm_plan, dense_multi_ttm
@@ -389,18 +388,6 @@ def _innermost(T: Any, t_modes: list[int], modes: list[int]) -> int:
     """The mode among ``modes`` with the smallest stride in ``T`` (the first of them on a tie)."""
     st = _elem_strides(T)
     return min(modes, key=lambda m: abs(st[t_modes.index(m)]))
-
-
-def _merged_view(T: Any, axes: list[int]) -> tuple[Any, list[int]] | None:
-    """``T`` with ``axes`` merged into one last axis, as a view, and the order of its other axes; None unless
-    each of ``axes`` lies exactly the next one's extent times its stride apart in memory (then a transpose and
-    a reshape are views: a C- or an F-ordered tensor's halves)."""
-    st = T.strides
-    if len(axes) < 2 or any(st[a] != st[b] * T.shape[b] for a, b in itertools.pairwise(axes)):
-        return None
-    keep = [i for i in range(T.ndim) if i not in axes]
-    merged = T.transpose(keep + axes).reshape((*(T.shape[i] for i in keep), math.prod(T.shape[a] for a in axes)))
-    return merged, keep
 
 
 def dense_mttkrp_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
