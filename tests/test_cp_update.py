@@ -507,3 +507,30 @@ def test_a_3way_sweeps_one_mode_half_is_one_fused_pass(order, dtype, monkeypatch
     assert calls == [False] * 6  # (declined: the flag off)
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(one, two, rtol=0, atol=200 * eps)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_line_search_fit_takes_the_fused_modes_mttkrp(order, monkeypatch):
+    """A jump's fit needs <X, X_hat>, the same from any mode's MTTKRP: on a 3-way tensor it takes the mode whose
+    MTTKRP is one fused pass (C order's first, F order's last), not always the last; the run's fits are those of
+    the last mode's choice to rounding."""
+    from tuckerkit.decomposition import _cp
+    from tuckerkit.engine import _simd
+
+    if not _simd.simd_supported():
+        pytest.skip("the compiled kernels need AVX2 and FMA")
+    rng = np.random.default_rng(3)
+    shape = (90, 70, 80)
+    X = np.asarray(tk.CPTensor(np.ones(3), tuple(rng.standard_normal((s, 3)) for s in shape)).to_dense()
+                   + 0.1 * rng.standard_normal(shape), order=order)
+    init = [rng.standard_normal((s, 5)) for s in shape]
+    modes = []
+    real = _cp.operand_mttkrp
+    monkeypatch.setattr(_cp, "operand_mttkrp", lambda op, F, n, pol: modes.append(n) or real(op, F, n, pol))
+    with pytest.warns(tk.ConvergenceWarning):
+        new = tk.cp_als(X, 5, init=init, max_iter=12, tol=0)
+    assert modes and set(modes) == {0 if order == "C" else 2}
+    monkeypatch.setattr(_cp, "_jump_fit_mode", lambda X, N, r, p: N - 1)
+    with pytest.warns(tk.ConvergenceWarning):
+        old = tk.cp_als(X, 5, init=init, max_iter=12, tol=0)
+    np.testing.assert_allclose(new.fit_history, old.fit_history, rtol=0, atol=100 * np.finfo(np.float64).eps)
