@@ -894,3 +894,22 @@ def test_mttkrp_first_step_takes_its_side_as_one_merged_axis(order, dtype, rng):
             if simd_supported():
                 assert str(first.compiled) != "none", first.explain()
     assert merged == 4
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_float32_side_inside_the_mode_takes_two_chains_where_the_kernels_compile(order, rng):
+    """A float32 4-way tensor's outermost mode: its side (the other three modes, inside it in memory) in two
+    chains (the far end's merged axis first, then a GEMV) up to rank 32 where the compiled kernels run, else one
+    GEMM with the side's Khatri-Rao product (so a rank-40 one, whose first chain step would be BLAS's); einsum's
+    values either way."""
+    shape = (200, 20, 20, 20) if order == "C" else (20, 20, 20, 200)  # the side's Khatri-Rao product small
+    X = np.asarray(rng.standard_normal(shape).astype(np.float32), order=order)
+    n = 0 if order == "C" else 3
+    for R in (10, 40):
+        factors = [rng.standard_normal((s, R)).astype(np.float32) for s in X.shape]
+        plan = mttkrp_plan(X, factors, n)
+        two = R <= 32 and simd_supported()
+        assert (len(plan.second) == 1) is two and len(plan.first) == (2 if two else 3), (R, plan.explain())
+        ref = _mttkrp_ref(X, factors, n)
+        scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], n)
+        assert np.all(np.abs(mttkrp(X, factors, n) - ref) <= _tol(np.float32, X.size // X.shape[n]) * scale)

@@ -147,6 +147,17 @@ class MTTKRPPlan:
             )
 
 
+#: the largest rank at which a float32 tensor's side inside the mode takes two chains (:func:`_mttkrp_split`)
+F32_INNER_CHAINS_MAX_RANK = 32
+
+
+def _simd() -> bool:
+    """Whether the compiled kernels run here (imported when first asked: numba is not imported with tuckerkit)."""
+    from tuckerkit.engine._simd import simd_supported
+
+    return simd_supported()
+
+
 #: the smallest tensor whose single-mode MTTKRP takes two chains at any rank (:func:`_mttkrp_split`; measured
 #: from 8.6M elements; below about a million a second call costs more than the bytes it saves)
 CHAINS_MIN_ELEMENTS = 1 << 20
@@ -164,7 +175,12 @@ def _mttkrp_split(shape, strides, n, R, dtype=np.float64, host: bool = True) -> 
     GEMM, not a skinny GEMM of the unfolding against the whole Khatri-Rao product. Measured (200^3 and
     320x240x160, 60^4; R = 10, 20, 32, 50, 64; interleaved medians of 7, one process, two chains over one
     step): float64 0.43-0.88x the time (0.97x at R = 64), float32 with the side outside 0.44-0.86x; float32
-    with the side inside (mode 0 of a C-order tensor) 0.70-1.31x, so that case keeps one step. 200^3, R = 10,
+    with the side inside (mode 0 of a C-order tensor) 0.70-1.31x, so that case kept one step, until the first
+    step of a side of adjacent modes ran as one merged axis (:func:`_first_operand`) and the compiled kernels
+    could take it: then, up to ``F32_INNER_CHAINS_MAX_RANK`` where the kernels compile (:func:`_simd`), 0.34-0.41x
+    on 60^4 (C and F), 30x40x50x60 and 20^5 at R = 5-10, 0.48-0.95x on 3-way tensors whose first mode is not
+    one fused pass (R = 5-32; one case, (400, 100, 100) at R = 10, 1.28x), but 1.02-1.26x at R = 50, where the
+    chain's first step is BLAS's. 200^3, R = 10,
     mode 2: 9.4 -> 3.6 ms (a streaming read of X: 4.3 ms on one thread), which CP-ALS's line search pays once
     per tried jump. ``host``: numpy arrays; a GPU's keep the former rule (not measured there)."""
     others = [m for m in range(len(shape)) if m != n]
@@ -179,7 +195,8 @@ def _mttkrp_split(shape, strides, n, R, dtype=np.float64, host: bool = True) -> 
         return (), ()
     full = math.prod(shape[m] for m in side)
     dt = np.dtype(dtype)
-    chains = host and size >= CHAINS_MIN_ELEMENTS and (dt == np.float64 or (dt == np.float32 and side is outer))
+    chains = host and size >= CHAINS_MIN_ELEMENTS and (
+        dt == np.float64 or (dt == np.float32 and (side is outer or (R <= F32_INNER_CHAINS_MAX_RANK and _simd()))))
     if len(side) == 1 or (full * R <= max(size // 4, 1) and not chains):
         return tuple(side), ()
     # split the side into two chains: first the far end (away from mode n), balancing the temporaries
