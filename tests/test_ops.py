@@ -851,7 +851,7 @@ def test_mttkrp_of_the_outermost_mode_is_one_fused_pass(order, dtype, rng):
     """A 3-way tensor's outermost mode (C order's first, F order's last) whose product with the middle mode's
     factor the planner gives the compiled kernel: one pass, each tile summed against the unit-stride mode's
     factor in cache (no intermediate); einsum's values to rounding, the same bits on a second call and through
-    the plan; the other modes keep their two steps."""
+    the plan; the middle mode likewise where its product is compiled; the unit-stride mode keeps two steps."""
     if not simd_supported():
         pytest.skip("the compiled kernels need AVX2 and FMA")
     X = np.asarray(rng.standard_normal((60, 70, 80)).astype(dtype), order=order)
@@ -866,9 +866,13 @@ def test_mttkrp_of_the_outermost_mode_is_one_fused_pass(order, dtype, rng):
     scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], n)
     assert np.all(np.abs(got - ref) <= _tol(dtype, X.size // X.shape[n]) * scale)
     assert got.tobytes() == mttkrp(X, factors, n).tobytes() == plan(X, factors).tobytes()
-    for m in range(3):
-        if m != n:
-            assert not mttkrp_plan(X, factors, m).fused
+    unit = 2 if order == "C" else 0
+    assert not mttkrp_plan(X, factors, unit).fused  # (the unit-stride mode: its two steps)
+    middle = mttkrp_plan(X, factors, 1)  # (fused where the planner gives its product to the compiled kernel)
+    assert (middle.first, middle.second) == ((2 - unit,), (unit,)) if middle.fused else True
+    ref = _mttkrp_ref(X, factors, 1)
+    scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], 1)
+    assert np.all(np.abs(middle(X, factors) - ref) <= _tol(dtype, X.size // X.shape[1]) * scale)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

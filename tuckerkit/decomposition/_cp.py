@@ -701,9 +701,9 @@ def _jump_fit_mode(X: Any, N: int, rank: int, policy: Any) -> int:
     if N == 3 and type(data) in (np.ndarray, np.memmap):
         from tuckerkit.engine._mttkrp import _fused_plan
 
-        for n in range(N - 1):
-            if _fused_plan(data, n, rank, policy) is not None:
-                return n
+        outer = max(range(N), key=lambda n: abs(data.strides[n]))  # (its rows back to back: the cheapest pass)
+        if _fused_plan(data, outer, rank, policy) is not None:
+            return outer
     return N - 1
 
 _GRAM64_LOOP_MAX = 1 << 16
