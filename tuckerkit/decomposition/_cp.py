@@ -698,7 +698,7 @@ def _jump_fit_mode(X: Any, N: int, rank: int, policy: Any) -> int:
     0.76 / 0.69x the last mode's time in C order, float32 0.69 / 0.68 / 0.76x; a jump is tried every second
     iteration after the fourth."""
     data = getattr(X, "data", None)
-    if N == 3 and type(data) in (np.ndarray, np.memmap):
+    if N == 3 and isinstance(data, np.ndarray) and type(data) in (np.ndarray, np.memmap):
         from tuckerkit.engine._mttkrp import _fused_plan
 
         outer = max(range(N), key=lambda n: abs(data.strides[n]))  # (its rows back to back: the cheapest pass)
