@@ -153,17 +153,19 @@ def test_mttkrp_of_a_large_tensor_takes_two_chains(dtype, mode, chains, rng):
     """From a million elements the one-sided MTTKRP contracts the far mode first (a TTM, the compiled kernel
     at small rank) and the near one batched over the rank, instead of one GEMM with the whole Khatri-Rao
     product (0.43-0.88x the time in float64); single precision keeps the one GEMM where the side lies inside
-    the mode (mode 0 of a C-order tensor: 0.70-1.31x measured)."""
+    the mode (mode 0 of a C-order tensor: 0.70-1.31x measured). Where the compiled kernels run, a 3-way
+    tensor's first and last modes are one fused pass instead (the middle mode's product, summed or added up
+    against the other factor in cache)."""
     X = rng.standard_normal((100, 100, 120)).astype(dtype)
     factors = [rng.standard_normal((s, 6)).astype(dtype) for s in X.shape]
     plan = mttkrp_plan(X, factors, mode)
     far, near = ((2,), (1,)) if mode == 0 else ((0,), (1,))
-    if mode == 0 and simd_supported():  # the outermost mode with the compiled kernel: one fused pass
-        assert (plan.fused, plan.first, plan.second, plan.intermediate_elements) == (True, (1,), (2,), 0)
+    if simd_supported():  # (the compiled kernel takes the middle mode's product: one fused pass)
+        assert (plan.fused, plan.first, plan.second, plan.intermediate_elements) == (True, (1,), (2 - mode,), 0)
     else:
         assert (plan.first, plan.second) == ((far, near) if chains else ((1, 2), ()))
     small = mttkrp_plan(X[:40], [factors[0][:40], *factors[1:]], mode)  # 480,000 elements: one GEMM
-    assert small.fused if mode == 0 and simd_supported() else small.second == ()
+    assert small.fused if simd_supported() else small.second == ()
     ref = _mttkrp_ref(X.astype(np.float64), [U.astype(np.float64) for U in factors], mode)
     got = mttkrp(X, factors, mode, plan=plan)
     k = X.size // X.shape[mode]
@@ -851,7 +853,8 @@ def test_mttkrp_of_the_outermost_mode_is_one_fused_pass(order, dtype, rng):
     """A 3-way tensor's outermost mode (C order's first, F order's last) whose product with the middle mode's
     factor the planner gives the compiled kernel: one pass, each tile summed against the unit-stride mode's
     factor in cache (no intermediate); einsum's values to rounding, the same bits on a second call and through
-    the plan; the middle mode likewise where its product is compiled; the unit-stride mode keeps two steps."""
+    the plan; the middle mode likewise where its product is compiled, and the unit-stride mode (the middle
+    product's tiles times the outer factor, added up)."""
     if not simd_supported():
         pytest.skip("the compiled kernels need AVX2 and FMA")
     X = np.asarray(rng.standard_normal((60, 70, 80)).astype(dtype), order=order)
@@ -867,12 +870,18 @@ def test_mttkrp_of_the_outermost_mode_is_one_fused_pass(order, dtype, rng):
     assert np.all(np.abs(got - ref) <= _tol(dtype, X.size // X.shape[n]) * scale)
     assert got.tobytes() == mttkrp(X, factors, n).tobytes() == plan(X, factors).tobytes()
     unit = 2 if order == "C" else 0
-    assert not mttkrp_plan(X, factors, unit).fused  # (the unit-stride mode: its two steps)
+    last = mttkrp_plan(X, factors, unit)  # the unit-stride mode: the middle mode's product times the outer factor
+    assert last.fused and (last.first, last.second) == ((1,), (n,))
+    assert last.explain().startswith(f"mttkrp mode {unit}: one pass, mode 1 contracted by the compiled kernel, "
+                                     f"each tile times mode {n}'s factor added up in cache")
     middle = mttkrp_plan(X, factors, 1)  # (fused where the planner gives its product to the compiled kernel)
     assert (middle.first, middle.second) == ((2 - unit,), (unit,)) if middle.fused else True
-    ref = _mttkrp_ref(X, factors, 1)
-    scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], 1)
-    assert np.all(np.abs(middle(X, factors) - ref) <= _tol(dtype, X.size // X.shape[1]) * scale)
+    for m, p in ((1, middle), (unit, last)):
+        ref = _mttkrp_ref(X, factors, m)
+        scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], m)
+        got = p(X, factors)
+        assert np.all(np.abs(got - ref) <= _tol(dtype, X.size // X.shape[m]) * scale)
+        assert got.tobytes() == mttkrp(X, factors, m).tobytes()
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

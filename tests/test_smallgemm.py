@@ -1309,3 +1309,36 @@ def test_ttm_inner_dot_refuses_a_view_without_unit_stride_and_leaves_one_tile_to
     long = rng.standard_normal((1, 200000, 20))
     assert len(sg._reduction_cuts(1, 200000, 20, 16, 8)) > 2
     assert sg.ttm_inner_dot(long, np.ones((200000, 16)), np.ones((20, 16))) is None
+
+
+@pytest.mark.parametrize("R", [1, 10, 13, 32, 50])
+def test_ttm_inner_axpy_is_the_mttkrp_of_its_unit_stride_mode(R, dtype, rng):
+    """``ttm_inner_axpy`` (each tile of the product with U, times W's row, added to its piece's sums) is
+    ``einsum('aic,ir,ar->cr')`` to the rounding of its sums, on sliced views, odd extents and long rows cut
+    into several tiles; the same bits for 1, 2 and 3 workers (the pieces are cut by the sizes alone) and with
+    narrow tiles and chunks."""
+    eps = np.finfo(dtype).eps
+    for A, I, C in ((1, 7, 13), (7, 13, 1), (13, 1, 7), (3, 37, 5), (40, 21, 131), (2, 40, 3000)):  # noqa: E741
+        X = _sliced_view(rng, (A, I, C), dtype)
+        U = rng.standard_normal((I, R)).astype(dtype)
+        W = rng.standard_normal((A, R)).astype(dtype)
+        M = sg.ttm_inner_axpy(X, U, W, ExecutionPolicy(2))
+        args = [a.astype(np.float64) for a in (X, U, W)]
+        ref = np.einsum("aic,ir,ar->cr", *args)
+        scale = np.einsum("aic,ir,ar->cr", *(np.abs(a) for a in args))
+        assert M.dtype == dtype and M.shape == (C, R)
+        assert np.all(np.abs(M - ref) <= 4 * (I + A + 2) * eps * scale + 1e-300), (A, I, C)
+        for workers in (1, 3):
+            assert sg.ttm_inner_axpy(X, U, W, ExecutionPolicy(workers)).tobytes() == M.tobytes(), workers
+
+
+def test_ttm_inner_axpy_bits_do_not_depend_on_tiles_and_it_refuses_a_strided_last_axis(monkeypatch, rng):
+    X = rng.standard_normal((64, 301, 333))
+    U, W = rng.standard_normal((301, 10)), rng.standard_normal((64, 10))
+    ref = sg.ttm_inner_axpy(X, U, W, ExecutionPolicy(2))
+    monkeypatch.setattr(sg, "_L1_BYTES", 2048)  # several tiles a row, short chunks
+    monkeypatch.setattr(sg, "_CHUNK_BYTES", 4096)
+    assert sg.ttm_inner_axpy(X, U, W, ExecutionPolicy(2)).tobytes() == ref.tobytes()
+    with pytest.raises(ValueError, match=r"ttm_inner_axpy needs a non-empty view with non-negative strides, unit "
+                                         r"stride along the last axis"):
+        sg.ttm_inner_axpy(X.transpose(0, 2, 1), np.ones((333, 2)), np.ones((64, 2)))

@@ -93,9 +93,12 @@ class MTTKRPPlan:
         One pass (a 3-way tensor's mode other than the unit-stride one, where the planner gives the product with
         the third mode's factor to the compiled inner kernel): each tile of that product summed against the
         unit-stride mode's factor as it finishes (:func:`~tuckerkit.engine._smallgemm.ttm_inner_dot`), no
-        intermediate. 200^3, two workers, medians of 11: the outermost mode, float64 R = 10 / 32 / 50 0.67 /
-        0.69 / 0.63x the two steps' time, float32 0.40 / 0.53 / 0.55x; the middle mode (C and F order, 100^3 to
-        320x240x160, R = 10-50), 0.68-1.02x in float64 and 0.57-0.94x in float32.
+        intermediate; for the unit-stride mode, each tile times the outermost mode's factor added to its piece's
+        sums (:func:`~tuckerkit.engine._smallgemm.ttm_inner_axpy`). 200^3, two workers, medians of 11: the
+        outermost mode, float64 R = 10 / 32 / 50 0.67 / 0.69 / 0.63x the two steps' time, float32 0.40 / 0.53 /
+        0.55x; the middle mode (C and F order, 100^3 to 320x240x160, R = 10-50), 0.68-1.02x in float64 and
+        0.57-0.94x in float32; the unit-stride mode (100^3 to 320x240x160, R = 10-50) 0.58-0.77x in float64,
+        0.64-0.86x in float32.
 
     A plan is callable: ``plan(X, factors)``; another mode, tensor or rank raises a one-line ``ValueError``.
 
@@ -123,7 +126,9 @@ class MTTKRPPlan:
     def explain(self) -> str:
         if self.fused:
             head = (f"mttkrp mode {self.mode}: one pass, mode {self.first[0]} contracted by the compiled kernel, "
-                    f"each tile summed against mode {self.second[0]}'s factor in cache (no intermediate)")
+                    + (f"each tile times mode {self.second[0]}'s factor added up in cache (no intermediate)"
+                       if self.strides[self.mode] == 1 else
+                       f"each tile summed against mode {self.second[0]}'s factor in cache (no intermediate)"))
             return "\n".join([head] + ["  " + p.explain().replace("\n", "\n  ") for p in self.plans])
         head = (
             f"mttkrp mode {self.mode}: contract modes {list(self.first)} by GEMM"
@@ -288,11 +293,14 @@ def build_mttkrp_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> MTTKRP
 
 
 def _fused_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> tuple[ContractionPlan, int, int] | None:
-    """For a 3-way host array with a unit-stride mode ``u`` other than ``n``: the plan of the product with the
-    third mode ``m``'s factor, and ``m`` and ``u``, where that plan runs the compiled inner kernel (then the
-    MTTKRP is one pass over the view ``(n, m, u)``, :class:`MTTKRPPlan`'s ``fused``); else None. The outermost
-    mode (C order's first, F order's last) reads rows of ``u`` back to back; the middle one walks ``m`` at its
-    long stride, as the product of ``m`` alone does (the planner's choice for that product decides)."""
+    """For a 3-way host array with a unit-stride mode: the plan of the product with the factor of the mode ``m``
+    the compiled kernel contracts, ``m`` and the mode ``o`` whose factor then sums, where that plan runs the
+    compiled inner kernel (then the MTTKRP is one pass, :class:`MTTKRPPlan`'s ``fused``); else None. For ``n``
+    other than the unit-stride mode ``u``: the view ``(n, m, u)``, each tile summed against ``u``'s factor
+    (:func:`~tuckerkit.engine._smallgemm.ttm_inner_dot`; the outermost mode reads rows of ``u`` back to back, the
+    middle one walks ``m`` at its long stride, as the product of ``m`` alone does); for ``n = u``: ``m`` the
+    middle mode, the view ``(o, m, u)``, each tile times the outermost mode's factor added up
+    (:func:`~tuckerkit.engine._smallgemm.ttm_inner_axpy`)."""
     from tuckerkit.engine._plan import CompiledKernel
 
     if X.ndim != 3 or X.shape[n] < 2 or X.dtype not in (np.float32, np.float64) or not X.flags.aligned:
@@ -301,15 +309,21 @@ def _fused_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> tuple[Contra
     if any(s <= 0 for s in st):
         return None
     others = [k for k in range(3) if k != n]
-    u = next((k for k in others if st[k] == 1 and X.shape[k] > 1), None)
-    if u is None:
-        return None
-    m = next(k for k in others if k != u)
+    if st[n] == 1 and X.shape[n] > 1:  # the unit-stride mode itself: the middle mode's product, then the outer's
+        m, o = sorted(others, key=lambda k: st[k])
+        keep, u = o, n
+    else:
+        u_ = next((k for k in others if st[k] == 1 and X.shape[k] > 1), None)
+        if u_ is None:
+            return None
+        u = u_
+        m = next(k for k in others if k != u)
+        keep, o = n, u
     x = _LETTERS[:3]
-    out = rank_outer(np, X, [n, u], R, X.dtype)
-    p = plan_contraction(f"{x},{x[m]}{_RANK}->{x[n]}{x[u]}{_RANK}", X,
+    out = rank_outer(np, X, [keep, u], R, X.dtype)
+    p = plan_contraction(f"{x},{x[m]}{_RANK}->{x[keep]}{x[u]}{_RANK}", X,
                          np.empty((X.shape[m], R), X.dtype), out=out, policy=policy)
-    return (p, m, u) if getattr(p, "compiled", None) == CompiledKernel.TTM_INNER else None
+    return (p, m, o) if getattr(p, "compiled", None) == CompiledKernel.TTM_INNER else None
 
 
 def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPlan | None,
@@ -327,11 +341,12 @@ def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPla
         plan.check(X, n, R)
     first, second = plan.first, plan.second
     if plan.fused:
-        from tuckerkit.engine._smallgemm import ttm_inner_dot
+        from tuckerkit.engine._smallgemm import ttm_inner_axpy, ttm_inner_dot
 
-        X3 = X.transpose(n, first[0], second[0])
-        return ttm_inner_dot(X3, np.ascontiguousarray(factors[first[0]], dtype=dtype),
-                             factors[second[0]].astype(dtype, copy=False), policy)
+        U, W = np.ascontiguousarray(factors[first[0]], dtype=dtype), factors[second[0]].astype(dtype, copy=False)
+        if plan.strides[n] == 1:  # the unit-stride mode: each tile times the outer factor, added up
+            return ttm_inner_axpy(X.transpose(second[0], first[0], n), U, W, policy)
+        return ttm_inner_dot(X.transpose(n, first[0], second[0]), U, W, policy)
     if not first:  # a 1-way tensor: the sum over nothing
         return xp.asarray(X)[:, None] * xp.ones((1, R), dtype=dtype)
     spec1, spec2, rest = _specs(X.ndim, n, first, second)

@@ -376,8 +376,18 @@ def _dot_run(a, ao, b, bo, n):  # pragma: no cover
     return s
 
 
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def _axpy_run(w, a, ao, b, bo, n):  # pragma: no cover
+    # b[bo + j] += w * a[ao + j], j < n: one rounding each (a product and a sum, no fused multiply-add: the
+    # same bits whether LLVM vectorizes it or not); unsigned indices (see _dot_run)
+    for j in range(n):
+        k = np.uint64(bo + j)
+        b[k] = b[k] + w * a[np.uint64(ao + j)]
+
+
 @njit(cache=True, fastmath={"contract"}, nogil=True, **NO_RUNTIME)
-def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, wt, mp, tl, pk, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, packed, snv, wt, mp, axpy, tl, pk,  # noqa: E741
+                  t_lo, t_hi):  # pragma: no cover
     # tile t: row a of the outer extent, columns [c0, c0 + ct) of the unit-stride one (ct a multiple of
     # w = snv * vl), taken kc rows of i at a time (as GEMM blocks its k). For each strip of w columns (one cache
     # line of each row of the chunk, or two where snv = 4: two 512-bit vectors a row, 24 accumulators) every
@@ -389,7 +399,8 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
     # output element is one in-order sum over i, one fused multiply-add per term; the columns left at the end
     # of a row (fewer than w) run two vectors, one vector or one element wide. With ``wt`` (not empty) each
     # finished tile's rows are also summed against ``wt``'s (W transposed, R x C) over the tile's columns into
-    # ``mp[t, r]`` (:func:`ttm_inner_dot`: y is then the caller's scratch, sya = 0)
+    # ``mp[t, r]`` (:func:`ttm_inner_dot`: y is then the caller's scratch, sya = 0); with ``axpy`` instead each
+    # tile's row r, times ``wt[a, r]`` (W as (A, R)), is added to ``mp[r, c0:c1]`` (:func:`ttm_inner_axpy`)
     nct = (C + ct - 1) // ct
     nblk = blocks.shape[0]
     nr = blocks[nblk - 1, 0] + blocks[nblk - 1, 1]  # R
@@ -508,8 +519,12 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                         acc = acc + up[uo + i * rb + r] * x[xa + i * sxi + j]
                     y[ya + (r0 + r) * syr + j] = acc
         if wt.size > 0:
-            for r in range(nr):
-                mp[t * nr + r] = _dot_run(y, ya + r * syr + c0, wt, r * C + c0, c1 - c0)
+            if axpy:
+                for r in range(nr):
+                    _axpy_run(wt[a * nr + r], y, ya + r * syr + c0, mp, r * C + c0, c1 - c0)
+            else:
+                for r in range(nr):
+                    mp[t * nr + r] = _dot_run(y, ya + r * syr + c0, wt, r * C + c0, c1 - c0)
 
 
 def _wide_direct() -> bool:
@@ -1122,6 +1137,34 @@ def ttm_inner_dot(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: Executio
         M += parts[:, k]
     return M
 
+
+def ttm_inner_axpy(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: ExecutionPolicy | None = None) -> np.ndarray:
+    """``M[c, r] = sum_a W[a, r] sum_i U[i, r] X3[a, i, c]`` (shape (C, R)): a 3-way tensor's MTTKRP for its
+    unit-stride mode in one pass, each tile of :func:`ttm_inner`'s product, while in cache, times ``W[a, r]``
+    added to the sums of its piece of ``a`` (pieces cut by the sizes alone, summed in order: the same bits for
+    any number of workers), instead of the (A, R, C) product written out and read back by a batched
+    matrix-vector product. ``X3`` a 3-D view with unit stride along ``c``, ``U`` C-contiguous (I, R), ``W``
+    (A, R). None where the whole output is one tile (:func:`_reduction_cuts`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tuckerkit.engine._smallgemm import ttm_inner_axpy
+    >>> X, U, W = np.arange(60.0).reshape(3, 4, 5), np.ones((4, 2)), np.arange(6.0).reshape(3, 2)
+    >>> np.allclose(ttm_inner_axpy(X, U, W), np.einsum("aic,ir,ar->cr", X, U, W))
+    True
+    """
+    fx = flat_span(X3)
+    if fx is None or (X3.shape[2] > 1 and X3.strides[2] != X3.itemsize):
+        raise ValueError("ttm_inner_axpy needs a non-empty view with non-negative strides, unit stride along the "
+                         "last axis")
+    A, I, C = X3.shape  # noqa: E741
+    if len(_reduction_cuts(A, I, C, U.shape[1], X3.itemsize)) != 2:
+        return None  # type: ignore[return-value]
+    M = _inner_tiles(X3, U, None, policy, W, axpy=True)
+    assert M is not None
+    return M.T
+
 #: :func:`ttm_inner` cuts the sum over ``i`` into pieces where its whole output is one tile and the contraction
 #: has at least ``KERNEL_PARALLEL_FLOPS``, each piece at least this many rows of i (see :func:`_reduction_cuts`)
 REDUCTION_PIECE_ROWS = 1024
@@ -1149,7 +1192,7 @@ def _reduction_cuts(A: int, I: int, C: int, R: int, itemsize: int) -> list[int]:
 
 
 def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: ExecutionPolicy | None,
-                 W: np.ndarray | None = None) -> np.ndarray | None:
+                 W: np.ndarray | None = None, axpy: bool = False) -> np.ndarray | None:
     """:func:`ttm_inner` over its tiles (checked views); with ``W`` (:func:`ttm_inner_dot`) no ``Y3``: the
     tiles' sums against W's columns, (A, tiles a row, R)."""
     fx = flat_span(X3)
@@ -1178,19 +1221,42 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
         assert Y3 is not None
         no_dot = np.empty(0, X3.dtype)  # (the kernel's wt and mp: no tile summed against W)
         args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-                Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, no_dot, no_dot)
+                Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, no_dot, no_dot, False)
 
         def tiles(lo: int, hi: int) -> None:  # (the kernel allocates nothing: its scratch comes from here)
             _inner_kernel(*args, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype), lo, hi)
 
         _run_tiles(tiles, n_tiles, 2 * X3.size * R, policy)
         return None
+    if axpy:
+        # pieces of a by the sizes alone (not the workers), each adding its tiles' rows times W's into its own
+        # (R, C) sums in order; the pieces' sums added in piece order: the same bits for any number of workers
+        wa = np.ascontiguousarray(W, dtype=X3.dtype).reshape(-1)
+        nct = n_tiles // A
+        n = max(1, min(MAX_PIECES, A, (2 * X3.size * R) // KERNEL_PIECE_FLOPS))
+        cuts = [A * k // n for k in range(n + 1)]
+        acc = np.zeros((n, R * C), X3.dtype)
+        head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
+
+        def piece(k: int, _: object) -> None:
+            _inner_kernel(*head, np.empty(R * C, X3.dtype), 0, C, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed,
+                          snv, wa, acc[k], True, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype),
+                          cuts[k] * nct, cuts[k + 1] * nct)
+
+        if n < 2 or policy is None or policy.workers < 2:
+            for k in range(n):
+                piece(k, None)
+        else:
+            parallel_for(piece, n, policy)
+        for k in range(1, n):
+            acc[0] += acc[k]
+        return acc[0].reshape(R, C)
     # the tiles' sums into a scratch of one row's width per call (sya = 0: it stays in cache), each finished
     # tile's rows summed against W's columns into its own row of mp (per tile: the same bits for any cut)
     wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
     mp = np.empty(n_tiles * R, X3.dtype)
     head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
-    rest = (C, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, wt, mp)
+    rest = (C, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, wt, mp, False)
 
     def dot_tiles(lo: int, hi: int) -> None:
         _inner_kernel(*head, np.empty(R * C, X3.dtype), 0, *rest, np.empty(tl_n, X3.dtype),
