@@ -37,12 +37,13 @@ from tuckerkit.engine import khatri_rao, mttkrp, mttkrp_plan
 from tuckerkit.engine._policy import default_policy
 
 
-def two_step_plan(X, factors, mode):
-    """The plan of ``mode`` as tuckerkit made it before the fused pass (its rule switched off for the call)."""
+def two_step_plan(X, factors, mode, policy):
+    """The plan of ``mode`` without the fused pass (its rule switched off for the call; the other rules, such
+    as the merged first step, as they are)."""
     keep = mttkrp_mod._fused_plan
     mttkrp_mod._fused_plan = lambda *a: None
     try:
-        return mttkrp_plan(X, factors, mode)
+        return mttkrp_plan(X, factors, mode, policy=policy)
     finally:
         mttkrp_mod._fused_plan = keep
 
@@ -90,7 +91,7 @@ def main(argv=None) -> None:
                         "numpy": lambda X=X, F=factors, m=mode: textbook(X, F, m),
                     }
                     if plan.fused:
-                        old = two_step_plan(X, factors, mode)
+                        old = two_step_plan(X, factors, mode, policy)
                         fns["two_step"] = lambda old=old, X=X, F=factors: old(X, F)
                     t = interleaved({**fns, **reads}, repeat)
                     t.setdefault("two_step", t["tuckerkit"])

@@ -979,3 +979,25 @@ def test_require_gpu_fails_the_real_cupy_variants(tmp_path):
     assert res.returncode == 1, res.stdout[-2000:]  # the fixture fails: an error at setup, counted as a failure
     assert f"\nTUCKERKIT_REQUIRE_GPU=1 but {why}\n" in res.stdout
     assert res.stdout.strip().splitlines()[-1].startswith("4 passed, 1 error")
+
+
+def test_a_fused_host_mttkrp_plan_refuses_device_arrays(monkeypatch):
+    """A fused MTTKRP plan (a 3-way host tensor's compiled one-pass form) reused for a device array of the same
+    shape, strides and dtype is refused in one line, as a contraction plan is, never handed to the host kernel."""
+    import _fakecupy
+
+    from tuckerkit.engine import mttkrp, mttkrp_plan
+    from tuckerkit.engine._simd import simd_supported
+
+    if not simd_supported():
+        pytest.skip("the compiled kernels need AVX2 and FMA")
+    cp, _ = _fakecupy.make()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 70, 80))
+    F = [rng.standard_normal((s, 10)) for s in X.shape]
+    plan = mttkrp_plan(X, F, 0)
+    assert plan.fused
+    Xd, Fd = cp.asarray(X), [cp.asarray(U) for U in F]
+    with pytest.raises(ValueError, match=r"^plan was made for device 'cpu'; received arrays of the other kind$"):
+        mttkrp(Xd, Fd, 0, plan=plan)

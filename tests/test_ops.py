@@ -926,3 +926,31 @@ def test_float32_side_inside_the_mode_takes_two_chains_where_the_kernels_compile
         ref = _mttkrp_ref(X, factors, n)
         scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], n)
         assert np.all(np.abs(mttkrp(X, factors, n) - ref) <= _tol(np.float32, X.size // X.shape[n]) * scale)
+
+
+def test_mttkrp_of_a_unit_stride_mode_beside_an_extent_one_mode(rng):
+    """A review's find: the unit-stride mode of a (1, I, C) tensor has a view of one row, where the kernel cuts
+    the sum over i instead of fusing (it returned None, which mttkrp handed back, CP-ALS's line search failed on
+    and an out-of-core tensor's one-row last slab could not add): its two steps, against einsum; CP-ALS runs;
+    slabs of one row give the in-memory MTTKRP."""
+    from tuckerkit.engine import SlabTensor
+
+    X = rng.standard_normal((1, 8192, 64))
+    factors = [rng.standard_normal((s, 16)) for s in X.shape]
+    plan = mttkrp_plan(X, factors, 2)
+    assert not plan.fused
+    got = mttkrp(X, factors, 2)
+    ref = _mttkrp_ref(X, factors, 2)
+    scale = _mttkrp_ref(np.abs(X), [np.abs(f) for f in factors], 2)
+    assert got.shape == (64, 16) and np.all(np.abs(got - ref) <= _tol(np.float64, 8192) * scale)
+    import tuckerkit as tk
+
+    with pytest.warns(tk.ConvergenceWarning):
+        assert 0 < tk.cp_als(X, 16, max_iter=8, tol=0, init="random", random_state=0).fit <= 1
+    Y = rng.standard_normal((3, 8192, 64))
+    fy = [rng.standard_normal((s, 16)) for s in Y.shape]
+    slabs = SlabTensor(Y, memory_limit=32 * 2**20)  # (slabs of two rows and one)
+    for n in range(3):
+        ref = _mttkrp_ref(Y, fy, n)
+        scale = _mttkrp_ref(np.abs(Y), [np.abs(f) for f in fy], n)
+        assert np.all(np.abs(slabs.mttkrp(fy, n) - ref) <= _tol(np.float64, Y.size // Y.shape[n]) * scale)

@@ -311,6 +311,8 @@ def _fused_plan(X: Any, n: int, R: int, policy: ExecutionPolicy) -> tuple[Contra
     others = [k for k in range(3) if k != n]
     if st[n] == 1 and X.shape[n] > 1:  # the unit-stride mode itself: the middle mode's product, then the outer's
         m, o = sorted(others, key=lambda k: st[k])
+        if X.shape[o] < 2:  # (one row of the view: the kernel would cut the sum over i instead, no pass to fuse)
+            return None
         keep, u = o, n
     else:
         u_ = next((k for k in others if st[k] == 1 and X.shape[k] > 1), None)
@@ -341,6 +343,8 @@ def dense_mttkrp(X: Any, factors: Sequence[Any], n: int, R: int, plan: MTTKRPPla
         plan.check(X, n, R)
     first, second = plan.first, plan.second
     if plan.fused:
+        if xp is not np:
+            raise ValueError("plan was made for device 'cpu'; received arrays of the other kind")
         from tuckerkit.engine._smallgemm import ttm_inner_axpy, ttm_inner_dot
 
         U, W = np.ascontiguousarray(factors[first[0]], dtype=dtype), factors[second[0]].astype(dtype, copy=False)

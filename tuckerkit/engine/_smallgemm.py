@@ -1163,7 +1163,7 @@ def ttm_inner_axpy(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: Executi
         return None  # type: ignore[return-value]
     M = _inner_tiles(X3, U, None, policy, W, axpy=True)
     assert M is not None
-    return M.T
+    return np.ascontiguousarray(M.T)
 
 #: :func:`ttm_inner` cuts the sum over ``i`` into pieces where its whole output is one tile and the contraction
 #: has at least ``KERNEL_PARALLEL_FLOPS``, each piece at least this many rows of i (see :func:`_reduction_cuts`)
