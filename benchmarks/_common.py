@@ -127,6 +127,40 @@ def geomean(xs) -> float:
     return float(statistics.geometric_mean(xs)) if xs else float("nan")
 
 
+def per_mode_plot(name: str, rows: list[dict], key: str, ylabel: str, title: str, lines: tuple = (1.0,),
+                  log: bool = False) -> None:
+    """One panel per tensor shape: ``row[key]`` against the mode, a line per (dtype, rank), horizontal marks at
+    ``lines`` (the first black, the others red dashed); written to ``results/name``; nothing without
+    matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:  # pragma: no cover - the bench extra installs it
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = sorted({tuple(r["shape"]) for r in rows}, key=lambda s: (len(s), s))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.4), squeeze=False)
+    for ax, shape in zip(axes[0], shapes, strict=True):
+        for dt, mark in (("float64", "o-"), ("float32", "s--")):
+            sel = [r for r in rows if tuple(r["shape"]) == shape and r["dtype"] == dt]
+            for R in sorted({r["rank"] for r in sel}):
+                rr = [r for r in sel if r["rank"] == R]
+                ax.plot([r["mode"] for r in rr], [r[key] for r in rr], mark, label=f"{dt} R={R}")
+        for i, y in enumerate(lines):
+            ax.axhline(y, color="k" if i == 0 else "r", lw=0.8, ls="-" if i == 0 else "--")
+        if log:
+            ax.set_yscale("log")
+        ax.set_title("x".join(map(str, shape)))
+        ax.set_xlabel("mode")
+        ax.set_ylabel(ylabel)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(RESULTS / name, dpi=110)
+    plt.close(fig)
+
+
 def grouped_bars(name: str, groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
                  log: bool = False) -> None:
     """A bar chart of ``series`` (label -> one value per group) side by side in each group, written to

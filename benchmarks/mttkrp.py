@@ -29,7 +29,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, interleaved, peak_extra, write_json, write_text
+from _common import environment, interleaved, peak_extra, per_mode_plot, write_json, write_text
 from roofline import gemm_peak, read_fns
 
 from tuckerkit.engine import _mttkrp as mttkrp_mod
@@ -199,32 +199,8 @@ def markdown(rows, summary) -> str:
 
 
 def plot(rows) -> None:
-    try:
-        import matplotlib
-    except ImportError:  # pragma: no cover - the bench extra installs it
-        return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    shapes = sorted({tuple(r["shape"]) for r in rows}, key=lambda s: (len(s), s))
-    fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.4), squeeze=False)
-    for ax, shape in zip(axes[0], shapes, strict=True):
-        for dt, mark in (("float64", "o-"), ("float32", "s--")):
-            sel = [r for r in rows if tuple(r["shape"]) == shape and r["dtype"] == dt]
-            for R in sorted({r["rank"] for r in sel}):
-                rr = [r for r in sel if r["rank"] == R]
-                ax.plot([r["mode"] for r in rr], [r["speedup_tensorly"] for r in rr], mark, label=f"{dt} R={R}")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_yscale("log")
-        ax.set_title("x".join(map(str, shape)))
-        ax.set_xlabel("mode")
-        ax.set_ylabel("speed-up over TensorLy")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle("Dense MTTKRP: TensorLy's time / tuckerkit's, same inputs, same run")
-    fig.tight_layout()
-    fig.savefig(RESULTS / "mttkrp.png", dpi=110)
-    plt.close(fig)
-
+    per_mode_plot("mttkrp.png", rows, "speedup_tensorly", "speed-up over TensorLy",
+                  "Dense MTTKRP: TensorLy's time / tuckerkit's, same inputs, same run", log=True)
 
 if __name__ == "__main__":
     main()

@@ -29,7 +29,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, interleaved, write_json, write_text
+from _common import environment, interleaved, per_mode_plot, write_json, write_text
 from roofline import gemm_peak, read_fns
 
 from tuckerkit.engine import ttm, ttm_plan
@@ -178,30 +178,8 @@ def markdown(rows, summary) -> str:
 
 
 def plot(rows) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    shapes = sorted({tuple(r["shape"]) for r in rows}, key=lambda s: (len(s), s))
-    fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.4), squeeze=False)
-    for ax, shape in zip(axes[0], shapes, strict=True):
-        for dt, mark in (("float64", "o-"), ("float32", "s--")):
-            sel = [r for r in rows if tuple(r["shape"]) == shape and r["dtype"] == dt]
-            for R in sorted({r["rank"] for r in sel}):
-                rr = [r for r in sel if r["rank"] == R]
-                ax.plot([r["mode"] for r in rr], [r["ratio_bound"] for r in rr], mark, label=f"{dt} R={R}")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(1.5, color="r", lw=0.8, ls="--")
-        ax.set_title("x".join(map(str, shape)))
-        ax.set_xlabel("mode")
-        ax.set_ylabel("time / roofline bound")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle("TTM time relative to the roofline bound measured in the same run")
-    fig.tight_layout()
-    fig.savefig(RESULTS / "ttm.png", dpi=110)
-    plt.close(fig)
-
+    per_mode_plot("ttm.png", rows, "ratio_bound", "time / roofline bound",
+                  "TTM time relative to the roofline bound measured in the same run", lines=(1.0, 1.5))
 
 if __name__ == "__main__":
     main()

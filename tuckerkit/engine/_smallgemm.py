@@ -1121,12 +1121,7 @@ def ttm_inner_dot(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: Executio
     >>> np.allclose(ttm_inner_dot(X, U, W), np.einsum("aic,ir,cr->ar", X, U, W))
     True
     """
-    fx = flat_span(X3)
-    if fx is None or (X3.shape[2] > 1 and X3.strides[2] != X3.itemsize):
-        raise ValueError("ttm_inner_dot needs a non-empty view with non-negative strides, unit stride along the "
-                         "last axis")
-    A, I, C = X3.shape  # noqa: E741
-    if len(_reduction_cuts(A, I, C, U.shape[1], X3.itemsize)) != 2:
+    if not _one_pass("ttm_inner_dot", X3, U):
         return None  # type: ignore[return-value]
     parts = _inner_tiles(X3, U, None, policy, W)
     assert parts is not None
@@ -1154,16 +1149,21 @@ def ttm_inner_axpy(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: Executi
     >>> np.allclose(ttm_inner_axpy(X, U, W), np.einsum("aic,ir,ar->cr", X, U, W))
     True
     """
-    fx = flat_span(X3)
-    if fx is None or (X3.shape[2] > 1 and X3.strides[2] != X3.itemsize):
-        raise ValueError("ttm_inner_axpy needs a non-empty view with non-negative strides, unit stride along the "
-                         "last axis")
-    A, I, C = X3.shape  # noqa: E741
-    if len(_reduction_cuts(A, I, C, U.shape[1], X3.itemsize)) != 2:
+    if not _one_pass("ttm_inner_axpy", X3, U):
         return None  # type: ignore[return-value]
     M = _inner_tiles(X3, U, None, policy, W, axpy=True)
     assert M is not None
     return np.ascontiguousarray(M.T)
+
+
+def _one_pass(name: str, X3: np.ndarray, U: np.ndarray) -> bool:
+    """Whether :func:`ttm_inner_dot` / :func:`ttm_inner_axpy` (``name``) can take ``X3`` in one pass: a view they
+    read (else a one-line ``ValueError``) whose output is not one tile (:func:`_reduction_cuts`)."""
+    if flat_span(X3) is None or (X3.shape[2] > 1 and X3.strides[2] != X3.itemsize):
+        raise ValueError(f"{name} needs a non-empty view with non-negative strides, unit stride along the last axis")
+    A, I, C = X3.shape  # noqa: E741
+    return len(_reduction_cuts(A, I, C, U.shape[1], X3.itemsize)) == 2
+
 
 #: :func:`ttm_inner` cuts the sum over ``i`` into pieces where its whole output is one tile and the contraction
 #: has at least ``KERNEL_PARALLEL_FLOPS``, each piece at least this many rows of i (see :func:`_reduction_cuts`)
