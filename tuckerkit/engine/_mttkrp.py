@@ -130,8 +130,11 @@ class MTTKRPPlan:
                        if self.strides[self.mode] == 1 else
                        f"each tile summed against mode {self.second[0]}'s factor in cache (no intermediate)"))
             return "\n".join([head] + ["  " + p.explain().replace("\n", "\n  ") for p in self.plans])
+        merged = len(self.first) > 1 and self.plans and len(self.plans[0].shapes[1]) == 2
         head = (
-            f"mttkrp mode {self.mode}: contract modes {list(self.first)} by GEMM"
+            f"mttkrp mode {self.mode}: contract modes {list(self.first)}"
+            + (f" (one axis of a view: mode {self.first[0]}'s letter below)" if merged else "")
+            + (" with their Khatri-Rao product" if len(self.first) > 1 else " with its factor")
             + (f", then modes {list(self.second)} batched over the rank" if self.second else "")
             + f" (intermediate {self.intermediate_elements:,} elements)"
         )
