@@ -688,15 +688,15 @@ def _fit_grams(factors: Sequence[Any], grams: Any, weights: Any, norm: float) ->
 
 
 _GRAM64: Any = None  # (_cp_kernels.gram64, imported on first use)
-#: :func:`_fit_grams` makes a factor's float64 Gram in its compiled loop up to this many multiply-adds
-#: (``I R (R + 1) / 2``), else with BLAS on float64 copies of ``_GRAM64_ROWS`` rows at a time
+
 
 def _jump_fit_mode(X: Any, N: int, rank: int, policy: Any) -> int:
     """The mode whose MTTKRP gives a line-search jump's fit (``<X, X_hat>`` is the same from any mode): a 3-way
     host tensor's outermost mode where its MTTKRP is one fused pass (:func:`tuckerkit.engine._mttkrp._fused_plan`:
-    C order's first mode, F order's last), else the last. 200^3, one MTTKRP: float64 R = 10 / 32 / 50 0.76 /
-    0.76 / 0.69x the last mode's time in C order, float32 0.69 / 0.68 / 0.76x; a jump is tried every second
-    iteration after the fourth."""
+    C order's first mode, F order's last), else the last. One MTTKRP (benchmarks/mttkrp.py, C order, the last
+    mode now one fused pass too): 200^3 and 320x240x160, float64 R = 10-50 0.85-0.91x the last mode's time,
+    float32 0.85-1.01x; a jump is tried every second iteration after the fourth. (Measured against the last
+    mode's former two steps, the iteration with the default line search took 0.95-0.99x.)"""
     data = getattr(X, "data", None)
     if N == 3 and isinstance(data, np.ndarray) and type(data) in (np.ndarray, np.memmap):
         from tuckerkit.engine._mttkrp import _fused_plan
@@ -706,6 +706,9 @@ def _jump_fit_mode(X: Any, N: int, rank: int, policy: Any) -> int:
             return outer
     return N - 1
 
+
+#: :func:`_fit_grams` makes a factor's float64 Gram in its compiled loop up to this many multiply-adds
+#: (``I R (R + 1) / 2``), else with BLAS on float64 copies of ``_GRAM64_ROWS`` rows at a time
 _GRAM64_LOOP_MAX = 1 << 16
 _GRAM64_ROWS = 1 << 15
 
