@@ -1217,17 +1217,21 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     R = U.shape[1]
     n_tiles = A * ((C + ct - 1) // ct)
     tl_n, pk_n = WIDE_RB * vl, kc * ct if packed else 1
+    head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
+    tiling = (vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
+
+    def run(y: np.ndarray, sya: int, syr: int, wt: np.ndarray, mp: np.ndarray, add: bool, lo: int, hi: int) -> None:
+        # (the kernel allocates nothing: its scratch comes from here)
+        _inner_kernel(*head, y, sya, syr, *tiling, wt, mp, add, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype),
+                      lo, hi)
+
     if W is None:
-        assert Y3 is not None
+        assert Y3 is not None and fy is not None
         no_dot = np.empty(0, X3.dtype)  # (the kernel's wt and mp: no tile summed against W)
-        args = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks, fy, Y3.strides[0] // it,
-                Y3.strides[1] // it, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, no_dot, no_dot, False)
-
-        def tiles(lo: int, hi: int) -> None:  # (the kernel allocates nothing: its scratch comes from here)
-            _inner_kernel(*args, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype), lo, hi)
-
-        _run_tiles(tiles, n_tiles, 2 * X3.size * R, policy)
+        sy = (Y3.strides[0] // it, Y3.strides[1] // it)
+        _run_tiles(lambda lo, hi: run(fy, *sy, no_dot, no_dot, False, lo, hi), n_tiles, 2 * X3.size * R, policy)
         return None
+    # the tiles' sums into a scratch of one row's width per call (sya = 0: it stays in cache)
     if axpy:
         # pieces of a by the sizes alone (not the workers), each adding its tiles' rows times W's into its own
         # (R, C) sums in order; the pieces' sums added in piece order: the same bits for any number of workers
@@ -1236,12 +1240,9 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
         n = max(1, min(MAX_PIECES, A, (2 * X3.size * R) // KERNEL_PIECE_FLOPS))
         cuts = [A * k // n for k in range(n + 1)]
         acc = np.zeros((n, R * C), X3.dtype)
-        head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
 
         def piece(k: int, _: object) -> None:
-            _inner_kernel(*head, np.empty(R * C, X3.dtype), 0, C, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed,
-                          snv, wa, acc[k], True, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype),
-                          cuts[k] * nct, cuts[k + 1] * nct)
+            run(np.empty(R * C, X3.dtype), 0, C, wa, acc[k], True, cuts[k] * nct, cuts[k + 1] * nct)
 
         if n < 2 or policy is None or policy.workers < 2:
             for k in range(n):
@@ -1251,18 +1252,12 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
         for k in range(1, n):
             acc[0] += acc[k]
         return acc[0].reshape(R, C)
-    # the tiles' sums into a scratch of one row's width per call (sya = 0: it stays in cache), each finished
-    # tile's rows summed against W's columns into its own row of mp (per tile: the same bits for any cut)
+    # each finished tile's rows summed against W's columns into its own row of mp (per tile: the same bits for
+    # any cut)
     wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
     mp = np.empty(n_tiles * R, X3.dtype)
-    head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
-    rest = (C, vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv, wt, mp, False)
-
-    def dot_tiles(lo: int, hi: int) -> None:
-        _inner_kernel(*head, np.empty(R * C, X3.dtype), 0, *rest, np.empty(tl_n, X3.dtype),
-                      np.empty(pk_n, X3.dtype), lo, hi)
-
-    _run_tiles(dot_tiles, n_tiles, 2 * X3.size * R, policy)
+    _run_tiles(lambda lo, hi: run(np.empty(R * C, X3.dtype), 0, C, wt, mp, False, lo, hi), n_tiles,
+               2 * X3.size * R, policy)
     return mp.reshape(A, -1, R)
 
 
