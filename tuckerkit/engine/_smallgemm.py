@@ -859,8 +859,8 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
         # on rows back to back (a share of the lines per block, but a row's last few lines a block of their
         # own, so the blocks ran out with a third of the lines left, issued in one burst after the tile):
         # two workers, interleaved medians of 15, the same bits: X of (40000, 200) and (76800, 160) at R = 32
-        # 0.88-0.95x the time in float64, 0.85-0.89x in float32; R = 16 / 20 / 50 0.82-0.87 / 0.88 / 0.95x;
-        # (40000, 64) 0.92-0.95x; (4096, 200) in cache 1.0x; one worker 0.83-0.98x
+        # 0.88-0.95x the time in float64, 0.85-0.95x in float32; R = 16 / 20 / 50 0.82-0.87 / 0.88 / 0.94-0.96x;
+        # (40000, 64) 0.90-0.95x; (4096, 200) 0.92-1.0x; one worker 0.83-0.98x (three runs)
         qa = a0 + _OUTER_ROWS * pfd
         nq = min(_OUTER_ROWS, A - qa) if pfd > 0 and t + pfd < t_hi else 0
         rl = lpr  # lines of one run
