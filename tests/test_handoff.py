@@ -192,3 +192,157 @@ def test_exit_fork_and_the_environment_switch_keep_the_bits():
         assert p.returncode == 0, p.stderr[-2000:]
         runs.append(p.stdout.strip())
     assert len(set(runs)) == 1 and len(runs[0]) == 64
+
+
+# ---------------------------------------------------------------------------------------------------
+# the compiled small-rank kernels' pieces on the helpers (tuckerkit.engine._smallgemm._run_tiles)
+# ---------------------------------------------------------------------------------------------------
+def _kernel_cases(rng, dtype):
+    """(name, call) of every kernel the helpers take: the inner kernel (plain, and summed against W), the
+    outer dot-product and register-blocked kernels; each call returns the result of the given policy."""
+    from tuckerkit.engine import _smallgemm as sg
+
+    X3 = rng.standard_normal((3, 97, 5003)).astype(dtype)  # odd extents: tiles with ragged ends
+    X1 = rng.standard_normal((1, 120, 20000)).astype(dtype)  # a first mode: long rows
+    U10, U32 = (rng.standard_normal((97, r)).astype(dtype) for r in (10, 32))
+    V32 = rng.standard_normal((120, 32)).astype(dtype)
+    W = rng.standard_normal((5003, 10)).astype(dtype)
+    X2 = rng.standard_normal((9999, 77)).astype(dtype)
+    Ut8, Ut20 = (rng.standard_normal((r, 77)).astype(dtype) for r in (8, 20))
+
+    def inner(X, U):
+        def call(policy):
+            Y = np.full((X.shape[0], U.shape[1], X.shape[2]), np.nan, dtype)
+            sg.ttm_inner(X, U, Y, policy)
+            return Y
+        return call
+
+    def outer(Ut):
+        def call(policy):
+            Y = np.full((Ut.shape[0], X2.shape[0]), np.nan, dtype)
+            sg.ttm_outer(X2, Ut, Y, policy)
+            return Y
+        return call
+
+    refs = {
+        "inner R=10": np.einsum("aic,ir->arc", X3.astype(np.float64), U10.astype(np.float64)),
+        "inner R=32": np.einsum("aic,ir->arc", X3.astype(np.float64), U32.astype(np.float64)),
+        "inner, long rows": np.einsum("aic,ir->arc", X1.astype(np.float64), V32.astype(np.float64)),
+        "inner summed against W": np.einsum("aic,ir,cr->ar", X3.astype(np.float64), U10.astype(np.float64),
+                                            W.astype(np.float64)),
+        "outer, dot products": Ut8.astype(np.float64) @ X2.T.astype(np.float64),
+        "outer, register blocks": Ut20.astype(np.float64) @ X2.T.astype(np.float64),
+    }
+    calls = {
+        "inner R=10": inner(X3, U10),
+        "inner R=32": inner(X3, U32),
+        "inner, long rows": inner(X1, V32),
+        "inner summed against W": lambda policy: sg.ttm_inner_dot(X3, U10, W, policy),
+        "outer, dot products": outer(Ut8),
+        "outer, register blocks": outer(Ut20),
+    }
+    return [(name, calls[name], refs[name]) for name in calls]
+
+
+@needs_helpers
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_kernels_pieces_on_the_helpers_give_the_pools_bits(dtype, rng, monkeypatch):
+    """Each compiled kernel cut in pieces runs them on the helpers (a compiled call by address each), with the
+    bits of the Python pool, of one worker and of three, and matches a float64 einsum."""
+    from tuckerkit.engine import _smallgemm as sg
+
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (small enough to run in a moment, cut all the same)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 1_000_000)
+    rounds: list[tuple[int, int]] = []
+    real = H._Handoff.run_kernels
+
+    def counted(self, rows, workers):
+        rounds.append((rows.shape[0], workers))
+        return real(self, rows, workers)
+
+    for name, call, ref in _kernel_cases(rng, dtype):
+        rounds.clear()
+        with monkeypatch.context() as m:
+            m.setattr(H._Handoff, "run_kernels", counted)
+            helpers = call(ExecutionPolicy(workers=2))
+        assert rounds and rounds[0][0] >= 2 and rounds[0][1] == 2, name  # cut, and taken by the helpers
+        with monkeypatch.context() as m:
+            m.setattr(H, "_handoff", lambda: None)
+            pool = call(ExecutionPolicy(workers=2))
+        np.testing.assert_array_equal(helpers, pool, err_msg=name)
+        for w in (1, 3):
+            np.testing.assert_array_equal(call(ExecutionPolicy(workers=w)), pool, err_msg=f"{name}: {w} workers")
+        length = {"inner summed against W": 97 * 5003, "inner, long rows": 120}.get(name, 97 if "inner" in name
+                                                                                   else 77)
+        scale = np.abs(ref).max()
+        np.testing.assert_allclose(helpers, ref, rtol=0, atol=4 * length * np.finfo(dtype).eps * scale, err_msg=name)
+
+
+@needs_helpers
+def test_a_kernel_the_helpers_cannot_call_runs_on_the_pool(rng, monkeypatch):
+    """A stand-in that is no numba dispatcher, an unaligned operand, and helpers busy with another thread's
+    round: each runs on the Python pool, with the same bits."""
+    from tuckerkit.engine import _smallgemm as sg
+
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 1_000_000)
+    _, call, _ = _kernel_cases(rng, np.float64)[1]  # inner R=32
+    ref = call(ExecutionPolicy(workers=2))
+    rounds: list[int] = []
+    real = H._Handoff.run_kernels
+    monkeypatch.setattr(H._Handoff, "run_kernels", lambda self, rows, w: rounds.append(1) or real(self, rows, w))
+    kernel = sg._inner_kernel
+    monkeypatch.setattr(sg, "_inner_kernel", lambda *args: kernel(*args))  # a Python stand-in
+    np.testing.assert_array_equal(call(ExecutionPolicy(workers=2)), ref)
+    assert rounds == []
+    monkeypatch.setattr(sg, "_inner_kernel", kernel)
+    h = H._handoff()
+    with h.lock:  # another thread's round holds the helpers
+        np.testing.assert_array_equal(call(ExecutionPolicy(workers=2)), ref)
+    assert rounds == []
+    np.testing.assert_array_equal(call(ExecutionPolicy(workers=2)), ref)
+    assert rounds == [1]
+    # an operand whose elements are not aligned to their size: another numba overload, so the pool
+    X = rng.standard_normal((2, 50, 4001))
+    raw = np.empty(X.nbytes + 1, np.uint8)
+    Xu = np.frombuffer(raw.data, dtype=np.float64, count=X.size, offset=1).reshape(X.shape)
+    Xu[...] = X
+    assert not Xu.flags.aligned
+    U = rng.standard_normal((50, 32))
+    Y, Yu = np.empty((2, 32, 4001)), np.empty((2, 32, 4001))
+    rounds.clear()
+    sg.ttm_inner(Xu, U, Yu, ExecutionPolicy(workers=2))
+    assert rounds == []
+    sg.ttm_inner(X, U, Y, ExecutionPolicy(workers=2))
+    assert rounds == [1]
+    np.testing.assert_array_equal(Yu, Y)
+
+
+@needs_helpers
+def test_a_kernel_address_is_its_c_wrapper_kept_by_dtype(rng):
+    """The address is the overload's C wrapper (loaded or compiled by a call over no tiles), the same on every
+    call; a function that is no dispatcher has none."""
+    from tuckerkit.engine import _smallgemm as sg
+
+    X = rng.standard_normal((1, 40, 3000))
+    U = rng.standard_normal((40, 10))
+    Y = np.empty((1, 10, 3000))
+    got: dict[str, list] = {}
+    real = H.kernel_address
+
+    def spy(disp, args, lohi):
+        got.setdefault("args", []).append((disp, list(args), lohi))
+        return real(disp, args, lohi)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(H, "kernel_address", spy), \
+            unittest.mock.patch.object(sg, "KERNEL_PARALLEL_FLOPS", 0), \
+            unittest.mock.patch.object(sg, "KERNEL_PIECE_FLOPS", 100_000):
+        sg.ttm_inner(X, U, Y, ExecutionPolicy(workers=2))
+    disp, args, lohi = got["args"][0]
+    a1, a2 = H.kernel_address(disp, args, lohi), H.kernel_address(disp, args, lohi)
+    assert isinstance(a1, int) and a1 > 0 and a1 == a2
+    assert disp.__dict__["_tuckerkit_cwrap"]["d"] == a1
+    assert H.kernel_address(lambda *a: None, args, lohi) is None
+    np.testing.assert_allclose(Y[0], U.T @ X[0], rtol=0, atol=160 * np.finfo(np.float64).eps * np.abs(Y).max())

@@ -168,8 +168,8 @@ class _Bound:
     """What a planned call on numpy arrays needs, computed once per plan from its spec, shapes, strides and
     dtype (a call then only compares the operands with it and runs)."""
 
-    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "dtype", "specs",
-                 "views")
+    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "dtype", "small_rank",
+                 "specs", "views")
 
     def __init__(self, plan: ContractionPlan) -> None:
         self.dtype = np.dtype(plan.dtype)
@@ -184,6 +184,11 @@ class _Bound:
         # the view steps of operand_views with its no-op reshapes and transposes left out (same arrays, so
         # the same BLAS calls and bits), for a plan that only views its operands; None otherwise
         la, lb, lc = plan._a, plan._b, plan._c
+        self.small_rank = None  # a compiled kernel's runner (:func:`tuckerkit.engine._smallgemm.run_small_rank`)
+        if plan.compiled != CompiledKernel.NONE and plan.kind != KernelKind.EMPTY:
+            from tuckerkit.engine._smallgemm import run_small_rank
+
+            self.small_rank = run_small_rank
         self.views = None
         if (plan.kind != KernelKind.EMPTY and plan.compiled == CompiledKernel.NONE and not plan._sum_a
                 and not plan.summed_batch
@@ -211,8 +216,11 @@ def _apply_steps(x, steps):
 
 
 def _run_bound(plan: ContractionPlan, bound: _Bound, A, B):
-    """A planned call on numpy operands that passed :func:`_bound_call`: allocate, view, multiply."""
+    """A planned call on numpy operands that passed :func:`_bound_call`: allocate, view, multiply (a compiled
+    kernel's plan straight to its kernel: :func:`execute`'s other cases cannot arise for a fresh output)."""
     out = _fresh_out(bound)
+    if bound.small_rank is not None:
+        return bound.small_rank(plan, A, B, out)
     views = bound.views
     if views is None:
         return execute(plan, A, B, out, np)

@@ -196,24 +196,122 @@ def _gemm(typingctx, fp, dbl, ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
 
 
 # ---------------------------------------------------------------------------------------------------
+# the compiled small-rank kernels' pieces (tuckerkit.engine._smallgemm), called by address: each descriptor row of
+# the kernel table K is (kind, the address of the kernel's C wrapper, its arguments), an array as its address
+# and extents, a scalar as itself; the kind says the pattern of the arguments and their dtype
+# ---------------------------------------------------------------------------------------------------
+#: kernel descriptor columns (the longest pattern, _inner_kernel's, takes 34)
+_KCOL = 40
+#: the argument patterns: ``a`` a 1-D C array of the kernel's dtype (address, length), ``u`` a 2-D one (address,
+#: rows, columns), ``m`` a 2-D C array of int64 (a table of blocks or strips), ``i`` an int64, ``b`` a bool (0 or
+#: 1), ``z`` the dtype's zero (no column)
+KERNEL_PATTERNS = {
+    "inner": "aiiiiamaiiiiiibiaabaaii",  # _inner_kernel
+    "outer_gemm": "aiiiiaimaiiibiiaii",  # _outer_gemm_kernel
+    "outer_dot": "aiiiiuaiiiiiziib",  # _outer_dot_kernel
+}
+#: kind codes: pattern and dtype
+KERNEL_KINDS = {(name, it): 1 + 2 * k + (it == 4) for k, name in enumerate(KERNEL_PATTERNS) for it in (8, 4)}
+
+
+def _kernel_caller(pattern: str, dtype: Any) -> Any:
+    """An intrinsic ``call(K, i)``: the function at address ``K[i, 1]`` called with the arguments of ``pattern``
+    built from ``K[i, 2:]`` (arrays as numba's array structs: no owner, C strides), the values numba passes
+    to the kernel's C wrapper (``cfunc.<name>``: its arguments by value, a readonly array the same struct)."""
+
+    def call(typingctx, K, i):
+        if not isinstance(K, types.Array) or K.dtype != types.int64:
+            return None
+
+        def codegen(context, builder, sig, args):
+            karr = context.make_array(sig.args[0])(context, builder, args[0])
+            i64 = ir.IntType(64)
+            data_t = context.get_data_type(dtype)
+            item = ir.Constant(i64, context.get_abi_sizeof(data_t))
+            col = [2]
+
+            def take() -> Any:
+                v = builder.load(cgutils.get_item_pointer(context, builder, sig.args[0], karr,
+                                                          [args[1], ir.Constant(i64, col[0])]))
+                col[0] += 1
+                return v
+
+            def array(nd: int, el: Any, el_t: Any, el_size: Any) -> Any:
+                data = builder.inttoptr(take(), el_t.as_pointer())
+                shape = [take() for _ in range(nd)]
+                strides = [el_size] if nd == 1 else [builder.mul(shape[1], el_size), el_size]
+                arr = context.make_array(types.Array(el, nd, "C"))(context, builder)
+                context.populate_array(arr, data=data, shape=cgutils.pack_array(builder, shape),
+                                       strides=cgutils.pack_array(builder, strides), itemsize=el_size, meminfo=None)
+                return arr._getvalue()
+
+            vals = []
+            for p in pattern:
+                if p == "a":
+                    vals.append(array(1, dtype, data_t, item))
+                elif p == "u":
+                    vals.append(array(2, dtype, data_t, item))
+                elif p == "m":
+                    vals.append(array(2, types.int64, i64, ir.Constant(i64, 8)))
+                elif p == "i":
+                    vals.append(take())
+                elif p == "b":
+                    vals.append(builder.icmp_signed("!=", take(), ir.Constant(i64, 0)))
+                else:  # "z"
+                    vals.append(ir.Constant(context.get_value_type(dtype), 0.0))
+            fnty = ir.FunctionType(context.get_value_type(types.none), [v.type for v in vals])
+            builder.call(builder.inttoptr(builder.load(cgutils.get_item_pointer(
+                context, builder, sig.args[0], karr, [args[1], ir.Constant(i64, 1)])), fnty.as_pointer()), vals)
+            return context.get_dummy_value()
+
+        return types.void(K, types.int64), codegen
+
+    return _intrinsic(call)
+
+
+_call_inner64, _call_inner32, _call_ogemm64, _call_ogemm32, _call_odot64, _call_odot32 = (
+    _kernel_caller(KERNEL_PATTERNS[name], dt) for name in KERNEL_PATTERNS for dt in (types.float64, types.float32))
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def _run_kernel_piece(K, i):  # pragma: no cover - compiled
+    k = K[i, 0]
+    if k == 1:
+        _call_inner64(K, i)
+    elif k == 2:
+        _call_inner32(K, i)
+    elif k == 3:
+        _call_ogemm64(K, i)
+    elif k == 4:
+        _call_ogemm32(K, i)
+    elif k == 5:
+        _call_odot64(K, i)
+    elif k == 6:
+        _call_odot32(K, i)
+
+
+# ---------------------------------------------------------------------------------------------------
 # the compiled side: run a piece, claim pieces, serve rounds, publish a round and wait
 # ---------------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _run_piece(D, i):  # pragma: no cover - compiled
+def _run_piece(D, K, i):  # pragma: no cover - compiled
+    if D[i, 0] == 0:  # a kernel's piece (K), not a GEMM's
+        _run_kernel_piece(K, i)
+        return
     for j in range(D[i, 13]):
         _gemm(D[i, 0], D[i, 1], D[i, 2], D[i, 3], D[i, 4], D[i, 5], D[i, 6], D[i, 7] + j * D[i, 14], D[i, 8],
               D[i, 9] + j * D[i, 15], D[i, 10], D[i, 11] + j * D[i, 16], D[i, 12])
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _claim(ctrl, D, seq):  # pragma: no cover - compiled
+def _claim(ctrl, D, K, seq):  # pragma: no cover - compiled
     npieces = _aload(ctrl, _NP)
     while True:
         v = _aload(ctrl, _NEXT)
         if (v >> 32) != seq or (v & 0xFFFFFFFF) >= npieces:
             return
         if _acas(ctrl, _NEXT, v, v + 1):
-            _run_piece(D, v & 0xFFFFFFFF)
+            _run_piece(D, K, v & 0xFFFFFFFF)
             _aadd(ctrl, _DONE, 1)
 
 
@@ -221,7 +319,7 @@ _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE forms
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _helper_loop(ctrl, D, hs, word, h, spin, sysc):  # pragma: no cover - compiled
+def _helper_loop(ctrl, D, K, hs, word, h, spin, sysc):  # pragma: no cover - compiled
     # helper h, for the life of the process: the rounds that include it; after ``spin`` cycles without one, or
     # when parked, asleep on the futex ``word`` until a round wakes it (no GIL, no Python on the way)
     seen = _aload(hs, h * 8 + _HSEQ)
@@ -230,7 +328,7 @@ def _helper_loop(ctrl, D, hs, word, h, spin, sysc):  # pragma: no cover - compil
         s = _aload(ctrl, _SEQ)
         if s != seen:
             if h < _aload(ctrl, _NH):
-                _claim(ctrl, D, s)
+                _claim(ctrl, D, K, s)
             seen = s
             _astore(hs, h * 8 + _HSEQ, s)
             t0 = _cycles()
@@ -246,7 +344,7 @@ def _helper_loop(ctrl, D, hs, word, h, spin, sysc):  # pragma: no cover - compil
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _round(ctrl, D, hs, word, npieces, nhelpers, seq, sysc):  # pragma: no cover - compiled
+def _round(ctrl, D, K, hs, word, npieces, nhelpers, seq, sysc):  # pragma: no cover - compiled
     # publish a round, wake its helpers that sleep, take pieces until none is left, wait for the others
     _astore(ctrl, _NP, npieces)
     _astore(ctrl, _NH, nhelpers)
@@ -260,7 +358,7 @@ def _round(ctrl, D, hs, word, npieces, nhelpers, seq, sysc):  # pragma: no cover
     if asleep:
         _aadd32(word, 0)
         _futex(sysc, word, 0, _FUTEX_WAKE, 1 << 30)  # (any waiter may be woken: wake them all)
-    _claim(ctrl, D, seq)
+    _claim(ctrl, D, K, seq)
     while _aload(ctrl, _DONE) != npieces:
         _pause()
 
@@ -272,9 +370,9 @@ def _wake_all(ctrl, word, sysc):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _run_all(D, npieces):  # pragma: no cover - compiled
+def _run_all(D, K, npieces):  # pragma: no cover - compiled
     for i in range(npieces):
-        _run_piece(D, i)
+        _run_piece(D, K, i)
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
@@ -320,6 +418,7 @@ class _Handoff:
         self.dgemm, self.sgemm, self.sysc = addresses
         self.ctrl = np.zeros(8 * 7, np.int64)
         self.D = np.zeros((_ROWS, _NCOL), np.int64)
+        self.K = np.zeros((_ROWS, _KCOL), np.int64)
         self.hs = np.zeros(8 * _MAX_HELPERS, np.int64)
         self.word = np.zeros(16, np.int32)  # the futex the helpers sleep on
         self.threads: list[threading.Thread] = []
@@ -333,23 +432,34 @@ class _Handoff:
         """At least ``n`` helper threads (made on first use, kept for the process)."""
         for h in range(len(self.threads), min(n, _MAX_HELPERS)):
             self.hs[h * 8 + _HSEQ] = self.seq  # a new helper has seen every round so far
-            t = threading.Thread(target=_helper_loop, args=(self.ctrl, self.D, self.hs, self.word, h, self.spin,
-                                                            self.sysc), daemon=True, name=f"tuckerkit-blas-{h}")
+            t = threading.Thread(target=_helper_loop, args=(self.ctrl, self.D, self.K, self.hs, self.word, h,
+                                                            self.spin, self.sysc), daemon=True,
+                                 name=f"tuckerkit-blas-{h}")
             t.start()
             self.threads.append(t)
 
     def run(self, descs: list[list[int]], workers: int) -> None:
         n = len(descs)
         self.D[:n] = descs
+        self._go(n, workers)
+
+    def run_kernels(self, rows: np.ndarray, workers: int) -> None:
+        """The kernel pieces of ``rows`` (n x columns of K) over the helpers and the caller."""
+        n = rows.shape[0]
+        self.K[:n, :rows.shape[1]] = rows
+        self.D[:n, 0] = 0  # (kernel pieces)
+        self._go(n, workers)
+
+    def _go(self, n: int, workers: int) -> None:
         if workers < 2:
-            _run_all(self.D, n)
+            _run_all(self.D, self.K, n)
             return
         # (no more spinning helpers than the other CPUs: on an oversubscribed machine a spinner would share a
         # core with a helper still computing; the pieces, hence the bits, do not depend on it)
         nh = min(workers - 1, _MAX_HELPERS, self.others)
         self.helpers(nh)
         self.seq += 1
-        _round(self.ctrl, self.D, self.hs, self.word, n, nh, self.seq, self.sysc)
+        _round(self.ctrl, self.D, self.K, self.hs, self.word, n, nh, self.seq, self.sysc)
 
     def park(self) -> None:
         _store(self.ctrl, _PARK, 1)
@@ -511,12 +621,88 @@ def run_split(av: np.ndarray, bv: np.ndarray, cv: np.ndarray, axis: int, bounds:
             h.lock.release()
         return True
     table = np.array(rows, dtype=np.int64)
-    parallel_for(lambda i, _: _run_piece(table, i), npieces, policy)
+    parallel_for(lambda i, _: _run_piece(table, _NO_KERNELS, i), npieces, policy)
     return True
+
+
+_NO_KERNELS = np.zeros((1, _KCOL), np.int64)
 
 
 def _address(x: np.ndarray) -> int:
     return int(x.__array_interface__["data"][0])
+
+
+def kernel_address(disp: Any, args: list[Any], lohi: tuple[int, int]) -> int | None:
+    """The address of the C wrapper numba made for the overload of the kernel ``disp`` that ``args`` call (loaded
+    from the cache, or compiled, by one call over no tiles: ``lohi`` are the positions of the tile range), kept
+    on the dispatcher by dtype; None where an array is not aligned (another overload: the Python pool takes
+    those), ``disp`` is no numba dispatcher (a test's stand-in) or numba made no such wrapper."""
+    overloads = getattr(disp, "overloads", None)
+    if overloads is None or not all(a.flags.aligned for a in args if isinstance(a, np.ndarray)):
+        return None
+    key = args[0].dtype.char
+    known = disp.__dict__.setdefault("_tuckerkit_cwrap", {})
+    addr = known.get(key)
+    if addr is None:
+        sig = tuple(disp.typeof_pyval(a) for a in args)
+        if sig not in overloads:
+            none = list(args)
+            none[lohi[0]] = none[lohi[1]] = 0
+            disp(*none)
+        cres = overloads.get(sig)
+        try:
+            addr = int(cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name) or 0)
+        except Exception:  # pragma: no cover - another numba: the Python pool instead
+            addr = 0
+        known[key] = addr
+    return addr or None
+
+
+def run_kernel(name: str, disp: Any, args: list[Any], lohi: tuple[int, int], bounds: list[int],
+               fresh: tuple[int, ...], policy: Any) -> bool:
+    """``disp(*args)`` (a compiled small-rank kernel of :data:`KERNEL_PATTERNS` ``name``) over the tile ranges
+    ``[bounds[i], bounds[i + 1])`` (at positions ``lohi``) on the helpers and the caller, each range a piece
+    claimed by whichever thread is free; the arrays at positions ``fresh`` are a piece's scratch (a copy each).
+    False, with nothing run, where there are no helpers, they are busy (another thread's round: the caller
+    then takes the Python pool) or ``disp`` cannot be called by address."""
+    h = _handoff()
+    n = len(bounds) - 1
+    kind = KERNEL_KINDS.get((name, args[0].itemsize))
+    if h is None or n > _ROWS or kind is None:
+        return False
+    addr = kernel_address(disp, args, lohi)
+    if addr is None:
+        return False
+    row = [kind, addr]
+    cols = []
+    for p, a in zip(KERNEL_PATTERNS[name], args, strict=True):
+        cols.append(len(row))
+        if p in "aum":
+            row.append(_address(a))
+            row.extend(a.shape)
+        elif p != "z":
+            row.append(int(a))
+    rows = np.array([row] * n, dtype=np.int64)
+    rows[:, cols[lohi[0]]] = bounds[:-1]
+    rows[:, cols[lohi[1]]] = bounds[1:]
+    # each further piece's scratch: one block a fresh argument, a piece's copy at its own offset (alive until the
+    # round ends)
+    scratch = [np.empty((n - 1, args[j].size), args[j].dtype) for j in fresh]
+    for j, block in zip(fresh, scratch, strict=True):
+        base, step = _address(block), block.strides[0]
+        rows[1:, cols[j]] = [base + step * k for k in range(n - 1)]
+    from tuckerkit.engine._policy import _in_worker, quiet_blas_workers
+
+    workers = 1 if _in_worker() else policy.workers
+    if not h.lock.acquire(blocking=False):
+        return False
+    try:
+        if workers > 1:
+            quiet_blas_workers()  # OpenBLAS's workers spinning beside the helpers would share their cores
+        h.run_kernels(rows, workers)
+    finally:
+        h.lock.release()
+    return True
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -58,7 +58,9 @@ import numpy as np
 from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
+from tuckerkit.engine import _handoff
 from tuckerkit.engine._contract import read_only
+from tuckerkit.engine._plan import CompiledKernel
 from tuckerkit.engine._policy import MAX_PIECES, ExecutionPolicy, parallel_for
 from tuckerkit.engine._simd import (
     MAX_RB,
@@ -1241,7 +1243,10 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
         assert Y3 is not None and fy is not None
         no_dot = np.empty(0, X3.dtype)  # (the kernel's wt and mp: no tile summed against W)
         sy = (Y3.strides[0] // it, Y3.strides[1] // it)
-        _run_tiles(lambda lo, hi: run(fy, *sy, no_dot, no_dot, False, lo, hi), n_tiles, 2 * X3.size * R, policy)
+        whole = [*head, fy, *sy, *tiling, no_dot, no_dot, False, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype),
+                 0, n_tiles]
+        _run_tiles(lambda lo, hi: run(fy, *sy, no_dot, no_dot, False, lo, hi), n_tiles, 2 * X3.size * R, policy,
+                   ("inner", _inner_kernel, whole, (21, 22), (19, 20)))
         return None
     # the tiles' sums into a scratch of one row's width per call (sya = 0: it stays in cache)
     if axpy:
@@ -1268,8 +1273,10 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     # any cut)
     wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
     mp = np.empty(n_tiles * R, X3.dtype)
+    whole = [*head, np.empty(R * C, X3.dtype), 0, C, *tiling, wt, mp, False, np.empty(tl_n, X3.dtype),
+             np.empty(pk_n, X3.dtype), 0, n_tiles]
     _run_tiles(lambda lo, hi: run(np.empty(R * C, X3.dtype), 0, C, wt, mp, False, lo, hi), n_tiles,
-               2 * X3.size * R, policy)
+               2 * X3.size * R, policy, ("inner", _inner_kernel, whole, (21, 22), (7, 19, 20)))
     return mp.reshape(A, -1, R)
 
 
@@ -1302,9 +1309,9 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     if not outer_gemm_style(R, it):
         args = (fx, 0, A, I, X2.strides[0] // it, read_only(Ut), fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
         zero = X2.dtype.type(0)
-        _run_tiles(lambda lo, hi: _outer_dot_kernel(*args, lo, hi, zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it)),
-                   (A + 3) // 4,
-                   2 * X2.size * R, policy)
+        tail = (zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it))
+        _run_tiles(lambda lo, hi: _outer_dot_kernel(*args, lo, hi, *tail), (A + 3) // 4, 2 * X2.size * R, policy,
+                   ("outer_dot", _outer_dot_kernel, [*args, 0, (A + 3) // 4, *tail], (10, 11), ()))
         return
     pad = 2 * vl if wide_vectors() else vl  # whole 512-bit vectors where they are used
     up = np.zeros((I, -(-R // pad) * pad), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
@@ -1317,8 +1324,9 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, strips, fy, sya, syr,
              _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
     tl_n = _OUTER_ROWS * up.shape[1]
-    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, np.empty(tl_n, X2.dtype), lo, hi), -(-A // _OUTER_ROWS),
-               2 * X2.size * R, policy)
+    nt = -(-A // _OUTER_ROWS)
+    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, np.empty(tl_n, X2.dtype), lo, hi), nt, 2 * X2.size * R,
+               policy, ("outer_gemm", _outer_gemm_kernel, [*gargs, np.empty(tl_n, X2.dtype), 0, nt], (16, 17), (15,)))
 
 
 def _dot_five(I: int, itemsize: int) -> bool:  # noqa: E741
@@ -1411,17 +1419,31 @@ KERNEL_PIECE_FLOPS = 8_000_000
 KERNEL_PIECES_PER_WORKER = 2
 
 
-def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> None:
+def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None,
+               by_address: tuple[str, object, list, tuple[int, int], tuple[int, ...]] | None = None) -> None:
     """``kernel(lo, hi)`` over a cut of ``range(n_tiles)`` into at most ``KERNEL_PIECES_PER_WORKER`` pieces a
-    worker, the pieces taken by the policy's workers (the tuckerkit pool: no second thread pool spinning beside
-    BLAS's pieces). Each output element belongs to one tile, so the bits do not depend on the cut or the
-    workers."""
+    worker, the pieces taken by the policy's workers. Each output element belongs to one tile, so the bits do
+    not depend on the cut or the workers.
+
+    With ``by_address`` = ``(name, kernel, args, lohi, fresh)`` (the compiled kernel and its whole argument list,
+    see :func:`tuckerkit.engine._handoff.run_kernel`) the pieces run on the GIL-free helpers: each piece a
+    compiled call of the kernel by address, no Python between the pieces, a helper that needs no wake-up from
+    a Python queue nor the GIL to start. Else (no helpers, or another thread's round on them) on the tuckerkit
+    pool (no second thread pool spinning beside BLAS's pieces). The same calls on the same tiles either way.
+
+    Measured on the 2-core AVX-512 machine (the first mode of 200^3 and 320x240x160 at R = 32, float64, the
+    call right after a threaded BLAS product as in ``benchmarks/ttm.py``, interleaved medians of 25): the
+    helpers ran the same four pieces in 0.86-0.92x and 0.90-0.97x the Python pool's time (with the pool, the
+    second worker started its first piece 0.1-0.2 ms after the caller, and one worker often finished its last
+    piece 0.1-2 ms after the other); 8 or 16 pieces were no better."""
     workers = 1 if policy is None else policy.workers
     n = min(n_tiles, MAX_PIECES, KERNEL_PIECES_PER_WORKER * workers, flops // KERNEL_PIECE_FLOPS)
     if flops < KERNEL_PARALLEL_FLOPS or n < 2 or policy is None or policy.workers < 2:
         kernel(0, n_tiles)
         return
     bounds = [n_tiles * i // n for i in range(n + 1)]
+    if by_address is not None and _handoff.run_kernel(*by_address[:4], bounds, by_address[4], policy):
+        return
     parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), n, policy)
 
 
@@ -1664,16 +1686,14 @@ def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Run a plan whose ``compiled`` kernel is a small-rank TTM (operands checked against the plan)."""
-    from tuckerkit.engine._plan import CompiledKernel
-
     lay = plan._sr
     if lay.swap:  # the matrix came first
         A, B = B, A
     X = A.transpose(lay.x_perm)
     no = lay.n_outer
     I = X.shape[no]  # noqa: E741
-    a_ext = int(np.prod(X.shape[:no], dtype=np.int64))
-    b_ext = int(np.prod(X.shape[no + 1:], dtype=np.int64))
+    a_ext = math.prod(X.shape[:no])
+    b_ext = math.prod(X.shape[no + 1:])
     U = B if lay.u_kz else B.T
     R = U.shape[1]
     Y = out.transpose(lay.out_perm)
