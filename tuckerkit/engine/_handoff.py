@@ -1,4 +1,4 @@
-"""The pieces of a split GEMM handed to helper threads without the GIL (numpy's own OpenBLAS, called from numba).
+"""The pieces of a split GEMM, and of a compiled small-rank kernel, handed to helper threads without the GIL.
 
 :func:`~tuckerkit.engine._contract.cpu_matmul` cuts a large product into pieces by the sizes alone. Run on the
 Python pool (:func:`~tuckerkit.engine._policy.parallel_for`), each piece is a Python call on a pool thread that
@@ -24,18 +24,31 @@ pool's at n = 64 (1.20 -> 1.48x einsum) and 0.94x at n = 128, float32 n = 128 0.
 call). A single call whose helper is asleep (the benchmarks' setting: they park the helpers after every timed
 call) gains little: Table II 0.99-1.02x, single GEMMs of 4096 x 64 x 64 and 512^3 0.84-0.92x. The
 decompositions hand off few products (HOOI on 60^4 and CP-ALS at rank 50 on 200^3: six a call; HOOI on 200^3
-and CP-ALS at rank 10: none), so their times do not move (0.96-1.03x, noise): their other sections are
-compiled kernels on the Python pool, which park the helpers.
+and CP-ALS at rank 10: none), so their times did not move (0.96-1.03x, noise) while their compiled kernels
+ran on the Python pool; those now run here too (below).
 
 The compiled side allocates nothing (every table comes from Python), so it compiles with ``NO_RUNTIME`` and loads
 from the cache without setting numba's runtime up (about 25 ms of a process's first call: a 4-way HOOI between
 2^21 elements and 60^4, e.g. 42x40x38x36, cuts a product over the helpers in its first sweep).
 
+The compiled small-rank kernels (:mod:`tuckerkit.engine._smallgemm`: ``_inner_kernel``, ``_outer_gemm_kernel``,
+``_outer_dot_kernel``) hand their tiles to the same helpers (:func:`run_kernel`): a piece is a row of a second
+table, the address of the C wrapper numba compiles beside every kernel (``cfunc.<name>``: the arguments by
+value, an array as numba's array struct) and the kernel's arguments, arrays as address and extents; the
+compiled loop rebuilds the structs (:func:`_kernel_caller`) and calls the wrapper, so the same machine code runs
+as from Python. Measured on the project's 2-core AVX-512 VM (interleaved medians in one process, the call after
+a threaded BLAS product and the helpers asleep, as in the benchmarks; the same bits on both routes): TTMs of
+200^3 and 320x240x160 at R = 10 and 32, every mode, float32 and float64, 0.89-1.03x the Python pool's time
+(median 0.95x); with the pool, the second worker started 0.1-0.2 ms after the caller and one often finished
+0.1-2 ms after the other. Five iterations of ``hooi`` and ``cp_als`` (200^3 at ranks 10 and 50, 60^4 at 10)
+0.90-1.00x (median 0.91x).
+
 Every piece is the same BLAS call whichever thread runs it (a piece is a function of the sizes, as before), and
 with one worker the caller runs the same descriptors in order: the bits do not depend on the workers or the
 load. Only float32 and float64 operands whose 2-D slices have a unit stride (BLAS's layouts) take this route,
 on x86-64 with numpy's bundled OpenBLAS (``scipy_cblas_?gemm64_``); anything else (or
-``TUCKERKIT_BLAS_HANDOFF=0``) runs on the Python pool as before.
+``TUCKERKIT_BLAS_HANDOFF=0``, which also sends the kernels' tiles back to the Python pool) runs on the Python
+pool as before.
 """
 
 from __future__ import annotations

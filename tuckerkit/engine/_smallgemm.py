@@ -44,9 +44,10 @@ multiply-add per term, in :func:`ttm_inner` and the GEMM-like :func:`ttm_outer`,
 the exact partial sums through the output; fixed partial sums in the dot products of :func:`ttm_outer`, whose
 reduction runs along the unit stride); the tiles never
 split a sum, so the result is the same bits for any number of workers, any tiling and any load on a given
-machine. The kernels are serial and release the GIL; tuckerkit's own pool runs the tiles (``numba``'s
-parallel pool would keep spinning threads beside the BLAS pieces of the next step: measured 3-10x slower
-CP-ALS iterations on 2 cores).
+machine. The kernels are serial and release the GIL; the GIL-free helpers of :mod:`tuckerkit.engine._handoff`
+run the tiles, each piece a compiled call of the kernel by address, or where they cannot (no helpers, or
+another thread's round on them) tuckerkit's own pool (``numba``'s parallel pool would keep spinning threads
+beside the BLAS pieces of the next step: measured 3-10x slower CP-ALS iterations on 2 cores).
 """
 
 from __future__ import annotations
