@@ -35,7 +35,7 @@ The compiled small-rank kernels (:mod:`tuckerkit.engine._smallgemm`: ``_inner_ke
 ``_outer_dot_kernel``) hand their tiles to the same helpers (:func:`run_kernel`): a piece is a row of a second
 table, the address of the C wrapper numba compiles beside every kernel (``cfunc.<name>``: the arguments by
 value, an array as numba's array struct) and the kernel's arguments, arrays as address and extents; the
-compiled loop rebuilds the structs (:func:`_kernel_caller`) and calls the wrapper, so the same machine code runs
+compiled loop rebuilds the structs (:func:`_call_kernel`) and calls the wrapper, so the same machine code runs
 as from Python. Measured on the project's 2-core AVX-512 VM (interleaved medians in one process, the call after
 a threaded BLAS product and the helpers asleep, as in the benchmarks; the same bits on both routes): TTMs of
 200^3 and 320x240x160 at R = 10 and 32, every mode, float32 and float64, 0.89-1.03x the Python pool's time
@@ -227,80 +227,71 @@ KERNEL_PATTERNS = {
 KERNEL_KINDS = {(name, it): 1 + 2 * k + (it == 4) for k, name in enumerate(KERNEL_PATTERNS) for it in (8, 4)}
 
 
-def _kernel_caller(pattern: str, dtype: Any) -> Any:
-    """An intrinsic ``call(K, i)``: the function at address ``K[i, 1]`` called with the arguments of ``pattern``
-    built from ``K[i, 2:]`` (arrays as numba's array structs: no owner, C strides), the values numba passes
-    to the kernel's C wrapper (``cfunc.<name>``: its arguments by value, a readonly array the same struct)."""
+def _emit_kernel_call(context: Any, builder: Any, kty: Any, karr: Any, row: Any, pattern: str, dtype: Any) -> None:
+    """Call the function at address ``K[row, 1]`` with the arguments of ``pattern`` built from ``K[row, 2:]``
+    (arrays as numba's array structs: no owner, C strides): the values numba passes to a kernel's C wrapper
+    (``cfunc.<name>``: its arguments by value, a readonly array the same struct)."""
+    i64 = ir.IntType(64)
+    data_t = context.get_data_type(dtype)
+    item = ir.Constant(i64, context.get_abi_sizeof(data_t))
+    col = [1]
 
-    def call(typingctx, K, i):
-        if not isinstance(K, types.Array) or K.dtype != types.int64:
-            return None
+    def take() -> Any:
+        v = builder.load(cgutils.get_item_pointer(context, builder, kty, karr, [row, ir.Constant(i64, col[0])]))
+        col[0] += 1
+        return v
 
-        def codegen(context, builder, sig, args):
-            karr = context.make_array(sig.args[0])(context, builder, args[0])
-            i64 = ir.IntType(64)
-            data_t = context.get_data_type(dtype)
-            item = ir.Constant(i64, context.get_abi_sizeof(data_t))
-            col = [2]
+    def array(nd: int, el: Any, el_t: Any, el_size: Any) -> Any:
+        data = builder.inttoptr(take(), el_t.as_pointer())
+        shape = [take() for _ in range(nd)]
+        strides = [el_size] if nd == 1 else [builder.mul(shape[1], el_size), el_size]
+        arr = context.make_array(types.Array(el, nd, "C"))(context, builder)
+        context.populate_array(arr, data=data, shape=cgutils.pack_array(builder, shape),
+                               strides=cgutils.pack_array(builder, strides), itemsize=el_size, meminfo=None)
+        return arr._getvalue()
 
-            def take() -> Any:
-                v = builder.load(cgutils.get_item_pointer(context, builder, sig.args[0], karr,
-                                                          [args[1], ir.Constant(i64, col[0])]))
-                col[0] += 1
-                return v
-
-            def array(nd: int, el: Any, el_t: Any, el_size: Any) -> Any:
-                data = builder.inttoptr(take(), el_t.as_pointer())
-                shape = [take() for _ in range(nd)]
-                strides = [el_size] if nd == 1 else [builder.mul(shape[1], el_size), el_size]
-                arr = context.make_array(types.Array(el, nd, "C"))(context, builder)
-                context.populate_array(arr, data=data, shape=cgutils.pack_array(builder, shape),
-                                       strides=cgutils.pack_array(builder, strides), itemsize=el_size, meminfo=None)
-                return arr._getvalue()
-
-            vals = []
-            for p in pattern:
-                if p == "a":
-                    vals.append(array(1, dtype, data_t, item))
-                elif p == "u":
-                    vals.append(array(2, dtype, data_t, item))
-                elif p == "m":
-                    vals.append(array(2, types.int64, i64, ir.Constant(i64, 8)))
-                elif p == "i":
-                    vals.append(take())
-                elif p == "b":
-                    vals.append(builder.icmp_signed("!=", take(), ir.Constant(i64, 0)))
-                else:  # "z"
-                    vals.append(ir.Constant(context.get_value_type(dtype), 0.0))
-            fnty = ir.FunctionType(context.get_value_type(types.none), [v.type for v in vals])
-            builder.call(builder.inttoptr(builder.load(cgutils.get_item_pointer(
-                context, builder, sig.args[0], karr, [args[1], ir.Constant(i64, 1)])), fnty.as_pointer()), vals)
-            return context.get_dummy_value()
-
-        return types.void(K, types.int64), codegen
-
-    return _intrinsic(call)
+    fn = take()
+    vals = []
+    for p in pattern:
+        if p == "a":
+            vals.append(array(1, dtype, data_t, item))
+        elif p == "u":
+            vals.append(array(2, dtype, data_t, item))
+        elif p == "m":
+            vals.append(array(2, types.int64, i64, ir.Constant(i64, 8)))
+        elif p == "i":
+            vals.append(take())
+        elif p == "b":
+            vals.append(builder.icmp_signed("!=", take(), ir.Constant(i64, 0)))
+        else:  # "z"
+            vals.append(ir.Constant(context.get_value_type(dtype), 0.0))
+    fnty = ir.FunctionType(context.get_value_type(types.none), [v.type for v in vals])
+    builder.call(builder.inttoptr(fn, fnty.as_pointer()), vals)
 
 
-_call_inner64, _call_inner32, _call_ogemm64, _call_ogemm32, _call_odot64, _call_odot32 = (
-    _kernel_caller(KERNEL_PATTERNS[name], dt) for name in KERNEL_PATTERNS for dt in (types.float64, types.float32))
+@_intrinsic
+def _call_kernel(typingctx, K, i):
+    """``K[i]``'s kernel (its kind ``K[i, 0]``: a pattern of :data:`KERNEL_PATTERNS` and a dtype) called by address."""
+    if not isinstance(K, types.Array) or K.dtype != types.int64:
+        return None
 
+    def codegen(context, builder, sig, args):
+        karr = context.make_array(sig.args[0])(context, builder, args[0])
+        kind = builder.load(cgutils.get_item_pointer(context, builder, sig.args[0], karr,
+                                                     [args[1], ir.Constant(ir.IntType(64), 0)]))
+        done = builder.append_basic_block("kernel.done")
+        switch = builder.switch(kind, done)
+        for (name, it), code in KERNEL_KINDS.items():
+            case = builder.append_basic_block(f"kernel.{name}{it}")
+            switch.add_case(ir.Constant(ir.IntType(64), code), case)
+            builder.position_at_end(case)
+            _emit_kernel_call(context, builder, sig.args[0], karr, args[1], KERNEL_PATTERNS[name],
+                              types.float64 if it == 8 else types.float32)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
 
-@njit(cache=True, nogil=True, **NO_RUNTIME)
-def _run_kernel_piece(K, i):  # pragma: no cover - compiled
-    k = K[i, 0]
-    if k == 1:
-        _call_inner64(K, i)
-    elif k == 2:
-        _call_inner32(K, i)
-    elif k == 3:
-        _call_ogemm64(K, i)
-    elif k == 4:
-        _call_ogemm32(K, i)
-    elif k == 5:
-        _call_odot64(K, i)
-    elif k == 6:
-        _call_odot32(K, i)
+    return types.void(K, types.int64), codegen
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -309,7 +300,7 @@ def _run_kernel_piece(K, i):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def _run_piece(D, K, i):  # pragma: no cover - compiled
     if D[i, 0] == 0:  # a kernel's piece (K), not a GEMM's
-        _run_kernel_piece(K, i)
+        _call_kernel(K, i)
         return
     for j in range(D[i, 13]):
         _gemm(D[i, 0], D[i, 1], D[i, 2], D[i, 3], D[i, 4], D[i, 5], D[i, 6], D[i, 7] + j * D[i, 14], D[i, 8],
