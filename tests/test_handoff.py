@@ -316,6 +316,17 @@ def test_a_kernel_the_helpers_cannot_call_runs_on_the_pool(rng, monkeypatch):
     sg.ttm_inner(X, U, Y, ExecutionPolicy(workers=2))
     assert rounds == [1]
     np.testing.assert_array_equal(Yu, Y)
+    # U transposed given in F order to the dot-product kernel: the rows describe C arrays only, so the pool (and
+    # another overload, whose vectorized dot products round differently: ttm_outer's callers pass C arrays)
+    X2 = rng.standard_normal((9999, 77))
+    Ut = rng.standard_normal((8, 77))
+    Z, Zf = np.empty((8, 9999)), np.empty((8, 9999))
+    rounds.clear()
+    sg.ttm_outer(X2, np.asfortranarray(Ut), Zf, ExecutionPolicy(workers=2))
+    assert rounds == []
+    sg.ttm_outer(X2, Ut, Z, ExecutionPolicy(workers=2))
+    assert rounds == [1]
+    np.testing.assert_allclose(Zf, Z, rtol=0, atol=4 * 77 * np.finfo(np.float64).eps * np.abs(Z).max())
 
 
 @needs_helpers

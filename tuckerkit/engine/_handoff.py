@@ -640,10 +640,12 @@ def _address(x: np.ndarray) -> int:
 def kernel_address(disp: Any, args: list[Any], lohi: tuple[int, int]) -> int | None:
     """The address of the C wrapper numba made for the overload of the kernel ``disp`` that ``args`` call (loaded
     from the cache, or compiled, by one call over no tiles: ``lohi`` are the positions of the tile range), kept
-    on the dispatcher by dtype; None where an array is not aligned (another overload: the Python pool takes
-    those), ``disp`` is no numba dispatcher (a test's stand-in) or numba made no such wrapper."""
+    on the dispatcher by dtype; None where an array is not aligned or not C-contiguous (another overload, and
+    the rows describe C arrays: the Python pool takes those), ``disp`` is no numba dispatcher (a test's stand-in)
+    or numba made no such wrapper."""
     overloads = getattr(disp, "overloads", None)
-    if overloads is None or not all(a.flags.aligned for a in args if isinstance(a, np.ndarray)):
+    if overloads is None or not all(a.flags.aligned and a.flags.c_contiguous
+                                    for a in args if isinstance(a, np.ndarray)):
         return None
     key = args[0].dtype.char
     known = disp.__dict__.setdefault("_tuckerkit_cwrap", {})
