@@ -41,7 +41,7 @@ a threaded BLAS product and the helpers asleep, as in the benchmarks; the same b
 200^3 and 320x240x160 at R = 10 and 32, every mode, float32 and float64, 0.89-1.03x the Python pool's time
 (median 0.95x); with the pool, the second worker started 0.1-0.2 ms after the caller and one often finished
 0.1-2 ms after the other. Five iterations of ``hooi`` and ``cp_als`` (200^3 at ranks 10 and 50, 60^4 at 10)
-0.90-1.00x (median 0.91x).
+0.88-1.00x over two runs (medians 0.91x and 0.93x).
 
 Every piece is the same BLAS call whichever thread runs it (a piece is a function of the sizes, as before), and
 with one worker the caller runs the same descriptors in order: the bits do not depend on the workers or the
