@@ -357,3 +357,35 @@ def test_a_kernel_address_is_its_c_wrapper_kept_by_dtype(rng):
     assert disp.__dict__["_tuckerkit_cwrap"]["d"] == a1
     assert H.kernel_address(lambda *a: None, args, lohi) is None
     np.testing.assert_allclose(Y[0], U.T @ X[0], rtol=0, atol=160 * np.finfo(np.float64).eps * np.abs(Y).max())
+
+
+@needs_helpers
+def test_threads_calling_the_kernels_at_once_get_the_sequential_bits(rng, monkeypatch):
+    """Four threads running the kernels at once: one round at a time holds the helpers, the other calls take the
+    Python pool meanwhile; every result has the bits of the same call made alone."""
+    from tuckerkit.engine import _smallgemm as sg
+
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 1_000_000)
+    cases = _kernel_cases(rng, np.float64)
+    ref = [call(ExecutionPolicy(workers=2)) for _, call, _ in cases]
+    rounds: list[int] = []
+    real = H._Handoff.run_kernels
+    monkeypatch.setattr(H._Handoff, "run_kernels", lambda self, rows, w: rounds.append(1) or real(self, rows, w))
+    errors: list = []
+
+    def run() -> None:
+        try:
+            for _ in range(3):
+                for (name, call, _), r in zip(cases, ref, strict=True):
+                    np.testing.assert_array_equal(call(ExecutionPolicy(workers=2)), r, err_msg=name)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors[0]
+    assert 0 < len(rounds) <= 4 * 3 * len(cases)  # the helpers took some of the calls, never more than all
