@@ -49,6 +49,24 @@ def _layouts(rng, dtype):
     ]
 
 
+def _in_threads(body, n: int, timeout: float) -> None:
+    """``body()`` on ``n`` threads at once; the first failure of any is raised here."""
+    errors: list = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not errors, errors[0]
+
+
 def _run(a, b, c, workers):
     out = np.full_like(c, np.nan) if c.flags.c_contiguous else np.full(c.T.shape, np.nan, c.dtype).T
     cpu_matmul(a, b, out, 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * (a.shape[0] if a.ndim == 3 else 1),
@@ -91,22 +109,13 @@ def test_threads_sharing_the_helpers_get_the_sequential_bits(rng):
     """Several threads at once: one holds the helpers, the others run the same calls on the Python pool."""
     cases = _layouts(rng, np.float64)
     ref = [_run(a, b, c, 2) for _, a, b, c in cases]
-    errors: list = []
 
     def run():
-        try:
-            for _ in range(3):
-                for (name, a, b, c), r in zip(cases, ref, strict=True):
-                    np.testing.assert_array_equal(_run(a, b, c, 2), r, err_msg=name)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for _ in range(3):
+            for (name, a, b, c), r in zip(cases, ref, strict=True):
+                np.testing.assert_array_equal(_run(a, b, c, 2), r, err_msg=name)
 
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors[0]
+    _in_threads(run, 4, 120)
 
 
 def test_views_blas_cannot_take_are_not_described(rng):
@@ -372,20 +381,11 @@ def test_threads_calling_the_kernels_at_once_get_the_sequential_bits(rng, monkey
     rounds: list[int] = []
     real = H._Handoff.run_kernels
     monkeypatch.setattr(H._Handoff, "run_kernels", lambda self, rows, w: rounds.append(1) or real(self, rows, w))
-    errors: list = []
 
     def run() -> None:
-        try:
-            for _ in range(3):
-                for (name, call, _), r in zip(cases, ref, strict=True):
-                    np.testing.assert_array_equal(call(ExecutionPolicy(workers=2)), r, err_msg=name)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for _ in range(3):
+            for (name, call, _), r in zip(cases, ref, strict=True):
+                np.testing.assert_array_equal(call(ExecutionPolicy(workers=2)), r, err_msg=name)
 
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, errors[0]
+    _in_threads(run, 4, 300)
     assert 0 < len(rounds) <= 4 * 3 * len(cases)  # the helpers took some of the calls, never more than all

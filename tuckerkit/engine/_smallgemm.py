@@ -1244,10 +1244,9 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
         assert Y3 is not None and fy is not None
         no_dot = np.empty(0, X3.dtype)  # (the kernel's wt and mp: no tile summed against W)
         sy = (Y3.strides[0] // it, Y3.strides[1] // it)
-        whole = [*head, fy, *sy, *tiling, no_dot, no_dot, False, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype),
-                 0, n_tiles]
-        _run_tiles(lambda lo, hi: run(fy, *sy, no_dot, no_dot, False, lo, hi), n_tiles, 2 * X3.size * R, policy,
-                   ("inner", _inner_kernel, whole, (21, 22), (19, 20)))
+        _kernel_tiles("inner", _inner_kernel, [*head, fy, *sy, *tiling, no_dot, no_dot, False, np.empty(tl_n, X3.dtype),
+                                               np.empty(pk_n, X3.dtype), 0, n_tiles], (21, 22), (19, 20),
+                      2 * X3.size * R, policy)
         return None
     # the tiles' sums into a scratch of one row's width per call (sya = 0: it stays in cache)
     if axpy:
@@ -1274,10 +1273,9 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     # any cut)
     wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
     mp = np.empty(n_tiles * R, X3.dtype)
-    whole = [*head, np.empty(R * C, X3.dtype), 0, C, *tiling, wt, mp, False, np.empty(tl_n, X3.dtype),
-             np.empty(pk_n, X3.dtype), 0, n_tiles]
-    _run_tiles(lambda lo, hi: run(np.empty(R * C, X3.dtype), 0, C, wt, mp, False, lo, hi), n_tiles,
-               2 * X3.size * R, policy, ("inner", _inner_kernel, whole, (21, 22), (7, 19, 20)))
+    _kernel_tiles("inner", _inner_kernel, [*head, np.empty(R * C, X3.dtype), 0, C, *tiling, wt, mp, False,
+                                           np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype), 0, n_tiles],
+                  (21, 22), (7, 19, 20), 2 * X3.size * R, policy)
     return mp.reshape(A, -1, R)
 
 
@@ -1311,8 +1309,8 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
         args = (fx, 0, A, I, X2.strides[0] // it, read_only(Ut), fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
         zero = X2.dtype.type(0)
         tail = (zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it))
-        _run_tiles(lambda lo, hi: _outer_dot_kernel(*args, lo, hi, *tail), (A + 3) // 4, 2 * X2.size * R, policy,
-                   ("outer_dot", _outer_dot_kernel, [*args, 0, (A + 3) // 4, *tail], (10, 11), ()))
+        _kernel_tiles("outer_dot", _outer_dot_kernel, [*args, 0, (A + 3) // 4, *tail], (10, 11), (), 2 * X2.size * R,
+                      policy)
         return
     pad = 2 * vl if wide_vectors() else vl  # whole 512-bit vectors where they are used
     up = np.zeros((I, -(-R // pad) * pad), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
@@ -1325,9 +1323,8 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, strips, fy, sya, syr,
              _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
     tl_n = _OUTER_ROWS * up.shape[1]
-    nt = -(-A // _OUTER_ROWS)
-    _run_tiles(lambda lo, hi: _outer_gemm_kernel(*gargs, np.empty(tl_n, X2.dtype), lo, hi), nt, 2 * X2.size * R,
-               policy, ("outer_gemm", _outer_gemm_kernel, [*gargs, np.empty(tl_n, X2.dtype), 0, nt], (16, 17), (15,)))
+    _kernel_tiles("outer_gemm", _outer_gemm_kernel, [*gargs, np.empty(tl_n, X2.dtype), 0, -(-A // _OUTER_ROWS)],
+                  (16, 17), (15,), 2 * X2.size * R, policy)
 
 
 def _dot_five(I: int, itemsize: int) -> bool:  # noqa: E741
@@ -1418,6 +1415,25 @@ KERNEL_PIECE_FLOPS = 8_000_000
 #: 0.87-1.05x the time (median 0.96x; 200^3 R = 32 mode 0 5.94 -> 5.18 ms float64), 2 pieces 0.87-1.00x (median
 #: 0.95x); two a worker keeps some balance on a loaded machine
 KERNEL_PIECES_PER_WORKER = 2
+
+
+def _kernel_tiles(name: str, kernel, args: list, lohi: tuple[int, int], fresh: tuple[int, ...], flops: int,
+                  policy: ExecutionPolicy | None) -> None:
+    """``kernel(*args)`` over its tiles (:func:`_run_tiles`), from one argument list: the tile range at positions
+    ``lohi`` (``args`` holds the whole range), the arrays at positions ``fresh`` a piece's own scratch (a fresh
+    copy for each piece the Python pool runs; see :func:`tuckerkit.engine._handoff.run_kernel` for the helpers)."""
+
+    whole = (args[lohi[0]], args[lohi[1]])
+
+    def piece(lo: int, hi: int) -> None:
+        a = list(args)
+        a[lohi[0]], a[lohi[1]] = lo, hi
+        if (lo, hi) != whole:  # a piece of a cut: its own scratch
+            for j in fresh:
+                a[j] = np.empty_like(args[j])
+        kernel(*a)
+
+    _run_tiles(piece, args[lohi[1]], flops, policy, (name, kernel, args, lohi, fresh))
 
 
 def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None,
