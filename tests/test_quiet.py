@@ -123,9 +123,19 @@ print(json.dumps(out))
         assert np.array_equal(np.load(f"{d}/on.npy"), np.load(f"{d}/off.npy"))
 
 
+class _UpPool:
+    """A stand-in for an OpenBLAS pool that is up with workers (never stopped here: nothing spins)."""
+
+    path = "numpy"
+
+    def idle_workers(self) -> bool:
+        return True
+
+
 def test_inside_a_pinned_call_the_step_looks_once(monkeypatch):
     looks = []
     monkeypatch.setattr(_policy, "_foreign_threads_running", lambda: looks.append(1) or False)
+    monkeypatch.setattr(_policy, "_openblas_pools", lambda: [_UpPool()])
     monkeypatch.delenv("TUCKERKIT_BLAS_QUIET", raising=False)
     monkeypatch.setattr(_policy.threading, "enumerate", lambda: [_policy.threading.current_thread()])
     with _policy.blas_pinned():
@@ -134,6 +144,23 @@ def test_inside_a_pinned_call_the_step_looks_once(monkeypatch):
     with _policy.blas_pinned():
         _policy.quiet_blas_workers()
     assert len(looks) == 2
+
+
+def test_no_look_at_proc_where_no_pool_is_up(monkeypatch):
+    """With no OpenBLAS pool up (stopped, or one thread) nothing could be stopped: the step returns before
+    reading ``/proc``; with one up it looks."""
+    looks = []
+    monkeypatch.setattr(_policy, "_foreign_threads_running", lambda: looks.append(1) or False)
+    monkeypatch.delenv("TUCKERKIT_BLAS_QUIET", raising=False)
+    monkeypatch.setattr(_policy.threading, "enumerate", lambda: [_policy.threading.current_thread()])
+    down = _UpPool()
+    down.idle_workers = lambda: False  # type: ignore[method-assign]
+    monkeypatch.setattr(_policy, "_openblas_pools", lambda: [down])
+    assert _policy.quiet_blas_workers() is False and looks == []
+    monkeypatch.setattr(_policy, "_openblas_pools", lambda: [])
+    assert _policy.quiet_blas_workers() is False and looks == []
+    monkeypatch.setattr(_policy, "_openblas_pools", lambda: [down, _UpPool()])
+    assert _policy.quiet_blas_workers() is False and looks == [1]
 
 
 def test_a_large_cut_product_quiets_the_workers_first_and_keeps_its_bits():
