@@ -524,6 +524,39 @@ def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_bloc
     sg._blocks.cache_clear()
 
 
+def test_middle_modes_long_rows_take_short_chunks(monkeypatch, all_blocks, dtype, rng):
+    """R above 16 where vectors are wide: a middle mode's rows of more than 32 KiB (an outer extent above 1)
+    take chunks of at most _MAX_KC_MIDDLE_LONG rows; a first mode, rows of 32 KiB or less and R up to 16 keep
+    their tiling. The same bits as the first modes' tiling and einsum's sums to rounding."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    sg._blocks.cache_clear()
+    monkeypatch.setattr(sg, "_wide_direct", lambda: True)
+    it = np.dtype(dtype).itemsize
+    C = 40000 // it  # rows of 40000 bytes
+    assert sg._MAX_KC_MIDDLE_LONG == 25 and sg._MIDDLE_LONG_MIN_BYTES == 32 << 10
+    assert sg._tiling(100, 32, it, C, 4, C * it, True, outer=100)[1] == 25  # 100^4-like middle mode
+    assert sg._tiling(200, 20, it, C, 4, C * it, True, outer=3)[1] == 25
+    assert sg._tiling(60, 32, it, C, 4, C * it, True, outer=3)[1] == 20  # (three chunks, as even as possible)
+    assert sg._tiling(100, 32, it, C, 4, C * it, True)[1] == 50  # a first mode: up to _MAX_KC
+    short = 32768 // it + 8 // it  # rows of 32 KiB and a few bytes: not a multiple of 4 KiB, so not crowded
+    assert sg._tiling(100, 32, it, 32768 // it - 16, 4, 32768 - 16 * it, True, outer=3)[1] == 50
+    assert sg._tiling(100, 32, it, short, 4, short * it, True, outer=3)[1] == 25
+    assert sg._tiling(100, 16, it, C, 2, C * it, True, outer=3) == sg._tiling(100, 16, it, C, 2, C * it, True)
+    X = _sliced_view(rng, (3, 60, C), dtype)
+    U = rng.standard_normal((60, 20)).astype(dtype)
+    out = []
+    for cap in (sg._MAX_KC_MIDDLE_LONG, sg._MAX_KC):
+        monkeypatch.setattr(sg, "_MAX_KC_MIDDLE_LONG", cap)
+        for workers in (1, 2):
+            Y = np.full((3, 20, C), np.nan, dtype)
+            sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
+            _check(np.ascontiguousarray(X), U, 1, Y)
+            out.append(Y.tobytes())
+    assert len(set(out)) == 1
+    monkeypatch.undo()
+    sg._blocks.cache_clear()
+
+
 @pytest.mark.parametrize("R", [10, 17, 32])
 def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch, all_blocks, R, dtype, rng):
     """Strips of one cache line of each row of X (two 256-bit vectors, or one 512-bit) or two (four, or two):
@@ -773,7 +806,7 @@ def test_streamed_short_rows_take_shorter_chunks_with_256_bit_vectors(monkeypatc
     X = rng.standard_normal((3, 100, 40)).astype(dtype)
     U = rng.standard_normal((100, 10)).astype(dtype)
     seen, real, direct = [], sg._tiling, sg._direct_chunks
-    monkeypatch.setattr(sg, "_tiling", lambda *a: seen.append(a[-1]) or real(*a))
+    monkeypatch.setattr(sg, "_tiling", lambda *a: seen.append(a[6]) or real(*a))  # (streamed)
     monkeypatch.setattr(sg, "_direct_chunks", lambda *a: seen.append(a[-1]) or direct(*a))
     out = []
     # (a streamed tensor's cap made one that changes this tiling, whatever this CPU's vectors)
