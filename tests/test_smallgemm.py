@@ -524,29 +524,31 @@ def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_bloc
     sg._blocks.cache_clear()
 
 
-def test_middle_modes_long_rows_take_short_chunks(monkeypatch, all_blocks, dtype, rng):
-    """R above 16 where vectors are wide: a middle mode's rows of more than 32 KiB (an outer extent above 1)
-    take chunks of at most _MAX_KC_MIDDLE_LONG rows; a first mode, rows of 32 KiB or less and R up to 16 keep
-    their tiling. The same bits as the first modes' tiling and einsum's sums to rounding."""
+def test_rows_of_32_to_96_kib_take_short_chunks(monkeypatch, all_blocks, dtype, rng):
+    """R above 16 where vectors are wide: rows of more than 32 KiB and at most 96 KiB take chunks of at most
+    _MAX_KC_MID_ROWS rows, in first and middle modes; other long rows, and R up to 16, keep their tiling; the L1
+    check looks at the short chunks (80^4's mode 1, crowded in chunks of 64 rows, is not in chunks of 20). The
+    same bits as the longer chunks and einsum's sums to rounding."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     sg._blocks.cache_clear()
     monkeypatch.setattr(sg, "_wide_direct", lambda: True)
     it = np.dtype(dtype).itemsize
+    assert sg._MAX_KC_MID_ROWS == 25 and sg._MID_ROW_BYTES == (32 << 10, 96 << 10)
     C = 40000 // it  # rows of 40000 bytes
-    assert sg._MAX_KC_MIDDLE_LONG == 25 and sg._MIDDLE_LONG_MIN_BYTES == 32 << 10
-    assert sg._tiling(100, 32, it, C, 4, C * it, True, outer=100)[1] == 25  # 100^4-like middle mode
-    assert sg._tiling(200, 20, it, C, 4, C * it, True, outer=3)[1] == 25
-    assert sg._tiling(60, 32, it, C, 4, C * it, True, outer=3)[1] == 20  # (three chunks, as even as possible)
-    assert sg._tiling(100, 32, it, C, 4, C * it, True)[1] == 50  # a first mode: up to _MAX_KC
-    short = 32768 // it + 8 // it  # rows of 32 KiB and a few bytes: not a multiple of 4 KiB, so not crowded
-    assert sg._tiling(100, 32, it, 32768 // it - 16, 4, 32768 - 16 * it, True, outer=3)[1] == 50
-    assert sg._tiling(100, 32, it, short, 4, short * it, True, outer=3)[1] == 25
-    assert sg._tiling(100, 16, it, C, 2, C * it, True, outer=3) == sg._tiling(100, 16, it, C, 2, C * it, True)
+    assert sg._tiling(100, 32, it, C, 4, C * it, True) == (4096 // it, 25)  # 100^4's mode 1, 100x100x5000
+    assert sg._tiling(60, 20, it, C, 4, C * it, True)[1] == 20  # (three chunks, as even as possible)
+    assert sg._tiling(3000, 32, 8, 9000, 4, 72000, True)[1] == 25  # 3000x30x300's first mode
+    assert sg._tiling(80, 32, 8, 6400, 4, 51200, True) == (512, 20)  # 80^4's mode 1
+    assert sg._l1_crowded(51200, 80) and not sg._l1_crowded(51200, 20)
+    for b in (32 << 10, (96 << 10) + 64, 320000):  # at the bounds' outside, and 200^3's first mode
+        assert sg._tiling(100, 32, 1, b, 4, b + 64, True)[1] == 50
+    assert sg._tiling(96, 32, 1, 96 << 10, 4, (96 << 10) + 64, True)[1] == 24
+    assert sg._tiling(100, 16, it, C, 2, C * it, True) == sg._tiling(100, 16, it, 100000 // it, 2, 100000, True)
     X = _sliced_view(rng, (3, 60, C), dtype)
     U = rng.standard_normal((60, 20)).astype(dtype)
     out = []
-    for cap in (sg._MAX_KC_MIDDLE_LONG, sg._MAX_KC):
-        monkeypatch.setattr(sg, "_MAX_KC_MIDDLE_LONG", cap)
+    for cap in (sg._MAX_KC_MID_ROWS, sg._MAX_KC):
+        monkeypatch.setattr(sg, "_MAX_KC_MID_ROWS", cap)
         for workers in (1, 2):
             Y = np.full((3, 20, C), np.nan, dtype)
             sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))

@@ -158,11 +158,10 @@ _MAX_KC_LONG = 32
 #: ... where vectors are 256 bits (AVX2): long rows take chunks of at most 16 rows (:func:`_max_kc_long`)
 _MAX_KC_LONG_256 = 16
 _MAX_KC = 64
-#: the most rows of i per chunk of a middle mode's rows of more than ``_MIDDLE_LONG_MIN_BYTES`` (an outer
-#: extent above 1) at R above ``_SHORT_CHUNK_RANK`` where vectors are wide (:func:`_tiling`; first modes and
-#: shorter rows keep ``_MAX_KC``)
-_MAX_KC_MIDDLE_LONG = 25
-_MIDDLE_LONG_MIN_BYTES = 32 << 10
+#: the most rows of i per chunk of rows of more than ``_MID_ROW_BYTES[0]`` and at most ``_MID_ROW_BYTES[1]``
+#: at R above ``_SHORT_CHUNK_RANK`` where vectors are wide (:func:`_tiling`; other long rows keep ``_MAX_KC``)
+_MAX_KC_MID_ROWS = 25
+_MID_ROW_BYTES = (32 << 10, 96 << 10)
 #: the smallest R whose strips are two cache lines wide where vectors are wide (:func:`_inner_strip`): the
 #: packed chunks' ranks (above ``_DIRECT_MAX_RANK``). Measured in one process against strips of one line (the
 #: first and middle modes of 200^3 and 320x240x160, two workers, interleaved medians of 11, the same bits): R =
@@ -598,7 +597,7 @@ def _l1_sets(row_bytes: int) -> int:
 
 
 def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int = 0,  # noqa: E741
-            streamed: bool = False, outer: int = 1) -> tuple[int, int]:
+            streamed: bool = False) -> tuple[int, int]:
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one strip of X
     (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
     (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per tile, a
@@ -621,28 +620,31 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     vector width (the same bits either way). ``streamed`` (the tensor beyond ``STREAMED_BYTES``): with 256-bit
     vectors, short rows take chunks of at most ``_MAX_KC_STREAMED_256`` rows (see there).
 
-    Above ``_SHORT_CHUNK_RANK`` where vectors are wide, a middle mode's rows of more than ``_MIDDLE_LONG_MIN_BYTES``
-    = 32 KiB (``outer``, the extent outside the contracted mode, above 1: the view (A, I, C) of a mode with modes
-    on both sides) take chunks of at most ``_MAX_KC_MIDDLE_LONG`` = 25 rows; first modes (``outer`` = 1) and
-    shorter rows up to ``_MAX_KC``. Measured on the AVX-512
-    machine (``ttm_inner`` alone, two workers, interleaved medians of 7 in one process, the same bits), caps 20 /
-    25 / 32 against 64, R = 20-32: middle modes with rows of 40-96 KB (C = 5000-12000 float64 or 10000 float32,
-    I = 100-200) 0.63-1.10 / 0.63-1.00 / 0.63-1.06x the time, nine of eleven cases at most 0.84x with 25 (100^4's
-    mode 1 at R = 20: 99 ms, 1.15x BLAS's, against 0.71x of that; I = 50-80 alike, 0.64-0.76x with 25); rows of
-    128-640 KB 0.98-1.04 / 0.93-1.00 / 0.95-0.98x; rows of 20-32 KB (60^4's mode 1 among them) 0.97-1.07 /
-    0.93-1.11 / 0.87-1.04x, hence the bound on the row. First modes were mixed at the same caps:
-    0.77-1.10 / 0.87-1.04 / 0.94-1.07x in float64 (200^3, 250^3, 150^3, 300x200x150, 60^4, 100^4), 1.02-1.15 /
-    0.93-1.16 / 0.93-1.12x in float32 (200^3, 250^3, 60^4). The sums are the same bits for any tiling."""
+    Above ``_SHORT_CHUNK_RANK`` where vectors are wide, rows of more than 32 KiB and at most 96 KiB
+    (``_MID_ROW_BYTES``) take chunks of at most ``_MAX_KC_MID_ROWS`` = 25 rows, other long rows up to ``_MAX_KC``;
+    the L1 check (:func:`_l1_crowded`) looks at the chunks they would take. Measured on the AVX-512 machine
+    (``ttm_inner`` alone, two workers, interleaved medians of 7 in one process, the same bits), chunks of at most
+    25 against 64 rows at R = 20-32: middle modes with such rows (100^4's and 80^4's mode 1; (A, I, C) of I =
+    50-200 and C = 5000-12000 in float64, 10000-20000 in float32) 0.63-1.00x the time, 22 cases (100^4's mode 1 at
+    R = 20 had taken 1.15x BLAS's time; 80^4's, whose 64-row chunks crowd L1 and so took the former tiling of 80
+    rows, 1.26-1.30x); first modes 0.70-1.01x, 16 cases (I = 100-3000: 3000x30x300 at 1.28-1.32x BLAS's time
+    before). Other rows were mixed with the same caps, so they keep theirs: rows of 20-32 KiB 0.93-1.11x (60^4's
+    mode 1 among them), first modes' rows of 117 KB and more 0.87-1.16x (200^3, 250^3, 150^3, 300x200x150, 60^4,
+    100^4; float32 200^3 at 1.10-1.16x), middle modes' rows of 125-640 KB 0.93-1.00x. The sums are the same bits
+    for any tiling."""
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
     cap = (_max_kc_long() if long else _short_kc(streamed)) if short else I
+    lo, hi = _MID_ROW_BYTES
+    wide_cap = _MAX_KC_MID_ROWS if lo < C * itemsize <= hi else _MAX_KC
     if not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct() and not (
-            row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, _MAX_KC, w, itemsize))):
-        # larger R on long rows that do not crowd L1, where vectors are wide: read directly (_direct_chunks) in
-        # chunks of up to _MAX_KC rows (a middle mode's: _MAX_KC_MIDDLE_LONG) of tiles of _LONG_TILE_BYTES
+            row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, wide_cap, w, itemsize))):
+        # larger R on long rows that do not crowd L1 in such chunks, where vectors are wide: read directly
+        # (_direct_chunks) in chunks of up to _MAX_KC rows (_MAX_KC_MID_ROWS for rows of 32-96 KiB) of tiles of
+        # _LONG_TILE_BYTES
         long = True
-        cap = _MAX_KC_MIDDLE_LONG if outer > 1 and C * itemsize > _MIDDLE_LONG_MIN_BYTES else _MAX_KC
+        cap = wide_cap
     if long and short and row_bytes:
         # rows whose stride crowds L1's sets (_l1_crowded) take chunks of no more rows than the sets hold, read
         # directly, rather than longer chunks packed first: 0.59-0.87x the time on rows a multiple of 4 KiB apart
@@ -1244,7 +1246,7 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
         snv = 2
     streamed = A * I * C * it > STREAMED_BYTES
-    ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], streamed, A)
+    ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], streamed)
     packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc, streamed)
     R = U.shape[1]
     n_tiles = A * ((C + ct - 1) // ct)
