@@ -494,14 +494,17 @@ def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_bloc
     assert sg._tiling(200, 32, 4, 40000, 4, 160000) == (1024, 50)
     assert sg._direct_chunks(32, 320000, 320000, 50) is True
     assert sg._direct_chunks(32, 1600, 1600, 67) is True  # a middle mode: short rows, never crowded
-    # 320x240x160 float64, first mode: rows 75 pages apart crowd one set; the former tiling, read directly
+    # 320x240x160 float64, first mode: rows 75 pages apart crowd one set; the former tiling (chunks of what fills
+    # _L1_BYTES: 80 rows), of at most _MAX_KC_WIDE_CROWDED rows, read directly
     crowded = sg._tiling(320, 32, 8, 38400, 4, 307200)
-    assert crowded == (400, 80) and sg._l1_crowded(307200, crowded[1])
+    assert sg._MAX_KC_WIDE_CROWDED == 40
+    assert crowded == (816, 40) and sg._l1_crowded(307200, crowded[1])
+    assert sg._tiling(80, 20, 4, 512000, 4, 2048000) == (1024, 40)  # 80^4 float32, first mode
     assert sg._direct_chunks(32, 307200, 307200, crowded[1]) is True
     assert sg._direct_chunks(10, 307200, 307200, crowded[1]) is False  # (R <= 16: the tiling caps such chunks)
     monkeypatch.setattr(sg, "_wide_direct", lambda: False)
-    assert sg._tiling(320, 32, 8, 38400, 4, 307200) == crowded
-    assert sg._direct_chunks(32, 307200, 307200, crowded[1]) is False
+    assert sg._tiling(320, 32, 8, 38400, 4, 307200) == (400, 80)  # (256-bit vectors: packed, uncapped)
+    assert sg._direct_chunks(32, 307200, 307200, 80) is False
     assert sg._tiling(200, 32, 8, 40000, 4, 320000) == (480, 67)
     assert sg._direct_chunks(32, 1600, 1600, 67) is False
     assert sg._direct_chunks(16, 1600, 1600, 67) is True
@@ -555,6 +558,33 @@ def test_rows_of_32_to_96_kib_take_short_chunks(monkeypatch, all_blocks, dtype, 
             _check(np.ascontiguousarray(X), U, 1, Y)
             out.append(Y.tobytes())
     assert len(set(out)) == 1
+    monkeypatch.undo()
+    sg._blocks.cache_clear()
+
+
+def test_rows_shorter_than_a_strip_of_two_lines_take_strips_of_one(monkeypatch, all_blocks, dtype, rng):
+    """Where vectors are wide and R is above 16, a row shorter than a strip of two lines (four 256-bit vectors)
+    takes strips of one line (else all its columns would run in the leftover paths); rows of one such strip or
+    more keep strips of two. The same bits either way, einsum's sums to rounding."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    sg._blocks.cache_clear()
+    vl = 32 // np.dtype(dtype).itemsize
+    seen = []
+    real = sg._kernel_tiles
+    monkeypatch.setattr(sg, "_kernel_tiles", lambda name, kernel, args, *rest: seen.append(args[15])
+                        or real(name, kernel, args, *rest))
+    for C, snv in ((4 * vl - 2, 2), (3 * vl, 2), (4 * vl, 4), (5 * vl, 4)):
+        X = rng.standard_normal((3, 30, C)).astype(dtype)
+        U = rng.standard_normal((30, 20)).astype(dtype)
+        Y = np.empty((3, 20, C), dtype)
+        sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
+        assert seen[-1] == snv, C
+        _check(X, U, 1, Y)
+        forced = np.empty_like(Y)
+        monkeypatch.setattr(sg, "_inner_strip", lambda R: 2)
+        sg.ttm_inner(X, U, forced, ExecutionPolicy(2))
+        monkeypatch.setattr(sg, "_inner_strip", lambda R: 4)
+        assert seen[-1] == 2 and forced.tobytes() == Y.tobytes()
     monkeypatch.undo()
     sg._blocks.cache_clear()
 

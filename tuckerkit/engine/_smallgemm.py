@@ -162,6 +162,8 @@ _MAX_KC = 64
 #: at R above ``_SHORT_CHUNK_RANK`` where vectors are wide (:func:`_tiling`; other long rows keep ``_MAX_KC``)
 _MAX_KC_MID_ROWS = 25
 _MID_ROW_BYTES = (32 << 10, 96 << 10)
+#: ... and of long rows that crowd L1 (:func:`_l1_crowded`) at R above ``_SHORT_CHUNK_RANK`` where vectors are wide
+_MAX_KC_WIDE_CROWDED = 40
 #: the smallest R whose strips are two cache lines wide where vectors are wide (:func:`_inner_strip`): the
 #: packed chunks' ranks (above ``_DIRECT_MAX_RANK``). Measured in one process against strips of one line (the
 #: first and middle modes of 200^3 and 320x240x160, two workers, interleaved medians of 11, the same bits): R =
@@ -630,8 +632,13 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     rows, 1.26-1.30x); first modes 0.70-1.01x, 16 cases (I = 100-3000: 3000x30x300 at 1.28-1.32x BLAS's time
     before). Other rows were mixed with the same caps, so they keep theirs: rows of 20-32 KiB 0.93-1.11x (60^4's
     mode 1 among them), first modes' rows of 117 KB and more 0.87-1.16x (200^3, 250^3, 150^3, 300x200x150, 60^4,
-    100^4; float32 200^3 at 1.10-1.16x), middle modes' rows of 125-640 KB 0.93-1.00x. The sums are the same bits
-    for any tiling."""
+    100^4; float32 200^3 at 1.10-1.16x), middle modes' rows of 125-640 KB 0.93-1.00x. Long rows that crowd L1
+    at R above 16 keep the former tiling, in chunks of at most ``_MAX_KC_WIDE_CROWDED`` = 40 rows (against 64-107:
+    what ``_L1_BYTES`` holds): 80^4's first mode (rows 2 MB apart) float32 0.71-0.73x the time at R = 20 / 32
+    (1.18-1.20x BLAS's time before), float64 0.96-1.01x; 320x240x160's first mode float64 0.95 / 1.00x at R = 32
+    in two runs and 0.89x at 20, float32 0.94x in both; 64^4's first two modes 0.97-1.00x; 128x128x256 0.95-1.03x
+    (float32 at R = 20, a 1.3 ms call, 1.17x and 0.97x in two runs); 160x160x128 and 256x128x128 0.99-1.01x;
+    chunks of 27-32 rows were mixed (0.70-1.23x). The sums are the same bits for any tiling."""
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
@@ -645,6 +652,10 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
         # _LONG_TILE_BYTES
         long = True
         cap = wide_cap
+    elif not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct():
+        # the same where they crowd L1: the former tiling (chunks of what fills _L1_BYTES), of at most
+        # _MAX_KC_WIDE_CROWDED rows
+        cap = min(cap, _MAX_KC_WIDE_CROWDED)
     if long and short and row_bytes:
         # rows whose stride crowds L1's sets (_l1_crowded) take chunks of no more rows than the sets hold, read
         # directly, rather than longer chunks packed first: 0.59-0.87x the time on rows a multiple of 4 KiB apart
@@ -1243,7 +1254,15 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
         np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
     vl = 32 // it
     snv = _inner_strip(U.shape[1])
-    if snv == 4 and int(blocks[:, 1].min()) < QUAD_MIN_RB:  # the strips of two lines have blocks of 8-12 rows
+    if snv == 4 and (int(blocks[:, 1].min()) < QUAD_MIN_RB or C < 4 * vl):
+        # the strips of two lines have blocks of 8-12 rows; and a row shorter than one such strip would run all
+        # its columns in the leftover paths (one line, one vector, the last few): strips of one line instead.
+        # Measured on the AVX-512 machine (ttm_inner alone, two workers, interleaved medians of 9, the same
+        # bits), (A, I, C) at R = 20 / 32 with C of 12-30 below a strip of two lines (float32 (10800, 60, 30),
+        # (27000, 30, 30), (20000, 40, 20), (10000, 50, 24); float64 (20000, 40, 12)): 0.70-0.88x the time
+        # (float32 120x90x60x30's mode 2 and 30^5's mode 3 had taken 1.13-1.17x BLAS's time); with C of one such
+        # strip or more (float32 C = 40, 48; float64 C = 20, 24) strips of one line took 1.05-1.14x, so they
+        # keep two
         snv = 2
     streamed = A * I * C * it > STREAMED_BYTES
     ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], streamed)
