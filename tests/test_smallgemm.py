@@ -1047,6 +1047,12 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
         # a long contracted last mode: U of 3600 x 50 (1.4 MB in float64) beyond WIDE_OUTER_U_BYTES
         long_last = ttm_plan(np.empty((60, 60, 3600), dtype), np.ones((3600, 50), dtype), 2, transpose=True)
         assert long_last.compiled is (outer if on and f64 and not wide else none), long_last.explain()
+        # a first mode's rows of VERY_LONG_ROW_BYTES and more (64^4: 1 MiB in float32): up to VERY_LONG_F32_MAX_RANK
+        very = np.empty((64, 64, 64, 64), dtype)
+        assert (sg.VERY_LONG_F32_MAX_RANK, sg.VERY_LONG_ROW_BYTES) == (48, 512 << 10)
+        for R, want in ((48, long_f32), (49, none), (64, none)):
+            plan = ttm_plan(very, np.ones((64, R), dtype), 0, transpose=True)
+            assert plan.compiled is (want if on else none), (wide, R, plan.explain())
     monkeypatch.undo()
     if not sg.simd_supported():
         return

@@ -231,6 +231,9 @@ WIDE_OUTER_U_BYTES = 1 << 20
 #: ... and, where vectors are wide, the fewest bytes of a float32 tensor whose long rows (a first mode) take
 #: :func:`ttm_inner` up to ``SHORT_ROWS_MAX_RANK`` (:func:`planned_beyond_max_rank`)
 BEYOND_LONG_F32_MIN_BYTES = 24 << 20
+#: ... up to this R where those long rows are ``VERY_LONG_ROW_BYTES`` or more (:func:`planned_beyond_max_rank`)
+VERY_LONG_F32_MAX_RANK = 48
+VERY_LONG_ROW_BYTES = 512 << 10
 BEYOND_MIN_BYTES = 12 << 20
 #: (Where vectors are wide :func:`ttm_outer`'s register-blocked kernel keeps 24 accumulators at any R and ran
 #: R = 50 / 64 in float64 at 0.76 / 0.68-0.78x BLAS's time on X of (40000, 200), but 1.14-1.75x on (4096, 64)
@@ -1645,7 +1648,13 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     0.74 / 0.74 / 0.89x BLAS's time, 320x240x160 0.75 / 0.75 / 0.92x, 250^3 0.76 / 0.78 / 0.88x, 300x200x150
     0.80 / 0.84 / 0.93x, 60^4 0.64 / 0.84x, 64^4 0.93-0.99x; 256x256x128 1.03 / 0.91 / 1.03x and 400x400x50
     1.02 / 1.07 / 0.99x (no shape rule found for those two). CP-ALS at R = 50 on 200^3 (its middle-mode pass):
-    float64 0.92x, float32 0.87x the iteration.
+    float64 0.92x, float32 0.87x the iteration. Rows of ``VERY_LONG_ROW_BYTES`` = 512 KiB and more (4-way first
+    modes) only up to ``VERY_LONG_F32_MAX_RANK`` = 48: measured with the kernels on the helpers (the planner's
+    plans, two workers, interleaved medians of 9), R = 40 / 48 / 56 / 64, 64^4 0.95 / 0.89 / 1.09x at 48-64, 70^4
+    0.69 / 0.71 / 1.01 / 1.12x, 80^4 1.12x at 40 and 1.27 / 1.41x at 50 / 64, 90^4 0.70 / 0.91 / 1.03 / 1.08x,
+    40x200x200x20 0.87 / 0.87 / 1.02 / 1.21x, 100^4 0.68 / 0.93 / 0.94 / 0.99x, 60^4 0.74-0.93x (its gains at
+    50-64 given up); shorter rows keep R up to 64 (200^3, 320x240x160, 250^3, 300x200x150, 100x1000x100,
+    128x256x256, 3000x30x300: 0.65-0.96x at R = 50-64; 1000x100x100's rows of 40 KB 1.03-1.21x, not covered).
 
     >>> planned_beyond_max_rank(True, 8, 50, 1600, 64 << 20) == simd_supported()
     True
@@ -1657,6 +1666,11 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     True
     >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 3600) == (simd_supported() and not wide_vectors())
     True
+    >>> very = 512 << 10  # a first mode's rows of 512 KiB
+    >>> planned_beyond_max_rank(True, 4, 56, 2 * very, 64 << 20), planned_beyond_max_rank(True, 4, 49, very, 1 << 30)
+    (False, False)
+    >>> planned_beyond_max_rank(True, 4, 48, 1 << 20, 64 << 20) == (simd_supported() and wide_vectors())
+    True
     """
     if not (MAX_RANK < R and nbytes >= BEYOND_MIN_BYTES and simd_supported()):
         return False
@@ -1664,7 +1678,8 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
         if R > SHORT_ROWS_MAX_RANK:
             return False
         return 0 < row_bytes < LONG_ROW_BYTES or (row_bytes > 0 and wide_vectors() and itemsize == 4
-                                                  and nbytes >= BEYOND_LONG_F32_MIN_BYTES)
+                                                  and nbytes >= BEYOND_LONG_F32_MIN_BYTES
+                                                  and (R <= VERY_LONG_F32_MAX_RANK or row_bytes < VERY_LONG_ROW_BYTES))
     if not wide_vectors():
         return itemsize == 8 and R <= OUTER_F64_MAX_RANK
     return itemsize == 8 and R <= WIDE_OUTER_F64_MAX_RANK and 0 < contracted * R * itemsize <= WIDE_OUTER_U_BYTES
