@@ -1578,9 +1578,15 @@ LONG_ROW_BYTES = 8192
 #: 0.70-1.25x (1.0-1.25x in two runs), I = 24 0.71-1.09x, I = 32 0.61-1.01x. The short last modes of
 #: (1000, 100, 10) or (100000, 10, 10) are such rows: float32 100000 x 10 x 10 at R = 5, 17 against 7 ms
 #: on BLAS. The register-blocked kernel (R = 16) keeps its rate (0.55-0.94x BLAS's time at I = 6-40).
-#: 512-bit vectors not measured: their constants are unchanged
 SHORT_DOT_BYTES = 192
 SHORT_DOT_RATE = 0.45
+#: ... where vectors are wide (512 bits): the same rate below this many bytes. Measured on the AVX-512 machine
+#: (a C-ordered (E / I, I) X against I x R, E = 8M elements, the planner's compiled plan against its BLAS
+#: plan, two workers, interleaved medians of 7, R = 3-12): float32 I = 6-30 (below 128 bytes) 0.97-1.72x
+#: BLAS's time at R = 5-12, all but one case above 1.0x (0.73-1.20x at R = 3), I = 32-48 0.53-1.02x; float64
+#: I = 6-12 1.06-1.69x (0.96x once), I = 16-48 0.57-1.06x. The last modes of 20^5 and 40x40x40x40x10 in
+#: float32 (I = 20, 10) and of 40x40x40x40x10 in float64 were such rows (1.16-1.71x BLAS's time at R = 5-10)
+WIDE_SHORT_DOT_BYTES = 128
 #: a batch of GEMMs on BLAS costs this much per GEMM beyond its flops (the batched loop's call, its
 #: operands' set-up, a tiny GEMM's packing): the strided-batched alternative of :func:`ttm_inner` adds it
 #: per GEMM. Measured on the 2-core AVX2 machine (the middle mode, batched over the first: X of (A, B, C)
@@ -1695,7 +1701,7 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     ``STREAMED_BYTES``.
 
     :func:`ttm_outer`'s dot products along a contracted extent of fewer than ``SHORT_DOT_BYTES`` (256-bit
-    vectors) run at ``SHORT_DOT_RATE`` of the rate.
+    vectors; ``WIDE_SHORT_DOT_BYTES`` with 512-bit ones) run at ``SHORT_DOT_RATE`` of the rate.
 
     ``columns``: the unit-stride extent ``C`` of :func:`ttm_inner` (0: not known). Rows of at least
     ``LONG_ROW_BYTES`` take the long-row constants. The columns left over at the end of a row, fewer than one
@@ -1714,7 +1720,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     if key == "small_rank_ttm_inner_long" and not wide_vectors():
         hi = _LONG_HI_256[dtype]
     eff = lo if R <= 16 else hi
-    if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < SHORT_DOT_BYTES and not wide_vectors()
+    short_dot = WIDE_SHORT_DOT_BYTES if wide_vectors() else SHORT_DOT_BYTES
+    if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < short_dot
             and not outer_gemm_style(R, itemsize)):
         eff *= SHORT_DOT_RATE
     if variant == "small_rank_ttm_inner" and columns > 0:
