@@ -514,17 +514,23 @@ def test_larger_ranks_read_directly_where_vectors_are_wide(monkeypatch, all_bloc
         X = _sliced_view(rng, (2, 70, C), dtype)
         U = rng.standard_normal((70, 32)).astype(dtype)
         assert sg._l1_crowded(X.strides[1], 40) is (C * X.itemsize == 8192)
-        out = []
-        for wide_direct in (True, False):
-            monkeypatch.setattr(sg, "_wide_direct", lambda wide_direct=wide_direct: wide_direct)
-            for workers in (1, 2):
-                Y = np.full((2, 32, C), np.nan, dtype)
-                sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
-                _check(np.ascontiguousarray(X), U, 1, Y)
-                out.append(Y.tobytes())
-        assert len(set(out)) == 1
+        _same_bits_across(monkeypatch, X, U, "_wide_direct", (lambda: True, lambda: False))
     monkeypatch.undo()
     sg._blocks.cache_clear()
+
+
+def _same_bits_across(monkeypatch, X, U, setting, values):
+    """``ttm_inner`` of the 3-D view ``X`` and ``U`` with ``sg.<setting>`` at each of ``values``, on one worker and
+    two: einsum's sums to rounding, and the same bits every time."""
+    out = []
+    for value in values:
+        monkeypatch.setattr(sg, setting, value)
+        for workers in (1, 2):
+            Y = np.full((X.shape[0], U.shape[1], X.shape[2]), np.nan, X.dtype)
+            sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
+            _check(np.ascontiguousarray(X), U, 1, Y)
+            out.append(Y.tobytes())
+    assert len(set(out)) == 1
 
 
 def test_rows_of_32_to_96_kib_take_short_chunks(monkeypatch, all_blocks, dtype, rng):
@@ -549,15 +555,7 @@ def test_rows_of_32_to_96_kib_take_short_chunks(monkeypatch, all_blocks, dtype, 
     assert sg._tiling(100, 16, it, C, 2, C * it, True) == sg._tiling(100, 16, it, 100000 // it, 2, 100000, True)
     X = _sliced_view(rng, (3, 60, C), dtype)
     U = rng.standard_normal((60, 20)).astype(dtype)
-    out = []
-    for cap in (sg._MAX_KC_MID_ROWS, sg._MAX_KC):
-        monkeypatch.setattr(sg, "_MAX_KC_MID_ROWS", cap)
-        for workers in (1, 2):
-            Y = np.full((3, 20, C), np.nan, dtype)
-            sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))
-            _check(np.ascontiguousarray(X), U, 1, Y)
-            out.append(Y.tobytes())
-    assert len(set(out)) == 1
+    _same_bits_across(monkeypatch, X, U, "_MAX_KC_MID_ROWS", (sg._MAX_KC_MID_ROWS, sg._MAX_KC))
     monkeypatch.undo()
     sg._blocks.cache_clear()
 
