@@ -646,19 +646,19 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
     cap = (_max_kc_long() if long else _short_kc(streamed)) if short else I
-    lo, hi = _MID_ROW_BYTES
-    wide_cap = _MAX_KC_MID_ROWS if lo < C * itemsize <= hi else _MAX_KC
-    if not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct() and not (
-            row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, wide_cap, w, itemsize))):
-        # larger R on long rows that do not crowd L1 in such chunks, where vectors are wide: read directly
-        # (_direct_chunks) in chunks of up to _MAX_KC rows (_MAX_KC_MID_ROWS for rows of 32-96 KiB) of tiles of
-        # _LONG_TILE_BYTES
-        long = True
-        cap = wide_cap
-    elif not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct():
-        # the same where they crowd L1: the former tiling (chunks of what fills _L1_BYTES), of at most
-        # _MAX_KC_WIDE_CROWDED rows
-        cap = min(cap, _MAX_KC_WIDE_CROWDED)
+    if not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct():
+        lo, hi = _MID_ROW_BYTES
+        wide_cap = _MAX_KC_MID_ROWS if lo < C * itemsize <= hi else _MAX_KC
+        if not (row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, wide_cap, w, itemsize))):
+            # larger R on long rows that do not crowd L1 in such chunks, where vectors are wide: read directly
+            # (_direct_chunks) in chunks of up to _MAX_KC rows (_MAX_KC_MID_ROWS for rows of 32-96 KiB) of tiles
+            # of _LONG_TILE_BYTES
+            long = True
+            cap = wide_cap
+        else:
+            # where they crowd L1: the former tiling (chunks of what fills _L1_BYTES), of at most
+            # _MAX_KC_WIDE_CROWDED rows
+            cap = min(cap, _MAX_KC_WIDE_CROWDED)
     if long and short and row_bytes:
         # rows whose stride crowds L1's sets (_l1_crowded) take chunks of no more rows than the sets hold, read
         # directly, rather than longer chunks packed first: 0.59-0.87x the time on rows a multiple of 4 KiB apart
