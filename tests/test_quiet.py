@@ -163,6 +163,33 @@ def test_no_look_at_proc_where_no_pool_is_up(monkeypatch):
     assert _policy.quiet_blas_workers() is False and looks == [1]
 
 
+@pytest.mark.parametrize(("timeout", "spin_log2"), [(None, 28), ("4", 4), ("2", 4), ("16", 16), ("17", 17),
+                                                   ("40", 30)])
+def test_workers_that_sleep_at_once_are_left_alone(timeout, spin_log2):
+    """OpenBLAS's workers spin 2^n cycler ticks, n from OPENBLAS_THREAD_TIMEOUT clamped to 4-30 (28 unset): with
+    n of QUIET_SPIN_LOG2 or less they sleep at once, and the step neither looks at ``/proc`` nor stops the pool."""
+    body = """
+looks = []
+running = _policy._foreign_threads_running
+_policy._foreign_threads_running = lambda: looks.append(1) or running()
+B = A @ A
+out['spin'] = pool.spin_log2
+out['quieted'] = _policy.quiet_blas_workers()
+out['looked'] = len(looks)
+out['pool up after'] = bool(pool.avail.value)
+out['same bits'] = bool(np.array_equal(B, ref))
+print(json.dumps(out))
+"""
+    out = _run(body, env={} if timeout is None else {"OPENBLAS_THREAD_TIMEOUT": timeout})
+    assert out["spin"] == spin_log2 and out["same bits"]
+    if spin_log2 <= _policy.QUIET_SPIN_LOG2:
+        assert out == {"spin": spin_log2, "quieted": False, "looked": 0, "pool up after": True, "same bits": True}
+    else:  # (it looks; at 2^17 ticks, ~50 us, the worker may be asleep by then)
+        assert out["looked"] == 1
+        if spin_log2 == 28:
+            assert out["quieted"] is True and out["pool up after"] is False
+
+
 def test_a_large_cut_product_quiets_the_workers_first_and_keeps_its_bits():
     """A product cut over the workers from QUIET_MIN_FLOPS (here 2 x 300 x 400 x 300 = 72 MFlop) looks
     before its pieces run (on the GIL-free helpers, which share the cores with OpenBLAS's workers)."""

@@ -284,6 +284,14 @@ QUIET_MIN_FLOPS = 64_000_000
 """A product split over the workers from this many flops first quiets OpenBLAS's spinning workers."""
 
 
+QUIET_SPIN_LOG2 = 16
+"""Pools whose idle workers spin at most 2^this cycler ticks (``OPENBLAS_THREAD_TIMEOUT`` of 16 or less; about
+20-30 us at 2-3 GHz) are left alone: their workers sleep before a look at ``/proc`` (0.1-0.15 ms right after a
+64 MB product) would find them running. Measured on the 2-core AVX-512 machine with ``OPENBLAS_THREAD_TIMEOUT=4``
+(the benchmarks' setting), the call right after a threaded product: the worker's ``/proc`` state was ``S`` in
+41 of 41 looks, and the step cost 0.15-0.3 ms of each call to find nothing."""
+
+
 class _OpenblasPool:
     """The entry points of one OpenBLAS library's own thread pool: its shutdown (what OpenBLAS itself runs
     before a ``fork``; the next threaded call starts the workers again), whether the pool is up, how many
@@ -300,9 +308,17 @@ class _OpenblasPool:
         self.count = ctypes.c_int.in_dll(lib, "blas_cpu_number")
         # without thread affinity, OpenBLAS's setter does nothing else to a pool's count than store it
         self.plain_count = b"NO_AFFINITY" in config
+        # how long its idle workers spin before they sleep: 2^n cycler ticks, n from OPENBLAS_THREAD_TIMEOUT
+        # (read when OpenBLAS loads; OpenBLAS clamps it to 4-30, 0 or unset: its default 28)
+        try:
+            n = int(lib.openblas_thread_timeout())
+        except AttributeError:  # pragma: no cover - an OpenBLAS without the entry point: its default
+            n = 0
+        self.spin_log2 = min(max(n, 4), 30) if n > 0 else 28
 
     def idle_workers(self) -> bool:
-        return bool(self.avail.value) and self.threads.value > 1
+        """Whether the pool is up with workers that spin long enough to matter (:data:`QUIET_SPIN_LOG2`)."""
+        return bool(self.avail.value) and self.threads.value > 1 and self.spin_log2 > QUIET_SPIN_LOG2
 
     def set_count_stopped(self, n: int) -> bool:
         """Set the thread count of a stopped pool without starting it (the next threaded call starts it, as
@@ -382,8 +398,9 @@ def quiet_blas_workers() -> bool:
     and the next threaded BLAS call starts it again (about 0.1 ms). Back-to-back calls then find nothing to
     stop (with OpenBLAS's setter restarting the pool, 22 of 23 back-to-back ``hooi`` calls stopped it again).
 
-    It acts only when an OpenBLAS pool is up with workers and a thread Python did not start is running
-    (``/proc``, about 15 us to look warm, 0.1-0.2 ms right after a 64 MB read: skipped where no pool is up), and never
+    It acts only when an OpenBLAS pool is up with workers that spin (not with ``OPENBLAS_THREAD_TIMEOUT`` of
+    :data:`QUIET_SPIN_LOG2` or less) and a thread Python did not start is running (``/proc``, about 15 us to
+    look warm, 0.1-0.2 ms right after a 64 MB read: skipped where no such pool is up), and never
     while a Python thread other than tuckerkit's own is alive: another thread could be inside BLAS, whose
     pool must not end under it. Inside a pinned call it looks once (every BLAS library stays at one thread
     until the call returns, so no worker starts spinning again). ``TUCKERKIT_BLAS_QUIET=0`` turns it off.
@@ -395,12 +412,14 @@ def quiet_blas_workers() -> bool:
         pin.quieted = True
     if os.environ.get("TUCKERKIT_BLAS_QUIET") == "0":
         return False
+    # (no pool up with workers that spin: nothing to stop, and no look at /proc, 0.1-0.3 ms cold)
+    pools = [p for p in _openblas_pools() if p.idle_workers()]
+    if not pools:
+        return False
     me = threading.current_thread()
     if any(t is not me and not t.name.startswith("tuckerkit") for t in threading.enumerate()):
         return False
-    # (no pool up with workers: nothing to stop, and no look at /proc, 0.1-0.3 ms cold)
-    pools = [p for p in _openblas_pools() if p.idle_workers()]
-    if not pools or not _foreign_threads_running():
+    if not _foreign_threads_running():
         return False
     done = False
     with pin.lock:
