@@ -168,8 +168,8 @@ class _Bound:
     """What a planned call on numpy arrays needs, computed once per plan from its spec, shapes, strides and
     dtype (a call then only compares the operands with it and runs)."""
 
-    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "dtype", "small_rank",
-                 "specs", "views")
+    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "dtype", "launch",
+                 "small_rank", "specs", "views")
 
     def __init__(self, plan: ContractionPlan) -> None:
         self.dtype = np.dtype(plan.dtype)
@@ -185,6 +185,8 @@ class _Bound:
         # the same BLAS calls and bits), for a plan that only views its operands; None otherwise
         la, lb, lc = plan._a, plan._b, plan._c
         self.small_rank = None  # a compiled kernel's runner (:func:`tuckerkit.engine._smallgemm.run_small_rank`)
+        # its launches by the operands' and output's strides (:func:`tuckerkit.engine._smallgemm._inner_launch`)
+        self.launch: dict[tuple, Any] = {}
         if plan.compiled != CompiledKernel.NONE and plan.kind != KernelKind.EMPTY:
             from tuckerkit.engine._smallgemm import run_small_rank
 

@@ -665,21 +665,21 @@ def kernel_address(disp: Any, args: list[Any], lohi: tuple[int, int]) -> int | N
     return addr or None
 
 
-def run_kernel(name: str, disp: Any, args: list[Any], lohi: tuple[int, int], bounds: list[int],
-               fresh: tuple[int, ...], policy: Any) -> bool:
-    """``disp(*args)`` (a compiled small-rank kernel of :data:`KERNEL_PATTERNS` ``name``) over the tile ranges
-    ``[bounds[i], bounds[i + 1])`` (at positions ``lohi``) on the helpers and the caller, each range a piece
-    claimed by whichever thread is free; the arrays at positions ``fresh`` are a piece's scratch (a copy each).
-    False, with nothing run, where there are no helpers, they are busy (another thread's round: the caller
-    then takes the Python pool) or ``disp`` cannot be called by address."""
+def kernel_rows(name: str, disp: Any, args: list[Any], lohi: tuple[int, int], bounds: list[int],
+                fresh: tuple[int, ...]) -> tuple[np.ndarray, list[int], list[np.ndarray]] | None:
+    """The rows of ``disp(*args)`` (a compiled small-rank kernel of :data:`KERNEL_PATTERNS` ``name``) over the
+    tile ranges ``[bounds[i], bounds[i + 1])`` (at positions ``lohi``), for :meth:`_Handoff.run_kernels`: the
+    rows, the column of each argument, and the scratch blocks of the pieces after the first (the arrays at
+    positions ``fresh``: a copy each, alive until the round ends). None where there are no helpers or ``disp``
+    cannot be called by address."""
     h = _handoff()
     n = len(bounds) - 1
     kind = KERNEL_KINDS.get((name, args[0].itemsize))
     if h is None or n > _ROWS or kind is None:
-        return False
+        return None
     addr = kernel_address(disp, args, lohi)
     if addr is None:
-        return False
+        return None
     row = [kind, addr]
     cols = []
     for p, a in zip(KERNEL_PATTERNS[name], args, strict=True):
@@ -692,24 +692,45 @@ def run_kernel(name: str, disp: Any, args: list[Any], lohi: tuple[int, int], bou
     rows = np.array([row] * n, dtype=np.int64)
     rows[:, cols[lohi[0]]] = bounds[:-1]
     rows[:, cols[lohi[1]]] = bounds[1:]
-    # each further piece's scratch: one block a fresh argument, a piece's copy at its own offset (alive until the
-    # round ends)
+    # each further piece's scratch: one block a fresh argument, a piece's copy at its own offset
     scratch = [np.empty((n - 1, args[j].size), args[j].dtype) for j in fresh]
     for j, block in zip(fresh, scratch, strict=True):
         base, step = _address(block), block.strides[0]
         rows[1:, cols[j]] = [base + step * k for k in range(n - 1)]
+    return rows, cols, scratch
+
+
+def run_rows(rows: np.ndarray, policy: Any) -> bool:
+    """The kernel pieces of ``rows`` (:func:`kernel_rows`) on the helpers and the caller, each piece claimed by
+    whichever thread is free; False, with nothing run, where there are no helpers or they are busy (another
+    thread's round: the caller then takes the Python pool)."""
+    h = _handoff()
+    if h is None or not h.lock.acquire(blocking=False):
+        return False
     from tuckerkit.engine._policy import _in_worker, quiet_blas_workers
 
-    workers = 1 if _in_worker() else policy.workers
-    if not h.lock.acquire(blocking=False):
-        return False
     try:
+        workers = 1 if policy is None or rows.shape[0] < 2 or _in_worker() else policy.workers
         if workers > 1:
             quiet_blas_workers()  # OpenBLAS's workers spinning beside the helpers would share their cores
         h.run_kernels(rows, workers)
     finally:
         h.lock.release()
     return True
+
+
+def run_kernel(name: str, disp: Any, args: list[Any], lohi: tuple[int, int], bounds: list[int],
+               fresh: tuple[int, ...], policy: Any) -> bool:
+    """``disp(*args)`` over the tile ranges ``[bounds[i], bounds[i + 1])`` (:func:`kernel_rows`) on the helpers
+    and the caller (:func:`run_rows`). False, with nothing run, where there are no helpers, they are busy or
+    ``disp`` cannot be called by address."""
+    got = kernel_rows(name, disp, args, lohi, bounds, fresh)
+    if got is None:
+        return False
+    rows, _, scratch = got
+    ran = run_rows(rows, policy)
+    del scratch  # (alive until the round ended)
+    return ran
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -1239,6 +1239,36 @@ def _reduction_cuts(A: int, I: int, C: int, R: int, itemsize: int) -> list[int]:
 
 
 
+class _InnerGeometry:
+    """:func:`ttm_inner`'s tiles of an (A, I, C) view at rank R (its sizes, itemsize and the byte stride
+    ``sxi`` of its rows alone): U's blocks of rows and where each is packed (:func:`_blocks`), the vector
+    length, the strip width, the tile's columns and chunk of rows (:func:`_tiling`), whether chunks are packed,
+    the number of tiles and the sizes of a piece's two scratch arrays."""
+
+    __slots__ = ("blocks", "ct", "kc", "n_tiles", "packed", "pk_n", "rows", "snv", "tl_n", "vl")
+
+    def __init__(self, A: int, I: int, C: int, R: int, it: int, sxi: int) -> None:  # noqa: E741
+        self.rows, self.blocks = _blocks(I, R)
+        self.vl = vl = 32 // it
+        snv = _inner_strip(R)
+        if snv == 4 and (int(self.blocks[:, 1].min()) < QUAD_MIN_RB or C < 4 * vl):
+            # the strips of two lines have blocks of 8-12 rows; and a row shorter than one such strip would run
+            # all its columns in the leftover paths (one line, one vector, the last few): strips of one line
+            # instead. Measured on the AVX-512 machine (ttm_inner alone, two workers, interleaved medians of 9,
+            # the same bits), (A, I, C) at R = 20 / 32 with C of 12-30 below a strip of two lines (float32
+            # (10800, 60, 30), (27000, 30, 30), (20000, 40, 20), (10000, 50, 24); float64 (20000, 40, 12)):
+            # 0.70-0.88x the time (float32 120x90x60x30's mode 2 and 30^5's mode 3 had taken 1.13-1.17x BLAS's
+            # time); with C of one such strip or more (float32 C = 40, 48; float64 C = 20, 24) strips of one
+            # line took 1.05-1.14x, so they keep two
+            snv = 2
+        self.snv = snv
+        streamed = A * I * C * it > STREAMED_BYTES
+        self.ct, self.kc = _tiling(I, R, it, C, snv, sxi, streamed)
+        self.packed = not _direct_chunks(R, C * it, sxi, self.kc, streamed)
+        self.n_tiles = A * ((C + self.ct - 1) // self.ct)
+        self.tl_n, self.pk_n = WIDE_RB * vl, self.kc * self.ct if self.packed else 1
+
+
 def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: ExecutionPolicy | None,
                  W: np.ndarray | None = None, axpy: bool = False) -> np.ndarray | None:
     """:func:`ttm_inner` over its tiles (checked views); with ``W`` (:func:`ttm_inner_dot`) no ``Y3``: the
@@ -1249,30 +1279,15 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     fx = read_only(fx)
     A, I, C = X3.shape  # noqa: E741
     it = X3.itemsize
-    rows, blocks = _blocks(I, U.shape[1])
+    R = U.shape[1]
+    g = _InnerGeometry(A, I, C, R, it, X3.strides[1])
+    rows, blocks, vl, snv, ct, kc, packed, n_tiles, tl_n, pk_n = (g.rows, g.blocks, g.vl, g.snv, g.ct, g.kc,
+                                                                   g.packed, g.n_tiles, g.tl_n, g.pk_n)
     # U packed block by block, each block's columns as (I, rb) rows (one strided pass over U per block; a
     # concatenation of the blocks' contiguous copies took 4x as long on a 100000 x 16 U)
-    up = np.empty(I * U.shape[1], X3.dtype)
+    up = np.empty(I * R, X3.dtype)
     for (r0, rb), off in zip(rows, blocks[:, 2], strict=True):
         np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
-    vl = 32 // it
-    snv = _inner_strip(U.shape[1])
-    if snv == 4 and (int(blocks[:, 1].min()) < QUAD_MIN_RB or C < 4 * vl):
-        # the strips of two lines have blocks of 8-12 rows; and a row shorter than one such strip would run all
-        # its columns in the leftover paths (one line, one vector, the last few): strips of one line instead.
-        # Measured on the AVX-512 machine (ttm_inner alone, two workers, interleaved medians of 9, the same
-        # bits), (A, I, C) at R = 20 / 32 with C of 12-30 below a strip of two lines (float32 (10800, 60, 30),
-        # (27000, 30, 30), (20000, 40, 20), (10000, 50, 24); float64 (20000, 40, 12)): 0.70-0.88x the time
-        # (float32 120x90x60x30's mode 2 and 30^5's mode 3 had taken 1.13-1.17x BLAS's time); with C of one such
-        # strip or more (float32 C = 40, 48; float64 C = 20, 24) strips of one line took 1.05-1.14x, so they
-        # keep two
-        snv = 2
-    streamed = A * I * C * it > STREAMED_BYTES
-    ct, kc = _tiling(I, U.shape[1], it, C, snv, X3.strides[1], streamed)
-    packed = not _direct_chunks(U.shape[1], C * it, X3.strides[1], kc, streamed)
-    R = U.shape[1]
-    n_tiles = A * ((C + ct - 1) // ct)
-    tl_n, pk_n = WIDE_RB * vl, kc * ct if packed else 1
     head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
     tiling = (vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
 
@@ -1477,6 +1492,15 @@ def _kernel_tiles(name: str, kernel, args: list, lohi: tuple[int, int], fresh: t
     _run_tiles(piece, args[lohi[1]], flops, policy, (name, kernel, args, lohi, fresh))
 
 
+def _tile_bounds(n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> list[int]:
+    """The cut of ``range(n_tiles)`` into pieces (:func:`_run_tiles`): ``[0, n_tiles]`` where it runs whole."""
+    workers = 1 if policy is None else policy.workers
+    n = min(n_tiles, MAX_PIECES, KERNEL_PIECES_PER_WORKER * workers, flops // KERNEL_PIECE_FLOPS)
+    if flops < KERNEL_PARALLEL_FLOPS or n < 2 or workers < 2:
+        return [0, n_tiles]
+    return [n_tiles * i // n for i in range(n + 1)]
+
+
 def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None,
                by_address: tuple[str, object, list, tuple[int, int], tuple[int, ...]] | None = None) -> None:
     """``kernel(lo, hi)`` over a cut of ``range(n_tiles)`` into at most ``KERNEL_PIECES_PER_WORKER`` pieces a
@@ -1494,15 +1518,13 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None,
     helpers ran the same four pieces in 0.86-0.92x and 0.90-0.97x the Python pool's time (with the pool, the
     second worker started its first piece 0.1-0.2 ms after the caller, and one worker often finished its last
     piece 0.1-2 ms after the other); 8 or 16 pieces were no better."""
-    workers = 1 if policy is None else policy.workers
-    n = min(n_tiles, MAX_PIECES, KERNEL_PIECES_PER_WORKER * workers, flops // KERNEL_PIECE_FLOPS)
-    if flops < KERNEL_PARALLEL_FLOPS or n < 2 or policy is None or policy.workers < 2:
+    bounds = _tile_bounds(n_tiles, flops, policy)
+    if len(bounds) == 2:
         kernel(0, n_tiles)
         return
-    bounds = [n_tiles * i // n for i in range(n + 1)]
     if by_address is not None and _handoff.run_kernel(*by_address[:4], bounds, by_address[4], policy):
         return
-    parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), n, policy)
+    parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), len(bounds) - 1, policy)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1754,6 +1776,91 @@ def blas_efficiency(variant: str, dtype: str, R: int) -> float:
     return lo if R <= 16 else hi
 
 
+class _InnerLaunch:
+    """A plan's :func:`ttm_inner` call with all that depends only on its operands' sizes and strides worked out
+    at its first call: U's packing as one gather (``take``) of its memory, and the helpers' rows, in which a call
+    writes only its operands' and its scratch's addresses. The Python steps of a call right after a large
+    product (its code and data out of the caches) took 0.6-0.8 ms before (200^3's first mode at R = 32, no-op
+    kernels); the kernel, its arguments, tiles and pieces are those of :func:`ttm_inner`: the same bits."""
+
+    __slots__ = ("b_c", "cols", "dtype", "idx", "offsets", "policy", "rows", "scratch_n")
+
+    def __init__(self, X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, B: np.ndarray,
+                 policy: ExecutionPolicy | None) -> None:
+        A, I, C = X3.shape  # noqa: E741
+        it, R = X3.itemsize, U.shape[1]
+        g = _InnerGeometry(A, I, C, R, it, X3.strides[1])
+        # U[i, r] at memory offset i * su + r * sr of B's first element, gathered in the packed blocks' order
+        su, sr = U.strides[0] // it, U.strides[1] // it
+        self.idx = np.empty(I * R, np.intp)
+        for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
+            self.idx[off:off + I * rb].reshape(I, rb)[...] = (np.arange(I)[:, None] * su
+                                                              + np.arange(r0, r0 + rb)[None, :] * sr)
+        self.b_c = B.flags.c_contiguous
+        # a piece's two scratch arrays, each 64-byte aligned, the pieces one after another in one block
+        line = 64 // it
+        tl_n = -(-g.tl_n // line) * line
+        per = tl_n + -(-g.pk_n // line) * line
+        bounds = _tile_bounds(g.n_tiles, 2 * X3.size * R, policy)
+        n = len(bounds) - 1
+        self.scratch_n = n * per + line
+        self.offsets = (np.arange(n, dtype=np.int64) * per * it, np.arange(n, dtype=np.int64) * per * it + tl_n * it)
+        fx, fy = read_only(flat_span(X3)), flat_span(Y3)
+        up = np.zeros(I * R, X3.dtype)
+        args = [fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, g.blocks, fy, Y3.strides[0] // it,
+                Y3.strides[1] // it, g.vl, g.ct, g.kc, 1 if _PREFETCH_NEXT else 0, g.packed, g.snv,
+                _NO_DOT[it], _NO_DOT[it], False, np.empty(g.tl_n, X3.dtype), np.empty(g.pk_n, X3.dtype), 0,
+                g.n_tiles]
+        got = _handoff.kernel_rows("inner", _inner_kernel, args, (21, 22), bounds, (19, 20))
+        self.rows = self.cols = None
+        if got is not None:
+            self.rows, cols, _ = got
+            self.cols = [cols[k] for k in (0, 5, 7, 19, 20)]  # x, up, y, the two scratch arrays
+        self.dtype, self.policy = X3.dtype, policy
+
+    def __call__(self, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> bool:
+        """The product of the operands (``A`` the tensor, ``B`` the matrix, with the strides the launch was
+        made for) into ``out``; False, with nothing run, where the helpers are busy."""
+        up = (B.reshape(-1) if self.b_c else B.T.reshape(-1)).take(self.idx)
+        scratch = np.empty(self.scratch_n, self.dtype)
+        base = _handoff._address(scratch)
+        base += -base % 64
+        rows = self.rows.copy()
+        cx, cu, cy, ct, cp = self.cols
+        rows[:, cx] = _handoff._address(A)
+        rows[:, cu] = _handoff._address(up)
+        rows[:, cy] = _handoff._address(out)
+        rows[:, ct] = self.offsets[0] + base
+        rows[:, cp] = self.offsets[1] + base
+        return _handoff.run_rows(rows, self.policy)
+
+
+_NO_DOT = {8: np.empty(0, np.float64), 4: np.empty(0, np.float32)}  # the inner kernel's wt and mp: no sums against W
+
+
+def _inner_launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X3: np.ndarray, U: np.ndarray,
+                  Y3: np.ndarray) -> _InnerLaunch | None:
+    """The plan's :class:`_InnerLaunch` for operands of these strides (made at the first such call, kept on the
+    plan's bound data); None where :func:`ttm_inner` must run itself: the plan is not bound, its sum over i is
+    cut (:func:`_reduction_cuts`), B is neither C- nor F-contiguous, or the kernel has no helpers to run on."""
+    bound = plan._bound
+    if bound is None:
+        return None
+    key = (A.strides, B.strides, out.strides)
+    launch = bound.launch.get(key, False)
+    if launch is False:  # (not made yet; None: made, and ttm_inner runs itself)
+        launch = None
+        ok = (flat_span(X3) is not None and flat_span(Y3) is not None and X3.strides[2] == X3.itemsize
+              and Y3.strides[2] == Y3.itemsize and (B.flags.c_contiguous or B.flags.f_contiguous)
+              and len(_reduction_cuts(*X3.shape, U.shape[1], X3.itemsize)) == 2)
+        if ok:
+            launch = _InnerLaunch(X3, U, Y3, B, plan.policy)
+            if launch.rows is None:
+                launch = None
+        bound.launch[key] = launch
+    return launch
+
+
 def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     v = x.reshape(shape)
     if v.size > 1 and not np.shares_memory(v, x):  # pragma: no cover - the planner checked the layout
@@ -1766,6 +1873,11 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     lay = plan._sr
     if lay.swap:  # the matrix came first
         A, B = B, A
+    bound = plan._bound
+    if bound is not None and plan.compiled == CompiledKernel.TTM_INNER:  # (a launch made at an earlier call)
+        launch = bound.launch.get((A.strides, B.strides, out.strides))
+        if launch is not None and launch(A, B, out):
+            return out
     X = A.transpose(lay.x_perm)
     no = lay.n_outer
     I = X.shape[no]  # noqa: E741
@@ -1775,7 +1887,11 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     R = U.shape[1]
     Y = out.transpose(lay.out_perm)
     if plan.compiled == CompiledKernel.TTM_INNER:
-        ttm_inner(_view(X, (a_ext, I, b_ext)), np.ascontiguousarray(U), _view(Y, (a_ext, R, b_ext)), plan.policy)
+        X3, Y3 = _view(X, (a_ext, I, b_ext)), _view(Y, (a_ext, R, b_ext))
+        launch = _inner_launch(plan, A, B, out, X3, U, Y3)
+        if launch is not None and launch(A, B, out):
+            return out
+        ttm_inner(X3, np.ascontiguousarray(U), Y3, plan.policy)
     else:
         ttm_outer(_view(X, (a_ext, I)), np.ascontiguousarray(U.T), _view(Y, (a_ext, R)).T, plan.policy)
     return out
