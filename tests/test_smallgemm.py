@@ -21,7 +21,7 @@ import pytest
 from conftest import make_tensor
 
 import tuckerkit as tk
-from tuckerkit.engine import ExecutionPolicy, contract, plan_contraction, ttm, ttm_plan
+from tuckerkit.engine import ExecutionPolicy, _handoff, contract, plan_contraction, ttm, ttm_plan
 from tuckerkit.engine import _contract as contract_mod
 from tuckerkit.engine import _plan as plan_mod
 from tuckerkit.engine import _smallgemm as sg
@@ -223,6 +223,78 @@ def test_bits_do_not_depend_on_workers_or_repeats(forced, rng, monkeypatch):
             assert plan.compiled != CompiledKernel.NONE
             results.append(contract(spec, X, U, plan=plan).tobytes())
         assert len(set(results)) == 1
+
+
+def _launch_cases(rng, dtype):
+    """(spec, X, matrix, mode) for a plan's launch: first and middle modes, a 4-way tensor, a sliced view, U in
+    F order, the matrix first, odd sizes."""
+    X = rng.standard_normal((37, 41, 29)).astype(dtype)
+    X4 = rng.standard_normal((5, 13, 7, 11)).astype(dtype)
+    V = _sliced_view(rng, (23, 31, 19), dtype)
+    return [
+        ("abc,az->zbc", X, rng.standard_normal((37, 9)).astype(dtype), 0),
+        ("abc,bz->azc", X, rng.standard_normal((41, 20)).astype(dtype), 1),
+        ("abc,bz->azc", X, np.asfortranarray(rng.standard_normal((41, 13)).astype(dtype)), 1),
+        ("abcd,bz->azcd", X4, rng.standard_normal((13, 6)).astype(dtype), 1),
+        ("abc,bz->azc", V, rng.standard_normal((31, 7)).astype(dtype), 1),
+        ("zb,abc->azc", rng.standard_normal((11, 41)).astype(dtype), X, 1),
+    ]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_plans_launch_gives_ttm_inners_bits(forced, dtype, workers, rng, monkeypatch):
+    """A plan's compiled TTM is made into a launch at its first call (kept on the plan for those strides) and
+    reused: the same bits as :func:`sg.ttm_inner` on the same views (its U packing, tiles and pieces) at every
+    call, einsum's sums to rounding, inputs unmodified."""
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # several pieces at these sizes
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
+    if _handoff._handoff() is None:
+        pytest.skip("no GEMM helpers on this platform (the launch needs them)")
+    for spec, A, B, n in _launch_cases(rng, dtype):
+        A0, B0 = A.copy(), B.copy()
+        X, U = (B, A.T) if spec.startswith("zb") else (A, B)
+        plan = plan_contraction(spec, A, B, policy=ExecutionPolicy(workers))
+        assert plan.compiled is CompiledKernel.TTM_INNER, (spec, plan.explain())
+        first = contract(spec, A, B, plan=plan)
+        (launch,) = plan._bound.launch.values()
+        assert isinstance(launch, sg._InnerLaunch)
+        _check(X, U, n, first)
+        # ttm_inner on the same views, with its own U packing and pieces
+        X3 = X.reshape(math.prod(X.shape[:n]), X.shape[n], -1)
+        want = np.empty((X3.shape[0], U.shape[1], X3.shape[2]), dtype)
+        sg.ttm_inner(X3, np.ascontiguousarray(U), want, ExecutionPolicy(workers))
+        assert first.tobytes() == want.tobytes()
+        assert contract(spec, A, B, plan=plan).tobytes() == first.tobytes()
+        assert len(plan._bound.launch) == 1 and next(iter(plan._bound.launch.values())) is launch
+        assert np.array_equal(A, A0) and np.array_equal(B, B0)
+
+
+def test_a_launch_gives_way_where_it_cannot_run(forced, rng, monkeypatch):
+    """With the helpers busy (another thread's round) or the module's kernel replaced, a launch runs nothing and
+    the call takes ttm_inner's own path: the same bits. A U neither C- nor F-contiguous gets no launch."""
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
+    h = _handoff._handoff()
+    if h is None:
+        pytest.skip("no GEMM helpers on this platform (the launch needs them)")
+    X = rng.standard_normal((37, 41, 29))
+    U = rng.standard_normal((41, 12))
+    plan = plan_contraction("abc,bz->azc", X, U, policy=ExecutionPolicy(2))
+    want = contract("abc,bz->azc", X, U, plan=plan).tobytes()
+    (launch,) = plan._bound.launch.values()
+    with h.lock:  # another thread's round
+        assert launch(X, U, np.empty((37, 12, 29))) is False
+        assert contract("abc,bz->azc", X, U, plan=plan).tobytes() == want
+    own = sg._inner_kernel
+    monkeypatch.setattr(sg, "_inner_kernel", own.py_func)  # a stand-in, not the kernel the rows call
+    assert launch(X, U, np.empty((37, 12, 29))) is False
+    monkeypatch.setattr(sg, "_inner_kernel", own)
+    Us = rng.standard_normal((41, 24))[:, :12]  # neither C- nor F-contiguous
+    plan_s = plan_contraction("abc,bz->azc", X, Us, policy=ExecutionPolicy(2))
+    assert plan_s.compiled is CompiledKernel.TTM_INNER
+    got = contract("abc,bz->azc", X, Us, plan=plan_s)
+    assert list(plan_s._bound.launch.values()) == [None]
+    assert got.tobytes() == contract("abc,bz->azc", X, np.ascontiguousarray(Us), plan=plan).tobytes()
 
 
 def test_read_only_and_memory_mapped_inputs_give_the_same_bits(forced, rng, tmp_path):

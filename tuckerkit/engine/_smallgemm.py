@@ -1783,7 +1783,7 @@ class _InnerLaunch:
     product (its code and data out of the caches) took 0.6-0.8 ms before (200^3's first mode at R = 32, no-op
     kernels); the kernel, its arguments, tiles and pieces are those of :func:`ttm_inner`: the same bits."""
 
-    __slots__ = ("b_c", "cols", "dtype", "idx", "offsets", "policy", "rows", "scratch_n")
+    __slots__ = ("b_c", "cols", "dtype", "idx", "kernel", "offsets", "policy", "rows", "scratch_n")
 
     def __init__(self, X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, B: np.ndarray,
                  policy: ExecutionPolicy | None) -> None:
@@ -1817,10 +1817,14 @@ class _InnerLaunch:
             self.rows, cols, _ = got
             self.cols = [cols[k] for k in (0, 5, 7, 19, 20)]  # x, up, y, the two scratch arrays
         self.dtype, self.policy = X3.dtype, policy
+        self.kernel = _inner_kernel  # (its code stays alive while the rows hold its address)
 
     def __call__(self, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> bool:
         """The product of the operands (``A`` the tensor, ``B`` the matrix, with the strides the launch was
-        made for) into ``out``; False, with nothing run, where the helpers are busy."""
+        made for) into ``out``; False, with nothing run, where the helpers are busy or the module's kernel is
+        no longer the one the rows call (a test's stand-in)."""
+        if self.kernel is not _inner_kernel:
+            return False
         up = (B.reshape(-1) if self.b_c else B.T.reshape(-1)).take(self.idx)
         scratch = np.empty(self.scratch_n, self.dtype)
         base = _handoff._address(scratch)
