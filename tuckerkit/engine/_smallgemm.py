@@ -1524,6 +1524,7 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None,
         return
     if by_address is not None and _handoff.run_kernel(*by_address[:4], bounds, by_address[4], policy):
         return
+    assert policy is not None  # (a cut: two workers or more)
     parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), len(bounds) - 1, policy)
 
 
@@ -1805,14 +1806,16 @@ class _InnerLaunch:
         n = len(bounds) - 1
         self.scratch_n = n * per + line
         self.offsets = (np.arange(n, dtype=np.int64) * per * it, np.arange(n, dtype=np.int64) * per * it + tl_n * it)
-        fx, fy = read_only(flat_span(X3)), flat_span(Y3)
+        fx, fy = flat_span(X3), flat_span(Y3)
+        assert fx is not None and fy is not None  # (:func:`_inner_launch` checked the views)
+        fx = read_only(fx)
         up = np.zeros(I * R, X3.dtype)
         args = [fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, g.blocks, fy, Y3.strides[0] // it,
                 Y3.strides[1] // it, g.vl, g.ct, g.kc, 1 if _PREFETCH_NEXT else 0, g.packed, g.snv,
                 _NO_DOT[it], _NO_DOT[it], False, np.empty(g.tl_n, X3.dtype), np.empty(g.pk_n, X3.dtype), 0,
                 g.n_tiles]
         got = _handoff.kernel_rows("inner", _inner_kernel, args, (21, 22), bounds, (19, 20))
-        self.rows = self.cols = None
+        self.rows, self.cols = np.empty((0, 0), np.int64), [0] * 5  # (no rows: no helpers to run on)
         if got is not None:
             self.rows, cols, _ = got
             self.cols = [cols[k] for k in (0, 5, 7, 19, 20)]  # x, up, y, the two scratch arrays
@@ -1856,10 +1859,10 @@ def _inner_launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X3: np.nd
         launch = None
         ok = (flat_span(X3) is not None and flat_span(Y3) is not None and X3.strides[2] == X3.itemsize
               and Y3.strides[2] == Y3.itemsize and (B.flags.c_contiguous or B.flags.f_contiguous)
-              and len(_reduction_cuts(*X3.shape, U.shape[1], X3.itemsize)) == 2)
+              and len(_reduction_cuts(X3.shape[0], X3.shape[1], X3.shape[2], U.shape[1], X3.itemsize)) == 2)
         if ok:
             launch = _InnerLaunch(X3, U, Y3, B, plan.policy)
-            if launch.rows is None:
+            if launch.rows.size == 0:
                 launch = None
         bound.launch[key] = launch
     return launch
