@@ -238,14 +238,17 @@ def _launch_cases(rng, dtype):
         ("abcd,bz->azcd", X4, rng.standard_normal((13, 6)).astype(dtype), 1),
         ("abc,bz->azc", V, rng.standard_normal((31, 7)).astype(dtype), 1),
         ("zb,abc->azc", rng.standard_normal((11, 41)).astype(dtype), X, 1),
+        ("abc,cz->abz", X, rng.standard_normal((29, 5)).astype(dtype), 2),  # the last mode: ttm_outer's kernels
+        ("abc,cz->abz", X, np.asfortranarray(rng.standard_normal((29, 24)).astype(dtype)), 2),
+        ("abcd,dz->abcz", X4, rng.standard_normal((11, 17)).astype(dtype), 3),
     ]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_plans_launch_gives_ttm_inners_bits(forced, dtype, workers, rng, monkeypatch):
     """A plan's compiled TTM is made into a launch at its first call (kept on the plan for those strides) and
-    reused: the same bits as :func:`sg.ttm_inner` on the same views (its U packing, tiles and pieces) at every
-    call, einsum's sums to rounding, inputs unmodified."""
+    reused: the same bits as :func:`sg.ttm_inner` / :func:`sg.ttm_outer` on the same views (their packing of U,
+    tiles and pieces) at every call, einsum's sums to rounding, inputs unmodified."""
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # several pieces at these sizes
     monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
     if _handoff._handoff() is None:
@@ -254,16 +257,26 @@ def test_a_plans_launch_gives_ttm_inners_bits(forced, dtype, workers, rng, monke
         A0, B0 = A.copy(), B.copy()
         X, U = (B, A.T) if spec.startswith("zb") else (A, B)
         plan = plan_contraction(spec, A, B, policy=ExecutionPolicy(workers))
-        assert plan.compiled is CompiledKernel.TTM_INNER, (spec, plan.explain())
+        last = n == X.ndim - 1
+        assert plan.compiled is (CompiledKernel.TTM_OUTER if last else CompiledKernel.TTM_INNER), plan.explain()
         first = contract(spec, A, B, plan=plan)
         (launch,) = plan._bound.launch.values()
-        assert isinstance(launch, sg._InnerLaunch)
+        assert isinstance(launch, sg._Launch)
+        assert launch.name == ("outer_gemm" if sg.outer_gemm_style(U.shape[1], X.itemsize) else "outer_dot") if last \
+            else launch.name == "inner"
         _check(X, U, n, first)
-        # ttm_inner on the same views, with its own U packing and pieces
-        X3 = X.reshape(math.prod(X.shape[:n]), X.shape[n], -1)
-        want = np.empty((X3.shape[0], U.shape[1], X3.shape[2]), dtype)
-        sg.ttm_inner(X3, np.ascontiguousarray(U), want, ExecutionPolicy(workers))
-        assert first.tobytes() == want.tobytes()
+        # the launch keeps the arrays its rows point to (U's blocks, the strips), never the first call's operands
+        assert not any(np.shares_memory(k, v) for k in launch.keep for v in (A, B, first))
+        # ttm_inner / ttm_outer on the same views, with their own packing of U and pieces
+        if last:
+            X2 = X.reshape(-1, X.shape[n])
+            want = np.empty((X2.shape[0], U.shape[1]), dtype)
+            sg.ttm_outer(X2, np.ascontiguousarray(U.T), want.T, ExecutionPolicy(workers))
+        else:
+            X3 = X.reshape(math.prod(X.shape[:n]), X.shape[n], -1)
+            want = np.empty((X3.shape[0], U.shape[1], X3.shape[2]), dtype)
+            sg.ttm_inner(X3, np.ascontiguousarray(U), want, ExecutionPolicy(workers))
+        assert np.ascontiguousarray(first).tobytes() == want.tobytes()
         assert contract(spec, A, B, plan=plan).tobytes() == first.tobytes()
         assert len(plan._bound.launch) == 1 and next(iter(plan._bound.launch.values())) is launch
         assert np.array_equal(A, A0) and np.array_equal(B, B0)

@@ -1245,9 +1245,10 @@ class _InnerGeometry:
     length, the strip width, the tile's columns and chunk of rows (:func:`_tiling`), whether chunks are packed,
     the number of tiles and the sizes of a piece's two scratch arrays."""
 
-    __slots__ = ("blocks", "ct", "kc", "n_tiles", "packed", "pk_n", "rows", "snv", "tl_n", "vl")
+    __slots__ = ("C", "I", "blocks", "ct", "kc", "n_tiles", "packed", "pk_n", "rows", "snv", "tl_n", "vl")
 
     def __init__(self, A: int, I: int, C: int, R: int, it: int, sxi: int) -> None:  # noqa: E741
+        self.I, self.C = I, C
         self.rows, self.blocks = _blocks(I, R)
         self.vl = vl = 32 // it
         snv = _inner_strip(R)
@@ -1267,6 +1268,20 @@ class _InnerGeometry:
         self.packed = not _direct_chunks(R, C * it, sxi, self.kc, streamed)
         self.n_tiles = A * ((C + self.ct - 1) // self.ct)
         self.tl_n, self.pk_n = WIDE_RB * vl, self.kc * self.ct if self.packed else 1
+
+
+def _inner_args(X3: np.ndarray, Y3: np.ndarray, g: _InnerGeometry, fx: np.ndarray, up: np.ndarray,
+                fy: np.ndarray) -> list:
+    """The inner kernel's arguments for ``Y3 = X3 x U`` over all its tiles (no sums against W): the flat spans
+    ``fx`` and ``fy`` of the views, U packed as ``up``, the tiling ``g``, a piece's scratch."""
+    it = X3.itemsize
+    no_dot = _NO_DOT[it]  # (the kernel's wt and mp: no tile summed against W)
+    return [fx, g.I, g.C, X3.strides[0] // it, X3.strides[1] // it, up, g.blocks, fy, Y3.strides[0] // it,
+            Y3.strides[1] // it, g.vl, g.ct, g.kc, 1 if _PREFETCH_NEXT else 0, g.packed, g.snv, no_dot, no_dot, False,
+            np.empty(g.tl_n, X3.dtype), np.empty(g.pk_n, X3.dtype), 0, g.n_tiles]
+
+
+_NO_DOT = {8: np.empty(0, np.float64), 4: np.empty(0, np.float32)}
 
 
 def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: ExecutionPolicy | None,
@@ -1298,11 +1313,8 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
 
     if W is None:
         assert Y3 is not None and fy is not None
-        no_dot = np.empty(0, X3.dtype)  # (the kernel's wt and mp: no tile summed against W)
-        sy = (Y3.strides[0] // it, Y3.strides[1] // it)
-        _kernel_tiles("inner", _inner_kernel, [*head, fy, *sy, *tiling, no_dot, no_dot, False, np.empty(tl_n, X3.dtype),
-                                               np.empty(pk_n, X3.dtype), 0, n_tiles], (21, 22), (19, 20),
-                      2 * X3.size * R, policy)
+        _kernel_tiles("inner", _inner_kernel, _inner_args(X3, Y3, g, fx, up, fy), (21, 22), (19, 20), 2 * X3.size * R,
+                      policy)
         return None
     # the tiles' sums into a scratch of one row's width per call (sya = 0: it stays in cache)
     if axpy:
@@ -1357,17 +1369,23 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     fx = read_only(fx)
     if X2.shape[1] > 1 and X2.strides[1] != X2.itemsize:
         raise ValueError("ttm_outer needs unit stride along the last axis of X2")
+    name, args, lohi, fresh, _ = _outer_args(X2, Ut, Y2, fx, fy)
+    _kernel_tiles(name, globals()[_KERNEL_OF[name]], args, lohi, fresh, 2 * X2.size * Ut.shape[0], policy)
+
+
+def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
+                fy: np.ndarray) -> tuple[str, list, tuple[int, int], tuple[int, ...], tuple[int, int, int]]:
+    """:func:`ttm_outer`'s kernel (its name in :data:`_KERNEL_OF`) and arguments over all its tiles: the
+    positions of the tile range, of a piece's scratch, and of the tensor, the matrix and the output."""
     A, I = X2.shape  # noqa: E741
     R = Ut.shape[0]
     it = X2.itemsize
     vl = 32 // it
     if not outer_gemm_style(R, it):
-        args = (fx, 0, A, I, X2.strides[0] // it, read_only(Ut), fy, 0, Y2.strides[1] // it, Y2.strides[0] // it)
+        args = [fx, 0, A, I, X2.strides[0] // it, read_only(Ut), fy, 0, Y2.strides[1] // it, Y2.strides[0] // it]
         zero = X2.dtype.type(0)
         tail = (zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it))
-        _kernel_tiles("outer_dot", _outer_dot_kernel, [*args, 0, (A + 3) // 4, *tail], (10, 11), (), 2 * X2.size * R,
-                      policy)
-        return
+        return "outer_dot", [*args, 0, (A + 3) // 4, *tail], (10, 11), (), (0, 5, 6)
     pad = 2 * vl if wide_vectors() else vl  # whole 512-bit vectors where they are used
     up = np.zeros((I, -(-R // pad) * pad), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
     up[:, :R] = Ut.T
@@ -1379,8 +1397,7 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, strips, fy, sya, syr,
              _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
     tl_n = _OUTER_ROWS * up.shape[1]
-    _kernel_tiles("outer_gemm", _outer_gemm_kernel, [*gargs, np.empty(tl_n, X2.dtype), 0, -(-A // _OUTER_ROWS)],
-                  (16, 17), (15,), 2 * X2.size * R, policy)
+    return "outer_gemm", [*gargs, np.empty(tl_n, X2.dtype), 0, -(-A // _OUTER_ROWS)], (16, 17), (15,), (0, 5, 8)
 
 
 def _dot_five(I: int, itemsize: int) -> bool:  # noqa: E741
@@ -1777,94 +1794,117 @@ def blas_efficiency(variant: str, dtype: str, R: int) -> float:
     return lo if R <= 16 else hi
 
 
-class _InnerLaunch:
-    """A plan's :func:`ttm_inner` call with all that depends only on its operands' sizes and strides worked out
-    at its first call: U's packing as one gather (``take``) of its memory, and the helpers' rows, in which a call
-    writes only its operands' and its scratch's addresses. The Python steps of a call right after a large
-    product (its code and data out of the caches) took 0.6-0.8 ms before (200^3's first mode at R = 32, no-op
-    kernels); the kernel, its arguments, tiles and pieces are those of :func:`ttm_inner`: the same bits."""
+class _Launch:
+    """A plan's compiled TTM call with all that depends only on its operands' sizes and strides worked out at
+    its first call (:func:`_launch`): the kernel's rows for the helpers, in which a call writes only the
+    addresses of its tensor, its packed matrix, its output and its pieces' scratch, and the matrix's packing
+    (``pack``: B to the array the kernel reads). Right after a large product (the code and data of the Python
+    steps out of the caches) those steps had taken 0.6-0.8 ms a call (200^3's first mode at R = 32). The
+    kernel, its arguments, tiles and pieces are :func:`ttm_inner`'s / :func:`ttm_outer`'s: the same bits."""
 
-    __slots__ = ("b_c", "cols", "dtype", "idx", "kernel", "offsets", "policy", "rows", "scratch_n")
+    __slots__ = ("cols", "dtype", "keep", "kernel", "name", "offsets", "pack", "policy", "rows", "scratch_n")
 
-    def __init__(self, X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, B: np.ndarray,
-                 policy: ExecutionPolicy | None) -> None:
-        A, I, C = X3.shape  # noqa: E741
-        it, R = X3.itemsize, U.shape[1]
-        g = _InnerGeometry(A, I, C, R, it, X3.strides[1])
-        # U[i, r] at memory offset i * su + r * sr of B's first element, gathered in the packed blocks' order
-        su, sr = U.strides[0] // it, U.strides[1] // it
-        self.idx = np.empty(I * R, np.intp)
-        for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
-            self.idx[off:off + I * rb].reshape(I, rb)[...] = (np.arange(I)[:, None] * su
-                                                              + np.arange(r0, r0 + rb)[None, :] * sr)
-        self.b_c = B.flags.c_contiguous
-        # a piece's two scratch arrays, each 64-byte aligned, the pieces one after another in one block
-        line = 64 // it
-        tl_n = -(-g.tl_n // line) * line
-        per = tl_n + -(-g.pk_n // line) * line
-        bounds = _tile_bounds(g.n_tiles, 2 * X3.size * R, policy)
+    def __init__(self, name: str, args: list, lohi: tuple[int, int], fresh: tuple[int, ...], at: tuple[int, int, int],
+                 flops: int, pack, policy: ExecutionPolicy | None) -> None:
+        kernel = _KERNEL_OF[name]
+        self.name, self.kernel, self.pack, self.policy = name, globals()[kernel], pack, policy
+        dtype = args[0].dtype
+        bounds = _tile_bounds(args[lohi[1]], flops, policy)
         n = len(bounds) - 1
-        self.scratch_n = n * per + line
-        self.offsets = (np.arange(n, dtype=np.int64) * per * it, np.arange(n, dtype=np.int64) * per * it + tl_n * it)
-        fx, fy = flat_span(X3), flat_span(Y3)
-        assert fx is not None and fy is not None  # (:func:`_inner_launch` checked the views)
-        fx = read_only(fx)
-        up = np.zeros(I * R, X3.dtype)
-        args = [fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, g.blocks, fy, Y3.strides[0] // it,
-                Y3.strides[1] // it, g.vl, g.ct, g.kc, 1 if _PREFETCH_NEXT else 0, g.packed, g.snv,
-                _NO_DOT[it], _NO_DOT[it], False, np.empty(g.tl_n, X3.dtype), np.empty(g.pk_n, X3.dtype), 0,
-                g.n_tiles]
-        got = _handoff.kernel_rows("inner", _inner_kernel, args, (21, 22), bounds, (19, 20))
-        self.rows, self.cols = np.empty((0, 0), np.int64), [0] * 5  # (no rows: no helpers to run on)
+        # each piece's scratch arrays 64-byte aligned, the pieces one after another in one block
+        line = 64 // dtype.itemsize
+        sizes = [-(-args[j].size // line) * line for j in fresh]
+        per = sum(sizes)
+        starts = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
+        self.offsets = [(np.arange(n, dtype=np.int64) * per + s0) * dtype.itemsize for s0 in starts]
+        self.scratch_n = n * per + line if fresh else 0
+        self.dtype = dtype
+        # the arrays the rows point to that no call replaces (U's blocks, the strips): alive with the launch (and
+        # not the first call's operands)
+        self.keep = [a for k, a in enumerate(args) if isinstance(a, np.ndarray) and k not in (*at, *fresh)]
+        self.rows, self.cols = np.empty((0, 0), np.int64), [0] * (3 + len(fresh))  # (no rows: no helpers)
+        got = _handoff.kernel_rows(name, self.kernel, args, lohi, bounds, fresh)
         if got is not None:
             self.rows, cols, _ = got
-            self.cols = [cols[k] for k in (0, 5, 7, 19, 20)]  # x, up, y, the two scratch arrays
-        self.dtype, self.policy = X3.dtype, policy
-        self.kernel = _inner_kernel  # (its code stays alive while the rows hold its address)
+            self.cols = [cols[k] for k in (*at, *fresh)]
 
     def __call__(self, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> bool:
         """The product of the operands (``A`` the tensor, ``B`` the matrix, with the strides the launch was
         made for) into ``out``; False, with nothing run, where the helpers are busy or the module's kernel is
         no longer the one the rows call (a test's stand-in)."""
-        if self.kernel is not _inner_kernel:
+        if globals()[_KERNEL_OF[self.name]] is not self.kernel:
             return False
-        up = (B.reshape(-1) if self.b_c else B.T.reshape(-1)).take(self.idx)
-        scratch = np.empty(self.scratch_n, self.dtype)
-        base = _handoff._address(scratch)
-        base += -base % 64
+        u = self.pack(B)
         rows = self.rows.copy()
-        cx, cu, cy, ct, cp = self.cols
-        rows[:, cx] = _handoff._address(A)
-        rows[:, cu] = _handoff._address(up)
-        rows[:, cy] = _handoff._address(out)
-        rows[:, ct] = self.offsets[0] + base
-        rows[:, cp] = self.offsets[1] + base
+        cols = self.cols
+        rows[:, cols[0]] = _handoff._address(A)
+        rows[:, cols[1]] = _handoff._address(u)
+        rows[:, cols[2]] = _handoff._address(out)
+        if self.scratch_n:
+            scratch = np.empty(self.scratch_n, self.dtype)
+            base = _handoff._address(scratch)
+            base += -base % 64
+            for c, off in zip(cols[3:], self.offsets, strict=True):
+                rows[:, c] = off + base
         return _handoff.run_rows(rows, self.policy)
 
 
-_NO_DOT = {8: np.empty(0, np.float64), 4: np.empty(0, np.float32)}  # the inner kernel's wt and mp: no sums against W
+_KERNEL_OF = {"inner": "_inner_kernel", "outer_dot": "_outer_dot_kernel", "outer_gemm": "_outer_gemm_kernel"}
 
 
-def _inner_launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X3: np.ndarray, U: np.ndarray,
-                  Y3: np.ndarray) -> _InnerLaunch | None:
-    """The plan's :class:`_InnerLaunch` for operands of these strides (made at the first such call, kept on the
-    plan's bound data); None where :func:`ttm_inner` must run itself: the plan is not bound, its sum over i is
-    cut (:func:`_reduction_cuts`), B is neither C- nor F-contiguous, or the kernel has no helpers to run on."""
+def _launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X: np.ndarray, U: np.ndarray,
+            Y: np.ndarray, u_kz: bool) -> _Launch | None:
+    """The plan's :class:`_Launch` for operands of these strides (made at the first such call, kept on the
+    plan's bound data), ``X``, ``U``, ``Y`` the 3-D (inner) or 2-D (outer) views the kernel takes; None where
+    the kernel's own function must run: the plan is not bound, the views are not the kernel's (negative
+    strides), the inner kernel's sum over i is cut (:func:`_reduction_cuts`), B is neither C- nor F-contiguous,
+    or there are no helpers to run on."""
     bound = plan._bound
     if bound is None:
         return None
     key = (A.strides, B.strides, out.strides)
     launch = bound.launch.get(key, False)
-    if launch is False:  # (not made yet; None: made, and ttm_inner runs itself)
-        launch = None
-        ok = (flat_span(X3) is not None and flat_span(Y3) is not None and X3.strides[2] == X3.itemsize
-              and Y3.strides[2] == Y3.itemsize and (B.flags.c_contiguous or B.flags.f_contiguous)
-              and len(_reduction_cuts(X3.shape[0], X3.shape[1], X3.shape[2], U.shape[1], X3.itemsize)) == 2)
-        if ok:
-            launch = _InnerLaunch(X3, U, Y3, B, plan.policy)
-            if launch.rows.size == 0:
-                launch = None
-        bound.launch[key] = launch
+    if launch is not False:  # (made; None: the kernel's own function runs)
+        return launch
+    bound.launch[key] = None
+    fx, fy = flat_span(X), flat_span(Y)
+    if fx is None or fy is None or not (B.flags.c_contiguous or B.flags.f_contiguous):
+        return None
+    fx = read_only(fx)
+    it, R, policy = X.itemsize, U.shape[1], plan.policy
+    flops = 2 * X.size * R
+    flat = (lambda b: b.reshape(-1)) if B.flags.c_contiguous else (lambda b: b.T.reshape(-1))
+    u_of = (lambda b: b) if u_kz else (lambda b: b.T)  # U is B or B.T
+    if plan.compiled == CompiledKernel.TTM_INNER:
+        A3, I, C = X.shape  # noqa: E741
+        if X.strides[2] != it or Y.strides[2] != it or len(_reduction_cuts(A3, I, C, R, it)) != 2:
+            return None
+        g = _InnerGeometry(A3, I, C, R, it, X.strides[1])
+        # U[i, r] at memory offset i * su + r * sr from B's first element, gathered in the packed blocks' order
+        su, sr = U.strides[0] // it, U.strides[1] // it
+        idx = np.empty(I * R, np.intp)
+        for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
+            idx[off:off + I * rb].reshape(I, rb)[...] = np.arange(I)[:, None] * su + np.arange(r0, r0 + rb) * sr
+        args = _inner_args(X, Y, g, fx, np.zeros(I * R, X.dtype), fy)
+        launch = _Launch("inner", args, (21, 22), (19, 20), (0, 5, 7), flops, lambda b: flat(b).take(idx), policy)
+    else:
+        if X.shape[1] > 1 and X.strides[1] != it:
+            return None
+        name, args, lohi, fresh, at = _outer_args(X, np.ascontiguousarray(U.T), Y, fx, fy)
+        if name == "outer_dot":
+            def pack(b):
+                return np.ascontiguousarray(u_of(b).T)
+        else:
+            rp = args[5].size // X.shape[1]
+
+            def pack(b):
+                up = np.zeros((X.shape[1], rp), X.dtype)
+                up[:, :R] = u_of(b)
+                return up
+        launch = _Launch(name, args, lohi, fresh, at, flops, pack, policy)
+    if launch.rows.size == 0:
+        return None
+    bound.launch[key] = launch
     return launch
 
 
@@ -1881,7 +1921,7 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     if lay.swap:  # the matrix came first
         A, B = B, A
     bound = plan._bound
-    if bound is not None and plan.compiled == CompiledKernel.TTM_INNER:  # (a launch made at an earlier call)
+    if bound is not None:  # (a launch made at an earlier call)
         launch = bound.launch.get((A.strides, B.strides, out.strides))
         if launch is not None and launch(A, B, out):
             return out
@@ -1893,14 +1933,19 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     U = B if lay.u_kz else B.T
     R = U.shape[1]
     Y = out.transpose(lay.out_perm)
-    if plan.compiled == CompiledKernel.TTM_INNER:
-        X3, Y3 = _view(X, (a_ext, I, b_ext)), _view(Y, (a_ext, R, b_ext))
-        launch = _inner_launch(plan, A, B, out, X3, U, Y3)
+    inner = plan.compiled == CompiledKernel.TTM_INNER
+    if inner:
+        Xv, Yv = _view(X, (a_ext, I, b_ext)), _view(Y, (a_ext, R, b_ext))
+    else:
+        Xv, Yv = _view(X, (a_ext, I)), _view(Y, (a_ext, R)).T
+    if bound is not None and bound.launch.get((A.strides, B.strides, out.strides), False) is False:
+        launch = _launch(plan, A, B, out, Xv, U, Yv, lay.u_kz)  # (the first call with these strides)
         if launch is not None and launch(A, B, out):
             return out
-        ttm_inner(X3, np.ascontiguousarray(U), Y3, plan.policy)
+    if inner:
+        ttm_inner(Xv, np.ascontiguousarray(U), Yv, plan.policy)
     else:
-        ttm_outer(_view(X, (a_ext, I)), np.ascontiguousarray(U.T), _view(Y, (a_ext, R)).T, plan.policy)
+        ttm_outer(Xv, np.ascontiguousarray(U.T), Yv, plan.policy)
     return out
 
 
