@@ -1434,6 +1434,41 @@ def test_ttm_inner_dot_is_the_mttkrp_of_its_three_modes(R, dtype, rng):
         assert np.array_equal(X, before)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_kept_fused_pass_gives_ttm_inner_dots_bits(monkeypatch, workers, dtype, rng):
+    """``ttm_inner_dot_kept`` makes its launch once per sizes and strides (kept in the dict it is given) and gives
+    ``ttm_inner_dot``'s bits at every call, for U in C and F order and new values each call; without a dict, with
+    the helpers busy, or where the whole output is one tile, it runs ``ttm_inner_dot`` itself."""
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
+    h = _handoff._handoff()
+    if h is None:
+        pytest.skip("no GEMM helpers on this platform (the launch needs them)")
+    pol = ExecutionPolicy(workers)
+    for A, I, C, R in ((5, 21, 131, 10), (7, 40, 3000, 32), (13, 30, 17, 50)):  # noqa: E741
+        X = _sliced_view(rng, (A, I, C), dtype)
+        kept: dict = {}
+        for order in ("C", "F", "C"):
+            U = np.asarray(rng.standard_normal((I, R)).astype(dtype), order=order)
+            W = rng.standard_normal((C, R)).astype(dtype)
+            X0, U0, W0 = X.copy(), U.copy(), W.copy()
+            want = sg.ttm_inner_dot(X, np.ascontiguousarray(U), W, pol)
+            got = sg.ttm_inner_dot_kept(X, U, W, pol, kept)
+            assert got.tobytes() == want.tobytes(), (A, I, C, R, order)
+            assert np.array_equal(X, X0) and np.array_equal(U, U0) and np.array_equal(W, W0)
+        launches = list(kept.values())
+        assert len(launches) == 2 and all(isinstance(v, sg._Launch) for v in launches)  # one per U order
+        assert sg.ttm_inner_dot_kept(X, U, W, pol, None).tobytes() == want.tobytes()
+        with h.lock:  # another thread's round: ttm_inner_dot's own path
+            assert sg.ttm_inner_dot_kept(X, U, W, pol, kept).tobytes() == want.tobytes()
+        assert list(kept.values()) == launches
+    X = rng.standard_normal((1, 3000, 40))  # one tile, the sum over i cut: no one pass (None), kept or not
+    kept = {}
+    assert sg.ttm_inner_dot(X, rng.standard_normal((3000, 4)), rng.standard_normal((40, 4)), pol) is None
+    assert sg.ttm_inner_dot_kept(X, rng.standard_normal((3000, 4)), rng.standard_normal((40, 4)), pol, kept) is None
+    assert list(kept.values()) == [None]
+
+
 @pytest.mark.parametrize("R", [10, 32])
 def test_ttm_inner_dot_bits_do_not_depend_on_workers_tiles_or_repeats(monkeypatch, R, dtype, rng):
     """Each M[a, r] is the in-order sum of its tiles' sums, each tile's sum in an order fixed when the kernel

@@ -1173,12 +1173,72 @@ def ttm_inner_dot(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: Executio
         return None  # type: ignore[return-value]
     parts = _inner_tiles(X3, U, None, policy, W)
     assert parts is not None
+    return _tile_sums(parts)
+
+
+def ttm_inner_dot_kept(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: ExecutionPolicy | None,
+                       kept: dict | None) -> np.ndarray | None:
+    """:func:`ttm_inner_dot` (the same bits), with its set-up for these sizes and strides made once and kept
+    in ``kept`` (a decomposition call's cache: :class:`_Launch`, U gathered by one ``take``, the helpers' rows
+    written with addresses only): CP-ALS runs it once a sweep on the same arrays' shapes."""
+    key = ("inner_dot", X3.shape, X3.strides, U.shape, U.strides, W.shape, X3.dtype, policy)
+    launch: _Launch | None
+    if kept is not None and key in kept:
+        launch = kept[key]
+    else:
+        launch = _dot_launch(X3, U, W, policy)
+        if kept is not None:
+            kept[key] = launch
+    if launch is not None:
+        wt = np.ascontiguousarray(W.T, dtype=X3.dtype)
+        mp = np.empty(launch.n_tiles * U.shape[1], X3.dtype)
+        if launch.run((X3, launch.pack(U), wt, mp)):
+            return _tile_sums(mp.reshape(X3.shape[0], -1, U.shape[1]))
+    return ttm_inner_dot(X3, np.ascontiguousarray(U), W, policy)
+
+
+def _tile_sums(parts: np.ndarray) -> np.ndarray:
+    """``M[a] = sum over k of parts[a, k]`` in order of k (the tiles of a row)."""
     if parts.shape[1] == 1:
         return parts[:, 0]
     M = parts[:, 0].copy()
     for k in range(1, parts.shape[1]):
         M += parts[:, k]
     return M
+
+
+def _dot_launch(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: ExecutionPolicy | None) -> _Launch | None:
+    """The :class:`_Launch` of :func:`ttm_inner_dot` on views of these sizes and strides (its tensor, packed U,
+    W's columns and the tiles' sums per call), or None where :func:`ttm_inner_dot` must run itself."""
+    fx = flat_span(X3)
+    if (fx is None or (X3.shape[2] > 1 and X3.strides[2] != X3.itemsize) or not _one_pass("ttm_inner_dot", X3, U)
+            or not (U.flags.c_contiguous or U.flags.f_contiguous)):
+        return None
+    A, I, C = X3.shape  # noqa: E741
+    it, R = X3.itemsize, U.shape[1]
+    g = _InnerGeometry(A, I, C, R, it, X3.strides[1])
+    pack = _u_gather(g, U)
+    up = np.zeros(I * R, X3.dtype)
+    wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
+    mp = np.empty(g.n_tiles * R, X3.dtype)
+    args = _inner_args(X3, X3, g, read_only(fx), up, np.empty(R * C, X3.dtype))
+    args[8:10] = [0, C]  # (each tile's rows into the piece's scratch of one row's width: sya = 0)
+    args[16:18] = [wt, mp]
+    launch = _Launch("inner", args, (21, 22), (7, 19, 20), (0, 5, 16, 17), 2 * X3.size * R, pack, policy)
+    return None if launch.rows.size == 0 else launch
+
+
+def _u_gather(g: _InnerGeometry, U: np.ndarray):
+    """U (I, R; C- or F-contiguous) to the inner kernel's packed blocks (:func:`_blocks`) by one ``take`` of
+    its memory: the same values as the block-by-block copy of :func:`_inner_tiles`."""
+    it = U.itemsize
+    su, sr = U.strides[0] // it, U.strides[1] // it
+    idx = np.empty(U.size, np.intp)
+    for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
+        idx[off:off + g.I * rb].reshape(g.I, rb)[...] = np.arange(g.I)[:, None] * su + np.arange(r0, r0 + rb) * sr
+    if U.flags.c_contiguous:
+        return lambda u: u.reshape(-1).take(idx)
+    return lambda u: u.T.reshape(-1).take(idx)
 
 
 def ttm_inner_axpy(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: ExecutionPolicy | None = None) -> np.ndarray:
@@ -1802,12 +1862,14 @@ class _Launch:
     steps out of the caches) those steps had taken 0.6-0.8 ms a call (200^3's first mode at R = 32). The
     kernel, its arguments, tiles and pieces are :func:`ttm_inner`'s / :func:`ttm_outer`'s: the same bits."""
 
-    __slots__ = ("cols", "dtype", "keep", "kernel", "name", "offsets", "pack", "policy", "rows", "scratch_n")
+    __slots__ = ("cols", "dtype", "keep", "kernel", "n_tiles", "name", "offsets", "pack", "policy", "rows",
+                 "scratch_n")
 
-    def __init__(self, name: str, args: list, lohi: tuple[int, int], fresh: tuple[int, ...], at: tuple[int, int, int],
+    def __init__(self, name: str, args: list, lohi: tuple[int, int], fresh: tuple[int, ...], at: tuple[int, ...],
                  flops: int, pack, policy: ExecutionPolicy | None) -> None:
         kernel = _KERNEL_OF[name]
         self.name, self.kernel, self.pack, self.policy = name, globals()[kernel], pack, policy
+        self.n_tiles = int(args[lohi[1]])
         dtype = args[0].dtype
         bounds = _tile_bounds(args[lohi[1]], flops, policy)
         n = len(bounds) - 1
@@ -1822,7 +1884,7 @@ class _Launch:
         # the arrays the rows point to that no call replaces (U's blocks, the strips): alive with the launch (and
         # not the first call's operands)
         self.keep = [a for k, a in enumerate(args) if isinstance(a, np.ndarray) and k not in (*at, *fresh)]
-        self.rows, self.cols = np.empty((0, 0), np.int64), [0] * (3 + len(fresh))  # (no rows: no helpers)
+        self.rows, self.cols = np.empty((0, 0), np.int64), [0] * (len(at) + len(fresh))  # (no rows: no helpers)
         got = _handoff.kernel_rows(name, self.kernel, args, lohi, bounds, fresh)
         if got is not None:
             self.rows, cols, _ = got
@@ -1832,19 +1894,22 @@ class _Launch:
         """The product of the operands (``A`` the tensor, ``B`` the matrix, with the strides the launch was
         made for) into ``out``; False, with nothing run, where the helpers are busy or the module's kernel is
         no longer the one the rows call (a test's stand-in)."""
+        return self.run((A, self.pack(B), out))
+
+    def run(self, arrays: tuple[np.ndarray, ...]) -> bool:
+        """The kernel over its pieces with ``arrays`` at the positions ``at`` it was made with (their flat spans
+        from their first elements); False, with nothing run, as for a call."""
         if globals()[_KERNEL_OF[self.name]] is not self.kernel:
             return False
-        u = self.pack(B)
         rows = self.rows.copy()
         cols = self.cols
-        rows[:, cols[0]] = _handoff._address(A)
-        rows[:, cols[1]] = _handoff._address(u)
-        rows[:, cols[2]] = _handoff._address(out)
+        for c, a in zip(cols[:len(arrays)], arrays, strict=True):
+            rows[:, c] = _handoff._address(a)
         if self.scratch_n:
             scratch = np.empty(self.scratch_n, self.dtype)
             base = _handoff._address(scratch)
             base += -base % 64
-            for c, off in zip(cols[3:], self.offsets, strict=True):
+            for c, off in zip(cols[len(arrays):], self.offsets, strict=True):
                 rows[:, c] = off + base
         return _handoff.run_rows(rows, self.policy)
 

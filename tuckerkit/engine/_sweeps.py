@@ -242,9 +242,9 @@ class MttkrpTree:
         p, _ = self._plan(spec, T, U, out)
         if getattr(p, "compiled", None) != CompiledKernel.TTM_INNER:
             return None
-        from tuckerkit.engine._smallgemm import ttm_inner_dot  # (numba: not on import tuckerkit)
+        from tuckerkit.engine._smallgemm import ttm_inner_dot_kept  # (numba: not on import tuckerkit)
 
-        M = ttm_inner_dot(X3, np.ascontiguousarray(U), W, self.policy)
+        M = ttm_inner_dot_kept(X3, U, W, self.policy, self.cache)
         if M is not None:
             self.plans.append(p)
         return M
