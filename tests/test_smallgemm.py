@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import itertools
 import math
 import subprocess
 import sys
 import types
+import weakref
 
 import numpy as np
 import pytest
@@ -280,6 +282,32 @@ def test_a_plans_launch_gives_ttm_inners_bits(forced, dtype, workers, rng, monke
         assert contract(spec, A, B, plan=plan).tobytes() == first.tobytes()
         assert len(plan._bound.launch) == 1 and next(iter(plan._bound.launch.values())) is launch
         assert np.array_equal(A, A0) and np.array_equal(B, B0)
+
+
+def test_a_launch_keeps_no_operand_alive(forced, rng, monkeypatch):
+    """A launch (kept on a cached plan, or in a decomposition's dict) holds sizes, indices and its own small
+    arrays, never a call's tensor, matrix or output: they are freed when the caller drops them."""
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
+    if _handoff._handoff() is None:
+        pytest.skip("no GEMM helpers on this platform (the launch needs them)")
+    kept: dict = {}
+    for spec, n_i, R in (("abc,az->zbc", 37, 9), ("abc,bz->azc", 41, 20), ("abc,cz->abz", 29, 5),
+                         ("abc,cz->abz", 29, 24), ("dot", 41, 10)):
+        X = rng.standard_normal((37, 41, 29))
+        U = rng.standard_normal((n_i, R))
+        if spec == "dot":
+            W = rng.standard_normal((29, R))
+            Y = sg.ttm_inner_dot_kept(X, U, W, ExecutionPolicy(2), kept)
+            assert isinstance(next(iter(kept.values())), sg._Launch)
+        else:
+            plan = plan_contraction(spec, X, U, policy=ExecutionPolicy(2))
+            Y = contract(spec, X, U, plan=plan)
+            assert isinstance(next(iter(plan._bound.launch.values())), sg._Launch)
+        refs = [weakref.ref(a) for a in (X, U, Y)]
+        del X, U, Y
+        gc.collect()
+        assert [r() is None for r in refs] == [True, True, True], spec
 
 
 def test_a_launch_gives_way_where_it_cannot_run(forced, rng, monkeypatch):

@@ -1938,20 +1938,16 @@ def _launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X: np.ndarray, 
     fx = read_only(fx)
     it, R, policy = X.itemsize, U.shape[1], plan.policy
     flops = 2 * X.size * R
-    flat = (lambda b: b.reshape(-1)) if B.flags.c_contiguous else (lambda b: b.T.reshape(-1))
+    # (the packing functions hold sizes and indices, never the first call's arrays)
     u_of = (lambda b: b) if u_kz else (lambda b: b.T)  # U is B or B.T
     if plan.compiled == CompiledKernel.TTM_INNER:
         A3, I, C = X.shape  # noqa: E741
         if X.strides[2] != it or Y.strides[2] != it or len(_reduction_cuts(A3, I, C, R, it)) != 2:
             return None
         g = _InnerGeometry(A3, I, C, R, it, X.strides[1])
-        # U[i, r] at memory offset i * su + r * sr from B's first element, gathered in the packed blocks' order
-        su, sr = U.strides[0] // it, U.strides[1] // it
-        idx = np.empty(I * R, np.intp)
-        for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
-            idx[off:off + I * rb].reshape(I, rb)[...] = np.arange(I)[:, None] * su + np.arange(r0, r0 + rb) * sr
+        gather = _u_gather(g, U)
         args = _inner_args(X, Y, g, fx, np.zeros(I * R, X.dtype), fy)
-        launch = _Launch("inner", args, (21, 22), (19, 20), (0, 5, 7), flops, lambda b: flat(b).take(idx), policy)
+        launch = _Launch("inner", args, (21, 22), (19, 20), (0, 5, 7), flops, lambda b: gather(u_of(b)), policy)
     else:
         if X.shape[1] > 1 and X.strides[1] != it:
             return None
@@ -1960,10 +1956,10 @@ def _launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X: np.ndarray, 
             def pack(b):
                 return np.ascontiguousarray(u_of(b).T)
         else:
-            rp = args[5].size // X.shape[1]
+            shape, dtype = (X.shape[1], args[5].size // X.shape[1]), X.dtype
 
             def pack(b):
-                up = np.zeros((X.shape[1], rp), X.dtype)
+                up = np.zeros(shape, dtype)
                 up[:, :R] = u_of(b)
                 return up
         launch = _Launch(name, args, lohi, fresh, at, flops, pack, policy)
