@@ -318,7 +318,7 @@ class _OpenblasPool:
 
     def idle_workers(self) -> bool:
         """Whether the pool is up with workers that spin long enough to matter (:data:`QUIET_SPIN_LOG2`)."""
-        return bool(self.avail.value) and self.threads.value > 1 and self.spin_log2 > QUIET_SPIN_LOG2
+        return self.spin_log2 > QUIET_SPIN_LOG2 and bool(self.avail.value) and self.threads.value > 1
 
     def set_count_stopped(self, n: int) -> bool:
         """Set the thread count of a stopped pool without starting it (the next threaded call starts it, as
@@ -352,9 +352,15 @@ def _pool_of(lib: Any) -> _OpenblasPool | None:
     return _QUIET[path]
 
 
+_POOLS_SEEN: list[Any] = [None, []]  # the library list last looked at, and its pools
+
+
 def _openblas_pools() -> list[_OpenblasPool]:
-    """The pools of the loaded OpenBLAS libraries (:func:`_pool_of`)."""
-    return [p for p in map(_pool_of, _PIN._libraries()) if p is not None]
+    """The pools of the loaded OpenBLAS libraries (:func:`_pool_of`), looked up again when the list changes."""
+    libs = _PIN._libraries()
+    if _POOLS_SEEN[0] is not libs:
+        _POOLS_SEEN[:] = [libs, [p for p in map(_pool_of, libs) if p is not None]]
+    return _POOLS_SEEN[1]
 
 
 def _foreign_threads_running() -> bool:
