@@ -312,7 +312,8 @@ def test_a_launch_keeps_no_operand_alive(forced, rng, monkeypatch):
 
 def test_a_launch_gives_way_where_it_cannot_run(forced, rng, monkeypatch):
     """With the helpers busy (another thread's round) or the module's kernel replaced, a launch runs nothing and
-    the call takes ttm_inner's own path: the same bits. A U neither C- nor F-contiguous gets no launch."""
+    the call takes ttm_inner's own path: the same bits; so does a tensor whose elements are not aligned. A U
+    neither C- nor F-contiguous gets no launch."""
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
     monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
     h = _handoff._handoff()
@@ -326,6 +327,12 @@ def test_a_launch_gives_way_where_it_cannot_run(forced, rng, monkeypatch):
     with h.lock:  # another thread's round
         assert launch(X, U, np.empty((37, 12, 29))) is False
         assert contract("abc,bz->azc", X, U, plan=plan).tobytes() == want
+    raw = np.empty(X.nbytes + 1, np.uint8)  # a tensor whose elements are not aligned to their size (numba's
+    Xu = np.frombuffer(raw.data, dtype=np.float64, count=X.size, offset=1).reshape(X.shape)  # other overload)
+    Xu[...] = X
+    assert not Xu.flags.aligned and Xu.strides == X.strides
+    assert contract("abc,bz->azc", Xu, U, plan=plan).tobytes() == want
+    assert list(plan._bound.launch.values()) == [launch]
     own = sg._inner_kernel
     monkeypatch.setattr(sg, "_inner_kernel", own.py_func)  # a stand-in, not the kernel the rows call
     assert launch(X, U, np.empty((37, 12, 29))) is False

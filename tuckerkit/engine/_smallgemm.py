@@ -1183,7 +1183,9 @@ def ttm_inner_dot_kept(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: Exe
     written with addresses only): CP-ALS runs it once a sweep on the same arrays' shapes."""
     key = ("inner_dot", X3.shape, X3.strides, U.shape, U.strides, W.shape, X3.dtype, policy)
     launch: _Launch | None
-    if kept is not None and key in kept:
+    if not X3.flags.aligned:  # (numba's kernel for unaligned arrays, by its dispatcher)
+        launch = None
+    elif kept is not None and key in kept:
         launch = kept[key]
     else:
         launch = _dot_launch(X3, U, W, policy)
@@ -1982,7 +1984,8 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     if lay.swap:  # the matrix came first
         A, B = B, A
     bound = plan._bound
-    if bound is not None:  # (a launch made at an earlier call)
+    aligned = A.flags.aligned and out.flags.aligned  # (else numba's kernel for unaligned arrays, by its dispatcher)
+    if bound is not None and aligned:  # (a launch made at an earlier call)
         launch = bound.launch.get((A.strides, B.strides, out.strides))
         if launch is not None and launch(A, B, out):
             return out
@@ -1999,7 +2002,7 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
         Xv, Yv = _view(X, (a_ext, I, b_ext)), _view(Y, (a_ext, R, b_ext))
     else:
         Xv, Yv = _view(X, (a_ext, I)), _view(Y, (a_ext, R)).T
-    if bound is not None and bound.launch.get((A.strides, B.strides, out.strides), False) is False:
+    if bound is not None and aligned and bound.launch.get((A.strides, B.strides, out.strides), False) is False:
         launch = _launch(plan, A, B, out, Xv, U, Yv, lay.u_kz)  # (the first call with these strides)
         if launch is not None and launch(A, B, out):
             return out
