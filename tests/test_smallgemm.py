@@ -8,11 +8,13 @@ the worker count; GPU plans keep cuBLAS.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import gc
 import itertools
 import math
+import pickle
 import subprocess
 import sys
 import types
@@ -310,10 +312,38 @@ def test_a_launch_keeps_no_operand_alive(forced, rng, monkeypatch):
         assert [r() is None for r in refs] == [True, True, True], spec
 
 
+def test_a_launch_is_left_out_of_copies_and_pickles(forced, rng, monkeypatch):
+    """A plan that ran its kernel (a launch on its bound data: rows of this process's addresses) pickles, and so
+    does a HOOI result that holds such plans; a deep copy makes its own launch and, with the original dropped,
+    still gives the original's bits."""
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
+    if _handoff._handoff() is None:
+        pytest.skip("no GEMM helpers on this platform (the launch needs them)")
+    X = rng.standard_normal((37, 41, 29))
+    for spec, U in (("abc,bz->azc", rng.standard_normal((41, 20))), ("abc,cz->abz", rng.standard_normal((29, 24)))):
+        plan = plan_contraction(spec, X, U, policy=ExecutionPolicy(2))
+        want = contract(spec, X, U, plan=plan).tobytes()
+        assert isinstance(next(iter(plan._bound.launch.values())), sg._Launch)
+        back = pickle.loads(pickle.dumps(plan))
+        assert back == plan and contract(spec, X, U, plan=back).tobytes() == want
+        copied = copy.deepcopy(plan)
+        del plan
+        contract_mod._cached_plan.cache_clear()
+        gc.collect()
+        junk = [np.full(4, 7.0) for _ in range(2000)]  # (memory a freed array's may be reused by)
+        assert contract(spec, X, U, plan=copied).tobytes() == want
+        assert isinstance(next(iter(copied._bound.launch.values())), sg._Launch)
+        del junk
+    T = tk.hooi(rng.standard_normal((60, 50, 40)), 5, max_iter=2, tol=0)
+    back = pickle.loads(pickle.dumps(T))
+    assert np.array_equal(back.core, T.core)
+
+
 def test_a_launch_gives_way_where_it_cannot_run(forced, rng, monkeypatch):
     """With the helpers busy (another thread's round) or the module's kernel replaced, a launch runs nothing and
-    the call takes ttm_inner's own path: the same bits; so does a tensor whose elements are not aligned. A U
-    neither C- nor F-contiguous gets no launch."""
+    the call takes ttm_inner's own path: the same bits; so does a tensor or matrix whose elements are not
+    aligned. A U neither C- nor F-contiguous gets no launch."""
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
     monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
     h = _handoff._handoff()
@@ -332,6 +362,10 @@ def test_a_launch_gives_way_where_it_cannot_run(forced, rng, monkeypatch):
     Xu[...] = X
     assert not Xu.flags.aligned and Xu.strides == X.strides
     assert contract("abc,bz->azc", Xu, U, plan=plan).tobytes() == want
+    raw_u = np.empty(U.nbytes + 1, np.uint8)  # the matrix unaligned too
+    Uu = np.frombuffer(raw_u.data, dtype=np.float64, count=U.size, offset=1).reshape(U.shape)
+    Uu[...] = U
+    assert contract("abc,bz->azc", X, Uu, plan=plan).tobytes() == want
     assert list(plan._bound.launch.values()) == [launch]
     own = sg._inner_kernel
     monkeypatch.setattr(sg, "_inner_kernel", own.py_func)  # a stand-in, not the kernel the rows call

@@ -185,7 +185,8 @@ class _Bound:
         # the same BLAS calls and bits), for a plan that only views its operands; None otherwise
         la, lb, lc = plan._a, plan._b, plan._c
         self.small_rank = None  # a compiled kernel's runner (:func:`tuckerkit.engine._smallgemm.run_small_rank`)
-        # its launches by the operands' and output's strides (:func:`tuckerkit.engine._smallgemm._inner_launch`)
+        # its launches by the operands' and output's strides (:func:`tuckerkit.engine._smallgemm._launch`): a
+        # cache, left out of copies and pickles (its rows hold addresses of this process's arrays)
         self.launch: dict[tuple, Any] = {}
         if plan.compiled != CompiledKernel.NONE and plan.kind != KernelKind.EMPTY:
             from tuckerkit.engine._smallgemm import run_small_rank
@@ -198,6 +199,15 @@ class _Bound:
                 and la.copy_order is None and lb.copy_order is None and lc.copy_order is None):
             self.views = (_view_steps(la, plan.shapes[0]), _view_steps(lb, plan.shapes[1]),
                           _view_steps(lc, plan.shapes[2]))
+
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "launch"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self.launch = {}
 
 
 def _view_steps(lay, shape: tuple[int, ...]):

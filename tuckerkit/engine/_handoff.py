@@ -704,11 +704,11 @@ def run_rows(rows: np.ndarray, policy: Any) -> bool:
     """The kernel pieces of ``rows`` (:func:`kernel_rows`) on the helpers and the caller, each piece claimed by
     whichever thread is free; False, with nothing run, where there are no helpers or they are busy (another
     thread's round: the caller then takes the Python pool)."""
+    from tuckerkit.engine._policy import _in_worker, quiet_blas_workers
+
     h = _handoff()
     if h is None or not h.lock.acquire(blocking=False):
         return False
-    from tuckerkit.engine._policy import _in_worker, quiet_blas_workers
-
     try:
         workers = 1 if policy is None or rows.shape[0] < 2 or _in_worker() else policy.workers
         if workers > 1:

@@ -285,11 +285,11 @@ QUIET_MIN_FLOPS = 64_000_000
 
 
 QUIET_SPIN_LOG2 = 16
-"""Pools whose idle workers spin at most 2^this cycler ticks (``OPENBLAS_THREAD_TIMEOUT`` of 16 or less; about
-20-30 us at 2-3 GHz) are left alone: their workers sleep before a look at ``/proc`` (0.1-0.15 ms right after a
-64 MB product) would find them running. Measured on the 2-core AVX-512 machine with ``OPENBLAS_THREAD_TIMEOUT=4``
-(the benchmarks' setting), the call right after a threaded product: the worker's ``/proc`` state was ``S`` in
-41 of 41 looks, and the step cost 0.15-0.3 ms of each call to find nothing."""
+"""Pools whose idle workers spin at most 2^this ticks of the cycle counter (``OPENBLAS_THREAD_TIMEOUT`` of 16 or
+less; about 20-30 us at 2-3 GHz) are left alone: their workers sleep before a look at ``/proc`` (0.1-0.15 ms right
+after a 64 MB product) would find them running. Measured on the 2-core AVX-512 machine with
+``OPENBLAS_THREAD_TIMEOUT=4`` (the benchmarks' setting), the call right after a threaded product: the worker's
+``/proc`` state was ``S`` in 41 of 41 looks, and the step cost 0.15-0.3 ms of each call to find nothing."""
 
 
 class _OpenblasPool:
@@ -308,8 +308,8 @@ class _OpenblasPool:
         self.count = ctypes.c_int.in_dll(lib, "blas_cpu_number")
         # without thread affinity, OpenBLAS's setter does nothing else to a pool's count than store it
         self.plain_count = b"NO_AFFINITY" in config
-        # how long its idle workers spin before they sleep: 2^n cycler ticks, n from OPENBLAS_THREAD_TIMEOUT
-        # (read when OpenBLAS loads; OpenBLAS clamps it to 4-30, 0 or unset: its default 28)
+        # how long its idle workers spin before they sleep: 2^n ticks of the cycle counter, n from
+        # OPENBLAS_THREAD_TIMEOUT (read when OpenBLAS loads; OpenBLAS clamps it to 4-30, 0 or unset: its default 28)
         try:
             n = int(lib.openblas_thread_timeout())
         except AttributeError:  # pragma: no cover - an OpenBLAS without the entry point: its default

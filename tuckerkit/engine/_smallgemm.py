@@ -1181,16 +1181,13 @@ def ttm_inner_dot_kept(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: Exe
     """:func:`ttm_inner_dot` (the same bits), with its set-up for these sizes and strides made once and kept
     in ``kept`` (a decomposition call's cache: :class:`_Launch`, U gathered by one ``take``, the helpers' rows
     written with addresses only): CP-ALS runs it once a sweep on the same arrays' shapes."""
+    if (kept is None or not (X3.flags.aligned and U.flags.aligned and W.flags.aligned)
+            or not X3.dtype == U.dtype == W.dtype):  # (unaligned: numba's other kernel, by its dispatcher)
+        return ttm_inner_dot(X3, np.ascontiguousarray(U), W, policy)
     key = ("inner_dot", X3.shape, X3.strides, U.shape, U.strides, W.shape, X3.dtype, policy)
-    launch: _Launch | None
-    if not X3.flags.aligned:  # (numba's kernel for unaligned arrays, by its dispatcher)
-        launch = None
-    elif kept is not None and key in kept:
-        launch = kept[key]
-    else:
-        launch = _dot_launch(X3, U, W, policy)
-        if kept is not None:
-            kept[key] = launch
+    if key not in kept:
+        kept[key] = _dot_launch(X3, U, W, policy)
+    launch: _Launch | None = kept[key]
     if launch is not None:
         wt = np.ascontiguousarray(W.T, dtype=X3.dtype)
         mp = np.empty(launch.n_tiles * U.shape[1], X3.dtype)
@@ -1984,7 +1981,8 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     if lay.swap:  # the matrix came first
         A, B = B, A
     bound = plan._bound
-    aligned = A.flags.aligned and out.flags.aligned  # (else numba's kernel for unaligned arrays, by its dispatcher)
+    # (else numba's kernel for unaligned arrays, by its dispatcher)
+    aligned = A.flags.aligned and B.flags.aligned and out.flags.aligned
     if bound is not None and aligned:  # (a launch made at an earlier call)
         launch = bound.launch.get((A.strides, B.strides, out.strides))
         if launch is not None and launch(A, B, out):
