@@ -703,20 +703,28 @@ def kernel_rows(name: str, disp: Any, args: list[Any], lohi: tuple[int, int], bo
 def run_rows(rows: np.ndarray, policy: Any) -> bool:
     """The kernel pieces of ``rows`` (:func:`kernel_rows`) on the helpers and the caller, each piece claimed by
     whichever thread is free; False, with nothing run, where there are no helpers or they are busy (another
-    thread's round: the caller then takes the Python pool)."""
+    thread's round: the caller then takes the Python pool). One piece, or one worker, runs every piece on the
+    caller in order from ``rows`` itself: no helpers, no lock (other threads' rounds go on meanwhile)."""
     from tuckerkit.engine._policy import _in_worker, quiet_blas_workers
 
     h = _handoff()
-    if h is None or not h.lock.acquire(blocking=False):
+    if h is None:
+        return False
+    n = rows.shape[0]
+    if n < 2 or policy is None or policy.workers < 2 or _in_worker():
+        _run_all(_KERNEL_PIECES, rows, n)
+        return True
+    if not h.lock.acquire(blocking=False):
         return False
     try:
-        workers = 1 if policy is None or rows.shape[0] < 2 or _in_worker() else policy.workers
-        if workers > 1:
-            quiet_blas_workers()  # OpenBLAS's workers spinning beside the helpers would share their cores
-        h.run_kernels(rows, workers)
+        quiet_blas_workers()  # OpenBLAS's workers spinning beside the helpers would share their cores
+        h.run_kernels(rows, policy.workers)
     finally:
         h.lock.release()
     return True
+
+
+_KERNEL_PIECES = np.zeros((_ROWS, _NCOL), np.int64)  # a round table of kernel pieces only (read, never written)
 
 
 def run_kernel(name: str, disp: Any, args: list[Any], lohi: tuple[int, int], bounds: list[int],
