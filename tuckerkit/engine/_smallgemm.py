@@ -1220,9 +1220,7 @@ def _dot_launch(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: ExecutionP
     up = np.zeros(I * R, X3.dtype)
     wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
     mp = np.empty(g.n_tiles * R, X3.dtype)
-    args = _inner_args(X3, X3, g, read_only(fx), up, np.empty(R * C, X3.dtype))
-    args[8:10] = [0, C]  # (each tile's rows into the piece's scratch of one row's width: sya = 0)
-    args[16:18] = [wt, mp]
+    args = _inner_sum_args(X3, g, read_only(fx), up, wt, mp, False)
     launch = _Launch("inner", args, (21, 22), (7, 19, 20), (0, 5, 16, 17), 2 * X3.size * R, pack, policy)
     return None if launch.rows.size == 0 else launch
 
@@ -1340,6 +1338,17 @@ def _inner_args(X3: np.ndarray, Y3: np.ndarray, g: _InnerGeometry, fx: np.ndarra
             np.empty(g.tl_n, X3.dtype), np.empty(g.pk_n, X3.dtype), 0, g.n_tiles]
 
 
+def _inner_sum_args(X3: np.ndarray, g: _InnerGeometry, fx: np.ndarray, up: np.ndarray, wt: np.ndarray,
+                    mp: np.ndarray, add: bool) -> list:
+    """:func:`_inner_args` for a tile's rows summed, while in cache, against ``wt`` into ``mp`` (:func:`ttm_inner_dot`;
+    with ``add``, :func:`ttm_inner_axpy`'s products added): each tile's rows go to a piece's scratch of one
+    row's width (sya = 0)."""
+    args = _inner_args(X3, X3, g, fx, up, np.empty(up.size // g.I * g.C, X3.dtype))
+    args[8:10] = [0, g.C]
+    args[16:19] = [wt, mp, add]
+    return args
+
+
 _NO_DOT = {8: np.empty(0, np.float64), 4: np.empty(0, np.float32)}
 
 
@@ -1355,21 +1364,11 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     it = X3.itemsize
     R = U.shape[1]
     g = _InnerGeometry(A, I, C, R, it, X3.strides[1])
-    rows, blocks, vl, snv, ct, kc, packed, n_tiles, tl_n, pk_n = (g.rows, g.blocks, g.vl, g.snv, g.ct, g.kc,
-                                                                   g.packed, g.n_tiles, g.tl_n, g.pk_n)
     # U packed block by block, each block's columns as (I, rb) rows (one strided pass over U per block; a
     # concatenation of the blocks' contiguous copies took 4x as long on a 100000 x 16 U)
     up = np.empty(I * R, X3.dtype)
-    for (r0, rb), off in zip(rows, blocks[:, 2], strict=True):
+    for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
         np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
-    head = (fx, I, C, X3.strides[0] // it, X3.strides[1] // it, up, blocks)
-    tiling = (vl, ct, kc, 1 if _PREFETCH_NEXT else 0, packed, snv)
-
-    def run(y: np.ndarray, sya: int, syr: int, wt: np.ndarray, mp: np.ndarray, add: bool, lo: int, hi: int) -> None:
-        # (the kernel allocates nothing: its scratch comes from here)
-        _inner_kernel(*head, y, sya, syr, *tiling, wt, mp, add, np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype),
-                      lo, hi)
-
     if W is None:
         assert Y3 is not None and fy is not None
         _kernel_tiles("inner", _inner_kernel, _inner_args(X3, Y3, g, fx, up, fy), (21, 22), (19, 20), 2 * X3.size * R,
@@ -1380,13 +1379,15 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
         # pieces of a by the sizes alone (not the workers), each adding its tiles' rows times W's into its own
         # (R, C) sums in order; the pieces' sums added in piece order: the same bits for any number of workers
         wa = np.ascontiguousarray(W, dtype=X3.dtype).reshape(-1)
-        nct = n_tiles // A
+        nct = g.n_tiles // A
         n = max(1, min(MAX_PIECES, A, (2 * X3.size * R) // KERNEL_PIECE_FLOPS))
         cuts = [A * k // n for k in range(n + 1)]
         acc = np.zeros((n, R * C), X3.dtype)
 
         def piece(k: int, _: object) -> None:
-            run(np.empty(R * C, X3.dtype), 0, C, wa, acc[k], True, cuts[k] * nct, cuts[k + 1] * nct)
+            args = _inner_sum_args(X3, g, fx, up, wa, acc[k], True)  # (the kernel allocates nothing)
+            args[21:23] = [cuts[k] * nct, cuts[k + 1] * nct]
+            _inner_kernel(*args)
 
         if n < 2 or policy is None or policy.workers < 2:
             for k in range(n):
@@ -1399,10 +1400,9 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     # each finished tile's rows summed against W's columns into its own row of mp (per tile: the same bits for
     # any cut)
     wt = np.ascontiguousarray(W.T, dtype=X3.dtype).reshape(-1)
-    mp = np.empty(n_tiles * R, X3.dtype)
-    _kernel_tiles("inner", _inner_kernel, [*head, np.empty(R * C, X3.dtype), 0, C, *tiling, wt, mp, False,
-                                           np.empty(tl_n, X3.dtype), np.empty(pk_n, X3.dtype), 0, n_tiles],
-                  (21, 22), (7, 19, 20), 2 * X3.size * R, policy)
+    mp = np.empty(g.n_tiles * R, X3.dtype)
+    _kernel_tiles("inner", _inner_kernel, _inner_sum_args(X3, g, fx, up, wt, mp, False), (21, 22), (7, 19, 20),
+                  2 * X3.size * R, policy)
     return mp.reshape(A, -1, R)
 
 
@@ -1916,21 +1916,12 @@ class _Launch:
 _KERNEL_OF = {"inner": "_inner_kernel", "outer_dot": "_outer_dot_kernel", "outer_gemm": "_outer_gemm_kernel"}
 
 
-def _launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X: np.ndarray, U: np.ndarray,
-            Y: np.ndarray, u_kz: bool) -> _Launch | None:
-    """The plan's :class:`_Launch` for operands of these strides (made at the first such call, kept on the
-    plan's bound data), ``X``, ``U``, ``Y`` the 3-D (inner) or 2-D (outer) views the kernel takes; None where
-    the kernel's own function must run: the plan is not bound, the views are not the kernel's (negative
-    strides), the inner kernel's sum over i is cut (:func:`_reduction_cuts`), B is neither C- nor F-contiguous,
-    or there are no helpers to run on."""
-    bound = plan._bound
-    if bound is None:
-        return None
-    key = (A.strides, B.strides, out.strides)
-    launch = bound.launch.get(key, False)
-    if launch is not False:  # (made; None: the kernel's own function runs)
-        return launch
-    bound.launch[key] = None
+def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_kz: bool) -> _Launch | None:
+    """The plan's :class:`_Launch` for operands of these strides (the matrix ``B``; ``X``, ``U``, ``Y`` the 3-D
+    (inner) or 2-D (outer) views the kernel takes), made at the first such call and kept on the plan's bound
+    data; None where the kernel's own function must run: the views are not the kernel's (negative strides),
+    the inner kernel's sum over i is cut (:func:`_reduction_cuts`), B is neither C- nor F-contiguous, or
+    there are no helpers to run on."""
     fx, fy = flat_span(X), flat_span(Y)
     if fx is None or fy is None or not (B.flags.c_contiguous or B.flags.f_contiguous):
         return None
@@ -1962,10 +1953,7 @@ def _launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray, X: np.ndarray, 
                 up[:, :R] = u_of(b)
                 return up
         launch = _Launch(name, args, lohi, fresh, at, flops, pack, policy)
-    if launch.rows.size == 0:
-        return None
-    bound.launch[key] = launch
-    return launch
+    return None if launch.rows.size == 0 else launch
 
 
 def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -1980,11 +1968,13 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
     lay = plan._sr
     if lay.swap:  # the matrix came first
         A, B = B, A
-    bound = plan._bound
-    # (else numba's kernel for unaligned arrays, by its dispatcher)
-    aligned = A.flags.aligned and B.flags.aligned and out.flags.aligned
-    if bound is not None and aligned:  # (a launch made at an earlier call)
-        launch = bound.launch.get((A.strides, B.strides, out.strides))
+    # a launch kept on the plan's bound data for these strides (none for unaligned operands: numba's kernel for
+    # those, by its dispatcher)
+    launches = plan._bound.launch if plan._bound is not None and A.flags.aligned and B.flags.aligned \
+        and out.flags.aligned else None
+    key = (A.strides, B.strides, out.strides)
+    if launches is not None:
+        launch = launches.get(key)
         if launch is not None and launch(A, B, out):
             return out
     X = A.transpose(lay.x_perm)
@@ -2000,8 +1990,8 @@ def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.nd
         Xv, Yv = _view(X, (a_ext, I, b_ext)), _view(Y, (a_ext, R, b_ext))
     else:
         Xv, Yv = _view(X, (a_ext, I)), _view(Y, (a_ext, R)).T
-    if bound is not None and aligned and bound.launch.get((A.strides, B.strides, out.strides), False) is False:
-        launch = _launch(plan, A, B, out, Xv, U, Yv, lay.u_kz)  # (the first call with these strides)
+    if launches is not None and key not in launches:  # (the first call with these strides)
+        launch = launches[key] = _launch(plan, B, Xv, U, Yv, lay.u_kz)
         if launch is not None and launch(A, B, out):
             return out
     if inner:
