@@ -943,6 +943,71 @@ def test_inner_kernel_prefetch_changes_no_bit(monkeypatch, C, R, dtype, rng):
         assert Y.tobytes() == ref.tobytes(), workers
 
 
+def _at_offset(a: np.ndarray, offset: int, row: int = 0) -> np.ndarray:
+    """A copy of ``a`` (3-D) whose first element lies ``offset`` bytes past a 64-byte line, its rows ``row``
+    elements apart (0: ``a``'s own row length)."""
+    A, I, C = a.shape  # noqa: E741
+    row = row or C
+    it = a.itemsize
+    raw = np.empty(A * I * row + 128 // it, a.dtype)
+    start = (-raw.ctypes.data % 64 + offset) // it
+    out = raw[start:start + A * I * row].reshape(A, I, row)[:, :, :C]
+    out[...] = a
+    assert out.ctypes.data % 64 == offset
+    return out
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("R", [10, 32])
+def test_rows_past_a_line_start_their_tiles_at_one_with_the_same_bits(monkeypatch, packed, R, dtype, rng):
+    """Where every row of X is as far past a 64-byte line (row strides whole lines) and a row spans several
+    tiles, the tiles start at the first aligned column and the columns before it (the head, up to a line less
+    one element) are summed on their own: the same bits wherever X and Y lie (every offset of X from a line, Y
+    at its own), einsum's sums to rounding, on the direct and the packed kernel, one and two workers; with a
+    last tile the head leaves empty, a row of several tiles over three a, and rows a multiple of 4 KiB
+    apart. The tiles' sums of :func:`sg.ttm_inner_dot` and :func:`sg.ttm_inner_axpy` keep their tiles (their
+    bits would otherwise hang on the address)."""
+    monkeypatch.setattr(sg, "_direct_chunks", lambda *a, **k: not packed)
+    it = dtype.itemsize
+    line = 64 // it
+    U = rng.standard_normal((13, R)).astype(dtype)
+    g = sg._InnerGeometry(1, 13, 4000, R, it, 4096 * it)
+    ct = g.ct
+    assert g.packed is packed and -(-4000 // ct) > 1
+    # C = 2 tiles and 3 columns: a head of 3 columns or more leaves the third tile empty
+    for A, C, row in ((1, 4000, 4096), (3, 2 * ct + 3, 2 * ct + 3 * line), (1, 2 * ct + 3, 4096)):
+        X = rng.standard_normal((A, 13, C)).astype(dtype)
+        heads = []
+        outs = []
+        for off in range(0, 64, it):
+            Xo = _at_offset(X, off, row)
+            assert Xo.strides[1] % 64 == 0
+            for workers in (1, 2):
+                Y = _at_offset(np.full((A, R, C), np.nan, dtype), (off + 16 * workers) % 64)
+                sg.ttm_inner(Xo, U, Y, ExecutionPolicy(workers))
+                outs.append(Y.tobytes())
+            heads.append((64 - off) % 64 // it)
+            assert np.array_equal(Xo, X)
+            # the rule: the head where rows are whole lines apart, at least two strips follow and the tiles'
+            # sums are not taken; none where a row stride is not a whole number of lines
+            fx, w = sg.flat_span(Xo), g.snv * g.vl
+            args = (C, Xo.strides[0] // it, Xo.strides[1] // it, w)
+            assert sg._head_cols(fx, *args, True) == heads[-1]
+            assert sg._head_cols(fx, *args, False) == 0
+            assert sg._head_cols(fx, C, Xo.strides[0] // it, Xo.strides[1] // it + 1, w, True) == 0
+            assert sg._head_cols(fx, heads[-1] + 2 * w - 1, *args[1:], True) == 0
+        _check(X, U, 1, np.frombuffer(outs[0], dtype).reshape(A, R, C))
+        assert all(o == outs[0] for o in outs), (A, C)
+        assert max(heads) == line - 1 and min(heads) == 0
+    # the fused sums: one tiling wherever X lies
+    X = rng.standard_normal((2, 13, 4000)).astype(dtype)
+    W = rng.standard_normal((4000, R)).astype(dtype)
+    Wa = rng.standard_normal((2, R)).astype(dtype)
+    dots = {sg.ttm_inner_dot(_at_offset(X, off, 4096), U, W).tobytes() for off in range(0, 64, it)}
+    axpys = {sg.ttm_inner_axpy(_at_offset(X, off, 4096), U, Wa).tobytes() for off in range(0, 64, it)}
+    assert len(dots) == 1 and len(axpys) == 1
+
+
 def test_l1_crowding_rule():
     """Rows a multiple of 4 KiB apart share one L1 set; half of that, two sets; odd line strides spread."""
     assert sg._l1_crowded(307200, 32) is True  # 320x240x160 float64, first mode: 75 pages a row
