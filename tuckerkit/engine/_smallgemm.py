@@ -405,10 +405,10 @@ def _head_cols(x, C, sxa, sxi, w, plain):  # pragma: no cover
     # (the bits of a sum over a tile's columns would hang on the tensor's address) or the row is one tile
     # (``plain`` false: a middle mode whose chunk is one run of memory, prefetched as one). Measured on the
     # AVX-512 machine (``ttm_inner`` alone, two workers, interleaved medians of 11-21 in one process, the same
-    # bits, X at numpy's usual 16 bytes past a line): first modes of 200^3, 320x240x160, 64^4 and 60^4 at
-    # R = 10 / 32, 0.86-0.97x the time in float64 and 0.84-0.94x in float32; middle modes of 64^4, 80^4 and
-    # 100^4 (several tiles a row) 0.78-0.96x; rows of one tile (200^3, 320x240x160) and 60^4's mode 1
-    # 0.97-1.03x (noise)
+    # bits, X at numpy's usual 16 bytes past a line): first modes of 200^3, 320x240x160, 64^4, 60^4 and 100^3
+    # at R = 10 / 32, 0.86-0.98x the time in float64 and 0.84-0.94x in float32; middle modes of 64^4, 80^4 and
+    # 100^4 (several tiles a row) 0.78-1.00x, 60^4's 0.97-1.02x; rows of one tile (200^3's and 320x240x160's
+    # middle modes) shifted 1.01-1.13x, hence not
     it = x.itemsize
     b = x.ctypes.data
     if not plain or (sxi * it) % 64 or (sxa * it) % 64 or b % it:
