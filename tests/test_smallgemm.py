@@ -1008,6 +1008,28 @@ def test_rows_past_a_line_start_their_tiles_at_one_with_the_same_bits(monkeypatc
     assert len(dots) == 1 and len(axpys) == 1
 
 
+def test_a_launch_reused_at_other_addresses_takes_each_calls_head(forced, dtype, rng, monkeypatch):
+    """A plan's launch is kept per operand strides, not addresses: reused on a tensor placed at every offset
+    from a line, each call's kernel works out its own head (the tensor's own address): the same bits, one
+    launch, einsum's sums to rounding."""
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 50_000)
+    if _handoff._handoff() is None:
+        pytest.skip("no GEMM helpers on this platform (the launch needs them)")
+    X = rng.standard_normal((13, 8, 500)).astype(dtype)  # first mode: rows of 4000 columns, whole lines apart
+    U = rng.standard_normal((13, 20)).astype(dtype)
+    plan = plan_contraction("abc,az->zbc", X, U, policy=ExecutionPolicy(2))
+    assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()
+    outs = []
+    for off in range(0, 64, dtype.itemsize):
+        Xo = _at_offset(X.reshape(1, 13, 4000), off).reshape(X.shape)
+        outs.append(contract("abc,az->zbc", Xo, U, plan=plan).tobytes())
+        assert np.array_equal(Xo, X)
+    assert len(plan._bound.launch) == 1 and isinstance(next(iter(plan._bound.launch.values())), sg._Launch)
+    assert all(o == outs[0] for o in outs)
+    _check(X, U, 0, np.frombuffer(outs[0], dtype).reshape(20, 8, 500))
+
+
 def test_l1_crowding_rule():
     """Rows a multiple of 4 KiB apart share one L1 set; half of that, two sets; odd line strides spread."""
     assert sg._l1_crowded(307200, 32) is True  # 320x240x160 float64, first mode: 75 pages a row
