@@ -200,7 +200,6 @@ class _Bound:
             self.views = (_view_steps(la, plan.shapes[0]), _view_steps(lb, plan.shapes[1]),
                           _view_steps(lc, plan.shapes[2]))
 
-
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if k != "launch"}
 
