@@ -1177,7 +1177,7 @@ def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, all
         assert len(bits) == 1, (A, I)  # every layout of X and of the output: the same bits
 
 
-@pytest.mark.parametrize("R", [16, 24, 32])
+@pytest.mark.parametrize("R", [6, 8, 12, 16, 24, 32])
 def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monkeypatch, all_blocks, R, dtype,
                                                                                 rng):
     """Several tiles pieces (any worker takes any), chunks of i carried through the output (or the private
@@ -1187,7 +1187,7 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
-    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 1_000_000)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
     assert min(-(-1001 // sg._OUTER_ROWS), 2 * X.size * R // sg.KERNEL_PIECE_FLOPS) > 3
     ref = np.empty((1001, R), dtype).T
     sg.ttm_outer(X, Ut, ref)
@@ -1219,7 +1219,9 @@ def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, t
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     """The rule: with 256-bit vectors R of 16 or more in at most four vectors, little padding (float32 16-32,
     float64 16); with 512-bit vectors R of 16 to ``MAX_RANK`` = 32, in float64 to ``WIDE_OUTER_F64_MAX_RANK`` =
-    64; the planner's last-mode plans run it (float32 R = 32 through ``ttm``, the bits of the direct call)."""
+    64, and below 16 float64 R padded by at most a quarter of its columns (6-8, 12-15) and float32 R of 13-15;
+    the planner's last-mode plans run it (float32 R = 32 and, with 512-bit vectors, float64 R = 8 through
+    ``ttm``: the bits of the direct call)."""
     wide = sg.wide_vectors()
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert [sg.outer_gemm_style(R, 4) for R in (10, 15, 16, 22, 24, 32, 33)] == [False, False, True, True, True,
@@ -1228,17 +1230,24 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     for itemsize in (4, 8):
         assert [sg.outer_gemm_style(R, itemsize) for R in (10, 12, 15, 16, 20, 32, 33, 64, 65)] == [
-            False, False, False, True, True, True, itemsize == 8, itemsize == 8, False]
+            False, itemsize == 8, True, True, True, True, itemsize == 8, itemsize == 8, False]
+    assert [R for R in range(1, 16) if sg.outer_gemm_style(R, 8)] == [6, 7, 8, 12, 13, 14, 15]
+    assert [R for R in range(1, 16) if sg.outer_gemm_style(R, 4)] == [13, 14, 15]
     monkeypatch.setattr(sg, "wide_vectors", lambda: wide)
-    X = rng.standard_normal((30, 20, 50)).astype(np.float32)
-    U = rng.standard_normal((50, 32)).astype(np.float32)
-    plan = ttm_plan(X, U, 2, transpose=True)
-    assert plan.compiled is CompiledKernel.TTM_OUTER
-    Y = ttm(X, U, 2, transpose=True, plan=plan)
-    _check(X, U, 2, Y)
-    direct = np.empty((600, 32), np.float32)
-    sg.ttm_outer(X.reshape(600, 50), np.ascontiguousarray(U.T), direct.T)
-    assert Y.reshape(600, 32).tobytes() == direct.tobytes()
+    for dtype, R in ((np.float32, 32), (np.float64, 8)):
+        X = rng.standard_normal((30, 20, 50)).astype(dtype)
+        U = rng.standard_normal((50, R)).astype(dtype)
+        plan = ttm_plan(X, U, 2, transpose=True)
+        assert plan.compiled is CompiledKernel.TTM_OUTER
+        Y = ttm(X, U, 2, transpose=True, plan=plan)
+        _check(X, U, 2, Y)
+        direct = np.empty((600, R), dtype)
+        sg.ttm_outer(X.reshape(600, 50), np.ascontiguousarray(U.T), direct.T)
+        assert Y.reshape(600, R).tobytes() == direct.tobytes()
+        if R == 8 and _handoff._handoff() is not None:  # the rule's kernel on this CPU (a launch needs the
+            # helpers): the register-blocked one only where vectors are wide
+            (launch,) = plan._bound.launch.values()
+            assert launch.name == ("outer_gemm" if wide else "outer_dot")
 
 
 def test_planner_keeps_ranks_above_32_on_blas(rng):

@@ -215,8 +215,12 @@ _OUTER_GEMM_PREFETCH = 2
 #: the fewest rows of i per chunk (each microkernel call pays a fixed start and drain)
 _MIN_KC = 8
 #: the smallest R :func:`ttm_outer` gives its register-blocked kernel where vectors are wide
-#: (:func:`outer_gemm_style`)
+#: (:func:`outer_gemm_style`) whatever its padding; below it, float64 R whose padding to whole 512-bit vectors
+#: is at most a quarter of the columns computed (``_WIDE_GEMM_PAD``: R = 6-8, 12-15) and float32 R from
+#: ``_WIDE_GEMM_F32_MIN_RANK``
 _WIDE_GEMM_MIN_RANK = 16
+_WIDE_GEMM_PAD = 4
+_WIDE_GEMM_F32_MIN_RANK = 13
 #: the largest output extent R the kernels are planned for (measured up to 32; beyond, BLAS nears its peak),
 #: except on a large tensor (:func:`planned_beyond_max_rank`)
 MAX_RANK = 32
@@ -1441,8 +1445,8 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
 
 def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionPolicy | None = None) -> None:
     """``Y2[r, a] = sum_i X2[a, i] Ut[r, i]`` for a 2-D view ``X2`` with unit stride along ``i``, ``Ut``
-    C-contiguous (U transposed) and any strides of the output view ``Y2`` (shape (R, A)); tiles of rows split
-    over the policy's workers. Dot products along the unit stride (four rows of X against two columns of U at
+    C-contiguous (U transposed) and any non-negative strides of the output view ``Y2`` (shape (R, A)); tiles of
+    rows split over the policy's workers. Dot products along the unit stride (four rows of X against two columns of U at
     a time), or where :func:`outer_gemm_style` says so, rows of X broadcast against packed columns of U (the
     inner kernel's register blocks, a sum in order over ``i`` per element).
 
@@ -1525,11 +1529,28 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     0.68-0.77 / 0.68-0.81 / 0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32
     1.05-1.09 / 0.84-0.90 / 0.64-0.66 / 0.85-0.88 / 0.74-0.77 / 0.52-0.63x. On smaller X ((4096, 64),
     (10000, 100), (4096, 200), both output layouts) R = 12 took 0.88-1.21x (float32 1.04-1.21x) the dot
-    kernel's time, R = 16 0.68-1.09x, R = 32 0.52-0.99x: hence from 16."""
+    kernel's time, R = 16 0.68-1.09x, R = 32 0.52-0.99x: hence from 16.
+
+    Below 16 where vectors are wide, float64 R padded to whole 512-bit vectors by at most a quarter of the
+    columns computed (R = 6-8 in one vector, 12-15 in two) and float32 R = 13-15 (stop 70). Measured against the
+    dot kernel (two workers, interleaved medians of 15, one process; X of (3600, 3600), (12960, 1000), (40000,
+    200), (76800, 160), (216000, 60), (10000, 100), (4096, 200), (100000, 10)): float64 R = 6 / 7 / 8
+    0.73-0.93 / 0.62-0.95 / 0.73-0.84x the time, R = 12 / 13 / 14 / 15 0.69-1.02 / 0.66-0.98 / 0.65-0.96 /
+    0.61-0.96x; float32 R = 13 / 14 / 15 0.63-0.90 / 0.64-0.99 / 0.62-0.99x. Left out: float64 R = 5 (0.67-1.08x),
+    9 / 10 (padded by 7 / 6 of 16 columns: 0.74-1.15x), 11 (0.65-1.05x) and float32 R up to 12 (up to 1.64x at R =
+    5, 0.66-1.08x at 11-12). Through the planner (the last mode, a preallocated output, medians of 21): float64
+    200^3 R = 6 / 14 0.91 / 0.89x, 100x1000x100 R = 12 0.86x, float32 200^3 R = 14 / 15 0.85 / 0.91x; CP-ALS on
+    60^4 (5 iterations, medians of 9) float64 R = 6 / 8 / 12 / 14 0.93 / 0.82 / 0.96 / 0.91x, float32 R = 13 / 15
+    0.90x."""
     if not simd_supported():
         return False
     if wide_vectors():
-        return _WIDE_GEMM_MIN_RANK <= R <= (WIDE_OUTER_F64_MAX_RANK if itemsize == 8 else MAX_RANK)
+        if R < _WIDE_GEMM_MIN_RANK:
+            if itemsize == 4:
+                return R >= _WIDE_GEMM_F32_MIN_RANK
+            rp = -(-R // 8) * 8  # (whole 512-bit vectors of float64)
+            return _WIDE_GEMM_PAD * (rp - R) <= rp
+        return R <= (WIDE_OUTER_F64_MAX_RANK if itemsize == 8 else MAX_RANK)
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
     return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp
