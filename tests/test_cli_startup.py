@@ -310,7 +310,7 @@ def test_read_only_and_writable_inputs_share_one_compiled_specialization(tmp_pat
             f"np.save({str(tmp_path / 'x.npy')!r}, X)\n"
             f"M = np.load({str(tmp_path / 'x.npy')!r}, mmap_mode='r')\n"
             "same = []\n"
-            "for R in (5, 12):\n"
+            "for R in (5, 10, 12):\n"
             "    for m in range(3):\n"
             "        U = rng.standard_normal((X.shape[m], R))\n"
             "        same.append(ttm(X, U, m, transpose=True).tobytes() == ttm(M, U, m, transpose=True).tobytes())\n"

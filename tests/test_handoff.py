@@ -328,8 +328,9 @@ def test_a_kernel_the_helpers_cannot_call_runs_on_the_pool(rng, monkeypatch):
     # U transposed given in F order to the dot-product kernel: the rows describe C arrays only, so the pool (and
     # another overload, whose vectorized dot products round differently: ttm_outer's callers pass C arrays)
     X2 = rng.standard_normal((9999, 77))
-    Ut = rng.standard_normal((8, 77))
-    Z, Zf = np.empty((8, 9999)), np.empty((8, 9999))
+    Ut = rng.standard_normal((10, 77))  # (R = 10: the dot products on any vectors, sg.outer_gemm_style)
+    assert not sg.outer_gemm_style(10, 8)
+    Z, Zf = np.empty((10, 9999)), np.empty((10, 9999))
     rounds.clear()
     sg.ttm_outer(X2, np.asfortranarray(Ut), Zf, ExecutionPolicy(workers=2))
     assert rounds == []
