@@ -1364,11 +1364,11 @@ def test_short_dot_rows_go_to_blas(monkeypatch, dtype, rng):
     """ttm_outer's dot products along a contracted unit-stride extent of fewer than SHORT_DOT_BYTES (256-bit
     vectors) or WIDE_SHORT_DOT_BYTES (512-bit) bytes (a short last mode): their sums run in LLVM's scalar
     remainder (measured 1.13-2.84x BLAS's time in float32 at I = 6-24, 1.04-1.50x in float64 at I = 6-12, R >= 5,
-    on a 256-bit machine; 1.04-1.72x and 1.06-1.69x at I below 128 bytes on the 512-bit one), so BLAS is planned
-    there; a row of the limit keeps the kernel, as does R = 16's register-blocked kernel. The BLAS plan's result
-    is einsum's."""
+    on a 256-bit machine; 1.04-1.72x and 1.06-1.69x at I below 128 bytes on the 512-bit one, and mostly above
+    1.0x up to 160 bytes), so BLAS is planned there; a row of the limit keeps the kernel, as does R = 16's
+    register-blocked kernel. The BLAS plan's result is einsum's."""
     item = np.dtype(dtype).itemsize
-    assert (sg.SHORT_DOT_BYTES, sg.WIDE_SHORT_DOT_BYTES) == (192, 128)
+    assert (sg.SHORT_DOT_BYTES, sg.WIDE_SHORT_DOT_BYTES) == (192, 192)
     short, long_ = sg.SHORT_DOT_BYTES // item - 2, sg.SHORT_DOT_BYTES // item
     short_w, long_w = sg.WIDE_SHORT_DOT_BYTES // item - 2, sg.WIDE_SHORT_DOT_BYTES // item
     kernel = CompiledKernel.TTM_OUTER if sg.simd_supported() else CompiledKernel.NONE

@@ -1738,8 +1738,13 @@ SHORT_DOT_RATE = 0.45
 #: plan, two workers, interleaved medians of 7, R = 3-12): float32 I = 6-30 (below 128 bytes) 0.97-1.72x
 #: BLAS's time at R = 5-12, all but one case above 1.0x (0.73-1.20x at R = 3), I = 32-48 0.53-1.02x; float64
 #: I = 6-12 1.06-1.69x (0.96x once), I = 16-48 0.57-1.06x. The last modes of 20^5 and 40x40x40x40x10 in
-#: float32 (I = 20, 10) and of 40x40x40x40x10 in float64 were such rows (1.16-1.71x BLAS's time at R = 5-10)
-WIDE_SHORT_DOT_BYTES = 128
+#: float32 (I = 20, 10) and of 40x40x40x40x10 in float64 were such rows (1.16-1.71x BLAS's time at R = 5-10).
+#: Since the dot products take five columns at a time on rows of 200 bytes and more (:func:`_dot_five`), rows
+#: below 192 bytes are short here too (stop 70; (E / 20 / I, 20, I) against I x R, E = 3.2M and 8M elements,
+#: the compiled plan forced against the BLAS plan, two workers, interleaved medians of 11, R = 3 / 5 / 10):
+#: float64 I = 16-20 (128-160 bytes) 0.96-1.48x BLAS's time (10 of 12 above 1.0x), I = 24 0.88-1.44x, I = 32-40
+#: 0.60-0.93x; float32 I = 32-40 (128-160 bytes) 0.65-1.69x (10 of 12 above 1.0x), I = 48-64 0.53-1.10x
+WIDE_SHORT_DOT_BYTES = 192
 #: a batch of GEMMs on BLAS costs this much per GEMM beyond its flops (the batched loop's call, its
 #: operands' set-up, a tiny GEMM's packing): the strided-batched alternative of :func:`ttm_inner` adds it
 #: per GEMM. Measured on the 2-core AVX2 machine (the middle mode, batched over the first: X of (A, B, C)
