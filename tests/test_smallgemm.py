@@ -1365,8 +1365,9 @@ def test_short_dot_rows_go_to_blas(monkeypatch, dtype, rng):
     vectors) or WIDE_SHORT_DOT_BYTES (512-bit) bytes (a short last mode): their sums run in LLVM's scalar
     remainder (measured 1.13-2.84x BLAS's time in float32 at I = 6-24, 1.04-1.50x in float64 at I = 6-12, R >= 5,
     on a 256-bit machine; 1.04-1.72x and 1.06-1.69x at I below 128 bytes on the 512-bit one, and mostly above
-    1.0x up to 160 bytes), so BLAS is planned there; a row of the limit keeps the kernel, as does R = 16's
-    register-blocked kernel. The BLAS plan's result is einsum's."""
+    1.0x up to 160 bytes), so BLAS is planned there, also where the register-blocked kernel would take R below
+    16; a row of the limit keeps the kernel, as does R = 16's register-blocked kernel. The BLAS plan's result
+    is einsum's."""
     item = np.dtype(dtype).itemsize
     assert (sg.SHORT_DOT_BYTES, sg.WIDE_SHORT_DOT_BYTES) == (192, 192)
     short, long_ = sg.SHORT_DOT_BYTES // item - 2, sg.SHORT_DOT_BYTES // item
@@ -1376,11 +1377,11 @@ def test_short_dot_rows_go_to_blas(monkeypatch, dtype, rng):
         monkeypatch.setattr(sg, "wide_vectors", lambda wide=wide: wide)
         limit = sg.WIDE_SHORT_DOT_BYTES if wide else sg.SHORT_DOT_BYTES
         for I, R in ((short, 5), (short, 10), (long_, 5), (short, 16), (short_w, 5), (short_w, 10),  # noqa: E741
-                     (long_w, 5)):
+                     (long_w, 5), (short_w, 8), (short_w, 14), (long_w, 14)):
             contract_mod._cached_plan.cache_clear()
             X = np.empty((4_000_000 // I, I), dtype)
             plan = plan_contraction("ac,cz->az", X, np.empty((I, R), dtype))
-            dot_short = I * item < limit and not sg.outer_gemm_style(R, item)
+            dot_short = I * item < limit and (R < 16 or not sg.outer_gemm_style(R, item))
             assert plan.compiled is (CompiledKernel.NONE if dot_short else kernel), (wide, I, R, plan.explain())
             assert (sg.kernel_efficiency("small_rank_ttm_outer", np.dtype(dtype).name, R, 0, I)
                     == sg._KERNEL_EFF[("small_rank_ttm_outer", np.dtype(dtype).name)][R > 16]

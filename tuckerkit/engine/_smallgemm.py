@@ -1446,9 +1446,9 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
 def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionPolicy | None = None) -> None:
     """``Y2[r, a] = sum_i X2[a, i] Ut[r, i]`` for a 2-D view ``X2`` with unit stride along ``i``, ``Ut``
     C-contiguous (U transposed) and any non-negative strides of the output view ``Y2`` (shape (R, A)); tiles of
-    rows split over the policy's workers. Dot products along the unit stride (four rows of X against two columns of U at
-    a time), or where :func:`outer_gemm_style` says so, rows of X broadcast against packed columns of U (the
-    inner kernel's register blocks, a sum in order over ``i`` per element).
+    rows split over the policy's workers. Dot products along the unit stride (four rows of X against two
+    columns of U at a time), or where :func:`outer_gemm_style` says so, rows of X broadcast against packed
+    columns of U (the inner kernel's register blocks, a sum in order over ``i`` per element).
 
     Examples
     --------
@@ -1859,7 +1859,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     ``STREAMED_BYTES``.
 
     :func:`ttm_outer`'s dot products along a contracted extent of fewer than ``SHORT_DOT_BYTES`` (256-bit
-    vectors; ``WIDE_SHORT_DOT_BYTES`` with 512-bit ones) run at ``SHORT_DOT_RATE`` of the rate.
+    vectors; ``WIDE_SHORT_DOT_BYTES`` with 512-bit ones) run at ``SHORT_DOT_RATE`` of the rate, and so does its
+    register-blocked kernel there below R = 16.
 
     ``columns``: the unit-stride extent ``C`` of :func:`ttm_inner` (0: not known). Rows of at least
     ``LONG_ROW_BYTES`` take the long-row constants. The columns left over at the end of a row, fewer than one
@@ -1880,7 +1881,9 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     eff = lo if R <= 16 else hi
     short_dot = WIDE_SHORT_DOT_BYTES if wide_vectors() else SHORT_DOT_BYTES
     if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < short_dot
-            and not outer_gemm_style(R, itemsize)):
+            and (R < _WIDE_GEMM_MIN_RANK or not outer_gemm_style(R, itemsize))):
+        # (below rank 16 the register-blocked kernel too: on rows of 4-20 elements it took 0.76-1.44x BLAS's
+        # time at float64 R = 6-12 and 1.30-2.44x at float32 R = 13-14, two runs, stop 70)
         eff *= SHORT_DOT_RATE
     if variant == "small_rank_ttm_inner" and columns > 0:
         vl = 32 // itemsize
