@@ -38,13 +38,33 @@ from tuckerkit.engine._plan import CompiledKernel
 from tuckerkit.engine._roofline import machine_roofline
 
 
+def rank_list(text: str) -> list[int]:
+    """``--ranks``: comma-separated positive integers."""
+    try:
+        ranks = [int(r) for r in text.split(",")]
+    except ValueError:
+        ranks = []
+    if not ranks or min(ranks) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers such as 10,32; received {text!r}")
+    return ranks
+
+
+def result_stem(text: str) -> str:
+    """``--name``: a file stem (letters, digits, ``_`` and ``-``), written under benchmarks/results."""
+    if not text or not all(c.isalnum() or c in "_-" for c in text):
+        raise argparse.ArgumentTypeError(f"expected a file stem of letters, digits, _ and -; received {text!r}")
+    return text
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
-    ap.add_argument("--ranks", default="10,32", help="comma-separated ranks (default: the floor's 10,32)")
-    ap.add_argument("--name", default="ttm", help="results file stem under benchmarks/results (default: ttm)")
+    ap.add_argument("--ranks", default=[10, 32], type=rank_list,
+                    help="comma-separated ranks (default: the floor's 10,32)")
+    ap.add_argument("--name", default="ttm", type=result_stem,
+                    help="results file stem under benchmarks/results (default: ttm)")
     args = ap.parse_args(argv)
     if args.device != "cpu":
         import gpu
@@ -56,7 +76,7 @@ def main(argv=None) -> None:
     shapes = [(120, 120, 120), (48, 48, 48, 48)] if args.quick else [
         (200, 200, 200), (320, 240, 160), (64, 64, 64, 64)]
     repeat = 3 if args.quick else args.repeat
-    ranks = [int(r) for r in args.ranks.split(",")]
+    ranks = args.ranks
     rng = np.random.default_rng(0)
     rows = []
     peaks = {dt: gemm_peak(dt, 3) for dt in (np.float64, np.float32)}
