@@ -105,6 +105,35 @@ def test_every_route_gives_the_same_bits_and_matches_einsum(dtype, rng, monkeypa
 
 
 @needs_helpers
+@pytest.mark.parametrize("most", [2, 4, 16])
+def test_a_product_is_cut_into_at_most_the_machines_pieces(most, rng, monkeypatch):
+    """The cut's count follows ``BLAS_MAX_PIECES`` (two a CPU; set here to each value a machine can have):
+    the same pieces and bits for any workers, the product matches einsum."""
+    from tuckerkit.engine import _contract
+    from tuckerkit.engine._policy import split_points
+
+    monkeypatch.setattr(_contract, "BLAS_MAX_PIECES", most)
+    pieces: list[int] = []
+    real = H._Handoff.run
+
+    def counted(self, descs, workers):
+        pieces.append(len(descs))
+        return real(self, descs, workers)
+
+    monkeypatch.setattr(H._Handoff, "run", counted)
+    a = rng.standard_normal((1000, 300))
+    b = rng.standard_normal((300, 200))
+    got = {w: _run(a, b, np.empty((1000, 200)), w) for w in (1, 2, 3)}
+    expected = len(split_points(1000, 2 * 1000 * 300 * 200, most)) - 1
+    assert expected == most  # 120 MFlop: enough for 16 pieces of 1 MFlop, so the cap decides
+    assert pieces == [most] * 3  # the same pieces for one, two and three workers
+    for w in (2, 3):
+        np.testing.assert_array_equal(got[w], got[1], err_msg=f"{w} workers")
+    ref = a @ b
+    np.testing.assert_allclose(got[1], ref, rtol=0, atol=4 * 300 * np.finfo(np.float64).eps * np.abs(ref).max())
+
+
+@needs_helpers
 def test_threads_sharing_the_helpers_get_the_sequential_bits(rng):
     """Several threads at once: one holds the helpers, the others run the same calls on the Python pool."""
     cases = _layouts(rng, np.float64)

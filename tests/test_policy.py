@@ -149,6 +149,17 @@ def test_split_points_depend_on_the_sizes_only():
     assert split_points(10, 100) == [0, 10]
     assert split_points(1000, 10**12) == [1000 * i // 16 for i in range(17)]  # at most 16 pieces
     assert split_points(3, 10**12) == [0, 1, 2, 3]
+    assert split_points(1000, 10**12, most=4) == [0, 250, 500, 750, 1000]
+    assert split_points(3, 10**12, most=2) == [0, 1, 3]
+
+
+def test_blas_products_take_at_most_two_pieces_a_cpu():
+    """Two a CPU rounded up to a power of two, between 2 and 16; fixed at import from the machine's CPU count."""
+    from tuckerkit.engine._policy import BLAS_MAX_PIECES, MAX_PIECES, blas_max_pieces
+
+    assert [blas_max_pieces(c) for c in (1, 2, 3, 4, 5, 8, 9, 256)] == [2, 4, 8, 8, 16, 16, 16, 16]
+    assert blas_max_pieces(None) == blas_max_pieces(0) == MAX_PIECES  # unknown: as before
+    assert BLAS_MAX_PIECES == blas_max_pieces(os.cpu_count())
 
 
 @pytest.mark.parametrize(

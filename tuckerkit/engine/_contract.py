@@ -21,6 +21,7 @@ from tuckerkit.engine._plan import (
     build_plan,
 )
 from tuckerkit.engine._policy import (
+    BLAS_MAX_PIECES,
     CONTRACT_PARALLEL_FLOPS,
     CONTRACT_PIECE_SCALE,
     DOT_SERIAL_MAX,
@@ -358,11 +359,12 @@ def operand_views(plan: ContractionPlan, A, B, out, xp=np):
 def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int = 1) -> None:
     """``cv[...] = av @ bv`` on ``(*batch, m, k) @ (*batch, k, n)`` views, BLAS held to one thread.
 
-    A product of at least MIN_PARALLEL_FLOPS is cut into pieces by the sizes alone (:func:`split_points`): a
-    batch over its largest mode; a single GEMM over whichever of its rows, columns or reduction moves the
-    fewest extra bytes (rows re-read B per piece, columns re-read A, a cut reduction writes one partial
-    product per piece, added afterwards in piece order). The cut never depends on the workers, so neither
-    do the bits. ``piece_scale``: pieces of at least that many times MIN_CHUNK_FLOPS.
+    A product of at least MIN_PARALLEL_FLOPS is cut into pieces by the sizes alone (:func:`split_points`, at
+    most ``BLAS_MAX_PIECES``: two per CPU of the machine): a batch over its largest mode; a single GEMM over
+    whichever of its rows, columns or reduction moves the fewest extra bytes (rows re-read B per piece,
+    columns re-read A, a cut reduction writes one partial product per piece, added afterwards in piece
+    order). The cut never depends on the workers or the load, so neither do the bits. ``piece_scale``:
+    pieces of at least that many times MIN_CHUNK_FLOPS.
     """
     if flops < PIN_FLOPS and av.shape[-1] <= DOT_SERIAL_MAX:  # OpenBLAS runs it on one thread in any setting
         # numpy reports the FPU's flags after the BLAS call: once in a full test run (float32 MTTKRP, finite
@@ -386,7 +388,7 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
             return
         m, k = av.shape[-2:]
         n = bv.shape[-1]
-        pieces = len(split_points(max(m, n, k), _piece_flops(flops, piece_scale))) - 1
+        pieces = len(split_points(max(m, n, k), _piece_flops(flops, piece_scale), BLAS_MAX_PIECES)) - 1
         extra = {"rows": k * n, "cols": m * k, "reduction": 2 * m * n}  # bytes moved again per extra piece
         how = min(extra, key=lambda h: extra[h])
         if how == "reduction" and k >= 2 * pieces:
@@ -412,7 +414,7 @@ def _piece_flops(flops: int, piece_scale: int) -> int:
 def _split_batch(av, bv, cv, flops: int, policy: ExecutionPolicy, axis: int, piece_scale: int = 1) -> None:
     """Pieces along one batch axis, or along the rows (``axis == nd - 2``) or columns (``nd - 1``)."""
     nd = cv.ndim
-    bounds = split_points(cv.shape[axis], _piece_flops(flops, piece_scale))
+    bounds = split_points(cv.shape[axis], _piece_flops(flops, piece_scale), BLAS_MAX_PIECES)
     if len(bounds) <= 2:
         np.matmul(av, bv, out=cv)
         return
@@ -441,7 +443,7 @@ def _split_reduction(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scal
     """Pieces along the reduction of one GEMM with a small output: a partial product per piece, added in
     piece order (so the bits do not depend on which worker ran which piece)."""
     k = av.shape[-1]
-    bounds = split_points(k, _piece_flops(flops, piece_scale))
+    bounds = split_points(k, _piece_flops(flops, piece_scale), BLAS_MAX_PIECES)
     partial = np.empty((len(bounds) - 1, *cv.shape), dtype=cv.dtype)
     if not run_split(av, bv, cv, -1, bounds, policy, partial):  # the GIL-free helpers, else the Python pool
 

@@ -465,18 +465,51 @@ def blas_pinned() -> _BlasPin:
 # ---------------------------------------------------------------------------------------------------
 # splits and workers
 # ---------------------------------------------------------------------------------------------------
-def split_points(size: int, flops: int) -> list[int]:
+def split_points(size: int, flops: int, most: int = MAX_PIECES) -> list[int]:
     """Cut points splitting ``size`` items of ``flops`` work into pieces of at least MIN_CHUNK_FLOPS each
-    and at most MAX_PIECES pieces: a function of the sizes only, so every machine splits alike.
+    and at most ``most`` pieces (MAX_PIECES; :data:`BLAS_MAX_PIECES` for a BLAS product): a function of the
+    sizes only (and of ``most``), never of the workers or the load.
 
     Examples
     --------
     >>> from tuckerkit.engine._policy import split_points
-    >>> split_points(10, 100), split_points(10, 4_000_000)
-    ([0, 10], [0, 2, 5, 7, 10])
+    >>> split_points(10, 100), split_points(10, 4_000_000), split_points(10, 4_000_000, most=2)
+    ([0, 10], [0, 2, 5, 7, 10], [0, 5, 10])
     """
-    n = max(1, min(size, MAX_PIECES, flops // MIN_CHUNK_FLOPS))
+    n = max(1, min(size, most, flops // MIN_CHUNK_FLOPS))
     return [size * i // n for i in range(n + 1)]
+
+
+def blas_max_pieces(cpus: int | None) -> int:
+    """The most pieces :func:`~tuckerkit.engine._contract.cpu_matmul` cuts a BLAS product into on a machine
+    of ``cpus`` logical CPUs (``os.cpu_count()``; None: unknown): two a CPU, rounded up to a power of two
+    (so the pieces balance over 1, 2, 4 ... workers), between 2 and MAX_PIECES.
+
+    Each piece is a BLAS call of its own that packs its share of one operand and all of the other again, so
+    more pieces than the cores can run at once cost time. Measured on the project's 2-core AVX-512 machine
+    (float64, two workers, interleaved medians of 9 in one process; 16 -> 4 pieces): a 1000^3 GEMM 17.9 ->
+    14.4 ms (OpenBLAS's own two threads: 14.1), 60^4's two CP-ALS partials at rank 50 ((3600 x 3600) times
+    (3600 x 50), either side) 14.6-15.0 -> 12.8-12.9 ms each, 200^3's first- and last-mode products at ranks
+    32 and 50 0.96-1.02x; whole calls (5 iterations, medians of 3 rounds, two runs): CP-ALS on 60^4 at rank
+    50 0.88x the time in float64 and 0.96x in float32, on 200^3 0.98x; HOOI (60^4 at ranks 10 and 20, 200^3,
+    100^4) and CP-ALS at rank 10 0.98-1.02x; the seed's Table II at n = 128 / 256 (geometric means over its
+    36 cases, medians of 3-9 rounds) 0.97 / 0.99x in float64, 0.99 / 0.97x in float32, every case 0.84-1.09x.
+    Two pieces instead of four ran 0.97-1.03x of that, but leave a busy machine's free core no piece to take
+    from the other.
+
+    The bits of a BLAS product depend on its cut (OpenBLAS sums a piece's own blocks), so they are the same
+    for any workers and any load on one machine, and on machines of the same CPU count.
+
+    >>> [blas_max_pieces(c) for c in (None, 1, 2, 3, 4, 8, 64)]
+    [16, 2, 4, 8, 8, 16, 16]
+    """
+    if not cpus or cpus < 1:
+        return MAX_PIECES
+    return max(2, min(MAX_PIECES, 1 << (2 * cpus - 1).bit_length()))
+
+
+#: :func:`blas_max_pieces` of this machine (fixed at import: its CPU count, not the process's affinity)
+BLAS_MAX_PIECES = blas_max_pieces(os.cpu_count())
 
 
 _POOL_LOCK = threading.Lock()
