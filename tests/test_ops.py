@@ -827,6 +827,44 @@ def test_a_skewed_3way_mttkrp_sweep_takes_the_halves_with_small_partials(order, 
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize(("R", "split_last"), [(3, False), (5, True)])
+def test_cp_sweep_takes_the_skewed_halves_only_at_a_rank_large_against_the_first_mode(order, R, split_last, rng,
+                                                                                    planned_sweeps):
+    """(12, 5, 600): the halves [0, 1] | [2] leave partials 8.3x smaller (720 against 6012 elements a rank), but
+    [0] | [1, 2]'s pass over mode 0 alone writes only R / 12 of the tensor: at R = 3 (0.25 < CP_SKEW_RANK = 0.4)
+    the sweep keeps [0] | [1, 2] (the Khatri-Rao pass of modes 1 and 2, then mode 0 alone and GEMVs), at R = 5
+    it takes [0, 1] | [2] (measured: (60, 300, 600) at R = 10 1.27x the time with [0, 1] | [2], at R = 32
+    0.79x). The mirror image for F order. Every MTTKRP einsum's to rounding, Gauss-Seidel."""
+    from tuckerkit.engine import mttkrp_sweep
+    from tuckerkit.engine._sweeps import CP_SKEW, CP_SKEW_RANK, _partial_elems, cp_skewed_last
+
+    shape = (12, 5, 600)
+    assert (_partial_elems(shape, [[1, 2], [0]]), _partial_elems(shape, [[2], [0, 1]])) == (6012, 720)
+    assert 6012 > CP_SKEW * 720 and 3 < CP_SKEW_RANK * 12 <= 5
+    assert cp_skewed_last(shape, R) == split_last and not cp_skewed_last((24, 24, 24), 24)
+    X = rng.standard_normal(shape) if order == "C" else np.asfortranarray(rng.standard_normal(shape[::-1]))
+    U0 = [rng.standard_normal((n, R)) for n in X.shape]
+    new = [rng.standard_normal((n, R)) for n in X.shape]
+    factors = [u.copy() for u in U0]
+    got, used = {}, {}
+
+    def update(n, M):
+        got[n], used[n] = np.array(M), [f.copy() for f in factors]
+        factors[n] = new[n]
+
+    plans = mttkrp_sweep(X, factors, update)
+    passes = [p.spec for p in plans if math.prod(p.shapes[0]) == X.size]
+    skewed = {"C": ["abc,cZ->abZ", "ca,aZ->cZ"], "F": ["ac,cZ->aZ", "abc,aZ->bcZ"]}[order]
+    plain = {"C": ["ab,bZ->aZ", "abc,aZ->bcZ"], "F": ["abc,cZ->abZ", "cb,bZ->cZ"]}[order]
+    assert passes == (skewed if split_last else plain)
+    for n, spec in enumerate(["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]):
+        assert all(np.array_equal(used[n][m], new[m] if m < n else U0[m]) for m in range(3) if m != n)
+        ref = np.einsum(spec, X, *(used[n][m] for m in range(3) if m != n), optimize=True)
+        tol = 4 * X.size // X.shape[n] * np.finfo(np.float64).eps * np.abs(ref).max()
+        np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_mttkrp_sweep_of_a_3way_tensor_never_contracts_its_unit_stride_mode_alone(order, dtype, rng, planned_sweeps):
     """A 3-way sweep's two passes over X contract one mode each by a GEMM; neither is the unit-stride mode
