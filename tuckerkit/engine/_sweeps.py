@@ -102,16 +102,21 @@ def splits_first_alone(T: Any) -> bool:
 
 def skewed_last(shape: tuple[int, ...]) -> bool:
     """Whether a 3-way tensor's halves [0, 1] | [2] leave partials more than ``SKEW`` times smaller than
-    [0] | [1, 2] (:func:`_partial_elems`): a last mode much longer than the first, as (10, 10, 100000),
-    (10, 1000, 1000) or (20, 500, 500). There the C-ordered tensor's sweeps (HOOI's and CP-ALS's) take the
+    [0] | [1, 2] (:func:`_partial_elems`): a last mode longer than the first, as (10, 10, 100000),
+    (10, 1000, 1000), (20, 500, 500) or (30, 3000, 100). There the C-ordered tensor's HOOI sweeps take the
     halves [0, 1] | [2] after all: [0] | [1, 2] projects mode 0 alone into a partial of a large share of the
-    tensor (CP-ALS at R = 16 on (10, 10, 100000): 1.6x the tensor, written twice). Per iteration, in-process
-    A/B on the AVX-512 machine (medians of 7, float64): CP-ALS (10, 10, 100000) R = 16 / 10 (float32) / 4
-    0.44 / 0.53 / 0.87x the time, (20, 500, 500) R = 10 / 16 0.80 / 0.64x, (10, 1000, 1000) R = 10 0.38x;
-    HOOI at rank 5: (10, 1000, 1000) 0.46x, (20, 500, 500) 0.76x, (10, 10, 100000) 0.92x. Cubes and a long
-    first mode keep [0] | [1, 2] (HOOI on (100000, 10, 10) 1.12x and 200^3 1.11x the time with the halves).
-    The mirror image holds for an F-ordered tensor (``skewed_last(shape[::-1])``: a first mode much longer
-    than the last takes [0] | [1, 2] instead of its [0, 1] | [2])."""
+    tensor. Per iteration, in-process A/B on the AVX-512 machine (medians of 7, float64), HOOI at rank 5:
+    (10, 1000, 1000) 0.46x the time, (20, 500, 500) 0.76x, (10, 10, 100000) 0.92x. Cubes and a long first
+    mode keep [0] | [1, 2] (HOOI on (100000, 10, 10) 1.12x and 200^3 1.11x the time with the halves).
+
+    ``SKEW`` was 4 until stop 71; at 1.5 the shapes between take the halves too (8 iterations, medians of 5
+    interleaved pairs, ranks 5 / 10 / 20): (30, 3000, 100) (partials 1.68x smaller) 0.93 / 0.92 / 0.79x the
+    time, (40, 1000, 200) (2.59x) 0.93 / 0.94 / 0.90x, (100, 200, 300) (2.23x) 0.84 / 0.92 / 0.96x, (100, 300,
+    300) (1.99x) 1.00 / 1.01 / 0.94x, (80, 400, 250) (1.87x) 0.98 / 1.02 / 0.95x; those of larger ratios, as
+    before, (60, 300, 600), (50, 500, 500), (100, 100, 1000), (20, 500, 500) 0.79-0.99x; below it 200^3
+    (1.0x) 1.02-1.08x and 320x240x160 (0.78x) 1.08-1.12x with the halves. CP-ALS adds a condition on its rank
+    (:func:`cp_skewed_last`). The mirror image holds for an F-ordered tensor (``skewed_last(shape[::-1])``: a
+    first mode much longer than the last takes [0] | [1, 2] instead of its [0, 1] | [2])."""
     return len(shape) == 3 and _partial_elems(tuple(shape), [[1, 2], [0]]) > SKEW * _partial_elems(
         tuple(shape), [[2], [0, 1]])
 
@@ -119,7 +124,7 @@ def skewed_last(shape: tuple[int, ...]) -> bool:
 def cp_skewed_last(shape: tuple[int, ...], R: int) -> bool:
     """Whether CP-ALS's sweep of a C-ordered 3-way tensor takes the halves [0, 1] | [2] (mode 2 alone, then
     modes 0 and 1 with their Khatri-Rao product) rather than [0] | [1, 2]: where those partials are more than
-    ``CP_SKEW`` times smaller (:func:`_partial_elems`, per rank) and the rank is at least ``CP_SKEW_RANK``
+    ``SKEW`` times smaller (:func:`skewed_last`) and the rank is at least ``CP_SKEW_RANK``
     times the first mode's extent. [0] | [1, 2]'s pass over mode 0 alone writes a partial of ``R / I_0``
     times the tensor and reads it back twice (its GEMVs), which costs more than the other split's less
     efficient Khatri-Rao pass only where ``R / I_0`` is large; below that its compiled passes win even on
@@ -141,8 +146,7 @@ def cp_skewed_last(shape: tuple[int, ...], R: int) -> bool:
     >>> cp_skewed_last((30, 3000, 100), 50), cp_skewed_last((30, 3000, 100), 10), cp_skewed_last((200,) * 3, 200)
     (True, False, False)
     """
-    return (len(shape) == 3 and R >= CP_SKEW_RANK * shape[0]
-            and _partial_elems(tuple(shape), [[1, 2], [0]]) > CP_SKEW * _partial_elems(tuple(shape), [[2], [0, 1]]))
+    return len(shape) == 3 and R >= CP_SKEW_RANK * shape[0] and skewed_last(shape)
 
 
 def take_partial(partials: dict[frozenset[int], Any] | None, unprojected: list[int]) -> Any:
@@ -387,11 +391,10 @@ class MttkrpTree:
 FUSE_LAST_GEMV = True
 
 #: a C-ordered 3-way tensor's sweeps leave the halves [0] | [1, 2] for [0, 1] | [2] where those partials
-#: (:func:`_partial_elems`) are more than this many times smaller (:func:`skewed_last`; HOOI's tree)
-SKEW = 4
-#: CP-ALS's sweeps take [0, 1] | [2] where those partials are more than this many times smaller and the rank is
-#: at least ``CP_SKEW_RANK`` times the first mode's extent (:func:`cp_skewed_last`)
-CP_SKEW = 1.5
+#: (:func:`_partial_elems`) are more than this many times smaller (:func:`skewed_last`)
+SKEW = 1.5
+#: ... and CP-ALS's only where its rank is also at least this many times the first mode's extent
+#: (:func:`cp_skewed_last`)
 CP_SKEW_RANK = 0.4
 
 
