@@ -11,6 +11,7 @@ import numpy as np
 
 from tuckerkit.backend import array_namespace, result_dtype
 from tuckerkit.backend._device import device_op
+from tuckerkit.engine import _workspace
 from tuckerkit.engine._gpu import gpu_matmul, may_share_bounds
 from tuckerkit.engine._plan import (
     SUMMED_PARTIAL_BYTES,
@@ -263,7 +264,7 @@ def _bound_call(plan: Any, A: Any, B: Any) -> _Bound | None:
 
 
 def _fresh_out(bound: _Bound):
-    buf = np.empty(bound.alloc_shape, dtype=bound.dtype)
+    buf = _workspace.empty(bound.alloc_shape, bound.dtype)  # (np.empty, unless a sweep's workspace is active)
     return buf if bound.alloc_perm is None else buf.transpose(bound.alloc_perm)
 
 

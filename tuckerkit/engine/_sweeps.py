@@ -18,6 +18,7 @@ import numpy as np
 
 from tuckerkit._validation import check_factor_list
 from tuckerkit.backend import array_namespace
+from tuckerkit.engine import _workspace
 from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
 from tuckerkit.engine._direct import (
     device_direct_applies,
@@ -191,6 +192,9 @@ def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, pla
                         cache[key] = p
                 plans.append(p)
                 Y = dense_multi_ttm(T, mats, True, p, policy)
+                ws = _workspace.active()
+                if ws is not None:  # (the projection's intermediates are idle now: at most one kept)
+                    ws.trim()
             else:
                 Y = T
         ttmc_tree(Y, part, factors, update, plans, policy, partials, cache)
@@ -210,8 +214,23 @@ def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: Executi
         direct_ttmc_sweep(X, factors, update, lambda part: take_partial(partials, part), _ttmc_half)
         return Sweep((record("ttmc", X, rank),), min(X.ndim, 2))
     plans: list[Any] = []
-    ttmc_tree(X, list(range(X.ndim)), factors, update, plans, policy, partials, cache)
+    ws = _sweep_workspace(X, cache)
+    with _workspace.using(ws):
+        ttmc_tree(X, list(range(X.ndim)), factors, update, plans, policy, partials, cache)
+    if ws is not None:
+        ws.trim()
     return Sweep(tuple(plans), min(X.ndim, 2))
+
+
+def _sweep_workspace(X: Any, cache: dict[Any, Any] | None) -> _workspace.Workspace | None:
+    """The call's :class:`~tuckerkit.engine._workspace.Workspace` for a host array's sweeps, kept in its plan
+    cache (one decomposition call); None without a cache or for a device array."""
+    if cache is None or not isinstance(X, np.ndarray) or not _workspace.supported():
+        return None
+    ws = cache.get("workspace")
+    if ws is None:
+        ws = cache["workspace"] = _workspace.Workspace()
+    return ws
 
 
 class MttkrpTree:
