@@ -118,5 +118,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     if ws is not None:
         dt = np.dtype(dtype)
         if math.prod(shape) * dt.itemsize >= MIN_BYTES:
-            return ws.empty(tuple(shape), dt)
+            a = ws.empty(tuple(shape), dt)
+            if a.flags.aligned:  # (malloc's 16 bytes hold every dtype here; numpy's own array otherwise)
+                return a
     return np.empty(shape, dtype=dtype)
