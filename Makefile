@@ -131,6 +131,7 @@ bench: $(VENV)/.bench
 	$(BENCH_PY) benchmarks/mttkrp.py
 	$(BENCH_PY) benchmarks/tucker.py
 	$(BENCH_PY) benchmarks/cp.py
+	$(BENCH_PY) benchmarks/shapes.py
 	$(BENCH_PY) benchmarks/defaults.py
 	$(BENCH_PY) benchmarks/small.py
 	$(BENCH_PY) benchmarks/whole_run.py
