@@ -799,7 +799,6 @@ def test_a_skewed_3way_mttkrp_sweep_takes_the_halves_with_small_partials(order, 
     4 x 5 x R, then GEMVs), then modes 0 and 1 with their Khatri-Rao product (one GEMM on a merged view); the
     updates Gauss-Seidel, each MTTKRP einsum's to rounding. A cube keeps [0] | [1, 2]. The mirror image: an
     F-ordered (600, 5, 4) takes [0] | [1, 2] (modes 1 and 2 by their Khatri-Rao product, then mode 0 alone)."""
-    from tuckerkit.engine import mttkrp_sweep
     from tuckerkit.engine._sweeps import SKEW, _partial_elems
 
     assert (_partial_elems((4, 5, 600), [[1, 2], [0]]), _partial_elems((4, 5, 600), [[2], [0, 1]])) == (5400, 640)
@@ -808,8 +807,19 @@ def test_a_skewed_3way_mttkrp_sweep_takes_the_halves_with_small_partials(order, 
     X = rng.standard_normal((4, 5, 600)).astype(dtype)
     if order == "F":
         X = np.asfortranarray(rng.standard_normal((600, 5, 4)).astype(dtype))
-    U0 = [rng.standard_normal((n, 5)).astype(dtype) for n in X.shape]
-    new = [rng.standard_normal((n, 5)).astype(dtype) for n in X.shape]
+    passes = _checked_mttkrp_sweep(X, 5, rng)
+    assert passes == (["abc,cZ->abZ", "ca,aZ->cZ"] if order == "C" else ["ac,cZ->aZ", "abc,aZ->bcZ"])
+
+
+def _checked_mttkrp_sweep(X, R, rng) -> list[str]:
+    """One 3-way MTTKRP sweep of ``X`` at rank ``R`` whose update replaces each factor: every MTTKRP is einsum's
+    to rounding on the factors it saw (Gauss-Seidel: the new ones before its mode, the first ones after).
+    Returns the specs of the passes over all of ``X``."""
+    from tuckerkit.engine import mttkrp_sweep
+
+    dtype = X.dtype
+    U0 = [rng.standard_normal((n, R)).astype(dtype) for n in X.shape]
+    new = [rng.standard_normal((n, R)).astype(dtype) for n in X.shape]
     factors = [u.copy() for u in U0]
     got, used = {}, {}
 
@@ -818,14 +828,13 @@ def test_a_skewed_3way_mttkrp_sweep_takes_the_halves_with_small_partials(order, 
         factors[n] = new[n]
 
     plans = mttkrp_sweep(X, factors, update)
-    assert [p.spec for p in plans if math.prod(p.shapes[0]) == X.size] == (
-        ["abc,cZ->abZ", "ca,aZ->cZ"] if order == "C" else ["ac,cZ->aZ", "abc,aZ->bcZ"])
     Xd = X.astype(np.float64)
     for n, spec in enumerate(["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]):
         assert all(np.array_equal(used[n][m], new[m] if m < n else U0[m]) for m in range(3) if m != n)
         ref = np.einsum(spec, Xd, *(used[n][m].astype(np.float64) for m in range(3) if m != n), optimize=True)
         tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
         np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)
+    return [p.spec for p in plans if math.prod(p.shapes[0]) == X.size]
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
@@ -837,7 +846,6 @@ def test_cp_sweep_takes_the_skewed_halves_only_at_a_rank_large_against_the_first
     the sweep keeps [0] | [1, 2] (the Khatri-Rao pass of modes 1 and 2, then mode 0 alone and GEMVs), at R = 5
     it takes [0, 1] | [2] (measured: (60, 300, 600) at R = 10 1.27x the time with [0, 1] | [2], at R = 32
     0.79x). The mirror image for F order. Every MTTKRP einsum's to rounding, Gauss-Seidel."""
-    from tuckerkit.engine import mttkrp_sweep
     from tuckerkit.engine._sweeps import CP_SKEW_RANK, SKEW, _partial_elems, cp_skewed_last
 
     shape = (12, 5, 600)
@@ -845,25 +853,9 @@ def test_cp_sweep_takes_the_skewed_halves_only_at_a_rank_large_against_the_first
     assert 6012 > SKEW * 720 and 3 < CP_SKEW_RANK * 12 <= 5
     assert cp_skewed_last(shape, R) == split_last and not cp_skewed_last((24, 24, 24), 24)
     X = rng.standard_normal(shape) if order == "C" else np.asfortranarray(rng.standard_normal(shape[::-1]))
-    U0 = [rng.standard_normal((n, R)) for n in X.shape]
-    new = [rng.standard_normal((n, R)) for n in X.shape]
-    factors = [u.copy() for u in U0]
-    got, used = {}, {}
-
-    def update(n, M):
-        got[n], used[n] = np.array(M), [f.copy() for f in factors]
-        factors[n] = new[n]
-
-    plans = mttkrp_sweep(X, factors, update)
-    passes = [p.spec for p in plans if math.prod(p.shapes[0]) == X.size]
     skewed = {"C": ["abc,cZ->abZ", "ca,aZ->cZ"], "F": ["ac,cZ->aZ", "abc,aZ->bcZ"]}[order]
     plain = {"C": ["ab,bZ->aZ", "abc,aZ->bcZ"], "F": ["abc,cZ->abZ", "cb,bZ->cZ"]}[order]
-    assert passes == (skewed if split_last else plain)
-    for n, spec in enumerate(["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]):
-        assert all(np.array_equal(used[n][m], new[m] if m < n else U0[m]) for m in range(3) if m != n)
-        ref = np.einsum(spec, X, *(used[n][m] for m in range(3) if m != n), optimize=True)
-        tol = 4 * X.size // X.shape[n] * np.finfo(np.float64).eps * np.abs(ref).max()
-        np.testing.assert_allclose(got[n], ref, rtol=0, atol=tol)
+    assert _checked_mttkrp_sweep(X, R, rng) == (skewed if split_last else plain)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
