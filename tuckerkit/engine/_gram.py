@@ -31,6 +31,13 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyABCDEFGHIJKLMNOPQRSTUVWXY"
 _PARTIALS_BYTES = 64 << 20
 #: columns of one packed SYRK of short slabs (128 to 512 measured within the noise of a shared machine)
 _PACK_COLS = 256
+#: ... or this many elements a pack where I_n is small (a pack of 256 columns of 16 rows is one SYRK of about a
+#: microsecond against ~10 us of Python a pack: (10, 10, 10, 10, 16, 10)'s mode 4, 10^4 slabs, 400 packs)
+_PACK_ELEMS = 256 * 256
+#: ... for I_n up to this (measured, two workers, medians of 15, 256 columns -> _PACK_ELEMS: (10, 10, 10, 10, 16, 10)
+#: mode 4 12.2-12.9 -> 5.6-6.0 ms, (2000, 50, 10) mode 1 4.4-4.5 -> 3.2 ms; but (200, 200, 10) mode 1 5.1-5.4 ->
+#: 6.1-6.2 ms with 327 columns, so larger I_n keep _PACK_COLS)
+_SMALL_PACK_IN = 64
 _SERIAL = ExecutionPolicy(workers=1)
 
 
@@ -518,9 +525,11 @@ def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) 
         with blas_pinned():
             np.matmul(V, V.T, out=G)  # numpy's SYRK: an exactly symmetric result
         return G
-    if pack:  # each pack at most _PACK_COLS columns and `cap` bytes; the pieces a few packs long, their partial
-        # Grams within `cap` as well (the flop split's pieces would be single short SYRKs, each with its partial)
-        chunk = max(1, min(n_outer, _PACK_COLS // R, cap // max(In * R * X.itemsize, 1)))
+    if pack:  # each pack at most _PACK_COLS columns (small I_n: _PACK_ELEMS elements) and `cap` bytes; the pieces a
+        # few packs long, their partial Grams within `cap` as well (the flop split's pieces would be single short
+        # SYRKs, each with its partial)
+        cols = _PACK_ELEMS // In if In <= _SMALL_PACK_IN else _PACK_COLS
+        chunk = max(1, min(n_outer, cols // R, cap // max(In * R * X.itemsize, 1)))
         n_pieces = min(MAX_PIECES, most, -(-n_outer // chunk), max(2, cap // max(In * In * X.itemsize, 1)))
         bounds = [n_outer * i // n_pieces for i in range(n_pieces + 1)]
     partials = xp.zeros((len(bounds) - 1, In, In), dtype=X.dtype)
