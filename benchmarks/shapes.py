@@ -89,11 +89,22 @@ def runners(kind: str, X: np.ndarray, R: int, iters: int) -> dict:
     return {"tuckerkit": ours, "tuckerkit (stop 70 rules)": old, "tensorly": tensorly, "pyttb": pyttb_run}
 
 
+def positive_int(text: str) -> int:
+    """``--iters`` / ``--repeat``: a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; received {text!r}")
+    return value
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--iters", type=positive_int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=3)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     cases = [("hooi", (30,) * 5, 10), ("hooi", (16,) * 6, 10), ("hooi", (30, 3000, 100), 10),

@@ -23,3 +23,15 @@ def test_ttm_benchmark_rejects_bad_options_in_one_line(args, message):
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert re.search(message, out.stderr.strip().splitlines()[-1]), out.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--iters", "0"], r"argument --iters: expected a positive integer; received '0'"),
+    (["--repeat", "x"], r"argument --repeat: expected a positive integer; received 'x'"),
+])
+def test_shapes_benchmark_rejects_bad_options_in_one_line(args, message):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "shapes.py"), *args], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert re.search(message, out.stderr.strip().splitlines()[-1]), out.stderr
