@@ -15,6 +15,15 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer (else one line naming the option, exit 2)."""
+    import argparse
+
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; received {text!r}")
+    return int(text)
+
+
 def environment() -> dict:
     """Machine, library versions and the BLAS kernel that ran (threadpoolctl)."""
     import numpy as np

@@ -24,7 +24,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import _park, environment, grouped_bars, peak_extra, write_json, write_text
+from _common import _park, environment, grouped_bars, peak_extra, positive_int, write_json, write_text
 from roofline import gemm_peak, read_bound
 
 import tuckerkit as tk
@@ -87,17 +87,6 @@ def runners(kind: str, X: np.ndarray, R: int, iters: int) -> dict:
             return ours()
 
     return {"tuckerkit": ours, "tuckerkit (stop 70 rules)": old, "tensorly": tensorly, "pyttb": pyttb_run}
-
-
-def positive_int(text: str) -> int:
-    """``--iters`` / ``--repeat``: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer; received {text!r}")
-    return value
 
 
 def main(argv=None) -> None:

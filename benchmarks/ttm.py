@@ -30,7 +30,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, interleaved, per_mode_plot, write_json, write_text
+from _common import environment, interleaved, per_mode_plot, positive_int, write_json, write_text
 from roofline import gemm_peak, read_fns
 
 from tuckerkit.engine import ttm, ttm_plan
@@ -41,12 +41,10 @@ from tuckerkit.engine._roofline import machine_roofline
 def rank_list(text: str) -> list[int]:
     """``--ranks``: comma-separated positive integers."""
     try:
-        ranks = [int(r) for r in text.split(",")]
-    except ValueError:
-        ranks = []
-    if not ranks or min(ranks) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers such as 10,32; received {text!r}")
-    return ranks
+        return [positive_int(r) for r in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers such as 10,32; received {text!r}") from None
 
 
 def result_stem(text: str) -> str:
