@@ -496,6 +496,7 @@ def test_a_3way_sweeps_one_mode_half_is_one_fused_pass(order, dtype, monkeypatch
         return seen, b"".join(np.ascontiguousarray(U).tobytes() for U in res.factors)
 
     monkeypatch.setattr(_sweeps.MttkrpTree, "_fused", counted)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP", False)  # (the two-pass tree; the multi-sweep one: below)
     with pytest.warns(tk.ConvergenceWarning):
         one, bits = fits(True)
     assert calls == [True] * 6

@@ -38,6 +38,7 @@ from tuckerkit.decomposition._results import CPTensor
 from tuckerkit.engine._buffers import pooled
 from tuckerkit.engine._direct import operand_mttkrp
 from tuckerkit.engine._subspace import gram_route, real_dtype
+from tuckerkit.engine._sweeps import CarriedPartial
 
 logger = logging.getLogger(__name__)
 
@@ -347,6 +348,10 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     # with fixed modes its MTTKRPs alone, each handed to ``update`` (missing data too: the E step refills the
     # operand's array in place, which the sweep reads through its views)
     csmall = _small_cp_sweep(X, rank) if stack is not None else None
+    # a dense tensor's 3-way sweeps may leave a partial for the next (the multi-sweep dimension tree:
+    # engine/_sweeps.py, multi_sweep_applies); not with missing data, whose E step rewrites X between sweeps
+    carry = CarriedPartial() if em is None and csmall is None and _carries(X) else None
+    passes = 0
 
     def set_gram(n: int, G: Any) -> None:
         if stack is not None:
@@ -410,6 +415,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         return chosen[0]
     for it in range(1, max_iter + 1):
         if it <= orthogonalize:
+            if carry is not None:  # (the factors change outside the sweep)
+                carry.drop()
             for n in free:
                 if X.shape[n] >= rank:
                     factors[n] = xp.ascontiguousarray(xp.linalg.qr(factors[n])[0].astype(X.dtype, copy=False))
@@ -428,8 +435,11 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             sweep = csmall.record
         elif csmall is not None:
             sweep = csmall.mttkrp_sweep(factors, update)
+        elif carry is not None:
+            sweep = X.mttkrp_sweep(conj, update, policy=policy, carry=carry)
         else:
             sweep = X.mttkrp_sweep(conj, update, policy=policy)
+        passes += sweep.passes
         if small is not None:
             inner = last["inner"]
             if inner is None:  # the sweep's last update was not mode N - 1's, or that mode is fixed
@@ -468,6 +478,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                                    csmall.renorm if csmall is not None else None)
             if jumped is not None:
                 factors[:], weights, G, fit = jumped
+                if carry is not None:  # (the kept partial holds a factor the jump replaced)
+                    carry.drop()
                 for n, Gn in enumerate(G):
                     set_gram(n, Gn)
                 if em is not None:  # the missing entries take the jumped model's values for the next sweep
@@ -491,7 +503,28 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         weights = xp.ones(rank, dtype=wdt)
         factors[free[0]] = call.unscale(factors[free[0]])
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
-                    sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
+                    sweep.plans if sweep is not None else (), passes_per_iteration=_mean_passes(passes, it))
+
+
+def _carries(X: Any) -> bool:
+    """Whether CP-ALS hands ``X``'s sweeps a :class:`~tuckerkit.engine._sweeps.CarriedPartial`: a dense
+    tensor in memory (its sweeps decide whether they use it)."""
+    from tuckerkit.engine import DenseTensor
+
+    return isinstance(X, DenseTensor) and isinstance(X.data, np.ndarray)
+
+
+def _mean_passes(passes: int, iterations: int) -> int | float:
+    """Full reads of X per iteration over the call: an int where every sweep made as many (2 for the dimension
+    tree), else the mean to two decimals (the multi-sweep tree's 2 and 1: 1.5).
+
+    >>> _mean_passes(20, 10), _mean_passes(15, 10), _mean_passes(0, 0)
+    (2, 1.5, 0)
+    """
+    if iterations <= 0:
+        return 0
+    mean = passes / iterations
+    return int(mean) if mean.is_integer() else round(mean, 2)
 
 
 def _small_cp_sweep(X: Any, rank: int) -> Any:

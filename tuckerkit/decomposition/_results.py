@@ -257,8 +257,9 @@ class TuckerTensor(_Model):
         ``1 - ||X - X_hat|| / ||X||`` after each iteration (HOOI) or after the pass (HOSVD).
     plans : tuple
         Kernel plans used by the last iteration (engine ``ContractionPlan`` objects), for inspection.
-    passes_per_iteration : int
-        Full passes over the input tensor per iteration (dimension-tree reuse).
+    passes_per_iteration : int or float
+        Full passes over the input tensor per iteration (dimension-tree reuse); CP-ALS on a 3-way tensor whose
+        sweeps share a pass between two sweeps reports the mean over the call (1.5, to two decimals).
     ranks : tuple of int
         The core's shape (property).
     fit : float
@@ -291,7 +292,7 @@ class TuckerTensor(_Model):
     converged: bool = True
     fit_history: tuple[float, ...] = ()
     plans: tuple[Any, ...] = field(default=(), repr=False)
-    passes_per_iteration: int = 0
+    passes_per_iteration: int | float = 0
 
     def __post_init__(self) -> None:
         factors = _check_factors(self.factors)
@@ -478,7 +479,7 @@ class CPTensor(_Model):
     converged: bool = True
     fit_history: tuple[float, ...] = ()
     plans: tuple[Any, ...] = field(default=(), repr=False)
-    passes_per_iteration: int = 0
+    passes_per_iteration: int | float = 0
 
     def __post_init__(self) -> None:
         factors = _check_factors(self.factors)

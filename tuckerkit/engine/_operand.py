@@ -35,7 +35,14 @@ from tuckerkit.engine._mttkrp import MTTKRPPlan, dense_mttkrp
 from tuckerkit.engine._plan import ContractionPlan
 from tuckerkit.engine._policy import DOT_SERIAL_MAX, ExecutionPolicy, blas_pinned, parallel_for, resolve_policy
 from tuckerkit.engine._subspace import leading_left_singular
-from tuckerkit.engine._sweeps import Sweep, dense_mttkrp_sweep, dense_ttmc_sweep, splits_first_alone, tree_spine
+from tuckerkit.engine._sweeps import (
+    CarriedPartial,
+    Sweep,
+    dense_mttkrp_sweep,
+    dense_ttmc_sweep,
+    splits_first_alone,
+    tree_spine,
+)
 from tuckerkit.engine._ttm import MultiTTMPlan, dense_multi_ttm, dense_ttm
 
 #: the engine's subscripts have 50 letters: at most this many modes in a contraction
@@ -423,9 +430,12 @@ class DenseTensor(OperandBase):
     def sweep_spine(self) -> list[frozenset[int]]:
         return tree_spine(self.ndim, splits_first_alone(self.data))
 
-    def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None) -> Sweep:
+    def mttkrp_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
+                     carry: CarriedPartial | None = None) -> Sweep:
+        """:meth:`Operand.mttkrp_sweep`; ``carry`` (CP-ALS's, one per call): where it applies, the 3-way sweeps
+        share a pass between two sweeps through it (:func:`~tuckerkit.engine._sweeps.multi_sweep_applies`)."""
         with on_device(self.device):  # (a GPU's cached plans then run without contract's device handling)
-            return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans)
+            return dense_mttkrp_sweep(self.data, factors, update, resolve_policy(policy), self._sweep_plans, carry)
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:

@@ -1,0 +1,179 @@
+"""CP-ALS's multi-sweep dimension tree on 3-way tensors (engine/_sweeps.py: ``multi_sweep_applies``,
+``CarriedPartial``, ``_multi_sweep``): a pass of X contracted with one factor serves the two MTTKRPs that follow
+each other in the cyclic update order, so two sweeps read X three times instead of four, with the same updates."""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+from tuckerkit.engine import DenseTensor, _sweeps
+from tuckerkit.engine._sweeps import CarriedPartial, multi_sweep_applies
+
+SPECS = ["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]
+
+
+def _run_sweeps(op, factors, n_sweeps, rng, carry, between=None):
+    """``n_sweeps`` sweeps of ``op`` whose update replaces each factor by a fresh random one; each MTTKRP is
+    checked against einsum on the factors it saw. Returns, per sweep, (passes, specs of the full passes)."""
+    X = op.data
+    dtype = X.dtype
+    Xd = X.astype(np.float64)
+    out = []
+    for k in range(n_sweeps):
+        if between is not None and k:
+            between(k, factors)
+
+        def update(n, M):
+            seen = [f.astype(np.float64) for f in factors]
+            ref = np.einsum(SPECS[n], Xd, *(seen[m] for m in range(3) if m != n), optimize=True)
+            tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
+            np.testing.assert_allclose(np.asarray(M), ref, rtol=0, atol=tol)
+            factors[n] = rng.standard_normal(factors[n].shape).astype(dtype)
+
+        sweep = op.mttkrp_sweep(factors, update, carry=carry) if carry is not None else op.mttkrp_sweep(factors, update)
+        out.append((sweep.passes, [p.spec for p in sweep.plans if math.prod(p.shapes[0]) == X.size]))
+    return out
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_two_sweeps_read_x_three_times_and_every_mttkrp_is_einsums(order, dtype, rng, planned_sweeps):
+    """Sweeps alternate: X x_2 U_2 (modes 0 and 1), X x_1 U_1 (mode 2, kept), then the kept partial (mode 0)
+    and X x_0 U_0 (modes 1 and 2). Every MTTKRP equals einsum's on the factors it saw (Gauss-Seidel)."""
+    X = np.asarray(rng.standard_normal((24, 20, 28)), order=order).astype(dtype, order="K")
+    assert multi_sweep_applies(X, 5)
+    factors = [rng.standard_normal((n, 5)).astype(dtype) for n in X.shape]
+    got = _run_sweeps(DenseTensor(X), factors, 5, rng, CarriedPartial())
+    assert [p for p, _ in got] == [2, 1, 2, 1, 2]
+    one = [s.split("->")[0].split(",")[1][0] for s in got[0][1]]  # the factor each full pass contracts
+    two = [s.split("->")[0].split(",")[1][0] for s in got[1][1]]
+    assert (one, two) == (["c", "b"], ["a"])
+
+
+def test_without_a_carrier_every_sweep_reads_x_twice(rng, planned_sweeps):
+    X = rng.standard_normal((24, 20, 28))
+    factors = [rng.standard_normal((n, 5)) for n in X.shape]
+    assert [p for p, _ in _run_sweeps(DenseTensor(X), factors, 3, rng, None)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("change", ["one_ulp", "drop", "other_tensor"])
+def test_a_kept_partial_serves_only_the_factor_and_tensor_it_was_made_from(change, rng, planned_sweeps):
+    """Between sweeps, mode 1's factor moved by one ulp in one entry, the carrier dropped, or the sweep run on
+    another tensor: the next sweep makes its two passes (and every MTTKRP is still einsum's)."""
+    X = rng.standard_normal((24, 20, 28))
+    op = DenseTensor(X)
+    carry = CarriedPartial()
+    factors = [rng.standard_normal((n, 5)) for n in X.shape]
+    assert [p for p, _ in _run_sweeps(op, factors, 1, rng, carry)] == [2]
+    assert carry.partial is not None and carry.partial.shape == (24, 28, 5)
+    if change == "one_ulp":
+        factors[1] = factors[1].copy()
+        factors[1][3, 2] = np.nextafter(factors[1][3, 2], np.inf)
+        target = op
+    elif change == "drop":
+        carry.drop()
+        target = op
+    else:
+        target = DenseTensor(X.copy())
+    assert [p for p, _ in _run_sweeps(target, factors, 1, rng, carry)] == [2]
+
+
+def test_the_rule_which_tensors_and_ranks_take_the_multi_sweep_tree(monkeypatch):
+    """3-way numpy arrays in C or F order; every single-mode partial (R / I_n of X) at most a quarter of X; the
+    unit-stride mode at least MULTI_SWEEP_UNIT long or not shorter than the others; the module flag on."""
+    assert _sweeps.MULTI_SWEEP_PARTIAL == 0.25 and _sweeps.MULTI_SWEEP_UNIT == 128
+    cube = np.empty((200, 200, 200))
+    assert multi_sweep_applies(cube, 50) and not multi_sweep_applies(cube, 51)
+    assert multi_sweep_applies(np.empty((1000, 100, 100)), 10)  # (the unit-stride mode ties the shortest)
+    assert multi_sweep_applies(np.empty((100, 100, 150)), 10)  # (>= 128)
+    assert not multi_sweep_applies(np.empty((500, 500, 50)), 10)  # (shorter than 128 and the others)
+    assert multi_sweep_applies(np.empty((500, 500, 50), order="F"), 10)  # (F order: the first mode is unit)
+    assert not multi_sweep_applies(np.empty((50, 500, 500), order="F"), 10)
+    assert not multi_sweep_applies(np.empty((30, 3000, 100)), 10)  # (R / 30 > 0.25)
+    assert not multi_sweep_applies(cube[:, ::2], 10)  # (neither C nor F order)
+    assert not multi_sweep_applies(np.empty((40,) * 4), 5)  # (4-way)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP", False)
+    assert not multi_sweep_applies(cube, 10)
+
+
+def _planted(shape, rank, dtype, order, seed=5):
+    rng = np.random.default_rng(seed)
+    X = tk.CPTensor(np.ones(rank), tuple(rng.standard_normal((s, rank)) for s in shape)).to_dense()
+    return np.asarray(X + 0.1 * rng.standard_normal(shape), dtype=dtype, order=order), rng
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, dtype, monkeypatch):
+    """CP-ALS past the small routes: 1.5 passes over X per iteration, every iteration's fit the two-pass
+    tree's to rounding, the same bits on a repeat, X unmodified."""
+    X, rng = _planted((90, 70, 80), 4, dtype, order)
+    before = X.copy()
+    init = [rng.standard_normal((s, 6)).astype(dtype) for s in X.shape]
+
+    def fits(multi: bool):
+        monkeypatch.setattr(_sweeps, "MULTI_SWEEP", multi)
+        seen: list[float] = []
+        with pytest.warns(tk.ConvergenceWarning):
+            res = tk.cp_als(X, 6, init=init, max_iter=6, tol=0, linesearch=False,
+                            callback=lambda st: seen.append(st.fit) and None)
+        return seen, res
+
+    one, res = fits(True)
+    assert res.passes_per_iteration == 1.5
+    assert fits(True)[1].factors[0].tobytes() == res.factors[0].tobytes()
+    two, ref = fits(False)
+    assert ref.passes_per_iteration == 2
+    np.testing.assert_allclose(one, two, rtol=0, atol=200 * np.finfo(dtype).eps)
+    for U, V in zip(res.factors, ref.factors, strict=True):
+        np.testing.assert_allclose(U, V, rtol=0, atol=1e4 * np.finfo(dtype).eps * np.abs(V).max())
+    assert np.array_equal(X, before)
+
+
+def test_cp_als_line_search_jumps_drop_the_kept_partial(monkeypatch):
+    """With the line search (jumps tried every second iteration from the sixth) the fits follow the two-pass
+    tree's: a jump that replaces the factors drops the kept partial, and the next sweep reads X twice."""
+    X, rng = _planted((90, 70, 80), 4, np.float64, "C")
+    init = [rng.standard_normal((s, 6)) for s in X.shape]
+    dropped = []
+    real = CarriedPartial.drop
+
+    def counted(self):
+        dropped.append(self.partial is not None)
+        real(self)
+
+    def fits(multi: bool) -> list[float]:
+        monkeypatch.setattr(_sweeps, "MULTI_SWEEP", multi)
+        seen: list[float] = []
+        tk.cp_als(X, 6, init=init, max_iter=30, tol=1e-14, callback=lambda st: seen.append(st.fit) and None)
+        return seen
+
+    monkeypatch.setattr(CarriedPartial, "drop", counted)
+    with pytest.warns(tk.ConvergenceWarning):
+        one = fits(True)
+    assert any(dropped)  # (at least one jump was taken while a partial was kept)
+    with pytest.warns(tk.ConvergenceWarning):
+        two = fits(False)
+    np.testing.assert_allclose(one, two, rtol=0, atol=1e-12)
+
+
+def test_cp_als_peak_memory_with_a_kept_partial_stays_within_half_the_tensor():
+    """One partial of at most a quarter of X lives between sweeps; the call's peak extra memory (tracemalloc,
+    numpy's allocations) stays within half of X."""
+    X, rng = _planted((100, 100, 100), 4, np.float64, "C")
+    init = [rng.standard_normal((s, 25)) for s in X.shape]
+    assert multi_sweep_applies(X, 25)
+    tracemalloc.start()
+    try:
+        with pytest.warns(tk.ConvergenceWarning):
+            res = tk.cp_als(X, 25, init=init, max_iter=4, tol=0, linesearch=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.passes_per_iteration == 1.5
+    assert peak <= 0.5 * X.nbytes, peak / X.nbytes
