@@ -4,8 +4,9 @@ tuckerkit against TensorLy (``tucker`` / ``parafac``) and pyttb (``tucker_als`` 
 iterations (no early stop), float64, and against the two-pass bound max(2 streaming reads of X, the two passes'
 flops / GEMM peak) measured in the same run. ``tuckerkit (stop 70 rules)`` is tuckerkit with the rules stop 71
 changed put back (HOOI's 3-way tree from partials 4x smaller, CP-ALS's from partials 4x smaller at any rank,
-up to 16 pieces per BLAS product, no workspace for HOOI's projections), interleaved with the others: the A/B of
-those rules in one run. Medians of interleaved repeats; peak extra memory (tracemalloc) of one call each.
+up to 16 pieces per BLAS product, no workspace for HOOI's projections) and without stop 72's multi-sweep CP
+tree, interleaved with the others: the A/B of those rules in one run. Medians of interleaved repeats; peak extra
+memory (tracemalloc) of one call each.
 
 Run:  python benchmarks/shapes.py [--quick] [--iters 3] [--repeat 3]
 Writes benchmarks/results/shapes.{json,md,png}.
@@ -33,13 +34,15 @@ from tuckerkit.engine import _contract, _sweeps, _workspace
 
 @contextlib.contextmanager
 def stop70_rules():
-    """tuckerkit's rules before stop 71, for the A/B column."""
-    saved = (_sweeps.SKEW, _sweeps.CP_SKEW_RANK, _contract.BLAS_MAX_PIECES, _workspace.MIN_BYTES)
-    _sweeps.SKEW, _sweeps.CP_SKEW_RANK, _contract.BLAS_MAX_PIECES, _workspace.MIN_BYTES = 4, 0.0, 16, 1 << 62
+    """tuckerkit's rules before stop 71 (and without stop 72's multi-sweep CP tree), for the A/B column."""
+    saved = (_sweeps.SKEW, _sweeps.CP_SKEW_RANK, _contract.BLAS_MAX_PIECES, _workspace.MIN_BYTES, _sweeps.MULTI_SWEEP)
+    (_sweeps.SKEW, _sweeps.CP_SKEW_RANK, _contract.BLAS_MAX_PIECES, _workspace.MIN_BYTES,
+     _sweeps.MULTI_SWEEP) = 4, 0.0, 16, 1 << 62, False
     try:
         yield
     finally:
-        _sweeps.SKEW, _sweeps.CP_SKEW_RANK, _contract.BLAS_MAX_PIECES, _workspace.MIN_BYTES = saved
+        (_sweeps.SKEW, _sweeps.CP_SKEW_RANK, _contract.BLAS_MAX_PIECES, _workspace.MIN_BYTES,
+         _sweeps.MULTI_SWEEP) = saved
 
 
 def runners(kind: str, X: np.ndarray, R: int, iters: int) -> dict:
@@ -135,8 +138,8 @@ def main(argv=None) -> None:
              f"{args.repeat} interleaved repeats of {args.iters} iterations. bound = max(2 streaming reads of X, "
              "the two passes' flops / GEMM peak), measured in this run. `stop 70 rules`: tuckerkit with the rules "
              "stop 71 changed put back (HOOI's 3-way tree from partials 4x smaller, CP-ALS's at any rank, 16 pieces "
-             "per BLAS product, no workspace for HOOI's projections). Peak: extra memory of one call, in units of the "
-             "input.",
+             "per BLAS product, no workspace for HOOI's projections) and stop 72's multi-sweep CP tree off. Peak: "
+             "extra memory of one call, in units of the input.",
              "", "| call | shape | rank | tuckerkit ms/iter | / bound | stop 70 rules ms/iter | new / old | x TensorLy "
              "| x pyttb | peak tk / old (x input) | fit tk / TL / pyttb |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
