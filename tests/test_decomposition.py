@@ -674,6 +674,9 @@ def test_hooi_first_sweep_takes_the_start_projections(rng, monkeypatch, shape, r
     # (the direct route's sweep in numpy, not the compiled sweep of small 3-way tensors, which takes no partials:
     # test_small_hooi.py)
     monkeypatch.setattr(_tucker, "_SMALL_SWEEPS", False)
+    # (the standard tree, which the start's projections belong to; from a given init the 3-way sweeps would take
+    # the multi-sweep tree, whose contractions differ in rounding: tests/test_multi_sweep.py)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP", False)
     mod, name = (_sweeps, "dense_multi_ttm") if route == "planned" else (_direct, "_project")
     real = getattr(mod, name)
 

@@ -177,3 +177,88 @@ def test_cp_als_peak_memory_with_a_kept_partial_stays_within_half_the_tensor():
         tracemalloc.stop()
     assert res.passes_per_iteration == 1.5
     assert peak <= 0.5 * X.nbytes, peak / X.nbytes
+
+
+# --------------------------------------------------------------------------------------------------------------
+# HOOI: the same tree for projections
+# --------------------------------------------------------------------------------------------------------------
+PROJ = ["abc,br,cs->ars", "abc,ar,cs->rbs", "abc,ar,bs->rsc"]
+
+
+def _run_ttmc_sweeps(op, factors, n_sweeps, rng, carry, between=None):
+    """HOOI sweeps whose update replaces each factor by a fresh orthonormal one; each projection is checked
+    against einsum on the factors it saw. Returns each sweep's passes over X."""
+    X = op.data
+    dtype = X.dtype
+    Xd = X.astype(np.float64)
+    out = []
+    for k in range(n_sweeps):
+        if between is not None and k:
+            between(k, factors)
+
+        def update(n, Y):
+            seen = [f.astype(np.float64) for f in factors]
+            ref = np.einsum(PROJ[n], Xd, *(seen[m] for m in range(3) if m != n), optimize=True)
+            tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
+            np.testing.assert_allclose(np.asarray(Y), ref, rtol=0, atol=tol)
+            factors[n] = np.linalg.qr(rng.standard_normal(factors[n].shape))[0].astype(dtype)
+
+        kw = {"carry": carry} if carry is not None else {}
+        out.append(op.ttmc_sweep(factors, update, **kw).passes)
+    return out
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_hooi_sweeps_share_a_pass_and_every_projection_is_einsums(order, dtype, rng, planned_sweeps):
+    """HOOI's 3-way sweeps alternate two passes over X and one, with ranks differing by mode; every projection
+    (mode n left unprojected) equals einsum's on the factors it saw; a one-ulp change of mode 1's factor between
+    sweeps makes the next sweep read X twice."""
+    X = np.asarray(rng.standard_normal((24, 20, 28)), order=order).astype(dtype, order="K")
+    ranks = (4, 5, 3)
+    assert multi_sweep_applies(X, list(ranks))
+    factors = [np.linalg.qr(rng.standard_normal((n, r)))[0].astype(dtype) for n, r in
+               zip(X.shape, ranks, strict=True)]
+    carry = CarriedPartial()
+    assert _run_ttmc_sweeps(DenseTensor(X), factors, 5, rng, carry) == [2, 1, 2, 1, 2]
+
+    def nudge(k, factors):
+        factors[1] = factors[1].copy()
+        factors[1][0, 0] = np.nextafter(factors[1][0, 0], np.inf)
+
+    assert _run_ttmc_sweeps(DenseTensor(X), factors, 3, rng, CarriedPartial(), between=nudge) == [2, 2, 2]
+    assert _run_ttmc_sweeps(DenseTensor(X), factors, 2, rng, None) == [2, 2]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_hooi_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, dtype, monkeypatch, planned_sweeps):
+    """HOOI on the planned route from a given start: 1.5 passes per iteration, every iteration's fit the
+    two-pass tree's to rounding, the factors' subspaces the same, the same bits on a repeat, X unmodified."""
+    from tuckerkit.decomposition import _tucker
+
+    monkeypatch.setattr(_tucker, "_SMALL_SWEEPS", False)
+    rng = np.random.default_rng(7)
+    shape, ranks = (90, 70, 80), (6, 5, 4)
+    X = tk.TuckerTensor(rng.standard_normal(ranks), tuple(np.linalg.qr(rng.standard_normal((s, r)))[0]
+                                                          for s, r in zip(shape, ranks, strict=True))).to_dense()
+    X = np.asarray(X + 0.05 * np.abs(X).max() * rng.standard_normal(shape), dtype=dtype, order=order)
+    before = X.copy()
+    init = [np.linalg.qr(rng.standard_normal((s, r)))[0].astype(dtype) for s, r in
+            zip(shape, ranks, strict=True)]
+
+    def run(multi: bool):
+        monkeypatch.setattr(_sweeps, "MULTI_SWEEP", multi)
+        with pytest.warns(tk.ConvergenceWarning):
+            return tk.hooi(X, ranks, init=init, max_iter=6, tol=0)
+
+    one = run(True)
+    assert one.passes_per_iteration == 1.5
+    assert run(True).core.tobytes() == one.core.tobytes()
+    two = run(False)
+    assert two.passes_per_iteration == 2
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(one.fit_history, two.fit_history, rtol=0, atol=100 * eps)
+    for U, V in zip(one.factors, two.factors, strict=True):  # (the same subspaces: U U^T = V V^T)
+        np.testing.assert_allclose(U @ U.T, V @ V.T, rtol=0, atol=1e3 * eps)
+    assert np.array_equal(X, before)

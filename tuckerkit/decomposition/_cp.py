@@ -23,7 +23,7 @@ from tuckerkit._validation import (
     describe,
 )
 from tuckerkit.backend import to_host
-from tuckerkit.decomposition._entry import Call, check_fixed_modes, decomposition_call
+from tuckerkit.decomposition._entry import Call, carries_partials, check_fixed_modes, decomposition_call, mean_passes
 from tuckerkit.decomposition._linalg import (
     cp_factor_update,
     cp_fit_error,
@@ -350,7 +350,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     csmall = _small_cp_sweep(X, rank) if stack is not None else None
     # a dense tensor's 3-way sweeps may leave a partial for the next (the multi-sweep dimension tree:
     # engine/_sweeps.py, multi_sweep_applies); not with missing data, whose E step rewrites X between sweeps
-    carry = CarriedPartial() if em is None and csmall is None and _carries(X) else None
+    carry = CarriedPartial() if em is None and csmall is None and carries_partials(X) else None
     passes = 0
 
     def set_gram(n: int, G: Any) -> None:
@@ -503,28 +503,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         weights = xp.ones(rank, dtype=wdt)
         factors[free[0]] = call.unscale(factors[free[0]])
     return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
-                    sweep.plans if sweep is not None else (), passes_per_iteration=_mean_passes(passes, it))
-
-
-def _carries(X: Any) -> bool:
-    """Whether CP-ALS hands ``X``'s sweeps a :class:`~tuckerkit.engine._sweeps.CarriedPartial`: a dense
-    tensor in memory (its sweeps decide whether they use it)."""
-    from tuckerkit.engine import DenseTensor
-
-    return isinstance(X, DenseTensor) and isinstance(X.data, np.ndarray)
-
-
-def _mean_passes(passes: int, iterations: int) -> int | float:
-    """Full reads of X per iteration over the call: an int where every sweep made as many (2 for the dimension
-    tree), else the mean to two decimals (the multi-sweep tree's 2 and 1: 1.5).
-
-    >>> _mean_passes(20, 10), _mean_passes(15, 10), _mean_passes(0, 0)
-    (2, 1.5, 0)
-    """
-    if iterations <= 0:
-        return 0
-    mean = passes / iterations
-    return int(mean) if mean.is_integer() else round(mean, 2)
+                    sweep.plans if sweep is not None else (), passes_per_iteration=mean_passes(passes, it))
 
 
 def _small_cp_sweep(X: Any, rank: int) -> Any:

@@ -301,6 +301,27 @@ def caller_stacklevel() -> int:
     return level
 
 
+def carries_partials(X: Any) -> bool:
+    """Whether CP-ALS and HOOI hand ``X``'s sweeps a :class:`~tuckerkit.engine._sweeps.CarriedPartial`: a dense
+    tensor in memory (its sweeps decide whether they use it)."""
+    from tuckerkit.engine import DenseTensor
+
+    return isinstance(X, DenseTensor) and isinstance(X.data, np.ndarray)
+
+
+def mean_passes(passes: int, iterations: int) -> int | float:
+    """Full reads of X per iteration over the call: an int where every sweep made as many (2 for the dimension
+    tree), else the mean to two decimals (the multi-sweep tree's 2 and 1: 1.5).
+
+    >>> mean_passes(20, 10), mean_passes(15, 10), mean_passes(0, 0)
+    (2, 1.5, 0)
+    """
+    if iterations <= 0:
+        return 0
+    mean = passes / iterations
+    return int(mean) if mean.is_integer() else round(mean, 2)
+
+
 def check_fixed_modes(fixed_modes: Any, ndim: int, name: str = "fixed_modes") -> frozenset[int]:
     """Distinct mode indices (``fixed_modes`` of CP-ALS, ``fixed_factors`` of HOOI); None or () for none."""
     if fixed_modes is None:

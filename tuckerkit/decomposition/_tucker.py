@@ -24,7 +24,14 @@ from tuckerkit._validation import (
     describe,
 )
 from tuckerkit.backend import to_host
-from tuckerkit.decomposition._entry import Call, caller_stacklevel, check_fixed_modes, decomposition_call
+from tuckerkit.decomposition._entry import (
+    Call,
+    caller_stacklevel,
+    carries_partials,
+    check_fixed_modes,
+    decomposition_call,
+    mean_passes,
+)
 from tuckerkit.decomposition._missing import TuckerModel
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
@@ -39,7 +46,7 @@ from tuckerkit.engine._subspace import (
     randomized_left_singular,
     sign_fix,
 )
-from tuckerkit.engine._sweeps import tree_spine
+from tuckerkit.engine._sweeps import CarriedPartial, tree_spine
 
 logger = logging.getLogger(__name__)
 
@@ -811,10 +818,15 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     full = _full_modes(X, ranks, fixed, em)
     swept = [None if n in full else U for n, U in enumerate(factors)] if full else factors
     eye = {n: np.eye(X.shape[n], dtype=X.dtype) for n in full}
+    # a dense tensor's 3-way sweeps may leave a projection for the next (the multi-sweep dimension tree:
+    # engine/_sweeps.py, multi_sweep_applies); not with missing data, whose E step rewrites X between sweeps
+    carry = {"carry": CarriedPartial()} if em is None and carries_partials(X) else {}
+    passes = 0
     for it in range(1, max_iter + 1):
         if small is not None:
             factors[:], core, keep_on = small.sweep(factors, backoffs, policy, fixed)
             sweep = small.record
+            passes += sweep.passes
             if not keep_on:  # (every certified step refused: the direct route from the next sweep on)
                 small = None
             # (the E step: the fit on the observed entries, the missing ones refilled for the next sweep)
@@ -837,7 +849,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
                                  backoff=backoffs[n])
             factors[n] = swept[n] = U.astype(X.dtype, copy=False)
 
-        sweep = X.ttmc_sweep(swept, update, policy=policy, **({"partials": partials} if partials else {}))
+        sweep = X.ttmc_sweep(swept, update, policy=policy, **({"partials": partials} if partials else {}), **carry)
+        passes += sweep.passes
         done = None
         partials.clear()
         core = operand_ttm(last["Y"], factors[last["n"]], last["n"], policy)
@@ -851,4 +864,4 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         factors[n] = call.like(factors[n]).astype(X.dtype, copy=False)
         core = operand_ttm(core, factors[n], n, policy)
     return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, tuple(mon.history),
-                        sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
+                        sweep.plans if sweep is not None else (), passes_per_iteration=mean_passes(passes, it))

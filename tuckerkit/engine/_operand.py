@@ -424,8 +424,11 @@ class DenseTensor(OperandBase):
         return dense_mttkrp(self.data, factors, mode, R, plan, resolve_policy(policy))
 
     def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
-                   partials: dict[frozenset[int], Any] | None = None) -> Sweep:
-        return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans)
+                   partials: dict[frozenset[int], Any] | None = None, carry: CarriedPartial | None = None) -> Sweep:
+        """:meth:`Operand.ttmc_sweep`; ``carry`` (HOOI's, one per call): where it applies, the 3-way sweeps share
+        a pass between two sweeps through it (:func:`~tuckerkit.engine._sweeps.multi_sweep_applies`)."""
+        return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans,
+                                carry)
 
     def sweep_spine(self) -> list[frozenset[int]]:
         return tree_spine(self.ndim, splits_first_alone(self.data))

@@ -208,18 +208,81 @@ def _ttmc_half(T: Any, active: list[int]) -> int:
 
 def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
                      partials: dict[frozenset[int], Any] | None = None,
-                     cache: dict[Any, Any] | None = None) -> Sweep:
+                     cache: dict[Any, Any] | None = None, carry: CarriedPartial | None = None) -> Sweep:
     rank = max((int(U.shape[1]) for U in factors if U is not None), default=1)
     if direct_applies(X, rank, projections=True):  # a small tensor: numpy directly, the same tree (_direct.py)
         direct_ttmc_sweep(X, factors, update, lambda part: take_partial(partials, part), _ttmc_half)
         return Sweep((record("ttmc", X, rank),), min(X.ndim, 2))
     plans: list[Any] = []
     ws = _sweep_workspace(X, cache)
+    multi = (carry is not None and not partials and all(U is not None for U in factors)
+             and multi_sweep_applies(X, [int(U.shape[1]) for U in factors]))
+    if carry is not None and not multi:
+        carry.drop()
     with _workspace.using(ws):
-        ttmc_tree(X, list(range(X.ndim)), factors, update, plans, policy, partials, cache)
+        if multi:
+            passes = _multi_ttmc_sweep(X, factors, update, plans, policy, cache, carry)  # type: ignore[arg-type]
+        else:
+            ttmc_tree(X, list(range(X.ndim)), factors, update, plans, policy, partials, cache)
+            passes = min(X.ndim, 2)
     if ws is not None:
         ws.trim()
-    return Sweep(tuple(plans), min(X.ndim, 2))
+    return Sweep(tuple(plans), passes)
+
+
+def _project(T: Any, m: int, U: Any, plans: list, policy: ExecutionPolicy, cache: dict[Any, Any] | None) -> Any:
+    """``T x_m U^T`` for HOOI's multi-sweep tree, its plan from the sweep's cache (as :func:`ttmc_tree`'s)."""
+    mats = {m: U}
+    key = (policy, (m,), _layout_key(T, U)) if cache is not None else None
+    p = cache.get(key) if cache is not None else None
+    if p is None:
+        p = build_multi_ttm_plan(T, mats, True, policy)
+        if cache is not None:
+            cache[key] = p
+    plans.append(p)
+    Y = dense_multi_ttm(T, mats, True, p, policy)
+    ws = _workspace.active()
+    if ws is not None:
+        ws.trim()
+    return Y
+
+
+def _multi_ttmc_sweep(X: Any, factors: list[Any], update: Update, plans: list, policy: ExecutionPolicy,
+                      cache: dict[Any, Any] | None, carry: CarriedPartial) -> int:
+    """A 3-way HOOI sweep of the multi-sweep tree (:func:`_multi_sweep`'s for projections): ``X x_2 U_2`` serves
+    the projections of modes 0 and 1, ``X x_1 U_1`` mode 2's and the next sweep's mode 0 (kept in ``carry``),
+    ``X x_0 U_0`` modes 1 and 2; the same projections, each from the same factors as the standard tree's. Returns
+    the passes over ``X`` it made (1 where it found the kept partial valid, else 2)."""
+    kept = carry.take(X, factors[1])
+    if kept is not None:
+        T1 = kept[0]
+        del kept
+        Y = _project(T1, 2, factors[2], plans, policy, cache)
+        del T1
+        update(0, Y)
+        del Y
+        T0 = _project(X, 0, factors[0], plans, policy, cache)
+        Y = _project(T0, 2, factors[2], plans, policy, cache)
+        update(1, Y)
+        del Y
+        Y = _project(T0, 1, factors[1], plans, policy, cache)
+        del T0
+        update(2, Y)
+        return 1
+    T2 = _project(X, 2, factors[2], plans, policy, cache)
+    Y = _project(T2, 1, factors[1], plans, policy, cache)
+    update(0, Y)
+    del Y
+    Y = _project(T2, 0, factors[0], plans, policy, cache)
+    del T2
+    update(1, Y)
+    del Y
+    T1 = _project(X, 1, factors[1], plans, policy, cache)
+    Y = _project(T1, 0, factors[0], plans, policy, cache)
+    carry.keep(X, T1, [0, 1, 2], factors[1])
+    del T1
+    update(2, Y)
+    return 2
 
 
 def _sweep_workspace(X: Any, cache: dict[Any, Any] | None) -> _workspace.Workspace | None:
@@ -427,7 +490,7 @@ MULTI_SWEEP_PARTIAL = 0.25
 MULTI_SWEEP_UNIT = 128
 
 
-def multi_sweep_applies(X: Any, R: int) -> bool:
+def multi_sweep_applies(X: Any, R: int | list[int]) -> bool:
     """Whether CP-ALS's sweeps of ``X`` at rank ``R`` take the multi-sweep dimension tree (:func:`_multi_sweep`):
     a 3-way numpy array in C or F order whose single-mode partials (``R / I_n`` of the tensor each) are at most
     ``MULTI_SWEEP_PARTIAL`` of it, and whose unit-stride mode (C order's last, F order's first) has at least
@@ -452,8 +515,9 @@ def multi_sweep_applies(X: Any, R: int) -> bool:
     >>> multi_sweep_applies(np.empty((500, 500, 50), order="F"), 10), multi_sweep_applies(np.empty((8,) * 4), 2)
     (True, False)
     """
+    ranks = [R] * X.ndim if isinstance(R, int) else list(R)
     if not (MULTI_SWEEP and type(X) in (np.ndarray, np.memmap) and X.ndim == 3
-            and all(R <= MULTI_SWEEP_PARTIAL * n for n in X.shape)):
+            and all(r <= MULTI_SWEEP_PARTIAL * n for r, n in zip(ranks, X.shape, strict=True))):
         return False
     if X.flags.c_contiguous:
         unit, others = X.shape[2], X.shape[:2]
