@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -22,6 +23,19 @@ def positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer; received {text!r}")
     return int(text)
+
+
+@contextlib.contextmanager
+def sweeps_flag(name: str, value):
+    """``tuckerkit.engine._sweeps.<name>`` set to ``value`` within the block (an A/B of a sweep rule in one run)."""
+    from tuckerkit.engine import _sweeps
+
+    before = getattr(_sweeps, name)
+    setattr(_sweeps, name, value)
+    try:
+        yield
+    finally:
+        setattr(_sweeps, name, before)
 
 
 def environment() -> dict:

@@ -13,7 +13,6 @@ Writes benchmarks/results/cp.{json,md,png}.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 import tracemalloc
@@ -24,7 +23,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, interleaved, write_json, write_text
+from _common import RESULTS, environment, interleaved, sweeps_flag, write_json, write_text
 from roofline import InterleavedRead, gemm_peak, read_bound
 
 import tuckerkit as tk
@@ -55,19 +54,6 @@ def iteration_roofline(X, factors, repeat: int = 5, read: float | None = None) -
     return {"read_s": read, "factor_s": t["factor"], "passes": 2, "R_s": 2 * read + t["factor"],
             "gemm_peak_flops": peak, "pass_flops": pass_flops,
             "R_flops_s": 2 * max(read, pass_flops / peak) + t["factor"]}
-
-
-@contextlib.contextmanager
-def _sweeps_flag(name: str, value):
-    """``tuckerkit.engine._sweeps.<name>`` set to ``value`` within the block (an A/B of a sweep rule)."""
-    from tuckerkit.engine import _sweeps
-
-    before = getattr(_sweeps, name)
-    setattr(_sweeps, name, value)
-    try:
-        yield
-    finally:
-        setattr(_sweeps, name, before)
 
 
 def _passes(X, R, init) -> float:
@@ -126,7 +112,7 @@ def main(argv=None) -> None:
             return float(info["fit"])
 
         def two_pass(X=X, R=R, init=init, it=it):
-            with _sweeps_flag("MULTI_SWEEP", False):  # the two-pass tree of stop 71 (3-way tensors)
+            with sweeps_flag("MULTI_SWEEP", False):  # the two-pass tree of stop 71 (3-way tensors)
                 return ours(X, R, init, it)
 
         fns = {"tuckerkit": ours, "tensorly": tensorly, "pyttb": pyttb_run}
