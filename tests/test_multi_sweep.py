@@ -14,15 +14,18 @@ import tuckerkit as tk
 from tuckerkit.engine import DenseTensor, _sweeps
 from tuckerkit.engine._sweeps import CarriedPartial, multi_sweep_applies
 
-SPECS = ["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]
+SPECS = ["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]  # (CP-ALS: the MTTKRP of each mode)
+PROJ = ["abc,br,cs->ars", "abc,ar,cs->rbs", "abc,ar,bs->rsc"]  # (HOOI: each mode left unprojected)
 
 
-def _run_sweeps(op, factors, n_sweeps, rng, carry, between=None):
-    """``n_sweeps`` sweeps of ``op`` whose update replaces each factor by a fresh random one; each MTTKRP is
-    checked against einsum on the factors it saw. Returns, per sweep, (passes, specs of the full passes)."""
+def _run_sweeps(op, factors, n_sweeps, rng, carry, between=None, projections=False):
+    """``n_sweeps`` sweeps of ``op`` (CP-ALS's MTTKRPs, or with ``projections`` HOOI's) whose update replaces each
+    factor by a fresh random one (orthonormal for HOOI); each MTTKRP or projection is checked against einsum on
+    the factors it saw. Returns the sweeps."""
     X = op.data
     dtype = X.dtype
     Xd = X.astype(np.float64)
+    specs = PROJ if projections else SPECS
     out = []
     for k in range(n_sweeps):
         if between is not None and k:
@@ -30,14 +33,24 @@ def _run_sweeps(op, factors, n_sweeps, rng, carry, between=None):
 
         def update(n, M):
             seen = [f.astype(np.float64) for f in factors]
-            ref = np.einsum(SPECS[n], Xd, *(seen[m] for m in range(3) if m != n), optimize=True)
+            ref = np.einsum(specs[n], Xd, *(seen[m] for m in range(3) if m != n), optimize=True)
             tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
             np.testing.assert_allclose(np.asarray(M), ref, rtol=0, atol=tol)
-            factors[n] = rng.standard_normal(factors[n].shape).astype(dtype)
+            U = rng.standard_normal(factors[n].shape)
+            factors[n] = (np.linalg.qr(U)[0] if projections else U).astype(dtype)
 
-        sweep = op.mttkrp_sweep(factors, update, carry=carry) if carry is not None else op.mttkrp_sweep(factors, update)
-        out.append((sweep.passes, [p.spec for p in sweep.plans if math.prod(p.shapes[0]) == X.size]))
+        sweep = op.ttmc_sweep if projections else op.mttkrp_sweep
+        out.append(sweep(factors, update, **({"carry": carry} if carry is not None else {})))
     return out
+
+
+def _passes(sweeps) -> list[int]:
+    return [s.passes for s in sweeps]
+
+
+def _full_passes(X, sweep) -> list[str]:
+    """The specs of a CP sweep's passes over all of ``X``."""
+    return [p.spec for p in sweep.plans if math.prod(p.shapes[0]) == X.size]
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
@@ -49,16 +62,16 @@ def test_two_sweeps_read_x_three_times_and_every_mttkrp_is_einsums(order, dtype,
     assert multi_sweep_applies(X, 5)
     factors = [rng.standard_normal((n, 5)).astype(dtype) for n in X.shape]
     got = _run_sweeps(DenseTensor(X), factors, 5, rng, CarriedPartial())
-    assert [p for p, _ in got] == [2, 1, 2, 1, 2]
-    one = [s.split("->")[0].split(",")[1][0] for s in got[0][1]]  # the factor each full pass contracts
-    two = [s.split("->")[0].split(",")[1][0] for s in got[1][1]]
+    assert _passes(got) == [2, 1, 2, 1, 2]
+    one = [s.split("->")[0].split(",")[1][0] for s in _full_passes(X, got[0])]  # the factor each pass contracts
+    two = [s.split("->")[0].split(",")[1][0] for s in _full_passes(X, got[1])]
     assert (one, two) == (["c", "b"], ["a"])
 
 
 def test_without_a_carrier_every_sweep_reads_x_twice(rng, planned_sweeps):
     X = rng.standard_normal((24, 20, 28))
     factors = [rng.standard_normal((n, 5)) for n in X.shape]
-    assert [p for p, _ in _run_sweeps(DenseTensor(X), factors, 3, rng, None)] == [2, 2, 2]
+    assert _passes(_run_sweeps(DenseTensor(X), factors, 3, rng, None)) == [2, 2, 2]
 
 
 @pytest.mark.parametrize("change", ["one_ulp", "drop", "other_tensor"])
@@ -69,7 +82,7 @@ def test_a_kept_partial_serves_only_the_factor_and_tensor_it_was_made_from(chang
     op = DenseTensor(X)
     carry = CarriedPartial()
     factors = [rng.standard_normal((n, 5)) for n in X.shape]
-    assert [p for p, _ in _run_sweeps(op, factors, 1, rng, carry)] == [2]
+    assert _passes(_run_sweeps(op, factors, 1, rng, carry)) == [2]
     assert carry.partial is not None and carry.partial.shape == (24, 28, 5)
     if change == "one_ulp":
         factors[1] = factors[1].copy()
@@ -80,7 +93,7 @@ def test_a_kept_partial_serves_only_the_factor_and_tensor_it_was_made_from(chang
         target = op
     else:
         target = DenseTensor(X.copy())
-    assert [p for p, _ in _run_sweeps(target, factors, 1, rng, carry)] == [2]
+    assert _passes(_run_sweeps(target, factors, 1, rng, carry)) == [2]
 
 
 def test_the_rule_which_tensors_and_ranks_take_the_multi_sweep_tree(monkeypatch):
@@ -182,32 +195,6 @@ def test_cp_als_peak_memory_with_a_kept_partial_stays_within_half_the_tensor():
 # --------------------------------------------------------------------------------------------------------------
 # HOOI: the same tree for projections
 # --------------------------------------------------------------------------------------------------------------
-PROJ = ["abc,br,cs->ars", "abc,ar,cs->rbs", "abc,ar,bs->rsc"]
-
-
-def _run_ttmc_sweeps(op, factors, n_sweeps, rng, carry, between=None):
-    """HOOI sweeps whose update replaces each factor by a fresh orthonormal one; each projection is checked
-    against einsum on the factors it saw. Returns each sweep's passes over X."""
-    X = op.data
-    dtype = X.dtype
-    Xd = X.astype(np.float64)
-    out = []
-    for k in range(n_sweeps):
-        if between is not None and k:
-            between(k, factors)
-
-        def update(n, Y):
-            seen = [f.astype(np.float64) for f in factors]
-            ref = np.einsum(PROJ[n], Xd, *(seen[m] for m in range(3) if m != n), optimize=True)
-            tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
-            np.testing.assert_allclose(np.asarray(Y), ref, rtol=0, atol=tol)
-            factors[n] = np.linalg.qr(rng.standard_normal(factors[n].shape))[0].astype(dtype)
-
-        kw = {"carry": carry} if carry is not None else {}
-        out.append(op.ttmc_sweep(factors, update, **kw).passes)
-    return out
-
-
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_hooi_sweeps_share_a_pass_and_every_projection_is_einsums(order, dtype, rng, planned_sweeps):
@@ -220,14 +207,14 @@ def test_hooi_sweeps_share_a_pass_and_every_projection_is_einsums(order, dtype, 
     factors = [np.linalg.qr(rng.standard_normal((n, r)))[0].astype(dtype) for n, r in
                zip(X.shape, ranks, strict=True)]
     carry = CarriedPartial()
-    assert _run_ttmc_sweeps(DenseTensor(X), factors, 5, rng, carry) == [2, 1, 2, 1, 2]
+    assert _passes(_run_sweeps(DenseTensor(X), factors, 5, rng, carry, projections=True)) == [2, 1, 2, 1, 2]
 
     def nudge(k, factors):
         factors[1] = factors[1].copy()
         factors[1][0, 0] = np.nextafter(factors[1][0, 0], np.inf)
 
-    assert _run_ttmc_sweeps(DenseTensor(X), factors, 3, rng, CarriedPartial(), between=nudge) == [2, 2, 2]
-    assert _run_ttmc_sweeps(DenseTensor(X), factors, 2, rng, None) == [2, 2]
+    assert _passes(_run_sweeps(DenseTensor(X), factors, 3, rng, CarriedPartial(), nudge, True)) == [2, 2, 2]
+    assert _passes(_run_sweeps(DenseTensor(X), factors, 2, rng, None, projections=True)) == [2, 2]
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

@@ -183,20 +183,7 @@ def ttmc_tree(T: Any, active: list[int], factors: list[Any], update: Update, pla
         Y = take_partial(partials, part)
         if Y is None:
             mats = {m: factors[m] for m in rest if factors[m] is not None}
-            if mats:
-                key = (policy, tuple(mats), _layout_key(T, *mats.values())) if cache is not None else None
-                p = cache.get(key) if cache is not None else None
-                if p is None:
-                    p = build_multi_ttm_plan(T, mats, True, policy)
-                    if cache is not None:
-                        cache[key] = p
-                plans.append(p)
-                Y = dense_multi_ttm(T, mats, True, p, policy)
-                ws = _workspace.active()
-                if ws is not None:  # (the projection's intermediates are idle now: at most one kept)
-                    ws.trim()
-            else:
-                Y = T
+            Y = _project(T, mats, plans, policy, cache) if mats else T
         ttmc_tree(Y, part, factors, update, plans, policy, partials, cache)
         del Y
 
@@ -230,10 +217,12 @@ def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: Executi
     return Sweep(tuple(plans), passes)
 
 
-def _project(T: Any, m: int, U: Any, plans: list, policy: ExecutionPolicy, cache: dict[Any, Any] | None) -> Any:
-    """``T x_m U^T`` for HOOI's multi-sweep tree, its plan from the sweep's cache (as :func:`ttmc_tree`'s)."""
-    mats = {m: U}
-    key = (policy, (m,), _layout_key(T, U)) if cache is not None else None
+def _project(T: Any, mats: dict[int, Any], plans: list, policy: ExecutionPolicy,
+             cache: dict[Any, Any] | None) -> Any:
+    """``T`` projected on ``mats`` (``T x_m U_m^T``, a HOOI sweep's multi-TTM), the plan kept in the sweep's
+    ``cache`` (a plan is a function of the key: the modes, the policy and the arrays' layouts), appended to
+    ``plans``; the workspace trimmed after it (its intermediates are idle now: at most one kept)."""
+    key = (policy, tuple(mats), _layout_key(T, *mats.values())) if cache is not None else None
     p = cache.get(key) if cache is not None else None
     if p is None:
         p = build_multi_ttm_plan(T, mats, True, policy)
@@ -253,32 +242,30 @@ def _multi_ttmc_sweep(X: Any, factors: list[Any], update: Update, plans: list, p
     the projections of modes 0 and 1, ``X x_1 U_1`` mode 2's and the next sweep's mode 0 (kept in ``carry``),
     ``X x_0 U_0`` modes 1 and 2; the same projections, each from the same factors as the standard tree's. Returns
     the passes over ``X`` it made (1 where it found the kept partial valid, else 2)."""
+    def two_updates(j: int) -> None:
+        # X x_j U_j serves the updates of the other two modes p < q in order: T x_q U_q, then T x_p U_p (new)
+        p, q = (m for m in range(3) if m != j)
+        T = _project(X, {j: factors[j]}, plans, policy, cache)
+        Y = _project(T, {q: factors[q]}, plans, policy, cache)
+        update(p, Y)
+        del Y
+        Y = _project(T, {p: factors[p]}, plans, policy, cache)
+        del T
+        update(q, Y)
+
     kept = carry.take(X, factors[1])
     if kept is not None:
         T1 = kept[0]
         del kept
-        Y = _project(T1, 2, factors[2], plans, policy, cache)
+        Y = _project(T1, {2: factors[2]}, plans, policy, cache)
         del T1
         update(0, Y)
         del Y
-        T0 = _project(X, 0, factors[0], plans, policy, cache)
-        Y = _project(T0, 2, factors[2], plans, policy, cache)
-        update(1, Y)
-        del Y
-        Y = _project(T0, 1, factors[1], plans, policy, cache)
-        del T0
-        update(2, Y)
+        two_updates(0)
         return 1
-    T2 = _project(X, 2, factors[2], plans, policy, cache)
-    Y = _project(T2, 1, factors[1], plans, policy, cache)
-    update(0, Y)
-    del Y
-    Y = _project(T2, 0, factors[0], plans, policy, cache)
-    del T2
-    update(1, Y)
-    del Y
-    T1 = _project(X, 1, factors[1], plans, policy, cache)
-    Y = _project(T1, 0, factors[0], plans, policy, cache)
+    two_updates(2)
+    T1 = _project(X, {1: factors[1]}, plans, policy, cache)
+    Y = _project(T1, {0: factors[0]}, plans, policy, cache)
     carry.keep(X, T1, [0, 1, 2], factors[1])
     del T1
     update(2, Y)
