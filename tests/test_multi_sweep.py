@@ -15,7 +15,6 @@ from tuckerkit.engine import DenseTensor, _sweeps
 from tuckerkit.engine._sweeps import CarriedPartial, multi_sweep_applies
 
 SPECS = ["abc,bz,cz->az", "abc,az,cz->bz", "abc,az,bz->cz"]  # (CP-ALS: the MTTKRP of each mode)
-PROJ = ["abc,br,cs->ars", "abc,ar,cs->rbs", "abc,ar,bs->rsc"]  # (HOOI: each mode left unprojected)
 
 
 def _run_sweeps(op, factors, n_sweeps, rng, carry, between=None, projections=False):
@@ -25,7 +24,7 @@ def _run_sweeps(op, factors, n_sweeps, rng, carry, between=None, projections=Fal
     X = op.data
     dtype = X.dtype
     Xd = X.astype(np.float64)
-    specs = PROJ if projections else SPECS
+    specs = SPECS
     out = []
     for k in range(n_sweeps):
         if between is not None and k:
@@ -33,7 +32,12 @@ def _run_sweeps(op, factors, n_sweeps, rng, carry, between=None, projections=Fal
 
         def update(n, M):
             seen = [f.astype(np.float64) for f in factors]
-            ref = np.einsum(specs[n], Xd, *(seen[m] for m in range(3) if m != n), optimize=True)
+            if projections:
+                ref = Xd
+                for m in range(X.ndim):  # (X x_m U_m^T for every m but n)
+                    ref = ref if m == n else np.moveaxis(np.tensordot(ref, seen[m], axes=(m, 0)), -1, m)
+            else:
+                ref = np.einsum(specs[n], Xd, *(seen[m] for m in range(3) if m != n), optimize=True)
             tol = 4 * X.size // X.shape[n] * np.finfo(dtype).eps * np.abs(ref).max()
             np.testing.assert_allclose(np.asarray(M), ref, rtol=0, atol=tol)
             U = rng.standard_normal(factors[n].shape)
@@ -83,7 +87,7 @@ def test_a_kept_partial_serves_only_the_factor_and_tensor_it_was_made_from(chang
     carry = CarriedPartial()
     factors = [rng.standard_normal((n, 5)) for n in X.shape]
     assert _passes(_run_sweeps(op, factors, 1, rng, carry)) == [2]
-    assert carry.partial is not None and carry.partial.shape == (24, 28, 5)
+    assert carry.state is not None and carry.state[0].shape == (24, 28, 5)
     if change == "one_ulp":
         factors[1] = factors[1].copy()
         factors[1][3, 2] = np.nextafter(factors[1][3, 2], np.inf)
@@ -148,31 +152,31 @@ def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, d
     assert np.array_equal(X, before)
 
 
-def test_cp_als_line_search_jumps_drop_the_kept_partial(monkeypatch):
-    """With the line search (jumps tried every second iteration from the sixth) the fits follow the two-pass
-    tree's: a jump that replaces the factors drops the kept partial, and the next sweep reads X twice."""
+def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps):
+    """With the line search (jumps tried every second iteration from the sixth, after the sweeps that keep
+    nothing) the fits follow the two-pass tree's to rounding and the passes still alternate; a drop of the
+    carrier between sweeps (as after a jump) makes the next sweep read X twice."""
     X, rng = _planted((90, 70, 80), 4, np.float64, "C")
     init = [rng.standard_normal((s, 6)) for s in X.shape]
-    dropped = []
-    real = CarriedPartial.drop
 
-    def counted(self):
-        dropped.append(self.partial is not None)
-        real(self)
-
-    def fits(multi: bool) -> list[float]:
+    def run(multi: bool):
         monkeypatch.setattr(_sweeps, "MULTI_SWEEP", multi)
         seen: list[float] = []
-        tk.cp_als(X, 6, init=init, max_iter=30, tol=1e-14, callback=lambda st: seen.append(st.fit) and None)
-        return seen
+        with pytest.warns(tk.ConvergenceWarning):
+            res = tk.cp_als(X, 6, init=init, max_iter=30, tol=1e-14, callback=lambda st: seen.append(st.fit) and None)
+        return seen, res
 
-    monkeypatch.setattr(CarriedPartial, "drop", counted)
-    with pytest.warns(tk.ConvergenceWarning):
-        one = fits(True)
-    assert any(dropped)  # (at least one jump was taken while a partial was kept)
-    with pytest.warns(tk.ConvergenceWarning):
-        two = fits(False)
+    one, res = run(True)
+    two, ref = run(False)
+    assert (res.passes_per_iteration, ref.passes_per_iteration) == (1.5, 2)
     np.testing.assert_allclose(one, two, rtol=0, atol=1e-12)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP", True)
+    carry = CarriedPartial()
+    factors = [rng.standard_normal((n, 5)) for n in X.shape]
+    op = DenseTensor(X)
+    assert _passes(_run_sweeps(op, factors, 1, rng, carry)) == [2]
+    carry.drop()
+    assert carry.state is None and _passes(_run_sweeps(op, factors, 2, rng, carry)) == [2, 1]
 
 
 def test_cp_als_peak_memory_with_a_kept_partial_stays_within_half_the_tensor():
@@ -249,3 +253,41 @@ def test_hooi_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, dty
     for U, V in zip(one.factors, two.factors, strict=True):  # (the same subspaces: U U^T = V V^T)
         np.testing.assert_allclose(U @ U.T, V @ V.T, rtol=0, atol=1e3 * eps)
     assert np.array_equal(X, before)
+
+
+def test_hooi_4way_sweeps_make_one_pass_per_three_updates(rng, planned_sweeps, monkeypatch):
+    """4 modes (the size floor lowered for the test): each pass X x_j U_j serves the three updates after j,
+    across sweeps, so sweeps make 2, 1, 1 passes in turn; every projection is the product of X with the other
+    factors (tensordot) on the factors it saw; float32 keeps the two-pass tree from 4 modes."""
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP_NWAY_BYTES", 0)
+    X = rng.standard_normal((14, 12, 16, 13))
+    ranks = (3, 2, 3, 3)
+    assert multi_sweep_applies(X, list(ranks), _sweeps.MULTI_SWEEP_HOOI_MAX_ORDER)
+    assert not multi_sweep_applies(X.astype(np.float32), list(ranks), _sweeps.MULTI_SWEEP_HOOI_MAX_ORDER)
+    assert not multi_sweep_applies(X, list(ranks))  # (CP-ALS: 3 modes)
+    factors = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(X.shape, ranks, strict=True)]
+    got = _run_sweeps(DenseTensor(X), factors, 6, rng, CarriedPartial(), projections=True)
+    assert _passes(got) == [2, 1, 1, 2, 1, 1]
+
+
+def test_hooi_4way_with_the_multi_sweep_tree_has_the_two_pass_trees_fits(rng, planned_sweeps, monkeypatch):
+    from tuckerkit.decomposition import _tucker
+
+    monkeypatch.setattr(_tucker, "_SMALL_SWEEPS", False)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP_NWAY_BYTES", 0)
+    shape, ranks = (24, 26, 28, 30), (4, 3, 5, 4)
+    X = tk.TuckerTensor(rng.standard_normal(ranks), tuple(np.linalg.qr(rng.standard_normal((s, r)))[0]
+                                                          for s, r in zip(shape, ranks, strict=True))).to_dense()
+    X = X + 0.05 * np.abs(X).max() * rng.standard_normal(shape)
+    init = [np.linalg.qr(rng.standard_normal((s, r)))[0] for s, r in zip(shape, ranks, strict=True)]
+
+    def run(multi: bool):
+        monkeypatch.setattr(_sweeps, "MULTI_SWEEP", multi)
+        with pytest.warns(tk.ConvergenceWarning):
+            return tk.hooi(X, ranks, init=init, max_iter=6, tol=0)
+
+    one, two = run(True), run(False)
+    assert (one.passes_per_iteration, two.passes_per_iteration) == (round(8 / 6, 2), 2)
+    np.testing.assert_allclose(one.fit_history, two.fit_history, rtol=0, atol=100 * np.finfo(np.float64).eps)
+    for U, V in zip(one.factors, two.factors, strict=True):
+        np.testing.assert_allclose(U @ U.T, V @ V.T, rtol=0, atol=1e3 * np.finfo(np.float64).eps)

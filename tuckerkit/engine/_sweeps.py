@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import GeneratorType
 from typing import Any
 
 import numpy as np
@@ -203,7 +204,7 @@ def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: Executi
     plans: list[Any] = []
     ws = _sweep_workspace(X, cache)
     multi = (carry is not None and not partials and all(U is not None for U in factors)
-             and multi_sweep_applies(X, [int(U.shape[1]) for U in factors]))
+             and multi_sweep_applies(X, [int(U.shape[1]) for U in factors], MULTI_SWEEP_HOOI_MAX_ORDER))
     if carry is not None and not multi:
         carry.drop()
     with _workspace.using(ws):
@@ -236,40 +237,66 @@ def _project(T: Any, mats: dict[int, Any], plans: list, policy: ExecutionPolicy,
     return Y
 
 
+class _Cycle:
+    """What the generator of :func:`_cyclic_projections` reads at each step: the sweep's factors (read when a
+    projection is made: Gauss-Seidel), plans list, policy and plan cache, and the passes over ``X`` it made."""
+
+    __slots__ = ("cache", "factors", "passes", "plans", "policy")
+
+    def __init__(self, policy: ExecutionPolicy, cache: dict[Any, Any] | None) -> None:
+        self.policy, self.cache = policy, cache
+        self.factors: list[Any] = []
+        self.plans: list[Any] = []
+        self.passes = 0
+
+
+def _cyclic_projections(X: Any, c: _Cycle) -> Any:
+    """HOOI's projections in the cyclic update order 0, 1, ..., N - 1, 0, 1, ... (a generator of ``(n, Y_n)``;
+    the caller updates mode ``n`` before the next one): each pass ``X x_j U_j`` serves the N - 1 modes that follow
+    ``j``, through a dimension tree on that partial, across the ends of sweeps (the multi-sweep tree)."""
+    N = X.ndim
+    n = 0
+    while True:
+        j = (n - 1) % N
+        T = _project(X, {j: c.factors[j]}, c.plans, c.policy, c.cache)
+        c.passes += 1
+        yield from _tree_steps(T, [(n + k) % N for k in range(N - 1)], c)
+        del T
+        n = (n + N - 1) % N
+
+
+def _tree_steps(T: Any, active: list[int], c: _Cycle) -> Any:
+    """:func:`ttmc_tree` on a partial as a generator of ``(n, Y_n)`` (the caller updates between steps)."""
+    if len(active) == 1:
+        yield active[0], T
+        return
+    half = (len(active) + 1) // 2
+    first, second = active[:half], active[half:]
+    for part, rest in ((first, second), (second, first)):
+        Y = _project(T, {m: c.factors[m] for m in rest}, c.plans, c.policy, c.cache)
+        yield from _tree_steps(Y, part, c)
+        del Y
+
+
 def _multi_ttmc_sweep(X: Any, factors: list[Any], update: Update, plans: list, policy: ExecutionPolicy,
                       cache: dict[Any, Any] | None, carry: CarriedPartial) -> int:
-    """A 3-way HOOI sweep of the multi-sweep tree (:func:`_multi_sweep`'s for projections): ``X x_2 U_2`` serves
-    the projections of modes 0 and 1, ``X x_1 U_1`` mode 2's and the next sweep's mode 0 (kept in ``carry``),
-    ``X x_0 U_0`` modes 1 and 2; the same projections, each from the same factors as the standard tree's. Returns
-    the passes over ``X`` it made (1 where it found the kept partial valid, else 2)."""
-    def two_updates(j: int) -> None:
-        # X x_j U_j serves the updates of the other two modes p < q in order: T x_q U_q, then T x_p U_p (new)
-        p, q = (m for m in range(3) if m != j)
-        T = _project(X, {j: factors[j]}, plans, policy, cache)
-        Y = _project(T, {q: factors[q]}, plans, policy, cache)
-        update(p, Y)
+    """One HOOI sweep (modes 0 to N - 1) of the multi-sweep tree: the cyclic generator
+    (:func:`_cyclic_projections`) kept in ``carry`` between sweeps, resumed where every factor is as it left
+    them (else a new one). Each projection is the standard tree's, from the same factors. Returns the passes
+    over ``X`` the sweep made: N / (N - 1) on average (3-way: 2 and 1 in turn; 4-way: 2, 1, 1)."""
+    kept = carry.take(X, factors)
+    if kept is None:
+        c = _Cycle(policy, cache)
+        gen = _cyclic_projections(X, c)
+    else:
+        gen, c = kept
+    c.factors, c.plans, c.passes = factors, plans, 0
+    for _ in range(X.ndim):
+        n, Y = next(gen)
+        update(n, Y)
         del Y
-        Y = _project(T, {p: factors[p]}, plans, policy, cache)
-        del T
-        update(q, Y)
-
-    kept = carry.take(X, factors[1])
-    if kept is not None:
-        T1 = kept[0]
-        del kept
-        Y = _project(T1, {2: factors[2]}, plans, policy, cache)
-        del T1
-        update(0, Y)
-        del Y
-        two_updates(0)
-        return 1
-    two_updates(2)
-    T1 = _project(X, {1: factors[1]}, plans, policy, cache)
-    Y = _project(T1, {0: factors[0]}, plans, policy, cache)
-    carry.keep(X, T1, [0, 1, 2], factors[1])
-    del T1
-    update(2, Y)
-    return 2
+    carry.keep(X, (gen, c), factors)
+    return c.passes
 
 
 def _sweep_workspace(X: Any, cache: dict[Any, Any] | None) -> _workspace.Workspace | None:
@@ -467,7 +494,7 @@ SKEW = 1.5
 CP_SKEW_RANK = 0.4
 
 
-#: whether CP-ALS's 3-way sweeps share one pass between two sweeps where they can (:func:`multi_sweep_applies`)
+#: whether CP-ALS's and HOOI's sweeps share passes across sweeps where they can (:func:`multi_sweep_applies`)
 MULTI_SWEEP = True
 #: ... where each single-mode partial (``R / I_n`` of the tensor) is at most this share of it: one is kept
 #: between two sweeps, so CP-ALS's peak extra memory stays within half the tensor
@@ -475,13 +502,19 @@ MULTI_SWEEP_PARTIAL = 0.25
 #: ... and where the unit-stride mode has at least this extent or is not shorter than the others (its pass alone
 #: is the tree's extra one: the compiled kernel's dot products along it are short below that)
 MULTI_SWEEP_UNIT = 128
+#: HOOI's sweeps take it up to this order (each pass over X then serves N - 1 updates: N / (N - 1) passes a
+#: sweep), from 4 modes on a float64 (or complex128) tensor of at least ``MULTI_SWEEP_NWAY_BYTES``
+MULTI_SWEEP_HOOI_MAX_ORDER = 8
+MULTI_SWEEP_NWAY_BYTES = 32 << 20
 
 
-def multi_sweep_applies(X: Any, R: int | list[int]) -> bool:
-    """Whether CP-ALS's sweeps of ``X`` at rank ``R`` take the multi-sweep dimension tree (:func:`_multi_sweep`):
-    a 3-way numpy array in C or F order whose single-mode partials (``R / I_n`` of the tensor each) are at most
-    ``MULTI_SWEEP_PARTIAL`` of it, and whose unit-stride mode (C order's last, F order's first) has at least
-    ``MULTI_SWEEP_UNIT`` entries or is not shorter than the other two.
+def multi_sweep_applies(X: Any, R: int | list[int], max_order: int = 3) -> bool:
+    """Whether the sweeps of ``X`` at rank ``R`` (one per mode for HOOI) take the multi-sweep dimension tree
+    (CP-ALS's :func:`_multi_sweep`, HOOI's :func:`_multi_ttmc_sweep`): a numpy array of 3 to ``max_order`` modes
+    (CP-ALS 3, HOOI ``MULTI_SWEEP_HOOI_MAX_ORDER``) in C or F order whose single-mode partials (``R_n / I_n`` of
+    the tensor each) are at most ``MULTI_SWEEP_PARTIAL`` of it, whose unit-stride mode (C order's last, F order's
+    first) has at least ``MULTI_SWEEP_UNIT`` entries or is not shorter than the others, and, from 4 modes, a
+    float64 (or complex128) tensor of at least ``MULTI_SWEEP_NWAY_BYTES``.
 
     Per iteration against the two-pass tree (the AVX-512 machine, float64, 8 iterations, medians of 7
     interleaved pairs in one process; the same fits): 200^3 at R = 10 / 50 0.90 / 0.91x the time (float32
@@ -494,6 +527,12 @@ def multi_sweep_applies(X: Any, R: int | list[int]) -> bool:
     R = 10 / 20 / 30 0.96 / 1.02 / 0.99x, (300, 300, 100) at R = 10 / 20 0.99 / 1.01x, (250, 250, 80) 1.00x,
     (400, 400, 64) at R = 8 0.98x (given up: (400, 400, 100) 0.90x).
 
+    HOOI (6 iterations from a given start, medians of 5 interleaved pairs, float64 unless said): 200^3 at R =
+    10 0.91-0.94x (float32 0.94x, F order 0.82x), 320x240x160 0.89-0.90x, 300^3 at R = 20 0.84x, 60^4 at R = 10
+    / 12 / 15 0.88 / 0.85 / 0.86x, 64^4 at R = 8 0.81x, 80^4 at R = 10 0.80x, 50^4 at R = 8 0.89x, 30^5 at R = 5
+    0.80x, 16^6 at R = 4 0.99x. Left out from 4 modes: smaller tensors (40^4 at R = 10 / 6, 20 MB, 1.09 /
+    0.98x) and float32 (60^4 at R = 10 1.02x, 64^4 1.01x, 50^4 1.01x, 30^5 0.98x; 80^4, 164 MB, 0.90x given up).
+
     >>> import numpy as np
     >>> multi_sweep_applies(np.empty((200, 200, 200)), 50), multi_sweep_applies(np.empty((200, 200, 200)), 51)
     (True, False)
@@ -501,13 +540,17 @@ def multi_sweep_applies(X: Any, R: int | list[int]) -> bool:
     (True, False)
     >>> multi_sweep_applies(np.empty((500, 500, 50), order="F"), 10), multi_sweep_applies(np.empty((8,) * 4), 2)
     (True, False)
+    >>> multi_sweep_applies(np.empty((60,) * 4), 10, 8), multi_sweep_applies(np.empty((60,) * 4, np.float32), 10, 8)
+    (True, False)
     """
     ranks = [R] * X.ndim if isinstance(R, int) else list(R)
-    if not (MULTI_SWEEP and type(X) in (np.ndarray, np.memmap) and X.ndim == 3
+    if not (MULTI_SWEEP and type(X) in (np.ndarray, np.memmap) and 3 <= X.ndim <= max_order
             and all(r <= MULTI_SWEEP_PARTIAL * n for r, n in zip(ranks, X.shape, strict=True))):
         return False
+    if X.ndim > 3 and (X.dtype.char not in "dD" or X.nbytes < MULTI_SWEEP_NWAY_BYTES):
+        return False
     if X.flags.c_contiguous:
-        unit, others = X.shape[2], X.shape[:2]
+        unit, others = X.shape[-1], X.shape[:-1]
     elif X.flags.f_contiguous:
         unit, others = X.shape[0], X.shape[1:]
     else:
@@ -516,34 +559,40 @@ def multi_sweep_applies(X: Any, R: int | list[int]) -> bool:
 
 
 class CarriedPartial:
-    """The partial one CP-ALS sweep leaves for the next (:func:`_multi_sweep`): ``X`` contracted with mode 1's
-    factor, its modes, and a copy of that factor. The next sweep takes it only where the factor it holds is
-    still the same (bit for bit) and the caller vouches that ``X`` is (:meth:`drop` otherwise: a jump of the
-    line search, an orthogonalization, a refill of missing entries)."""
+    """What one sweep leaves for the next in the multi-sweep tree: CP-ALS's partial (``X`` contracted with mode 1's
+    factor, :func:`_multi_sweep`) or HOOI's suspended cycle of projections (:func:`_multi_ttmc_sweep`), with
+    copies of the factors it was made from. The next sweep takes it only where those factors are still the same
+    (bit for bit) and the caller vouches that ``X`` is (:meth:`drop` otherwise: a jump of the line search, an
+    orthogonalization, a refill of missing entries)."""
 
-    __slots__ = ("factor", "modes", "partial", "source")
+    __slots__ = ("factors", "source", "state")
 
     def __init__(self) -> None:
-        self.partial: Any = None
-        self.modes: list[int] | None = None
-        self.factor: Any = None
+        self.state: Any = None
+        self.factors: list[Any] = []
         self.source: Any = None
 
     def drop(self) -> None:
-        """Forget the partial (its memory goes with it)."""
-        self.partial = self.modes = self.factor = self.source = None
+        """Forget what is kept (its memory goes with it; a suspended generator is closed)."""
+        state, self.state, self.factors, self.source = self.state, None, [], None
+        if isinstance(state, tuple) and state and isinstance(state[0], GeneratorType):
+            state[0].close()
 
-    def keep(self, X: Any, partial: Any, modes: list[int], factor: Any) -> None:
-        self.partial, self.modes, self.factor, self.source = partial, modes, factor.copy(), X
-
-    def take(self, X: Any, factor: Any) -> tuple[Any, list[int]] | None:
-        """The kept partial and its modes where it was made from ``X`` with ``factor`` as it is now; dropped
-        in any case (each serves one sweep)."""
-        T, modes, F, src = self.partial, self.modes, self.factor, self.source
+    def keep(self, X: Any, state: Any, factors: list[Any]) -> None:
         self.drop()
-        if T is None or modes is None or src is not X or F.shape != factor.shape or F.dtype != factor.dtype:
-            return None
-        return (T, modes) if np.array_equal(F, factor) else None
+        self.state, self.factors, self.source = state, [F.copy() for F in factors], X
+
+    def take(self, X: Any, factors: list[Any]) -> Any:
+        """The kept state where it was made from ``X`` with ``factors`` as they are now, else None; forgotten
+        here in either case (the caller keeps its next state)."""
+        state, kept, src = self.state, self.factors, self.source
+        self.state, self.factors, self.source = None, [], None
+        same = (state is not None and src is X and len(kept) == len(factors)
+                and all(F.shape == U.shape and F.dtype == U.dtype and np.array_equal(F, U)
+                        for F, U in zip(kept, factors, strict=True)))
+        if not same and isinstance(state, tuple) and state and isinstance(state[0], GeneratorType):
+            state[0].close()
+        return state if same else None
 
 
 def _multi_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
@@ -557,7 +606,7 @@ def _multi_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPo
     pass; otherwise two (``X x_2 U_2``, then ``X x_1 U_1``, kept)."""
     tree = MttkrpTree(np, X.shape, factors, update, plans, policy, cache)
     modes = [0, 1, 2]
-    kept = carry.take(X, factors[1])
+    kept = carry.take(X, [factors[1]])
     if kept is not None:
         T, t_modes = kept
         M0, _ = tree.contract_modes(T, t_modes, [2], True)
@@ -572,7 +621,7 @@ def _multi_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPo
     del T2
     T1, m1 = tree.contract_modes(X, modes, [1], False)
     M2, _ = tree.contract_modes(T1, m1, [0], True)
-    carry.keep(X, T1, m1, factors[1])
+    carry.keep(X, (T1, m1), [factors[1]])
     del T1
     update(2, M2)
     return Sweep(tuple(plans), 2)
