@@ -73,14 +73,11 @@ def runners(X, ranks, init, iters):
         return float(info["fit"])
 
     def two_pass():
-        with sweeps_flag("MULTI_SWEEP", False):  # the two-pass tree of stop 71 (3-way tensors)
+        with sweeps_flag("MULTI_SWEEP", False):  # the two-pass tree of stop 71
             return ours()
 
-    fns = {"tuckerkit": ours, "tensorly": tl("truncated_svd"), "tensorly_randomized": tl("randomized_svd"),
-           "pyttb": pyttb_run}
-    if X.ndim == 3:
-        fns["two_pass"] = two_pass
-    return fns
+    return {"tuckerkit": ours, "tensorly": tl("truncated_svd"), "tensorly_randomized": tl("randomized_svd"),
+            "pyttb": pyttb_run, "two_pass": two_pass}
 
 
 def timed(fn):
@@ -268,10 +265,11 @@ def markdown(rows, st_rows, s) -> str:
         f"work alone): at worst "
         f"{s['hooi_worst_ratio_roofline']:.2f}x (floor: 1.25x).",
         "",
-        "3-way tensors in memory: tuckerkit's sweeps share a pass between two sweeps where the kept projection "
-        "is small enough (the multi-sweep dimension tree: 1.5 passes over X per iteration, `passes`; small "
-        "tensors take the compiled or direct routes, 2); R keeps the two passes, and `two-pass` is tuckerkit with "
-        "the standard tree, interleaved in the same run (`/ two-pass`: the time over it).",
+        "Tensors in memory: tuckerkit's sweeps share passes across sweeps where the kept projection is small "
+        "enough (the multi-sweep dimension tree: N / (N - 1) passes over X per iteration, `passes`: 1.5 for 3 "
+        "modes, 1.33 for 4; small tensors take the compiled or direct routes, 2); R keeps the two passes, and "
+        "`two-pass` is tuckerkit with the standard tree, interleaved in the same run (`/ two-pass`: the time "
+        "over it).",
         "",
         "| shape | dtype | iters | tuckerkit ms/iter | passes | two-pass ms/iter | / two-pass | R ms | / R | TensorLy "
         "| TensorLy (randomized) | pyttb | x TL | x TL-rand "

@@ -511,10 +511,11 @@ MULTI_SWEEP_NWAY_BYTES = 32 << 20
 def multi_sweep_applies(X: Any, R: int | list[int], max_order: int = 3) -> bool:
     """Whether the sweeps of ``X`` at rank ``R`` (one per mode for HOOI) take the multi-sweep dimension tree
     (CP-ALS's :func:`_multi_sweep`, HOOI's :func:`_multi_ttmc_sweep`): a numpy array of 3 to ``max_order`` modes
-    (CP-ALS 3, HOOI ``MULTI_SWEEP_HOOI_MAX_ORDER``) in C or F order whose single-mode partials (``R_n / I_n`` of
-    the tensor each) are at most ``MULTI_SWEEP_PARTIAL`` of it, whose unit-stride mode (C order's last, F order's
-    first) has at least ``MULTI_SWEEP_UNIT`` entries or is not shorter than the others, and, from 4 modes, a
-    float64 (or complex128) tensor of at least ``MULTI_SWEEP_NWAY_BYTES``.
+    (CP-ALS 3, HOOI ``MULTI_SWEEP_HOOI_MAX_ORDER``) filling one block of memory in C, F or another order of its
+    modes (:func:`_unit_mode`), whose single-mode partials (``R_n / I_n`` of the tensor each) are at most
+    ``MULTI_SWEEP_PARTIAL`` of it, whose unit-stride mode (C order's last, F order's first) has at least
+    ``MULTI_SWEEP_UNIT`` entries or is not shorter than the others, and, from 4 modes, a float64 (or complex128)
+    tensor of at least ``MULTI_SWEEP_NWAY_BYTES``.
 
     Per iteration against the two-pass tree (the AVX-512 machine, float64, 8 iterations, medians of 7
     interleaved pairs in one process; the same fits): 200^3 at R = 10 / 50 0.90 / 0.91x the time (float32
@@ -549,13 +550,29 @@ def multi_sweep_applies(X: Any, R: int | list[int], max_order: int = 3) -> bool:
         return False
     if X.ndim > 3 and (X.dtype.char not in "dD" or X.nbytes < MULTI_SWEEP_NWAY_BYTES):
         return False
-    if X.flags.c_contiguous:
-        unit, others = X.shape[-1], X.shape[:-1]
-    elif X.flags.f_contiguous:
-        unit, others = X.shape[0], X.shape[1:]
-    else:
+    u = _unit_mode(X)
+    if u is None:
         return False
+    unit, others = X.shape[u], [n for m, n in enumerate(X.shape) if m != u]
     return unit >= MULTI_SWEEP_UNIT or unit >= min(others)
+
+
+def _unit_mode(X: np.ndarray) -> int | None:
+    """The mode of unit stride of an array whose elements fill one block of memory in some order of its modes
+    (C, F or any permutation of them; a tensor made by a chain of products often is one), else None.
+
+    >>> import numpy as np
+    >>> a = np.empty((4, 5, 6))
+    >>> _unit_mode(a), _unit_mode(np.asfortranarray(a)), _unit_mode(a.transpose(2, 0, 1)), _unit_mode(a[:, ::2])
+    (2, 0, 0, None)
+    """
+    order = sorted(range(X.ndim), key=lambda m: (X.strides[m], m))
+    step = X.itemsize
+    for m in order:
+        if X.strides[m] != step:
+            return None
+        step *= X.shape[m]
+    return order[0]
 
 
 class CarriedPartial:
