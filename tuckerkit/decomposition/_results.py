@@ -258,8 +258,9 @@ class TuckerTensor(_Model):
     plans : tuple
         Kernel plans used by the last iteration (engine ``ContractionPlan`` objects), for inspection.
     passes_per_iteration : int or float
-        Full passes over the input tensor per iteration (dimension-tree reuse); CP-ALS on a 3-way tensor whose
-        sweeps share a pass between two sweeps reports the mean over the call (1.5, to two decimals).
+        Full passes over the input tensor per iteration (dimension-tree reuse); where the sweeps share passes
+        across sweeps (the multi-sweep tree: CP-ALS on 3 modes, HOOI on 3 to 8), the mean over the call to two
+        decimals (1.5 for 3 modes, 1.33 for 4).
     ranks : tuple of int
         The core's shape (property).
     fit : float

@@ -818,7 +818,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     full = _full_modes(X, ranks, fixed, em)
     swept = [None if n in full else U for n, U in enumerate(factors)] if full else factors
     eye = {n: np.eye(X.shape[n], dtype=X.dtype) for n in full}
-    # a dense tensor's 3-way sweeps may leave a projection for the next (the multi-sweep dimension tree:
+    # a dense tensor's sweeps (3 to 8 modes) may leave projections for the next (the multi-sweep dimension tree:
     # engine/_sweeps.py, multi_sweep_applies); not with missing data, whose E step rewrites X between sweeps
     carry = {"carry": CarriedPartial()} if em is None and carries_partials(X) else {}
     passes = 0

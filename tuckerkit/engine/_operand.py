@@ -425,8 +425,8 @@ class DenseTensor(OperandBase):
 
     def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
                    partials: dict[frozenset[int], Any] | None = None, carry: CarriedPartial | None = None) -> Sweep:
-        """:meth:`Operand.ttmc_sweep`; ``carry`` (HOOI's, one per call): where it applies, the 3-way sweeps share
-        a pass between two sweeps through it (:func:`~tuckerkit.engine._sweeps.multi_sweep_applies`)."""
+        """:meth:`Operand.ttmc_sweep`; ``carry`` (HOOI's, one per call): where it applies (3 to 8 modes), the
+        sweeps share passes across sweeps through it (:func:`~tuckerkit.engine._sweeps.multi_sweep_applies`)."""
         return dense_ttmc_sweep(self.data, factors, update, resolve_policy(policy), partials, self._sweep_plans,
                                 carry)
 

@@ -208,8 +208,8 @@ def dense_ttmc_sweep(X: Any, factors: list[Any], update: Update, policy: Executi
     if carry is not None and not multi:
         carry.drop()
     with _workspace.using(ws):
-        if multi:
-            passes = _multi_ttmc_sweep(X, factors, update, plans, policy, cache, carry)  # type: ignore[arg-type]
+        if multi and carry is not None:
+            passes = _multi_ttmc_sweep(X, factors, update, plans, policy, cache, carry)
         else:
             ttmc_tree(X, list(range(X.ndim)), factors, update, plans, policy, partials, cache)
             passes = min(X.ndim, 2)
@@ -497,7 +497,7 @@ CP_SKEW_RANK = 0.4
 #: whether CP-ALS's and HOOI's sweeps share passes across sweeps where they can (:func:`multi_sweep_applies`)
 MULTI_SWEEP = True
 #: ... where each single-mode partial (``R / I_n`` of the tensor) is at most this share of it: one is kept
-#: between two sweeps, so CP-ALS's peak extra memory stays within half the tensor
+#: between two sweeps, so the peak extra memory of CP-ALS and HOOI stays within half the tensor
 MULTI_SWEEP_PARTIAL = 0.25
 #: ... and where the unit-stride mode has at least this extent or is not shorter than the others (its pass alone
 #: is the tree's extra one: the compiled kernel's dot products along it are short below that)
