@@ -197,6 +197,25 @@ def test_kernels_refuse_negative_strides(rng):
         sg.ttm_outer(X[0, ::-1], np.ones((2, 5)), np.empty((2, 4)))
 
 
+def test_kernels_refuse_a_matrix_or_output_of_another_shape(rng):
+    """The kernels index U and Y unchecked: a transposed output (the rows of Y3 / Y2 swapped) or a matrix of
+    another extent is refused before anything is written, the output left as it was."""
+    X = rng.standard_normal((3, 4, 5))
+    Y = np.full((3, 5, 2), np.nan)
+    with pytest.raises(ValueError, match=r"ttm_inner needs the matrix of shape \(4, 2\) and the output of shape "
+                                         r"\(3, 2, 5\); received \(4, 2\) and \(3, 5, 2\)"):
+        sg.ttm_inner(X, np.ones((4, 2)), Y)
+    with pytest.raises(ValueError, match=r"received \(5, 2\) and \(3, 2, 5\)"):
+        sg.ttm_inner(X, np.ones((5, 2)), np.empty((3, 2, 5)))
+    Y2 = np.full((4, 2), np.nan)
+    with pytest.raises(ValueError, match=r"ttm_outer needs the matrix of shape \(2, 5\) and the output of shape "
+                                         r"\(2, 4\); received \(2, 5\) and \(4, 2\)"):
+        sg.ttm_outer(X[0], np.ones((2, 5)), Y2)
+    with pytest.raises(ValueError, match=r"ttm_outer needs the matrix of shape \(2, 5\)"):
+        sg.ttm_outer(X[0], np.ones((2, 4)), np.empty((2, 4)))
+    assert np.isnan(Y).all() and np.isnan(Y2).all()
+
+
 def test_compiled_into_a_given_out(forced, rng):
     X = rng.standard_normal((9, 8, 7))
     U = rng.standard_normal((8, 3))
@@ -1181,8 +1200,9 @@ def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, all
 def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monkeypatch, all_blocks, R, dtype,
                                                                                 rng):
     """Several tiles pieces (any worker takes any), chunks of i carried through the output (or the private
-    buffer where R is not whole vectors), the prefetch a hint, and blocks of 12 or 6 rows of X: the same bits
-    for all of them."""
+    buffer where R is not whole vectors), the prefetch a hint, blocks of 12 or 6 rows of X, and an output with R
+    outermost copied out after 1, 3 or 32 tiles (groups that straddle the pieces, and a last one cut short): the
+    same bits for all of them."""
     X = rng.standard_normal((1001, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
@@ -1197,9 +1217,11 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
             monkeypatch.setattr(sg, "_outer_kc", lambda rows, itemsize, nv=2, kc=kc: kc)
         monkeypatch.setattr(sg, "_OUTER_GEMM_PREFETCH", pf)
         monkeypatch.setattr(sg, "_outer_rb", lambda rb=rb: rb)
-        for out in (np.empty((1001, R), dtype).T, np.empty((R, 1001), dtype)):
+        for out, grp in ((np.empty((1001, R), dtype).T, 32), (np.empty((R, 1001), dtype), 1),
+                         (np.empty((R, 1001), dtype), 3), (np.empty((R, 1001), dtype), 32)):
+            monkeypatch.setattr(sg, "_OUTER_COPY_TILES", grp)
             sg.ttm_outer(X, Ut, out, ExecutionPolicy(workers))
-            assert np.ascontiguousarray(out).tobytes() == np.ascontiguousarray(ref).tobytes(), (workers, kc, pf)
+            assert np.ascontiguousarray(out).tobytes() == np.ascontiguousarray(ref).tobytes(), (workers, kc, pf, grp)
 
 
 def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, tmp_path):
