@@ -161,8 +161,9 @@ def plan_contraction(
 @functools.lru_cache(maxsize=1024)
 def _on_gpu(plan: ContractionPlan) -> ContractionPlan:
     """The same plan for cupy operands: issued as cuBLAS strided-batched calls, no CPU thread split."""
-    if plan._sr is not None:  # the compiled kernels are CPU only: cuBLAS on the BLAS plan's layout
-        plan = dataclasses.replace(plan, compiled=CompiledKernel.NONE, _out_order=plan._sr.blas_out_order)
+    lay = plan._sr if plan._sr is not None else plan._bd
+    if lay is not None:  # the compiled kernels are CPU only: cuBLAS on the BLAS plan's layout
+        plan = dataclasses.replace(plan, compiled=CompiledKernel.NONE, _out_order=lay.blas_out_order)
     return dataclasses.replace(plan, device="cuda", parallel=False)
 
 

@@ -222,6 +222,7 @@ KERNEL_PATTERNS = {
     "inner": "aiiiiamaiiiiiibiaabaaii",  # _inner_kernel
     "outer_gemm": "aiiiiaimaiiibiiaii",  # _outer_gemm_kernel
     "outer_dot": "aiiiiuaiiiiiziib",  # _outer_dot_kernel
+    "batched_dot": "aiiaiaiiibii",  # _batched_dot_kernel (tuckerkit.engine._batched_dot)
 }
 #: kind codes: pattern and dtype
 KERNEL_KINDS = {(name, it): 1 + 2 * k + (it == 4) for k, name in enumerate(KERNEL_PATTERNS) for it in (8, 4)}

@@ -2058,7 +2058,12 @@ def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Run a plan whose ``compiled`` kernel is a small-rank TTM (operands checked against the plan)."""
+    """Run a plan whose ``compiled`` kernel is a small-rank TTM or the batched dot product (operands checked
+    against the plan)."""
+    if plan._bd is not None:
+        from tuckerkit.engine._batched_dot import run_batched_dot
+
+        return run_batched_dot(plan, A, B, out)
     lay = plan._sr
     if lay.swap:  # the matrix came first
         A, B = B, A

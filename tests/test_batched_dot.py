@@ -1,0 +1,218 @@
+"""The compiled batched dot product along a mode all three operands share with unit stride (``abz,bz->az``).
+
+Checked against ``numpy.einsum`` in float64 (to a few eps of the sum of magnitudes) through the planner and
+directly: every placement of the contracted and kept modes, swapped operands, 2- to 5-way tensors, sizes 1, 7 and
+13, sliced views, given outputs of either layout. Where the shared mode is not unit-strided the plan stays on
+BLAS. The bits do not depend on the workers, the pieces or the loop order; GPU plans keep cuBLAS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from tuckerkit.engine import ExecutionPolicy, contract, plan_contraction
+from tuckerkit.engine import _batched_dot as bd
+from tuckerkit.engine import _contract as contract_mod
+from tuckerkit.engine import _plan as plan_mod
+from tuckerkit.engine._plan import CompiledKernel, KernelKind
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The kernel planned at any size (the planner keeps calls below ``BATCHED_DOT_MIN_FLOPS`` on BLAS)."""
+    monkeypatch.setattr(plan_mod, "BATCHED_DOT_MIN_FLOPS", 0)
+    contract_mod._cached_plan.cache_clear()
+    yield
+    contract_mod._cached_plan.cache_clear()
+
+
+def _close(got, A, B, spec):
+    """``got`` against einsum in float64, to 16 eps of the sum of the terms' magnitudes (per element)."""
+    a, b = (np.asarray(x, np.float64) for x in (A, B))
+    ref = np.einsum(spec, a, b)
+    mag = np.einsum(spec, np.abs(a), np.abs(b))
+    eps = np.finfo(np.asarray(got).dtype).eps
+    assert got.shape == ref.shape
+    assert np.all(np.abs(np.asarray(got, np.float64) - ref) <= 16 * eps * mag + np.finfo(np.float64).tiny)
+
+
+def _operands(rng, spec, sizes, dtype):
+    a, b = spec.split("->")[0].split(",")
+    A = rng.standard_normal([sizes[c] for c in a]).astype(dtype)
+    B = rng.standard_normal([sizes[c] for c in b]).astype(dtype)
+    return A, B
+
+
+SPECS = ["abz,bz->az", "abz,az->bz", "abz,bz->za", "bz,abz->az", "az,abz->bz", "abcz,cz->abz", "abcz,az->bcz",
+         "abcz,cz->baz", "kz,kz->z", "abcdz,dz->abcz", "abcdz,az->bcdz"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_batched_dot_against_einsum(spec, n, dtype, rng, forced):
+    sizes = dict(zip("abcdkz", [n + 1, n, 3, 2, n + 2, n], strict=True))
+    sizes["z"] = max(n, 2)  # (a shared mode of extent 1 is no batch: BLAS)
+    A, B = _operands(rng, spec, sizes, dtype)
+    A0, B0 = A.copy(), B.copy()
+    plan = plan_contraction(spec, A, B)
+    got = contract(spec, A, B, plan=plan)
+    _close(got, A, B, spec)
+    assert np.array_equal(A, A0) and np.array_equal(B, B0)  # the operands are only read
+    assert plan.compiled is CompiledKernel.BATCHED_DOT, plan.explain()
+
+
+def test_the_planner_takes_it_above_the_floor_and_explains(rng):
+    A = rng.standard_normal((120, 80, 16))
+    U = rng.standard_normal((80, 16))
+    plan = plan_contraction("abz,bz->az", A, U)
+    assert plan.flops >= plan_mod.BATCHED_DOT_MIN_FLOPS
+    assert plan.compiled is CompiledKernel.BATCHED_DOT
+    assert plan.kind is KernelKind.BATCHED_DOT  # the BLAS alternative
+    text = plan.explain()
+    assert "compiled unit_batch_dot (BLAS alternative: batched_dot)" in text
+    assert "choice: the compiled kernel computes at least 5 % faster" in text
+    small = plan_contraction("abz,bz->az", A[:60, :50], U[:50])
+    assert small.flops < plan_mod.BATCHED_DOT_MIN_FLOPS
+    assert small.compiled is CompiledKernel.NONE  # below BATCHED_DOT_MIN_FLOPS: BLAS
+    _close(contract("abz,bz->az", A[:60, :50], U[:50]), A[:60, :50], U[:50], "abz,bz->az")
+
+
+def test_not_taken_where_the_shared_mode_is_not_unit_strided(rng, forced):
+    """The rank outermost (a CP-ALS partial's layout): a batch of matrix-vector products, BLAS's shape."""
+    P = np.ascontiguousarray(rng.standard_normal((16, 60, 50))).transpose(1, 2, 0)  # (a, b, z), z outermost
+    U = rng.standard_normal((50, 16))
+    plan = plan_contraction("abz,bz->az", P, U)
+    assert plan.compiled is CompiledKernel.NONE
+    _close(contract("abz,bz->az", P, U), P, U, "abz,bz->az")
+    # unit-strided in A but not in B, or not in a given output: BLAS too
+    A = rng.standard_normal((60, 50, 16))
+    Ut = np.ascontiguousarray(U.T).T  # (50, 16) with z strided
+    assert plan_contraction("abz,bz->az", A, Ut).compiled is CompiledKernel.NONE
+    out = np.empty((16, 60)).T
+    assert plan_contraction("abz,bz->az", A, U, out=out).compiled is CompiledKernel.NONE
+    _close(contract("abz,bz->az", A, U, out=out), A, U, "abz,bz->az")
+    # complex: BLAS only
+    Ac = A + 1j
+    assert plan_contraction("abz,bz->az", Ac, U + 0j).compiled is CompiledKernel.NONE
+
+
+def test_views_and_given_outputs(dtype, rng, forced):
+    """Sliced operands (rows of A apart by more than their extent, B a column slice) and outputs of both layouts
+    and a strided one, into which the kernel writes only its elements."""
+    big = rng.standard_normal((60, 44, 40)).astype(dtype)
+    A = big[2:52, 1:41, 5:37]  # (50, 40, 32), z unit-strided, the other strides padded
+    Bb = rng.standard_normal((40, 45)).astype(dtype)
+    B = Bb[:, 4:36]
+    for spec in ("abz,bz->az", "abz,az->bz"):
+        b = B if spec == "abz,bz->az" else rng.standard_normal((50, 32)).astype(dtype)
+        m = 50 if spec == "abz,bz->az" else 40
+        outs = [np.full((m, 32), np.nan, dtype), np.full((m, 3, 32), np.nan, dtype)[:, 1, :]]
+        for out in outs:
+            plan = plan_contraction(spec, A, b, out=out)
+            assert plan.compiled is CompiledKernel.BATCHED_DOT
+            base = out.base if out.base is not None else out
+            before = base.copy()
+            contract(spec, A, b, out=out)
+            _close(out, A, b, spec)
+            untouched = np.ones(base.shape, bool)
+            if out.base is not None:
+                untouched[:, 1, :] = False
+                assert np.isnan(base[untouched]).all() and np.isnan(before[untouched]).all()
+        # a fresh C- or F-ordered output: the kernel where that layout has z unit-strided
+        assert plan_contraction(spec, A, b, out_layout="C").compiled is CompiledKernel.BATCHED_DOT
+        assert plan_contraction(spec, A, b, out_layout="F").compiled is CompiledKernel.NONE
+        _close(contract(spec, A, b, out_layout="F"), A, b, spec)
+
+
+@pytest.mark.parametrize("m_outer", [True, False])
+def test_bits_do_not_depend_on_workers_pieces_or_loop_order(m_outer, dtype, rng, monkeypatch):
+    """Each element is one chain of fused multiply-adds in increasing k: one worker or three, pieces of any
+    size, m outside k or k outside m in the loop, blocks of rows in the kernel's scratch (64 rows of z = 64, the
+    last block short): the same bits."""
+    A = rng.standard_normal((203, 57, 64)).astype(dtype)
+    B = rng.standard_normal((57, 64)).astype(dtype)
+    assert bd._SCRATCH // 64 < 203  # (several blocks)
+    ref = np.empty((203, 64), dtype)
+    bd.batched_dot(A, B, ref)
+    _close(ref, A, B, "mkz,kz->mz")
+    out = np.empty_like(ref)
+    for lo, hi in ((0, 203), (0, 70), (70, 203), (5, 6)):  # the kernel on its own, the chosen loop order forced
+        bd._batched_dot_kernel(A.reshape(-1), 57 * 64, 64, B.reshape(-1), 64, out.reshape(-1), 64, 57, 64, m_outer,
+                               lo, hi)
+    assert out.tobytes() == ref.tobytes()
+    from tuckerkit.engine import _smallgemm as sg
+
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 100_000)
+    for workers in (1, 2, 3):
+        out2 = np.empty_like(ref)
+        bd.batched_dot(A, B, out2, ExecutionPolicy(workers))
+        assert out2.tobytes() == ref.tobytes(), workers
+    # k outermost in memory (the other loop order chosen): the same bits
+    At = np.ascontiguousarray(A.transpose(1, 0, 2)).transpose(1, 0, 2)
+    out3 = np.empty_like(ref)
+    bd.batched_dot(At, B, out3)
+    assert out3.tobytes() == ref.tobytes()
+
+
+def test_direct_call_errors(rng):
+    A = rng.standard_normal((4, 5, 6))
+    with pytest.raises(ValueError, match=r"batched_dot needs B of shape \(5, 6\) and C of shape \(4, 6\); received "
+                                         r"\(6, 5\) and \(4, 6\)"):
+        bd.batched_dot(A, np.ones((6, 5)), np.empty((4, 6)))
+    with pytest.raises(ValueError, match="batched_dot needs float32 or float64 operands of one dtype; received "
+                                         "float64, float32, float64"):
+        bd.batched_dot(A, np.ones((5, 6), np.float32), np.empty((4, 6)))
+    with pytest.raises(ValueError, match="batched_dot needs unit stride along the last axis of each operand"):
+        bd.batched_dot(A, np.ones((6, 5)).T, np.empty((4, 6)))
+    wide = np.ones((1, 2, bd.MAX_Z + 1))
+    with pytest.raises(ValueError, match=f"batched_dot takes at most {bd.MAX_Z} elements along z; received "
+                                         f"{bd.MAX_Z + 1}"):
+        bd.batched_dot(wide, np.ones((2, bd.MAX_Z + 1)), np.empty((1, bd.MAX_Z + 1)))
+    # empty extents: nothing to sum is zero
+    out = np.full((4, 6), np.nan)
+    bd.batched_dot(np.ones((4, 0, 6)), np.ones((0, 6)), out)
+    assert np.array_equal(out, np.zeros((4, 6)))
+
+
+def test_wide_shared_mode_stays_on_blas(rng, forced):
+    A = rng.standard_normal((2, 3, bd.MAX_Z + 8))
+    U = rng.standard_normal((3, bd.MAX_Z + 8))
+    assert plan_contraction("abz,bz->az", A, U).compiled is CompiledKernel.NONE
+    _close(contract("abz,bz->az", A, U), A, U, "abz,bz->az")
+
+
+def test_gpu_plans_keep_cublas(rng, forced):
+    A = rng.standard_normal((60, 50, 16))
+    U = rng.standard_normal((50, 16))
+    plan = plan_contraction("abz,bz->az", A, U)
+    assert plan.compiled is CompiledKernel.BATCHED_DOT
+    gpu = contract_mod._on_gpu(plan)
+    assert gpu.compiled is CompiledKernel.NONE and gpu.device == "cuda"
+    assert gpu._out_order == plan._bd.blas_out_order
+    blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE, _bd=None, _out_order=plan._bd.blas_out_order)
+    np.testing.assert_allclose(blas(A, U), plan(A, U), rtol=0, atol=1e-12)
+
+
+def test_plan_reuse_and_repeat_bits(rng, forced):
+    """A plan called again on other operands of its shapes and strides, and the same call twice: the same bits
+    as a fresh call (the plan binds nothing of the first operands)."""
+    specs = ["abz,bz->az", "bz,abz->az", "abcz,az->bcz"]
+    for spec in specs:
+        sizes = dict(a=40, b=41, c=5, z=24)
+        A, B = _operands(rng, spec, sizes, np.float64)
+        A2, B2 = _operands(rng, spec, sizes, np.float64)
+        plan = plan_contraction(spec, A, B)
+        assert plan.compiled is CompiledKernel.BATCHED_DOT
+        first = plan(A, B)
+        assert plan(A2, B2).tobytes() == contract(spec, A2, B2).tobytes()
+        assert plan(A, B).tobytes() == first.tobytes()
+    for a, b in itertools.product([np.float32, np.float64], repeat=2):
+        if a != b:  # mixed dtypes: the planner's usual promotion, no kernel on mismatched arrays
+            A = rng.standard_normal((40, 41, 24)).astype(a)
+            U = rng.standard_normal((41, 24)).astype(b)
+            _close(contract("abz,bz->az", A, U), A, U, "abz,bz->az")
