@@ -184,6 +184,28 @@ def per_mode_plot(name: str, rows: list[dict], key: str, ylabel: str, title: str
     plt.close(fig)
 
 
+def case_table(stem: str, title: str, intro: str, header: list[str], cells: list[list[str]]) -> str:
+    """A per-case benchmark's markdown: ``# title``, ``intro``, the table (a row of ``cells`` per case) and how to
+    reproduce it (``benchmarks/<stem>.py``)."""
+    lines = [f"# {title}", "", intro, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c) + " |" for c in cells]
+    lines += ["", f"Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/{stem}.py`. Machine "
+              f"and versions: {stem}.json.", ""]
+    return "\n".join(lines)
+
+
+def write_cases(stem: str, rows: list[dict], repeat: int, md: str, keys: tuple[str, ...], title: str) -> None:
+    """A per-case benchmark's results: ``stem``.json (the rows, the environment, the repeats), ``stem``.md (``md``,
+    also printed) and ``stem``.png (each row's ``t_<key>`` in ms, a bar per key, labelled by spec, A's shape and
+    dtype)."""
+    write_json(f"{stem}.json", {"benchmark": stem, "environment": environment(), "repeat": repeat, "rows": rows})
+    write_text(f"{stem}.md", md)
+    labels = [f"{r['spec']} {r['shape_a']} {r['dtype'][-2:]}" for r in rows]
+    grouped_bars(f"{stem}.png", labels, {k: [r[f"t_{k}"] * 1e3 for r in rows] for k in keys},
+                 "ms (lower is better)", title, log=True)
+    print(md)
+
+
 def grouped_bars(name: str, groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
                  log: bool = False) -> None:
     """A bar chart of ``series`` (label -> one value per group) side by side in each group, written to

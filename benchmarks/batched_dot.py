@@ -26,7 +26,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, grouped_bars, interleaved, peak_extra, positive_int, write_json, write_text
+from _common import case_table, interleaved, peak_extra, positive_int, write_cases
 from roofline import read_fns
 
 from tuckerkit.engine import CompiledKernel, contract, plan_contraction
@@ -87,38 +87,24 @@ def main(argv=None) -> None:
               f"x blas {r['x_blas']:.2f}  x einsum {r['x_einsum']:.2f}  x einsum opt {r['x_einsum_opt']:.2f}  "
               f"/ read {r['over_read']:.2f}", flush=True)
     pool.shutdown()
-    write_json("batched_dot.json", {"benchmark": "batched_dot", "environment": environment(), "repeat": repeat,
-                                    "rows": rows})
-    write_text("batched_dot.md", markdown(rows, repeat))
-    labels = [f"{r['spec']} {r['shape_a']} {r['dtype'][-2:]}" for r in rows]
-    grouped_bars("batched_dot.png", labels, {k: [r[f"t_{k}"] * 1e3 for r in rows]
-                                             for k in ("tuckerkit", "blas", "einsum", "einsum_opt")},
-                 "ms (lower is better)", "Batched dot along a shared unit-stride mode", log=True)
-    print(markdown(rows, repeat))
+    write_cases("batched_dot", rows, repeat, markdown(rows, repeat), ("tuckerkit", "blas", "einsum", "einsum_opt"),
+                "Batched dot along a shared unit-stride mode")
 
 
 def markdown(rows, repeat: int) -> str:
-    lines = [
-        "# Dot products batched over a shared unit-stride mode: the compiled kernel against BLAS and einsum",
-        "",
-        f"Medians of {repeat} interleaved calls in one process; `blas`: the same plan run by BLAS (the planner's "
-        "choice before the compiled kernel); speed-ups other / tuckerkit; `/ read`: tuckerkit's time over one "
-        "streaming read of A (the faster of one thread and one per core, interleaved); peak extra memory of one "
-        "call in units of A's bytes; rel. error: the largest difference from einsum in float64 over its largest "
-        "entry.",
-        "",
-        "| spec | A | dtype | plan | ms | x BLAS | x einsum | x einsum(optimize) | / read | peak extra tk / BLAS / "
-        "einsum (x A) | rel. error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| `{r['spec']}` | {r['shape_a']} | {r['dtype']} | {r['compiled']} | {r['t_tuckerkit'] * 1e3:.3f} | "
-            f"{r['x_blas']:.2f} | {r['x_einsum']:.2f} | {r['x_einsum_opt']:.2f} | {r['over_read']:.2f} | "
-            f"{r['mem_tuckerkit']:.3f} / {r['mem_blas']:.3f} / {r['mem_einsum']:.3f} | {r['rel_err']:.1e} |")
-    lines += ["", "Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/batched_dot.py`. "
-              "Machine and versions: batched_dot.json.", ""]
-    return "\n".join(lines)
+    intro = (f"Medians of {repeat} interleaved calls in one process; `blas`: the same plan run by BLAS (the "
+             "planner's choice before the compiled kernel); speed-ups other / tuckerkit; `/ read`: tuckerkit's time "
+             "over one streaming read of A (the faster of one thread and one per core, interleaved); peak extra "
+             "memory of one call in units of A's bytes; rel. error: the largest difference from einsum in float64 "
+             "over its largest entry.")
+    header = ["spec", "A", "dtype", "plan", "ms", "x BLAS", "x einsum", "x einsum(optimize)", "/ read",
+              "peak extra tk / BLAS / einsum (x A)", "rel. error"]
+    cells = [[f"`{r['spec']}`", r["shape_a"], r["dtype"], r["compiled"], f"{r['t_tuckerkit'] * 1e3:.3f}",
+              f"{r['x_blas']:.2f}", f"{r['x_einsum']:.2f}", f"{r['x_einsum_opt']:.2f}", f"{r['over_read']:.2f}",
+              f"{r['mem_tuckerkit']:.3f} / {r['mem_blas']:.3f} / {r['mem_einsum']:.3f}", f"{r['rel_err']:.1e}"]
+             for r in rows]
+    return case_table("batched_dot", "Dot products batched over a shared unit-stride mode: the compiled kernel "
+                      "against BLAS and einsum", intro, header, cells)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, grouped_bars, interleaved, peak_extra, write_json, write_text
+from _common import case_table, interleaved, peak_extra, write_cases
 from contractions import ttgt
 
 from tuckerkit.engine import _plan, contract, plan_contraction
@@ -92,37 +92,23 @@ def main(argv=None) -> None:
         print(f"{spec:14s} {shape:16s} {dt:8s} {r['remedy']:13s} tk {t['tuckerkit'] * 1e3:8.2f} ms  "
               f"x copy {r['x_copy']:.2f}  x einsum {r['x_einsum']:.2f}  x ttgt {r['x_ttgt']:.2f}  "
               f"mem tk {mem['tuckerkit']:.3f} copy {mem['copy remedy']:.2f} (x A)", flush=True)
-    write_json("summed.json", {"benchmark": "summed", "environment": environment(), "repeat": repeat,
-                               "rows": rows})
-    write_text("summed.md", markdown(rows, repeat))
-    labels = [f"{r['spec']} {r['shape_a']} {r['dtype'][-2:]}" for r in rows]
-    grouped_bars("summed.png", labels, {k: [r[f"t_{k}"] * 1e3 for r in rows]
-                                        for k in ("tuckerkit", "copy remedy", "einsum", "ttgt")},
-                 "ms (lower is better)", "Summed batch: tuckerkit vs copying vs einsum vs TTGT", log=True)
-    print(markdown(rows, repeat))
+    write_cases("summed", rows, repeat, markdown(rows, repeat), ("tuckerkit", "copy remedy", "einsum", "ttgt"),
+                "Summed batch: tuckerkit vs copying vs einsum vs TTGT")
 
 
 def markdown(rows, repeat: int) -> str:
-    lines = [
-        "# Contractions whose contracted modes are apart in memory: the summed batch",
-        "",
-        f"Medians of {repeat} interleaved calls in one process; `copy remedy`: the plan made without the summed "
-        "batch (a copy of the operand that blocks the GEMM); speed-ups other / tuckerkit; peak extra memory of one "
-        "call in units of A's bytes; rel. error: the largest difference from einsum in float64 over its largest entry.",
-        "",
-        "| spec | A | dtype | plan | ms | x copy remedy | x einsum | x TTGT | peak extra tk / copy / einsum / "
-        "TTGT (x A) | rel. error |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| `{r['spec']}` | {r['shape_a']} | {r['dtype']} | {r['remedy']} [{r['summed_batch']}] "
-            f"(before: {r['remedy_before']}) | {r['t_tuckerkit'] * 1e3:.2f} | {r['x_copy']:.2f} | "
-            f"{r['x_einsum']:.2f} | {r['x_ttgt']:.2f} | {r['mem_tuckerkit']:.3f} / {r['mem_copy remedy']:.2f} / "
-            f"{r['mem_einsum']:.2f} / {r['mem_ttgt']:.2f} | {r['rel_err']:.1e} |")
-    lines += ["", "Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/summed.py`. Machine "
-              "and versions: summed.json.", ""]
-    return "\n".join(lines)
+    intro = (f"Medians of {repeat} interleaved calls in one process; `copy remedy`: the plan made without the summed "
+             "batch (a copy of the operand that blocks the GEMM); speed-ups other / tuckerkit; peak extra memory of "
+             "one call in units of A's bytes; rel. error: the largest difference from einsum in float64 over its "
+             "largest entry.")
+    header = ["spec", "A", "dtype", "plan", "ms", "x copy remedy", "x einsum", "x TTGT",
+              "peak extra tk / copy / einsum / TTGT (x A)", "rel. error"]
+    cells = [[f"`{r['spec']}`", r["shape_a"], r["dtype"], f"{r['remedy']} [{r['summed_batch']}] (before: "
+              f"{r['remedy_before']})", f"{r['t_tuckerkit'] * 1e3:.2f}", f"{r['x_copy']:.2f}", f"{r['x_einsum']:.2f}",
+              f"{r['x_ttgt']:.2f}", f"{r['mem_tuckerkit']:.3f} / {r['mem_copy remedy']:.2f} / {r['mem_einsum']:.2f} / "
+              f"{r['mem_ttgt']:.2f}", f"{r['rel_err']:.1e}"] for r in rows]
+    return case_table("summed", "Contractions whose contracted modes are apart in memory: the summed batch", intro,
+                      header, cells)
 
 
 if __name__ == "__main__":
