@@ -130,6 +130,7 @@ bench: $(VENV)/.bench
 	$(BENCH_PY) benchmarks/ttm.py
 	$(BENCH_PY) benchmarks/mttkrp.py
 	$(BENCH_PY) benchmarks/batched_dot.py
+	$(BENCH_PY) benchmarks/kinds.py
 	$(BENCH_PY) benchmarks/tucker.py
 	$(BENCH_PY) benchmarks/cp.py
 	$(BENCH_PY) benchmarks/shapes.py
