@@ -184,6 +184,38 @@ def per_mode_plot(name: str, rows: list[dict], key: str, ylabel: str, title: str
     plt.close(fig)
 
 
+def case_arguments(doc: str, repeat: int, quick: str, argv=None):
+    """A per-case benchmark's command line (``--repeat``, ``--quick``): the parsed arguments and the repeats."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--repeat", type=positive_int, default=repeat)
+    ap.add_argument("--quick", action="store_true", help=quick)
+    args = ap.parse_args(argv)
+    return args, 3 if args.quick else args.repeat
+
+
+def case_operands(cases):
+    """``(spec, sizes, dtype, A, B, shape)`` for each case ``(spec, sizes, dtype)``: random operands laid out as
+    the spec names their modes (one seeded generator for the run), and A's shape as ``"axbxc"``."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for spec, sizes, dt in cases:
+        a, b = spec.split("->")[0].split(",")
+        A = rng.standard_normal([sizes[c] for c in a]).astype(dt)
+        B = rng.standard_normal([sizes[c] for c in b]).astype(dt)
+        yield spec, sizes, dt, A, B, "x".join(str(sizes[c]) for c in a)
+
+
+def rel_error(spec: str, A, B, got) -> float:
+    """The largest difference of ``got`` from ``einsum(spec)`` in float64, over the reference's largest entry."""
+    import numpy as np
+
+    ref = np.einsum(spec, A.astype(np.float64), B.astype(np.float64))
+    return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-300))
+
+
 def case_table(stem: str, title: str, intro: str, header: list[str], cells: list[list[str]]) -> str:
     """A per-case benchmark's markdown: ``# title``, ``intro``, the table (a row of ``cells`` per case) and how to
     reproduce it (``benchmarks/<stem>.py``)."""

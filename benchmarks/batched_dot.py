@@ -15,7 +15,6 @@ Writes benchmarks/results/batched_dot.{json,md,png}.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -26,7 +25,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import case_table, interleaved, peak_extra, positive_int, write_cases
+from _common import case_arguments, case_operands, case_table, interleaved, peak_extra, rel_error, write_cases
 from roofline import read_fns
 
 from tuckerkit.engine import CompiledKernel, contract, plan_contraction
@@ -47,24 +46,15 @@ QUICK = [("abz,bz->az", {"a": 60, "b": 50, "z": 16}, "float64")]
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=positive_int, default=15)
-    ap.add_argument("--quick", action="store_true", help="one small case, 3 repeats (a smoke run)")
-    args = ap.parse_args(argv)
-    repeat = 3 if args.quick else args.repeat
-    rng = np.random.default_rng(0)
+    args, repeat = case_arguments(__doc__, 15, "one small case, 3 repeats (a smoke run)", argv)
     ncpu = max(os.cpu_count() or 1, 1)
     pool = ThreadPoolExecutor(ncpu)
     rows = []
-    for spec, sizes, dt in QUICK if args.quick else CASES:
-        a, b = spec.split("->")[0].split(",")
-        A = rng.standard_normal([sizes[c] for c in a]).astype(dt)
-        B = rng.standard_normal([sizes[c] for c in b]).astype(dt)
+    for spec, sizes, dt, A, B, shape in case_operands(QUICK if args.quick else CASES):
         plan = plan_contraction(spec, A, B)
         blas = plan if plan._bd is None else dataclasses.replace(
             plan, compiled=CompiledKernel.NONE, _bd=None, _out_order=plan._bd.blas_out_order)
-        ref = np.einsum(spec, A.astype(np.float64), B.astype(np.float64))
-        err = float(np.max(np.abs(contract(spec, A, B, plan=plan) - ref)) / np.max(np.abs(ref)))
+        err = rel_error(spec, A, B, contract(spec, A, B, plan=plan))
         fns = {
             "tuckerkit": lambda spec=spec, A=A, B=B, plan=plan: contract(spec, A, B, plan=plan),
             "blas": lambda spec=spec, A=A, B=B, blas=blas: contract(spec, A, B, plan=blas),
@@ -74,7 +64,6 @@ def main(argv=None) -> None:
         t = interleaved({**fns, **read_fns(A, pool, ncpu)}, repeat)
         read = min(t.pop("read_1"), t.pop("read_all"))
         mem = {k: peak_extra(f) / A.nbytes for k, f in fns.items()}
-        shape = "x".join(str(sizes[c]) for c in a)
         rows.append({
             "spec": spec, "shape_a": shape, "sizes": sizes, "dtype": dt, "compiled": str(plan.compiled),
             "kind": str(plan.kind), "rel_err": err, "t_read": read, **{f"t_{k}": v for k, v in t.items()},

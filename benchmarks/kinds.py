@@ -14,7 +14,6 @@ Writes benchmarks/results/kinds.{json,md,png}.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import case_table, interleaved, peak_extra, positive_int, write_cases
+from _common import case_arguments, case_operands, case_table, interleaved, peak_extra, rel_error, write_cases
 
 from tuckerkit.engine import _contract, _plan, contract, plan_contraction
 
@@ -69,6 +68,10 @@ def before_stop_73(planning: bool = False):
             _contract._cached_plan.cache_clear()
 
 
+def plan_out_bytes(plan) -> int:
+    return int(np.prod(plan.shapes[2])) * np.dtype(plan.dtype).itemsize
+
+
 def _plan_name(plan) -> str:
     if str(plan.compiled) != "none":
         return str(plan.compiled)
@@ -76,17 +79,9 @@ def _plan_name(plan) -> str:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=positive_int, default=9)
-    ap.add_argument("--quick", action="store_true", help="two small cases, 3 repeats (a smoke run)")
-    args = ap.parse_args(argv)
-    repeat = 3 if args.quick else args.repeat
-    rng = np.random.default_rng(0)
+    args, repeat = case_arguments(__doc__, 9, "two small cases, 3 repeats (a smoke run)", argv)
     rows = []
-    for spec, sizes, dt in QUICK if args.quick else CASES:
-        a, b = spec.split("->")[0].split(",")
-        A = rng.standard_normal([sizes[c] for c in a]).astype(dt)
-        B = rng.standard_normal([sizes[c] for c in b]).astype(dt)
+    for spec, sizes, dt, A, B, shape in case_operands(QUICK if args.quick else CASES):
         plan = plan_contraction(spec, A, B)
         with before_stop_73(planning=True):
             old = plan_contraction(spec, A, B)
@@ -95,8 +90,7 @@ def main(argv=None) -> None:
             with before_stop_73():
                 return contract(spec, A, B, plan=old)
 
-        ref = np.einsum(spec, A.astype(np.float64), B.astype(np.float64))
-        err = float(np.max(np.abs(contract(spec, A, B, plan=plan) - ref)) / max(float(np.max(np.abs(ref))), 1e-300))
+        err = rel_error(spec, A, B, contract(spec, A, B, plan=plan))
         fns = {
             "tuckerkit": lambda spec=spec, A=A, B=B, plan=plan: contract(spec, A, B, plan=plan),
             "before": before,
@@ -104,9 +98,8 @@ def main(argv=None) -> None:
             "einsum_opt": lambda spec=spec, A=A, B=B: np.einsum(spec, A, B, optimize=True),
         }
         t = interleaved(fns, repeat)
-        big = max(A.nbytes, B.nbytes, ref.size * A.itemsize)  # (the largest array: an outer product's output)
+        big = max(A.nbytes, B.nbytes, plan_out_bytes(plan))  # (the largest array: an outer product's output)
         mem = {k: peak_extra(fns[k]) / big for k in ("tuckerkit", "before")}
-        shape = "x".join(str(sizes[c]) for c in a)
         rows.append({
             "spec": spec, "shape_a": shape, "sizes": sizes, "dtype": dt, "plan": _plan_name(plan),
             "plan_before": _plan_name(old), "rel_err": err, **{f"t_{k}": v for k, v in t.items()},

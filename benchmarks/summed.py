@@ -14,7 +14,6 @@ Writes benchmarks/results/summed.{json,md,png}.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import case_table, interleaved, peak_extra, write_cases
+from _common import case_arguments, case_operands, case_table, interleaved, peak_extra, rel_error, write_cases
 from contractions import ttgt
 
 from tuckerkit.engine import _plan, contract, plan_contraction
@@ -61,25 +60,15 @@ def callables(spec: str, A, B, plan, before) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--quick", action="store_true", help="one small case, 3 repeats (a smoke run)")
-    args = ap.parse_args(argv)
-    repeat = 3 if args.quick else args.repeat
-    rng = np.random.default_rng(0)
+    args, repeat = case_arguments(__doc__, 7, "one small case, 3 repeats (a smoke run)", argv)
     rows = []
-    for spec, sizes, dt in QUICK if args.quick else CASES:
-        a, b = spec.split("->")[0].split(",")
-        A = rng.standard_normal([sizes[c] for c in a]).astype(dt)
-        B = rng.standard_normal([sizes[c] for c in b]).astype(dt)
+    for spec, sizes, dt, A, B, shape in case_operands(QUICK if args.quick else CASES):
         plan = plan_contraction(spec, A, B)
         before = without_summed_batch(spec, A, B)
-        ref = np.einsum(spec, A.astype(np.float64), B.astype(np.float64))
-        err = float(np.max(np.abs(contract(spec, A, B, plan=plan) - ref)) / np.max(np.abs(ref)))
+        err = rel_error(spec, A, B, contract(spec, A, B, plan=plan))
         fns = callables(spec, A, B, plan, before)
         t = interleaved(fns, repeat)
         mem = {k: peak_extra(f) / A.nbytes for k, f in fns.items()}
-        shape = "x".join(str(sizes[c]) for c in a)
         rows.append({
             "spec": spec, "shape_a": shape, "sizes": sizes, "dtype": dt, "remedy": str(plan.remedy),
             "summed_batch": "".join(plan.summed_batch), "remedy_before": str(before.remedy),
