@@ -78,61 +78,66 @@ def test_summed_matrix_vector_products_hold_no_copy_of_the_tensor(rng, fresh_pla
     _close(got, A, B, "abc,ac->b")
 
 
-@pytest.mark.parametrize(("spec", "sa", "sb", "split"), [
-    ("abc,c->ab", (100, 80, 40), (40,), True),  # rows
-    ("abc,a->bc", (40, 50, 600), (40,), True),  # a transposed matrix with long rows: its rows
-    ("ab,a->b", (60, 8000), (60,), True),  # a vector times a matrix: its columns
-    ("abc,b->ac", (100, 40, 80), (40,), True),  # a batch of matrix-vector products: the batch
-    ("abc,ab->c", (60, 50, 40), (60, 50), False),  # a transposed matrix of short rows: one call
-    ("abc,abc->", (30, 20, 10), (30, 20, 10), False),  # a dot product: one call
+@pytest.mark.parametrize(("spec", "sa", "sb", "how"), [
+    ("abc,c->ab", (100, 80, 40), (40,), "rows"),
+    ("abc,a->bc", (40, 50, 600), (40,), "rows"),  # a transposed matrix with long runs: its rows
+    ("ab,a->b", (60, 8000), (60,), "rows"),  # (the same, as the planner lays it out)
+    ("a,ab->b", (60,), (60, 8000), "cols"),  # a vector times a matrix: its columns
+    ("abc,b->ac", (100, 40, 80), (40,), "batch"),  # a batch of matrix-vector products: the batch
+    ("abc,ab->c", (100, 80, 40), (100, 80), "reduction"),  # a transposed matrix in short runs: its reduction
+    ("abc,abc->", (60, 50, 40), (60, 50, 40), "reduction"),  # a dot product
 ])
-def test_matrix_vector_products_cut_by_bytes_keep_their_bits(spec, sa, sb, split, dtype, rng, monkeypatch):
-    """A bandwidth-bound product of a few MB is cut into pieces over its rows, columns or batch (never its
-    reduction), by its sizes alone: the same bits for one worker, two or three, each element one dot product (BLAS
-    may sum a piece's last rows in another order than one call's, so the bits may differ from the uncut call's, as
-    for any cut). (Products below ``PIN_FLOPS`` run as one call before any cut is weighed: these are above it.)"""
+def test_matrix_vector_products_cut_by_bytes(spec, sa, sb, how, dtype, rng, monkeypatch):
+    """A bandwidth-bound product of a few MB is cut into pieces by its sizes alone: over its batch, its rows or its
+    columns, else its reduction (the partial products added in piece order). The same bits for one worker, two or
+    three; the bits may differ from the uncut call's, as for any cut. (Products below ``PIN_FLOPS`` run as one call
+    before any cut is weighed: these are above it.)"""
     A = rng.standard_normal(sa).astype(dtype)
     B = rng.standard_normal(sb).astype(dtype)
     monkeypatch.setattr(contract_mod, "STREAM_PIECE_BYTES", 1 << 62)  # one call
-    whole = contract(spec, A, B)
-    _close(whole, A, B, spec)
+    _close(contract(spec, A, B), A, B, spec)
     calls = []
-    real = contract_mod._split_batch
-    monkeypatch.setattr(contract_mod, "_split_batch", lambda *a, **k: (calls.append(k.get("bounds")), real(*a, **k)))
+    split_batch, split_1d = contract_mod._split_batch, contract_mod._split_1d
+    monkeypatch.setattr(contract_mod, "_split_batch",
+                        lambda *a, **k: (calls.append(("batch", k["bounds"])), split_batch(*a, **k)))
+    monkeypatch.setattr(contract_mod, "_split_1d", lambda av, bv, cv, h, bounds, pol: (
+        calls.append((h, bounds)), split_1d(av, bv, cv, h, bounds, pol)))
     monkeypatch.setattr(contract_mod, "STREAM_PIECE_BYTES", 1 << 10)  # pieces of 1 KB
-    monkeypatch.setattr(contract_mod, "STREAM_MIN_COLUMNS", 4)
+    if how != "reduction":  # (short runs: 512 columns a piece would leave these the reduction)
+        monkeypatch.setattr(contract_mod, "STREAM_MIN_COLUMNS", 4)
     first = contract(spec, A, B, policy=ExecutionPolicy(1))
     _close(first, A, B, spec)
     for w in (2, 3):
         got = contract(spec, A, B, policy=ExecutionPolicy(w))
         assert got.tobytes() == first.tobytes(), (spec, w)
-    assert bool(calls) == split and all(b is not None and len(b) > 2 for b in calls), calls
+    assert calls and {h for h, _ in calls} == {how} and all(len(b) > 2 for _, b in calls), calls
 
 
 def test_stream_cut_rules():
-    """The rows of a transposed matrix are cut only where each piece keeps long runs of them; a vector times a
-    matrix only over wide columns; a dot product never."""
+    """The rows of a transposed matrix are cut only where each piece keeps long runs of them, a vector times a
+    matrix only over wide columns; else the reduction; a matrix product or a few bytes never."""
     pol = ExecutionPolicy(2)
 
     def cut(av, bv):
         cv = np.empty(av.shape[:-1] + bv.shape[-1:])
         got = []
-        real = contract_mod._split_batch
+        split_1d = contract_mod._split_1d
         try:
-            contract_mod._split_batch = lambda *a, **k: (got.append(k["bounds"]), real(*a, **k))
+            contract_mod._split_1d = lambda av, bv, cv, h, b, p: (got.append((h, b)), split_1d(av, bv, cv, h, b, p))
             ran = contract_mod._stream_split(av, bv, cv, pol)
         finally:
-            contract_mod._split_batch = real
+            contract_mod._split_1d = split_1d
         if ran:
-            np.testing.assert_allclose(cv, av @ bv, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(cv, av @ bv, rtol=1e-12, atol=1e-9)
         return got[0] if ran else None
 
     big = 1 << 20  # (8 MB of float64: two pieces)
-    assert cut(np.ones((big // 8, 8)), np.ones((8, 1))) == [0, big // 16, big // 8]  # rows
-    assert cut(np.ones((big // 8, 8)).T, np.ones((big // 8, 1))) is None  # 8 short rows of a transposed matrix
-    assert cut(np.ones((8, big // 8)).T, np.ones((8, 1))) == [0, big // 16, big // 8]  # long runs of one: cut
-    assert cut(np.ones((1, 64)), np.ones((64, big // 64))) == [0, big // 128, big // 64]  # columns
-    assert cut(np.ones((1, big)), np.ones((big, 1))) is None  # a dot product
+    assert cut(np.ones((big // 8, 8)), np.ones((8, 1))) == ("rows", [0, big // 16, big // 8])
+    assert cut(np.ones((big // 8, 8)).T, np.ones((big // 8, 1))) == ("reduction", [0, big // 16, big // 8])
+    assert cut(np.ones((8, big // 8)).T, np.ones((8, 1))) == ("rows", [0, big // 16, big // 8])  # long runs
+    assert cut(np.ones((1, 64)), np.ones((64, big // 64))) == ("cols", [0, big // 128, big // 64])
+    assert cut(np.ones((1, big // 64)), np.ones((big // 64, 64))) == ("reduction", [0, big // 128, big // 64])
+    assert cut(np.ones((1, big)), np.ones((big, 1))) == ("reduction", [0, big // 2, big])  # a dot product
     assert cut(np.ones((4, 4)), np.ones((4, 1))) is None  # a few bytes: one call
     assert cut(np.ones((16, 16)), np.ones((16, 16))) is None  # a matrix product: not this rule's
 

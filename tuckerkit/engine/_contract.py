@@ -408,25 +408,25 @@ def cpu_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, piece_scale: int
             _split_batch(av, bv, cv, flops, policy, nd - 2 if n <= m else nd - 1, piece_scale)
 
 
-#: a level-1 or level-2 product (an extent of 1: a matrix-vector, dot or outer product) streams its operands at two
-#: flops an element, so its flops alone would keep a 46 MB tensor-times-vector on one core (11.5 MFlop, below
+#: a level-1 or level-2 product (an extent of 1: a matrix-vector or dot product) streams its operands at two flops
+#: an element, so its flops alone would keep a 46 MB tensor-times-vector on one core (11.5 MFlop, below
 #: CONTRACT_PARALLEL_FLOPS): it is cut by its bytes instead, into pieces of at least ``STREAM_PIECE_BYTES``, at
-#: most one per CPU of the machine (``STREAM_MAX_PIECES``), over its batch, its rows or its columns (never its
-#: reduction: two pieces of a row vector times a matrix, each pinned to one BLAS thread, took 1.1x one call).
-#: The cut depends on the sizes (and the machine's CPU count) only, as a BLAS product's does, so the bits do not
-#: depend on the workers; they may differ from the uncut call's (BLAS can sum a piece's last rows in another
-#: order: float32 rows of a transposed matrix). Measured on the 2-core machine (two workers, medians of 15
-#: interleaved), against one call: ``abc,c->ab`` / ``abc,a->bc`` / ``abc,b->ac`` on 200 x 180 x 160 float64
-#: 0.67-0.68 / 0.66-0.69 / 0.68-0.70x the time, ``ab,b->a`` / ``ab,a->b`` on 2000^2 0.72-0.73 / 0.77-0.78x; a 100^3
-#: tensor-times-vector (8 MB) 1.0x, 60^3 (one piece) 0.98-0.99x
+#: most one per CPU of the machine (``STREAM_MAX_PIECES``), over its batch, its rows or its columns where each
+#: piece keeps long runs of memory (``STREAM_MIN_COLUMNS``), else over its reduction (a dot product, a transposed
+#: matrix of short rows times a vector), the pieces' partial products added in piece order. The cut depends on the
+#: sizes (and the machine's CPU count) only, as a BLAS product's does, so the bits do not depend on the workers;
+#: they may differ from the uncut call's. Measured on the 2-core machine (two workers, medians of 15 interleaved,
+#: float64), against one call: ``abc,c->ab`` / ``abc,a->bc`` / ``abc,bc->a`` / ``abc,ab->c`` / ``abc,b->ac`` /
+#: ``abc,abc->`` on 200 x 180 x 160 0.68 / 0.65 / 0.65 / 0.65 / 0.66 / 0.63x the time, ``ab,b->a`` / ``ab,a->b`` on
+#: 2000^2 0.79 / 0.80x; a 100^3 tensor-times-vector (8 MB) 1.0x, 60^3 (one piece) 1.0x
 STREAM_PIECE_BYTES = 4 << 20
+STREAM_MAX_PIECES = max(2, os.cpu_count() or 1)
+#: ... over its rows or columns only where each piece takes at least this many consecutive elements of each line
+#: of memory (160 in two pieces, ``abc,ab->c`` on 200 x 180 x 160 cut by rows: 1.40-1.44x one call's time; its
+#: reduction instead 0.65x; 2000: 0.79x; 28800: 0.65x)
+STREAM_MIN_COLUMNS = 512
 #: whether :func:`cpu_matmul` writes an outer product (a reduction of extent 1) with numpy's multiply
 OUTER_BY_UFUNC = True
-STREAM_MAX_PIECES = max(2, os.cpu_count() or 1)
-#: ... a vector times a matrix (or a transposed matrix times a vector) only where each piece takes at least this
-#: many columns of each row (160 columns in two pieces, ``abc,ab->c`` on 200 x 180 x 160: 1.40-1.44x one call's
-#: time; 2000 columns: 0.79x; 28800: 0.68x)
-STREAM_MIN_COLUMNS = 512
 
 
 def _stream_split(av, bv, cv, policy: ExecutionPolicy) -> bool:
@@ -443,21 +443,64 @@ def _stream_split(av, bv, cv, policy: ExecutionPolicy) -> bool:
         return False
     nd = cv.ndim
     batch_axes = [i for i in range(nd - 2) if cv.shape[i] >= 2]
-    if batch_axes:
+    if batch_axes:  # a batch of them: the batch, each piece numpy's matmul
         axis = max(batch_axes, key=lambda i: cv.shape[i])
-    elif n == 1 and m >= 2 * pieces and (abs(av.strides[-1]) <= abs(av.strides[-2])
-                                         or m >= STREAM_MIN_COLUMNS * pieces):
-        axis = nd - 2  # a matrix times a vector: its rows (each a run of memory, or long runs of a transposed one)
-    elif m == 1 and n >= STREAM_MIN_COLUMNS * pieces:  # a vector times a matrix: its columns, in long runs
-        axis = nd - 1
+        size = cv.shape[axis]
+        pieces = min(pieces, size)
+        with blas_pinned():
+            _split_batch(av, bv, cv, 0, policy, axis, bounds=[size * i // pieces for i in range(pieces + 1)])
+        return True
+    if nd != 2:
+        return False
+    if n == 1 and m >= 2 * pieces and (abs(av.strides[-1]) <= abs(av.strides[-2])
+                                       or m >= STREAM_MIN_COLUMNS * pieces):
+        how, size = "rows", m  # a matrix times a vector: its rows (each a run of memory, or long runs of one)
+    elif m == 1 and n >= STREAM_MIN_COLUMNS * pieces:
+        how, size = "cols", n  # a vector times a matrix: its columns, in long runs
+    elif k >= 2 * pieces:
+        # a dot product, a vector times a narrow matrix, rows of a transposed matrix in short runs: the reduction,
+        # each piece's partial product added in piece order
+        how, size = "reduction", k
     else:
-        return False  # (a dot product, or a vector times a narrow matrix: only its reduction to cut)
-    size = cv.shape[axis]
-    pieces = min(pieces, size)
+        return False
     bounds = [size * i // pieces for i in range(pieces + 1)]
     with blas_pinned():
-        _split_batch(av, bv, cv, 0, policy, axis, bounds=bounds)
+        _split_1d(av, bv, cv, how, bounds, policy)
     return True
+
+
+def _split_1d(av, bv, cv, how: str, bounds: list[int], policy: ExecutionPolicy) -> None:
+    """``cv = av @ bv`` for a 2-D product with an extent of 1 (m or n), cut at ``bounds`` over its ``rows``, its
+    ``cols`` or its ``reduction`` (then the pieces' partial products added in piece order): numpy's dot of each
+    piece with the vector as a 1-D array where the piece is contiguous. numpy's matmul on such 2-D views held the
+    interpreter's lock for some of them (200 x 28800 times a vector: two pieces 1.10x one call; by dot 0.57x); a
+    strided piece (a row block of a transposed matrix, a column block) goes to matmul, which reads it in place
+    where dot would copy it (4-6x the time)."""
+    m, n = av.shape[0], bv.shape[1]
+    a = av[0] if m == 1 else av  # (k,) or (m, k)
+    b = bv[:, 0] if n == 1 else bv  # (k,) or (k, n)
+    parts: list[Any] = [None] * (len(bounds) - 1)
+
+    def work(i: int, _: Any) -> None:
+        lo, hi = bounds[i], bounds[i + 1]
+        if how in ("rows", "cols"):
+            piece = a[lo:hi] if how == "rows" else b[:, lo:hi]
+            if piece.flags.c_contiguous or piece.flags.f_contiguous:
+                got = np.dot(piece, b) if how == "rows" else np.dot(a, piece)
+                cv[(slice(lo, hi), 0) if how == "rows" else (0, slice(lo, hi))] = got
+            elif how == "rows":  # (numpy's dot would copy a strided piece; matmul reads it in place)
+                np.matmul(av[lo:hi], bv, out=cv[lo:hi])
+            else:
+                np.matmul(av, bv[:, lo:hi], out=cv[:, lo:hi])
+        else:
+            parts[i] = np.dot(a[..., lo:hi], b[lo:hi])
+
+    parallel_for(work, len(bounds) - 1, policy)
+    if how == "reduction":
+        total = parts[0]
+        for p in parts[1:]:
+            total = total + p
+        cv[...] = np.reshape(total, cv.shape)
 
 
 def run_split(av, bv, cv, axis: int, bounds: list[int], policy: ExecutionPolicy, partial=None) -> bool:
