@@ -142,6 +142,21 @@ def test_stream_cut_rules():
     assert cut(np.ones((16, 16)), np.ones((16, 16))) is None  # a matrix product: not this rule's
 
 
+def test_a_cut_reduction_copies_no_piece(rng):
+    """A narrow matrix times a vector (too few rows to cut) is cut along its reduction; its pieces (a few rows'
+    halves, strided) are read in place, not copied."""
+    av = rng.standard_normal((3, 1 << 19))  # 12 MB, three rows
+    bv = rng.standard_normal((1 << 19, 1))
+    cv = np.empty((3, 1))
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    assert contract_mod._stream_split(av, bv, cv, ExecutionPolicy(2))
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert peak < 0.01 * av.nbytes, peak
+    np.testing.assert_allclose(cv, av @ bv, rtol=1e-12, atol=1e-10)
+
+
 @pytest.mark.parametrize(("spec", "sa", "sb"), [
     ("az,bz->abz", (70, 6), (50, 6)),
     ("az,bz->zab", (70, 6), (50, 6)),

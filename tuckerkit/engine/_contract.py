@@ -430,9 +430,9 @@ OUTER_BY_UFUNC = True
 
 
 def _stream_split(av, bv, cv, policy: ExecutionPolicy) -> bool:
-    """A level-1 or level-2 product cut by its bytes (see ``STREAM_PIECE_BYTES``) and run on the policy's workers
-    (numpy's matmul on each piece, BLAS held to one thread); False, with nothing run, for any other product, or
-    where it stays one piece or its only cut would split its reduction (the caller then runs it)."""
+    """A level-1 or level-2 product cut by its bytes (see ``STREAM_PIECE_BYTES``) and run on the policy's workers,
+    BLAS held to one thread (a batch's pieces by numpy's matmul, a 2-D product's by :func:`_split_1d`); False,
+    with nothing run, for any other product, or where it stays one piece (the caller then runs it)."""
     m, k = av.shape[-2:]
     n = bv.shape[-1]
     if min(m, n, k) > 1:
@@ -493,14 +493,18 @@ def _split_1d(av, bv, cv, how: str, bounds: list[int], policy: ExecutionPolicy) 
             else:
                 np.matmul(av, bv[:, lo:hi], out=cv[:, lo:hi])
         else:
-            parts[i] = np.dot(a[..., lo:hi], b[lo:hi])
+            pa, pb = a[..., lo:hi], b[lo:hi]
+            if all(x.ndim == 1 or x.flags.c_contiguous or x.flags.f_contiguous for x in (pa, pb)):
+                parts[i] = np.reshape(np.dot(pa, pb), cv.shape)
+            else:  # (a strided piece: matmul reads it in place, dot would copy it)
+                parts[i] = np.matmul(av[:, lo:hi], bv[lo:hi])
 
     parallel_for(work, len(bounds) - 1, policy)
     if how == "reduction":
         total = parts[0]
         for p in parts[1:]:
             total = total + p
-        cv[...] = np.reshape(total, cv.shape)
+        cv[...] = total
 
 
 def run_split(av, bv, cv, axis: int, bounds: list[int], policy: ExecutionPolicy, partial=None) -> bool:
