@@ -92,6 +92,41 @@ def wide_vectors() -> bool:
 _WIDE: bool | None = None
 
 
+def half_rate_wide() -> bool:
+    """Whether the CPU numba compiles for runs each 512-bit vector instruction as two 256-bit halves (AMD Zen 4,
+    LLVM's ``znver4``): its peak is that of 256-bit code, so a register block that asks more of the load ports
+    per fused multiply-add, or more registers, than its 256-bit halves would, costs more there than on a CPU with
+    full-width 512-bit units. Named by the target's CPU (``NUMBA_CPU_NAME`` when set, else the host's as
+    numba reads it), only for the CPUs it was measured on; ``False`` where vectors are not wide.
+
+    >>> isinstance(half_rate_wide(), bool)
+    True
+    """
+    global _HALF
+    if _HALF is None:
+        _HALF = wide_vectors() and _target_cpu_name() in _HALF_RATE_CPUS
+    return _HALF
+
+
+_HALF: bool | None = None
+#: LLVM's names of the CPUs :func:`half_rate_wide` holds for (measured: Zen 4)
+_HALF_RATE_CPUS = frozenset({"znver4"})
+
+
+def _target_cpu_name() -> str:
+    """The CPU numba compiles for: its ``CPU_NAME`` setting (``NUMBA_CPU_NAME``) when given, else the host's
+    (``llvmlite.binding.get_host_cpu_name``); ``""`` when neither can be read."""
+    from numba.core import config
+    cpu = getattr(config, "CPU_NAME", None)
+    if cpu is not None and cpu not in ("host", ""):
+        return str(cpu)
+    try:
+        import llvmlite.binding as llvm
+        return str(llvm.get_host_cpu_name())
+    except Exception:  # pragma: no cover - llvmlite without the query
+        return ""
+
+
 def _detect_feature(name: str) -> bool:
     """Whether numba compiles for a CPU with feature ``name``: its ``CPU_FEATURES`` setting
     (``NUMBA_CPU_FEATURES``) when given; none for a named target (``NUMBA_CPU_NAME``, e.g. ``generic`` for

@@ -133,6 +133,7 @@ from tuckerkit.engine._simd import (
     half10,
     half11,
     half12,
+    half_rate_wide,
     pack_row,
     pack_row4,
     prefetch,
@@ -1591,9 +1592,19 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
 def _outer_strips(nvec: int, vl: int) -> np.ndarray:
     """The strips of :func:`ttm_outer` over ``nvec`` (256-bit) vectors of columns, rows (first column,
     vectors): two vectors each, the first three where ``nvec`` is odd, one where it is 1; where vectors are
-    wide (``nvec`` even: whole 512-bit vectors), eight each, then four and two for the rest."""
+    wide (``nvec`` even: whole 512-bit vectors), eight each, then four and two for the rest; where those wide
+    vectors run at half rate (:func:`half_rate_wide`: Zen 4) four each instead of eight.
+
+    Zen 4 (``znver4``, 2 cores, ``ttm_outer`` alone on two workers, interleaved medians of 7 in one process, the
+    same bits), strips of four against eight, float64: X of (40000, 200) at R = 28 / 32 / 40 / 48 / 56 / 64
+    0.61 / 0.55-0.74 / 0.75 / 0.78 / 0.69 / 0.59-0.68x the time, (76800, 160) (320x240x160's last mode) R = 32
+    0.57-0.69x, 64^4's and 60^4's last modes R = 32 / 50 0.62-0.82 / 0.75x, (3600, 3600) R = 50 0.79x, and
+    the small (4096, 64), (10000, 100), (4096, 200) at R = 32 0.58-0.73x; both output layouts. The strip of
+    eight (six rows of four 512-bit accumulators) measured the better one on the AVX-512 Intel machine, where
+    it stays."""
     if wide_vectors() and nvec % 2 == 0:
-        widths = [8] * (nvec // 8) + ([4] if nvec % 8 >= 4 else []) + ([2] if nvec % 4 else [])
+        octs = 0 if half_rate_wide() else nvec // 8
+        widths = [8] * octs + [4] * ((nvec - 8 * octs) // 4) + ([2] if nvec % 4 else [])
     else:
         widths = [nvec] if nvec <= 3 else ([3] if nvec % 2 else []) + [2] * (nvec // 2 - (nvec % 2))
     starts = np.cumsum([0, *widths[:-1]]) * vl
