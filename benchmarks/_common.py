@@ -266,3 +266,12 @@ def grouped_bars(name: str, groups: list[str], series: dict[str, list[float]], y
     RESULTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(RESULTS / name, dpi=110)
     plt.close(fig)
+
+
+def result_stem(text: str) -> str:
+    """``--name``: a file stem (letters, digits, ``_`` and ``-``), written under benchmarks/results."""
+    import argparse
+
+    if not text or not all(c.isalnum() or c in "_-" for c in text):
+        raise argparse.ArgumentTypeError(f"expected a file stem of letters, digits, _ and -; received {text!r}")
+    return text

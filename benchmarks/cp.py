@@ -23,7 +23,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, interleaved, sweeps_flag, write_json, write_text
+from _common import RESULTS, environment, interleaved, result_stem, sweeps_flag, write_json, write_text
 from roofline import InterleavedRead, gemm_peak, read_bound
 
 import tuckerkit as tk
@@ -75,6 +75,8 @@ def main(argv=None) -> None:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
+    ap.add_argument("--name", default="cp", type=result_stem,
+                    help="results file stem under benchmarks/results (default: cp)")
     args = ap.parse_args(argv)
     if args.device != "cpu":
         import gpu
@@ -167,7 +169,8 @@ def main(argv=None) -> None:
         "max_peak_extra_over_input_rank10": max(
             (r["peak_extra_over_input"]["tuckerkit"] for r in rows if r["rank"] <= 10), default=None),
     }
-    write_json("cp.json", {"benchmark": "cp_als", "environment": environment(), "summary": summary, "rows": rows})
+    write_json(f"{args.name}.json",
+               {"benchmark": "cp_als", "environment": environment(), "summary": summary, "rows": rows})
     lines = [
         "# CP-ALS: tuckerkit vs TensorLy parafac vs pyttb cp_als",
         "",
@@ -204,7 +207,7 @@ def main(argv=None) -> None:
             f"{f['tuckerkit']:.6f} / {f['tensorly']:.6f} / {f['pyttb']:.6f} | "
             f"{r['peak_extra_over_input']['tuckerkit']:.3f} / {r['peak_extra_over_input']['tensorly']:.3f} |"
         )
-    write_text("cp.md", "\n".join(lines) + "\n")
+    write_text(f"{args.name}.md", "\n".join(lines) + "\n")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -220,7 +223,7 @@ def main(argv=None) -> None:
     ax.set_ylabel("ms per CP-ALS iteration")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "cp.png", dpi=110)
+    fig.savefig(RESULTS / f"{args.name}.png", dpi=110)
     plt.close(fig)
     print("\n".join(lines))
 

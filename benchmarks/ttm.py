@@ -30,7 +30,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, interleaved, per_mode_plot, positive_int, write_json, write_text
+from _common import environment, interleaved, per_mode_plot, positive_int, result_stem, write_json, write_text
 from roofline import gemm_peak, read_fns
 
 from tuckerkit.engine import ttm, ttm_plan
@@ -45,13 +45,6 @@ def rank_list(text: str) -> list[int]:
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated positive integers such as 10,32; received {text!r}") from None
-
-
-def result_stem(text: str) -> str:
-    """``--name``: a file stem (letters, digits, ``_`` and ``-``), written under benchmarks/results."""
-    if not text or not all(c.isalnum() or c in "_-" for c in text):
-        raise argparse.ArgumentTypeError(f"expected a file stem of letters, digits, _ and -; received {text!r}")
-    return text
 
 
 def main(argv=None) -> None:

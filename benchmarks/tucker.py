@@ -26,7 +26,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, environment, interleaved, peak_extra, sweeps_flag, write_json, write_text
+from _common import RESULTS, environment, interleaved, peak_extra, result_stem, sweeps_flag, write_json, write_text
 from roofline import InterleavedRead, read_bound
 
 import tuckerkit as tk
@@ -132,6 +132,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
+    ap.add_argument("--name", default="tucker", type=result_stem,
+                    help="results file stem under benchmarks/results (default: tucker)")
     args = ap.parse_args(argv)
     if args.device != "cpu":
         import gpu
@@ -189,11 +191,11 @@ def main(argv=None) -> None:
     st_rows = st_hosvd_bench(args)
     init_rows = init_bench(args)
     summary = summarize(rows, st_rows)
-    write_json("tucker.json", {"benchmark": "tucker", "environment": environment(), "summary": summary,
+    write_json(f"{args.name}.json", {"benchmark": "tucker", "environment": environment(), "summary": summary,
                                "hooi": rows, "st_hosvd": st_rows, "init": init_rows})
     md = markdown(rows, st_rows, summary) + init_markdown(init_rows)
-    write_text("tucker.md", md)
-    plot(rows)
+    write_text(f"{args.name}.md", md)
+    plot(rows, args.name)
     print(md)
 
 
@@ -300,7 +302,7 @@ def markdown(rows, st_rows, s) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows) -> None:
+def plot(rows, name: str = "tucker") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -318,7 +320,7 @@ def plot(rows) -> None:
     ax.legend(fontsize=8)
     ax.set_title("HOOI time per iteration (seed Fig. 9 set-up)")
     fig.tight_layout()
-    fig.savefig(RESULTS / "tucker.png", dpi=110)
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
     plt.close(fig)
 
 

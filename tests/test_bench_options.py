@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
     ("ttm.py", ["--ranks", "0"], r"argument --ranks: expected comma-separated positive integers"),
     ("ttm.py", ["--name", "../ttm"], r"argument --name: expected a file stem of letters, digits, _ and -; "
                                      r"received '\.\./ttm'"),
+    ("cp.py", ["--name", "cp/x"], r"argument --name: expected a file stem of letters, digits, _ and -; "
+                                  r"received 'cp/x'"),
+    ("tucker.py", ["--name", ""], r"argument --name: expected a file stem of letters, digits, _ and -; "
+                                  r"received ''"),
     ("shapes.py", ["--iters", "0"], r"argument --iters: expected a positive integer; received '0'"),
     ("shapes.py", ["--repeat", "x"], r"argument --repeat: expected a positive integer; received 'x'"),
 ])
