@@ -37,7 +37,7 @@ if not WARM:
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import _park, environment, geomean, interleaved_samples, write_json, write_text  # noqa: E402
+from _common import _park, environment, geomean, interleaved_samples, result_stem, write_json, write_text  # noqa: E402
 
 from tuckerkit.engine import contract, plan_contraction  # noqa: E402
 
@@ -94,6 +94,8 @@ def main(argv=None) -> None:
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="n=32,64 only, 3 repeats (a smoke run)")
+    ap.add_argument("--name", default=None, type=result_stem,
+                    help="results file stem under benchmarks/results (default: contractions, contractions_warm)")
     ap.add_argument("--device", default="cpu", help="cuda: run this benchmark on the GPU (benchmarks/gpu.py)")
     ap.add_argument("--warm", action="store_true",
                     help="each library as in a loop of its own calls: OpenBLAS's defaults, blocks of calls")
@@ -145,13 +147,13 @@ def main(argv=None) -> None:
                     flush=True,
                 )
     summary = summarize(rows)
-    name = "contractions_warm" if args.warm else "contractions"
+    name = args.name or ("contractions_warm" if args.warm else "contractions")
     payload = {"benchmark": name, "environment": environment(), "summary": summary, "rows": rows,
                "regime": REGIME_WARM if args.warm else REGIME_COLD}
     write_json(f"{name}.json", payload)
     write_text(f"{name}.md", markdown(rows, summary, args.warm))
     if not args.warm:
-        plot(rows)
+        plot(rows, name)
     print(markdown(rows, summary, args.warm).split("\n## Per case")[0])
 
 
@@ -240,7 +242,7 @@ def markdown(rows, summary, warm: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows) -> None:
+def plot(rows, name: str = "contractions") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -264,7 +266,7 @@ def plot(rows) -> None:
     fig.tight_layout()
     from _common import RESULTS
 
-    fig.savefig(RESULTS / "contractions.png", dpi=110)
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
 
 
 if __name__ == "__main__":

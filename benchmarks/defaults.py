@@ -33,7 +33,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, grouped_bars, write_json, write_text
+from _common import environment, grouped_bars, result_stem, write_json, write_text
 
 import tuckerkit as tk
 
@@ -205,10 +205,10 @@ def markdown(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows) -> None:
+def plot(rows, name: str = "defaults") -> None:
     labels = [f"{'HOOI' if r['kind'] == 'tucker' else 'CP'} {'x'.join(map(str, r['shape']))}" for r in rows]
     series = {k: [r["seconds"][k] for r in rows] for k in ("tuckerkit", "tensorly", "pyttb")}
-    grouped_bars("defaults.png", labels, series, "seconds, whole default call (log)",
+    grouped_bars(f"{name}.png", labels, series, "seconds, whole default call (log)",
                  "A whole default call (lower is better)", log=True)
 
 
@@ -216,6 +216,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="60^3 and 20^4, one repeat (a smoke run)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--name", default="defaults", type=result_stem,
+                    help="results file stem under benchmarks/results (default: defaults)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     n, n4, repeat = (60, 20, 1) if args.quick else (200, 60, args.repeat)
@@ -229,9 +231,9 @@ def main(argv=None) -> None:
             print(f"{kind:6s} {'x'.join(map(str, shape)):12s} tk {s['tuckerkit']:.3f} s  TL {s['tensorly']:.3f} s "
                   f"(x{row['speedup_vs_tensorly']:.1f})  pyttb {s['pyttb']:.3f} s (x{row['speedup_vs_pyttb']:.1f})  "
                   f"fits {row['fit']}", flush=True)
-    write_json("defaults.json", {"benchmark": "defaults", "environment": environment(), "rows": rows})
-    write_text("defaults.md", markdown(rows))
-    plot(rows)
+    write_json(f"{args.name}.json", {"benchmark": "defaults", "environment": environment(), "rows": rows})
+    write_text(f"{args.name}.md", markdown(rows))
+    plot(rows, args.name)
     print(markdown(rows))
 
 
