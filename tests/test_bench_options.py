@@ -20,6 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
                                   r"received 'cp/x'"),
     ("tucker.py", ["--name", ""], r"argument --name: expected a file stem of letters, digits, _ and -; "
                                   r"received ''"),
+    ("defaults.py", ["--name", "a b"], r"argument --name: expected a file stem of letters, digits, _ and -; "
+                                       r"received 'a b'"),
+    ("contractions.py", ["--name", "../c"], r"argument --name: expected a file stem of letters, digits, _ and -; "
+                                            r"received '\.\./c'"),
     ("shapes.py", ["--iters", "0"], r"argument --iters: expected a positive integer; received '0'"),
     ("shapes.py", ["--repeat", "x"], r"argument --repeat: expected a positive integer; received 'x'"),
 ])
