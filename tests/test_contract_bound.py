@@ -118,3 +118,87 @@ def test_gapped_batch_output_is_laid_out_batch_major(case, rng):
     assert got.strides["mnp".index(batch)] == n * n * got.itemsize
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(got, got_c)  # the same GEMMs on dense or gapped slices
+
+
+def _fast_plans():
+    from tuckerkit.engine import _contract
+
+    return _contract._FAST_PLANS
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_a_repeated_default_call_reuses_its_plan_with_the_same_bits(dtype, rng):
+    """``contract`` with every option at its default on numpy operands of one floating dtype keeps the plan it
+    made under the spec, shapes, strides, dtype and default policy, and a repeat runs it on the bound route:
+    the same bits as the first call, as the plan's own call and as a call with ``policy=`` given (the full
+    path); a fresh output each time; the operands unchanged."""
+    A = rng.standard_normal((30, 40)).astype(dtype)
+    B = rng.standard_normal((40, 50, 6)).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        A = A + 1j * rng.standard_normal(A.shape)
+        B = B + 1j * rng.standard_normal(B.shape)
+    A0, B0 = A.copy(), B.copy()
+    fast = _fast_plans()
+    fast.clear()
+    first = contract("mk,knp->mnp", A, B)
+    assert len(fast) == 1
+    (key, plan), = fast.items()
+    assert key[:6] == ("mk,knp->mnp", A.shape, A.strides, B.shape, B.strides, A.dtype.char)
+    again = contract("mk,knp->mnp", A, B)
+    np.testing.assert_array_equal(again, first)
+    assert not np.shares_memory(again, first)
+    np.testing.assert_array_equal(plan(A, B), first)
+    from tuckerkit.engine import default_policy
+
+    np.testing.assert_array_equal(contract("mk,knp->mnp", A, B, policy=default_policy()), first)
+    ref = np.einsum("mk,knp->mnp", A.astype(np.complex128), B.astype(np.complex128))
+    assert np.max(np.abs(again - ref)) <= _tol(dtype) * 40 / 16 * max(float(np.max(np.abs(ref))), 1.0)
+    np.testing.assert_array_equal(A, A0)
+    np.testing.assert_array_equal(B, B0)
+
+
+def test_the_kept_plans_are_told_apart_by_strides_and_dtype_and_skip_converted_operands(rng):
+    """A transposed view, another dtype and an operand ``contract`` converts (integers promoted, a misaligned
+    view copied) never take a plan kept for other operands: each result is einsum's; converted operands and
+    calls with any option given keep no plan; the kept plans stay within their bound."""
+    from tuckerkit.engine import _contract
+
+    fast = _fast_plans()
+    fast.clear()
+    A = rng.standard_normal((20, 20))
+    B = rng.standard_normal((20, 20))
+    for a, b in ((A, B), (A.T, B), (A, B.T), (A.astype(np.float32), B.astype(np.float32))):
+        got = contract("ij,jk->ik", a, b)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.max(np.abs(got - ref)) <= _tol(a.dtype) * 20 / 16 * float(np.max(np.abs(ref)))
+        np.testing.assert_array_equal(contract("ij,jk->ik", a, b), got)  # (the kept plan: the same bits)
+    assert len(fast) == 4
+    ints = np.arange(400).reshape(20, 20)
+    np.testing.assert_array_equal(contract("ij,jk->ik", ints, ints), ints.astype(np.float64) @ ints)
+    raw = np.zeros(20 * 20 * 8 + 1, np.uint8)[1:].view(np.float64).reshape(20, 20)  # (misaligned: copied)
+    raw[...] = A
+    np.testing.assert_allclose(contract("ij,jk->ik", raw, B), A @ B, rtol=0, atol=1e-12 * np.abs(A @ B).max())
+    contract("ij,jk->ik", A, B, out_layout="F")
+    contract("ij,jk->ik", A, B, copies="never")
+    assert len(fast) == 4
+    for n in range(_contract._FAST_MAX + 3):
+        contract("i,i->", np.ones(n + 1), np.ones(n + 1))
+    assert 0 < len(fast) <= _contract._FAST_MAX
+
+
+def test_a_kept_plan_follows_the_default_policy(rng):
+    """The default policy is part of the key: under ``threadpool_limits(1)`` (tuckerkit serial too) a call takes
+    a plan made for one worker, and the same bits."""
+    from threadpoolctl import threadpool_limits
+
+    from tuckerkit.engine import default_policy
+
+    fast = _fast_plans()
+    fast.clear()
+    A = rng.standard_normal((400, 300))
+    B = rng.standard_normal((300, 200))
+    got = contract("ij,jk->ik", A, B)
+    with threadpool_limits(1):
+        serial = contract("ij,jk->ik", A, B)
+    assert {k[-1].workers for k in fast} == {1, default_policy().workers}
+    np.testing.assert_array_equal(serial, got)

@@ -17,6 +17,8 @@ from tuckerkit.engine import ExecutionPolicy
 from tuckerkit.engine import _handoff as H
 from tuckerkit.engine._contract import cpu_matmul
 
+EPS = np.finfo(np.float64).eps
+
 needs_helpers = pytest.mark.skipif(H._handoff() is None, reason="no numpy OpenBLAS on x86-64 Linux to hand off to")
 
 
@@ -191,6 +193,59 @@ def test_helpers_sleep_when_idle_and_when_parked(rng):
     before = _cpu_ticks(helper.native_id)
     time.sleep(0.5)
     assert _cpu_ticks(helper.native_id) - before <= 2
+
+
+@needs_helpers
+def test_prewake_wakes_a_sleeping_helper_without_a_round(rng):
+    """``prewake`` lets a parked, sleeping helper run again before any round is published: it wakes (its count
+    of wakes goes up), finds no round, spins, and sleeps again after its spin; nothing is published (the round
+    counter stays); the next round's bits are unchanged."""
+    a, b, c = _layouts(rng, np.float64)[0][1:]
+    first = _run(a, b, c, 2)
+    h = H._handoff()
+    H.park()
+    deadline = time.monotonic() + 5
+    while H._load(h.hs, H._ASLEEP) != 1:
+        assert time.monotonic() < deadline, "a parked helper did not go to sleep"
+        time.sleep(1e-3)
+    seq, wakes = H._load(h.ctrl, H._SEQ), H._load(h.hs, H._WAKES)
+    time.sleep(0.05)
+    assert H._load(h.hs, H._WAKES) == wakes  # (asleep: nothing wakes it)
+    H.prewake()
+    assert H._load(h.ctrl, H._PARK) == 0
+    deadline = time.monotonic() + 5
+    while H._load(h.hs, H._WAKES) == wakes:
+        assert time.monotonic() < deadline, "prewake did not wake the sleeping helper"
+        time.sleep(1e-3)
+    deadline = time.monotonic() + 5
+    while H._load(h.hs, H._ASLEEP) != 1:  # (its spin over, with no round: asleep again)
+        assert time.monotonic() < deadline, "a prewoken helper kept spinning"
+        time.sleep(1e-3)
+    assert H._load(h.ctrl, H._SEQ) == seq  # (no round)
+    np.testing.assert_array_equal(_run(a, b, c, 2), first)
+
+
+def test_a_contract_in_pieces_prewakes_the_helpers_and_a_small_one_does_not(rng, monkeypatch):
+    """``contract`` starts waking the helpers for a plan that runs in pieces (before its output and the
+    pieces' set-up), and leaves them alone for a product it runs in one call; the results are einsum's."""
+    from tuckerkit.engine import contract, plan_contraction
+
+    two = ExecutionPolicy(workers=2)
+    contract("ik,kj->ij", np.ones((300, 300)), np.ones((300, 300)), policy=two)  # (the helpers' module loaded)
+    calls = []
+    monkeypatch.setattr(H, "prewake", lambda: calls.append(1))
+    A, B = rng.standard_normal((300, 200)), rng.standard_normal((200, 300))
+    p = plan_contraction("ik,kj->ij", A, B, policy=two)
+    assert p.parallel
+    tol = 200 * EPS * (np.abs(A) @ np.abs(B))
+    assert np.all(np.abs(contract("ik,kj->ij", A, B, policy=two) - A @ B) <= tol)
+    assert calls == [1]
+    assert np.all(np.abs(p(A, B) - A @ B) <= tol)  # (a plan call: the bound route prewakes too)
+    assert calls == [1, 1]
+    a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 20))
+    assert not plan_contraction("ik,kj->ij", a, b, policy=two).parallel
+    contract("ik,kj->ij", a, b, policy=two)
+    assert calls == [1, 1]
 
 
 _CHILD = """

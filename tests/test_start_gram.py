@@ -228,7 +228,7 @@ needs_f32_tiles = pytest.mark.skipif(not _gram._tiles_apply(1),
 
 
 @needs_tiles
-@pytest.mark.parametrize("In", [1, 5, 6, 7, 12, 13, 16, 17, 25, 32, 33, 50])
+@pytest.mark.parametrize("In", [1, 5, 6, 7, 12, 13, 16, 17, 25, 32, 33, 44, 45, 50, 200])
 def test_the_tile_kernel_is_the_gram_to_float32_rounding(rng, In, monkeypatch):
     """The tile kernel (:func:`_gram._start_gram_tiles`) on sizes that fill no tile exactly (rows of 6, columns
     of 16; where vectors are wide 12 x 32) and on runs and windows that divide neither the pieces nor each

@@ -102,6 +102,26 @@ def _gram_tile_wide(rb, B, j0, Ip, n, r0, A, acc, px, pfo, pfs, pfn):  # pragma:
     _wide_gblock(4, rb, B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
 
 
+@njit(nogil=True, **NO_RUNTIME)
+def _gram_tile_half(rb, B, j0, Ip, n, r0, A, acc, px, pfo, pfs, pfn):  # pragma: no cover (compiled)
+    # :func:`_gram_tile_wide` over 16 columns (two 256-bit vectors a row): the strip that crosses the diagonal
+    # where its entries on or below it lie in the first 16 columns
+    if rb >= 7:
+        _wide_gblock(2, rb, B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 6:
+        gblock6(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 5:
+        gblock5(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 4:
+        gblock4(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 3:
+        gblock3(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    elif rb == 2:
+        gblock2(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+    else:
+        gblock1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def gram_single(v, a, b, kb, kc, B, A, part, ss, vflat):  # pragma: no cover (compiled)
     # Rows [a, b) of v (K, In), each a column of the unfolding: part[j, l] (l <= j) += the float32 sum over each
@@ -141,7 +161,10 @@ def gram_single(v, a, b, kb, kc, B, A, part, ss, vflat):  # pragma: no cover (co
                     rb = min(12, In - r0)
                     for j0 in range(0, r0 + rb, 32):  # (every strip that holds an entry on or below the diagonal)
                         pfn = max(0, min(per, lines - q))
-                        _gram_tile_wide(rb, B, j0, Ip, n, r0, A, acc, vflat, q0 + q * step, step, pfn)
+                        if r0 + rb - j0 <= 16:  # (the diagonal's strip needs only its first 16 columns)
+                            _gram_tile_half(rb, B, j0, Ip, n, r0, A, acc, vflat, q0 + q * step, step, pfn)
+                        else:
+                            _gram_tile_wide(rb, B, j0, Ip, n, r0, A, acc, vflat, q0 + q * step, step, pfn)
                         q += pfn
             else:
                 for r0 in range(0, In, 6):

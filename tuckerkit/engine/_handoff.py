@@ -80,8 +80,8 @@ _MAX_HELPERS = 63
 # ctrl slots, each on its own cache line (8 int64): the round's sequence number, pieces finished, the next
 # claim (sequence << 32 | piece), the round's piece count, its helpers, park
 _SEQ, _DONE, _NEXT, _NP, _NH, _PARK, _STOP = (8 * i for i in range(7))
-# per-helper state: the last sequence handled, 1 while asleep
-_HSEQ, _ASLEEP = 0, 1
+# per-helper state: the last sequence handled, 1 while asleep, the times it left its sleep (written by the helper)
+_HSEQ, _ASLEEP, _WAKES = 0, 1, 2
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -345,6 +345,7 @@ def _helper_loop(ctrl, D, K, hs, word, h, spin, sysc):  # pragma: no cover - com
             if _aload(ctrl, _SEQ) == seen and _aload(ctrl, _STOP) == 0:  # else a round came meanwhile
                 _futex(sysc, word, 0, _FUTEX_WAIT, w)
             _astore(hs, h * 8 + _ASLEEP, 0)
+            _astore(hs, h * 8 + _WAKES, _aload(hs, h * 8 + _WAKES) + 1)
             t0 = _cycles()
 
 
@@ -366,6 +367,19 @@ def _round(ctrl, D, K, hs, word, npieces, nhelpers, seq, sysc):  # pragma: no co
     _claim(ctrl, D, K, seq)
     while _aload(ctrl, _DONE) != npieces:
         _pause()
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def _prewake(ctrl, hs, word, nhelpers, sysc):  # pragma: no cover - compiled
+    # let the helpers spin again and wake those that sleep, ahead of a round (no round is published: a woken
+    # helper finds none and spins, as after a round, until one comes or its spin ends)
+    _astore(ctrl, _PARK, 0)
+    asleep = 0
+    for h in range(nhelpers):
+        asleep += _aload(hs, h * 8 + _ASLEEP)
+    if asleep:
+        _aadd32(word, 0)
+        _futex(sysc, word, 0, _FUTEX_WAKE, 1 << 30)
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
@@ -514,6 +528,18 @@ def park() -> None:
     h = _STATE.get("h")
     if h:
         h.park()
+
+
+def prewake() -> None:
+    """Start waking the helpers that sleep, for a round the caller is about to publish: a sleeping thread takes
+    tens of microseconds to run again (a futex wake, and on a virtual machine the host's wake of its CPU), which
+    then overlaps the caller's own work before the round (planning, the output, the pieces' descriptors)
+    instead of delaying the round's other pieces. Nothing where no helper exists yet (the first round makes
+    them) or in a forked child. ``contract`` calls it for a plan that runs in pieces: a float32 GEMM of 33.5
+    MFlop on 2 cores (Table II, n = 64), every call cold, 350 -> 330 us."""
+    h = _STATE.get("h")
+    if h and h.threads and h.pid == os.getpid():
+        _prewake(h.ctrl, h.hs, h.word, len(h.threads), h.sysc)
 
 
 def _layout(x: np.ndarray, it: int) -> tuple[int, int] | None:
