@@ -228,10 +228,11 @@ needs_f32_tiles = pytest.mark.skipif(not _gram._tiles_apply(1),
 
 
 @needs_tiles
-@pytest.mark.parametrize("In", [1, 5, 6, 7, 12, 13, 16, 17, 25, 32, 33, 44, 45, 50, 200])
+@pytest.mark.parametrize("In", [1, 5, 6, 7, 12, 13, 16, 17, 25, 32, 33, 40, 44, 45, 50, 200])
 def test_the_tile_kernel_is_the_gram_to_float32_rounding(rng, In, monkeypatch):
     """The tile kernel (:func:`_gram._start_gram_tiles`) on sizes that fill no tile exactly (rows of 6, columns
-    of 16; where vectors are wide 12 x 32) and on runs and windows that divide neither the pieces nor each
+    of 16; where vectors are wide 12 x 32, the diagonal's strip 12 x 16 where it fits: 44, 45 and 50 there with
+    7-12 rows, 5, 13 and 40 with fewer) and on runs and windows that divide neither the pieces nor each
     other, its next run prefetched (W C-ordered) or not (a strided W, the same bits): within the bound of float32
     sums over one window, (window + 2) eps32 |W|^T |W|; exactly symmetric; the diagonal's float64 squares;
     the same bits for one or two workers, for any run length (each entry is one chain over its window) and on
