@@ -732,7 +732,7 @@ def run_bound_plan(plan: ContractionPlan, A: Any, B: Any, out: Any = None) -> An
 #: runs on the plan's bound route, as a call of the plan itself does (the same plan, hence the same bits).
 #: Measured (the 2-core Zen 4 machine): an 8 x 8 by 8 x 8 x 8 product 21.5 -> 10.1 us a call back to back
 #: (einsum's: 13.6 us); Table II's float32 GEMMs at n = 64 (33.5 MFlop, every call cold, in-process A/B of 61
-#: interleaved rounds, three runs) 0.75-0.84x einsum's speed -> 0.79-0.86x.
+#: interleaved rounds, three runs) 0.75-0.84x einsum's speed -> 0.76-0.86x.
 _FAST_PLANS: dict[tuple, ContractionPlan] = {}
 _FAST_MAX = 256
 
