@@ -280,27 +280,46 @@ X
     return bool(tiny_left_singular_warm(M, r, U, w, np.empty((n, n)), False))
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_RUNTIME)
+def _rdot(X, a, Y, b, n):  # pragma: no cover - compiled
+    """``sum_i X[a, i] Y[b, i]`` for ``i < n`` along two contiguous rows, vectorized: the sum's order is fixed
+    when it compiles (the same bits on every call), with as many partial sums as its vectors hold instead of
+    one chain of dependent additions (four cycles each). The certified iteration's inner products (the
+    Gram-Schmidt projections, the Rayleigh quotient, the residuals and the certificate's norms) were such
+    chains: on a 100 x 100 Gram at r = 10 (a planted 1 %-noise projection) 64.6 -> 32.1 us a call from a
+    converged start, 157 -> 84 us from one 1e-4 off, 184 -> 120 us cold; the pairs within the same bounds of
+    LAPACK's (their last bits differ from the chains')."""
+    s = 0.0
+    for i in range(n):
+        s += X[a, i] * Y[b, i]
+    return s
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_RUNTIME)
+def _residual2(Z, Q, j, theta, n):  # pragma: no cover - compiled
+    """``sum_i (Z[j, i] - theta Q[j, i])^2``, vectorized as :func:`_rdot`."""
+    s = 0.0
+    for i in range(n):
+        d = Z[j, i] - Q[j, i] * theta
+        s += d * d
+    return s
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def _orthonormalize(B, k, n):  # pragma: no cover - compiled
     """The rows of ``B[:k, :n]`` made orthonormal in place by Gram-Schmidt, each row projected off the earlier
     ones twice (classical Gram-Schmidt twice: orthonormal to rounding while ``cond(B) eps < 1``). False when a
     row is (to rounding) in the span of the earlier ones, or not finite."""
     for j in range(k):
-        before = 0.0
-        for i in range(n):
-            before += B[j, i] * B[j, i]
+        before = _rdot(B, j, B, j, n)
         if not (before > 0.0 and np.isfinite(before)):
             return False
         for _ in range(2):
             for a in range(j):
-                d = 0.0
-                for i in range(n):
-                    d += B[a, i] * B[j, i]
+                d = _rdot(B, a, B, j, n)
                 for i in range(n):
                     B[j, i] -= d * B[a, i]
-        after = 0.0
-        for i in range(n):
-            after += B[j, i] * B[j, i]
+        after = _rdot(B, j, B, j, n)
         if not after > 1e-20 * before:
             return False
         inv = 1.0 / np.sqrt(after)
@@ -330,11 +349,8 @@ def _ritz_rotate(QT, ZT, k, n, A, S, th, order, T):  # pragma: no cover - compil
     starts near its Ritz basis, so its rotations converge in a sweep or two. False when not converged."""
     for a in range(k):
         for b in range(a + 1):
-            t = 0.0
-            u = 0.0
-            for i in range(n):
-                t += QT[a, i] * ZT[b, i]
-                u += QT[b, i] * ZT[a, i]
+            t = _rdot(QT, a, ZT, b, n)
+            u = _rdot(QT, b, ZT, a, n)
             if not np.isfinite(t + u):
                 return False
             A[a, b] = 0.5 * (t + u)
@@ -386,8 +402,7 @@ def certified_top(G, r, S0, budget, first_check, U, w):  # pragma: no cover - co
         return 0
     normF = 0.0
     for i in range(n):
-        for m in range(n):
-            normF += G[i, m] * G[i, m]
+        normF += _rdot(G, i, G, i, n)
     normF = np.sqrt(normF)
     if not (2.0 ** -400 <= normF <= 2.0 ** 400):  # (also a NaN or Inf)
         return 0
@@ -411,11 +426,8 @@ def certified_top(G, r, S0, budget, first_check, U, w):  # pragma: no cover - co
             sum2 = 0.0
             gv2 = 0.0
             for j in range(r):
-                col2 = 0.0
-                for i in range(n):
-                    d = ZT[j, i] - QT[j, i] * th[0, j]
-                    col2 += d * d
-                    gv2 += ZT[j, i] * ZT[j, i]
+                col2 = _residual2(ZT, QT, j, th[0, j], n)
+                gv2 += _rdot(ZT, j, ZT, j, n)
                 res2 = max(res2, col2)
                 sum2 += col2
             res = np.sqrt(res2)
@@ -425,9 +437,7 @@ def certified_top(G, r, S0, budget, first_check, U, w):  # pragma: no cover - co
                 vgv2 = 0.0
                 for a in range(r):
                     for b in range(r):
-                        t = 0.0
-                        for i in range(n):
-                            t += QT[a, i] * ZT[b, i]
+                        t = _rdot(QT, a, ZT, b, n)
                         vgv2 += t * t
                 rest2 = normF * normF - 2 * gv2 + vgv2
                 rest = np.sqrt(max(rest2 + 8 * n * eps * normF * normF, 0.0))
