@@ -143,7 +143,7 @@ def test_a_repeated_default_call_reuses_its_plan_with_the_same_bits(dtype, rng):
     first = contract("mk,knp->mnp", A, B)
     assert len(fast) == 1
     (key, plan), = fast.items()
-    assert key[:6] == ("mk,knp->mnp", A.shape, A.strides, B.shape, B.strides, A.dtype.char)
+    assert key[:6] == ("mk,knp->mnp", A.shape, A.strides, B.shape, B.strides, A.dtype)
     again = contract("mk,knp->mnp", A, B)
     np.testing.assert_array_equal(again, first)
     assert not np.shares_memory(again, first)
@@ -158,8 +158,8 @@ def test_a_repeated_default_call_reuses_its_plan_with_the_same_bits(dtype, rng):
 
 
 def test_the_kept_plans_are_told_apart_by_strides_and_dtype_and_skip_converted_operands(rng):
-    """A transposed view, another dtype and an operand ``contract`` converts (integers promoted, a misaligned
-    view copied) never take a plan kept for other operands: each result is einsum's; converted operands and
+    """A transposed view, another dtype or byte order and an operand ``contract`` converts (integers promoted, a
+    misaligned view copied) never take a plan kept for other operands: each result is einsum's; converted operands and
     calls with any option given keep no plan; the kept plans stay within their bound."""
     from tuckerkit.engine import _contract
 
@@ -173,6 +173,9 @@ def test_the_kept_plans_are_told_apart_by_strides_and_dtype_and_skip_converted_o
         assert np.max(np.abs(got - ref)) <= _tol(a.dtype) * 20 / 16 * float(np.max(np.abs(ref)))
         np.testing.assert_array_equal(contract("ij,jk->ik", a, b), got)  # (the kept plan: the same bits)
     assert len(fast) == 4
+    swapped = A.astype(">f8")  # (another byte order: never a native plan's)
+    np.testing.assert_allclose(contract("ij,jk->ik", swapped, swapped), A @ A, rtol=0, atol=1e-12 * np.abs(A @ A).max())
+    np.testing.assert_allclose(contract("ij,jk->ik", A, A), A @ A, rtol=0, atol=1e-12 * np.abs(A @ A).max())
     ints = np.arange(400).reshape(20, 20)
     np.testing.assert_array_equal(contract("ij,jk->ik", ints, ints), ints.astype(np.float64) @ ints)
     raw = np.zeros(20 * 20 * 8 + 1, np.uint8)[1:].view(np.float64).reshape(20, 20)  # (misaligned: copied)

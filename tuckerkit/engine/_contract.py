@@ -796,10 +796,11 @@ def contract(
     fast = None
     if (plan is None and out is None and policy is None and device is None and type(A) is np.ndarray
             and type(B) is np.ndarray and type(spec) is str and type(copies) is str and copies == "auto"
-            and type(out_layout) is str and out_layout == "auto" and A.dtype == B.dtype and A.dtype.char in "fdFD"):
+            and type(out_layout) is str and out_layout == "auto" and A.dtype == B.dtype and A.dtype.char in "fdFD"
+            and A.dtype.isnative):
         # a call with every option at its default on numpy operands of one floating dtype: planned once for its
         # spec, shapes, strides and the default policy, then run on the plan's bound route
-        fast = (spec, A.shape, A.strides, B.shape, B.strides, A.dtype.char, resolve_policy(None))
+        fast = (spec, A.shape, A.strides, B.shape, B.strides, A.dtype, resolve_policy(None))
         hit = _FAST_PLANS.get(fast)
         if hit is not None:
             return _run_bound(hit, _bind(hit), A, B)
