@@ -78,20 +78,21 @@ def to_single_slabs(xv, a, b, out, ss):  # pragma: no cover (compiled)
 
 
 @njit(nogil=True, **NO_RUNTIME)
-def _gram_tile(rb, B, j0, Ip, n, r0, A, acc):  # pragma: no cover (compiled)
-    # A[r0 + r, j0:j0 + 16] (+)= sum_i B[i, r0 + r] * B[i, j0:j0 + 16] for r < rb, i < n (B, A: rows of Ip)
+def _gram_tile(rb, B, j0, Ip, n, r0, A, acc, px, pfo, pfs, pfn):  # pragma: no cover (compiled)
+    # A[r0 + r, j0:j0 + 16] (+)= sum_i B[i, r0 + r] * B[i, j0:j0 + 16] for r < rb <= 6, i < n (B, A: rows of Ip);
+    # the first pfn iterations prefetch px[pfo + i pfs] into L2 (none where pfn is 0)
     if rb == 6:
-        gblock6(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+        gblock6(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
     elif rb == 5:
-        gblock5(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+        gblock5(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
     elif rb == 4:
-        gblock4(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+        gblock4(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
     elif rb == 3:
-        gblock3(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+        gblock3(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
     elif rb == 2:
-        gblock2(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+        gblock2(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
     else:
-        gblock1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, B, 0, 0, 0)
+        gblock1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
 
 
 @njit(nogil=True, **NO_RUNTIME)
@@ -108,18 +109,8 @@ def _gram_tile_half(rb, B, j0, Ip, n, r0, A, acc, px, pfo, pfs, pfn):  # pragma:
     # where its entries on or below it lie in the first 16 columns
     if rb >= 7:
         _wide_gblock(2, rb, B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 6:
-        gblock6(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 5:
-        gblock5(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 4:
-        gblock4(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 3:
-        gblock3(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
-    elif rb == 2:
-        gblock2(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
     else:
-        gblock1(B, j0, Ip, n, B, r0, Ip, 1, A, r0 * Ip + j0, Ip, acc, px, pfo, pfs, pfn)
+        _gram_tile(rb, B, j0, Ip, n, r0, A, acc, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
@@ -172,7 +163,7 @@ def gram_single(v, a, b, kb, kc, B, A, part, ss, vflat):  # pragma: no cover (co
                 for r0 in range(0, In, 6):
                     rb = min(6, In - r0)
                     for j0 in range(0, r0 + rb, 16):  # (every strip that holds an entry on or below the diagonal)
-                        _gram_tile(rb, B, j0, Ip, n, r0, A, acc)
+                        _gram_tile(rb, B, j0, Ip, n, r0, A, acc, B, 0, 0, 0)
             acc = 1
         for j in range(In):
             for col in range(j + 1):
