@@ -1139,20 +1139,27 @@ def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtyp
     assert packed.tobytes() == direct.tobytes()
 
 
-def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng):
-    """The last-mode kernel's prefetch of the next tile's rows is a hint: the same bits without it."""
-    X = rng.standard_normal((203, 157)).astype(dtype)
-    Ut = rng.standard_normal((7, 157)).astype(dtype)
+@pytest.mark.parametrize("geometry", ["rows back to back", "long rows", "rows apart"])
+def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry):
+    """The last-mode kernel's prefetch of the rows tiles ahead is a hint: the same bits without it, at any
+    distance, in shares without a test per line (rows back to back or apart) or a line at a time (long rows,
+    shares beyond ``_DOT_BURST``), with a last tile of fewer than four rows."""
+    A, I, pad = {"rows back to back": (203, 157, 0), "long rows": (41, 1000, 0), "rows apart": (203, 157, 13)}[geometry]
+    X = rng.standard_normal((A, I + pad)).astype(dtype)[:, :I]
+    Ut = rng.standard_normal((7, I)).astype(dtype)
+    if geometry == "long rows":  # a tile's lines over its three shares (R = 7: two blocks) exceed the burst
+        assert 4 * I * X.itemsize // 64 // 3 > sg._DOT_BURST
     monkeypatch.setattr(sg, "_OUTER_PREFETCH", 0)
-    ref = np.empty((7, 203), dtype)
+    ref = np.empty((7, A), dtype)
     sg.ttm_outer(X, Ut, ref)
     np.testing.assert_allclose(ref, Ut.astype(np.float64) @ X.T.astype(np.float64), rtol=0,
-                               atol=8 * 157 * np.finfo(dtype).eps * np.abs(X).max() * np.abs(Ut).max())
-    monkeypatch.setattr(sg, "_OUTER_PREFETCH", 1)
-    for workers in (1, 2):
-        Y = np.empty_like(ref)
-        sg.ttm_outer(X, Ut, Y, ExecutionPolicy(workers))
-        assert Y.tobytes() == ref.tobytes(), workers
+                               atol=8 * I * np.finfo(dtype).eps * np.abs(X).max() * np.abs(Ut).max())
+    for ahead in (1, 2, 3):
+        monkeypatch.setattr(sg, "_OUTER_PREFETCH", ahead)
+        for workers in (1, 2):
+            Y = np.empty_like(ref)
+            sg.ttm_outer(X, Ut, Y, ExecutionPolicy(workers))
+            assert Y.tobytes() == ref.tobytes(), (ahead, workers)
 
 
 # --- the GEMM-like unit-stride kernel (rows of X broadcast against packed columns of U) -------------------

@@ -205,8 +205,10 @@ _PACK_AHEAD = 8
 #: rows 0.81-0.89x (row runs; strip-wise 0.86-1.0x); the direct kernel without it ran at a third to half the
 #: speed from memory (one core)
 _PREFETCH_NEXT = True
-#: tiles ahead (four rows of X each) :func:`ttm_outer`'s dot-product kernel prefetches into L2 (0: none)
-_OUTER_PREFETCH = 1
+#: tiles ahead (four rows of X each) :func:`ttm_outer`'s dot-product kernel prefetches into L2 (0: none), and
+#: the most lines of one share of them issued without a test per line (see _outer_dot_kernel)
+_OUTER_PREFETCH = 2
+_DOT_BURST = 64
 #: rows of X per tile of :func:`ttm_outer`'s register-blocked kernel (two blocks of six rows, or three of four;
 #: with 512-bit vectors one block of twelve: :func:`_outer_rb`)
 _OUTER_ROWS = 12
@@ -1023,32 +1025,62 @@ def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zer
     # reduction runs along the unit stride in a compile-time order (vector partial sums, fixed combine)
     R = ut.shape[0]
     n5 = R // 5 if five else 0
-    # the rows of the tile pfd tiles ahead are prefetched into L2, a share before each block of columns of U
-    # (short bursts, so that their DRAM reads overlap the dot products instead of following them)
+    # the rows of the tile pfd tiles ahead are prefetched into L2 in shares, one before each block of columns of
+    # U and one after the last (short bursts, so that their DRAM reads overlap the dot products instead of
+    # following them): one run of lines where the rows lie back to back, else one run a row. A share of up to
+    # ``_DOT_BURST`` lines is a plain loop over consecutive lines (a run split where it ends), no test per
+    # line; a longer one (long rows: 1000 float64 elements) is issued a line at a time behind a test, a share
+    # before each block only (the former loop: its pace measured better there, 0.96-1.04x against 1.14x).
+    # Against that loop everywhere with prefetches one tile ahead (``_OUTER_PREFETCH``, ttm_outer alone, two
+    # workers, interleaved medians of 15 in one process, the same bits): X of (40000, 200) R = 10 float64 /
+    # float32 0.74-0.82 / 0.79-0.84x the time, R = 12 0.82-0.84 / 0.81-0.83x, R = 3 0.80-0.90 / 0.63-0.69x;
+    # (76800, 160) R = 10 0.74-0.84 / 0.80-0.92x; (216000, 60) R = 10 0.73-0.85 / 0.92-0.94x; (10000, 100) and
+    # (4096, 64) 0.87-0.95x; but float64 R = 2 and 5 (one block a tile, shares of 50 lines) 1.03-1.11x. One
+    # worker, (40000, 200) from memory R = 10: float64 38.4-38.9 against 27.7-28.4 GFlop/s, float32 54.6-60.0
+    # against 45.2-46.4, and in L2 ((400, 200)) 38 against 27 and 62 against 47 (the former loop's own cost)
+    contig = sxa == I
     lpr = (I + w - 1) // w + 1  # lines of one row (one more: the row need not start on a line)
     nblk = n5 + (R - 5 * n5 + 1) // 2
-    per = (4 * lpr + nblk - 1) // nblk
     last = x.shape[0] - 1
     for t in range(t_lo, t_hi):
         a0 = 4 * t
         h = min(4, A - a0)
         qa = a0 + 4 * pfd
-        qn = min(4, A - qa) * lpr if pfd > 0 and t + pfd < t_hi else 0
-        q = 0
-        qr = 0  # q = qr * lpr + qc, kept without a division per prefetch (a 64-bit divide each: ~10-40
-        qc = 0  # cycles, against ~10 per fused multiply-add pair of vectors of the dot products)
+        nq = min(4, A - qa) if pfd > 0 and t + pfd < t_hi else 0
+        rl = lpr  # lines of one run
+        if contig and nq > 0:
+            rl = (nq * I + w - 1) // w + 1
+            nq = 1
+        per = (nq * rl + nblk) // (nblk + 1)
+        paced = per > _DOT_BURST
+        if paced:
+            per = (nq * rl + nblk - 1) // nblk
+        qr = 0  # the run and the line in it of the next prefetch
+        qc = 0
         x0 = x[xoff + a0 * sxa: xoff + a0 * sxa + I]
         x1 = x[xoff + (a0 + min(1, h - 1)) * sxa: xoff + (a0 + min(1, h - 1)) * sxa + I]
         x2 = x[xoff + (a0 + min(2, h - 1)) * sxa: xoff + (a0 + min(2, h - 1)) * sxa + I]
         x3 = x[xoff + (a0 + min(3, h - 1)) * sxa: xoff + (a0 + min(3, h - 1)) * sxa + I]
         r = 0
         while r < R:
-            for _ in range(per):
-                if q < qn:
-                    prefetch_l2(x, min(xoff + (qa + qr) * sxa + qc * w, last))
-                    q += 1
-                    qc += 1
-                    if qc == lpr:
+            if paced:
+                for _ in range(per):
+                    if qr < nq:
+                        prefetch_l2(x, min(xoff + (qa + qr) * sxa + qc * w, last))
+                        qc += 1
+                        if qc == rl:
+                            qc = 0
+                            qr += 1
+            else:
+                m = per
+                while m > 0 and qr < nq:
+                    k = min(m, rl - qc)
+                    o = xoff + (qa + qr) * sxa + qc * w
+                    for j in range(k):
+                        prefetch_l2(x, min(o + j * w, last))
+                    m -= k
+                    qc += k
+                    if qc == rl:
                         qc = 0
                         qr += 1
             yr = yoff + r * syr + a0 * sya
@@ -1059,6 +1091,13 @@ def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zer
             else:
                 _dot_block2(x0, x1, x2, x3, ut[r], ut[min(r + 1, R - 1)], I, y, yr, sya, syr, h, r + 1 < R, zero)
                 r += 2
+        while qr < nq:  # the last share, after the tile's last block
+            k = rl - qc
+            o = xoff + (qa + qr) * sxa + qc * w
+            for j in range(k):
+                prefetch_l2(x, min(o + j * w, last))
+            qc = 0
+            qr += 1
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, inline="always")
