@@ -64,12 +64,6 @@ _SCRATCH = 4096
 MAX_Z = _SCRATCH
 
 
-#: elements of the kernel's scratch on the stack (its blocks of rows of C: 32 KiB in float64); the planner takes
-#: the kernel for ``Z`` up to this (:data:`MAX_Z`)
-_SCRATCH = 4096
-MAX_Z = _SCRATCH
-
-
 #: the kernel reads ``A`` once (two flops per element of it): its pieces are cut as if it did this many times the
 #: flops, so that a partial of a few megabytes is shared by the workers (it streams at one core's bandwidth alone)
 STREAM_WEIGHT = 1
