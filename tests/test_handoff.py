@@ -290,7 +290,8 @@ def test_exit_fork_and_the_environment_switch_keep_the_bits():
 # ---------------------------------------------------------------------------------------------------
 def _kernel_cases(rng, dtype):
     """(name, call) of every kernel the helpers take: the inner kernel (plain, and summed against W), the
-    outer dot-product and register-blocked kernels; each call returns the result of the given policy."""
+    outer dot-product, transposed-tile and register-blocked kernels; each call returns the result of the given
+    policy."""
     from tuckerkit.engine import _smallgemm as sg
 
     X3 = rng.standard_normal((3, 97, 5003)).astype(dtype)  # odd extents: tiles with ragged ends
@@ -299,7 +300,7 @@ def _kernel_cases(rng, dtype):
     V32 = rng.standard_normal((120, 32)).astype(dtype)
     W = rng.standard_normal((5003, 10)).astype(dtype)
     X2 = rng.standard_normal((9999, 77)).astype(dtype)
-    Ut8, Ut20 = (rng.standard_normal((r, 77)).astype(dtype) for r in (8, 20))
+    Ut2, Ut8, Ut20 = (rng.standard_normal((r, 77)).astype(dtype) for r in (2, 8, 20))
 
     def inner(X, U):
         def call(policy):
@@ -321,7 +322,8 @@ def _kernel_cases(rng, dtype):
         "inner, long rows": np.einsum("aic,ir->arc", X1.astype(np.float64), V32.astype(np.float64)),
         "inner summed against W": np.einsum("aic,ir,cr->ar", X3.astype(np.float64), U10.astype(np.float64),
                                             W.astype(np.float64)),
-        "outer, dot products": Ut8.astype(np.float64) @ X2.T.astype(np.float64),
+        "outer, dot products": Ut2.astype(np.float64) @ X2.T.astype(np.float64),
+        "outer, R = 8 (transposed tiles where vectors are wide)": Ut8.astype(np.float64) @ X2.T.astype(np.float64),
         "outer, register blocks": Ut20.astype(np.float64) @ X2.T.astype(np.float64),
     }
     calls = {
@@ -329,7 +331,8 @@ def _kernel_cases(rng, dtype):
         "inner R=32": inner(X3, U32),
         "inner, long rows": inner(X1, V32),
         "inner summed against W": lambda policy: sg.ttm_inner_dot(X3, U10, W, policy),
-        "outer, dot products": outer(Ut8),
+        "outer, dot products": outer(Ut2),
+        "outer, R = 8 (transposed tiles where vectors are wide)": outer(Ut8),
         "outer, register blocks": outer(Ut20),
     }
     return [(name, calls[name], refs[name]) for name in calls]
@@ -410,9 +413,9 @@ def test_a_kernel_the_helpers_cannot_call_runs_on_the_pool(rng, monkeypatch):
     # U transposed given in F order to the dot-product kernel: the rows describe C arrays only, so the pool (and
     # another overload, whose vectorized dot products round differently: ttm_outer's callers pass C arrays)
     X2 = rng.standard_normal((9999, 77))
-    Ut = rng.standard_normal((10, 77))  # (R = 10: the dot products on any vectors, sg.outer_gemm_style)
-    assert not sg.outer_gemm_style(10, 8)
-    Z, Zf = np.empty((10, 9999)), np.empty((10, 9999))
+    Ut = rng.standard_normal((2, 77))  # (R = 2: the dot products on any vectors)
+    assert not sg.outer_gemm_style(2, 8) and not sg.outer_tr_style(2, 8)
+    Z, Zf = np.empty((2, 9999)), np.empty((2, 9999))
     rounds.clear()
     sg.ttm_outer(X2, np.asfortranarray(Ut), Zf, ExecutionPolicy(workers=2))
     assert rounds == []

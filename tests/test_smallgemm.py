@@ -82,6 +82,7 @@ def test_256_bit_kernels_leave_the_wide_blocks_out(monkeypatch, rng):
     sg._blocks.cache_clear()
     X2, Ut = rng.standard_normal((30, 40)), rng.standard_normal((16, 40))
     Y2 = np.empty((16, 30))
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "_outer_rb", lambda: 12)  # (twelve rows of X a two-vector block)
     try:
@@ -168,6 +169,7 @@ def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch
     (planned up to 56 in float64), rows in full tiles of
     four and a ragged one, into a strided output view; the same bits for one and two workers."""
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "_dot_five", lambda length, itemsize: five)
     I = 131  # noqa: E741
     X2 = rng.standard_normal((4 * 40 + 3, I)).astype(dtype)
@@ -267,6 +269,13 @@ def _launch_cases(rng, dtype):
     ]
 
 
+def _outer_name(R: int, itemsize: int) -> str:
+    """The kernel :func:`sg.ttm_outer` runs at rank ``R`` on this CPU (its launch's name)."""
+    if sg.outer_tr_style(R, itemsize):
+        return "outer_tr"
+    return "outer_gemm" if sg.outer_gemm_style(R, itemsize) else "outer_dot"
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_plans_launch_gives_ttm_inners_bits(forced, dtype, workers, rng, monkeypatch):
     """A plan's compiled TTM is made into a launch at its first call (kept on the plan for those strides) and
@@ -285,8 +294,7 @@ def test_a_plans_launch_gives_ttm_inners_bits(forced, dtype, workers, rng, monke
         first = contract(spec, A, B, plan=plan)
         (launch,) = plan._bound.launch.values()
         assert isinstance(launch, sg._Launch)
-        assert launch.name == ("outer_gemm" if sg.outer_gemm_style(U.shape[1], X.itemsize) else "outer_dot") if last \
-            else launch.name == "inner"
+        assert launch.name == _outer_name(U.shape[1], X.itemsize) if last else launch.name == "inner"
         _check(X, U, n, first)
         # the launch keeps the arrays its rows point to (U's blocks, the strips), never the first call's operands
         assert not any(np.shares_memory(k, v) for k in launch.keep for v in (A, B, first))
@@ -1141,7 +1149,7 @@ def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtyp
 
 @pytest.mark.parametrize("geometry", ["rows back to back", "long rows", "rows apart"])
 def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry):
-    """The last-mode kernel's prefetch of the rows tiles ahead is a hint: the same bits without it, at any
+    """The last-mode dot-product kernel's prefetch of the rows tiles ahead is a hint: the same bits without it, at any
     distance, in shares without a test per line (rows back to back or apart) or a line at a time (long rows,
     shares beyond ``_DOT_BURST``), with a last tile of fewer than four rows."""
     A, I, pad = {"rows back to back": (203, 157, 0), "long rows": (41, 1000, 0), "rows apart": (203, 157, 13)}[geometry]
@@ -1149,6 +1157,8 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
     Ut = rng.standard_normal((7, I)).astype(dtype)
     if geometry == "long rows":  # a tile's lines over its three shares (R = 7: two blocks) exceed the burst
         assert 4 * I * X.itemsize // 64 // 3 > sg._DOT_BURST
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)  # (the dot products at every rank)
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "_OUTER_PREFETCH", 0)
     ref = np.empty((7, A), dtype)
     sg.ttm_outer(X, Ut, ref)
@@ -1168,6 +1178,7 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
 @pytest.fixture
 def gemm_style(monkeypatch):
     """:func:`ttm_outer` sent to its GEMM-like kernel at every rank (the rule picks it at R of 16 and more)."""
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
 
 
@@ -1212,6 +1223,7 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     same bits for all of them."""
     X = rng.standard_normal((1001, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
     monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
@@ -1291,6 +1303,84 @@ def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, t
         assert got.tobytes() == want.tobytes()
 
 
+# --- the transposed-tile unit-stride kernel (lanes over rows of X, each step's block transposed in registers) --
+
+
+@pytest.fixture
+def tr_style(monkeypatch):
+    """:func:`ttm_outer` sent to its transposed-tile kernel at the ranks it has, whatever this CPU's vectors (the
+    rule picks it where they are wide; on narrower ones LLVM splits its 512-bit vectors, the same bits)."""
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: sg.TR_MIN_RANK <= R <= sg.TR_MAX_RANK)
+
+
+def _register_blocked(monkeypatch, X2, Ut, make):
+    """``ttm_outer`` on the register-blocked kernel into a fresh output from ``make``."""
+    with monkeypatch.context() as m:
+        m.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+        m.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
+        Y = make()
+        sg.ttm_outer(X2, Ut, Y)
+    return Y
+
+
+@pytest.mark.parametrize("R", range(3, 16))
+def test_outer_tr_kernel_gives_the_register_blocked_bits(R, dtype, tr_style, monkeypatch, rng):
+    """Every rank of the transposed tile, every layout of X and of the output, sums over i with no columns left
+    past whole steps and with 1 to 15 left (masked), a last tile of fewer rows: against einsum, and the bits of
+    the register-blocked kernel (each output the chain of fused multiply-adds in i from zero)."""
+    assert (sg.TR_MIN_RANK, sg.TR_MAX_RANK) == (3, 15)
+    for A, I in ((1, 1), (7, 13), (17, 16), (25, 203), (33, 48), (9, 31)):  # noqa: E741
+        U = rng.standard_normal((I, R)).astype(dtype)
+        Ut = np.ascontiguousarray(U.T)
+        xs, outs = _outer_layouts(rng, A, I, R, dtype)
+        for X2, make in itertools.product(xs.values(), outs.values()):
+            Y2 = make()
+            sg.ttm_outer(X2, Ut, Y2)
+            _check(np.ascontiguousarray(X2), U, 1, Y2.T)
+            want = _register_blocked(monkeypatch, X2, Ut, make)
+            assert np.ascontiguousarray(Y2).tobytes() == np.ascontiguousarray(want).tobytes(), (A, I)
+
+
+def test_outer_tr_kernel_reads_nothing_past_a_row(dtype, tr_style, monkeypatch, rng):
+    """The columns past a row's whole steps are loaded masked: NaN right after each row (rows apart in a wider
+    array) reaches no output."""
+    for I in (13, 16, 37):  # noqa: E741
+        big = np.full((41, I + 3), np.nan, dtype)
+        big[:, :I] = rng.standard_normal((41, I))
+        X2 = big[:, :I]
+        Ut = rng.standard_normal((10, I)).astype(dtype)
+        Y = np.empty((10, 41), dtype)
+        sg.ttm_outer(X2, Ut, Y, ExecutionPolicy(2))
+        assert np.isfinite(Y).all()
+        assert Y.tobytes() == _register_blocked(monkeypatch, X2, Ut, lambda: np.empty((10, 41), dtype)).tobytes()
+
+
+def test_outer_tr_kernel_bits_do_not_depend_on_workers_pieces_or_prefetch(tr_style, dtype, monkeypatch, rng):
+    """Several pieces of tiles (any worker takes any), the prefetch of the tile one, two or three ahead or none
+    (a hint), both output layouts: the same bits for all of them."""
+    X = rng.standard_normal((1001, 157)).astype(dtype)
+    Ut = rng.standard_normal((10, 157)).astype(dtype)
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
+    ref = np.empty((10, 1001), dtype)
+    sg.ttm_outer(X, Ut, ref)
+    _check(X, np.ascontiguousarray(Ut.T), 1, ref.T)
+    for workers, ahead in ((2, 2), (1, 0), (2, 1), (3, 3), (2, 0)):
+        monkeypatch.setattr(sg, "_OUTER_PREFETCH", ahead)
+        for out in (np.empty((10, 1001), dtype), np.empty((1001, 10), dtype).T):
+            sg.ttm_outer(X, Ut, out, ExecutionPolicy(workers))
+            assert np.ascontiguousarray(out).tobytes() == ref.tobytes(), (workers, ahead)
+
+
+def test_outer_tr_style_rule(monkeypatch):
+    """The transposed tile takes R of 3 to 15 where vectors are wide, none elsewhere."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    for itemsize in (4, 8):
+        assert [R for R in range(1, 40) if sg.outer_tr_style(R, itemsize)] == list(range(3, 16))
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    assert not any(sg.outer_tr_style(R, it) for R in range(1, 40) for it in (4, 8))
+
+
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     """The rule: with 256-bit vectors R of 16 or more in at most four vectors, little padding (float32 16-32,
     float64 16); with 512-bit vectors R of 16 to ``MAX_RANK`` = 32, in float64 to ``WIDE_OUTER_F64_MAX_RANK`` =
@@ -1320,9 +1410,9 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
         sg.ttm_outer(X.reshape(600, 50), np.ascontiguousarray(U.T), direct.T)
         assert Y.reshape(600, R).tobytes() == direct.tobytes()
         if R == 8 and _handoff._handoff() is not None:  # the rule's kernel on this CPU (a launch needs the
-            # helpers): the register-blocked one only where vectors are wide
+            # helpers): where vectors are wide the transposed tile (outer_tr_style) ahead of the register blocks
             (launch,) = plan._bound.launch.values()
-            assert launch.name == ("outer_gemm" if wide else "outer_dot")
+            assert launch.name == ("outer_tr" if wide else "outer_dot")
 
 
 def test_planner_keeps_ranks_above_32_on_blas(rng):
@@ -1499,16 +1589,18 @@ def test_a_large_u_over_few_rows_goes_to_blas(monkeypatch):
     """ttm_outer reads all of U once per tile of rows of X: a long last mode against few rows ((4, 4, 1000000)
     or (10, 10, 100000): U of 8-80 MB re-read 4-25 times, measured 1.6-18x BLAS's time) is planned on BLAS,
     with the re-reads in the compiled estimate; without them (or with U under OUTER_U_CACHED_BYTES, as the
-    last mode of 200^3) the kernel. The rule is outer_reread_bytes'."""
+    last mode of 200^3) the kernel. The rule is outer_reread_bytes'. (Where the transposed tile takes R = 10, eight
+    rows a tile, the (4, 4, 1000000) case reads U twice and the kernel wins: 15.1 against 17.5 ms.)"""
     if not sg.simd_supported():
         pytest.skip("the compiled kernels need AVX2 + FMA")
-    big, small = np.empty((4, 4, 1_000_000)), np.empty((200, 200, 200))
-    assert sg.outer_reread_bytes(16, 1_000_000, 10, 8) == 3 * 80_000_000  # (4 tiles of 4 rows: 3 more reads)
+    big, small = np.empty((10, 10, 100_000)), np.empty((200, 200, 200))
+    rows = 8 if sg.outer_tr_style(10, 8) else 4  # (a tile's rows: the transposed tile's 8, or 4)
+    assert sg.outer_reread_bytes(16, 1_000_000, 10, 8) == (16 // rows - 1) * 80_000_000  # (its further reads)
     assert sg.outer_reread_bytes(40_000, 200, 10, 8) == 0
     for cached, want_big in ((sg.OUTER_U_CACHED_BYTES, CompiledKernel.NONE), (1 << 60, CompiledKernel.TTM_OUTER)):
         monkeypatch.setattr(sg, "OUTER_U_CACHED_BYTES", cached)
         contract_mod._cached_plan.cache_clear()
-        plan = ttm_plan(big, np.empty((1_000_000, 10)), 2, transpose=True)
+        plan = ttm_plan(big, np.empty((100_000, 10)), 2, transpose=True)
         assert plan.compiled is want_big, plan.explain()
         assert ttm_plan(small, np.empty((200, 10)), 2, transpose=True).compiled is CompiledKernel.TTM_OUTER
     monkeypatch.undo()

@@ -32,7 +32,7 @@ from the cache without setting numba's runtime up (about 25 ms of a process's fi
 2^21 elements and 60^4, e.g. 42x40x38x36, cuts a product over the helpers in its first sweep).
 
 The compiled small-rank kernels (:mod:`tuckerkit.engine._smallgemm`: ``_inner_kernel``, ``_outer_gemm_kernel``,
-``_outer_dot_kernel``) hand their tiles to the same helpers (:func:`run_kernel`): a piece is a row of a second
+``_outer_dot_kernel``, ``_outer_tr_kernel``) hand their tiles to the same helpers (:func:`run_kernel`): a piece is a row of a second
 table, the address of the C wrapper numba compiles beside every kernel (``cfunc.<name>``: the arguments by
 value, an array as numba's array struct) and the kernel's arguments, arrays as address and extents; the
 compiled loop rebuilds the structs (:func:`_call_kernel`) and calls the wrapper, so the same machine code runs
@@ -223,6 +223,7 @@ KERNEL_PATTERNS = {
     "outer_gemm": "aiiiiaimaiiibiiaii",  # _outer_gemm_kernel
     "outer_dot": "aiiiiuaiiiiiziib",  # _outer_dot_kernel
     "batched_dot": "aiiaiaiiibii",  # _batched_dot_kernel (tuckerkit.engine._batched_dot)
+    "outer_tr": "aiiiaiaiiaiii",  # _outer_tr_kernel
 }
 #: kind codes: pattern and dtype
 KERNEL_KINDS = {(name, it): 1 + 2 * k + (it == 4) for k, name in enumerate(KERNEL_PATTERNS) for it in (8, 4)}

@@ -415,3 +415,176 @@ def _stack_matrix(typingctx, rows, cols, like):
 
 #: ``stack_matrix(rows, cols, like)`` inside a kernel (:func:`_stack_matrix`)
 stack_matrix: Any = intrinsic(_stack_matrix)
+
+
+#: the ranks of the transposed-tile kernel (:func:`_make_tr`; :func:`tuckerkit.engine._smallgemm.outer_tr_style`)
+TR_MIN_RANK = 3
+TR_MAX_RANK = 15
+
+
+def _make_tr(R: int):
+    """``trR(x, xo, sxa, h, I, up, tl, pfo, pfh)``: one tile of ``ttm_outer`` with lanes over rows of X.
+
+    The tile is ``L`` rows of X (``L`` = 16 float32 or 8 float64: one 512-bit vector of each; rows past ``h``
+    repeat row ``h - 1``), row ``a`` at ``x[xo + a * sxa]`` with ``i`` unit-strided. Each step loads ``L``
+    elements of every row, transposes the ``L x L`` block in registers (``log2 L`` rounds of two-source
+    shuffles: block ``(a, j)`` swaps with ``(j, a)``, halves first), so that vector ``j`` holds column
+    ``i0 + j`` of the tile's rows, and adds it times ``U[i0 + j, r]`` (broadcast from ``up``, ``U`` packed as
+    ``(Ip, R)`` rows) into accumulator ``r``: ``R`` vector accumulators, one fused multiply-add per term, ``i``
+    in order, the sums stored as ``tl[r * L + a]``. The ``I % L`` columns left are loaded masked (nothing read
+    past a row) and only their ``I % L`` products are added: every output is the chain of fused multiply-adds
+    in ``i`` from zero, the bits of :func:`tuckerkit.engine._smallgemm.ttm_outer`'s register-blocked kernel.
+
+    Against the dot products, where ``R`` is small the transposed tile takes no horizontal sums and no scalar
+    tail (four rows of X against five columns of U: each output's vector of partial sums reduced at the end of
+    its row, twelve shuffles and adds, and a row of 200 float32 leaves 8 elements after whole vectors).
+
+    Each step also prefetches into L2 one line of each row of the tile at ``x[pfo]`` (``pfh`` rows, none where
+    it is 0: the tile the caller computes next but one), a row's first line before the loop and at step ``k``
+    the line of element ``min(k L + L - 1, I - 1)``: the rows' ``I`` elements span at most ``I / L + 1``
+    lines, as many as the steps, plus one."""
+    @intrinsic
+    def tr(typingctx, x, xo, sxa, h, I, up, tl, pfo, pfh):  # noqa: E741
+        if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
+                and isinstance(up, types.Array) and isinstance(tl, types.Array)
+                and up.dtype == x.dtype and tl.dtype == x.dtype):
+            return None
+
+        def codegen(context, builder, sig, args):
+            xarr, xo_, sxa_, h_, I_, uparr, tlarr, pfo_, pfh_ = args
+            dt = sig.args[0].dtype
+            bits = 64 if dt == types.float64 else 32
+            L = 512 // bits
+            fty = context.get_value_type(dt)
+            vty = ir.VectorType(fty, L)
+            i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+
+            def c(v):
+                return ir.Constant(i64, v)
+
+            def data(k, val):
+                return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
+
+            xp, upp, tlp = data(0, xarr), data(5, uparr), data(6, tlarr)
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]),
+                                                 f"llvm.fma.v{L}f{bits}")
+            mty = ir.VectorType(ir.IntType(1), L)
+            mload = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]),
+                f"llvm.masked.load.v{L}f{bits}.p0")
+            pfetch = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
+            undef = ir.Constant(vty, ir.Undefined)
+            splat = ir.Constant(ir.VectorType(i32, L), [0] * L)
+
+            def rows_at(base, n):  # row a's start, rows past n repeating row n - 1
+                last = builder.sub(n, c(1))
+                return [builder.gep(xp, [builder.add(base, builder.mul(
+                    builder.select(builder.icmp_signed("<", c(a), n), c(a), last), sxa_))]) for a in range(L)]
+
+            rp = rows_at(xo_, h_)
+            pf = rows_at(pfo_, pfh_)
+            last_i = builder.sub(I_, c(1))
+            nfull = builder.sdiv(I_, c(L))
+            tail = builder.sub(I_, builder.mul(nfull, c(L)))
+
+            def prefetch_rows(off):
+                yes = builder.append_basic_block("tr.pf")
+                no = builder.append_basic_block("tr.nopf")
+                builder.cbranch(builder.icmp_signed(">", pfh_, c(0)), yes, no)
+                builder.position_at_end(yes)
+                for a in range(L):
+                    builder.call(pfetch, [builder.bitcast(builder.gep(pf[a], [off]), i8p), ir.Constant(i32, 0),
+                                          ir.Constant(i32, 2), ir.Constant(i32, 1)])
+                builder.branch(no)
+                builder.position_at_end(no)
+
+            def transpose(v):
+                v = list(v)
+                hh = L // 2
+                while hh >= 1:
+                    lo = ir.Constant(ir.VectorType(i32, L), [q if q & hh == 0 else L + q - hh for q in range(L)])
+                    hi = ir.Constant(ir.VectorType(i32, L), [q + hh if q & hh == 0 else L + q for q in range(L)])
+                    nv = list(v)
+                    for p in range(L):
+                        if p & hh == 0:
+                            nv[p] = builder.shuffle_vector(v[p], v[p + hh], lo)
+                            nv[p + hh] = builder.shuffle_vector(v[p], v[p + hh], hi)
+                    v = nv
+                    hh //= 2
+                return v
+
+            def step(acc, cols, i0, live=None):
+                out = list(acc)
+                for j in range(L):
+                    urow = builder.gep(upp, [builder.mul(builder.add(i0, c(j)), c(R))])
+                    keep = None if live is None else builder.icmp_signed("<", c(j), live)
+                    for r in range(R):
+                        u = builder.load(builder.gep(urow, [c(r)]))
+                        ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef,
+                                                    splat)
+                        s = builder.call(fma, [cols[j], ub, out[r]])
+                        out[r] = s if keep is None else builder.select(keep, s, out[r])
+                return out
+
+            prefetch_rows(c(0))
+            pre = builder.block
+            head = builder.append_basic_block("tr.head")
+            body = builder.append_basic_block("tr.body")
+            done = builder.append_basic_block("tr.done")
+            builder.branch(head)
+            builder.position_at_end(head)
+            k = builder.phi(i64)
+            k.add_incoming(c(0), pre)
+            acc = [builder.phi(vty) for _ in range(R)]
+            for r in range(R):
+                acc[r].add_incoming(zero, pre)
+            builder.cbranch(builder.icmp_signed("<", k, nfull), body, done)
+            builder.position_at_end(body)
+            i0 = builder.mul(k, c(L))
+            rows = [builder.load(builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()), align=1)
+                    for a in range(L)]
+            off = builder.add(i0, c(L - 1))
+            prefetch_rows(builder.select(builder.icmp_signed("<", off, last_i), off, last_i))
+            new = step(acc, transpose(rows), i0)
+            latch = builder.block
+            k.add_incoming(builder.add(k, c(1)), latch)
+            for r in range(R):
+                acc[r].add_incoming(new[r], latch)
+            builder.branch(head)
+            builder.position_at_end(done)
+            tail_b = builder.append_basic_block("tr.tail")
+            fin = builder.append_basic_block("tr.fin")
+            done_end = builder.block
+            builder.cbranch(builder.icmp_signed(">", tail, c(0)), tail_b, fin)
+            builder.position_at_end(tail_b)
+            i0 = builder.mul(nfull, c(L))
+            vi = ir.VectorType(i64, L)
+            tv = builder.shuffle_vector(builder.insert_element(ir.Constant(vi, ir.Undefined), tail,
+                                                               ir.Constant(i32, 0)), ir.Constant(vi, ir.Undefined), splat)
+            mask = builder.icmp_signed("<", ir.Constant(vi, list(range(L))), tv)
+            rows = [builder.call(mload, [builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()),
+                                         ir.Constant(i32, 1), mask, zero]) for a in range(L)]
+            tnew = step(acc, transpose(rows), i0, tail)
+            tail_end = builder.block
+            builder.branch(fin)
+            builder.position_at_end(fin)
+            sums = []
+            for r in range(R):
+                p = builder.phi(vty)
+                p.add_incoming(acc[r], done_end)
+                p.add_incoming(tnew[r], tail_end)
+                sums.append(p)
+            for r in range(R):
+                builder.store(sums[r], builder.bitcast(builder.gep(tlp, [c(r * L)]), vty.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        i = types.int64
+        return types.void(x, i, i, i, i, up, tl, i, i), codegen
+
+    return tr
+
+
+tr3, tr4, tr5, tr6, tr7, tr8, tr9, tr10, tr11, tr12, tr13, tr14, tr15 = (
+    _make_tr(r) for r in range(TR_MIN_RANK, TR_MAX_RANK + 1))
