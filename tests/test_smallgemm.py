@@ -1152,7 +1152,8 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
     """The last-mode dot-product kernel's prefetch of the rows tiles ahead is a hint: the same bits without it, at any
     distance, in shares without a test per line (rows back to back or apart) or a line at a time (long rows,
     shares beyond ``_DOT_BURST``), with a last tile of fewer than four rows."""
-    A, I, pad = {"rows back to back": (203, 157, 0), "long rows": (41, 1000, 0), "rows apart": (203, 157, 13)}[geometry]
+    cases = {"rows back to back": (203, 157, 0), "long rows": (41, 1000, 0), "rows apart": (203, 157, 13)}
+    A, I, pad = cases[geometry]  # noqa: E741
     X = rng.standard_normal((A, I + pad)).astype(dtype)[:, :I]
     Ut = rng.standard_normal((7, I)).astype(dtype)
     if geometry == "long rows":  # a tile's lines over its three shares (R = 7: two blocks) exceed the burst

@@ -561,8 +561,8 @@ def _make_tr(R: int):
             builder.position_at_end(tail_b)
             i0 = builder.mul(nfull, c(L))
             vi = ir.VectorType(i64, L)
-            tv = builder.shuffle_vector(builder.insert_element(ir.Constant(vi, ir.Undefined), tail,
-                                                               ir.Constant(i32, 0)), ir.Constant(vi, ir.Undefined), splat)
+            vundef = ir.Constant(vi, ir.Undefined)
+            tv = builder.shuffle_vector(builder.insert_element(vundef, tail, ir.Constant(i32, 0)), vundef, splat)
             mask = builder.icmp_signed("<", ir.Constant(vi, list(range(L))), tv)
             rows = [builder.call(mload, [builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()),
                                          ir.Constant(i32, 1), mask, zero]) for a in range(L)]

@@ -68,6 +68,8 @@ from tuckerkit.engine._simd import (
     OCT_RB,
     QUAD_MIN_RB,
     QUAD_RB,
+    TR_MAX_RANK,
+    TR_MIN_RANK,
     WIDE_RB,
     block1,
     block2,
@@ -159,7 +161,6 @@ from tuckerkit.engine._simd import (
     tr15,
     wide_vectors,
 )
-from tuckerkit.engine._simd import TR_MAX_RANK, TR_MIN_RANK
 
 #: bytes of X in one chunk of a tile of :func:`ttm_inner` (half of a 512 KiB L2: the chunk being computed and
 #: the next one, being prefetched, both stay in L2)
