@@ -37,7 +37,11 @@ kernels here read ``X`` once, in memory order:
   vectors (512-bit ones where vectors are wide), twelve rows of ``X`` a tile, each element broadcast against a
   strip of two (or three) 256-bit vectors of ``U`` (the inner kernel's register blocks with the roles
   swapped: 12 vector accumulators), or where vectors are wide of one, two or four 512-bit vectors (12 or 24
-  accumulators), the rows two tiles ahead prefetched into L2 during the blocks.
+  accumulators), the rows two tiles ahead prefetched into L2 during the blocks. Where vectors are wide, R of
+  3-15 (:func:`outer_tr_style`) takes a transposed tile instead: 16 float32 or 8 float64 rows of X a tile, lanes
+  over the rows, each step's block (one 512-bit vector a row) transposed in registers and its columns broadcast
+  against U's rows (:func:`tuckerkit.engine._simd._make_tr`): no horizontal sums, no scalar tail, the bits of
+  the register-blocked kernel.
 
 Every output element is one sum over ``i`` in a fixed order set at compile time (in order, one fused
 multiply-add per term, in :func:`ttm_inner` and the GEMM-like :func:`ttm_outer`, the chunks of ``i`` carrying
