@@ -149,6 +149,38 @@ def _detect_feature(name: str) -> bool:
         return False
 
 
+def _counted_loop(builder: Any, name: str, init: list[Any], n: Any) -> tuple[Any, list[Any], Any, Any]:
+    """Open a loop ``for iv in range(n)`` carrying the values ``init`` (vector accumulators): returns the
+    induction variable, the carried values' phis (fed from ``init`` on entry), the block the loop exits to and
+    the loop's head; the builder is left in the body, whose end the caller closes with :func:`_close_loop`."""
+    i64 = ir.IntType(64)
+    pre = builder.block
+    head = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(head)
+    builder.position_at_end(head)
+    iv = builder.phi(i64)
+    iv.add_incoming(ir.Constant(i64, 0), pre)
+    phis = [builder.phi(v.type) for v in init]
+    for p, v in zip(phis, init, strict=True):
+        p.add_incoming(v, pre)
+    builder.cbranch(builder.icmp_signed("<", iv, n), body, done)
+    builder.position_at_end(body)
+    return iv, phis, done, head
+
+
+def _close_loop(builder: Any, iv: Any, phis: list[Any], new: list[Any], done: Any, head: Any) -> None:
+    """End a :func:`_counted_loop`'s body: the carried values become ``new``, ``iv`` steps by one, and the
+    builder moves past the loop."""
+    latch = builder.block
+    iv.add_incoming(builder.add(iv, ir.Constant(ir.IntType(64), 1)), latch)
+    for p, v in zip(phis, new, strict=True):
+        p.add_incoming(v, latch)
+    builder.branch(head)
+    builder.position_at_end(done)
+
+
 def _make(RB: int, NV: int, strided: bool = False):
     def _typed(x, up, y, px):
         if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
@@ -197,20 +229,8 @@ def _make(RB: int, NV: int, strided: bool = False):
                     for v in range(NVr)])
             # the start of each row of up (loop-invariant: one base register and the iteration's offset a load)
             ubase = [builder.gep(upp, [builder.mul(ir.Constant(i64, r), sur_)]) for r in range(RB)]
-            pre = builder.block
-            head = builder.append_basic_block("rb.head")
-            body = builder.append_basic_block("rb.body")
-            done = builder.append_basic_block("rb.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            iv = builder.phi(i64)
-            iv.add_incoming(ir.Constant(i64, 0), pre)
-            acc = [[builder.phi(vty) for _ in range(NVr)] for _ in range(RB)]
-            for r in range(RB):
-                for v in range(NVr):
-                    acc[r][v].add_incoming(init[r][v], pre)
-            builder.cbranch(builder.icmp_signed("<", iv, n_), body, done)
-            builder.position_at_end(body)
+            iv, flat, done, head = _counted_loop(builder, "rb", [a for row in init for a in row], n_)
+            acc = [flat[r * NVr:(r + 1) * NVr] for r in range(RB)]
             # the prefetch of the first pfn iterations: px[pfo + iv * pfs] into L2 (a hint that changes no
             # value: the caller's next rows, fetched while these compute); a compare and a branch where it has
             # none (the loop issues few integer operations beside its loads and fused multiply-adds)
@@ -232,13 +252,7 @@ def _make(RB: int, NV: int, strided: bool = False):
                 u = builder.load(builder.gep(ubase[r], [uoff]))
                 ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef, splat)
                 new.append([builder.call(fma, [ub, xs[v], acc[r][v]]) for v in range(NVr)])
-            latch = builder.block
-            iv.add_incoming(builder.add(iv, ir.Constant(i64, 1)), latch)
-            for r in range(RB):
-                for v in range(NVr):
-                    acc[r][v].add_incoming(new[r][v], latch)
-            builder.branch(head)
-            builder.position_at_end(done)
+            _close_loop(builder, iv, flat, [a for row in new for a in row], done, head)
             for r in range(RB):
                 yrow = builder.gep(yp, [builder.mul(ir.Constant(i64, r), syr_)])
                 for v in range(NVr):
@@ -529,31 +543,13 @@ def _make_tr(R: int):
                 return out
 
             prefetch_rows(c(0))
-            pre = builder.block
-            head = builder.append_basic_block("tr.head")
-            body = builder.append_basic_block("tr.body")
-            done = builder.append_basic_block("tr.done")
-            builder.branch(head)
-            builder.position_at_end(head)
-            k = builder.phi(i64)
-            k.add_incoming(c(0), pre)
-            acc = [builder.phi(vty) for _ in range(R)]
-            for r in range(R):
-                acc[r].add_incoming(zero, pre)
-            builder.cbranch(builder.icmp_signed("<", k, nfull), body, done)
-            builder.position_at_end(body)
+            k, acc, done, head = _counted_loop(builder, "tr", [zero] * R, nfull)
             i0 = builder.mul(k, c(L))
             rows = [builder.load(builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()), align=1)
                     for a in range(L)]
             off = builder.add(i0, c(L - 1))
             prefetch_rows(builder.select(builder.icmp_signed("<", off, last_i), off, last_i))
-            new = step(acc, transpose(rows), i0)
-            latch = builder.block
-            k.add_incoming(builder.add(k, c(1)), latch)
-            for r in range(R):
-                acc[r].add_incoming(new[r], latch)
-            builder.branch(head)
-            builder.position_at_end(done)
+            _close_loop(builder, k, acc, step(acc, transpose(rows), i0), done, head)
             tail_b = builder.append_basic_block("tr.tail")
             fin = builder.append_basic_block("tr.fin")
             done_end = builder.block
