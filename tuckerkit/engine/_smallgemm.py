@@ -224,8 +224,9 @@ _PACK_AHEAD = 8
 #: rows 0.81-0.89x (row runs; strip-wise 0.86-1.0x); the direct kernel without it ran at a third to half the
 #: speed from memory (one core)
 _PREFETCH_NEXT = True
-#: tiles ahead (four rows of X each) :func:`ttm_outer`'s dot-product kernel prefetches into L2 (0: none), and
-#: the most lines of one share of them issued without a test per line (see _outer_dot_kernel)
+#: tiles ahead :func:`ttm_outer`'s dot-product kernel (four rows of X a tile) and its transposed tile (16 or 8
+#: rows) prefetch into L2 (0: none), and the most lines of one share of the dot-product kernel's prefetch issued
+#: without a test per line (see _outer_dot_kernel)
 _OUTER_PREFETCH = 2
 _DOT_BURST = 64
 #: rows of X per tile of :func:`ttm_outer`'s register-blocked kernel (two blocks of six rows, or three of four;
