@@ -300,7 +300,7 @@ def _kernel_cases(rng, dtype):
     V32 = rng.standard_normal((120, 32)).astype(dtype)
     W = rng.standard_normal((5003, 10)).astype(dtype)
     X2 = rng.standard_normal((9999, 77)).astype(dtype)
-    Ut2, Ut8, Ut20 = (rng.standard_normal((r, 77)).astype(dtype) for r in (2, 8, 20))
+    Ut2, Ut8, Ut24 = (rng.standard_normal((r, 77)).astype(dtype) for r in (2, 8, 24))
 
     def inner(X, U):
         def call(policy):
@@ -324,7 +324,7 @@ def _kernel_cases(rng, dtype):
                                             W.astype(np.float64)),
         "outer, dot products": Ut2.astype(np.float64) @ X2.T.astype(np.float64),
         "outer, R = 8 (transposed tiles where vectors are wide)": Ut8.astype(np.float64) @ X2.T.astype(np.float64),
-        "outer, register blocks": Ut20.astype(np.float64) @ X2.T.astype(np.float64),
+        "outer, register blocks": Ut24.astype(np.float64) @ X2.T.astype(np.float64),
     }
     calls = {
         "inner R=10": inner(X3, U10),
@@ -333,7 +333,7 @@ def _kernel_cases(rng, dtype):
         "inner summed against W": lambda policy: sg.ttm_inner_dot(X3, U10, W, policy),
         "outer, dot products": outer(Ut2),
         "outer, R = 8 (transposed tiles where vectors are wide)": outer(Ut8),
-        "outer, register blocks": outer(Ut20),
+        "outer, register blocks": outer(Ut24),
     }
     return [(name, calls[name], refs[name]) for name in calls]
 

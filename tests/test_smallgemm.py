@@ -1311,7 +1311,8 @@ def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, t
 def tr_style(monkeypatch):
     """:func:`ttm_outer` sent to its transposed-tile kernel at the ranks it has, whatever this CPU's vectors (the
     rule picks it where they are wide; on narrower ones LLVM splits its 512-bit vectors, the same bits)."""
-    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: sg.TR_MIN_RANK <= R <= sg.TR_MAX_RANK)
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: sg.TR_MIN_RANK <= R <= (
+        sg.TR_MAX_RANK_F64 if itemsize == 8 else sg.TR_MAX_RANK))
 
 
 def _register_blocked(monkeypatch, X2, Ut, make):
@@ -1324,12 +1325,15 @@ def _register_blocked(monkeypatch, X2, Ut, make):
     return Y
 
 
-@pytest.mark.parametrize("R", range(3, 16))
+@pytest.mark.parametrize("R", range(3, 21))
 def test_outer_tr_kernel_gives_the_register_blocked_bits(R, dtype, tr_style, monkeypatch, rng):
-    """Every rank of the transposed tile, every layout of X and of the output, sums over i with no columns left
-    past whole steps and with 1 to 15 left (masked), a last tile of fewer rows: against einsum, and the bits of
-    the register-blocked kernel (each output the chain of fused multiply-adds in i from zero)."""
-    assert (sg.TR_MIN_RANK, sg.TR_MAX_RANK) == (3, 15)
+    """Every rank of the transposed tile (float32 to 15, float64 to 20), every layout of X and of the output, sums
+    over i with no columns left past whole steps and with 1 to 15 left (masked), a last tile of fewer rows:
+    against einsum, and the bits of the register-blocked kernel (each output the chain of fused multiply-adds in
+    i from zero)."""
+    assert (sg.TR_MIN_RANK, sg.TR_MAX_RANK, sg.TR_MAX_RANK_F64) == (3, 15, 20)
+    if R > sg.TR_MAX_RANK and np.dtype(dtype).itemsize == 4:
+        pytest.skip("float32 takes the transposed tile up to rank 15")
     for A, I in ((1, 1), (7, 13), (17, 16), (25, 203), (33, 48), (9, 31)):  # noqa: E741
         U = rng.standard_normal((I, R)).astype(dtype)
         Ut = np.ascontiguousarray(U.T)
@@ -1374,10 +1378,10 @@ def test_outer_tr_kernel_bits_do_not_depend_on_workers_pieces_or_prefetch(tr_sty
 
 
 def test_outer_tr_style_rule(monkeypatch):
-    """The transposed tile takes R of 3 to 15 where vectors are wide, none elsewhere."""
+    """The transposed tile takes R of 3 to 15 (float64 to 20) where vectors are wide, none elsewhere."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
-    for itemsize in (4, 8):
-        assert [R for R in range(1, 40) if sg.outer_tr_style(R, itemsize)] == list(range(3, 16))
+    assert [R for R in range(1, 40) if sg.outer_tr_style(R, 4)] == list(range(3, 16))
+    assert [R for R in range(1, 40) if sg.outer_tr_style(R, 8)] == list(range(3, 21))
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert not any(sg.outer_tr_style(R, it) for R in range(1, 40) for it in (4, 8))
 

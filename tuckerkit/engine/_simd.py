@@ -431,13 +431,17 @@ def _stack_matrix(typingctx, rows, cols, like):
 stack_matrix: Any = intrinsic(_stack_matrix)
 
 
-#: the ranks of the transposed-tile kernel (:func:`_make_tr`; :func:`tuckerkit.engine._smallgemm.outer_tr_style`)
+#: the ranks of the transposed-tile kernel (:func:`_make_tr`; :func:`tuckerkit.engine._smallgemm.outer_tr_style`):
+#: float32 up to ``TR_MAX_RANK`` (16 columns of the block and R accumulators in 32 registers), float64 up to
+#: ``TR_MAX_RANK_F64`` (8 columns)
 TR_MIN_RANK = 3
 TR_MAX_RANK = 15
+TR_MAX_RANK_F64 = 20
 
 
 def _make_tr(R: int):
-    """``trR(x, xo, sxa, h, I, up, tl, pfo, pfh)``: one tile of ``ttm_outer`` with lanes over rows of X.
+    """``trR(x, xo, sxa, h, I, up, tl, pfo, pfh)``: one tile of ``ttm_outer`` with lanes over rows of X (float32
+    R up to ``TR_MAX_RANK``, float64 up to ``TR_MAX_RANK_F64``).
 
     The tile is ``L`` rows of X (``L`` = 16 float32 or 8 float64: one 512-bit vector of each; rows past ``h``
     repeat row ``h - 1``), row ``a`` at ``x[xo + a * sxa]`` with ``i`` unit-strided. Each step loads ``L``
@@ -472,6 +476,15 @@ def _make_tr(R: int):
             fty = context.get_value_type(dt)
             vty = ir.VectorType(fty, L)
             i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+            if dt == types.float32 and R > TR_MAX_RANK:
+                # (float32 ranks beyond TR_MAX_RANK are never planned: compiled as a tile of NaN sums only, not
+                # the full block each float32 kernel would otherwise carry)
+                nan = ir.Constant(vty, [ir.Constant(fty, float("nan"))] * L)
+                tlp = cgutils.create_struct_proxy(sig.args[6])(context, builder, value=tlarr).data
+                for r in range(R):
+                    builder.store(nan, builder.bitcast(builder.gep(tlp, [ir.Constant(i64, r * L)]),
+                                                       vty.as_pointer()), align=1)
+                return context.get_dummy_value()
 
             def c(v):
                 return ir.Constant(i64, v)
@@ -582,5 +595,5 @@ def _make_tr(R: int):
     return tr
 
 
-tr3, tr4, tr5, tr6, tr7, tr8, tr9, tr10, tr11, tr12, tr13, tr14, tr15 = (
-    _make_tr(r) for r in range(TR_MIN_RANK, TR_MAX_RANK + 1))
+tr3, tr4, tr5, tr6, tr7, tr8, tr9, tr10, tr11, tr12, tr13, tr14, tr15, tr16, tr17, tr18, tr19, tr20 = (
+    _make_tr(r) for r in range(TR_MIN_RANK, TR_MAX_RANK_F64 + 1))

@@ -73,6 +73,7 @@ from tuckerkit.engine._simd import (
     QUAD_MIN_RB,
     QUAD_RB,
     TR_MAX_RANK,
+    TR_MAX_RANK_F64,
     TR_MIN_RANK,
     WIDE_RB,
     block1,
@@ -163,6 +164,11 @@ from tuckerkit.engine._simd import (
     tr13,
     tr14,
     tr15,
+    tr16,
+    tr17,
+    tr18,
+    tr19,
+    tr20,
     wide_vectors,
 )
 
@@ -1039,7 +1045,7 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
 
 @njit(cache=True, nogil=True, inline="always")
 def _tr_tile(R, x, xo, sxa, h, I, up, tl, pfo, pfh):  # noqa: E741 # pragma: no cover
-    # one tile of the transposed-tile kernel (_simd.tr3 ... tr15): R accumulators, the variant of that R
+    # one tile of the transposed-tile kernel (_simd.tr3 ... tr20): R accumulators, the variant of that R
     if R == 10:
         tr10(x, xo, sxa, h, I, up, tl, pfo, pfh)
     elif R == 3:
@@ -1066,6 +1072,16 @@ def _tr_tile(R, x, xo, sxa, h, I, up, tl, pfo, pfh):  # noqa: E741 # pragma: no 
         tr14(x, xo, sxa, h, I, up, tl, pfo, pfh)
     elif R == 15:
         tr15(x, xo, sxa, h, I, up, tl, pfo, pfh)
+    elif R == 16:
+        tr16(x, xo, sxa, h, I, up, tl, pfo, pfh)
+    elif R == 17:
+        tr17(x, xo, sxa, h, I, up, tl, pfo, pfh)
+    elif R == 18:
+        tr18(x, xo, sxa, h, I, up, tl, pfo, pfh)
+    elif R == 19:
+        tr19(x, xo, sxa, h, I, up, tl, pfo, pfh)
+    elif R == 20:
+        tr20(x, xo, sxa, h, I, up, tl, pfo, pfh)
     else:
         raise ValueError("internal error: no transposed tile of that rank")
 
@@ -1721,7 +1737,8 @@ def outer_tr_style(R: int, itemsize: int) -> bool:
     X, each step's block of 16 float32 or 8 float64 rows transposed in registers, R accumulators) rather than the
     dot products or the register-blocked kernel: where vectors are wide (:func:`wide_vectors`: one 512-bit
     vector a row's step, 32 registers for the transposed block and the accumulators) and ``R`` is
-    ``TR_MIN_RANK`` = 3 to ``TR_MAX_RANK`` = 15. The bits are those of the register-blocked kernel (each output
+    ``TR_MIN_RANK`` = 3 to ``TR_MAX_RANK`` = 15, in float64 to ``TR_MAX_RANK_F64`` = 20 (8 columns of the block
+    and 20 accumulators). The bits are those of the register-blocked kernel (each output
     the chain of fused multiply-adds in i from zero).
 
     Measured on Zen 4 (2 cores), one thread in cache (X of (400, 200) and (1000, 60), each kernel called
@@ -1730,8 +1747,11 @@ def outer_tr_style(R: int, itemsize: int) -> bool:
     9-11 (dot products) 20-36 / 30-40, R = 6-8, 12-15 (register-blocked) 23-38 / 34-46; on rows of 60
     elements 1.1-2.2x the rate. From memory, two workers, X of (40000, 200) R = 10: float32 1.35-1.37 against
     1.63-1.79 ms, float64 2.09-2.31 against 2.32-2.57 ms (the streaming read 0.8 and 1.7-1.8 ms). R = 16 and
-    above keep the register-blocked kernel; R of 1 and 2 the dot products."""
-    return wide_vectors() and TR_MIN_RANK <= R <= TR_MAX_RANK
+    above keep the register-blocked kernel in float32; R of 1 and 2 the dot products. Float64 R = 16 / 20 against
+    the register-blocked kernel (two workers, each kernel called directly, interleaved medians of 15, the same
+    bits): (40000, 200) 0.86 / 0.72x the time, (216000, 60) 0.91 / 0.79x, (2000, 200) 0.86 / 0.74x, (400, 200)
+    0.96 / 0.80x; R = 24 0.85-0.96x, R = 28 and 32 0.95-1.45x (the accumulators spill), hence 20."""
+    return wide_vectors() and TR_MIN_RANK <= R <= (TR_MAX_RANK_F64 if itemsize == 8 else TR_MAX_RANK)
 
 
 def _outer_strips(nvec: int, vl: int) -> np.ndarray:
