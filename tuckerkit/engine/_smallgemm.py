@@ -1648,10 +1648,8 @@ def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
     vl = 32 // it
     if outer_tr_style(R, it):
         L = 64 // it
-        up = np.zeros((-(-I // L) * L, R), X2.dtype)  # U as (Ip, R) rows, padded with zero rows
-        up[:I] = Ut.T
-        targs = [fx, A, I, X2.strides[0] // it, up.ravel(), R, fy, Y2.strides[1] // it, Y2.strides[0] // it,
-                 np.empty(R * L, X2.dtype), 0, -(-A // L), _OUTER_PREFETCH]
+        targs = [fx, A, I, X2.strides[0] // it, _tr_packed(Ut.T, X2.dtype), R, fy, Y2.strides[1] // it,
+                 Y2.strides[0] // it, np.empty(R * L, X2.dtype), 0, -(-A // L), _OUTER_PREFETCH]
         return "outer_tr", targs, (10, 11), (9,), (0, 4, 6)
     if not outer_gemm_style(R, it):
         args = [fx, 0, A, I, X2.strides[0] // it, read_only(Ut), fy, 0, Y2.strides[1] // it, Y2.strides[0] // it]
@@ -1730,6 +1728,15 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
     return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp
+
+
+def _tr_packed(U: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``U`` (I, R) as :func:`_outer_tr_kernel` reads it, in the tensor's ``dtype``: C-ordered rows padded with
+    zero rows to whole steps of one 512-bit vector, flat."""
+    L = 64 // dtype.itemsize
+    up = np.zeros((-(-U.shape[0] // L) * L, U.shape[1]), dtype)
+    up[:U.shape[0]] = U
+    return up.reshape(-1)
 
 
 def outer_tr_style(R: int, itemsize: int) -> bool:
@@ -2217,12 +2224,10 @@ def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_
             def pack(b):
                 return np.ascontiguousarray(u_of(b).T)
         elif name == "outer_tr":
-            rows_p, n_i, dtype = args[4].size // R, X.shape[1], X.dtype
+            dtype = X.dtype
 
             def pack(b):
-                up = np.zeros((rows_p, R), dtype)
-                up[:n_i] = u_of(b)
-                return up.reshape(-1)
+                return _tr_packed(u_of(b), dtype)
         else:
             shape, dtype = (X.shape[1], args[5].size // X.shape[1]), X.dtype
 
