@@ -1,6 +1,7 @@
 """The transpose-free contraction engine: plans on strided views, GEMM and strided-batched GEMM; the operand
 protocol every tensor kind implements; the execution policy."""
 
+from tuckerkit.engine._buffers import release_memory, set_pool_limit
 from tuckerkit.engine._contract import contract, plan_contraction
 from tuckerkit.engine._dask import DaskTensor
 from tuckerkit.engine._direct import DirectSweep
@@ -42,6 +43,8 @@ __all__ = [
     "multi_ttm_plan",
     "parse_memory",
     "plan_contraction",
+    "release_memory",
+    "set_pool_limit",
     "ttm",
     "ttm_plan",
     "ttmc",

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from tuckerkit.engine import _buffers
+
 #: requests of at least this many bytes come from an active workspace (smaller ones from numpy, whose glibc
 #: blocks below the mmap threshold are reused without new page faults)
 MIN_BYTES = 32 << 20
@@ -113,7 +115,8 @@ def using(ws: Workspace | None) -> Iterator[None]:
 
 
 def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """``np.empty(shape, dtype)``, from the active workspace where there is one and the array is large."""
+    """``np.empty(shape, dtype)``, from the active workspace where there is one and the array is large, else from
+    the engine's block pool (:func:`tuckerkit.engine._buffers.empty`: numpy's for small arrays)."""
     ws = getattr(_ACTIVE, "ws", None)
     if ws is not None:
         dt = np.dtype(dtype)
@@ -121,4 +124,4 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
             a = ws.empty(tuple(shape), dt)
             if a.flags.aligned:  # (malloc's 16 bytes hold every dtype here; numpy's own array otherwise)
                 return a
-    return np.empty(shape, dtype=dtype)
+    return _buffers.empty(shape, dtype)
