@@ -1123,24 +1123,31 @@ def test_streamed_short_rows_take_shorter_chunks_with_256_bit_vectors(monkeypatc
     assert seen == [False, False, True, True] and out[0] == out[1]
 
 
-def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtype, rng):
-    """Long rows a multiple of 4 KiB apart would crowd one L1 set with chunks of 32 rows: their tiling takes 16
-    (the direct kernel then reads them, not crowded); the same bits as chunks of 32 packed first (every element
-    the same in-order chain of fused multiply-adds) and as einsum to rounding. Rows not line-aligned or spread
-    over the sets keep their chunks."""
-    monkeypatch.setattr(sg, "_max_kc_long", lambda: sg._MAX_KC_LONG)  # (chunks of 32: the wide vectors' cap)
+@pytest.mark.parametrize("wide", [False, True])
+def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtype, rng, wide):
+    """Long rows a multiple of 4 KiB apart would crowd one L1 set with chunks of 40 rows: their tiling takes at
+    most _crowd_lines (16 with 256-bit vectors, 32 where they are wide), which the direct kernel then reads;
+    the same bits as chunks of 40 packed first (every element the same in-order chain of fused multiply-adds)
+    and as einsum to rounding. Rows not line-aligned or spread over the sets keep their chunks."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: wide)  # (the rule only: the kernels stay this CPU's)
+    monkeypatch.setattr(sg, "_max_kc_long", lambda: 40)
+    assert sg._crowd_lines() == (32 if wide else 16)
     C = 8192 // np.dtype(dtype).itemsize
-    X = rng.standard_normal((2, 40, C)).astype(dtype)
-    U = rng.standard_normal((40, 10)).astype(dtype)
-    assert sg._l1_crowded(X.strides[1], sg._tiling(40, 10, X.itemsize, C)[1]) is True
-    kc = sg._tiling(40, 10, X.itemsize, C, row_bytes=X.strides[1])[1]
-    assert kc <= sg._L1_LINES_PER_SET and sg._l1_crowded(X.strides[1], kc) is False
+    X = rng.standard_normal((2, 70, C)).astype(dtype)
+    U = rng.standard_normal((70, 10)).astype(dtype)
+    assert sg._tiling(70, 10, X.itemsize, C)[1] == 35 and sg._l1_crowded(X.strides[1], 35, sg._crowd_lines())
+    kc = sg._tiling(70, 10, X.itemsize, C, row_bytes=X.strides[1])[1]
+    assert kc == (24 if wide else 14) and not sg._l1_crowded(X.strides[1], kc, sg._crowd_lines())
+    assert sg._direct_chunks(10, X.strides[1], X.strides[1], kc) is True
+    assert sg._direct_chunks(10, X.strides[1], X.strides[1], 35) is False
     assert sg._tiling(200, 10, 8, 40000, row_bytes=320000) == sg._tiling(200, 10, 8, 40000)  # 200^3: spread
     assert sg._tiling(200, 10, 8, 40001, row_bytes=320008) == sg._tiling(200, 10, 8, 40001)  # not aligned
+    monkeypatch.undo()
+    monkeypatch.setattr(sg, "_max_kc_long", lambda: 40)
     direct = np.empty((2, 10, C), dtype)
     sg.ttm_inner(X, U, direct, ExecutionPolicy(2))
     _check(X, U, 1, direct)
-    monkeypatch.setattr(sg, "_l1_sets", lambda row_bytes: sg._L1_SETS)  # the former chunks of 32, packed
+    monkeypatch.setattr(sg, "_l1_sets", lambda row_bytes: sg._L1_SETS)  # chunks of 35, packed
     monkeypatch.setattr(sg, "_l1_crowded", lambda row_bytes, kc, lines=16: True)
     packed = np.empty_like(direct)
     sg.ttm_inner(X, U, packed, ExecutionPolicy(2))

@@ -220,6 +220,17 @@ _L1_LINES_PER_SET = 16
 #: :func:`_direct_chunks`); but 1.18-1.23x on tensors the caches hold (64^3, 128^3), so only beyond
 #: ``STREAMED_BYTES``
 _L1_LINES_PER_SET_256 = 8
+#: ... where vectors are wide, for R up to ``_SHORT_CHUNK_RANK``: the lines a set the tiling's cap and the
+#: direct kernel take (:func:`_crowd_lines`), as many as the long rows' chunks hold (``_MAX_KC_LONG``), so that
+#: rows a multiple of 4 KiB apart take chunks of 32 rows read directly, not of 16. Measured on the AVX-512
+#: machine (``ttm_inner`` alone, two workers, interleaved medians of 21 in one process, the same bits), chunks of
+#: 32 against 16: the first modes of 320x240x160, 128x128x256 and 256x128x128 and 64^4's mode 1 at R = 12-16
+#: 0.71-0.92x the time in float64 and 0.71-0.92x in float32 (320x240x160's float32 rows are two sets apart:
+#: chunks of 32 already), R = 8-10 0.76-1.0x, R = 4 0.97-1.0x (one run 1.24x, its minimum 1.0x); one worker alike
+#: (0.70-0.95x at R = 10 / 16); in cache (rows of 8-16 KiB, 100-200 of them) 0.72-0.86x. Chunks of 16 rows make
+#: twice the microkernel calls, each loading and storing its sums: a float64 200 x 2048 in cache ran at 24
+#: against 38 GFlop/s. The former comparison (16 rows read directly against 32 packed first) stays true
+_L1_LINES_PER_SET_WIDE = 32
 #: rows ahead the packing loop prefetches
 _PACK_AHEAD = 8
 #: prefetch the next chunk's rows into L2 while the current chunk computes (its DRAM reads overlap the
@@ -648,8 +659,15 @@ def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool
     packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
     if R > _DIRECT_MAX_RANK:
         return _wide_direct()
-    lines = _L1_LINES_PER_SET_256 if streamed and not wide_vectors() else _L1_LINES_PER_SET
+    lines = _L1_LINES_PER_SET_256 if streamed and not wide_vectors() else _crowd_lines()
     return not (row_len >= LONG_ROW_BYTES and _l1_crowded(row_bytes, kc, lines))
+
+
+def _crowd_lines() -> int:
+    """The most lines of one strip per L1 set that :func:`ttm_inner`'s direct kernel takes for R up to
+    ``_SHORT_CHUNK_RANK`` (the tiling's cap on long rows that crowd L1, and :func:`_direct_chunks`):
+    ``_L1_LINES_PER_SET_WIDE`` = 32 where vectors are wide, ``_L1_LINES_PER_SET`` = 16 with 256-bit vectors."""
+    return _L1_LINES_PER_SET_WIDE if wide_vectors() else _L1_LINES_PER_SET
 
 
 def _l1_crowded(row_bytes: int, kc: int, lines: int = _L1_LINES_PER_SET) -> bool:
@@ -694,13 +712,14 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     ``_SHORT_CHUNK_RANK``: at R = 32 (six row blocks of 256-bit vectors over each chunk, measured before the 512-bit
     blocks: compute-bound) the short chunks measured 0.93-1.06x, median 1.01x, so larger ranks keep the former
     chunks of up to ``_L1_BYTES``. Long rows whose stride ``row_bytes`` crowds L1's sets (a multiple of 4 KiB:
-    every row's line in one set) take at most ``_L1_LINES_PER_SET`` rows a set per chunk, so that the direct
-    kernel runs them (:func:`_l1_crowded`): measured against chunks of 32 rows packed first (the first modes of
-    320x240x160, 64^4 and 128x128x256, two workers, interleaved medians of 9, the same bits) 0.59-0.64x the
-    time at R = 10 and 0.67-0.87x at R = 16 in float64 and float32 (where the rows are 4 KiB-aligned); other
-    strides unchanged (1.0x). Measured on this project's AVX-512 machine only; the rule does not depend on the
-    vector width (the same bits either way). ``streamed`` (the tensor beyond ``STREAMED_BYTES``): with 256-bit
-    vectors, short rows take chunks of at most ``_MAX_KC_STREAMED_256`` rows (see there).
+    every row's line in one set) take at most :func:`_crowd_lines` rows a set per chunk, so that the direct
+    kernel runs them (:func:`_l1_crowded`): 16 rows read directly measured against chunks of 32 rows packed first
+    (the first modes of 320x240x160, 64^4 and 128x128x256, two workers, interleaved medians of 9, the same bits)
+    0.59-0.64x the time at R = 10 and 0.67-0.87x at R = 16 in float64 and float32 (where the rows are 4
+    KiB-aligned); other strides unchanged (1.0x). Where vectors are wide, 32 rows read directly took 0.71-0.92x
+    the time of 16 (``_L1_LINES_PER_SET_WIDE``). The same bits for any chunk. ``streamed`` (the tensor beyond
+    ``STREAMED_BYTES``): with 256-bit vectors, short rows take chunks of at most ``_MAX_KC_STREAMED_256`` rows (see
+    there).
 
     Above ``_SHORT_CHUNK_RANK`` where vectors are wide, rows of more than 32 KiB and at most 96 KiB
     (``_MID_ROW_BYTES``) take chunks of at most ``_MAX_KC_MID_ROWS`` = 25 rows, other long rows up to ``_MAX_KC``;
@@ -739,7 +758,7 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     if long and short and row_bytes:
         # rows whose stride crowds L1's sets (_l1_crowded) take chunks of no more rows than the sets hold, read
         # directly, rather than longer chunks packed first: 0.59-0.87x the time on rows a multiple of 4 KiB apart
-        cap = min(cap, _L1_LINES_PER_SET * _l1_sets(row_bytes))
+        cap = min(cap, _crowd_lines() * _l1_sets(row_bytes))
     kc = _chunk_rows(I, cap, w, itemsize)
     widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
     ct = min(widest, _CHUNK_BYTES // (kc * itemsize), -(-C // w) * w)
