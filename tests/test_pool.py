@@ -150,3 +150,23 @@ def test_threads_making_and_dropping_results_never_share_a_block(pool):
         t.join()
     assert errors == []
     assert pool.idle_bytes() <= pool.limit and len(pool._idle) <= B.POOL_IDLE_BLOCKS
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_with_an_empty_pool_and_a_free_lock(pool):
+    import os
+
+    X, U = _ttm_operands()
+    Y = ttm(X, U, 0, transpose=True)
+    del Y
+    assert pool.idle_bytes() == 480000
+    with pool._lock:  # (held at the fork, as by another thread of the parent)
+        pid = os.fork()
+        if pid == 0:  # the child: a free lock, no idle blocks, results still right
+            ok = pool.idle_bytes() == 0
+            Z = ttm(X, U, 0, transpose=True)
+            ok = ok and np.allclose(Z, np.einsum("ijk,ir->rjk", X, U), rtol=1e-12, atol=1e-12)
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert pool.idle_bytes() == 480000  # (the parent's pool untouched)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
@@ -150,6 +151,17 @@ class BlockPool:
 
 
 POOL = BlockPool()
+
+
+def _after_fork_in_child() -> None:
+    # a forked child starts with a fresh lock (another thread of the parent may have held this one at the fork)
+    # and no idle blocks (copies of the parent's pages that it would otherwise keep)
+    POOL._lock = threading.RLock()
+    POOL._idle = []
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
