@@ -34,6 +34,26 @@ def cupy_unavailable() -> str | None:
 
 
 _CUPY_MISSING = cupy_unavailable()
+
+
+@pytest.fixture(autouse=True)
+def _empty_block_pool(monkeypatch):
+    """Every test starts with the engine's block pool empty, and ``tracemalloc.start()`` empties it again: a
+    peak-memory figure then counts the blocks the traced call makes, not idle ones that an earlier call (a
+    warm-up, another test) left for it to reuse untraced."""
+    import tracemalloc
+
+    from tuckerkit.engine import release_memory
+
+    release_memory()
+    start = tracemalloc.start
+
+    def start_empty(*args):
+        release_memory()
+        return start(*args)
+
+    monkeypatch.setattr(tracemalloc, "start", start_empty)
+    yield
 _XP_PARAMS = [pytest.param("numpy", id="numpy"), pytest.param("fakecupy", id="fakecupy")]
 _XP_PARAMS.append(
     pytest.param(
