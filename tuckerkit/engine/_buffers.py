@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import math
 import os
 import sys
 import threading
@@ -67,28 +69,36 @@ POOL_FIT = 0.8
 _ALIGN = 64
 
 
-class _Lease:
-    """The owner of one pooled block while arrays refer to it: the arrays of :func:`empty` are views of an array
-    made from this object's ``__array_interface__``, so it lives exactly as long as any of them, and its
-    finalizer hands the block back to the pool."""
+#: the pool each leased block's address belongs to (a lease's finalizer hands the block back to it)
+_OWNER: dict[int, BlockPool] = {}
+#: the lease types by block size (a ctypes array of that many bytes whose finalizer hands its block back),
+#: the most recently used last
+_LEASE_TYPES: dict[int, Any] = {}
+_LEASE_TYPES_KEPT = 256
 
-    __slots__ = ("__array_interface__", "block", "pool")
 
-    def __init__(self, pool: BlockPool, block: np.ndarray, nbytes: int) -> None:
-        self.pool = pool
-        self.block = block
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (block.ctypes.data, False),
-                                    "version": 3}
+def _lease_died(lease: Any) -> None:
+    address = ctypes.addressof(lease)
+    pool = _OWNER.pop(address, None)
+    if pool is not None:
+        pool._give_back(address)
 
-    def __del__(self) -> None:
-        try:
-            self.pool._give_back(self.block)
-        except Exception:  # pragma: no cover - (interpreter shutdown: the pool's module may be gone)
-            pass
+
+def _lease_type(nbytes: int) -> Any:
+    """The ctypes type of an ``nbytes`` lease: an array of that many bytes at a block's address, whose
+    instances hand the block back to its pool when they die. An array made on one (``numpy.ndarray(...,
+    buffer=lease)``) holds it as its base, as does every view of that array, so it dies with the last of them."""
+    t = _LEASE_TYPES.pop(nbytes, None)
+    if t is None:
+        t = type(f"_Lease{nbytes}", (ctypes.c_char * nbytes,), {"__slots__": (), "__del__": _lease_died})
+        if len(_LEASE_TYPES) >= _LEASE_TYPES_KEPT:
+            _LEASE_TYPES.pop(next(iter(_LEASE_TYPES)))
+    _LEASE_TYPES[nbytes] = t
+    return t
 
 
 class BlockPool:
-    """Blocks of memory that arrays made by the engine's calls are views of, kept after those arrays are dropped
+    """Blocks of memory that arrays made by the engine's calls lie in, kept after those arrays are dropped
     (up to :attr:`limit` idle bytes) and handed to the next request of about their size.
 
     Why: every fresh page of a new array costs a page fault on first touch, and on a virtual machine that is
@@ -98,55 +108,70 @@ class BlockPool:
     another library's allocations make it trim its heap: ``ttm`` after a pyttb call faulted its whole 3.2 MB
     output every time (749 faults, 3.9-4.4 against 2.8-3.3 ms), ``numpy.einsum``'s and TensorLy's outputs alike.
 
-    A block goes back to the pool when the last array referring to it is dropped (never while a caller holds a
+    An array from the pool lies on a lease (a ctypes array at its block's address, its base); the block goes
+    back to the pool when the lease dies with the last array or view on it (never while a caller holds a
     result or any view of one), so a loop that drops each result makes its next result in the same memory.
     Idle blocks beyond :attr:`limit` bytes or :data:`POOL_IDLE_BLOCKS` blocks are freed, the least recently
     idle first; :meth:`release` frees them all (``tuckerkit.engine.release_memory()``), and a limit of 0 turns
-    the pool off."""
+    the pool off. A request costs about 1 us more than ``numpy.empty``."""
 
     def __init__(self, limit: int = POOL_IDLE_BYTES) -> None:
         self.limit = int(limit)
-        self._idle: list[np.ndarray] = []  # least recently idle first
+        self._idle: list[tuple[int, np.ndarray]] = []  # (address, 1-D uint8 block), least recently idle first
+        self._idle_total = 0
+        self._leased: dict[int, np.ndarray] = {}  # address -> block, while arrays lie on it
         self._lock = threading.RLock()  # (a lease may die, and hand its block back, while this thread holds it)
 
-    def _give_back(self, block: np.ndarray) -> None:
+    def _give_back(self, address: int) -> None:
         with self._lock:
-            if block.nbytes > self.limit:
+            block = self._leased.pop(address, None)
+            if block is None or block.nbytes > self.limit:
                 return
-            self._idle.append(block)
-            total = sum(b.nbytes for b in self._idle)
-            while total > self.limit or len(self._idle) > POOL_IDLE_BLOCKS:
-                total -= self._idle.pop(0).nbytes
+            self._idle.append((address, block))
+            self._idle_total += block.nbytes
+            while self._idle_total > self.limit or len(self._idle) > POOL_IDLE_BLOCKS:
+                self._idle_total -= self._idle.pop(0)[1].nbytes
 
-    def take(self, nbytes: int) -> np.ndarray:
-        """A 1-D uint8 array of ``nbytes`` bytes starting on a cache line, whose memory goes back to the pool
-        when it and every view of it are dropped: an idle block of ``nbytes`` to ``nbytes / POOL_FIT`` bytes (the
-        smallest), else a new one."""
+    def take(self, nbytes: int, shape: tuple[int, ...] | None = None, dtype: Any = np.uint8) -> np.ndarray:
+        """An uninitialized C-ordered array of ``shape`` (default ``(nbytes,)``) and ``dtype`` filling ``nbytes``
+        bytes from a cache line on, whose memory goes back to the pool when it and every view of it are dropped:
+        an idle block of ``nbytes`` to ``nbytes / POOL_FIT`` bytes (the smallest; of equal ones the most recently
+        idle, whose lines the caches may still hold), else a new one."""
         block = None
         with self._lock:
+            idle = self._idle
             best = -1
-            for i, b in enumerate(self._idle):
-                fits = nbytes <= b.nbytes and nbytes >= POOL_FIT * b.nbytes
-                if fits and (best < 0 or b.nbytes < self._idle[best].nbytes):
+            for i in range(len(idle) - 1, -1, -1):
+                size = idle[i][1].nbytes
+                if nbytes <= size and nbytes >= POOL_FIT * size and (best < 0 or size < idle[best][1].nbytes):
                     best = i
+                    if size == nbytes:
+                        break
             if best >= 0:
-                block = self._idle.pop(best)
+                address, block = idle.pop(best)
+                self._idle_total -= block.nbytes
         if block is None:
             raw = np.empty(nbytes + _ALIGN, np.uint8)
             start = (-raw.ctypes.data) % _ALIGN
             block = raw[start:start + nbytes]
-        return np.asarray(_Lease(self, block, nbytes))
+            address = raw.ctypes.data + start
+        lease = _lease_type(block.nbytes).from_address(address)
+        with self._lock:
+            self._leased[address] = block
+            _OWNER[address] = self
+        return np.ndarray((nbytes,) if shape is None else shape, dtype, lease)
 
     def idle_bytes(self) -> int:
         """Bytes of the idle blocks."""
         with self._lock:
-            return sum(b.nbytes for b in self._idle)
+            return self._idle_total
 
     def release(self) -> int:
         """Free every idle block; the bytes freed."""
         with self._lock:
-            freed = sum(b.nbytes for b in self._idle)
+            freed = self._idle_total
             self._idle.clear()
+            self._idle_total = 0
         return freed
 
 
@@ -155,25 +180,44 @@ POOL = BlockPool()
 
 def _after_fork_in_child() -> None:
     # a forked child starts with a fresh lock (another thread of the parent may have held this one at the fork)
-    # and no idle blocks (copies of the parent's pages that it would otherwise keep)
+    # and no idle blocks (copies of the parent's pages that it would otherwise keep); the blocks its inherited
+    # arrays lie on are freed with them
     POOL._lock = threading.RLock()
     POOL._idle = []
+    POOL._idle_total = 0
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+def empty(shape: tuple[int, ...], dtype: Any, min_bytes: int = POOL_MIN_BYTES) -> np.ndarray:
     """An uninitialized C-ordered array of ``shape`` and ``dtype``: from :data:`POOL` when it has at least
-    :data:`POOL_MIN_BYTES` and the pool is on, else ``numpy.empty``."""
+    ``min_bytes`` and the pool is on, else ``numpy.empty``."""
     dt = np.dtype(dtype)
-    nbytes = dt.itemsize
-    for s in shape:
-        nbytes *= int(s)
-    if nbytes < POOL_MIN_BYTES or POOL.limit <= 0 or dt.hasobject:
+    nbytes = dt.itemsize * math.prod(shape)
+    if nbytes < min_bytes or nbytes == 0 or POOL.limit <= 0 or dt.hasobject:
         return np.empty(shape, dtype=dt)
-    return POOL.take(nbytes).view(dt).reshape(shape)
+    return POOL.take(nbytes, tuple(shape), dt)
+
+
+#: a call's own work buffers (the start Gram's packs and partials) come from the pool from this size: glibc maps
+#: requests above its mmap threshold (128 KiB by default) anew on every call where that threshold is fixed, as
+#: ``MALLOC_TRIM_THRESHOLD_`` in the environment makes it (Dask sets it for its workers): HOOI on 200^3 then faulted
+#: in 1636 pages a call, its start Gram's buffers; from the pool, none
+WORK_MIN_BYTES = 64 << 10
+
+
+def work_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """:func:`empty` for a call's work buffer (from :data:`WORK_MIN_BYTES`)."""
+    return empty(shape, dtype, WORK_MIN_BYTES)
+
+
+def work_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """:func:`work_empty`, zeroed."""
+    a = empty(shape, dtype, WORK_MIN_BYTES)
+    a.fill(0)
+    return a
 
 
 def release_memory() -> int:
@@ -228,7 +272,6 @@ def set_pool_limit(nbytes: int) -> int:
         raise ValueError(f"nbytes={nbytes!r} is invalid; expected an integer >= 0")
     with POOL._lock:
         before, POOL.limit = POOL.limit, int(nbytes)
-        total = sum(b.nbytes for b in POOL._idle)
-        while POOL._idle and total > POOL.limit:
-            total -= POOL._idle.pop(0).nbytes
+        while POOL._idle and POOL._idle_total > POOL.limit:
+            POOL._idle_total -= POOL._idle.pop(0)[1].nbytes
     return before

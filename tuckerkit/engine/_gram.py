@@ -12,6 +12,7 @@ import numpy as np
 from tuckerkit._validation import check_mode
 from tuckerkit.backend import array_namespace
 from tuckerkit.backend._device import device_op
+from tuckerkit.engine._buffers import work_empty, work_zeros
 from tuckerkit.engine._contract import _elem_strides, _view, contract, cpu_matmul, read_only
 from tuckerkit.engine._gpu import gpu_matmul
 from tuckerkit.engine._policy import (
@@ -355,7 +356,7 @@ def _start_gram_tiles(W: np.ndarray, cuts: list[int], window: int,
         gram_single(Wr, cuts[i], cuts[i + 1], window, run, B, A, part, ss, flat)
 
     G, s = _pieces_in_order(piece, len(cuts) - 1, In, 0, policy,
-                            lambda: (np.zeros(run * Ip, np.float32), np.empty(Ip * Ip, np.float32)))
+                            lambda: (work_zeros((run * Ip,), np.float32), work_empty((Ip * Ip,), np.float32)))
     iu = np.triu_indices(In, 1)
     G[iu] = G.T[iu]
     return G, s
@@ -366,7 +367,7 @@ def _pieces_in_order(piece: Any, n_pieces: int, In: int, buf_elems: int, policy:
     """Run :func:`start_gram`'s pieces, ``piece(i, *state, partial Gram, partial squares)`` (each thread's state
     from ``make_state()``; by default a float32 buffer of ``buf_elems`` and an I_n x I_n float32 product), then
     add the partials in piece order (the same bits for any number of workers)."""
-    parts = np.zeros((n_pieces, In, In))
+    parts = work_zeros((n_pieces, In, In), np.float64)
     ssq = np.zeros((n_pieces, In))
 
     def work(i: int, st: Any) -> None:
@@ -375,7 +376,7 @@ def _pieces_in_order(piece: Any, n_pieces: int, In: int, buf_elems: int, policy:
 
     with blas_pinned():
         parallel_for(work, n_pieces, policy, make_state=make_state or (
-            lambda: (np.empty(buf_elems, np.float32), np.empty((In, In), np.float32))))
+            lambda: (work_empty((buf_elems,), np.float32), work_empty((In, In), np.float32))))
     G, s = parts[0], ssq[0]
     for i in range(1, n_pieces):
         G += parts[i]
@@ -520,7 +521,7 @@ def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) 
     if pack and flops < _ONE_PACK_FLOPS and X.size * X.itemsize <= _ONE_PACK_BYTES:
         # a small tensor (HOOI's projections, e.g. (10, 200, 10) mode 1): all its slabs in one pack, one SYRK,
         # no pieces and no thread hand-off ((10, 100, 10): 364 -> 78 us, (10, 200, 10): 632 -> 224 us; by the sizes)
-        V = np.empty((In, n_outer * R), dtype=X.dtype)
+        V = work_empty((In, n_outer * R), X.dtype)
         V.reshape(In, n_outer, R)[...] = Xv.transpose(1, 0, 2)
         with blas_pinned():
             np.matmul(V, V.T, out=G)  # numpy's SYRK: an exactly symmetric result
@@ -532,7 +533,8 @@ def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) 
         chunk = max(1, min(n_outer, cols // R, cap // max(In * R * X.itemsize, 1)))
         n_pieces = min(MAX_PIECES, most, -(-n_outer // chunk), max(2, cap // max(In * In * X.itemsize, 1)))
         bounds = [n_outer * i // n_pieces for i in range(n_pieces + 1)]
-    partials = xp.zeros((len(bounds) - 1, In, In), dtype=X.dtype)
+    partials = work_zeros((len(bounds) - 1, In, In), X.dtype) if xp is np else xp.zeros((len(bounds) - 1, In, In),
+                                                                                          dtype=X.dtype)
 
     def mm(a, b, out):
         return np.matmul(a, b, out=out) if xp is np else gpu_matmul(xp, a, b, out)
@@ -560,7 +562,7 @@ def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) 
 
     def new_tmp() -> Any:
         if pack:
-            return np.empty((In, chunk * R), dtype=X.dtype), np.empty((In, In), dtype=X.dtype)
+            return work_empty((In, chunk * R), X.dtype), work_empty((In, In), X.dtype)
         return xp.empty((chunk, In, In), dtype=X.dtype)
 
     if xp is np and flops >= PIN_FLOPS:

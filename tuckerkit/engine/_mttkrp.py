@@ -13,6 +13,7 @@ import numpy as np
 from tuckerkit._validation import check_factor_list, check_matrices, check_mode, describe
 from tuckerkit.backend import array_namespace
 from tuckerkit.backend._device import device_op
+from tuckerkit.engine import _workspace
 from tuckerkit.engine._contract import _elem_strides, contract, plan_contraction
 from tuckerkit.engine._plan import ContractionPlan
 from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
@@ -220,10 +221,12 @@ def _mttkrp_split(shape, strides, n, R, dtype=np.float64, host: bool = True) -> 
 
 
 def rank_outer(xp, X, rest, R, dtype):
-    """An (I_rest..., R) buffer with the rank outermost and the rest in X's memory order."""
+    """An (I_rest..., R) buffer with the rank outermost and the rest in X's memory order (a host one from the
+    sweep's workspace or the engine's block pool: CP-ALS's partials, made every sweep)."""
     st = _elem_strides(X)
     mem = sorted(range(len(rest)), key=lambda i: -st[rest[i]])
-    buf = xp.empty((R, *(X.shape[rest[i]] for i in mem)), dtype=dtype)
+    shape = (R, *(X.shape[rest[i]] for i in mem))
+    buf = _workspace.empty(shape, dtype) if xp is np else xp.empty(shape, dtype=dtype)
     axes = [0] * (len(rest) + 1)
     for pos, i in enumerate(mem):
         axes[i] = pos + 1
