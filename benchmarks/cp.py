@@ -28,6 +28,7 @@ from roofline import InterleavedRead, gemm_peak, read_bound
 
 import tuckerkit as tk
 from tuckerkit.decomposition._linalg import spd_solve
+from tuckerkit.engine import release_memory
 
 
 def iteration_roofline(X, factors, repeat: int = 5, read: float | None = None) -> dict:
@@ -134,6 +135,7 @@ def main(argv=None) -> None:
         med = {k: float(np.median(v)) for k, v in times.items()}
         mem = {}
         for k in ("tuckerkit", "tensorly"):
+            release_memory()  # (from an empty block pool: idle blocks would serve the call untraced)
             tracemalloc.start()
             base = tracemalloc.get_traced_memory()[0]
             fns[k]()

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, grouped_bars, result_stem, write_json, write_text
 
 import tuckerkit as tk
+from tuckerkit.engine import release_memory
 
 LETTERS = "abcdefgh"
 
@@ -132,7 +133,9 @@ def run_case(kind: str, X, r: int, repeat: int) -> dict:
     times: dict[str, list[float]] = {k: [] for k in fns}
     for k in peers:
         call = fns[k][0]
-        # the call's peak memory beyond the input (the fit's reconstruction afterwards is not the call's)
+        # the call's peak memory beyond the input (the fit's reconstruction afterwards is not the call's), from an
+        # empty block pool (idle blocks would serve the call untraced)
+        release_memory()
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
         res = call()
