@@ -66,7 +66,13 @@ def _khatri_rao(mats: Sequence[Any]) -> Any:
     out = mats[0]
     R = out.shape[1]
     for U in mats[1:]:
-        out = (out[:, None, :] * U[None, :, :]).reshape(-1, R)
+        if type(out) is np.ndarray and type(U) is np.ndarray:  # (host: the product in a block of the pool)
+            dt = np.result_type(out, U)
+            nxt = _workspace.empty((out.shape[0], U.shape[0], R), dt)
+            np.multiply(out[:, None, :], U[None, :, :], out=nxt)
+            out = nxt.reshape(-1, R)
+        else:
+            out = (out[:, None, :] * U[None, :, :]).reshape(-1, R)
     return out
 
 

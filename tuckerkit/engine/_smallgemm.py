@@ -64,6 +64,7 @@ from numba import njit
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 from tuckerkit.engine import _handoff
+from tuckerkit.engine._buffers import work_empty
 from tuckerkit.engine._contract import read_only
 from tuckerkit.engine._plan import CompiledKernel
 from tuckerkit.engine._policy import MAX_PIECES, ExecutionPolicy, parallel_for
@@ -1582,7 +1583,7 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     g = _InnerGeometry(A, I, C, R, it, X3.strides[1])
     # U packed block by block, each block's columns as (I, rb) rows (one strided pass over U per block; a
     # concatenation of the blocks' contiguous copies took 4x as long on a 100000 x 16 U)
-    up = np.empty(I * R, X3.dtype)
+    up = work_empty((I * R,), X3.dtype)
     for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
         np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
     if W is None:
@@ -1753,8 +1754,9 @@ def _tr_packed(U: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``U`` (I, R) as :func:`_outer_tr_kernel` reads it, in the tensor's ``dtype``: C-ordered rows padded with
     zero rows to whole steps of one 512-bit vector, flat."""
     L = 64 // dtype.itemsize
-    up = np.zeros((-(-U.shape[0] // L) * L, U.shape[1]), dtype)
+    up = work_empty((-(-U.shape[0] // L) * L, U.shape[1]), dtype)
     up[:U.shape[0]] = U
+    up[U.shape[0]:] = 0
     return up.reshape(-1)
 
 
