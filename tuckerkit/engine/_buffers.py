@@ -164,6 +164,15 @@ class BlockPool:
             _OWNER[address] = self
         return np.ndarray((nbytes,) if shape is None else shape, dtype, lease)
 
+    def set_limit(self, nbytes: int) -> int:
+        """Keep at most ``nbytes`` idle bytes from now on, the least recently idle blocks beyond freed now; the
+        limit before."""
+        with self._lock:
+            before, self.limit = self.limit, int(nbytes)
+            while self._idle and self._idle_total > self.limit:
+                self._idle_total -= self._idle.pop(0)[1].nbytes
+        return before
+
     def idle_bytes(self) -> int:
         """Bytes of the idle blocks."""
         with self._lock:
@@ -273,8 +282,4 @@ def set_pool_limit(nbytes: int) -> int:
     """
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
         raise ValueError(f"nbytes={nbytes!r} is invalid; expected an integer >= 0")
-    with POOL._lock:
-        before, POOL.limit = POOL.limit, int(nbytes)
-        while POOL._idle and POOL._idle_total > POOL.limit:
-            POOL._idle_total -= POOL._idle.pop(0)[1].nbytes
-    return before
+    return POOL.set_limit(int(nbytes))

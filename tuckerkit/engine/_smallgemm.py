@@ -226,7 +226,7 @@ _L1_LINES_PER_SET_256 = 8
 #: rows a multiple of 4 KiB apart take chunks of 32 rows read directly, not of 16. Measured on the AVX-512
 #: machine (``ttm_inner`` alone, two workers, interleaved medians of 21 in one process, the same bits), chunks of
 #: 32 against 16: the first modes of 320x240x160, 128x128x256 and 256x128x128 and 64^4's mode 1 at R = 12-16
-#: 0.71-0.92x the time in float64 and 0.71-0.92x in float32 (320x240x160's float32 rows are two sets apart:
+#: 0.71-0.92x the time in float64 and in float32 (320x240x160's float32 rows are two sets apart:
 #: chunks of 32 already), R = 8-10 0.76-1.0x, R = 4 0.97-1.0x (one run 1.24x, its minimum 1.0x); one worker alike
 #: (0.70-0.95x at R = 10 / 16); in cache (rows of 8-16 KiB, 100-200 of them) 0.72-0.86x. Chunks of 16 rows make
 #: twice the microkernel calls, each loading and storing its sums: a float64 200 x 2048 in cache ran at 24
