@@ -326,6 +326,85 @@ def test_norm_same_bits_for_any_number_of_workers(layout, rng):
     assert sqnorm_scaled(Y, 1 << 12, ExecutionPolicy(workers=2)) == (math.inf, 1.0)
 
 
+def _norm_layout(X, layout):
+    if layout == "F":
+        return np.asfortranarray(X)
+    if layout == "perm":  # memory order (1, 2, 0): neither C nor F
+        return X.transpose(1, 2, 0).copy().transpose(2, 0, 1)
+    return X
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["C", "F", "perm"])
+def test_a_large_norm_sums_its_pieces_in_one_compiled_loop(dtype, layout, rng):
+    """From ``COMPILED_NORM_MIN`` elements a float32 or float64 tensor's pieces (runs of its memory in any order
+    of its axes) are summed by the compiled loop, float32 widened to float64 on the way: nothing copied, the same
+    bits for any number of workers, the pairs those sums give combined in piece order, and within the bound of
+    recursive summation of the exact norm (float32 squares are exact in float64, so ``math.fsum`` of them is
+    the exactly rounded sum)."""
+    import tracemalloc
+
+    from tuckerkit.engine import ExecutionPolicy
+    from tuckerkit.engine._norm_kernels import piece_sums
+    from tuckerkit.engine._operand import (
+        COMPILED_NORM_MIN,
+        _compiled_run,
+        _piece_ssq,
+        _pieces,
+        combine_pairs,
+        sqnorm_scaled,
+    )
+
+    X = _norm_layout(rng.standard_normal((128, 96, 96)).astype(dtype), layout)
+    assert X.size >= COMPILED_NORM_MIN
+    flat = _compiled_run(X)
+    assert flat is not None and np.shares_memory(flat, X)
+    chunk = 1 << 12  # 288 pieces: 18 tasks of 16
+    got = [sqnorm_scaled(X, chunk, ExecutionPolicy(workers=w)) for w in (1, 2, 3)]
+    assert got[0] == got[1] == got[2]
+    sums = []
+    for blk in _pieces(X, chunk):
+        out = np.empty(1)
+        piece_sums(blk, blk.size, out, 0, 1)
+        sums.append(float(out[0]))
+    assert got[0] == combine_pairs([_piece_ssq(blk, q) for blk, q in zip(_pieces(X, chunk), sums, strict=True)])
+    x64 = X.astype(np.float64).ravel()
+    exact = math.fsum((x64 * x64).tolist())  # (float64: each square rounded once, well inside the bound)
+    scale, ssq = got[0]
+    assert scale == 1.0 and abs(ssq - exact) <= (chunk + X.size // chunk) * EPS * exact
+    # nothing copied: the float32 pieces were widened in registers, not into float64 copies (512 KiB each before)
+    tracemalloc.start()
+    try:
+        sqnorm_scaled(X, policy=ExecutionPolicy(workers=2))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 10
+    for bad in (np.nan, np.inf, -np.inf):
+        Y = X.copy(order="K")
+        Y[77, 5, 90] = bad
+        assert sqnorm_scaled(Y, chunk, ExecutionPolicy(workers=2)) == (math.inf, 1.0)
+
+
+@pytest.mark.parametrize("kind", ["huge_piece", "tiny"])
+def test_a_large_norm_rescales_an_extreme_piece_after_the_compiled_loop(kind, rng):
+    """A piece whose compiled sum overflows (or whose magnitude is far below float64's safe range) is summed
+    again scaled by a power of two: the norm of a 2^20-element tensor with pieces of 1e300 (or every entry
+    of order 1e-300) is exact to float64 rounding, and it still took the compiled loop."""
+    from tuckerkit.engine._operand import _compiled_run, frobenius_norm
+
+    X = rng.standard_normal((128, 96, 96))
+    k = 2.0**997 if kind == "huge_piece" else 2.0**-1000
+    if kind == "huge_piece":
+        X[100:103] *= 1e300
+    else:
+        X *= 1e-300
+    assert _compiled_run(X) is not None
+    x = (X / k).ravel()
+    exact = math.sqrt(math.fsum((x * x).tolist())) * k
+    assert abs(frobenius_norm(X) - exact) <= 1e3 * EPS * exact
+
+
 def test_a_dense_operand_builds_each_sweep_plan_once(rng, monkeypatch, planned_sweeps):
     """HOOI's sweeps reuse the multi-TTM plans of earlier sweeps on the same operand (same shapes, strides,
     dtypes): the same plan objects, the same bits as freshly built plans; another layout or rank builds anew."""

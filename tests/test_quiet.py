@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(
 _PRELUDE = """
 import json, threading, numpy as np
 import tuckerkit as tk
-from tuckerkit.engine import _policy
+import tuckerkit.engine._norm_kernels  # (a call's first parallel section, the norm's: loaded as after any earlier
+from tuckerkit.engine import _policy   # call of a process, numba's first import outlasting a product's spin)
 A = np.random.default_rng(0).standard_normal((400, 400))
 ref = A @ A
 _policy._openblas_pools()
@@ -98,8 +99,10 @@ print(json.dumps(out))
 
 
 def test_a_decomposition_after_a_threaded_product_gives_the_same_bits_and_restores_the_count():
-    """The first parallel section of ``cp_als`` quiets the worker the product left; the factors are the bits
-    of a call with the step turned off, and the caller's thread count is back after the call."""
+    """The first parallel section of ``cp_als`` (its norm's pass) quiets the worker the product left; the
+    factors are the bits of a call with the step turned off, and the caller's thread count is back after the
+    call. The norm's compiled loop is loaded before the product, as after any earlier call of a process: a
+    first import of numba takes longer than the worker spins."""
     body = """
 from threadpoolctl import threadpool_info
 X = np.random.default_rng(1).standard_normal((120, 110, 100))

@@ -286,6 +286,22 @@ def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16, policy: ExecutionPolicy | 
     group = 16  # pieces per task: ~1M elements, ~0.3 ms of reading against ~10 us of scheduling
     n_tasks = -(-len(pieces) // group)
     pairs: list[tuple[float, float]] = [(1.0, 0.0)] * len(pieces)
+    flat = _compiled_run(X)
+    if flat is not None:
+        # a float32 / float64 tensor of COMPILED_NORM_MIN elements or more that fills its memory: every piece's
+        # sum of squares by the compiled loop (tuckerkit/engine/_norm_kernels.py: float32 widened on the way, no
+        # copy), the pieces' pairs then as below from those sums (a piece whose sum is out of range or not
+        # finite rescaled or flagged there)
+        from tuckerkit.engine._norm_kernels import piece_sums
+
+        sums = np.empty(len(pieces), np.float64)
+
+        def summed(t: int, _: Any) -> None:
+            piece_sums(flat, chunk_elems, sums, t * group, min((t + 1) * group, len(pieces)))
+
+        parallel_for(summed, n_tasks, resolve_policy(policy))
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            return combine_pairs([_piece_ssq(blk, q) for blk, q in zip(pieces, sums.tolist(), strict=True)])
 
     def work(t: int, _: Any) -> None:
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # numpy's error state is per thread
@@ -308,12 +324,32 @@ def combine_pairs(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return acc
 
 
-def _piece_ssq(blk: Any) -> tuple[float, float]:
-    """``(scale, ssq)`` of one piece; ``(inf, 1)`` when it holds a NaN or an infinity. An extreme piece's squares
-    may overflow or underflow in the first dot (the caller ignores numpy's warnings): it is then summed again,
+#: a float32 or float64 tensor of at least this many elements filling its memory in some order has its pieces'
+#: sums of squares taken by a compiled loop (:func:`sqnorm_scaled`); smaller ones keep BLAS's dot products and
+#: never import numba for a norm
+COMPILED_NORM_MIN = 1 << 20
+
+
+def _compiled_run(X: Any) -> Any:
+    """The flat view (memory order) of a numpy tensor whose norm's pieces the compiled loop sums, else None."""
+    if not isinstance(X, np.ndarray) or X.dtype not in (np.float32, np.float64) or X.size < COMPILED_NORM_MIN:
+        return None
+    order = memory_order(X)
+    if order is None or not X.flags.aligned:
+        return None
+    return X.transpose(order).reshape(-1)
+
+
+def _piece_ssq(blk: Any, q: float | None = None) -> tuple[float, float]:
+    """``(scale, ssq)`` of one piece; ``(inf, 1)`` when it holds a NaN or an infinity. ``q``: the piece's sum of
+    squares where the caller has it (the compiled loop's), else a dot product here. An extreme piece's squares
+    may overflow or underflow in that sum (the caller ignores numpy's warnings): it is then summed again,
     scaled by a power of two."""
-    b = blk.astype(np.float64, copy=False).reshape(-1)
-    q = float(np.dot(b, b))
+    if q is None:
+        b = blk.astype(np.float64, copy=False).reshape(-1)
+        q = float(np.dot(b, b))
+    else:
+        b = blk.reshape(-1)
     if b.size * _SSQ_LO <= q <= _SSQ_HI:  # then 2^-400 <= max |x| <= 2^400: the safe case below, the
         return 1.0, q  # same bits, with one read of the piece instead of three
     hi, lo = float(blk.max()), float(blk.min())
@@ -325,7 +361,7 @@ def _piece_ssq(blk: Any) -> tuple[float, float]:
     if _SAFE_LO <= amax <= _SAFE_HI:  # squares neither overflow nor lose anything that matters
         return 1.0, q
     s = math.ldexp(1.0, min(math.frexp(amax)[1], 1023))  # (2^1024 is not a float: amax >= 2^1023 takes 2^1023)
-    b = b / s
+    b = np.asarray(b, dtype=np.float64) / s
     return s, float(np.dot(b, b))
 
 
