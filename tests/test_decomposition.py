@@ -834,3 +834,85 @@ def test_the_entry_gram_gives_way_to_the_norms_pass_on_extreme_or_zero_input(rng
         assert T.ranks == unit.ranks
         for U, V in zip(T.factors, unit.factors, strict=True):
             np.testing.assert_allclose(U, V, rtol=0, atol=1e3 * _eps(np.float64))
+
+
+def _dense_error(X, Xhat):
+    """The oracle: the whole difference in float64, summed exactly (math.fsum) over its squares."""
+    import math
+
+    d = (np.asarray(X, np.float64) - np.asarray(Xhat, np.float64)).ravel()
+    x = np.asarray(X, np.float64).ravel()
+    return math.sqrt(math.fsum((d * d).tolist())) / math.sqrt(math.fsum((x * x).tolist()))
+
+
+def _in_memory_order(X, layout):
+    if layout == "F":
+        return np.asfortranarray(X)
+    if layout == "perm":  # memory order (2, 0, 1, ...): neither C nor F
+        order = (X.ndim - 1, *range(X.ndim - 1))
+        return X.transpose(order).copy().transpose(np.argsort(order))
+    return X
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "perm"])
+@pytest.mark.parametrize("kind", ["tucker", "cp"])
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_relative_error_of_a_dense_array_is_blocked_and_matches_the_whole_difference(layout, kind, dt, rng):
+    """``relative_error`` on a real numpy array reconstructs one block of the model at a time (no
+    reconstruction of the whole tensor, no float64 copies): the value of the whole difference taken in
+    float64 (within a few eps of the sum, the reconstruction's own rounding aside), any memory order of
+    ``X``, float32 and float64, mixed with the other dtype's model, X unmodified; a near-exact model's error at
+    the level of its rounding."""
+    from tuckerkit.decomposition import _results
+
+    shape = (23, 19, 17)
+    X = _in_memory_order(rng.standard_normal(shape).astype(dt), layout)
+    X0 = X.copy()
+    M = tk.hooi(X, (4, 3, 5)) if kind == "tucker" else tk.cp_als(X, 4, random_state=0, max_iter=30, tol=0)
+    assert _results._blocked_error_applies(X, *M.factors)
+    got = M.relative_error(X)
+    # the reconstruction blocked or whole rounds differently in the model's dtype: a few of its eps a term
+    assert got == pytest.approx(_dense_error(X, M.to_dense()), rel=100 * _eps(dt), abs=0)
+    np.testing.assert_array_equal(X, X0)
+    other = np.float64 if dt == np.float32 else np.float32
+    Y = X.astype(other)
+    assert M.relative_error(Y) == pytest.approx(_dense_error(Y, M.to_dense()), rel=100 * _eps(np.float32), abs=0)
+    exact = np.asarray(M.to_dense(), np.float64)  # an exact model of its own reconstruction
+    assert M.relative_error(exact) <= 100 * _eps(dt)
+
+
+def test_relative_error_blocks_cut_long_rows_and_give_the_same_bits_for_any_workers(rng, monkeypatch):
+    """Rows longer than a block are cut into column blocks too (a 3 x 5000 x 2 tensor with blocks of 1000
+    elements: 30 blocks), the blocks' sums combined in block order: the same bits for 1, 2 and 3 workers."""
+    from tuckerkit.decomposition import _results
+    from tuckerkit.engine import ExecutionPolicy
+
+    monkeypatch.setattr(_results, "ERROR_BLOCK_ELEMS", 1000)
+    X = rng.standard_normal((3, 5000, 2))
+    C = tk.cp_als(X, 2, random_state=0, max_iter=5, tol=0)
+    got = [_results._relative_error_blocks(X, C._unfolded, ExecutionPolicy(workers=w)) for w in (1, 2, 3)]
+    assert got[0] == got[1] == got[2]
+    assert got[0] == pytest.approx(_dense_error(X, C.to_dense()), rel=100 * _eps(np.float64), abs=0)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_relative_error_of_a_large_array_allocates_little(dt, rng):
+    """The extra memory of ``relative_error`` on 96^3 (rank 8, Tucker and CP): below half the input's bytes
+    (the reconstruction's unfolding factor B, made once, and one block per worker: blocks of at most a 64th of
+    the tensor), where the whole difference took 2x the input in float64 and 7x in float32."""
+    import tracemalloc
+
+    import tuckerkit.engine as eng
+
+    X = rng.standard_normal((96, 96, 96)).astype(dt)
+    for M in (tk.hosvd(X, 8), tk.CPTensor(np.ones(8, dt), tuple(rng.standard_normal((96, 8)).astype(dt)
+                                                                  for _ in range(3)))):
+        M.relative_error(X)
+        eng.release_memory()
+        tracemalloc.start()
+        try:
+            M.relative_error(X)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < X.nbytes // 2
