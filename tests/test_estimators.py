@@ -144,3 +144,51 @@ def test_estimator_bad_input(rng):
         TuckerDecomposer().fit(X)
     with pytest.raises(ValueError, match=r"ranks=0 is not positive"):
         TuckerDecomposer(ranks=0).fit(rng.standard_normal((5, 4, 4)))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["tucker", "cp"])
+def test_score_by_blocks_matches_the_whole_difference_in_little_memory(kind, dt, rng):
+    """``score`` sums the difference block by block of the reconstruction (never the whole of it): the score of
+    the whole difference taken in float64 to its rounding, an all-zero X scoring 1.0 as before, and the extra
+    memory below half the samples' bytes (the transform's codes and projections included; the whole
+    difference took 2.2x)."""
+    import math
+    import tracemalloc
+
+    import tuckerkit.engine as eng
+    from tuckerkit.estimators import _estimators
+
+    X = rng.standard_normal((2000, 24, 20)).astype(dt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = (TuckerDecomposer(ranks=(4, 3)) if kind == "tucker" else CPDecomposer(rank=4, random_state=0)).fit(X)
+    codes = est.transform(X)
+    calls = []
+    real = _estimators._blocked_score
+
+    def spy(*args):
+        calls.append(real(*args))
+        return calls[-1]
+
+    _estimators._blocked_score = spy
+    try:
+        est.score(X)
+    finally:
+        _estimators._blocked_score = real
+    assert calls and calls[0] is not None  # (the blocked route was taken)
+    back = np.asarray(est.inverse_transform(codes), np.float64)
+    d = (X.astype(np.float64) - back).ravel()
+    x = X.astype(np.float64).ravel()
+    want = 1 - math.sqrt(math.fsum((d * d).tolist())) / math.sqrt(math.fsum((x * x).tolist()))
+    assert est.score(X) == pytest.approx(want, rel=0, abs=100 * float(np.finfo(dt).eps))
+    assert est.score(np.zeros_like(X)) == 1.0
+    est.score(X)
+    eng.release_memory()
+    tracemalloc.start()
+    try:
+        est.score(X)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < X.nbytes // 2

@@ -95,7 +95,18 @@ def _blocked_error_applies(X: Any, *arrays: Any) -> bool:
 
 
 def _relative_error_blocks(X: np.ndarray, first: Any, policy: Any = None) -> float:
-    """``||X - X_hat|| / ||X||`` without ``X_hat``: ``first(order)`` gives ``(A, B)`` with ``A @ B`` the model's
+    """``||X - X_hat|| / ||X||`` from :func:`error_and_norm_blocks` (an all-zero ``X``: see
+    :func:`_error_from_identity`)."""
+    err, normX = error_and_norm_blocks(X, first, policy)
+    if normX > 0:
+        return err / normX
+    if err > 0:
+        raise _zero_reference()
+    return 0.0
+
+
+def error_and_norm_blocks(X: np.ndarray, first: Any, policy: Any = None) -> tuple[float, float]:
+    """``(||X - X_hat||, ||X||)`` without ``X_hat``: ``first(order)`` gives ``(A, B)`` with ``A @ B`` the model's
     unfolding along ``order[0]``, its columns in the order of ``order[1:]`` (``order``: ``X``'s axes from the
     slowest in memory to the fastest, so that ``X`` unfolded that way is a view). Blocks of
     ``ERROR_BLOCK_ELEMS`` of that unfolding are reconstructed one at a time (``A``'s rows times ``B``'s
@@ -141,13 +152,7 @@ def _relative_error_blocks(X: np.ndarray, first: Any, policy: Any = None) -> flo
         parallel_for(work, len(blocks), policy if policy is not None else default_policy(),
                      lambda: (np.empty(rb * cb, hat_dtype), np.empty(rb * cb, np.float64)))
     scale, ssq = combine_pairs(pairs)
-    err = scale * math.sqrt(ssq)
-    normX = frobenius_norm(X)
-    if normX > 0:
-        return err / normX
-    if err > 0:
-        raise _zero_reference()
-    return 0.0
+    return scale * math.sqrt(ssq), frobenius_norm(X)
 
 
 def _zero_reference() -> ValueError:
