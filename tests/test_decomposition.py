@@ -890,9 +890,11 @@ def test_relative_error_blocks_cut_long_rows_and_give_the_same_bits_for_any_work
     monkeypatch.setattr(_results, "ERROR_BLOCK_ELEMS", 1000)
     X = rng.standard_normal((3, 5000, 2))
     C = tk.cp_als(X, 2, random_state=0, max_iter=5, tol=0)
-    got = [_results._relative_error_blocks(X, C._unfolded, ExecutionPolicy(workers=w)) for w in (1, 2, 3)]
+    got = [_results.error_and_norm_blocks(X, C._unfolded, ExecutionPolicy(workers=w)) for w in (1, 2, 3)]
     assert got[0] == got[1] == got[2]
-    assert got[0] == pytest.approx(_dense_error(X, C.to_dense()), rel=100 * _eps(np.float64), abs=0)
+    assert got[0][1] == pytest.approx(np.linalg.norm(X.ravel()), rel=100 * _eps(np.float64), abs=0)
+    assert C.relative_error(X) == got[0][0] / got[0][1]
+    assert got[0][0] / got[0][1] == pytest.approx(_dense_error(X, C.to_dense()), rel=100 * _eps(np.float64), abs=0)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])

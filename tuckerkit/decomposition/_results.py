@@ -79,30 +79,19 @@ def _relative_error(X: Any, Xhat: Any) -> float:
     return 0.0
 
 
-#: the most elements of one block of :func:`_relative_error_blocks` (its float64 difference: 2 MiB, in L2 while
+#: the most elements of one block of :func:`error_and_norm_blocks` (its float64 difference: 2 MiB, in L2 while
 #: summed); at most a 64th of the tensor
 ERROR_BLOCK_ELEMS = 1 << 18
 
 
 def _blocked_error_applies(X: Any, *arrays: Any) -> bool:
-    """Whether ``relative_error`` takes the blocked route (:func:`_relative_error_blocks`): a real float32 /
+    """Whether ``relative_error`` takes the blocked route (:func:`error_and_norm_blocks`): a real float32 /
     float64 numpy ``X`` filling its memory in some order of its axes (no gaps), and a real model on the host."""
     from tuckerkit.engine._direct import memory_order
 
     return (isinstance(X, np.ndarray) and X.dtype in (np.float32, np.float64) and X.ndim >= 2 and X.size > 0
             and memory_order(X) is not None and all(isinstance(a, np.ndarray) and a.dtype.kind == "f"
                                                     for a in arrays))
-
-
-def _relative_error_blocks(X: np.ndarray, first: Any, policy: Any = None) -> float:
-    """``||X - X_hat|| / ||X||`` from :func:`error_and_norm_blocks` (an all-zero ``X``: see
-    :func:`_error_from_identity`)."""
-    err, normX = error_and_norm_blocks(X, first, policy)
-    if normX > 0:
-        return err / normX
-    if err > 0:
-        raise _zero_reference()
-    return 0.0
 
 
 def error_and_norm_blocks(X: np.ndarray, first: Any, policy: Any = None) -> tuple[float, float]:
@@ -112,14 +101,16 @@ def error_and_norm_blocks(X: np.ndarray, first: Any, policy: Any = None) -> tupl
     ``ERROR_BLOCK_ELEMS`` of that unfolding are reconstructed one at a time (``A``'s rows times ``B``'s
     columns, in the model's dtype, as ``to_dense`` computes them), subtracted from ``X``'s in float64 and summed
     squared in float64 (scaled as the norm's pieces are), on the default policy's workers with BLAS at one
-    thread; the blocks' sums are combined in block order, so the bits do not depend on the workers.
+    thread; the blocks' sums are combined in block order, so the bits do not depend on the workers. Where a
+    block holds whole rows of the unfolding (the usual case) ``X``'s own squares are summed there too, so ``X``
+    is read once (with ``relative_error``'s NaN / Inf check, :func:`_blocked_relative_error`).
 
-    The dense route before it made the whole reconstruction, a float64 copy of it and of a float32 ``X``, and
-    their difference: 2.05x the input's bytes in extra memory for float64, 7.05x for float32, and 24-46 ms on
-    200^3 (a whole default HOOI call takes about as long). Here the extra memory is ``B`` (the model with its
-    first mode left out: ``rank / I`` of the tensor) and one block per worker."""
+    The dense route before it read ``X`` three times (the check, the norm, the difference) and made the whole
+    reconstruction, a float64 copy of it and of a float32 ``X``, and their difference: 2.05x the input's bytes
+    in extra memory for float64, 7.05x for float32, and 24-46 ms on 200^3 (rank 10; a whole default HOOI call
+    takes about as long). Here the extra memory is ``B`` (the model with its first mode left out: ``rank / I``
+    of the tensor) and one block per worker: 0.11x / 0.20x, 11-17 ms."""
     from tuckerkit.engine._direct import memory_order
-    from tuckerkit.engine._norm_kernels import piece_sums
     from tuckerkit.engine._operand import _piece_ssq, combine_pairs, frobenius_norm
     from tuckerkit.engine._policy import blas_pinned, default_policy, parallel_for
 
@@ -134,6 +125,8 @@ def error_and_norm_blocks(X: np.ndarray, first: Any, policy: Any = None) -> tupl
     rb = max(1, min(ERROR_BLOCK_ELEMS, max(1 << 12, X.size // 64)) // cb)
     blocks = [(r, c) for r in range(0, rows, rb) for c in range(0, cols, cb)]
     pairs: list[tuple[float, float]] = [(1.0, 0.0)] * len(blocks)
+    # whole rows a block (the usual case): X's own pieces summed there too, while in cache (no second read)
+    own: list[tuple[float, float]] | None = [(1.0, 0.0)] * len(blocks) if cb == cols else None
     hat_dtype = np.result_type(A, B)
 
     def work(i: int, scratch: tuple[np.ndarray, np.ndarray]) -> None:
@@ -144,15 +137,20 @@ def error_and_norm_blocks(X: np.ndarray, first: Any, policy: Any = None) -> tupl
         diff = scratch[1][:n]
         np.matmul(A[r0:r1], B[:, c0:c1], out=hat)
         np.subtract(Xm[r0:r1, c0:c1], hat, out=diff.reshape(r1 - r0, c1 - c0))
-        q = np.empty(1)
-        piece_sums(diff, n, q, 0, 1)
-        pairs[i] = _piece_ssq(diff, float(q[0]))
+        pairs[i] = _piece_ssq(diff)  # (dot products on one BLAS thread: the pin holds every thread's)
+        if own is not None:
+            own[i] = _piece_ssq(Xm[r0:r1].reshape(-1))
 
     with blas_pinned(), np.errstate(over="ignore", under="ignore", invalid="ignore"):
         parallel_for(work, len(blocks), policy if policy is not None else default_policy(),
                      lambda: (np.empty(rb * cb, hat_dtype), np.empty(rb * cb, np.float64)))
     scale, ssq = combine_pairs(pairs)
-    return scale * math.sqrt(ssq), frobenius_norm(X)
+    if own is not None:
+        xs, xq = combine_pairs(own)
+        normX = xs * math.sqrt(xq)
+    else:
+        normX = frobenius_norm(X)
+    return scale * math.sqrt(ssq), normX
 
 
 def _zero_reference() -> ValueError:
@@ -160,14 +158,38 @@ def _zero_reference() -> ValueError:
                       "model is undefined")
 
 
-def _reference(X: Any, shape: tuple[int, ...]) -> Any:
-    """The operand of ``relative_error``'s ``X``: finite (NaN and Inf refused, counted), of the model's shape."""
+def _reference(X: Any, shape: tuple[int, ...], check: bool = True) -> Any:
+    """The operand of ``relative_error``'s ``X``: finite (NaN and Inf refused, counted), of the model's shape.
+    ``check=False``: a numpy array's NaN / Inf scan is left to the caller (its other checks as always), which
+    then calls ``op.check_finite()`` or reads ``X`` in a way that finds them (:func:`_blocked_relative_error`)."""
+    from tuckerkit._validation import check_tensor
     from tuckerkit.engine import as_operand
 
-    op = as_operand(X, min_ndim=1, check_finite=True)
+    if not check and isinstance(X, np.ndarray):
+        op = as_operand(check_tensor(X, "X", min_ndim=1, allow_complex=True, check_finite=False), min_ndim=1)
+    else:
+        op = as_operand(X, min_ndim=1, check_finite=True)
     if tuple(op.shape) != tuple(shape):
         raise ValueError(f"X has shape {tuple(op.shape)}; expected the model's shape {tuple(shape)}")
     return op
+
+
+def _blocked_relative_error(op: Any, arrays: tuple[Any, ...], first: Any) -> float | None:
+    """``relative_error`` of a dense operand by blocks (:func:`error_and_norm_blocks`) where it applies
+    (:func:`_blocked_error_applies`), its finiteness checked by the same read (a NaN or an infinity makes the
+    sums non-finite: then counted and refused in one line); None elsewhere, ``X`` then checked."""
+    if not _blocked_error_applies(op.data, *arrays):
+        op.check_finite()
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):
+        err, normX = error_and_norm_blocks(op.data, first)
+    if not (math.isfinite(err) and math.isfinite(normX)):
+        op.check_finite()  # raises, naming the count (a finite X whose sums overflow cannot: they are scaled)
+    if normX > 0:
+        return err / normX
+    if err > 0:
+        raise _zero_reference()
+    return 0.0
 
 
 def _wide(a: Any) -> np.ndarray:
@@ -403,7 +425,7 @@ class TuckerTensor(_Model):
 
     def _unfolded(self, order: tuple[int, ...]) -> tuple[Any, Any]:
         """``(A, B)``: the reconstruction unfolded along ``order[0]`` is ``A @ B``, its columns in the order of
-        ``order[1:]`` (:func:`_relative_error_blocks`)."""
+        ``order[1:]`` (:func:`error_and_norm_blocks`)."""
         from tuckerkit.engine import multi_ttm
 
         core = self.core.transpose(order)
@@ -441,11 +463,10 @@ class TuckerTensor(_Model):
         >>> bool(abs(T.relative_error(COOTensor.from_dense(X)) - T.relative_error(X)) < 1e-8)
         True
         """
-        op = _reference(X, self.shape)
+        op = _reference(X, self.shape, check=False)
         if _dense_input(op):
-            if _blocked_error_applies(op.data, self.core, *self.factors):
-                return _relative_error_blocks(op.data, self._unfolded)
-            return _relative_error(op.data, self.to_dense())
+            got = _blocked_relative_error(op, (self.core, *self.factors), self._unfolded)
+            return got if got is not None else _relative_error(op.data, self.to_dense())
         inner = _wide(op.multi_ttm(dict(enumerate(self.factors)), transpose=True))
         return _error_from_identity(op.norm(), float(np.sum(inner * _wide(self.core).conj()).real), self.norm())
 
@@ -606,7 +627,7 @@ class CPTensor(_Model):
 
     def _unfolded(self, order: tuple[int, ...]) -> tuple[Any, Any]:
         """``(A, B)``: the reconstruction unfolded along ``order[0]`` is ``A @ B``, its columns in the order of
-        ``order[1:]`` (:func:`_relative_error_blocks`)."""
+        ``order[1:]`` (:func:`error_and_norm_blocks`)."""
         from tuckerkit.engine import khatri_rao
 
         first = self.factors[order[0]] * self.weights[None, :]
@@ -635,11 +656,10 @@ class CPTensor(_Model):
         >>> bool(abs(C.relative_error(COOTensor.from_dense(X)) - C.relative_error(X)) < 1e-8)
         True
         """
-        op = _reference(X, self.shape)
+        op = _reference(X, self.shape, check=False)
         if _dense_input(op):
-            if _blocked_error_applies(op.data, self.weights, *self.factors):
-                return _relative_error_blocks(op.data, self._unfolded)
-            return _relative_error(op.data, self.to_dense())
+            got = _blocked_relative_error(op, (self.weights, *self.factors), self._unfolded)
+            return got if got is not None else _relative_error(op.data, self.to_dense())
         M = _wide(op.mttkrp([U.conj() if np.iscomplexobj(U) else U for U in self.factors], 0))
         U0 = _wide(self.factors[0])
         w = _wide(self.weights)
