@@ -54,6 +54,20 @@ def _empty_block_pool(monkeypatch):
 
     monkeypatch.setattr(tracemalloc, "start", start_empty)
     yield
+def traced_peak(fn) -> int:
+    """Peak bytes ``fn()`` allocates (tracemalloc; numpy's buffers included) from an empty block pool, after
+    one untraced call (plans, compiled kernels, first-use state)."""
+    import tracemalloc
+
+    fn()
+    tracemalloc.start()  # (empties the pool: _empty_block_pool)
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 _XP_PARAMS = [pytest.param("numpy", id="numpy"), pytest.param("fakecupy", id="fakecupy")]
 _XP_PARAMS.append(
     pytest.param(

@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import make_tensor, planned_only
+from conftest import make_tensor, planned_only, traced_peak
 
 import tuckerkit as tk
 from tuckerkit import ConvergenceWarning, CPTensor, TuckerTensor
@@ -902,19 +902,7 @@ def test_relative_error_of_a_large_array_allocates_little(dt, rng):
     """The extra memory of ``relative_error`` on 96^3 (rank 8, Tucker and CP): below half the input's bytes
     (the reconstruction's unfolding factor B, made once, and one block per worker: blocks of at most a 64th of
     the tensor), where the whole difference took 2x the input in float64 and 7x in float32."""
-    import tracemalloc
-
-    import tuckerkit.engine as eng
-
     X = rng.standard_normal((96, 96, 96)).astype(dt)
     for M in (tk.hosvd(X, 8), tk.CPTensor(np.ones(8, dt), tuple(rng.standard_normal((96, 8)).astype(dt)
                                                                   for _ in range(3)))):
-        M.relative_error(X)
-        eng.release_memory()
-        tracemalloc.start()
-        try:
-            M.relative_error(X)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert peak < X.nbytes // 2
+        assert traced_peak(lambda M=M: M.relative_error(X)) < X.nbytes // 2

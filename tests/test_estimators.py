@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import traced_peak
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, cross_val_score
@@ -154,9 +155,7 @@ def test_score_by_blocks_matches_the_whole_difference_in_little_memory(kind, dt,
     memory below half the samples' bytes (the transform's codes and projections included; the whole
     difference took 2.2x)."""
     import math
-    import tracemalloc
 
-    import tuckerkit.engine as eng
     from tuckerkit.estimators import _estimators
 
     X = rng.standard_normal((2000, 24, 20)).astype(dt)
@@ -183,12 +182,4 @@ def test_score_by_blocks_matches_the_whole_difference_in_little_memory(kind, dt,
     want = 1 - math.sqrt(math.fsum((d * d).tolist())) / math.sqrt(math.fsum((x * x).tolist()))
     assert est.score(X) == pytest.approx(want, rel=0, abs=100 * float(np.finfo(dt).eps))
     assert est.score(np.zeros_like(X)) == 1.0
-    est.score(X)
-    eng.release_memory()
-    tracemalloc.start()
-    try:
-        est.score(X)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < X.nbytes // 2
+    assert traced_peak(lambda: est.score(X)) < X.nbytes // 2
