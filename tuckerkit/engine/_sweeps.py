@@ -501,6 +501,7 @@ def _rank_outer_gemv(P: Any, W: Any, out: Any, axis: int) -> bool:
 
     return rank_outer_gemv(P, W, out, axis)
 
+
 #: a C-ordered 3-way tensor's sweeps leave the halves [0] | [1, 2] for [0, 1] | [2] where those partials
 #: (:func:`_partial_elems`) are more than this many times smaller (:func:`skewed_last`)
 SKEW = 1.5
