@@ -149,11 +149,10 @@ def _merged(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 # rank_outer): for each z a matrix-vector product with one (A x B) matrix of the partial, a contiguous block
 # ---------------------------------------------------------------------------------------------------
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, **NO_RUNTIME)
-def _rank_outer_dots(p, A, B, w, c, scz, sca, z_lo, z_hi):  # pragma: no cover
-    # c[a * sca + z * scz] = sum_b p[(z * A + a) * B + b] * w[z * B + b], z_lo <= z < z_hi: one dot product along
-    # a row of the partial per (z, a), its lanes split by LLVM (reassoc: an order fixed when it compiles).
-    # Unsigned indices
-    for z in range(z_lo, z_hi):
+def _rank_outer_dots(p, Z, A, B, w, c, scz, sca):  # pragma: no cover
+    # c[a * sca + z * scz] = sum_b p[(z * A + a) * B + b] * w[z * B + b]: one dot product along a row of the
+    # partial per (z, a), its lanes split by LLVM (reassoc: an order fixed when it compiles). Unsigned indices
+    for z in range(Z):
         wo = z * B
         for a in range(A):
             po = (z * A + a) * B
@@ -164,11 +163,11 @@ def _rank_outer_dots(p, A, B, w, c, scz, sca, z_lo, z_hi):  # pragma: no cover
 
 
 @njit(cache=True, fastmath={"contract"}, nogil=True, **NO_RUNTIME)
-def _rank_outer_axpys(p, A, B, w, c, scz, scb, y, z_lo, z_hi):  # pragma: no cover
-    # c[b * scb + z * scz] = sum_a w[z * A + a] * p[(z * A + a) * B + b], z_lo <= z < z_hi: the rows of the
-    # partial's block z scaled and added in order of a into y (B elements, in L1), one fused multiply-add per
-    # term from the first product, then copied out
-    for z in range(z_lo, z_hi):
+def _rank_outer_axpys(p, Z, A, B, w, c, scz, scb, y):  # pragma: no cover
+    # c[b * scb + z * scz] = sum_a w[z * A + a] * p[(z * A + a) * B + b]: the rows of the partial's block z scaled
+    # and added in order of a into y (B elements, in L1), one fused multiply-add per term from the first
+    # product, then copied out
+    for z in range(Z):
         wo = z * A
         po = z * A * B
         w0 = w[wo]
@@ -228,9 +227,9 @@ def rank_outer_gemv(P: np.ndarray, W: np.ndarray, out: np.ndarray, axis: int) ->
     # (one thread: the ranks cut in two over the GIL-free helpers took 1.14-1.31x the time in CP-ALS's sweeps on
     # 200^3, float64 and float32, the partial fresh in L3 from the pass that wrote it)
     if axis == 1:
-        _rank_outer_dots(p, A, B, w, c, out.strides[1] // it, out.strides[0] // it, 0, Z)
+        _rank_outer_dots(p, Z, A, B, w, c, out.strides[1] // it, out.strides[0] // it)
     else:
-        _rank_outer_axpys(p, A, B, w, c, out.strides[1] // it, out.strides[0] // it, np.empty(B, P.dtype), 0, Z)
+        _rank_outer_axpys(p, Z, A, B, w, c, out.strides[1] // it, out.strides[0] // it, np.empty(B, P.dtype))
     return True
 
 
