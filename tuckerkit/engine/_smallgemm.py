@@ -744,9 +744,8 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     long = short and C * itemsize >= LONG_ROW_BYTES
     cap = (_max_kc_long() if long else _short_kc(streamed)) if short else I
     if not short and C * itemsize >= LONG_ROW_BYTES and _wide_direct():
-        lo, hi = _MID_ROW_BYTES
-        wide_cap = _MAX_KC_MID_ROWS if lo < C * itemsize <= hi else _MAX_KC
-        if not (row_bytes and _l1_crowded(row_bytes, _chunk_rows(I, wide_cap, w, itemsize))):
+        wide_cap = _wide_long_cap(C * itemsize)
+        if not _wide_crowded(I, R, itemsize, C, row_bytes, snv):
             # larger R on long rows that do not crowd L1 in such chunks, where vectors are wide: read directly
             # (_direct_chunks) in chunks of up to _MAX_KC rows (_MAX_KC_MID_ROWS for rows of 32-96 KiB) of tiles
             # of _LONG_TILE_BYTES
@@ -764,6 +763,25 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
     ct = min(widest, _CHUNK_BYTES // (kc * itemsize), -(-C // w) * w)
     return max(w, ct // w * w), kc
+
+
+def _wide_long_cap(row_len: int) -> int:
+    """The most rows of i per chunk of long rows of ``row_len`` bytes at R above ``_SHORT_CHUNK_RANK`` where
+    vectors are wide, before L1's sets are looked at (:func:`_tiling`)."""
+    lo, hi = _MID_ROW_BYTES
+    return _MAX_KC_MID_ROWS if lo < row_len <= hi else _MAX_KC
+
+
+def _wide_crowded(I: int, R: int, itemsize: int, C: int, row_bytes: int,  # noqa: E741
+                  snv: int | None = None) -> bool:
+    """Whether :func:`ttm_inner`'s long rows (``C`` columns, ``row_bytes`` apart) at R above
+    ``_SHORT_CHUNK_RANK``, where vectors are wide, crowd L1 in the chunks :func:`_tiling` would give them
+    (:func:`_l1_crowded`; strips of ``snv`` 256-bit vectors, :func:`_inner_strip` if None), so that it keeps
+    them to chunks of ``_MAX_KC_WIDE_CROWDED`` rows; False elsewhere."""
+    if R <= _SHORT_CHUNK_RANK or C * itemsize < LONG_ROW_BYTES or not row_bytes or not _wide_direct():
+        return False
+    w = 32 * (_inner_strip(R) if snv is None else snv) // itemsize
+    return _l1_crowded(row_bytes, _chunk_rows(I, _wide_long_cap(C * itemsize), w, itemsize))
 
 
 def _max_kc_long() -> int:
@@ -1930,6 +1948,17 @@ _KERNEL_EFF = {
 #: keep their constants (64^4: 0.92-0.99x). With 512-bit vectors the table's 0.80 / 0.71 hold (committed
 #: ttm table: 200^3 0.70 / 0.74x, 320x240x160 1.22 / 0.96x)
 _LONG_HI_256 = {"float64": 0.62, "float32": 0.55}
+#: ... float64 long rows above R = 16 that crowd L1 where vectors are wide (:func:`_wide_crowded`; rows a
+#: multiple of 4 KiB apart, in the chunks of ``_MAX_KC_WIDE_CROWDED`` rows their tiling keeps): the rate at
+#: R = 17 and at R = 32, linear between (three row blocks re-read each strip's lines, which crowd one set, from
+#: L2). Measured on the AVX-512 machine (the planner's plans against the same plans run by BLAS, two workers,
+#: interleaved medians of 11 in one process, stop 79), the kernel's time over BLAS's on the first modes of
+#: 320x240x160, 128x128x256, 64^4, 48^4, 256x160x160 and (200, 40960) and 64^4's mode 1: medians 0.90 / 0.96 /
+#: 1.00 / 1.08 / 1.13x at R = 17 / 20 / 24 / 28 / 32 (R = 32: 0.99-1.23x; ``ttm_zen4`` had shown 1.40 / 1.22x
+#: on 64^4's first two modes), where the long-row rate (0.80) had predicted 0.85x at every R. Rows that do not
+#: crowd (200^3, 60^4, 300x200x150, (200, 40040), (64, 250000)) 0.68-0.98x at every R, and float32 0.53-0.91x
+#: crowded or not, keep the long-row rates
+_CROWDED_WIDE_F64 = ((17, 0.76), (32, 0.60))
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
@@ -2086,7 +2115,7 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
-                      nbytes: int = 0) -> float:
+                      nbytes: int = 0, row_bytes: int = 0) -> float:
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
 
     ``contracted``: the contracted extent ``I`` (0: not known). Long rows contracted over fewer than
@@ -2104,7 +2133,15 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     columns before it, counted in full) at ``TAIL_VECTOR_RATE`` of the rate; a row shorter than one vector
     runs element by element (one serial chain of fused multiply-adds per output) at ``TAIL_SCALAR_RATE``;
     the times add (the rates combine harmonically).
+
+    ``row_bytes``: the stride of the contracted extent in bytes (0: not known). float64 long rows above R = 16
+    that crowd L1 where vectors are wide (:func:`_wide_crowded`) take ``_CROWDED_WIDE_F64`` in place of the
+    long-row rate, falling with R.
     """
+    if (variant == "small_rank_ttm_inner" and dtype == "float64"
+            and _wide_crowded(contracted, R, 8, columns, row_bytes)):
+        (r0, e0), (r1, e1) = _CROWDED_WIDE_F64
+        return e0 + (min(max(R, r0), r1) - r0) * (e1 - e0) / (r1 - r0)
     key = variant
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
