@@ -82,11 +82,12 @@ def test_the_planner_takes_it_above_the_floor_and_explains(rng):
 
 
 def test_not_taken_where_the_shared_mode_is_not_unit_strided(rng, forced):
-    """The rank outermost (a CP-ALS partial's layout): a batch of matrix-vector products, BLAS's shape."""
+    """The rank outermost (a CP-ALS partial's layout) is not this kernel's: the rank-outer products take it
+    (``test_planner_takes_the_rank_outer_products``), or BLAS's batch of matrix-vector products."""
     P = np.ascontiguousarray(rng.standard_normal((16, 60, 50))).transpose(1, 2, 0)  # (a, b, z), z outermost
     U = rng.standard_normal((50, 16))
     plan = plan_contraction("abz,bz->az", P, U)
-    assert plan.compiled is CompiledKernel.NONE
+    assert plan.compiled is CompiledKernel.RANK_OUTER_DOT
     _close(contract("abz,bz->az", P, U), P, U, "abz,bz->az")
     # unit-strided in A but not in B, or not in a given output: BLAS too
     A = rng.standard_normal((60, 50, 16))
@@ -265,27 +266,135 @@ def test_rank_outer_products_decline_other_layouts_and_dtypes(rng):
         np.testing.assert_array_equal(o, before)
 
 
+def _clear_plans():
+    contract_mod._cached_plan.cache_clear()
+    contract_mod._FAST_PLANS.clear()
+
+
 def test_cp_als_sweeps_take_the_rank_outer_products(rng, monkeypatch):
-    """CP-ALS's 3-way sweeps run their matrix-vector steps through ``rank_outer_gemv`` (three an iteration on a
-    multi-sweep 200 x 190 x 180 tensor), and the result matches the BLAS route's to float64 rounding: the same
-    fit within 1e-12 and factors within 1e-9 after 6 iterations."""
+    """CP-ALS's 3-way sweeps run their matrix-vector steps through the planner's rank-outer products (three an
+    iteration on a multi-sweep 200 x 190 x 180 tensor; their plans recorded in the sweep's), and the result
+    matches the BLAS route's to float64 rounding: the same fit within 1e-12 and factors within 1e-9 after 6
+    iterations."""
     import tuckerkit as tk
     from tuckerkit.engine import _sweeps
 
     X = rng.standard_normal((200, 190, 180))
     init = tk.CPTensor(np.ones(5), tuple(rng.standard_normal((n, 5)) for n in X.shape))
-    calls = []
-    real = _sweeps._rank_outer_gemv
+    calls, kinds = [], []
+    real, real_rec = bd.rank_outer_gemv, _sweeps.MttkrpTree._run
 
     def spy(*args):
         calls.append(real(*args))
         return calls[-1]
 
-    monkeypatch.setattr(_sweeps, "_rank_outer_gemv", spy)
+    def rec(self, spec, A, B, out):
+        got = real_rec(self, spec, A, B, out)
+        kinds.append(self.plans[-1].compiled)
+        return got
+
+    monkeypatch.setattr(bd, "rank_outer_gemv", spy)
+    monkeypatch.setattr(_sweeps.MttkrpTree, "_run", rec)
+    _clear_plans()
     a = tk.cp_als(X, 5, init=init, max_iter=6, tol=0, linesearch=False)
     assert len(calls) >= 12 and all(calls)
-    monkeypatch.setattr(_sweeps, "RANK_OUTER_GEMV", False)
+    assert kinds.count(CompiledKernel.RANK_OUTER_DOT) == len(calls)
+    monkeypatch.setattr(plan_mod, "RANK_OUTER_MAX_BYTES", 0)  # (the planner keeps BLAS's gemv per rank)
+    _clear_plans()
+    n, nk = len(calls), len(kinds)
     b = tk.cp_als(X, 5, init=init, max_iter=6, tol=0, linesearch=False)
+    _clear_plans()
+    assert len(calls) == n and len(kinds) == 2 * nk and CompiledKernel.RANK_OUTER_DOT not in kinds[nk:]
     assert abs(a.fit - b.fit) <= 1e-12
     for U, V in zip(a.factors, b.factors, strict=True):
         np.testing.assert_allclose(U, V, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spec", ["abz,bz->az", "abz,az->bz", "bz,abz->az", "abz,bz->za", "baz,bz->az",
+                                  "abz,zb->az"])
+def test_planner_takes_the_rank_outer_products(spec, dtype, rng):
+    """A 3-way tensor whose shared mode is outermost over its two C-contiguous others (``P[a, b, z]`` stored as
+    ``(z, a, b)``, or ``(z, b, a)``): the planner's ``RANK_OUTER_DOT`` for either contracted mode, swapped
+    operands, a matrix given as (k, z) or (z, k) (one copy of it recorded, none where its rows are z's), a fresh
+    or given output of any layout; the product einsum's to rounding, the operands unmodified, the same bits
+    twice, and the explanation names the kernel and BLAS's alternative."""
+    a, b = spec.split("->")[0].split(",")
+    t, m = (b, a) if len(a) == 2 else (a, b)
+    sizes = {"a": 120, "b": 100, "z": 16}
+    # the tensor with z outermost, then its other two modes in the order they appear in its subscripts
+    T = rng.standard_normal([sizes[c] for c in "z" + t.replace("z", "")]).astype(dtype)
+    T = T.transpose([("z" + t.replace("z", "")).index(c) for c in t])
+    W = rng.standard_normal([sizes[c] for c in m]).astype(dtype)
+    ops = (W, T) if len(a) == 2 else (T, W)
+    plan = plan_contraction(spec, *ops)
+    assert plan.compiled is CompiledKernel.RANK_OUTER_DOT, plan.explain()
+    z_rows = m.index("z") == 0  # (z, k) C-ordered: each z's vector a run
+    assert plan.copies == (0 if z_rows else W.size) and not plan.parallel
+    assert "compiled rank_outer_dot (BLAS alternative: batched_gemv)" in plan.explain()
+    before = [x.copy() for x in ops]
+    got = plan(*ops)
+    _close(got, *ops, spec)
+    assert np.array_equal(got, plan(*ops))
+    for x, x0 in zip(ops, before, strict=True):
+        np.testing.assert_array_equal(x, x0)
+    c = spec.split("->")[1]
+    for out in (np.full([sizes[x] for x in c], np.nan, dtype), np.full([sizes[x] for x in c[::-1]], np.nan, dtype).T,
+                np.full([sizes[x] + 3 for x in c], np.nan, dtype)[1:-2, 2:-1]):
+        res = contract(spec, *ops, out=out)
+        assert res is out
+        _close(out, *ops, spec)
+        assert plan_contraction(spec, *ops, out=out).compiled is CompiledKernel.RANK_OUTER_DOT
+
+
+def test_rank_outer_products_declined(rng, monkeypatch):
+    """BLAS keeps: a matrix that needs a copy under ``copies="never"`` (none needed: taken), a tensor beyond
+    ``RANK_OUTER_MAX_BYTES``, fewer flops than ``BATCHED_DOT_MIN_FLOPS``, an extent of 1, modes beneath the rank
+    that are not C-contiguous, complex operands; a GPU plan runs cuBLAS. Each product einsum's to rounding."""
+    P = rng.standard_normal((16, 120, 100)).transpose(1, 2, 0)
+    U = rng.standard_normal((100, 16))
+    assert plan_contraction("abz,bz->az", P, U, copies="never").compiled is CompiledKernel.NONE
+    Uz = np.ascontiguousarray(U.T).T  # (b, z) with each z's vector a run: no copy
+    plan = plan_contraction("abz,bz->az", P, Uz, copies="never")
+    assert plan.compiled is CompiledKernel.RANK_OUTER_DOT and plan.copies == 0
+    _close(plan(P, Uz), P, Uz, "abz,bz->az")
+    monkeypatch.setattr(plan_mod, "RANK_OUTER_MAX_BYTES", P.nbytes - 1)
+    contract_mod._cached_plan.cache_clear()
+    assert plan_contraction("abz,bz->az", P, U).compiled is CompiledKernel.NONE
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+    small = rng.standard_normal((4, 30, 20)).transpose(1, 2, 0)  # 4800 flops
+    thin = rng.standard_normal((16, 1, 5000)).transpose(1, 2, 0)
+    gaps = rng.standard_normal((16, 120, 200))[:, :, ::2].transpose(1, 2, 0)  # b strided
+    fortran = rng.standard_normal((16, 100, 120)).transpose(2, 1, 0)  # (a, b, z) with a innermost: (z, b, a)
+    for X, spec, W in [(small, "abz,bz->az", rng.standard_normal((20, 4))),
+                       (thin, "abz,bz->az", rng.standard_normal((5000, 16))),
+                       (gaps, "abz,bz->az", U)]:
+        plan = plan_contraction(spec, X, W)
+        assert plan.compiled is CompiledKernel.NONE, (X.shape, X.strides, plan.explain())
+        _close(contract(spec, X, W), X, W, spec)
+    Pc, Uc = P + 1j * P[::-1], U - 2j
+    assert plan_contraction("abz,bz->az", Pc, Uc).compiled is CompiledKernel.NONE
+    ref = np.einsum("abz,bz->az", Pc, Uc)
+    assert np.abs(contract("abz,bz->az", Pc, Uc) - ref).max() <= 1e-12 * np.abs(ref).max()
+    plan = plan_contraction("abz,az->bz", fortran, rng.standard_normal((120, 16)))
+    assert plan.compiled is CompiledKernel.RANK_OUTER_DOT  # (b outer, a inner: the dot products along a)
+    assert contract_mod._on_gpu(plan).compiled is CompiledKernel.NONE
+
+
+def test_rank_outer_plan_on_a_misaligned_partial_runs_blas(rng):
+    """A plan made for aligned operands, called on a misaligned partial of the same strides: the compiled loops
+    decline it and the same plan's BLAS alternative runs; einsum's product to rounding."""
+    P = rng.standard_normal((16, 120, 100)).transpose(1, 2, 0)
+    U = rng.standard_normal((100, 16))
+    plan = plan_contraction("abz,bz->az", P, U)
+    assert plan.compiled is CompiledKernel.RANK_OUTER_DOT
+    raw = np.zeros(P.nbytes + 8, np.uint8)
+    odd = np.frombuffer(raw.data, np.float64, P.size, offset=1).reshape(16, 120, 100)
+    odd[...] = P.transpose(2, 0, 1)
+    Q = odd.transpose(1, 2, 0)
+    assert not Q.flags.aligned and Q.strides == P.strides
+    assert not bd.rank_outer_gemv(Q, U, np.empty((120, 16)), 1)
+    got = plan(Q, U)
+    _close(got, Q, U, "abz,bz->az")
+    np.testing.assert_allclose(got, plan(P, U), rtol=0, atol=64 * np.finfo(np.float64).eps * np.abs(got).max())

@@ -125,6 +125,18 @@ def run_batched_dot(plan: Any, A: np.ndarray, B: np.ndarray, out: np.ndarray) ->
     """Run a plan whose ``compiled`` kernel is the batched dot product (operands checked against the plan): the
     views of its layout (``plan._bd``), no copy."""
     lay = plan._bd
+    if lay.axis >= 0:  # the rank outermost (CompiledKernel.RANK_OUTER_DOT)
+        T, W = (B, A) if lay.swap else (A, B)
+        if not rank_outer_gemv(T.transpose(lay.x_perm), W.transpose(lay.u_perm), out.transpose(lay.out_perm),
+                               lay.axis):
+            # (a misaligned operand: the same plan by BLAS)
+            import dataclasses
+
+            from tuckerkit.engine._contract import execute
+            from tuckerkit.engine._plan import CompiledKernel
+
+            execute(dataclasses.replace(plan, compiled=CompiledKernel.NONE, _bd=None), A, B, out, np)
+        return out
     if lay.swap:  # the matrix came first
         A, B = B, A
     X = A.transpose(lay.x_perm)

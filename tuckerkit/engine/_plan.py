@@ -132,7 +132,9 @@ class CompiledKernel(str, enum.Enum):
     unit-stride one) and ``TTM_OUTER`` (contracted along the unit stride); see ``tuckerkit.engine._smallgemm``.
     ``BATCHED_DOT``: dot products along one mode, batched over the others and over a mode that all three
     operands share with unit stride (``abz,bz->az``: an MTTKRP's second step with the rank innermost); see
-    ``tuckerkit.engine._batched_dot``. CPU only: a plan moved to the GPU runs cuBLAS.
+    ``tuckerkit.engine._batched_dot``. ``RANK_OUTER_DOT``: the same products on a 3-way tensor whose shared mode
+    is outermost in memory over its two others (CP-ALS's rank-outer partials), one matrix-vector product per
+    index of that mode in one compiled loop. CPU only: a plan moved to the GPU runs cuBLAS.
 
     Examples
     --------
@@ -147,6 +149,7 @@ class CompiledKernel(str, enum.Enum):
     TTM_INNER = "small_rank_ttm_inner"
     TTM_OUTER = "small_rank_ttm_outer"
     BATCHED_DOT = "unit_batch_dot"
+    RANK_OUTER_DOT = "rank_outer_dot"
 
     def __str__(self) -> str:
         return self.value
@@ -174,6 +177,9 @@ class _BatchedDotLayout:
     out_perm: tuple[int, ...]  # the output's axes as (m axes..., z)
     blas_out_order: tuple[int, ...]  # the BLAS plan's allocation order (a GPU run allocates that)
     swap: bool = False  # the tensor is B and the matrix A
+    # RANK_OUTER_DOT: the contracted mode's place (0 or 1) among the tensor's two inner axes; x_perm then gives
+    # them outer to inner, then z (outermost in memory), and out_perm the output's axes as (kept mode, z)
+    axis: int = -1
 
 
 @dataclass(frozen=True)
@@ -981,7 +987,8 @@ def build_plan(
     )
     plan = _consider_small_rank(plan, spec, a_shape, a_strides, b_shape, b_strides, out_strides, out_layout,
                                 copies)
-    return _consider_batched_dot(plan, spec, a_shape, a_strides, b_shape, b_strides, out_strides, out_layout)
+    plan = _consider_batched_dot(plan, spec, a_shape, a_strides, b_shape, b_strides, out_strides, out_layout)
+    return _consider_rank_outer(plan, spec, a_shape, a_strides, b_shape, b_strides, copies)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1143,6 +1150,84 @@ def _consider_batched_dot(plan: ContractionPlan, spec: Spec, a_shape, a_strides,
     return dataclasses.replace(plan, compiled=CompiledKernel.BATCHED_DOT, estimates=estimates, _bd=layout,
                                bytes_moved=nbytes, est_seconds=t_comp,
                                _out_order=out_perm if fresh else plan._out_order)
+
+
+def _rank_outer_layout(spec: Spec, a_shape, a_strides, b_strides):
+    """The compiled rank-outer products' view of a contraction (:func:`~._batched_dot.rank_outer_gemv`), or None
+    where it does not apply: A of three modes (m, k, z), B a matrix of k and z, the output of m and z; z
+    outermost in A's memory with m and k C-contiguous beneath it (extents of at least 2: a smaller one is
+    another kernel's shape). Returns ``(x_perm, u_perm, out_perm, axis)``: A's axes outer to inner then z, B's
+    as (k, z), the output's as (m, z), and k's place among A's two inner axes. Any output strides."""
+    a, b, c = spec.a, spec.b, spec.c
+    if len(a) != 3 or len(b) != 2 or len(c) != 2 or len(set(a)) != 3 or b[0] == b[1] or c[0] == c[1]:
+        return None
+    if not all(x in a for x in b):
+        return None
+    z = next((x for x in b if x in c), None)
+    k = next((x for x in b if x not in c), None)
+    if z is None or k is None:
+        return None
+    m = next(x for x in a if x not in (z, k))
+    if set(c) != {m, z} or min(a_shape) < 2 or any(st < 0 for st in (*a_strides, *b_strides)):
+        return None
+    za, ka, ma = a.index(z), a.index(k), a.index(m)
+    inner = sorted((ma, ka), key=lambda i: -a_strides[i])
+    if a_strides[inner[1]] != 1 or a_strides[inner[0]] != a_shape[inner[1]] or \
+            a_strides[za] != a_shape[ma] * a_shape[ka]:
+        return None
+    return (*inner, za), (b.index(k), b.index(z)), (c.index(m), c.index(z)), inner.index(ka)
+
+
+#: the most bytes of a tensor the rank-outer products take: they run on one thread (two over the ranks took
+#: 1.14-1.31x the time on partials fresh in L3), and beyond the caches BLAS's threads read faster. Measured on
+#: the 2-core Zen 4 machine (medians of 15 interleaved warm calls, stop 79), the compiled loops over BLAS's batch
+#: of GEMVs: 200 x 200 x 10 0.82-0.93x, 1000 x 1000 x 10 0.86-0.87x in float64 (80 MB) and 0.95-1.06x in
+#: float32; 2000 x 1000 x 32 1.05 / 1.37x in float64 (512 MB), 0.89 / 1.02x in float32. Fresh from the pass that
+#: wrote them (CP-ALS's sweeps) the small partials gain more: 0.13-0.14 against 0.3-0.47 ms on 200 x 200 x 10
+RANK_OUTER_MAX_BYTES = 128 << 20
+
+
+def _consider_rank_outer(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
+                         copies: str = "auto") -> ContractionPlan:
+    """The plan with the compiled rank-outer products (``CompiledKernel.RANK_OUTER_DOT``) where they apply (see
+    :func:`_rank_outer_layout`), the tensor holds at most ``RANK_OUTER_MAX_BYTES`` and the roofline bound is
+    below BLAS's estimate for its batch of matrix-vector products. The matrix is read as (z, k) rows: copied
+    once (``copies``) unless it already is; ``copies="never"`` then keeps BLAS."""
+    if plan.compiled != CompiledKernel.NONE or plan.kind == KernelKind.EMPTY or plan.remedy != Remedy.NONE:
+        return plan
+    if plan.dtype not in ("float32", "float64") or plan.flops < BATCHED_DOT_MIN_FLOPS:
+        return plan
+    swap = False
+    lay = _rank_outer_layout(spec, a_shape, a_strides, b_strides)
+    if lay is None and len(spec.a) == 2:
+        lay = _rank_outer_layout(Spec(spec.b, spec.a, spec.c), b_shape, b_strides, a_strides)
+        swap = True
+    if lay is None:
+        return plan
+    x_perm, u_perm, out_perm, axis = lay
+    t_shape, m_shape, m_strides = (b_shape, a_shape, a_strides) if swap else (a_shape, b_shape, b_strides)
+    itemsize = 4 if plan.dtype == "float32" else 8
+    if math.prod(t_shape) * itemsize > RANK_OUTER_MAX_BYTES:
+        return plan
+    kb, zb = u_perm
+    n_copied = 0 if (m_strides[kb] == 1 and m_strides[zb] == m_shape[kb]) or min(m_shape) == 1 else \
+        math.prod(m_shape)
+    if n_copied and copies == "never":
+        return plan
+    from tuckerkit.engine._roofline import machine_roofline
+
+    nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
+    roof = machine_roofline()
+    t_comp = roof.bound(nbytes + 2 * n_copied * itemsize, plan.flops, plan.dtype)
+    t_blas = plan.est_seconds
+    estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
+                 ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)))
+    if t_comp >= _SMALL_RANK_MARGIN * t_blas:
+        return dataclasses.replace(plan, estimates=estimates)
+    layout = _BatchedDotLayout(x_perm, u_perm, out_perm, plan._out_order, swap, axis)
+    return dataclasses.replace(plan, compiled=CompiledKernel.RANK_OUTER_DOT, estimates=estimates, _bd=layout,
+                               copies=n_copied, bytes_moved=nbytes + 2 * n_copied * itemsize, est_seconds=t_comp,
+                               parallel=False)
 
 
 def _gemv_reread_bytes(plan: ContractionPlan, itemsize: int) -> int:

@@ -429,10 +429,9 @@ class MttkrpTree:
             outs = "".join(_LETTERS[k] for k in keep) + _RANK
             spec = f"{xs},{_LETTERS[m]}{_RANK}->{outs}"
             out = rank_outer(xp, cur, [cur_modes.index(k) for k in keep], R, cur.dtype)
-            if not (xp is np and cur.ndim == 3 and RANK_OUTER_GEMV
-                    and _rank_outer_gemv(cur, factors[m], out, cur_modes.index(m))):
-                out = self._run(spec, cur, factors[m], out)
-            cur = out
+            # (a 3-way partial of two modes and the rank, the rank outermost: the planner's compiled rank-outer
+            # products, CompiledKernel.RANK_OUTER_DOT, in place of BLAS's gemv per rank)
+            cur = self._run(spec, cur, factors[m], out)
             cur_modes = keep
         return cur, cur_modes
 
@@ -488,19 +487,6 @@ class MttkrpTree:
 #: whether a 3-way tensor's MTTKRP from a one-GEMM step and a batched matrix-vector product runs as one pass
 #: (:meth:`MttkrpTree._fused`)
 FUSE_LAST_GEMV = True
-
-#: whether the matrix-vector products on a rank-outer partial of two modes (the last step of each MTTKRP of a
-#: 3-way sweep, and of a 4-way one's halves) run the compiled loops of
-#: :func:`tuckerkit.engine._batched_dot.rank_outer_gemv` rather than BLAS's ``gemv`` per rank (a host array of
-#: float32 or float64; no plan is recorded for those steps)
-RANK_OUTER_GEMV = True
-
-
-def _rank_outer_gemv(P: Any, W: Any, out: Any, axis: int) -> bool:
-    from tuckerkit.engine._batched_dot import rank_outer_gemv  # (numba: not on import tuckerkit)
-
-    return rank_outer_gemv(P, W, out, axis)
-
 
 #: a C-ordered 3-way tensor's sweeps leave the halves [0] | [1, 2] for [0, 1] | [2] where those partials
 #: (:func:`_partial_elems`) are more than this many times smaller (:func:`skewed_last`)
