@@ -1060,13 +1060,9 @@ def _ttm_layout(spec: Spec, a_shape, a_strides, b_strides, out_shape, out_stride
     return x_perm, n_outer, out_perm, b[0] == k, False
 
 
-def _batched_dot_layout(spec: Spec, a_shape, a_strides, b_shape, b_strides, out_shape, out_strides,
-                        out_layout: str):
-    """The compiled batched dot product's view of a contraction, or None where it does not apply: B a matrix of
-    modes k and z, k contracted with one mode of A, z in A, B and the output, with unit stride in all three (or
-    extent 1), A's other modes (m) kept in the output and merging into one axis in A and in the output (in A's
-    memory order). Returns ``(x_perm, u_perm, out_perm, fresh)``; ``fresh``: allocate the output as
-    ``out_perm``."""
+def _batched_dot_modes(spec: Spec):
+    """``(z, k, m_modes)`` of a contraction shaped as a batched dot product, else None: B a matrix of modes k and
+    z, both in A, k contracted and z kept; A's other modes (m) and z are the output's, each once."""
     a, b, c = spec.a, spec.b, spec.c
     if len(b) != 2 or b[0] == b[1] or len(set(a)) != len(a) or len(set(c)) != len(c):
         return None
@@ -1079,6 +1075,21 @@ def _batched_dot_layout(spec: Spec, a_shape, a_strides, b_shape, b_strides, out_
     m_modes = [x for x in a if x not in (z, k)]
     if set(c) != set(m_modes) | {z} or len(c) != len(m_modes) + 1:
         return None
+    return z, k, m_modes
+
+
+def _batched_dot_layout(spec: Spec, a_shape, a_strides, b_shape, b_strides, out_shape, out_strides,
+                        out_layout: str):
+    """The compiled batched dot product's view of a contraction, or None where it does not apply: B a matrix of
+    modes k and z, k contracted with one mode of A, z in A, B and the output, with unit stride in all three (or
+    extent 1), A's other modes (m) kept in the output and merging into one axis in A and in the output (in A's
+    memory order). Returns ``(x_perm, u_perm, out_perm, fresh)``; ``fresh``: allocate the output as
+    ``out_perm``."""
+    modes = _batched_dot_modes(spec)
+    if modes is None:
+        return None
+    a, b, c = spec.a, spec.b, spec.c
+    z, k, m_modes = modes
     if any(st < 0 for st in (*a_strides, *b_strides)):
         return None
     za, ka, zb, kb = a.index(z), a.index(k), b.index(z), b.index(k)
@@ -1158,18 +1169,11 @@ def _rank_outer_layout(spec: Spec, a_shape, a_strides, b_strides):
     outermost in A's memory with m and k C-contiguous beneath it (extents of at least 2: a smaller one is
     another kernel's shape). Returns ``(x_perm, u_perm, out_perm, axis)``: A's axes outer to inner then z, B's
     as (k, z), the output's as (m, z), and k's place among A's two inner axes. Any output strides."""
+    modes = _batched_dot_modes(spec) if len(spec.a) == 3 else None
+    if modes is None or min(a_shape) < 2 or any(st < 0 for st in (*a_strides, *b_strides)):
+        return None
     a, b, c = spec.a, spec.b, spec.c
-    if len(a) != 3 or len(b) != 2 or len(c) != 2 or len(set(a)) != 3 or b[0] == b[1] or c[0] == c[1]:
-        return None
-    if not all(x in a for x in b):
-        return None
-    z = next((x for x in b if x in c), None)
-    k = next((x for x in b if x not in c), None)
-    if z is None or k is None:
-        return None
-    m = next(x for x in a if x not in (z, k))
-    if set(c) != {m, z} or min(a_shape) < 2 or any(st < 0 for st in (*a_strides, *b_strides)):
-        return None
+    z, k, (m,) = modes
     za, ka, ma = a.index(z), a.index(k), a.index(m)
     inner = sorted((ma, ka), key=lambda i: -a_strides[i])
     if a_strides[inner[1]] != 1 or a_strides[inner[0]] != a_shape[inner[1]] or \
