@@ -1950,9 +1950,10 @@ _KERNEL_EFF = {
 _LONG_HI_256 = {"float64": 0.62, "float32": 0.55}
 #: ... float64 long rows above R = 16 that crowd L1 where vectors are wide (:func:`_wide_crowded`; rows a
 #: multiple of 4 KiB apart, in the chunks of ``_MAX_KC_WIDE_CROWDED`` rows their tiling keeps): the rate at
-#: R = 17 and at R = 32, linear between (three row blocks re-read each strip's lines, which crowd one set, from
-#: L2). Measured on the AVX-512 machine (the planner's plans against the same plans run by BLAS, two workers,
-#: interleaved medians of 11 in one process, stop 79), the kernel's time over BLAS's on the first modes of
+#: R = 17 and at R = 32, linear between (each further row block re-reads the strip's lines, which crowd one
+#: set, from L2: two blocks up to R = 24, three above). Measured on the AVX-512 machine (the planner's plans
+#: against the same plans run by BLAS, two workers, interleaved medians of 11 in one process, stop 79), the
+#: kernel's time over BLAS's on the first modes of
 #: 320x240x160, 128x128x256, 64^4, 48^4, 256x160x160 and (200, 40960) and 64^4's mode 1: medians 0.90 / 0.96 /
 #: 1.00 / 1.08 / 1.13x at R = 17 / 20 / 24 / 28 / 32 (R = 32: 0.99-1.23x; ``ttm_zen4`` had shown 1.40 / 1.22x
 #: on 64^4's first two modes), where the long-row rate (0.80) had predicted 0.85x at every R. Rows that do not
@@ -2138,7 +2139,7 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     that crowd L1 where vectors are wide (:func:`_wide_crowded`) take ``_CROWDED_WIDE_F64`` in place of the
     long-row rate, falling with R.
     """
-    if (variant == "small_rank_ttm_inner" and dtype == "float64"
+    if (variant == "small_rank_ttm_inner" and dtype == "float64" and contracted > 0
             and _wide_crowded(contracted, R, 8, columns, row_bytes)):
         (r0, e0), (r1, e1) = _CROWDED_WIDE_F64
         return e0 + (min(max(R, r0), r1) - r0) * (e1 - e0) / (r1 - r0)
