@@ -1353,6 +1353,34 @@ def test_outer_tr_kernel_gives_the_register_blocked_bits(R, dtype, tr_style, mon
             assert np.ascontiguousarray(Y2).tobytes() == np.ascontiguousarray(want).tobytes(), (A, I)
 
 
+@pytest.mark.parametrize("R", [3, 8, 10, 15, 20])
+def test_outer_tr_kernel_writes_whole_tiles_into_the_output_and_nothing_else(R, dtype, tr_style, monkeypatch, rng):
+    """Whole tiles' sums go straight from the registers into an output whose rows (one vector store a sum) or
+    columns (the sums transposed, a masked store a row of X) are unit-strided; the last, partial tile through
+    the scratch. Outputs as views inside NaN-filled buffers: every element of the view the register-blocked
+    kernel's bits (einsum's to rounding), every element around it still NaN."""
+    if R > sg.TR_MAX_RANK and np.dtype(dtype).itemsize == 4:
+        pytest.skip("float32 takes the transposed tile up to rank 15")
+    L = 64 // np.dtype(dtype).itemsize
+    A, I = 3 * L + 5, 37  # noqa: E741
+    X2 = rng.standard_normal((A, I)).astype(dtype)
+    U = rng.standard_normal((I, R)).astype(dtype)
+    Ut = np.ascontiguousarray(U.T)
+    bufs = {"rows": np.full((R + 2, A + 3), np.nan, dtype), "cols": np.full((A + 2, R + 3), np.nan, dtype),
+            "cols apart": np.full((A, 2 * R + 1), np.nan, dtype)}
+    views = {"rows": lambda b: b[1:R + 1, 2:A + 2], "cols": lambda b: b[1:A + 1, 1:R + 1].T,
+             "cols apart": lambda b: b[:, R:2 * R].T}
+    for name, buf in bufs.items():
+        Y2 = views[name](buf)
+        sg.ttm_outer(X2, Ut, Y2)
+        _check(X2, U, 1, Y2.T)
+        want = _register_blocked(monkeypatch, X2, Ut, lambda: np.empty((R, A), dtype))
+        assert np.ascontiguousarray(Y2).tobytes() == want.tobytes(), name
+        outside = np.ones(buf.shape, bool)
+        views[name](outside)[...] = False
+        assert np.isnan(buf[outside]).all(), name
+
+
 def test_outer_tr_kernel_reads_nothing_past_a_row(dtype, tr_style, monkeypatch, rng):
     """The columns past a row's whole steps are loaded masked: NaN right after each row (rows apart in a wider
     array) reaches no output."""

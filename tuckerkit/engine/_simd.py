@@ -462,14 +462,14 @@ def _make_tr(R: int):
     the line of element ``min(k L + L - 1, I - 1)``: the rows' ``I`` elements span at most ``I / L + 1``
     lines, as many as the steps, plus one."""
     @intrinsic
-    def tr(typingctx, x, xo, sxa, h, I, up, tl, pfo, pfh):  # noqa: E741
+    def tr(typingctx, x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how):  # noqa: E741
         if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
-                and isinstance(up, types.Array) and isinstance(tl, types.Array)
-                and up.dtype == x.dtype and tl.dtype == x.dtype):
+                and isinstance(up, types.Array) and isinstance(tl, types.Array) and isinstance(y, types.Array)
+                and up.dtype == x.dtype and tl.dtype == x.dtype and y.dtype == x.dtype):
             return None
 
         def codegen(context, builder, sig, args):
-            xarr, xo_, sxa_, h_, I_, uparr, tlarr, pfo_, pfh_ = args
+            xarr, xo_, sxa_, h_, I_, uparr, tlarr, pfo_, pfh_, yarr, yo_, ys_, how_ = args
             dt = sig.args[0].dtype
             bits = 64 if dt == types.float64 else 32
             L = 512 // bits
@@ -585,12 +585,44 @@ def _make_tr(R: int):
                 p.add_incoming(acc[r], done_end)
                 p.add_incoming(tnew[r], tail_end)
                 sums.append(p)
+            # the sums out: into tl (how 0), or straight into the output y at yo, the tile's rows unit-strided
+            # (how 1: sum r a vector at yo + r ys), or its columns unit-strided (how 2: the sums transposed in
+            # registers, L at a time, each row a's R values a masked store at yo + a ys)
+            yp = data(9, yarr)
+            b_tl = builder.append_basic_block("tr.tl")
+            b_rows = builder.append_basic_block("tr.rows")
+            b_cols = builder.append_basic_block("tr.cols")
+            b_end = builder.append_basic_block("tr.end")
+            sw = builder.switch(how_, b_tl)
+            sw.add_case(c(1), b_rows)
+            sw.add_case(c(2), b_cols)
+            builder.position_at_end(b_tl)
             for r in range(R):
                 builder.store(sums[r], builder.bitcast(builder.gep(tlp, [c(r * L)]), vty.as_pointer()), align=1)
+            builder.branch(b_end)
+            builder.position_at_end(b_rows)
+            for r in range(R):
+                at = builder.add(yo_, builder.mul(c(r), ys_))
+                builder.store(sums[r], builder.bitcast(builder.gep(yp, [at]), vty.as_pointer()), align=1)
+            builder.branch(b_end)
+            builder.position_at_end(b_cols)
+            mstore = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), i32, mty]),
+                f"llvm.masked.store.v{L}f{bits}.p0")
+            for g in range(0, R, L):
+                nr = min(L, R - g)
+                cols = transpose(sums[g:g + nr] + [zero] * (L - nr))
+                keep = ir.Constant(mty, [ir.Constant(ir.IntType(1), int(q < nr)) for q in range(L)])
+                for a in range(L):
+                    at = builder.add(yo_, builder.add(builder.mul(c(a), ys_), c(g)))
+                    builder.call(mstore, [cols[a], builder.bitcast(builder.gep(yp, [at]), vty.as_pointer()),
+                                          ir.Constant(i32, 1), keep])
+            builder.branch(b_end)
+            builder.position_at_end(b_end)
             return context.get_dummy_value()
 
         i = types.int64
-        return types.void(x, i, i, i, i, up, tl, i, i), codegen
+        return types.void(x, i, i, i, i, up, tl, i, i, y, i, i, i), codegen
 
     return tr
 
