@@ -852,6 +852,33 @@ def _fresh_block(rb, nv, wide, monkeypatch, strided=False):
     return run
 
 
+@pytest.mark.parametrize("nr", [1, 3, 8, 16])
+def test_tr_block_moves_a_transposed_block_and_nothing_else(nr, dtype, rng):
+    """``tr_block``: ``L`` runs of ``L`` elements of the source (rows ``ss`` apart, from ``so``) land transposed
+    in the destination, the first ``nr`` of its rows (``ds`` apart, from ``do``), every other element of the
+    destination untouched; values moved exactly (any CPU: LLVM splits the 512-bit vectors where it must)."""
+    from numba import njit
+
+    from tuckerkit.engine import _simd
+
+    L = 64 // np.dtype(dtype).itemsize
+    nr = min(nr, L)
+
+    @njit(cache=False)
+    def run(src, so, ss, dst, do, ds, n):  # pragma: no cover - compiled
+        _simd.tr_block(src, so, ss, dst, do, ds, n)
+
+    ss, so, ds, do = L + 5, 3, L + 9, 7
+    src = rng.standard_normal(so + L * ss).astype(dtype)
+    dst = np.full(do + L * ds + 4, np.nan, dtype)
+    run(src, so, ss, dst, do, ds, nr)
+    blk = src[so:so + L * ss].reshape(L, ss)[:, :L]  # (q, p): element p of run q
+    want = np.full_like(dst, np.nan)
+    for p in range(nr):
+        want[do + p * ds:do + p * ds + L] = blk[:, p]
+    np.testing.assert_array_equal(dst, want)
+
+
 @pytest.mark.parametrize("strided", [False, True], ids=["packed", "strided"])
 @pytest.mark.parametrize(("nv", "rb"), [(2, 1), (2, 5), (2, 6), (2, 12), (4, 1), (4, 7), (4, 12), (8, 1), (8, 6)])
 def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, nv, rb, strided, dtype, rng):

@@ -439,6 +439,69 @@ TR_MAX_RANK = 15
 TR_MAX_RANK_F64 = 20
 
 
+def _transpose_ir(builder: Any, v: list[Any], L: int) -> list[Any]:
+    """The ``L x L`` block of ``L`` vectors ``v`` (``L`` lanes each) transposed: ``log2 L`` rounds of two-source
+    shuffles, block ``(a, j)`` swapping with ``(j, a)``, halves first; vector ``j`` of the result holds lane ``j``
+    of every vector of ``v``."""
+    i32 = ir.IntType(32)
+    v = list(v)
+    hh = L // 2
+    while hh >= 1:
+        lo = ir.Constant(ir.VectorType(i32, L), [q if q & hh == 0 else L + q - hh for q in range(L)])
+        hi = ir.Constant(ir.VectorType(i32, L), [q + hh if q & hh == 0 else L + q for q in range(L)])
+        nv = list(v)
+        for p in range(L):
+            if p & hh == 0:
+                nv[p] = builder.shuffle_vector(v[p], v[p + hh], lo)
+                nv[p + hh] = builder.shuffle_vector(v[p], v[p + hh], hi)
+        v = nv
+        hh //= 2
+    return v
+
+
+@intrinsic
+def _tr_block(typingctx, src, so, ss, dst, do, ds, nr):
+    """``dst[do + p * ds + q] = src[so + q * ss + p]`` for ``q < L`` and ``p < nr`` (``L`` the lanes of one 512-bit
+    vector, ``nr <= L``): ``L`` vectors of ``src`` loaded, transposed in registers (:func:`_transpose_ir`) and
+    the first ``nr`` stored. The source's ``L`` runs of ``L`` elements must lie inside it; the values are
+    moved, not computed (the same bits)."""
+    if not (isinstance(src, types.Array) and src.dtype in (types.float32, types.float64)
+            and isinstance(dst, types.Array) and dst.dtype == src.dtype):
+        return None
+
+    def codegen(context, builder, sig, args):
+        sarr, so_, ss_, darr, do_, ds_, nr_ = args
+        dt = sig.args[0].dtype
+        L = 512 // (64 if dt == types.float64 else 32)
+        vty = ir.VectorType(context.get_value_type(dt), L)
+        i64 = ir.IntType(64)
+
+        def c(v):
+            return ir.Constant(i64, v)
+
+        sp = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=sarr).data
+        dp = cgutils.create_struct_proxy(sig.args[3])(context, builder, value=darr).data
+        rows = [builder.load(builder.bitcast(builder.gep(sp, [builder.add(so_, builder.mul(c(q), ss_))]),
+                                             vty.as_pointer()), align=1) for q in range(L)]
+        cols = _transpose_ir(builder, rows, L)
+        for p in range(L):
+            yes = builder.append_basic_block(f"trb.st{p}")
+            nxt = builder.append_basic_block(f"trb.nx{p}")
+            builder.cbranch(builder.icmp_signed(">", nr_, c(p)), yes, nxt)
+            builder.position_at_end(yes)
+            at = builder.add(do_, builder.mul(c(p), ds_))
+            builder.store(cols[p], builder.bitcast(builder.gep(dp, [at]), vty.as_pointer()), align=1)
+            builder.branch(nxt)
+            builder.position_at_end(nxt)
+        return context.get_dummy_value()
+
+    i = types.int64
+    return types.void(src, i, i, dst, i, i, i), codegen
+
+
+tr_block: Any = _tr_block  # (called from compiled code with the arguments after typingctx)
+
+
 def _make_tr(R: int):
     """``trR(x, xo, sxa, h, I, up, tl, pfo, pfh)``: one tile of ``ttm_outer`` with lanes over rows of X (float32
     R up to ``TR_MAX_RANK``, float64 up to ``TR_MAX_RANK_F64``).
@@ -528,19 +591,7 @@ def _make_tr(R: int):
                 builder.position_at_end(no)
 
             def transpose(v):
-                v = list(v)
-                hh = L // 2
-                while hh >= 1:
-                    lo = ir.Constant(ir.VectorType(i32, L), [q if q & hh == 0 else L + q - hh for q in range(L)])
-                    hi = ir.Constant(ir.VectorType(i32, L), [q + hh if q & hh == 0 else L + q for q in range(L)])
-                    nv = list(v)
-                    for p in range(L):
-                        if p & hh == 0:
-                            nv[p] = builder.shuffle_vector(v[p], v[p + hh], lo)
-                            nv[p + hh] = builder.shuffle_vector(v[p], v[p + hh], hi)
-                    v = nv
-                    hh //= 2
-                return v
+                return _transpose_ir(builder, v, L)
 
             def step(acc, cols, i0, live=None):
                 out = list(acc)
