@@ -879,6 +879,28 @@ def test_tr_block_moves_a_transposed_block_and_nothing_else(nr, dtype, rng):
     np.testing.assert_array_equal(dst, want)
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 16, 17, 50])
+def test_copy_run_moves_the_run_and_nothing_else(n, dtype, rng):
+    """``copy_run``: ``n`` elements from ``src[so:]`` to ``dst[do:]`` (whole 512-bit vectors, then one masked),
+    every other element of the destination untouched, nothing read past the run (NaN after it in the source
+    reaches nothing)."""
+    from numba import njit
+
+    from tuckerkit.engine import _simd
+
+    @njit(cache=False)
+    def run(src, so, dst, do, k):  # pragma: no cover - compiled
+        _simd.copy_run(src, so, dst, do, k)
+
+    src = np.full(n + 40, np.nan, dtype)
+    src[3:3 + n] = rng.standard_normal(n)
+    dst = np.full(n + 40, -1.0, dtype)
+    run(src, 3, dst, 5, n)
+    want = np.full_like(dst, -1.0)
+    want[5:5 + n] = src[3:3 + n]
+    np.testing.assert_array_equal(dst, want)
+
+
 @pytest.mark.parametrize("strided", [False, True], ids=["packed", "strided"])
 @pytest.mark.parametrize(("nv", "rb"), [(2, 1), (2, 5), (2, 6), (2, 12), (4, 1), (4, 7), (4, 12), (8, 1), (8, 6)])
 def test_wide_block_gives_the_bits_of_two_narrow_vectors(monkeypatch, nv, rb, strided, dtype, rng):

@@ -502,6 +502,63 @@ def _tr_block(typingctx, src, so, ss, dst, do, ds, nr):
 tr_block: Any = _tr_block  # (called from compiled code with the arguments after typingctx)
 
 
+@intrinsic
+def _copy_run(typingctx, src, so, dst, do, n):
+    """``dst[do + j] = src[so + j]`` for ``j < n``: whole 512-bit vectors, then one masked load and store for
+    the rest (nothing read or written past the run); values moved exactly."""
+    if not (isinstance(src, types.Array) and src.dtype in (types.float32, types.float64)
+            and isinstance(dst, types.Array) and dst.dtype == src.dtype):
+        return None
+
+    def codegen(context, builder, sig, args):
+        sarr, so_, darr, do_, n_ = args
+        dt = sig.args[0].dtype
+        bits = 64 if dt == types.float64 else 32
+        L = 512 // bits
+        fty = context.get_value_type(dt)
+        vty = ir.VectorType(fty, L)
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        mty = ir.VectorType(ir.IntType(1), L)
+        sp = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=sarr).data
+        dp = cgutils.create_struct_proxy(sig.args[2])(context, builder, value=darr).data
+        nfull = builder.sdiv(n_, ir.Constant(i64, L))
+        k, _, done, head = _counted_loop(builder, "cr", [], nfull)
+        off = builder.mul(k, ir.Constant(i64, L))
+        v = builder.load(builder.bitcast(builder.gep(sp, [builder.add(so_, off)]), vty.as_pointer()), align=1)
+        builder.store(v, builder.bitcast(builder.gep(dp, [builder.add(do_, off)]), vty.as_pointer()), align=1)
+        _close_loop(builder, k, [], [], done, head)
+        off = builder.mul(nfull, ir.Constant(i64, L))
+        rest = builder.sub(n_, off)
+        yes = builder.append_basic_block("cr.tail")
+        end = builder.append_basic_block("cr.end")
+        builder.cbranch(builder.icmp_signed(">", rest, ir.Constant(i64, 0)), yes, end)
+        builder.position_at_end(yes)
+        vi = ir.VectorType(i64, L)
+        vundef = ir.Constant(vi, ir.Undefined)
+        tv = builder.shuffle_vector(builder.insert_element(vundef, rest, ir.Constant(i32, 0)), vundef,
+                                    ir.Constant(ir.VectorType(i32, L), [0] * L))
+        mask = builder.icmp_signed("<", ir.Constant(vi, list(range(L))), tv)
+        mload = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]), f"llvm.masked.load.v{L}f{bits}.p0")
+        mstore = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), i32, mty]),
+            f"llvm.masked.store.v{L}f{bits}.p0")
+        zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
+        v = builder.call(mload, [builder.bitcast(builder.gep(sp, [builder.add(so_, off)]), vty.as_pointer()),
+                                 ir.Constant(i32, 1), mask, zero])
+        builder.call(mstore, [v, builder.bitcast(builder.gep(dp, [builder.add(do_, off)]), vty.as_pointer()),
+                              ir.Constant(i32, 1), mask])
+        builder.branch(end)
+        builder.position_at_end(end)
+        return context.get_dummy_value()
+
+    i = types.int64
+    return types.void(src, i, dst, i, i), codegen
+
+
+copy_run: Any = _copy_run  # (called from compiled code with the arguments after typingctx)
+
+
 def _make_tr(R: int):
     """``trR(x, xo, sxa, h, I, up, tl, pfo, pfh)``: one tile of ``ttm_outer`` with lanes over rows of X (float32
     R up to ``TR_MAX_RANK``, float64 up to ``TR_MAX_RANK_F64``).

@@ -89,6 +89,7 @@ from tuckerkit.engine._simd import (
     block10,
     block11,
     block12,
+    copy_run,
     gblock1,
     gblock2,
     gblock3,
@@ -1064,12 +1065,11 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                 qs = 0
                 qr += 1
         if not direct:
-            if syr == 1:  # rows of the output unit-strided: a run of R a row (the padding dropped)
+            if syr == 1:  # rows of the output unit-strided: a run of R a row (the padding dropped), whole
+                # vectors and one masked (element by element before: 0.70 against 0.81 of the GEMM peak without
+                # any copy, float64 R = 50 in cache)
                 for a in range(h):
-                    ya = (a0 + a) * sya
-                    ta = a * Rp
-                    for r in range(R):
-                        y[ya + r] = tl[ta + r]
+                    copy_run(tl, a * Rp, y, (a0 + a) * sya, R)
             elif sya == 1:  # columns of the output unit-strided (Y as (R, A) rows): a run of the group's rows a
                 # column, once the group's last tile is done
                 if slot == grp - 1 or t == t_hi - 1:
