@@ -1430,6 +1430,17 @@ def test_outer_tr_kernel_writes_whole_tiles_into_the_output_and_nothing_else(R, 
         assert np.isnan(buf[outside]).all(), name
 
 
+def test_outer_tr_kernel_beyond_float32_ranks_gives_nan_in_every_layout(monkeypatch, rng):
+    """A float32 transposed tile beyond ``TR_MAX_RANK`` (never planned: compiled as NaN sums only) fills every
+    output element with NaN, whole tiles stored directly or not, in both layouts: nothing left unwritten."""
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: True)
+    X2 = rng.standard_normal((37, 20)).astype(np.float32)
+    Ut = rng.standard_normal((sg.TR_MAX_RANK + 1, 20)).astype(np.float32)
+    for Y2 in (np.zeros((Ut.shape[0], 37), np.float32), np.zeros((37, Ut.shape[0]), np.float32).T):
+        sg.ttm_outer(X2, Ut, Y2)
+        assert np.isnan(Y2).all()
+
+
 def test_outer_tr_kernel_reads_nothing_past_a_row(dtype, tr_style, monkeypatch, rng):
     """The columns past a row's whole steps are loaded masked: NaN right after each row (rows apart in a wider
     array) reaches no output."""

@@ -598,7 +598,8 @@ def _make_tr(R: int):
             i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
             if dt == types.float32 and R > TR_MAX_RANK:
                 # (float32 ranks beyond TR_MAX_RANK are never planned: compiled as a tile of NaN sums only, not
-                # the full block each float32 kernel would otherwise carry)
+                # the full block each float32 kernel would otherwise carry; written into tl, which the caller then
+                # copies out, whatever ``how`` asks)
                 nan = ir.Constant(vty, [ir.Constant(fty, float("nan"))] * L)
                 tlp = cgutils.create_struct_proxy(sig.args[6])(context, builder, value=tlarr).data
                 for r in range(R):

@@ -1158,12 +1158,14 @@ def _outer_tr_kernel(x, A, I, sxa, up, R, y, sya, syr, tl, t_lo, t_hi, pfd):  # 
         pfh = min(L, A - qa) if pfd > 0 and t + pfd < t_hi else 0
         # a whole tile's sums go straight into y where its rows or its columns are unit-strided (one vector
         # store a sum, or the sums transposed in registers: no copy through tl)
+        # (float32 tiles beyond TR_MAX_RANK, never planned, write NaN sums into tl only)
         how = 0
         yo = 0
         ys = 0
-        if h == L and sya == 1:
+        whole = h == L and R <= (TR_MAX_RANK if L == 16 else TR_MAX_RANK_F64)
+        if whole and sya == 1:
             how, yo, ys = 1, a0, syr
-        elif h == L and syr == 1:
+        elif whole and syr == 1:
             how, yo, ys = 2, a0 * sya, sya
         _tr_tile(R, x, a0 * sxa, sxa, h, I, up, tl, qa * sxa if pfh > 0 else 0, pfh, y, yo, ys, how)
         if how != 0:
