@@ -1214,8 +1214,9 @@ def _consider_rank_outer(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if math.prod(t_shape) * itemsize > RANK_OUTER_MAX_BYTES:
         return plan
     kb, zb = u_perm
-    n_copied = 0 if (m_strides[kb] == 1 and m_strides[zb] == m_shape[kb]) or min(m_shape) == 1 else \
-        math.prod(m_shape)
+    # (the layout has extents of at least 2: the matrix is (z, k) rows exactly when k is unit-strided and z
+    # strided by k's extent)
+    n_copied = 0 if m_strides[kb] == 1 and m_strides[zb] == m_shape[kb] else math.prod(m_shape)
     if n_copied and copies == "never":
         return plan
     from tuckerkit.engine._roofline import machine_roofline
