@@ -83,6 +83,7 @@ def test_256_bit_kernels_leave_the_wide_blocks_out(monkeypatch, rng):
     X2, Ut = rng.standard_normal((30, 40)), rng.standard_normal((16, 40))
     Y2 = np.empty((16, 30))
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "_outer_rb", lambda: 12)  # (twelve rows of X a two-vector block)
     try:
@@ -170,6 +171,7 @@ def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch
     four and a ragged one, into a strided output view; the same bits for one and two workers."""
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
     monkeypatch.setattr(sg, "_dot_five", lambda length, itemsize: five)
     I = 131  # noqa: E741
     X2 = rng.standard_normal((4 * 40 + 3, I)).astype(dtype)
@@ -269,8 +271,10 @@ def _launch_cases(rng, dtype):
     ]
 
 
-def _outer_name(R: int, itemsize: int) -> str:
-    """The kernel :func:`sg.ttm_outer` runs at rank ``R`` on this CPU (its launch's name)."""
+def _outer_name(R: int, itemsize: int, I: int) -> str:  # noqa: E741
+    """The kernel :func:`sg.ttm_outer` runs at rank ``R`` over ``I`` on this CPU (its launch's name)."""
+    if sg.outer_vdot_style(R, itemsize, I):
+        return "outer_vdot"
     if sg.outer_tr_style(R, itemsize):
         return "outer_tr"
     return "outer_gemm" if sg.outer_gemm_style(R, itemsize) else "outer_dot"
@@ -294,7 +298,7 @@ def test_a_plans_launch_gives_ttm_inners_bits(forced, dtype, workers, rng, monke
         first = contract(spec, A, B, plan=plan)
         (launch,) = plan._bound.launch.values()
         assert isinstance(launch, sg._Launch)
-        assert launch.name == _outer_name(U.shape[1], X.itemsize) if last else launch.name == "inner"
+        assert launch.name == _outer_name(U.shape[1], X.itemsize, X.shape[n]) if last else launch.name == "inner"
         _check(X, U, n, first)
         # the launch keeps the arrays its rows point to (U's blocks, the strips), never the first call's operands
         assert not any(np.shares_memory(k, v) for k in launch.keep for v in (A, B, first))
@@ -1215,6 +1219,7 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
     if geometry == "long rows":  # a tile's lines over its three shares (R = 7: two blocks) exceed the burst
         assert 4 * I * X.itemsize // 64 // 3 > sg._DOT_BURST
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)  # (the dot products at every rank)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "_OUTER_PREFETCH", 0)
     ref = np.empty((7, A), dtype)
@@ -1236,6 +1241,7 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
 def gemm_style(monkeypatch):
     """:func:`ttm_outer` sent to its GEMM-like kernel at every rank (the rule picks it at R of 16 and more)."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
 
 
@@ -1281,6 +1287,7 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     X = rng.standard_normal((1001, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
     monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
@@ -1369,12 +1376,14 @@ def tr_style(monkeypatch):
     rule picks it where they are wide; on narrower ones LLVM splits its 512-bit vectors, the same bits)."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: sg.TR_MIN_RANK <= R <= (
         sg.TR_MAX_RANK_F64 if itemsize == 8 else sg.TR_MAX_RANK))
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
 
 
 def _register_blocked(monkeypatch, X2, Ut, make):
     """``ttm_outer`` on the register-blocked kernel into a fresh output from ``make``."""
     with monkeypatch.context() as m:
         m.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+        m.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
         m.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
         Y = make()
         sg.ttm_outer(X2, Ut, Y)
@@ -1434,6 +1443,7 @@ def test_outer_tr_kernel_beyond_float32_ranks_gives_nan_in_every_layout(monkeypa
     """A float32 transposed tile beyond ``TR_MAX_RANK`` (never planned: compiled as NaN sums only) fills every
     output element with NaN, whole tiles stored directly or not, in both layouts: nothing left unwritten."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: True)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
     X2 = rng.standard_normal((37, 20)).astype(np.float32)
     Ut = rng.standard_normal((sg.TR_MAX_RANK + 1, 20)).astype(np.float32)
     for Y2 in (np.zeros((Ut.shape[0], 37), np.float32), np.zeros((37, Ut.shape[0]), np.float32).T):
@@ -1510,9 +1520,9 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
         sg.ttm_outer(X.reshape(600, 50), np.ascontiguousarray(U.T), direct.T)
         assert Y.reshape(600, R).tobytes() == direct.tobytes()
         if R == 8 and _handoff._handoff() is not None:  # the rule's kernel on this CPU (a launch needs the
-            # helpers): where vectors are wide the transposed tile (outer_tr_style) ahead of the register blocks
+            # helpers): where vectors are wide the row-dot kernel (outer_vdot_style) ahead of the transposed tile
             (launch,) = plan._bound.launch.values()
-            assert launch.name == ("outer_tr" if wide else "outer_dot")
+            assert launch.name == ("outer_vdot" if wide else "outer_dot")
 
 
 def test_planner_keeps_ranks_above_32_on_blas(rng):

@@ -738,3 +738,204 @@ def _make_tr(R: int):
 
 tr3, tr4, tr5, tr6, tr7, tr8, tr9, tr10, tr11, tr12, tr13, tr14, tr15, tr16, tr17, tr18, tr19, tr20 = (
     _make_tr(r) for r in range(TR_MIN_RANK, TR_MAX_RANK_F64 + 1))
+
+
+#: the ranks of the row-dot kernel (:func:`_make_vdot`; :func:`tuckerkit.engine._smallgemm.outer_vdot_style`)
+VDOT_MIN_RANK = 3
+VDOT_MAX_RANK = 12
+
+
+def vdot_rows(R: int) -> int:
+    """The rows of X a tile of :func:`_make_vdot`'s kernel takes at rank ``R``: as many as keep the
+    accumulators (rows x ``R``) within 24 of the 32 vector registers, at most 8.
+
+    >>> [vdot_rows(r) for r in (3, 4, 5, 8, 9, 12)]
+    [8, 6, 4, 3, 2, 2]
+    """
+    return max(1, min(8, 24 // R))
+
+
+def _reduce_ir(builder: Any, v: list[Any], L: int) -> Any:
+    """The sums of the lanes of ``L`` vectors ``v`` (``L`` lanes each) as one vector, lane ``j`` the sum of
+    ``v[j]``: ``log2 L`` rounds, each pairing vectors ``p`` and ``p + hh`` with the shuffles of
+    :func:`_transpose_ir` and adding the two halves (half the vectors after each round). Every lane's sum is
+    the same tree over its own vector's lanes (``hh`` = L/2 first: lane ``q`` plus lane ``q + hh``), whichever
+    place the vector has in ``v``."""
+    i32 = ir.IntType(32)
+    v = list(v)
+    hh = L // 2
+    while hh >= 1:
+        lo = ir.Constant(ir.VectorType(i32, L), [q if q & hh == 0 else L + q - hh for q in range(L)])
+        hi = ir.Constant(ir.VectorType(i32, L), [q + hh if q & hh == 0 else L + q for q in range(L)])
+        v = [builder.fadd(builder.shuffle_vector(v[p], v[p + hh], lo), builder.shuffle_vector(v[p], v[p + hh], hi))
+             for p in range(hh)]
+        hh //= 2
+    return v[0]
+
+
+def _make_vdot(R: int):
+    """``vdotR(x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh)``: one tile of ``ttm_outer`` as dot products
+    along the unit stride, ``NR`` = :func:`vdot_rows` rows of X against the ``R`` rows of ``U^T``.
+
+    Row ``a`` of the tile at ``x[xo + a * sxa]`` (``I`` elements, unit-strided; rows past ``h`` repeat row
+    ``h - 1``, computed and not stored), row ``r`` of ``U^T`` at ``u[r * su]`` zero-padded to whole 512-bit
+    vectors. Each step loads one vector of each row of X and of each row of ``U^T`` and adds their products into
+    ``NR x R`` vector accumulators (one fused multiply-add per vector: lane ``l`` of an accumulator holds the
+    chain over ``i = l, l + L, ...`` in order from zero); the ``I % L`` elements left are loaded masked (nothing
+    read past a row, the lanes beyond zero against U's zero padding). The accumulators are then summed ``L`` at
+    a time by one shuffle network (:func:`_reduce_ir`): about two shuffles and one add an output, where a
+    transposed tile (:func:`_make_tr`) takes four shuffles for every ``L`` elements of a row. The sums go to
+    ``y[yo + a * sya + r * syr]``: one masked store for each ``L`` of them where the output's rows are
+    C-ordered (``syr == 1`` and ``sya == R``), else one scalar store each. The bits: each output the same tree
+    over its ``L`` lane chains, whatever the tile, ``NR`` or the output's layout.
+
+    Before the loop one line of each of the ``pfh`` rows at ``x[pfo + a * sxa]`` is prefetched into L2 at the
+    row's first and last element, and each step the line of element ``min(k L + L - 1, I - 1)``: every line of
+    those rows (a row of ``I`` elements spans at most ``I / L + 2`` lines), the tile the caller computes
+    ``pfd`` tiles ahead. An empty inline-assembly barrier with a memory clobber opens each step: without it
+    LLVM unrolled the loop in two and hoisted both steps' loads of U ahead of the multiply-adds, spilling the
+    accumulators (in cache, float32 R = 10: 73 -> 89 GFlop/s)."""
+    NR = vdot_rows(R)
+
+    @intrinsic
+    def vdot(typingctx, x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh):  # noqa: E741
+        if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
+                and isinstance(u, types.Array) and isinstance(y, types.Array)
+                and u.dtype == x.dtype and y.dtype == x.dtype):
+            return None
+
+        def codegen(context, builder, sig, args):
+            xarr, xo_, sxa_, h_, I_, uarr, su_, yarr, yo_, sya_, syr_, pfo_, pfh_ = args
+            dt = sig.args[0].dtype
+            bits = 64 if dt == types.float64 else 32
+            L = 512 // bits
+            fty = context.get_value_type(dt)
+            vty = ir.VectorType(fty, L)
+            i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+            mty = ir.VectorType(ir.IntType(1), L)
+            vi = ir.VectorType(i64, L)
+            vundef = ir.Constant(vi, ir.Undefined)
+            splat = ir.Constant(ir.VectorType(i32, L), [0] * L)
+            lanes = ir.Constant(vi, list(range(L)))
+
+            def c(v):
+                return ir.Constant(i64, v)
+
+            def data(k, val):
+                return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
+
+            def bcast(n):
+                return builder.shuffle_vector(builder.insert_element(vundef, n, ir.Constant(i32, 0)), vundef, splat)
+
+            def fn(name, ret, argt):
+                return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, argt), name)
+
+            xp, up, yp = data(0, xarr), data(5, uarr), data(7, yarr)
+            fma = fn(f"llvm.fma.v{L}f{bits}", vty, [vty, vty, vty])
+            mload = fn(f"llvm.masked.load.v{L}f{bits}.p0", vty, [vty.as_pointer(), i32, mty, vty])
+            mstore = fn(f"llvm.masked.store.v{L}f{bits}.p0", ir.VoidType(), [vty, vty.as_pointer(), i32, mty])
+            pfetch = fn("llvm.prefetch.p0", ir.VoidType(), [i8p, i32, i32, i32])
+            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
+
+            def rows_at(base, n):  # row a's start, rows past n repeating row n - 1
+                last = builder.sub(n, c(1))
+                return [builder.gep(xp, [builder.add(base, builder.mul(
+                    builder.select(builder.icmp_signed("<", c(a), n), c(a), last), sxa_))]) for a in range(NR)]
+
+            rp = rows_at(xo_, h_)
+            pf = rows_at(pfo_, pfh_)
+            urow = [builder.gep(up, [builder.mul(c(r), su_)]) for r in range(R)]
+            nfull = builder.sdiv(I_, c(L))
+            tail = builder.sub(I_, builder.mul(nfull, c(L)))
+            last_i = builder.sub(I_, c(1))
+
+            def prefetch_rows(offs):
+                yes = builder.append_basic_block("vd.pf")
+                no = builder.append_basic_block("vd.nopf")
+                builder.cbranch(builder.icmp_signed(">", pfh_, c(0)), yes, no)
+                builder.position_at_end(yes)
+                for a in range(NR):
+                    for off in offs:
+                        builder.call(pfetch, [builder.bitcast(builder.gep(pf[a], [off]), i8p), ir.Constant(i32, 0),
+                                              ir.Constant(i32, 2), ir.Constant(i32, 1)])
+                builder.branch(no)
+                builder.position_at_end(no)
+
+            def step(acc, xs, i0):
+                builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], True)
+                out = list(acc)
+                for r in range(R):
+                    uv = builder.load(builder.bitcast(builder.gep(urow[r], [i0]), vty.as_pointer()), align=1)
+                    for a in range(NR):
+                        out[a * R + r] = builder.call(fma, [xs[a], uv, out[a * R + r]])
+                return out
+
+            prefetch_rows([c(0), last_i])
+            k, acc, done, head = _counted_loop(builder, "vd", [zero] * (NR * R), nfull)
+            i0 = builder.mul(k, c(L))
+            xs = [builder.load(builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()), align=1)
+                  for a in range(NR)]
+            off = builder.add(i0, c(L - 1))
+            prefetch_rows([builder.select(builder.icmp_signed("<", off, last_i), off, last_i)])
+            _close_loop(builder, k, acc, step(acc, xs, i0), done, head)
+            tail_b = builder.append_basic_block("vd.tail")
+            fin = builder.append_basic_block("vd.fin")
+            done_end = builder.block
+            builder.cbranch(builder.icmp_signed(">", tail, c(0)), tail_b, fin)
+            builder.position_at_end(tail_b)
+            i0 = builder.mul(nfull, c(L))
+            mask = builder.icmp_signed("<", lanes, bcast(tail))
+            xs = [builder.call(mload, [builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()),
+                                       ir.Constant(i32, 1), mask, zero]) for a in range(NR)]
+            tnew = step(acc, xs, i0)
+            tail_end = builder.block
+            builder.branch(fin)
+            builder.position_at_end(fin)
+            sums = []
+            for q in range(NR * R):
+                p = builder.phi(vty)
+                p.add_incoming(acc[q], done_end)
+                p.add_incoming(tnew[q], tail_end)
+                sums.append(p)
+            n = NR * R
+            groups = list(range(0, n, L))
+            vecs = [_reduce_ir(builder, sums[g:g + L] + [zero] * (L - min(L, n - g)), L) for g in groups]
+            contig = builder.and_(builder.icmp_signed("==", syr_, c(1)), builder.icmp_signed("==", sya_, c(R)))
+            b_c = builder.append_basic_block("vd.c")
+            b_s = builder.append_basic_block("vd.s")
+            b_e = builder.append_basic_block("vd.e")
+            builder.cbranch(contig, b_c, b_s)
+            builder.position_at_end(b_c)  # C-ordered rows: the tile's h R sums back to back
+            hr = builder.mul(h_, c(R))
+            for v, g in zip(vecs, groups, strict=True):
+                m = builder.icmp_signed("<", lanes, bcast(builder.sub(hr, c(g))))
+                builder.call(mstore, [v, builder.bitcast(builder.gep(yp, [builder.add(yo_, c(g))]), vty.as_pointer()),
+                                      ir.Constant(i32, 1), m])
+            builder.branch(b_e)
+            builder.position_at_end(b_s)  # any other strides: one store a sum, rows below h
+            for v, g in zip(vecs, groups, strict=True):
+                for j in range(min(L, n - g)):
+                    a, r = divmod(g + j, R)
+                    at = builder.add(yo_, builder.add(builder.mul(c(a), sya_), builder.mul(c(r), syr_)))
+                    if a == 0:  # (h >= 1: the first row is always stored)
+                        builder.store(builder.extract_element(v, ir.Constant(i32, j)), builder.gep(yp, [at]))
+                        continue
+                    yes = builder.append_basic_block("vd.st")
+                    nxt = builder.append_basic_block("vd.nx")
+                    builder.cbranch(builder.icmp_signed("<", c(a), h_), yes, nxt)
+                    builder.position_at_end(yes)
+                    builder.store(builder.extract_element(v, ir.Constant(i32, j)), builder.gep(yp, [at]))
+                    builder.branch(nxt)
+                    builder.position_at_end(nxt)
+            builder.branch(b_e)
+            builder.position_at_end(b_e)
+            return context.get_dummy_value()
+
+        i = types.int64
+        return types.void(x, i, i, i, i, u, i, y, i, i, i, i, i), codegen
+
+    return vdot
+
+
+vdot3, vdot4, vdot5, vdot6, vdot7, vdot8, vdot9, vdot10, vdot11, vdot12 = (
+    _make_vdot(r) for r in range(VDOT_MIN_RANK, VDOT_MAX_RANK + 1))
