@@ -317,7 +317,8 @@ def test_read_only_and_writable_inputs_share_one_compiled_specialization(tmp_pat
             "a, b = tk.hooi(X, 5, max_iter=2, tol=0), tk.hooi(M, 5, max_iter=2, tol=0)\n"
             "same.append(a.core.tobytes() == b.core.tobytes())\n"
             "sigs = {k.py_func.__name__: [str(t[0]) for t in k.signatures] for k in (\n"
-            "    s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel, s._outer_tr_kernel, g.to_single_cols,\n"
+            "    s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel, s._outer_tr_kernel, s._outer_vdot_kernel,\n"
+            "    g.to_single_cols,\n"
             "    g.to_single_rows,\n"
             "    g.to_single_slabs)}\n"
             "print(json.dumps([all(same), sigs]))\n")
@@ -326,8 +327,8 @@ def test_read_only_and_writable_inputs_share_one_compiled_specialization(tmp_pat
     same, sigs = json.loads(out.stdout.strip().splitlines()[-1])
     assert same
     used = {name: types for name, types in sigs.items() if types}
-    assert "_inner_kernel" in used and ("_outer_dot_kernel" in used or "_outer_tr_kernel" in used)  # (the
-    # compiled TTMs ran: the last mode's transposed tile where vectors are wide, else its dot products)
+    assert "_inner_kernel" in used and ("_outer_dot_kernel" in used or "_outer_vdot_kernel" in used)  # (the
+    # compiled TTMs ran: the last mode's row-dot kernel where vectors are wide, else its dot products)
     for name, types in used.items():
         assert len(types) == 1 and types[0].startswith("readonly array(float64"), (name, types)
 
@@ -354,7 +355,7 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
             "from numba.core.runtime import rtsys\n"
             "from tuckerkit.engine import _smallgemm as s\n"
             "ran = [k.py_func.__name__ for k in (s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel,"
-            " s._outer_tr_kernel) if k.signatures]\n"
+            " s._outer_tr_kernel, s._outer_vdot_kernel) if k.signatures]\n"
             "from tuckerkit.engine import ExecutionPolicy, _handoff\n"  # (a product cut over the GEMM helpers,
             "A, B, C = rng.standard_normal((512, 256)), rng.standard_normal((256, 256)), np.empty((512, 256))\n"
             "split = _handoff.run_split(A, B, C, 0, [0, 256, 512], ExecutionPolicy(workers=2))\n"  # as a 4-way
@@ -369,8 +370,10 @@ def test_default_dense_calls_load_their_kernels_without_numbas_runtime():
     out = _run_py(code)
     assert out.returncode == 0, out.stderr
     nrt, arrayobj, ran, fits, scanned, scanned_later, wide = json.loads(out.stdout.strip().splitlines()[-1])
-    # (the last mode's small ranks: the transposed tile where vectors are wide, else the dot products)
-    assert sorted(ran) == ["_inner_kernel", "_outer_gemm_kernel", "_outer_tr_kernel", "_round"] if wide else \
+    # (the last mode's small ranks: the row-dot kernel where vectors are wide (float64 R = 16 the transposed
+    # tile), else the dot products)
+    assert sorted(ran) == ["_inner_kernel", "_outer_gemm_kernel", "_outer_tr_kernel", "_outer_vdot_kernel",
+                           "_round"] if wide else \
         ["_inner_kernel", "_outer_dot_kernel", "_outer_gemm_kernel", "_round"]
     assert nrt is False and arrayobj is False
     # numba's scan for third-party extensions: not run for our cached kernels, run for the first other kernel

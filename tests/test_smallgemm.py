@@ -83,7 +83,7 @@ def test_256_bit_kernels_leave_the_wide_blocks_out(monkeypatch, rng):
     X2, Ut = rng.standard_normal((30, 40)), rng.standard_normal((16, 40))
     Y2 = np.empty((16, 30))
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
-    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "_outer_rb", lambda: 12)  # (twelve rows of X a two-vector block)
     try:
@@ -171,7 +171,7 @@ def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch
     four and a ragged one, into a strided output view; the same bits for one and two workers."""
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
-    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "_dot_five", lambda length, itemsize: five)
     I = 131  # noqa: E741
     X2 = rng.standard_normal((4 * 40 + 3, I)).astype(dtype)
@@ -1219,7 +1219,7 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
     if geometry == "long rows":  # a tile's lines over its three shares (R = 7: two blocks) exceed the burst
         assert 4 * I * X.itemsize // 64 // 3 > sg._DOT_BURST
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)  # (the dot products at every rank)
-    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "_OUTER_PREFETCH", 0)
     ref = np.empty((7, A), dtype)
@@ -1241,7 +1241,7 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
 def gemm_style(monkeypatch):
     """:func:`ttm_outer` sent to its GEMM-like kernel at every rank (the rule picks it at R of 16 and more)."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
-    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
 
 
@@ -1287,7 +1287,7 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     X = rng.standard_normal((1001, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
-    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
     monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
@@ -1376,14 +1376,14 @@ def tr_style(monkeypatch):
     rule picks it where they are wide; on narrower ones LLVM splits its 512-bit vectors, the same bits)."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: sg.TR_MIN_RANK <= R <= (
         sg.TR_MAX_RANK_F64 if itemsize == 8 else sg.TR_MAX_RANK))
-    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
 
 
 def _register_blocked(monkeypatch, X2, Ut, make):
     """``ttm_outer`` on the register-blocked kernel into a fresh output from ``make``."""
     with monkeypatch.context() as m:
         m.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
-        m.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+        m.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
         m.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
         Y = make()
         sg.ttm_outer(X2, Ut, Y)
@@ -1443,7 +1443,7 @@ def test_outer_tr_kernel_beyond_float32_ranks_gives_nan_in_every_layout(monkeypa
     """A float32 transposed tile beyond ``TR_MAX_RANK`` (never planned: compiled as NaN sums only) fills every
     output element with NaN, whole tiles stored directly or not, in both layouts: nothing left unwritten."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: True)
-    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, I: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     X2 = rng.standard_normal((37, 20)).astype(np.float32)
     Ut = rng.standard_normal((sg.TR_MAX_RANK + 1, 20)).astype(np.float32)
     for Y2 in (np.zeros((Ut.shape[0], 37), np.float32), np.zeros((37, Ut.shape[0]), np.float32).T):
@@ -1489,6 +1489,113 @@ def test_outer_tr_style_rule(monkeypatch):
     assert [R for R in range(1, 40) if sg.outer_tr_style(R, 8)] == list(range(3, 21))
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert not any(sg.outer_tr_style(R, it) for R in range(1, 40) for it in (4, 8))
+
+
+# --- the row-dot unit-stride kernel (a few rows of X against every row of U^T, sums by one shuffle network) ---
+
+
+@pytest.fixture
+def vdot_style(monkeypatch):
+    """:func:`ttm_outer` sent to its row-dot kernel at the ranks it has, whatever this CPU's vectors and the size
+    of U (the rule picks it where vectors are wide; on narrower ones LLVM splits the 512-bit vectors, the same
+    bits)."""
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: sg.VDOT_MIN_RANK <= R <= sg.VDOT_MAX_RANK)
+
+
+@pytest.mark.parametrize("R", range(3, 13))
+def test_outer_vdot_kernel_every_rank_layout_and_tail(R, dtype, vdot_style, rng):
+    """Every rank of the row-dot kernel (3 to 12: tiles of 8 down to 2 rows), sums over i of whole vectors only,
+    of a masked rest only and of both, a last tile of fewer rows, X C-ordered and sliced, every output layout
+    (C-ordered rows stored a vector at a time, the others one sum each): einsum's sums to rounding, the same
+    bits in every layout, and each output a function of its own row alone (the rows of X permuted: the outputs
+    permuted, bit for bit, whichever place in a tile or in the shuffle network a row's sums took)."""
+    assert (sg.VDOT_MIN_RANK, sg.VDOT_MAX_RANK) == (3, 12)
+    for A, I in ((1, 1), (7, 13), (17, 16), (25, 203), (33, 48), (9, 31), (50, 64)):  # noqa: E741
+        U = rng.standard_normal((I, R)).astype(dtype)
+        Ut = np.ascontiguousarray(U.T)
+        xs, outs = _outer_layouts(rng, A, I, R, dtype)
+        bits = set()
+        for X2, make in itertools.product(xs.values(), outs.values()):
+            Y2 = make()
+            sg.ttm_outer(X2, Ut, Y2)
+            _check(np.ascontiguousarray(X2), U, 1, Y2.T)
+            bits.add(np.ascontiguousarray(Y2).tobytes())
+        assert len(bits) == 1, (A, I)
+        perm = rng.permutation(A)
+        Xp = np.ascontiguousarray(xs["C"][perm])
+        Yp = np.empty((R, A), dtype)
+        sg.ttm_outer(Xp, Ut, Yp)
+        Y = np.empty((R, A), dtype)
+        sg.ttm_outer(xs["C"], Ut, Y)
+        assert Yp.tobytes() == np.ascontiguousarray(Y[:, perm]).tobytes(), (A, I)
+
+
+@pytest.mark.parametrize("R", [3, 5, 10, 12])
+def test_outer_vdot_kernel_writes_its_view_and_reads_its_rows_only(R, dtype, vdot_style, rng):
+    """Outputs as views inside NaN-filled buffers (C-ordered rows: masked vector stores; the others one store a
+    sum): every element of the view einsum's to rounding and the C-ordered output's bits, every element around
+    it still NaN. X's rows apart in a wider array with NaN after each row: no NaN reaches an output (the rest
+    of a row past whole vectors is loaded masked)."""
+    A, I = 3 * sg.vdot_rows(R) + 1, 37  # noqa: E741
+    big = np.full((A, I + 3), np.nan, dtype)
+    big[:, :I] = rng.standard_normal((A, I))
+    U = rng.standard_normal((I, R)).astype(dtype)
+    Ut = np.ascontiguousarray(U.T)
+    want = np.empty((A, R), dtype)
+    sg.ttm_outer(np.ascontiguousarray(big[:, :I]), Ut, want.T)
+    bufs = {"cols": np.full((A + 2, R + 3), np.nan, dtype), "rows": np.full((R + 2, A + 3), np.nan, dtype),
+            "cols apart": np.full((A, 2 * R + 1), np.nan, dtype)}
+    views = {"cols": lambda b: b[1:A + 1, 1:R + 1].T, "rows": lambda b: b[1:R + 1, 2:A + 2],
+             "cols apart": lambda b: b[:, R:2 * R].T}
+    for name, buf in bufs.items():
+        Y2 = views[name](buf)
+        sg.ttm_outer(big[:, :I], Ut, Y2, ExecutionPolicy(2))
+        assert np.isfinite(Y2).all(), name
+        _check(np.ascontiguousarray(big[:, :I]), U, 1, Y2.T)
+        assert np.ascontiguousarray(Y2.T).tobytes() == want.tobytes(), name
+        outside = np.ones(buf.shape, bool)
+        views[name](outside)[...] = False
+        assert np.isnan(buf[outside]).all(), name
+
+
+def test_outer_vdot_kernel_bits_do_not_depend_on_workers_pieces_or_prefetch(vdot_style, dtype, monkeypatch, rng):
+    """Several pieces of tiles (any worker takes any), the prefetch of rows 2 to 64 ahead, both output layouts:
+    the same bits for all of them; NaN and infinities in X reach exactly the outputs of their rows."""
+    X = rng.standard_normal((1001, 157)).astype(dtype)
+    X[5, 3], X[600, 156], X[1000, 0] = np.nan, np.inf, -np.inf
+    Ut = rng.standard_normal((10, 157)).astype(dtype)
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
+    ref = np.empty((10, 1001), dtype)
+    sg.ttm_outer(X, Ut, ref)
+    bad = np.zeros(1001, bool)
+    bad[[5, 600, 1000]] = True
+    assert not np.isfinite(ref[:, bad]).any() and np.isfinite(ref[:, ~bad]).all()
+    Xf = X[~bad]
+    _check(Xf, np.ascontiguousarray(Ut.T), 1, np.ascontiguousarray(ref[:, ~bad].T))
+    for workers, ahead in ((2, 32), (1, 0), (2, 2), (3, 64), (2, 7)):
+        monkeypatch.setattr(sg, "VDOT_AHEAD_ROWS", ahead)
+        for out in (np.empty((10, 1001), dtype), np.empty((1001, 10), dtype).T):
+            sg.ttm_outer(X, Ut, out, ExecutionPolicy(workers))
+            assert np.ascontiguousarray(out).tobytes() == ref.tobytes(), (workers, ahead)
+
+
+def test_outer_vdot_style_rule(monkeypatch):
+    """The row-dot kernel takes R of 3 to 12 where vectors are wide and U^T's rows, padded to whole 512-bit
+    vectors, fit in ``VDOT_U_MAX_BYTES`` = 16 KiB; none elsewhere; its tiles' rows keep the accumulators within
+    24 registers."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    assert sg.VDOT_U_MAX_BYTES == 16 << 10
+    for itemsize in (4, 8):
+        assert [R for R in range(1, 40) if sg.outer_vdot_style(R, itemsize, 60)] == list(range(3, 13))
+    # float32 R = 10: 400 elements a row (16000 bytes) in, 401 (padded to 416: 16640) out; float64 200 / 201
+    assert sg.outer_vdot_style(10, 4, 400) and not sg.outer_vdot_style(10, 4, 401)
+    assert sg.outer_vdot_style(10, 8, 200) and not sg.outer_vdot_style(10, 8, 201)
+    assert sg.outer_vdot_style(3, 8, 680) and not sg.outer_vdot_style(3, 8, 690)
+    assert [sg.vdot_rows(R) for R in range(3, 13)] == [8, 6, 4, 4, 3, 3, 2, 2, 2, 2]
+    assert all(sg.vdot_rows(R) * R <= 24 for R in range(3, 13))
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    assert not any(sg.outer_vdot_style(R, it, 60) for R in range(1, 40) for it in (4, 8))
 
 
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):

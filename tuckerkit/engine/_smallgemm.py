@@ -173,6 +173,7 @@ from tuckerkit.engine._simd import (
     tr18,
     tr19,
     tr20,
+    tr_block,
     vdot3,
     vdot4,
     vdot5,
@@ -184,7 +185,6 @@ from tuckerkit.engine._simd import (
     vdot11,
     vdot12,
     vdot_rows,
-    tr_block,
     wide_vectors,
 )
 
