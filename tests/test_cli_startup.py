@@ -317,8 +317,8 @@ def test_read_only_and_writable_inputs_share_one_compiled_specialization(tmp_pat
             "a, b = tk.hooi(X, 5, max_iter=2, tol=0), tk.hooi(M, 5, max_iter=2, tol=0)\n"
             "same.append(a.core.tobytes() == b.core.tobytes())\n"
             "sigs = {k.py_func.__name__: [str(t[0]) for t in k.signatures] for k in (\n"
-            "    s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel, s._outer_tr_kernel, s._outer_vdot_kernel,\n"
-            "    g.to_single_cols,\n"
+            "    s._inner_kernel, s._outer_dot_kernel, s._outer_gemm_kernel, s._outer_tr_kernel,\n"
+            "    s._outer_vdot_kernel, g.to_single_cols,\n"
             "    g.to_single_rows,\n"
             "    g.to_single_slabs)}\n"
             "print(json.dumps([all(same), sigs]))\n")

@@ -32,10 +32,11 @@ from the cache without setting numba's runtime up (about 25 ms of a process's fi
 2^21 elements and 60^4, e.g. 42x40x38x36, cuts a product over the helpers in its first sweep).
 
 The compiled small-rank kernels (:mod:`tuckerkit.engine._smallgemm`: ``_inner_kernel``, ``_outer_gemm_kernel``,
-``_outer_dot_kernel``, ``_outer_tr_kernel``) hand their tiles to the same helpers (:func:`run_kernel`): a piece is
-a row of a second table, the address of the C wrapper numba compiles beside every kernel (``cfunc.<name>``: the
-arguments by value, an array as numba's array struct) and the kernel's arguments, arrays as address and extents;
-the compiled loop rebuilds the structs (:func:`_call_kernel`) and calls the wrapper, so the same machine code runs
+``_outer_dot_kernel``, ``_outer_tr_kernel``, ``_outer_vdot_kernel``) hand their tiles to the same helpers
+(:func:`run_kernel`): a piece is a row of a second table, the address of the C wrapper numba compiles beside
+every kernel (``cfunc.<name>``: the arguments by value, an array as numba's array struct) and the kernel's
+arguments, arrays as address and extents; the compiled loop rebuilds the structs (:func:`_call_kernel`) and
+calls the wrapper, so the same machine code runs
 as from Python. Measured on the project's 2-core AVX-512 VM (interleaved medians in one process, the call after
 a threaded BLAS product and the helpers asleep, as in the benchmarks; the same bits on both routes): TTMs of
 200^3 and 320x240x160 at R = 10 and 32, every mode, float32 and float64, 0.89-1.03x the Python pool's time

@@ -41,7 +41,10 @@ kernels here read ``X`` once, in memory order:
   3-15 (:func:`outer_tr_style`) takes a transposed tile instead: 16 float32 or 8 float64 rows of X a tile, lanes
   over the rows, each step's block (one 512-bit vector a row) transposed in registers and its columns broadcast
   against U's rows (:func:`tuckerkit.engine._simd._make_tr`): no horizontal sums, no scalar tail, the bits of
-  the register-blocked kernel.
+  the register-blocked kernel. Ahead of it, R of 3-12 with U of at most ``VDOT_U_MAX_BYTES`` takes the row-dot
+  kernel (:func:`outer_vdot_style`): 24 / R rows of X (at most 8) against every row of ``U^T`` as vector dot
+  products along the unit stride, the lanes of 16 float32 (8 float64) sums added at once by one shuffle network
+  (:func:`tuckerkit.engine._simd._make_vdot`), the sums stored straight into the output.
 
 Every output element is one sum over ``i`` in a fixed order set at compile time (in order, one fused
 multiply-add per term, in :func:`ttm_inner` and the GEMM-like :func:`ttm_outer`, the chunks of ``i`` carrying
@@ -1744,7 +1747,9 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
     C-contiguous (U transposed) and any non-negative strides of the output view ``Y2`` (shape (R, A)); tiles of
     rows split over the policy's workers. Dot products along the unit stride (four rows of X against two
     columns of U at a time), or where :func:`outer_gemm_style` says so, rows of X broadcast against packed
-    columns of U (the inner kernel's register blocks, a sum in order over ``i`` per element).
+    columns of U (the inner kernel's register blocks, a sum in order over ``i`` per element); where vectors are
+    wide, the transposed tile (:func:`outer_tr_style`) or, ahead of it, the row-dot kernel
+    (:func:`outer_vdot_style`).
 
     Examples
     --------
