@@ -1581,13 +1581,17 @@ def test_outer_vdot_kernel_bits_do_not_depend_on_workers_pieces_or_prefetch(vdot
 
 
 def test_outer_vdot_style_rule(monkeypatch):
-    """The row-dot kernel takes R of 3 to 12 where vectors are wide and U^T's rows, padded to whole 512-bit
-    vectors, fit in ``VDOT_U_MAX_BYTES`` = 16 KiB; none elsewhere; its tiles' rows keep the accumulators within
-    24 registers."""
+    """The row-dot kernel takes R of 3 to 12 where vectors are wide, on rows of X of at least four 512-bit
+    vectors, and U^T's rows, padded to whole vectors, fit in ``VDOT_U_MAX_BYTES`` = 16 KiB; none elsewhere; its
+    tiles' rows keep the accumulators within 24 registers."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     assert sg.VDOT_U_MAX_BYTES == 16 << 10
     for itemsize in (4, 8):
-        assert [R for R in range(1, 40) if sg.outer_vdot_style(R, itemsize, 60)] == list(range(3, 13))
+        assert [R for R in range(1, 40) if sg.outer_vdot_style(R, itemsize, 64)] == list(range(3, 13))
+    # rows of at least 256 bytes (four vectors): float32 64 elements, float64 32
+    assert sg.VDOT_MIN_ROW_BYTES == 256
+    assert sg.outer_vdot_style(10, 4, 64) and not sg.outer_vdot_style(10, 4, 63)
+    assert sg.outer_vdot_style(10, 8, 32) and not sg.outer_vdot_style(10, 8, 31)
     # float32 R = 10: 400 elements a row (16000 bytes) in, 401 (padded to 416: 16640) out; float64 200 / 201
     assert sg.outer_vdot_style(10, 4, 400) and not sg.outer_vdot_style(10, 4, 401)
     assert sg.outer_vdot_style(10, 8, 200) and not sg.outer_vdot_style(10, 8, 201)
@@ -1595,7 +1599,7 @@ def test_outer_vdot_style_rule(monkeypatch):
     assert [sg.vdot_rows(R) for R in range(3, 13)] == [8, 6, 4, 4, 3, 3, 2, 2, 2, 2]
     assert all(sg.vdot_rows(R) * R <= 24 for R in range(3, 13))
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
-    assert not any(sg.outer_vdot_style(R, it, 60) for R in range(1, 40) for it in (4, 8))
+    assert not any(sg.outer_vdot_style(R, it, 64) for R in range(1, 40) for it in (4, 8))
 
 
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):

@@ -269,6 +269,8 @@ VDOT_AHEAD_ROWS = 32
 #: the largest ``U^T`` (R rows zero-padded to whole 512-bit vectors) the row-dot kernel takes: it is read once
 #: for every tile of a few rows of X and must stay in L1 beside them
 VDOT_U_MAX_BYTES = 16 << 10
+#: the shortest rows of X (in bytes) the row-dot kernel takes: four 512-bit vectors
+VDOT_MIN_ROW_BYTES = 256
 _DOT_BURST = 64
 #: rows of X per tile of :func:`ttm_outer`'s register-blocked kernel (two blocks of six rows, or three of four;
 #: with 512-bit vectors one block of twelve: :func:`_outer_rb`)
@@ -1901,8 +1903,11 @@ def outer_vdot_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     ms, (76800, 160) 2.82-3.45 against 3.64-4.02 ms, (133333, 60) 3.61 against 3.97 ms; float64 (40000, 200)
     3.35-4.26 against 3.51-4.52 ms, (133333, 60) 5.29 against 6.29 ms; in cache ((800, 200)) float32 89 against
     75 GFlop/s. But rows of 1000 elements (U^T of 40 KB float32 at R = 10, read from L2 for every tile of two
-    rows) 1.35-1.45x (float32) and 1.45-1.85x (float64) the time: hence the bound on U."""
-    if not (wide_vectors() and VDOT_MIN_RANK <= R <= VDOT_MAX_RANK):
+    rows) 1.35-1.45x (float32) and 1.45-1.85x (float64) the time: hence the bound on U. And rows shorter than
+    ``VDOT_MIN_ROW_BYTES`` = 256 (four vectors), where the sums' network outweighs the multiply-adds: two
+    workers, X of 1.5-3.2 MB, R = 10, float32 rows of 8 / 20 / 32 / 48 elements 1.18 / 1.29 / 1.25 / 1.55x the
+    transposed tile's time (R = 4: 0.88-1.09x), float64 0.93-1.12x."""
+    if not (wide_vectors() and VDOT_MIN_RANK <= R <= VDOT_MAX_RANK and I * itemsize >= VDOT_MIN_ROW_BYTES):
         return False
     L = 64 // itemsize
     return R * -(-I // L) * L * itemsize <= VDOT_U_MAX_BYTES
