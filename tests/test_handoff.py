@@ -413,7 +413,8 @@ def test_a_kernel_the_helpers_cannot_call_runs_on_the_pool(rng, monkeypatch):
     # U transposed given in F order to the dot-product kernel: the rows describe C arrays only, so the pool (and
     # another overload, whose vectorized dot products round differently: ttm_outer's callers pass C arrays)
     X2 = rng.standard_normal((9999, 77))
-    Ut = rng.standard_normal((2, 77))  # (R = 2: the dot products on any vectors)
+    Ut = rng.standard_normal((2, 77))  # (R = 2: the dot products where the row-dot kernel is not taken)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     assert not sg.outer_gemm_style(2, 8) and not sg.outer_tr_style(2, 8)
     Z, Zf = np.empty((2, 9999)), np.empty((2, 9999))
     rounds.clear()

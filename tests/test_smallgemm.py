@@ -1502,14 +1502,14 @@ def vdot_style(monkeypatch):
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: sg.VDOT_MIN_RANK <= R <= sg.VDOT_MAX_RANK)
 
 
-@pytest.mark.parametrize("R", range(3, 13))
+@pytest.mark.parametrize("R", range(1, 13))
 def test_outer_vdot_kernel_every_rank_layout_and_tail(R, dtype, vdot_style, rng):
-    """Every rank of the row-dot kernel (3 to 12: tiles of 8 down to 2 rows), sums over i of whole vectors only,
+    """Every rank of the row-dot kernel (1 to 12: tiles of 8 down to 2 rows), sums over i of whole vectors only,
     of a masked rest only and of both, a last tile of fewer rows, X C-ordered and sliced, every output layout
     (C-ordered rows stored a vector at a time, the others one sum each): einsum's sums to rounding, the same
     bits in every layout, and each output a function of its own row alone (the rows of X permuted: the outputs
     permuted, bit for bit, whichever place in a tile or in the shuffle network a row's sums took)."""
-    assert (sg.VDOT_MIN_RANK, sg.VDOT_MAX_RANK) == (3, 12)
+    assert (sg.VDOT_MIN_RANK, sg.VDOT_MAX_RANK) == (1, 12)
     for A, I in ((1, 1), (7, 13), (17, 16), (25, 203), (33, 48), (9, 31), (50, 64)):  # noqa: E741
         U = rng.standard_normal((I, R)).astype(dtype)
         Ut = np.ascontiguousarray(U.T)
@@ -1530,7 +1530,7 @@ def test_outer_vdot_kernel_every_rank_layout_and_tail(R, dtype, vdot_style, rng)
         assert Yp.tobytes() == np.ascontiguousarray(Y[:, perm]).tobytes(), (A, I)
 
 
-@pytest.mark.parametrize("R", [3, 5, 10, 12])
+@pytest.mark.parametrize("R", [1, 2, 3, 5, 10, 12])
 def test_outer_vdot_kernel_writes_its_view_and_reads_its_rows_only(R, dtype, vdot_style, rng):
     """Outputs as views inside NaN-filled buffers (C-ordered rows: masked vector stores; the others one store a
     sum): every element of the view einsum's to rounding and the C-ordered output's bits, every element around
@@ -1581,13 +1581,13 @@ def test_outer_vdot_kernel_bits_do_not_depend_on_workers_pieces_or_prefetch(vdot
 
 
 def test_outer_vdot_style_rule(monkeypatch):
-    """The row-dot kernel takes R of 3 to 12 where vectors are wide, on rows of X of at least four 512-bit
+    """The row-dot kernel takes R of 1 to 12 where vectors are wide, on rows of X of at least four 512-bit
     vectors, and U^T's rows, padded to whole vectors, fit in ``VDOT_U_MAX_BYTES`` = 16 KiB; none elsewhere; its
     tiles' rows keep the accumulators within 24 registers."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     assert sg.VDOT_U_MAX_BYTES == 16 << 10
     for itemsize in (4, 8):
-        assert [R for R in range(1, 40) if sg.outer_vdot_style(R, itemsize, 64)] == list(range(3, 13))
+        assert [R for R in range(1, 40) if sg.outer_vdot_style(R, itemsize, 64)] == list(range(1, 13))
     # rows of at least 256 bytes (four vectors): float32 64 elements, float64 32
     assert sg.VDOT_MIN_ROW_BYTES == 256
     assert sg.outer_vdot_style(10, 4, 64) and not sg.outer_vdot_style(10, 4, 63)
@@ -1596,8 +1596,9 @@ def test_outer_vdot_style_rule(monkeypatch):
     assert sg.outer_vdot_style(10, 4, 400) and not sg.outer_vdot_style(10, 4, 401)
     assert sg.outer_vdot_style(10, 8, 200) and not sg.outer_vdot_style(10, 8, 201)
     assert sg.outer_vdot_style(3, 8, 680) and not sg.outer_vdot_style(3, 8, 690)
-    assert [sg.vdot_rows(R) for R in range(3, 13)] == [8, 6, 4, 4, 3, 3, 2, 2, 2, 2]
-    assert all(sg.vdot_rows(R) * R <= 24 for R in range(3, 13))
+    assert sg.outer_vdot_style(1, 4, 4096) and not sg.outer_vdot_style(1, 4, 4097)
+    assert [sg.vdot_rows(R) for R in range(1, 13)] == [8, 8, 8, 6, 4, 4, 3, 3, 2, 2, 2, 2]
+    assert all(sg.vdot_rows(R) * R <= 24 for R in range(1, 13))
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert not any(sg.outer_vdot_style(R, it, 64) for R in range(1, 40) for it in (4, 8))
 

@@ -741,7 +741,7 @@ tr3, tr4, tr5, tr6, tr7, tr8, tr9, tr10, tr11, tr12, tr13, tr14, tr15, tr16, tr1
 
 
 #: the ranks of the row-dot kernel (:func:`_make_vdot`; :func:`tuckerkit.engine._smallgemm.outer_vdot_style`)
-VDOT_MIN_RANK = 3
+VDOT_MIN_RANK = 1
 VDOT_MAX_RANK = 12
 
 
@@ -749,8 +749,8 @@ def vdot_rows(R: int) -> int:
     """The rows of X a tile of :func:`_make_vdot`'s kernel takes at rank ``R``: as many as keep the
     accumulators (rows x ``R``) within 24 of the 32 vector registers, at most 8.
 
-    >>> [vdot_rows(r) for r in (3, 4, 5, 8, 9, 12)]
-    [8, 6, 4, 3, 2, 2]
+    >>> [vdot_rows(r) for r in (1, 3, 4, 5, 8, 9, 12)]
+    [8, 8, 6, 4, 3, 2, 2]
     """
     return max(1, min(8, 24 // R))
 
@@ -937,5 +937,5 @@ def _make_vdot(R: int):
     return vdot
 
 
-vdot3, vdot4, vdot5, vdot6, vdot7, vdot8, vdot9, vdot10, vdot11, vdot12 = (
+vdot1, vdot2, vdot3, vdot4, vdot5, vdot6, vdot7, vdot8, vdot9, vdot10, vdot11, vdot12 = (
     _make_vdot(r) for r in range(VDOT_MIN_RANK, VDOT_MAX_RANK + 1))

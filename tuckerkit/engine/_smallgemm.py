@@ -41,7 +41,7 @@ kernels here read ``X`` once, in memory order:
   3-15 (:func:`outer_tr_style`) takes a transposed tile instead: 16 float32 or 8 float64 rows of X a tile, lanes
   over the rows, each step's block (one 512-bit vector a row) transposed in registers and its columns broadcast
   against U's rows (:func:`tuckerkit.engine._simd._make_tr`): no horizontal sums, no scalar tail, the bits of
-  the register-blocked kernel. Ahead of it, R of 3-12 with U of at most ``VDOT_U_MAX_BYTES`` takes the row-dot
+  the register-blocked kernel. Ahead of it, R of 1-12 with U of at most ``VDOT_U_MAX_BYTES`` takes the row-dot
   kernel (:func:`outer_vdot_style`): 24 / R rows of X (at most 8) against every row of ``U^T`` as vector dot
   products along the unit stride, the lanes of 16 float32 (8 float64) sums added at once by one shuffle network
   (:func:`tuckerkit.engine._simd._make_vdot`), the sums stored straight into the output.
@@ -177,6 +177,8 @@ from tuckerkit.engine._simd import (
     tr19,
     tr20,
     tr_block,
+    vdot1,
+    vdot2,
     vdot3,
     vdot4,
     vdot5,
@@ -1163,6 +1165,10 @@ def _vdot_tile(R, x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh):  # noqa: 
     # one tile of the row-dot kernel (_simd.vdot3 ... vdot12): the variant of that R
     if R == 10:
         vdot10(x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh)
+    elif R == 1:
+        vdot1(x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh)
+    elif R == 2:
+        vdot2(x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh)
     elif R == 3:
         vdot3(x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh)
     elif R == 4:
@@ -1894,19 +1900,22 @@ def _vdot_packed(U: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def outer_vdot_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     """Whether :func:`ttm_outer` runs the row-dot kernel (:func:`_outer_vdot_kernel`: a few rows of X against
     every row of ``U^T`` as vector dot products along the unit stride, their sums by one shuffle network) rather
-    than the transposed tile or the register-blocked kernel: where vectors are wide, ``R`` from
-    ``VDOT_MIN_RANK`` = 3 to ``VDOT_MAX_RANK`` = 12 and ``U^T``'s padded rows within ``VDOT_U_MAX_BYTES`` (each
-    tile reads all of them: they must stay in L1).
+    than the transposed tile, the register-blocked kernel or the four-row dot products: where vectors are wide,
+    ``R`` from ``VDOT_MIN_RANK`` = 1 to ``VDOT_MAX_RANK`` = 12, rows of X of at least ``VDOT_MIN_ROW_BYTES`` and
+    ``U^T``'s padded rows within ``VDOT_U_MAX_BYTES`` (each tile reads all of them: they must stay in L1).
 
     Measured against the transposed tile (stop 80; Zen 4, 2 cores, X streamed from memory, one worker, the
-    kernels called directly, interleaved medians of 11), R = 10: float32 (40000, 200) 2.26-2.42 against 2.72-2.86
-    ms, (76800, 160) 2.82-3.45 against 3.64-4.02 ms, (133333, 60) 3.61 against 3.97 ms; float64 (40000, 200)
-    3.35-4.26 against 3.51-4.52 ms, (133333, 60) 5.29 against 6.29 ms; in cache ((800, 200)) float32 89 against
-    75 GFlop/s. But rows of 1000 elements (U^T of 40 KB float32 at R = 10, read from L2 for every tile of two
-    rows) 1.35-1.45x (float32) and 1.45-1.85x (float64) the time: hence the bound on U. And rows shorter than
-    ``VDOT_MIN_ROW_BYTES`` = 256 (four vectors), where the sums' network outweighs the multiply-adds: two
-    workers, X of 1.5-3.2 MB, R = 10, float32 rows of 8 / 20 / 32 / 48 elements 1.18 / 1.29 / 1.25 / 1.55x the
-    transposed tile's time (R = 4: 0.88-1.09x), float64 0.93-1.12x."""
+    kernels called directly, interleaved medians of 11), R = 10: float32 (40000, 200) 2.26-2.42 against
+    2.72-2.86 ms, (76800, 160) 2.82-3.45 against 3.64-4.02 ms, (133333, 60) 3.61 against 3.97 ms; float64
+    (40000, 200) 3.35-4.26 against 3.51-4.52 ms, (133333, 60) 5.29 against 6.29 ms; in cache ((800, 200))
+    float32 89 against 75 GFlop/s. Through ``ttm_outer`` with two workers, R = 3-12: float32 0.74-1.0x the
+    time on (40000, 200), (76800, 160) and (262144, 64), float64 0.74-1.05x. R = 1 and 2 against the four-row
+    dot products (two workers): float32 0.76-0.96x the time on (40000, 200) and (262144, 64), float64
+    0.92-0.97x; in cache ((800, 200)) 0.81-0.94x. But rows of 1000 elements (U^T of 40 KB float32 at R = 10,
+    read from L2 for every tile of two rows) 1.35-1.45x (float32) and 1.45-1.85x (float64) the time: hence the
+    bound on U. And rows shorter than ``VDOT_MIN_ROW_BYTES`` = 256 (four vectors), where the sums' network
+    outweighs the multiply-adds: two workers, X of 1.5-3.2 MB, R = 10, float32 rows of 8 / 20 / 32 / 48
+    elements 1.18 / 1.29 / 1.25 / 1.55x the transposed tile's time (R = 4: 0.88-1.09x), float64 0.93-1.12x."""
     if not (wide_vectors() and VDOT_MIN_RANK <= R <= VDOT_MAX_RANK and I * itemsize >= VDOT_MIN_ROW_BYTES):
         return False
     L = 64 // itemsize
