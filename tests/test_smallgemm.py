@@ -1582,21 +1582,21 @@ def test_outer_vdot_kernel_bits_do_not_depend_on_workers_pieces_or_prefetch(vdot
 
 def test_outer_vdot_style_rule(monkeypatch):
     """The row-dot kernel takes R of 1 to 12 where vectors are wide, on rows of X of at least four 512-bit
-    vectors, and U^T's rows, padded to whole vectors, fit in ``VDOT_U_MAX_BYTES`` = 16 KiB; none elsewhere; its
+    vectors, and U^T's rows, padded to whole vectors, fit in ``VDOT_U_MAX_BYTES`` = 13 KiB; none elsewhere; its
     tiles' rows keep the accumulators within 24 registers."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
-    assert sg.VDOT_U_MAX_BYTES == 16 << 10
+    assert sg.VDOT_U_MAX_BYTES == 13 << 10
     for itemsize in (4, 8):
         assert [R for R in range(1, 40) if sg.outer_vdot_style(R, itemsize, 64)] == list(range(1, 13))
     # rows of at least 256 bytes (four vectors): float32 64 elements, float64 32
     assert sg.VDOT_MIN_ROW_BYTES == 256
     assert sg.outer_vdot_style(10, 4, 64) and not sg.outer_vdot_style(10, 4, 63)
     assert sg.outer_vdot_style(10, 8, 32) and not sg.outer_vdot_style(10, 8, 31)
-    # float32 R = 10: 400 elements a row (16000 bytes) in, 401 (padded to 416: 16640) out; float64 200 / 201
-    assert sg.outer_vdot_style(10, 4, 400) and not sg.outer_vdot_style(10, 4, 401)
-    assert sg.outer_vdot_style(10, 8, 200) and not sg.outer_vdot_style(10, 8, 201)
-    assert sg.outer_vdot_style(3, 8, 680) and not sg.outer_vdot_style(3, 8, 690)
-    assert sg.outer_vdot_style(1, 4, 4096) and not sg.outer_vdot_style(1, 4, 4097)
+    # float32 R = 10: 320 elements a row (12800 bytes) in, 321 (padded to 336: 13440) out; float64 160 / 161
+    assert sg.outer_vdot_style(10, 4, 320) and not sg.outer_vdot_style(10, 4, 321)
+    assert sg.outer_vdot_style(10, 8, 160) and not sg.outer_vdot_style(10, 8, 161)
+    assert sg.outer_vdot_style(3, 8, 552) and not sg.outer_vdot_style(3, 8, 553)
+    assert sg.outer_vdot_style(1, 4, 3328) and not sg.outer_vdot_style(1, 4, 3329)
     assert [sg.vdot_rows(R) for R in range(1, 13)] == [8, 8, 8, 6, 4, 4, 3, 3, 2, 2, 2, 2]
     assert all(sg.vdot_rows(R) * R <= 24 for R in range(1, 13))
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)

@@ -269,8 +269,8 @@ _OUTER_PREFETCH = 2
 #: rows of X the row-dot kernel (:func:`_outer_vdot_kernel`) prefetches ahead (in whole tiles, at least two)
 VDOT_AHEAD_ROWS = 32
 #: the largest ``U^T`` (R rows zero-padded to whole 512-bit vectors) the row-dot kernel takes: it is read once
-#: for every tile of a few rows of X and must stay in L1 beside them
-VDOT_U_MAX_BYTES = 16 << 10
+#: for every tile of a few rows of X and must stay in L1 (32 KiB) beside them and the lines prefetched ahead
+VDOT_U_MAX_BYTES = 13 << 10
 #: the shortest rows of X (in bytes) the row-dot kernel takes: four 512-bit vectors
 VDOT_MIN_ROW_BYTES = 256
 _DOT_BURST = 64
@@ -1912,10 +1912,12 @@ def outer_vdot_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     time on (40000, 200), (76800, 160) and (262144, 64), float64 0.74-1.05x. R = 1 and 2 against the four-row
     dot products (two workers): float32 0.76-0.96x the time on (40000, 200) and (262144, 64), float64
     0.92-0.97x; in cache ((800, 200)) 0.81-0.94x. But rows of 1000 elements (U^T of 40 KB float32 at R = 10,
-    read from L2 for every tile of two rows) 1.35-1.45x (float32) and 1.45-1.85x (float64) the time: hence the
-    bound on U. And rows shorter than ``VDOT_MIN_ROW_BYTES`` = 256 (four vectors), where the sums' network
-    outweighs the multiply-adds: two workers, X of 1.5-3.2 MB, R = 10, float32 rows of 8 / 20 / 32 / 48
-    elements 1.18 / 1.29 / 1.25 / 1.55x the transposed tile's time (R = 4: 0.88-1.09x), float64 0.93-1.12x."""
+    read from L2 for every tile of two rows) 1.35-1.45x (float32) and 1.45-1.85x (float64) the time, and U^T of
+    15-16 KB already 1.0-1.12x (float64 R = 10 on rows of 200, R = 12 on rows of 160; 12.8 KB: R = 8 on rows
+    of 200 0.87-0.91x, R = 10 on rows of 160 0.92-0.99x): hence ``VDOT_U_MAX_BYTES`` = 13 KiB. And rows shorter
+    than ``VDOT_MIN_ROW_BYTES`` = 256 (four vectors), where the sums' network outweighs the multiply-adds: two
+    workers, X of 1.5-3.2 MB, R = 10, float32 rows of 8 / 20 / 32 / 48 elements 1.18 / 1.29 / 1.25 / 1.55x the
+    transposed tile's time (R = 4: 0.88-1.09x), float64 0.93-1.12x."""
     if not (wide_vectors() and VDOT_MIN_RANK <= R <= VDOT_MAX_RANK and I * itemsize >= VDOT_MIN_ROW_BYTES):
         return False
     L = 64 // itemsize
