@@ -1256,6 +1256,21 @@ def _outer_layouts(rng, A, I, R, dtype):  # noqa: E741
     return xs, outs
 
 
+def _layout_bits(rng, A, I, R, dtype):  # noqa: E741
+    """``ttm_outer`` on every layout of X and of the output (:func:`_outer_layouts`), each against einsum: the
+    set of the results' bits (one element where the layouts agree bit for bit), U and X's C-ordered layout."""
+    U = rng.standard_normal((I, R)).astype(dtype)
+    Ut = np.ascontiguousarray(U.T)
+    xs, outs = _outer_layouts(rng, A, I, R, dtype)
+    bits = set()
+    for X2, make in itertools.product(xs.values(), outs.values()):
+        Y2 = make()
+        sg.ttm_outer(X2, Ut, Y2)
+        _check(np.ascontiguousarray(X2), U, 1, Y2.T)
+        bits.add(np.ascontiguousarray(Y2).tobytes())
+    return bits, Ut, xs["C"]
+
+
 @pytest.mark.parametrize("R", [*range(1, 14), 15, 16, 17, 20, 23, 24, 25, 31, 32, 33, 40, 47, 50, 64])
 @pytest.mark.parametrize("rows", [6, 12])
 def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, all_blocks, monkeypatch, rng):
@@ -1265,15 +1280,7 @@ def test_outer_gemm_kernel_every_rank_and_layout(R, rows, dtype, gemm_style, all
     the same bits for every layout and both blockings."""
     monkeypatch.setattr(sg, "_outer_rb", lambda: rows)
     for A, I in ((1, 1), (7, 13), (13, 7), (25, 1), (25, 203)):  # noqa: E741
-        U = rng.standard_normal((I, R)).astype(dtype)
-        Ut = np.ascontiguousarray(U.T)
-        xs, outs = _outer_layouts(rng, A, I, R, dtype)
-        bits = set()
-        for X2, make in itertools.product(xs.values(), outs.values()):
-            Y2 = make()
-            sg.ttm_outer(X2, Ut, Y2)
-            _check(np.ascontiguousarray(X2), U, 1, Y2.T)
-            bits.add(np.ascontiguousarray(Y2).tobytes())
+        bits, _, _ = _layout_bits(rng, A, I, R, dtype)
         assert len(bits) == 1, (A, I)  # every layout of X and of the output: the same bits
 
 
@@ -1511,22 +1518,13 @@ def test_outer_vdot_kernel_every_rank_layout_and_tail(R, dtype, vdot_style, rng)
     permuted, bit for bit, whichever place in a tile or in the shuffle network a row's sums took)."""
     assert (sg.VDOT_MIN_RANK, sg.VDOT_MAX_RANK) == (1, 12)
     for A, I in ((1, 1), (7, 13), (17, 16), (25, 203), (33, 48), (9, 31), (50, 64)):  # noqa: E741
-        U = rng.standard_normal((I, R)).astype(dtype)
-        Ut = np.ascontiguousarray(U.T)
-        xs, outs = _outer_layouts(rng, A, I, R, dtype)
-        bits = set()
-        for X2, make in itertools.product(xs.values(), outs.values()):
-            Y2 = make()
-            sg.ttm_outer(X2, Ut, Y2)
-            _check(np.ascontiguousarray(X2), U, 1, Y2.T)
-            bits.add(np.ascontiguousarray(Y2).tobytes())
+        bits, Ut, Xc = _layout_bits(rng, A, I, R, dtype)
         assert len(bits) == 1, (A, I)
         perm = rng.permutation(A)
-        Xp = np.ascontiguousarray(xs["C"][perm])
         Yp = np.empty((R, A), dtype)
-        sg.ttm_outer(Xp, Ut, Yp)
+        sg.ttm_outer(np.ascontiguousarray(Xc[perm]), Ut, Yp)
         Y = np.empty((R, A), dtype)
-        sg.ttm_outer(xs["C"], Ut, Y)
+        sg.ttm_outer(Xc, Ut, Y)
         assert Yp.tobytes() == np.ascontiguousarray(Y[:, perm]).tobytes(), (A, I)
 
 

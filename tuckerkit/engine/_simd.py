@@ -533,11 +533,7 @@ def _copy_run(typingctx, src, so, dst, do, n):
         end = builder.append_basic_block("cr.end")
         builder.cbranch(builder.icmp_signed(">", rest, ir.Constant(i64, 0)), yes, end)
         builder.position_at_end(yes)
-        vi = ir.VectorType(i64, L)
-        vundef = ir.Constant(vi, ir.Undefined)
-        tv = builder.shuffle_vector(builder.insert_element(vundef, rest, ir.Constant(i32, 0)), vundef,
-                                    ir.Constant(ir.VectorType(i32, L), [0] * L))
-        mask = builder.icmp_signed("<", ir.Constant(vi, list(range(L))), tv)
+        mask = _lanes_below(builder, rest, L)
         mload = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]), f"llvm.masked.load.v{L}f{bits}.p0")
         mstore = cgutils.get_or_insert_function(
@@ -557,6 +553,99 @@ def _copy_run(typingctx, src, so, dst, do, n):
 
 
 copy_run: Any = _copy_run  # (called from compiled code with the arguments after typingctx)
+
+
+def _float_arrays(x: Any, *others: Any) -> bool:
+    """Whether ``x`` is a float32 / float64 array type and every one of ``others`` an array of its dtype (the
+    typing check of the tile intrinsics)."""
+    return (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
+            and all(isinstance(o, types.Array) and o.dtype == x.dtype for o in others))
+
+
+def _wide_types(context: Any, dt: Any) -> tuple[int, int, Any, Any]:
+    """The bits of ``dt`` (float32 / float64), the lanes of a 512-bit vector of it, its LLVM type and that
+    vector's."""
+    bits = 64 if dt == types.float64 else 32
+    fty = context.get_value_type(dt)
+    return bits, 512 // bits, fty, ir.VectorType(fty, 512 // bits)
+
+
+def _rows_loop(builder: Any, name: str, rp: list[Any], n: Any, L: int, bits: int, vty: Any, init: list[Any],
+               step: Any, prefetch: Any) -> list[Any]:
+    """The sums of a sweep along rows of ``n`` elements from ``rp`` (row pointers): ``step(acc, rows, i0,
+    live)`` on each whole ``L``-element vector of every row (``live`` None; ``prefetch(i0)`` after the step's
+    loads), then once on the ``n % L`` elements left, loaded masked (nothing read past a row, zeros beyond;
+    ``live`` that count), the carried values starting at ``init``."""
+    i64, i32 = ir.IntType(64), ir.IntType(32)
+    mload = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vty, [vty.as_pointer(), i32, ir.VectorType(ir.IntType(1), L), vty]),
+        f"llvm.masked.load.v{L}f{bits}.p0")
+    zero = ir.Constant(vty, [ir.Constant(vty.element, 0.0)] * L)
+    nfull = builder.sdiv(n, ir.Constant(i64, L))
+    tail = builder.sub(n, builder.mul(nfull, ir.Constant(i64, L)))
+    k, acc, done, head = _counted_loop(builder, name, init, nfull)
+    i0 = builder.mul(k, ir.Constant(i64, L))
+    rows = [builder.load(builder.bitcast(builder.gep(p, [i0]), vty.as_pointer()), align=1) for p in rp]
+    prefetch(i0)
+    _close_loop(builder, k, acc, step(acc, rows, i0, None), done, head)
+    tail_b = builder.append_basic_block(f"{name}.tail")
+    fin = builder.append_basic_block(f"{name}.fin")
+    done_end = builder.block
+    builder.cbranch(builder.icmp_signed(">", tail, ir.Constant(i64, 0)), tail_b, fin)
+    builder.position_at_end(tail_b)
+    i0 = builder.mul(nfull, ir.Constant(i64, L))
+    mask = _lanes_below(builder, tail, L)
+    rows = [builder.call(mload, [builder.bitcast(builder.gep(p, [i0]), vty.as_pointer()), ir.Constant(i32, 1),
+                                 mask, zero]) for p in rp]
+    tnew = step(acc, rows, i0, tail)
+    tail_end = builder.block
+    builder.branch(fin)
+    builder.position_at_end(fin)
+    sums = []
+    for a, t in zip(acc, tnew, strict=True):
+        ph = builder.phi(vty)
+        ph.add_incoming(a, done_end)
+        ph.add_incoming(t, tail_end)
+        sums.append(ph)
+    return sums
+
+
+def _row_ptrs(builder: Any, xp: Any, base: Any, n: Any, stride: Any, count: int) -> list[Any]:
+    """Pointers to ``count`` rows at ``xp[base + a * stride]``, the rows from ``n`` on repeating row ``n - 1``
+    (a tile's rows past the tensor's end: computed, not stored)."""
+    i64 = ir.IntType(64)
+    last = builder.sub(n, ir.Constant(i64, 1))
+    return [builder.gep(xp, [builder.add(base, builder.mul(builder.select(
+        builder.icmp_signed("<", ir.Constant(i64, a), n), ir.Constant(i64, a), last), stride))])
+        for a in range(count)]
+
+
+def _prefetch_rows(builder: Any, ptrs: list[Any], offs: list[Any], live: Any, name: str) -> None:
+    """Prefetch into L2 the line of element ``off`` of each row in ``ptrs``, for each ``off`` of ``offs``, where
+    ``live`` (the rows ahead, an int64) is positive: a hint that changes no value."""
+    i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
+    pfetch = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+    yes = builder.append_basic_block(f"{name}.pf")
+    no = builder.append_basic_block(f"{name}.nopf")
+    builder.cbranch(builder.icmp_signed(">", live, ir.Constant(ir.IntType(64), 0)), yes, no)
+    builder.position_at_end(yes)
+    for p in ptrs:
+        for off in offs:
+            builder.call(pfetch, [builder.bitcast(builder.gep(p, [off]), i8p), ir.Constant(i32, 0),
+                                  ir.Constant(i32, 2), ir.Constant(i32, 1)])
+    builder.branch(no)
+    builder.position_at_end(no)
+
+
+def _lanes_below(builder: Any, n: Any, L: int) -> Any:
+    """The mask of the lanes ``j < n`` (``n`` an int64) of an ``L``-lane vector."""
+    i64, i32 = ir.IntType(64), ir.IntType(32)
+    vi = ir.VectorType(i64, L)
+    vundef = ir.Constant(vi, ir.Undefined)
+    nv = builder.shuffle_vector(builder.insert_element(vundef, n, ir.Constant(i32, 0)), vundef,
+                                ir.Constant(ir.VectorType(i32, L), [0] * L))
+    return builder.icmp_signed("<", ir.Constant(vi, list(range(L))), nv)
 
 
 def _make_tr(R: int):
@@ -583,19 +672,14 @@ def _make_tr(R: int):
     lines, as many as the steps, plus one."""
     @intrinsic
     def tr(typingctx, x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how):  # noqa: E741
-        if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
-                and isinstance(up, types.Array) and isinstance(tl, types.Array) and isinstance(y, types.Array)
-                and up.dtype == x.dtype and tl.dtype == x.dtype and y.dtype == x.dtype):
+        if not _float_arrays(x, up, tl, y):
             return None
 
         def codegen(context, builder, sig, args):
             xarr, xo_, sxa_, h_, I_, uparr, tlarr, pfo_, pfh_, yarr, yo_, ys_, how_ = args
             dt = sig.args[0].dtype
-            bits = 64 if dt == types.float64 else 32
-            L = 512 // bits
-            fty = context.get_value_type(dt)
-            vty = ir.VectorType(fty, L)
-            i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+            bits, L, fty, vty = _wide_types(context, dt)
+            i64, i32 = ir.IntType(64), ir.IntType(32)
             if dt == types.float32 and R > TR_MAX_RANK:
                 # (float32 ranks beyond TR_MAX_RANK are never planned: compiled as a tile of NaN sums only, not
                 # the full block each float32 kernel would otherwise carry; written into tl, which the caller then
@@ -617,36 +701,15 @@ def _make_tr(R: int):
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]),
                                                  f"llvm.fma.v{L}f{bits}")
             mty = ir.VectorType(ir.IntType(1), L)
-            mload = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vty, [vty.as_pointer(), i32, mty, vty]),
-                f"llvm.masked.load.v{L}f{bits}.p0")
-            pfetch = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
             zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
             undef = ir.Constant(vty, ir.Undefined)
             splat = ir.Constant(ir.VectorType(i32, L), [0] * L)
-
-            def rows_at(base, n):  # row a's start, rows past n repeating row n - 1
-                last = builder.sub(n, c(1))
-                return [builder.gep(xp, [builder.add(base, builder.mul(
-                    builder.select(builder.icmp_signed("<", c(a), n), c(a), last), sxa_))]) for a in range(L)]
-
-            rp = rows_at(xo_, h_)
-            pf = rows_at(pfo_, pfh_)
+            rp = _row_ptrs(builder, xp, xo_, h_, sxa_, L)
+            pf = _row_ptrs(builder, xp, pfo_, pfh_, sxa_, L)
             last_i = builder.sub(I_, c(1))
-            nfull = builder.sdiv(I_, c(L))
-            tail = builder.sub(I_, builder.mul(nfull, c(L)))
 
             def prefetch_rows(off):
-                yes = builder.append_basic_block("tr.pf")
-                no = builder.append_basic_block("tr.nopf")
-                builder.cbranch(builder.icmp_signed(">", pfh_, c(0)), yes, no)
-                builder.position_at_end(yes)
-                for a in range(L):
-                    builder.call(pfetch, [builder.bitcast(builder.gep(pf[a], [off]), i8p), ir.Constant(i32, 0),
-                                          ir.Constant(i32, 2), ir.Constant(i32, 1)])
-                builder.branch(no)
-                builder.position_at_end(no)
+                _prefetch_rows(builder, pf, [off], pfh_, "tr")
 
             def transpose(v):
                 return _transpose_ir(builder, v, L)
@@ -665,35 +728,13 @@ def _make_tr(R: int):
                 return out
 
             prefetch_rows(c(0))
-            k, acc, done, head = _counted_loop(builder, "tr", [zero] * R, nfull)
-            i0 = builder.mul(k, c(L))
-            rows = [builder.load(builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()), align=1)
-                    for a in range(L)]
-            off = builder.add(i0, c(L - 1))
-            prefetch_rows(builder.select(builder.icmp_signed("<", off, last_i), off, last_i))
-            _close_loop(builder, k, acc, step(acc, transpose(rows), i0), done, head)
-            tail_b = builder.append_basic_block("tr.tail")
-            fin = builder.append_basic_block("tr.fin")
-            done_end = builder.block
-            builder.cbranch(builder.icmp_signed(">", tail, c(0)), tail_b, fin)
-            builder.position_at_end(tail_b)
-            i0 = builder.mul(nfull, c(L))
-            vi = ir.VectorType(i64, L)
-            vundef = ir.Constant(vi, ir.Undefined)
-            tv = builder.shuffle_vector(builder.insert_element(vundef, tail, ir.Constant(i32, 0)), vundef, splat)
-            mask = builder.icmp_signed("<", ir.Constant(vi, list(range(L))), tv)
-            rows = [builder.call(mload, [builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()),
-                                         ir.Constant(i32, 1), mask, zero]) for a in range(L)]
-            tnew = step(acc, transpose(rows), i0, tail)
-            tail_end = builder.block
-            builder.branch(fin)
-            builder.position_at_end(fin)
-            sums = []
-            for r in range(R):
-                p = builder.phi(vty)
-                p.add_incoming(acc[r], done_end)
-                p.add_incoming(tnew[r], tail_end)
-                sums.append(p)
+
+            def ahead(i0):
+                off = builder.add(i0, c(L - 1))
+                prefetch_rows(builder.select(builder.icmp_signed("<", off, last_i), off, last_i))
+
+            sums = _rows_loop(builder, "tr", rp, I_, L, bits, vty, [zero] * R,
+                              lambda acc, rows, i0, live: step(acc, transpose(rows), i0, live), ahead)
             # the sums out: into tl (how 0), or straight into the output y at yo, the tile's rows unit-strided
             # (how 1: sum r a vector at yo + r ys), or its columns unit-strided (how 2: the sums transposed in
             # registers, L at a time, each row a's R values a masked store at yo + a ys)
@@ -799,24 +840,14 @@ def _make_vdot(R: int):
 
     @intrinsic
     def vdot(typingctx, x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh):  # noqa: E741
-        if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
-                and isinstance(u, types.Array) and isinstance(y, types.Array)
-                and u.dtype == x.dtype and y.dtype == x.dtype):
+        if not _float_arrays(x, u, y):
             return None
 
         def codegen(context, builder, sig, args):
             xarr, xo_, sxa_, h_, I_, uarr, su_, yarr, yo_, sya_, syr_, pfo_, pfh_ = args
-            dt = sig.args[0].dtype
-            bits = 64 if dt == types.float64 else 32
-            L = 512 // bits
-            fty = context.get_value_type(dt)
-            vty = ir.VectorType(fty, L)
-            i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+            bits, L, fty, vty = _wide_types(context, sig.args[0].dtype)
+            i64, i32 = ir.IntType(64), ir.IntType(32)
             mty = ir.VectorType(ir.IntType(1), L)
-            vi = ir.VectorType(i64, L)
-            vundef = ir.Constant(vi, ir.Undefined)
-            splat = ir.Constant(ir.VectorType(i32, L), [0] * L)
-            lanes = ir.Constant(vi, list(range(L)))
 
             def c(v):
                 return ir.Constant(i64, v)
@@ -824,42 +855,20 @@ def _make_vdot(R: int):
             def data(k, val):
                 return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
 
-            def bcast(n):
-                return builder.shuffle_vector(builder.insert_element(vundef, n, ir.Constant(i32, 0)), vundef, splat)
-
             def fn(name, ret, argt):
                 return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, argt), name)
 
             xp, up, yp = data(0, xarr), data(5, uarr), data(7, yarr)
             fma = fn(f"llvm.fma.v{L}f{bits}", vty, [vty, vty, vty])
-            mload = fn(f"llvm.masked.load.v{L}f{bits}.p0", vty, [vty.as_pointer(), i32, mty, vty])
             mstore = fn(f"llvm.masked.store.v{L}f{bits}.p0", ir.VoidType(), [vty, vty.as_pointer(), i32, mty])
-            pfetch = fn("llvm.prefetch.p0", ir.VoidType(), [i8p, i32, i32, i32])
             zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
-
-            def rows_at(base, n):  # row a's start, rows past n repeating row n - 1
-                last = builder.sub(n, c(1))
-                return [builder.gep(xp, [builder.add(base, builder.mul(
-                    builder.select(builder.icmp_signed("<", c(a), n), c(a), last), sxa_))]) for a in range(NR)]
-
-            rp = rows_at(xo_, h_)
-            pf = rows_at(pfo_, pfh_)
+            rp = _row_ptrs(builder, xp, xo_, h_, sxa_, NR)
+            pf = _row_ptrs(builder, xp, pfo_, pfh_, sxa_, NR)
             urow = [builder.gep(up, [builder.mul(c(r), su_)]) for r in range(R)]
-            nfull = builder.sdiv(I_, c(L))
-            tail = builder.sub(I_, builder.mul(nfull, c(L)))
             last_i = builder.sub(I_, c(1))
 
             def prefetch_rows(offs):
-                yes = builder.append_basic_block("vd.pf")
-                no = builder.append_basic_block("vd.nopf")
-                builder.cbranch(builder.icmp_signed(">", pfh_, c(0)), yes, no)
-                builder.position_at_end(yes)
-                for a in range(NR):
-                    for off in offs:
-                        builder.call(pfetch, [builder.bitcast(builder.gep(pf[a], [off]), i8p), ir.Constant(i32, 0),
-                                              ir.Constant(i32, 2), ir.Constant(i32, 1)])
-                builder.branch(no)
-                builder.position_at_end(no)
+                _prefetch_rows(builder, pf, offs, pfh_, "vd")
 
             def step(acc, xs, i0):
                 builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], True)
@@ -871,32 +880,13 @@ def _make_vdot(R: int):
                 return out
 
             prefetch_rows([c(0), last_i])
-            k, acc, done, head = _counted_loop(builder, "vd", [zero] * (NR * R), nfull)
-            i0 = builder.mul(k, c(L))
-            xs = [builder.load(builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()), align=1)
-                  for a in range(NR)]
-            off = builder.add(i0, c(L - 1))
-            prefetch_rows([builder.select(builder.icmp_signed("<", off, last_i), off, last_i)])
-            _close_loop(builder, k, acc, step(acc, xs, i0), done, head)
-            tail_b = builder.append_basic_block("vd.tail")
-            fin = builder.append_basic_block("vd.fin")
-            done_end = builder.block
-            builder.cbranch(builder.icmp_signed(">", tail, c(0)), tail_b, fin)
-            builder.position_at_end(tail_b)
-            i0 = builder.mul(nfull, c(L))
-            mask = builder.icmp_signed("<", lanes, bcast(tail))
-            xs = [builder.call(mload, [builder.bitcast(builder.gep(rp[a], [i0]), vty.as_pointer()),
-                                       ir.Constant(i32, 1), mask, zero]) for a in range(NR)]
-            tnew = step(acc, xs, i0)
-            tail_end = builder.block
-            builder.branch(fin)
-            builder.position_at_end(fin)
-            sums = []
-            for q in range(NR * R):
-                p = builder.phi(vty)
-                p.add_incoming(acc[q], done_end)
-                p.add_incoming(tnew[q], tail_end)
-                sums.append(p)
+
+            def ahead(i0):
+                off = builder.add(i0, c(L - 1))
+                prefetch_rows([builder.select(builder.icmp_signed("<", off, last_i), off, last_i)])
+
+            sums = _rows_loop(builder, "vd", rp, I_, L, bits, vty, [zero] * (NR * R),
+                              lambda acc, rows, i0, live: step(acc, rows, i0), ahead)
             n = NR * R
             groups = list(range(0, n, L))
             vecs = [_reduce_ir(builder, sums[g:g + L] + [zero] * (L - min(L, n - g)), L) for g in groups]
@@ -908,7 +898,7 @@ def _make_vdot(R: int):
             builder.position_at_end(b_c)  # C-ordered rows: the tile's h R sums back to back
             hr = builder.mul(h_, c(R))
             for v, g in zip(vecs, groups, strict=True):
-                m = builder.icmp_signed("<", lanes, bcast(builder.sub(hr, c(g))))
+                m = _lanes_below(builder, builder.sub(hr, c(g)), L)
                 builder.call(mstore, [v, builder.bitcast(builder.gep(yp, [builder.add(yo_, c(g))]), vty.as_pointer()),
                                       ir.Constant(i32, 1), m])
             builder.branch(b_e)
