@@ -36,7 +36,7 @@ from typing import Any
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 
 
 def simd_supported() -> bool:
@@ -786,9 +786,11 @@ VDOT_MIN_RANK = 1
 VDOT_MAX_RANK = 12
 
 
+@register_jitable
 def vdot_rows(R: int) -> int:
     """The rows of X a tile of :func:`_make_vdot`'s kernel takes at rank ``R``: as many as keep the
-    accumulators (rows x ``R``) within 24 of the 32 vector registers, at most 8.
+    accumulators (rows x ``R``) within 24 of the 32 vector registers, at most 8 (callable from compiled
+    code too).
 
     >>> [vdot_rows(r) for r in (1, 3, 4, 5, 8, 9, 12)]
     [8, 8, 6, 4, 3, 2, 2]
@@ -870,7 +872,7 @@ def _make_vdot(R: int):
             def prefetch_rows(offs):
                 _prefetch_rows(builder, pf, offs, pfh_, "vd")
 
-            def step(acc, xs, i0):
+            def step(acc, xs, i0, live):  # (live: the masked rest's count, nothing to mask: zeros against zeros)
                 builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], True)
                 out = list(acc)
                 for r in range(R):
@@ -885,8 +887,7 @@ def _make_vdot(R: int):
                 off = builder.add(i0, c(L - 1))
                 prefetch_rows([builder.select(builder.icmp_signed("<", off, last_i), off, last_i)])
 
-            sums = _rows_loop(builder, "vd", rp, I_, L, bits, vty, [zero] * (NR * R),
-                              lambda acc, rows, i0, live: step(acc, rows, i0), ahead)
+            sums = _rows_loop(builder, "vd", rp, I_, L, bits, vty, [zero] * (NR * R), step, ahead)
             n = NR * R
             groups = list(range(0, n, L))
             vecs = [_reduce_ir(builder, sums[g:g + L] + [zero] * (L - min(L, n - g)), L) for g in groups]

@@ -1162,7 +1162,7 @@ def _tr_tile(R, x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how):  # noqa: E7
 
 @njit(cache=True, nogil=True, inline="always")
 def _vdot_tile(R, x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh):  # noqa: E741 # pragma: no cover
-    # one tile of the row-dot kernel (_simd.vdot3 ... vdot12): the variant of that R
+    # one tile of the row-dot kernel (_simd.vdot1 ... vdot12): the variant of that R
     if R == 10:
         vdot10(x, xo, sxa, h, I, u, su, y, yo, sya, syr, pfo, pfh)
     elif R == 1:
@@ -1197,7 +1197,7 @@ def _outer_vdot_kernel(x, A, I, sxa, u, su, R, y, sya, syr, t_lo, t_hi, pfd):  #
     # rows, zero-padded to whole 512-bit vectors) as dot products along the unit stride: NR x R vector
     # accumulators, summed at the end of the rows by one shuffle network (:func:`tuckerkit.engine._simd._make_vdot`)
     # and stored straight into y. The rows pfd tiles ahead are prefetched into L2, a line of each a step.
-    NR = max(1, min(8, 24 // R))  # (:func:`tuckerkit.engine._simd.vdot_rows`)
+    NR = vdot_rows(R)
     for t in range(t_lo, t_hi):
         a0 = NR * t
         h = min(NR, A - a0)
