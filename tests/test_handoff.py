@@ -476,3 +476,92 @@ def test_threads_calling_the_kernels_at_once_get_the_sequential_bits(rng, monkey
 
     _in_threads(run, 4, 300)
     assert 0 < len(rounds) <= 4 * 3 * len(cases)  # the helpers took some of the calls, never more than all
+
+
+def test_spinning_reads_the_park_word_and_each_helpers_sleep_flag():
+    """``_spinning``: the first n helpers awake and none parked; a parked pool, or any of those n asleep, is not
+    (a helper beyond the n asked about does not count)."""
+    ctrl = np.zeros(8 * 7, np.int64)
+    hs = np.zeros(8 * 4, np.int64)
+    assert H._spinning(ctrl, hs, 3) and H._spinning(ctrl, hs, 0)
+    hs[2 * 8 + H._ASLEEP] = 1
+    assert not H._spinning(ctrl, hs, 3) and H._spinning(ctrl, hs, 2)
+    hs[2 * 8 + H._ASLEEP] = 0
+    ctrl[H._PARK] = 1
+    assert not H._spinning(ctrl, hs, 3) and not H._spinning(ctrl, hs, 0)
+
+
+@needs_helpers
+def test_helpers_spinning_is_false_for_one_worker_and_for_parked_helpers(rng):
+    a, b, c = _layouts(rng, np.float64)[0][1:]
+    _run(a, b, c, 2)
+    h = H._handoff()
+    assert not H.helpers_spinning(None) and not H.helpers_spinning(ExecutionPolicy(workers=1))
+    H.park()
+    deadline = time.monotonic() + 5
+    while H._load(h.hs, H._ASLEEP) != 1:
+        assert time.monotonic() < deadline, "a parked helper did not go to sleep"
+        time.sleep(1e-3)
+    assert not H.helpers_spinning(ExecutionPolicy(workers=2))
+    H.prewake()  # (awake again: not parked, the flag cleared once it runs)
+    deadline = time.monotonic() + 5
+    while H._load(h.hs, H._ASLEEP) != 0 and time.monotonic() < deadline:
+        pass
+    assert H._load(h.ctrl, H._PARK) == 0
+
+
+@needs_helpers
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_small_compiled_call_is_cut_in_two_only_while_the_helpers_are_awake(dtype, rng, monkeypatch):
+    """A compiled TTM of ``WARM_SPLIT_FLOPS`` to ``KERNEL_PARALLEL_FLOPS`` (HOOI's small projections of 200^3
+    at rank 10: 8 MFlop; inner kernels with one long and many short rows, the unit-stride kernel) runs in two
+    pieces on the helpers while they are awake and whole on the caller while they sleep, through a plan's
+    launch and through the kernel's own entry alike: the same bits each way, as one worker's, and einsum's
+    values within the dtype's bound. Below ``WARM_SPLIT_FLOPS``, or on one worker, always whole."""
+    from tuckerkit.engine import _contract as contract_mod
+    from tuckerkit.engine import _smallgemm as sg
+    from tuckerkit.engine import ttm_plan
+
+    assert sg.WARM_SPLIT_FLOPS <= 8_000_000 < sg.KERNEL_PARALLEL_FLOPS
+    rounds: list[int] = []
+    real = H._Handoff.run_kernels
+    monkeypatch.setattr(H._Handoff, "run_kernels", lambda self, rows, w: rounds.append(rows.shape[0])
+                        or real(self, rows, w))
+    awake = [True]
+    monkeypatch.setattr(H, "helpers_spinning", lambda policy: awake[0] and policy is not None
+                        and policy.workers >= 2)
+    contract_mod._cached_plan.cache_clear()
+    U = rng.standard_normal((200, 10)).astype(dtype)
+    for shape, mode in (((200, 200, 10), 1), ((200, 10, 200), 0), ((10, 200, 200), 2), ((10, 200, 200), 1)):
+        X = rng.standard_normal(shape).astype(dtype)
+        plan = ttm_plan(X, U, mode, transpose=True)
+        assert plan.compiled is not sg.CompiledKernel.NONE, plan.explain()
+        ref = np.moveaxis(np.tensordot(U.T.astype(np.float64), X.astype(np.float64), axes=(1, mode)), 0, mode)
+        out = {}
+        for state in (True, False, True):  # (the launch made awake at the first call, then asleep, then awake)
+            awake[0] = state
+            rounds.clear()
+            out[state] = plan(X, U)
+            assert rounds == ([2] if state else []), (shape, mode, state)
+        np.testing.assert_array_equal(out[True], out[False], err_msg=f"{shape} mode {mode}")
+        bound = 4 * 200 * np.finfo(dtype).eps * np.abs(ref).max()
+        np.testing.assert_allclose(out[True], ref, rtol=0, atol=bound)
+    # the kernel's own entry (no plan): cut in two awake, whole asleep, one worker's bits either way
+    X3 = rng.standard_normal((200, 200, 10)).astype(dtype)
+    one = np.empty((200, 10, 10), dtype)
+    sg.ttm_inner(X3, U, one, ExecutionPolicy(workers=1))
+    for state in (True, False):
+        awake[0] = state
+        rounds.clear()
+        Y = np.full((200, 10, 10), np.nan, dtype)
+        sg.ttm_inner(X3, U, Y, ExecutionPolicy(workers=2))
+        assert rounds == ([2] if state else [])
+        np.testing.assert_array_equal(Y, one)
+    # below WARM_SPLIT_FLOPS (3.2 MFlop), or one worker: whole, awake or not
+    awake[0] = True
+    small = rng.standard_normal((80, 200, 10)).astype(dtype)
+    rounds.clear()
+    sg.ttm_inner(small, U, np.empty((80, 10, 10), dtype), ExecutionPolicy(workers=2))
+    sg.ttm_inner(X3, U, np.empty((200, 10, 10), dtype), ExecutionPolicy(workers=1))
+    assert rounds == []
+    contract_mod._cached_plan.cache_clear()

@@ -1979,14 +1979,15 @@ def test_long_rows_over_a_short_mode_go_to_the_kernel_when_streamed(rng):
 
 
 def test_a_small_kernel_call_stays_on_the_calling_thread(monkeypatch):
-    """Below KERNEL_PARALLEL_FLOPS a compiled kernel's tiles run in one call on the caller's thread (no pool);
-    above it, pieces of at least KERNEL_PIECE_FLOPS, at most KERNEL_PIECES_PER_WORKER a worker and MAX_PIECES
-    in all."""
+    """Below KERNEL_PARALLEL_FLOPS a compiled kernel's tiles run in one call on the caller's thread (no pool),
+    except from WARM_SPLIT_FLOPS while the helpers are awake (two pieces); above it, pieces of at least
+    KERNEL_PIECE_FLOPS, at most KERNEL_PIECES_PER_WORKER a worker and MAX_PIECES in all."""
     from tuckerkit.engine._policy import MAX_PIECES
 
     calls = []
     monkeypatch.setattr(sg, "parallel_for",
                         lambda work, n, policy: calls.append(n) or [work(i, None) for i in range(n)])
+    monkeypatch.setattr(sg._handoff, "helpers_spinning", lambda policy: False)  # (asleep, whatever ran before)
     seen = []
     sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, sg.KERNEL_PARALLEL_FLOPS - 1, ExecutionPolicy(2))
     assert seen == [(0, 100)] and calls == []
@@ -2006,6 +2007,20 @@ def test_a_small_kernel_call_stays_on_the_calling_thread(monkeypatch):
     seen.clear()
     sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), 100, 10**12, ExecutionPolicy(1))  # one worker: one call
     assert seen == [(0, 100)]
+    # with the helpers awake, from WARM_SPLIT_FLOPS up to KERNEL_PARALLEL_FLOPS, the cut is in two (none asleep,
+    # none below it, none on one worker, none for one tile); it is taken only where the helpers can run the
+    # kernel (a Python callable, as here, stays whole: tests/test_handoff.py runs the compiled ones)
+    monkeypatch.setattr(sg._handoff, "helpers_spinning", lambda policy: True)
+    for flops, policy, n, want in ((sg.WARM_SPLIT_FLOPS, ExecutionPolicy(2), 100, [0, 50, 100]),
+                                   (sg.KERNEL_PARALLEL_FLOPS - 1, ExecutionPolicy(3), 101, [0, 50, 101]),
+                                   (sg.WARM_SPLIT_FLOPS - 1, ExecutionPolicy(2), 100, [0, 100]),
+                                   (sg.WARM_SPLIT_FLOPS, ExecutionPolicy(1), 100, [0, 100]),
+                                   (sg.WARM_SPLIT_FLOPS, ExecutionPolicy(2), 1, [0, 1])):
+        assert sg._tile_bounds(n, flops, policy, True) == want, (flops, policy, n)
+        assert sg._tile_bounds(n, flops, policy) == [0, n]
+        seen.clear()
+        sg._run_tiles(lambda lo, hi: seen.append((lo, hi)), n, flops, policy)
+        assert seen == [(0, n)]
 
 
 # ------------------------------------------------------------------------------- the fused MTTKRP pass

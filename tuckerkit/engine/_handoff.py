@@ -386,6 +386,17 @@ def _prewake(ctrl, hs, word, nhelpers, sysc):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
+def _spinning(ctrl, hs, nhelpers):  # pragma: no cover - compiled
+    # whether the first nhelpers helpers are awake (spinning or at a round) and none is parked
+    if _aload(ctrl, _PARK) != 0:
+        return False
+    for h in range(nhelpers):
+        if _aload(hs, h * 8 + _ASLEEP) != 0:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
 def _wake_all(ctrl, word, sysc):  # pragma: no cover - compiled
     _aadd32(word, 0)
     _futex(sysc, word, 0, _FUTEX_WAKE, 1 << 30)
@@ -544,6 +555,22 @@ def prewake() -> None:
     h = _STATE.get("h")
     if h and h.threads and h.pid == os.getpid():
         _prewake(h.ctrl, h.hs, h.word, len(h.threads), h.sysc)
+
+
+def helpers_spinning(policy: Any) -> bool:
+    """Whether the helpers a round of ``policy`` would use are awake now: spinning within their
+    :data:`SPIN_SECONDS` after a round (or at one), not parked, not asleep. A round then starts at once; a
+    sleeping helper takes tens of microseconds to run again (a futex wake, and on a virtual machine the host's
+    wake of its CPU), which a call of a few tenths of a millisecond does not win back. A hint read without a
+    lock: a helper may fall asleep right after (the round then wakes it, as any round does); the pieces a
+    caller cuts by it never change a result's bits."""
+    if policy is None or policy.workers < 2:
+        return False
+    h = _STATE.get("h")
+    if not h or h.pid != os.getpid():
+        return False
+    nh = min(policy.workers - 1, _MAX_HELPERS, h.others)
+    return len(h.threads) >= nh and bool(_spinning(h.ctrl, h.hs, nh))
 
 
 def _layout(x: np.ndarray, it: int) -> tuple[int, int] | None:

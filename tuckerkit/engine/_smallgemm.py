@@ -2001,6 +2001,16 @@ KERNEL_PIECE_FLOPS = 8_000_000
 #: 0.87-1.05x the time (median 0.96x; 200^3 R = 32 mode 0 5.94 -> 5.18 ms float64), 2 pieces 0.87-1.00x (median
 #: 0.95x); two a worker keeps some balance on a loaded machine
 KERNEL_PIECES_PER_WORKER = 2
+#: a compiled call of at least this many flops but fewer than ``KERNEL_PARALLEL_FLOPS`` is cut in two where the
+#: helpers are awake (:func:`tuckerkit.engine._handoff.helpers_spinning`: within their spin after a round, as in
+#: a decomposition's sweep, whose small projections follow its large ones), and runs whole where they sleep
+#: (a cold call: their wake-up costs more than the second core gives back). Measured on the 2-core AVX-512
+#: machine (each plan's call right after a 200^3 TTM on the helpers, against the same call right after a
+#: parked spell; interleaved medians of 31 in one process, the same bits): HOOI's small projections of 200^3
+#: at R = 10 ((200, 200, 10), (200, 10, 200), (10, 200, 200), 8 MFlop) float64 0.70-0.85x the time awake,
+#: 0.89-1.09x asleep; float32 0.89-0.92x awake, 1.21-1.35x asleep; 64^3 and 80^3 at R = 10 (5-10 MFlop)
+#: float64 0.70-0.98x awake, float32 0.75-0.94x
+WARM_SPLIT_FLOPS = 4_000_000
 
 
 def _kernel_tiles(name: str, kernel, args: list, lohi: tuple[int, int], fresh: tuple[int, ...], flops: int,
@@ -2022,13 +2032,22 @@ def _kernel_tiles(name: str, kernel, args: list, lohi: tuple[int, int], fresh: t
     _run_tiles(piece, args[lohi[1]], flops, policy, (name, kernel, args, lohi, fresh))
 
 
-def _tile_bounds(n_tiles: int, flops: int, policy: ExecutionPolicy | None) -> list[int]:
-    """The cut of ``range(n_tiles)`` into pieces (:func:`_run_tiles`): ``[0, n_tiles]`` where it runs whole."""
+def _tile_bounds(n_tiles: int, flops: int, policy: ExecutionPolicy | None, awake: bool = False) -> list[int]:
+    """The cut of ``range(n_tiles)`` into pieces (:func:`_run_tiles`): ``[0, n_tiles]`` where it runs whole;
+    ``awake``: the helpers are awake, so a call from ``WARM_SPLIT_FLOPS`` on is cut in two."""
     workers = 1 if policy is None else policy.workers
+    if awake and warm_split(flops, policy) and n_tiles >= 2:
+        return [0, n_tiles // 2, n_tiles]
     n = min(n_tiles, MAX_PIECES, KERNEL_PIECES_PER_WORKER * workers, flops // KERNEL_PIECE_FLOPS)
     if flops < KERNEL_PARALLEL_FLOPS or n < 2 or workers < 2:
         return [0, n_tiles]
     return [n_tiles * i // n for i in range(n + 1)]
+
+
+def warm_split(flops: int, policy: ExecutionPolicy | None) -> bool:
+    """Whether a compiled call of ``flops`` runs in two pieces when the helpers are awake and whole otherwise
+    (``WARM_SPLIT_FLOPS``)."""
+    return WARM_SPLIT_FLOPS <= flops < KERNEL_PARALLEL_FLOPS and policy is not None and policy.workers >= 2
 
 
 def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None,
@@ -2048,11 +2067,17 @@ def _run_tiles(kernel, n_tiles: int, flops: int, policy: ExecutionPolicy | None,
     helpers ran the same four pieces in 0.86-0.92x and 0.90-0.97x the Python pool's time (with the pool, the
     second worker started its first piece 0.1-0.2 ms after the caller, and one worker often finished its last
     piece 0.1-2 ms after the other); 8 or 16 pieces were no better."""
-    bounds = _tile_bounds(n_tiles, flops, policy)
+    # (the cut in two for awake helpers only where they can run the kernel: the pool's start would cost what it
+    # gives)
+    awake = by_address is not None and warm_split(flops, policy) and _handoff.helpers_spinning(policy)
+    bounds = _tile_bounds(n_tiles, flops, policy, awake)
     if len(bounds) == 2:
         kernel(0, n_tiles)
         return
     if by_address is not None and _handoff.run_kernel(*by_address[:4], bounds, by_address[4], policy):
+        return
+    if awake:  # (the helpers taken by another thread meanwhile)
+        kernel(0, n_tiles)
         return
     assert policy is not None  # (a cut: two workers or more)
     parallel_for(lambda i, _: kernel(bounds[i], bounds[i + 1]), len(bounds) - 1, policy)
@@ -2345,32 +2370,39 @@ class _Launch:
     kernel, its arguments, tiles and pieces are :func:`ttm_inner`'s / :func:`ttm_outer`'s: the same bits."""
 
     __slots__ = ("cols", "dtype", "keep", "kernel", "n_tiles", "name", "offsets", "pack", "policy", "rows",
-                 "scratch_n")
+                 "scratch_n", "warm")
 
     def __init__(self, name: str, args: list, lohi: tuple[int, int], fresh: tuple[int, ...], at: tuple[int, ...],
                  flops: int, pack, policy: ExecutionPolicy | None) -> None:
         kernel = _KERNEL_OF[name]
         self.name, self.kernel, self.pack, self.policy = name, globals()[kernel], pack, policy
         self.n_tiles = int(args[lohi[1]])
-        dtype = args[0].dtype
-        bounds = _tile_bounds(args[lohi[1]], flops, policy)
-        n = len(bounds) - 1
-        # each piece's scratch arrays 64-byte aligned, the pieces one after another in one block
-        line = 64 // dtype.itemsize
-        sizes = [-(-args[j].size // line) * line for j in fresh]
-        per = sum(sizes)
-        starts = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
-        self.offsets = [(np.arange(n, dtype=np.int64) * per + s0) * dtype.itemsize for s0 in starts]
-        self.scratch_n = n * per + line if fresh else 0
-        self.dtype = dtype
+        self.dtype = args[0].dtype
         # the arrays the rows point to that no call replaces (U's blocks, the strips): alive with the launch (and
         # not the first call's operands)
         self.keep = [a for k, a in enumerate(args) if isinstance(a, np.ndarray) and k not in (*at, *fresh)]
-        self.rows, self.cols = np.empty((0, 0), np.int64), [0] * (len(at) + len(fresh))  # (no rows: no helpers)
-        got = _handoff.kernel_rows(name, self.kernel, args, lohi, bounds, fresh)
-        if got is not None:
-            self.rows, cols, _ = got
-            self.cols = [cols[k] for k in (*at, *fresh)]
+        self.rows, self.cols, self.offsets, self.scratch_n = self._cut(
+            args, lohi, fresh, at, _tile_bounds(self.n_tiles, flops, policy))
+        # the cut in two taken while the helpers are awake (warm_split), beside the one taken while they sleep
+        self.warm = self._cut(args, lohi, fresh, at, _tile_bounds(self.n_tiles, flops, policy, True)) \
+            if warm_split(flops, policy) and self.n_tiles >= 2 and self.rows.size else None
+
+    def _cut(self, args: list, lohi: tuple[int, int], fresh: tuple[int, ...], at: tuple[int, ...],
+             bounds: list[int]) -> tuple[np.ndarray, list[int], list[np.ndarray], int]:
+        """The helpers' rows of one cut of the tiles (none without helpers), the columns a call writes, each
+        piece's scratch offsets and the scratch's size."""
+        n = len(bounds) - 1
+        # each piece's scratch arrays 64-byte aligned, the pieces one after another in one block
+        line = 64 // self.dtype.itemsize
+        sizes = [-(-args[j].size // line) * line for j in fresh]
+        per = sum(sizes)
+        starts = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
+        offsets = [(np.arange(n, dtype=np.int64) * per + s0) * self.dtype.itemsize for s0 in starts]
+        got = _handoff.kernel_rows(self.name, self.kernel, args, lohi, bounds, fresh)
+        if got is None:  # (no rows: no helpers)
+            return np.empty((0, 0), np.int64), [0] * (len(at) + len(fresh)), offsets, 0
+        rows, cols, _ = got
+        return rows, [cols[k] for k in (*at, *fresh)], offsets, n * per + line if fresh else 0
 
     def __call__(self, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> bool:
         """The product of the operands (``A`` the tensor, ``B`` the matrix, with the strides the launch was
@@ -2383,15 +2415,16 @@ class _Launch:
         from their first elements); False, with nothing run, as for a call."""
         if globals()[_KERNEL_OF[self.name]] is not self.kernel:
             return False
-        rows = self.rows.copy()
-        cols = self.cols
+        rows, cols, offsets, scratch_n = self.warm if self.warm is not None and _handoff.helpers_spinning(
+            self.policy) else (self.rows, self.cols, self.offsets, self.scratch_n)
+        rows = rows.copy()
         for c, a in zip(cols[:len(arrays)], arrays, strict=True):
             rows[:, c] = _handoff._address(a)
-        if self.scratch_n:
-            scratch = np.empty(self.scratch_n, self.dtype)
+        if scratch_n:
+            scratch = np.empty(scratch_n, self.dtype)
             base = _handoff._address(scratch)
             base += -base % 64
-            for c, off in zip(cols[len(arrays):], self.offsets, strict=True):
+            for c, off in zip(cols[len(arrays):], offsets, strict=True):
                 rows[:, c] = off + base
         return _handoff.run_rows(rows, self.policy)
 
