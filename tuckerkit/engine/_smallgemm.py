@@ -2004,12 +2004,12 @@ KERNEL_PIECES_PER_WORKER = 2
 #: a compiled call of at least this many flops but fewer than ``KERNEL_PARALLEL_FLOPS`` is cut in two where the
 #: helpers are awake (:func:`tuckerkit.engine._handoff.helpers_spinning`: within their spin after a round, as in
 #: a decomposition's sweep, whose small projections follow its large ones), and runs whole where they sleep
-#: (a cold call: their wake-up costs more than the second core gives back). Measured on the 2-core AVX-512
-#: machine (each plan's call right after a 200^3 TTM on the helpers, against the same call right after a
-#: parked spell; interleaved medians of 31 in one process, the same bits): HOOI's small projections of 200^3
-#: at R = 10 ((200, 200, 10), (200, 10, 200), (10, 200, 200), 8 MFlop) float64 0.70-0.85x the time awake,
-#: 0.89-1.09x asleep; float32 0.89-0.92x awake, 1.21-1.35x asleep; 64^3 and 80^3 at R = 10 (5-10 MFlop)
-#: float64 0.70-0.98x awake, float32 0.75-0.94x
+#: (a cold call: their wake-up costs more than the second core gives back). Measured on the 2-core Zen 4
+#: machine (interleaved medians of 31 in one process, the same bits), two pieces against one: HOOI's small
+#: projections of 200^3 at R = 10 ((200, 200, 10), (200, 10, 200), (10, 200, 200), 8 MFlop) right after a
+#: 200^3 TTM on the helpers float64 0.70-0.85x the time, float32 0.89-0.92x, and right after a parked spell
+#: 0.89-1.09x / 1.21-1.35x; 64^3 and 80^3 at R = 10 (5-10 MFlop) awake float64 0.70-0.98x, float32 0.75-0.94x.
+#: HOOI's iteration on 200^3 0.95x the time, CP-ALS's 0.95-0.98x (the same fits)
 WARM_SPLIT_FLOPS = 4_000_000
 
 
