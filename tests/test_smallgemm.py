@@ -578,6 +578,8 @@ def test_same_bits_from_several_threads_at_once(forced, rng):
 def test_explain_says_why_blas_stays(monkeypatch, rng):
     monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
     monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    # (as with 256-bit vectors: where vectors are wide, long rows over a short mode take the kernel in cache too)
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     contract_mod._cached_plan.cache_clear()
     try:
         # the first mode: the inner kernel's tiles gather rows of 12,000 elements at a stride
@@ -1949,23 +1951,34 @@ def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
     assert not sg.outer_gemm_style(32, 4)
 
 
-def test_long_rows_over_a_short_mode_go_to_the_kernel_when_streamed(rng):
+def test_long_rows_over_a_short_mode_go_to_the_kernel_when_streamed(rng, monkeypatch):
     """float64, R <= 16, long unit-stride rows contracted over I < LONG_ROW_MIN_I (the first modes of a 4-way
-    tensor): BLAS while the tensor fits the caches (STREAMED_BYTES), the compiled kernel beyond, where its
-    next-chunk prefetch pays (measured 0.67-0.99x BLAS's time on 67-800 MB tensors, 1.03-1.57x on 8-17 MB
+    tensor): with 256-bit vectors BLAS while the tensor fits the caches (STREAMED_BYTES), the compiled kernel
+    beyond, where its next-chunk prefetch pays (measured 0.67-0.99x BLAS's time on 67-800 MB tensors, 1.03-1.57x
+    on 8-17 MB ones); where vectors are wide the kernel in cache too (Zen 4: 0.54-1.02x BLAS's time on 2.9-17 MB
     ones); the rule lives in kernel_efficiency, and the streamed result is einsum's to rounding."""
     assert sg.STREAMED_BYTES == 32 << 20 and sg.LONG_ROW_MIN_I == 128
     args = ("small_rank_ttm_inner", "float64", 10, 40000, 60)
-    assert sg.kernel_efficiency(*args, nbytes=sg.STREAMED_BYTES) == sg._KERNEL_EFF[
+    streamed = sg._KERNEL_EFF[("small_rank_ttm_inner_long_short_i_streamed", "float64")][0]
+    for wide in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(sg, "wide_vectors", lambda wide=wide: wide)
+            assert sg.kernel_efficiency(*args, nbytes=sg.STREAMED_BYTES) == (streamed if wide else sg._KERNEL_EFF[
+                ("small_rank_ttm_inner_long_short_i", "float64")][0])
+            assert sg.kernel_efficiency(*args, nbytes=sg.STREAMED_BYTES + 1) == streamed
+            assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", 10, 40000, 200, nbytes=1 << 40) == \
+                sg._KERNEL_EFF[("small_rank_ttm_inner_long", "float64")][0]  # (I >= 128: the long-row constants)
+    # (the streamed rate takes the kernel against BLAS's at R <= 16, the in-cache one does not)
+    from tuckerkit.engine._plan import _SMALL_RANK_MARGIN
+
+    blas = sg.blas_efficiency("small_rank_ttm_inner", "float64", 10)
+    assert 1 / streamed < _SMALL_RANK_MARGIN / blas <= 1 / sg._KERNEL_EFF[
         ("small_rank_ttm_inner_long_short_i", "float64")][0]
-    assert sg.kernel_efficiency(*args, nbytes=sg.STREAMED_BYTES + 1) == sg._KERNEL_EFF[
-        ("small_rank_ttm_inner_long_short_i_streamed", "float64")][0]
-    assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", 10, 40000, 200, nbytes=1 << 40) == \
-        sg._KERNEL_EFF[("small_rank_ttm_inner_long", "float64")][0]  # (I >= 128: the long-row constants)
     contract_mod._cached_plan.cache_clear()
     small = np.empty((10, 60, 60, 60))  # 17 MB (np.empty: no page is touched by planning)
     big = np.empty((60, 60, 60, 60))  # 104 MB
-    assert ttm_plan(small, np.ones((60, 10)), 1, transpose=True).compiled is CompiledKernel.NONE
+    assert ttm_plan(small, np.ones((60, 10)), 1, transpose=True).compiled is (
+        CompiledKernel.TTM_INNER if sg.wide_vectors() else CompiledKernel.NONE)
     for m in (0, 1):
         plan = ttm_plan(big, np.ones((60, 10)), m, transpose=True)
         assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()

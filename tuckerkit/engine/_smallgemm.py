@@ -2154,7 +2154,13 @@ LONG_ROW_MIN_I = 128
 #: (median 0.85), except 64^4 at R = 16 (1.04-1.16x: its rows 2 MiB apart map to the same cache sets);
 #: on tensors held in cache (100^3, 120x90x110, 10x60x60x60: 8-17 MB) 1.03-1.57x, which the plain
 #: ``_long_short_i`` constants (BLAS) keep. Measured on days of slow memory (one read at 8-19 GB/s, against
-#: 25-31 on quiet ones); ``benchmarks/ttm.py``'s "/ BLAS" column on 64^4 shows the ratio in every run
+#: 25-31 on quiet ones); ``benchmarks/ttm.py``'s "/ BLAS" column on 64^4 shows the ratio in every run. Where
+#: vectors are wide the tensors held in cache take the streamed constants too (so float64 takes the kernel):
+#: on the 2-core Zen 4 machine (stop 81; the planner's plans against the same plans run by BLAS, each call after
+#: a parked spell, interleaved medians of 11 in one process), float64 first modes over I = 10-120 with rows of
+#: 6000-216000 columns in 2.9-17 MB (100^3, 120x90x110, 10x60x60x60, 60x10x60x60, 60x60x10x10, 30^4, 16^5) at R
+#: = 4 / 8 / 16 0.67-1.02x / 0.54-0.98x / 0.61-0.88x BLAS's time (median 0.82x); HOOI on 60^4 took the first of
+#: them at 0.64-0.67x in its sweeps
 STREAMED_BYTES = 32 << 20
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
@@ -2318,7 +2324,7 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
         key = variant + ("_long_short_i" if 0 < contracted < LONG_ROW_MIN_I else "_long")
-        if key.endswith("_short_i") and nbytes > STREAMED_BYTES:
+        if key.endswith("_short_i") and (nbytes > STREAMED_BYTES or wide_vectors()):
             key += "_streamed"
     lo, hi = _KERNEL_EFF[(key, dtype)]
     if key == "small_rank_ttm_inner_long" and not wide_vectors():
