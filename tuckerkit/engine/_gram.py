@@ -375,9 +375,15 @@ def _pieces_in_order(piece: Any, n_pieces: int, In: int, buf_elems: int, policy:
         with np.errstate(over="ignore", invalid="ignore"):  # (per thread; an overflow: the caller's exact Gram)
             piece(i, *st, parts[i], ssq[i])
 
+    make = make_state or (lambda: (work_empty((buf_elems,), np.float32), work_empty((In, In), np.float32)))
+    # every thread's state made before the pieces start, one for each thread that may take a piece: which
+    # threads take one depends on the timing (under load the caller may take them all), and states made only
+    # when a thread starts made a call's allocations depend on it, hence its page faults where the pool had
+    # no idle block of the size yet (the third default HOOI on 200^3 in a fresh process: 160-360 faults in
+    # one run of 10-14 under load, none otherwise)
+    states = [make() for _ in range(max(1, min(policy.workers, n_pieces)))]
     with blas_pinned():
-        parallel_for(work, n_pieces, policy, make_state=make_state or (
-            lambda: (work_empty((buf_elems,), np.float32), work_empty((In, In), np.float32))))
+        parallel_for(work, n_pieces, policy, make_state=states.pop)
     G, s = parts[0], ssq[0]
     for i in range(1, n_pieces):
         G += parts[i]
