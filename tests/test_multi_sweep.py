@@ -296,3 +296,33 @@ def test_hooi_4way_with_the_multi_sweep_tree_has_the_two_pass_trees_fits(rng, pl
     np.testing.assert_allclose(one.fit_history, two.fit_history, rtol=0, atol=100 * np.finfo(np.float64).eps)
     for U, V in zip(one.factors, two.factors, strict=True):
         np.testing.assert_allclose(U @ U.T, V @ V.T, rtol=0, atol=1e3 * np.finfo(np.float64).eps)
+
+
+def test_a_sweeps_cached_plans_are_not_checked_again_and_a_given_plan_still_is(rng, planned_sweeps, monkeypatch):
+    """HOOI's sweep runs each multi-TTM plan from its cache, keyed by the arrays' layouts, without the plan's
+    check (the key already is it): a HOOI call with the check made to fail gives the same factors and fit as one
+    with it; a plan given to ``dense_multi_ttm`` by a caller is still checked (a one-line error for other
+    arrays)."""
+    from tuckerkit.engine import ExecutionPolicy
+    from tuckerkit.engine._ttm import MultiTTMPlan, build_multi_ttm_plan, dense_multi_ttm
+
+    X = rng.standard_normal((30, 24, 20))
+    ref = tk.hooi(X, 4, max_iter=4, tol=0.0, init="hosvd")
+    calls = []
+    real = MultiTTMPlan.check
+
+    def failing(self, *args):
+        calls.append(1)
+        raise AssertionError("a sweep's cached plan was checked again")
+
+    monkeypatch.setattr(MultiTTMPlan, "check", failing)
+    got = tk.hooi(X, 4, max_iter=4, tol=0.0, init="hosvd")
+    assert calls == []
+    assert got.fit == ref.fit
+    for a, b in zip(got.factors, ref.factors, strict=True):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(MultiTTMPlan, "check", real)
+    mats = {1: rng.standard_normal((24, 4)), 2: rng.standard_normal((20, 4))}
+    plan = build_multi_ttm_plan(X, mats, True, ExecutionPolicy())
+    with pytest.raises(ValueError, match=r"plan was made for X of shape \(30, 24, 20\)"):
+        dense_multi_ttm(X[:, :, :10], {1: mats[1], 2: mats[2][:10]}, True, plan, ExecutionPolicy())

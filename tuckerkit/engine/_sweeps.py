@@ -230,7 +230,8 @@ def _project(T: Any, mats: dict[int, Any], plans: list, policy: ExecutionPolicy,
         if cache is not None:
             cache[key] = p
     plans.append(p)
-    Y = dense_multi_ttm(T, mats, True, p, policy)
+    # (a plan from the cache or made just now: one made for these arrays' layouts (the key), so unchecked)
+    Y = dense_multi_ttm(T, mats, True, p, policy, checked=True)
     ws = _workspace.active()
     if ws is not None:
         ws.trim()
