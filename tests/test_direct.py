@@ -16,6 +16,8 @@ from tuckerkit.engine._direct import (
     DIRECT_MAX_FLOPS,
     DIRECT_MTTKRP_ELEMS,
     DIRECT_SWEEP_FLOPS,
+    DIRECT_TTMC_ELEMS,
+    DIRECT_TTMC_ELEMS_WIDE_F64,
     ROWS_MIN_ELEMS,
     DirectSweep,
     direct_applies,
@@ -176,9 +178,9 @@ def test_mid_size_products_are_cut_for_the_workers_with_the_same_bits(kind, dtyp
     import tuckerkit.engine._contract as contract_mod
     import tuckerkit.engine._direct as direct_mod
 
-    # (2 x size x R a product with X: 20.7 / 16.8 MFlop in float64 terms, above CONTRACT_PARALLEL_FLOPS; the
-    # MTTKRP's tensor within DIRECT_MTTKRP_ELEMS)
-    shape, R = ((96, 90, 100), 12) if kind == "ttmc" else ((64, 64, 64), 32)
+    # (2 x size x R a product with X: 22.1 / 16.8 MFlop in float64 terms, above CONTRACT_PARALLEL_FLOPS; the
+    # MTTKRP's tensor within DIRECT_MTTKRP_ELEMS, the projections' 4-way one within DIRECT_TTMC_ELEMS on any machine)
+    shape, R = ((30, 32, 30, 32), 12) if kind == "ttmc" else ((64, 64, 64), 32)
     R *= 2 if dtype == np.float32 else 1  # (single precision counts half its flops)
     X = _rand(rng, shape, dtype)
     start = [_rand(rng, (s, R), dtype) for s in shape]
@@ -204,7 +206,7 @@ def test_mid_size_products_are_cut_for_the_workers_with_the_same_bits(kind, dtyp
     one = run(1)
     assert cuts and all(f >= 16_000_000 for f in cuts)  # (each big product went through the cut)
     two = run(2)
-    assert sorted(one) == [0, 1, 2]
+    assert sorted(one) == list(range(len(shape)))
     for n in one:
         assert one[n].tobytes() == two[n].tobytes()
 
@@ -270,6 +272,42 @@ def test_the_route_is_chosen_by_size_and_layout(rng):
     np.testing.assert_array_equal(operand_mttkrp(op, U, 2, ExecutionPolicy()), direct_mttkrp(X, U, 2, 2))
     U32 = [u.astype(np.float32) for u in U]
     np.testing.assert_array_equal(operand_mttkrp(op, U32, 2, ExecutionPolicy()), op.mttkrp(U32, 2))
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_hooi_projects_3way_float64_directly_only_to_the_wide_bound_where_vectors_are_wide(wide, rng, monkeypatch):
+    """Where vectors are wide a 3-way float64 tensor's HOOI projections run directly only up to
+    DIRECT_TTMC_ELEMS_WIDE_F64 elements (beyond, the planned sweep and its compiled kernels); float32, 4-way
+    tensors and machines without wide vectors keep DIRECT_TTMC_ELEMS. The route's record says which bound let
+    it run directly, and HOOI gives the same fit on either route."""
+    from tuckerkit.engine import _simd
+
+    monkeypatch.setattr(_simd, "wide_vectors", lambda: wide)
+    assert DIRECT_TTMC_ELEMS_WIDE_F64 < DIRECT_TTMC_ELEMS
+    edge = np.empty((64, 64, 128))  # (2^19 elements; np.empty: no page touched)
+    past = np.empty((64, 65, 128))
+    assert edge.size == DIRECT_TTMC_ELEMS_WIDE_F64
+    assert direct_applies(edge, 10, projections=True)
+    assert direct_applies(past, 10, projections=True) is not wide
+    # float32, a 4-way float64 tensor of as many elements, and CP-ALS's MTTKRPs: unchanged
+    assert direct_applies(past.astype(np.float32), 10, projections=True)
+    assert direct_applies(np.empty((32, 32, 32, 32)), 10, projections=True)
+    assert direct_applies(np.empty((128, 128, 128), np.float32), 10, projections=True)
+    assert not direct_applies(past, 10)
+    X = rng.standard_normal((66, 70, 120))  # (554400 elements: past the wide bound)
+    T = tk.hooi(X, 4, max_iter=2, tol=0)
+    assert isinstance(T.plans[0], DirectSweep) is not wide
+    small = tk.hooi(X[:60], 4, max_iter=2, tol=0)  # (504000 elements: within both bounds)
+    assert isinstance(small.plans[0], DirectSweep) and small.plans[0].kind == "ttmc"
+    bound = "DIRECT_TTMC_ELEMS_WIDE_F64 (524288)" if wide else "DIRECT_TTMC_ELEMS (2097152)"
+    assert f"504000 elements <= {bound} and" in small.plans[0].explain()
+    if not wide:
+        assert "554400 elements <= DIRECT_TTMC_ELEMS (2097152)" in T.plans[0].explain()
+    # the other route from the same start: the same fit to rounding (their sums run in other orders)
+    monkeypatch.setattr(_simd, "wide_vectors", lambda: not wide)
+    other = tk.hooi(X, 4, max_iter=2, tol=0)
+    assert isinstance(other.plans[0], DirectSweep) is wide
+    assert abs(T.fit - other.fit) <= X.size * np.finfo(np.float64).eps
 
 
 def test_the_record_explains_the_route(rng):

@@ -65,6 +65,18 @@ DIRECT_SWEEP_FLOPS = MIN_PARALLEL_FLOPS
 #: calls (10 iterations from HOSVD, medians of 11) 100^3 0.98x, 128^3 1.10x, 30^4 0.90x, 40^4 0.89x: the same
 #: threshold.
 DIRECT_TTMC_ELEMS = 1 << 21
+#: ... for a 3-way float64 tensor where vectors are wide (AVX-512: :func:`~tuckerkit.engine._simd.wide_vectors`),
+#: whose planned sweep takes the compiled small-rank kernels and the multi-sweep tree (1.5 reads of the tensor an
+#: iteration), where OpenBLAS's GEMMs with a short side of 5-20 rows run far below its peak. Measured on the 2-core
+#: AVX-512 machine (Zen 4, stop 82; whole HOOI calls, 10 iterations from HOSVD, planned over direct time, in-process
+#: medians of 11 interleaved pairs, the same fits to 12 digits), R = 10: 90^3 1.02x, 100^3 0.87x, 110^3 0.88x, 120^3
+#: 0.65x, 128^3 0.53x, 64x128x128 0.69x, 50x100x200 0.61x, 200x100x50 0.96x, 60x120x140 0.76x, 256x64x64 0.91x,
+#: 64x64x256 0.77x, 1000x100x10 0.91x, 10x100x1000 0.88x, 100x1000x10 0.67x, 4x500x500 0.66x, 500x500x4 (ranks 10,
+#: 10, 2) 1.21x; R = 5 / 20: 90^3 0.99 / 0.99x, 100^3 0.82 / 0.76x, 128^3 0.63 / 0.72x; below it direct stays ahead
+#: (80^3 1.06x, 64^3 1.04x). Default calls (ST-HOSVD start, to convergence): 90^3 0.94x, 100^3 0.95x, 128^3 0.81x,
+#: 60x120x140 0.94x, 500x500x4 1.03x. float32 (80^3-128^3 0.92-1.15x) and 4-way tensors (32^4 0.72 / 0.94 / 1.17x at
+#: R = 5 / 10 / 20, 30^4 0.98x, 36^4 0.72x; 16^5 1.08-1.38x) keep ``DIRECT_TTMC_ELEMS``
+DIRECT_TTMC_ELEMS_WIDE_F64 = 1 << 19
 #: CP-ALS's MTTKRP sweeps run directly up to this many elements (and ``DIRECT_MAX_FLOPS``). Interleaved
 #: medians of 18, direct / planned, float64, R = 5 / 10 / 32, every product on one thread: 50^3 0.62 / 0.70 /
 #: 0.78x, 64^3 (2^18 elements) 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x,
@@ -142,9 +154,12 @@ class DirectSweep:
                     f"{self.rank}: two products with the tensor on one BLAS thread, each half's MTTKRPs, updates and "
                     "Grams in one compiled call (decomposition/_small_cp.py: SMALL_CP_MAX_ELEMS, "
                     "size x rank <= SMALL_CP_MAX_WORK), no planner")
-        elems = DIRECT_TTMC_ELEMS if self.kind == "ttmc" else DIRECT_MTTKRP_ELEMS
+        elems, name = DIRECT_MTTKRP_ELEMS, "DIRECT_MTTKRP_ELEMS"
+        if self.kind == "ttmc":
+            elems = ttmc_elems(self.shape, self.dtype, every=True)
+            name = "DIRECT_TTMC_ELEMS" if elems == DIRECT_TTMC_ELEMS else "DIRECT_TTMC_ELEMS_WIDE_F64"
         why = (f"{self.flops} flops <= DIRECT_SWEEP_FLOPS ({DIRECT_SWEEP_FLOPS})" if self.flops <= DIRECT_SWEEP_FLOPS
-               else f"{math.prod(self.shape)} elements <= DIRECT_{self.kind.upper()}_ELEMS ({elems}) and "
+               else f"{math.prod(self.shape)} elements <= {name} ({elems}) and "
                     f"{self.flops} flops <= DIRECT_MAX_FLOPS ({DIRECT_MAX_FLOPS})")
         return (f"direct {self.kind} sweep of a {'x'.join(map(str, self.shape))} {self.dtype} tensor, rank "
                 f"{self.rank}: {why}; numpy.matmul on one BLAS thread, no planner")
@@ -197,7 +212,27 @@ def direct_applies(X: Any, rank: int, projections: bool = False) -> bool:
         return False
     flops = 4 * X.size * max(rank, 1)
     return flops <= DIRECT_SWEEP_FLOPS or (
-        X.size <= (DIRECT_TTMC_ELEMS if projections else DIRECT_MTTKRP_ELEMS) and flops <= DIRECT_MAX_FLOPS)
+        X.size <= (ttmc_elems(X.shape, X.dtype) if projections else DIRECT_MTTKRP_ELEMS) and flops <= DIRECT_MAX_FLOPS)
+
+
+def ttmc_elems(shape: tuple[int, ...], dtype: Any, every: bool = False) -> int:
+    """The most elements of a tensor of ``shape`` and ``dtype`` whose HOOI projections run directly (within
+    ``DIRECT_MAX_FLOPS``): ``DIRECT_TTMC_ELEMS_WIDE_F64`` for a 3-way float64 tensor where vectors are wide, else
+    ``DIRECT_TTMC_ELEMS``. Without ``every``, a tensor within the smaller bound gets the larger (either lets it run
+    directly; the vector width is then not looked up).
+
+    Examples
+    --------
+    >>> from tuckerkit.engine._direct import DIRECT_TTMC_ELEMS, ttmc_elems
+    >>> ttmc_elems((100, 100, 100), "float32") == ttmc_elems((10, 10, 10), "float64") == DIRECT_TTMC_ELEMS
+    True
+    """
+    if len(shape) == 3 and np.dtype(dtype) == np.float64 and (every or math.prod(shape) > DIRECT_TTMC_ELEMS_WIDE_F64):
+        from tuckerkit.engine._simd import wide_vectors  # (numba's modules: only for a tensor past the bound)
+
+        if wide_vectors():
+            return DIRECT_TTMC_ELEMS_WIDE_F64
+    return DIRECT_TTMC_ELEMS
 
 
 def device_direct_applies(X: Any) -> bool:
