@@ -1254,11 +1254,35 @@ def _gemv_reread_bytes(plan: ContractionPlan, itemsize: int) -> int:
     return (again - 1) * matrix * lacking * itemsize
 
 
+def _tiny_rows(lay, t_shape, t_strides, R: int, itemsize: int, out_shape, out_strides, out_layout: str) -> bool:
+    """Whether a unit-stride TTM (:func:`_ttm_layout`'s ``lay``; the tensor's shape and strides in elements) runs
+    :func:`~tuckerkit.engine._smallgemm.ttm_outer`'s tiny-rows kernel: its extents
+    (:func:`~tuckerkit.engine._smallgemm.outer_tiny_style`), the rows of X back to back (the merged outer modes'
+    stride is ``I``) and those of the output too (a fresh output in the kernel's order, or given strides with z
+    unit-strided and the merged outer modes ``R`` apart)."""
+    from tuckerkit.engine._smallgemm import outer_tiny_style
+
+    x_perm, n_outer, out_perm, _, fresh = lay
+    I = t_shape[x_perm[n_outer]]  # noqa: E741
+    if not outer_tiny_style(R, itemsize, I):
+        return False
+    outer = [i for i in x_perm[:n_outer] if t_shape[i] > 1]
+    if outer and t_strides[outer[-1]] != I:
+        return False
+    if fresh:
+        return True
+    if out_strides is None:  # (a fresh C- or F-ordered output, as _ttm_layout found it)
+        c_st = _c_strides(tuple(out_shape) if out_layout == "C" else tuple(out_shape)[::-1])
+        out_strides = c_st if out_layout == "C" else c_st[::-1]
+    oz = out_perm[n_outer]
+    o_outer = [out_perm[j] for j in range(n_outer) if out_shape[out_perm[j]] > 1]
+    return (R == 1 or out_strides[oz] == 1) and (not o_outer or out_strides[o_outer[-1]] == R)
+
+
 def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
                          out_strides, out_layout: str, copies: str = "auto") -> ContractionPlan:
     """The plan with a compiled small-rank TTM kernel when the roofline cost model says it is faster."""
-    if plan.dtype not in ("float32", "float64") or plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) \
-            or plan.kind == KernelKind.EMPTY:
+    if plan.dtype not in ("float32", "float64") or plan.kind == KernelKind.EMPTY:
         return plan
     if plan.flops < SMALL_RANK_MIN_FLOPS:
         return plan
@@ -1285,22 +1309,28 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
     R = m_shape[1] if u_kz else m_shape[0]
     variant = CompiledKernel.TTM_INNER if n_outer + 1 < len(x_perm) else CompiledKernel.TTM_OUTER
+    t_shape = b_shape if swap else a_shape
+    t_strides = b_strides if swap else a_strides
+    itemsize = 4 if plan.dtype == "float32" else 8
+    # (the tiny-rows kernel: rows of X and of the output back to back; also in place of BLAS's copying remedies,
+    # which the other kernels leave to BLAS)
+    tiny = variant == CompiledKernel.TTM_OUTER and _tiny_rows(lay, t_shape, t_strides, R, itemsize, plan.shapes[2],
+                                                              out_strides, out_layout)
+    if plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not tiny:
+        return plan
     from tuckerkit.engine._simd import simd_supported
 
     if variant == CompiledKernel.TTM_INNER and not simd_supported():
         return plan  # its microkernels are written for AVX2 + FMA: elsewhere many times slower than BLAS
-    t_shape = b_shape if swap else a_shape
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
-    itemsize = 4 if plan.dtype == "float32" else 8
     if R > MAX_RANK and not planned_beyond_max_rank(variant == CompiledKernel.TTM_INNER, itemsize, R,
                                                     columns * itemsize, math.prod(t_shape) * itemsize,
                                                     t_shape[x_perm[n_outer]]):
         return plan
     roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
-    t_strides = b_strides if swap else a_strides
     eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
-                                 math.prod(t_shape) * itemsize, t_strides[x_perm[n_outer]] * itemsize)
+                                 math.prod(t_shape) * itemsize, t_strides[x_perm[n_outer]] * itemsize, tiny)
     # (a batch of GEMMs pays BATCH_CALL_SECONDS a GEMM beyond its flops: many tiny slices are call-bound)
     calls = math.prod(plan.batch_sizes) if plan.inner_kind in (KernelKind.STRIDED_BATCHED_GEMM,
                                                                 KernelKind.BATCHED_GEMV) else 1

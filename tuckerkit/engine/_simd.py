@@ -930,3 +930,97 @@ def _make_vdot(R: int):
 
 vdot1, vdot2, vdot3, vdot4, vdot5, vdot6, vdot7, vdot8, vdot9, vdot10, vdot11, vdot12 = (
     _make_vdot(r) for r in range(VDOT_MIN_RANK, VDOT_MAX_RANK + 1))
+
+
+#: the extents of the tiny-rows kernel (:func:`_make_tiny`; :func:`tuckerkit.engine._smallgemm.outer_tiny_style`):
+#: rows of X of 2 to ``TINY_MAX_I`` elements against 1 to ``TINY_MAX_R`` columns of U
+TINY_MAX_I = 8
+TINY_MAX_R = 8
+#: the key of an (I, R) pair in the kernel's switch: ``I * TINY_KEY + R``
+TINY_KEY = 16
+
+
+def _make_tiny():
+    """``tiny_block(x, xo, I, up, R, y, yo)``: ``L`` rows of a dense ``(A, I)`` X against ``U`` (``I x R``,
+    packed as C-ordered rows in ``up``) into the same rows of a dense ``(A, R)`` output, where the rows are too
+    short for vectors along them (``L`` = 8 float64 or 16 float32: one 512-bit vector of lanes over rows).
+
+    The block's ``L x I`` elements are one run of memory: they are loaded as ``I`` vectors (one load of ``I L``
+    lanes), and a shuffle for each ``i`` gathers column ``i`` of the block (lane ``a`` from element
+    ``a I + i``); accumulator ``r`` is then the chain of fused multiply-adds ``fma(col_i, U[i, r], acc)`` over
+    ``i`` in order from zero (the bits of :func:`tuckerkit.engine._smallgemm.ttm_outer`'s transposed tile and
+    register-blocked kernels), and one shuffle interleaves the ``R`` accumulators into the block's ``L x R``
+    outputs (lane ``a R + r`` from accumulator ``r``'s lane ``a``), stored as one run. ``I`` and ``R`` are
+    read at run time: the code holds one branch for each pair of ``2 <= I <=`` :data:`TINY_MAX_I` and ``1 <= R
+    <=`` :data:`TINY_MAX_R` (any other pair does nothing). LLVM lowers the shuffles to two-source lane
+    permutes: about ``I + R`` of them a block against ``I R`` fused multiply-adds and ``I + R`` vector
+    memory operations, where BLAS's GEMM on rows of 2-8 elements runs a few per cent of its peak."""
+    @intrinsic
+    def tiny(typingctx, x, xo, I, up, R, y, yo):  # noqa: E741
+        if not _float_arrays(x, up, y):
+            return None
+
+        def codegen(context, builder, sig, args):
+            xarr, xo_, I_, uparr, R_, yarr, yo_ = args
+            dt = sig.args[0].dtype
+            bits, L, fty, vty = _wide_types(context, dt)
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+
+            def data(k, val):
+                return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
+
+            xp, upp, yp = data(0, xarr), data(3, uparr), data(5, yarr)
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]),
+                                                 f"llvm.fma.v{L}f{bits}")
+            undef = ir.Constant(vty, ir.Undefined)
+            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
+            splat = ir.Constant(ir.VectorType(i32, L), [0] * L)
+
+            def lanes(idx):
+                return ir.Constant(ir.VectorType(i32, len(idx)), idx)
+
+            end = builder.append_basic_block("tiny.end")
+            key = builder.add(builder.mul(I_, ir.Constant(i64, TINY_KEY)), R_)
+            sw = builder.switch(key, end)
+            for ni in range(2, TINY_MAX_I + 1):
+                xty = ir.VectorType(fty, ni * L)
+                for nr in range(1, TINY_MAX_R + 1):
+                    b = builder.append_basic_block(f"tiny.{ni}.{nr}")
+                    sw.add_case(ir.Constant(i64, ni * TINY_KEY + nr), b)
+                    builder.position_at_end(b)
+                    blk = builder.load(builder.bitcast(builder.gep(xp, [xo_]), xty.as_pointer()), align=1)
+                    cols = [builder.shuffle_vector(blk, ir.Constant(xty, ir.Undefined),
+                                                   lanes([a * ni + i for a in range(L)])) for i in range(ni)]
+                    acc = []
+                    for r in range(nr):
+                        s = zero
+                        for i in range(ni):
+                            u = builder.load(builder.gep(upp, [ir.Constant(i64, i * nr + r)]))
+                            ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)),
+                                                        undef, splat)
+                            s = builder.call(fma, [cols[i], ub, s])
+                        acc.append(s)
+                    # the accumulators side by side (nr L lanes), then interleaved: lane a nr + r from acc[r][a]
+                    cat, width = acc[0], L
+                    for r in range(1, nr):
+                        nxt = acc[r]
+                        if width > L:
+                            nxt = builder.shuffle_vector(nxt, undef, lanes(list(range(L)) + [0] * (width - L)))
+                        cat = builder.shuffle_vector(cat, nxt, lanes(list(range(width + L))))
+                        width += L
+                    out = cat if nr == 1 else builder.shuffle_vector(
+                        cat, ir.Constant(cat.type, ir.Undefined),
+                        lanes([(k % nr) * L + k // nr for k in range(nr * L)]))
+                    builder.store(out, builder.bitcast(builder.gep(yp, [yo_]), ir.VectorType(fty, nr * L).as_pointer()),
+                                  align=1)
+                    builder.branch(end)
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        i = types.int64
+        return types.void(x, i, i, up, i, y, i), codegen
+
+    return tiny
+
+
+tiny_block = _make_tiny()

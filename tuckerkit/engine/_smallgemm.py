@@ -76,6 +76,8 @@ from tuckerkit.engine._simd import (
     OCT_RB,
     QUAD_MIN_RB,
     QUAD_RB,
+    TINY_MAX_I,
+    TINY_MAX_R,
     TR_MAX_RANK,
     TR_MAX_RANK_F64,
     TR_MIN_RANK,
@@ -158,6 +160,7 @@ from tuckerkit.engine._simd import (
     quad11,
     quad12,
     simd_supported,
+    tiny_block,
     tr3,
     tr4,
     tr5,
@@ -1206,6 +1209,35 @@ def _outer_vdot_kernel(x, A, I, sxa, u, su, R, y, sya, syr, t_lo, t_hi, pfd):  #
         _vdot_tile(R, x, a0 * sxa, sxa, h, I, u, su, y, a0 * sya, sya, syr, qa * sxa if pfh > 0 else 0, pfh)
 
 
+#: rows of X per tile of :func:`_outer_tiny_kernel` (whole 512-bit blocks of either dtype)
+TINY_TILE_ROWS = 2048
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def _outer_tiny_kernel(x, A, I, up, R, y, tl, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+    # tile t: rows [TINY_TILE_ROWS t, TINY_TILE_ROWS (t + 1)) of a dense (A, I) X into the same rows of a dense
+    # (A, R) y, L rows a block (L = 8 float64, 16 float32; tuckerkit.engine._simd.tiny_block: lanes over the rows,
+    # each output the chain of fused multiply-adds in i from zero), U packed as (I, R) rows in up. The rows after
+    # a tile's last whole block (fewer than L: only in the last tile) are copied into tl, zero-padded, run as one
+    # block into tl's second part and only their outputs copied out: the same chain for each of them
+    L = 64 // x.itemsize
+    for t in range(t_lo, t_hi):
+        a0 = t * TINY_TILE_ROWS
+        a1 = min(A, a0 + TINY_TILE_ROWS)
+        nfull = (a1 - a0) // L
+        for b in range(nfull):
+            a = a0 + b * L
+            tiny_block(x, a * I, I, up, R, y, a * R)
+        a = a0 + nfull * L
+        if a < a1:
+            n = (a1 - a) * I
+            for j in range(L * I):
+                tl[j] = x[a * I + j] if j < n else 0
+            tiny_block(tl, 0, I, up, R, tl, L * I)
+            for j in range((a1 - a) * R):
+                y[a * R + j] = tl[L * I + j]
+
+
 @njit(cache=True, nogil=True, **NO_RUNTIME)
 def _outer_tr_kernel(x, A, I, sxa, up, R, y, sya, syr, tl, t_lo, t_hi, pfd):  # noqa: E741 # pragma: no cover
     # tile t: rows [L t, L t + L) of X (L = 16 float32, 8 float64: one 512-bit vector), lanes over the rows:
@@ -1776,7 +1808,19 @@ def ttm_outer(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, policy: ExecutionP
         raise ValueError("ttm_outer needs unit stride along the last axis of X2")
     _check_kernel_shapes("ttm_outer", Ut, (Ut.shape[0], X2.shape[1]), Y2, (Ut.shape[0], X2.shape[0]))
     name, args, lohi, fresh, _ = _outer_args(X2, Ut, Y2, fx, fy)
-    _kernel_tiles(name, globals()[_KERNEL_OF[name]], args, lohi, fresh, 2 * X2.size * Ut.shape[0], policy)
+    _kernel_tiles(name, globals()[_KERNEL_OF[name]], args, lohi, fresh,
+                  _cut_flops(name, 2 * X2.size * Ut.shape[0], (X2.size + Y2.size) * X2.itemsize), policy)
+
+
+def _cut_flops(name: str, flops: int, nbytes: int) -> int:
+    """The flops by which a kernel's tiles are cut into pieces (:func:`_tile_bounds`): its own, but the tiny-rows
+    kernel (bound by the memory, a few flops a byte) over more than ``STREAMED_BYTES`` of X and the output counts
+    as a call cut in four. Measured (two workers, interleaved medians of 21): (1000000, 3) float64 at R = 2 (40 MB)
+    1.01 against 1.69 ms whole; in the caches whole ran as fast or faster (float64 (250000, 4) at R = 2 / 3 0.27 /
+    0.38 against 0.34 / 0.40 ms cut, float32 (1000000, 3) 0.49 against 0.51 ms)."""
+    if name == "outer_tiny" and nbytes > STREAMED_BYTES:
+        return max(flops, 4 * KERNEL_PIECE_FLOPS)
+    return flops
 
 
 def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
@@ -1787,6 +1831,11 @@ def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
     R = Ut.shape[0]
     it = X2.itemsize
     vl = 32 // it
+    if outer_tiny_style(R, it, I) and _dense_rows(X2, Y2):
+        L = 64 // it
+        up = np.ascontiguousarray(Ut.T, X2.dtype).reshape(-1)  # U as (I, R) rows
+        targs = [fx, A, I, up, R, fy, np.empty(L * (I + R), X2.dtype), 0, -(-A // TINY_TILE_ROWS)]
+        return "outer_tiny", targs, (7, 8), (6,), (0, 3, 5)
     if outer_vdot_style(R, it, I):
         up = _vdot_packed(Ut.T, X2.dtype)
         su = up.size // R
@@ -1815,6 +1864,32 @@ def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
              _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
     tl_n = _OUTER_ROWS * up.shape[1] * (_OUTER_COPY_TILES if (sya == 1 and syr != 1) else 1)
     return "outer_gemm", [*gargs, np.empty(tl_n, X2.dtype), 0, -(-A // _OUTER_ROWS)], (16, 17), (15,), (0, 5, 8)
+
+
+def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
+    """Whether :func:`ttm_outer` runs the tiny-rows kernel (:func:`_outer_tiny_kernel`: lanes over rows of X, a
+    block of 8 float64 or 16 float32 rows loaded as one run and its columns gathered by shuffles) ahead of the
+    other kernels, where X's rows and the output's are dense (:func:`_dense_rows`): where vectors are wide, rows of
+    2 to ``TINY_MAX_I`` = 8 elements against 1 to ``TINY_MAX_R`` = 8 columns of U. There the other kernels and
+    BLAS spend most of their time on rows shorter than a vector (BLAS's GEMM on rows of 3 at R = 3: a few per
+    cent of its peak, well below the memory's rate).
+
+    Measured on Zen 4 (2 cores; X of 4M elements, (A, I) dense, the kernel against the planner's BLAS plan and
+    one ``numpy.matmul``, interleaved medians of 11, one process): float64 I = 2 / 3 / 5 / 8 at R = 1-7
+    0.14-0.62x the plan's time and 0.19-0.86x numpy's; I = 12 0.32-0.71x / 0.35-0.68x; I = 16 0.53-0.97x /
+    0.57-1.66x; float32 I = 2-8 0.06-0.37x / 0.12-0.72x, I = 12 0.24-0.61x / 0.46-0.92x, I = 16 0.35-1.33x /
+    0.55-2.30x (hence 8). Against the transposed tile on (250000, 4) and (2000000, 3) float64 at R = 3: 0.12x
+    and 0.47x its time."""
+    return wide_vectors() and 2 <= I <= TINY_MAX_I and 1 <= R <= TINY_MAX_R
+
+
+def _dense_rows(X2: np.ndarray, Y2: np.ndarray) -> bool:
+    """Whether the rows of ``X2`` (A, I) and of the output ``Y2`` (R, A) lie back to back: X2 one (A, I) and
+    Y2's transpose one (A, R) C-ordered block (strides of extents of 1 not looked at)."""
+    A, I = X2.shape  # noqa: E741
+    R, it = Y2.shape[0], X2.itemsize
+    return ((A == 1 or X2.strides[0] == I * it) and (I == 1 or X2.strides[1] == it)
+            and (R == 1 or Y2.strides[0] == it) and (A == 1 or Y2.strides[1] == R * it))
 
 
 def _dot_five(I: int, itemsize: int) -> bool:  # noqa: E741
@@ -2137,6 +2212,10 @@ _BLAS_EFF = {
     ("small_rank_ttm_outer", "float64"): (0.45, 0.53),
     ("small_rank_ttm_outer", "float32"): (0.33, 0.43),
 }
+#: the tiny-rows kernel's rate (:func:`outer_tiny_style`): bound by the memory where BLAS, on rows of 2-8
+#: elements, is not, so it stands for a rank against BLAS's (the same bytes read, the compute terms decide): twice
+#: BLAS's constant, where it measured 0.06-0.62x the planner's BLAS plans' time (:func:`outer_tiny_style`)
+TINY_EFF = {"float64": 0.90, "float32": 0.66}
 #: rates, relative to the packed strips, of :func:`ttm_inner`'s columns left at the end of a row: vectors
 #: read from X directly (measured 0.9-1.2 on (200, 200, 10) and (200, 200, 13) against BLAS, one core;
 #: taken lower for rows that do not stay in cache), and single elements in rows shorter than one vector
@@ -2293,7 +2372,7 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
-                      nbytes: int = 0, row_bytes: int = 0) -> float:
+                      nbytes: int = 0, row_bytes: int = 0, tiny: bool = False) -> float:
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
 
     ``contracted``: the contracted extent ``I`` (0: not known). Long rows contracted over fewer than
@@ -2315,7 +2394,11 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     ``row_bytes``: the stride of the contracted extent in bytes (0: not known). float64 long rows above R = 16
     that crowd L1 where vectors are wide (:func:`_wide_crowded`) take ``_CROWDED_WIDE_F64`` in place of the
     long-row rate, falling with R.
+
+    ``tiny``: :func:`ttm_outer` runs its tiny-rows kernel (:func:`outer_tiny_style` on dense rows): ``TINY_EFF``.
     """
+    if tiny and variant == "small_rank_ttm_outer":
+        return TINY_EFF[dtype]
     if (variant == "small_rank_ttm_inner" and dtype == "float64" and contracted > 0
             and _wide_crowded(contracted, R, 8, columns, row_bytes)):
         (r0, e0), (r1, e1) = _CROWDED_WIDE_F64
@@ -2436,7 +2519,7 @@ class _Launch:
 
 
 _KERNEL_OF = {"inner": "_inner_kernel", "outer_dot": "_outer_dot_kernel", "outer_gemm": "_outer_gemm_kernel",
-              "outer_tr": "_outer_tr_kernel", "outer_vdot": "_outer_vdot_kernel"}
+              "outer_tr": "_outer_tr_kernel", "outer_vdot": "_outer_vdot_kernel", "outer_tiny": "_outer_tiny_kernel"}
 
 
 def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_kz: bool) -> _Launch | None:
@@ -2478,6 +2561,11 @@ def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_
 
             def pack(b):
                 return _vdot_packed(u_of(b), dtype)
+        elif name == "outer_tiny":
+            dtype = X.dtype
+
+            def pack(b):
+                return np.ascontiguousarray(u_of(b), dtype).reshape(-1)
         else:
             shape, dtype = (X.shape[1], args[5].size // X.shape[1]), X.dtype
 
@@ -2485,7 +2573,7 @@ def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_
                 up = np.zeros(shape, dtype)
                 up[:, :R] = u_of(b)
                 return up
-        launch = _Launch(name, args, lohi, fresh, at, flops, pack, policy)
+        launch = _Launch(name, args, lohi, fresh, at, _cut_flops(name, flops, (X.size + Y.size) * it), pack, policy)
     return None if launch.rows.size == 0 else launch
 
 
