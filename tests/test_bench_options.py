@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
                                             r"received '\.\./c'"),
     ("shapes.py", ["--iters", "0"], r"argument --iters: expected a positive integer; received '0'"),
     ("shapes.py", ["--repeat", "x"], r"argument --repeat: expected a positive integer; received 'x'"),
+    ("tiny_modes.py", ["--repeat", "0"], r"argument --repeat: expected a positive integer; received '0'"),
+    ("tiny_modes.py", ["--name", "../t"], r"argument --name: expected a file stem of letters, digits, _ and -; "
+                                          r"received '\.\./t'"),
 ])
 def test_benchmarks_reject_bad_options_in_one_line(script, args, message):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,

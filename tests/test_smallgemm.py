@@ -83,6 +83,7 @@ def test_256_bit_kernels_leave_the_wide_blocks_out(monkeypatch, rng):
     X2, Ut = rng.standard_normal((30, 40)), rng.standard_normal((16, 40))
     Y2 = np.empty((16, 30))
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "_outer_rb", lambda: 12)  # (twelve rows of X a two-vector block)
@@ -171,6 +172,7 @@ def test_outer_dot_kernel_five_and_two_column_blocks(R, five, dtype, monkeypatch
     four and a ragged one, into a strided output view; the same bits for one and two workers."""
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "_dot_five", lambda length, itemsize: five)
     I = 131  # noqa: E741
@@ -1221,6 +1223,7 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
     if geometry == "long rows":  # a tile's lines over its three shares (R = 7: two blocks) exceed the burst
         assert 4 * I * X.itemsize // 64 // 3 > sg._DOT_BURST
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)  # (the dot products at every rank)
+    monkeypatch.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)
     monkeypatch.setattr(sg, "_OUTER_PREFETCH", 0)
@@ -1243,6 +1246,7 @@ def test_outer_kernel_prefetch_changes_no_bit(monkeypatch, dtype, rng, geometry)
 def gemm_style(monkeypatch):
     """:func:`ttm_outer` sent to its GEMM-like kernel at every rank (the rule picks it at R of 16 and more)."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
 
@@ -1296,6 +1300,7 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
     X = rng.standard_normal((1001, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
     monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (pieces cut finer than by default: several of them)
@@ -1385,6 +1390,7 @@ def tr_style(monkeypatch):
     rule picks it where they are wide; on narrower ones LLVM splits its 512-bit vectors, the same bits)."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: sg.TR_MIN_RANK <= R <= (
         sg.TR_MAX_RANK_F64 if itemsize == 8 else sg.TR_MAX_RANK))
+    monkeypatch.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
 
 
@@ -1392,6 +1398,7 @@ def _register_blocked(monkeypatch, X2, Ut, make):
     """``ttm_outer`` on the register-blocked kernel into a fresh output from ``make``."""
     with monkeypatch.context() as m:
         m.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+        m.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
         m.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
         m.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
         Y = make()
@@ -1452,6 +1459,7 @@ def test_outer_tr_kernel_beyond_float32_ranks_gives_nan_in_every_layout(monkeypa
     """A float32 transposed tile beyond ``TR_MAX_RANK`` (never planned: compiled as NaN sums only) fills every
     output element with NaN, whole tiles stored directly or not, in both layouts: nothing left unwritten."""
     monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: True)
+    monkeypatch.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: False)
     monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
     X2 = rng.standard_normal((37, 20)).astype(np.float32)
     Ut = rng.standard_normal((sg.TR_MAX_RANK + 1, 20)).astype(np.float32)
@@ -2164,3 +2172,129 @@ def test_ttm_inner_axpy_bits_do_not_depend_on_tiles_and_it_refuses_a_strided_las
     with pytest.raises(ValueError, match=r"ttm_inner_axpy needs a non-empty view with non-negative strides, unit "
                                          r"stride along the last axis"):
         sg.ttm_inner_axpy(X.transpose(0, 2, 1), np.ones((333, 2)), np.ones((64, 2)))
+
+
+# --- the tiny-rows unit-stride kernel (rows of 2-8 elements: lanes over rows, columns gathered by shuffles) ---
+
+
+@pytest.fixture
+def tiny_style(monkeypatch):
+    """:func:`ttm_outer` sent to its tiny-rows kernel at the extents it has, whatever this CPU's vectors (the
+    rule picks it where they are wide; on narrower ones LLVM splits its 512-bit vectors, the same bits)."""
+    monkeypatch.setattr(sg, "outer_tiny_style",
+                        lambda R, itemsize, length: 2 <= length <= sg.TINY_MAX_I and 1 <= R <= sg.TINY_MAX_R)
+
+
+def test_tiny_rows_extents_and_rule():
+    """Its extents (rows of 2-8 elements, ranks 1-8) and the rule: only where vectors are wide; the cost model's
+    rate for it, and its cut into pieces counted by bytes only past STREAMED_BYTES."""
+    assert (sg.TINY_MAX_I, sg.TINY_MAX_R, sg.TINY_TILE_ROWS % 16) == (8, 8, 0)
+    wide = sg.wide_vectors()
+    assert sg.outer_tiny_style(1, 8, 2) is wide and sg.outer_tiny_style(8, 4, 8) is wide
+    assert not any(sg.outer_tiny_style(R, 8, n) for R, n in ((1, 1), (9, 4), (4, 9), (0, 4)))
+    assert sg.kernel_efficiency("small_rank_ttm_outer", "float64", 3, 0, 4, tiny=True) == sg.TINY_EFF["float64"]
+    assert sg.kernel_efficiency("small_rank_ttm_outer", "float32", 3, 0, 4, tiny=True) == sg.TINY_EFF["float32"]
+    assert sg.kernel_efficiency("small_rank_ttm_outer", "float64", 3, 0, 4) < sg.TINY_EFF["float64"]
+    assert sg._cut_flops("outer_tiny", 10, sg.STREAMED_BYTES) == 10
+    assert sg._cut_flops("outer_tiny", 10, sg.STREAMED_BYTES + 1) == 4 * sg.KERNEL_PIECE_FLOPS
+    assert sg._cut_flops("outer_tr", 10, sg.STREAMED_BYTES + 1) == 10
+
+
+@pytest.mark.parametrize("I", range(2, 9))
+def test_tiny_rows_kernel_every_extent_and_tail(I, dtype, tiny_style, monkeypatch, rng):  # noqa: E741
+    """Every row length (2-8) and rank (1-8), a last block of fewer rows than a vector's lanes (and fewer rows in
+    all), tiles past TINY_TILE_ROWS, dense X and output: einsum's sums to rounding, and the bits of the
+    register-blocked kernel (each output the chain of fused multiply-adds in i from zero); nothing written
+    around the output's rows."""
+    L = 64 // np.dtype(dtype).itemsize
+    for R in range(1, sg.TINY_MAX_R + 1):
+        for A in (1, L - 1, L, 3 * L + 5, sg.TINY_TILE_ROWS + L + 3):
+            X2 = rng.standard_normal((A, I)).astype(dtype)
+            U = rng.standard_normal((I, R)).astype(dtype)
+            Ut = np.ascontiguousarray(U.T)
+            buf = np.full((A + 2) * R, np.nan, dtype)
+            Y = buf[R:R + A * R].reshape(A, R)
+            assert sg._outer_args(X2, Ut, Y.T, sg.flat_span(X2), sg.flat_span(Y.T))[0] == "outer_tiny"
+            sg.ttm_outer(X2, Ut, Y.T)
+            _check(X2, U, 1, Y)
+            want = _register_blocked(monkeypatch, X2, Ut, lambda A=A, R=R: np.full((A, R), np.nan, dtype).T)
+            assert Y.tobytes() == np.ascontiguousarray(want.T).tobytes(), (A, R)
+            assert np.isnan(buf[:R]).all() and np.isnan(buf[R + A * R:]).all()
+
+
+def test_tiny_rows_kernel_bits_do_not_depend_on_workers_or_pieces(dtype, tiny_style, monkeypatch, rng):
+    """The same bits on one worker and on two, whole and cut into pieces (past STREAMED_BYTES: made small here),
+    through ``ttm_outer`` and a plan's launch (the helpers call the kernel by address)."""
+    A, I, R = 3 * sg.TINY_TILE_ROWS + 37, 3, 3  # noqa: E741
+    X = rng.standard_normal((A, 5, I)).astype(dtype)
+    U = rng.standard_normal((I, R)).astype(dtype)
+    X2, Ut = X.reshape(-1, I), np.ascontiguousarray(U.T)
+    outs = []
+    for workers, streamed in ((1, sg.STREAMED_BYTES), (2, sg.STREAMED_BYTES), (2, 1 << 10), (3, 1 << 10)):
+        monkeypatch.setattr(sg, "STREAMED_BYTES", streamed)
+        Y = np.empty((X2.shape[0], R), dtype)
+        sg.ttm_outer(X2, Ut, Y.T, ExecutionPolicy(workers))
+        outs.append(Y.tobytes())
+    assert all(o == outs[0] for o in outs)
+    _check(X2, U, 1, np.frombuffer(outs[0], dtype).reshape(-1, R))
+    plan = ttm_plan(X, U, 2, transpose=True, policy=ExecutionPolicy(2))
+    if plan.compiled == CompiledKernel.TTM_OUTER:  # (where vectors are wide: the planner's choice)
+        for _ in range(2):  # (the first call makes the launch, the second runs it)
+            assert plan(X, U).tobytes() == outs[0]
+
+
+def test_tiny_rows_need_dense_rows_else_another_kernel(dtype, tiny_style, monkeypatch, rng):
+    """X's rows apart (a sliced view), or an output whose rows or ranks are apart: another kernel of
+    ``ttm_outer`` runs (einsum's sums to rounding); for ranks from 3 the same bits as the tiny kernel's on a
+    dense copy (the transposed tile's and the register-blocked kernel's chain)."""
+    A, I = 101, 4  # noqa: E741
+    for R in (2, 3, 5):
+        U = rng.standard_normal((I, R)).astype(dtype)
+        Ut = np.ascontiguousarray(U.T)
+        xs, outs = _outer_layouts(rng, A, I, R, dtype)
+        dense = np.empty((A, R), dtype)
+        sg.ttm_outer(xs["C"], Ut, dense.T)
+        for (xn, X2), (on, make) in itertools.product(xs.items(), outs.items()):
+            Y2 = make()
+            name = sg._outer_args(X2, Ut, Y2, sg.flat_span(X2), sg.flat_span(Y2))[0]
+            assert (name == "outer_tiny") is (xn == "C" and on == "cols"), (xn, on)
+            sg.ttm_outer(X2, Ut, Y2)
+            _check(np.ascontiguousarray(X2), U, 1, Y2.T)
+            if R >= 3:
+                assert np.ascontiguousarray(Y2.T).tobytes() == dense.tobytes(), (xn, on)
+
+
+def test_the_planner_takes_the_tiny_rows_kernel_for_a_short_unit_stride_mode(dtype, monkeypatch, rng):
+    """A TTM over a short unit-stride mode (an RGB-like last mode of 4 at rank 2 and 3), which BLAS ran as a
+    batch of matrix-vector products after a copy: where vectors are wide the planner takes the tiny-rows kernel
+    (also for a preallocated dense output), its explain names it, ``ttm`` gives einsum's sums to rounding.
+    Elsewhere the plan is BLAS's (the rule needs wide vectors). The layout rule (``_tiny_rows``) takes dense rows
+    of X and of the output only."""
+    from tuckerkit.engine._plan import _tiny_rows
+
+    X = rng.standard_normal((400, 700, 4)).astype(dtype)  # (4.5 / 6.7 MFlop: past SMALL_RANK_MIN_FLOPS)
+    for R in (2, 3):
+        U = rng.standard_normal((4, R)).astype(dtype)
+        ref = np.einsum("abi,ir->abr", X.astype(np.float64), U.astype(np.float64))
+        plan = ttm_plan(X, U, 2, transpose=True)
+        assert (plan.compiled == CompiledKernel.TTM_OUTER) is sg.wide_vectors(), plan.explain()
+        if sg.wide_vectors():
+            assert "compiled small_rank_ttm_outer" in plan.explain()
+        got = ttm(X, U, 2, transpose=True)
+        eps = np.finfo(dtype).eps
+        scale = np.einsum("abi,ir->abr", np.abs(X.astype(np.float64)), np.abs(U.astype(np.float64)))
+        assert got.shape == (400, 700, R) and np.all(np.abs(got - ref) <= 4 * 6 * eps * scale)
+        out = np.empty((400, 700, R), dtype)
+        assert ttm(X, U, 2, transpose=True, out=out) is out and out.tobytes() == got.tobytes()
+    # the layout rule itself (strides in elements): rows of X apart, an output's ranks apart
+    lay = ((0, 1, 2), 2, (0, 1, 2), True, False)
+    shape = (60, 50, 4)
+    with monkeypatch.context() as m:
+        m.setattr(sg, "outer_tiny_style", lambda R, itemsize, length: True)
+        assert _tiny_rows(lay, shape, (200, 4, 1), 3, 8, (60, 50, 3), (150, 3, 1), "C")
+        assert not _tiny_rows(lay, shape, (250, 5, 1), 3, 8, (60, 50, 3), (150, 3, 1), "C")
+        assert not _tiny_rows(lay, shape, (200, 4, 1), 3, 8, (60, 50, 3), (1, 60, 3000), "C")
+        assert not _tiny_rows(lay, shape, (200, 4, 1), 3, 8, (60, 50, 3), (200, 4, 1), "C")
+        assert _tiny_rows((*lay[:4], True), shape, (200, 4, 1), 3, 8, (60, 50, 3), None, "auto")
+        assert _tiny_rows(lay, shape, (200, 4, 1), 3, 8, (60, 50, 3), None, "C")
+        assert not _tiny_rows(lay, shape, (200, 4, 1), 3, 8, (60, 50, 3), None, "F")

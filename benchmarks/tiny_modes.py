@@ -1,0 +1,109 @@
+"""TTM over a short unit-stride mode (rows of 2-8 elements: an RGB mode, a tensor's size-4 mode).
+
+For each case (tensor, dtype, rank): tuckerkit ``ttm(X, U, mode, transpose=True)`` with the plan the planner
+makes (the tiny-rows kernel where vectors are wide), ``tuckerkit (BLAS)``: the same plan run by BLAS as before
+stop 82 (its batched matrix-vector products after a copy of U, or its GEMM), TensorLy ``mode_dot``, pyttb
+``ttm``, and plain numpy (one ``matmul`` of X's rows against U), all on the same inputs, interleaved; against
+the bound of one streaming read of X and one write of the output (each timed in the same run, as ``np.add.reduce``
+of X and a fill of an output-sized array). Medians of interleaved repeats.
+
+Run:  python benchmarks/tiny_modes.py [--quick] [--repeat 11]
+Writes benchmarks/results/tiny_modes.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import warnings
+from pathlib import Path
+
+import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep instead of spinning)
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, grouped_bars, interleaved, positive_int, result_stem, write_json, write_text
+
+from tuckerkit.engine import ttm, ttm_plan
+from tuckerkit.engine._plan import CompiledKernel
+
+#: (shape, rank): the contracted mode is the last (unit-stride) one
+CASES = [((2000, 1000, 3), 2), ((2000, 1000, 3), 3), ((1000, 1000, 4), 2), ((64, 256, 256, 3), 2),
+         ((500, 500, 4), 3), ((100000, 8), 4), ((1000, 800, 6), 5)]
+
+
+def case_runners(X: np.ndarray, U: np.ndarray) -> dict:
+    import pyttb
+    import tensorly.tenalg as tlalg
+
+    mode = X.ndim - 1
+    plan = ttm_plan(X, U, mode, transpose=True)
+    blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE,
+                               _out_order=plan._sr.blas_out_order) if plan._sr is not None else plan
+    Xt = pyttb.tensor(X, copy=False)
+    X2 = X.reshape(-1, X.shape[-1])
+    out = np.empty((X2.shape[0], U.shape[1]), X.dtype)
+    return {"tuckerkit": lambda: plan(X, U), "tuckerkit (BLAS)": lambda: blas(X, U),
+            "tensorly": lambda: tlalg.mode_dot(X, U.T, mode), "pyttb": lambda: Xt.ttm(U.T, mode),
+            "numpy": lambda: np.matmul(X2, U, out=out)}, plan
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=positive_int, default=11)
+    ap.add_argument("--name", default="tiny_modes", type=result_stem,
+                    help="results file stem under benchmarks/results (default: tiny_modes)")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    cases = CASES[:2] if args.quick else CASES
+    rng = np.random.default_rng(0)
+    rows = []
+    for dtype in ("float64", "float32"):
+        for shape, R in cases:
+            X = rng.standard_normal(shape).astype(dtype)
+            U = rng.standard_normal((shape[-1], R)).astype(dtype)
+            fns, plan = case_runners(X, U)
+            ref = np.einsum("...i,ir->...r", X.astype(np.float64), U.astype(np.float64))
+            err = float(np.max(np.abs(ttm(X, U, X.ndim - 1, transpose=True) - ref)) / np.max(np.abs(ref)))
+            Y = np.empty(ref.shape, dtype)
+            flat = X.reshape(-1)
+            fns["read"] = lambda flat=flat: np.add.reduce(flat)
+            fns["write"] = lambda Y=Y: Y.fill(0)
+            t = interleaved(fns, args.repeat)
+            bound = t["read"] + t["write"]
+            row = {"shape": list(shape), "rank": R, "dtype": dtype, "compiled": plan.compiled.value,
+                   "rel_error": err, "seconds": t, "bound": bound,
+                   "ratio_bound": t["tuckerkit"] / bound,
+                   **{f"speedup_{k}": t[k] / t["tuckerkit"] for k in ("tuckerkit (BLAS)", "tensorly", "pyttb",
+                                                                       "numpy")}}
+            rows.append(row)
+            print(f"{dtype} {'x'.join(map(str, shape))} R={R} ({row['compiled']}): tk {t['tuckerkit'] * 1e3:.2f} ms, "
+                  f"{row['ratio_bound']:.2f}x the bound; x{row['speedup_tuckerkit (BLAS)']:.1f} BLAS plan, "
+                  f"x{row['speedup_numpy']:.1f} numpy, x{row['speedup_tensorly']:.1f} TensorLy, "
+                  f"x{row['speedup_pyttb']:.1f} pyttb", flush=True)
+    write_json(f"{args.name}.json", {"benchmark": "tiny_modes", "environment": environment(), "rows": rows})
+    lines = ["# TTM over a short unit-stride mode", "",
+             "tuckerkit `ttm(X, U, last mode, transpose=True)` against the same plan run by BLAS, TensorLy "
+             "`mode_dot`, pyttb `ttm` and one `numpy.matmul` of X's rows; the bound: one streaming read of X plus "
+             f"one write of the output, timed in the same run. Medians of {args.repeat} interleaved repeats; "
+             "speed-ups are the other's time over tuckerkit's.", "",
+             "| shape | dtype | rank | plan | tuckerkit ms | / bound | x BLAS plan | x numpy | x TensorLy | x pyttb |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {'x'.join(map(str, r['shape']))} | {r['dtype']} | {r['rank']} | {r['compiled']} | "
+                     f"{r['seconds']['tuckerkit'] * 1e3:.2f} | {r['ratio_bound']:.2f} | "
+                     f"{r['speedup_tuckerkit (BLAS)']:.1f} | {r['speedup_numpy']:.1f} | "
+                     f"{r['speedup_tensorly']:.1f} | {r['speedup_pyttb']:.1f} |")
+    lines += ["", "Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/tiny_modes.py`."]
+    write_text(f"{args.name}.md", "\n".join(lines) + "\n")
+    groups = [f"{'x'.join(map(str, r['shape']))} R{r['rank']} {r['dtype'][5:]}" for r in rows]
+    grouped_bars(f"{args.name}.png", groups,
+                 {k: [r["seconds"][k] * 1e3 for r in rows] for k in ("tuckerkit", "tuckerkit (BLAS)", "numpy",
+                                                                     "tensorly", "pyttb")},
+                 "ms (lower is better)", "TTM over a short unit-stride mode", log=True)
+
+
+if __name__ == "__main__":
+    main()
