@@ -1833,8 +1833,8 @@ def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
     vl = 32 // it
     if outer_tiny_style(R, it, I) and _dense_rows(X2, Y2):
         L = 64 // it
-        up = np.ascontiguousarray(Ut.T, X2.dtype).reshape(-1)  # U as (I, R) rows
-        targs = [fx, A, I, up, R, fy, np.empty(L * (I + R), X2.dtype), 0, -(-A // TINY_TILE_ROWS)]
+        rows = np.ascontiguousarray(Ut.T, X2.dtype).reshape(-1)  # U as (I, R) rows
+        targs = [fx, A, I, rows, R, fy, np.empty(L * (I + R), X2.dtype), 0, -(-A // TINY_TILE_ROWS)]
         return "outer_tiny", targs, (7, 8), (6,), (0, 3, 5)
     if outer_vdot_style(R, it, I):
         up = _vdot_packed(Ut.T, X2.dtype)
