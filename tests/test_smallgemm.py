@@ -2298,3 +2298,20 @@ def test_the_planner_takes_the_tiny_rows_kernel_for_a_short_unit_stride_mode(dty
         assert _tiny_rows((*lay[:4], True), shape, (200, 4, 1), 3, 8, (60, 50, 3), None, "auto")
         assert _tiny_rows(lay, shape, (200, 4, 1), 3, 8, (60, 50, 3), None, "C")
         assert not _tiny_rows(lay, shape, (200, 4, 1), 3, 8, (60, 50, 3), None, "F")
+
+
+def test_tiny_rows_take_a_lower_flop_threshold_than_the_other_kernels(rng):
+    """The tiny-rows kernel is planned from SMALL_RANK_TINY_MIN_FLOPS (a 256 x 256 RGB image at rank 2), below
+    SMALL_RANK_MIN_FLOPS, where vectors are wide; smaller TTMs (a 128 x 128 one at rank 1) and other kernels'
+    shapes of as few flops stay on BLAS."""
+    assert plan_mod.SMALL_RANK_TINY_MIN_FLOPS < plan_mod.SMALL_RANK_MIN_FLOPS
+    X = rng.standard_normal((256, 256, 3))
+    U = rng.standard_normal((3, 2))
+    assert 2 * X.size * 2 >= plan_mod.SMALL_RANK_TINY_MIN_FLOPS
+    plan = ttm_plan(X, U, 2, transpose=True)
+    assert (plan.compiled == CompiledKernel.TTM_OUTER) is sg.wide_vectors()
+    _check(X, U, 2, plan(X, U))
+    small = rng.standard_normal((128, 128, 3))
+    assert ttm_plan(small, U[:, :1], 2, transpose=True).compiled == CompiledKernel.NONE
+    mid = rng.standard_normal((40, 40, 200))  # (0.64 / 1.28 MFlop at rank 2: a row of 200, not tiny)
+    assert ttm_plan(mid, rng.standard_normal((200, 2)), 2, transpose=True).compiled == CompiledKernel.NONE

@@ -996,6 +996,11 @@ def build_plan(
 # ---------------------------------------------------------------------------------------------------
 #: a TTM of fewer flops stays on BLAS (the kernel's launch and the first-call compile are not worth it)
 SMALL_RANK_MIN_FLOPS = MIN_PARALLEL_FLOPS
+#: ... except the tiny-rows kernel's (:func:`_tiny_rows`: a few flops a byte) from this many: measured against
+#: the planner's BLAS plans (Zen 4, interleaved medians of 31), float64 / float32 (256, 256, 3) at R = 2 (0.79
+#: MFlop) 0.60 / 0.48x the time, (100000, 4) at R = 2 0.33 / 0.19x, (300, 300, 4) at R = 3 0.30 / 0.17x,
+#: (512, 512, 3) at R = 2 0.44 / 0.38x; (128, 128, 3) at R = 1 (0.1 MFlop) 0.90 / 1.83x (fixed steps weigh)
+SMALL_RANK_TINY_MIN_FLOPS = 1 << 19
 #: the compiled kernel must be estimated this much faster than BLAS to be chosen (noise in the constants)
 _SMALL_RANK_MARGIN = 0.95
 
@@ -1284,7 +1289,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     """The plan with a compiled small-rank TTM kernel when the roofline cost model says it is faster."""
     if plan.dtype not in ("float32", "float64") or plan.kind == KernelKind.EMPTY:
         return plan
-    if plan.flops < SMALL_RANK_MIN_FLOPS:
+    if plan.flops < min(SMALL_RANK_MIN_FLOPS, SMALL_RANK_TINY_MIN_FLOPS):
         return plan
     # the tensor is A and the matrix B, or (the seed's Table II, ``mk,knp->mnp``) the other way round
     swap = False
@@ -1316,7 +1321,8 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     # which the other kernels leave to BLAS)
     tiny = variant == CompiledKernel.TTM_OUTER and _tiny_rows(lay, t_shape, t_strides, R, itemsize, plan.shapes[2],
                                                               out_strides, out_layout)
-    if plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not tiny:
+    if (plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not tiny) or plan.flops < (
+            SMALL_RANK_TINY_MIN_FLOPS if tiny else SMALL_RANK_MIN_FLOPS):
         return plan
     from tuckerkit.engine._simd import simd_supported
 
