@@ -32,7 +32,7 @@ from tuckerkit.engine._plan import CompiledKernel
 
 #: (shape, rank): the contracted mode is the last (unit-stride) one
 CASES = [((2000, 1000, 3), 2), ((2000, 1000, 3), 3), ((1000, 1000, 4), 2), ((64, 256, 256, 3), 2),
-         ((500, 500, 4), 3), ((100000, 8), 4), ((1000, 800, 6), 5)]
+         ((500, 500, 4), 3), ((100000, 8), 4), ((1000, 800, 6), 5), ((512, 512, 3), 2), ((256, 256, 3), 2)]
 
 
 def case_runners(X: np.ndarray, U: np.ndarray) -> dict:

@@ -1880,7 +1880,7 @@ def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     0.53-0.97x / 0.57-1.66x; float32 I = 2-8 0.06-0.37x / 0.12-0.72x, I = 12 0.24-0.61x / 0.46-0.92x, I = 16
     0.35-1.33x / 0.55-2.30x (hence 8). Against the transposed tile on (250000, 4) and (2000000, 3) float64 at
     R = 3: 0.12x and 0.47x its time. Through the planner (``benchmarks/tiny_modes.py``, 7 shapes, both dtypes):
-    1.6-6.0x the former BLAS plan's speed, 1.0-2.8x ``numpy.matmul``'s."""
+    1.2-5.7x the former BLAS plan's speed, 1.0-3.5x ``numpy.matmul``'s."""
     return wide_vectors() and 2 <= I <= TINY_MAX_I and 1 <= R <= TINY_MAX_R
 
 
