@@ -2315,3 +2315,99 @@ def test_tiny_rows_take_a_lower_flop_threshold_than_the_other_kernels(rng):
     assert ttm_plan(small, U[:, :1], 2, transpose=True).compiled == CompiledKernel.NONE
     mid = rng.standard_normal((40, 40, 200))  # (0.64 / 1.28 MFlop at rank 2: a row of 200, not tiny)
     assert ttm_plan(mid, rng.standard_normal((200, 2)), 2, transpose=True).compiled == CompiledKernel.NONE
+
+
+# --- the short-rows inner kernel (rows of 2-3 elements after the contracted mode: lanes over the contracted rows) ---
+
+
+@pytest.fixture
+def short_style(monkeypatch):
+    """:func:`ttm_inner` sent to its short-rows kernel at the extents it has, whatever this CPU's vectors."""
+    monkeypatch.setattr(sg, "inner_short_style",
+                        lambda R, itemsize, C: 2 <= C <= sg.SHORT_MAX_C and 1 <= R <= sg.SHORT_MAX_R)
+
+
+def test_short_rows_extents_and_rule():
+    """Rows of 2-3 elements at ranks 1-20, only where vectors are wide; the cost model's rate; its cut counts its
+    flops twice."""
+    assert (sg.SHORT_MAX_C, sg.SHORT_MAX_R, sg.SHORT_CUT_SCALE) == (3, 20, 2)
+    wide = sg.wide_vectors()
+    assert sg.inner_short_style(1, 8, 2) is wide and sg.inner_short_style(20, 4, 3) is wide
+    assert not any(sg.inner_short_style(R, 8, C) for R, C in ((5, 1), (5, 4), (21, 3), (0, 2)))
+    assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", 8, 3, 100, short=True) == sg.SHORT_EFF["float64"]
+    assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", 8, 3, 100) < sg.SHORT_EFF["float64"]
+    assert sg._cut_flops("inner_short", 10, 1 << 40) == 20
+
+
+@pytest.mark.parametrize("C", [2, 3])
+def test_short_rows_kernel_every_rank_and_tail(C, dtype, short_style, rng):
+    """Every rank block (1-20: blocks of SHORT_ACC // C rows of U^T), contracted extents with no rows left past
+    whole steps and with some left (masked), one slab and several, into an output view inside a NaN-filled
+    buffer: einsum's sums to rounding, nothing written around the view."""
+    L = 64 // np.dtype(dtype).itemsize
+    eps = np.finfo(dtype).eps
+    for R in (1, 2, 5, 8, 9, 16, 20):
+        for A, I in ((1, 1), (7, L - 1), (3, L), (2, L + 1), (5, 3 * L + 5), (4, 200)):  # noqa: E741
+            X = rng.standard_normal((A, I, C)).astype(dtype)
+            U = rng.standard_normal((I, R)).astype(dtype)
+            buf = np.full((A, R + 2, C), np.nan, dtype)
+            Y = buf[:, 1:R + 1]
+            sg.ttm_inner(X, U, Y)
+            ref, scale = _ref(X, U, 1)
+            assert np.all(np.abs(Y - ref) <= 4 * (I + 2) * eps * scale + 1e-300), (R, A, I)
+            assert np.isnan(buf[:, 0]).all() and np.isnan(buf[:, R + 1]).all()
+
+
+def test_short_rows_kernel_bits_do_not_depend_on_workers_or_tiles(dtype, short_style, monkeypatch, rng):
+    """The same bits on 1, 2 and 3 workers and with other tiles (each slab's sums are one tree over the same
+    chains), through ``ttm_inner`` and a plan's launch."""
+    X = rng.standard_normal((300, 257, 3)).astype(dtype)
+    U = rng.standard_normal((257, 10)).astype(dtype)
+    want = np.empty((300, 10, 3), dtype)
+    sg.ttm_inner(X, U, want, ExecutionPolicy(1))
+    _check(X, U, 1, want)
+    for workers, tile in ((2, sg.SHORT_TILE_ELEMS), (3, sg.SHORT_TILE_ELEMS), (2, 1)):
+        monkeypatch.setattr(sg, "SHORT_TILE_ELEMS", tile)
+        got = np.empty_like(want)
+        sg.ttm_inner(X, U, got, ExecutionPolicy(workers))
+        assert got.tobytes() == want.tobytes(), (workers, tile)
+    plan = ttm_plan(X, U, 1, transpose=True, policy=ExecutionPolicy(2))
+    if plan.compiled == CompiledKernel.TTM_INNER:  # (where vectors are wide: the planner's choice)
+        for _ in range(2):  # (the first call makes the launch, the second runs it)
+            assert plan(X, U).tobytes() == want.tobytes()
+
+
+def test_short_rows_need_back_to_back_rows_else_another_kernel(dtype, short_style, monkeypatch, rng):
+    """Slabs whose rows lie apart (a sliced trailing mode) take the register-blocked kernel (einsum's sums to
+    rounding), as do rows of 4 elements; the rule (``_short_slabs``) sees both."""
+    big = rng.standard_normal((6, 40, 5)).astype(dtype)
+    U = rng.standard_normal((40, 4)).astype(dtype)
+    calls = []
+    real = sg._inner_short_kernel
+    monkeypatch.setattr(sg, "_inner_short_kernel", lambda *a: calls.append(1) or real(*a))
+    for X in (big[:, :, :3], big[:, :, :4], np.ascontiguousarray(big[:, :, :3])):
+        Y = np.empty((6, 4, X.shape[2]), dtype)
+        sg.ttm_inner(X, U, Y)
+        _check(X, U, 1, Y)
+    assert len(calls) == 1 and sg._short_slabs(np.ascontiguousarray(big[:, :, :3]))
+    assert not sg._short_slabs(big[:, :, :3])
+
+
+def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dtype, rng):
+    """A TTM over the mode before a trailing mode of 3 (an image's width, then its colours): where vectors are wide
+    the planner takes the compiled inner kernel (the short rows), ``ttm`` gives einsum's sums to rounding, with
+    and without ``out=``; elsewhere BLAS's plan."""
+    from tuckerkit.engine._plan import _short_slabs
+
+    X = rng.standard_normal((256, 512, 3)).astype(dtype)
+    U = rng.standard_normal((512, 8)).astype(dtype)
+    plan = ttm_plan(X, U, 1, transpose=True)
+    assert (plan.compiled == CompiledKernel.TTM_INNER) is sg.wide_vectors(), plan.explain()
+    got = ttm(X, U, 1, transpose=True)
+    _check(X, U, 1, got)
+    out = np.empty_like(got)
+    assert ttm(X, U, 1, transpose=True, out=out) is out and out.tobytes() == got.tobytes()
+    lay = ((0, 1, 2), 1, (0, 1, 2), True, True)
+    assert _short_slabs(lay, (256, 512, 3), (1536, 3, 1), 8, 8) is sg.wide_vectors()
+    assert not _short_slabs(lay, (256, 512, 3), (2560, 5, 1), 8, 8)
+    assert not _short_slabs(lay, (256, 512, 4), (2048, 4, 1), 8, 8)

@@ -227,6 +227,7 @@ KERNEL_PATTERNS = {
     "outer_tr": "aiiiaiaiiaiii",  # _outer_tr_kernel
     "outer_vdot": "aiiiaiiaiiiii",  # _outer_vdot_kernel
     "outer_tiny": "aiiaiaaii",  # _outer_tiny_kernel
+    "inner_short": "aiiiiaiiaiiiiii",  # _inner_short_kernel
 }
 #: kind codes: pattern and dtype
 KERNEL_KINDS = {(name, it): 1 + 2 * k + (it == 4) for k, name in enumerate(KERNEL_PATTERNS) for it in (8, 4)}

@@ -1284,6 +1284,19 @@ def _tiny_rows(lay, t_shape, t_strides, R: int, itemsize: int, out_shape, out_st
     return (R == 1 or out_strides[oz] == 1) and (not o_outer or out_strides[o_outer[-1]] == R)
 
 
+def _short_slabs(lay, t_shape, t_strides, R: int, itemsize: int) -> bool:
+    """Whether a TTM with unit-stride modes after the contracted one (:func:`_ttm_layout`'s ``lay``; the tensor's
+    shape and strides in elements) runs :func:`~tuckerkit.engine._smallgemm.ttm_inner`'s short-rows kernel: those
+    modes' extent ``C`` in its range (:func:`~tuckerkit.engine._smallgemm.inner_short_style`) and the contracted
+    mode's stride ``C`` (each slab's rows back to back)."""
+    from tuckerkit.engine._smallgemm import inner_short_style
+
+    x_perm, n_outer = lay[0], lay[1]
+    C = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])
+    k = x_perm[n_outer]
+    return inner_short_style(R, itemsize, C) and (t_shape[k] == 1 or t_strides[k] == C)
+
+
 def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
                          out_strides, out_layout: str, copies: str = "auto") -> ContractionPlan:
     """The plan with a compiled small-rank TTM kernel when the roofline cost model says it is faster."""
@@ -1321,6 +1334,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     # which the other kernels leave to BLAS)
     tiny = variant == CompiledKernel.TTM_OUTER and _tiny_rows(lay, t_shape, t_strides, R, itemsize, plan.shapes[2],
                                                               out_strides, out_layout)
+    short = variant == CompiledKernel.TTM_INNER and _short_slabs(lay, t_shape, t_strides, R, itemsize)
     if (plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not tiny) or plan.flops < (
             SMALL_RANK_TINY_MIN_FLOPS if tiny else SMALL_RANK_MIN_FLOPS):
         return plan
@@ -1336,7 +1350,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
     eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
-                                 math.prod(t_shape) * itemsize, t_strides[x_perm[n_outer]] * itemsize, tiny)
+                                 math.prod(t_shape) * itemsize, t_strides[x_perm[n_outer]] * itemsize, tiny, short)
     # (a batch of GEMMs pays BATCH_CALL_SECONDS a GEMM beyond its flops: many tiny slices are call-bound)
     calls = math.prod(plan.batch_sizes) if plan.inner_kind in (KernelKind.STRIDED_BATCHED_GEMM,
                                                                 KernelKind.BATCHED_GEMV) else 1

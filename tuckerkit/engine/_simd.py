@@ -1024,3 +1024,120 @@ def _make_tiny():
 
 
 tiny_block = _make_tiny()
+
+
+#: the short-rows kernel (:func:`_make_short`; :func:`tuckerkit.engine._smallgemm.inner_short_style`): rows of 2 to
+#: ``SHORT_MAX_C`` unit-strided elements after the contracted mode, at most ``SHORT_ACC`` vector accumulators (a
+#: block of ``SHORT_ACC // C`` rows of ``U^T`` against the ``C`` columns; 24 of them spilled: (1000, 1000, 3)
+#: float64 at R = 8 in one block of 24 took 0.65x BLAS's time, at R = 10 in two of 15 0.32x)
+SHORT_MAX_C = 3
+SHORT_ACC = 16
+#: the key of a (C, rows) pair in the kernel's switch: ``C * SHORT_KEY + rows``
+SHORT_KEY = 32
+
+
+def short_rows(C: int) -> int:
+    """The rows of ``U^T`` a block of the short-rows kernel takes for rows of ``C`` elements."""
+    return SHORT_ACC // C
+
+
+def _make_short():
+    """``short_slab(x, xo, I, C, ut, su, r0, nb, y, yo, syr, syc)``: one slab of X (``I`` rows of ``C``
+    unit-strided elements back to back from ``x[xo]``: a TTM's contracted mode followed by a short trailing mode,
+    ``2 <= C <=`` :data:`SHORT_MAX_C`) against rows ``r0 .. r0 + nb - 1`` of ``U^T`` (packed as rows of ``su``
+    elements in ``ut``, zero-padded past ``I`` through the vector the masked last step reads), into
+    ``y[yo + r syr + c syc]``; ``nb`` at most :func:`short_rows`.
+
+    Lanes over ``i``: each step loads ``L`` rows of the slab (``L C`` elements, one run: 8 float64 or 16 float32
+    rows) as ``C`` vectors, a shuffle for each ``c`` gathers column ``c`` (lane ``j`` from element ``j C + c``),
+    and accumulator ``(r, c)`` takes ``fma(col_c, ut[r, i0 .. i0 + L), acc)``: ``nb C`` accumulators, lane ``j``
+    the in-order chain over ``i = j (mod L)``. The rows left after whole steps are loaded masked (nothing read
+    past the slab; their lanes, and ``ut``'s padding, zero). At the end each accumulator's lanes are summed by
+    one tree (:func:`_reduce_ir`, ``L`` accumulators at a time): every output the same tree over the same chains,
+    whatever its place (the bits differ from the other kernels' in-order chains in the last place, as any change
+    of summation order does). ``C`` and ``nb`` are read at run time: one branch for each pair (``C`` from 2 to
+    :data:`SHORT_MAX_C`, ``nb`` from 1 to :func:`short_rows`), any other pair does nothing."""
+    @intrinsic
+    def short(typingctx, x, xo, I, C, ut, su, r0, nb, y, yo, syr, syc):  # noqa: E741
+        if not _float_arrays(x, ut, y):
+            return None
+
+        def codegen(context, builder, sig, args):
+            xarr, xo_, I_, C_, utarr, su_, r0_, nb_, yarr, yo_, syr_, syc_ = args
+            dt = sig.args[0].dtype
+            bits, L, fty, vty = _wide_types(context, dt)
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+
+            def data(k, val):
+                return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
+
+            def c(v):
+                return ir.Constant(i64, v)
+
+            def lanes(idx):
+                return ir.Constant(ir.VectorType(i32, len(idx)), idx)
+
+            xp, utp, yp = data(0, xarr), data(4, utarr), data(8, yarr)
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]),
+                                                 f"llvm.fma.v{L}f{bits}")
+            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
+            nfull = builder.sdiv(I_, c(L))
+            rest = builder.sub(I_, builder.mul(nfull, c(L)))
+            end = builder.append_basic_block("short.end")
+            sw = builder.switch(builder.add(builder.mul(C_, c(SHORT_KEY)), nb_), end)
+            for nc in range(2, SHORT_MAX_C + 1):
+                bty = ir.VectorType(fty, nc * L)
+                mty = ir.VectorType(ir.IntType(1), nc * L)
+                mload = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(bty, [bty.as_pointer(), i32, mty, bty]),
+                    f"llvm.masked.load.v{nc * L}f{bits}.p0")
+                for nr in range(1, short_rows(nc) + 1):
+                    b = builder.append_basic_block(f"short.{nc}.{nr}")
+                    sw.add_case(c(nc * SHORT_KEY + nr), b)
+                    builder.position_at_end(b)
+                    urow = [builder.gep(utp, [builder.mul(builder.add(r0_, c(r)), su_)]) for r in range(nr)]
+
+                    def step(acc, blk, i0, nc=nc, nr=nr, bty=bty, urow=urow):
+                        cols = [builder.shuffle_vector(blk, ir.Constant(bty, ir.Undefined),
+                                                       lanes([j * nc + q for j in range(L)])) for q in range(nc)]
+                        out = list(acc)
+                        for r in range(nr):
+                            u = builder.load(builder.bitcast(builder.gep(urow[r], [i0]), vty.as_pointer()), align=1)
+                            for q in range(nc):
+                                out[r * nc + q] = builder.call(fma, [cols[q], u, acc[r * nc + q]])
+                        return out
+
+                    k, acc, done, head = _counted_loop(builder, f"short.{nc}.{nr}", [zero] * (nr * nc), nfull)
+                    i0 = builder.mul(k, c(L))
+                    blk = builder.load(builder.bitcast(builder.gep(xp, [builder.add(xo_, builder.mul(i0, c(nc)))]),
+                                                       bty.as_pointer()), align=1)
+                    _close_loop(builder, k, acc, step(acc, blk, i0), done, head)
+                    i0 = builder.mul(nfull, c(L))
+                    vi = ir.VectorType(i64, nc * L)
+                    vund = ir.Constant(vi, ir.Undefined)
+                    lim = builder.shuffle_vector(
+                        builder.insert_element(vund, builder.mul(rest, c(nc)), ir.Constant(i32, 0)), vund,
+                        lanes([0] * (nc * L)))
+                    mask = builder.icmp_signed("<", ir.Constant(vi, list(range(nc * L))), lim)
+                    blk = builder.call(mload, [
+                        builder.bitcast(builder.gep(xp, [builder.add(xo_, builder.mul(i0, c(nc)))]), bty.as_pointer()),
+                        ir.Constant(i32, 1), mask, ir.Constant(bty, [ir.Constant(fty, 0.0)] * (nc * L))])
+                    sums = step(acc, blk, i0)
+                    for g in range(0, nr * nc, L):
+                        part = sums[g:g + L]
+                        red = _reduce_ir(builder, part + [zero] * (L - len(part)), L)
+                        for j in range(len(part)):
+                            r, q = divmod(g + j, nc)
+                            at = builder.add(yo_, builder.add(builder.mul(c(r), syr_), builder.mul(c(q), syc_)))
+                            builder.store(builder.extract_element(red, ir.Constant(i32, j)), builder.gep(yp, [at]))
+                    builder.branch(end)
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        i = types.int64
+        return types.void(x, i, i, i, ut, i, i, i, y, i, i, i), codegen
+
+    return short
+
+
+short_slab = _make_short()

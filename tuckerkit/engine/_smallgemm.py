@@ -76,6 +76,8 @@ from tuckerkit.engine._simd import (
     OCT_RB,
     QUAD_MIN_RB,
     QUAD_RB,
+    SHORT_ACC,
+    SHORT_MAX_C,
     TINY_MAX_I,
     TINY_MAX_R,
     TR_MAX_RANK,
@@ -159,6 +161,7 @@ from tuckerkit.engine._simd import (
     quad10,
     quad11,
     quad12,
+    short_slab,
     simd_supported,
     tiny_block,
     tr3,
@@ -1209,6 +1212,29 @@ def _outer_vdot_kernel(x, A, I, sxa, u, su, R, y, sya, syr, t_lo, t_hi, pfd):  #
         _vdot_tile(R, x, a0 * sxa, sxa, h, I, u, su, y, a0 * sya, sya, syr, qa * sxa if pfh > 0 else 0, pfh)
 
 
+#: the largest R of the short-rows kernel (:func:`inner_short_style`)
+SHORT_MAX_R = 20
+#: the short-rows kernel's flops count this many times in its cut into pieces (:func:`_cut_flops`): it runs at
+#: about half the register-blocked kernels' rate (32 GFlop/s a core in cache at R = 10 on rows of 3), so a call
+#: of half their ``KERNEL_PARALLEL_FLOPS`` takes as long
+SHORT_CUT_SCALE = 2
+#: elements of X per tile of :func:`_inner_short_kernel` (whole slabs, at least one)
+SHORT_TILE_ELEMS = 1 << 14
+
+
+@njit(cache=True, nogil=True, **NO_RUNTIME)
+def _inner_short_kernel(x, A, I, C, sxa, ut, su, R, y, sya, syr, syc, spt, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+    # tile t: slabs [spt t, spt (t + 1)) of X (slab a: I rows of C unit-strided elements back to back from x[a sxa])
+    # against U^T (R rows of su elements in ut, zero-padded past I), a block of SHORT_ACC // C rows of U^T at a time
+    # (tuckerkit.engine._simd.short_slab: lanes over i, one accumulator per (row of U^T, column), their lanes summed
+    # by one tree), into y[a sya + r syr + c syc]
+    nb = SHORT_ACC // C
+    for t in range(t_lo, t_hi):
+        for a in range(t * spt, min(A, (t + 1) * spt)):
+            for r0 in range(0, R, nb):
+                short_slab(x, a * sxa, I, C, ut, su, r0, min(nb, R - r0), y, a * sya + r0 * syr, syr, syc)
+
+
 #: rows of X per tile of :func:`_outer_tiny_kernel` (whole 512-bit blocks of either dtype)
 TINY_TILE_ROWS = 2048
 
@@ -1496,6 +1522,11 @@ def ttm_inner(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray, policy: ExecutionPo
     A, I, C = X3.shape  # noqa: E741
     R = U.shape[1]
     _check_kernel_shapes("ttm_inner", U, (I, R), Y3, (A, R, C))
+    if inner_short_style(R, X3.itemsize, C) and _short_slabs(X3):
+        args = _short_args(X3, _short_packed(U, X3.dtype), Y3, read_only(fx), fy)
+        _kernel_tiles("inner_short", _inner_short_kernel, args, (13, 14), (),
+                      _cut_flops("inner_short", 2 * X3.size * R, (X3.size + Y3.size) * X3.itemsize), policy)
+        return
     cuts = _reduction_cuts(A, I, C, R, X3.itemsize)
     if len(cuts) == 2:
         _inner_tiles(X3, U, Y3, policy)
@@ -1820,6 +1851,8 @@ def _cut_flops(name: str, flops: int, nbytes: int) -> int:
     0.38 against 0.34 / 0.40 ms cut, float32 (1000000, 3) 0.49 against 0.51 ms)."""
     if name == "outer_tiny" and nbytes > STREAMED_BYTES:
         return max(flops, 4 * KERNEL_PIECE_FLOPS)
+    if name == "inner_short":
+        return SHORT_CUT_SCALE * flops
     return flops
 
 
@@ -1891,6 +1924,52 @@ def _dense_rows(X2: np.ndarray, Y2: np.ndarray) -> bool:
     R, it = Y2.shape[0], X2.itemsize
     return ((A == 1 or X2.strides[0] == I * it) and (I == 1 or X2.strides[1] == it)
             and (R == 1 or Y2.strides[0] == it) and (A == 1 or Y2.strides[1] == R * it))
+
+
+def inner_short_style(R: int, itemsize: int, C: int) -> bool:
+    """Whether :func:`ttm_inner` runs the short-rows kernel (:func:`_inner_short_kernel`: lanes over the contracted
+    rows, a step of 8 float64 or 16 float32 rows of ``C`` elements loaded as one run and its columns gathered by
+    shuffles, their sums by one tree at the end of a slab) where each slab's rows lie back to back
+    (:func:`_short_slabs`): where vectors are wide, rows of 2 to ``SHORT_MAX_C`` = 3 elements (a short trailing
+    mode after the contracted one: an RGB mode) and ``R`` up to ``SHORT_MAX_R`` = 20 (blocks of ``SHORT_ACC // C``
+    rows of ``U^T``). There the register-blocked kernel's vectors along the rows are mostly empty and the
+    planner ran BLAS's batch of GEMMs with ``C`` columns.
+
+    Measured on Zen 4 (2 cores; the planner's plans with the kernel against without it, interleaved medians of 15,
+    one process), float64 / float32: (1000, 1000, 3)'s mode 1 at R = 10 0.63 / 0.49x the time, (512, 512, 3) R = 8
+    0.54 / 0.32x, (64, 256, 256, 3)'s mode 2 R = 8 0.98 / 0.36x, (200, 200, 200, 3)'s mode 2 R = 5 0.60 / 0.28x,
+    (1000, 1003, 2) R = 10 0.84 / 0.33x, (2000, 800, 2) R = 20 0.86 / 0.70x, (600, 800, 2) and (600, 800, 3) R = 16
+    0.96-1.04x; R = 32 on rows of 3 1.05 / 0.90x (hence 20). Rows of 4-8 elements keep the register-blocked kernel
+    or BLAS: 4 at R = 6 / 10 1.02 / 1.19x (float32 0.47 / 1.07x), 5 0.87x (1.05x), 6 and 7 1.27-1.53x, 8 2.3x."""
+    return wide_vectors() and 2 <= C <= SHORT_MAX_C and 1 <= R <= SHORT_MAX_R
+
+
+def _short_slabs(X3: np.ndarray) -> bool:
+    """Whether each slab ``X3[a]`` (I, C) of a view lies back to back: unit-strided rows ``C`` apart."""
+    _, I, C = X3.shape  # noqa: E741
+    return X3.strides[2] == X3.itemsize and (I == 1 or X3.strides[1] == C * X3.itemsize)
+
+
+def _short_packed(U: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``U`` (I, R) as :func:`_inner_short_kernel` reads it, in ``dtype``: ``U^T`` as C-ordered rows padded with
+    zeros past whole 512-bit vectors (one vector more than ``I // L``: the kernel's masked last step reads it even
+    where ``I`` is a multiple of ``L``), flat."""
+    L = 64 // dtype.itemsize
+    up = work_empty((U.shape[1], (U.shape[0] // L + 1) * L), dtype)
+    up[:, :U.shape[0]] = U.T
+    up[:, U.shape[0]:] = 0
+    return up.reshape(-1)
+
+
+def _short_args(X3: np.ndarray, ut: np.ndarray, Y3: np.ndarray, fx: np.ndarray, fy: np.ndarray) -> list:
+    """:func:`_inner_short_kernel`'s arguments over all its tiles (the tile range at 13-14; the tensor, the packed
+    matrix and the output at 0, 5, 8)."""
+    A, I, C = X3.shape  # noqa: E741
+    it = X3.itemsize
+    R = Y3.shape[1]
+    spt = max(1, SHORT_TILE_ELEMS // max(I * C, 1))
+    return [fx, A, I, C, X3.strides[0] // it, ut, ut.size // R, R, fy, Y3.strides[0] // it, Y3.strides[1] // it,
+            Y3.strides[2] // it, spt, 0, -(-A // spt)]
 
 
 def _dot_five(I: int, itemsize: int) -> bool:  # noqa: E741
@@ -2217,6 +2296,10 @@ _BLAS_EFF = {
 #: elements, is not, so it stands for a rank against BLAS's (the same bytes read, the compute terms decide): twice
 #: BLAS's constant, where it measured 0.06-0.62x the planner's BLAS plans' time (:func:`outer_tiny_style`)
 TINY_EFF = {"float64": 0.90, "float32": 0.66}
+#: the short-rows kernel's rate (:func:`inner_short_style`), likewise a rank against BLAS's batch of GEMMs with a few
+#: columns: twice BLAS's constant at ranks up to 16 (above it, 1.3-1.45x), where it measured 0.28-1.04x the
+#: planner's former plans' time
+SHORT_EFF = {"float64": 0.98, "float32": 0.84}
 #: rates, relative to the packed strips, of :func:`ttm_inner`'s columns left at the end of a row: vectors
 #: read from X directly (measured 0.9-1.2 on (200, 200, 10) and (200, 200, 13) against BLAS, one core;
 #: taken lower for rows that do not stay in cache), and single elements in rows shorter than one vector
@@ -2373,7 +2456,7 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
-                      nbytes: int = 0, row_bytes: int = 0, tiny: bool = False) -> float:
+                      nbytes: int = 0, row_bytes: int = 0, tiny: bool = False, short: bool = False) -> float:
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
 
     ``contracted``: the contracted extent ``I`` (0: not known). Long rows contracted over fewer than
@@ -2397,9 +2480,13 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     long-row rate, falling with R.
 
     ``tiny``: :func:`ttm_outer` runs its tiny-rows kernel (:func:`outer_tiny_style` on dense rows): ``TINY_EFF``.
+    ``short``: :func:`ttm_inner` runs its short-rows kernel (:func:`inner_short_style` on slabs whose rows lie
+    back to back): ``SHORT_EFF``.
     """
     if tiny and variant == "small_rank_ttm_outer":
         return TINY_EFF[dtype]
+    if short and variant == "small_rank_ttm_inner":
+        return SHORT_EFF[dtype]
     if (variant == "small_rank_ttm_inner" and dtype == "float64" and contracted > 0
             and _wide_crowded(contracted, R, 8, columns, row_bytes)):
         (r0, e0), (r1, e1) = _CROWDED_WIDE_F64
@@ -2520,7 +2607,8 @@ class _Launch:
 
 
 _KERNEL_OF = {"inner": "_inner_kernel", "outer_dot": "_outer_dot_kernel", "outer_gemm": "_outer_gemm_kernel",
-              "outer_tr": "_outer_tr_kernel", "outer_vdot": "_outer_vdot_kernel", "outer_tiny": "_outer_tiny_kernel"}
+              "outer_tr": "_outer_tr_kernel", "outer_vdot": "_outer_vdot_kernel", "outer_tiny": "_outer_tiny_kernel",
+              "inner_short": "_inner_short_kernel"}
 
 
 def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_kz: bool) -> _Launch | None:
@@ -2537,7 +2625,13 @@ def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_
     flops = 2 * X.size * R
     # (the packing functions hold sizes and indices, never the first call's arrays)
     u_of = (lambda b: b) if u_kz else (lambda b: b.T)  # U is B or B.T
-    if plan.compiled == CompiledKernel.TTM_INNER:
+    if plan.compiled == CompiledKernel.TTM_INNER and inner_short_style(R, it, X.shape[2]) and _short_slabs(X):
+        dtype = X.dtype
+        args = _short_args(X, _short_packed(U, dtype), Y, fx, fy)
+        launch = _Launch("inner_short", args, (13, 14), (), (0, 5, 8),
+                         _cut_flops("inner_short", flops, (X.size + Y.size) * it),
+                         lambda b: _short_packed(u_of(b), dtype), policy)
+    elif plan.compiled == CompiledKernel.TTM_INNER:
         A3, I, C = X.shape  # noqa: E741
         if X.strides[2] != it or Y.strides[2] != it or len(_reduction_cuts(A3, I, C, R, it)) != 2:
             return None
