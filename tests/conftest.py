@@ -195,8 +195,12 @@ def forced(monkeypatch):
 
     monkeypatch.setenv(ENV, "bw=1e10,peak=1e10")
     monkeypatch.setattr(plan_mod, "SMALL_RANK_MIN_FLOPS", 0)
+    monkeypatch.setattr(plan_mod, "SMALL_RANK_TINY_MIN_FLOPS", 0)
     for key in list(sg._KERNEL_EFF):
         monkeypatch.setitem(sg._KERNEL_EFF, key, (50.0, 50.0))
+    for table in (sg.TINY_EFF, sg.SHORT_EFF):  # (the tiny- and short-rows kernels' own rates)
+        for key in list(table):
+            monkeypatch.setitem(table, key, 50.0)
     contract_mod._cached_plan.cache_clear()
     yield
     contract_mod._cached_plan.cache_clear()
