@@ -1001,6 +1001,11 @@ SMALL_RANK_MIN_FLOPS = MIN_PARALLEL_FLOPS
 #: MFlop) 0.60 / 0.48x the time, (100000, 4) at R = 2 0.33 / 0.19x, (300, 300, 4) at R = 3 0.30 / 0.17x,
 #: (512, 512, 3) at R = 2 0.44 / 0.38x; (128, 128, 3) at R = 1 (0.1 MFlop) 0.90 / 1.83x (fixed steps weigh)
 SMALL_RANK_TINY_MIN_FLOPS = 1 << 19
+#: whether the compiled kernels are weighed against a BLAS plan that copies the matrix (``Remedy.COPY_B``, or
+#: ``COPY_A`` where the matrix comes first); they were not, so a tensor stored with a short mode outermost
+#: (planar RGB: (1000, 1000, 3) with strides (1000, 1, 10^6)) contracted over it stayed on BLAS's batch of
+#: matrix-vector products after a copy of the 3 x R matrix
+MATRIX_COPY_KERNELS = True
 #: the compiled kernel must be estimated this much faster than BLAS to be chosen (noise in the constants)
 _SMALL_RANK_MARGIN = 0.95
 
@@ -1335,7 +1340,9 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     tiny = variant == CompiledKernel.TTM_OUTER and _tiny_rows(lay, t_shape, t_strides, R, itemsize, plan.shapes[2],
                                                               out_strides, out_layout)
     short = variant == CompiledKernel.TTM_INNER and _short_slabs(lay, t_shape, t_strides, R, itemsize)
-    if (plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not tiny) or plan.flops < (
+    # (BLAS's remedies that copy only the matrix, not the tensor, leave the kernels in the running)
+    matrix_copy = MATRIX_COPY_KERNELS and plan.remedy == (Remedy.COPY_A if swap else Remedy.COPY_B)
+    if (plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not (tiny or matrix_copy)) or plan.flops < (
             SMALL_RANK_TINY_MIN_FLOPS if tiny else SMALL_RANK_MIN_FLOPS):
         return plan
     from tuckerkit.engine._simd import simd_supported
