@@ -2411,3 +2411,22 @@ def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dt
     assert _short_slabs(lay, (256, 512, 3), (1536, 3, 1), 8, 8) is sg.wide_vectors()
     assert not _short_slabs(lay, (256, 512, 3), (2560, 5, 1), 8, 8)
     assert not _short_slabs(lay, (256, 512, 4), (2048, 4, 1), 8, 8)
+
+
+def test_a_planar_short_mode_is_weighed_against_blas_copying_the_matrix(dtype, monkeypatch, rng):
+    """A tensor stored with its short mode outermost (planar RGB: the colour planes one after another) contracted
+    over that mode: BLAS's plan copies the 3 x R matrix (Remedy.COPY_B) for its matrix-vector products; the
+    compiled kernels are weighed against such a plan (MATRIX_COPY_KERNELS) and, where the CPU has AVX2 + FMA,
+    the inner kernel is taken; ``ttm`` gives einsum's sums to rounding either way."""
+    X = rng.standard_normal((3, 500, 800)).astype(dtype).transpose(1, 2, 0)  # (4.8 MFlop at rank 2)
+    U = rng.standard_normal((3, 2)).astype(dtype)
+    contract_mod._cached_plan.cache_clear()
+    plan = ttm_plan(X, U, 2, transpose=True)
+    assert (plan.compiled == CompiledKernel.TTM_INNER) is sg.simd_supported(), plan.explain()
+    _check(X, U, 2, ttm(X, U, 2, transpose=True))
+    monkeypatch.setattr(plan_mod, "MATRIX_COPY_KERNELS", False)
+    contract_mod._cached_plan.cache_clear()
+    old = ttm_plan(X, U, 2, transpose=True)
+    assert old.compiled == CompiledKernel.NONE and old.remedy == plan_mod.Remedy.COPY_B, old.explain()
+    _check(X, U, 2, old(X, U))
+    contract_mod._cached_plan.cache_clear()
