@@ -1848,7 +1848,8 @@ def _cut_flops(name: str, flops: int, nbytes: int) -> int:
     kernel (bound by the memory, a few flops a byte) over more than ``STREAMED_BYTES`` of X and the output counts
     as a call cut in four. Measured (two workers, interleaved medians of 21): (1000000, 3) float64 at R = 2 (40 MB)
     1.01 against 1.69 ms whole; in the caches whole ran as fast or faster (float64 (250000, 4) at R = 2 / 3 0.27 /
-    0.38 against 0.34 / 0.40 ms cut, float32 (1000000, 3) 0.49 against 0.51 ms)."""
+    0.38 against 0.34 / 0.40 ms cut, float32 (1000000, 3) 0.49 against 0.51 ms). The short-rows kernel's flops
+    count ``SHORT_CUT_SCALE`` times (its rate is about half the register-blocked kernels')."""
     if name == "outer_tiny" and nbytes > STREAMED_BYTES:
         return max(flops, 4 * KERNEL_PIECE_FLOPS)
     if name == "inner_short":
@@ -1912,8 +1913,8 @@ def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     / 8 at R = 1-7 0.14-0.62x the plan's time and 0.19-0.86x numpy's; I = 12 0.32-0.71x / 0.35-0.68x; I = 16
     0.53-0.97x / 0.57-1.66x; float32 I = 2-8 0.06-0.37x / 0.12-0.72x, I = 12 0.24-0.61x / 0.46-0.92x, I = 16
     0.35-1.33x / 0.55-2.30x (hence 8). Against the transposed tile on (250000, 4) and (2000000, 3) float64 at
-    R = 3: 0.12x and 0.47x its time. Through the planner (``benchmarks/tiny_modes.py``, 7 shapes, both dtypes):
-    1.2-5.7x the former BLAS plan's speed, 1.0-3.5x ``numpy.matmul``'s."""
+    R = 3: 0.12x and 0.47x its time. Through the planner (``benchmarks/tiny_modes.py``, 9 shapes, both dtypes):
+    1.2-6.3x the former BLAS plan's speed, 1.0-4.3x ``numpy.matmul``'s."""
     return wide_vectors() and 2 <= I <= TINY_MAX_I and 1 <= R <= TINY_MAX_R
 
 
