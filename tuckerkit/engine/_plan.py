@@ -598,6 +598,12 @@ def _contiguous_strides(order: tuple[str, ...], sizes: dict[str, int]) -> dict[s
     return strides
 
 
+def _fresh_strides(shape, layout: str) -> tuple[int, ...]:
+    """The element strides of a fresh output of ``shape`` in ``layout`` ``"C"`` or ``"F"``."""
+    c_st = _c_strides(tuple(shape) if layout == "C" else tuple(shape)[::-1])
+    return c_st if layout == "C" else c_st[::-1]
+
+
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     out, acc = [], 1
     for n in reversed(shape):
@@ -1055,8 +1061,7 @@ def _ttm_layout(spec: Spec, a_shape, a_strides, b_strides, out_shape, out_stride
     if out_strides is None and out_layout == "auto":
         return x_perm, n_outer, out_perm, b[0] == k, True
     if out_strides is None:  # a fresh C- or F-ordered output must happen to have the kernel's layout
-        c_st = _c_strides(tuple(out_shape) if out_layout == "C" else tuple(out_shape)[::-1])
-        out_strides = c_st if out_layout == "C" else c_st[::-1]
+        out_strides = _fresh_strides(out_shape, out_layout)
     o = out_strides
     o_outer = [out_perm[j] for j in range(len(ones), n_outer)]
     o_inner = [out_perm[j] for j in range(n_outer + 1, len(out_perm))]
@@ -1113,8 +1118,7 @@ def _batched_dot_layout(spec: Spec, a_shape, a_strides, b_shape, b_strides, out_
     if out_strides is None and out_layout == "auto":
         return x_perm, (kb, zb), out_perm, True
     if out_strides is None:  # a fresh C- or F-ordered output must happen to have the kernel's layout
-        c_st = _c_strides(tuple(out_shape) if out_layout == "C" else tuple(out_shape)[::-1])
-        out_strides = c_st if out_layout == "C" else c_st[::-1]
+        out_strides = _fresh_strides(out_shape, out_layout)
     o = out_strides
     if any(st < 0 for st in o) or (out_shape[out_perm[-1]] > 1 and o[out_perm[-1]] != 1):
         return None
@@ -1282,8 +1286,7 @@ def _tiny_rows(lay, t_shape, t_strides, R: int, itemsize: int, out_shape, out_st
     if fresh:
         return True
     if out_strides is None:  # (a fresh C- or F-ordered output, as _ttm_layout found it)
-        c_st = _c_strides(tuple(out_shape) if out_layout == "C" else tuple(out_shape)[::-1])
-        out_strides = c_st if out_layout == "C" else c_st[::-1]
+        out_strides = _fresh_strides(out_shape, out_layout)
     oz = out_perm[n_outer]
     o_outer = [out_perm[j] for j in range(n_outer) if out_shape[out_perm[j]] > 1]
     return (R == 1 or out_strides[oz] == 1) and (not o_outer or out_strides[o_outer[-1]] == R)
