@@ -205,3 +205,100 @@ def test_a_kept_plan_follows_the_default_policy(rng):
         serial = contract("ij,jk->ik", A, B)
     assert {k[-1].workers for k in fast} == {1, default_policy().workers}
     np.testing.assert_array_equal(serial, got)
+
+
+def _fast_ttm():
+    from tuckerkit.engine import _ttm
+
+    return _ttm._FAST_TTM
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["C", "F", "view"])
+@pytest.mark.parametrize(("mode", "transpose"), [(0, True), (1, False), (2, True), (-1, False)])
+def test_a_repeated_ttm_reuses_its_plan_with_the_same_bits(dtype, layout, mode, transpose, rng):
+    """``ttm`` on numpy arrays of one real dtype with ``out``, ``plan`` and ``device`` left out keeps the plan of
+    its first call under the operands' shapes, strides, dtype, the mode, ``transpose`` and the default policy; a
+    repeat runs it on the plan's bound route: the same bits as the first call and as ``ttm(..., plan=)``, a fresh
+    output, einsum's values, the operands unchanged."""
+    from tuckerkit.engine import ttm, ttm_plan
+
+    base = rng.standard_normal((13, 17, 21)).astype(dtype)
+    X = {"C": base, "F": np.asfortranarray(base), "view": base[::2, 1:, ::3]}[layout]
+    n = mode % 3
+    U = rng.standard_normal((X.shape[n], 5) if transpose else (5, X.shape[n])).astype(dtype)
+    X0, U0 = X.copy(), U.copy()
+    fast = _fast_ttm()
+    fast.clear()
+    first = ttm(X, U, mode, transpose=transpose)
+    assert len(fast) == 1
+    (key, plan), = fast.items()
+    assert key[:8] == (X.shape, X.strides, X.dtype, U.shape, U.strides, U.dtype, mode, transpose)
+    again = ttm(X, U, mode, transpose=transpose)
+    np.testing.assert_array_equal(again, first)
+    assert not np.shares_memory(again, first)
+    assert plan is ttm_plan(X, U, mode, transpose=transpose)  # (the planner's cached plan for these operands)
+    np.testing.assert_array_equal(ttm(X, U, mode, transpose=transpose, plan=plan), again)
+    letters = "abc"
+    u = letters[n] + "z" if transpose else "z" + letters[n]
+    ref = np.einsum(f"abc,{u}->{letters[:n]}z{letters[n + 1:]}", X.astype(np.float64), U.astype(np.float64))
+    assert again.dtype == np.dtype(dtype) and again.shape == ref.shape
+    assert np.max(np.abs(again - ref)) <= _tol(dtype) * 21 / 16 * max(float(np.max(np.abs(ref))), 1.0)
+    np.testing.assert_array_equal(X, X0)
+    np.testing.assert_array_equal(U, U0)
+
+
+def test_ttm_kept_plans_keep_every_check_and_skip_what_the_checks_convert(rng, monkeypatch):
+    """After a kept plan, a bad matrix, mode or ``transpose`` still gets its one-line error; a NumPy integer mode,
+    a complex or integer operand and another layout are right (the converted ones keep no plan); the kept
+    plans stay within their bound."""
+    from tuckerkit.engine import _ttm, ttm
+
+    fast = _fast_ttm()
+    fast.clear()
+    X = rng.standard_normal((6, 7, 8))
+    U = rng.standard_normal((7, 3))
+    Y = ttm(X, U, 1, transpose=True)
+    np.testing.assert_array_equal(ttm(X, U, 1, transpose=True), Y)
+    assert len(fast) == 1
+    with pytest.raises(ValueError, match=r"U has 6 rows but mode 1 of X has size 7; expected U of shape \(7, J\)"):
+        ttm(X, U[:6], 1, transpose=True)
+    with pytest.raises(TypeError, match="mode must be an integer; received bool"):
+        ttm(X, U, True, transpose=True)
+    with pytest.raises(ValueError, match="mode=3 is out of range for a tensor with 3 modes"):
+        ttm(X, U, 3, transpose=True)
+    np.testing.assert_array_equal(ttm(X, U, np.int64(1), transpose=True), Y)  # (the checked path: the same plan)
+    Uc = U + 1j * rng.standard_normal(U.shape)
+    np.testing.assert_allclose(ttm(X, Uc, 1, transpose=True), np.einsum("abc,bz->azc", X, Uc.conj()),
+                               rtol=0, atol=1e-13 * 8)
+    ints = np.arange(6 * 7 * 8).reshape(6, 7, 8)
+    np.testing.assert_array_equal(ttm(ints, np.ones((7, 1)), 1, transpose=True), ints.sum(axis=1, keepdims=True))
+    assert len(fast) == 1  # (complex and integer calls keep none)
+    Xf = np.asfortranarray(X)
+    np.testing.assert_array_equal(ttm(Xf, U, 1, transpose=True), ttm(Xf, U, 1, transpose=True))
+    assert len(fast) == 2 and np.max(np.abs(ttm(Xf, U, 1, transpose=True) - Y)) <= 1e-13 * np.max(np.abs(Y))
+    monkeypatch.setattr(_ttm, "_FAST_TTM_MAX", 3)
+    for k in range(5):
+        ttm(np.ones((k + 2, 3)), np.ones((3, 2)), 1, transpose=True)
+    assert 0 < len(fast) <= 3
+
+
+def test_a_kept_ttm_plan_follows_the_default_policy(rng):
+    """Under ``threadpool_limits(1)`` (tuckerkit serial too) a repeated ``ttm`` takes a plan made for one worker:
+    the same bits (every output element is one in-order sum for any number of workers)."""
+    from threadpoolctl import threadpool_limits
+
+    from tuckerkit.engine import default_policy, ttm
+
+    fast = _fast_ttm()
+    fast.clear()
+    X = rng.standard_normal((100, 90, 80))
+    U = rng.standard_normal((90, 10))
+    got = ttm(X, U, 1, transpose=True)
+    with threadpool_limits(1):
+        serial = ttm(X, U, 1, transpose=True)
+        np.testing.assert_array_equal(ttm(X, U, 1, transpose=True), serial)
+    assert {k[-1].workers for k in fast} == {1, default_policy().workers}
+    assert {p.policy.workers for p in fast.values()} == {1, default_policy().workers}
+    np.testing.assert_array_equal(serial, got)
+    np.testing.assert_array_equal(ttm(X, U, 1, transpose=True), got)

@@ -519,6 +519,10 @@ def _split_1d(av, bv, cv, how: str, bounds: list[int], policy: ExecutionPolicy) 
         cv[...] = total
 
 
+#: :func:`tuckerkit.engine._handoff.run_split`, bound at its first use (as ``_SMALL_RANK``)
+_RUN_SPLIT: list[Any] = [None]
+
+
 def run_split(av, bv, cv, axis: int, bounds: list[int], policy: ExecutionPolicy, partial=None) -> bool:
     """The pieces on the GIL-free helpers (:func:`tuckerkit.engine._handoff.run_split`, imported with numba
     on first use); False where they cannot take them, and for a level-1 or level-2 product (an extent of 1): the
@@ -526,8 +530,11 @@ def run_split(av, bv, cv, axis: int, bounds: list[int], policy: ExecutionPolicy,
     took 1.07-1.10x one call's time there), where numpy's matmul on the Python pool calls GEMV."""
     if min(av.shape[-2], av.shape[-1], bv.shape[-1]) == 1:
         return False
-    from tuckerkit.engine._handoff import run_split as run
+    run = _RUN_SPLIT[0]
+    if run is None:
+        from tuckerkit.engine._handoff import run_split as run
 
+        _RUN_SPLIT[0] = run
     return run(av, bv, cv, axis, bounds, policy, partial)
 
 
@@ -664,6 +671,14 @@ def summed_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, xp=np) -> Non
             cv += part[i]
 
 
+#: Functions the hot paths call from modules they cannot import at load time (a cycle, or numba's modules, which
+#: ``import tuckerkit`` does not load), bound at their first use. A function-level ``from ... import`` runs the
+#: import machinery at every call: 30-45 us on a call that comes right after a 64 MB read has evicted the
+#: interpreter's state from the caches (a TTM right after another one, a HOOI sweep's step after its pass over
+#: X), against 1-2 us for a look-up here. ``_SMALL_RANK``: :func:`tuckerkit.engine._smallgemm.run_small_rank`
+_SMALL_RANK: list[Any] = [None]
+
+
 def execute(plan: ContractionPlan, A, B, out=None, xp=None):
     """Run ``plan`` on ``A`` and ``B`` (already validated), writing into ``out`` when given."""
     if xp is None:
@@ -684,9 +699,12 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
         out[...] = 0
         return out
     if plan.compiled != CompiledKernel.NONE and xp is np:
-        from tuckerkit.engine._smallgemm import run_small_rank
+        run = _SMALL_RANK[0]
+        if run is None:  # (numba's module: not on import tuckerkit)
+            from tuckerkit.engine._smallgemm import run_small_rank as run
 
-        return run_small_rank(plan, A, B, out)
+            _SMALL_RANK[0] = run
+        return run(plan, A, B, out)
     av, bv, cv, target = operand_views(plan, A, B, out, xp)
     if plan.summed_batch:
         summed_matmul(av, bv, cv, plan.flops, plan.policy, xp)

@@ -70,6 +70,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
+from tuckerkit.engine._policy import _in_worker, parallel_for, quiet_blas_workers  # (at load: not per call)
 
 #: seconds a helper keeps spinning after its last piece before it sleeps (a round within that starts at once)
 SPIN_SECONDS = 1e-3
@@ -676,8 +677,6 @@ def run_split(av: np.ndarray, bv: np.ndarray, cv: np.ndarray, axis: int, bounds:
         else:
             return False
         rows.append(d)
-    from tuckerkit.engine._policy import _in_worker, parallel_for
-
     workers = 1 if _in_worker() else policy.workers
     if h.lock.acquire(blocking=False):
         try:
@@ -765,8 +764,6 @@ def run_rows(rows: np.ndarray, policy: Any) -> bool:
     whichever thread is free; False, with nothing run, where there are no helpers or they are busy (another
     thread's round: the caller then takes the Python pool). One piece, or one worker, runs every piece on the
     caller in order from ``rows`` itself: no helpers, no lock (other threads' rounds go on meanwhile)."""
-    from tuckerkit.engine._policy import _in_worker, quiet_blas_workers
-
     h = _handoff()
     if h is None:
         return False

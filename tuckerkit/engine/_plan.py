@@ -192,6 +192,13 @@ class _OperandLayout:
     copy_order: tuple[int, ...] | None = None  # when the plan copies this operand: axis order of the copy
 
 
+#: ``_contract.run_bound_plan``, bound at a plan's first call (a module-level import would be circular). A
+#: function-level ``from ... import`` runs the import machinery at every call: 30-45 us on a call that comes
+#: right after a 64 MB read has evicted the interpreter's state from the caches, against 1-2 us for a lookup
+#: here (see :data:`tuckerkit.engine._contract.HOT_PATH`)
+_RUN_BOUND_PLAN: list[Any] = [None]
+
+
 @dataclass(frozen=True)
 class ContractionPlan:
     """A frozen, printable, reusable plan for one pairwise contraction.
@@ -322,9 +329,12 @@ class ContractionPlan:
     # ----------------------------------------------------------------------------------------------
     def __call__(self, A: Any, B: Any, out: Any = None) -> Any:
         """Run the plan on ``A`` and ``B`` (checked against what it was made for), into ``out`` if given."""
-        from tuckerkit.engine._contract import run_bound_plan
+        run = _RUN_BOUND_PLAN[0]
+        if run is None:  # (the engine's entry points, bound once: see _contract's hot-path note)
+            from tuckerkit.engine._contract import run_bound_plan as run
 
-        return run_bound_plan(self, A, B, out)
+            _RUN_BOUND_PLAN[0] = run
+        return run(self, A, B, out)
 
     def notation(self) -> str:
         """The evaluation in the seed's notation, e.g. ``C_{m[n]p} = A_{mk} B_{k[n]p}``."""

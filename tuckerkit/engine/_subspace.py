@@ -283,6 +283,10 @@ def _compiled_order(n: int, r: int) -> bool:
     return COMPILED_ORDERS[0] <= n <= COMPILED_ORDERS[1] and 1 <= r <= COMPILED_MAX_RANK and 2 * (r + 2) <= n
 
 
+#: :func:`tuckerkit.engine._tiny_kernels.certified_top`, bound at its first use (see ``_contract._SMALL_RANK``)
+_CERTIFIED_TOP: list[Any] = [None]
+
+
 def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_top_eigh_subspace` by one compiled call (:func:`._tiny_kernels.certified_top`: the same
     certificate, a block of ``r + 1`` columns from a warm start and ``r + 2`` from the fixed seeded one, kept as
@@ -291,8 +295,11 @@ def _compiled_top(G: np.ndarray, r: int, start: np.ndarray | None) -> tuple[np.n
     planted Grams of order 20-128 (``r + max(4, r // 2)``, the numpy iteration's, 0.60-1.11x), refusing one of
     seven (order 100 at 10 % noise: 81 us, then LAPACK). A float32 Gram: the iteration certifies the pairs of
     its exact float64 copy, which are returned rounded to float32 (more accurate than ``?ssyevr``'s)."""
-    from tuckerkit.engine._tiny_kernels import certified_top
+    certified_top = _CERTIFIED_TOP[0]
+    if certified_top is None:  # (numba's module: not on import tuckerkit; bound once, as _contract's hot paths)
+        from tuckerkit.engine._tiny_kernels import certified_top
 
+        _CERTIFIED_TOP[0] = certified_top
     n = G.shape[0]
     dtype = G.dtype
     if dtype != np.float64:  # (float32: the iteration on the Gram's exact float64 copy; results rounded back)

@@ -11,10 +11,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tuckerkit._validation import check_matrices, check_matrix, check_mode
 from tuckerkit.backend import array_namespace
 from tuckerkit.backend._device import device_op
-from tuckerkit.engine._contract import _alloc_out, _elem_strides, contract, execute, plan_contraction
+from tuckerkit.engine._contract import (
+    _alloc_out,
+    _bind,
+    _bound_call,
+    _elem_strides,
+    _run_bound,
+    contract,
+    execute,
+    plan_contraction,
+)
 from tuckerkit.engine._plan import ContractionPlan
 from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
 
@@ -263,7 +274,18 @@ def multi_ttm_args(shape: Sequence[int], dtype: Any, matrices: Any, modes: Any, 
 # ---------------------------------------------------------------------------------------------------
 # public operations
 # ---------------------------------------------------------------------------------------------------
-@device_op
+#: the plans of :func:`ttm` calls on numpy arrays of one real floating dtype with ``out``, ``plan`` and ``device``
+#: left out, by the operands' shapes, byte strides and dtype, the mode, ``transpose`` and the default policy (at
+#: most ``_FAST_TTM_MAX``, then started afresh): a repeated call skips the operand's resolution, the checks (they
+#: passed for these very shapes and dtype) and the contraction's spec and plan look-ups, and runs the plan's
+#: bound route, as ``ttm(..., plan=ttm_plan(...))`` does: the same plan, so the same bits. Every Python step of a
+#: call that comes after a pass over a large tensor runs with the interpreter's state evicted from the caches:
+#: measured on the 2-core Zen 4 machine (each call right after a 64 MB read, medians of 31), 100^3 at rank 10
+#: 0.95 -> 0.75 ms (mode 0) and 0.74 -> 0.56 ms (mode 2), 50^3 0.36 -> 0.19 ms, 200^3 3.65 -> 3.53 ms
+_FAST_TTM: dict[tuple, ContractionPlan] = {}
+_FAST_TTM_MAX = 256
+
+
 def ttm(
     X: Any, U: Any, mode: int, *, transpose: bool = False, out: Any = None, plan: ContractionPlan | None = None,
     device: Any = None,
@@ -303,6 +325,27 @@ def ttm(
     >>> ttm(X, U, 1).shape
     (3, 2, 5)
     """
+    if (out is None and plan is None and device is None and type(X) is np.ndarray and type(U) is np.ndarray
+            and type(mode) is int and type(transpose) is bool):
+        key = (X.shape, X.strides, X.dtype, U.shape, U.strides, U.dtype, mode, transpose, resolve_policy(None))
+        hit = _FAST_TTM.get(key)
+        if hit is not None:
+            return _run_bound(hit, _bind(hit), X, U)
+        Y = _ttm(X, U, mode, transpose=transpose)  # (checks every argument; raises on bad ones)
+        if X.dtype == U.dtype and X.dtype.char in "fd" and X.dtype.isnative and Y.dtype == X.dtype:
+            made = ttm_plan(X, U, mode, transpose=transpose)  # (the plan the call ran: a cached look-up)
+            if _bound_call(made, X, U) is not None:  # (made for these very strides: none copied or converted)
+                if len(_FAST_TTM) >= _FAST_TTM_MAX:
+                    _FAST_TTM.clear()
+                _FAST_TTM[key] = made
+        return Y
+    return _ttm(X, U, mode, transpose=transpose, out=out, plan=plan, device=device)
+
+
+@device_op
+def _ttm(X: Any, U: Any, mode: int, *, transpose: bool = False, out: Any = None,
+         plan: ContractionPlan | None = None, device: Any = None) -> Any:
+    """:func:`ttm` through the operand (every check; ``device=`` taken by the decorator)."""
     from tuckerkit.engine._operand import as_operand
 
     op = as_operand(X)
