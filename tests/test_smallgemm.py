@@ -1613,8 +1613,8 @@ def test_outer_vdot_style_rule(monkeypatch):
 
 def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     """The rule: with 256-bit vectors R of 16 or more in at most four vectors, little padding (float32 16-32,
-    float64 16); with 512-bit vectors R of 16 to ``MAX_RANK`` = 32, in float64 to ``WIDE_OUTER_F64_MAX_RANK`` =
-    64, and below 16 float64 R padded by at most a quarter of its columns (6-8, 12-15) and float32 R of 13-15;
+    float64 16); with 512-bit vectors R of 16 to ``WIDE_OUTER_F64_MAX_RANK`` = ``WIDE_OUTER_F32_MAX_RANK`` = 64,
+    and below 16 float64 R padded by at most a quarter of its columns (6-8, 12-15) and float32 R of 13-15;
     the planner's last-mode plans run it (float32 R = 32 and, with 512-bit vectors, float64 R = 8 through
     ``ttm``: the bits of the direct call)."""
     wide = sg.wide_vectors()
@@ -1625,7 +1625,7 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     for itemsize in (4, 8):
         assert [sg.outer_gemm_style(R, itemsize) for R in (10, 12, 15, 16, 20, 32, 33, 64, 65)] == [
-            False, itemsize == 8, True, True, True, True, itemsize == 8, itemsize == 8, False]
+            False, itemsize == 8, True, True, True, True, True, True, False]
     assert [R for R in range(1, 16) if sg.outer_gemm_style(R, 8)] == [6, 7, 8, 12, 13, 14, 15]
     assert [R for R in range(1, 16) if sg.outer_gemm_style(R, 4)] == [13, 14, 15]
     monkeypatch.setattr(sg, "wide_vectors", lambda: wide)
@@ -1643,6 +1643,53 @@ def test_outer_gemm_style_rule_and_planner(forced, rng, monkeypatch):
             # helpers): where vectors are wide the row-dot kernel (outer_vdot_style) ahead of the transposed tile
             (launch,) = plan._bound.launch.values()
             assert launch.name == ("outer_vdot" if wide else "outer_dot")
+
+
+def test_rank_outermost_reads_the_output_layout():
+    """``_rank_outermost``: a given output whose rank mode (the matrix's free letter) has the largest stride of
+    its modes of more than one element; a fresh output, a rank of one and a rank mode inside are not."""
+    spec = plan_mod.Spec("abc", "cz", "abz")
+    assert plan_mod._rank_outermost(spec, False, (20, 30, 5), (30, 1, 600))
+    assert not plan_mod._rank_outermost(spec, False, (20, 30, 5), (150, 5, 1))
+    assert not plan_mod._rank_outermost(spec, False, (20, 30, 5), None)
+    assert not plan_mod._rank_outermost(spec, False, (20, 30, 1), (30, 1, 600))
+    assert plan_mod._rank_outermost(spec, False, (1, 30, 5), (999999, 1, 30))  # (an extent of one: any stride)
+    swapped = plan_mod.Spec("zc", "abc", "abz")  # (the matrix first)
+    assert plan_mod._rank_outermost(swapped, True, (20, 30, 5), (30, 1, 600))
+
+
+@pytest.mark.parametrize("layout", ["rank_outer", "rank_inner", "fresh"])
+def test_float32_rank_outer_products_beyond_32_take_the_register_blocked_kernel(layout, rng):
+    """float32 last-mode products at R = 33-64 into an output with R outermost (CP-ALS's partials) run the
+    register-blocked unit-stride kernel where vectors are wide (measured 0.53-0.89x BLAS's time on large X):
+    planned only for such an output, a U of at most ``WIDE_OUTER_U_BYTES`` and rows of X not a multiple of 4 KiB
+    apart; einsum's values, the bits of the direct call, and the same bits for one and two workers."""
+    assert sg.WIDE_OUTER_F32_MAX_RANK == 64
+    X = rng.standard_normal((160, 160, 160)).astype(np.float32)  # 16 MB: from BEYOND_MIN_BYTES
+    want = sg.simd_supported() and sg.wide_vectors() and layout == "rank_outer"
+    for R in (33, 50, 64, 65):
+        U = rng.standard_normal((160, R)).astype(np.float32)
+        out = {"rank_outer": np.moveaxis(np.empty((R, 160, 160), np.float32), 0, -1),
+               "rank_inner": np.empty((160, 160, R), np.float32), "fresh": None}[layout]
+        plan = plan_contraction("abc,cz->abz", X, U, out=out)
+        assert (plan.compiled is CompiledKernel.TTM_OUTER) == (want and R <= 64), (R, plan.explain())
+        Y = contract("abc,cz->abz", X, U, out=out, plan=plan)
+        _check(X, U, 2, Y)
+        if plan.compiled is CompiledKernel.TTM_OUTER:
+            direct = np.empty((R, 160 * 160), np.float32)
+            sg.ttm_outer(X.reshape(-1, 160), np.ascontiguousarray(U.T), direct)
+            assert np.moveaxis(Y, -1, 0).reshape(R, -1).tobytes() == direct.tobytes()
+            serial = np.empty_like(direct)
+            sg.ttm_outer(X.reshape(-1, 160), np.ascontiguousarray(U.T), serial, ExecutionPolicy(workers=1))
+            assert serial.tobytes() == direct.tobytes()
+    if layout != "rank_outer":
+        return
+    # rows 16 KiB apart (4096 float32) and a U beyond WIDE_OUTER_U_BYTES keep BLAS
+    for shape, R in (((1024, 4096), 50), ((400, 8000), 40)):
+        Xw = np.empty(shape, np.float32)
+        out = np.empty((R, shape[0]), np.float32).T
+        plan = plan_contraction("ac,cz->az", Xw, np.ones((shape[1], R), np.float32), out=out)
+        assert plan.compiled is CompiledKernel.NONE, plan.explain()
 
 
 def test_planner_keeps_ranks_above_32_on_blas(rng):

@@ -1315,6 +1315,20 @@ def _short_slabs(lay, t_shape, t_strides, R: int, itemsize: int) -> bool:
     return inner_short_style(R, itemsize, C) and (t_shape[k] == 1 or t_strides[k] == C)
 
 
+def _rank_outermost(spec: Spec, swap: bool, out_shape: tuple[int, ...], out_strides) -> bool:
+    """Whether a given output (``out_strides``; None: a fresh one) has the matrix's free mode, the rank, outermost:
+    the largest stride of its modes of more than one element (CP-ALS's partials, ``abc,cZ->abZ`` into Z-major
+    memory)."""
+    if out_strides is None:
+        return False
+    m = spec.a if swap else spec.b
+    k = next((spec.c.index(ch) for ch in m if ch in spec.c), None)
+    if k is None or out_shape[k] < 2:
+        return False
+    others = [abs(s) for j, (s, n) in enumerate(zip(out_strides, out_shape, strict=True)) if j != k and n > 1]
+    return all(abs(out_strides[k]) > s for s in others)
+
+
 def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
                          out_strides, out_layout: str, copies: str = "auto") -> ContractionPlan:
     """The plan with a compiled small-rank TTM kernel when the roofline cost model says it is faster."""
@@ -1365,7 +1379,8 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
     if R > MAX_RANK and not planned_beyond_max_rank(variant == CompiledKernel.TTM_INNER, itemsize, R,
                                                     columns * itemsize, math.prod(t_shape) * itemsize,
-                                                    t_shape[x_perm[n_outer]]):
+                                                    t_shape[x_perm[n_outer]],
+                                                    _rank_outermost(spec, swap, plan.shapes[2], out_strides)):
         return plan
     roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize

@@ -315,6 +315,8 @@ MAX_RANK = 32
 SHORT_ROWS_MAX_RANK = 64
 OUTER_F64_MAX_RANK = 56
 WIDE_OUTER_F64_MAX_RANK = 64
+#: ... and in float32 where vectors are wide, into an output with R outermost (CP-ALS's partials)
+WIDE_OUTER_F32_MAX_RANK = 64
 #: ... and the most bytes of U there (:func:`planned_beyond_max_rank`)
 WIDE_OUTER_U_BYTES = 1 << 20
 #: ... and, where vectors are wide, the fewest bytes of a float32 tensor whose long rows (a first mode) take
@@ -1999,8 +2001,11 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
     1.26x.
 
     Where vectors are wide (:func:`wide_vectors`: strips of up to four 512-bit vectors, 24 accumulators) any
-    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 16 to ``MAX_RANK``, in float64 to ``WIDE_OUTER_F64_MAX_RANK`` = 64
-    (the planner's ranks beyond ``MAX_RANK``: :func:`planned_beyond_max_rank`). Measured in one process against
+    ``R`` from ``_WIDE_GEMM_MIN_RANK`` = 16 to ``WIDE_OUTER_F64_MAX_RANK`` = 64 in float64 and
+    ``WIDE_OUTER_F32_MAX_RANK`` = 64 in float32 (the planner's ranks beyond ``MAX_RANK``:
+    :func:`planned_beyond_max_rank`; float32 R = 40 / 50 / 64 on X of (40000, 200), two workers, medians of 9:
+    0.71 / 0.72 / 0.71x the dot kernel's time into an output with R outermost, 0.81 / 0.80 / 0.63x with R
+    innermost, stop 83). Measured in one process against
     the dot kernel (X of (40000, 200) and (76800, 160), two workers, interleaved medians of 11): float64
     R = 8 / 10 / 12 / 16 / 20 / 24 / 28 / 32 0.90-0.96 / 1.01-1.12 / 0.88-1.02 / 0.72-0.77 / 0.88-0.96 /
     0.68-0.77 / 0.68-0.81 / 0.57-0.65x the dot kernel's time; float32 R = 10 / 12 / 16 / 20 / 24 / 32
@@ -2027,7 +2032,7 @@ def outer_gemm_style(R: int, itemsize: int) -> bool:
                 return R >= _WIDE_GEMM_F32_MIN_RANK
             rp = -(-R // 8) * 8  # (whole 512-bit vectors of float64)
             return _WIDE_GEMM_PAD * (rp - R) <= rp
-        return R <= (WIDE_OUTER_F64_MAX_RANK if itemsize == 8 else MAX_RANK)
+        return R <= (WIDE_OUTER_F64_MAX_RANK if itemsize == 8 else WIDE_OUTER_F32_MAX_RANK)
     vl = 32 // itemsize
     rp = -(-R // vl) * vl
     return R >= 16 and rp // vl <= 4 and 8 * (rp - R) <= rp
@@ -2371,7 +2376,7 @@ OUTER_U_CACHED_BYTES = 4 << 20
 
 
 def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, nbytes: int,
-                            contracted: int = 0) -> bool:
+                            contracted: int = 0, rank_outer: bool = False) -> bool:
     """Whether a compiled kernel is planned for an ``R`` above ``MAX_RANK``, on a tensor of at least
     ``BEYOND_MIN_BYTES`` on a machine with AVX2 + FMA (measured with 256-bit vectors, and with 512-bit ones):
     :func:`ttm_inner` (``inner``) up to ``SHORT_ROWS_MAX_RANK`` = 64 where the unit-stride rows are short
@@ -2418,7 +2423,19 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     (after the kernels' tiles ran in at most two pieces a worker) take the inner kernel: R = 40 / 50 / 64 200^3
     0.74 / 0.74 / 0.89x BLAS's time, 320x240x160 0.75 / 0.75 / 0.92x, 250^3 0.76 / 0.78 / 0.88x, 300x200x150
     0.80 / 0.84 / 0.93x, 60^4 0.64 / 0.84x, 64^4 0.93-0.99x; 256x256x128 1.03 / 0.91 / 1.03x and 400x400x50
-    1.02 / 1.07 / 0.99x (no shape rule found for those two). CP-ALS at R = 50 on 200^3 (its middle-mode pass):
+    1.02 / 1.07 / 0.99x (no shape rule found for those two). float32 outer products (``rank_outer``: into an output
+    with R outermost, CP-ALS's partials) up to ``WIDE_OUTER_F32_MAX_RANK`` = 64 by the register-blocked kernel
+    (:func:`outer_gemm_style`; the dot kernel had run them before, at 1.0-1.66x BLAS's time) where U takes at most
+    ``WIDE_OUTER_U_BYTES`` and the rows of X do not lie a multiple of 4 KiB apart: measured (stop 83, the
+    planner's plans with the rule against its BLAS plans, two workers, interleaved medians of 9 in one process,
+    R = 36 / 40 / 50 / 64) 200^3 0.63 / 0.63 / 0.70 / 0.68x the time, 320x240x160 0.59 / 0.57 / 0.79 / 0.64x,
+    150^3 0.59 / 0.68 / 0.81 / 0.84x, 240x120x180 0.65 / 0.58 / 0.60 / 0.70x, 60^4 0.86 / 0.72 / 0.88 / 0.82x,
+    64^4 0.72 / 0.69 / 0.74 / 0.75x, (3600, 3600) 0.75 / 0.72 / 0.81 / 0.74x, (10000, 1000) 0.75 / 0.64 / 0.73 /
+    0.68x, (8000, 2000) 0.77 / 0.64 / 0.81 / 0.53x, 400x400x50 0.81-0.89x, 50x400x400 0.67-0.80x, 100x1000x100
+    0.64-0.75x; left to BLAS: rows 16 KiB apart ((4096, 4096): 0.87-1.04x), a U of 1.4-2.6 MB ((1000, 10000):
+    0.93-1.03x), and an output with R innermost (a TTM's own layout: 0.73-0.94x on 200^3, 320x240x160 and 150^3
+    but 1.04-1.12x on 60^4, 1.21x on 64^4 at R = 40, 1.01-1.26x on 400x400x50, 1.21-1.34x on (4096, 4096)).
+    CP-ALS at R = 50 on 200^3 (its middle-mode pass):
     float64 0.92x, float32 0.87x the iteration. Rows of ``VERY_LONG_ROW_BYTES`` = 512 KiB and more (4-way first
     modes) only up to ``VERY_LONG_F32_MAX_RANK`` = 48: measured with the kernels on the helpers (the planner's
     plans, two workers, interleaved medians of 9), R = 40 / 48 / 56 / 64, 64^4 0.95 / 0.89 / 1.09x at 48-64, 70^4
@@ -2437,6 +2454,11 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     True
     >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 3600) == (simd_supported() and not wide_vectors())
     True
+    >>> f32 = 32 << 20  # a float32 tensor of 32 MiB
+    >>> planned_beyond_max_rank(False, 4, 50, 0, f32, 200, rank_outer=True) == (simd_supported() and wide_vectors())
+    True
+    >>> planned_beyond_max_rank(False, 4, 50, 0, f32, 4096, True), planned_beyond_max_rank(False, 4, 50, 0, f32, 200)
+    (False, False)
     >>> very = 512 << 10  # a first mode's rows of 512 KiB
     >>> planned_beyond_max_rank(True, 4, 56, 2 * very, 64 << 20), planned_beyond_max_rank(True, 4, 49, very, 1 << 30)
     (False, False)
@@ -2453,7 +2475,10 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
                                                   and (R <= VERY_LONG_F32_MAX_RANK or row_bytes < VERY_LONG_ROW_BYTES))
     if not wide_vectors():
         return itemsize == 8 and R <= OUTER_F64_MAX_RANK
-    return itemsize == 8 and R <= WIDE_OUTER_F64_MAX_RANK and 0 < contracted * R * itemsize <= WIDE_OUTER_U_BYTES
+    u_fits = 0 < contracted * R * itemsize <= WIDE_OUTER_U_BYTES
+    if itemsize == 4:
+        return rank_outer and R <= WIDE_OUTER_F32_MAX_RANK and u_fits and (contracted * itemsize) % 4096 != 0
+    return R <= WIDE_OUTER_F64_MAX_RANK and u_fits
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
