@@ -192,10 +192,8 @@ class _OperandLayout:
     copy_order: tuple[int, ...] | None = None  # when the plan copies this operand: axis order of the copy
 
 
-#: ``_contract.run_bound_plan``, bound at a plan's first call (a module-level import would be circular). A
-#: function-level ``from ... import`` runs the import machinery at every call: 30-45 us on a call that comes
-#: right after a 64 MB read has evicted the interpreter's state from the caches, against 1-2 us for a lookup
-#: here (see :data:`tuckerkit.engine._contract.HOT_PATH`)
+#: ``_contract.run_bound_plan``, bound at a plan's first call (a module-level import would be circular; see
+#: ``_contract._SMALL_RANK`` for what a function-level import costs a call)
 _RUN_BOUND_PLAN: list[Any] = [None]
 
 

@@ -317,6 +317,12 @@ def ttm(
     -------
     array, shape (I_0, ..., J, ..., I_{N-1})
 
+    Notes
+    -----
+    On numpy arrays of one real dtype with ``out``, ``plan`` and ``device`` left out, the plan of the first call
+    is kept (by shapes, strides, dtype, mode, ``transpose`` and the default policy) and a repeat runs it without
+    the checks these shapes already passed: the same bits as ``ttm(..., plan=ttm_plan(...))``.
+
     Examples
     --------
     >>> import numpy as np
