@@ -326,3 +326,61 @@ def test_a_sweeps_cached_plans_are_not_checked_again_and_a_given_plan_still_is(r
     plan = build_multi_ttm_plan(X, mats, True, ExecutionPolicy())
     with pytest.raises(ValueError, match=r"plan was made for X of shape \(30, 24, 20\)"):
         dense_multi_ttm(X[:, :, :10], {1: mats[1], 2: mats[2][:10]}, True, plan, ExecutionPolicy())
+
+
+def _mttkrp_ref(X, factors, n):
+    """Mode n's MTTKRP by einsum in float64 (any order)."""
+    letters = "abcdefgh"[:X.ndim]
+    spec = ",".join([letters] + [letters[m] + "z" for m in range(X.ndim) if m != n]) + f"->{letters[n]}z"
+    return np.einsum(spec, X.astype(np.float64), *(factors[m].astype(np.float64) for m in range(X.ndim) if m != n),
+                     optimize=True)
+
+
+@pytest.mark.parametrize(("shape", "passes"), [((12, 10, 14, 11), [2, 1, 1, 2, 1, 1]),
+                                                 ((8, 9, 8, 10, 8), [2, 1, 1, 1, 2, 1])])
+def test_nway_cp_sweeps_share_passes_where_enabled(shape, passes, rng, planned_sweeps, monkeypatch):
+    """The multi-sweep tree from 4 modes (``MULTI_SWEEP_CP_MAX_ORDER``; off by default, measured no faster yet):
+    each pass ``X x_j U_j`` serves the N - 1 updates after mode j's, so N sweeps of 4 modes read X 4 times in 3
+    sweeps (5 modes: 5 in 4), and every MTTKRP is einsum's on the factors it saw (Gauss-Seidel)."""
+    assert _sweeps.MULTI_SWEEP_CP_MAX_ORDER == 3
+    X = rng.standard_normal(shape)
+    assert not multi_sweep_applies(X, 2, _sweeps.MULTI_SWEEP_CP_MAX_ORDER)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP_CP_MAX_ORDER", 8)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP_NWAY_BYTES", 0)
+    assert multi_sweep_applies(X, 2, _sweeps.MULTI_SWEEP_CP_MAX_ORDER)
+    factors = [rng.standard_normal((n, 2)) for n in shape]
+    op, carry = DenseTensor(X), CarriedPartial()
+    got = []
+    for _ in range(len(passes)):
+        def update(n, M):
+            ref = _mttkrp_ref(X, factors, n)
+            np.testing.assert_allclose(np.asarray(M), ref, rtol=0,
+                                       atol=4 * X.size // X.shape[n] * np.finfo(np.float64).eps * np.abs(ref).max())
+            factors[n] = rng.standard_normal(factors[n].shape)
+
+        got.append(op.mttkrp_sweep(factors, update, carry=carry).passes)
+    assert got == passes
+
+
+def test_nway_cp_als_with_the_multi_sweep_tree_has_the_two_pass_trees_fits(monkeypatch, planned_sweeps):
+    """CP-ALS on a 4-way tensor with the multi-sweep tree turned on: 4/3 passes over X an iteration, every
+    iteration's fit and the factors the two-pass tree's to rounding."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((14, 12, 13, 15))
+    init = [rng.standard_normal((s, 3)) for s in X.shape]
+
+    def fits(order: int):
+        monkeypatch.setattr(_sweeps, "MULTI_SWEEP_CP_MAX_ORDER", order)
+        monkeypatch.setattr(_sweeps, "MULTI_SWEEP_NWAY_BYTES", 0)
+        seen: list[float] = []
+        with pytest.warns(tk.ConvergenceWarning):
+            res = tk.cp_als(X, 3, init=init, max_iter=6, tol=0, linesearch=False,
+                            callback=lambda st: seen.append(st.fit) and None)
+        return seen, res
+
+    one, res = fits(8)
+    two, ref = fits(3)
+    assert (res.passes_per_iteration, ref.passes_per_iteration) == (1.33, 2)
+    np.testing.assert_allclose(one, two, rtol=0, atol=200 * np.finfo(np.float64).eps)
+    for U, V in zip(res.factors, ref.factors, strict=True):
+        np.testing.assert_allclose(U, V, rtol=0, atol=1e4 * np.finfo(np.float64).eps * np.abs(V).max())

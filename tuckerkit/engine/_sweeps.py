@@ -509,6 +509,14 @@ MULTI_SWEEP_UNIT = 128
 #: sweep), from 4 modes on a float64 (or complex128) tensor of at least ``MULTI_SWEEP_NWAY_BYTES``
 MULTI_SWEEP_HOOI_MAX_ORDER = 8
 MULTI_SWEEP_NWAY_BYTES = 32 << 20
+#: CP-ALS's sweeps up to this order (:func:`_multi_sweep`, written for any order: N passes every N - 1 sweeps).
+#: From 4 modes not yet: against the two-pass tree (float64, 6 iterations, interleaved medians of 7, stop 83),
+#: 60^4 at R = 5 / 7 / 10 0.93-1.00 / 0.99 / 1.02-1.11x the iteration, 64^4 at R = 8 1.03x, 50^4 and 40^4 at R = 5
+#: 0.97 / 0.99x, 70^4 at R = 8 0.87x, 80^4 at R = 10 0.86-0.93x, 30^5 at R = 5 1.05x, 24^5 at R = 3 0.79x: its
+#: single-mode passes write a partial of R / I_n of X (17 MB on 60^4 at R = 10) that the MTTKRPs then read
+#: through BLAS's batched matrix-vector products (1-2 ms each: the compiled rank-outer products take 3-way
+#: partials only), and 60^4's pass over mode 1 took 17.6 ms against 5.9-8.1 for the others
+MULTI_SWEEP_CP_MAX_ORDER = 3
 
 
 def multi_sweep_applies(X: Any, R: int | list[int], max_order: int = 3) -> bool:
@@ -579,28 +587,29 @@ def _unit_mode(X: np.ndarray) -> int | None:
 
 
 class CarriedPartial:
-    """What one sweep leaves for the next in the multi-sweep tree: CP-ALS's partial (``X`` contracted with mode 1's
-    factor, :func:`_multi_sweep`) or HOOI's suspended cycle of projections (:func:`_multi_ttmc_sweep`), with
-    copies of the factors it was made from. The next sweep takes it only where those factors are still the same
-    (bit for bit) and the caller vouches that ``X`` is (:meth:`drop` otherwise: a jump of the line search, an
+    """What one sweep leaves for the next in the multi-sweep tree: CP-ALS's partial (``X`` contracted with the
+    factor of ``mode``, :func:`_multi_sweep`) or HOOI's suspended cycle of projections (:func:`_multi_ttmc_sweep`),
+    with copies of the factors it was made from. The next sweep takes it only where those factors are still the
+    same (bit for bit) and the caller vouches that ``X`` is (:meth:`drop` otherwise: a jump of the line search, an
     orthogonalization, a refill of missing entries)."""
 
-    __slots__ = ("factors", "source", "state")
+    __slots__ = ("factors", "mode", "source", "state")
 
     def __init__(self) -> None:
         self.state: Any = None
         self.factors: list[Any] = []
         self.source: Any = None
+        self.mode: int | None = None
 
     def drop(self) -> None:
         """Forget what is kept (its memory goes with it; a suspended generator is closed)."""
-        state, self.state, self.factors, self.source = self.state, None, [], None
+        state, self.state, self.factors, self.source, self.mode = self.state, None, [], None, None
         if isinstance(state, tuple) and state and isinstance(state[0], GeneratorType):
             state[0].close()
 
-    def keep(self, X: Any, state: Any, factors: list[Any]) -> None:
+    def keep(self, X: Any, state: Any, factors: list[Any], mode: int | None = None) -> None:
         self.drop()
-        self.state, self.factors, self.source = state, [F.copy() for F in factors], X
+        self.state, self.factors, self.source, self.mode = state, [F.copy() for F in factors], X, mode
 
     def take(self, X: Any, factors: list[Any]) -> Any:
         """The kept state where it was made from ``X`` with ``factors`` as they are now, else None; forgotten
@@ -617,34 +626,44 @@ class CarriedPartial:
 
 def _multi_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPolicy,
                  cache: dict[Any, Any] | None, carry: CarriedPartial, plans: list[Any]) -> Sweep:
-    """A 3-way CP-ALS sweep of the multi-sweep dimension tree (Ma and Solomonik, IPDPS 2021): one pass of
-    ``X`` contracted with a single factor serves the two MTTKRPs that follow each other in the cyclic update
-    order, also across the end of a sweep. ``X x_2 U_2`` serves modes 0 and 1, ``X x_1 U_1`` mode 2 and the
-    next sweep's mode 0 (kept in ``carry``), ``X x_0 U_0`` modes 1 and 2: three passes every two sweeps instead
-    of four, the same updates in the same order (Gauss-Seidel), each MTTKRP from the same factors as the
-    standard tree's, so the same iterates to rounding. A sweep that finds the kept partial valid makes one
-    pass; otherwise two (``X x_2 U_2``, then ``X x_1 U_1``, kept)."""
+    """A CP-ALS sweep of the multi-sweep dimension tree (Ma and Solomonik, IPDPS 2021): the pass of ``X``
+    contracted with the factor updated last, ``X x_j U_j``, serves the N - 1 MTTKRPs that follow in the cyclic
+    update order (every mode but j, until U_j changes again), also across the end of a sweep: N passes every
+    N - 1 sweeps instead of two a sweep. Three modes: ``X x_2 U_2`` serves modes 0 and 1, ``X x_1 U_1`` mode 2
+    and the next sweep's mode 0 (kept in ``carry``), ``X x_0 U_0`` modes 1 and 2 (three passes every two
+    sweeps); four: ``X x_3 U_3`` modes 0-2, ``X x_2 U_2`` mode 3 and the next sweep's 0-1, ``X x_1 U_1`` mode 2,
+    3 and then 0, ``X x_0 U_0`` modes 1-3 (four passes every three sweeps). The same updates in the same order
+    (Gauss-Seidel), each MTTKRP from the same factors as the standard tree's (the modes a partial serves taken
+    from it by the tree's halves, :meth:`MttkrpTree.rec`), so the same iterates to rounding. A sweep that finds
+    the kept partial valid (its factor unchanged, bit for bit) starts from it."""
     tree = MttkrpTree(np, X.shape, factors, update, plans, policy, cache)
-    modes = [0, 1, 2]
-    kept = carry.take(X, [factors[1]])
-    if kept is not None:
-        T, t_modes = kept
-        M0, _ = tree.contract_modes(T, t_modes, [2], True)
-        del T, kept
-        update(0, M0)
-        del M0
-        T0, m0 = tree.contract_modes(X, modes, [0], False)
-        tree.rec(T0, m0, True, [1, 2])
-        return Sweep(tuple(plans), 1)
-    T2, m2 = tree.contract_modes(X, modes, [2], False)
-    tree.rec(T2, m2, True, [0, 1])
-    del T2
-    T1, m1 = tree.contract_modes(X, modes, [1], False)
-    M2, _ = tree.contract_modes(T1, m1, [0], True)
-    carry.keep(X, (T1, m1), [factors[1]])
-    del T1
-    update(2, M2)
-    return Sweep(tuple(plans), 2)
+    N = X.ndim
+    modes = list(range(N))
+    passes = 0
+    m = 0  # the next mode to update
+    jk = carry.mode  # (the kept partial's mode)
+    kept = carry.take(X, [factors[jk]]) if jk is not None and jk < N else None
+    while m < N:
+        if kept is not None and jk is not None:
+            (T, t_modes), j = kept, jk
+            kept = None
+        else:  # the factor updated last (at the sweep's start: the last mode's, from the sweep before)
+            j = (m - 1) % N
+            T, t_modes = tree.contract_modes(X, modes, [j], False)
+            passes += 1
+        # the modes this partial serves in this sweep: from m on, up to the mode before j (cyclically); past
+        # the sweep's end it is kept for the next one, which takes it while U_j is unchanged
+        serve = list(range(m, N if j < m else j))
+        ahead = serve[-1] == N - 1 and 0 < j < N - 1  # (then modes 0 to j - 1 of the next sweep)
+        if ahead:
+            carry.keep(X, (T, t_modes), [factors[j]], j)
+        others = [k for k in t_modes if k not in serve]
+        if others:
+            T, t_modes = tree.contract_modes(T, t_modes, others, True)
+        tree.rec(T, t_modes, True, serve)
+        del T
+        m = serve[-1] + 1
+    return Sweep(tuple(plans), passes)
 
 
 def _partial_elems(shape: tuple[int, ...], passes: list[list[int]]) -> int:
@@ -682,7 +701,7 @@ def dense_mttkrp_sweep(X: Any, factors: list[Any], update: Update, policy: Execu
         direct_mttkrp_sweep(X, factors, update, R)        # same tree (engine/_direct.py)
         return Sweep((record("mttkrp", X, R),), 2)
     plans: list[Any] = []
-    if carry is not None and multi_sweep_applies(X, R):
+    if carry is not None and multi_sweep_applies(X, R, MULTI_SWEEP_CP_MAX_ORDER):
         return _multi_sweep(X, factors, update, policy, cache, carry, plans)
     # mode order is the update order (0..N-1); for C or F layouts each half is a memory-adjacent chain
     all_modes = list(range(X.ndim))
