@@ -514,8 +514,8 @@ MULTI_SWEEP_NWAY_BYTES = 32 << 20
 #: 60^4 at R = 5 / 7 / 10 0.93-1.00 / 0.99 / 1.02-1.11x the iteration, 64^4 at R = 8 1.03x, 50^4 and 40^4 at R = 5
 #: 0.97 / 0.99x, 70^4 at R = 8 0.87x, 80^4 at R = 10 0.86-0.93x, 30^5 at R = 5 1.05x, 24^5 at R = 3 0.79x: its
 #: single-mode passes write a partial of R / I_n of X (17 MB on 60^4 at R = 10) that the MTTKRPs then read
-#: through BLAS's batched matrix-vector products (1-2 ms each: the compiled rank-outer products take 3-way
-#: partials only), and 60^4's pass over mode 1 took 17.6 ms against 5.9-8.1 for the others
+#: through BLAS's batched matrix-vector products (0.7-2 ms each, about 2.7 an iteration: the compiled rank-outer
+#: products take 3-way partials only, and their merged 3-D views of these ran no faster)
 MULTI_SWEEP_CP_MAX_ORDER = 3
 
 
