@@ -1321,6 +1321,93 @@ def test_outer_gemm_kernel_bits_do_not_depend_on_workers_chunks_or_prefetch(monk
             assert np.ascontiguousarray(out).tobytes() == np.ascontiguousarray(ref).tobytes(), (workers, kc, pf, grp)
 
 
+def _tail_split(R: int, itemsize: int) -> int:
+    """The columns :func:`sg.ttm_outer`'s register blocks take where the tail is on (whole vectors: 512-bit where
+    they are wide)."""
+    pad = (64 if sg.wide_vectors() else 32) // itemsize
+    return R - R % pad
+
+
+@pytest.mark.parametrize("R", [34, 50])
+def test_outer_tail_columns_are_dot_products_of_each_tile(R, dtype, gemm_style, rng, monkeypatch):
+    """With the tail on (:func:`sg.outer_tail_style`), the register blocks take U's columns in whole vectors and
+    the few left are dot products of each tile's rows (:func:`sg._tail_dots`): einsum's sums to rounding on every
+    layout of X and of the output, the same bits on all of them; the blocks' columns the same bits as the padded
+    kernel's (one chain of fused multiply-adds per element either way), the tail's the same bits as the
+    dot-product kernel's on those columns alone (its blocks); and one or two workers over many pieces, with the
+    output's tiles grouped or not, the same bits."""
+    Rm = _tail_split(R, dtype.itemsize)
+    assert 0 < Rm < R
+    monkeypatch.setattr(sg, "outer_tail_style", lambda R, itemsize: True)
+    bits, Ut, X = _layout_bits(rng, 25, 203, R, dtype)
+    assert len(bits) == 1
+    got = np.frombuffer(next(iter(bits)), dtype).reshape(R, 25)
+    monkeypatch.setattr(sg, "outer_tail_style", lambda R, itemsize: False)
+    padded = np.empty((R, 25), dtype)
+    sg.ttm_outer(X, Ut, padded)
+    assert got[:Rm].tobytes() == padded[:Rm].tobytes()
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: False)  # (the dot-product kernel)
+    dots = np.empty((R - Rm, 25), dtype)
+    sg.ttm_outer(X, np.ascontiguousarray(Ut[Rm:]), dots)
+    assert got[Rm:].tobytes() == dots.tobytes()
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
+    monkeypatch.setattr(sg, "outer_tail_style", lambda R, itemsize: True)
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)  # (many pieces, taken by any worker)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
+    X = rng.standard_normal((1001, 157)).astype(dtype)
+    Ut = rng.standard_normal((R, 157)).astype(dtype)
+    ref = np.empty((R, 1001), dtype)
+    sg.ttm_outer(X, Ut, ref)
+    _check(X, np.ascontiguousarray(Ut.T), 1, ref.T)
+    for workers, grp in ((1, 32), (2, 32), (2, 3), (3, 1)):
+        monkeypatch.setattr(sg, "_OUTER_COPY_TILES", grp)
+        for out in (np.full((R, 1001), np.nan, dtype), np.full((1001, R), np.nan, dtype).T):
+            sg.ttm_outer(X, Ut, out, ExecutionPolicy(workers))
+            assert np.ascontiguousarray(out).tobytes() == ref.tobytes(), (workers, grp)
+
+
+def test_outer_tail_rule():
+    """The tail is taken where vectors are wide, from ``OUTER_TAIL_MIN_RANK`` = 32 columns in whole vectors, for at
+    most a quarter of a vector (float32 1-4 columns, float64 1-2); nowhere on 256-bit vectors."""
+    got = {it: [R for R in range(1, 80) if sg.outer_tail_style(R, it)] for it in (4, 8)}
+    if not sg.wide_vectors():
+        assert got == {4: [], 8: []}
+        return
+    assert got[4] == [33, 34, 35, 36, 49, 50, 51, 52, 65, 66, 67, 68]
+    assert got[8] == [33, 34, 41, 42, 49, 50, 57, 58, 65, 66, 73, 74]
+
+
+def test_outer_tail_through_a_kept_plan_takes_each_calls_matrix(forced, dtype, rng, monkeypatch):
+    """A plan's launch with the tail on packs each call's matrix into the blocks' columns and the tail's rows:
+    a second matrix through the kept launch gives the bits of a fresh ``ttm_outer`` on it (never the first
+    call's columns), einsum's sums to rounding, the matrices unmodified."""
+    monkeypatch.setattr(sg, "outer_tr_style", lambda R, itemsize: False)
+    monkeypatch.setattr(sg, "outer_vdot_style", lambda R, itemsize, length: False)
+    monkeypatch.setattr(sg, "outer_gemm_style", lambda R, itemsize: True)
+    monkeypatch.setattr(sg, "outer_tail_style", lambda R, itemsize: True)
+    monkeypatch.setattr(sg, "planned_beyond_max_rank", lambda *a, **k: True)
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 250_000)
+    if _handoff._handoff() is None:
+        pytest.skip("no GEMM helpers on this platform (the launch needs them)")
+    X = rng.standard_normal((30, 37, 157)).astype(dtype)
+    U1, U2 = (rng.standard_normal((157, 50)).astype(dtype) for _ in range(2))
+    keep = U1.copy(), U2.copy()
+    plan = plan_contraction("abc,cz->abz", X, U1, policy=ExecutionPolicy(2))
+    assert plan.compiled is CompiledKernel.TTM_OUTER, plan.explain()
+    first = contract("abc,cz->abz", X, U1, plan=plan)
+    (launch,) = plan._bound.launch.values()
+    assert isinstance(launch, sg._Launch) and launch.name == "outer_gemm"
+    second = contract("abc,cz->abz", X, U2, plan=plan)
+    assert len(plan._bound.launch) == 1 and next(iter(plan._bound.launch.values())) is launch
+    for U, got in ((U1, first), (U2, second)):
+        _check(X, U, 2, got)
+        want = np.empty((30 * 37, 50), dtype)
+        sg.ttm_outer(X.reshape(-1, 157), np.ascontiguousarray(U.T), want.T, ExecutionPolicy(2))
+        assert np.ascontiguousarray(got).tobytes() == want.tobytes()
+    assert np.array_equal(U1, keep[0]) and np.array_equal(U2, keep[1])
+
+
 @pytest.mark.parametrize("R", [28, 32, 50, 64])
 def test_outer_strips_of_four_where_wide_vectors_run_at_half_rate(R, dtype, all_blocks, gemm_style, monkeypatch,
                                                                     rng):

@@ -222,7 +222,7 @@ _KCOL = 40
 #: 1), ``z`` the dtype's zero (no column)
 KERNEL_PATTERNS = {
     "inner": "aiiiiamaiiiiiibiaabaaii",  # _inner_kernel
-    "outer_gemm": "aiiiiaimaiiibiiaii",  # _outer_gemm_kernel
+    "outer_gemm": "aiiiiaimaiiibiiaiiubz",  # _outer_gemm_kernel
     "outer_dot": "aiiiiuaiiiiiziib",  # _outer_dot_kernel
     "batched_dot": "aiiaiaiiibii",  # _batched_dot_kernel (tuckerkit.engine._batched_dot)
     "outer_tr": "aiiiaiaiiaiii",  # _outer_tr_kernel

@@ -1016,7 +1016,8 @@ def _strip_rows(nv, grw):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True, **NO_RUNTIME)
-def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, grw, tl, t_lo, t_hi):  # noqa: E741 # pragma: no cover
+def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct, pfd, grw, tl, t_lo, t_hi, ut, five,  # noqa: E741 # pragma: no cover
+                       zero):
     # tile t: rows [12 t, 12 t + 12) of X, each element broadcast against a strip of the packed U (I rows of Rp
     # columns, Rp = R rounded up to whole (512-bit where wide) vectors, the padding zero): the register block of
     # the inner kernel with the roles swapped (rows of X for rows of U, columns of U for columns of X), 12 vector
@@ -1031,7 +1032,9 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
     # whole 512-bit vectors; element by element before: in cache the copy had cost 10-20 % of the time). CP-ALS's
     # rank-outer partials take that copy: X of (40000, 200) at R = 32 / 50, two workers, interleaved medians of
     # 11 (stop 79), 0.89 / 0.88x the time in float64, 0.80 / 1.0x in float32; CP-ALS on 200^3 (6 iterations)
-    # 0.91 / 0.97x and 0.95 / 0.93x; the same bits
+    # 0.91 / 0.97x and 0.95 / 0.93x; the same bits. Where :func:`outer_tail_style` says so, R here is the columns
+    # in whole vectors and the rows of ``ut`` (U's last columns) are dot products of each tile's rows after its
+    # blocks (:func:`_tail_dots`), stored into Y directly
     Rp = up.shape[0] // I
     nstrip = strips.shape[0]
     ln = 64 // x.itemsize  # elements of one cache line
@@ -1123,6 +1126,33 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
                 for a in range(h):
                     for r in range(R):
                         y[(a0 + a) * sya + r * syr] = tl[a * Rp + r]
+        if ut.shape[0] > 0:  # the columns past the blocks' whole vectors: dot products of the tile's rows, in cache
+            _tail_dots(x, xa, sxa, h, I, ut, y, a0 * sya + R * syr, sya, syr, five, zero)
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, **NO_RUNTIME)
+def _tail_dots(x, xo, sxa, h, I, ut, y, yo, sya, syr, five, zero):  # noqa: E741 # pragma: no cover
+    # rows [0, h) of X (from xo, sxa apart, unit-strided) against the rows of ``ut`` (columns of U), stored at
+    # y[yo + c * syr + a * sya]: :func:`_outer_dot_kernel`'s blocks of four rows against five or two columns
+    R = ut.shape[0]
+    n5 = R // 5 if five else 0
+    for g in range(0, h, 4):
+        hg = min(4, h - g)
+        o = xo + g * sxa
+        x0 = x[o: o + I]
+        x1 = x[o + min(1, hg - 1) * sxa: o + min(1, hg - 1) * sxa + I]
+        x2 = x[o + min(2, hg - 1) * sxa: o + min(2, hg - 1) * sxa + I]
+        x3 = x[o + min(3, hg - 1) * sxa: o + min(3, hg - 1) * sxa + I]
+        r = 0
+        while r < R:
+            yr = yo + r * syr + g * sya
+            if r < 5 * n5:
+                _dot_block5(x0, x1, x2, x3, ut[r], ut[r + 1], ut[r + 2], ut[r + 3], ut[r + 4], I, y, yr, sya, syr, hg,
+                            zero)
+                r += 5
+            else:
+                _dot_block2(x0, x1, x2, x3, ut[r], ut[min(r + 1, R - 1)], I, y, yr, sya, syr, hg, r + 1 < R, zero)
+                r += 2
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1889,17 +1919,48 @@ def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
         tail = (zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it))
         return "outer_dot", [*args, 0, (A + 3) // 4, *tail], (10, 11), (), (0, 5, 6)
     pad = 2 * vl if wide_vectors() else vl  # whole 512-bit vectors where they are used
-    up = np.zeros((I, -(-R // pad) * pad), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
-    up[:, :R] = Ut.T
+    tail = R % pad if outer_tail_style(R, it) else 0
+    Rm = R - tail
+    up = np.zeros((I, -(-Rm // pad) * pad), X2.dtype)  # U as (I, Rp) rows, padded with zero columns
+    up[:, :Rm] = Ut[:Rm].T
     syr, sya = Y2.strides[0] // it, Y2.strides[1] // it
-    direct = up.shape[1] == R and syr == 1
+    direct = up.shape[1] == Rm and syr == 1
     # the unit stride of X passed at run time: as a constant LLVM unrolls the block's loop in two, merges
     # neighbouring broadcasts and spills the accumulators
     strips = _outer_strips(up.shape[1] // vl, vl)
-    gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), R, strips, fy, sya, syr,
+    gargs = (fx, A, I, X2.strides[0] // it, 1, up.ravel(), Rm, strips, fy, sya, syr,
              _outer_kc(I, it, int(strips[:, 1].max())), direct, _OUTER_GEMM_PREFETCH, _outer_rb())
     tl_n = _OUTER_ROWS * up.shape[1] * (_OUTER_COPY_TILES if (sya == 1 and syr != 1) else 1)
-    return "outer_gemm", [*gargs, np.empty(tl_n, X2.dtype), 0, -(-A // _OUTER_ROWS)], (16, 17), (15,), (0, 5, 8)
+    ut = read_only(np.ascontiguousarray(Ut[Rm:], X2.dtype))
+    return "outer_gemm", [*gargs, np.empty(tl_n, X2.dtype), 0, -(-A // _OUTER_ROWS), ut, _dot_five(I, it),
+                          X2.dtype.type(0)], (16, 17), (15,), (0, 5, 8)
+
+
+#: whether :func:`ttm_outer`'s register-blocked kernel may leave a few columns of U to dot products
+#: (:func:`outer_tail_style`), and the fewest columns it keeps in whole vectors there
+OUTER_TAIL = True
+OUTER_TAIL_MIN_RANK = 32
+
+
+def outer_tail_style(R: int, itemsize: int) -> bool:
+    """Whether :func:`ttm_outer`'s register-blocked kernel leaves the columns of U past its whole 512-bit vectors
+    to dot products of each tile's rows while they are in cache (:func:`_tail_dots`: :func:`_outer_dot_kernel`'s
+    blocks) instead of padding U with zero columns to whole vectors: where vectors are wide, at least
+    ``OUTER_TAIL_MIN_RANK`` columns in the vectors and at most a quarter of a vector left (float32: 1-4 columns,
+    float64: 1-2). The padded columns cost as much as the others (float32 R = 50 computes 64 columns); a dot
+    product of a row costs more than a column of the blocks, so a long tail keeps the padding.
+
+    Measured on Zen 4 (2 cores, :func:`ttm_outer` alone on X of (40000, 200) into an output with R outermost,
+    two workers, medians of 15-21 interleaved pairs in one process, the tail's time over the padded kernel's):
+    float32 R = 33 / 34 / 36 / 50 / 52 0.78 / 0.78-0.79 / 0.86 / 0.92 / 0.91x, float64 R = 33 / 34 / 49 / 50 /
+    58 0.87 / 0.87 / 0.92 / 0.92 / 0.96x. Left padded: longer tails (float32 R = 38 / 40 0.88 / 0.93-0.95x but
+    R = 54 / 57 / 60 / 63 1.02 / 1.02 / 1.03 / 1.09x; float64 R = 35 / 36 0.93x but 46 1.04x) and fewer whole
+    columns (float64 R = 17 1.03x)."""
+    if not (OUTER_TAIL and wide_vectors()):
+        return False
+    pad = 64 // itemsize
+    tail = R % pad
+    return 0 < tail and 4 * tail <= pad and R - tail >= OUTER_TAIL_MIN_RANK
 
 
 def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
@@ -2611,7 +2672,8 @@ class _Launch:
         """The product of the operands (``A`` the tensor, ``B`` the matrix, with the strides the launch was
         made for) into ``out``; False, with nothing run, where the helpers are busy or the module's kernel is
         no longer the one the rows call (a test's stand-in)."""
-        return self.run((A, self.pack(B), out))
+        p = self.pack(B)  # (the packed matrix, or a tuple of it and the arrays at the positions after the output)
+        return self.run((A, p, out) if not isinstance(p, tuple) else (A, p[0], out, *p[1:]))
 
     def run(self, arrays: tuple[np.ndarray, ...]) -> bool:
         """The kernel over its pieces with ``arrays`` at the positions ``at`` it was made with (their flat spans
@@ -2689,11 +2751,15 @@ def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_
                 return np.ascontiguousarray(u_of(b), dtype).reshape(-1)
         else:
             shape, dtype = (X.shape[1], args[5].size // X.shape[1]), X.dtype
+            Rm = int(args[6])  # (the columns in the blocks' vectors; those past them are dot products: _tail_dots)
 
             def pack(b):
+                u = u_of(b)
                 up = np.zeros(shape, dtype)
-                up[:, :R] = u_of(b)
-                return up
+                up[:, :Rm] = u[:, :Rm]
+                return up if Rm == R else (up, np.ascontiguousarray(u[:, Rm:].T, dtype))
+            if Rm < R:
+                at = (*at, 18)
         launch = _Launch(name, args, lohi, fresh, at, _cut_flops(name, flops, (X.size + Y.size) * it), pack, policy)
     return None if launch.rows.size == 0 else launch
 
