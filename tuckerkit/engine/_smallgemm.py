@@ -1890,7 +1890,7 @@ def _cut_flops(name: str, flops: int, nbytes: int) -> int:
 
 
 def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
-                fy: np.ndarray) -> tuple[str, list, tuple[int, int], tuple[int, ...], tuple[int, int, int]]:
+                fy: np.ndarray) -> tuple[str, list, tuple[int, int], tuple[int, ...], tuple[int, ...]]:
     """:func:`ttm_outer`'s kernel (its name in :data:`_KERNEL_OF`) and arguments over all its tiles: the
     positions of the tile range, of a piece's scratch, and of the tensor, the matrix and the output."""
     A, I = X2.shape  # noqa: E741
@@ -1916,8 +1916,8 @@ def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
     if not outer_gemm_style(R, it):
         args = [fx, 0, A, I, X2.strides[0] // it, read_only(Ut), fy, 0, Y2.strides[1] // it, Y2.strides[0] // it]
         zero = X2.dtype.type(0)
-        tail = (zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it))
-        return "outer_dot", [*args, 0, (A + 3) // 4, *tail], (10, 11), (), (0, 5, 6)
+        rest = (zero, _OUTER_PREFETCH, 64 // it, _dot_five(I, it))
+        return "outer_dot", [*args, 0, (A + 3) // 4, *rest], (10, 11), (), (0, 5, 6)
     pad = 2 * vl if wide_vectors() else vl  # whole 512-bit vectors where they are used
     tail = R % pad if outer_tail_style(R, it) else 0
     Rm = R - tail
