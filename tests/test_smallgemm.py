@@ -1328,7 +1328,7 @@ def _tail_split(R: int, itemsize: int) -> int:
     return R - R % pad
 
 
-@pytest.mark.parametrize("R", [34, 50])
+@pytest.mark.parametrize("R", [18, 26, 34, 50])
 def test_outer_tail_columns_are_dot_products_of_each_tile(R, dtype, gemm_style, rng, monkeypatch):
     """With the tail on (:func:`sg.outer_tail_style`), the register blocks take U's columns in whole vectors and
     the few left are dot products of each tile's rows (:func:`sg._tail_dots`): einsum's sums to rounding on every
@@ -1367,14 +1367,15 @@ def test_outer_tail_columns_are_dot_products_of_each_tile(R, dtype, gemm_style, 
 
 
 def test_outer_tail_rule():
-    """The tail is taken where vectors are wide, from ``OUTER_TAIL_MIN_RANK`` = 32 columns in whole vectors, for at
-    most a quarter of a vector (float32 1-4 columns, float64 1-2); nowhere on 256-bit vectors."""
+    """The tail is taken where vectors are wide, for at most a quarter of a vector (float32 1-4 columns, float64
+    1-2) beside ``OUTER_TAIL_MIN_RANK`` columns in whole vectors (float32 16, float64 24); nowhere on 256-bit
+    vectors."""
     got = {it: [R for R in range(1, 80) if sg.outer_tail_style(R, it)] for it in (4, 8)}
     if not sg.wide_vectors():
         assert got == {4: [], 8: []}
         return
-    assert got[4] == [33, 34, 35, 36, 49, 50, 51, 52, 65, 66, 67, 68]
-    assert got[8] == [33, 34, 41, 42, 49, 50, 57, 58, 65, 66, 73, 74]
+    assert got[4] == [17, 18, 19, 20, 33, 34, 35, 36, 49, 50, 51, 52, 65, 66, 67, 68]
+    assert got[8] == [25, 26, 33, 34, 41, 42, 49, 50, 57, 58, 65, 66, 73, 74]
 
 
 def test_outer_tail_through_a_kept_plan_takes_each_calls_matrix(forced, dtype, rng, monkeypatch):

@@ -1937,30 +1937,35 @@ def _outer_args(X2: np.ndarray, Ut: np.ndarray, Y2: np.ndarray, fx: np.ndarray,
 
 
 #: whether :func:`ttm_outer`'s register-blocked kernel may leave a few columns of U to dot products
-#: (:func:`outer_tail_style`), and the fewest columns it keeps in whole vectors there
+#: (:func:`outer_tail_style`), and the fewest columns it keeps in whole vectors there, by itemsize
 OUTER_TAIL = True
-OUTER_TAIL_MIN_RANK = 32
+OUTER_TAIL_MIN_RANK = {4: 16, 8: 24}
 
 
 def outer_tail_style(R: int, itemsize: int) -> bool:
     """Whether :func:`ttm_outer`'s register-blocked kernel leaves the columns of U past its whole 512-bit vectors
     to dot products of each tile's rows while they are in cache (:func:`_tail_dots`: :func:`_outer_dot_kernel`'s
-    blocks) instead of padding U with zero columns to whole vectors: where vectors are wide, at least
-    ``OUTER_TAIL_MIN_RANK`` columns in the vectors and at most a quarter of a vector left (float32: 1-4 columns,
-    float64: 1-2). The padded columns cost as much as the others (float32 R = 50 computes 64 columns); a dot
-    product of a row costs more than a column of the blocks, so a long tail keeps the padding.
+    blocks) instead of padding U with zero columns to whole vectors: where vectors are wide, at most a quarter of
+    a vector left (float32: 1-4 columns, float64: 1-2) beside at least ``OUTER_TAIL_MIN_RANK`` columns in the
+    vectors (float32 16, float64 24). The padded columns cost as much as the others (float32 R = 50 computes 64
+    columns, R = 18 32); a dot product of a row costs more than a column of the blocks, so a long tail keeps the
+    padding. Where the output's rows are unit-strided (R innermost: a TTM's own output) the blocks then write it
+    directly instead of through the private buffer.
 
-    Measured on Zen 4 (2 cores, :func:`ttm_outer` alone on X of (40000, 200) into an output with R outermost,
-    two workers, medians of 15-21 interleaved pairs in one process, the tail's time over the padded kernel's):
-    float32 R = 33 / 34 / 36 / 50 / 52 0.78 / 0.78-0.79 / 0.86 / 0.92 / 0.91x, float64 R = 33 / 34 / 49 / 50 /
-    58 0.87 / 0.87 / 0.92 / 0.92 / 0.96x. Left padded: longer tails (float32 R = 38 / 40 0.88 / 0.93-0.95x but
-    R = 54 / 57 / 60 / 63 1.02 / 1.02 / 1.03 / 1.09x; float64 R = 35 / 36 0.93x but 46 1.04x) and fewer whole
-    columns (float64 R = 17 1.03x)."""
+    Measured on Zen 4 (2 cores, :func:`ttm_outer` alone, two workers, medians of 11-21 interleaved pairs in one
+    process, the tail's time over the padded kernel's). X of (40000, 200), the output with R outermost (CP-ALS's
+    partials): float32 R = 17 / 18 / 20 / 33 / 34 / 36 / 50 / 52 0.82 / 0.82 / 0.93 / 0.78 / 0.78-0.79 / 0.86 /
+    0.92 / 0.91x, float64 R = 25 / 26 / 33 / 34 / 49 / 50 / 58 0.92 / 0.94 / 0.87 / 0.87 / 0.92 / 0.92 / 0.96x;
+    with R innermost float32 R = 18 / 20 / 34 / 50 0.74 / 0.87 / 0.77 / 0.86x, float64 R = 26 / 34 / 50 0.89 /
+    0.80 / 0.85x; X of (76800, 160), (3600, 3600) and (4096, 64), R outermost, float32 R = 18 / 34 / 50 0.67-0.91 /
+    0.73-0.83 / 0.89-0.95x, float64 R = 26 / 34 / 50 0.91-0.98 / 0.86-1.00 / 0.93-0.95x. Left padded: longer
+    tails (float32 R = 38 / 40 0.88 / 0.93-0.95x but R = 54 / 57 / 60 / 63 1.02 / 1.02 / 1.03 / 1.09x; float64 R =
+    35 / 36 0.93x but 46 1.04x) and float64 R = 17 / 18 (1.00-1.03x)."""
     if not (OUTER_TAIL and wide_vectors()):
         return False
     pad = 64 // itemsize
     tail = R % pad
-    return 0 < tail and 4 * tail <= pad and R - tail >= OUTER_TAIL_MIN_RANK
+    return 0 < tail and 4 * tail <= pad and R - tail >= OUTER_TAIL_MIN_RANK.get(itemsize, pad)
 
 
 def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
