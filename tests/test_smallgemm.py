@@ -1802,9 +1802,10 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
     256-bit vectors, 0.56-0.93x with 512-bit ones): the middle mode runs the inner kernel up to
     ``SHORT_ROWS_MAX_RANK`` = 64, the last mode the outer kernel in float64 only, up to ``OUTER_F64_MAX_RANK``
     = 56 with 256-bit vectors and ``WIDE_OUTER_F64_MAX_RANK`` = 64 with 512-bit ones (there U of at most
-    ``WIDE_OUTER_U_BYTES``); the first mode (long rows), larger R and a smaller tensor keep BLAS. The
-    compiled results are einsum's to rounding (the size and flop limits lowered to run them on a small
-    tensor)."""
+    ``WIDE_OUTER_U_BYTES``); the first mode (long rows) with 512-bit vectors the inner kernel on packed chunks
+    (:func:`sg._packed_beyond`) up to 64 in both dtypes, with 256-bit ones BLAS; larger R and a smaller tensor
+    keep BLAS. The compiled results are einsum's to rounding (the size and flop limits lowered to run them on a
+    small tensor)."""
     assert (sg.SHORT_ROWS_MAX_RANK, sg.OUTER_F64_MAX_RANK, sg.WIDE_OUTER_F64_MAX_RANK, sg.WIDE_OUTER_U_BYTES,
             sg.BEYOND_MIN_BYTES, sg.BEYOND_LONG_F32_MIN_BYTES, sg.MAX_RANK) == (64, 56, 64, 1 << 20, 12 << 20,
                                                                                 24 << 20, 32)
@@ -1818,9 +1819,10 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
         contract_mod._cached_plan.cache_clear()
         on = sg.simd_supported()
         top = 64 if wide else 56
-        # (the first mode's long rows: float32 from BEYOND_LONG_F32_MIN_BYTES where vectors are wide)
-        long_f32 = inner if wide and not f64 and big.nbytes >= sg.BEYOND_LONG_F32_MIN_BYTES else none
-        cases = [(33, 1, inner), (50, 1, inner), (64, 1, inner), (65, 1, none), (50, 0, long_f32), (65, 0, none),
+        # (the first mode's long rows: packed chunks where vectors are wide)
+        long_rows = inner if wide else none
+        cases = [(33, 1, inner), (50, 1, inner), (64, 1, inner), (65, 1, none), (33, 0, long_rows),
+                 (50, 0, long_rows), (64, 0, long_rows), (65, 0, none),
                  (33, 2, outer if f64 else none), (top, 2, outer if f64 else none), (top + 1, 2, none)]
         for R, mode, want in cases:
             plan = ttm_plan(big, np.ones((200, R), dtype), mode, transpose=True)
@@ -1830,10 +1832,11 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
         # a long contracted last mode: U of 3600 x 50 (1.4 MB in float64) beyond WIDE_OUTER_U_BYTES
         long_last = ttm_plan(np.empty((60, 60, 3600), dtype), np.ones((3600, 50), dtype), 2, transpose=True)
         assert long_last.compiled is (outer if on and f64 and not wide else none), long_last.explain()
-        # a first mode's rows of VERY_LONG_ROW_BYTES and more (64^4: 1 MiB in float32): up to VERY_LONG_F32_MAX_RANK
+        # a first mode's rows of VERY_LONG_ROW_BYTES and more (64^4: 1 MiB in float32): packed chunks up to 64 where
+        # vectors are wide (the direct reads' cap, VERY_LONG_F32_MAX_RANK, only where the packing is off)
         very = np.empty((64, 64, 64, 64), dtype)
         assert (sg.VERY_LONG_F32_MAX_RANK, sg.VERY_LONG_ROW_BYTES) == (48, 512 << 10)
-        for R, want in ((48, long_f32), (49, none), (64, none)):
+        for R, want in ((48, long_rows), (49, long_rows), (64, long_rows), (65, none)):
             plan = ttm_plan(very, np.ones((64, R), dtype), 0, transpose=True)
             assert plan.compiled is (want if on else none), (wide, R, plan.explain())
     monkeypatch.undo()
@@ -1852,16 +1855,54 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
             plan = ttm_plan(X, U, mode, transpose=True)
             assert plan.compiled is want, plan.explain()
             _check(X, U, mode, plan(X, U))
-    # a first mode's long rows (33600 bytes in float32) beyond MAX_RANK: float32 where vectors are wide
+    # a first mode's long rows (33600 bytes in float32) beyond MAX_RANK: packed chunks where vectors are wide; with
+    # the packing off, float32 only (from BEYOND_LONG_F32_MIN_BYTES)
     monkeypatch.setattr(sg, "BEYOND_LONG_F32_MIN_BYTES", 1)
-    contract_mod._cached_plan.cache_clear()
     X = rng.standard_normal((24, 20, 420)).astype(dtype)
-    for R in (40, 64):
-        U = rng.standard_normal((24, R)).astype(dtype)
-        plan = ttm_plan(X, U, 0, transpose=True)
-        assert plan.compiled is (inner if sg.wide_vectors() and not f64 else none), plan.explain()
-        _check(X, U, 0, plan(X, U))
+    for packed in (True, False):
+        monkeypatch.setattr(sg, "PACKED_BEYOND", packed)
+        contract_mod._cached_plan.cache_clear()
+        for R in (40, 64):
+            U = rng.standard_normal((24, R)).astype(dtype)
+            plan = ttm_plan(X, U, 0, transpose=True)
+            assert plan.compiled is (inner if sg.wide_vectors() and (packed or not f64) else none), plan.explain()
+            _check(X, U, 0, plan(X, U))
     contract_mod._cached_plan.cache_clear()
+
+
+@pytest.mark.parametrize("R", [33, 50, 64])
+def test_long_rows_above_rank_32_run_packed_chunks_with_the_direct_reads_bits(R, dtype, all_blocks, monkeypatch,
+                                                                             rng):
+    """Long rows above ``MAX_RANK`` where vectors are wide (:func:`sg._packed_beyond`): ``ttm_inner`` packs chunks of
+    at most ``_PACKED_KC`` rows of ``_PACKED_TILE_BYTES`` tiles (:func:`sg._tiling`) before its row blocks; the
+    same bits as the direct reads (the packing off), einsum's to rounding, on a first mode (rows a multiple of 4
+    KiB apart and not), a long middle mode and a sliced view, over many pieces on one and two workers."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 500_000)
+    it = np.dtype(dtype).itemsize
+    assert (sg._PACKED_KC, sg._PACKED_TILE_BYTES, sg.LONG_ROW_BYTES) == (64, 2048, 8192)
+    assert sg._packed_beyond(R, sg.LONG_ROW_BYTES) and not sg._packed_beyond(R, sg.LONG_ROW_BYTES - it)
+    assert not sg._packed_beyond(sg.MAX_RANK, 1 << 20)
+    big = rng.standard_normal((3, 70, 2 * 2048 + 5)).astype(dtype)
+    views = [rng.standard_normal((1, 131, 4096)).astype(dtype), rng.standard_normal((1, 70, 2050)).astype(dtype),
+             rng.standard_normal((3, 40, 2500)).astype(dtype), big[:, 3:67, 2:2 + 2 * 2048]]
+    for X3 in views:
+        A, I, C = X3.shape  # noqa: E741
+        assert C * it >= sg.LONG_ROW_BYTES
+        U = rng.standard_normal((I, R)).astype(dtype)
+        monkeypatch.setattr(sg, "PACKED_BEYOND", True)
+        g = sg._InnerGeometry(A, I, C, R, it, X3.strides[1] // it)
+        assert g.packed and g.kc <= sg._PACKED_KC and g.ct * it <= sg._PACKED_TILE_BYTES, (g.kc, g.ct)
+        got = set()
+        for packed, workers in ((True, 1), (True, 2), (False, 2)):
+            monkeypatch.setattr(sg, "PACKED_BEYOND", packed)
+            assert sg._InnerGeometry(A, I, C, R, it, X3.strides[1] // it).packed is packed
+            Y = np.full((A, R, C), np.nan, dtype)
+            sg.ttm_inner(X3, U, Y, ExecutionPolicy(workers))
+            _check(np.ascontiguousarray(X3).reshape(A, I, C), U, 1, Y)
+            got.add(Y.tobytes())
+        assert len(got) == 1, X3.shape
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -694,7 +694,7 @@ def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool
     vectors (six row blocks of up to six rows at R = 32) the direct reads of long rows measured 1.2-1.9x the
     packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
     if R > _DIRECT_MAX_RANK:
-        return _wide_direct()
+        return _wide_direct() and not _packed_beyond(R, row_len)
     lines = _L1_LINES_PER_SET_256 if streamed and not wide_vectors() else _crowd_lines()
     return not (row_len >= LONG_ROW_BYTES and _l1_crowded(row_bytes, kc, lines))
 
@@ -775,6 +775,11 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     (float32 at R = 20, a 1.3 ms call, 1.17x and 0.97x in two runs); 160x160x128 and 256x128x128 0.99-1.01x;
     chunks of 27-32 rows were mixed (0.70-1.23x). The sums are the same bits for any tiling."""
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
+    if _packed_beyond(R, C * itemsize):
+        # (long rows above MAX_RANK where vectors are wide: chunks of up to _PACKED_KC rows of tiles of
+        # _PACKED_TILE_BYTES a row, packed first: _packed_beyond)
+        kc = -(-I // -(-I // _PACKED_KC))
+        return max(w, min(_PACKED_TILE_BYTES // itemsize, -(-C // w) * w) // w * w), kc
     short = R <= _SHORT_CHUNK_RANK
     long = short and C * itemsize >= LONG_ROW_BYTES
     cap = (_max_kc_long() if long else _short_kc(streamed)) if short else I
@@ -800,6 +805,26 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     return max(w, ct // w * w), kc
 
 
+#: whether :func:`ttm_inner` packs the chunks of long rows above ``MAX_RANK`` where vectors are wide
+#: (:func:`_packed_beyond`), their rows per chunk and bytes of a row per tile
+PACKED_BEYOND = True
+_PACKED_KC = 64
+_PACKED_TILE_BYTES = 2048
+
+
+def _packed_beyond(R: int, row_len: int) -> bool:
+    """Whether :func:`ttm_inner` runs rows of ``row_len`` bytes at rank ``R`` in chunks of at most ``_PACKED_KC``
+    rows of tiles of ``_PACKED_TILE_BYTES``, each chunk packed into strips before its row blocks (:func:`_tiling`,
+    :func:`_direct_chunks`): long rows (``LONG_ROW_BYTES`` and more) above ``MAX_RANK`` where vectors are
+    wide. Against the direct reads of such rows (:func:`ttm_inner` alone, two workers, interleaved medians of
+    9-11 in one process; chunks of 50-64 rows of 2 KiB tiles), float64 at R = 50: the first mode of 200^3
+    0.83-0.90x the time, 320x240x160 0.77-0.81x, 60^4 0.70-0.81x, 150^3 0.84x, mode 1 of 64^4 (rows 32 KiB)
+    0.58-0.60x; float32 200^3 0.88-0.95x; at R = 64 0.60-0.91x; but at R = 33-40 the first mode of 200^3
+    0.87-1.15x (runs apart), so not below ``MAX_RANK``, where the direct reads were measured the better
+    (:func:`_direct_chunks`). The planner's choice for such rows: :func:`planned_beyond_max_rank`."""
+    return PACKED_BEYOND and R > MAX_RANK and row_len >= LONG_ROW_BYTES and _wide_direct()
+
+
 def _wide_long_cap(row_len: int) -> int:
     """The most rows of i per chunk of long rows of ``row_len`` bytes at R above ``_SHORT_CHUNK_RANK`` where
     vectors are wide, before L1's sets are looked at (:func:`_tiling`)."""
@@ -813,7 +838,8 @@ def _wide_crowded(I: int, R: int, itemsize: int, C: int, row_bytes: int,  # noqa
     ``_SHORT_CHUNK_RANK``, where vectors are wide, crowd L1 in the chunks :func:`_tiling` would give them
     (:func:`_l1_crowded`; strips of ``snv`` 256-bit vectors, :func:`_inner_strip` if None), so that it keeps
     them to chunks of ``_MAX_KC_WIDE_CROWDED`` rows; False elsewhere."""
-    if R <= _SHORT_CHUNK_RANK or C * itemsize < LONG_ROW_BYTES or not row_bytes or not _wide_direct():
+    if (R <= _SHORT_CHUNK_RANK or C * itemsize < LONG_ROW_BYTES or not row_bytes or not _wide_direct()
+            or _packed_beyond(R, C * itemsize)):  # (packed chunks: no rows crowd L1)
         return False
     w = 32 * (_inner_strip(R) if snv is None else snv) // itemsize
     return _l1_crowded(row_bytes, _chunk_rows(I, _wide_long_cap(C * itemsize), w, itemsize))
@@ -2510,10 +2536,26 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     50-64 given up); shorter rows keep R up to 64 (200^3, 320x240x160, 250^3, 300x200x150, 100x1000x100,
     128x256x256, 3000x30x300: 0.65-0.96x at R = 50-64; 1000x100x100's rows of 40 KB 1.03-1.21x, not covered).
 
+    Since stop 84, where vectors are wide, long rows above ``MAX_RANK`` run the inner kernel on chunks packed first
+    (:func:`_packed_beyond`: up to 64 rows of 2 KiB tiles), and then every long row of either dtype takes it up to
+    ``SHORT_ROWS_MAX_RANK`` (the rules above for long rows stand where the packing is off). Measured on Zen 4 (the
+    planner's plans with the rule against those before it: BLAS, or float32's inner kernel reading X directly;
+    two workers, interleaved medians of 7-9 in one process), float64 / float32: R = 40 / 64 the first mode of 200^3
+    (into an output with R outermost) 0.92 / 0.94x and 0.98 / 0.93x, 320x240x160 0.96 / 0.98x and 0.97 / 0.93x,
+    64^4 0.79 / 0.85x and 0.66 / 0.63x, 150^3 0.88 / 0.85x and 0.74 / 0.80x, 100^3 (below ``BEYOND_MIN_BYTES``,
+    left out) 0.85 / 0.77x and 0.84 / 0.86x, mode 1 of 60^4 0.90 / 0.92x and 0.87 / 0.84x; R = 50 / 64 80^4
+    0.87 / 0.94x and 0.65 / 0.71x, 70^4 0.86 / 0.86x and 0.72 / 0.72x, 256x256x128 0.99 / 1.00x and 0.87 / 0.88x,
+    400x400x50 0.90 / 0.96x and 0.91 / 0.95x, 1000x100x100 0.89 / 0.91x and 0.88 / 0.84x; R = 40 / 50 240x120x180
+    0.96 / 0.89x and 0.79 / 0.81x, 250^3 0.97 / 0.91x and 0.87 / 0.92x, 300x200x150 0.90 / 0.94x and 1.02 / 0.95x,
+    mode 1 of 64^4 0.78 / 0.85x and 0.74 / 0.75x; R = 33 / 36 200^3 0.90 / 0.81-0.88x and 1.02 / 0.99-1.0x,
+    320x240x160 0.92 / 0.97x and 1.00 / 0.97x, 60^4 mode 1 0.90 / 0.85x and 0.87 / 0.89x, 64^4 0.78 / 0.77x and
+    0.75 / 0.72x, 150^3 0.81 / 0.86x and 0.63 / 0.60x. The same bits as the direct reads (any tiling).
+
     >>> planned_beyond_max_rank(True, 8, 50, 1600, 64 << 20) == simd_supported()
     True
-    >>> planned_beyond_max_rank(True, 8, 50, 320000, 64 << 20), planned_beyond_max_rank(True, 8, 65, 1600, 1 << 30)
-    (False, False)
+    >>> long = planned_beyond_max_rank(True, 8, 50, 320000, 64 << 20)  # a first mode's rows: packed chunks
+    >>> long == (simd_supported() and wide_vectors()), planned_beyond_max_rank(True, 8, 65, 1600, 1 << 30)
+    (True, False)
     >>> planned_beyond_max_rank(False, 4, 40, 0, 64 << 20, 200), planned_beyond_max_rank(False, 8, 65, 0, 64 << 20, 200)
     (False, False)
     >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 200) == simd_supported()
@@ -2526,8 +2568,10 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     >>> planned_beyond_max_rank(False, 4, 50, 0, f32, 4096, True), planned_beyond_max_rank(False, 4, 50, 0, f32, 200)
     (False, False)
     >>> very = 512 << 10  # a first mode's rows of 512 KiB
-    >>> planned_beyond_max_rank(True, 4, 56, 2 * very, 64 << 20), planned_beyond_max_rank(True, 4, 49, very, 1 << 30)
-    (False, False)
+    >>> planned_beyond_max_rank(True, 4, 56, 2 * very, 64 << 20) == (simd_supported() and wide_vectors())
+    True
+    >>> planned_beyond_max_rank(True, 4, 65, very, 1 << 30)
+    False
     >>> planned_beyond_max_rank(True, 4, 48, 1 << 20, 64 << 20) == (simd_supported() and wide_vectors())
     True
     """
@@ -2536,6 +2580,8 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     if inner:
         if R > SHORT_ROWS_MAX_RANK:
             return False
+        if row_bytes > 0 and _packed_beyond(R, row_bytes):
+            return True
         return 0 < row_bytes < LONG_ROW_BYTES or (row_bytes > 0 and wide_vectors() and itemsize == 4
                                                   and nbytes >= BEYOND_LONG_F32_MIN_BYTES
                                                   and (R <= VERY_LONG_F32_MAX_RANK or row_bytes < VERY_LONG_ROW_BYTES))
