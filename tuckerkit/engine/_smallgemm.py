@@ -1161,7 +1161,6 @@ def _tail_dots(x, xo, sxa, h, I, ut, y, yo, sya, syr, five, zero):  # noqa: E741
     # rows [0, h) of X (from xo, sxa apart, unit-strided) against the rows of ``ut`` (columns of U), stored at
     # y[yo + c * syr + a * sya]: :func:`_outer_dot_kernel`'s blocks of four rows against five or two columns
     R = ut.shape[0]
-    n5 = R // 5 if five else 0
     for g in range(0, h, 4):
         hg = min(4, h - g)
         o = xo + g * sxa
@@ -1171,14 +1170,7 @@ def _tail_dots(x, xo, sxa, h, I, ut, y, yo, sya, syr, five, zero):  # noqa: E741
         x3 = x[o + min(3, hg - 1) * sxa: o + min(3, hg - 1) * sxa + I]
         r = 0
         while r < R:
-            yr = yo + r * syr + g * sya
-            if r < 5 * n5:
-                _dot_block5(x0, x1, x2, x3, ut[r], ut[r + 1], ut[r + 2], ut[r + 3], ut[r + 4], I, y, yr, sya, syr, hg,
-                            zero)
-                r += 5
-            else:
-                _dot_block2(x0, x1, x2, x3, ut[r], ut[min(r + 1, R - 1)], I, y, yr, sya, syr, hg, r + 1 < R, zero)
-                r += 2
+            r = _dot_step(x0, x1, x2, x3, ut, r, five, I, y, yo + r * syr + g * sya, sya, syr, hg, zero)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1435,14 +1427,7 @@ def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zer
                     if qc == rl:
                         qc = 0
                         qr += 1
-            yr = yoff + r * syr + a0 * sya
-            if five and r + 5 <= R:
-                _dot_block5(x0, x1, x2, x3, ut[r], ut[r + 1], ut[r + 2], ut[r + 3], ut[r + 4], I, y, yr, sya, syr, h,
-                            zero)
-                r += 5
-            else:
-                _dot_block2(x0, x1, x2, x3, ut[r], ut[min(r + 1, R - 1)], I, y, yr, sya, syr, h, r + 1 < R, zero)
-                r += 2
+            r = _dot_step(x0, x1, x2, x3, ut, r, five, I, y, yoff + r * syr + a0 * sya, sya, syr, h, zero)
         while qr < nq:  # the last share, after the tile's last block
             k = rl - qc
             o = xoff + (qa + qr) * sxa + qc * w
@@ -1450,6 +1435,18 @@ def _outer_dot_kernel(x, xoff, A, I, sxa, ut, y, yoff, sya, syr, t_lo, t_hi, zer
                 prefetch_l2(x, min(o + j * w, last))
             qc = 0
             qr += 1
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, inline="always")
+def _dot_step(x0, x1, x2, x3, ut, r, five, I, y, yr, sya, syr, h, zero):  # noqa: E741 # pragma: no cover
+    # the dot products of four rows of X with the next five columns of U (rows r.. of ``ut``) where ``five`` and
+    # five are left, else the next two (or the last one), stored from y[yr]; the next r
+    R = ut.shape[0]
+    if five and r + 5 <= R:
+        _dot_block5(x0, x1, x2, x3, ut[r], ut[r + 1], ut[r + 2], ut[r + 3], ut[r + 4], I, y, yr, sya, syr, h, zero)
+        return r + 5
+    _dot_block2(x0, x1, x2, x3, ut[r], ut[min(r + 1, R - 1)], I, y, yr, sya, syr, h, r + 1 < R, zero)
+    return r + 2
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, inline="always")
