@@ -1167,7 +1167,7 @@ def test_streamed_short_rows_take_shorter_chunks_with_256_bit_vectors(monkeypatc
     U = rng.standard_normal((100, 10)).astype(dtype)
     seen, real, direct = [], sg._tiling, sg._direct_chunks
     monkeypatch.setattr(sg, "_tiling", lambda *a: seen.append(a[6]) or real(*a))  # (streamed)
-    monkeypatch.setattr(sg, "_direct_chunks", lambda *a: seen.append(a[-1]) or direct(*a))
+    monkeypatch.setattr(sg, "_direct_chunks", lambda *a: seen.append(a[4]) or direct(*a))  # (streamed)
     out = []
     # (a streamed tensor's cap made one that changes this tiling, whatever this CPU's vectors)
     monkeypatch.setattr(sg, "_short_kc", lambda streamed: 8 if streamed else sg._MAX_KC)
@@ -1884,6 +1884,12 @@ def test_long_rows_above_rank_32_run_packed_chunks_with_the_direct_reads_bits(R,
     assert (sg._PACKED_KC, sg._PACKED_TILE_BYTES, sg.LONG_ROW_BYTES) == (64, 2048, 8192)
     assert sg._packed_beyond(R, sg.LONG_ROW_BYTES) and not sg._packed_beyond(R, sg.LONG_ROW_BYTES - it)
     assert not sg._packed_beyond(sg.MAX_RANK, 1 << 20)
+    # from rank 17 up to MAX_RANK: over at most PACKED_MAX_I rows of a tensor of BEYOND_MIN_BYTES or more
+    big_n = sg.BEYOND_MIN_BYTES
+    assert (sg.PACKED_MAX_I, sg._SHORT_CHUNK_RANK) == (128, 16)
+    assert sg._packed_beyond(17, 1 << 20, 128, big_n) and sg._packed_beyond(32, 1 << 20, 64, big_n)
+    assert not sg._packed_beyond(16, 1 << 20, 64, big_n) and not sg._packed_beyond(32, 1 << 20, 129, big_n)
+    assert not sg._packed_beyond(32, 1 << 20, 64, big_n - 1) and not sg._packed_beyond(32, 8191, 64, big_n)
     big = rng.standard_normal((3, 70, 2 * 2048 + 5)).astype(dtype)
     views = [rng.standard_normal((1, 131, 4096)).astype(dtype), rng.standard_normal((1, 70, 2050)).astype(dtype),
              rng.standard_normal((3, 40, 2500)).astype(dtype), big[:, 3:67, 2:2 + 2 * 2048]]
@@ -1892,17 +1898,58 @@ def test_long_rows_above_rank_32_run_packed_chunks_with_the_direct_reads_bits(R,
         assert C * it >= sg.LONG_ROW_BYTES
         U = rng.standard_normal((I, R)).astype(dtype)
         monkeypatch.setattr(sg, "PACKED_BEYOND", True)
-        g = sg._InnerGeometry(A, I, C, R, it, X3.strides[1] // it)
+        g = sg._InnerGeometry(A, I, C, R, it, X3.strides[1])
         assert g.packed and g.kc <= sg._PACKED_KC and g.ct * it <= sg._PACKED_TILE_BYTES, (g.kc, g.ct)
         got = set()
         for packed, workers in ((True, 1), (True, 2), (False, 2)):
             monkeypatch.setattr(sg, "PACKED_BEYOND", packed)
-            assert sg._InnerGeometry(A, I, C, R, it, X3.strides[1] // it).packed is packed
+            assert sg._InnerGeometry(A, I, C, R, it, X3.strides[1]).packed is packed
             Y = np.full((A, R, C), np.nan, dtype)
             sg.ttm_inner(X3, U, Y, ExecutionPolicy(workers))
             _check(np.ascontiguousarray(X3).reshape(A, I, C), U, 1, Y)
             got.add(Y.tobytes())
         assert len(got) == 1, X3.shape
+
+
+@pytest.mark.parametrize("R", [17, 20, 32])
+def test_long_rows_over_few_rows_run_packed_chunks_from_rank_17(R, dtype, all_blocks, monkeypatch, rng):
+    """From rank 17 up to ``MAX_RANK`` where vectors are wide, long rows contracted over at most ``PACKED_MAX_I``
+    rows of a tensor of ``BEYOND_MIN_BYTES`` or more (4-way first and second modes) run packed chunks too: the same
+    bits as the direct reads, einsum's to rounding; more rows, a smaller tensor or R of 16 keep the direct reads;
+    and the planner takes the kernel for 64^4's first mode in float64 from 21 on, where the direct reads crowded
+    L1 (its rate then BLAS's: :func:`sg._wide_crowded`)."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    monkeypatch.setattr(sg, "KERNEL_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(sg, "KERNEL_PIECE_FLOPS", 500_000)
+    it = np.dtype(dtype).itemsize
+    X3 = rng.standard_normal((2, 70, 2 * 4096 // it + 3)).astype(dtype)
+    A, I, C = X3.shape  # noqa: E741
+    U = rng.standard_normal((I, R)).astype(dtype)
+    assert not sg._InnerGeometry(A, I, C, R, it, C * it).packed  # (a small tensor: the direct reads)
+    assert not sg._InnerGeometry(A, 129, C, R, it, C * it).packed
+    assert not sg._InnerGeometry(A, I, C, 16, it, C * it).packed
+    monkeypatch.setattr(sg, "BEYOND_MIN_BYTES", 1)
+    assert sg._InnerGeometry(A, I, C, R, it, C * it).packed
+    got = set()
+    for packed in (True, False):
+        monkeypatch.setattr(sg, "PACKED_BEYOND", packed)
+        Y = np.full((A, R, C), np.nan, dtype)
+        sg.ttm_inner(X3, U, Y, ExecutionPolicy(2))
+        _check(X3, U, 1, Y)
+        got.add(Y.tobytes())
+    assert len(got) == 1
+    monkeypatch.undo()
+    if not (sg.simd_supported() and sg.wide_vectors()):
+        return
+    contract_mod._cached_plan.cache_clear()
+    very = np.empty((64, 64, 64, 64))  # (np.empty: planning touches no page)
+    for R2 in (24, 32):
+        assert ttm_plan(very, np.ones((64, R2)), 0, transpose=True).compiled is CompiledKernel.TTM_INNER
+        monkeypatch.setattr(sg, "PACKED_BEYOND", False)
+        contract_mod._cached_plan.cache_clear()
+        assert ttm_plan(very, np.ones((64, R2)), 0, transpose=True).compiled is CompiledKernel.NONE
+        monkeypatch.undo()
+        contract_mod._cached_plan.cache_clear()
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

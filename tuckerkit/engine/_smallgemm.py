@@ -669,7 +669,8 @@ def _wide_direct() -> bool:
     return wide_vectors()
 
 
-def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool = False) -> bool:
+def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool = False, I: int = 0,  # noqa: E741
+                   nbytes: int = 0) -> bool:
     """Whether :func:`ttm_inner`'s row blocks read each chunk straight from X (else the chunk is packed into strips
     first): up to ``_DIRECT_MAX_RANK``, not where long rows (``row_len`` bytes of X from at least
     ``LONG_ROW_BYTES``) are ``row_bytes`` apart so that ``kc`` of them crowd L1 (:func:`_l1_crowded`: more than
@@ -694,7 +695,7 @@ def _direct_chunks(R: int, row_len: int, row_bytes: int, kc: int, streamed: bool
     vectors (six row blocks of up to six rows at R = 32) the direct reads of long rows measured 1.2-1.9x the
     packed time, so there R above ``_DIRECT_MAX_RANK`` stays packed."""
     if R > _DIRECT_MAX_RANK:
-        return _wide_direct() and not _packed_beyond(R, row_len)
+        return _wide_direct() and not _packed_beyond(R, row_len, I, nbytes)
     lines = _L1_LINES_PER_SET_256 if streamed and not wide_vectors() else _crowd_lines()
     return not (row_len >= LONG_ROW_BYTES and _l1_crowded(row_bytes, kc, lines))
 
@@ -733,7 +734,7 @@ def _l1_sets(row_bytes: int) -> int:
 
 
 def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int = 0,  # noqa: E741
-            streamed: bool = False) -> tuple[int, int]:
+            streamed: bool = False, nbytes: int = 0) -> tuple[int, int]:
     """``(ct, kc)`` of :func:`ttm_inner`: rows of i per chunk, so that one row block's rows of U and one strip of X
     (``kc * (rows + strip)`` elements, rows :func:`_inner_rb`) fill at most ``_L1_BYTES``, and at most ``_MAX_KC``
     (``_MAX_KC_LONG`` for rows of ``LONG_ROW_BYTES`` and more), as even as possible over ``I``; columns per tile, a
@@ -775,9 +776,9 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     (float32 at R = 20, a 1.3 ms call, 1.17x and 0.97x in two runs); 160x160x128 and 256x128x128 0.99-1.01x;
     chunks of 27-32 rows were mixed (0.70-1.23x). The sums are the same bits for any tiling."""
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
-    if _packed_beyond(R, C * itemsize):
-        # (long rows above MAX_RANK where vectors are wide: chunks of up to _PACKED_KC rows of tiles of
-        # _PACKED_TILE_BYTES a row, packed first: _packed_beyond)
+    if _packed_beyond(R, C * itemsize, I, nbytes):
+        # (long rows above MAX_RANK, or above _SHORT_CHUNK_RANK over few rows of a large tensor, where vectors are
+        # wide: chunks of up to _PACKED_KC rows of tiles of _PACKED_TILE_BYTES a row, packed first: _packed_beyond)
         kc = -(-I // -(-I // _PACKED_KC))
         return max(w, min(_PACKED_TILE_BYTES // itemsize, -(-C // w) * w) // w * w), kc
     short = R <= _SHORT_CHUNK_RANK
@@ -808,11 +809,12 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
 #: whether :func:`ttm_inner` packs the chunks of long rows above ``MAX_RANK`` where vectors are wide
 #: (:func:`_packed_beyond`), their rows per chunk and bytes of a row per tile
 PACKED_BEYOND = True
+PACKED_MAX_I = 128
 _PACKED_KC = 64
 _PACKED_TILE_BYTES = 2048
 
 
-def _packed_beyond(R: int, row_len: int) -> bool:
+def _packed_beyond(R: int, row_len: int, I: int = 0, nbytes: int = 0) -> bool:  # noqa: E741
     """Whether :func:`ttm_inner` runs rows of ``row_len`` bytes at rank ``R`` in chunks of at most ``_PACKED_KC``
     rows of tiles of ``_PACKED_TILE_BYTES``, each chunk packed into strips before its row blocks (:func:`_tiling`,
     :func:`_direct_chunks`): long rows (``LONG_ROW_BYTES`` and more) above ``MAX_RANK`` where vectors are
@@ -821,8 +823,23 @@ def _packed_beyond(R: int, row_len: int) -> bool:
     0.83-0.90x the time, 320x240x160 0.77-0.81x, 60^4 0.70-0.81x, 150^3 0.84x, mode 1 of 64^4 (rows 32 KiB)
     0.58-0.60x; float32 200^3 0.88-0.95x; at R = 64 0.60-0.91x; but at R = 33-40 the first mode of 200^3
     0.87-1.15x (runs apart), so not below ``MAX_RANK``, where the direct reads were measured the better
-    (:func:`_direct_chunks`). The planner's choice for such rows: :func:`planned_beyond_max_rank`."""
-    return PACKED_BEYOND and R > MAX_RANK and row_len >= LONG_ROW_BYTES and _wide_direct()
+    (:func:`_direct_chunks`). The planner's choice for such rows: :func:`planned_beyond_max_rank`.
+
+    Above ``_SHORT_CHUNK_RANK`` up to ``MAX_RANK`` the chunks are packed too where the contracted extent ``I`` is
+    at most ``PACKED_MAX_I`` (one or two chunks: 4-way tensors' first and second modes) on a tensor of at least
+    ``BEYOND_MIN_BYTES`` (``nbytes``): the planner's plans (BLAS, or the direct reads) against packed chunks, two
+    workers, interleaved medians of 7-9, R = 20 / 32, float64: 64^4 modes 0 and 1 0.76 / 0.82x and 0.88 / 0.83x
+    the time, 60^4 0.88 / 0.84x and 0.95 / 0.87x, 50x400x400 0.78 / 0.84x, 96x96x96x32 0.86 / 0.88x, 128x128x256
+    0.76 / 0.90x, 64x256x256 0.85 / 0.79x; float32 64^4 0.90 / 0.72x and 0.96 / 0.80x, 60^4 0.94 / 0.81x and 0.97
+    / 0.89x, 80^4 0.94 / 0.90x and 1.00 / 0.98x, 50x400x400 0.98 / 0.89x, 96x96x96x32 0.95 / 0.78x, 40x200x200x20
+    0.83 / 0.82x, 64x256x256 1.00 / 0.78x, 128x128x256 0.94 / 1.01x, 100x100x100x20's mode 1 1.02 / 1.00x. Longer
+    contracted extents keep the direct reads there (200^3's and 320x240x160's first modes at R = 20 1.04-1.13x,
+    R = 32 0.94-1.03x; 150^3 0.70-0.98x), and so do smaller tensors (100^3 and 120^3: 0.90-1.19x)."""
+    if not (PACKED_BEYOND and row_len >= LONG_ROW_BYTES and _wide_direct()):
+        return False
+    if R > MAX_RANK:
+        return True
+    return R > _SHORT_CHUNK_RANK and 0 < I <= PACKED_MAX_I and nbytes >= BEYOND_MIN_BYTES
 
 
 def _wide_long_cap(row_len: int) -> int:
@@ -833,13 +850,13 @@ def _wide_long_cap(row_len: int) -> int:
 
 
 def _wide_crowded(I: int, R: int, itemsize: int, C: int, row_bytes: int,  # noqa: E741
-                  snv: int | None = None) -> bool:
+                  snv: int | None = None, nbytes: int = 0) -> bool:
     """Whether :func:`ttm_inner`'s long rows (``C`` columns, ``row_bytes`` apart) at R above
     ``_SHORT_CHUNK_RANK``, where vectors are wide, crowd L1 in the chunks :func:`_tiling` would give them
     (:func:`_l1_crowded`; strips of ``snv`` 256-bit vectors, :func:`_inner_strip` if None), so that it keeps
     them to chunks of ``_MAX_KC_WIDE_CROWDED`` rows; False elsewhere."""
     if (R <= _SHORT_CHUNK_RANK or C * itemsize < LONG_ROW_BYTES or not row_bytes or not _wide_direct()
-            or _packed_beyond(R, C * itemsize)):  # (packed chunks: no rows crowd L1)
+            or _packed_beyond(R, C * itemsize, I, nbytes)):  # (packed chunks: no rows crowd L1)
         return False
     w = 32 * (_inner_strip(R) if snv is None else snv) // itemsize
     return _l1_crowded(row_bytes, _chunk_rows(I, _wide_long_cap(C * itemsize), w, itemsize))
@@ -1743,7 +1760,8 @@ def _reduction_cuts(A: int, I: int, C: int, R: int, itemsize: int) -> list[int]:
     ([0, 200], [0, 50])
     """
     flops = 2 * A * I * C * R
-    if A > 1 or flops < KERNEL_PARALLEL_FLOPS or C > _tiling(I, R, itemsize, C, _inner_strip(R))[0]:
+    if A > 1 or flops < KERNEL_PARALLEL_FLOPS or C > _tiling(I, R, itemsize, C, _inner_strip(R),
+                                                              nbytes=A * I * C * itemsize)[0]:
         return [0, I]
     n = max(1, min(MAX_PIECES, flops // KERNEL_PIECE_FLOPS, I // REDUCTION_PIECE_ROWS))
     return [I * k // n for k in range(n + 1)]
@@ -1775,8 +1793,9 @@ class _InnerGeometry:
             snv = 2
         self.snv = snv
         streamed = A * I * C * it > STREAMED_BYTES
-        self.ct, self.kc = _tiling(I, R, it, C, snv, sxi, streamed)
-        self.packed = not _direct_chunks(R, C * it, sxi, self.kc, streamed)
+        nbytes = A * I * C * it
+        self.ct, self.kc = _tiling(I, R, it, C, snv, sxi, streamed, nbytes)
+        self.packed = not _direct_chunks(R, C * it, sxi, self.kc, streamed, I, nbytes)
         self.n_tiles = A * ((C + self.ct - 1) // self.ct)
         self.tl_n, self.pk_n = WIDE_RB * vl, self.kc * self.ct if self.packed else 1
 
@@ -2623,7 +2642,7 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     if short and variant == "small_rank_ttm_inner":
         return SHORT_EFF[dtype]
     if (variant == "small_rank_ttm_inner" and dtype == "float64" and contracted > 0
-            and _wide_crowded(contracted, R, 8, columns, row_bytes)):
+            and _wide_crowded(contracted, R, 8, columns, row_bytes, nbytes=nbytes)):
         (r0, e0), (r1, e1) = _CROWDED_WIDE_F64
         return e0 + (min(max(R, r0), r1) - r0) * (e1 - e0) / (r1 - r0)
     key = variant
