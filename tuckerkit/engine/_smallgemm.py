@@ -806,8 +806,9 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     return max(w, ct // w * w), kc
 
 
-#: whether :func:`ttm_inner` packs the chunks of long rows above ``MAX_RANK`` where vectors are wide
-#: (:func:`_packed_beyond`), their rows per chunk and bytes of a row per tile
+#: whether :func:`ttm_inner` packs the chunks of long rows above ``MAX_RANK`` where vectors are wide, and from
+#: rank 17 over at most ``PACKED_MAX_I`` contracted rows of a large tensor (:func:`_packed_beyond`); the rows per
+#: chunk and the bytes of a row per tile
 PACKED_BEYOND = True
 PACKED_MAX_I = 128
 _PACKED_KC = 64
@@ -854,7 +855,8 @@ def _wide_crowded(I: int, R: int, itemsize: int, C: int, row_bytes: int,  # noqa
     """Whether :func:`ttm_inner`'s long rows (``C`` columns, ``row_bytes`` apart) at R above
     ``_SHORT_CHUNK_RANK``, where vectors are wide, crowd L1 in the chunks :func:`_tiling` would give them
     (:func:`_l1_crowded`; strips of ``snv`` 256-bit vectors, :func:`_inner_strip` if None), so that it keeps
-    them to chunks of ``_MAX_KC_WIDE_CROWDED`` rows; False elsewhere."""
+    them to chunks of ``_MAX_KC_WIDE_CROWDED`` rows; False elsewhere, and where the chunks are packed
+    (:func:`_packed_beyond`: ``nbytes`` the tensor's)."""
     if (R <= _SHORT_CHUNK_RANK or C * itemsize < LONG_ROW_BYTES or not row_bytes or not _wide_direct()
             or _packed_beyond(R, C * itemsize, I, nbytes)):  # (packed chunks: no rows crowd L1)
         return False
