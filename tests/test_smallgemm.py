@@ -71,7 +71,7 @@ def all_blocks(monkeypatch):
 
 def test_256_bit_kernels_leave_the_wide_blocks_out(monkeypatch, rng):
     """The kernels compiled for this CPU have the wide register blocks (7-12 rows a two-vector block, strips of
-    two lines; ``ttm_outer``'s strips of four and eight vectors too) exactly where vectors are wide: elsewhere
+    two lines; ``ttm_outer``'s strips of four vectors too) exactly where vectors are wide: elsewhere
     numba pruned them (half the code to compile), and forcing the wide tiling onto them fails loudly instead of
     computing anything."""
     assert sg._ALL_BLOCKS is sg.wide_vectors()
@@ -1410,49 +1410,26 @@ def test_outer_tail_through_a_kept_plan_takes_each_calls_matrix(forced, dtype, r
 
 
 @pytest.mark.parametrize("R", [28, 32, 50, 64])
-def test_outer_strips_of_four_where_wide_vectors_run_at_half_rate(R, dtype, all_blocks, gemm_style, monkeypatch,
-                                                                    rng):
-    """Where 512-bit vectors run at half rate (:func:`half_rate_wide`: Zen 4) ``ttm_outer``'s strips of eight
-    vectors become two of four, the rest as before; elsewhere (wide vectors) the eights stay. The same bits
-    either way, einsum's sums to rounding, for both output layouts and two workers."""
+def test_outer_strips_of_four_where_vectors_are_wide(R, dtype, all_blocks, gemm_style, monkeypatch, rng):
+    """Where vectors are wide ``ttm_outer``'s strips are four vectors each (two 512-bit vectors, twelve rows),
+    then two for the rest; never eight (their block spilled its accumulators inside the kernel). Each strip
+    starts where the one before ends, and the kernel gives einsum's sums to rounding for both output layouts
+    on two workers, the same bits on one."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     monkeypatch.setattr(sg, "_outer_rb", lambda: 12)
-    for half, want in ((False, {14: [8, 4, 2], 16: [8, 8], 8: [8], 4: [4]}),
-                       (True, {14: [4, 4, 4, 2], 16: [4, 4, 4, 4], 8: [4, 4], 4: [4]})):
-        monkeypatch.setattr(sg, "half_rate_wide", lambda half=half: half)
-        for nvec, widths in want.items():
-            strips = sg._outer_strips(nvec, 4)
-            assert strips[:, 1].tolist() == widths
-            assert strips[:, 0].tolist() == [4 * sum(widths[:k]) for k in range(len(widths))]
+    for nvec, widths in {14: [4, 4, 4, 2], 16: [4, 4, 4, 4], 8: [4, 4], 6: [4, 2], 4: [4], 2: [2]}.items():
+        strips = sg._outer_strips(nvec, 4)
+        assert strips[:, 1].tolist() == widths
+        assert strips[:, 0].tolist() == [4 * sum(widths[:k]) for k in range(len(widths))]
     X = rng.standard_normal((203, 157)).astype(dtype)
     Ut = rng.standard_normal((R, 157)).astype(dtype)
     bits = set()
-    for half in (False, True):
-        monkeypatch.setattr(sg, "half_rate_wide", lambda half=half: half)
+    for workers in (1, 2):
         for out in (np.full((R, 203), np.nan, dtype), np.full((203, R), np.nan, dtype).T):
-            sg.ttm_outer(X, Ut, out, ExecutionPolicy(2))
+            sg.ttm_outer(X, Ut, out, ExecutionPolicy(workers))
             _check(X, np.ascontiguousarray(Ut.T), 1, out.T)
             bits.add(np.ascontiguousarray(out).tobytes())
     assert len(bits) == 1
-
-
-def test_half_rate_wide_follows_numbas_target_cpu(monkeypatch):
-    """Half-rate 512-bit vectors where numba compiles for Zen 4 (its CPU_NAME setting, else the host's name)
-    and vectors are wide; not for another AVX-512 CPU nor where vectors are not wide."""
-    from numba.core import config
-
-    from tuckerkit.engine import _simd
-
-    for name, wide, want in (("znver4", True, True), ("skylake-avx512", True, False), ("znver4", False, False)):
-        monkeypatch.setattr(config, "CPU_NAME", name, raising=False)
-        monkeypatch.setattr(_simd, "_WIDE", wide)
-        monkeypatch.setattr(_simd, "_HALF", None)
-        assert _simd._target_cpu_name() == name
-        assert _simd.half_rate_wide() is want
-    monkeypatch.setattr(config, "CPU_NAME", None, raising=False)
-    import llvmlite.binding as llvm
-
-    assert _simd._target_cpu_name() == llvm.get_host_cpu_name()
 
 
 def test_outer_gemm_kernel_read_only_and_memory_mapped(gemm_style, dtype, rng, tmp_path):

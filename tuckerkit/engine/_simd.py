@@ -20,8 +20,8 @@ at R = 10 (one block of ten rows instead of two of five), the same bits in every
 
 The first ``pfn`` iterations also prefetch ``px[pfo + i * pfs]`` into L2 (the caller's next chunk; a compare
 and a branch in the others): a hint that changes no value. The ``g`` variants (``gblock``, ``ghalf``, ``gtri``:
-three vectors a row, at most four rows; the two-vector ``gblock`` up to ``WIDE_RB`` rows; ``gquad`` and ``goct``,
-four and eight, only where vectors are wide) read ``up`` at any
+three vectors a row, at most four rows; the two-vector ``gblock`` up to ``WIDE_RB`` rows; ``gquad``,
+four, only where vectors are wide) read ``up`` at any
 strides, ``up[uo + i * sui + r * sur]``: rows of a tensor broadcast against packed columns of a matrix
 (:func:`tuckerkit.engine._smallgemm.ttm_outer`).
 
@@ -90,41 +90,6 @@ def wide_vectors() -> bool:
 
 
 _WIDE: bool | None = None
-
-
-def half_rate_wide() -> bool:
-    """Whether the CPU numba compiles for runs each 512-bit vector instruction as two 256-bit halves (AMD Zen 4,
-    LLVM's ``znver4``): its peak is that of 256-bit code, so a register block that asks more of the load ports
-    per fused multiply-add, or more registers, than its 256-bit halves would, costs more there than on a CPU with
-    full-width 512-bit units. Named by the target's CPU (``NUMBA_CPU_NAME`` when set, else the host's as
-    numba reads it), only for the CPUs it was measured on; ``False`` where vectors are not wide.
-
-    >>> isinstance(half_rate_wide(), bool)
-    True
-    """
-    global _HALF
-    if _HALF is None:
-        _HALF = wide_vectors() and _target_cpu_name() in _HALF_RATE_CPUS
-    return _HALF
-
-
-_HALF: bool | None = None
-#: LLVM's names of the CPUs :func:`half_rate_wide` holds for (measured: Zen 4)
-_HALF_RATE_CPUS = frozenset({"znver4"})
-
-
-def _target_cpu_name() -> str:
-    """The CPU numba compiles for: its ``CPU_NAME`` setting (``NUMBA_CPU_NAME``) when given, else the host's
-    (``llvmlite.binding.get_host_cpu_name``); ``""`` when neither can be read."""
-    from numba.core import config
-    cpu = getattr(config, "CPU_NAME", None)
-    if cpu is not None and cpu not in ("host", ""):
-        return str(cpu)
-    try:
-        import llvmlite.binding as llvm
-        return str(llvm.get_host_cpu_name())
-    except Exception:  # pragma: no cover - llvmlite without the query
-        return ""
 
 
 def _detect_feature(name: str) -> bool:
@@ -293,9 +258,13 @@ half7, half8, half9, half10, half11, half12 = (_make(rb, 1) for rb in range(7, W
 gblock1, gblock2, gblock3, gblock4, gblock5, gblock6 = (_make(rb, NV, True) for rb in range(1, MAX_RB + 1))
 gblock7, gblock8, gblock9, gblock10, gblock11, gblock12 = (_make(rb, NV, True) for rb in range(7, WIDE_RB + 1))
 ghalf1, ghalf2, ghalf3, ghalf4, ghalf5, ghalf6 = (_make(rb, 1, True) for rb in range(1, MAX_RB + 1))
-#: four and eight 256-bit vectors a row, chosen only where vectors are wide (:func:`wide_vectors`): two and four
-#: 512-bit vectors (two and four cache lines of a row of ``up``), up to twelve and six rows (24 accumulators
-#: each: a broadcast feeds two or four fused multiply-adds, so the loads no longer bound the block)
+#: four 256-bit vectors a row, chosen only where vectors are wide (:func:`wide_vectors`): two 512-bit vectors
+#: (two cache lines of a row of ``up``), up to twelve rows (24 accumulators: a broadcast feeds two fused
+#: multiply-adds, so the loads no longer bound the block). No wider strip: eight vectors a row in six rows (24
+#: accumulators, four loads of ``up`` a step) left LLVM 22's register allocator, inside ``ttm_outer``'s kernel,
+#: keeping about 20 of the accumulators on the stack, loaded and stored at every step (on Zen 5 the kernel ran
+#: at 0.44x the rate of the strips of four, one thread in cache), though in a small function of its own the
+#: same block kept them all in registers
 gquad1, gquad2, gquad3, gquad4, gquad5, gquad6, gquad7, gquad8, gquad9, gquad10, gquad11, gquad12 = (
     _make(rb, 4, True) for rb in range(1, WIDE_RB + 1))
 QUAD_RB = WIDE_RB
@@ -303,8 +272,6 @@ QUAD_RB = WIDE_RB
 #: in twelve rows; only where vectors are wide, for R above 16, whose row blocks have 8-12 rows)
 QUAD_MIN_RB = 8
 quad8, quad9, quad10, quad11, quad12 = (_make(rb, 4) for rb in range(QUAD_MIN_RB, WIDE_RB + 1))
-OCT_RB = 6
-goct1, goct2, goct3, goct4, goct5, goct6 = (_make(rb, 8, True) for rb in range(1, OCT_RB + 1))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
 #: one-vector strip (six accumulators: half the fused multiply-adds in flight that the FMA units take)
 gtri1, gtri2, gtri3, gtri4 = (_make(rb, 3, True) for rb in range(1, 5))

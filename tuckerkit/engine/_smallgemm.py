@@ -73,7 +73,6 @@ from tuckerkit.engine._plan import CompiledKernel
 from tuckerkit.engine._policy import MAX_PIECES, ExecutionPolicy, parallel_for
 from tuckerkit.engine._simd import (
     MAX_RB,
-    OCT_RB,
     QUAD_MIN_RB,
     QUAD_RB,
     SHORT_ACC,
@@ -117,12 +116,6 @@ from tuckerkit.engine._simd import (
     ghalf4,
     ghalf5,
     ghalf6,
-    goct1,
-    goct2,
-    goct3,
-    goct4,
-    goct5,
-    goct6,
     gquad1,
     gquad2,
     gquad3,
@@ -151,7 +144,6 @@ from tuckerkit.engine._simd import (
     half10,
     half11,
     half12,
-    half_rate_wide,
     pack_row,
     pack_row4,
     prefetch,
@@ -335,7 +327,7 @@ BEYOND_MIN_BYTES = 12 << 20
 
 #: whether the kernels are compiled with the register blocks that only machines with 512-bit vectors choose:
 #: :func:`_inner_kernel`'s blocks of 7-12 rows and strips of two lines (:func:`_inner_rb`, :func:`_inner_strip`),
-#: :func:`_outer_gemm_kernel`'s blocks of 7-12 rows and strips of four and eight vectors (:func:`_outer_rb`,
+#: :func:`_outer_gemm_kernel`'s blocks of 7-12 rows and strips of four vectors (:func:`_outer_rb`,
 #: :func:`_outer_strips`). numba takes this global as a constant and prunes the branches to them where it is
 #: False, so a 256-bit machine compiles half the code. Measured on the 2-core AVX2 machine: ``_inner_kernel``
 #: 7.0 instead of 13.4 s a dtype (295 instead of 593 kB), ``_outer_gemm_kernel`` 4.6 instead of 9.6 s in
@@ -934,7 +926,7 @@ def _row_blocks(R: int) -> list[tuple[int, int]]:
 @njit(cache=True, nogil=True, inline="always")
 def _wide_gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # the register blocks of :func:`ttm_outer` that only machines with 512-bit vectors choose: strips of two
-    # vectors with 7-12 rows, strips of four and eight vectors (:func:`_outer_rb`, :func:`_outer_strips`)
+    # vectors with 7-12 rows, strips of four vectors (:func:`_outer_rb`, :func:`_outer_strips`)
     if nv == 2:
         if rb == 12:
             gblock12(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
@@ -975,21 +967,6 @@ def _wide_gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px
             gquad1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
         else:
             raise ValueError("internal error: no register block of that many rows")
-    elif nv == 8:
-        if rb == 6:
-            goct6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 5:
-            goct5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 4:
-            goct4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            goct3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            goct2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            goct1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
     else:
         raise ValueError("internal error: no register block of that many rows")
 
@@ -998,7 +975,7 @@ def _wide_gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px
 def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # one register block of :func:`ttm_outer`: rb rows of X (broadcast, at strides sui, sur) against a strip
     # of nv vectors of the packed U (the wide variants only where ``_ALL_BLOCKS``: see there)
-    if _ALL_BLOCKS and (nv == 4 or nv == 8 or (nv == 2 and MAX_RB < rb <= WIDE_RB)):
+    if _ALL_BLOCKS and (nv == 4 or (nv == 2 and MAX_RB < rb <= WIDE_RB)):
         _wide_gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif nv == 2:
         if rb == 6:
@@ -1047,10 +1024,8 @@ def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo
 
 @njit(cache=True, nogil=True, inline="always")
 def _strip_rows(nv, grw):  # pragma: no cover
-    # rows of X per register block of a strip of nv (256-bit) vectors of U: 24 accumulators in four or two
-    # 512-bit vectors a row (nv = 8, 4: only where vectors are wide), 12 in three, grw (12 or 6) in two
-    if nv == 8:
-        return OCT_RB
+    # rows of X per register block of a strip of nv (256-bit) vectors of U: 24 accumulators in two 512-bit
+    # vectors a row (nv = 4: only where vectors are wide), 12 in three, grw (12 or 6) in two
     if nv == 4:
         return QUAD_RB
     if nv == 3:
@@ -1067,8 +1042,8 @@ def _outer_gemm_kernel(x, A, I, sxa, sxi, up, R, strips, y, sya, syr, kc, direct
     # columns, Rp = R rounded up to whole (512-bit where wide) vectors, the padding zero): the register block of
     # the inner kernel with the roles swapped (rows of X for rows of U, columns of U for columns of X), 12 vector
     # accumulators (six rows x two vectors, or four rows x three; with 512-bit vectors the two are one and the
-    # block takes grw = 12 rows), 24 in strips of four or eight 256-bit vectors (twelve or six rows; only where
-    # vectors are wide: _strip_rows), one fused multiply-add per term, i in order. Chunks of
+    # block takes grw = 12 rows), 24 in strips of four 256-bit vectors (twelve rows; only where vectors are
+    # wide: _strip_rows), one fused multiply-add per term, i in order. Chunks of
     # kc rows of i (a strip's rows of U and the tile's rows of X stay in L1) carry the exact partial sums
     # through the output. Where the output's rows are unit-strided and R is whole vectors the blocks write Y
     # directly, else into a private buffer copied out (the padded columns dropped): after each tile, or where R
@@ -2220,19 +2195,22 @@ def outer_tr_style(R: int, itemsize: int) -> bool:
 def _outer_strips(nvec: int, vl: int) -> np.ndarray:
     """The strips of :func:`ttm_outer` over ``nvec`` (256-bit) vectors of columns, rows (first column,
     vectors): two vectors each, the first three where ``nvec`` is odd, one where it is 1; where vectors are
-    wide (``nvec`` even: whole 512-bit vectors), eight each, then four and two for the rest; where those wide
-    vectors run at half rate (:func:`half_rate_wide`: Zen 4) four each instead of eight.
+    wide (``nvec`` even: whole 512-bit vectors), four each (24 accumulators in twelve rows), then two for the
+    rest.
 
     Zen 4 (``znver4``, 2 cores, ``ttm_outer`` alone on two workers, interleaved medians of 7 in one process, the
-    same bits), strips of four against eight, float64: X of (40000, 200) at R = 28 / 32 / 40 / 48 / 56 / 64
-    0.61 / 0.55-0.74 / 0.75 / 0.78 / 0.69 / 0.59-0.68x the time, (76800, 160) (320x240x160's last mode) R = 32
-    0.57-0.69x, 64^4's and 60^4's last modes R = 32 / 50 0.62-0.82 / 0.75x, (3600, 3600) R = 50 0.79x, and
-    the small (4096, 64), (10000, 100), (4096, 200) at R = 32 0.58-0.73x; both output layouts. The strip of
-    eight (six rows of four 512-bit accumulators) measured the better one on the AVX-512 Intel machine, where
-    it stays."""
+    same bits), strips of four against eight (six rows of four 512-bit vectors), float64: X of (40000, 200) at
+    R = 28 / 32 / 40 / 48 / 56 / 64 0.61 / 0.55-0.74 / 0.75 / 0.78 / 0.69 / 0.59-0.68x the time, (76800, 160)
+    (320x240x160's last mode) R = 32 0.57-0.69x, 64^4's and 60^4's last modes R = 32 / 50 0.62-0.82 / 0.75x,
+    (3600, 3600) R = 50 0.79x, and the small (4096, 64), (10000, 100), (4096, 200) at R = 32 0.58-0.73x; both
+    output layouts. Zen 5 (``znver5``, full-rate 512-bit units): the strip of eight's block, compiled inside
+    this kernel by LLVM 22, kept about 20 of its 24 accumulators on the stack (seen in the machine code the JIT
+    ran; its own small function kept them in registers), so there it ran at 0.44x the strips of four's rate
+    (one thread, X of (240, 200) in cache, R = 32: 40 against 92 GFlop/s) and ``ttm`` over 200^3's last mode
+    took 1.9x the time at R = 32 and 50 (interleaved medians of 11). The strips of eight had measured the
+    better ones on an AVX-512 Intel machine before; they are no longer compiled."""
     if wide_vectors() and nvec % 2 == 0:
-        octs = 0 if half_rate_wide() else nvec // 8
-        widths = [8] * octs + [4] * ((nvec - 8 * octs) // 4) + ([2] if nvec % 4 else [])
+        widths = [4] * (nvec // 4) + ([2] if nvec % 4 else [])
     else:
         widths = [nvec] if nvec <= 3 else ([3] if nvec % 2 else []) + [2] * (nvec // 2 - (nvec % 2))
     starts = np.cumsum([0, *widths[:-1]]) * vl
@@ -2249,7 +2227,7 @@ def _outer_rb() -> int:
 
 def _outer_kc(I: int, itemsize: int, nv: int = 2) -> int:  # noqa: E741
     """Rows of i per chunk of :func:`ttm_outer`: a strip of the packed U (64 bytes a row; ``32 * nv`` for the
-    strips of four and eight vectors) and one block's :func:`_outer_rb` rows of X (the tile's
+    strips of four vectors) and one block's :func:`_outer_rb` rows of X (the tile's
     ``_OUTER_ROWS`` for those strips) fill at most ``_L1_BYTES``, as even as possible over ``I``."""
     line = 64 if nv <= 3 else 32 * nv
     kc = max(_MIN_KC, _L1_BYTES // (line + (_outer_rb() if nv <= 3 else _OUTER_ROWS) * itemsize))
@@ -2511,7 +2489,7 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     long rows of a first mode (200^3 and 320x240x160: 0.90-1.12x).
 
     Where vectors are wide (:func:`wide_vectors`: the inner kernel's strips of two 512-bit vectors in blocks of up to
-    twelve rows, the outer one's strips of up to eight vectors) the same rule, the outer kernel in float64 up to
+    twelve rows, the outer one's strips of up to four vectors) the same rule, the outer kernel in float64 up to
     ``WIDE_OUTER_F64_MAX_RANK`` = 64 where U (the ``contracted`` extent times R) takes at most ``WIDE_OUTER_U_BYTES``:
     each tile of twelve rows of X reads all of U again, from L2 while it fits there beside the streamed rows. Measured
     on the 2-core AVX-512 machine (the compiled plan forced against the BLAS plan, two workers, medians of 8 interleaved
