@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import case_arguments, case_operands, case_table, interleaved, peak_extra, rel_error, write_cases
-from roofline import read_fns
+from roofline import fastest_read, read_fns
 
 from tuckerkit.engine import CompiledKernel, contract, plan_contraction
 
@@ -62,7 +62,7 @@ def main(argv=None) -> None:
             "einsum_opt": lambda spec=spec, A=A, B=B: np.einsum(spec, A, B, optimize=True),
         }
         t = interleaved({**fns, **read_fns(A, pool, ncpu)}, repeat)
-        read = min(t.pop("read_1"), t.pop("read_all"))
+        read = fastest_read(t, pop=True)
         mem = {k: peak_extra(f) / A.nbytes for k, f in fns.items()}
         rows.append({
             "spec": spec, "shape_a": shape, "sizes": sizes, "dtype": dt, "compiled": str(plan.compiled),

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, interleaved, peak_extra, per_mode_plot, write_json, write_text
-from roofline import gemm_peak, read_fns
+from roofline import fastest_read, gemm_peak, read_fns
 
 from tuckerkit.engine import _mttkrp as mttkrp_mod
 from tuckerkit.engine import khatri_rao, mttkrp, mttkrp_plan
@@ -95,7 +95,7 @@ def main(argv=None) -> None:
                         fns["two_step"] = lambda old=old, X=X, F=factors: old(X, F)
                     t = interleaved({**fns, **reads}, repeat)
                     t.setdefault("two_step", t["tuckerkit"])
-                    read = min(t["read_1"], t["read_all"])
+                    read = fastest_read(t)
                     flops = 2.0 * X.size * R
                     bound = max(read, flops / peaks[dtype])
                     x64 = X.astype(np.float64)

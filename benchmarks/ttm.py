@@ -4,8 +4,8 @@ Tensors 200^3 and 320x240x160 (the issue-15 floors) and 64^4; ranks 10 and 32; f
 For each (tensor, dtype, rank, mode): tuckerkit ``ttm(X, U, mode, transpose=True)`` with the plan the
 planner chose, against
   * bound      : the roofline bound max(one streaming read of X, flops / GEMM peak), both measured in this
-                 run (the read: the faster of ``np.add.reduce`` and the same split over one thread per core,
-                 timed interleaved with the case's calls, so a drift of the machine's memory speed moves
+                 run (the read: the fastest of ``np.add.reduce``, the same split over one thread per core,
+                 and both by a compiled loop (benchmarks/roofline.py: ``read_fns``), timed interleaved with the case's calls, so a drift of the machine's memory speed moves
                  both; the peak: a 2000^2 GEMM on every core, sampled at the start and before each tensor,
                  the run's highest sample taken), as in benchmarks/roofline.py;
   * blas       : the same plan run by BLAS (when the cost model chose the compiled kernel: the A/B of the
@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, interleaved, per_mode_plot, positive_int, result_stem, write_json, write_text
-from roofline import gemm_peak, read_fns
+from roofline import fastest_read, gemm_peak, read_fns
 
 from tuckerkit.engine import ttm, ttm_plan
 from tuckerkit.engine._plan import CompiledKernel
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
                         fns["blas"] = lambda X=X, U=U, blas=blas: blas(X, U)
                     t = interleaved({**fns, **reads}, repeat)
                     t.setdefault("blas", t["tuckerkit"])
-                    read = min(t["read_1"], t["read_all"])
+                    read = fastest_read(t)
                     flops = 2.0 * X.size * R
                     bound = max(read, flops / max(peaks[dtype]))  # (the peak so far; final: _rebound)
                     ref = np.moveaxis(np.tensordot(U.T.astype(np.float64), X.astype(np.float64), axes=(1, mode)),
