@@ -5,9 +5,10 @@ For each (tensor, dtype, rank, mode): tuckerkit ``ttm(X, U, mode, transpose=True
 planner chose, against
   * bound      : the roofline bound max(one streaming read of X, flops / GEMM peak), both measured in this
                  run (the read: the fastest of ``np.add.reduce``, the same split over one thread per core,
-                 and both by a compiled loop (benchmarks/roofline.py: ``read_fns``), timed interleaved with the case's calls, so a drift of the machine's memory speed moves
-                 both; the peak: a 2000^2 GEMM on every core, sampled at the start and before each tensor,
-                 the run's highest sample taken), as in benchmarks/roofline.py;
+                 and both by a compiled loop (benchmarks/roofline.py: ``read_fns``), timed interleaved with
+                 the case's calls, so a drift of the machine's memory speed moves both; the peak: a 2000^2
+                 GEMM on every core, sampled at the start and before each tensor, the run's highest sample
+                 taken), as in benchmarks/roofline.py;
   * blas       : the same plan run by BLAS (when the cost model chose the compiled kernel: the A/B of the
                  choice, interleaved in one process);
   * gemm       : one flattened GEMM with the same flops (``U.T @ X.reshape(I_n, -1)``);

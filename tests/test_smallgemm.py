@@ -555,9 +555,9 @@ def test_the_roofline_cache_key_starts_no_process():
         "    raise AssertionError('a process was started')\n"
         "subprocess.Popen.__init__ = boom\n"
         "os.posix_spawn = os.posix_spawnp = os.fork = os.system = os.popen = boom\n"
-        "from tuckerkit.engine._roofline import _machine_key, cpu_model\n"
+        "from tuckerkit.engine._roofline import _VERSION, _machine_key, cpu_model\n"
         "key = _machine_key()\n"
-        "assert key.split('|')[2] == cpu_model() and key.endswith('|v1'), key\n"
+        "assert key.split('|')[2] == cpu_model() and key.endswith(f'|v{_VERSION}'), key\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
