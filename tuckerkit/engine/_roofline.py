@@ -164,11 +164,10 @@ def calibrate() -> Roofline:
     >>> r.bandwidth > 1e8 and r.peak64 > 1e8 and r.source
     'calibrated'
     """
+    from tuckerkit.engine._norm_kernels import piece_sums
     from tuckerkit.engine._policy import blas_pinned
 
     x = np.ones(8 * 1024 * 1024)  # 64 MB: larger than the last-level caches it may share
-    from tuckerkit.engine._norm_kernels import piece_sums
-
     out = np.empty(1)
     bw = x.nbytes / min(_best_of(lambda: np.add.reduce(x), 5),
                         _best_of(lambda: piece_sums(x, x.size, out, 0, 1), 5))
