@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
     ("tiny_modes.py", ["--repeat", "0"], r"argument --repeat: expected a positive integer; received '0'"),
     ("tiny_modes.py", ["--name", "../t"], r"argument --name: expected a file stem of letters, digits, _ and -; "
                                           r"received '\.\./t'"),
+    ("spills.py", ["--min-ops", "0"], r"argument --min-ops: expected a positive integer; received '0'"),
 ])
 def test_benchmarks_reject_bad_options_in_one_line(script, args, message):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
@@ -56,3 +58,50 @@ def test_ttm_bounds_take_the_runs_highest_gemm_peak(monkeypatch):
     assert rows[0]["ratio_bound"] == pytest.approx(6 / 5.12, rel=1e-12)
     assert rows[1]["ratio_bound"] == pytest.approx(1.5, rel=1e-12)
     assert rows[2]["ratio_bound"] == pytest.approx(3 / 2.56, rel=1e-12)
+
+
+def test_the_read_bound_is_the_fastest_read_and_the_compiled_read_reads_all(monkeypatch):
+    """benchmarks/roofline.py: the bound's read is the fastest of the four reads (numpy's reduce on one thread and
+    split, the compiled loop on one thread and split), other timings untouched, removed with ``pop``; the compiled
+    read goes over every element (its sum of squares is numpy's to rounding)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"))
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import roofline
+
+    t = {"tuckerkit": 1.0, "read_1": 4.0, "read_all": 3.0, "read_kernel_1": 2.0, "read_kernel_all": 2.5}
+    assert roofline.fastest_read(t) == 2.0 and len(t) == 5
+    assert roofline.fastest_read(t, pop=True) == 2.0 and t == {"tuckerkit": 1.0}
+    X = np.arange(1.0, 3001.0).reshape(10, 300)
+    with ThreadPoolExecutor(2) as pool:
+        fns = roofline.read_fns(X, pool, 2)
+        assert sorted(fns) == ["read_1", "read_all", "read_kernel_1", "read_kernel_all"]
+        assert float(fns["read_kernel_1"]()[0]) == pytest.approx(float(X.ravel() @ X.ravel()), rel=1e-13)
+        halves = fns["read_kernel_all"]()
+        assert float(halves[0][0] + halves[1][0]) == pytest.approx(float(X.ravel() @ X.ravel()), rel=1e-13)
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("as", "objcopy", "objdump")) or sys.platform != "linux",
+                    reason="needs GNU binutils (as, objcopy, objdump) on Linux")
+def test_spills_counts_vector_stack_accesses_per_loop(monkeypatch, tmp_path):
+    """benchmarks/spills.py: in assembled machine code, each loop with fused multiply-adds is found with its
+    FMAs and its vector loads / stores off the stack pointer (a loop that keeps an accumulator on the stack:
+    2; one in registers: 0); a loop without FMAs is not reported."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"))
+    import spills
+
+    (tmp_path / "k.s").write_text(
+        ".intel_syntax noprefix\n.text\n"
+        "spilled:\n vfmadd231pd zmm0, zmm1, zmmword ptr [rsp+64]\n vmovupd zmmword ptr [rsp+128], zmm0\n"
+        " vfmadd231pd zmm2, zmm1, zmm3\n dec rcx\n jnz spilled\n"
+        "clean:\n vfmadd231pd zmm4, zmm5, zmm6\n dec rdx\n jnz clean\n"
+        "plain:\n add rax, 1\n dec r8\n jnz plain\n ret\n")
+    subprocess.run(["as", "-o", str(tmp_path / "k.o"), str(tmp_path / "k.s")], check=True)
+    subprocess.run(["objcopy", "-O", "binary", "-j", ".text", str(tmp_path / "k.o"), str(tmp_path / "k.bin")],
+                   check=True)
+    found = spills.loops((tmp_path / "k.bin").read_bytes(), shutil.which("objdump"))
+    assert [(d["offset"], d["fma"], d["stack_vector_ops"]) for d in found] == [(0, 2, 2), (found[1]["offset"], 1, 0)]
+    assert found[1]["offset"] > 0 and found[0]["instructions"] == 5 and found[1]["instructions"] == 3
