@@ -5,7 +5,7 @@ Measured in one process, medians of interleaved repeats:
                  over one thread per core (the bandwidth of all cores), and both again with a compiled sum of
                  squares (tuckerkit's norm kernel) in place of numpy's reduce: on Zen 5 numpy's pairwise sum
                  runs at 13-19 GB/s on one core where the memory gives 36-42 (both cores: 21-26 against
-                 49-57 GB/s), so its read alone overstates the bound;
+                 44-57 GB/s), so its read alone overstates the bound;
   * gemm peak  : OpenBLAS ``A @ B`` on 2000 x 2000 matrices (default threads), float64 and float32;
   * ttm        : ``tk.ttm(X, U, n, transpose=True)`` per mode, as a ratio to the roofline bound
                  max(read, flops / peak);
