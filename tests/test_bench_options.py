@@ -83,6 +83,31 @@ def test_the_read_bound_is_the_fastest_read_and_the_compiled_read_reads_all(monk
         assert float(halves[0][0] + halves[1][0]) == pytest.approx(float(X.ravel() @ X.ravel()), rel=1e-13)
 
 
+
+def test_steady_iteration_takes_whole_cycles_of_the_multi_sweep_tree(monkeypatch):
+    """benchmarks/roofline.py: the steady iteration is the mean over the last whole cycles of CYCLE iterations,
+    so that iterations of one and two passes (the multi-sweep tree's 3 passes every 2 iterations, 4 every 3)
+    count alike where a median would take one kind; the first iteration (no stamp before it) is never in it;
+    a run shorter than a cycle takes all its gaps; fewer than two callbacks is a one-line error."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import roofline
+
+    assert roofline.CYCLE == 6
+    # 11 callbacks: 10 gaps alternating 1 s (one pass) and 2 s (two): the last 6 gaps, 9 s over 6
+    stamps = [0.0]
+    for k in range(10):
+        stamps.append(stamps[-1] + (1.0 if k % 2 else 2.0))
+    assert roofline.steady_iteration(stamps) == pytest.approx(1.5, rel=1e-15)
+    # 4-mode HOOI's cycle of three (1, 1, 2): 13 callbacks, the last 12 gaps -> 16 s over 12
+    stamps = [5.0]
+    for k in range(12):
+        stamps.append(stamps[-1] + (2.0 if k % 3 == 2 else 1.0))
+    assert roofline.steady_iteration(stamps) == pytest.approx(16 / 12, rel=1e-15)
+    assert roofline.steady_iteration([0.0, 3.0, 4.0]) == pytest.approx(2.0, rel=1e-15)  # fewer gaps than a cycle
+    with pytest.raises(ValueError, match=r"^steady_iteration needs the callbacks of at least 2 iterations; "
+                                         r"received 1$"):
+        roofline.steady_iteration([1.0])
+
 @pytest.mark.skipif(not all(shutil.which(t) for t in ("as", "objcopy", "objdump")) or sys.platform != "linux",
                     reason="needs GNU binutils (as, objcopy, objdump) on Linux")
 def test_spills_counts_vector_stack_accesses_per_loop(monkeypatch, tmp_path):
