@@ -17,8 +17,8 @@ resident set (``VmHWM``; the command line's from one more run through its entry 
 once), the commands taken in a rotating order. Children run with OpenBLAS's defaults (the OpenBLAS variables
 of this machine's environment removed) and with Python's bytecode cache on (an installed package has it).
 
-Run:  python benchmarks/whole_run.py [--repeat 5] [--quick]
-Writes benchmarks/results/whole_run.{json,md,png}.
+Run:  python benchmarks/whole_run.py [--repeat 5] [--quick] [--name whole_run]
+Writes benchmarks/results/whole_run.{json,md,png} (``--name``: that file stem instead).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import _quiet_blas  # noqa: F401  (this process's own OpenBLAS; the children get
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, grouped_bars, write_json, write_text
+from _common import environment, grouped_bars, positive_int, result_stem, write_json, write_text
 from defaults import cp_tensor, fit_cp, fit_tucker, tucker_tensor
 
 _DROP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_THREAD_TIMEOUT", "PYTHONDONTWRITEBYTECODE")
@@ -180,7 +180,7 @@ def run(repeat: int, n: int) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def markdown(res: dict) -> str:
+def markdown(res: dict, stem: str = "whole_run") -> str:
     rows = res["rows"]
     n = res["shape"][0]
     by = {(r["kind"], r["command"]): r for r in rows}
@@ -210,14 +210,14 @@ def markdown(res: dict) -> str:
         lines.append(f"| {lib} | {r['wall']:.2f} | {r['peak_rss_mb']:.0f} |")
     lines += ["", "The command line's `call` is its own summary's `seconds` (the read and the decomposition). "
               "Reproduce: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/whole_run.py`. "
-              "Machine and versions: whole_run.json."]
+              f"Machine and versions: {stem}.json."]
     return "\n".join(lines) + "\n"
 
 
-def plot(res: dict) -> None:
+def plot(res: dict, stem: str = "whole_run") -> None:
     by = {(r["kind"], r["command"]): r for r in res["rows"]}
     n = res["shape"][0]
-    grouped_bars("whole_run.png", [f"HOOI {n}^3", f"CP-ALS {n}^3"],
+    grouped_bars(f"{stem}.png", [f"HOOI {n}^3", f"CP-ALS {n}^3"],
                  {name: [by[(k, name)]["wall"] for k in ("tucker", "cp")]
                   for name in ("tuckerkit CLI", "tuckerkit", "tensorly", "pyttb")},
                  "seconds, whole process", "Whole runs: import, read, decompose, write (lower is better)")
@@ -225,17 +225,19 @@ def plot(res: dict) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=positive_int, default=5)
     ap.add_argument("--quick", action="store_true", help="60^3, one round (a smoke run)")
+    ap.add_argument("--name", default="whole_run", type=result_stem,
+                    help="results file stem under benchmarks/results (default: whole_run)")
     args = ap.parse_args(argv)
     n, repeat = (60, 1) if args.quick else (200, args.repeat)
     res = run(repeat, n)
     env = environment()
     env["children"] = {"dropped": list(_DROP)}
-    write_json("whole_run.json", {"benchmark": "whole_run", "environment": env, **res})
-    write_text("whole_run.md", markdown(res))
-    plot(res)
-    print(markdown(res))
+    write_json(f"{args.name}.json", {"benchmark": "whole_run", "environment": env, **res})
+    write_text(f"{args.name}.md", markdown(res, args.name))
+    plot(res, args.name)
+    print(markdown(res, args.name))
 
 
 if __name__ == "__main__":

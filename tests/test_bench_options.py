@@ -32,6 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
     ("tiny_modes.py", ["--name", "../t"], r"argument --name: expected a file stem of letters, digits, _ and -; "
                                           r"received '\.\./t'"),
     ("spills.py", ["--min-ops", "0"], r"argument --min-ops: expected a positive integer; received '0'"),
+    ("whole_run.py", ["--name", "w/x"], r"argument --name: expected a file stem of letters, digits, _ and -; "
+                                        r"received 'w/x'"),
+    ("whole_run.py", ["--repeat", "0"], r"argument --repeat: expected a positive integer; received '0'"),
 ])
 def test_benchmarks_reject_bad_options_in_one_line(script, args, message):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
