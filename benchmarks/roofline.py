@@ -89,11 +89,13 @@ class InterleavedRead:
         self.fns = read_fns(X, self.pool, self.k)
         self.samples: dict[str, list[float]] = {name: [] for name in self.fns}
 
-    def sample(self) -> None:
+    def sample(self) -> float:
+        """Time each read once; the fastest of them (this sample's bound, for :func:`paired_ratios`)."""
         for name, fn in self.fns.items():
             t0 = time.perf_counter()
             fn()
             self.samples[name].append(time.perf_counter() - t0)
+        return min(v[-1] for v in self.samples.values())
 
     def read(self) -> float:
         """The fastest of the reads' medians; the pool is shut down."""
@@ -145,6 +147,37 @@ def steady_iteration(stamps: list[float]) -> float:
         raise ValueError(f"steady_iteration needs the callbacks of at least 2 iterations; received {len(stamps)}")
     k = gaps // CYCLE * CYCLE or gaps
     return (stamps[-1] - stamps[-1 - k]) / k
+
+
+def steady_cycles(stamps: list[float]) -> list[float]:
+    """Seconds per iteration of each whole cycle of ``CYCLE`` iterations that the run has after its first
+    iteration, the last ones (the cycles :func:`steady_iteration` takes together), oldest first; a run shorter
+    than one cycle gives its one steady mean.
+
+    >>> steady_cycles([0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0, 11.0, 14.0, 16.0, 19.0, 21.0, 24.0])
+    [1.5, 2.5]
+    """
+    gaps = len(stamps) - 1
+    n = gaps // CYCLE
+    if n == 0:
+        return [steady_iteration(stamps)]
+    end = len(stamps) - 1
+    return [(stamps[end - (n - 1 - c) * CYCLE] - stamps[end - (n - c) * CYCLE]) / CYCLE for c in range(n)]
+
+
+def paired_ratios(pairs: list[tuple[list[float], float]], passes: int, rest: float) -> list[float]:
+    """Each steady cycle of a run over the roofline R made with the read sampled right after that run:
+    ``pairs`` holds, per run, its :func:`steady_cycles` and that read (seconds); R = ``passes`` reads +
+    ``rest`` (the factor work timed alone). On a machine whose memory speed drifts between runs (the same HOOI
+    iteration 3.8-6.3 ms in one session), a ratio of two medians taken apart (the runs', the reads') moves with
+    the drift; each cycle against the read next to it does not.
+
+    >>> paired_ratios([([2.0, 3.0], 1.0), ([4.0], 2.0)], 2, 0.0)
+    [1.0, 1.5, 1.0]
+    """
+    if not pairs:
+        raise ValueError("paired_ratios needs at least one run's cycles and read; received none")
+    return [c / (passes * read + rest) for cycles, read in pairs for c in cycles]
 
 
 def per_iteration(run) -> float:

@@ -111,6 +111,31 @@ def test_steady_iteration_takes_whole_cycles_of_the_multi_sweep_tree(monkeypatch
                                          r"received 1$"):
         roofline.steady_iteration([1.0])
 
+
+def test_paired_ratios_set_each_cycle_against_the_read_next_to_its_run(monkeypatch):
+    """benchmarks/roofline.py: steady_cycles splits a run into the whole cycles steady_iteration takes together
+    (their mean is its value), and paired_ratios sets each against the R of the read sampled after that run, so
+    that a drift of the machine between runs moves the cycle and its R together; no runs is a one-line error."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import roofline
+
+    # 14 callbacks: the first gap is dropped (13 gaps: 2 whole cycles of 6, the last ones); cycles of 9 s and 12 s
+    stamps = [0.0, 100.0]
+    for k in range(12):
+        stamps.append(stamps[-1] + ((1.0 if k % 2 else 2.0) if k < 6 else 2.0))
+    cycles = roofline.steady_cycles(stamps)
+    assert cycles == [pytest.approx(1.5, rel=1e-15), pytest.approx(2.0, rel=1e-15)]
+    assert sum(cycles) / 2 == pytest.approx(roofline.steady_iteration(stamps), rel=1e-15)
+    assert roofline.steady_cycles([0.0, 3.0, 4.0]) == [pytest.approx(2.0, rel=1e-15)]  # shorter than a cycle
+    # a run on a machine twice as slow, with its read twice as slow: the same ratio as the fast run's
+    assert roofline.paired_ratios([([1.5, 1.2], 0.5), ([3.0], 1.0)], 2, 0.0) == [
+        pytest.approx(1.5, rel=1e-15), pytest.approx(1.2, rel=1e-15), pytest.approx(1.5, rel=1e-15)]
+    # R = passes x read + the factor work (timed once, the same for every run)
+    assert roofline.paired_ratios([([3.0], 1.0), ([3.0], 0.25)], 2, 1.0) == [
+        pytest.approx(1.0, rel=1e-15), pytest.approx(2.0, rel=1e-15)]
+    with pytest.raises(ValueError, match=r"^paired_ratios needs at least one run's cycles and read; received none$"):
+        roofline.paired_ratios([], 2, 0.0)
+
 @pytest.mark.skipif(not all(shutil.which(t) for t in ("as", "objcopy", "objdump")) or sys.platform != "linux",
                     reason="needs GNU binutils (as, objcopy, objdump) on Linux")
 def test_spills_counts_vector_stack_accesses_per_loop(monkeypatch, tmp_path):
