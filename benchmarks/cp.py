@@ -131,7 +131,7 @@ def main(argv=None) -> None:
         if len(shape) == 3:
             fns["two_pass"] = two_pass
         times = {k: [] for k in fns}
-        pairs: list[tuple[list[float], float]] = []  # (each run's steady cycles, the read right after it)
+        runs: list[tuple[list[float], int]] = []  # (each run's steady cycles, the read sampled right after it)
         fits = {}
         for fn in fns.values():  # warm-up: plans, compiled kernels, first-touch allocations
             fn()
@@ -141,11 +141,12 @@ def main(argv=None) -> None:
                 t0 = time.perf_counter()
                 fits[k] = float(fns[k]())
                 times[k].append(time.perf_counter() - t0)
-                read = reads.sample()
+                i = reads.sample()
                 if k == "tuckerkit":
-                    pairs.append((steady_cycles(stamps), read))
+                    runs.append((steady_cycles(stamps), i))
         med = {k: float(np.median(v)) for k, v in times.items()}
-        steady_s = statistics.median(c for cycles, _ in pairs for c in cycles)  # (every run's cycles)
+        steady_s = statistics.median(c for cycles, _ in runs for c in cycles)  # (every run's cycles)
+        pairs = [(cycles, reads.at(i)) for cycles, i in runs]
         mem = {}
         for k in ("tuckerkit", "tensorly"):
             release_memory()  # (from an empty block pool: idle blocks would serve the call untraced)

@@ -160,7 +160,7 @@ def main(argv=None) -> None:
         fns = runners(X, ranks, init, iters, stamps)
         rep = args.repeat if X.size <= 8e6 or iters <= 20 else 1
         times = {k: [] for k in fns}
-        pairs: list[tuple[list[float], float]] = []  # (each run's steady cycles, the read right after it)
+        runs: list[tuple[list[float], int]] = []  # (each run's steady cycles, the read sampled right after it)
         fits = {}
         reads = InterleavedRead(X)
         for r in range(rep):
@@ -168,11 +168,12 @@ def main(argv=None) -> None:
                 t, f = timed(fns[k])
                 times[k].append(t)
                 fits[k] = f
-                read = reads.sample()
+                i = reads.sample()
                 if k == "tuckerkit":
-                    pairs.append((steady_cycles(stamps), read))
+                    runs.append((steady_cycles(stamps), i))
         med = {k: float(np.median(v)) for k, v in times.items()}
-        steady_s = statistics.median(c for cycles, _ in pairs for c in cycles)  # (every run's cycles)
+        steady_s = statistics.median(c for cycles, _ in runs for c in cycles)  # (every run's cycles)
+        pairs = [(cycles, reads.at(i)) for cycles, i in runs]
         mem = {k: peak_extra(fns[k]) for k in ("tuckerkit", "tensorly")}
         roof = iteration_roofline(X, ranks, init.factors, read=reads.read())
         row = {

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +136,17 @@ def test_paired_ratios_set_each_cycle_against_the_read_next_to_its_run(monkeypat
         pytest.approx(1.0, rel=1e-15), pytest.approx(2.0, rel=1e-15)]
     with pytest.raises(ValueError, match=r"^paired_ratios needs at least one run's cycles and read; received none$"):
         roofline.paired_ratios([], 2, 0.0)
+    # the read paired with a run is that sample of the read whose median is the fastest (the pooled bound's
+    # read), not the least of the sample's reads
+    reads = roofline.InterleavedRead(np.ones(64))
+    reads.samples = {"read_1": [3.0, 1.5, 2.0], "read_all": [1.0, 5.0, 5.0]}
+    assert [reads.at(i) for i in range(3)] == [3.0, 1.5, 2.0]
+    assert reads.read() == 2.0
+    reads = roofline.InterleavedRead(np.ones(64))
+    first = reads.sample()
+    assert (first, reads.sample()) == (0, 1)
+    assert all(len(v) == 2 for v in reads.samples.values())
+    reads.read()
 
 @pytest.mark.skipif(not all(shutil.which(t) for t in ("as", "objcopy", "objdump")) or sys.platform != "linux",
                     reason="needs GNU binutils (as, objcopy, objdump) on Linux")
