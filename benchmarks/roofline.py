@@ -133,6 +133,26 @@ def gemm_peak(dtype, repeat: int, n: int = 2000) -> float:
     return 2.0 * n**3 / t
 
 
+class GemmSample:
+    """One timed OpenBLAS GEMM of n x n matrices (as :func:`gemm_peak`'s), to be taken right after a timed call
+    whose pass the GEMM peak bounds (:func:`paired_ratios`): the peak drifts with the machine as the read does
+    (the same 2000^3 ``dgemm`` at 101 and 180 GFlop/s in two runs of one session)."""
+
+    def __init__(self, dtype, n: int = 2000) -> None:
+        rng = np.random.default_rng(1)
+        self.n = n
+        self.A = rng.standard_normal((n, n)).astype(dtype)
+        self.B = rng.standard_normal((n, n)).astype(dtype)
+        self.C = np.empty((n, n), dtype)
+        np.matmul(self.A, self.B, out=self.C)  # (BLAS's threads and buffers up before the first sample)
+
+    def sample(self) -> float:
+        """Flop/s of one GEMM, now."""
+        t0 = time.perf_counter()
+        np.matmul(self.A, self.B, out=self.C)
+        return 2.0 * self.n**3 / (time.perf_counter() - t0)
+
+
 #: iterations the steady-state time of a decomposition is taken over (:func:`steady_iteration`): whole cycles of
 #: the multi-sweep tree, whose iterations alternate between one and two passes over X (3 modes: 3 passes every 2
 #: iterations; 4-mode HOOI: 4 every 3), so that the cheap and the dear iterations count alike
