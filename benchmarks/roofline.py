@@ -16,8 +16,8 @@ Measured in one process, medians of interleaved repeats:
                  the Gram of the smaller side with ``eigh`` (what :func:`leading_left_singular` runs).
 Tensor: 200^3 (``--quick``: 120^3), rank 10, float64 and float32.
 
-Run:  python benchmarks/roofline.py [--quick]
-Writes benchmarks/results/roofline.{json,md}.
+Run:  python benchmarks/roofline.py [--quick] [--repeat 7] [--name roofline]
+Writes benchmarks/results/<name>.{json,md} (default roofline).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 import scipy.linalg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, interleaved, write_json, write_text
+from _common import environment, interleaved, positive_int, result_stem, write_json, write_text
 
 import tuckerkit as tk
 from tuckerkit.decomposition._linalg import spd_solve
@@ -134,9 +134,10 @@ def gemm_peak(dtype, repeat: int, n: int = 2000) -> float:
 
 
 class GemmSample:
-    """One timed OpenBLAS GEMM of n x n matrices (as :func:`gemm_peak`'s), to be taken right after a timed call
-    whose pass the GEMM peak bounds (:func:`paired_ratios`): the peak drifts with the machine as the read does
-    (the same 2000^3 ``dgemm`` at 101 and 180 GFlop/s in two runs of one session)."""
+    """One timed OpenBLAS GEMM of n x n matrices (as :func:`gemm_peak`'s), sampled between a benchmark's timed
+    calls: the peak drifts with the machine as the read does (the same 2000^3 ``dgemm`` at 101 and 180 GFlop/s
+    in two runs of one session), so one median at the end can sit in a loaded minute; the flops bound takes the
+    run's highest sample (benchmarks/cp.py, as benchmarks/ttm.py does)."""
 
     def __init__(self, dtype, n: int = 2000) -> None:
         rng = np.random.default_rng(1)
@@ -281,7 +282,9 @@ def measure(dtype, n: int, R: int, iters: int, repeat: int, rng, rows: list, sum
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=positive_int, default=7)
+    ap.add_argument("--name", default="roofline", type=result_stem,
+                    help="results file stem under benchmarks/results (default: roofline)")
     args = ap.parse_args(argv)
     n = 120 if args.quick else 200
     R = 10
@@ -291,9 +294,9 @@ def main(argv=None) -> None:
     summary: dict[str, dict] = {}
     for dtype in (np.float64, np.float32):
         measure(np.dtype(dtype), n, R, iters, args.repeat, rng, rows, summary)
-    write_json("roofline.json", {"benchmark": "roofline", "size": n, "rank": R, "environment": environment(),
+    write_json(f"{args.name}.json", {"benchmark": "roofline", "size": n, "rank": R, "environment": environment(),
                                  "summary": summary, "rows": rows})
-    write_text("roofline.md", markdown(n, R, summary, rows))
+    write_text(f"{args.name}.md", markdown(n, R, summary, rows))
 
 
 def markdown(n, R, summary, rows) -> str:

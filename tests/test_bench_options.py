@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
     ("whole_run.py", ["--name", "w/x"], r"argument --name: expected a file stem of letters, digits, _ and -; "
                                         r"received 'w/x'"),
     ("whole_run.py", ["--repeat", "0"], r"argument --repeat: expected a positive integer; received '0'"),
+    ("roofline.py", ["--name", "r/x"], r"argument --name: expected a file stem of letters, digits, _ and -; "
+                                       r"received 'r/x'"),
+    ("roofline.py", ["--repeat", "-1"], r"argument --repeat: expected a positive integer; received '-1'"),
 ])
 def test_benchmarks_reject_bad_options_in_one_line(script, args, message):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
