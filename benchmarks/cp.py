@@ -144,13 +144,14 @@ def main(argv=None) -> None:
                 t0 = time.perf_counter()
                 fits[k] = float(fns[k]())
                 times[k].append(time.perf_counter() - t0)
-                i = reads.sample()
+                i = reads.sample(after=k)
                 if k == "tuckerkit":
                     runs.append((steady_cycles(stamps), i))
                     peaks.append(gemm.sample())
         med = {k: float(np.median(v)) for k, v in times.items()}
         steady_s = statistics.median(c for cycles, _ in runs for c in cycles)  # (every run's cycles)
         pairs = [(cycles, reads.at(i)) for cycles, i in runs]
+        read_after = reads.by_caller()
         mem = {}
         for k in ("tuckerkit", "tensorly"):
             release_memory()  # (from an empty block pool: idle blocks would serve the call untraced)
@@ -166,6 +167,7 @@ def main(argv=None) -> None:
         row = {
             "shape": list(shape), "rank": R, "dtype": dtype, "iterations": it, "seconds": med,
             "roofline": roof, "steady_iteration_ms": 1e3 * steady_s,
+            "read_after_s": read_after,  # (the median read sampled after each library's calls)
             # each steady cycle against R made with the read sampled right after its run (benchmarks/roofline.py
             # paired_ratios), the median; ``_pooled``: the median cycle over R from the median read
             "ratio_roofline": statistics.median(paired_ratios(pairs, 2, roof["factor_s"])),

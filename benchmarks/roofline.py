@@ -88,14 +88,23 @@ class InterleavedRead:
         self.pool = ThreadPoolExecutor(self.k)
         self.fns = read_fns(X, self.pool, self.k)
         self.samples: dict[str, list[float]] = {name: [] for name in self.fns}
+        self.after: list[str] = []  # (the call each sample followed)
 
-    def sample(self) -> int:
-        """Time each read once; the sample's index (for :meth:`at`)."""
+    def sample(self, after: str = "") -> int:
+        """Time each read once, ``after`` the call named so (:meth:`by_caller`); the sample's index (for
+        :meth:`at`)."""
         for name, fn in self.fns.items():
             t0 = time.perf_counter()
             fn()
             self.samples[name].append(time.perf_counter() - t0)
+        self.after.append(after)
         return len(self.samples[name]) - 1
+
+    def by_caller(self) -> dict[str, float]:
+        """The median of the fastest read method's samples (:meth:`at`) after each named call: whether the
+        machine reads slower after one library's calls than after another's."""
+        names = sorted({a for a in self.after if a})
+        return {k: statistics.median(self.at(i) for i, a in enumerate(self.after) if a == k) for k in names}
 
     def at(self, i: int) -> float:
         """Sample ``i`` of the read whose median is the fastest (the read :meth:`read` gives): the bound next to

@@ -168,12 +168,13 @@ def main(argv=None) -> None:
                 t, f = timed(fns[k])
                 times[k].append(t)
                 fits[k] = f
-                i = reads.sample()
+                i = reads.sample(after=k)
                 if k == "tuckerkit":
                     runs.append((steady_cycles(stamps), i))
         med = {k: float(np.median(v)) for k, v in times.items()}
         steady_s = statistics.median(c for cycles, _ in runs for c in cycles)  # (every run's cycles)
         pairs = [(cycles, reads.at(i)) for cycles, i in runs]
+        read_after = reads.by_caller()
         mem = {k: peak_extra(fns[k]) for k in ("tuckerkit", "tensorly")}
         roof = iteration_roofline(X, ranks, init.factors, read=reads.read())
         row = {
@@ -187,6 +188,7 @@ def main(argv=None) -> None:
             "fit_gap_vs_tensorly": abs(fits["tuckerkit"] - fits["tensorly"]),
             "fit_gap_vs_pyttb": abs(fits["tuckerkit"] - fits["pyttb"]),
             "roofline": roof, "steady_iteration_ms": 1e3 * steady_s,
+            "read_after_s": read_after,  # (the median read sampled after each library's calls)
             # each steady cycle against R made with the read sampled right after its run (roofline.py
             # paired_ratios), the median; ``_pooled``: the median cycle over R from the median read
             "ratio_roofline": statistics.median(paired_ratios(pairs, 2, roof["R_s"] - 2 * roof["read_s"])),

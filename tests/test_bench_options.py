@@ -146,10 +146,14 @@ def test_paired_ratios_set_each_cycle_against_the_read_next_to_its_run(monkeypat
     assert [reads.at(i) for i in range(3)] == [3.0, 1.5, 2.0]
     assert reads.read() == 2.0
     reads = roofline.InterleavedRead(np.ones(64))
-    first = reads.sample()
-    assert (first, reads.sample()) == (0, 1)
-    assert all(len(v) == 2 for v in reads.samples.values())
+    first = reads.sample(after="tuckerkit")
+    assert (first, reads.sample(after="pyttb"), reads.sample(after="tuckerkit")) == (0, 1, 2)
+    assert all(len(v) == 3 for v in reads.samples.values())
     reads.read()
+    # the medians of the read after each library's calls (the pooled bound's read method's samples)
+    reads.samples = {"read_1": [1.0, 4.0, 3.0, 5.0], "read_all": [9.0, 9.0, 9.0, 9.0]}
+    reads.after = ["tuckerkit", "pyttb", "tuckerkit", "pyttb"]
+    assert reads.by_caller() == {"pyttb": 4.5, "tuckerkit": 2.0}
 
 @pytest.mark.skipif(not all(shutil.which(t) for t in ("as", "objcopy", "objdump")) or sys.platform != "linux",
                     reason="needs GNU binutils (as, objcopy, objdump) on Linux")
