@@ -170,9 +170,9 @@ def main(argv=None) -> None:
             "read_after_s": read_after,  # (the median read sampled after each library's calls)
             # each steady cycle against R made with the read sampled right after its run (benchmarks/roofline.py
             # paired_ratios), the median; ``_pooled``: the median cycle over R from the median read
-            "ratio_roofline": statistics.median(paired_ratios(pairs, 2, roof["factor_s"])),
+            "ratio_roofline": statistics.median(paired_ratios(pairs, roof["passes"], roof["factor_s"])),
             "ratio_roofline_flops": statistics.median(paired_ratios(
-                [(c, max(read, roof["pass_flops"] / top)) for c, read in pairs], 2, roof["factor_s"])),
+                [(c, max(read, roof["pass_flops"] / top)) for c, read in pairs], roof["passes"], roof["factor_s"])),
             "gemm_peak_samples_flops": peaks, "top_gemm_peak_flops": top,
             "ratio_roofline_pooled": steady_s / roof["R_s"],
             "ratio_roofline_flops_pooled": steady_s / roof["R_flops_s"],

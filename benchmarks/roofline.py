@@ -133,12 +133,9 @@ def read_bound(X: np.ndarray, repeat: int) -> dict[str, float]:
 
 
 def gemm_peak(dtype, repeat: int, n: int = 2000) -> float:
-    """Flop/s of OpenBLAS on n x n matrices (median of ``repeat``)."""
-    rng = np.random.default_rng(1)
-    A = rng.standard_normal((n, n)).astype(dtype)
-    B = rng.standard_normal((n, n)).astype(dtype)
-    C = np.empty((n, n), dtype)
-    t = interleaved({"gemm": lambda: np.matmul(A, B, out=C)}, repeat)["gemm"]
+    """Flop/s of OpenBLAS on n x n matrices (median of ``repeat``; the matrices of :class:`GemmSample`)."""
+    g = GemmSample(dtype, n)
+    t = interleaved({"gemm": lambda: np.matmul(g.A, g.B, out=g.C)}, repeat)["gemm"]
     return 2.0 * n**3 / t
 
 

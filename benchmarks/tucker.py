@@ -191,7 +191,8 @@ def main(argv=None) -> None:
             "read_after_s": read_after,  # (the median read sampled after each library's calls)
             # each steady cycle against R made with the read sampled right after its run (roofline.py
             # paired_ratios), the median; ``_pooled``: the median cycle over R from the median read
-            "ratio_roofline": statistics.median(paired_ratios(pairs, 2, roof["R_s"] - 2 * roof["read_s"])),
+            "ratio_roofline": statistics.median(
+                paired_ratios(pairs, roof["passes"], roof["factor_s"] + roof["core_s"])),
             "ratio_roofline_pooled": steady_s / roof["R_s"],
             "ratio_roofline_whole": med["tuckerkit"] / iters / roof["R_s"],
             "passes_per_iteration": tk.hooi(X, ranks, init=init, max_iter=12, tol=0.0).passes_per_iteration,
