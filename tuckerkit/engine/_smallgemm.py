@@ -768,6 +768,12 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     (float32 at R = 20, a 1.3 ms call, 1.17x and 0.97x in two runs); 160x160x128 and 256x128x128 0.99-1.01x;
     chunks of 27-32 rows were mixed (0.70-1.23x). The sums are the same bits for any tiling."""
     w = 32 * snv // itemsize  # the strip: one cache line, or two (:func:`_inner_strip`)
+    if _many_long_rows(I, R, itemsize, C, nbytes):
+        # (many long rows of a streamed tensor at a rank of one row block, where vectors are wide: chunks of
+        # _MANY_ROWS_KC rows of at least two tiles a row of at most _MANY_ROWS_TILE_BYTES, as even as possible)
+        tiles = max(2, -(-C * itemsize // _MANY_ROWS_TILE_BYTES))
+        per = -(-C // tiles)
+        return -(-per // w) * w, _chunk_rows(I, _MANY_ROWS_KC, w, itemsize)
     if _packed_beyond(R, C * itemsize, I, nbytes):
         # (long rows above MAX_RANK, or above _SHORT_CHUNK_RANK over few rows of a large tensor, where vectors are
         # wide: chunks of up to _PACKED_KC rows of tiles of _PACKED_TILE_BYTES a row, packed first: _packed_beyond)
@@ -796,6 +802,35 @@ def _tiling(I: int, R: int, itemsize: int, C: int, snv: int = 2, row_bytes: int 
     widest = _LONG_TILE_BYTES // itemsize if long else _MAX_TILE
     ct = min(widest, _CHUNK_BYTES // (kc * itemsize), -(-C // w) * w)
     return max(w, ct // w * w), kc
+
+
+#: whether :func:`ttm_inner` takes the tiling of :func:`_many_long_rows`; the fewest contracted rows it takes, the
+#: rows per chunk and the most bytes of a row per tile there
+MANY_ROWS = True
+MANY_ROWS_MIN_I = 1000
+_MANY_ROWS_KC = 16
+_MANY_ROWS_TILE_BYTES = 16 << 10
+
+
+def _many_long_rows(I: int, R: int, itemsize: int, C: int, nbytes: int) -> bool:  # noqa: E741
+    """Whether :func:`ttm_inner`'s tiles of long rows (``LONG_ROW_BYTES`` and more) contracted over many of them
+    (``I`` from ``MANY_ROWS_MIN_I``: the merged first half of a 4-way tensor in CP-ALS's pass, (I_0 I_1, I_2 I_3))
+    take chunks of ``_MANY_ROWS_KC`` = 16 rows of at least two tiles a row, each at most ``_MANY_ROWS_TILE_BYTES``
+    = 16 KiB wide (:func:`_tiling`), instead of chunks of 32 rows of 4 KiB tiles: R up to one row block
+    (:func:`_inner_rb`), a tensor beyond ``STREAMED_BYTES``, where vectors are wide. The same bits (any tiling).
+
+    Measured on the 2-core Zen 5 machine (``ttm_inner`` alone, two workers, interleaved medians of 15 in one
+    process; (1, I, C) views at R = 4 / 8 / 10 / 12, tiles of 16 KiB): float64
+    (1, 3600, 3600) 0.86 / 0.90 / 0.76 / 0.90x the time, (1, 4096, 4096) 0.85 / 0.86 / 0.88 / 0.97x,
+    (1, 6400, 6400) 0.88 / 0.85 / 0.76 / 0.84x; float32 (1, 3600, 3600) 0.86 / 1.02 / 1.01 / 1.00x, (1, 2500,
+    2500) 0.99 / 1.01 / 0.90 / 0.95x, (1, 6400, 6400) 0.94 / 0.89 / 0.85 / 0.89x; at R = 10 (1, 1000, 10000)
+    0.92x (float32 0.80x), (1, 1500, 8000) 0.78x. Tiles split evenly instead (at least two a row, for two
+    workers), R = 10: float64 (1, 3600, 3600) 0.75x, (1, 6400, 6400) 0.72x, float32 (1, 3600, 3600) 0.79x,
+    (1, 2000, 2000) float64 (32 MB) 0.89x, where one tile of the whole row had taken 1.31-1.42x (one worker).
+    Left out: R = 14 and 16 (1.12-1.27x: two row blocks reread each strip), 200^3's first mode (I = 200,
+    float32 1.11x), (1, 500, 20000) (0.98x), and a float32 (1, 2000, 2000) in cache (16 MB, R = 8, 1.09x)."""
+    return (MANY_ROWS and I >= MANY_ROWS_MIN_I and R <= _inner_rb() and C * itemsize >= LONG_ROW_BYTES
+            and nbytes > STREAMED_BYTES and wide_vectors())
 
 
 #: whether :func:`ttm_inner` packs the chunks of long rows above ``MAX_RANK`` where vectors are wide, and from
