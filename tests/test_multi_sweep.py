@@ -154,6 +154,45 @@ def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, d
     assert np.array_equal(X, before)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, monkeypatch, planned_sweeps):
+    """The multi-sweep tree's cached plans are bound (BIND_TREE_PLANS): each compiled pass works out its
+    launch (tiles, packing, helpers' rows) once per plan and replays it in later sweeps, not at every call; the
+    iterates are the same bits as without the binding, and X is unmodified."""
+    from tuckerkit.engine import _smallgemm
+
+    X, rng = _planted((90, 70, 80), 4, dtype, "C")
+    before = X.copy()
+    init = [rng.standard_normal((s, 6)).astype(dtype) for s in X.shape]
+    made: list[str] = []
+    own = _smallgemm._launch
+
+    def counted(plan, *args):
+        made.append(plan.spec)
+        return own(plan, *args)
+
+    monkeypatch.setattr(_smallgemm, "_launch", counted)
+
+    def run(bind: bool):
+        monkeypatch.setattr(_sweeps, "BIND_TREE_PLANS", bind)
+        made.clear()
+        with pytest.warns(tk.ConvergenceWarning):
+            res = tk.cp_als(X, 6, init=init, max_iter=8, tol=0, linesearch=False)
+        return res, list(made)
+
+    bound, launches = run(True)
+    compiled = [p for p in bound.plans if getattr(p, "compiled", None) == _smallgemm.CompiledKernel.TTM_INNER]
+    if not compiled:  # pragma: no cover - the planner gave every pass to BLAS on this machine
+        pytest.skip("no pass of this tensor was given to a compiled kernel")
+    assert bound.passes_per_iteration == 1.5
+    assert 1 <= len(launches) == len(set(launches)) <= X.ndim  # (at most one launch made per pass's plan)
+    unbound, none = run(False)
+    assert none == []
+    for U, V in zip(bound.factors, unbound.factors, strict=True):
+        assert U.tobytes() == V.tobytes()
+    assert np.array_equal(X, before)
+
+
 def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps):
     """With the line search (jumps tried every second iteration from the sixth, after the sweeps that keep
     nothing) the fits follow the two-pass tree's to rounding and the passes still alternate; a drop of the
