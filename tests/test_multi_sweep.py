@@ -159,7 +159,7 @@ def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, 
     """The multi-sweep tree's cached plans are bound (BIND_TREE_PLANS): each compiled pass works out its
     launch (tiles, packing, helpers' rows) once per plan and replays it in later sweeps, not at every call; the
     iterates are the same bits as without the binding, and X is unmodified."""
-    from tuckerkit.engine import _smallgemm
+    from tuckerkit.engine import _contract, _smallgemm
 
     X, rng = _planted((90, 70, 80), 4, dtype, "C")
     before = X.copy()
@@ -175,6 +175,7 @@ def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, 
 
     def run(bind: bool):
         monkeypatch.setattr(_sweeps, "BIND_TREE_PLANS", bind)
+        _contract._cached_plan.cache_clear()  # (fresh plans: an earlier test's may be bound, launches made)
         made.clear()
         with pytest.warns(tk.ConvergenceWarning):
             res = tk.cp_als(X, 6, init=init, max_iter=8, tol=0, linesearch=False)
@@ -191,6 +192,7 @@ def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, 
     for U, V in zip(bound.factors, unbound.factors, strict=True):
         assert U.tobytes() == V.tobytes()
     assert np.array_equal(X, before)
+    _contract._cached_plan.cache_clear()
 
 
 def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps):
