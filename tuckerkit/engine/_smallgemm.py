@@ -824,8 +824,8 @@ def _many_long_rows(I: int, R: int, itemsize: int, C: int, nbytes: int) -> bool:
     (1, 3600, 3600) 0.86 / 0.90 / 0.76 / 0.90x the time, (1, 4096, 4096) 0.85 / 0.86 / 0.88 / 0.97x,
     (1, 6400, 6400) 0.88 / 0.85 / 0.76 / 0.84x; float32 (1, 3600, 3600) 0.86 / 1.02 / 1.01 / 1.00x, (1, 2500,
     2500) 0.99 / 1.01 / 0.90 / 0.95x, (1, 6400, 6400) 0.94 / 0.89 / 0.85 / 0.89x; at R = 10 (1, 1000, 10000)
-    0.92x (float32 0.80x), (1, 1500, 8000) 0.78x. Tiles split evenly instead (at least two a row, for two
-    workers), R = 10: float64 (1, 3600, 3600) 0.75x, (1, 6400, 6400) 0.72x, float32 (1, 3600, 3600) 0.79x,
+    0.92x (float32 0.80x), (1, 1500, 8000) 0.78x. Tiles split evenly instead (at least two a row, whatever
+    the workers), R = 10: float64 (1, 3600, 3600) 0.75x, (1, 6400, 6400) 0.72x, float32 (1, 3600, 3600) 0.79x,
     (1, 2000, 2000) float64 (32 MB) 0.89x, where one tile of the whole row had taken 1.31-1.42x (one worker).
     Left out: R = 14 and 16 (1.12-1.27x: two row blocks reread each strip), 200^3's first mode (I = 200,
     float32 1.11x), (1, 500, 20000) (0.98x), and a float32 (1, 2000, 2000) in cache (16 MB, R = 8, 1.09x)."""
