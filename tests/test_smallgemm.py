@@ -1147,6 +1147,28 @@ def test_long_rows_take_chunks_by_the_vector_width_with_the_same_bits(monkeypatc
     assert out[0] == out[1]
 
 
+@pytest.mark.parametrize("make", [
+    lambda: np.empty((10, 200), np.float32).T,  # F order (a product's (I, R) output over an (R, I) buffer)
+    lambda: np.empty((10, 20, 30)).transpose(1, 2, 0),  # a rank-outer partial's view
+    lambda: np.empty((3, 4, 5, 6)).transpose(2, 0, 3, 1),
+    lambda: np.empty((5, 1, 7)).transpose(1, 2, 0),
+    lambda: np.empty((4, 5, 6))[:, ::2],  # not one block: the general span
+    lambda: np.empty((6, 8))[:, :5],
+    lambda: np.arange(24.0).reshape(2, 3, 4),
+])
+def test_flat_span_is_the_memory_from_the_first_element(make):
+    """flat_span's shortcuts (C or F order, or one block in another order of the axes) give the very view its
+    general form does: the same first element, length and stride; negative strides give None."""
+    a = make()
+    span = 1 + sum((n - 1) * (st // a.itemsize) for n, st in zip(a.shape, a.strides, strict=True))
+    ref = np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,))
+    got = sg.flat_span(a)
+    assert got.__array_interface__["data"][0] == ref.__array_interface__["data"][0]
+    assert (got.shape, got.strides) == (ref.shape, ref.strides)
+    assert np.shares_memory(got, a)
+    assert sg.flat_span(np.empty((4, 5))[:, ::-1]) is None
+
+
 def test_many_long_rows_take_short_chunks_of_wide_tiles_with_the_same_bits(monkeypatch, dtype, rng):
     """Many long rows of a streamed tensor (CP-ALS's merged first half of a 4-way tensor, (1, I_0 I_1, I_2 I_3))
     at a rank of one row block, where vectors are wide, take chunks of 16 rows of at least two tiles a row of

@@ -1581,6 +1581,12 @@ def flat_span(a: np.ndarray) -> np.ndarray | None:
         return None
     if a.flags.c_contiguous:  # the common case, without as_strided's ~10 us
         return a.reshape(-1)
+    if a.flags.f_contiguous:  # (one block in the other order: its transpose's flat view, the same first element)
+        return a.T.reshape(-1)
+    if a.ndim > 2:  # one block in some other order of the axes (a rank-outer partial's view)
+        b = a.transpose(sorted(range(a.ndim), key=lambda k: -a.strides[k]))
+        if b.flags.c_contiguous:
+            return b.reshape(-1)
     span = 1 + sum((n - 1) * (s // a.itemsize) for n, s in zip(a.shape, a.strides, strict=True))
     return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,))
 
