@@ -1169,42 +1169,43 @@ def test_flat_span_is_the_memory_from_the_first_element(make):
     assert sg.flat_span(np.empty((4, 5))[:, ::-1]) is None
 
 
-def test_many_long_rows_take_short_chunks_of_wide_tiles_with_the_same_bits(monkeypatch, dtype, rng):
+def test_many_long_rows_take_short_chunks_of_wide_tiles_with_the_same_bits(monkeypatch, all_blocks, dtype, rng):
     """Many long rows of a streamed tensor (CP-ALS's merged first half of a 4-way tensor, (1, I_0 I_1, I_2 I_3))
     at a rank of one row block, where vectors are wide, take chunks of 16 rows of at least two tiles a row of
     at most 16 KiB, split evenly (_many_long_rows); fewer rows, a larger rank, a tensor the caches hold or
     256-bit vectors keep the long rows' tiling. Either tiling gives the same bits and einsum's sums to
-    rounding."""
-    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
-    big = 3600 * 3600 * 8
-    assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big) == (1800, 16)  # 60^4 float64: two tiles a row
-    assert sg._tiling(3600, 10, 4, 3600, 2, 14400, True, big // 2) == (1808, 16)  # (whole lines of float32)
-    assert sg._tiling(6400, 12, 8, 6400, 2, 51200, True, 6400 * 6400 * 8) == (1600, 16)  # 80^4: four tiles
-    old = (512, 32)  # (the long rows' tiling: 4 KiB tiles, chunks of 32 rows)
-    assert sg._tiling(3600, 13, 8, 3600, 2, 28800, True, big) == old  # two row blocks
-    assert sg._tiling(999, 10, 8, 3600, 2, 28800, True, 999 * 28800)[0] == old[0]  # few rows
-    assert sg._tiling(2000, 10, 4, 2000, 2, 8000, False, 2000 * 8000) == (1024, 63)  # in cache (16 MB)
-    monkeypatch.setattr(sg, "MANY_ROWS", False)
-    assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big) == old
-    monkeypatch.undo()
-    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
-    assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big)[0] == old[0]
-    monkeypatch.undo()
-    C = (33 << 20) // (1024 * np.dtype(dtype).itemsize) + 8  # (a tensor just beyond STREAMED_BYTES)
-    X = rng.standard_normal((1, 1024, C)).astype(dtype)
-    U = rng.standard_normal((1024, 10)).astype(dtype)
+    rounding (the kernels with every block, whatever this CPU's vectors)."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     sg._blocks.cache_clear()
-    assert sg._many_long_rows(1024, 10, X.itemsize, C, X.nbytes)
-    out = []
-    for many in (True, False):
-        monkeypatch.setattr(sg, "MANY_ROWS", many)
-        Y = np.empty((1, 10, C), dtype)
-        sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
-        _check(X, U, 1, Y)
-        out.append(Y.tobytes())
-    assert out[0] == out[1]
-    sg._blocks.cache_clear()
+    try:
+        big = 3600 * 3600 * 8
+        assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big) == (1800, 16)  # 60^4 float64: two tiles a row
+        assert sg._tiling(3600, 10, 4, 3600, 2, 14400, True, big // 2) == (1808, 16)  # (whole lines of float32)
+        assert sg._tiling(6400, 12, 8, 6400, 2, 51200, True, 6400 * 6400 * 8) == (1600, 16)  # 80^4: four tiles
+        old = (512, 32)  # (the long rows' tiling: 4 KiB tiles, chunks of 32 rows)
+        assert sg._tiling(3600, 13, 8, 3600, 2, 28800, True, big) == old  # two row blocks
+        assert sg._tiling(999, 10, 8, 3600, 2, 28800, True, 999 * 28800)[0] == old[0]  # few rows
+        assert sg._tiling(2000, 10, 4, 2000, 2, 8000, False, 2000 * 8000) == (1024, 63)  # in cache (16 MB)
+        monkeypatch.setattr(sg, "MANY_ROWS", False)
+        assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big) == old
+        monkeypatch.setattr(sg, "MANY_ROWS", True)
+        monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+        assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big)[0] == old[0]
+        monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+        C = (33 << 20) // (1024 * np.dtype(dtype).itemsize) + 8  # (a tensor just beyond STREAMED_BYTES)
+        X = rng.standard_normal((1, 1024, C)).astype(dtype)
+        U = rng.standard_normal((1024, 10)).astype(dtype)
+        assert sg._many_long_rows(1024, 10, X.itemsize, C, X.nbytes)
+        out = []
+        for many in (True, False):
+            monkeypatch.setattr(sg, "MANY_ROWS", many)
+            Y = np.empty((1, 10, C), dtype)
+            sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
+            _check(X, U, 1, Y)
+            out.append(Y.tobytes())
+        assert out[0] == out[1]
+    finally:
+        sg._blocks.cache_clear()  # (no wide blocks left for the tests after this one)
 
 
 def test_streamed_short_rows_take_shorter_chunks_with_256_bit_vectors(monkeypatch, dtype, rng):
