@@ -155,7 +155,7 @@ def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, d
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, monkeypatch, planned_sweeps):
+def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, monkeypatch, planned_sweeps, forced):
     """The multi-sweep tree's cached plans are bound (BIND_TREE_PLANS): each compiled pass works out its
     launch (tiles, packing, helpers' rows) once per plan and replays it in later sweeps, not at every call; the
     iterates are the same bits as without the binding, and X is unmodified."""
@@ -182,9 +182,8 @@ def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, 
         return res, list(made)
 
     bound, launches = run(True)
-    compiled = [p for p in bound.plans if getattr(p, "compiled", None) == _smallgemm.CompiledKernel.TTM_INNER]
-    if not compiled:  # pragma: no cover - the planner gave every pass to BLAS on this machine
-        pytest.skip("no pass of this tensor was given to a compiled kernel")
+    # (``forced``: the cost model sends every pass to a compiled kernel, whatever this CPU)
+    assert any(p.compiled == _smallgemm.CompiledKernel.TTM_INNER for p in bound.plans)
     assert bound.passes_per_iteration == 1.5
     assert 1 <= len(launches) == len(set(launches)) <= X.ndim  # (at most one launch made per pass's plan)
     unbound, none = run(False)
