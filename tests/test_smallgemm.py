@@ -58,6 +58,16 @@ def _all_blocks_kernel(kernel: str):
     return copy(getattr(sg, kernel), kernel + "_all_blocks", cache=True)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_block_tables():
+    """Each test starts and ends with the register-block tables (``sg._blocks``, cached by (I, R)) empty: a
+    test that forces wide vectors (blocks of up to twelve rows) then leaves none to the next test, whose CPU's
+    kernels may have no such blocks (on a 256-bit CPU they returned garbage after such a test)."""
+    sg._blocks.cache_clear()
+    yield
+    sg._blocks.cache_clear()
+
+
 @pytest.fixture
 def all_blocks(monkeypatch):
     """Run ``ttm_inner`` and ``ttm_outer`` on kernels with every block, whatever this CPU's vectors (see
@@ -2019,7 +2029,7 @@ def test_long_rows_above_rank_16_go_to_blas_on_256_bit_machines(monkeypatch, dty
     contract_mod._cached_plan.cache_clear()
 
 
-def test_crowded_float64_long_rows_go_to_blas_above_rank_20(monkeypatch, rng):
+def test_crowded_float64_long_rows_go_to_blas_above_rank_20(monkeypatch, all_blocks, rng):
     """Where vectors are wide, float64 long rows above R = 16 whose chunks crowd L1 (rows a multiple of 4 KiB
     apart) run at a rate falling with R (``_CROWDED_WIDE_F64``: measured 0.90x BLAS's time at R = 17, 1.13x at
     32): the planner keeps the kernel up to R = 20 and BLAS above; rows that spread over L1's sets, float32, and
