@@ -156,9 +156,10 @@ def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, d
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, monkeypatch, planned_sweeps, forced):
-    """The multi-sweep tree's cached plans are bound (BIND_TREE_PLANS): each compiled pass works out its
-    launch (tiles, packing, helpers' rows) once per plan and replays it in later sweeps, not at every call; the
-    iterates are the same bits as without the binding, and X is unmodified."""
+    """The multi-sweep tree's compiled passes run their cached plans with its own output buffers, and the engine
+    binds such a plan on its first run (_contract.KEEP_LAUNCHES): each works out its launch (tiles, packing,
+    helpers' rows) once per plan and replays it in later sweeps, not at every call; the iterates are the same
+    bits as without the binding, and X is unmodified."""
     from tuckerkit.engine import _contract, _smallgemm
 
     X, rng = _planted((90, 70, 80), 4, dtype, "C")
@@ -174,7 +175,7 @@ def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, 
     monkeypatch.setattr(_smallgemm, "_launch", counted)
 
     def run(bind: bool):
-        monkeypatch.setattr(_sweeps, "BIND_TREE_PLANS", bind)
+        monkeypatch.setattr(_contract, "KEEP_LAUNCHES", bind)
         _contract._cached_plan.cache_clear()  # (fresh plans: an earlier test's may be bound, launches made)
         made.clear()
         with pytest.warns(tk.ConvergenceWarning):

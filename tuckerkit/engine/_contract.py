@@ -677,6 +677,17 @@ def summed_matmul(av, bv, cv, flops: int, policy: ExecutionPolicy, xp=np) -> Non
 #: interpreter's state from the caches (a TTM right after another one, a HOOI sweep's step after its pass over
 #: X), against 1-2 us for a look-up here. ``_SMALL_RANK``: :func:`tuckerkit.engine._smallgemm.run_small_rank`
 _SMALL_RANK: list[Any] = [None]
+#: whether :func:`execute` binds a compiled kernel's host plan to its layout on its first run, so that the plan
+#: keeps its launches (:class:`~tuckerkit.engine._smallgemm._Launch`: tiles, packing and helpers' rows worked out
+#: once per operand strides) for every caller, with or without ``out=``. Before, only plans run through
+#: :func:`contract`'s fast path or allocating their own output were bound; CP-ALS's dimension tree, which passes
+#: its own buffers, redid that work at every pass. CP-ALS per iteration, kept launches against none (the Zen 5
+#: machine, interleaved medians of 7-9 calls of 20 iterations in one process, the same bits): 200^3 at R = 10
+#: float32 0.86-0.87x (three runs), float64 0.95x, R = 32 float32 0.93x, R = 50 1.01-1.02x (one run 1.09x);
+#: 320x240x160 at R = 10 0.97x; 60^4 at R = 10 0.97-0.99x. Measured again once ``flat_span`` skipped numpy's
+#: ``as_strided`` (engine/_smallgemm.py; part of what the unbound calls paid): 200^3 at R = 10 float32 0.93-0.99x
+#: in four runs (one more 1.16x); the two changes together against neither float32 0.95-1.04x, float64 0.90-0.91x
+KEEP_LAUNCHES = True
 
 
 def execute(plan: ContractionPlan, A, B, out=None, xp=None):
@@ -699,6 +710,8 @@ def execute(plan: ContractionPlan, A, B, out=None, xp=None):
         out[...] = 0
         return out
     if plan.compiled != CompiledKernel.NONE and xp is np:
+        if plan._bound is None and KEEP_LAUNCHES:
+            _bind(plan)  # (its launches then kept: see KEEP_LAUNCHES)
         run = _SMALL_RANK[0]
         if run is None:  # (numba's module: not on import tuckerkit)
             from tuckerkit.engine._smallgemm import run_small_rank as run

@@ -20,7 +20,7 @@ import numpy as np
 from tuckerkit._validation import check_factor_list
 from tuckerkit.backend import array_namespace
 from tuckerkit.engine import _workspace
-from tuckerkit.engine._contract import _bind, _elem_strides, contract, execute, plan_contraction
+from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
 from tuckerkit.engine._direct import (
     device_direct_applies,
     direct_applies,
@@ -349,8 +349,6 @@ class MttkrpTree:
         if p is None:
             p = plan_contraction(spec, A, B, out=out, policy=self.policy)
             if key is not None:
-                if BIND_TREE_PLANS and self.xp is np:
-                    _bind(p)  # (a compiled kernel's plan then keeps its launches: _smallgemm._Launch)
                 cache[key] = p  # type: ignore[index]
         return p, key is not None
 
@@ -486,14 +484,6 @@ class MttkrpTree:
         T1, m1 = self.contract_modes(T, t_modes, first, has_r)
         self.rec(T1, m1, True, second)
 
-
-#: whether the tree's cached plans are bound to their operands' layout, so that a compiled kernel's plan keeps
-#: its launches from sweep to sweep (:class:`~tuckerkit.engine._smallgemm._Launch`, as HOOI's sweeps' plans
-#: do) instead of working out its tiles, packing and helpers' rows at every call (:meth:`MttkrpTree._plan`).
-#: CP-ALS per iteration, bound against unbound (the Zen 5 machine, interleaved medians of 7-9 calls of 20
-#: iterations in one process, the same bits): 200^3 at R = 10 float32 0.86-0.87x (three runs), float64 0.95x,
-#: R = 32 float32 0.93x, R = 50 1.01-1.02x (one run 1.09x); 320x240x160 at R = 10 0.97x; 60^4 at R = 10 0.97-0.99x
-BIND_TREE_PLANS = True
 
 #: whether a 3-way tensor's MTTKRP from a one-GEMM step and a batched matrix-vector product runs as one pass
 #: (:meth:`MttkrpTree._fused`)
