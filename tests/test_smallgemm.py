@@ -1139,7 +1139,7 @@ def test_long_rows_take_chunks_by_the_vector_width_with_the_same_bits(monkeypatc
     and 16 with 256-bit vectors (_max_kc_long); either cap gives the same bits (each element one in-order chain
     of fused multiply-adds) and einsum's sums to rounding."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
-    assert sg._max_kc_long() == 32 and sg._tiling(200, 10, 8, 40000, row_bytes=320000)[1] == 29
+    assert sg._max_kc_long() == 32 and sg._tiling(200, 16, 8, 40000, row_bytes=320000)[1] == 29
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     assert sg._max_kc_long() == 16 and sg._tiling(200, 10, 8, 40000, row_bytes=320000)[1] == 16
     monkeypatch.undo()
@@ -1150,6 +1150,38 @@ def test_long_rows_take_chunks_by_the_vector_width_with_the_same_bits(monkeypatc
     for cap in (32, 16):
         monkeypatch.setattr(sg, "_max_kc_long", lambda cap=cap: cap)
         assert sg._tiling(100, 10, X.itemsize, C, row_bytes=X.strides[1])[1] <= cap
+        Y = np.empty((1, 10, C), dtype)
+        sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
+        _check(X, U, 1, Y)
+        out.append(Y.tobytes())
+    assert out[0] == out[1]
+
+
+def test_long_rows_at_one_row_block_take_chunks_of_24_rows_with_the_same_bits(monkeypatch, all_blocks, dtype, rng):
+    """Where vectors are wide, long rows at a rank of one row block (R up to 12) take chunks of at most 24 rows
+    (_one_block_kc), also where their stride crowds one set of L1 (which lets 32 through); two row blocks keep
+    32 rows, 256-bit vectors 16, many long rows their 16. Either cap gives the same bits and einsum's sums to
+    rounding (the kernels with every block, whatever this CPU's vectors)."""
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    assert sg._tiling(200, 10, 8, 40000, row_bytes=320000) == (512, 23)  # 200^3's first mode
+    assert sg._tiling(200, 12, 4, 40000, row_bytes=160000) == (1024, 23)
+    assert sg._tiling(320, 10, 8, 38400, row_bytes=307200) == (512, 23)  # 320x240x160's: rows 75 x 4 KiB apart
+    assert sg._direct_chunks(10, 307200, 307200, 23, True) is True  # (read directly)
+    assert sg._tiling(64, 4, 8, 262144, row_bytes=2 << 20) == (512, 22)  # 64^4's
+    assert sg._tiling(200, 13, 8, 40000, row_bytes=320000) == (512, 29)  # two row blocks
+    assert sg._tiling(320, 16, 8, 38400, row_bytes=307200) == (512, 32)
+    assert sg._tiling(200, 10, 8, 400, row_bytes=3200)[1] == 50  # short rows (a middle mode)
+    assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, 3600 * 28800) == (1800, 16)  # many long rows
+    monkeypatch.setattr(sg, "wide_vectors", lambda: False)
+    assert sg._one_block_kc(10, 32) == 32 and sg._tiling(200, 10, 8, 40000, row_bytes=320000)[1] == 16
+    monkeypatch.setattr(sg, "wide_vectors", lambda: True)
+    C = 4096 * 3 // np.dtype(dtype).itemsize  # (long rows 12 KiB apart: every row's line in one set of L1)
+    X = rng.standard_normal((1, 96, C)).astype(dtype)
+    U = rng.standard_normal((96, 10)).astype(dtype)
+    out = []
+    for cap in (24, 32):
+        monkeypatch.setattr(sg, "_MAX_KC_ONE_BLOCK", cap)
+        assert sg._InnerGeometry(1, 96, C, 10, X.itemsize, X.strides[1]).kc == {24: 24, 32: 32}[cap]
         Y = np.empty((1, 10, C), dtype)
         sg.ttm_inner(X, U, Y, ExecutionPolicy(2))
         _check(X, U, 1, Y)
@@ -1197,7 +1229,7 @@ def test_many_long_rows_take_short_chunks_of_wide_tiles_with_the_same_bits(monke
         assert sg._tiling(999, 10, 8, 3600, 2, 28800, True, 999 * 28800)[0] == old[0]  # few rows
         assert sg._tiling(2000, 10, 4, 2000, 2, 8000, False, 2000 * 8000) == (1024, 63)  # in cache (16 MB)
         monkeypatch.setattr(sg, "MANY_ROWS", False)
-        assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big) == old
+        assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big) == (512, 24)  # (one row block: _one_block_kc)
         monkeypatch.setattr(sg, "MANY_ROWS", True)
         monkeypatch.setattr(sg, "wide_vectors", lambda: False)
         assert sg._tiling(3600, 10, 8, 3600, 2, 28800, True, big)[0] == old[0]
@@ -1259,6 +1291,7 @@ def test_crowded_long_rows_take_short_chunks_and_keep_the_bits(monkeypatch, dtyp
     and as einsum to rounding. Rows not line-aligned or spread over the sets keep their chunks."""
     monkeypatch.setattr(sg, "wide_vectors", lambda: wide)  # (the rule only: the kernels stay this CPU's)
     monkeypatch.setattr(sg, "_max_kc_long", lambda: 40)
+    monkeypatch.setattr(sg, "_MAX_KC_ONE_BLOCK", 40)  # (the crowding alone: no cap for one row block)
     assert sg._crowd_lines() == (32 if wide else 16)
     C = 8192 // np.dtype(dtype).itemsize
     X = rng.standard_normal((2, 70, C)).astype(dtype)
