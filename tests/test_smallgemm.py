@@ -2550,7 +2550,9 @@ def test_tiny_rows_kernel_bits_do_not_depend_on_workers_or_pieces(dtype, tiny_st
 def test_tiny_rows_need_dense_rows_else_another_kernel(dtype, tiny_style, monkeypatch, rng):
     """X's rows apart (a sliced view), or an output whose rows or ranks are apart: another kernel of
     ``ttm_outer`` runs (einsum's sums to rounding); for ranks from 3 the same bits as the tiny kernel's on a
-    dense copy (the transposed tile's and the register-blocked kernel's chain)."""
+    dense copy where vectors are wide (the transposed tile's and the register-blocked kernel's chain; with
+    256-bit vectors the other layouts take the dot-product kernel, whose lanes sum as a tree: einsum's sums to
+    rounding there)."""
     A, I = 101, 4  # noqa: E741
     for R in (2, 3, 5):
         U = rng.standard_normal((I, R)).astype(dtype)
@@ -2564,16 +2566,19 @@ def test_tiny_rows_need_dense_rows_else_another_kernel(dtype, tiny_style, monkey
             assert (name == "outer_tiny") is (xn == "C" and on == "cols"), (xn, on)
             sg.ttm_outer(X2, Ut, Y2)
             _check(np.ascontiguousarray(X2), U, 1, Y2.T)
-            if R >= 3:
+            if R >= 3 and sg.wide_vectors():
                 assert np.ascontiguousarray(Y2.T).tobytes() == dense.tobytes(), (xn, on)
+            elif name != "outer_tiny":
+                assert name == "outer_dot", (xn, on, name)
 
 
 def test_the_planner_takes_the_tiny_rows_kernel_for_a_short_unit_stride_mode(dtype, monkeypatch, rng):
     """A TTM over a short unit-stride mode (an RGB-like last mode of 4 at rank 2 and 3), which BLAS ran as a
     batch of matrix-vector products after a copy: where vectors are wide the planner takes the tiny-rows kernel
     (also for a preallocated dense output), its explain names it, ``ttm`` gives einsum's sums to rounding.
-    Elsewhere the plan is BLAS's (the rule needs wide vectors). The layout rule (``_tiny_rows``) takes dense rows
-    of X and of the output only."""
+    Elsewhere the tiny-rows kernel is not run (the rule needs wide vectors; the cost model then picks BLAS or
+    another kernel of ``ttm_outer``). The layout rule (``_tiny_rows``) takes dense rows of X and of the output
+    only."""
     from tuckerkit.engine._plan import _tiny_rows
 
     X = rng.standard_normal((400, 700, 4)).astype(dtype)  # (4.5 / 6.7 MFlop: past SMALL_RANK_MIN_FLOPS)
@@ -2581,8 +2586,11 @@ def test_the_planner_takes_the_tiny_rows_kernel_for_a_short_unit_stride_mode(dty
         U = rng.standard_normal((4, R)).astype(dtype)
         ref = np.einsum("abi,ir->abr", X.astype(np.float64), U.astype(np.float64))
         plan = ttm_plan(X, U, 2, transpose=True)
-        assert (plan.compiled == CompiledKernel.TTM_OUTER) is sg.wide_vectors(), plan.explain()
+        X2, Y2 = X.reshape(-1, 4), np.empty((X.shape[0] * X.shape[1], R), dtype).T
+        kernel = sg._outer_args(X2, np.ascontiguousarray(U.T), Y2, sg.flat_span(X2), sg.flat_span(Y2))[0]
+        assert (kernel == "outer_tiny") is sg.wide_vectors()
         if sg.wide_vectors():
+            assert plan.compiled == CompiledKernel.TTM_OUTER, plan.explain()
             assert "compiled small_rank_ttm_outer" in plan.explain()
         got = ttm(X, U, 2, transpose=True)
         eps = np.finfo(dtype).eps
