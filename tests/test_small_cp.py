@@ -59,6 +59,15 @@ def _unit(U):
     return U / np.linalg.norm(U, axis=0)
 
 
+@pytest.fixture(params=["blas", "kernels"])
+def products(request, monkeypatch):
+    """The compiled sweep's products with the tensor by BLAS (the test shapes are below SMALL_CP_KERNEL_WORK) or
+    by the engine's small-rank kernels at any size (``kernel_products`` forced)."""
+    if request.param == "kernels":
+        monkeypatch.setattr(_small_cp, "kernel_products", lambda X, rank: True)
+    return request.param
+
+
 def _same_bits(a, b) -> None:
     assert a.fit_history == b.fit_history
     np.testing.assert_array_equal(a.weights, b.weights)
@@ -186,7 +195,7 @@ def _record_jumps(monkeypatch):
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("N", [2, 3, 4])
-def test_compiled_sweep_matches_the_direct_route(N, dtype, order, linesearch, normalize, rng, monkeypatch):
+def test_compiled_sweep_matches_the_direct_route(N, dtype, order, linesearch, normalize, rng, monkeypatch, products):
     """8 iterations from the same start (planted rank-R tensors at 1 % noise): every iteration's fit equal to the
     direct route's to the fit's rounding, the line search's jumps (iterations 6 and 8) judged alike, and the final
     models (weights, factors, reconstruction) equal to rounding, in the tensor's dtype; the routes recorded as
@@ -317,7 +326,7 @@ def reference_als(X, start, n_iter):
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("N", [3, 4])
-def test_compiled_sweeps_are_the_reference_iteration(N, dtype, order, n_iter, rng, monkeypatch):
+def test_compiled_sweeps_are_the_reference_iteration(N, dtype, order, n_iter, rng, monkeypatch, products):
     """1 and 3 sweeps from a given CP model (its weights go into mode 0's factor, which the first update does not
     read): unit-norm factors and weights equal to plain ALS written out with einsum and solve, in float64 from
     the same float values, and the fit equal to the reference model's. (The start halfway to the planted model:
@@ -344,7 +353,7 @@ def test_compiled_sweeps_are_the_reference_iteration(N, dtype, order, n_iter, rn
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_same_bits_on_every_call_for_a_memory_map_and_for_any_threads(dtype, rng, tmp_path):
+def test_same_bits_on_every_call_for_a_memory_map_and_for_any_threads(dtype, rng, tmp_path, products):
     """The default call (SVD start, line search) twice, on the same values mapped from a .npy file, and under
     ``threadpool_limits(1)``: the same bits (weights, factors, every fit)."""
     from threadpoolctl import threadpool_limits
@@ -646,7 +655,47 @@ def test_non_negative_cp_on_the_compiled_tree_matches_the_direct_route(N, order,
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("N", [2, 3, 4])
-def test_mttkrp_sweep_gives_each_modes_mttkrp(N, order, dtype, rng):
+def test_forced_kernels_run_each_sweeps_two_products(N, order, dtype, rng, monkeypatch):
+    """With ``kernel_products`` forced, each sweep's two products with the tensor run the small-rank kernels (one
+    ``ttm_outer`` on the C-ordered matrix of the tensor and one ``ttm_inner`` on its transpose, C or F order),
+    none by BLAS's ``matmul``; the factors, fits and weights are the BLAS route's to rounding."""
+    from tuckerkit.engine import _smallgemm as sg
+
+    shape, R = SHAPES[N]
+    X, factors = planted(rng, shape, R, dtype, order)
+    start = near_start(rng, factors)
+    kw = dict(init=start, max_iter=3, tol=0, linesearch=False)
+    b = tk.cp_als(X, R, **kw)
+    calls = []
+    for name in ("ttm_outer", "ttm_inner"):
+        real = getattr(sg, name)
+        monkeypatch.setattr(sg, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    monkeypatch.setattr(_small_cp, "kernel_products", lambda X, rank: True)
+    a = tk.cp_als(X, R, **kw)
+    assert a.plans[0].kind == "mttkrp_compiled"
+    assert sorted(calls) == ["ttm_inner"] * 3 + ["ttm_outer"] * 3
+    unit = _eps(dtype) / (1 - b.fit)
+    np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * unit)
+    assert _rel(a.to_dense(), b.to_dense()) <= 1e2 * _eps(dtype)
+
+
+def test_kernel_products_rule(monkeypatch):
+    """The small-rank kernels take the products from SMALL_CP_KERNEL_WORK of X.size * R (float64 1 M, float32
+    2 M) at ranks up to SMALL_CP_KERNEL_MAX_RANK, where vectors are wide; BLAS elsewhere."""
+    monkeypatch.setattr("tuckerkit.engine._simd.wide_vectors", lambda: True)
+    f64, f32 = np.empty((64, 64, 64)), np.empty((64, 64, 64), np.float32)
+    assert _small_cp.kernel_products(f64, 10) and _small_cp.kernel_products(f64, 4)
+    assert not _small_cp.kernel_products(f64, 11)  # (a larger rank)
+    assert not _small_cp.kernel_products(np.empty((40, 40, 40)), 10)  # (640 k)
+    assert _small_cp.kernel_products(f32, 10) and not _small_cp.kernel_products(f32, 5)  # (2.6 M; 1.3 M)
+    monkeypatch.setattr("tuckerkit.engine._simd.wide_vectors", lambda: False)
+    assert not _small_cp.kernel_products(f64, 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("N", [2, 3, 4])
+def test_mttkrp_sweep_gives_each_modes_mttkrp(N, order, dtype, rng, products):
     """``SmallCPSweep.mttkrp_sweep`` with an update that replaces each factor by a fresh random one: every
     ``M_n`` is mode n's MTTKRP of the factors in force at its turn (the earlier modes' new ones, Gauss-Seidel),
     against ``numpy.einsum`` in float64 to ``100 eps`` of the products' scale, in mode order."""

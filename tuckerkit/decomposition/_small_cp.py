@@ -57,6 +57,34 @@ SMALL_CP_MAX_ELEMS = 1 << 18
 #: ... where the products with the tensor (the same BLAS GEMMs in both routes, here with the rank last)
 #: dominate
 SMALL_CP_MAX_WORK = 1 << 22
+#: from this much ``X.size * R`` on (by itemsize), at ranks up to ``SMALL_CP_KERNEL_MAX_RANK``, where vectors are
+#: wide, the two products with the tensor run the engine's compiled small-rank kernels on the calling thread
+#: (:meth:`SmallCPSweep._product`) instead of BLAS's GEMM on one thread; see :func:`kernel_products`
+SMALL_CP_KERNEL_WORK = {8: 1 << 20, 4: 1 << 21}
+SMALL_CP_KERNEL_MAX_RANK = 10
+
+
+def kernel_products(X: np.ndarray, rank: int) -> bool:
+    """Whether :class:`SmallCPSweep`'s products with the tensor run the engine's small-rank kernels
+    (:func:`~tuckerkit.engine._smallgemm.ttm_outer` where the matrix of the tensor is C-ordered,
+    :func:`~tuckerkit.engine._smallgemm.ttm_inner` on its transpose), on the calling thread, instead of BLAS's
+    GEMM on one thread: where vectors are wide, ``rank`` is at most :data:`SMALL_CP_KERNEL_MAX_RANK` and
+    ``X.size * rank`` at least :data:`SMALL_CP_KERNEL_WORK` (float64 1 M, float32 2 M). BLAS's GEMM with an
+    extent of the rank runs at about a third of one core's peak there; below the bounds the kernels' fixed
+    costs (about 10 us a call) weigh more.
+
+    Measured on the Zen 5 machine (whole ``cp_als`` calls of 25 plain ALS iterations from the same random
+    start, planted tensors at 1 % noise, interleaved medians of 15 in one process, kernels over BLAS): float64
+    64^3 R = 4 / 5 / 10 0.72 / 0.55 / 0.68x the time, 52^3 R = 10 0.83x, 50^3 0.85x, 48^3 0.91x, 500 x 500 R =
+    5 0.55x, 30^3 x 8 R = 8 0.80x, 20 x 100 x 120 R = 10 0.66x; float32 64^3 R = 10 0.82x, 20 x 100 x 120 0.87x.
+    Left to BLAS: float32 below 2 M (50^3 R = 10 1.02-1.06x, 64^3 R = 4 0.94x, 30^3 x 8 R = 8 0.95x), and
+    larger ranks (40^3 R = 16 / 20 float64 1.00-1.04x, 50^3 R = 16 float32 1.60x). The fits agree to rounding.
+    The kernels' sums are deterministic (each element one fixed chain) and run on the calling thread: the same
+    bits on every call and for any number of workers, as BLAS on one thread."""
+    from tuckerkit.engine._simd import wide_vectors
+
+    return (rank <= SMALL_CP_KERNEL_MAX_RANK and X.size * rank >= SMALL_CP_KERNEL_WORK.get(X.itemsize, 1 << 62)
+            and wide_vectors())
 
 
 def small_cp_applies(X: np.ndarray, rank: int) -> bool:
@@ -208,6 +236,11 @@ class SmallCPSweep:
         self.inner = np.empty(R, np.float64)
         self.no_kr = np.empty((0, R), dt)
         self.kernels: tuple[Any, Any] = (half_sweep, half_one)
+        # the products with the tensor by the small-rank kernels (kernel_products): where a half's matrix is the
+        # transpose of a C array, the inner kernel writes (1, R, rows) into its scratch, copied into the partial
+        self.by_kernel = kernel_products(X, R)
+        self.tmp = [np.empty((1, R, m.shape[0]), dt) if self.by_kernel and not m.flags.c_contiguous else None
+                    for m in mats]
         self.direct = False
         self.record = Sweep((DirectSweep("mttkrp_compiled", shape, dt, R, 4 * X.size * R, "cpu"),), 2)
 
@@ -225,6 +258,26 @@ class SmallCPSweep:
             P3 = part.reshape(shape[a], shape[b], R)
             kr = self.krs[0] if k == 0 else self.no_kr  # (the second half's is made at the next sweep's start)
             self.plan.append((modes, mats[k], P3, want, kr, x, y, b < a, self.M[x], self.M[y]))
+
+    def _product(self, k: int, other: np.ndarray, out: np.ndarray) -> None:
+        """``out = mats[k] @ other`` (``out`` C-ordered (rows, R), ``other`` C-ordered (columns, R)): BLAS's GEMM
+        (the caller pins it to one thread), or where :func:`kernel_products` said so the engine's small-rank kernel
+        on this thread: the matrix C-ordered, :func:`~tuckerkit.engine._smallgemm.ttm_outer` into ``out``'s
+        transpose; the transpose of a C array, :func:`~tuckerkit.engine._smallgemm.ttm_inner` on that array into
+        the half's scratch, then copied."""
+        mat = self.mats[k]
+        if not self.by_kernel:
+            np.matmul(mat, other, out=out)
+            return
+        from tuckerkit.engine._smallgemm import ttm_inner, ttm_outer
+
+        if mat.flags.c_contiguous:
+            ttm_outer(mat, np.ascontiguousarray(other.T), out.T, None)
+            return
+        tmp = self.tmp[k]
+        assert tmp is not None  # (made for each matrix that is not C-ordered)
+        ttm_inner(mat.T.reshape(1, *mat.T.shape), other, tmp, None)
+        np.copyto(out, tmp[0].T)
 
     def _kr(self, k: int, factors: list[Any]) -> Any:
         """Half ``k``'s Khatri-Rao product of ``factors`` (its memory order; a one-mode half's factor itself)."""
@@ -256,8 +309,8 @@ class SmallCPSweep:
         # (the products with X on one BLAS thread: the same bits in any setting; inside a decomposition's call,
         # which holds the pin already, a counter)
         with blas_pinned():
-            for modes, mat, part, want, kr, x, y, b_first, Mx, My in self.plan:
-                np.matmul(mat, other, out=part if kr is None else part.reshape(-1, R))
+            for k, (modes, _, part, want, kr, x, y, b_first, Mx, My) in enumerate(self.plan):
+                self._product(k, other, part if kr is None else part.reshape(-1, R))
                 if kr is None:  # one mode: the partial is its MTTKRP
                     U = np.empty(part.shape, dt)
                     done = one(part, grams, x, U, ss, norms, normalize, eps, want, inner)
@@ -300,8 +353,8 @@ class SmallCPSweep:
         R = self.R
         with blas_pinned():
             other = self._kr(1, factors)
-            for modes, mat, part, _, kr, x, y, b_first, Mx, My in self.plan:
-                np.matmul(mat, other, out=part if kr is None else part.reshape(-1, R))
+            for k, (modes, _, part, _, kr, x, y, b_first, Mx, My) in enumerate(self.plan):
+                self._product(k, other, part if kr is None else part.reshape(-1, R))
                 if kr is None:  # one mode: the partial is its MTTKRP
                     update(x, part)
                     other = _c(factors[x])
@@ -337,7 +390,7 @@ class SmallCPSweep:
 
         part = self.parts[0]
         with blas_pinned():
-            np.matmul(self.mats[0], self._kr(1, F), out=part)
+            self._product(0, self._kr(1, F), part)
         first = self.halves[0]
         if len(first) == 1:
             kr = _c(F[first[0]])
