@@ -15,7 +15,7 @@ same run. ``F-ordered`` is tuckerkit on the same values in Fortran order (as pyt
 timed calls, the same way for every library; peak memory beyond the input (tracemalloc) the median of three
 more, untimed calls of each (at 10^3, 8 kB, fixed allocations of a few tens of kB dominate that ratio).
 
-Run:  python benchmarks/small.py [--quick] [--repeat 15]
+Run:  python benchmarks/small.py [--quick] [--repeat 15] [--name small]
 Writes benchmarks/results/small.{json,md,png}.
 """
 
@@ -31,7 +31,7 @@ import _quiet_blas  # noqa: F401  (before numpy: OpenBLAS's idle threads sleep i
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, grouped_bars, interleaved, peak_extra, write_json, write_text
+from _common import environment, grouped_bars, interleaved, peak_extra, result_stem, write_json, write_text
 
 import tuckerkit as tk
 from tuckerkit.engine import _direct
@@ -141,6 +141,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--name", default="small", type=result_stem,
+                    help="results file stem under benchmarks/results (default: small)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     logging.getLogger().setLevel(logging.ERROR)  # (TensorLy's note on copying a C-ordered input, every call)
@@ -171,12 +173,12 @@ def main(argv=None) -> None:
                   f"x TL {row['x_tensorly']:.2f} x pyttb {row['x_pyttb']:.2f} | mem "
                   + " / ".join(f"{v:.2f}" for v in mem.values()) + " | fits "
                   + " ".join(f"{fits[k]:.8f}" for k in fns), flush=True)
-    write_json("small.json", {"benchmark": "small", "environment": environment(), "hooi_iterations": HOOI_ITERS,
+    write_json(f"{args.name}.json", {"benchmark": "small", "environment": environment(), "hooi_iterations": HOOI_ITERS,
                               "cp_iterations": CP_ITERS, "repeat": args.repeat, "rows": rows})
     md = markdown(rows, args.repeat)
-    write_text("small.md", md)
+    write_text(f"{args.name}.md", md)
     groups = [f"{r['method'][:2]} {'x'.join(map(str, r['shape']))}" for r in rows]
-    grouped_bars("small.png", groups, {"x TensorLy": [r["x_tensorly"] for r in rows],
+    grouped_bars(f"{args.name}.png", groups, {"x TensorLy": [r["x_tensorly"] for r in rows],
                                        "x pyttb": [r["x_pyttb"] for r in rows],
                                        "planned / direct": [1 / r["direct_over_planned"] for r in rows]},
                  "speedup of tuckerkit (log)", "Small tensors: whole calls, same start and iterations", log=True)
