@@ -207,6 +207,16 @@ def forced(monkeypatch):
 
 
 @pytest.fixture
+def planned_cp(monkeypatch):
+    """CP-ALS's compiled small sweep kept within the direct route's bounds (no tensor past them takes it where
+    its products run the small-rank kernels, ``_small_cp.beyond_direct``): tests of the planner's CP sweeps on
+    mid-size tensors."""
+    from tuckerkit.decomposition import _small_cp
+
+    monkeypatch.setattr(_small_cp, "SMALL_CP_KERNEL_MAX_ELEMS", 0)
+
+
+@pytest.fixture
 def planned_sweeps(monkeypatch):
     """Every dense sweep planned, however small the tensor (tests of the planned route's own behaviour; by
     default a small tensor takes the direct route of engine/_direct.py)."""

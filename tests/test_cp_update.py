@@ -466,7 +466,7 @@ def test_fit_grams_widen_short_factors_always_and_long_ones_where_weights_are_la
 
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_a_3way_sweeps_one_mode_half_is_one_fused_pass(order, dtype, monkeypatch):
+def test_a_3way_sweeps_one_mode_half_is_one_fused_pass(order, dtype, monkeypatch, planned_cp):
     """CP-ALS on a 3-way tensor past the small routes: the half of one mode (C order's first, F order's last)
     takes its MTTKRP in one pass (the compiled product with the middle factor summed against the unit-stride
     factor in cache) instead of the rank-outer partial and a batched matrix-vector product. Once a sweep;
@@ -511,7 +511,7 @@ def test_a_3way_sweeps_one_mode_half_is_one_fused_pass(order, dtype, monkeypatch
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_line_search_fit_takes_the_fused_modes_mttkrp(order, monkeypatch):
+def test_line_search_fit_takes_the_fused_modes_mttkrp(order, monkeypatch, planned_cp):
     """A jump's fit needs <X, X_hat>, the same from any mode's MTTKRP: on a 3-way tensor it takes the mode whose
     MTTKRP is one fused pass (C order's first, F order's last), not always the last; the run's fits are those of
     the last mode's choice to rounding."""

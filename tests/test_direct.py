@@ -357,7 +357,7 @@ def test_decompositions_agree_on_both_routes(shape, dtype, rng, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
-def test_hooi_projects_directly_where_cp_als_plans(rng):
+def test_hooi_projects_directly_where_cp_als_plans(rng, planned_cp):
     """Between the two thresholds: HOOI's sweep is direct (its explain names the projection rule), CP-ALS's
     planned; HOOI's fit equals the planned route's to rounding."""
     X = rng.standard_normal((70, 65, 60))

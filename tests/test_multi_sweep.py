@@ -128,7 +128,7 @@ def _planted(shape, rank, dtype, order, seed=5):
 
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, dtype, monkeypatch):
+def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, dtype, monkeypatch, planned_cp):
     """CP-ALS past the small routes: 1.5 passes over X per iteration, every iteration's fit the two-pass
     tree's to rounding, the same bits on a repeat, X unmodified."""
     X, rng = _planted((90, 70, 80), 4, dtype, order)
@@ -155,7 +155,8 @@ def test_cp_als_takes_the_multi_sweep_tree_with_the_two_pass_trees_fits(order, d
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, monkeypatch, planned_sweeps, forced):
+def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, monkeypatch, planned_sweeps, forced,
+                                                                        planned_cp):
     """The multi-sweep tree's compiled passes run their cached plans with its own output buffers, and the engine
     binds such a plan on its first run (_contract.KEEP_LAUNCHES): each works out its launch (tiles, packing,
     helpers' rows) once per plan and replays it in later sweeps, not at every call; the iterates are the same
@@ -195,7 +196,7 @@ def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, 
     _contract._cached_plan.cache_clear()
 
 
-def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps):
+def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps, planned_cp):
     """With the line search (jumps tried every second iteration from the sixth, after the sweeps that keep
     nothing) the fits follow the two-pass tree's to rounding and the passes still alternate; a drop of the
     carrier between sweeps (as after a jump) makes the next sweep read X twice."""

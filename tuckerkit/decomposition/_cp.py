@@ -509,17 +509,19 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
 def _small_cp_sweep(X: Any, rank: int) -> Any:
     """The compiled sweep's set-up (:class:`~tuckerkit.decomposition._small_cp.SmallCPSweep`) where CP-ALS's (or
     non-negative CP's) sweeps of ``X`` take it: a dense host tensor on the direct route
-    (``engine._direct.direct_applies``) within :func:`~tuckerkit.decomposition._small_cp.small_cp_applies`; else
-    None. (The caller checks the rest: CP-ALS a real dtype and a rank within the fused update.)"""
+    (``engine._direct.direct_applies``), or past it within ``_small_cp.beyond_direct``, and within
+    :func:`~tuckerkit.decomposition._small_cp.small_cp_applies`; else None. (The caller checks the rest: CP-ALS a
+    real dtype and a rank within the fused update.)"""
     from tuckerkit.engine import DenseTensor
 
     if not _SMALL_SWEEPS or not isinstance(X, DenseTensor) or type(X.data) not in (np.ndarray, np.memmap):
         return None
-    from tuckerkit.decomposition._small_cp import SmallCPSweep, small_cp_applies
+    from tuckerkit.decomposition._small_cp import SmallCPSweep, beyond_direct, small_cp_applies
     from tuckerkit.engine._direct import direct_applies
 
     data = X.data
-    return SmallCPSweep(data, rank) if small_cp_applies(data, rank) and direct_applies(data, rank) else None
+    return SmallCPSweep(data, rank) if small_cp_applies(data, rank) and (
+        direct_applies(data, rank) or beyond_direct(data, rank)) else None
 
 
 #: whether CP-ALS takes the compiled sweep of small tensors where it applies (:func:`_small_cp_sweep`; tests turn

@@ -88,15 +88,35 @@ def kernel_products(X: np.ndarray, rank: int) -> bool:
 
 
 def small_cp_applies(X: np.ndarray, rank: int) -> bool:
-    """Whether CP-ALS's sweeps of ``X`` (a numpy array on the direct route) take :class:`SmallCPSweep`: 2 to 4
-    modes, float32 or float64, C or F order, at most :data:`SMALL_CP_MAX_ELEMS` elements and
-    :data:`SMALL_CP_MAX_WORK` of ``X.size * rank``, ``rank`` within the
-    fused update's (``FUSED_MAX_R``) and every factor's Gram within the update's own (``SWEEP_GRAM_MAX``
-    multiply-adds)."""
-    return (2 <= X.ndim <= 4 and X.dtype.char in "fd" and 0 < X.size <= SMALL_CP_MAX_ELEMS
-            and X.size * rank <= SMALL_CP_MAX_WORK and 1 <= rank <= FUSED_MAX_R
+    """Whether CP-ALS's sweeps of ``X`` (a numpy array on the direct route, or within :func:`beyond_direct`) take
+    :class:`SmallCPSweep`: 2 to 4 modes, float32 or float64, C or F order, at most :data:`SMALL_CP_MAX_ELEMS`
+    elements and :data:`SMALL_CP_MAX_WORK` of ``X.size * rank`` (or the larger bounds of :func:`beyond_direct`),
+    ``rank`` within the fused update's (``FUSED_MAX_R``) and every factor's Gram within the update's own
+    (``SWEEP_GRAM_MAX`` multiply-adds)."""
+    return (2 <= X.ndim <= 4 and X.dtype.char in "fd" and 0 < X.size and 1 <= rank <= FUSED_MAX_R
+            and ((X.size <= SMALL_CP_MAX_ELEMS and X.size * rank <= SMALL_CP_MAX_WORK) or beyond_direct(X, rank))
             and (X.flags.c_contiguous or X.flags.f_contiguous)
             and max(X.shape) * rank * (rank + 1) // 2 <= SWEEP_GRAM_MAX)
+
+
+#: the larger bounds of :func:`beyond_direct`: elements, and ``X.size * R``
+SMALL_CP_KERNEL_MAX_ELEMS = 1 << 20
+SMALL_CP_KERNEL_MAX_WORK = 6 << 20
+
+
+def beyond_direct(X: np.ndarray, rank: int) -> bool:
+    """Whether ``X`` takes :class:`SmallCPSweep` past the direct route's bounds (and :data:`SMALL_CP_MAX_ELEMS`):
+    where its products with the tensor run the small-rank kernels (:func:`kernel_products`), up to
+    :data:`SMALL_CP_KERNEL_MAX_ELEMS` elements and :data:`SMALL_CP_KERNEL_MAX_WORK` of ``X.size * rank``. There
+    the planner's route (the multi-sweep tree over two workers) spends more on its Python steps than the
+    compiled sweep on one thread spends in all. Measured on the Zen 5 machine (whole ``cp_als`` calls of 25
+    plain ALS iterations from the same random start, planted tensors at 1 % noise, interleaved medians of 11 in
+    one process, compiled sweep over the planner's route): float64 70^3 R = 10 0.80x the time, 80^3 0.91x, 90^3
+    R = 5 0.86x, 25^4 R = 5 0.49x, 30^4 R = 5 / 10 0.73 / 0.83x, 700 x 700 R = 5 0.87x; float32 80^3 R = 10
+    0.85x, 30^4 R = 5 0.64x. Beyond the bounds the planner's route keeps them: 90^3 R = 10 0.98x, 200 x 60 x 60
+    R = 10 1.09x, 100^3 R = 10 1.35x (float32 too), 120^3 1.43x, 150^3 1.46x."""
+    return (X.size <= SMALL_CP_KERNEL_MAX_ELEMS and X.size * rank <= SMALL_CP_KERNEL_MAX_WORK
+            and kernel_products(X, rank))
 
 
 @njit(cache=True, nogil=True, inline="always")
