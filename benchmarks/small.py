@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, grouped_bars, interleaved, peak_extra, result_stem, write_json, write_text
 
 import tuckerkit as tk
+from tuckerkit.decomposition import _small_cp
 from tuckerkit.engine import _direct
 
 HOOI_ITERS, CP_ITERS = 10, 25
@@ -51,14 +52,18 @@ def fit_of(X, Xhat) -> float:
 
 
 class _Planned:
-    """tuckerkit with engine/_direct.py's route off inside the block."""
+    """tuckerkit with engine/_direct.py's route off inside the block (and CP-ALS's compiled sweep past it,
+    ``_small_cp.beyond_direct``): the planner's route."""
 
     def __enter__(self):
-        self.saved = _direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_TTMC_ELEMS, _direct.DIRECT_MTTKRP_ELEMS
+        self.saved = (_direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_TTMC_ELEMS, _direct.DIRECT_MTTKRP_ELEMS,
+                      _small_cp.SMALL_CP_KERNEL_MAX_ELEMS)
         _direct.DIRECT_SWEEP_FLOPS = _direct.DIRECT_TTMC_ELEMS = _direct.DIRECT_MTTKRP_ELEMS = 0
+        _small_cp.SMALL_CP_KERNEL_MAX_ELEMS = 0
 
     def __exit__(self, *exc):
-        _direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_TTMC_ELEMS, _direct.DIRECT_MTTKRP_ELEMS = self.saved
+        (_direct.DIRECT_SWEEP_FLOPS, _direct.DIRECT_TTMC_ELEMS, _direct.DIRECT_MTTKRP_ELEMS,
+         _small_cp.SMALL_CP_KERNEL_MAX_ELEMS) = self.saved
 
 
 def hooi_runners(X, rank, out):
