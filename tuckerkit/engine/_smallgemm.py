@@ -1879,9 +1879,12 @@ def _inner_tiles(X3: np.ndarray, U: np.ndarray, Y3: np.ndarray | None, policy: E
     g = _InnerGeometry(A, I, C, R, it, X3.strides[1])
     # U packed block by block, each block's columns as (I, rb) rows (one strided pass over U per block; a
     # concatenation of the blocks' contiguous copies took 4x as long on a 100000 x 16 U)
-    up = work_empty((I * R,), X3.dtype)
-    for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
-        np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
+    if len(g.rows) == 1 and U.flags.c_contiguous and U.dtype == X3.dtype:
+        up = U.reshape(-1)  # (one block: U's own rows, as packed; no copy)
+    else:
+        up = work_empty((I * R,), X3.dtype)
+        for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
+            np.copyto(up[off:off + I * rb].reshape(I, rb), U[:, r0:r0 + rb])
     if W is None:
         assert Y3 is not None and fy is not None
         _kernel_tiles("inner", _inner_kernel, _inner_args(X3, Y3, g, fx, up, fy), (21, 22), (19, 20), 2 * X3.size * R,
