@@ -698,7 +698,8 @@ def test_kernel_products_rule(monkeypatch):
 def test_beyond_direct_bounds(monkeypatch):
     """Past the direct route the compiled sweep takes tensors whose products run the small-rank kernels, up to
     SMALL_CP_KERNEL_MAX_ELEMS elements and SMALL_CP_KERNEL_MAX_WORK of size * rank, each bound taken exactly
-    within; not at larger ranks, nor with 256-bit vectors."""
+    within; not at larger ranks, nor a 3-way tensor in F order (2- and 4-way ones in F order are), nor with
+    256-bit vectors."""
     e = np.empty
     monkeypatch.setattr("tuckerkit.engine._simd.wide_vectors", lambda: True)
     most = 64 * 128 * 128
@@ -710,6 +711,9 @@ def test_beyond_direct_bounds(monkeypatch):
     assert not _small_cp.beyond_direct(e((70, 70, 70)), 2)  # (below the kernels' work: the planner's route)
     assert _small_cp.beyond_direct(e((80, 80, 80), np.float32), 10)
     assert not _small_cp.beyond_direct(e((80, 80, 80), np.float32), 4)  # (float32's 2 M)
+    assert not _small_cp.beyond_direct(e((80, 80, 80), order="F"), 10)  # (a 3-way tensor in F order)
+    assert _small_cp.beyond_direct(e((30, 30, 30, 30), order="F"), 5)
+    assert _small_cp.beyond_direct(e((700, 700), order="F"), 5)
     monkeypatch.setattr("tuckerkit.engine._simd.wide_vectors", lambda: False)
     assert not _small_cp.beyond_direct(e((80, 80, 80)), 10) and not small_cp_applies(e((80, 80, 80)), 10)
 
@@ -717,8 +721,9 @@ def test_beyond_direct_bounds(monkeypatch):
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_a_tensor_beyond_the_direct_route_matches_the_planned_route(order, rng, monkeypatch):
     """A 70^3 tensor at rank 4 (past the direct route's elements, 1.4 M of size * rank) takes the compiled sweep
-    where vectors are wide (its products on the small-rank kernels), the planner's route elsewhere; either way
-    its fits and model equal the planner's route's to rounding, and a repeat gives the same bits."""
+    in C order where vectors are wide (its products on the small-rank kernels), the planner's route elsewhere (F
+    order: a 3-way tensor's transposed products); either way its fits and model equal the planner's route's to
+    rounding, and a repeat gives the same bits."""
     from tuckerkit.engine._simd import wide_vectors
 
     X, factors = planted(rng, (70, 70, 70), 4, np.float64, order)
@@ -726,7 +731,7 @@ def test_a_tensor_beyond_the_direct_route_matches_the_planned_route(order, rng, 
     kw = dict(init=start, max_iter=4, tol=0, linesearch=False)
     a, c = tk.cp_als(X, 4, **kw), tk.cp_als(X, 4, **kw)
     b = _cp(X, 4, False, monkeypatch, **kw)
-    assert (a.plans[0].kind == "mttkrp_compiled") is wide_vectors()
+    assert (a.plans[0].kind == "mttkrp_compiled") is (wide_vectors() and order == "C")
     assert b.plans[0].kind != "mttkrp_compiled"
     unit = _eps(np.float64) / (1 - b.fit)
     np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e2 * unit)

@@ -107,16 +107,21 @@ SMALL_CP_KERNEL_MAX_WORK = 6 << 20
 def beyond_direct(X: np.ndarray, rank: int) -> bool:
     """Whether ``X`` takes :class:`SmallCPSweep` past the direct route's bounds (and :data:`SMALL_CP_MAX_ELEMS`):
     where its products with the tensor run the small-rank kernels (:func:`kernel_products`), up to
-    :data:`SMALL_CP_KERNEL_MAX_ELEMS` elements and :data:`SMALL_CP_KERNEL_MAX_WORK` of ``X.size * rank``. There
-    the planner's route (the multi-sweep tree over two workers) spends more on its Python steps than the
-    compiled sweep on one thread spends in all. Measured on the Zen 5 machine (whole ``cp_als`` calls of 25
-    plain ALS iterations from the same random start, planted tensors at 1 % noise, interleaved medians of 11 in
-    one process, compiled sweep over the planner's route): float64 70^3 R = 10 0.80x the time, 80^3 0.91x, 90^3
-    R = 5 0.86x, 25^4 R = 5 0.49x, 30^4 R = 5 / 10 0.73 / 0.83x, 700 x 700 R = 5 0.87x; float32 80^3 R = 10
-    0.85x, 30^4 R = 5 0.64x. Beyond the bounds the planner's route keeps them: 90^3 R = 10 0.98x, 200 x 60 x 60
-    R = 10 1.09x, 100^3 R = 10 1.35x (float32 too), 120^3 1.43x, 150^3 1.46x."""
+    :data:`SMALL_CP_KERNEL_MAX_ELEMS` elements and :data:`SMALL_CP_KERNEL_MAX_WORK` of ``X.size * rank``, a 3-way
+    tensor in C order only. There the planner's route (the multi-sweep tree over two workers) spends more on its
+    Python steps than the compiled sweep on one thread spends in all.
+
+    Measured on the Zen 5 machine (whole ``cp_als`` calls of 25 plain ALS iterations from the same random start,
+    planted tensors at 1 % noise, interleaved medians of 11 in one process, compiled sweep over the planner's
+    route): float64 70^3 R = 10 0.80-0.90x the time, 80^3 0.91-0.97x, 90^3 R = 5 0.86-0.94x, 100^3 R = 4-6
+    0.90-0.93x, 128 x 128 x 64 R = 6 0.83x, 1000 x 3 x 300 R = 4 0.72x, 25^4 R = 5 0.49-0.53x, 30^4 R = 5 / 10
+    0.70-0.73 / 0.83x, 700 x 700 R = 5 0.76-0.90x; float32 70^3 / 80^3 R = 10 0.77 / 0.85-0.90x, 30^4 R = 5
+    0.64x. Beyond the work bound the planner's route keeps them: 90^3 R = 10 0.98-1.03x, 200 x 60 x 60 R = 10
+    1.09x, 100^3 R = 10 1.35x, 120^3 1.43x. A 3-way tensor in F order stays there too: its products are the
+    transposed ones (long rows contracted over a few), and the compiled sweep took 0.97-1.55x the time (70^3,
+    80^3, 90^3, 64 x 128 x 64, 128 x 128 x 64); F-ordered 2- and 4-way tensors gain as C-ordered ones."""
     return (X.size <= SMALL_CP_KERNEL_MAX_ELEMS and X.size * rank <= SMALL_CP_KERNEL_MAX_WORK
-            and kernel_products(X, rank))
+            and (X.ndim != 3 or X.flags.c_contiguous) and kernel_products(X, rank))
 
 
 @njit(cache=True, nogil=True, inline="always")
