@@ -28,10 +28,11 @@ fixed mode, 0.72-0.94x for ``non_negative_cp``. Line-search jumps take compiled 
 (:meth:`SmallCPSweep.renorm`) and one product with the tensor for their fit (:meth:`SmallCPSweep.inner_of`).
 
 The arithmetic is serial in a fixed order in the tensor's dtype and BLAS runs on one thread: the same bits on
-every call and for any number of workers. Where vectors are wide, from :data:`SMALL_CP_KERNEL_WORK` of size x rank
-the two products run the engine's small-rank kernels on the calling thread instead (:func:`kernel_products`,
-fixed chains as well), and with them the sweep also takes tensors past the direct route (:func:`beyond_direct`). The bits differ from the direct route's (its MTTKRPs are numpy's
-batched GEMVs with the rank first); the fits agree to rounding (the tests compare both routes).
+every call and for any number of workers. Where vectors are wide, from :data:`SMALL_CP_KERNEL_WORK` of size x
+rank the two products run the engine's small-rank kernels on the calling thread instead
+(:func:`kernel_products`, fixed chains as well), and with them the sweep also takes tensors past the direct
+route (:func:`beyond_direct`). The bits differ from the direct route's (its MTTKRPs are numpy's batched GEMVs
+with the rank first); the fits agree to rounding (the tests compare both routes).
 """
 
 from __future__ import annotations
