@@ -295,6 +295,8 @@ def test_cp_als_sweeps_take_the_rank_outer_products(rng, monkeypatch):
 
     monkeypatch.setattr(bd, "rank_outer_gemv", spy)
     monkeypatch.setattr(_sweeps.MttkrpTree, "_run", rec)
+    monkeypatch.setattr(_sweeps, "REPLAY_STEPS", False)  # (each product through its plan: replayed steps call the
+    # kernel with the arguments kept, tests/test_multi_sweep.py)
     _clear_plans()
     a = tk.cp_als(X, 5, init=init, max_iter=6, tol=0, linesearch=False)
     assert len(calls) >= 12 and all(calls)

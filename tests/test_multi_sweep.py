@@ -196,6 +196,85 @@ def test_cp_als_tree_plans_keep_their_kernel_launches_with_the_same_bits(dtype, 
     _contract._cached_plan.cache_clear()
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cp_als_tree_steps_are_replayed_with_the_same_bits(order, dtype, monkeypatch, planned_sweeps, planned_cp,
+                                                          forced):
+    """The tree's one-mode products (the passes over X and the matrix-vector products on the partials) are worked
+    out once per place and layout and replayed in later sweeps (_sweeps._Step, REPLAY_STEPS), the matrix-vector
+    products by their kernel's arguments kept (_batched_dot.RankOuterStep) where the planner chose that kernel: the
+    iterates are the same bits as without the replay, the sweeps' plans the same, X unmodified."""
+    from tuckerkit.engine import _plan
+    from tuckerkit.engine._batched_dot import RankOuterStep
+
+    # (``forced``, no flop bound and no margin: the passes and the partials' products all go to compiled kernels,
+    # whatever this CPU)
+    monkeypatch.setattr(_plan, "BATCHED_DOT_MIN_FLOPS", 0)
+    monkeypatch.setattr(_plan, "_SMALL_RANK_MARGIN", math.inf)
+    X, rng = _planted((90, 70, 80), 4, dtype, order)
+    before = X.copy()
+    init = [rng.standard_normal((s, 6)).astype(dtype) for s in X.shape]
+    ran: list[tuple[bool, bool, bool]] = []  # (a pass over X, the plan's kernel the rank-outer one, its step kept)
+    own = _sweeps._Step.__call__
+
+    def counted(self, T, U):
+        ran.append((T.size == X.size, self.plan.compiled == _sweeps.CompiledKernel.RANK_OUTER_DOT,
+                    isinstance(self.gemv, RankOuterStep)))
+        return own(self, T, U)
+
+    monkeypatch.setattr(_sweeps._Step, "__call__", counted)
+
+    def run(replay: bool):
+        monkeypatch.setattr(_sweeps, "REPLAY_STEPS", replay)
+        ran.clear()
+        with pytest.warns(tk.ConvergenceWarning):
+            res = tk.cp_als(X, 6, init=init, max_iter=8, tol=0, linesearch=False)
+        return res, list(ran)
+
+    replayed, steps = run(True)
+    assert replayed.passes_per_iteration == 1.5
+    # 8 iterations: 12 passes and 24 matrix-vector products; each of the 3 passes' places and 6 products' places
+    # works its step out once (the first sweeps), every later one is replayed
+    assert sum(s[0] for s in steps) == 12 - 3 and len(steps) == 12 + 24 - 9
+    # (a product the planner gave the rank-outer kernel keeps that kernel's arguments; no pass over X does)
+    assert all(kept == (rank_outer and not full) for full, rank_outer, kept in steps)
+    assert sum(s[2] for s in steps) == 24 - 6
+    plain, none = run(False)
+    assert none == []
+    assert [p.spec for p in replayed.plans] == [p.spec for p in plain.plans]
+    for U, V in zip(replayed.factors, plain.factors, strict=True):
+        assert U.tobytes() == V.tobytes()
+    assert replayed.fit == plain.fit
+    assert np.array_equal(X, before)
+
+
+def test_a_tree_step_is_made_again_for_another_layout_of_its_place(rng, planned_sweeps):
+    """One cache (one decomposition call's) over sweeps of a C- and then an F-ordered tensor of one shape: the same
+    places in the tree with other strides work their steps out again (no step replayed on arrays of another
+    layout), and every MTTKRP is einsum's on the factors it saw."""
+    from tuckerkit.engine import ExecutionPolicy
+    from tuckerkit.engine._sweeps import dense_mttkrp_sweep
+
+    cache: dict = {}
+    policy = ExecutionPolicy()
+    for order in ("C", "F", "C"):
+        X = np.asarray(rng.standard_normal((24, 20, 28)), order=order)
+        factors = [rng.standard_normal((n, 5)) for n in X.shape]
+        seen = []
+
+        def update(n, M, X=X, factors=factors, seen=seen):
+            np.testing.assert_allclose(M, _mttkrp_ref(X, factors, n), rtol=0,
+                                       atol=64 * X.size // X.shape[n] * np.finfo(X.dtype).eps * np.abs(M).max())
+            seen.append(n)
+            factors[n] = rng.standard_normal(factors[n].shape)
+
+        for _ in range(3):
+            dense_mttkrp_sweep(X, factors, update, policy, cache, CarriedPartial())
+        assert seen == [0, 1, 2] * 3
+        steps = [v for k, v in cache.items() if isinstance(k, tuple) and k[0] == "step"]
+        assert steps and all(st.layout[1] == X.strides for st in steps if st.layout[0] == X.shape)
+
+
 def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps, planned_cp):
     """With the line search (jumps tried every second iteration from the sixth, after the sweeps that keep
     nothing) the fits follow the two-pass tree's to rounding and the passes still alternate; a drop of the

@@ -85,8 +85,9 @@ class Monitor:
         prev = self.history[-1] if self.history else self.start_fit
         change = abs(fit - prev) if prev is not None else float("inf")
         self.history.append(fit)
-        self._say(f"{self.name} iteration {iteration}: fit {fit:.10f} (change {change:.3g}), "
-                  f"{time.perf_counter() - self.start:.3f} s")
+        if self.verbose or logger.isEnabledFor(logging.DEBUG):  # (the line made only for a reader: 5-15 us)
+            self._say(f"{self.name} iteration {iteration}: fit {fit:.10f} (change {change:.3g}), "
+                      f"{time.perf_counter() - self.start:.3f} s")
         if self.callback is not None and self.callback(
             IterationState(iteration, fit, change, time.perf_counter() - self.start, tuple(factors), weights)
         ) is True:

@@ -229,15 +229,21 @@ def _mttkrp_split(shape, strides, n, R, dtype=np.float64, host: bool = True) -> 
 def rank_outer(xp, X, rest, R, dtype):
     """An (I_rest..., R) buffer with the rank outermost and the rest in X's memory order (a host one from the
     sweep's workspace or the engine's block pool: CP-ALS's partials, made every sweep)."""
+    shape, axes = rank_outer_layout(X, rest, R)
+    buf = _workspace.empty(shape, dtype) if xp is np else xp.empty(shape, dtype=dtype)
+    return buf.transpose(axes)
+
+
+def rank_outer_layout(X, rest, R) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """:func:`rank_outer`'s buffer shape (C order) and the axes its (I_rest..., R) view takes of it."""
     st = _elem_strides(X)
     mem = sorted(range(len(rest)), key=lambda i: -st[rest[i]])
     shape = (R, *(X.shape[rest[i]] for i in mem))
-    buf = _workspace.empty(shape, dtype) if xp is np else xp.empty(shape, dtype=dtype)
     axes = [0] * (len(rest) + 1)
     for pos, i in enumerate(mem):
         axes[i] = pos + 1
     axes[-1] = 0
-    return buf.transpose(axes)
+    return shape, tuple(axes)
 
 
 def _merged_view(T: Any, axes: list[int]) -> tuple[Any, list[int]] | None:
