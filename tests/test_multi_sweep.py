@@ -204,7 +204,7 @@ def test_cp_als_tree_steps_are_replayed_with_the_same_bits(order, dtype, monkeyp
     out once per place and layout and replayed in later sweeps (_sweeps._Step, REPLAY_STEPS), the matrix-vector
     products by their kernel's arguments kept (_batched_dot.RankOuterStep) where the planner chose that kernel: the
     iterates are the same bits as without the replay, the sweeps' plans the same, X unmodified."""
-    from tuckerkit.engine import _plan
+    from tuckerkit.engine import _handoff, _plan
     from tuckerkit.engine._batched_dot import RankOuterStep
 
     # (``forced``, no flop bound and no margin: the passes and the partials' products all go to compiled kernels,
@@ -214,12 +214,13 @@ def test_cp_als_tree_steps_are_replayed_with_the_same_bits(order, dtype, monkeyp
     X, rng = _planted((90, 70, 80), 4, dtype, order)
     before = X.copy()
     init = [rng.standard_normal((s, 6)).astype(dtype) for s in X.shape]
-    ran: list[tuple[bool, bool, bool]] = []  # (a pass over X, the plan's kernel the rank-outer one, its step kept)
+    # (a pass over X, the plan's kernel the rank-outer one, its step kept, a compiled TTM's launch kept)
+    ran: list[tuple[bool, bool, bool, bool]] = []
     own = _sweeps._Step.__call__
 
     def counted(self, T, U):
         ran.append((T.size == X.size, self.plan.compiled == _sweeps.CompiledKernel.RANK_OUTER_DOT,
-                    isinstance(self.gemv, RankOuterStep)))
+                    isinstance(self.gemv, RankOuterStep), self.launch is not None))
         return own(self, T, U)
 
     monkeypatch.setattr(_sweeps._Step, "__call__", counted)
@@ -237,8 +238,10 @@ def test_cp_als_tree_steps_are_replayed_with_the_same_bits(order, dtype, monkeyp
     # works its step out once (the first sweeps), every later one is replayed
     assert sum(s[0] for s in steps) == 12 - 3 and len(steps) == 12 + 24 - 9
     # (a product the planner gave the rank-outer kernel keeps that kernel's arguments; no pass over X does)
-    assert all(kept == (rank_outer and not full) for full, rank_outer, kept in steps)
+    assert all(kept == (rank_outer and not full) for full, rank_outer, kept, _ in steps)
     assert sum(s[2] for s in steps) == 24 - 6
+    # (each pass's compiled TTM replayed by the launch its plan keeps, where there are helpers to run it on)
+    assert [s[3] for s in steps if s[0]] == [_handoff._handoff() is not None] * 9
     plain, none = run(False)
     assert none == []
     assert [p.spec for p in replayed.plans] == [p.spec for p in plain.plans]

@@ -2884,6 +2884,18 @@ def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return v
 
 
+def kept_launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> _Launch | None:
+    """The :class:`_Launch` that :func:`run_small_rank` keeps on ``plan`` for operands of these strides (made at
+    its first such call), or None: a caller that runs the plan on such operands again may call it directly
+    (False from it: run the plan)."""
+    lay, bound = plan._sr, plan._bound
+    if lay is None or bound is None or plan._bd is not None:
+        return None
+    if lay.swap:
+        A, B = B, A
+    return bound.launch.get((A.strides, B.strides, out.strides))
+
+
 def run_small_rank(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Run a plan whose ``compiled`` kernel is a small-rank TTM or the batched dot product (operands checked
     against the plan)."""

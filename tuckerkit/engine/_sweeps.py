@@ -20,7 +20,7 @@ import numpy as np
 from tuckerkit._validation import check_factor_list
 from tuckerkit.backend import array_namespace
 from tuckerkit.engine import _workspace
-from tuckerkit.engine._contract import _elem_strides, contract, execute, plan_contraction
+from tuckerkit.engine._contract import _elem_strides, _prewake, contract, execute, plan_contraction
 from tuckerkit.engine._direct import (
     device_direct_applies,
     direct_applies,
@@ -463,6 +463,12 @@ class MttkrpTree:
 
             self.cache[key] = step = _Step(p, T, U, shape, axes, rest)  # type: ignore[index]
             step.gemv = rank_outer_step(p, T, U, out, buf)
+            res = execute(p, T, U, out, np)
+            if step.gemv is None and p.compiled != CompiledKernel.NONE:  # (its launch made by this first run)
+                from tuckerkit.engine._smallgemm import kept_launch
+
+                step.launch = kept_launch(p, T, U, out)
+            return res, rest
         return execute(p, T, U, out, np), rest
 
     def _cheapest_first(self, T, t_modes: list[int], order: list[int], x: str) -> int:
@@ -532,13 +538,14 @@ class _Step:
     bits) the iteration took 0.91x the time (float64 0.94x; 100^3 float64 0.87x; 200^3 float32 at rank 50
     0.97x)."""
 
-    __slots__ = ("axes", "dtype", "gemv", "layout", "plan", "rest", "shape")
+    __slots__ = ("axes", "dtype", "gemv", "launch", "layout", "plan", "rest", "shape")
 
     def __init__(self, plan: Any, T: np.ndarray, U: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...],
                  rest: list[int]) -> None:
         self.plan, self.shape, self.axes, self.rest, self.dtype = plan, shape, axes, tuple(rest), T.dtype
         self.layout = (T.shape, T.strides, U.shape, U.strides)
         self.gemv: Any = None
+        self.launch: Any = None  # (a compiled TTM's launch kept on its plan: :func:`~._smallgemm.kept_launch`)
 
     def fits(self, T: np.ndarray, U: np.ndarray) -> bool:
         return (T.shape, T.strides, U.shape, U.strides) == self.layout and T.dtype == self.dtype \
@@ -550,6 +557,11 @@ class _Step:
         if self.gemv is not None:
             self.gemv(T, U, buf.reshape(-1))
             return out
+        if self.launch is not None and U.flags.aligned:  # (what execute would run for this plan, without its
+            # look-ups: the buffer is the pool's, shared with neither operand)
+            _prewake(self.plan)
+            if self.launch(T, U, out):
+                return out
         return execute(self.plan, T, U, out, np)
 
 
