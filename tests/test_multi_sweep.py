@@ -278,6 +278,43 @@ def test_a_tree_step_is_made_again_for_another_layout_of_its_place(rng, planned_
         assert steps and all(st.layout[1] == X.strides for st in steps if st.layout[0] == X.shape)
 
 
+def test_multi_sweep_tapes_replay_each_kind_of_sweep_and_fall_back_step_by_step(rng, planned_sweeps, monkeypatch):
+    """The multi-sweep tree's sweeps are recorded once per kind (from no kept partial, from the kept one) and
+    replayed after (_sweeps._Tape): every MTTKRP is still einsum's on the factors it saw, also when the factors
+    come in another layout mid-call (F-ordered: the replay runs those products the tree's own way), and the
+    sweeps read X as the tree does (2, 1, 2, 1, ...)."""
+    from tuckerkit.engine import ExecutionPolicy
+    from tuckerkit.engine._sweeps import dense_mttkrp_sweep
+
+    replays = []
+    own = _sweeps._Tape.replay
+
+    def counted(self, *args):
+        replays.append(self)
+        return own(self, *args)
+
+    monkeypatch.setattr(_sweeps._Tape, "replay", counted)
+    X = rng.standard_normal((24, 20, 28))
+    factors = [rng.standard_normal((n, 5)) for n in X.shape]
+    cache: dict = {}
+    carry = CarriedPartial()
+    passes = []
+    for k in range(8):
+        fortran = k in (4, 5)
+
+        def update(n, M, fortran=fortran):
+            np.testing.assert_allclose(M, _mttkrp_ref(X, factors, n), rtol=0,
+                                       atol=64 * X.size // X.shape[n] * np.finfo(X.dtype).eps * np.abs(M).max())
+            U = rng.standard_normal(factors[n].shape)
+            factors[n] = np.asfortranarray(U) if fortran else U
+
+        passes.append(dense_mttkrp_sweep(X, factors, update, ExecutionPolicy(), cache, carry).passes)
+    assert passes == [2, 1] * 4
+    tapes = {k: v for k, v in cache.items() if isinstance(k, tuple) and k[0] == "tape"}
+    assert set(tapes) == {("tape", None), ("tape", 1)}
+    assert len(replays) == 6 and set(map(id, replays)) == set(map(id, tapes.values()))
+
+
 def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps, planned_cp):
     """With the line search (jumps tried every second iteration from the sixth, after the sweeps that keep
     nothing) the fits follow the two-pass tree's to rounding and the passes still alternate; a drop of the
