@@ -2886,13 +2886,12 @@ def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def kept_launch(plan, A: np.ndarray, B: np.ndarray, out: np.ndarray) -> _Launch | None:
     """The :class:`_Launch` that :func:`run_small_rank` keeps on ``plan`` for operands of these strides (made at
-    its first such call), or None: a caller that runs the plan on such operands again may call it directly
-    (False from it: run the plan)."""
+    its first such call), or None: a caller that runs the plan on such operands again may call it directly, as
+    ``launch(A, B, out)`` (False from it: run the plan). None for a plan whose matrix comes first (the launch
+    takes the operands the other way round)."""
     lay, bound = plan._sr, plan._bound
-    if lay is None or bound is None or plan._bd is not None:
+    if lay is None or bound is None or plan._bd is not None or lay.swap:
         return None
-    if lay.swap:
-        A, B = B, A
     return bound.launch.get((A.strides, B.strides, out.strides))
 
 
