@@ -512,11 +512,13 @@ def test_a_3way_sweeps_one_mode_half_is_one_fused_pass(order, dtype, monkeypatch
 
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_line_search_fit_takes_the_fused_modes_mttkrp(order, monkeypatch, planned_cp):
-    """A jump's fit needs <X, X_hat>, the same from any mode's MTTKRP: on a 3-way tensor it takes the mode whose
-    MTTKRP is one fused pass (C order's first, F order's last), not always the last; the run's fits are those of
-    the last mode's choice to rounding."""
+    """A jump's fit needs <X, X_hat>, the same from any mode's MTTKRP: on a 3-way tensor whose sweeps take the
+    two-pass tree it takes the mode whose MTTKRP is one fused pass (C order's first, F order's last), not always
+    the last; the run's fits are those of the last mode's choice to rounding. Where the sweeps take the
+    multi-sweep tree, the jump's MTTKRP is that tree's first pass, kept for the next sweep
+    (engine._sweeps.kept_first_mttkrp): the same fits to rounding again."""
     from tuckerkit.decomposition import _cp
-    from tuckerkit.engine import _simd
+    from tuckerkit.engine import _simd, _sweeps
 
     if not _simd.simd_supported():
         pytest.skip("the compiled kernels need AVX2 and FMA")
@@ -529,9 +531,14 @@ def test_line_search_fit_takes_the_fused_modes_mttkrp(order, monkeypatch, planne
     real = _cp.operand_mttkrp
     monkeypatch.setattr(_cp, "operand_mttkrp", lambda op, F, n, pol: modes.append(n) or real(op, F, n, pol))
     with pytest.warns(tk.ConvergenceWarning):
+        kept = tk.cp_als(X, 5, init=init, max_iter=12, tol=0)
+    assert modes == [] and kept.passes_per_iteration < 1.5  # (the multi-sweep tree's pass, kept)
+    monkeypatch.setattr(_sweeps, "MULTI_SWEEP", False)
+    with pytest.warns(tk.ConvergenceWarning):
         new = tk.cp_als(X, 5, init=init, max_iter=12, tol=0)
     assert modes and set(modes) == {0 if order == "C" else 2}
     monkeypatch.setattr(_cp, "_jump_fit_mode", lambda X, N, r, p: N - 1)
     with pytest.warns(tk.ConvergenceWarning):
         old = tk.cp_als(X, 5, init=init, max_iter=12, tol=0)
     np.testing.assert_allclose(new.fit_history, old.fit_history, rtol=0, atol=100 * np.finfo(np.float64).eps)
+    np.testing.assert_allclose(kept.fit_history, old.fit_history, rtol=0, atol=100 * np.finfo(np.float64).eps)

@@ -317,8 +317,9 @@ def test_multi_sweep_tapes_replay_each_kind_of_sweep_and_fall_back_step_by_step(
 
 def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps, planned_cp):
     """With the line search (jumps tried every second iteration from the sixth, after the sweeps that keep
-    nothing) the fits follow the two-pass tree's to rounding and the passes still alternate; a drop of the
-    carrier between sweeps (as after a jump) makes the next sweep read X twice."""
+    nothing) the fits follow the two-pass tree's to rounding; each jump's fit comes from the multi-sweep tree's
+    first pass on the jumped factors, kept for the next sweep (a kept jump then saves that sweep's pass); a
+    drop of the carrier between sweeps makes the next sweep read X twice."""
     X, rng = _planted((90, 70, 80), 4, np.float64, "C")
     init = [rng.standard_normal((s, 6)) for s in X.shape]
 
@@ -329,9 +330,23 @@ def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, pl
             res = tk.cp_als(X, 6, init=init, max_iter=30, tol=1e-14, callback=lambda st: seen.append(st.fit) and None)
         return seen, res
 
+    jumps = []
+    own = _sweeps.kept_first_mttkrp
+
+    def counted(*args):
+        jumps.append(own(*args))
+        return jumps[-1]
+
+    monkeypatch.setattr(_sweeps, "kept_first_mttkrp", counted)
+    monkeypatch.setattr(tk.engine._operand, "kept_first_mttkrp", counted)
     one, res = run(True)
+    tries = len(range(6, len(one) + 1, 2))  # (a jump tried at every even iteration from the sixth)
+    assert len(jumps) == tries and all(M is not None for M in jumps)  # (each from the tree's first pass, kept)
     two, ref = run(False)
-    assert (res.passes_per_iteration, ref.passes_per_iteration) == (1.5, 2)
+    assert len(jumps) == 2 * tries and all(M is None for M in jumps[tries:])  # (the two-pass tree: its own MTTKRP)
+    # (a kept jump's next sweep starts from its pass: fewer passes than the multi-sweep tree's 1.5 an iteration;
+    # the jumps' own passes, as before, not counted)
+    assert res.passes_per_iteration < 1.5 and ref.passes_per_iteration == 2
     np.testing.assert_allclose(one, two, rtol=0, atol=1e-12)
     monkeypatch.setattr(_sweeps, "MULTI_SWEEP", True)
     carry = CarriedPartial()

@@ -407,6 +407,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
 
     sweep = None
     jumps = _Jumps()
+    jump_kept = [False]  # (whether the last jump's fit kept its pass in ``carry``)
     chosen: list[int] = []
 
     def jump_mode() -> int:  # (chosen at the first jump tried)
@@ -464,8 +465,14 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                     # partial, the sweep's from the last mode's MTTKRP: the same value to rounding)
                     return _fit_of_error(normX, cp_fit_error(csmall.inner_of(F), w, _fit_grams(F, G, w, normX), normX))
                 Fc = [U.conj() for U in F] if cplx else F
-                n = jump_mode()
-                M = operand_mttkrp(X, Fc, n, policy)  # (a small tensor's: numpy directly)
+                # (the multi-sweep tree's first pass on the jumped factors, kept for the next sweep: a jump kept
+                # saves that sweep's pass, engine._sweeps.kept_first_mttkrp)
+                M = X.kept_first_mttkrp(Fc, carry, policy=policy) if carry is not None and not cplx else None
+                n = 0
+                jump_kept[0] = M is not None
+                if M is None:
+                    n = jump_mode()
+                    M = operand_mttkrp(X, Fc, n, policy)  # (a small tensor's: numpy directly)
                 if small is not None:
                     return _fit_from_inner(np, normX, small.inner(M, F[n]), w, G)
                 if stack is not None:  # (the sweep's fit's own arithmetic: a jump is kept when it is better)
@@ -478,7 +485,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                                    csmall.renorm if csmall is not None else None)
             if jumped is not None:
                 factors[:], weights, G, fit = jumped
-                if carry is not None:  # (the kept partial holds a factor the jump replaced)
+                if carry is not None and not jump_kept[0]:  # (the kept partial holds a factor the jump replaced;
+                    # the jump's own pass, kept, holds the jumped one)
                     carry.drop()
                 for n, Gn in enumerate(G):
                     set_gram(n, Gn)

@@ -40,6 +40,7 @@ from tuckerkit.engine._sweeps import (
     Sweep,
     dense_mttkrp_sweep,
     dense_ttmc_sweep,
+    kept_first_mttkrp,
     splits_first_alone,
     tree_spine,
 )
@@ -458,6 +459,12 @@ class DenseTensor(OperandBase):
         R = next(int(U.shape[1]) for m, U in enumerate(factors) if m != mode and U is not None) \
             if self.ndim > 1 else int(factors[0].shape[1])
         return dense_mttkrp(self.data, factors, mode, R, plan, resolve_policy(policy))
+
+    def kept_first_mttkrp(self, factors: list[Any], carry: CarriedPartial, *,
+                          policy: ExecutionPolicy | None = None) -> Any:
+        """Mode 0's MTTKRP with the pass it takes kept in ``carry`` for the next sweep, or None
+        (:func:`~tuckerkit.engine._sweeps.kept_first_mttkrp`)."""
+        return kept_first_mttkrp(self.data, factors, resolve_policy(policy), self._sweep_plans, carry)
 
     def ttmc_sweep(self, factors: list[Any], update: Update, *, policy: ExecutionPolicy | None = None,
                    partials: dict[frozenset[int], Any] | None = None, carry: CarriedPartial | None = None) -> Sweep:

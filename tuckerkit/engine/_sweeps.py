@@ -884,6 +884,29 @@ class _Tape:
         return passes
 
 
+def kept_first_mttkrp(X: Any, factors: list[Any], policy: ExecutionPolicy, cache: dict[Any, Any] | None,
+                      carry: CarriedPartial) -> Any:
+    """Mode 0's MTTKRP of a 3-way ``X`` as the multi-sweep tree's sweep from no kept partial makes it (the pass
+    ``X x_2 U_2``, then that partial times ``U_1``), the pass kept in ``carry`` (with a copy of ``U_2``) for the
+    next sweep, which starts from it where ``U_2`` is still the same (:func:`_multi_sweep`, serving modes 0 and
+    1); None, with nothing kept, where the sweeps of ``X`` do not take the multi-sweep tree (the caller makes
+    its MTTKRP its own way).
+
+    For CP-ALS's line search: a jump's fit needs this MTTKRP on the jumped factors, and a jump kept is the next
+    sweep's start, whose first pass is this one. Before, the jump's MTTKRP was one fused pass and the next sweep
+    made its two passes again (the jump dropped the kept partial): four passes over X in the two iterations
+    around a kept jump, three now."""
+    R = next((int(U.shape[1]) for U in factors if U is not None), 0)
+    if (X.ndim != 3 or cache is None or type(X) is not np.ndarray or any(U is None for U in factors)
+            or direct_applies(X, R) or not multi_sweep_applies(X, R, MULTI_SWEEP_CP_MAX_ORDER)):
+        return None
+    tree = MttkrpTree(np, X.shape, factors, None, [], policy, cache)
+    T, t_modes = tree.contract_modes(X, [0, 1, 2], [2], False)
+    carry.keep(X, (T, t_modes), [factors[2]], 2)
+    # (the sweep's first MTTKRP from this partial, :meth:`MttkrpTree.rec`'s halves: mode 1 contracted)
+    return tree.contract_modes(T, t_modes, [1], True)[0]
+
+
 def _partial_elems(shape: tuple[int, ...], passes: list[list[int]]) -> int:
     """Elements (per rank) of the partials a 3-way sweep's passes write, each pass contracting its modes (in
     memory order, C) from the tensor as :meth:`MttkrpTree.contract_modes` does: one mode, or the outermost one
