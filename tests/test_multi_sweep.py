@@ -293,13 +293,23 @@ def test_multi_sweep_tapes_replay_each_kind_of_sweep_and_fall_back_step_by_step(
         replays.append(self)
         return own(self, *args)
 
+    worked = []  # (the products worked out the tree's way, per sweep)
+    own_run = _sweeps.MttkrpTree._one_mode_run
+
+    def run(self, T, t_modes, m, has_r):
+        step = self.cache.get(("step", tuple(t_modes), m, has_r))
+        worked[-1] += not (step is not None and step.fits(T, self.factors[m]))
+        return own_run(self, T, t_modes, m, has_r)
+
     monkeypatch.setattr(_sweeps._Tape, "replay", counted)
+    monkeypatch.setattr(_sweeps.MttkrpTree, "_one_mode_run", run)
     X = rng.standard_normal((24, 20, 28))
     factors = [rng.standard_normal((n, 5)) for n in X.shape]
     cache: dict = {}
     carry = CarriedPartial()
     passes = []
-    for k in range(8):
+    for k in range(12):
+        worked.append(0)
         fortran = k in (4, 5)
 
         def update(n, M, fortran=fortran):
@@ -309,10 +319,15 @@ def test_multi_sweep_tapes_replay_each_kind_of_sweep_and_fall_back_step_by_step(
             factors[n] = np.asfortranarray(U) if fortran else U
 
         passes.append(dense_mttkrp_sweep(X, factors, update, ExecutionPolicy(), cache, carry).passes)
-    assert passes == [2, 1] * 4
+    assert passes == [2, 1] * 6
     tapes = {k: v for k, v in cache.items() if isinstance(k, tuple) and k[0] == "tape"}
     assert set(tapes) == {("tape", None), ("tape", 1)}
-    assert len(replays) == 6 and set(map(id, replays)) == set(map(id, tapes.values()))
+    assert len(replays) == 10 and set(map(id, replays)) == set(map(id, tapes.values()))
+    # the first two sweeps work every product out (5 and 4); C-ordered factors replay them all (sweeps 2-3);
+    # F-ordered ones (made in sweeps 4-5, read up to sweep 7) have the products that take them worked out, and
+    # their places' steps made for the layout they meet: once the factors are all C-ordered again, every
+    # product is replayed (sweeps 10-11)
+    assert worked[:4] == [5, 4, 0, 0] and all(worked[4:8]) and worked[10:] == [0, 0]
 
 
 def test_cp_als_with_line_search_jumps_follows_the_two_pass_tree(monkeypatch, planned_sweeps, planned_cp):

@@ -449,6 +449,8 @@ class MttkrpTree:
         return got
 
     def _one_mode_run(self, T: np.ndarray, t_modes: list[int], m: int, has_r: bool) -> tuple[Any, list[int]]:
+        """The product of :meth:`_one_mode`: by its place's :class:`_Step` where the operands fit it, else worked
+        out (and the step made for their layout)."""
         key = ("step", tuple(t_modes), m, has_r)
         U = self.factors[m]
         step = self.cache.get(key)  # type: ignore[union-attr]
@@ -768,7 +770,7 @@ def _multi_sweep(X: Any, factors: list[Any], update: Update, policy: ExecutionPo
         del T
         m = serve[-1] + 1
     if tree.tape is not None and tree.tape.ok and cache is not None:
-        cache[key] = tree.tape.finish(passes)
+        cache[key] = tree.tape.finish()
     return Sweep(tuple(plans), passes)
 
 
@@ -786,6 +788,7 @@ class _Recorder:
         import weakref
 
         self._ref = weakref.ref
+        self.source = weakref.ref(X)
         self.regs: dict[int, tuple[int, Any]] = {id(X): (_X, weakref.ref(X))}
         if kept is not None:
             self.regs[id(kept)] = (_KEPT, weakref.ref(kept))
@@ -821,8 +824,8 @@ class _Recorder:
         else:
             self.ops.append(("keep", src, tuple(t_modes), j))
 
-    def finish(self, passes: int) -> _Tape:
-        return _Tape(self.regs[next(iter(self.regs))][1](), self.ops)
+    def finish(self) -> _Tape:
+        return _Tape(self.source(), self.ops)
 
 
 class _Tape:
@@ -861,7 +864,7 @@ class _Tape:
             kept = None
         factors, plans = tree.factors, tree.plans
         passes = 0
-        for op in self.ops:
+        for i, op in enumerate(self.ops):
             kind = op[0]
             if kind == "run":
                 _, src, dst, t_modes, m, has_r, step, free = op
@@ -869,8 +872,9 @@ class _Tape:
                 if step is not None and step.fits(T, U):
                     plans.append(step.plan)
                     regs[dst] = step(T, U)
-                else:
+                else:  # (the tree's own way; its step, made for these operands, replayed from the next sweep on)
                     regs[dst] = tree._one_mode_run(T, list(t_modes), m, has_r)[0]
+                    self.ops[i] = (*op[:6], tree.cache.get(("step", t_modes, m, has_r)), free)  # type: ignore[union-attr]
                 passes += src == _X
             elif kind == "update":
                 _, src, n, free = op
