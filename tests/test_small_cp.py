@@ -656,9 +656,10 @@ def test_non_negative_cp_on_the_compiled_tree_matches_the_direct_route(N, order,
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("N", [2, 3, 4])
 def test_forced_kernels_run_each_sweeps_two_products(N, order, dtype, rng, monkeypatch):
-    """With ``kernel_products`` forced, each sweep's two products with the tensor run the small-rank kernels (one
-    ``ttm_outer`` on the C-ordered matrix of the tensor and one ``ttm_inner`` on its transpose, C or F order),
-    none by BLAS's ``matmul``; the factors, fits and weights are the BLAS route's to rounding."""
+    """With ``kernel_products`` forced (and the kept calls off, see below), each sweep's two products with the
+    tensor run the small-rank kernels (one ``ttm_outer`` on the C-ordered matrix of the tensor and one
+    ``ttm_inner`` on its transpose, C or F order), none by BLAS's ``matmul``; the factors, fits and weights are
+    the BLAS route's to rounding."""
     from tuckerkit.engine import _smallgemm as sg
 
     shape, R = SHAPES[N]
@@ -671,6 +672,7 @@ def test_forced_kernels_run_each_sweeps_two_products(N, order, dtype, rng, monke
         real = getattr(sg, name)
         monkeypatch.setattr(sg, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
     monkeypatch.setattr(_small_cp, "kernel_products", lambda X, rank: True)
+    monkeypatch.setattr(_small_cp, "KEEP_PRODUCTS", False)
     a = tk.cp_als(X, R, **kw)
     assert a.plans[0].kind == "mttkrp_compiled"
     assert sorted(calls) == ["ttm_inner"] * 3 + ["ttm_outer"] * 3
@@ -680,6 +682,43 @@ def test_forced_kernels_run_each_sweeps_two_products(N, order, dtype, rng, monke
     # seeds the 4-way models differed by up to 160 eps (float64) and 190 eps (float32, 256-bit vectors' kernels),
     # the 2- and 3-way ones by at most 8 eps)
     assert _rel(a.to_dense(), b.to_dense()) <= 1e3 * _eps(dtype)
+
+
+@pytest.mark.parametrize("linesearch", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("N", [2, 3, 4])
+def test_kept_products_give_the_functions_bits(N, order, dtype, linesearch, rng, monkeypatch):
+    """The sweeps' products by the small-rank kernels keep their kernel's arguments (``KEEP_PRODUCTS``: one
+    :class:`~tuckerkit.engine._smallgemm.KeptTTM` per half, made at its first product, called at every later one,
+    ``ttm_outer`` / ``ttm_inner`` never): the same bits as those functions' calls, a line search's jumps
+    included; the tensor unmodified."""
+    from tuckerkit.engine import _smallgemm as sg
+
+    shape, R = SHAPES[N]
+    X, factors = planted(rng, shape, R, dtype, order)
+    X0 = X.copy(order="K")
+    start = near_start(rng, factors)
+    kw = dict(init=start, max_iter=10, tol=0, linesearch=linesearch)
+    monkeypatch.setattr(_small_cp, "kernel_products", lambda X, rank: True)
+    monkeypatch.setattr(_small_cp, "KEEP_PRODUCTS", False)
+    b = tk.cp_als(X, R, **kw)
+    made, kept, functions, fits = [], [], [], []
+    real_inner = _small_cp.SmallCPSweep.inner_of
+    monkeypatch.setattr(_small_cp.SmallCPSweep, "inner_of", lambda self, F: fits.append(1) or real_inner(self, F))
+    real_make, real_call = sg.KeptTTM.make.__func__, sg.KeptTTM.__call__
+    monkeypatch.setattr(sg.KeptTTM, "make", classmethod(lambda cls, *a: made.append(a[0]) or real_make(cls, *a)))
+    monkeypatch.setattr(sg.KeptTTM, "__call__", lambda self, U: kept.append(U.shape) or real_call(self, U))
+    for name in ("ttm_outer", "ttm_inner"):
+        real = getattr(sg, name)
+        monkeypatch.setattr(sg, name, lambda *a, _real=real, _name=name: functions.append(_name) or _real(*a))
+    monkeypatch.setattr(_small_cp, "KEEP_PRODUCTS", True)
+    a = tk.cp_als(X, R, **kw)
+    _same_bits(a, b)
+    assert sorted(made) == [False, True] and functions == []
+    assert len(kept) == 2 * 10 + len(fits)  # (two a sweep, one for each jump's fit)
+    assert (len(fits) > 0) == linesearch
+    np.testing.assert_array_equal(X, X0)
 
 
 def test_kernel_products_rule(monkeypatch):

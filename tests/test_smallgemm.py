@@ -2742,3 +2742,73 @@ def test_a_planar_short_mode_is_weighed_against_blas_copying_the_matrix(dtype, m
     assert old.compiled == CompiledKernel.NONE and old.remedy == plan_mod.Remedy.COPY_B, old.explain()
     _check(X, U, 2, old(X, U))
     contract_mod._cached_plan.cache_clear()
+
+
+_KEPT_CASES = {  # kernel: (inner, the view shape (A, I) or (A, I, C), R, the style rules forced)
+    "outer_dot": (False, (37, 29), 5, dict(outer_tiny_style=False, outer_vdot_style=False, outer_tr_style=False,
+                                           outer_gemm_style=False)),
+    "outer_gemm": (False, (41, 23), 12, dict(outer_tiny_style=False, outer_vdot_style=False, outer_tr_style=False,
+                                             outer_gemm_style=True, outer_tail_style=False)),
+    "outer_gemm_tail": (False, (41, 23), 19, dict(outer_tiny_style=False, outer_vdot_style=False,
+                                                  outer_tr_style=False, outer_gemm_style=True, outer_tail_style=True)),
+    "outer_tr": (False, (45, 31), 6, dict(outer_tiny_style=False, outer_vdot_style=False, outer_tr_style=True)),
+    "outer_vdot": (False, (45, 70), 7, dict(outer_tiny_style=False, outer_vdot_style=True)),
+    "outer_tiny": (False, (53, 5), 3, dict(outer_tiny_style=True)),
+    "inner": (True, (3, 17, 40), 7, dict(inner_short_style=False)),
+    "inner_short": (True, (50, 13, 3), 6, dict(inner_short_style=True)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", list(_KEPT_CASES))
+def test_a_kept_ttm_gives_the_functions_bits_for_each_calls_matrix(case, dtype, rng, monkeypatch):
+    """:class:`sg.KeptTTM` (a small-rank TTM on fixed views, the matrix given per call) runs the kernel that
+    ``ttm_outer`` / ``ttm_inner`` run, with their bits, for each call's matrix: C- or F-ordered (the first call's
+    layout read whatever the next one's), read-only; never with arguments of another numba type than theirs (no
+    new specialization of the kernel); the views' other memory untouched."""
+    inner, shape, R, rules = _KEPT_CASES[case]
+    for rule, value in rules.items():
+        monkeypatch.setattr(sg, rule, lambda *a, _v=value: _v)
+    X = rng.standard_normal(shape).astype(dtype)
+    I = shape[1]  # noqa: E741
+    if inner:
+        Y = np.full((shape[0], R, shape[2]), np.nan, dtype)
+        ref = np.empty_like(Y)
+    else:  # (the output the transpose of a C array, as CP-ALS's small sweeps give it)
+        Yt = np.full((shape[0], R), np.nan, dtype)
+        Y, ref = Yt.T, np.empty((shape[0], R), dtype).T
+    Us = [rng.standard_normal((I, R)).astype(dtype) for _ in range(3)]
+    Us[1] = np.asfortranarray(Us[1])
+    Us[2].flags.writeable = False
+    kept = sg.KeptTTM.make(inner, X, Us[0], Y)
+    assert kept is not None
+    name = case.removesuffix("_tail")
+    assert kept.kernel is getattr(sg, sg._KERNEL_OF[name])
+    assert (18 in kept.at) == case.endswith("_tail")  # (the tail's columns: a second array from the matrix)
+    refs = []
+    for U in Us:
+        if inner:
+            sg.ttm_inner(X, np.ascontiguousarray(U), ref)
+        else:
+            sg.ttm_outer(X, np.ascontiguousarray(U.T), ref)
+        refs.append(ref.copy())
+    signatures = len(kept.kernel.signatures)
+    for U, ref in zip(Us, refs, strict=True):
+        kept(U)
+        np.testing.assert_array_equal(Y, ref)
+        want = np.einsum("aib,ir->arb", X.astype(np.float64), U) if inner else (X.astype(np.float64) @ U).T
+        np.testing.assert_allclose(Y, want, rtol=0, atol=I * 8 * np.finfo(dtype).eps * np.abs(want).max())
+    assert len(kept.kernel.signatures) == signatures
+    if not inner:
+        assert not np.isnan(Yt).any()
+
+
+def test_a_kept_ttm_is_none_where_the_functions_take_another_route(rng):
+    """No kept call for views the kernels cannot index (a negative stride), nor for a matrix in neither C nor F
+    order (its packing reads one of them)."""
+    X = rng.standard_normal((20, 30))
+    U = rng.standard_normal((30, 4))
+    Y = np.empty((20, 4)).T
+    assert sg.KeptTTM.make(False, X[::-1], U, Y) is None
+    assert sg.KeptTTM.make(False, X, rng.standard_normal((30, 8))[:, ::2], Y) is None
+    assert sg.KeptTTM.make(False, X, U, Y) is not None

@@ -65,6 +65,9 @@ SMALL_CP_MAX_WORK = 1 << 22
 #: (:meth:`SmallCPSweep._product`) instead of BLAS's GEMM on one thread; see :func:`kernel_products`
 SMALL_CP_KERNEL_WORK = {8: 1 << 20, 4: 1 << 21}
 SMALL_CP_KERNEL_MAX_RANK = 10
+#: whether the sweeps' products with the tensor by the small-rank kernels keep their kernel's arguments between
+#: calls (:meth:`SmallCPSweep._kept_product`; the same bits either way)
+KEEP_PRODUCTS = True
 
 
 def kernel_products(X: np.ndarray, rank: int) -> bool:
@@ -270,6 +273,8 @@ class SmallCPSweep:
         self.tmp = [np.empty((1, R, m.shape[0]), dt) if self.by_kernel and not m.flags.c_contiguous else None
                     for m in mats]
         self.direct = False
+        # each half's product with the tensor into its partial as a kept kernel call (_product; False: none)
+        self.kept: list[Any] = [None, None]
         self.record = Sweep((DirectSweep("mttkrp_compiled", shape, dt, R, 4 * X.size * R, "cpu"),), 2)
 
         # each half's steps, worked out once: (modes, the matrix of its product with the tensor, the partial
@@ -297,15 +302,38 @@ class SmallCPSweep:
         if not self.by_kernel:
             np.matmul(mat, other, out=out)
             return
-        from tuckerkit.engine._smallgemm import ttm_inner, ttm_outer
+        tmp, p = self.tmp[k], self.parts[k]
+        # (the kept call writes the half's partial, which every caller passes, as itself or a view of it)
+        kept = self.kept[k] if out is p or (out.base is p and out.shape == p.shape) else False
+        if kept is None:
+            kept = self.kept[k] = self._kept_product(k, other, p)
+        if kept:
+            kept(other)
+        else:
+            from tuckerkit.engine._smallgemm import ttm_inner, ttm_outer
 
-        if mat.flags.c_contiguous:
-            ttm_outer(mat, np.ascontiguousarray(other.T), out.T, None)
-            return
-        tmp = self.tmp[k]
-        assert tmp is not None  # (made for each matrix that is not C-ordered)
-        ttm_inner(mat.T.reshape(1, *mat.T.shape), other, tmp, None)
-        np.copyto(out, tmp[0].T)
+            if tmp is None:
+                ttm_outer(mat, np.ascontiguousarray(other.T), out.T, None)
+            else:
+                ttm_inner(mat.T.reshape(1, *mat.T.shape), other, tmp, None)
+        if tmp is not None:
+            np.copyto(out, tmp[0].T)
+
+    def _kept_product(self, k: int, other: np.ndarray, out: np.ndarray) -> Any:
+        """The small-rank kernel's call of :meth:`_product` ``k`` into ``out`` with its arguments worked out once
+        (:class:`~tuckerkit.engine._smallgemm.KeptTTM`: the same kernel and bits as ``ttm_outer`` /
+        ``ttm_inner``, without their per-call steps), or False (those functions then run). Off with
+        :data:`KEEP_PRODUCTS`."""
+        from tuckerkit.engine._smallgemm import KeptTTM
+
+        if not KEEP_PRODUCTS:
+            return False
+        mat, tmp = self.mats[k], self.tmp[k]
+        if tmp is None:
+            kept = KeptTTM.make(False, mat, other, out.T)
+        else:
+            kept = KeptTTM.make(True, mat.T.reshape(1, *mat.T.shape), other, tmp)
+        return False if kept is None else kept
 
     def _kr(self, k: int, factors: list[Any]) -> Any:
         """Half ``k``'s Khatri-Rao product of ``factors`` (its memory order; a one-mode half's factor itself)."""

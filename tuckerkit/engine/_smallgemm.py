@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -2818,63 +2819,114 @@ def _launch(plan, B: np.ndarray, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_
     data; None where the kernel's own function must run: the views are not the kernel's (negative strides),
     the inner kernel's sum over i is cut (:func:`_reduction_cuts`), B is neither C- nor F-contiguous, or
     there are no helpers to run on."""
+    if not (B.flags.c_contiguous or B.flags.f_contiguous):
+        return None
+    parts = _launch_parts(plan.compiled == CompiledKernel.TTM_INNER, X, U, Y, u_kz)
+    if parts is None:
+        return None
+    launch = _Launch(*parts, plan.policy)
+    return None if launch.rows.size == 0 else launch
+
+
+def _launch_parts(inner: bool, X: np.ndarray, U: np.ndarray, Y: np.ndarray, u_kz: bool
+                  ) -> tuple[str, list, tuple[int, int], tuple[int, ...], tuple[int, ...], int, Any] | None:
+    """The kernel (its name in :data:`_KERNEL_OF`) and arguments of :func:`ttm_inner` (``inner``) or
+    :func:`ttm_outer` on the views ``X``, ``U`` (I, R), ``Y`` over all its tiles: the positions of the tile range,
+    of a piece's scratch and of the arrays a call replaces (the tensor, the packed matrix, the output, then any
+    more of the matrix's), the flops its tiles are cut by, and the packing of the matrix ``B`` of a later call
+    (``U`` is ``B``, or ``B.T`` without ``u_kz``; the layout of the first call's). None where the kernel's own
+    function must run (:func:`_launch`)."""
     fx, fy = flat_span(X), flat_span(Y)
-    if fx is None or fy is None or not (B.flags.c_contiguous or B.flags.f_contiguous):
+    if fx is None or fy is None:
         return None
     fx = read_only(fx)
-    it, R, policy = X.itemsize, U.shape[1], plan.policy
+    it, R = X.itemsize, U.shape[1]
     flops = 2 * X.size * R
     # (the packing functions hold sizes and indices, never the first call's arrays)
     u_of = (lambda b: b) if u_kz else (lambda b: b.T)  # U is B or B.T
-    if plan.compiled == CompiledKernel.TTM_INNER and inner_short_style(R, it, X.shape[2]) and _short_slabs(X):
+    if inner and inner_short_style(R, it, X.shape[2]) and _short_slabs(X):
         dtype = X.dtype
         args = _short_args(X, _short_packed(U, dtype), Y, fx, fy)
-        launch = _Launch("inner_short", args, (13, 14), (), (0, 5, 8),
-                         _cut_flops("inner_short", flops, (X.size + Y.size) * it),
-                         lambda b: _short_packed(u_of(b), dtype), policy)
-    elif plan.compiled == CompiledKernel.TTM_INNER:
+        return ("inner_short", args, (13, 14), (), (0, 5, 8), _cut_flops("inner_short", flops, (X.size + Y.size) * it),
+                lambda b: _short_packed(u_of(b), dtype))
+    if inner:
         A3, I, C = X.shape  # noqa: E741
         if X.strides[2] != it or Y.strides[2] != it or len(_reduction_cuts(A3, I, C, R, it)) != 2:
             return None
         g = _InnerGeometry(A3, I, C, R, it, X.strides[1])
         gather = _u_gather(g, U)
         args = _inner_args(X, Y, g, fx, np.zeros(I * R, X.dtype), fy)
-        launch = _Launch("inner", args, (21, 22), (19, 20), (0, 5, 7), flops, lambda b: gather(u_of(b)), policy)
+        return "inner", args, (21, 22), (19, 20), (0, 5, 7), flops, lambda b: gather(u_of(b))
+    if X.shape[1] > 1 and X.strides[1] != it:
+        return None
+    name, args, lohi, fresh, at = _outer_args(X, np.ascontiguousarray(U.T), Y, fx, fy)
+    if name == "outer_dot":
+        def pack(b):
+            return np.ascontiguousarray(u_of(b).T)
+    elif name == "outer_tr":
+        dtype = X.dtype
+
+        def pack(b):
+            return _tr_packed(u_of(b), dtype)
+    elif name == "outer_vdot":
+        dtype = X.dtype
+
+        def pack(b):
+            return _vdot_packed(u_of(b), dtype)
+    elif name == "outer_tiny":
+        dtype = X.dtype
+
+        def pack(b):
+            return np.ascontiguousarray(u_of(b), dtype).reshape(-1)
     else:
-        if X.shape[1] > 1 and X.strides[1] != it:
+        shape, dtype = (X.shape[1], args[5].size // X.shape[1]), X.dtype
+        Rm = int(args[6])  # (the columns in the blocks' vectors; those past them are dot products: _tail_dots)
+
+        def pack(b):
+            u = u_of(b)
+            up = np.zeros(shape, dtype)
+            up[:, :Rm] = u[:, :Rm]
+            return up if Rm == R else (up, np.ascontiguousarray(u[:, Rm:].T, dtype))
+        if Rm < R:
+            at = (*at, 18)
+    return name, args, lohi, fresh, at, _cut_flops(name, flops, (X.size + Y.size) * it), pack
+
+
+class KeptTTM:
+    """:func:`ttm_inner` (``inner``) or :func:`ttm_outer` on fixed views ``X`` and ``Y`` (as those take them),
+    for matrices ``U`` (I, R) of the first call's dtype and layout given at each call, on this thread: the
+    kernel's arguments (its tiling, scratch and the views' spans) worked out once, a call packs ``U`` and calls
+    the kernel over all its tiles. The same kernel, arguments and tiles as those functions: the same bits. For a
+    caller that runs one product on the same buffers many times (CP-ALS's small sweeps: ``_small_cp``); the
+    views must stay alive and unchanged in shape while it is used. ``KeptTTM.make`` gives None where those
+    functions would cut the product or take another route."""
+
+    __slots__ = ("args", "at", "c_order", "kernel", "pack")
+
+    def __init__(self, name: str, args: list, at: tuple[int, ...], pack, c_order: bool) -> None:
+        self.kernel, self.args, self.at, self.pack = globals()[_KERNEL_OF[name]], list(args), at, pack
+        self.c_order = c_order  # (the first call's layout of U, which the packing reads)
+
+    @classmethod
+    def make(cls, inner: bool, X: np.ndarray, U: np.ndarray, Y: np.ndarray) -> KeptTTM | None:
+        if not (U.flags.c_contiguous or U.flags.f_contiguous):
             return None
-        name, args, lohi, fresh, at = _outer_args(X, np.ascontiguousarray(U.T), Y, fx, fy)
-        if name == "outer_dot":
-            def pack(b):
-                return np.ascontiguousarray(u_of(b).T)
-        elif name == "outer_tr":
-            dtype = X.dtype
+        parts = _launch_parts(inner, X, U, Y, True)
+        if parts is None:
+            return None
+        name, args, _, _, at, _, pack = parts  # (no policy: one piece, all the tiles, as those functions run it)
+        return cls(name, args, at, pack, bool(U.flags.c_contiguous))
 
-            def pack(b):
-                return _tr_packed(u_of(b), dtype)
-        elif name == "outer_vdot":
-            dtype = X.dtype
-
-            def pack(b):
-                return _vdot_packed(u_of(b), dtype)
-        elif name == "outer_tiny":
-            dtype = X.dtype
-
-            def pack(b):
-                return np.ascontiguousarray(u_of(b), dtype).reshape(-1)
-        else:
-            shape, dtype = (X.shape[1], args[5].size // X.shape[1]), X.dtype
-            Rm = int(args[6])  # (the columns in the blocks' vectors; those past them are dot products: _tail_dots)
-
-            def pack(b):
-                u = u_of(b)
-                up = np.zeros(shape, dtype)
-                up[:, :Rm] = u[:, :Rm]
-                return up if Rm == R else (up, np.ascontiguousarray(u[:, Rm:].T, dtype))
-            if Rm < R:
-                at = (*at, 18)
-        launch = _Launch(name, args, lohi, fresh, at, _cut_flops(name, flops, (X.size + Y.size) * it), pack, policy)
-    return None if launch.rows.size == 0 else launch
+    def __call__(self, U: np.ndarray) -> None:
+        if not (U.flags.c_contiguous if self.c_order else U.flags.f_contiguous):
+            U = np.ascontiguousarray(U) if self.c_order else np.asfortranarray(U)
+        p = self.pack(U)
+        args, at = self.args, self.at
+        for k, a in zip((at[1], *at[3:]), p if isinstance(p, tuple) else (p,), strict=True):
+            old = args[k]  # (the same numba type as the first call's: its rank, read-only or not as it was)
+            a = a if a.ndim == old.ndim else a.reshape(-1)
+            args[k] = read_only(a) if not old.flags.writeable else a if a.flags.writeable else a.copy()
+        self.kernel(*args)
 
 
 def _view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
