@@ -304,7 +304,7 @@ class SmallCPSweep:
             return
         tmp, p = self.tmp[k], self.parts[k]
         # (the kept call writes the half's partial, which every caller passes, as itself or a view of it)
-        kept = self.kept[k] if out is p or (out.base is p and out.shape == p.shape) else False
+        kept: Any = self.kept[k] if out is p or (out.base is p and out.shape == p.shape) else False
         if kept is None:
             kept = self.kept[k] = self._kept_product(k, other, p)
         if kept:
