@@ -722,14 +722,17 @@ def test_kept_products_give_the_functions_bits(N, order, dtype, linesearch, rng,
 
 
 def test_kernel_products_rule(monkeypatch):
-    """The small-rank kernels take the products from SMALL_CP_KERNEL_WORK of X.size * R (float64 1 M, float32
+    """The small-rank kernels take the products from SMALL_CP_KERNEL_WORK of X.size * R (1 M; float32 below rank 4
     2 M) at ranks up to SMALL_CP_KERNEL_MAX_RANK, where vectors are wide; BLAS elsewhere."""
     monkeypatch.setattr("tuckerkit.engine._simd.wide_vectors", lambda: True)
     f64, f32 = np.empty((64, 64, 64)), np.empty((64, 64, 64), np.float32)
     assert _small_cp.kernel_products(f64, 10) and _small_cp.kernel_products(f64, 4)
     assert not _small_cp.kernel_products(f64, 11)  # (a larger rank)
     assert not _small_cp.kernel_products(np.empty((40, 40, 40)), 10)  # (640 k)
-    assert _small_cp.kernel_products(f32, 10) and not _small_cp.kernel_products(f32, 5)  # (2.6 M; 1.3 M)
+    assert _small_cp.kernel_products(f32, 10) and _small_cp.kernel_products(f32, 4)  # (2.6 M; 1.05 M)
+    assert not _small_cp.kernel_products(f32, 3) and not _small_cp.kernel_products(np.empty((45,) * 3, np.float32), 10)
+    assert _small_cp.kernel_products(np.empty((128, 128, 64), np.float32), 2)  # (2.1 M at rank 2)
+    assert not _small_cp.kernel_products(np.empty((100, 100, 100), np.float32), 1)  # (1 M at rank 1)
     monkeypatch.setattr("tuckerkit.engine._simd.wide_vectors", lambda: False)
     assert not _small_cp.kernel_products(f64, 10)
 
@@ -749,7 +752,8 @@ def test_beyond_direct_bounds(monkeypatch):
     assert _small_cp.beyond_direct(e((80, 80, 80)), 10) and not _small_cp.beyond_direct(e((80, 80, 80)), 11)
     assert not _small_cp.beyond_direct(e((70, 70, 70)), 2)  # (below the kernels' work: the planner's route)
     assert _small_cp.beyond_direct(e((80, 80, 80), np.float32), 10)
-    assert not _small_cp.beyond_direct(e((80, 80, 80), np.float32), 4)  # (float32's 2 M)
+    assert _small_cp.beyond_direct(e((80, 80, 80), np.float32), 4)  # (1 M from rank 4)
+    assert not _small_cp.beyond_direct(e((80, 80, 80), np.float32), 3)  # (float32's 2 M below rank 4)
     assert not _small_cp.beyond_direct(e((80, 80, 80), order="F"), 10)  # (a 3-way tensor in F order)
     assert _small_cp.beyond_direct(e((30, 30, 30, 30), order="F"), 5)
     assert _small_cp.beyond_direct(e((700, 700), order="F"), 5)

@@ -63,8 +63,10 @@ SMALL_CP_MAX_WORK = 1 << 22
 #: from this much ``X.size * R`` on (by itemsize), at ranks up to ``SMALL_CP_KERNEL_MAX_RANK``, where vectors are
 #: wide, the two products with the tensor run the engine's compiled small-rank kernels on the calling thread
 #: (:meth:`SmallCPSweep._product`) instead of BLAS's GEMM on one thread; see :func:`kernel_products`
-SMALL_CP_KERNEL_WORK = {8: 1 << 20, 4: 1 << 21}
+SMALL_CP_KERNEL_WORK = {8: 1 << 20, 4: 1 << 20}
 SMALL_CP_KERNEL_MAX_RANK = 10
+#: ... float32 at ranks below this one from twice ``SMALL_CP_KERNEL_WORK`` only
+SMALL_CP_KERNEL_F32_MIN_RANK = 4
 #: whether the sweeps' products with the tensor by the small-rank kernels keep their kernel's arguments between
 #: calls (:meth:`SmallCPSweep._kept_product`; the same bits either way)
 KEEP_PRODUCTS = True
@@ -75,9 +77,10 @@ def kernel_products(X: np.ndarray, rank: int) -> bool:
     (:func:`~tuckerkit.engine._smallgemm.ttm_outer` where the matrix of the tensor is C-ordered,
     :func:`~tuckerkit.engine._smallgemm.ttm_inner` on its transpose), on the calling thread, instead of BLAS's
     GEMM on one thread: where vectors are wide, ``rank`` is at most :data:`SMALL_CP_KERNEL_MAX_RANK` and
-    ``X.size * rank`` at least :data:`SMALL_CP_KERNEL_WORK` (float64 1 M, float32 2 M). BLAS's GEMM with an
-    extent of the rank runs at about a third of one core's peak there; below the bounds the kernels' fixed
-    costs (about 10 us a call) weigh more.
+    ``X.size * rank`` at least :data:`SMALL_CP_KERNEL_WORK` (1 M; float32 below rank
+    :data:`SMALL_CP_KERNEL_F32_MIN_RANK` 2 M). BLAS's GEMM with an extent of the rank runs at about a third of
+    one core's peak there; below the bounds the kernels' fixed costs weigh more, and BLAS's products run from L2
+    (a float64 tensor of 0.5 MB: 40^3 at R = 5 / 10 took 1.21 / 1.26x BLAS's time with the kernels).
 
     Measured on the Zen 5 machine (whole ``cp_als`` calls of 25 plain ALS iterations from the same random
     start, planted tensors at 1 % noise, interleaved medians of 15 in one process, kernels over BLAS): float64
@@ -85,12 +88,19 @@ def kernel_products(X: np.ndarray, rank: int) -> bool:
     5 0.55x, 30^3 x 8 R = 8 0.80x, 20 x 100 x 120 R = 10 0.66x; float32 64^3 R = 10 0.82x, 20 x 100 x 120 0.87x.
     Left to BLAS: float32 below 2 M (50^3 R = 10 1.02-1.06x, 64^3 R = 4 0.94x, 30^3 x 8 R = 8 0.95x), and
     larger ranks (40^3 R = 16 / 20 float64 1.00-1.04x, 50^3 R = 16 float32 1.60x). The fits agree to rounding.
+    Since the products keep their kernel's arguments (``KEEP_PRODUCTS``, stop 91; the same measure): float32
+    from 1 M at ranks 4-10 0.62-0.89x the time (48^3 and 50^3 R = 10 0.87-0.89x, 64^3 R = 4 / 5 0.76-0.81 /
+    0.66x, 30^3 x 8 R = 8 0.78x, 500 x 500 R = 5 0.62x), below it 1.30-1.32x (40^3 and 45^3 R = 10); at ranks 1-3
+    float32 still loses or ties (1024 x 1024 and 100^3 R = 1 1.96 / 1.65x, 100^3 R = 2 / 3 1.02 / 1.05x), float64
+    ties (1024 x 1024 R = 1 1.01x, 100^3 R = 2 / 3 1.05 / 1.07x; 80^3 R = 2 0.89x).
     The kernels' sums are deterministic (each element one fixed chain) and run on the calling thread: the same
     bits on every call and for any number of workers, as BLAS on one thread."""
     from tuckerkit.engine._simd import wide_vectors
 
-    return (rank <= SMALL_CP_KERNEL_MAX_RANK and X.size * rank >= SMALL_CP_KERNEL_WORK.get(X.itemsize, 1 << 62)
-            and wide_vectors())
+    work = SMALL_CP_KERNEL_WORK.get(X.itemsize, 1 << 62)
+    if X.itemsize == 4 and rank < SMALL_CP_KERNEL_F32_MIN_RANK:
+        work *= 2
+    return rank <= SMALL_CP_KERNEL_MAX_RANK and X.size * rank >= work and wide_vectors()
 
 
 def small_cp_applies(X: np.ndarray, rank: int) -> bool:
@@ -125,7 +135,9 @@ def beyond_direct(X: np.ndarray, rank: int) -> bool:
     0.64x. Beyond the work bound the planner's route keeps them: 90^3 R = 10 0.98-1.03x, 200 x 60 x 60 R = 10
     1.09x, 100^3 R = 10 1.35x, 120^3 1.43x. A 3-way tensor in F order stays there too: its products are the
     transposed ones (long rows contracted over a few), and the compiled sweep took 0.97-1.55x the time (70^3,
-    80^3, 90^3, 64 x 128 x 64, 128 x 128 x 64); F-ordered 2- and 4-way tensors gain as C-ordered ones."""
+    80^3, 90^3, 64 x 128 x 64, 128 x 128 x 64); F-ordered 2- and 4-way tensors gain as C-ordered ones. The
+    float32 tensors that the kernels' lower bound (stop 91) brings here: 70^3 R = 4 / 5 0.66x, 64 x 80 x 80 R = 4
+    0.61x, 80^3 R = 4 0.88x."""
     return (X.size <= SMALL_CP_KERNEL_MAX_ELEMS and X.size * rank <= SMALL_CP_KERNEL_MAX_WORK
             and (X.ndim != 3 or X.flags.c_contiguous) and kernel_products(X, rank))
 
