@@ -1001,3 +1001,25 @@ def test_a_fused_host_mttkrp_plan_refuses_device_arrays(monkeypatch):
     Xd, Fd = cp.asarray(X), [cp.asarray(U) for U in F]
     with pytest.raises(ValueError, match=r"^plan was made for device 'cpu'; received arrays of the other kind$"):
         mttkrp(Xd, Fd, 0, plan=plan)
+
+
+@pytest.mark.parametrize("shape, ranks", [((10, 10, 10), (3, 3, 3)), ((20, 20, 20), (2, 2, 2)),
+                                          ((8, 8, 8, 8), (3, 3, 3, 3)), ((200, 10, 10), (5, 5, 5)),
+                                          ((6, 7, 8), (2, 3, 2))])
+def test_a_tucker_models_full_tensor_is_c_ordered(xp, shape, ranks):
+    """``TuckerTensor.to_dense()`` (and ``full()``, ``numpy.asarray``) gives a C-ordered array on the model's
+    device whatever order of its axes the engine's last product left (several of these shapes come out of it
+    permuted), with the values of ``core x_n U_n`` by ``numpy.einsum``."""
+    rng = np.random.default_rng(0)
+    core = rng.standard_normal(ranks)
+    Us = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(shape, ranks, strict=True)]
+    T = tk.TuckerTensor(xp.asarray(core), tuple(xp.asarray(U) for U in Us))
+    full = T.to_dense()
+    assert type(full) is type(xp.asarray(core)) and full.flags.c_contiguous and full.shape == shape
+    letters = "abcd"[:len(shape)]
+    want = np.einsum(",".join([letters.upper()] + [f"{a}{b}" for a, b in zip(letters, letters.upper(), strict=True)])
+                     + "->" + letters, core, *Us)
+    got = np.asarray(full) if xp is np else np.asarray(T.to("cpu").to_dense())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.abs(want).max())
+    if xp is np:
+        assert np.asarray(T).flags.c_contiguous and T.full().flags.c_contiguous

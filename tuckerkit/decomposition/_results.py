@@ -418,7 +418,17 @@ class TuckerTensor(_Model):
         return tuple(int(s) for s in self.core.shape)
 
     def to_dense(self) -> Any:
-        """The full tensor ``core x_n U_n`` (allocates ``prod(shape)`` elements)."""
+        """The full tensor ``core x_n U_n`` (allocates ``prod(shape)`` elements), C-ordered, as numpy makes an
+        array: the engine's products leave their result in whichever order of its axes the last one wrote (a
+        10^3 tensor at rank 3 as (10, 10, 10) with strides (80, 8, 800)), and that one is copied then. A
+        C-ordered result is what a user's next step expects (a reshape without a copy; ``hooi``'s compiled sweep
+        of a small tensor takes C and F order only)."""
+        full = self._full()
+        return full if full.flags.c_contiguous else array_namespace(full).ascontiguousarray(full)
+
+    def _full(self) -> Any:
+        """The full tensor in the order of its axes that the engine's products leave (:meth:`to_dense` without
+        its copy: for the library's own sums over it)."""
         from tuckerkit.engine import multi_ttm
 
         return multi_ttm(self.core, list(self.factors))
@@ -466,7 +476,7 @@ class TuckerTensor(_Model):
         op = _reference(X, self.shape, check=False)
         if _dense_input(op):
             got = _blocked_relative_error(op, (self.core, *self.factors), self._unfolded)
-            return got if got is not None else _relative_error(op.data, self.to_dense())
+            return got if got is not None else _relative_error(op.data, self._full())
         inner = _wide(op.multi_ttm(dict(enumerate(self.factors)), transpose=True))
         return _error_from_identity(op.norm(), float(np.sum(inner * _wide(self.core).conj()).real), self.norm())
 
