@@ -48,7 +48,9 @@ def test_tucker_estimator_matches_function(rng):
     Z = est.transform(X)
     assert Z.shape == (30, 6)
     back = est.inverse_transform(Z)
-    assert back.shape == X.shape
+    assert back.shape == X.shape and back.flags.c_contiguous  # (C-ordered, as scikit-learn's arrays are)
+    want = np.einsum("sab,ia,jb->sij", Z.reshape(30, 2, 3), *est.factors_)
+    np.testing.assert_allclose(back, want, rtol=0, atol=1e-12 * np.abs(want).max())
     assert est.score(X) == pytest.approx(1 - np.linalg.norm(X - back) / np.linalg.norm(X))
     assert est.score(X) >= est.fit_ - 1e-10  # unconstrained sample mode projects at least as well
 

@@ -316,6 +316,9 @@ def ttm(
     Returns
     -------
     array, shape (I_0, ..., J, ..., I_{N-1})
+        Its axes lie in memory in the order the chosen kernel writes fastest, not always C's (the last mode's
+        product of a C-ordered tensor puts the new axis outermost); ``out`` gives any other layout, and
+        ``numpy.ascontiguousarray`` a C-ordered copy. The decompositions' results (``to_dense()``) are C-ordered.
 
     Notes
     -----
@@ -432,7 +435,8 @@ def multi_ttm(
     -------
     array
         ``X`` with each multiplied mode resized to ``J_n`` (a sparse ``X`` projected on all modes but at most
-        one gives a dense array, on fewer modes a :class:`~tuckerkit.sparse.COOTensor`).
+        one gives a dense array, on fewer modes a :class:`~tuckerkit.sparse.COOTensor`); its axes in memory in
+        the order its last product wrote (see :func:`ttm`).
 
     Examples
     --------

@@ -188,7 +188,9 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         if Z.ndim != 2 or Z.shape[1] != math.prod(self.ranks_):
             raise ValueError(f"Z must have shape (n_samples, {math.prod(self.ranks_)}); received {Z.shape}")
         G = Z.reshape(Z.shape[0], *self.ranks_)
-        return multi_ttm(G, [None, *self.factors_], skip=0)
+        # (C-ordered, as scikit-learn's transformers give their arrays: the engine's last product leaves the samples'
+        # axis wherever it writes fastest)
+        return np.ascontiguousarray(multi_ttm(G, [None, *self.factors_], skip=0))
 
     def score(self, X, y=None) -> float:
         """Fit ``1 - ||X - X_hat|| / ||X||`` of the projection of ``X`` on the learned feature factors (1.0 for
