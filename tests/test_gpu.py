@@ -1023,3 +1023,19 @@ def test_a_tucker_models_full_tensor_is_c_ordered(xp, shape, ranks):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.abs(want).max())
     if xp is np:
         assert np.asarray(T).flags.c_contiguous and T.full().flags.c_contiguous
+
+
+@pytest.mark.parametrize("shape, rank", [((10, 10, 10), 5), ((8, 8, 8, 8), 3), ((200, 10, 10), 5), ((12, 9, 7), 2)])
+def test_every_tucker_methods_core_and_factors_are_c_ordered(xp, shape, rank):
+    """``hosvd``, ``st_hosvd`` and ``hooi`` give a C-ordered core and C-ordered factors on the input's device (the
+    engine's last projection had left ``hosvd``'s core of these shapes in another order of its axes), the core
+    ``X x_n U_n^T`` of the factors given to ``numpy.einsum``'s precision."""
+    X = np.random.default_rng(1).standard_normal(shape)
+    for f in (tk.hosvd, tk.st_hosvd, tk.hooi):
+        T = f(xp.asarray(X), rank)
+        assert T.core.flags.c_contiguous and all(U.flags.c_contiguous for U in T.factors), f.__name__
+        Th = T.to("cpu") if xp is not np else T
+        letters = "abcd"[:len(shape)]
+        want = np.einsum(",".join([letters] + [f"{a}{b}" for a, b in zip(letters, letters.upper(), strict=True)])
+                         + "->" + letters.upper(), X, *Th.factors)
+        np.testing.assert_allclose(Th.core, want, rtol=0, atol=1e-12 * np.abs(X).sum())

@@ -366,8 +366,9 @@ class TuckerTensor(_Model):
 
     Notes
     -----
-    Frozen: the fields cannot be rebound and the numpy arrays are read-only views (``core.copy()`` to edit).
-    ``to_dense()``, ``full()`` (pyttb's name) and ``numpy.asarray(T)`` reconstruct the full tensor;
+    Frozen: the fields cannot be rebound and the numpy arrays are read-only views (``core.copy()`` to edit); a
+    core given in another layout than C's is copied to a C-ordered one first.
+    ``to_dense()``, ``full()`` (pyttb's name) and ``numpy.asarray(T)`` reconstruct the full tensor (C-ordered);
     ``to_tensorly()`` / ``from_tensorly()`` and ``to_pyttb()`` / ``from_pyttb()`` convert both ways.
 
     Examples
@@ -407,6 +408,10 @@ class TuckerTensor(_Model):
             if U.shape[1] != core.shape[n]:
                 raise ValueError(f"factors[{n}] has shape {tuple(U.shape)}; expected {core.shape[n]} columns (the "
                                  f"core's size along mode {n}, core shape {tuple(core.shape)})")
+        if getattr(getattr(core, "flags", None), "c_contiguous", True) is False:
+            # (a C-ordered core, as numpy makes arrays: the engine's projections may leave a core's axes in another
+            # order in memory; the core is small)
+            object.__setattr__(self, "core", array_namespace(core).ascontiguousarray(core))
         object.__setattr__(self, "factors", factors)
         self._freeze("core")
 
