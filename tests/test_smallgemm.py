@@ -791,7 +791,7 @@ def test_rows_shorter_than_a_strip_of_two_lines_take_strips_of_one(monkeypatch, 
     sg._blocks.cache_clear()
 
 
-@pytest.mark.parametrize("R", [10, 17, 32])
+@pytest.mark.parametrize("R", [10, 15, 16, 17, 32])
 def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch, all_blocks, R, dtype, rng):
     """Strips of one cache line of each row of X (two 256-bit vectors, or one 512-bit) or two (four, or two):
     the columns left at the end of a row run as a line, a vector or one element at a time, the chunks
@@ -814,7 +814,7 @@ def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch,
         assert len(bits) == 1, C
     monkeypatch.undo()
     sg._blocks.cache_clear()
-    assert sg._inner_strip(R) == (4 if sg.wide_vectors() and R > sg._DIRECT_MAX_RANK else 2)
+    assert sg._inner_strip(R) == (4 if sg.wide_vectors() and R >= 16 else 2)
 
 
 @pytest.mark.parametrize("R", [10, 13, 32])

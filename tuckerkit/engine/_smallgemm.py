@@ -212,12 +212,17 @@ _MAX_KC_MID_ROWS = 25
 _MID_ROW_BYTES = (32 << 10, 96 << 10)
 #: ... and of long rows that crowd L1 (:func:`_l1_crowded`) at R above ``_SHORT_CHUNK_RANK`` where vectors are wide
 _MAX_KC_WIDE_CROWDED = 40
-#: the smallest R whose strips are two cache lines wide where vectors are wide (:func:`_inner_strip`): the
-#: packed chunks' ranks (above ``_DIRECT_MAX_RANK``). Measured in one process against strips of one line (the
-#: first and middle modes of 200^3 and 320x240x160, two workers, interleaved medians of 11, the same bits): R =
-#: 20 / 32 0.86-0.94 / 0.82-0.97x the time in float64 and float32; R = 10 (the direct kernel) 0.89-1.01x on the
-#: long rows of the first modes but 1.11-1.12x on the middle modes
-_QUAD_MIN_RANK = 17
+#: the smallest R whose strips are two cache lines wide where vectors are wide (:func:`_inner_strip`; its row
+#: blocks must have 8 rows or more, ``QUAD_MIN_RB``: R of 13-15 keeps strips of one line). Measured on Zen 4 in
+#: one process against strips of one line (the first and middle modes of 200^3 and 320x240x160, two workers,
+#: interleaved medians of 11, the same bits): R = 20 / 32 0.86-0.94 / 0.82-0.97x the time in float64 and
+#: float32; R = 10 0.89-1.01x on the long rows of the first modes but 1.11-1.12x on the middle modes. On Zen 5
+#: (stop 91; two workers, helpers parked between calls, interleaved medians of 15, every inner mode of 200^3,
+#: 320x240x160, 64^4, 100^3 and 60^4): R = 16 (two blocks of 8) 0.74-0.98x the time in 19 of 24 cases over two
+#: runs (median about 0.88x), 1.03-1.14x in the others (60^4's and 64^4's last inner mode in float32, each
+#: 0.74x in the other run); one thread in cache 0.74-0.79x. R = 8 / 10 / 12 stay on one line: 1.0-1.35x the time
+#: streamed (0.85-0.95x only on float32 200^3's first mode), though 0.84-0.93x on one thread in cache
+_QUAD_MIN_RANK = 16
 #: the largest R that takes those capped chunks
 _SHORT_CHUNK_RANK = 16
 #: bytes of one chunk's rows of U and one strip of X (L1 is 32 KiB)
