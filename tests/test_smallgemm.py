@@ -2812,3 +2812,29 @@ def test_a_kept_ttm_is_none_where_the_functions_take_another_route(rng):
     assert sg.KeptTTM.make(False, X[::-1], U, Y) is None
     assert sg.KeptTTM.make(False, X, rng.standard_normal((30, 8))[:, ::2], Y) is None
     assert sg.KeptTTM.make(False, X, U, Y) is not None
+
+
+def test_a_kept_ttm_keeps_no_packed_matrix_and_copies_no_one_block_matrix(rng):
+    """Between calls a :class:`sg.KeptTTM` holds empty arrays where the packed matrix goes (nothing of a call's
+    matrix stays alive), and where the inner kernel takes U in one row block its own rows are the packing: a call
+    allocates nothing of U's size (CP-ALS's small sweeps had peaked at 1.07x their input against 0.46x)."""
+    import tracemalloc
+
+    X3 = rng.standard_normal((1, 2500, 50))
+    U = rng.standard_normal((2500, 10))
+    Y = np.empty((1, 10, 50))
+    kept = sg.KeptTTM.make(True, X3, U, Y)
+    assert kept is not None and len(sg._blocks(2500, 10)[0]) == 1
+    assert all(kept.args[k].size == 0 for k in kept.slots)
+    kept(U)
+    ref = np.empty_like(Y)
+    sg.ttm_inner(X3, U, ref)
+    np.testing.assert_array_equal(Y, ref)
+    assert all(kept.args[k].size == 0 for k in kept.slots)
+    tracemalloc.start()
+    try:
+        kept(U)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < U.nbytes // 4, peak
