@@ -86,6 +86,11 @@ from tuckerkit.engine._simd import (
     VDOT_MAX_RANK,
     VDOT_MIN_RANK,
     WIDE_RB,
+    aquad8,
+    aquad9,
+    aquad10,
+    aquad11,
+    aquad12,
     block1,
     block2,
     block3,
@@ -268,6 +273,14 @@ _PACK_AHEAD = 8
 #: rows 0.81-0.89x (row runs; strip-wise 0.86-1.0x); the direct kernel without it ran at a third to half the
 #: speed from memory (one core)
 _PREFETCH_NEXT = True
+#: on long rows (a row cut into tiles: a first mode's, or a long middle mode's) at ranks of 16 and more (strips
+#: of two lines, two row blocks and more: :func:`_inner_strip`), the direct path's blocks also hint each line of
+#: the row's next strip into L1 at every step (``_simd.aquad8`` ...): the first row block's reads of a strip come
+#: from L2, rows a row's length apart. Measured on the Zen 5 machine (the kernel compiled with the hint beside the
+#: committed one and a plain copy in one process, two threads, shuffled rounds, medians of 21, the same bits),
+#: first modes of 200^3 and 320x240x160: see the stop-92 notes in docs/benchmarks.md. Rank 10 (one row block of a
+#: one-line strip) ran 0.98-1.12x with the hint: not given it; middle modes with rows of one tile: not given it
+_AHEAD_L1 = True
 #: tiles ahead :func:`ttm_outer`'s dot-product kernel (four rows of X a tile) and its transposed tile (16 or 8
 #: rows) prefetch into L2 (0: none), and the most lines of one share of the dot-product kernel's prefetch issued
 #: without a test per line (see _outer_dot_kernel)
@@ -361,6 +374,23 @@ def _block_quad(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
         quad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 8:
         quad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    else:
+        raise ValueError("internal error: no register block of that many rows")
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_quad_ahead(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # _block_quad's blocks that also hint the row's next strip into L1 (long rows: _AHEAD_L1)
+    if rb == 12:
+        aquad12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 11:
+        aquad11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 10:
+        aquad10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 9:
+        aquad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 8:
+        aquad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
         raise ValueError("internal error: no register block of that many rows")
 
@@ -530,6 +560,7 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
     w = snv * vl  # the strip
     ln = 2 * vl  # one cache line
     h = _head_cols(x, C, sxa, sxi, w, wt.size == 0 and nct > 1)
+    ahead = _AHEAD_L1 and snv == 4 and nct > 1  # (long rows, R >= 16: the blocks hinting the next strip)
     for t in range(t_lo, t_hi):
         a = t // nct
         c0 = h + (t - a * nct) * ct
@@ -582,8 +613,12 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                             # (nothing left to fetch: the line this strip starts at)
                             pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, ln, per, rlen, n, xo)
-                            _block(snv, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo, ln,
-                                   pfn)
+                            if _ALL_BLOCKS and ahead:
+                                _block_quad_ahead(rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x,
+                                                  pfo, ln, pfn)
+                            else:
+                                _block(snv, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo,
+                                       ln, pfn)
                 else:
                     # crowded long rows (_l1_crowded) or, with 256-bit vectors, R > _DIRECT_MAX_RANK: the chunk
                     # packed first, strip by strip, reading each row of X once in one unit-stride run (the
