@@ -17,6 +17,7 @@ planner chose, against
 Medians of interleaved repeats. Writes benchmarks/results/ttm.{json,md,png}.
 
 Run:  python benchmarks/ttm.py [--quick]      (--quick: 120^3 and 48^4, 3 repeats; about a minute)
+      python benchmarks/ttm.py --runs 3       (three whole runs; each case the figures of its median run)
       python benchmarks/ttm.py --ranks 6,8,12,14 --name ttm_ranks    (other ranks, written to ttm_ranks.*)
 """
 
@@ -59,6 +60,8 @@ def main(argv=None) -> None:
                     help="comma-separated ranks (default: the floor's 10,32)")
     ap.add_argument("--name", default="ttm", type=result_stem,
                     help="results file stem under benchmarks/results (default: ttm)")
+    ap.add_argument("--runs", default=1, type=positive_int,
+                    help="whole runs of every case, one after another; each case reports its median run (default 1)")
     args = ap.parse_args(argv)
     if args.device != "cpu":
         import gpu
@@ -71,64 +74,67 @@ def main(argv=None) -> None:
         (200, 200, 200), (320, 240, 160), (64, 64, 64, 64)]
     repeat = 3 if args.quick else args.repeat
     ranks = args.ranks
-    rng = np.random.default_rng(0)
-    rows = []
-    # the GEMM peak sampled at the start and before each tensor; every bound takes the highest sample of the run
+    # the GEMM peak sampled at the start and before each tensor; every bound takes the highest sample of the runs
     # (load only lowers a peak: one sample taken in a loaded minute had made the flops bound of rank 32 lenient)
     peaks = {dt: [gemm_peak(dt, 3)] for dt in (np.float64, np.float32)}
     ncpu = max(os.cpu_count() or 1, 1)
     pool = ThreadPoolExecutor(ncpu)  # the read split over one thread per core
-    for dtype in (np.float64, np.float32):
-        name = np.dtype(dtype).name
-        for shape in shapes:
-            X = rng.standard_normal(shape).astype(dtype)
-            peaks[dtype].append(gemm_peak(dtype, 3))
-            reads = read_fns(X, pool, ncpu)
-            Xt = pyttb.tensor(X, copy=False)
-            for R in ranks:
-                for mode in range(len(shape)):
-                    U = rng.standard_normal((shape[mode], R)).astype(dtype)
-                    plan = ttm_plan(X, U, mode, transpose=True)
-                    Xm = X.reshape(shape[mode], -1)  # same-size flattened GEMM (memory reinterpretation)
-                    fns = {
-                        "tuckerkit": lambda X=X, U=U, plan=plan: plan(X, U),
-                        "gemm": lambda U=U, Xm=Xm: U.T @ Xm,
-                        "tensorly": lambda X=X, U=U, mode=mode: tlalg.mode_dot(X, U.T, mode),
-                        "pyttb": lambda Xt=Xt, U=U, mode=mode: Xt.ttm(U.T, mode),
-                    }
-                    if plan.compiled != CompiledKernel.NONE and plan._sr is not None:
-                        blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE,
-                                                   _out_order=plan._sr.blas_out_order)
-                        fns["blas"] = lambda X=X, U=U, blas=blas: blas(X, U)
-                    t = interleaved({**fns, **reads}, repeat)
-                    t.setdefault("blas", t["tuckerkit"])
-                    read = fastest_read(t)
-                    flops = 2.0 * X.size * R
-                    bound = max(read, flops / max(peaks[dtype]))  # (the peak so far; final: _rebound)
-                    ref = np.moveaxis(np.tensordot(U.T.astype(np.float64), X.astype(np.float64), axes=(1, mode)),
-                                      0, mode)
-                    err = float(np.max(np.abs(ttm(X, U, mode, transpose=True) - ref)) / np.max(np.abs(ref)))
-                    row = {
-                        "dtype": name, "shape": list(shape), "rank": R, "mode": mode, "kind": str(plan.kind),
-                        "compiled": str(plan.compiled), "copies": plan.copies, "parallel": plan.parallel,
-                        "estimates_s": dict(plan.estimates), "rel_error": err,
-                        "correct": err <= 64 * shape[mode] * float(np.finfo(dtype).eps),
-                        "t_read": read, "gemm_peak": max(peaks[dtype]), "t_bound": bound, "flops": flops,
-                        **{f"t_{k}": v for k, v in t.items()},
-                        "ratio_bound": t["tuckerkit"] / bound,
-                        "ratio_blas": t["tuckerkit"] / t["blas"],
-                        "ratio_gemm": t["tuckerkit"] / t["gemm"],
-                        "speedup_tensorly": t["tensorly"] / t["tuckerkit"],
-                        "speedup_pyttb": t["pyttb"] / t["tuckerkit"],
-                    }
-                    rows.append(row)
-                    print(f"{name} {'x'.join(map(str, shape)):12s} R={R:3d} mode {mode}: "
-                          f"{row['compiled'] if row['compiled'] != 'none' else row['kind']:22s} "
-                          f"{t['tuckerkit'] * 1e3:7.2f} ms | /bound {row['ratio_bound']:.2f} "
-                          f"/blas {row['ratio_blas']:.2f} /gemm {row['ratio_gemm']:.2f} | x TL "
-                          f"{row['speedup_tensorly']:.2f} x pyttb {row['speedup_pyttb']:.2f}", flush=True)
+    runs = []
+    for _ in range(args.runs):
+        rng = np.random.default_rng(0)  # (the same tensors and matrices every run)
+        rows = []
+        runs.append(rows)
+        for dtype in (np.float64, np.float32):
+            name = np.dtype(dtype).name
+            for shape in shapes:
+                X = rng.standard_normal(shape).astype(dtype)
+                peaks[dtype].append(gemm_peak(dtype, 3))
+                reads = read_fns(X, pool, ncpu)
+                Xt = pyttb.tensor(X, copy=False)
+                for R in ranks:
+                    for mode in range(len(shape)):
+                        U = rng.standard_normal((shape[mode], R)).astype(dtype)
+                        plan = ttm_plan(X, U, mode, transpose=True)
+                        Xm = X.reshape(shape[mode], -1)  # same-size flattened GEMM (memory reinterpretation)
+                        fns = {
+                            "tuckerkit": lambda X=X, U=U, plan=plan: plan(X, U),
+                            "gemm": lambda U=U, Xm=Xm: U.T @ Xm,
+                            "tensorly": lambda X=X, U=U, mode=mode: tlalg.mode_dot(X, U.T, mode),
+                            "pyttb": lambda Xt=Xt, U=U, mode=mode: Xt.ttm(U.T, mode),
+                        }
+                        if plan.compiled != CompiledKernel.NONE and plan._sr is not None:
+                            blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE,
+                                                       _out_order=plan._sr.blas_out_order)
+                            fns["blas"] = lambda X=X, U=U, blas=blas: blas(X, U)
+                        t = interleaved({**fns, **reads}, repeat)
+                        t.setdefault("blas", t["tuckerkit"])
+                        read = fastest_read(t)
+                        flops = 2.0 * X.size * R
+                        bound = max(read, flops / max(peaks[dtype]))  # (the peak so far; final: _rebound)
+                        ref = np.moveaxis(np.tensordot(U.T.astype(np.float64), X.astype(np.float64), axes=(1, mode)),
+                                          0, mode)
+                        err = float(np.max(np.abs(ttm(X, U, mode, transpose=True) - ref)) / np.max(np.abs(ref)))
+                        row = {
+                            "dtype": name, "shape": list(shape), "rank": R, "mode": mode, "kind": str(plan.kind),
+                            "compiled": str(plan.compiled), "copies": plan.copies, "parallel": plan.parallel,
+                            "estimates_s": dict(plan.estimates), "rel_error": err,
+                            "correct": err <= 64 * shape[mode] * float(np.finfo(dtype).eps),
+                            "t_read": read, "gemm_peak": max(peaks[dtype]), "t_bound": bound, "flops": flops,
+                            **{f"t_{k}": v for k, v in t.items()},
+                            "ratio_bound": t["tuckerkit"] / bound,
+                            "ratio_blas": t["tuckerkit"] / t["blas"],
+                            "ratio_gemm": t["tuckerkit"] / t["gemm"],
+                            "speedup_tensorly": t["tensorly"] / t["tuckerkit"],
+                            "speedup_pyttb": t["pyttb"] / t["tuckerkit"],
+                        }
+                        rows.append(row)
+                        print(f"{name} {'x'.join(map(str, shape)):12s} R={R:3d} mode {mode}: "
+                              f"{row['compiled'] if row['compiled'] != 'none' else row['kind']:22s} "
+                              f"{t['tuckerkit'] * 1e3:7.2f} ms | /bound {row['ratio_bound']:.2f} "
+                              f"/blas {row['ratio_blas']:.2f} /gemm {row['ratio_gemm']:.2f} | x TL "
+                              f"{row['speedup_tensorly']:.2f} x pyttb {row['speedup_pyttb']:.2f}", flush=True)
     pool.shutdown()
-    _rebound(rows, {np.dtype(dt).name: max(v) for dt, v in peaks.items()})
+    rows = _median_runs(runs, {np.dtype(dt).name: max(v) for dt, v in peaks.items()})
     summary = summarize(rows)
     summary["gemm_peak_samples"] = {np.dtype(dt).name: v for dt, v in peaks.items()}
     env = environment()
@@ -138,6 +144,23 @@ def main(argv=None) -> None:
     write_text(f"{args.name}.md", md)
     plot(rows, f"{args.name}.png")
     print(md.split("\n## Per case")[0])
+
+
+def _median_runs(runs: list[list[dict]], peak: dict) -> list[dict]:
+    """The rows of ``--runs`` whole runs (the same cases in the same order): each run's bounds from the highest
+    GEMM peak sample of all runs (:func:`_rebound`), then for each case the row of its median run by the ratio to
+    the bound (an even count: the slower of the middle two), every figure of it from that one run (its calls
+    and the read next to them), with every run's ratio in ``ratio_bound_runs``."""
+    for rows in runs:
+        _rebound(rows, peak)
+    out = []
+    for case in zip(*runs, strict=True):
+        order = sorted(case, key=lambda r: r["ratio_bound"])
+        row = dict(order[len(order) // 2])
+        if len(case) > 1:
+            row["ratio_bound_runs"] = [r["ratio_bound"] for r in case]
+        out.append(row)
+    return out
 
 
 def _rebound(rows, peak: dict) -> None:
@@ -172,6 +195,11 @@ def summarize(rows):
                 "min_speedup_tensorly": min(r["speedup_tensorly"] for r in sel),
                 "min_speedup_pyttb": min(r["speedup_pyttb"] for r in sel),
             }
+            if all("ratio_bound_runs" in r for r in sel):
+                n = len(sel[0]["ratio_bound_runs"])
+                out[dt]["runs"] = n
+                out[dt]["cases_within_floor_by_run"] = [sum(r["ratio_bound_runs"][k] <= 1.5 for r in sel)
+                                                        for k in range(n)]
             if all("ratio_bound_numpy_read" in r for r in sel):
                 out[dt].update({
                     "worst_ratio_bound_numpy_read": max(r["ratio_bound_numpy_read"] for r in sel),
@@ -204,6 +232,10 @@ def markdown(rows, summary, ranks=(10, 32)) -> str:
                 f"compiled kernel chosen in {s['compiled_cases']} (median {s['compiled_over_blas_median']:.2f}x "
                 f"the BLAS time); at least {s['min_speedup_tensorly']:.1f}x TensorLy, "
                 f"{s['min_speedup_pyttb']:.1f}x pyttb.")
+            if "runs" in s:
+                lines.append(
+                    f"  Each case from the median of its {s['runs']} whole runs; within 1.5x in each run: "
+                    f"{', '.join(map(str, s['cases_within_floor_by_run']))} of {s['cases']}.")
             if "cases_within_floor_numpy_read" in s:
                 lines.append(
                     f"  Against the bound with the issue's read (numpy's reduce, one thread or split; not bound by "

@@ -68,6 +68,36 @@ def test_ttm_bounds_take_the_runs_highest_gemm_peak(monkeypatch):
     assert all("ratio_bound_numpy_read" not in r for r in rows)  # (no numpy reads timed: nothing made up)
 
 
+def test_ttm_runs_report_each_cases_median_run(monkeypatch):
+    """benchmarks/ttm.py --runs: every run's bounds from the highest peak of all runs, then each case the whole row
+    of its median run by the ratio to the bound (an even count: the slower middle one), every run's ratio kept;
+    the summary counts the cases within the floor in each run."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"))
+    import ttm
+
+    base = {"dtype": "float64", "shape": [8, 8, 8], "rank": 2, "compiled": "none", "kind": "gemm",
+            "ratio_blas": 1.0, "ratio_gemm": 1.0, "speedup_tensorly": 2.0, "speedup_pyttb": 3.0, "correct": True,
+            "flops": 1e8}
+
+    def run(tag, t0, t1):
+        return [{**base, "mode": 0, "t_read": 1e-3, "t_tuckerkit": t0, "tag": tag},
+                {**base, "mode": 1, "t_read": 2e-3, "t_tuckerkit": t1, "tag": tag}]
+
+    runs = [run("a", 1.2e-3, 2.0e-3), run("b", 1.6e-3, 4.0e-3), run("c", 1.4e-3, 3.2e-3)]
+    rows = ttm._median_runs(runs, {"float64": 1e11})
+    assert [r["tag"] for r in rows] == ["c", "c"]  # (case 0: 1.2 / 1.6 / 1.4 -> 1.4; case 1: 1.0 / 2.0 / 1.6)
+    assert [r["ratio_bound"] for r in rows] == pytest.approx([1.4, 1.6], rel=1e-12)
+    assert rows[0]["ratio_bound_runs"] == pytest.approx([1.2, 1.6, 1.4], rel=1e-12)
+    two = ttm._median_runs([run("a", 1.2e-3, 2.0e-3), run("b", 1.6e-3, 4.0e-3)], {"float64": 1e11})
+    assert [r["tag"] for r in two] == ["b", "b"]
+    rows[0]["dtype"] = rows[1]["dtype"] = "float64"
+    s = ttm.summarize(rows)["float64"]
+    assert s["runs"] == 3 and s["cases_within_floor_by_run"] == [2, 0, 1]
+    md = ttm.markdown(rows, ttm.summarize(rows))
+    assert "median of its 3 whole runs; within 1.5x in each run: 2, 0, 1 of 2." in md
+
+
 def test_ttm_reports_the_issues_numpy_read_bound_beside_the_verdict(monkeypatch):
     """benchmarks/ttm.py: where numpy's two reads were timed, each row also gets the bound as issue 15 words it
     (the faster of numpy's reduce on one thread and split, or flops / peak), summarized and tabled beside the
