@@ -146,7 +146,7 @@ def _close_loop(builder: Any, iv: Any, phis: list[Any], new: list[Any], done: An
     builder.position_at_end(done)
 
 
-def _make(RB: int, NV: int, strided: bool = False, ahead: bool = False):
+def _make(RB: int, NV: int, strided: bool = False, ahead: int = 0):
     def _typed(x, up, y, px):
         if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
                 and isinstance(up, types.Array) and isinstance(y, types.Array)
@@ -210,10 +210,10 @@ def _make(RB: int, NV: int, strided: bool = False, ahead: bool = False):
             builder.position_at_end(main)
             xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
             if ahead:
-                # each line of this row's next strip (the NVr vectors after these) hinted into L1: a hint that
-                # changes no value (see ``aquad8``)
+                # each line of this row's strip ``ahead`` strips on (the next: the NVr vectors after these) hinted
+                # into L1: a hint that changes no value (see ``aquad8``)
                 for v in range(NVr):
-                    nptr = builder.gep(xrow, [ir.Constant(i64, (NVr + v) * VL)])
+                    nptr = builder.gep(xrow, [ir.Constant(i64, (ahead * NVr + v) * VL)])
                     builder.call(pfetch, [builder.bitcast(nptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
                                           ir.Constant(i32, 3), ir.Constant(i32, 1)])
             xs = [builder.load(builder.bitcast(builder.gep(xrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()),
@@ -286,7 +286,7 @@ quad8, quad9, quad10, quad11, quad12 = (_make(rb, 4) for rb in range(QUAD_MIN_RB
 #: and more). Measured on the Zen 5 machine (the first modes of 200^3 and 320x240x160, two threads, the kernel
 #: with the hint compiled beside the committed one and a plain copy in one process, shuffled rounds, the same
 #: bits): see ``_smallgemm._AHEAD_L1``
-aquad8, aquad9, aquad10, aquad11, aquad12 = (_make(rb, 4, ahead=True) for rb in range(QUAD_MIN_RB, WIDE_RB + 1))
+aquad8, aquad9, aquad10, aquad11, aquad12 = (_make(rb, 4, ahead=1) for rb in range(QUAD_MIN_RB, WIDE_RB + 1))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
 #: one-vector strip (six accumulators: half the fused multiply-adds in flight that the FMA units take)
 gtri1, gtri2, gtri3, gtri4 = (_make(rb, 3, True) for rb in range(1, 5))
