@@ -817,27 +817,34 @@ def test_inner_kernel_strips_of_one_or_two_lines_give_the_same_bits(monkeypatch,
     assert sg._inner_strip(R) == (4 if sg.wide_vectors() and R >= 16 else 2)
 
 
-@pytest.mark.parametrize("R", [16, 24, 32])
+@pytest.mark.parametrize("R", [13, 15, 16, 24, 32])
 def test_long_rows_hinting_the_next_strip_give_the_same_bits(monkeypatch, all_blocks, R, dtype, rng):
-    """Long rows (a row cut into tiles) at R of 16 and more read directly: the direct path's blocks of strips of
-    two lines also hint each row's next strip into L1 (``_AHEAD_L1``, ``_simd.aquad8`` ...). A hint changes no
-    value: tiles a fraction of the row, chunks of a few rows, the row's tail; the same bits as strips of one
-    line (which take the plain blocks), on one worker and two, and einsum's sums to rounding."""
+    """Long rows (a row cut into tiles) read directly with two row blocks or more: the direct path's blocks also
+    hint each row's next strip into L1 (``_AHEAD_L1``; strips of two lines, ``_simd.aquad8`` ..., at R >= 16;
+    strips of one line in blocks of 6-8 rows, ``_simd.ablock6`` ..., at R = 13-15). A hint changes no value:
+    tiles a fraction of the row, chunks of a few rows, the row's tail; the same bits as the plain blocks (blocks
+    of at most 5 rows), on one worker and two, and einsum's sums to rounding."""
     assert sg._AHEAD_L1 is True
     vl = 32 // np.dtype(dtype).itemsize
     ct = 8 * vl  # (two strips of two lines a tile)
     C = 5 * ct + 3 * vl + 1  # five whole tiles, then a line, a vector and one column left
     X = _sliced_view(rng, (2, 37, C), dtype)
     U = rng.standard_normal((37, R)).astype(dtype)
+    # (strip, widest row block, whether the hinting blocks run: strips of two lines, or blocks of 6-8 rows)
+    configs = [(4, 12, True), (2, 12, R == 16), (2, 5, False)] if R >= 16 else [(2, 12, True), (2, 5, False)]
     bits = set()
-    for snv in (2, 4):
+    for snv, rb_cap, ahead in configs:
         monkeypatch.setattr(sg, "wide_vectors", lambda: True)  # (blocks of 8-12 rows, whatever this CPU has)
+        monkeypatch.setattr(sg, "_inner_rb", lambda rb_cap=rb_cap: rb_cap)
         sg._blocks.cache_clear()
         monkeypatch.setattr(sg, "_inner_strip", lambda R, snv=snv: snv)
         monkeypatch.setattr(sg, "_tiling", lambda *a, **k: (ct, 8))
         monkeypatch.setattr(sg, "_direct_chunks", lambda *a, **k: True)
         g = sg._InnerGeometry(2, 37, C, R, X.itemsize, X.strides[1] // X.itemsize)
         assert (g.snv, g.ct, g.kc, g.packed) == (snv, ct, 8, False) and g.n_tiles == 2 * 6  # (rows of six tiles)
+        sizes = [rb for _, rb in g.rows]
+        hinted = len(sizes) >= 2 and (snv == 4 or (6 <= min(sizes) and max(sizes) <= 8))
+        assert hinted is ahead, sizes  # (the kernel's own rule)
         for workers in (1, 2):
             Y = np.full((2, R, C), np.nan, dtype)
             sg.ttm_inner(X, U, Y, ExecutionPolicy(workers))

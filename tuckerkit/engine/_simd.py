@@ -287,6 +287,8 @@ quad8, quad9, quad10, quad11, quad12 = (_make(rb, 4) for rb in range(QUAD_MIN_RB
 #: with the hint compiled beside the committed one and a plain copy in one process, shuffled rounds, the same
 #: bits): see ``_smallgemm._AHEAD_L1``
 aquad8, aquad9, aquad10, aquad11, aquad12 = (_make(rb, 4, ahead=1) for rb in range(QUAD_MIN_RB, WIDE_RB + 1))
+#: ... and strips of one line in blocks of 6-8 rows (R = 13-15 where vectors are wide: two blocks)
+ablock6, ablock7, ablock8 = (_make(rb, NV, ahead=1) for rb in (6, 7, 8))
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
 #: one-vector strip (six accumulators: half the fused multiply-adds in flight that the FMA units take)
 gtri1, gtri2, gtri3, gtri4 = (_make(rb, 3, True) for rb in range(1, 5))

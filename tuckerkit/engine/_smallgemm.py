@@ -86,6 +86,9 @@ from tuckerkit.engine._simd import (
     VDOT_MAX_RANK,
     VDOT_MIN_RANK,
     WIDE_RB,
+    ablock6,
+    ablock7,
+    ablock8,
     aquad8,
     aquad9,
     aquad10,
@@ -278,8 +281,9 @@ _PREFETCH_NEXT = True
 #: the row's next strip into L1 at every step (``_simd.aquad8`` ...): the first row block's reads of a strip come
 #: from L2, rows a row's length apart. Measured on the Zen 5 machine (the kernel compiled with the hint beside the
 #: committed one and a plain copy in one process, two threads, shuffled rounds, medians of 21, the same bits),
-#: first modes of 200^3 and 320x240x160: see the stop-92 notes in docs/benchmarks.md. Rank 10 (one row block of a
-#: one-line strip) ran 0.98-1.12x with the hint: not given it; middle modes with rows of one tile: not given it
+#: first modes of 200^3 and 320x240x160: see the stop-92 notes in docs/benchmarks.md. Also R = 13-15 (strips of
+#: one line, two blocks of 6-8 rows: ``_simd.ablock6`` ...). Rank 10 (one row block of a one-line strip) ran
+#: 0.98-1.12x with the hint: not given it; middle modes with rows of one tile: not given it
 _AHEAD_L1 = True
 #: tiles ahead :func:`ttm_outer`'s dot-product kernel (four rows of X a tile) and its transposed tile (16 or 8
 #: rows) prefetch into L2 (0: none), and the most lines of one share of the dot-product kernel's prefetch issued
@@ -391,6 +395,19 @@ def _block_quad_ahead(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pf
         aquad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     elif rb == 8:
         aquad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    else:
+        raise ValueError("internal error: no register block of that many rows")
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_line_ahead(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
+    # _block_line's blocks of 6-8 rows that also hint the row's next strip into L1 (long rows: _AHEAD_L1)
+    if rb == 8:
+        ablock8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 7:
+        ablock7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+    elif rb == 6:
+        ablock6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
         raise ValueError("internal error: no register block of that many rows")
 
@@ -560,7 +577,16 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
     w = snv * vl  # the strip
     ln = 2 * vl  # one cache line
     h = _head_cols(x, C, sxa, sxi, w, wt.size == 0 and nct > 1)
-    ahead = _AHEAD_L1 and snv == 4 and nct > 1  # (long rows, R >= 16: the blocks hinting the next strip)
+    # long rows (a row in several tiles) with two row blocks or more: the blocks hinting each row's next strip,
+    # strips of two lines (blocks of 8-12 rows) or of one line in blocks of 6-8 (R = 13-15)
+    ahead = False
+    if _AHEAD_L1 and nct > 1 and nblk >= 2:
+        rlo = blocks[0, 1]
+        rhi = blocks[0, 1]
+        for k in range(1, nblk):
+            rlo = min(rlo, blocks[k, 1])
+            rhi = max(rhi, blocks[k, 1])
+        ahead = snv == 4 or (snv == 2 and 6 <= rlo and rhi <= 8)
     for t in range(t_lo, t_hi):
         a = t // nct
         c0 = h + (t - a * nct) * ct
@@ -613,8 +639,11 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                             # (nothing left to fetch: the line this strip starts at)
                             pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, ln, per, rlen, n, xo)
-                            if _ALL_BLOCKS and ahead:
+                            if _ALL_BLOCKS and ahead and snv == 4:
                                 _block_quad_ahead(rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x,
+                                                  pfo, ln, pfn)
+                            elif _ALL_BLOCKS and ahead:
+                                _block_line_ahead(rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x,
                                                   pfo, ln, pfn)
                             else:
                                 _block(snv, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo,
