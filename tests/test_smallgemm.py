@@ -2858,11 +2858,12 @@ def test_a_kept_ttm_keeps_no_packed_matrix_and_copies_no_one_block_matrix(rng):
     allocates nothing of U's size (CP-ALS's small sweeps had peaked at 1.07x their input against 0.46x)."""
     import tracemalloc
 
+    R = 6  # (one row block on every CPU: at most MAX_RB = 6 rows with 256-bit vectors, WIDE_RB = 12 with wide ones)
     X3 = rng.standard_normal((1, 2500, 50))
-    U = rng.standard_normal((2500, 10))
-    Y = np.empty((1, 10, 50))
+    U = rng.standard_normal((2500, R))
+    Y = np.empty((1, R, 50))
     kept = sg.KeptTTM.make(True, X3, U, Y)
-    assert kept is not None and len(sg._blocks(2500, 10)[0]) == 1
+    assert kept is not None and len(sg._blocks(2500, R)[0]) == 1
     assert all(kept.args[k].size == 0 for k in kept.slots)
     kept(U)
     ref = np.empty_like(Y)
