@@ -79,60 +79,7 @@ def main(argv=None) -> None:
     peaks = {dt: [gemm_peak(dt, 3)] for dt in (np.float64, np.float32)}
     ncpu = max(os.cpu_count() or 1, 1)
     pool = ThreadPoolExecutor(ncpu)  # the read split over one thread per core
-    runs = []
-    for _ in range(args.runs):
-        rng = np.random.default_rng(0)  # (the same tensors and matrices every run)
-        rows = []
-        runs.append(rows)
-        for dtype in (np.float64, np.float32):
-            name = np.dtype(dtype).name
-            for shape in shapes:
-                X = rng.standard_normal(shape).astype(dtype)
-                peaks[dtype].append(gemm_peak(dtype, 3))
-                reads = read_fns(X, pool, ncpu)
-                Xt = pyttb.tensor(X, copy=False)
-                for R in ranks:
-                    for mode in range(len(shape)):
-                        U = rng.standard_normal((shape[mode], R)).astype(dtype)
-                        plan = ttm_plan(X, U, mode, transpose=True)
-                        Xm = X.reshape(shape[mode], -1)  # same-size flattened GEMM (memory reinterpretation)
-                        fns = {
-                            "tuckerkit": lambda X=X, U=U, plan=plan: plan(X, U),
-                            "gemm": lambda U=U, Xm=Xm: U.T @ Xm,
-                            "tensorly": lambda X=X, U=U, mode=mode: tlalg.mode_dot(X, U.T, mode),
-                            "pyttb": lambda Xt=Xt, U=U, mode=mode: Xt.ttm(U.T, mode),
-                        }
-                        if plan.compiled != CompiledKernel.NONE and plan._sr is not None:
-                            blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE,
-                                                       _out_order=plan._sr.blas_out_order)
-                            fns["blas"] = lambda X=X, U=U, blas=blas: blas(X, U)
-                        t = interleaved({**fns, **reads}, repeat)
-                        t.setdefault("blas", t["tuckerkit"])
-                        read = fastest_read(t)
-                        flops = 2.0 * X.size * R
-                        bound = max(read, flops / max(peaks[dtype]))  # (the peak so far; final: _rebound)
-                        ref = np.moveaxis(np.tensordot(U.T.astype(np.float64), X.astype(np.float64), axes=(1, mode)),
-                                          0, mode)
-                        err = float(np.max(np.abs(ttm(X, U, mode, transpose=True) - ref)) / np.max(np.abs(ref)))
-                        row = {
-                            "dtype": name, "shape": list(shape), "rank": R, "mode": mode, "kind": str(plan.kind),
-                            "compiled": str(plan.compiled), "copies": plan.copies, "parallel": plan.parallel,
-                            "estimates_s": dict(plan.estimates), "rel_error": err,
-                            "correct": err <= 64 * shape[mode] * float(np.finfo(dtype).eps),
-                            "t_read": read, "gemm_peak": max(peaks[dtype]), "t_bound": bound, "flops": flops,
-                            **{f"t_{k}": v for k, v in t.items()},
-                            "ratio_bound": t["tuckerkit"] / bound,
-                            "ratio_blas": t["tuckerkit"] / t["blas"],
-                            "ratio_gemm": t["tuckerkit"] / t["gemm"],
-                            "speedup_tensorly": t["tensorly"] / t["tuckerkit"],
-                            "speedup_pyttb": t["pyttb"] / t["tuckerkit"],
-                        }
-                        rows.append(row)
-                        print(f"{name} {'x'.join(map(str, shape)):12s} R={R:3d} mode {mode}: "
-                              f"{row['compiled'] if row['compiled'] != 'none' else row['kind']:22s} "
-                              f"{t['tuckerkit'] * 1e3:7.2f} ms | /bound {row['ratio_bound']:.2f} "
-                              f"/blas {row['ratio_blas']:.2f} /gemm {row['ratio_gemm']:.2f} | x TL "
-                              f"{row['speedup_tensorly']:.2f} x pyttb {row['speedup_pyttb']:.2f}", flush=True)
+    runs = [_one_run(shapes, ranks, repeat, pool, ncpu, peaks, tlalg, pyttb) for _ in range(args.runs)]
     pool.shutdown()
     rows = _median_runs(runs, {np.dtype(dt).name: max(v) for dt, v in peaks.items()})
     summary = summarize(rows)
@@ -144,6 +91,63 @@ def main(argv=None) -> None:
     write_text(f"{args.name}.md", md)
     plot(rows, f"{args.name}.png")
     print(md.split("\n## Per case")[0])
+
+
+def _one_run(shapes, ranks, repeat: int, pool, ncpu: int, peaks: dict, tlalg, pyttb) -> list[dict]:
+    """One whole run: every (dtype, tensor, rank, mode) case timed interleaved with its peers and reads; the GEMM
+    peak sampled again before each tensor into ``peaks``."""
+    rng = np.random.default_rng(0)  # (the same tensors and matrices every run)
+    rows = []
+    for dtype in (np.float64, np.float32):
+        name = np.dtype(dtype).name
+        for shape in shapes:
+            X = rng.standard_normal(shape).astype(dtype)
+            peaks[dtype].append(gemm_peak(dtype, 3))
+            reads = read_fns(X, pool, ncpu)
+            Xt = pyttb.tensor(X, copy=False)
+            for R in ranks:
+                for mode in range(len(shape)):
+                    U = rng.standard_normal((shape[mode], R)).astype(dtype)
+                    plan = ttm_plan(X, U, mode, transpose=True)
+                    Xm = X.reshape(shape[mode], -1)  # same-size flattened GEMM (memory reinterpretation)
+                    fns = {
+                        "tuckerkit": lambda X=X, U=U, plan=plan: plan(X, U),
+                        "gemm": lambda U=U, Xm=Xm: U.T @ Xm,
+                        "tensorly": lambda X=X, U=U, mode=mode: tlalg.mode_dot(X, U.T, mode),
+                        "pyttb": lambda Xt=Xt, U=U, mode=mode: Xt.ttm(U.T, mode),
+                    }
+                    if plan.compiled != CompiledKernel.NONE and plan._sr is not None:
+                        blas = dataclasses.replace(plan, compiled=CompiledKernel.NONE,
+                                                   _out_order=plan._sr.blas_out_order)
+                        fns["blas"] = lambda X=X, U=U, blas=blas: blas(X, U)
+                    t = interleaved({**fns, **reads}, repeat)
+                    t.setdefault("blas", t["tuckerkit"])
+                    read = fastest_read(t)
+                    flops = 2.0 * X.size * R
+                    bound = max(read, flops / max(peaks[dtype]))  # (the peak so far; final: _rebound)
+                    ref = np.moveaxis(np.tensordot(U.T.astype(np.float64), X.astype(np.float64), axes=(1, mode)),
+                                      0, mode)
+                    err = float(np.max(np.abs(ttm(X, U, mode, transpose=True) - ref)) / np.max(np.abs(ref)))
+                    row = {
+                        "dtype": name, "shape": list(shape), "rank": R, "mode": mode, "kind": str(plan.kind),
+                        "compiled": str(plan.compiled), "copies": plan.copies, "parallel": plan.parallel,
+                        "estimates_s": dict(plan.estimates), "rel_error": err,
+                        "correct": err <= 64 * shape[mode] * float(np.finfo(dtype).eps),
+                        "t_read": read, "gemm_peak": max(peaks[dtype]), "t_bound": bound, "flops": flops,
+                        **{f"t_{k}": v for k, v in t.items()},
+                        "ratio_bound": t["tuckerkit"] / bound,
+                        "ratio_blas": t["tuckerkit"] / t["blas"],
+                        "ratio_gemm": t["tuckerkit"] / t["gemm"],
+                        "speedup_tensorly": t["tensorly"] / t["tuckerkit"],
+                        "speedup_pyttb": t["pyttb"] / t["tuckerkit"],
+                    }
+                    rows.append(row)
+                    print(f"{name} {'x'.join(map(str, shape)):12s} R={R:3d} mode {mode}: "
+                          f"{row['compiled'] if row['compiled'] != 'none' else row['kind']:22s} "
+                          f"{t['tuckerkit'] * 1e3:7.2f} ms | /bound {row['ratio_bound']:.2f} "
+                          f"/blas {row['ratio_blas']:.2f} /gemm {row['ratio_gemm']:.2f} | x TL "
+                          f"{row['speedup_tensorly']:.2f} x pyttb {row['speedup_pyttb']:.2f}", flush=True)
+    return rows
 
 
 def _median_runs(runs: list[list[dict]], peak: dict) -> list[dict]:
