@@ -146,96 +146,111 @@ def _close_loop(builder: Any, iv: Any, phis: list[Any], new: list[Any], done: An
     builder.position_at_end(done)
 
 
+def _block_types(x: Any, up: Any, y: Any, px: Any) -> bool:
+    return (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
+            and isinstance(up, types.Array) and isinstance(y, types.Array)
+            and up.dtype == x.dtype and y.dtype == x.dtype and isinstance(px, types.Array))
+
+
+def _block_sig(strided: bool, x: Any, up: Any, y: Any, px: Any, keys: int = 0) -> Any:
+    i = types.int64
+    if strided:
+        return types.void(*([i] * keys), x, i, i, i, up, i, i, i, y, i, i, i, px, i, i, i)
+    return types.void(*([i] * keys), x, i, i, i, up, i, y, i, i, i, px, i, i, i)
+
+
+def _emit(context: Any, builder: Any, argtys: tuple, args: tuple, RB: int, NV: int, strided: bool,
+          ahead: int) -> None:
+    """Emit one register block's IR at the builder (see :func:`_make`); ``argtys``/``args``: the block's argument
+    types and values, without the family's leading keys (:func:`_make_family`)."""
+    if strided:
+        xarr, xo_, sxi_, n_, uparr, uo_, sui_, sur_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
+        ky, kp = 8, 12
+    else:
+        xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
+        sui_, sur_ = ir.Constant(ir.IntType(64), RB), ir.Constant(ir.IntType(64), 1)
+        ky, kp = 6, 10
+    fty = context.get_value_type(argtys[0].dtype)
+    VL, NVr = _lanes(argtys[0].dtype), NV
+    if NV % 2 == 0 and wide_vectors():  # each cache line of the row as one 512-bit vector (the same lanes)
+        VL, NVr = 2 * VL, NV // 2
+    vty = ir.VectorType(fty, VL)
+    i64, i32 = ir.IntType(64), ir.IntType(32)
+
+    def data(k, val):
+        return cgutils.create_struct_proxy(argtys[k])(context, builder, value=val).data
+
+    xp = builder.gep(data(0, xarr), [xo_])
+    upp = builder.gep(data(4, uparr), [uo_])
+    yp = builder.gep(data(ky, yarr), [yo_])
+    pxp = data(kp, pxarr)
+    pfetch = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+        "llvm.prefetch.p0")
+    fname = f"llvm.fma.v{VL}f{64 if argtys[0].dtype == types.float64 else 32}"
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]), fname)
+    zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * VL)
+    undef = ir.Constant(vty, ir.Undefined)
+    splat = ir.Constant(ir.VectorType(i32, VL), [0] * VL)
+    # the sum so far: zero, or (acc_in) the partial sums the previous chunk of i left in y: the
+    # chain of fused multiply-adds goes on from the same values, so chunking does not change a bit
+    cont = builder.icmp_signed("!=", acc_in_, ir.Constant(i64, 0))
+    init = []
+    for r in range(RB):
+        yrow = builder.gep(yp, [builder.mul(ir.Constant(i64, r), syr_)])
+        init.append([builder.select(cont, builder.load(builder.bitcast(
+            builder.gep(yrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1), zero)
+            for v in range(NVr)])
+    # the start of each row of up (loop-invariant: one base register and the iteration's offset a load)
+    ubase = [builder.gep(upp, [builder.mul(ir.Constant(i64, r), sur_)]) for r in range(RB)]
+    iv, flat, done, head = _counted_loop(builder, "rb", [a for row in init for a in row], n_)
+    acc = [flat[r * NVr:(r + 1) * NVr] for r in range(RB)]
+    # the prefetch of the first pfn iterations: px[pfo + iv * pfs] into L2 (a hint that changes no
+    # value: the caller's next rows, fetched while these compute); a compare and a branch where it has
+    # none (the loop issues few integer operations beside its loads and fused multiply-adds)
+    pfb = builder.append_basic_block("rb.pf")
+    main = builder.append_basic_block("rb.main")
+    builder.cbranch(builder.icmp_signed("<", iv, pfn_), pfb, main)
+    builder.position_at_end(pfb)
+    pptr = builder.gep(pxp, [builder.add(pfo_, builder.mul(iv, pfs_))])
+    builder.call(pfetch, [builder.bitcast(pptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
+                          ir.Constant(i32, 2), ir.Constant(i32, 1)])
+    builder.branch(main)
+    builder.position_at_end(main)
+    xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
+    if ahead:
+        # each line of this row's strip ``ahead`` strips on (the next: the NVr vectors after these) hinted
+        # into L1: a hint that changes no value (see ``aquad8``)
+        for v in range(NVr):
+            nptr = builder.gep(xrow, [ir.Constant(i64, (ahead * NVr + v) * VL)])
+            builder.call(pfetch, [builder.bitcast(nptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
+                                  ir.Constant(i32, 3), ir.Constant(i32, 1)])
+    xs = [builder.load(builder.bitcast(builder.gep(xrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()),
+                       align=1) for v in range(NVr)]
+    uoff = builder.mul(iv, sui_)
+    new = []
+    for r in range(RB):
+        u = builder.load(builder.gep(ubase[r], [uoff]))
+        ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef, splat)
+        new.append([builder.call(fma, [ub, xs[v], acc[r][v]]) for v in range(NVr)])
+    _close_loop(builder, iv, flat, [a for row in new for a in row], done, head)
+    for r in range(RB):
+        yrow = builder.gep(yp, [builder.mul(ir.Constant(i64, r), syr_)])
+        for v in range(NVr):
+            ptr = builder.bitcast(builder.gep(yrow, [ir.Constant(i64, v * VL)]), vty.as_pointer())
+            builder.store(acc[r][v], ptr, align=1)
+
+
 def _make(RB: int, NV: int, strided: bool = False, ahead: int = 0):
     def _typed(x, up, y, px):
-        if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64)
-                and isinstance(up, types.Array) and isinstance(y, types.Array)
-                and up.dtype == x.dtype and y.dtype == x.dtype and isinstance(px, types.Array)):
+        if not _block_types(x, up, y, px):
             return None
 
         def codegen(context, builder, sig, args):
-            if strided:
-                xarr, xo_, sxi_, n_, uparr, uo_, sui_, sur_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
-                ky, kp = 8, 12
-            else:
-                xarr, xo_, sxi_, n_, uparr, uo_, yarr, yo_, syr_, acc_in_, pxarr, pfo_, pfs_, pfn_ = args
-                sui_, sur_ = ir.Constant(ir.IntType(64), RB), ir.Constant(ir.IntType(64), 1)
-                ky, kp = 6, 10
-            fty = context.get_value_type(sig.args[0].dtype)
-            VL, NVr = _lanes(sig.args[0].dtype), NV
-            if NV % 2 == 0 and wide_vectors():  # each cache line of the row as one 512-bit vector (the same lanes)
-                VL, NVr = 2 * VL, NV // 2
-            vty = ir.VectorType(fty, VL)
-            i64, i32 = ir.IntType(64), ir.IntType(32)
-
-            def data(k, val):
-                return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
-
-            xp = builder.gep(data(0, xarr), [xo_])
-            upp = builder.gep(data(4, uparr), [uo_])
-            yp = builder.gep(data(ky, yarr), [yo_])
-            pxp = data(kp, pxarr)
-            pfetch = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
-                "llvm.prefetch.p0")
-            fname = f"llvm.fma.v{VL}f{64 if sig.args[0].dtype == types.float64 else 32}"
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]), fname)
-            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * VL)
-            undef = ir.Constant(vty, ir.Undefined)
-            splat = ir.Constant(ir.VectorType(i32, VL), [0] * VL)
-            # the sum so far: zero, or (acc_in) the partial sums the previous chunk of i left in y: the
-            # chain of fused multiply-adds goes on from the same values, so chunking does not change a bit
-            cont = builder.icmp_signed("!=", acc_in_, ir.Constant(i64, 0))
-            init = []
-            for r in range(RB):
-                yrow = builder.gep(yp, [builder.mul(ir.Constant(i64, r), syr_)])
-                init.append([builder.select(cont, builder.load(builder.bitcast(
-                    builder.gep(yrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1), zero)
-                    for v in range(NVr)])
-            # the start of each row of up (loop-invariant: one base register and the iteration's offset a load)
-            ubase = [builder.gep(upp, [builder.mul(ir.Constant(i64, r), sur_)]) for r in range(RB)]
-            iv, flat, done, head = _counted_loop(builder, "rb", [a for row in init for a in row], n_)
-            acc = [flat[r * NVr:(r + 1) * NVr] for r in range(RB)]
-            # the prefetch of the first pfn iterations: px[pfo + iv * pfs] into L2 (a hint that changes no
-            # value: the caller's next rows, fetched while these compute); a compare and a branch where it has
-            # none (the loop issues few integer operations beside its loads and fused multiply-adds)
-            pfb = builder.append_basic_block("rb.pf")
-            main = builder.append_basic_block("rb.main")
-            builder.cbranch(builder.icmp_signed("<", iv, pfn_), pfb, main)
-            builder.position_at_end(pfb)
-            pptr = builder.gep(pxp, [builder.add(pfo_, builder.mul(iv, pfs_))])
-            builder.call(pfetch, [builder.bitcast(pptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
-                                  ir.Constant(i32, 2), ir.Constant(i32, 1)])
-            builder.branch(main)
-            builder.position_at_end(main)
-            xrow = builder.gep(xp, [builder.mul(iv, sxi_)])
-            if ahead:
-                # each line of this row's strip ``ahead`` strips on (the next: the NVr vectors after these) hinted
-                # into L1: a hint that changes no value (see ``aquad8``)
-                for v in range(NVr):
-                    nptr = builder.gep(xrow, [ir.Constant(i64, (ahead * NVr + v) * VL)])
-                    builder.call(pfetch, [builder.bitcast(nptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
-                                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
-            xs = [builder.load(builder.bitcast(builder.gep(xrow, [ir.Constant(i64, v * VL)]), vty.as_pointer()),
-                               align=1) for v in range(NVr)]
-            uoff = builder.mul(iv, sui_)
-            new = []
-            for r in range(RB):
-                u = builder.load(builder.gep(ubase[r], [uoff]))
-                ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef, splat)
-                new.append([builder.call(fma, [ub, xs[v], acc[r][v]]) for v in range(NVr)])
-            _close_loop(builder, iv, flat, [a for row in new for a in row], done, head)
-            for r in range(RB):
-                yrow = builder.gep(yp, [builder.mul(ir.Constant(i64, r), syr_)])
-                for v in range(NVr):
-                    ptr = builder.bitcast(builder.gep(yrow, [ir.Constant(i64, v * VL)]), vty.as_pointer())
-                    builder.store(acc[r][v], ptr, align=1)
+            _emit(context, builder, sig.args, args, RB, NV, strided, ahead)
             return context.get_dummy_value()
 
-        i = types.int64
-        if strided:
-            return types.void(x, i, i, i, up, i, i, i, y, i, i, i, px, i, i, i), codegen
-        return types.void(x, i, i, i, up, i, y, i, i, i, px, i, i, i), codegen
+        return _block_sig(strided, x, up, y, px), codegen
 
     if strided:
         @intrinsic
@@ -249,6 +264,66 @@ def _make(RB: int, NV: int, strided: bool = False, ahead: int = 0):
         return _typed(x, up, y, px)
 
     return block
+
+
+def _make_family(members: tuple[tuple[int, int], ...], strided: bool = False, ahead: int = 0):
+    """One intrinsic for a family of register blocks, ``fam(rb, <block's arguments>)`` (or, ``strided``,
+    ``fam(nv, rb, ...)``): the block of ``rb`` rows (and ``nv`` vectors) of ``members`` (pairs ``(nv, rb)``), chosen
+    by a switch in the emitted IR (``strided``: a switch on ``nv``, then one on ``rb``); any other pair raises
+    ``ValueError``. The same IR at each call site as the if-chains over single blocks it replaces, without
+    numba inlining a function holding such a chain at each call site: the inner TTM kernel compiles in less
+    than half the time (see ``_smallgemm._block_quad``). One switch on ``nv * 64 + rb`` instead of the two cost
+    ``ttm_outer``'s float64 blocks 7-15 % of their time (LLVM laid the blocks out differently)."""
+    keys = 2 if strided else 1
+    if not strided and len({nv for nv, _ in members}) != 1:
+        raise ValueError("a family keyed by its row count alone has one vector count")
+
+    def _typed(k, x, up, y, px):
+        if not (all(isinstance(t, types.Integer) for t in k) and _block_types(x, up, y, px)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i64 = ir.IntType(64)
+            bad = builder.append_basic_block("fam.bad")
+            end = builder.append_basic_block("fam.end")
+            nvs = list(dict.fromkeys(nv for nv, _ in members))
+            outer = builder.switch(args[0], bad) if strided else None
+            for nv in nvs:
+                if outer is not None:  # a switch on nv, then one on rb
+                    on_nv = builder.append_basic_block(f"fam.nv{nv}")
+                    outer.add_case(ir.Constant(i64, nv), on_nv)
+                    builder.position_at_end(on_nv)
+                sw = builder.switch(args[keys - 1], bad)
+                for nv2, rb in members:
+                    if nv2 != nv:
+                        continue
+                    case = builder.append_basic_block(f"fam.{nv}x{rb}")
+                    sw.add_case(ir.Constant(i64, rb), case)
+                    builder.position_at_end(case)
+                    _emit(context, builder, sig.args[keys:], args[keys:], rb, nv, strided, ahead)
+                    builder.branch(end)
+                if outer is None:
+                    break
+            builder.position_at_end(bad)
+            context.call_conv.return_user_exc(builder, ValueError,
+                                              ("internal error: no register block of that many rows",))
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        return _block_sig(strided, x, up, y, px, keys), codegen
+
+    if strided:
+        @intrinsic
+        def gfamily(typingctx, nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn):
+            return _typed((nv, rb), x, up, y, px)
+
+        return gfamily
+
+    @intrinsic
+    def family(typingctx, rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):
+        return _typed((rb,), x, up, y, px)
+
+    return family
 
 
 block1, block2, block3, block4, block5, block6 = (_make(rb, NV) for rb in range(1, MAX_RB + 1))
@@ -289,10 +364,27 @@ quad8, quad9, quad10, quad11, quad12 = (_make(rb, 4) for rb in range(QUAD_MIN_RB
 aquad8, aquad9, aquad10, aquad11, aquad12 = (_make(rb, 4, ahead=1) for rb in range(QUAD_MIN_RB, WIDE_RB + 1))
 #: ... and strips of one line in blocks of 6-8 rows (R = 13-15 where vectors are wide: two blocks)
 ablock6, ablock7, ablock8 = (_make(rb, NV, ahead=1) for rb in (6, 7, 8))
+#: the families of blocks the kernels choose from by their row count (:func:`_make_family`): ``line_blocks(rb,
+#: ...)`` is ``block<rb>`` for rb of 1-6, ``wide_line_blocks`` of 7-12 (only where vectors are wide), ``half_`` the
+#: one-vector blocks, ``quad_blocks`` and ``aquad_blocks`` 8-12 rows of strips of two lines, ``aline_blocks`` the
+#: one-line strips of 6-8 rows that hint the next strip
+line_blocks = _make_family(tuple((NV, rb) for rb in range(1, MAX_RB + 1)))
+wide_line_blocks = _make_family(tuple((NV, rb) for rb in range(MAX_RB + 1, WIDE_RB + 1)))
+half_blocks = _make_family(tuple((1, rb) for rb in range(1, MAX_RB + 1)))
+wide_half_blocks = _make_family(tuple((1, rb) for rb in range(MAX_RB + 1, WIDE_RB + 1)))
+quad_blocks = _make_family(tuple((4, rb) for rb in range(QUAD_MIN_RB, WIDE_RB + 1)))
+aquad_blocks = _make_family(tuple((4, rb) for rb in range(QUAD_MIN_RB, WIDE_RB + 1)), ahead=1)
+aline_blocks = _make_family(tuple((NV, rb) for rb in (6, 7, 8)), ahead=1)
 #: three vectors a row (12 accumulators in four rows): an odd number of vectors of columns without a
 #: one-vector strip (six accumulators: half the fused multiply-adds in flight that the FMA units take)
 gtri1, gtri2, gtri3, gtri4 = (_make(rb, 3, True) for rb in range(1, 5))
 
+#: ... and the strided ones, ``gfamily(nv, rb, ...)``: ``gnarrow_blocks`` two vectors of 1-6 rows, three of 1-4,
+#: one of 1-6; ``gwide_blocks`` (only where vectors are wide) two vectors of 7-12 rows, four of 1-12
+gnarrow_blocks = _make_family(tuple((NV, rb) for rb in range(1, MAX_RB + 1)) + tuple((3, rb) for rb in range(1, 5))
+                              + tuple((1, rb) for rb in range(1, MAX_RB + 1)), strided=True)
+gwide_blocks = _make_family(tuple((NV, rb) for rb in range(WIDE_RB, MAX_RB, -1))
+                            + tuple((4, rb) for rb in range(WIDE_RB, 0, -1)), strided=True)
 
 def _make_prefetch(locality: int):
     @intrinsic
@@ -632,6 +724,104 @@ def _lanes_below(builder: Any, n: Any, L: int) -> Any:
     return builder.icmp_signed("<", ir.Constant(vi, list(range(L))), nv)
 
 
+def _emit_tr(context: Any, builder: Any, argtys: tuple, args: tuple, R: int) -> None:
+    """Emit one transposed tile of rank ``R`` at the builder (see :func:`_make_tr`): ``argtys``/``args`` the
+    tile's argument types and values, without a family's leading rank (:func:`_make_tr_family`)."""
+    xarr, xo_, sxa_, h_, I_, uparr, tlarr, pfo_, pfh_, yarr, yo_, ys_, how_ = args
+    dt = argtys[0].dtype
+    bits, L, fty, vty = _wide_types(context, dt)
+    i64, i32 = ir.IntType(64), ir.IntType(32)
+    if dt == types.float32 and R > TR_MAX_RANK:
+        # (float32 ranks beyond TR_MAX_RANK are never planned: compiled as a tile of NaN sums only, not
+        # the full block each float32 kernel would otherwise carry; written into tl, which the caller then
+        # copies out, whatever ``how`` asks)
+        nan = ir.Constant(vty, [ir.Constant(fty, float("nan"))] * L)
+        tlp = cgutils.create_struct_proxy(argtys[6])(context, builder, value=tlarr).data
+        for r in range(R):
+            builder.store(nan, builder.bitcast(builder.gep(tlp, [ir.Constant(i64, r * L)]),
+                                               vty.as_pointer()), align=1)
+        return
+
+    def c(v):
+        return ir.Constant(i64, v)
+
+    def data(k, val):
+        return cgutils.create_struct_proxy(argtys[k])(context, builder, value=val).data
+
+    xp, upp, tlp = data(0, xarr), data(5, uparr), data(6, tlarr)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]),
+                                         f"llvm.fma.v{L}f{bits}")
+    mty = ir.VectorType(ir.IntType(1), L)
+    zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
+    undef = ir.Constant(vty, ir.Undefined)
+    splat = ir.Constant(ir.VectorType(i32, L), [0] * L)
+    rp = _row_ptrs(builder, xp, xo_, h_, sxa_, L)
+    pf = _row_ptrs(builder, xp, pfo_, pfh_, sxa_, L)
+    last_i = builder.sub(I_, c(1))
+
+    def prefetch_rows(off):
+        _prefetch_rows(builder, pf, [off], pfh_, "tr")
+
+    def transpose(v):
+        return _transpose_ir(builder, v, L)
+
+    def step(acc, cols, i0, live=None):
+        out = list(acc)
+        for j in range(L):
+            urow = builder.gep(upp, [builder.mul(builder.add(i0, c(j)), c(R))])
+            keep = None if live is None else builder.icmp_signed("<", c(j), live)
+            for r in range(R):
+                u = builder.load(builder.gep(urow, [c(r)]))
+                ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef,
+                                            splat)
+                s = builder.call(fma, [cols[j], ub, out[r]])
+                out[r] = s if keep is None else builder.select(keep, s, out[r])
+        return out
+
+    prefetch_rows(c(0))
+
+    def ahead(i0):
+        off = builder.add(i0, c(L - 1))
+        prefetch_rows(builder.select(builder.icmp_signed("<", off, last_i), off, last_i))
+
+    sums = _rows_loop(builder, "tr", rp, I_, L, bits, vty, [zero] * R,
+                      lambda acc, rows, i0, live: step(acc, transpose(rows), i0, live), ahead)
+    # the sums out: into tl (how 0), or straight into the output y at yo, the tile's rows unit-strided
+    # (how 1: sum r a vector at yo + r ys), or its columns unit-strided (how 2: the sums transposed in
+    # registers, L at a time, each row a's R values a masked store at yo + a ys)
+    yp = data(9, yarr)
+    b_tl = builder.append_basic_block("tr.tl")
+    b_rows = builder.append_basic_block("tr.rows")
+    b_cols = builder.append_basic_block("tr.cols")
+    b_end = builder.append_basic_block("tr.end")
+    sw = builder.switch(how_, b_tl)
+    sw.add_case(c(1), b_rows)
+    sw.add_case(c(2), b_cols)
+    builder.position_at_end(b_tl)
+    for r in range(R):
+        builder.store(sums[r], builder.bitcast(builder.gep(tlp, [c(r * L)]), vty.as_pointer()), align=1)
+    builder.branch(b_end)
+    builder.position_at_end(b_rows)
+    for r in range(R):
+        at = builder.add(yo_, builder.mul(c(r), ys_))
+        builder.store(sums[r], builder.bitcast(builder.gep(yp, [at]), vty.as_pointer()), align=1)
+    builder.branch(b_end)
+    builder.position_at_end(b_cols)
+    mstore = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), i32, mty]),
+        f"llvm.masked.store.v{L}f{bits}.p0")
+    for g in range(0, R, L):
+        nr = min(L, R - g)
+        cols = transpose(sums[g:g + nr] + [zero] * (L - nr))
+        keep = ir.Constant(mty, [ir.Constant(ir.IntType(1), int(q < nr)) for q in range(L)])
+        for a in range(L):
+            at = builder.add(yo_, builder.add(builder.mul(c(a), ys_), c(g)))
+            builder.call(mstore, [cols[a], builder.bitcast(builder.gep(yp, [at]), vty.as_pointer()),
+                                  ir.Constant(i32, 1), keep])
+    builder.branch(b_end)
+    builder.position_at_end(b_end)
+
+
 def _make_tr(R: int):
     """``trR(x, xo, sxa, h, I, up, tl, pfo, pfh)``: one tile of ``ttm_outer`` with lanes over rows of X (float32
     R up to ``TR_MAX_RANK``, float64 up to ``TR_MAX_RANK_F64``).
@@ -660,99 +850,7 @@ def _make_tr(R: int):
             return None
 
         def codegen(context, builder, sig, args):
-            xarr, xo_, sxa_, h_, I_, uparr, tlarr, pfo_, pfh_, yarr, yo_, ys_, how_ = args
-            dt = sig.args[0].dtype
-            bits, L, fty, vty = _wide_types(context, dt)
-            i64, i32 = ir.IntType(64), ir.IntType(32)
-            if dt == types.float32 and R > TR_MAX_RANK:
-                # (float32 ranks beyond TR_MAX_RANK are never planned: compiled as a tile of NaN sums only, not
-                # the full block each float32 kernel would otherwise carry; written into tl, which the caller then
-                # copies out, whatever ``how`` asks)
-                nan = ir.Constant(vty, [ir.Constant(fty, float("nan"))] * L)
-                tlp = cgutils.create_struct_proxy(sig.args[6])(context, builder, value=tlarr).data
-                for r in range(R):
-                    builder.store(nan, builder.bitcast(builder.gep(tlp, [ir.Constant(i64, r * L)]),
-                                                       vty.as_pointer()), align=1)
-                return context.get_dummy_value()
-
-            def c(v):
-                return ir.Constant(i64, v)
-
-            def data(k, val):
-                return cgutils.create_struct_proxy(sig.args[k])(context, builder, value=val).data
-
-            xp, upp, tlp = data(0, xarr), data(5, uparr), data(6, tlarr)
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty, vty, vty]),
-                                                 f"llvm.fma.v{L}f{bits}")
-            mty = ir.VectorType(ir.IntType(1), L)
-            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * L)
-            undef = ir.Constant(vty, ir.Undefined)
-            splat = ir.Constant(ir.VectorType(i32, L), [0] * L)
-            rp = _row_ptrs(builder, xp, xo_, h_, sxa_, L)
-            pf = _row_ptrs(builder, xp, pfo_, pfh_, sxa_, L)
-            last_i = builder.sub(I_, c(1))
-
-            def prefetch_rows(off):
-                _prefetch_rows(builder, pf, [off], pfh_, "tr")
-
-            def transpose(v):
-                return _transpose_ir(builder, v, L)
-
-            def step(acc, cols, i0, live=None):
-                out = list(acc)
-                for j in range(L):
-                    urow = builder.gep(upp, [builder.mul(builder.add(i0, c(j)), c(R))])
-                    keep = None if live is None else builder.icmp_signed("<", c(j), live)
-                    for r in range(R):
-                        u = builder.load(builder.gep(urow, [c(r)]))
-                        ub = builder.shuffle_vector(builder.insert_element(undef, u, ir.Constant(i32, 0)), undef,
-                                                    splat)
-                        s = builder.call(fma, [cols[j], ub, out[r]])
-                        out[r] = s if keep is None else builder.select(keep, s, out[r])
-                return out
-
-            prefetch_rows(c(0))
-
-            def ahead(i0):
-                off = builder.add(i0, c(L - 1))
-                prefetch_rows(builder.select(builder.icmp_signed("<", off, last_i), off, last_i))
-
-            sums = _rows_loop(builder, "tr", rp, I_, L, bits, vty, [zero] * R,
-                              lambda acc, rows, i0, live: step(acc, transpose(rows), i0, live), ahead)
-            # the sums out: into tl (how 0), or straight into the output y at yo, the tile's rows unit-strided
-            # (how 1: sum r a vector at yo + r ys), or its columns unit-strided (how 2: the sums transposed in
-            # registers, L at a time, each row a's R values a masked store at yo + a ys)
-            yp = data(9, yarr)
-            b_tl = builder.append_basic_block("tr.tl")
-            b_rows = builder.append_basic_block("tr.rows")
-            b_cols = builder.append_basic_block("tr.cols")
-            b_end = builder.append_basic_block("tr.end")
-            sw = builder.switch(how_, b_tl)
-            sw.add_case(c(1), b_rows)
-            sw.add_case(c(2), b_cols)
-            builder.position_at_end(b_tl)
-            for r in range(R):
-                builder.store(sums[r], builder.bitcast(builder.gep(tlp, [c(r * L)]), vty.as_pointer()), align=1)
-            builder.branch(b_end)
-            builder.position_at_end(b_rows)
-            for r in range(R):
-                at = builder.add(yo_, builder.mul(c(r), ys_))
-                builder.store(sums[r], builder.bitcast(builder.gep(yp, [at]), vty.as_pointer()), align=1)
-            builder.branch(b_end)
-            builder.position_at_end(b_cols)
-            mstore = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), i32, mty]),
-                f"llvm.masked.store.v{L}f{bits}.p0")
-            for g in range(0, R, L):
-                nr = min(L, R - g)
-                cols = transpose(sums[g:g + nr] + [zero] * (L - nr))
-                keep = ir.Constant(mty, [ir.Constant(ir.IntType(1), int(q < nr)) for q in range(L)])
-                for a in range(L):
-                    at = builder.add(yo_, builder.add(builder.mul(c(a), ys_), c(g)))
-                    builder.call(mstore, [cols[a], builder.bitcast(builder.gep(yp, [at]), vty.as_pointer()),
-                                          ir.Constant(i32, 1), keep])
-            builder.branch(b_end)
-            builder.position_at_end(b_end)
+            _emit_tr(context, builder, sig.args, args, R)
             return context.get_dummy_value()
 
         i = types.int64
@@ -761,8 +859,42 @@ def _make_tr(R: int):
     return tr
 
 
+def _make_tr_family(ranks: tuple[int, ...]):
+    """``tr_tiles(R, x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)``: the transposed tile of rank ``R``
+    (one of ``ranks``), chosen by a switch in the emitted IR; any other ``R`` raises ``ValueError``. As
+    :func:`_make_family` for the register blocks: the if-chain over ``trR`` it replaces, without numba inlining
+    it (``ttm_outer``'s transposed-tile kernel compiles faster)."""
+    @intrinsic
+    def tr_tiles(typingctx, R, x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how):  # noqa: E741
+        if not (isinstance(R, types.Integer) and _float_arrays(x, up, tl, y)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i64 = ir.IntType(64)
+            bad = builder.append_basic_block("trs.bad")
+            end = builder.append_basic_block("trs.end")
+            sw = builder.switch(args[0], bad)
+            for r in ranks:
+                case = builder.append_basic_block(f"trs.{r}")
+                sw.add_case(ir.Constant(i64, r), case)
+                builder.position_at_end(case)
+                _emit_tr(context, builder, sig.args[1:], args[1:], r)
+                builder.branch(end)
+            builder.position_at_end(bad)
+            context.call_conv.return_user_exc(builder, ValueError, ("internal error: no transposed tile of that rank",))
+            builder.position_at_end(end)
+            return context.get_dummy_value()
+
+        i = types.int64
+        return types.void(i, x, i, i, i, i, up, tl, i, i, y, i, i, i), codegen
+
+    return tr_tiles
+
+
 tr3, tr4, tr5, tr6, tr7, tr8, tr9, tr10, tr11, tr12, tr13, tr14, tr15, tr16, tr17, tr18, tr19, tr20 = (
     _make_tr(r) for r in range(TR_MIN_RANK, TR_MAX_RANK_F64 + 1))
+#: all of them in one switch: ``tr_tiles(R, ...)``
+tr_tiles = _make_tr_family(tuple(range(TR_MIN_RANK, TR_MAX_RANK_F64 + 1)))
 
 
 #: the ranks of the row-dot kernel (:func:`_make_vdot`; :func:`tuckerkit.engine._smallgemm.outer_vdot_style`)

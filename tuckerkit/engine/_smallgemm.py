@@ -86,104 +86,23 @@ from tuckerkit.engine._simd import (
     VDOT_MAX_RANK,
     VDOT_MIN_RANK,
     WIDE_RB,
-    ablock6,
-    ablock7,
-    ablock8,
-    aquad8,
-    aquad9,
-    aquad10,
-    aquad11,
-    aquad12,
-    block1,
-    block2,
-    block3,
-    block4,
-    block5,
-    block6,
-    block7,
-    block8,
-    block9,
-    block10,
-    block11,
-    block12,
+    aline_blocks,
+    aquad_blocks,
     copy_run,
-    gblock1,
-    gblock2,
-    gblock3,
-    gblock4,
-    gblock5,
-    gblock6,
-    gblock7,
-    gblock8,
-    gblock9,
-    gblock10,
-    gblock11,
-    gblock12,
-    ghalf1,
-    ghalf2,
-    ghalf3,
-    ghalf4,
-    ghalf5,
-    ghalf6,
-    gquad1,
-    gquad2,
-    gquad3,
-    gquad4,
-    gquad5,
-    gquad6,
-    gquad7,
-    gquad8,
-    gquad9,
-    gquad10,
-    gquad11,
-    gquad12,
-    gtri1,
-    gtri2,
-    gtri3,
-    gtri4,
-    half1,
-    half2,
-    half3,
-    half4,
-    half5,
-    half6,
-    half7,
-    half8,
-    half9,
-    half10,
-    half11,
-    half12,
+    gnarrow_blocks,
+    gwide_blocks,
+    half_blocks,
+    line_blocks,
     pack_row,
     pack_row4,
     prefetch,
     prefetch_l2,
-    quad8,
-    quad9,
-    quad10,
-    quad11,
-    quad12,
+    quad_blocks,
     short_slab,
     simd_supported,
     tiny_block,
-    tr3,
-    tr4,
-    tr5,
-    tr6,
-    tr7,
-    tr8,
-    tr9,
-    tr10,
-    tr11,
-    tr12,
-    tr13,
-    tr14,
-    tr15,
-    tr16,
-    tr17,
-    tr18,
-    tr19,
-    tr20,
     tr_block,
+    tr_tiles,
     vdot1,
     vdot2,
     vdot3,
@@ -197,6 +116,8 @@ from tuckerkit.engine._simd import (
     vdot11,
     vdot12,
     vdot_rows,
+    wide_half_blocks,
+    wide_line_blocks,
     wide_vectors,
 )
 
@@ -364,69 +285,18 @@ BEYOND_MIN_BYTES = 12 << 20
 _ALL_BLOCKS = wide_vectors()
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _block_quad(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # rb rows of U (packed at uo) against a strip of four vectors of x (two cache lines); rb of 8-12 only: the
-    # strips of two lines are taken for R above 16, whose row blocks (at most WIDE_RB) have at least 8 rows
-    if rb == 12:
-        quad12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 11:
-        quad11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 10:
-        quad10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 9:
-        quad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 8:
-        quad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    else:
-        raise ValueError("internal error: no register block of that many rows")
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _block_quad_ahead(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # _block_quad's blocks that also hint the row's next strip into L1 (long rows: _AHEAD_L1)
-    if rb == 12:
-        aquad12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 11:
-        aquad11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 10:
-        aquad10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 9:
-        aquad9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 8:
-        aquad8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    else:
-        raise ValueError("internal error: no register block of that many rows")
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _block_line_ahead(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # _block_line's blocks of 6-8 rows that also hint the row's next strip into L1 (long rows: _AHEAD_L1)
-    if rb == 8:
-        ablock8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 7:
-        ablock7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 6:
-        ablock6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    else:
-        raise ValueError("internal error: no register block of that many rows")
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _wide_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # rb of 7-12 rows of U against a strip of two vectors of x (one cache line): only where vectors are wide
-    if rb == 12:
-        block12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 11:
-        block11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 10:
-        block10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 9:
-        block9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 8:
-        block8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    else:
-        block7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+#: the register blocks, by family: each a switch over its row counts emitted as IR at the call site
+#: (:func:`~tuckerkit.engine._simd._make_family`; as an if-chain of single blocks in an inlined function, numba
+#: took twice as long to compile :func:`_inner_kernel`). ``_block_quad``: rb of 8-12 rows against a strip of four
+#: vectors of x (two cache lines; the strips of two lines are taken for R above 16, whose row blocks, at most
+#: WIDE_RB, have at least 8 rows); ``_block_quad_ahead`` / ``_block_line_ahead``: the same blocks / the one-line
+#: blocks of 6-8 rows that also hint the row's next strip into L1 (long rows: ``_AHEAD_L1``); ``_wide_line`` /
+#: ``_wide_half``: 7-12 rows against a strip of one line / one vector, only where vectors are wide
+_block_quad = quad_blocks
+_block_quad_ahead = aquad_blocks
+_block_line_ahead = aline_blocks
+_wide_line = wide_line_blocks
+_wide_half = wide_half_blocks
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -434,37 +304,8 @@ def _block_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
     # rb rows of U (packed at uo) against a strip of two vectors of x (one cache line)
     if _ALL_BLOCKS and MAX_RB < rb <= WIDE_RB:
         _wide_line(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 6:
-        block6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 5:
-        block5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 4:
-        block4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 3:
-        block3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 2:
-        block2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 1:
-        block1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
-        raise ValueError("internal error: no register block of that many rows")
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _wide_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # rb of 7-12 rows of U against one vector of x: only where vectors are wide
-    if rb == 12:
-        half12(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 11:
-        half11(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 10:
-        half10(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 9:
-        half9(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 8:
-        half8(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    else:
-        half7(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
+        line_blocks(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -472,20 +313,8 @@ def _block_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn
     # rb rows of U (packed at uo) against one vector of x
     if _ALL_BLOCKS and MAX_RB < rb <= WIDE_RB:
         _wide_half(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 6:
-        half6(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 5:
-        half5(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 4:
-        half4(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 3:
-        half3(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 2:
-        half2(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif rb == 1:
-        half1(x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
     else:
-        raise ValueError("internal error: no register block of that many rows")
+        half_blocks(rb, x, xo, sxi, n, up, uo, y, yo, syr, acc_in, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1050,103 +879,21 @@ def _row_blocks(R: int) -> list[tuple[int, int]]:
     return list(zip(starts, sizes, strict=True))
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _wide_gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
-    # the register blocks of :func:`ttm_outer` that only machines with 512-bit vectors choose: strips of two
-    # vectors with 7-12 rows, strips of four vectors (:func:`_outer_rb`, :func:`_outer_strips`)
-    if nv == 2:
-        if rb == 12:
-            gblock12(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 11:
-            gblock11(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 10:
-            gblock10(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 9:
-            gblock9(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 8:
-            gblock8(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            gblock7(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif nv == 4:
-        if rb == 12:
-            gquad12(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 11:
-            gquad11(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 10:
-            gquad10(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 9:
-            gquad9(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 8:
-            gquad8(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 7:
-            gquad7(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 6:
-            gquad6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 5:
-            gquad5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 4:
-            gquad4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            gquad3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            gquad2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            gquad1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
-    else:
-        raise ValueError("internal error: no register block of that many rows")
+#: the register blocks of :func:`ttm_outer` that only machines with 512-bit vectors choose:
+#: ``_wide_gblock(nv, rb, ...)``, strips of two vectors with 7-12 rows, strips of four vectors
+#: (:func:`_outer_rb`, :func:`_outer_strips`; one switch in the IR, :func:`~tuckerkit.engine._simd._make_family`)
+_wide_gblock = gwide_blocks
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn):  # pragma: no cover
     # one register block of :func:`ttm_outer`: rb rows of X (broadcast, at strides sui, sur) against a strip
-    # of nv vectors of the packed U (the wide variants only where ``_ALL_BLOCKS``: see there)
+    # of nv vectors of the packed U (the wide variants only where ``_ALL_BLOCKS``: see there); two vectors of
+    # 1-6 rows, three of 1-4, one of 1-6 otherwise
     if _ALL_BLOCKS and (nv == 4 or (nv == 2 and MAX_RB < rb <= WIDE_RB)):
         _wide_gblock(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-    elif nv == 2:
-        if rb == 6:
-            gblock6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 5:
-            gblock5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 4:
-            gblock4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            gblock3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            gblock2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            gblock1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
-    elif nv == 3:
-        if rb == 4:
-            gtri4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            gtri3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            gtri2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            gtri1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
-    elif nv == 1:
-        if rb == 6:
-            ghalf6(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 5:
-            ghalf5(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 4:
-            ghalf4(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 3:
-            ghalf3(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 2:
-            ghalf2(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        elif rb == 1:
-            ghalf1(x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
-        else:
-            raise ValueError("internal error: no register block of that many rows")
     else:
-        raise ValueError("internal error: no register block of that many rows")
+        gnarrow_blocks(nv, rb, x, xo, sxi, n, up, uo, sui, sur, y, yo, syr, acc_in, px, pfo, pfs, pfn)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1294,47 +1041,9 @@ def _tail_dots(x, xo, sxa, h, I, ut, y, yo, sya, syr, five, zero):  # noqa: E741
             r = _dot_step(x0, x1, x2, x3, ut, r, five, I, y, yo + r * syr + g * sya, sya, syr, hg, zero)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _tr_tile(R, x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how):  # noqa: E741 # pragma: no cover
-    # one tile of the transposed-tile kernel (_simd.tr3 ... tr20): R accumulators, the variant of that R
-    if R == 10:
-        tr10(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 3:
-        tr3(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 4:
-        tr4(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 5:
-        tr5(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 6:
-        tr6(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 7:
-        tr7(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 8:
-        tr8(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 9:
-        tr9(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 11:
-        tr11(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 12:
-        tr12(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 13:
-        tr13(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 14:
-        tr14(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 15:
-        tr15(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 16:
-        tr16(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 17:
-        tr17(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 18:
-        tr18(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 19:
-        tr19(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    elif R == 20:
-        tr20(x, xo, sxa, h, I, up, tl, pfo, pfh, y, yo, ys, how)
-    else:
-        raise ValueError("internal error: no transposed tile of that rank")
+#: one tile of the transposed-tile kernel (``_simd.tr3`` ... ``tr20``): R accumulators, the variant of that R, by
+#: a switch emitted as IR (``_simd.tr_tiles``)
+_tr_tile = tr_tiles
 
 
 @njit(cache=True, nogil=True, inline="always")
