@@ -510,35 +510,37 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
                 _block_line(rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
             c += ln
-        if c + vl <= c1:
+        # the one-vector pieces, all through one call site (each site emits every one-vector block: compile
+        # time): a vector left over at c (stored straight into y); the last few columns (fewer than a vector:
+        # one vector over the row's last vl columns into the private buffer, since the columns before c belong
+        # to this tile's strips or to another tile, maybe being summed by another worker right now; only the
+        # new columns copied out); the row's head, the columns before its first line-aligned one
+        # (:func:`_head_cols`: one vector at a time into the buffer, only the head's columns copied out). Each
+        # is the same in-order chain of fused multiply-adds per element as everywhere else (from a zero start:
+        # the first term's product rounded once), so the bits are those of any other tiling
+        tv = 1 if c + vl <= c1 else 0
+        ce = c + tv * vl  # where the last few columns start
+        lc = 1 if ce < c1 and C >= vl else 0
+        nh = (h + vl - 1) // vl if h > 0 and c0 == h else 0
+        for e in range(tv + lc + nh):
+            if e < tv:
+                cw, lo, hi = c, 0, 0
+            elif e < tv + lc:
+                cw, lo, hi = c1 - vl, ce, c1
+            else:
+                cw = (e - tv - lc) * vl
+                lo, hi = cw, min(h, cw + vl)
             for k in range(nblk):
                 r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                _block_half(rb, x, xa + c, sxi, I, up, uo, y, ya + r0 * syr + c, syr, 0, x, xa + c, 0, 1)
-            c += vl
-        if c < c1 and C >= vl:
-            # the last few columns (fewer than a vector): one vector over the row's last vl columns, into a
-            # private buffer (the columns before c belong to this tile's strips or to another tile, maybe
-            # being summed by another worker right now), the new columns copied out. The same in-order chain
-            # of fused multiply-adds per element as everywhere else (from a zero start: the first term's
-            # product rounded once), so the bits are those of any other tiling
-            cw = c1 - vl
-            for k in range(nblk):
-                r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                _block_half(rb, x, xa + cw, sxi, I, up, uo, tl, 0, vl, 0, x, xa + cw, 0, 1)
+                if e < tv:
+                    dst, do, ds = y, ya + r0 * syr + cw, syr
+                else:
+                    dst, do, ds = tl, 0, vl
+                _block_half(rb, x, xa + cw, sxi, I, up, uo, dst, do, ds, 0, x, xa + cw, 0, 1)
                 for r in range(rb):
-                    for j in range(c, c1):
+                    for j in range(lo, hi):
                         y[ya + (r0 + r) * syr + j] = tl[r * vl + j - cw]
-            c = c1
-        if h > 0 and c0 == h:
-            # the row's head, the columns before its first line-aligned one (:func:`_head_cols`): one vector at
-            # a time into the private buffer, as the last few columns, only the head's columns copied out
-            for cw in range(0, h, vl):
-                for k in range(nblk):
-                    r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                    _block_half(rb, x, xa + cw, sxi, I, up, uo, tl, 0, vl, 0, x, xa + cw, 0, 1)
-                    for r in range(rb):
-                        for j in range(cw, min(h, cw + vl)):
-                            y[ya + (r0 + r) * syr + j] = tl[r * vl + j - cw]
+        c = c1 if lc else ce
         for k in range(nblk):  # a row shorter than one vector: element by element
             r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
             for r in range(rb):
