@@ -2877,3 +2877,82 @@ def test_a_kept_ttm_keeps_no_packed_matrix_and_copies_no_one_block_matrix(rng):
     finally:
         tracemalloc.stop()
     assert peak < U.nbytes // 4, peak
+
+
+
+@functools.cache
+def _family_runners():
+    """Compiled callers of the register-block families and of two single blocks they choose between."""
+    from numba import njit
+
+    from tuckerkit.engine import _simd
+
+    def plain(fam):
+        @njit
+        def run(rb, x, sxi, n, up, y, syr):  # y[r, j] = sum_i up[i, r] x[i, j] (up packed as (n, rb) rows)
+            fam(rb, x, 0, sxi, n, up, 0, y, 0, syr, 0, x, 0, 0, 0)
+        return run
+
+    @njit
+    def strided(nv, rb, u, su, n, x, sxa, y, syr):  # y[a, j] = sum_i x[a, i] u[i, j] (x's rows broadcast)
+        _simd.gnarrow_blocks(nv, rb, u, 0, su, n, x, 0, 1, sxa, y, 0, syr, 0, u, 0, 0, 0)
+
+    @njit
+    def single(x, sxi, n, up, y, syr, u, su, xa, sxa, ya, sya):  # block5 and gtri3 alone
+        _simd.block5(x, 0, sxi, n, up, 0, y, 0, syr, 0, x, 0, 0, 0)
+        _simd.gtri3(u, 0, su, n, xa, 0, 1, sxa, ya, 0, sya, 0, u, 0, 0, 0)
+
+    return {"line": plain(_simd.line_blocks), "wide_line": plain(_simd.wide_line_blocks),
+            "half": plain(_simd.half_blocks), "quad": plain(_simd.quad_blocks), "strided": strided,
+            "single": single}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_family_of_register_blocks_runs_the_block_of_its_row_count_and_refuses_others(dtype, rng):
+    """A family (:func:`tuckerkit.engine._simd._make_family`: a switch over row counts emitted as IR) computes
+    ``y[r, j] = sum_i up[i, r] x[i, j]`` with its block of ``rb`` rows: values against einsum, nothing written past
+    the strip, the bits of that block called alone; a row count it does not hold raises the kernels' internal
+    error, and a family keyed by its row count alone must have one vector count."""
+    from tuckerkit.engine import _simd
+
+    run = _family_runners()
+    lanes = 32 // np.dtype(dtype).itemsize  # (one 256-bit vector; a block's strip is nv of them)
+    n = 23
+    eps = np.finfo(dtype).eps
+
+    def close(got, ref):
+        np.testing.assert_allclose(got, ref, rtol=0, atol=4 * n * eps * np.abs(ref).max())
+
+    alone = {}
+    for fam, nv, rows in (("line", 2, range(1, 7)), ("wide_line", 2, range(7, 13)), ("half", 1, range(1, 7)),
+                          ("quad", 4, range(8, 13))):
+        w = nv * lanes
+        x = rng.standard_normal((n, w + 3)).astype(dtype)  # (rows longer than the strip)
+        for rb in rows:
+            up = rng.standard_normal((n, rb)).astype(dtype)
+            y = np.full((rb, w + 5), np.nan, dtype)
+            run[fam](rb, x.ravel(), w + 3, n, up.ravel(), y.ravel(), w + 5)
+            close(y[:, :w], np.einsum("ir,ij->rj", up.astype(np.float64), x[:, :w].astype(np.float64)))
+            assert np.isnan(y[:, w:]).all()
+            if fam == "line" and rb == 5:
+                alone["line5"] = (x, up, y[:, :w].copy())
+        with pytest.raises(ValueError, match="internal error: no register block of that many rows"):
+            run[fam](max(rows) + 1, x.ravel(), w + 3, n, up.ravel(), y.ravel(), w + 5)
+    # the strided family: three vectors of U's columns against three rows of X broadcast, as ttm_outer runs it
+    u = rng.standard_normal((n, 3 * lanes)).astype(dtype)
+    xa = rng.standard_normal((3, n + 2)).astype(dtype)
+    ya = np.empty((3, 3 * lanes), dtype)
+    run["strided"](3, 3, u.ravel(), 3 * lanes, n, xa.ravel(), n + 2, ya.ravel(), 3 * lanes)
+    close(ya, np.einsum("ai,ij->aj", xa[:, :n].astype(np.float64), u.astype(np.float64)))
+    with pytest.raises(ValueError, match="internal error: no register block of that many rows"):
+        run["strided"](3, 5, u.ravel(), 3 * lanes, n, xa.ravel(), n + 2, ya.ravel(), 3 * lanes)
+    # the same bits as the single blocks block5 and gtri3
+    x, up, y5 = alone["line5"]
+    w = 2 * lanes
+    y1, ya1 = np.empty((5, w), dtype), np.empty((3, 3 * lanes), dtype)
+    run["single"](x.ravel(), w + 3, n, up.ravel(), y1.ravel(), w, u.ravel(), 3 * lanes, xa.ravel(), n + 2,
+                  ya1.ravel(), 3 * lanes)
+    np.testing.assert_array_equal(y1, y5)
+    np.testing.assert_array_equal(ya1, ya)
+    with pytest.raises(ValueError, match="a family keyed by its row count alone has one vector count"):
+        _simd._make_family(((2, 1), (4, 8)))
