@@ -460,24 +460,7 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                 q = 0
                 qr = 0  # q = qr * rlen + qs, kept without a division per microkernel call
                 qs = 0
-                if not packed:
-                    for s in range(ns):
-                        xo = xa + i0 * sxi + c0 + s * w
-                        yo = ya + c0 + s * w
-                        for k in range(nblk):
-                            r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                            # (nothing left to fetch: the line this strip starts at)
-                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, ln, per, rlen, n, xo)
-                            if _ALL_BLOCKS and ahead and snv == 4:
-                                _block_quad_ahead(rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x,
-                                                  pfo, ln, pfn)
-                            elif _ALL_BLOCKS and ahead:
-                                _block_line_ahead(rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x,
-                                                  pfo, ln, pfn)
-                            else:
-                                _block(snv, rb, x, xo, sxi, n, up, uo + i0 * rb, y, yo + r0 * syr, syr, i0, x, pfo,
-                                       ln, pfn)
-                else:
+                if packed:
                     # crowded long rows (_l1_crowded) or, with 256-bit vectors, R > _DIRECT_MAX_RANK: the chunk
                     # packed first, strip by strip, reading each row of X once in one unit-stride run (the
                     # blocks then walk the packed strips, not kc rows of X a page apart each), a few rows
@@ -490,13 +473,30 @@ def _inner_kernel(x, I, C, sxa, sxi, up, blocks, y, sya, syr, vl, ct, kc, pnx, p
                             pack_row4(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)
                         else:
                             pack_row(x, xa + i * sxi + c0, pk, ii * w, n * w, ns)
-                    for k in range(nblk):  # the block's rows of U stay in L1 over the tile's strips
+                # every strip against every row block through one call site of each family (each site emits
+                # all its blocks: compile time): read straight from X strip by strip (the strip's kc lines stay
+                # in L1 over the row blocks), or from the packed strips block by block (the block's rows of U
+                # stay in L1 over the tile's strips)
+                src = pk if packed else x
+                no, ni = (nblk, ns) if packed else (ns, nblk)
+                for o in range(no):
+                    for m in range(ni):
+                        k, s = (o, m) if packed else (m, o)
                         r0, rb, uo = blocks[k, 0], blocks[k, 1], blocks[k, 2]
-                        for s in range(ns):
-                            pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, ln, per, rlen, n,
-                                                            xa + i0 * sxi + c0)
-                            _block(snv, rb, pk, s * n * w, w, n, up, uo + i0 * rb, y, ya + r0 * syr + c0 + s * w,
-                                   syr, i0, x, pfo, ln, pfn)
+                        yo = ya + c0 + s * w + r0 * syr
+                        if packed:
+                            so, ss = s * n * w, w
+                            idle = xa + i0 * sxi + c0
+                        else:
+                            so, ss = xa + i0 * sxi + c0 + s * w, sxi
+                            idle = so  # (nothing left to fetch: the line this strip starts at)
+                        pfo, pfn, q, qr, qs = _next_run(q, qtot, qr, qs, q0, rstride, ln, per, rlen, n, idle)
+                        if _ALL_BLOCKS and ahead and snv == 4 and not packed:
+                            _block_quad_ahead(rb, src, so, ss, n, up, uo + i0 * rb, y, yo, syr, i0, x, pfo, ln, pfn)
+                        elif _ALL_BLOCKS and ahead and not packed:
+                            _block_line_ahead(rb, src, so, ss, n, up, uo + i0 * rb, y, yo, syr, i0, x, pfo, ln, pfn)
+                        else:
+                            _block(snv, rb, src, so, ss, n, up, uo + i0 * rb, y, yo, syr, i0, x, pfo, ln, pfn)
                 while q < qtot:
                     prefetch_l2(x, q0 + qr * rstride + qs * ln)
                     q += 1
