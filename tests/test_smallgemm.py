@@ -2908,6 +2908,34 @@ def _family_runners():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_register_blocks_loop_reaches_machine_code_once_not_unrolled(dtype, rng):
+    """Each emitted block loop carries ``llvm.loop.unroll.disable`` (:func:`tuckerkit.engine._simd._not_unrolled`):
+    in the optimized IR of a function calling ``block5`` and ``gtri3``, the fused multiply-adds cover each block's
+    body once (5 rows of a two-vector strip, 3 rows of three vectors, in lanes: the same on 256- and 512-bit
+    vectors), where LLVM's unroller had copied them four times over; the values still match einsum."""
+    import re
+
+    run = _family_runners()["single"]
+    lanes = 32 // np.dtype(dtype).itemsize
+    n, w = 23, 2 * lanes
+    x = rng.standard_normal((n, w + 3)).astype(dtype)
+    up = rng.standard_normal((n, 5)).astype(dtype)
+    u = rng.standard_normal((n, 3 * lanes)).astype(dtype)
+    xa = rng.standard_normal((3, n + 2)).astype(dtype)
+    y, ya = np.empty((5, w), dtype), np.empty((3, 3 * lanes), dtype)
+    run(x.ravel(), w + 3, n, up.ravel(), y.ravel(), w, u.ravel(), 3 * lanes, xa.ravel(), n + 2, ya.ravel(), 3 * lanes)
+    tol = 4 * n * np.finfo(dtype).eps
+    ref = np.einsum("ir,ij->rj", up.astype(np.float64), x[:, :w].astype(np.float64))
+    np.testing.assert_allclose(y, ref, rtol=0, atol=tol * np.abs(ref).max())
+    ref = np.einsum("ai,ij->aj", xa[:, :n].astype(np.float64), u.astype(np.float64))
+    np.testing.assert_allclose(ya, ref, rtol=0, atol=tol * np.abs(ref).max())
+    ir = run.inspect_llvm(run.signatures[-1])
+    fma_lanes = sum(int(m) for m in re.findall(r"call [^\n]*@llvm\.fma\.v(\d+)f(?:32|64)\(", ir))
+    assert fma_lanes == 5 * w + 3 * 3 * lanes
+    assert "llvm.loop.unroll.disable" in ir
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_a_family_of_register_blocks_runs_the_block_of_its_row_count_and_refuses_others(dtype, rng):
     """A family (:func:`tuckerkit.engine._simd._make_family`: a switch over row counts emitted as IR) computes
     ``y[r, j] = sum_i up[i, r] x[i, j]`` with its block of ``rb`` rows: values against einsum, nothing written past
