@@ -469,24 +469,13 @@ def _pack_typed(NV, x, pk):
         i64 = ir.IntType(64)
         xp = builder.gep(cgutils.create_struct_proxy(sig.args[0])(context, builder, value=xarr).data, [xo_])
         pp = builder.gep(cgutils.create_struct_proxy(sig.args[2])(context, builder, value=pkarr).data, [po_])
-        pre = builder.block
-        head = builder.append_basic_block("pk.head")
-        body = builder.append_basic_block("pk.body")
-        done = builder.append_basic_block("pk.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        sv = builder.phi(i64)
-        sv.add_incoming(ir.Constant(i64, 0), pre)
-        builder.cbranch(builder.icmp_signed("<", sv, ns_), body, done)
-        builder.position_at_end(body)
+        sv, _, done, head = _counted_loop(builder, "pk", [], ns_)
         src = builder.gep(xp, [builder.mul(sv, ir.Constant(i64, NV * VL))])
         dst = builder.gep(pp, [builder.mul(sv, ps_)])
         for v in range(NV):
             val = builder.load(builder.bitcast(builder.gep(src, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1)
             builder.store(val, builder.bitcast(builder.gep(dst, [ir.Constant(i64, v * VL)]), vty.as_pointer()), align=1)
-        sv.add_incoming(builder.add(sv, ir.Constant(i64, 1)), body)
-        _not_unrolled(builder, builder.branch(head))
-        builder.position_at_end(done)
+        _close_loop(builder, sv, [], [], done, head)
         return context.get_dummy_value()
 
     i = types.int64
