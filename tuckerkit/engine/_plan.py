@@ -1383,7 +1383,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
     eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
-                                 math.prod(t_shape) * itemsize, t_strides[x_perm[n_outer]] * itemsize, tiny, short)
+                                 math.prod(t_shape) * itemsize, tiny, short)
     # (a batch of GEMMs pays BATCH_CALL_SECONDS a GEMM beyond its flops: many tiny slices are call-bound)
     calls = math.prod(plan.batch_sizes) if plan.inner_kind in (KernelKind.STRIDED_BATCHED_GEMM,
                                                                 KernelKind.BATCHED_GEMV) else 1

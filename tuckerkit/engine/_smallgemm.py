@@ -2215,18 +2215,14 @@ _KERNEL_EFF = {
 #: keep their constants (64^4: 0.92-0.99x). With 512-bit vectors the table's 0.80 / 0.71 hold (committed
 #: ttm table: 200^3 0.70 / 0.74x, 320x240x160 1.22 / 0.96x)
 _LONG_HI_256 = {"float64": 0.62, "float32": 0.55}
-#: ... float64 long rows above R = 16 that crowd L1 where vectors are wide (:func:`_wide_crowded`; rows a
-#: multiple of 4 KiB apart, in the chunks of ``_MAX_KC_WIDE_CROWDED`` rows their tiling keeps): the rate at
-#: R = 17 and at R = 32, linear between (each further row block re-reads the strip's lines, which crowd one
-#: set, from L2: two blocks up to R = 24, three above). Measured on the AVX-512 machine (the planner's plans
-#: against the same plans run by BLAS, two workers, interleaved medians of 11 in one process, stop 79), the
-#: kernel's time over BLAS's on the first modes of
-#: 320x240x160, 128x128x256, 64^4, 48^4, 256x160x160 and (200, 40960) and 64^4's mode 1: medians 0.90 / 0.96 /
-#: 1.00 / 1.08 / 1.13x at R = 17 / 20 / 24 / 28 / 32 (R = 32: 0.99-1.23x; ``ttm_zen4`` had shown 1.40 / 1.22x
-#: on 64^4's first two modes), where the long-row rate (0.80) had predicted 0.85x at every R. Rows that do not
-#: crowd (200^3, 60^4, 300x200x150, (200, 40040), (64, 250000)) 0.68-0.98x at every R, and float32 0.53-0.91x
-#: crowded or not, keep the long-row rates
-_CROWDED_WIDE_F64 = ((17, 0.76), (32, 0.60))
+# (float64 long rows that crowd L1 where vectors are wide, :func:`_wide_crowded`, take the long-row rates too.
+# Stop 79 had given them a rate falling with R, which sent R above 20 to BLAS: the kernel had measured 1.00 /
+# 1.08 / 1.13x BLAS's time at R = 24 / 28 / 32 on the Zen 4 machine, each further row block re-reading the
+# strip's crowded lines from L2. Stop 92's hint of each row's next strip into L1 (``_AHEAD_L1``) came later.
+# With it, on the Zen 5 machine (the planner's BLAS plans against the kernel's plans, interleaved medians of
+# 9-11 in one process), the first modes of 320x240x160, 256x160x160, (200, 40960), 512x128x64, 160x256x128,
+# 300x256x128, 240x128x192 and (400, 32768) at R = 24 / 28 / 32 took 0.48-0.65x BLAS's time on two workers
+# (median 0.61x) and 0.49-0.62x on one; R = 17-21, which had kept the kernel, 0.96-1.06x against itself.)
 _BLAS_EFF = {
     ("small_rank_ttm_inner", "float64"): (0.49, 0.68),
     ("small_rank_ttm_inner", "float32"): (0.42, 0.62),
@@ -2437,7 +2433,7 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
-                      nbytes: int = 0, row_bytes: int = 0, tiny: bool = False, short: bool = False) -> float:
+                      nbytes: int = 0, tiny: bool = False, short: bool = False) -> float:
     """The compiled kernel's flop rate as a fraction of one core's GEMM peak (R <= 16, or above).
 
     ``contracted``: the contracted extent ``I`` (0: not known). Long rows contracted over fewer than
@@ -2456,9 +2452,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     runs element by element (one serial chain of fused multiply-adds per output) at ``TAIL_SCALAR_RATE``;
     the times add (the rates combine harmonically).
 
-    ``row_bytes``: the stride of the contracted extent in bytes (0: not known). float64 long rows above R = 16
-    that crowd L1 where vectors are wide (:func:`_wide_crowded`) take ``_CROWDED_WIDE_F64`` in place of the
-    long-row rate, falling with R.
+    Rows whose stride crowds L1 (:func:`_wide_crowded`) take the long-row rates too (see the note above
+    ``_BLAS_EFF``).
 
     ``tiny``: :func:`ttm_outer` runs its tiny-rows kernel (:func:`outer_tiny_style` on dense rows): ``TINY_EFF``.
     ``short``: :func:`ttm_inner` runs its short-rows kernel (:func:`inner_short_style` on slabs whose rows lie
@@ -2468,10 +2463,6 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
         return TINY_EFF[dtype]
     if short and variant == "small_rank_ttm_inner":
         return SHORT_EFF[dtype]
-    if (variant == "small_rank_ttm_inner" and dtype == "float64" and contracted > 0
-            and _wide_crowded(contracted, R, 8, columns, row_bytes, nbytes=nbytes)):
-        (r0, e0), (r1, e1) = _CROWDED_WIDE_F64
-        return e0 + (min(max(R, r0), r1) - r0) * (e1 - e0) / (r1 - r0)
     key = variant
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
