@@ -1020,6 +1020,11 @@ SMALL_RANK_TINY_MIN_FLOPS = 1 << 19
 #: (planar RGB: (1000, 1000, 3) with strides (1000, 1, 10^6)) contracted over it stayed on BLAS's batch of
 #: matrix-vector products after a copy of the 3 x R matrix
 MATRIX_COPY_KERNELS = True
+#: whether the compiled kernels are weighed against a BLAS plan that copies the tensor (``Remedy.COPY_A``, or
+#: ``COPY_B`` where the matrix comes first), the copy's seconds counted against BLAS; they were not, so a float32
+#: (200, 200, 200, 3) contracted over its third mode at rank 2 copied all 24 million elements for a batch of
+#: matrix-vector products (29.7 ms) where the kernel reads the tensor in place
+TENSOR_COPY_KERNELS = True
 #: the compiled kernel must be estimated this much faster than BLAS to be chosen (noise in the constants)
 _SMALL_RANK_MARGIN = 0.95
 
@@ -1367,7 +1372,10 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     short = variant == CompiledKernel.TTM_INNER and _short_slabs(lay, t_shape, t_strides, R, itemsize)
     # (BLAS's remedies that copy only the matrix, not the tensor, leave the kernels in the running)
     matrix_copy = MATRIX_COPY_KERNELS and plan.remedy == (Remedy.COPY_A if swap else Remedy.COPY_B)
-    if (plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not (tiny or matrix_copy)) or plan.flops < (
+    # (and those that copy the tensor, the copy in BLAS's seconds)
+    tensor_copy = TENSOR_COPY_KERNELS and plan.remedy == (Remedy.COPY_B if swap else Remedy.COPY_A)
+    copied_ok = tiny or matrix_copy or tensor_copy
+    if (plan.remedy not in (Remedy.NONE, Remedy.BATCHED_GEMV) and not copied_ok) or plan.flops < (
             SMALL_RANK_TINY_MIN_FLOPS if tiny else SMALL_RANK_MIN_FLOPS):
         return plan
     from tuckerkit.engine._simd import simd_supported
@@ -1387,7 +1395,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     # (a batch of GEMMs pays BATCH_CALL_SECONDS a GEMM beyond its flops: many tiny slices are call-bound)
     calls = math.prod(plan.batch_sizes) if plan.inner_kind in (KernelKind.STRIDED_BATCHED_GEMM,
                                                                 KernelKind.BATCHED_GEMV) else 1
-    t_calls = (calls - 1) * BATCH_CALL_SECONDS
+    t_calls = (calls - 1) * BATCH_CALL_SECONDS + (2 * plan.copies * itemsize / _COPY_BW if tensor_copy else 0.0)
     # (an exceptional case's batch of GEMVs reads the tensor again for each batch index it lacks, e.g. once
     # per rank: added to BLAS's bytes and, those re-reads in seconds, to its compute term)
     reread_blas = _gemv_reread_bytes(plan, itemsize)
