@@ -646,11 +646,13 @@ def test_inner_kernel_every_rank_and_column_tail(R, dtype, rng):
 
 
 @pytest.mark.parametrize("C", [5, 9, 13, 21, 35])
-def test_inner_kernel_row_tail_has_the_bits_of_a_full_strip(C, dtype, rng):
+def test_inner_kernel_row_tail_has_the_bits_of_a_full_strip(C, dtype, rng, monkeypatch):
     """The columns at the end of a row (fewer than a packed strip: one vector, then one vector overlapping
     the columns before it, through a private buffer) are the same bits as when the same columns lie inside
     full strips of a wider row (one in-order chain of fused multiply-adds per element), with 1 and 2 workers;
-    against einsum, and nothing written outside the view."""
+    against einsum, and nothing written outside the view. (The register-blocked kernel's tails: float32 rows of
+    5 would take the short-rows kernel, whose sums are trees.)"""
+    monkeypatch.setattr(sg, "inner_short_style", lambda R, itemsize, C: False)
     I = 45  # noqa: E741
     wide = rng.standard_normal((3, I, 64)).astype(dtype)
     U = rng.standard_normal((I, 11)).astype(dtype)
@@ -2662,33 +2664,37 @@ def test_tiny_rows_take_a_lower_flop_threshold_than_the_other_kernels(rng):
     assert ttm_plan(mid, rng.standard_normal((200, 2)), 2, transpose=True).compiled == CompiledKernel.NONE
 
 
-# --- the short-rows inner kernel (rows of 2-3 elements after the contracted mode: lanes over the contracted rows) ---
+# --- the short-rows inner kernel (rows of 2-3 elements after the contracted mode, float32 2-7: lanes over the
+# contracted rows) ---
 
 
 @pytest.fixture
 def short_style(monkeypatch):
     """:func:`ttm_inner` sent to its short-rows kernel at the extents it has, whatever this CPU's vectors."""
     monkeypatch.setattr(sg, "inner_short_style",
-                        lambda R, itemsize, C: 2 <= C <= sg.SHORT_MAX_C and 1 <= R <= sg.SHORT_MAX_R)
+                        lambda R, itemsize, C: 2 <= C <= sg.short_max_c(itemsize) and 1 <= R <= sg.SHORT_MAX_R)
 
 
 def test_short_rows_extents_and_rule():
-    """Rows of 2-3 elements at ranks 1-20, only where vectors are wide; the cost model's rate; its cut counts its
-    flops twice."""
-    assert (sg.SHORT_MAX_C, sg.SHORT_MAX_R, sg.SHORT_CUT_SCALE) == (3, 20, 2)
+    """Rows of 2-3 elements (float32 2-7: shorter than one 256-bit vector) at ranks 1-20, only where vectors are
+    wide; the cost model's rate; its cut counts its flops twice."""
+    assert (sg.short_max_c(8), sg.short_max_c(4), sg.SHORT_MAX_R, sg.SHORT_CUT_SCALE) == (3, 7, 20, 2)
     wide = sg.wide_vectors()
     assert sg.inner_short_style(1, 8, 2) is wide and sg.inner_short_style(20, 4, 3) is wide
-    assert not any(sg.inner_short_style(R, 8, C) for R, C in ((5, 1), (5, 4), (21, 3), (0, 2)))
+    assert all(sg.inner_short_style(R, 4, C) is wide for R, C in ((1, 4), (8, 5), (16, 6), (20, 7)))
+    assert not any(sg.inner_short_style(R, 8, C) for R, C in ((5, 1), (5, 4), (5, 7), (21, 3), (0, 2)))
+    assert not any(sg.inner_short_style(R, 4, C) for R, C in ((5, 1), (5, 8), (21, 4)))
     assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", 8, 3, 100, short=True) == sg.SHORT_EFF["float64"]
     assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", 8, 3, 100) < sg.SHORT_EFF["float64"]
     assert sg._cut_flops("inner_short", 10, 1 << 40) == 20
 
 
-@pytest.mark.parametrize("C", [2, 3])
+@pytest.mark.parametrize("C", [2, 3, 4, 5, 6, 7])
 def test_short_rows_kernel_every_rank_and_tail(C, dtype, short_style, rng):
     """Every rank block (1-20: blocks of SHORT_ACC // C rows of U^T), contracted extents with no rows left past
     whole steps and with some left (masked), one slab and several, into an output view inside a NaN-filled
-    buffer: einsum's sums to rounding, nothing written around the view."""
+    buffer: einsum's sums to rounding, nothing written around the view (float64 rows of 4-7: the register-blocked
+    kernel, alike)."""
     L = 64 // np.dtype(dtype).itemsize
     eps = np.finfo(dtype).eps
     for R in (1, 2, 5, 8, 9, 16, 20):
@@ -2724,13 +2730,15 @@ def test_short_rows_kernel_bits_do_not_depend_on_workers_or_tiles(dtype, short_s
 
 def test_short_rows_need_back_to_back_rows_else_another_kernel(dtype, short_style, monkeypatch, rng):
     """Slabs whose rows lie apart (a sliced trailing mode) take the register-blocked kernel (einsum's sums to
-    rounding), as do rows of 4 elements; the rule (``_short_slabs``) sees both."""
-    big = rng.standard_normal((6, 40, 5)).astype(dtype)
+    rounding), as do rows one element longer than the kernel takes (float64 4, float32 8); the rule
+    (``_short_slabs``) sees both."""
+    longer = sg.short_max_c(np.dtype(dtype).itemsize) + 1
+    big = rng.standard_normal((6, 40, longer + 1)).astype(dtype)
     U = rng.standard_normal((40, 4)).astype(dtype)
     calls = []
     real = sg._inner_short_kernel
     monkeypatch.setattr(sg, "_inner_short_kernel", lambda *a: calls.append(1) or real(*a))
-    for X in (big[:, :, :3], big[:, :, :4], np.ascontiguousarray(big[:, :, :3])):
+    for X in (big[:, :, :3], big[:, :, :longer], np.ascontiguousarray(big[:, :, :3])):
         Y = np.empty((6, 4, X.shape[2]), dtype)
         sg.ttm_inner(X, U, Y)
         _check(X, U, 1, Y)
@@ -2756,6 +2764,32 @@ def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dt
     assert _short_slabs(lay, (256, 512, 3), (1536, 3, 1), 8, 8) is sg.wide_vectors()
     assert not _short_slabs(lay, (256, 512, 3), (2560, 5, 1), 8, 8)
     assert not _short_slabs(lay, (256, 512, 4), (2048, 4, 1), 8, 8)
+    assert _short_slabs(lay, (256, 512, 5), (2560, 5, 1), 8, 4) is sg.wide_vectors()  # (float32 rows of 4-7)
+    assert not _short_slabs(lay, (256, 512, 8), (4096, 8, 1), 8, 4)
+
+
+def test_the_planner_takes_the_short_rows_kernel_for_float32_rows_of_4_to_7(rng):
+    """float32 rows of 4-7 elements after the contracted mode (shorter than one 256-bit vector: the register-blocked
+    kernel had run them element by element, BLAS as a batch of GEMMs of a few columns): where vectors are wide
+    the planner takes the inner kernel, which runs the short-rows kernel, and ``ttm`` gives einsum's sums to
+    rounding for every such row length."""
+    calls = []
+    real = sg._inner_short_kernel
+    for C in (4, 5, 6, 7):
+        X = rng.standard_normal((400, 300, C)).astype(np.float32)  # (7.7-13 MFlop at rank 8)
+        U = rng.standard_normal((300, 8)).astype(np.float32)
+        contract_mod._cached_plan.cache_clear()
+        plan = ttm_plan(X, U, 1, transpose=True)
+        assert (plan.compiled == CompiledKernel.TTM_INNER) is sg.wide_vectors(), (C, plan.explain())
+        _check(X, U, 1, ttm(X, U, 1, transpose=True))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sg, "_inner_short_kernel", lambda *a, C=C: calls.append(C) or real(*a))
+            mp.setattr(sg, "KERNEL_PARALLEL_FLOPS", 1 << 60)  # (one worker: the Python-level call is seen)
+            Y = np.empty((400, 8, C), np.float32)
+            sg.ttm_inner(X, U, Y)
+            _check(X, U, 1, Y)
+    assert calls == ([4, 5, 6, 7] if sg.wide_vectors() else []), calls
+    contract_mod._cached_plan.cache_clear()
 
 
 def test_a_planar_short_mode_is_weighed_against_blas_copying_the_matrix(dtype, monkeypatch, rng):

@@ -1163,13 +1163,20 @@ tiny_block = _make_tiny()
 
 
 #: the short-rows kernel (:func:`_make_short`; :func:`tuckerkit.engine._smallgemm.inner_short_style`): rows of 2 to
-#: ``SHORT_MAX_C`` unit-strided elements after the contracted mode, at most ``SHORT_ACC`` vector accumulators (a
-#: block of ``SHORT_ACC // C`` rows of ``U^T`` against the ``C`` columns; 24 of them spilled: (1000, 1000, 3)
-#: float64 at R = 8 in one block of 24 took 0.65x BLAS's time, at R = 10 in two of 15 0.32x)
+#: ``SHORT_MAX_C`` unit-strided elements after the contracted mode (float32: up to ``SHORT_MAX_C_F32``, rows
+#: shorter than one 256-bit vector), at most ``SHORT_ACC`` vector accumulators (a block of ``SHORT_ACC // C``
+#: rows of ``U^T`` against the ``C`` columns; 24 of them spilled: (1000, 1000, 3) float64 at R = 8 in one block
+#: of 24 took 0.65x BLAS's time, at R = 10 in two of 15 0.32x)
 SHORT_MAX_C = 3
+SHORT_MAX_C_F32 = 7
 SHORT_ACC = 16
 #: the key of a (C, rows) pair in the kernel's switch: ``C * SHORT_KEY + rows``
 SHORT_KEY = 32
+
+
+def short_max_c(itemsize: int) -> int:
+    """The longest rows (in elements) the short-rows kernel takes for elements of ``itemsize`` bytes."""
+    return SHORT_MAX_C_F32 if itemsize == 4 else SHORT_MAX_C
 
 
 def short_rows(C: int) -> int:
@@ -1180,7 +1187,7 @@ def short_rows(C: int) -> int:
 def _make_short():
     """``short_slab(x, xo, I, C, ut, su, r0, nb, y, yo, syr, syc)``: one slab of X (``I`` rows of ``C``
     unit-strided elements back to back from ``x[xo]``: a TTM's contracted mode followed by a short trailing mode,
-    ``2 <= C <=`` :data:`SHORT_MAX_C`) against rows ``r0 .. r0 + nb - 1`` of ``U^T`` (packed as rows of ``su``
+    ``2 <= C <=`` :func:`short_max_c`) against rows ``r0 .. r0 + nb - 1`` of ``U^T`` (packed as rows of ``su``
     elements in ``ut``, zero-padded past ``I`` through the vector the masked last step reads), into
     ``y[yo + r syr + c syc]``; ``nb`` at most :func:`short_rows`.
 
@@ -1192,7 +1199,7 @@ def _make_short():
     one tree (:func:`_reduce_ir`, ``L`` accumulators at a time): every output the same tree over the same chains,
     whatever its place (the bits differ from the other kernels' in-order chains in the last place, as any change
     of summation order does). ``C`` and ``nb`` are read at run time: one branch for each pair (``C`` from 2 to
-    :data:`SHORT_MAX_C`, ``nb`` from 1 to :func:`short_rows`), any other pair does nothing."""
+    :func:`short_max_c`, ``nb`` from 1 to :func:`short_rows`), any other pair does nothing."""
     @intrinsic
     def short(typingctx, x, xo, I, C, ut, su, r0, nb, y, yo, syr, syc):  # noqa: E741
         if not _float_arrays(x, ut, y):
@@ -1221,7 +1228,7 @@ def _make_short():
             rest = builder.sub(I_, builder.mul(nfull, c(L)))
             end = builder.append_basic_block("short.end")
             sw = builder.switch(builder.add(builder.mul(C_, c(SHORT_KEY)), nb_), end)
-            for nc in range(2, SHORT_MAX_C + 1):
+            for nc in range(2, short_max_c(bits // 8) + 1):
                 bty = ir.VectorType(fty, nc * L)
                 mty = ir.VectorType(ir.IntType(1), nc * L)
                 mload = cgutils.get_or_insert_function(

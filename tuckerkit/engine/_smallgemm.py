@@ -77,7 +77,6 @@ from tuckerkit.engine._simd import (
     QUAD_MIN_RB,
     QUAD_RB,
     SHORT_ACC,
-    SHORT_MAX_C,
     TINY_MAX_I,
     TINY_MAX_R,
     TR_MAX_RANK,
@@ -98,6 +97,7 @@ from tuckerkit.engine._simd import (
     prefetch,
     prefetch_l2,
     quad_blocks,
+    short_max_c,
     short_slab,
     simd_supported,
     tiny_block,
@@ -1865,18 +1865,25 @@ def inner_short_style(R: int, itemsize: int, C: int) -> bool:
     """Whether :func:`ttm_inner` runs the short-rows kernel (:func:`_inner_short_kernel`: lanes over the contracted
     rows, a step of 8 float64 or 16 float32 rows of ``C`` elements loaded as one run and its columns gathered by
     shuffles, their sums by one tree at the end of a slab) where each slab's rows lie back to back
-    (:func:`_short_slabs`): where vectors are wide, rows of 2 to ``SHORT_MAX_C`` = 3 elements (a short trailing
-    mode after the contracted one: an RGB mode) and ``R`` up to ``SHORT_MAX_R`` = 20 (blocks of ``SHORT_ACC // C``
-    rows of ``U^T``). There the register-blocked kernel's vectors along the rows are mostly empty and the
-    planner ran BLAS's batch of GEMMs with ``C`` columns.
+    (:func:`_short_slabs`): where vectors are wide, rows of 2 to :func:`short_max_c` elements (float64 3: a short
+    trailing mode after the contracted one, an RGB mode; float32 7, every row shorter than one 256-bit vector) and
+    ``R`` up to ``SHORT_MAX_R`` = 20 (blocks of ``SHORT_ACC // C`` rows of ``U^T``). There the register-blocked
+    kernel's vectors along the rows are mostly empty (float32 rows of 4-7 elements ran element by element) and
+    the planner ran BLAS's batch of GEMMs with ``C`` columns.
 
     Measured on Zen 4 (2 cores; the planner's plans with the kernel against without it, interleaved medians of 15,
     one process), float64 / float32: (1000, 1000, 3)'s mode 1 at R = 10 0.63 / 0.49x the time, (512, 512, 3) R = 8
     0.54 / 0.32x, (64, 256, 256, 3)'s mode 2 R = 8 0.98 / 0.36x, (200, 200, 200, 3)'s mode 2 R = 5 0.60 / 0.28x,
     (1000, 1003, 2) R = 10 0.84 / 0.33x, (2000, 800, 2) R = 20 0.86 / 0.70x, (600, 800, 2) and (600, 800, 3) R = 16
-    0.96-1.04x; R = 32 on rows of 3 1.05 / 0.90x (hence 20). Rows of 4-8 elements keep the register-blocked kernel
-    or BLAS: 4 at R = 6 / 10 1.02 / 1.19x (float32 0.47 / 1.07x), 5 0.87x (1.05x), 6 and 7 1.27-1.53x, 8 2.3x."""
-    return wide_vectors() and 2 <= C <= SHORT_MAX_C and 1 <= R <= SHORT_MAX_R
+    0.96-1.04x; R = 32 on rows of 3 1.05 / 0.90x (hence 20). float64 rows of 4-8 elements keep the
+    register-blocked kernel or BLAS: 4 at R = 6 / 10 1.02 / 1.19x, 5 0.87x, 6 and 7 1.27-1.53x, 8 2.3x; on Zen 5
+    (medians of 9, alternated) 0.39-1.28x, mixed. float32 rows of 4-7 elements on Zen 5 (the planner's plans:
+    the register-blocked kernel's element-by-element rows, or BLAS's batch, against this kernel, medians of 9,
+    alternated, R = 2 / 4 / 8 / 12 / 16 / 20): (16, 16, 16, 16, 16, 4)'s mode 4 0.21 / 0.24 / 0.16 / 0.14 / 0.37 /
+    0.36x the time, (100, 100, 100, 4)'s mode 2 0.10-0.30x, (1000, 1000, 4) 0.22-0.60x, (700, 700, 5)
+    0.26-0.50x, (512, 512, 6) 0.26-0.73x, (500, 500, 7) 0.25-0.91x, (60, 200, 200, 6)'s mode 2 0.29 / 0.47 /
+    0.49 / 1.18 / 0.92 / 0.91x; rows of 8 (one whole vector) 1.3-2.8x, hence 7."""
+    return wide_vectors() and 2 <= C <= short_max_c(itemsize) and 1 <= R <= SHORT_MAX_R
 
 
 def _short_slabs(X3: np.ndarray) -> bool:
