@@ -2293,7 +2293,16 @@ SHORT_DOT_RATE = 0.45
 #: below 192 bytes are short here too (stop 70; (E / 20 / I, 20, I) against I x R, E = 3.2M and 8M elements,
 #: the compiled plan forced against the BLAS plan, two workers, interleaved medians of 11, R = 3 / 5 / 10):
 #: float64 I = 16-20 (128-160 bytes) 0.96-1.48x BLAS's time (10 of 12 above 1.0x), I = 24 0.88-1.44x, I = 32-40
-#: 0.60-0.93x; float32 I = 32-40 (128-160 bytes) 0.65-1.69x (10 of 12 above 1.0x), I = 48-64 0.53-1.10x
+#: 0.60-0.93x; float32 I = 32-40 (128-160 bytes) 0.65-1.69x (10 of 12 above 1.0x), I = 48-64 0.53-1.10x. The
+#: ranks of the transposed tile (:func:`outer_tr_style`, which came later: lanes over the rows, each step's block
+#: transposed in registers) keep their rate on such rows. Measured on the Zen 5 machine (stop 95; the same
+#: (E / I, I), E = 8M elements, the kernel's plan against the BLAS plan the rule had chosen, two workers,
+#: interleaved medians of 9, R = 3 / 5 / 8 / 12 / 15): float32 I = 16 0.73-0.84x BLAS's time (R = 15 0.62x),
+#: I = 24 0.55-0.78x, I = 30 0.36-0.75x, I = 40 0.39-0.49x, I = 47 0.36-0.50x; float64 I = 16 0.59-0.73x,
+#: I = 8 at R = 12 / 15 0.94 / 0.53x; with the rule lifted, BLAS's plans took 1.10-2.36x the kernel's time in
+#: float64 at I = 4-40 and R = 3-20, in float32 1.14-2.23x at I = 16-40 but 0.52-1.07x at I = 4-12 (a float32
+#: block's rows shorter than its 16 lanes), where the rule stays. R of 1 and 2 (dot products) keep the rule
+#: (float32 I = 16 at R = 2 1.13x)
 WIDE_SHORT_DOT_BYTES = 192
 #: a batch of GEMMs on BLAS costs this much per GEMM beyond its flops (the batched loop's call, its
 #: operands' set-up, a tiny GEMM's packing): the strided-batched alternative of :func:`ttm_inner` adds it
@@ -2482,9 +2491,12 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     eff = lo if R <= 16 else hi
     short_dot = WIDE_SHORT_DOT_BYTES if wide_vectors() else SHORT_DOT_BYTES
     if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < short_dot
-            and (R < _WIDE_GEMM_MIN_RANK or not outer_gemm_style(R, itemsize))):
+            and (R < _WIDE_GEMM_MIN_RANK or not outer_gemm_style(R, itemsize))
+            and not (outer_tr_style(R, itemsize) and (itemsize == 8 or contracted * itemsize >= 64))):
         # (below rank 16 the register-blocked kernel too: on rows of 4-20 elements it took 0.76-1.44x BLAS's
-        # time at float64 R = 6-12 and 1.30-2.44x at float32 R = 13-14, two runs, stop 70)
+        # time at float64 R = 6-12 and 1.30-2.44x at float32 R = 13-14, two runs, stop 70. The transposed tile,
+        # lanes over the rows, is not slowed by short rows, but float32's below 16 elements (a block's row
+        # shorter than its vector): ``WIDE_SHORT_DOT_BYTES``)
         eff *= SHORT_DOT_RATE
     if variant == "small_rank_ttm_inner" and columns > 0:
         vl = 32 // itemsize
