@@ -2144,8 +2144,9 @@ def test_short_dot_rows_go_to_blas(monkeypatch, dtype, rng):
     1.0x up to 160 bytes), so BLAS is planned there, also where the register-blocked kernel would take R below
     16; a row of the limit keeps the kernel, as does R = 16's register-blocked kernel. Where vectors are wide the
     transposed tile's ranks (lanes over the rows: not slowed by short rows) keep the kernel too, float64 at every
-    row length and float32 on rows of 16 elements or more (BLAS measured 1.10-2.36x its time there). The BLAS
-    plan's result is einsum's."""
+    row length and float32 on rows of 16 elements or more (BLAS measured 1.10-2.36x its time there), and so do
+    R = 2's dot products on rows of SHORT_DOT_R2_BYTES or more, not R = 1's. The BLAS plan's result is
+    einsum's."""
     item = np.dtype(dtype).itemsize
     assert (sg.SHORT_DOT_BYTES, sg.WIDE_SHORT_DOT_BYTES) == (192, 192)
     short, long_ = sg.SHORT_DOT_BYTES // item - 2, sg.SHORT_DOT_BYTES // item
@@ -2160,7 +2161,8 @@ def test_short_dot_rows_go_to_blas(monkeypatch, dtype, rng):
             X = np.empty((4_000_000 // I, I), dtype)
             plan = plan_contraction("ac,cz->az", X, np.empty((I, R), dtype))
             tr = wide and sg.outer_tr_style(R, item) and (item == 8 or I * item >= 64)
-            dot_short = I * item < limit and (R < 16 or not sg.outer_gemm_style(R, item)) and not tr
+            r2 = wide and R == 2 and I * item >= sg.SHORT_DOT_R2_BYTES
+            dot_short = I * item < limit and (R < 16 or not sg.outer_gemm_style(R, item)) and not (tr or r2)
             assert plan.compiled is (CompiledKernel.NONE if dot_short else kernel), (wide, I, R, plan.explain())
             assert (sg.kernel_efficiency("small_rank_ttm_outer", np.dtype(dtype).name, R, 0, I)
                     == sg._KERNEL_EFF[("small_rank_ttm_outer", np.dtype(dtype).name)][R > 16]
@@ -2169,12 +2171,17 @@ def test_short_dot_rows_go_to_blas(monkeypatch, dtype, rng):
     monkeypatch.setattr(sg, "wide_vectors", lambda: True)
     short_both = 16 if item == 8 else 30  # (128 / 120 bytes)
     for I, R, takes in ((16, 3, True), (short_both, 8, True), (47 if item == 4 else 23, 15, True),  # noqa: E741
-                        (12, 8, item == 8), (4, 12, item == 8), (short_both, 2, False),
+                        (12, 8, item == 8), (4, 12, item == 8), (short_both, 2, True), (short_both, 1, False),
                         (short_both, 16 if item == 4 else 21, False)):
         contract_mod._cached_plan.cache_clear()
         plan = plan_contraction("ac,cz->az", np.empty((4_000_000 // I, I), dtype), np.empty((I, R), dtype))
         assert (plan.compiled is kernel) is (takes or kernel is CompiledKernel.NONE or (
             R >= 16 and sg.outer_gemm_style(R, item))), (I, R, plan.explain())
+    eff = functools.partial(sg.kernel_efficiency, "small_rank_ttm_outer", np.dtype(dtype).name)
+    lo = sg._KERNEL_EFF[("small_rank_ttm_outer", np.dtype(dtype).name)][0]
+    r2_rows = sg.SHORT_DOT_R2_BYTES // item
+    assert eff(2, 0, r2_rows) == lo and eff(2, 0, r2_rows - 1) == lo * sg.SHORT_DOT_RATE
+    assert eff(1, 0, r2_rows) == lo * sg.SHORT_DOT_RATE
     monkeypatch.setattr(sg, "wide_vectors", lambda: False)
     contract_mod._cached_plan.cache_clear()
     X, U = make_tensor(rng, (50_000, short), dtype), make_tensor(rng, (short, 5), dtype)

@@ -2301,9 +2301,14 @@ SHORT_DOT_RATE = 0.45
 #: I = 24 0.55-0.78x, I = 30 0.36-0.75x, I = 40 0.39-0.49x, I = 47 0.36-0.50x; float64 I = 16 0.59-0.73x,
 #: I = 8 at R = 12 / 15 0.94 / 0.53x; with the rule lifted, BLAS's plans took 1.10-2.36x the kernel's time in
 #: float64 at I = 4-40 and R = 3-20, in float32 1.14-2.23x at I = 16-40 but 0.52-1.07x at I = 4-12 (a float32
-#: block's rows shorter than its 16 lanes), where the rule stays. R of 1 and 2 (dot products) keep the rule
-#: (float32 I = 16 at R = 2 1.13x)
+#: block's rows shorter than its 16 lanes), where the rule stays. R of 1 and 2 run the dot products: R = 1
+#: keeps the rule (BLAS's matrix-vector product measured 0.64-1.18x the kernel's time on float64 rows of 24-47
+#: and the kernel 0.81-2.29x BLAS's on float32 rows of 12-47)
 WIDE_SHORT_DOT_BYTES = 192
+#: ... R = 2's dot products keep their rate on rows of this many bytes and more where vectors are wide: measured
+#: (as above, medians of 11) 0.29-0.52x BLAS's time on float32 rows of 24-47 elements, 0.68-0.73x on float64 rows
+#: of 16-20; below, float32 I = 16 / 20 1.59 / 0.97x, float64 I = 12 0.98x
+SHORT_DOT_R2_BYTES = 96
 #: a batch of GEMMs on BLAS costs this much per GEMM beyond its flops (the batched loop's call, its
 #: operands' set-up, a tiny GEMM's packing): the strided-batched alternative of :func:`ttm_inner` adds it
 #: per GEMM. Measured on the 2-core AVX2 machine (the middle mode, batched over the first: X of (A, B, C)
@@ -2492,7 +2497,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     short_dot = WIDE_SHORT_DOT_BYTES if wide_vectors() else SHORT_DOT_BYTES
     if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < short_dot
             and (R < _WIDE_GEMM_MIN_RANK or not outer_gemm_style(R, itemsize))
-            and not (outer_tr_style(R, itemsize) and (itemsize == 8 or contracted * itemsize >= 64))):
+            and not (outer_tr_style(R, itemsize) and (itemsize == 8 or contracted * itemsize >= 64))
+            and not (R == 2 and contracted * itemsize >= SHORT_DOT_R2_BYTES and wide_vectors())):
         # (below rank 16 the register-blocked kernel too: on rows of 4-20 elements it took 0.76-1.44x BLAS's
         # time at float64 R = 6-12 and 1.30-2.44x at float32 R = 13-14, two runs, stop 70. The transposed tile,
         # lanes over the rows, is not slowed by short rows, but float32's below 16 elements (a block's row
