@@ -1012,6 +1012,27 @@ def test_wide_vectors_follow_numbas_target(monkeypatch):
     assert _simd.wide_vectors() is False
 
 
+def test_cpu_name_follows_numbas_target_and_picks_the_u_bound(monkeypatch):
+    """The CPU the per-CPU bounds are looked up by: numba's named target (``NUMBA_CPU_NAME``) when set, else the
+    host's as LLVM names it; ``wide_outer_u_bytes`` takes that CPU's entry, or the default elsewhere."""
+    from numba.core import config
+
+    from tuckerkit.engine import _simd
+
+    monkeypatch.setattr(_simd, "_CPU", None)
+    monkeypatch.setattr(config, "CPU_NAME", "haswell", raising=False)
+    assert _simd.cpu_name() == "haswell"
+    monkeypatch.setattr(_simd, "_CPU", None)
+    monkeypatch.setattr(config, "CPU_NAME", None, raising=False)
+    import llvmlite.binding as ll
+
+    assert _simd.cpu_name() == ll.get_host_cpu_name()
+    for cpu, want in (("znver5", 4 << 20), ("znver4", sg.WIDE_OUTER_U_BYTES), ("haswell", 1 << 20)):
+        monkeypatch.setattr(sg, "cpu_name", lambda cpu=cpu: cpu)
+        assert sg.wide_outer_u_bytes() == want, cpu
+    monkeypatch.setattr(_simd, "_CPU", None)
+
+
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_planner_sends_short_row_middle_modes_to_the_inner_kernel(order, dtype, rng):
     """With the machine's own roofline: a middle mode (short unit-stride rows) of a 3-way tensor goes to the
@@ -1893,12 +1914,19 @@ def test_float32_rank_outer_products_beyond_32_take_the_register_blocked_kernel(
             assert serial.tobytes() == direct.tobytes()
     if layout != "rank_outer":
         return
-    # rows 16 KiB apart (4096 float32) and a U beyond WIDE_OUTER_U_BYTES keep BLAS
-    for shape, R in (((1024, 4096), 50), ((400, 8000), 40)):
-        Xw = np.empty(shape, np.float32)
-        out = np.empty((R, shape[0]), np.float32).T
-        plan = plan_contraction("ac,cz->az", Xw, np.ones((shape[1], R), np.float32), out=out)
-        assert plan.compiled is CompiledKernel.NONE, plan.explain()
+    # rows 16 KiB apart (4096 float32) and a U beyond WIDE_OUTER_U_BYTES keep BLAS; on Zen 5 a U of up to 4 MiB
+    # takes the kernel (WIDE_OUTER_U_BYTES_BY_CPU)
+    for cpu in ("znver4", "znver5"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sg, "cpu_name", lambda cpu=cpu: cpu)
+            for shape, R, zen5 in (((1024, 4096), 50, False), ((400, 8000), 40, True), ((400, 30000), 40, False)):
+                contract_mod._cached_plan.cache_clear()
+                Xw = np.empty(shape, np.float32)
+                out = np.empty((R, shape[0]), np.float32).T
+                plan = plan_contraction("ac,cz->az", Xw, np.ones((shape[1], R), np.float32), out=out)
+                kernel = want and zen5 and cpu == "znver5"
+                assert (plan.compiled is CompiledKernel.TTM_OUTER) is kernel, (cpu, shape, plan.explain())
+    contract_mod._cached_plan.cache_clear()
 
 
 def test_planner_keeps_ranks_above_32_on_blas(rng):
@@ -1950,9 +1978,18 @@ def test_large_tensors_take_the_kernels_beyond_rank_32(monkeypatch, dtype, rng):
             assert plan.compiled is (want if on else none), (wide, R, mode, plan.explain())
         for mode in (0, 1, 2):
             assert ttm_plan(below, np.ones((n - 2, 50), dtype), mode, transpose=True).compiled is none
-        # a long contracted last mode: U of 3600 x 50 (1.4 MB in float64) beyond WIDE_OUTER_U_BYTES
-        long_last = ttm_plan(np.empty((60, 60, 3600), dtype), np.ones((3600, 50), dtype), 2, transpose=True)
-        assert long_last.compiled is (outer if on and f64 and not wide else none), long_last.explain()
+        # a long contracted last mode: U of 3600 x 50 (1.4 MB in float64) beyond WIDE_OUTER_U_BYTES, within Zen 5's
+        # bound (WIDE_OUTER_U_BYTES_BY_CPU); U of 12000 x 50 (4.6 MiB) beyond both
+        for cpu in ("znver4", "znver5"):
+            monkeypatch.setattr(sg, "cpu_name", lambda cpu=cpu: cpu)
+            contract_mod._cached_plan.cache_clear()
+            long_last = ttm_plan(np.empty((60, 60, 3600), dtype), np.ones((3600, 50), dtype), 2, transpose=True)
+            fits = not wide or cpu == "znver5"
+            assert long_last.compiled is (outer if on and f64 and fits else none), (cpu, long_last.explain())
+            longer = ttm_plan(np.empty((10, 60, 12000), dtype), np.ones((12000, 50), dtype), 2, transpose=True)
+            if wide:  # (with 256-bit vectors the re-reads of U in the cost model decide)
+                assert longer.compiled is none, (cpu, longer.explain())
+        assert sg.WIDE_OUTER_U_BYTES_BY_CPU == {"znver5": 4 << 20}
         # a first mode's rows of VERY_LONG_ROW_BYTES and more (64^4: 1 MiB in float32): packed chunks up to 64 where
         # vectors are wide (the direct reads' cap, VERY_LONG_F32_MAX_RANK, only where the packing is off)
         very = np.empty((64, 64, 64, 64), dtype)

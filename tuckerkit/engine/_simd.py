@@ -92,6 +92,29 @@ def wide_vectors() -> bool:
 _WIDE: bool | None = None
 
 
+def cpu_name() -> str:
+    """The CPU numba compiles for, as LLVM names it (``znver5``, ``skylake-avx512``, ...): ``NUMBA_CPU_NAME``
+    when set to a named target, else the host's (``generic`` where llvmlite cannot tell). A few of the planner's
+    bounds were measured per CPU and are looked up by it."""
+    global _CPU
+    if _CPU is None:
+        from numba.core import config
+
+        cpu = getattr(config, "CPU_NAME", None)
+        if cpu is None or cpu in ("host", ""):
+            try:
+                import llvmlite.binding as ll
+
+                cpu = ll.get_host_cpu_name()
+            except Exception:  # pragma: no cover - llvmlite without the query
+                cpu = "generic"
+        _CPU = str(cpu)
+    return _CPU
+
+
+_CPU: str | None = None
+
+
 def _detect_feature(name: str) -> bool:
     """Whether numba compiles for a CPU with feature ``name``: its ``CPU_FEATURES`` setting
     (``NUMBA_CPU_FEATURES``) when given; none for a named target (``NUMBA_CPU_NAME``, e.g. ``generic`` for

@@ -88,6 +88,7 @@ from tuckerkit.engine._simd import (
     aline_blocks,
     aquad_blocks,
     copy_run,
+    cpu_name,
     gnarrow_blocks,
     gwide_blocks,
     half_blocks,
@@ -255,8 +256,16 @@ OUTER_F64_MAX_RANK = 56
 WIDE_OUTER_F64_MAX_RANK = 64
 #: ... and in float32 where vectors are wide, into an output with R outermost (CP-ALS's partials)
 WIDE_OUTER_F32_MAX_RANK = 64
-#: ... and the most bytes of U there (:func:`planned_beyond_max_rank`)
+#: ... and the most bytes of U there (:func:`planned_beyond_max_rank`); on the CPUs of
+#: ``WIDE_OUTER_U_BYTES_BY_CPU`` (LLVM's name, :func:`cpu_name`) that many instead
 WIDE_OUTER_U_BYTES = 1 << 20
+#: Zen 5 (stop 95; the kernel's plans against the BLAS plans this bound had chosen, two workers, interleaved
+#: medians of 11 in one process): float64 X of (3600, 3600), (4096, 4096), (2000, 8000), (1000, 10000), (2000,
+#: 3000), (1000, 5000), (400, 4000) and the last mode of (100, 100, 3000) at R = 40 / 50 / 64, U of 1.1-3.9
+#: MiB, 0.43-0.62x BLAS's time, into an output with R outermost (CP-ALS's partials) 0.46-0.50x; float32 R
+#: outermost, U of 1.2-3.9 MiB, 0.39-0.56x. (Zen 4 had measured (3600, 3600) at 0.69-0.97x, 0.88-1.08x with R
+#: outermost, (4096, 4096) 0.90 / 1.16x and (1000, 10000) 1.04x: its bound stays 1 MiB.)
+WIDE_OUTER_U_BYTES_BY_CPU = {"znver5": 4 << 20}
 #: ... and, where vectors are wide, the fewest bytes of a float32 tensor whose long rows (a first mode) take
 #: :func:`ttm_inner` up to ``SHORT_ROWS_MAX_RANK`` (:func:`planned_beyond_max_rank`)
 BEYOND_LONG_F32_MIN_BYTES = 24 << 20
@@ -2447,10 +2456,16 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
                                                   and (R <= VERY_LONG_F32_MAX_RANK or row_bytes < VERY_LONG_ROW_BYTES))
     if not wide_vectors():
         return itemsize == 8 and R <= OUTER_F64_MAX_RANK
-    u_fits = 0 < contracted * R * itemsize <= WIDE_OUTER_U_BYTES
+    u_fits = 0 < contracted * R * itemsize <= wide_outer_u_bytes()
     if itemsize == 4:
         return rank_outer and R <= WIDE_OUTER_F32_MAX_RANK and u_fits and (contracted * itemsize) % 4096 != 0
     return R <= WIDE_OUTER_F64_MAX_RANK and u_fits
+
+
+def wide_outer_u_bytes() -> int:
+    """The most bytes of U :func:`planned_beyond_max_rank` gives :func:`ttm_outer` above ``MAX_RANK`` where vectors
+    are wide: ``WIDE_OUTER_U_BYTES``, or this CPU's entry in ``WIDE_OUTER_U_BYTES_BY_CPU``."""
+    return WIDE_OUTER_U_BYTES_BY_CPU.get(cpu_name(), WIDE_OUTER_U_BYTES)
 
 
 def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contracted: int = 0,
