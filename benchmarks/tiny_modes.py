@@ -1,4 +1,5 @@
-"""TTM over a short unit-stride mode, or over the mode before one (rows of 2-8 elements: an RGB mode).
+"""TTM over a short unit-stride mode, or over the mode before one (rows of 2-8 elements: an RGB mode; float32 rows
+of 4-7 take the short-rows kernel too since stop 95).
 
 For each case (tensor, mode, dtype, rank): tuckerkit ``ttm(X, U, mode, transpose=True)`` with the plan the planner
 makes (where vectors are wide the tiny-rows kernel for the last mode, the short-rows kernel for the mode before a
@@ -36,11 +37,13 @@ from roofline import fastest_read, read_fns
 from tuckerkit.engine import ttm, ttm_plan
 from tuckerkit.engine._plan import CompiledKernel
 
-#: (shape, mode, rank): the last (unit-stride) mode, or the mode before a short trailing one
+#: (shape, mode, rank): the last (unit-stride) mode, or the mode before a short trailing one (the last three: trailing
+#: modes of 4-6, the short-rows kernel's in float32 since stop 95)
 CASES = [((2000, 1000, 3), 2, 2), ((2000, 1000, 3), 2, 3), ((1000, 1000, 4), 2, 2), ((64, 256, 256, 3), 3, 2),
          ((500, 500, 4), 2, 3), ((100000, 8), 1, 4), ((1000, 800, 6), 2, 5), ((512, 512, 3), 2, 2),
          ((256, 256, 3), 2, 2), ((1000, 1000, 3), 1, 10), ((512, 512, 3), 1, 8), ((64, 256, 256, 3), 2, 8),
-         ((200, 200, 200, 3), 2, 5), ((1000, 1003, 2), 1, 10)]
+         ((200, 200, 200, 3), 2, 5), ((1000, 1003, 2), 1, 10), ((1000, 1000, 4), 1, 8), ((512, 512, 6), 1, 8),
+         ((100, 100, 100, 4), 2, 8)]
 
 
 def case_runners(X: np.ndarray, U: np.ndarray, mode: int) -> dict:
