@@ -2429,7 +2429,8 @@ def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, 
     (False, False)
     >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 200) == simd_supported()
     True
-    >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 3600) == (simd_supported() and not wide_vectors())
+    >>> fits = 3600 * 50 * 8 <= wide_outer_u_bytes()  # U of 1.4 MB: beyond 1 MiB, within Zen 5's 4 MiB
+    >>> planned_beyond_max_rank(False, 8, 50, 0, 64 << 20, 3600) == (simd_supported() and (not wide_vectors() or fits))
     True
     >>> f32 = 32 << 20  # a float32 tensor of 32 MiB
     >>> planned_beyond_max_rank(False, 4, 50, 0, f32, 200, rank_outer=True) == (simd_supported() and wide_vectors())
