@@ -2872,8 +2872,9 @@ def test_a_blas_plan_copying_the_tensor_is_weighed_against_the_kernels(monkeypat
     """float32 (60, 60, 200, 3) contracted over its third mode at rank 2: BLAS's cheapest plan copies the whole
     tensor (Remedy.COPY_A) for a batch of matrix-vector products. The compiled kernels are weighed against such a
     plan too (TENSOR_COPY_KERNELS, the copy counted in BLAS's seconds): where the CPU has AVX2 + FMA the inner
-    kernel reads the tensor in place (no element copied; on (200, 200, 200, 3) 3.2 against 26.3 ms), and
-    ``ttm`` gives einsum's sums to rounding either way."""
+    kernel reads the tensor in place (no element copied; on (200, 200, 200, 3) 3.2 against 26.3 ms), while the
+    same plan for cupy operands keeps BLAS's plan and reports its copy; ``ttm`` gives einsum's sums to rounding
+    either way."""
     X = rng.standard_normal((60, 60, 200, 3)).astype(np.float32)
     U = rng.standard_normal((200, 2)).astype(np.float32)
     contract_mod._cached_plan.cache_clear()
@@ -2881,6 +2882,9 @@ def test_a_blas_plan_copying_the_tensor_is_weighed_against_the_kernels(monkeypat
     if sg.simd_supported():
         assert plan.compiled == CompiledKernel.TTM_INNER and plan.copies == 0, plan.explain()
         assert "remedy copy_a" in plan.explain().splitlines()[0]
+        gpu = contract_mod._on_gpu(plan)  # (cupy operands: cuBLAS on the BLAS plan, which copies the tensor)
+        assert gpu.compiled == CompiledKernel.NONE and gpu.remedy == plan_mod.Remedy.COPY_A
+        assert gpu.copies == X.size and gpu.bytes_moved > 2 * X.nbytes, gpu.explain()
     _check(X, U, 2, plan(X, U))
     monkeypatch.setattr(plan_mod, "TENSOR_COPY_KERNELS", False)
     contract_mod._cached_plan.cache_clear()

@@ -164,8 +164,10 @@ def plan_contraction(
 def _on_gpu(plan: ContractionPlan) -> ContractionPlan:
     """The same plan for cupy operands: issued as cuBLAS strided-batched calls, no CPU thread split."""
     lay = plan._sr if plan._sr is not None else plan._bd
-    if lay is not None:  # the compiled kernels are CPU only: cuBLAS on the BLAS plan's layout
+    if lay is not None:  # the compiled kernels are CPU only: cuBLAS on the BLAS plan's layout (and its copies)
         plan = dataclasses.replace(plan, compiled=CompiledKernel.NONE, _out_order=lay.blas_out_order)
+        if plan._sr is not None:
+            plan = dataclasses.replace(plan, copies=plan._sr.blas_copies, bytes_moved=plan._sr.blas_bytes)
     return dataclasses.replace(plan, device="cuda", parallel=False)
 
 

@@ -165,6 +165,8 @@ class _SmallRankLayout:
     u_kz: bool  # B's subscripts are (contracted, new): U = B; else U = B.T
     blas_out_order: tuple[int, ...]  # the BLAS plan's allocation order (a GPU run allocates that)
     swap: bool = False  # the tensor is B and the matrix A
+    blas_copies: int = 0  # the BLAS plan's copies and bytes moved (a GPU run makes its copies: its remedy)
+    blas_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,8 @@ class _BatchedDotLayout:
     out_perm: tuple[int, ...]  # the output's axes as (m axes..., z)
     blas_out_order: tuple[int, ...]  # the BLAS plan's allocation order (a GPU run allocates that)
     swap: bool = False  # the tensor is B and the matrix A
+    blas_copies: int = 0  # the BLAS plan's copies and bytes moved (a GPU run makes its copies: its remedy)
+    blas_bytes: int = 0
     # RANK_OUTER_DOT: the contracted mode's place (0 or 1) among the tensor's two inner axes; x_perm then gives
     # them outer to inner, then z (outermost in memory), and out_perm the output's axes as (kept mode, z)
     axis: int = -1
@@ -1023,7 +1027,7 @@ MATRIX_COPY_KERNELS = True
 #: whether the compiled kernels are weighed against a BLAS plan that copies the tensor (``Remedy.COPY_A``, or
 #: ``COPY_B`` where the matrix comes first), the copy's seconds counted against BLAS; they were not, so a float32
 #: (200, 200, 200, 3) contracted over its third mode at rank 2 copied all 24 million elements for a batch of
-#: matrix-vector products (29.7 ms) where the kernel reads the tensor in place
+#: matrix-vector products (26-30 ms) where the kernel reads the tensor in place (3.2 ms)
 TENSOR_COPY_KERNELS = True
 #: the compiled kernel must be estimated this much faster than BLAS to be chosen (noise in the constants)
 _SMALL_RANK_MARGIN = 0.95
@@ -1422,7 +1426,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R) + t_calls * peak / max(plan.flops, 1)
     if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:
         return dataclasses.replace(plan, estimates=estimates)
-    small = _SmallRankLayout(x_perm, n_outer, out_perm, u_kz, plan._out_order, swap)
+    small = _SmallRankLayout(x_perm, n_outer, out_perm, u_kz, plan._out_order, swap, plan.copies, plan.bytes_moved)
     # the kernel needs U as (I, R) rows (inner) or (R, I) rows (outer), C-contiguous: one copy of the
     # matrix unless it already is
     wants_kz = variant == CompiledKernel.TTM_INNER
