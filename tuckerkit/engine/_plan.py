@@ -179,8 +179,6 @@ class _BatchedDotLayout:
     out_perm: tuple[int, ...]  # the output's axes as (m axes..., z)
     blas_out_order: tuple[int, ...]  # the BLAS plan's allocation order (a GPU run allocates that)
     swap: bool = False  # the tensor is B and the matrix A
-    blas_copies: int = 0  # the BLAS plan's copies and bytes moved (a GPU run makes its copies: its remedy)
-    blas_bytes: int = 0
     # RANK_OUTER_DOT: the contracted mode's place (0 or 1) among the tensor's two inner axes; x_perm then gives
     # them outer to inner, then z (outermost in memory), and out_perm the output's axes as (kept mode, z)
     axis: int = -1
