@@ -2235,7 +2235,8 @@ def test_batches_of_tiny_gemms_go_to_the_compiled_kernel(monkeypatch, dtype):
     """A middle mode batched over a long first mode ((100000, 10, 10) at R = 5: 100000 GEMMs of 10 x 10 by 10 x
     5) costs BLAS BATCH_CALL_SECONDS a GEMM beyond its flops (measured 370-700 ns), so the planner takes the
     compiled kernel (float32 0.12-0.48x BLAS's time, where the rates alone had kept BLAS); without the call
-    term the float32 plan is BLAS's strided-batched GEMM. The estimates show the calls."""
+    term (and without the repacking of U in each call, BLAS_REPACK_COLS) the float32 plan is BLAS's
+    strided-batched GEMM. The estimates show the calls."""
     if not sg.simd_supported():
         pytest.skip("ttm_inner's microkernels need AVX2 + FMA")
     X, U = np.empty((100_000, 10, 10), dtype), np.empty((10, 5), dtype)
@@ -2245,12 +2246,43 @@ def test_batches_of_tiny_gemms_go_to_the_compiled_kernel(monkeypatch, dtype):
     est = dict(plan.estimates)
     assert est["blas strided_batched_gemm"] >= (100_000 - 1) * sg.BATCH_CALL_SECONDS
     monkeypatch.setattr(sg, "BATCH_CALL_SECONDS", 0.0)
+    monkeypatch.setattr(plan_mod, "BLAS_REPACK_COLS", 0.0)
     contract_mod._cached_plan.cache_clear()
     without = plan_contraction("abc,bz->azc", X, U)
     if np.dtype(dtype) == np.float32:
         assert without.compiled is CompiledKernel.NONE and without.kind == "strided_batched_gemm"
     monkeypatch.undo()
     contract_mod._cached_plan.cache_clear()
+
+
+@pytest.mark.parametrize("C", [4, 7, 10])
+def test_blas_repacking_u_for_each_gemm_of_few_columns_sends_middle_modes_to_the_kernel(C, monkeypatch, rng):
+    """float64 middle modes over a short trailing extent C at R = 32: BLAS's strided batch of GEMMs packs U (R x I)
+    again in every call for R x I x C multiply-adds, so its rate is taken as 1 / (1 + BLAS_REPACK_COLS / C) of its
+    constant (measured on Zen 5: the kernel at 0.41-0.90x BLAS's time on 45 of 46 plans the term moved, e.g.
+    (1000, 1000, 4) at R = 20-64 0.41-0.59x); without the term these stayed on BLAS. The product is einsum's to
+    rounding either way."""
+    if not sg.simd_supported():
+        pytest.skip("ttm_inner's microkernels need AVX2 + FMA")
+    n = {4: 1000, 7: 756, 10: 632}[C]
+    X = np.empty((n, n, C))
+    U = np.empty((n, 32))
+    contract_mod._cached_plan.cache_clear()
+    plan = ttm_plan(X, U, 1, transpose=True)
+    assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()
+    est = dict(plan.estimates)
+    t_calls = (n - 1) * sg.BATCH_CALL_SECONDS  # (the batch's calls: not scaled)
+    plain = (est["blas strided_batched_gemm compute"] - t_calls) / (1 + plan_mod.BLAS_REPACK_COLS / C) + t_calls
+    monkeypatch.setattr(plan_mod, "BLAS_REPACK_COLS", 0.0)
+    contract_mod._cached_plan.cache_clear()
+    old = ttm_plan(X, U, 1, transpose=True)
+    assert old.compiled is CompiledKernel.NONE, old.explain()
+    assert dict(old.estimates)["blas strided_batched_gemm compute"] == pytest.approx(plain, rel=1e-9)
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+    Xs = rng.standard_normal((60, 70, C))
+    Us = rng.standard_normal((70, 32))
+    _check(Xs, Us, 1, ttm(Xs, Us, 1, transpose=True))
 
 
 def test_a_large_u_over_few_rows_goes_to_blas(monkeypatch):

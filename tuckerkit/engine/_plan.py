@@ -1027,6 +1027,10 @@ MATRIX_COPY_KERNELS = True
 #: (200, 200, 200, 3) contracted over its third mode at rank 2 copied all 24 million elements for a batch of
 #: matrix-vector products (26-30 ms) where the kernel reads the tensor in place (3.2 ms)
 TENSOR_COPY_KERNELS = True
+#: BLAS's strided batch of GEMMs for :func:`~tuckerkit.engine._smallgemm.ttm_inner`'s layouts (a middle mode: one
+#: GEMM of U^T against each slab's C columns) packs U again in every call, R x I elements for R x I x C
+#: multiply-adds: its rate is taken as ``1 / (1 + BLAS_REPACK_COLS / C)`` of the constant's
+BLAS_REPACK_COLS = 4.8
 #: the compiled kernel must be estimated this much faster than BLAS to be chosen (noise in the constants)
 _SMALL_RANK_MARGIN = 0.95
 
@@ -1401,8 +1405,13 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     # (an exceptional case's batch of GEMVs reads the tensor again for each batch index it lacks, e.g. once
     # per rank: added to BLAS's bytes and, those re-reads in seconds, to its compute term)
     reread_blas = _gemv_reread_bytes(plan, itemsize)
-    t_blas = roof.estimate(nbytes + reread_blas, plan.flops, plan.dtype,
-                           blas_efficiency(variant.value, plan.dtype, R)) + t_calls
+    eff_blas = blas_efficiency(variant.value, plan.dtype, R)
+    if (variant == CompiledKernel.TTM_INNER and plan.inner_kind == KernelKind.STRIDED_BATCHED_GEMM and calls > 1
+            and columns > 0):
+        # (each GEMM of the batch packs U again, R x I elements, for R x I x columns multiply-adds: few columns
+        # and the packing is most of the call: BLAS_REPACK_COLS)
+        eff_blas /= 1.0 + BLAS_REPACK_COLS / columns
+    t_blas = roof.estimate(nbytes + reread_blas, plan.flops, plan.dtype, eff_blas) + t_calls
     t_calls += reread_blas / roof.bandwidth
     # (the unit-stride kernel reads U once per tile of rows of X: again from memory where U is large, which
     # stalls the kernel: added to its time, not overlapped)
@@ -1415,13 +1424,13 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
                  ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)),
                  ("compiled compute", plan.flops / (peak * eff_comp) + t_reread),
                  (f"blas {plan.kind} compute",
-                  plan.flops / (peak * blas_efficiency(variant.value, plan.dtype, R)) + t_calls))
+                  plan.flops / (peak * eff_blas) + t_calls))
     # both read the tensor once: where both are bandwidth-bound the estimates tie and the compute terms
     # decide (peak and bandwidth cancel, so the choice is the same on every machine and every calibration,
     # except where a batch's calls or the kernel's re-reads of U, in seconds, count against the peak's flops:
     # there the calibrated peak and bandwidth weigh them)
     c_comp = 1.0 / eff_comp + t_reread * peak / max(plan.flops, 1)
-    c_blas = 1.0 / blas_efficiency(variant.value, plan.dtype, R) + t_calls * peak / max(plan.flops, 1)
+    c_blas = 1.0 / eff_blas + t_calls * peak / max(plan.flops, 1)
     if t_comp > t_blas or c_comp >= _SMALL_RANK_MARGIN * c_blas:
         return dataclasses.replace(plan, estimates=estimates)
     small = _SmallRankLayout(x_perm, n_outer, out_perm, u_kz, plan._out_order, swap, plan.copies, plan.bytes_moved)
