@@ -792,14 +792,14 @@ def _wide_long_cap(row_len: int) -> int:
 
 
 def _wide_crowded(I: int, R: int, itemsize: int, C: int, row_bytes: int,  # noqa: E741
-                  snv: int | None = None, nbytes: int = 0) -> bool:
+                  snv: int | None = None) -> bool:
     """Whether :func:`ttm_inner`'s long rows (``C`` columns, ``row_bytes`` apart) at R above
     ``_SHORT_CHUNK_RANK``, where vectors are wide, crowd L1 in the chunks :func:`_tiling` would give them
     (:func:`_l1_crowded`; strips of ``snv`` 256-bit vectors, :func:`_inner_strip` if None), so that it keeps
-    them to chunks of ``_MAX_KC_WIDE_CROWDED`` rows; False elsewhere, and where the chunks are packed
-    (:func:`_packed_beyond`: ``nbytes`` the tensor's)."""
+    them to chunks of ``_MAX_KC_WIDE_CROWDED`` rows; False elsewhere, and above ``MAX_RANK`` (packed chunks:
+    :func:`_packed_beyond`). :func:`_tiling` asks it after its own test of the packed chunks."""
     if (R <= _SHORT_CHUNK_RANK or C * itemsize < LONG_ROW_BYTES or not row_bytes or not _wide_direct()
-            or _packed_beyond(R, C * itemsize, I, nbytes)):  # (packed chunks: no rows crowd L1)
+            or _packed_beyond(R, C * itemsize, I)):  # (packed chunks: no rows crowd L1)
         return False
     w = 32 * (_inner_strip(R) if snv is None else snv) // itemsize
     return _l1_crowded(row_bytes, _chunk_rows(I, _wide_long_cap(C * itemsize), w, itemsize))
