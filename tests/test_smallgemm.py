@@ -2297,6 +2297,7 @@ def test_a_large_u_over_few_rows_goes_to_blas(monkeypatch):
     rows = 8 if sg.outer_tr_style(10, 8) else 4  # (a tile's rows: the transposed tile's 8, or 4)
     assert sg.outer_reread_bytes(16, 1_000_000, 10, 8) == (16 // rows - 1) * 80_000_000  # (its further reads)
     assert sg.outer_reread_bytes(40_000, 200, 10, 8) == 0
+    monkeypatch.setattr(sg, "cpu_name", lambda: "znver4")  # (a CPU without its own bound)
     for cached, want_big in ((sg.OUTER_U_CACHED_BYTES, CompiledKernel.NONE), (1 << 60, CompiledKernel.TTM_OUTER)):
         monkeypatch.setattr(sg, "OUTER_U_CACHED_BYTES", cached)
         contract_mod._cached_plan.cache_clear()
@@ -2304,6 +2305,93 @@ def test_a_large_u_over_few_rows_goes_to_blas(monkeypatch):
         assert plan.compiled is want_big, plan.explain()
         assert ttm_plan(small, np.empty((200, 10)), 2, transpose=True).compiled is CompiledKernel.TTM_OUTER
     monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
+def test_a_u_that_outweighs_the_rows_goes_to_blas(monkeypatch):
+    """ttm_inner packs U (I x R) in every call and reads it beside X's rows: where U has more elements per element of
+    a row (R / C) than INNER_U_MAX_SHARE and the output is one row of tiles (a first mode of (500000, 16)), or U is
+    large and re-read by several rows of tiles ((2, 200000, 32) over its middle mode), the planner leaves the TTM to
+    BLAS (measured 0.45-0.92x the kernel's time there); U of one block (not packed) and the floors' tensors keep the
+    kernel. Without the rule, those plans take the kernel again."""
+    if not sg.simd_supported():
+        pytest.skip("the compiled kernels need AVX2 + FMA")
+    none, inner = CompiledKernel.NONE, CompiledKernel.TTM_INNER
+    multi = len(sg._row_blocks(10)) > 1  # (R = 10 takes two blocks where vectors are 256 bits wide)
+    cases = [((500000, 16), 0, 32, "float64", none), ((500000, 16), 0, 20, "float64", inner),
+             ((500000, 16), 0, 32, "float32", none), ((1000000, 8), 0, 10, "float32", none if multi else inner),
+             ((2, 200000, 32), 1, 32, "float64", none), ((2, 200000, 32), 1, 16, "float64", inner),
+             ((200, 200, 200), 0, 32, "float64", inner), ((200, 200, 200), 1, 32, "float32", inner)]
+    assert sg.inner_u_heavy(1, 500000, 16, 32, 8) and not sg.inner_u_heavy(1, 500000, 16, 20, 8)
+    assert sg.inner_u_heavy(2, 200000, 32, 32, 8) and not sg.inner_u_heavy(2, 200000, 32, 16, 8)
+    for heavy_rule in (True, False):
+        if not heavy_rule:
+            monkeypatch.setattr(sg, "inner_u_heavy", lambda *a: False)
+        for shape, mode, R, dtype, want in cases:
+            contract_mod._cached_plan.cache_clear()
+            plan = ttm_plan(np.empty(shape, dtype), np.empty((shape[mode], R), dtype), mode, transpose=True)
+            assert plan.compiled is (want if heavy_rule else inner), (shape, mode, R, dtype, plan.explain())
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+    # and the BLAS plan computes the same product as the kernel
+    rng = np.random.default_rng(3)
+    X, U = rng.standard_normal((60000, 16)), rng.standard_normal((60000, 32))
+    Y = ttm(X, U, 0, transpose=True)
+    np.testing.assert_allclose(Y, U.T @ X, rtol=0, atol=64 * np.finfo(np.float64).eps * np.abs(U).sum(0).max()
+                               * np.abs(X).max())
+
+
+def test_a_large_u_is_packed_by_block_copies_with_the_same_values(monkeypatch):
+    """_u_gather packs a U of U_GATHER_COPY_BYTES and more by one strided copy a block instead of one take (which
+    reads an index as large as U and writes a fresh array: 34 against 8 ms for 51 MB): the same packed values from
+    C- and F-ordered U, and a planned TTM over a middle mode the same bits either way."""
+    rng = np.random.default_rng(4)
+    for I, R, order in ((5000, 32, "C"), (3000, 50, "F"), (7000, 20, "C")):  # noqa: E741
+        U = np.asarray(rng.standard_normal((I, R)), order=order)
+        g = sg._InnerGeometry(3, I, 16, R, 8, 128)
+        assert U.nbytes >= sg.U_GATHER_COPY_BYTES
+        copied = sg._u_gather(g, U)(U)
+        monkeypatch.setattr(sg, "U_GATHER_COPY_BYTES", 1 << 60)
+        taken = sg._u_gather(g, U)(U)
+        monkeypatch.undo()
+        assert np.array_equal(copied, taken)
+        expect = np.concatenate([U[:, r0:r0 + rb].reshape(-1) for r0, rb in g.rows])
+        assert np.array_equal(copied, expect)
+    X, U = rng.standard_normal((3, 20000, 24)), rng.standard_normal((20000, 24))
+    outs = []
+    for limit in (sg.U_GATHER_COPY_BYTES, 1 << 60):
+        monkeypatch.setattr(sg, "U_GATHER_COPY_BYTES", limit)
+        contract_mod._cached_plan.cache_clear()
+        plan = ttm_plan(X, U, 1, transpose=True)
+        assert plan.compiled is (CompiledKernel.TTM_INNER if sg.simd_supported() else CompiledKernel.NONE)
+        outs.append(plan(X, U))
+        outs.append(plan(X, U))
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    _check(X, U, 1, outs[0])
+
+
+def test_zen5_rereads_a_float64_u_of_8_mib_from_its_caches(monkeypatch):
+    """On Zen 5 (OUTER_U_CACHED_F64_BYTES_BY_CPU: 8 MiB) ttm_outer's tiles re-read a float64 U of up to 8 MiB
+    without a charge: the last mode of (10, 10, 100000) at R = 10 (U of 7.6 MiB, measured 0.59x BLAS's time) and of
+    (400, 32768) at R = 32 (8 MiB, 0.59x) take the kernel there, and BLAS on another CPU; a U of 12 MiB is charged
+    on both, and float32 keeps OUTER_U_CACHED_BYTES."""
+    if not sg.simd_supported():
+        pytest.skip("the compiled kernels need AVX2 + FMA")
+    assert sg.OUTER_U_CACHED_F64_BYTES_BY_CPU == {"znver5": 8 << 20}
+    cases = [((10, 10, 100_000), 10, True), ((400, 32768), 32, True), ((10, 10, 150_000), 10, False)]
+    for cpu in ("znver4", "znver5"):
+        monkeypatch.setattr(sg, "cpu_name", lambda cpu=cpu: cpu)
+        assert sg.outer_u_cached_bytes(8) == (8 << 20 if cpu == "znver5" else sg.OUTER_U_CACHED_BYTES)
+        assert sg.outer_u_cached_bytes(4) == sg.OUTER_U_CACHED_BYTES
+        assert (sg.outer_reread_bytes(100, 100_000, 10, 8) == 0) is (cpu == "znver5")
+        assert sg.outer_reread_bytes(100, 150_000, 10, 8) > 0
+        for shape, R, cached in cases:
+            contract_mod._cached_plan.cache_clear()
+            plan = ttm_plan(np.empty(shape), np.empty((shape[-1], R)), len(shape) - 1, transpose=True)
+            want = CompiledKernel.TTM_OUTER if cached and cpu == "znver5" else CompiledKernel.NONE
+            assert plan.compiled is want, (cpu, shape, R, plan.explain())
     contract_mod._cached_plan.cache_clear()
 
 

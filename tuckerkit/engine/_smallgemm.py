@@ -1526,9 +1526,25 @@ def _dot_launch(X3: np.ndarray, U: np.ndarray, W: np.ndarray, policy: ExecutionP
     return None if launch.rows.size == 0 else launch
 
 
+#: :func:`_u_gather` packs a U of at least this many bytes block by block (strided copies into a pooled buffer)
+#: instead of by one ``take``: the gather reads an index as large as U and writes a fresh array (on Zen 5, U of
+#: 200000 x 32 float64, 51 MB: 33.9 against 8.0 ms; 500000 x 32: 83.9 against 20.4 ms; 2000 x 32, 0.5 MB: 0.037
+#: against 0.038 ms; 200 x 32: 0.004 against 0.011 ms)
+U_GATHER_COPY_BYTES = 512 << 10
+
+
 def _u_gather(g: _InnerGeometry, U: np.ndarray):
     """U (I, R; C- or F-contiguous) to the inner kernel's packed blocks (:func:`_blocks`) by one ``take`` of
-    its memory: the same values as the block-by-block copy of :func:`_inner_tiles`."""
+    its memory, or from ``U_GATHER_COPY_BYTES`` by one strided copy a block: the same values as the
+    block-by-block copy of :func:`_inner_tiles`."""
+    if U.nbytes >= U_GATHER_COPY_BYTES:
+        def copy(u: np.ndarray) -> np.ndarray:
+            up = work_empty((u.size,), u.dtype)
+            for (r0, rb), off in zip(g.rows, g.blocks[:, 2], strict=True):
+                np.copyto(up[off:off + g.I * rb].reshape(g.I, rb), u[:, r0:r0 + rb])
+            return up
+
+        return copy
     it = U.itemsize
     su, sr = U.strides[0] // it, U.strides[1] // it
     idx = np.empty(U.size, np.intp)
@@ -2334,6 +2350,37 @@ BATCH_CALL_SECONDS = 0.4e-6
 #: ((10, 10, 100000) float32 R = 10, float64 R = 5; (50, 50, 4000), (100, 100, 1000), (20, 200, 2000) at
 #: R = 3-32)
 OUTER_U_CACHED_BYTES = 4 << 20
+#: ... and, for a float64 U, on the CPUs of ``OUTER_U_CACHED_F64_BYTES_BY_CPU`` (:func:`cpu_name`) that many instead
+#: (:func:`outer_u_cached_bytes`). Zen 5 (stop 96; its L3 of 32 MiB; the last mode of (A, I) and (A, B, I) float64
+#: tensors, the kernel's plan against the BLAS plan, two workers, interleaved medians of 7-9 in one process, three
+#: runs): U of 6-8 MiB at R = 8-32 over 100-600 rows 0.46-0.87x BLAS's time in 23 of 25 cases ((400, 32768) at R =
+#: 24 / 32 0.57 / 0.59x, (10, 10, 100000) at R = 10 0.59x; (10, 10, 32768) at R = 24 / 32 1.01 / 1.10x); 10-12 MiB
+#: 0.57-0.95x in one run, but at R = 24 1.27-1.37x in another; 15-16 MiB mixed (0.60-1.40x); 24 MiB 0.72-1.33x.
+#: float32 keeps 4 MiB: its register-blocked kernel took 1.13-2.25x BLAS's time at R = 20 and 32 on U of 6-10 MiB
+OUTER_U_CACHED_F64_BYTES_BY_CPU = {"znver5": 8 << 20}
+#: :func:`ttm_inner` packs U block by block in every call where R takes more than one block (:func:`_row_blocks`) and
+#: reads it beside the tensor's rows: where U has more than this many elements per element of a row of X (R / C) and
+#: the output is one row of tiles (a tall first mode into few columns: (500000, 16) at R = 32, U twice the tensor),
+#: BLAS's one GEMM, which packs both in cache-sized panels, is faster (:func:`inner_u_heavy`). Measured on Zen 5
+#: (stop 96; the kernel's plan against the BLAS plan, two workers, interleaved medians of 9 in one process, two or
+#: three runs; kernel time / BLAS time): float64 (500000, 16) at R = 16 / 20 / 24 / 32 / 48 / 64 (R / C = R / 16)
+#: 0.67 / 0.70 / 0.72-0.74 / 1.05-1.09 / 1.21-1.38 / 1.28-1.54, (200000, 40) at R = 20 / 32 / 48 / 64 0.60 / 0.86 /
+#: 1.02 / 1.12-1.28, (100000, 64) 0.65 / 0.77 / 0.92 / 1.00, (1000000, 8) at R = 16-64 1.4-2.8, (100000, 10, 10)
+#: at R = 20-64 0.52-0.76; float32 (500000, 16) at R = 16 / 20 / 24 / 32 / 48 / 64 1.1-1.35 / 0.98-1.01 / 0.94-1.05
+#: / 1.8-2.0 / 2.2-2.4 / 3.0-3.2, (200000, 40) at R = 20 / 24 / 32 / 48 / 64 0.89-0.98 / 0.83-0.95 / 1.2-1.4 /
+#: 1.27-1.56 / 1.6-1.75, (100000, 64) at R = 32 / 48 / 64 1.03-1.25 / 1.15-1.28 / 1.5-1.6, (100000, 10, 10) at R = 32
+#: / 48 / 64 0.91-1.10 / 1.05-1.16 / 1.22-1.37, (1000000, 8) at R = 16 1.4-1.5; a single block (float32 (1000000, 8)
+#: at R = 5 / 10, (500000, 16) at R = 10) 0.33-0.46
+INNER_U_MAX_SHARE = {8: 1.5, 4: 0.45}
+#: ... and where the tensor has more than one row of tiles (A > 1), each reads all of U again: from memory where U
+#: is large. Measured as above, on middle modes (after U's packing by block copies, ``U_GATHER_COPY_BYTES``):
+#: float64 (2, 200000, 32) at R = 32 / 48 / 64 (U of 51-102 MB, R / C = 1-2) 1.28 / 1.30 / 1.37, (4, 100000, 8) at
+#: R = 32 / 48 / 64 (26-51 MB) 0.88 / 1.39 / 1.24, (8, 50000, 16) at R = 64 (26 MB) 0.93, (4, 100000, 8), (3,
+#: 100000, 16), (4, 60000, 16) at R = 12-24 (19 MB and less) 0.32-0.81; float32 (2, 200000, 32) at R = 32 / 48 / 64
+#: (U of 26-51 MB) 1.37-1.54 / 1.71-1.82 / 2.2-2.3, (4, 100000, 8) at R = 20 / 24 / 32 / 48 / 64 (8-26 MB) 0.89-1.45
+#: / 1.0 / 0.75-0.77 / 1.49-1.61 / 1.54-2.1, (8, 50000, 16) at R = 48 / 64 (10 / 13 MB) 1.0-1.12 / 1.22-1.52. Pairs
+#: of (U's bytes above, R / C above); float32's rows of 8 at R = 32 (U of 13 MB) stay a miss
+INNER_U_REREAD_LIMITS = {8: ((32 << 20, 0.75),), 4: ((8 << 20, 2.5), (24 << 20, 0.75))}
 
 
 def planned_beyond_max_rank(inner: bool, itemsize: int, R: int, row_bytes: int, nbytes: int,
@@ -2530,15 +2577,43 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     return eff
 
 
+def inner_u_heavy(A: int, I: int, C: int, R: int, itemsize: int) -> bool:  # noqa: E741
+    """Whether U (``I`` x ``R``) weighs too much beside the rows of an (``A``, ``I``, ``C``) tensor for
+    :func:`ttm_inner` (the planner then leaves the TTM to BLAS), where R takes more than one block (U packed in each
+    call): U's elements per element of a row of X, ``R / C``, above
+    ``INNER_U_MAX_SHARE`` where the output is one row of tiles (``A`` = 1: U read once, beside X), or above a share
+    of ``INNER_U_REREAD_LIMITS`` where U exceeds its bytes (``A`` > 1: each row of tiles reads all of U again).
+
+    >>> inner_u_heavy(1, 500000, 16, 32, 8), inner_u_heavy(1, 500000, 16, 16, 8), inner_u_heavy(200, 200, 200, 32, 8)
+    (True, False, False)
+    >>> inner_u_heavy(2, 200000, 32, 32, 8), inner_u_heavy(2, 200000, 32, 16, 8)  # U of 51 / 26 MB, shares 1 / 0.5
+    (True, False)
+    """
+    if len(_row_blocks(R)) < 2:
+        return False  # (one block: U's own rows, not packed)
+    share = R / C
+    if A == 1:
+        return share > INNER_U_MAX_SHARE[itemsize]
+    return any(I * R * itemsize > u and share > most for u, most in INNER_U_REREAD_LIMITS[itemsize])
+
+
+def outer_u_cached_bytes(itemsize: int) -> int:
+    """The most bytes of U that :func:`ttm_outer`'s tiles re-read from the caches: ``OUTER_U_CACHED_BYTES``, or for
+    float64 this CPU's entry in ``OUTER_U_CACHED_F64_BYTES_BY_CPU``."""
+    if itemsize == 8:
+        return OUTER_U_CACHED_F64_BYTES_BY_CPU.get(cpu_name(), OUTER_U_CACHED_BYTES)
+    return OUTER_U_CACHED_BYTES
+
+
 def outer_reread_bytes(A: int, I: int, R: int, itemsize: int) -> int:  # noqa: E741
     """The bytes :func:`ttm_outer` reads beyond the tensor, the output and one pass over U: U read again for
-    each further tile of rows of X where U exceeds ``OUTER_U_CACHED_BYTES`` (else 0).
+    each further tile of rows of X where U exceeds :func:`outer_u_cached_bytes` (else 0).
 
-    >>> outer_reread_bytes(100, 300000, 2, 8), outer_reread_bytes(40000, 200, 10, 8)
-    (115200000, 0)
+    >>> outer_reread_bytes(100, 1000000, 2, 8), outer_reread_bytes(40000, 200, 10, 8)
+    (384000000, 0)
     """
     u = I * R * itemsize
-    if u <= OUTER_U_CACHED_BYTES:
+    if u <= outer_u_cached_bytes(itemsize):
         return 0
     rows = (vdot_rows(R) if outer_vdot_style(R, itemsize, I) else 64 // itemsize if outer_tr_style(R, itemsize)
             else _OUTER_ROWS if outer_gemm_style(R, itemsize) else 4)
