@@ -2318,10 +2318,11 @@ def test_a_u_that_outweighs_the_rows_goes_to_blas(monkeypatch):
         pytest.skip("the compiled kernels need AVX2 + FMA")
     none, inner = CompiledKernel.NONE, CompiledKernel.TTM_INNER
     multi = len(sg._row_blocks(10)) > 1  # (R = 10 takes two blocks where vectors are 256 bits wide)
+    floors: dict = {}
     cases = [((500000, 16), 0, 32, "float64", none), ((500000, 16), 0, 20, "float64", inner),
              ((500000, 16), 0, 32, "float32", none), ((1000000, 8), 0, 10, "float32", none if multi else inner),
              ((2, 200000, 32), 1, 32, "float64", none), ((2, 200000, 32), 1, 16, "float64", inner),
-             ((200, 200, 200), 0, 32, "float64", inner), ((200, 200, 200), 1, 32, "float32", inner)]
+             ((200, 200, 200), 1, 32, "float64", inner), ((200, 200, 200), 1, 32, "float32", inner)]
     assert sg.inner_u_heavy(1, 500000, 16, 32, 8) and not sg.inner_u_heavy(1, 500000, 16, 20, 8)
     assert sg.inner_u_heavy(2, 200000, 32, 32, 8) and not sg.inner_u_heavy(2, 200000, 32, 16, 8)
     for heavy_rule in (True, False):
@@ -2331,6 +2332,13 @@ def test_a_u_that_outweighs_the_rows_goes_to_blas(monkeypatch):
             contract_mod._cached_plan.cache_clear()
             plan = ttm_plan(np.empty(shape, dtype), np.empty((shape[mode], R), dtype), mode, transpose=True)
             assert plan.compiled is (want if heavy_rule else inner), (shape, mode, R, dtype, plan.explain())
+        # (no mode of the floors' tensors is touched by the rule, whichever plan other rules give it)
+        for shape in ((200, 200, 200), (320, 240, 160), (64, 64, 64, 64)):
+            for dtype, mode, R in itertools.product(("float64", "float32"), range(len(shape)), (10, 32)):
+                contract_mod._cached_plan.cache_clear()
+                plan = ttm_plan(np.empty(shape, dtype), np.empty((shape[mode], R), dtype), mode, transpose=True)
+                floors[heavy_rule, shape, dtype, mode, R] = plan.compiled
+    assert all(floors[(True, *k[1:])] is floors[(False, *k[1:])] for k in floors)
     monkeypatch.undo()
     contract_mod._cached_plan.cache_clear()
     # and the BLAS plan computes the same product as the kernel
