@@ -2349,6 +2349,39 @@ def test_a_u_that_outweighs_the_rows_goes_to_blas(monkeypatch):
                                * np.abs(X).max())
 
 
+def test_a_tensor_times_vector_over_a_first_mode_or_long_rows_goes_to_gemv(monkeypatch):
+    """At R = 1 both plans stream X once, and the cost model's tie break (the compute terms) had kept the inner
+    kernel; BLAS's GEMV took 0.51-0.94x its time over first modes and rows of LONG_ROW_BYTES and more (60 plans,
+    stop 96). gemv_beats_inner sends those to BLAS; R = 2, short middle rows and the last mode keep their plans;
+    without the rule all take the kernel again. The BLAS plan's product is checked against einsum."""
+    if not sg.simd_supported():
+        pytest.skip("the compiled kernels need AVX2 + FMA")
+    none, inner = CompiledKernel.NONE, CompiledKernel.TTM_INNER
+    cases = [((200, 200, 200), 0, 1, none), ((64, 64, 64, 64), 1, 1, none), ((20, 20, 20, 20, 20), 1, 1, none),
+             ((200, 200, 200), 1, 1, inner), ((1000, 1000, 8), 1, 1, inner), ((200, 200, 200), 0, 2, inner)]
+    for rule in (True, False):
+        if not rule:
+            monkeypatch.setattr(sg, "gemv_beats_inner", lambda *a: False)
+        for dtype in ("float64", "float32"):
+            for shape, mode, R, want in cases:
+                contract_mod._cached_plan.cache_clear()
+                plan = ttm_plan(np.empty(shape, dtype), np.empty((shape[mode], R), dtype), mode, transpose=True)
+                # (without the rule, 256-bit machines leave some of these to BLAS by other rules)
+                if rule or want is inner or sg.wide_vectors():
+                    assert plan.compiled is (want if rule else inner), (shape, mode, R, dtype, plan.explain())
+                if rule and want is none:
+                    assert plan.kind in ("gemv", "batched_gemv"), plan.explain()
+            contract_mod._cached_plan.cache_clear()
+            last = ttm_plan(np.empty((200, 200, 200), dtype), np.empty((200, 1), dtype), 2, transpose=True)
+            assert last.compiled is CompiledKernel.TTM_OUTER, last.explain()
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+    rng = np.random.default_rng(5)
+    for mode in (0, 1):
+        X, U = rng.standard_normal((40, 50, 60, 70)), rng.standard_normal(((40, 50)[mode], 1))
+        _check(X, U, mode, ttm(X, U, mode, transpose=True))
+
+
 def test_a_large_u_is_packed_by_block_copies_with_the_same_values(monkeypatch):
     """_u_gather packs a U of U_GATHER_COPY_BYTES and more by one strided copy a block instead of one take (which
     reads an index as large as U and writes a fresh array: 34 against 8 ms for 51 MB): the same packed values from

@@ -1360,6 +1360,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
         BATCH_CALL_SECONDS,
         MAX_RANK,
         blas_efficiency,
+        gemv_beats_inner,
         inner_u_heavy,
         kernel_efficiency,
         outer_reread_bytes,
@@ -1393,6 +1394,9 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if variant == CompiledKernel.TTM_INNER and not short and inner_u_heavy(
             math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], columns, R, itemsize):
         return plan  # (U weighs more than the tensor's rows: BLAS's GEMM packs both in cache-sized panels)
+    if (variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE
+            and gemv_beats_inner(math.prod(t_shape[i] for i in x_perm[:n_outer]), columns, R, itemsize)):
+        return plan  # (a tensor-times-vector on a first mode or long rows: BLAS's GEMV streams them faster)
     if R > MAX_RANK and not planned_beyond_max_rank(variant == CompiledKernel.TTM_INNER, itemsize, R,
                                                     columns * itemsize, math.prod(t_shape) * itemsize,
                                                     t_shape[x_perm[n_outer]],

@@ -2597,6 +2597,27 @@ def inner_u_heavy(A: int, I: int, C: int, R: int, itemsize: int) -> bool:  # noq
     return any(I * R * itemsize > u and share > most for u, most in INNER_U_REREAD_LIMITS[itemsize])
 
 
+def gemv_beats_inner(A: int, C: int, R: int, itemsize: int) -> bool:
+    """Whether BLAS's GEMV runs a tensor-times-vector (``R`` = 1) of an (``A``, I, ``C``) tensor faster than
+    :func:`ttm_inner`: over a first mode (``A`` = 1) or rows of at least ``LONG_ROW_BYTES`` (the middle modes of
+    4-way and longer tensors), where both stream X from memory once and their compute terms (the cost model's tie
+    break) say nothing about how fast. Measured on Zen 5 (stop 96; the kernel's plan against the BLAS plan, two
+    workers, interleaved medians of 9 in one process; BLAS's time / the kernel's): first modes float64 200^3,
+    320x240x160, 300^3, 100x1000x100, 64^4, 60^4, 50^4, 30x40x50x60, 20^5, (1000, 1000, 8), (5000, 40, 40),
+    (100000, 10, 16), (200000, 4, 20), (40000, 200) 0.49-0.93, float32 0.52-0.95 (and 1.02 on (100000, 10, 16));
+    long rows (mode 1 of 64^4, 60^4, 50^4, 30x40x50x60, 20^5) float64 0.57-0.77, float32 0.53-0.79. Left to
+    the kernel: shorter middle rows, float64 0.84-0.91 on 3-way tensors of 200-300 a side but 1.23-1.51 on
+    (5000, 40, 40), (100000, 10, 16) and (1000, 1000, 8), float32 0.98-1.23 on most (0.50-0.61 on 30x40x50x60's
+    and (200000, 4, 20)'s).
+
+    >>> gemv_beats_inner(1, 40000, 1, 8), gemv_beats_inner(200, 200, 1, 8), gemv_beats_inner(64, 4096, 1, 4)
+    (True, False, True)
+    >>> gemv_beats_inner(1, 40000, 2, 8)
+    False
+    """
+    return R == 1 and (A == 1 or C * itemsize >= LONG_ROW_BYTES)
+
+
 def outer_u_cached_bytes(itemsize: int) -> int:
     """The most bytes of U that :func:`ttm_outer`'s tiles re-read from the caches: ``OUTER_U_CACHED_BYTES``, or for
     float64 this CPU's entry in ``OUTER_U_CACHED_F64_BYTES_BY_CPU``."""
