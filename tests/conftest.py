@@ -201,9 +201,11 @@ def forced(monkeypatch):
     for table in (sg.TINY_EFF, sg.SHORT_EFF):  # (the tiny- and short-rows kernels' own rates)
         for key in list(table):
             monkeypatch.setitem(table, key, 50.0)
-    # (and the planner's rules that leave some shapes to BLAS whatever the rates: a heavy U, a GEMV's R = 1)
+    # (and the planner's rules that leave some shapes to BLAS whatever the rates: a heavy U, a GEMV's R = 1,
+    # many short slabs against OpenBLAS's small-matrix kernels)
     monkeypatch.setattr(sg, "inner_u_heavy", lambda *a: False)
     monkeypatch.setattr(sg, "gemv_beats_inner", lambda *a: False)
+    monkeypatch.setattr(sg, "short_rows_to_blas", lambda *a: False)
     contract_mod._cached_plan.cache_clear()
     yield
     contract_mod._cached_plan.cache_clear()

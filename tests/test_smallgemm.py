@@ -2986,6 +2986,36 @@ def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dt
     assert not _short_slabs(lay, (256, 512, 8), (4096, 8, 1), 8, 4)
 
 
+def test_many_short_float32_slabs_go_to_small_matrix_blas(monkeypatch, rng):
+    """Where numpy's OpenBLAS runs its small-matrix GEMM kernels (SkylakeX and later: blas_small_gemm, read from
+    threadpoolctl), float32 rows of 5-7 elements over fewer than 64 contracted rows go to its batch of GEMMs, which
+    streams them near the memory's rate (0.17-0.80x the short-rows kernel's time over 67 of 69 plans, stop 96);
+    one block of rows of U^T over 48 rows and more, longer slabs and rows of 4 keep the kernel, and with the Haswell
+    kernels (no small-matrix kernels) all do."""
+    from threadpoolctl import threadpool_info
+    cores = [str(i.get("architecture", "")).lower() for i in threadpool_info()
+             if i.get("internal_api") == "openblas" and "numpy" in str(i.get("filepath", ""))]
+    assert sg.blas_small_gemm() is (bool(cores) and cores[0] in sg.SMALL_GEMM_CORES)
+    if not sg.wide_vectors():
+        pytest.skip("the short-rows kernel runs where vectors are 512 bits wide")
+    inner, none = CompiledKernel.TTM_INNER, CompiledKernel.NONE
+    cases = [((100000, 20, 5), 8, none), ((89285, 16, 7), 2, none), ((40000, 50, 5), 4, none),
+             ((40000, 50, 5), 3, inner), ((10000, 200, 5), 8, inner), ((100000, 20, 4), 8, inner)]
+    for small in (True, False):
+        monkeypatch.setattr(sg, "blas_small_gemm", lambda small=small: small)
+        for shape, R, want in cases:
+            contract_mod._cached_plan.cache_clear()
+            plan = ttm_plan(np.empty(shape, np.float32), np.empty((shape[1], R), np.float32), 1, transpose=True)
+            assert plan.compiled is (want if small else inner), (small, shape, R, plan.explain())
+            if small and want is none:
+                assert plan.kind == "strided_batched_gemm", plan.explain()
+        X, U = rng.standard_normal((3000, 20, 6)).astype(np.float32), rng.standard_normal((20, 8)).astype(np.float32)
+        contract_mod._cached_plan.cache_clear()
+        _check(X, U, 1, ttm(X, U, 1, transpose=True))
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
 def test_the_planner_takes_the_short_rows_kernel_for_float32_rows_of_4_to_7(rng):
     """float32 rows of 4-7 elements after the contracted mode (shorter than one 256-bit vector: the register-blocked
     kernel had run them element by element, BLAS as a batch of GEMMs of a few columns): where vectors are wide

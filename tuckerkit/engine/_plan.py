@@ -1365,6 +1365,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
         kernel_efficiency,
         outer_reread_bytes,
         planned_beyond_max_rank,
+        short_rows_to_blas,
     )
 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
@@ -1394,6 +1395,8 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if variant == CompiledKernel.TTM_INNER and not short and inner_u_heavy(
             math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], columns, R, itemsize):
         return plan  # (U weighs more than the tensor's rows: BLAS's GEMM packs both in cache-sized panels)
+    if short and plan.remedy == Remedy.NONE and short_rows_to_blas(R, itemsize, columns, t_shape[x_perm[n_outer]]):
+        return plan  # (many slabs of few rows: OpenBLAS's small-matrix kernels run the batch faster)
     if (variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE
             and gemv_beats_inner(math.prod(t_shape[i] for i in x_perm[:n_outer]), columns, R, itemsize)):
         return plan  # (a tensor-times-vector on a first mode or long rows: BLAS's GEMV streams them faster)

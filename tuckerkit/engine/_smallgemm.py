@@ -99,6 +99,7 @@ from tuckerkit.engine._simd import (
     prefetch_l2,
     quad_blocks,
     short_max_c,
+    short_rows,
     short_slab,
     simd_supported,
     tiny_block,
@@ -2341,6 +2342,14 @@ SHORT_DOT_R2_BYTES = 96
 #: compiled kernel ran float32 (100000, 10, 10) in 0.12-0.26x BLAS's time (which the rates alone put at a
 #: ninth of the kernel's) and float64 (100000, 20, 5) in 0.28x
 BATCH_CALL_SECONDS = 0.4e-6
+#: OpenBLAS cores (``openblas_get_corename``, lower case) with small-matrix GEMM kernels on x86-64
+#: (:func:`blas_small_gemm`)
+SMALL_GEMM_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+#: :func:`short_rows_to_blas`: float32 rows of at least this many elements, over fewer contracted rows than
+#: ``SHORT_ODD_MIN_I`` (unless one block of rows of U^T covers at least ``SHORT_ODD_ONE_BLOCK_I``)
+SHORT_ODD_MIN_C = 5
+SHORT_ODD_MIN_I = 64
+SHORT_ODD_ONE_BLOCK_I = 48
 #: :func:`ttm_outer` reads all of U (I x R) once per tile of rows of X (4 rows for the dot products,
 #: ``_OUTER_ROWS`` for the register-blocked kernel): where U is larger than this it comes from memory each
 #: time, and the planner counts those reads (:func:`outer_reread_bytes`). Measured on the 2-core AVX2 machine
@@ -2616,6 +2625,48 @@ def gemv_beats_inner(A: int, C: int, R: int, itemsize: int) -> bool:
     False
     """
     return R == 1 and (A == 1 or C * itemsize >= LONG_ROW_BYTES)
+
+
+@functools.lru_cache(maxsize=1)
+def blas_small_gemm() -> bool:
+    """Whether numpy's OpenBLAS runs a core with small-matrix GEMM kernels (``SMALL_GEMM_CORES``, read once from
+    threadpoolctl; the core is fixed when OpenBLAS loads, ``OPENBLAS_CORETYPE`` pins it): its batches of tiny GEMMs
+    then run near the memory's rate (:func:`short_rows_to_blas`)."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        for info in threadpool_info():
+            if info.get("internal_api") == "openblas" and "numpy" in str(info.get("filepath", "")):
+                return str(info.get("architecture", "")).lower() in SMALL_GEMM_CORES
+    except Exception:  # pragma: no cover - threadpoolctl missing or another BLAS
+        return False
+    return False
+
+
+def short_rows_to_blas(R: int, itemsize: int, C: int, I: int) -> bool:  # noqa: E741
+    """Whether the planner gives a TTM that :func:`inner_short_style` would run to BLAS's batch of GEMMs instead:
+    float32 rows of ``SHORT_ODD_MIN_C`` (5) to 7 elements over fewer than ``SHORT_ODD_MIN_I`` contracted rows, where
+    numpy's OpenBLAS has small-matrix kernels (:func:`blas_small_gemm`), unless one block of rows of U^T (``R`` at
+    most ``SHORT_ACC // C``) covers at least ``SHORT_ODD_ONE_BLOCK_I`` rows. Each slab then takes one or two of the
+    kernel's steps of 16 rows, and each block of rows of U^T loads and shuffles the slab again (gathering its
+    columns at an odd stride), while OpenBLAS's small-matrix kernels stream the batch near the memory's rate.
+    Measured on Zen 5 with OpenBLAS 0.3.31's SkylakeX kernels (stop 96; (A, I, C) of 10-12M elements, two workers,
+    interleaved medians of 7; the short-rows kernel's time over BLAS's): rows of 5-7 over I = 16-20 at R = 2-16
+    1.8-5.7x (BLAS 3.7-8.6 ms; the register-blocked kernel 8.5-32 ms, 6.8-7.0 at R = 16), over I = 5 at R = 3 / 8 /
+    16 1.07 / 3.9 / 4.6x, over I = 50 at R = 4-16 1.28-4.75x but at R = 2 (one block) 0.69 / 0.75x; from I = 200
+    the kernel keeps them (0.40-0.80x at R = 2-4, up to 1.9x at R = 16). With the Haswell kernels
+    (``OPENBLAS_CORETYPE=Haswell``) a tiny GEMM of a batch costs 145-226 ns of wall time against 36-82 ns, and the
+    kernel keeps these.
+
+    >>> import tuckerkit.engine._smallgemm as sg
+    >>> sg.short_rows_to_blas(8, 4, 5, 20) == sg.blas_small_gemm(), sg.short_rows_to_blas(8, 4, 4, 20)
+    (True, False)
+    >>> sg.short_rows_to_blas(3, 4, 5, 50), sg.short_rows_to_blas(8, 4, 5, 200)
+    (False, False)
+    """
+    if itemsize != 4 or C < SHORT_ODD_MIN_C or I >= SHORT_ODD_MIN_I or not blas_small_gemm():
+        return False
+    return not (R <= short_rows(C) and I >= SHORT_ODD_ONE_BLOCK_I)
 
 
 def outer_u_cached_bytes(itemsize: int) -> int:
