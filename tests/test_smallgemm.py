@@ -2183,7 +2183,9 @@ def test_short_dot_rows_go_to_blas(monkeypatch, dtype, rng):
     transposed tile's ranks (lanes over the rows: not slowed by short rows) keep the kernel too, float64 at every
     row length and float32 on rows of 16 elements or more (BLAS measured 1.10-2.36x its time there), and so do
     R = 2's dot products on rows of SHORT_DOT_R2_BYTES or more, not R = 1's. The BLAS plan's result is
-    einsum's."""
+    einsum's. (Against OpenBLAS's Haswell kernels; an AVX-512 core's SGEMM is slower on float32 rows of 9-15:
+    test_float32_rows_of_9_to_15_keep_the_transposed_tile_against_avx512_openblas.)"""
+    monkeypatch.setattr(sg, "openblas_avx512", lambda: False)
     item = np.dtype(dtype).itemsize
     assert (sg.SHORT_DOT_BYTES, sg.WIDE_SHORT_DOT_BYTES) == (192, 192)
     short, long_ = sg.SHORT_DOT_BYTES // item - 2, sg.SHORT_DOT_BYTES // item
@@ -2987,7 +2989,7 @@ def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dt
 
 
 def test_many_short_float32_slabs_go_to_small_matrix_blas(monkeypatch, rng):
-    """Where numpy's OpenBLAS runs its small-matrix GEMM kernels (SkylakeX and later: blas_small_gemm, read from
+    """Where numpy's OpenBLAS runs its small-matrix GEMM kernels (SkylakeX and later: openblas_avx512, read from
     threadpoolctl), float32 rows of 5-7 elements over fewer than 64 contracted rows go to its batch of GEMMs, which
     streams them near the memory's rate (0.17-0.80x the short-rows kernel's time over 67 of 69 plans, stop 96);
     one block of rows of U^T over 48 rows and more, longer slabs and rows of 4 keep the kernel, and with the Haswell
@@ -2995,14 +2997,14 @@ def test_many_short_float32_slabs_go_to_small_matrix_blas(monkeypatch, rng):
     from threadpoolctl import threadpool_info
     cores = [str(i.get("architecture", "")).lower() for i in threadpool_info()
              if i.get("internal_api") == "openblas" and "numpy" in str(i.get("filepath", ""))]
-    assert sg.blas_small_gemm() is (bool(cores) and cores[0] in sg.SMALL_GEMM_CORES)
+    assert sg.openblas_avx512() is (bool(cores) and cores[0] in sg.OPENBLAS_AVX512_CORES)
     if not sg.wide_vectors():
         pytest.skip("the short-rows kernel runs where vectors are 512 bits wide")
     inner, none = CompiledKernel.TTM_INNER, CompiledKernel.NONE
     cases = [((100000, 20, 5), 8, none), ((89285, 16, 7), 2, none), ((40000, 50, 5), 4, none),
              ((40000, 50, 5), 3, inner), ((10000, 200, 5), 8, inner), ((100000, 20, 4), 8, inner)]
     for small in (True, False):
-        monkeypatch.setattr(sg, "blas_small_gemm", lambda small=small: small)
+        monkeypatch.setattr(sg, "openblas_avx512", lambda small=small: small)
         for shape, R, want in cases:
             contract_mod._cached_plan.cache_clear()
             plan = ttm_plan(np.empty(shape, np.float32), np.empty((shape[1], R), np.float32), 1, transpose=True)
@@ -3012,6 +3014,30 @@ def test_many_short_float32_slabs_go_to_small_matrix_blas(monkeypatch, rng):
         X, U = rng.standard_normal((3000, 20, 6)).astype(np.float32), rng.standard_normal((20, 8)).astype(np.float32)
         contract_mod._cached_plan.cache_clear()
         _check(X, U, 1, ttm(X, U, 1, transpose=True))
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+
+
+def test_float32_rows_of_9_to_15_keep_the_transposed_tile_against_avx512_openblas(monkeypatch, rng):
+    """Where numpy's OpenBLAS runs an AVX-512 core its SGEMM over 9-15 contracted elements is slow (the transposed
+    tile took 0.24-0.94x its time over 36 plans, stop 96), so the tile keeps its rate there (TR_SHORT_F32_MIN_I);
+    with the Haswell kernels those GEMMs run 2-3x faster and the short-dot rule keeps BLAS. Rows of 16 and more
+    take the tile either way; the product is einsum's."""
+    if not (sg.simd_supported() and sg.outer_tr_style(5, 4)):
+        pytest.skip("the transposed tile takes float32 R = 5 where vectors are 512 bits wide")
+    assert sg.TR_SHORT_F32_MIN_I == 9
+    outer, none = CompiledKernel.TTM_OUTER, CompiledKernel.NONE
+    for avx512 in (True, False):
+        monkeypatch.setattr(sg, "openblas_avx512", lambda avx512=avx512: avx512)
+        for shape, R, want in (((100000, 10, 12), 5, outer if avx512 else none),
+                               ((300000, 9), 8, outer if avx512 else none), ((40000, 10, 24), 5, outer)):
+            contract_mod._cached_plan.cache_clear()
+            plan = ttm_plan(np.empty(shape, np.float32), np.empty((shape[-1], R), np.float32), len(shape) - 1,
+                            transpose=True)
+            assert plan.compiled is want, (avx512, shape, R, plan.explain())
+        X, U = rng.standard_normal((3000, 40, 11)).astype(np.float32), rng.standard_normal((11, 6)).astype(np.float32)
+        contract_mod._cached_plan.cache_clear()
+        _check(X, U, 2, ttm(X, U, 2, transpose=True))
     monkeypatch.undo()
     contract_mod._cached_plan.cache_clear()
 

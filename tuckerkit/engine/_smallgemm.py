@@ -2335,6 +2335,13 @@ WIDE_SHORT_DOT_BYTES = 192
 #: (as above, medians of 11) 0.29-0.52x BLAS's time on float32 rows of 24-47 elements, 0.68-0.73x on float64 rows
 #: of 16-20; below, float32 I = 16 / 20 1.59 / 0.97x, float64 I = 12 0.98x
 SHORT_DOT_R2_BYTES = 96
+#: ... and the transposed tile keeps its rate on float32 rows of this many elements and more (below 16) where
+#: numpy's OpenBLAS runs an AVX-512 core (:func:`openblas_avx512`): its SGEMM over 9-15 contracted elements took
+#: 1.2-2.4x the tile's time on Zen 5 (stop 96; the last mode of (A, 10, I) for I = 9 / 10 / 12 / 14 / 15 at R = 3 /
+#: 5 / 8 / 12, A of 70000-100000, two workers, interleaved medians of 9: the tile at 0.41-0.84x BLAS's time in all 20),
+#: where the Haswell kernels ran the same GEMMs in 1.8-3.1 ms against 4-8 ms (the tile 0.96-1.42x their time at R =
+#: 3-8, 0.64-0.82x at 12)
+TR_SHORT_F32_MIN_I = 9
 #: a batch of GEMMs on BLAS costs this much per GEMM beyond its flops (the batched loop's call, its
 #: operands' set-up, a tiny GEMM's packing): the strided-batched alternative of :func:`ttm_inner` adds it
 #: per GEMM. Measured on the 2-core AVX2 machine (the middle mode, batched over the first: X of (A, B, C)
@@ -2342,9 +2349,8 @@ SHORT_DOT_R2_BYTES = 96
 #: compiled kernel ran float32 (100000, 10, 10) in 0.12-0.26x BLAS's time (which the rates alone put at a
 #: ninth of the kernel's) and float64 (100000, 20, 5) in 0.28x
 BATCH_CALL_SECONDS = 0.4e-6
-#: OpenBLAS cores (``openblas_get_corename``, lower case) with small-matrix GEMM kernels on x86-64
-#: (:func:`blas_small_gemm`)
-SMALL_GEMM_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+#: OpenBLAS's AVX-512 cores on x86-64 (``openblas_get_corename``, lower case; :func:`openblas_avx512`)
+OPENBLAS_AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
 #: :func:`short_rows_to_blas`: float32 rows of at least this many elements, over fewer contracted rows than
 #: ``SHORT_ODD_MIN_I`` (unless one block of rows of U^T covers at least ``SHORT_ODD_ONE_BLOCK_I``)
 SHORT_ODD_MIN_C = 5
@@ -2569,7 +2575,8 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     short_dot = WIDE_SHORT_DOT_BYTES if wide_vectors() else SHORT_DOT_BYTES
     if (variant == "small_rank_ttm_outer" and 0 < contracted * itemsize < short_dot
             and (R < _WIDE_GEMM_MIN_RANK or not outer_gemm_style(R, itemsize))
-            and not (outer_tr_style(R, itemsize) and (itemsize == 8 or contracted * itemsize >= 64))
+            and not (outer_tr_style(R, itemsize) and (itemsize == 8 or contracted * itemsize >= 64
+                                                      or (contracted >= TR_SHORT_F32_MIN_I and openblas_avx512())))
             and not (R == 2 and contracted * itemsize >= SHORT_DOT_R2_BYTES and wide_vectors())):
         # (below rank 16 the register-blocked kernel too: on rows of 4-20 elements it took 0.76-1.44x BLAS's
         # time at float64 R = 6-12 and 1.30-2.44x at float32 R = 13-14, two runs, stop 70. The transposed tile,
@@ -2628,16 +2635,18 @@ def gemv_beats_inner(A: int, C: int, R: int, itemsize: int) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def blas_small_gemm() -> bool:
-    """Whether numpy's OpenBLAS runs a core with small-matrix GEMM kernels (``SMALL_GEMM_CORES``, read once from
-    threadpoolctl; the core is fixed when OpenBLAS loads, ``OPENBLAS_CORETYPE`` pins it): its batches of tiny GEMMs
-    then run near the memory's rate (:func:`short_rows_to_blas`)."""
+def openblas_avx512() -> bool:
+    """Whether numpy's OpenBLAS runs one of its AVX-512 cores (``OPENBLAS_AVX512_CORES``, read once from threadpoolctl;
+    the core is fixed when OpenBLAS loads, ``OPENBLAS_CORETYPE`` pins another). Their GEMMs differ from the Haswell
+    kernels' where the planner's constants were measured: small-matrix kernels run its batches of tiny GEMMs near the
+    memory's rate (:func:`short_rows_to_blas`), and float32 GEMMs over fewer than 16 contracted elements run at a
+    fraction of the Haswell kernels' speed (:func:`kernel_efficiency`'s short dot products, ``TR_SHORT_F32_MIN_I``)."""
     try:
         from threadpoolctl import threadpool_info
 
         for info in threadpool_info():
             if info.get("internal_api") == "openblas" and "numpy" in str(info.get("filepath", "")):
-                return str(info.get("architecture", "")).lower() in SMALL_GEMM_CORES
+                return str(info.get("architecture", "")).lower() in OPENBLAS_AVX512_CORES
     except Exception:  # pragma: no cover - threadpoolctl missing or another BLAS
         return False
     return False
@@ -2646,7 +2655,7 @@ def blas_small_gemm() -> bool:
 def short_rows_to_blas(R: int, itemsize: int, C: int, I: int) -> bool:  # noqa: E741
     """Whether the planner gives a TTM that :func:`inner_short_style` would run to BLAS's batch of GEMMs instead:
     float32 rows of ``SHORT_ODD_MIN_C`` (5) to 7 elements over fewer than ``SHORT_ODD_MIN_I`` contracted rows, where
-    numpy's OpenBLAS has small-matrix kernels (:func:`blas_small_gemm`), unless one block of rows of U^T (``R`` at
+    numpy's OpenBLAS has small-matrix kernels (:func:`openblas_avx512`), unless one block of rows of U^T (``R`` at
     most ``SHORT_ACC // C``) covers at least ``SHORT_ODD_ONE_BLOCK_I`` rows. Each slab then takes one or two of the
     kernel's steps of 16 rows, and each block of rows of U^T loads and shuffles the slab again (gathering its
     columns at an odd stride), while OpenBLAS's small-matrix kernels stream the batch near the memory's rate.
@@ -2659,12 +2668,12 @@ def short_rows_to_blas(R: int, itemsize: int, C: int, I: int) -> bool:  # noqa: 
     kernel keeps these.
 
     >>> import tuckerkit.engine._smallgemm as sg
-    >>> sg.short_rows_to_blas(8, 4, 5, 20) == sg.blas_small_gemm(), sg.short_rows_to_blas(8, 4, 4, 20)
+    >>> sg.short_rows_to_blas(8, 4, 5, 20) == sg.openblas_avx512(), sg.short_rows_to_blas(8, 4, 4, 20)
     (True, False)
     >>> sg.short_rows_to_blas(3, 4, 5, 50), sg.short_rows_to_blas(8, 4, 5, 200)
     (False, False)
     """
-    if itemsize != 4 or C < SHORT_ODD_MIN_C or I >= SHORT_ODD_MIN_I or not blas_small_gemm():
+    if itemsize != 4 or C < SHORT_ODD_MIN_C or I >= SHORT_ODD_MIN_I or not openblas_avx512():
         return False
     return not (R <= short_rows(C) and I >= SHORT_ODD_ONE_BLOCK_I)
 
