@@ -37,13 +37,14 @@ from roofline import fastest_read, read_fns
 from tuckerkit.engine import ttm, ttm_plan
 from tuckerkit.engine._plan import CompiledKernel
 
-#: (shape, mode, rank): the last (unit-stride) mode, or the mode before a short trailing one (the last three: trailing
-#: modes of 4-6, the short-rows kernel's in float32 since stop 95)
+#: (shape, mode, rank): the last (unit-stride) mode, or the mode before a short trailing one (the last three before the
+#: stop 96 pair: trailing modes of 4-6, the short-rows kernel's in float32 since stop 95; then many slabs of 20 rows of
+#: 5, BLAS's against an AVX-512 OpenBLAS core, and float32 rows of 12, the transposed tile's there, since stop 96)
 CASES = [((2000, 1000, 3), 2, 2), ((2000, 1000, 3), 2, 3), ((1000, 1000, 4), 2, 2), ((64, 256, 256, 3), 3, 2),
          ((500, 500, 4), 2, 3), ((100000, 8), 1, 4), ((1000, 800, 6), 2, 5), ((512, 512, 3), 2, 2),
          ((256, 256, 3), 2, 2), ((1000, 1000, 3), 1, 10), ((512, 512, 3), 1, 8), ((64, 256, 256, 3), 2, 8),
          ((200, 200, 200, 3), 2, 5), ((1000, 1003, 2), 1, 10), ((1000, 1000, 4), 1, 8), ((512, 512, 6), 1, 8),
-         ((100, 100, 100, 4), 2, 8)]
+         ((100, 100, 100, 4), 2, 8), ((100000, 20, 5), 1, 8), ((100000, 10, 12), 2, 5)]
 
 
 def case_runners(X: np.ndarray, U: np.ndarray, mode: int) -> dict:
