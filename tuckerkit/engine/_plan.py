@@ -1392,7 +1392,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if variant == CompiledKernel.TTM_INNER and not simd_supported():
         return plan  # its microkernels are written for AVX2 + FMA: elsewhere many times slower than BLAS
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
-    if variant == CompiledKernel.TTM_INNER and not short and inner_u_heavy(
+    if variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE and inner_u_heavy(
             math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], columns, R, itemsize):
         return plan  # (U weighs more than the tensor's rows: BLAS's GEMM packs both in cache-sized panels)
     if short and plan.remedy == Remedy.NONE and short_rows_to_blas(R, itemsize, columns, t_shape[x_perm[n_outer]]):
