@@ -206,6 +206,7 @@ def forced(monkeypatch):
     monkeypatch.setattr(sg, "inner_u_heavy", lambda *a: False)
     monkeypatch.setattr(sg, "gemv_beats_inner", lambda *a: False)
     monkeypatch.setattr(sg, "short_rows_to_blas", lambda *a: False)
+    monkeypatch.setattr(sg, "tiny_slabs_to_blas", lambda *a: False)
     contract_mod._cached_plan.cache_clear()
     yield
     contract_mod._cached_plan.cache_clear()

@@ -2238,9 +2238,11 @@ def test_batches_of_tiny_gemms_go_to_the_compiled_kernel(monkeypatch, dtype):
     5) costs BLAS BATCH_CALL_SECONDS a GEMM beyond its flops (measured 370-700 ns), so the planner takes the
     compiled kernel (float32 0.12-0.48x BLAS's time, where the rates alone had kept BLAS); without the call
     term (and without the repacking of U in each call, BLAS_REPACK_COLS) the float32 plan is BLAS's
-    strided-batched GEMM. The estimates show the calls."""
+    strided-batched GEMM. The estimates show the calls. (Against OpenBLAS's Haswell kernels; an AVX-512 core's
+    small-matrix kernels: test_many_tiny_float64_slabs_go_to_small_matrix_blas.)"""
     if not sg.simd_supported():
         pytest.skip("ttm_inner's microkernels need AVX2 + FMA")
+    monkeypatch.setattr(sg, "openblas_avx512", lambda: False)
     X, U = np.empty((100_000, 10, 10), dtype), np.empty((10, 5), dtype)
     contract_mod._cached_plan.cache_clear()
     plan = plan_contraction("abc,bz->azc", X, U)
@@ -2986,6 +2988,32 @@ def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dt
     assert not _short_slabs(lay, (256, 512, 4), (2048, 4, 1), 8, 8)
     assert _short_slabs(lay, (256, 512, 5), (2560, 5, 1), 8, 4) is sg.wide_vectors()  # (float32 rows of 4-7)
     assert not _short_slabs(lay, (256, 512, 8), (4096, 8, 1), 8, 4)
+
+
+def test_many_tiny_float64_slabs_go_to_small_matrix_blas(monkeypatch, rng):
+    """Against an AVX-512 OpenBLAS core (small-matrix kernels) float64 TTMs of at least 4096 slabs of at most 16 rows
+    shorter than 24 elements, R >= 3, go to BLAS's batch (0.53-0.89x the register-blocked kernel's time, stop 96);
+    slabs of 20 rows, float32 and R = 2 keep the kernel, and with the Haswell kernels all do."""
+    if not sg.simd_supported():
+        pytest.skip("ttm_inner's microkernels need AVX2 + FMA")
+    inner, none = CompiledKernel.TTM_INNER, CompiledKernel.NONE
+    cases = [((100000, 10, 10), "float64", 5, none), ((16, 16, 16, 16, 16), "float64", 8, none),
+             ((8000, 20, 20), "float64", 8, inner), ((100000, 10, 10), "float32", 5, inner),
+             ((100000, 10, 10), "float64", 2, inner)]
+    for avx512 in (True, False):
+        monkeypatch.setattr(sg, "openblas_avx512", lambda avx512=avx512: avx512)
+        for shape, dtype, R, want in cases:
+            contract_mod._cached_plan.cache_clear()
+            mode = len(shape) - 2
+            plan = ttm_plan(np.empty(shape, dtype), np.empty((shape[mode], R), dtype), mode, transpose=True)
+            assert plan.compiled is (want if avx512 else inner), (avx512, shape, dtype, R, plan.explain())
+            if avx512 and want is none:
+                assert plan.kind == "strided_batched_gemm", plan.explain()
+        X, U = rng.standard_normal((5000, 12, 12)), rng.standard_normal((12, 4))
+        contract_mod._cached_plan.cache_clear()
+        _check(X, U, 1, ttm(X, U, 1, transpose=True))
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
 
 
 def test_many_short_float32_slabs_go_to_small_matrix_blas(monkeypatch, rng):

@@ -1366,6 +1366,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
         outer_reread_bytes,
         planned_beyond_max_rank,
         short_rows_to_blas,
+        tiny_slabs_to_blas,
     )
 
     x_perm, n_outer, out_perm, u_kz, fresh = lay
@@ -1395,6 +1396,9 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE and inner_u_heavy(
             math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], columns, R, itemsize):
         return plan  # (U weighs more than the tensor's rows: BLAS's GEMM packs both in cache-sized panels)
+    if (variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE and tiny_slabs_to_blas(
+            math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], columns, R, itemsize)):
+        return plan  # (many slabs of a few short rows: OpenBLAS's small-matrix kernels run the batch faster)
     if short and plan.remedy == Remedy.NONE and short_rows_to_blas(R, itemsize, columns, t_shape[x_perm[n_outer]]):
         return plan  # (many slabs of few rows: OpenBLAS's small-matrix kernels run the batch faster)
     if (variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE

@@ -2342,6 +2342,10 @@ SHORT_DOT_R2_BYTES = 96
 #: where the Haswell kernels ran the same GEMMs in 1.8-3.1 ms against 4-8 ms (the tile 0.96-1.42x their time at R =
 #: 3-8, 0.64-0.82x at 12)
 TR_SHORT_F32_MIN_I = 9
+#: :func:`tiny_slabs_to_blas`: the fewest slabs, the most rows a slab and the elements a row stays below
+TINY_SLABS_MIN_A = 4096
+TINY_SLABS_MAX_I = 16
+TINY_SLABS_MAX_C = 24
 #: a batch of GEMMs on BLAS costs this much per GEMM beyond its flops (the batched loop's call, its
 #: operands' set-up, a tiny GEMM's packing): the strided-batched alternative of :func:`ttm_inner` adds it
 #: per GEMM. Measured on the 2-core AVX2 machine (the middle mode, batched over the first: X of (A, B, C)
@@ -2676,6 +2680,26 @@ def short_rows_to_blas(R: int, itemsize: int, C: int, I: int) -> bool:  # noqa: 
     if itemsize != 4 or C < SHORT_ODD_MIN_C or I >= SHORT_ODD_MIN_I or not openblas_avx512():
         return False
     return not (R <= short_rows(C) and I >= SHORT_ODD_ONE_BLOCK_I)
+
+
+def tiny_slabs_to_blas(A: int, I: int, C: int, R: int, itemsize: int) -> bool:  # noqa: E741
+    """Whether the planner gives a float64 TTM of many tiny slabs to BLAS's batch of GEMMs instead of
+    :func:`ttm_inner`'s register-blocked kernel, where numpy's OpenBLAS runs an AVX-512 core
+    (:func:`openblas_avx512`; its small-matrix kernels): at least ``TINY_SLABS_MIN_A`` slabs of at most
+    ``TINY_SLABS_MAX_I`` rows shorter than ``TINY_SLABS_MAX_C`` elements (less than three 512-bit vectors), R of 3
+    and more. Each slab is one of the kernel's tiles, its rows mostly a vector and a tail. Measured on Zen 5 with the
+    SkylakeX kernels (stop 96; the planner's plans with the rule against without, two workers, interleaved medians of
+    9; BLAS's time over the kernel's): (100000, 10, 10) at R = 3 / 5 / 8 0.73 / 0.80 / 0.76, (20000, 10, 10) 0.63 /
+    0.61 / 0.53, (50000, 8, 8, 8)'s mode 2 0.77 / 0.82 / 0.89, 10^6's mode 4 0.66 / 0.61 / 0.56, 16^5's mode 3 at R =
+    3-16 0.64-0.79, (40000, 12, 12) 0.85-0.87; over 20 rows (8000, 20, 20) and 20^5's mode 3 at R =
+    3-16 0.82-1.10, (100000, 20, 5) 0.91-1.11, hence 16 rows.
+
+    >>> import tuckerkit.engine._smallgemm as sg
+    >>> sg.tiny_slabs_to_blas(100000, 10, 10, 5, 8) == sg.openblas_avx512(), sg.tiny_slabs_to_blas(200, 200, 200, 5, 8)
+    (True, False)
+    """
+    return (itemsize == 8 and R >= 3 and A >= TINY_SLABS_MIN_A and I <= TINY_SLABS_MAX_I and C < TINY_SLABS_MAX_C
+            and openblas_avx512())
 
 
 def outer_u_cached_bytes(itemsize: int) -> int:
