@@ -1393,25 +1393,25 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     if variant == CompiledKernel.TTM_INNER and not simd_supported():
         return plan  # its microkernels are written for AVX2 + FMA: elsewhere many times slower than BLAS
     columns = math.prod(t_shape[i] for i in x_perm[n_outer + 1:])  # the unit-stride extent (inner kernel)
-    if variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE and inner_u_heavy(
-            math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], columns, R, itemsize):
-        return plan  # (U weighs more than the tensor's rows: BLAS's GEMM packs both in cache-sized panels)
-    if (variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE and tiny_slabs_to_blas(
-            math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], columns, R, itemsize)):
-        return plan  # (many slabs of a few short rows: OpenBLAS's small-matrix kernels run the batch faster)
-    if short and plan.remedy == Remedy.NONE and short_rows_to_blas(R, itemsize, columns, t_shape[x_perm[n_outer]]):
-        return plan  # (many slabs of few rows: OpenBLAS's small-matrix kernels run the batch faster)
-    if (variant == CompiledKernel.TTM_INNER and not short and plan.remedy == Remedy.NONE
-            and gemv_beats_inner(math.prod(t_shape[i] for i in x_perm[:n_outer]), columns, R, itemsize)):
-        return plan  # (a tensor-times-vector on a first mode or long rows: BLAS's GEMV streams them faster)
+    slabs = math.prod(t_shape[i] for i in x_perm[:n_outer])  # (the modes before the contracted one)
+    contracted = t_shape[x_perm[n_outer]]
+    # shapes the rates misjudge, left to a BLAS plan that copies nothing: a U that outweighs the tensor's rows
+    # (BLAS's GEMM packs both in cache-sized panels), many slabs of a few short rows against OpenBLAS's small-matrix
+    # kernels, a tensor-times-vector over a first mode or long rows (BLAS's GEMV streams them faster)
+    if plan.remedy == Remedy.NONE and (
+            short_rows_to_blas(R, itemsize, columns, contracted) if short else
+            variant == CompiledKernel.TTM_INNER and (
+                inner_u_heavy(slabs, contracted, columns, R, itemsize)
+                or tiny_slabs_to_blas(slabs, contracted, columns, R, itemsize)
+                or gemv_beats_inner(slabs, columns, R, itemsize))):
+        return plan
     if R > MAX_RANK and not planned_beyond_max_rank(variant == CompiledKernel.TTM_INNER, itemsize, R,
-                                                    columns * itemsize, math.prod(t_shape) * itemsize,
-                                                    t_shape[x_perm[n_outer]],
+                                                    columns * itemsize, math.prod(t_shape) * itemsize, contracted,
                                                     _rank_outermost(spec, swap, plan.shapes[2], out_strides)):
         return plan
     roof = machine_roofline()
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
-    eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, t_shape[x_perm[n_outer]],
+    eff_comp = kernel_efficiency(variant.value, plan.dtype, R, columns, contracted,
                                  math.prod(t_shape) * itemsize, tiny, short)
     # (a batch of GEMMs pays BATCH_CALL_SECONDS a GEMM beyond its flops: many tiny slices are call-bound)
     calls = math.prod(plan.batch_sizes) if plan.inner_kind in (KernelKind.STRIDED_BATCHED_GEMM,
@@ -1430,8 +1430,7 @@ def _consider_small_rank(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
     t_calls += reread_blas / roof.bandwidth
     # (the unit-stride kernel reads U once per tile of rows of X: again from memory where U is large, which
     # stalls the kernel: added to its time, not overlapped)
-    reread = (outer_reread_bytes(math.prod(t_shape[i] for i in x_perm[:n_outer]), t_shape[x_perm[n_outer]], R,
-                                 itemsize) if variant == CompiledKernel.TTM_OUTER else 0)
+    reread = outer_reread_bytes(slabs, contracted, R, itemsize) if variant == CompiledKernel.TTM_OUTER else 0
     t_reread = reread / roof.bandwidth
     t_comp = roof.estimate(nbytes, plan.flops, plan.dtype, eff_comp) + t_reread
     peak = roof.peak(plan.dtype)
