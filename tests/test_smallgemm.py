@@ -2741,16 +2741,16 @@ def test_ttm_inner_axpy_bits_do_not_depend_on_tiles_and_it_refuses_a_strided_las
 @pytest.fixture
 def tiny_style(monkeypatch):
     """:func:`ttm_outer` sent to its tiny-rows kernel at the extents it has, whatever this CPU's vectors (the
-    rule picks it where they are wide; on narrower ones LLVM splits its 512-bit vectors, the same bits)."""
+    rule picks it with AVX2 + FMA; on 256-bit vectors LLVM splits its 512-bit ones, the same bits)."""
     monkeypatch.setattr(sg, "outer_tiny_style",
                         lambda R, itemsize, length: 2 <= length <= sg.TINY_MAX_I and 1 <= R <= sg.TINY_MAX_R)
 
 
 def test_tiny_rows_extents_and_rule():
-    """Its extents (rows of 2-8 elements, ranks 1-8) and the rule: only where vectors are wide; the cost model's
+    """Its extents (rows of 2-8 elements, ranks 1-8) and the rule: where the CPU has AVX2 + FMA; the cost model's
     rate for it, and its cut into pieces counted by bytes only past STREAMED_BYTES."""
     assert (sg.TINY_MAX_I, sg.TINY_MAX_R, sg.TINY_TILE_ROWS % 16) == (8, 8, 0)
-    wide = sg.wide_vectors()
+    wide = sg.simd_supported()
     assert sg.outer_tiny_style(1, 8, 2) is wide and sg.outer_tiny_style(8, 4, 8) is wide
     assert not any(sg.outer_tiny_style(R, 8, n) for R, n in ((1, 1), (9, 4), (4, 9), (0, 4)))
     assert sg.kernel_efficiency("small_rank_ttm_outer", "float64", 3, 0, 4, tiny=True) == sg.TINY_EFF["float64"]
@@ -2799,7 +2799,7 @@ def test_tiny_rows_kernel_bits_do_not_depend_on_workers_or_pieces(dtype, tiny_st
     assert all(o == outs[0] for o in outs)
     _check(X2, U, 1, np.frombuffer(outs[0], dtype).reshape(-1, R))
     plan = ttm_plan(X, U, 2, transpose=True, policy=ExecutionPolicy(2))
-    if plan.compiled == CompiledKernel.TTM_OUTER:  # (where vectors are wide: the planner's choice)
+    if plan.compiled == CompiledKernel.TTM_OUTER:  # (with AVX2 + FMA: the planner's choice)
         for _ in range(2):  # (the first call makes the launch, the second runs it)
             assert plan(X, U).tobytes() == outs[0]
 
@@ -2831,9 +2831,9 @@ def test_tiny_rows_need_dense_rows_else_another_kernel(dtype, tiny_style, monkey
 
 def test_the_planner_takes_the_tiny_rows_kernel_for_a_short_unit_stride_mode(dtype, monkeypatch, rng):
     """A TTM over a short unit-stride mode (an RGB-like last mode of 4 at rank 2 and 3), which BLAS ran as a
-    batch of matrix-vector products after a copy: where vectors are wide the planner takes the tiny-rows kernel
+    batch of matrix-vector products after a copy: with AVX2 + FMA the planner takes the tiny-rows kernel
     (also for a preallocated dense output), its explain names it, ``ttm`` gives einsum's sums to rounding.
-    Elsewhere the tiny-rows kernel is not run (the rule needs wide vectors; the cost model then picks BLAS or
+    Elsewhere the tiny-rows kernel is not run (the rule needs AVX2 + FMA; the cost model then picks BLAS or
     another kernel of ``ttm_outer``). The layout rule (``_tiny_rows``) takes dense rows of X and of the output
     only."""
     from tuckerkit.engine._plan import _tiny_rows
@@ -2845,8 +2845,8 @@ def test_the_planner_takes_the_tiny_rows_kernel_for_a_short_unit_stride_mode(dty
         plan = ttm_plan(X, U, 2, transpose=True)
         X2, Y2 = X.reshape(-1, 4), np.empty((X.shape[0] * X.shape[1], R), dtype).T
         kernel = sg._outer_args(X2, np.ascontiguousarray(U.T), Y2, sg.flat_span(X2), sg.flat_span(Y2))[0]
-        assert (kernel == "outer_tiny") is sg.wide_vectors()
-        if sg.wide_vectors():
+        assert (kernel == "outer_tiny") is sg.simd_supported()
+        if sg.simd_supported():
             assert plan.compiled == CompiledKernel.TTM_OUTER, plan.explain()
             assert "compiled small_rank_ttm_outer" in plan.explain()
         got = ttm(X, U, 2, transpose=True)
@@ -2871,14 +2871,14 @@ def test_the_planner_takes_the_tiny_rows_kernel_for_a_short_unit_stride_mode(dty
 
 def test_tiny_rows_take_a_lower_flop_threshold_than_the_other_kernels(rng):
     """The tiny-rows kernel is planned from SMALL_RANK_TINY_MIN_FLOPS (a 256 x 256 RGB image at rank 2), below
-    SMALL_RANK_MIN_FLOPS, where vectors are wide; smaller TTMs (a 128 x 128 one at rank 1) and other kernels'
+    SMALL_RANK_MIN_FLOPS, with AVX2 + FMA; smaller TTMs (a 128 x 128 one at rank 1) and other kernels'
     shapes of as few flops stay on BLAS."""
     assert plan_mod.SMALL_RANK_TINY_MIN_FLOPS < plan_mod.SMALL_RANK_MIN_FLOPS
     X = rng.standard_normal((256, 256, 3))
     U = rng.standard_normal((3, 2))
     assert 2 * X.size * 2 >= plan_mod.SMALL_RANK_TINY_MIN_FLOPS
     plan = ttm_plan(X, U, 2, transpose=True)
-    assert (plan.compiled == CompiledKernel.TTM_OUTER) is sg.wide_vectors()
+    assert (plan.compiled == CompiledKernel.TTM_OUTER) is sg.simd_supported()
     _check(X, U, 2, plan(X, U))
     small = rng.standard_normal((128, 128, 3))
     assert ttm_plan(small, U[:, :1], 2, transpose=True).compiled == CompiledKernel.NONE
@@ -2898,10 +2898,10 @@ def short_style(monkeypatch):
 
 
 def test_short_rows_extents_and_rule():
-    """Rows of 2-3 elements (float32 2-7: shorter than one 256-bit vector) at ranks 1-20, only where vectors are
-    wide; the cost model's rate; its cut counts its flops twice."""
+    """Rows of 2-3 elements (float32 2-7: shorter than one 256-bit vector) at ranks 1-20, where the CPU has AVX2 +
+    FMA; the cost model's rate; its cut counts its flops twice."""
     assert (sg.short_max_c(8), sg.short_max_c(4), sg.SHORT_MAX_R, sg.SHORT_CUT_SCALE) == (3, 7, 20, 2)
-    wide = sg.wide_vectors()
+    wide = sg.simd_supported()
     assert sg.inner_short_style(1, 8, 2) is wide and sg.inner_short_style(20, 4, 3) is wide
     assert all(sg.inner_short_style(R, 4, C) is wide for R, C in ((1, 4), (8, 5), (16, 6), (20, 7)))
     assert not any(sg.inner_short_style(R, 8, C) for R, C in ((5, 1), (5, 4), (5, 7), (21, 3), (0, 2)))
@@ -2945,7 +2945,7 @@ def test_short_rows_kernel_bits_do_not_depend_on_workers_or_tiles(dtype, short_s
         sg.ttm_inner(X, U, got, ExecutionPolicy(workers))
         assert got.tobytes() == want.tobytes(), (workers, tile)
     plan = ttm_plan(X, U, 1, transpose=True, policy=ExecutionPolicy(2))
-    if plan.compiled == CompiledKernel.TTM_INNER:  # (where vectors are wide: the planner's choice)
+    if plan.compiled == CompiledKernel.TTM_INNER:  # (with AVX2 + FMA: the planner's choice)
         for _ in range(2):  # (the first call makes the launch, the second runs it)
             assert plan(X, U).tobytes() == want.tobytes()
 
@@ -2969,7 +2969,7 @@ def test_short_rows_need_back_to_back_rows_else_another_kernel(dtype, short_styl
 
 
 def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dtype, rng):
-    """A TTM over the mode before a trailing mode of 3 (an image's width, then its colours): where vectors are wide
+    """A TTM over the mode before a trailing mode of 3 (an image's width, then its colours): with AVX2 + FMA
     the planner takes the compiled inner kernel (the short rows), ``ttm`` gives einsum's sums to rounding, with
     and without ``out=``; elsewhere BLAS's plan."""
     from tuckerkit.engine._plan import _short_slabs
@@ -2977,16 +2977,16 @@ def test_the_planner_takes_the_short_rows_kernel_for_a_middle_mode_before_rgb(dt
     X = rng.standard_normal((256, 512, 3)).astype(dtype)
     U = rng.standard_normal((512, 8)).astype(dtype)
     plan = ttm_plan(X, U, 1, transpose=True)
-    assert (plan.compiled == CompiledKernel.TTM_INNER) is sg.wide_vectors(), plan.explain()
+    assert (plan.compiled == CompiledKernel.TTM_INNER) is sg.simd_supported(), plan.explain()
     got = ttm(X, U, 1, transpose=True)
     _check(X, U, 1, got)
     out = np.empty_like(got)
     assert ttm(X, U, 1, transpose=True, out=out) is out and out.tobytes() == got.tobytes()
     lay = ((0, 1, 2), 1, (0, 1, 2), True, True)
-    assert _short_slabs(lay, (256, 512, 3), (1536, 3, 1), 8, 8) is sg.wide_vectors()
+    assert _short_slabs(lay, (256, 512, 3), (1536, 3, 1), 8, 8) is sg.simd_supported()
     assert not _short_slabs(lay, (256, 512, 3), (2560, 5, 1), 8, 8)
     assert not _short_slabs(lay, (256, 512, 4), (2048, 4, 1), 8, 8)
-    assert _short_slabs(lay, (256, 512, 5), (2560, 5, 1), 8, 4) is sg.wide_vectors()  # (float32 rows of 4-7)
+    assert _short_slabs(lay, (256, 512, 5), (2560, 5, 1), 8, 4) is sg.simd_supported()  # (float32 rows of 4-7)
     assert not _short_slabs(lay, (256, 512, 8), (4096, 8, 1), 8, 4)
 
 
@@ -3026,8 +3026,8 @@ def test_many_short_float32_slabs_go_to_small_matrix_blas(monkeypatch, rng):
     cores = [str(i.get("architecture", "")).lower() for i in threadpool_info()
              if i.get("internal_api") == "openblas" and "numpy" in str(i.get("filepath", ""))]
     assert sg.openblas_avx512() is (bool(cores) and cores[0] in sg.OPENBLAS_AVX512_CORES)
-    if not sg.wide_vectors():
-        pytest.skip("the short-rows kernel runs where vectors are 512 bits wide")
+    if not sg.simd_supported():
+        pytest.skip("the short-rows kernel needs AVX2 + FMA")
     inner, none = CompiledKernel.TTM_INNER, CompiledKernel.NONE
     cases = [((100000, 20, 5), 8, none), ((89285, 16, 7), 2, none), ((40000, 50, 5), 4, none),
              ((40000, 50, 5), 3, inner), ((10000, 200, 5), 8, inner), ((100000, 20, 4), 8, inner)]
@@ -3072,7 +3072,7 @@ def test_float32_rows_of_9_to_15_keep_the_transposed_tile_against_avx512_openbla
 
 def test_the_planner_takes_the_short_rows_kernel_for_float32_rows_of_4_to_7(rng):
     """float32 rows of 4-7 elements after the contracted mode (shorter than one 256-bit vector: the register-blocked
-    kernel had run them element by element, BLAS as a batch of GEMMs of a few columns): where vectors are wide
+    kernel had run them element by element, BLAS as a batch of GEMMs of a few columns): with AVX2 + FMA
     the planner takes the inner kernel, which runs the short-rows kernel, and ``ttm`` gives einsum's sums to
     rounding for every such row length."""
     calls = []
@@ -3082,7 +3082,7 @@ def test_the_planner_takes_the_short_rows_kernel_for_float32_rows_of_4_to_7(rng)
         U = rng.standard_normal((300, 8)).astype(np.float32)
         contract_mod._cached_plan.cache_clear()
         plan = ttm_plan(X, U, 1, transpose=True)
-        assert (plan.compiled == CompiledKernel.TTM_INNER) is sg.wide_vectors(), (C, plan.explain())
+        assert (plan.compiled == CompiledKernel.TTM_INNER) is sg.simd_supported(), (C, plan.explain())
         _check(X, U, 1, ttm(X, U, 1, transpose=True))
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(sg, "_inner_short_kernel", lambda *a, C=C: calls.append(C) or real(*a))
@@ -3090,7 +3090,7 @@ def test_the_planner_takes_the_short_rows_kernel_for_float32_rows_of_4_to_7(rng)
             Y = np.empty((400, 8, C), np.float32)
             sg.ttm_inner(X, U, Y)
             _check(X, U, 1, Y)
-    assert calls == ([4, 5, 6, 7] if sg.wide_vectors() else []), calls
+    assert calls == ([4, 5, 6, 7] if sg.simd_supported() else []), calls
     contract_mod._cached_plan.cache_clear()
 
 

@@ -1863,7 +1863,7 @@ def outer_tail_style(R: int, itemsize: int) -> bool:
 def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     """Whether :func:`ttm_outer` runs the tiny-rows kernel (:func:`_outer_tiny_kernel`: lanes over rows of X, a
     block of 8 float64 or 16 float32 rows loaded as one run and its columns gathered by shuffles) ahead of the
-    other kernels, where X's rows and the output's are dense (:func:`_dense_rows`): where vectors are wide, rows of
+    other kernels, where X's rows and the output's are dense (:func:`_dense_rows`): with AVX2 and FMA, rows of
     2 to ``TINY_MAX_I`` = 8 elements against 1 to ``TINY_MAX_R`` = 8 columns of U. There the other kernels and
     BLAS spend most of their time on rows shorter than a vector (BLAS's GEMM on rows of 3 at R = 3: a few per
     cent of its peak, well below the memory's rate).
@@ -1874,8 +1874,14 @@ def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     0.53-0.97x / 0.57-1.66x; float32 I = 2-8 0.06-0.37x / 0.12-0.72x, I = 12 0.24-0.61x / 0.46-0.92x, I = 16
     0.35-1.33x / 0.55-2.30x (hence 8). Against the transposed tile on (250000, 4) and (2000000, 3) float64 at
     R = 3: 0.12x and 0.47x its time. Through the planner (``benchmarks/tiny_modes.py``, 9 shapes, both dtypes):
-    1.2-6.3x the former BLAS plan's speed, 1.0-4.3x ``numpy.matmul``'s."""
-    return wide_vectors() and 2 <= I <= TINY_MAX_I and 1 <= R <= TINY_MAX_R
+    1.2-6.3x the former BLAS plan's speed, 1.0-4.3x ``numpy.matmul``'s.
+
+    Where vectors are 256 bits (AVX2 and FMA) LLVM splits each 512-bit vector of lanes in two, and the kernel
+    still runs (it was wide-only until stop 97). Measured on the 2-core Zen 3 machine (``ttm_outer`` alone, two
+    workers, interleaved medians of 9 in one process; (A, I) of 250000 x 4 to 2000000 x 3, I = 2-8, R = 2-8):
+    0.24-0.41x the time of the dot-product kernel it replaces in float64 and 0.13-0.36x in float32, and
+    1.5-3.6x ``numpy.matmul``'s speed."""
+    return simd_supported() and 2 <= I <= TINY_MAX_I and 1 <= R <= TINY_MAX_R
 
 
 def _dense_rows(X2: np.ndarray, Y2: np.ndarray) -> bool:
@@ -1891,7 +1897,7 @@ def inner_short_style(R: int, itemsize: int, C: int) -> bool:
     """Whether :func:`ttm_inner` runs the short-rows kernel (:func:`_inner_short_kernel`: lanes over the contracted
     rows, a step of 8 float64 or 16 float32 rows of ``C`` elements loaded as one run and its columns gathered by
     shuffles, their sums by one tree at the end of a slab) where each slab's rows lie back to back
-    (:func:`_short_slabs`): where vectors are wide, rows of 2 to :func:`short_max_c` elements (float64 3: a short
+    (:func:`_short_slabs`): with AVX2 and FMA, rows of 2 to :func:`short_max_c` elements (float64 3: a short
     trailing mode after the contracted one, an RGB mode; float32 7, every row shorter than one 256-bit vector) and
     ``R`` up to ``SHORT_MAX_R`` = 20 (blocks of ``SHORT_ACC // C`` rows of ``U^T``). There the register-blocked
     kernel's vectors along the rows are mostly empty (float32 rows of 4-7 elements ran element by element) and
@@ -1908,8 +1914,15 @@ def inner_short_style(R: int, itemsize: int, C: int) -> bool:
     alternated, R = 2 / 4 / 8 / 12 / 16 / 20): (16, 16, 16, 16, 16, 4)'s mode 4 0.21 / 0.24 / 0.16 / 0.14 / 0.37 /
     0.36x the time, (100, 100, 100, 4)'s mode 2 0.10-0.30x, (1000, 1000, 4) 0.22-0.60x, (700, 700, 5)
     0.26-0.50x, (512, 512, 6) 0.26-0.73x, (500, 500, 7) 0.25-0.91x, (60, 200, 200, 6)'s mode 2 0.29 / 0.47 /
-    0.49 / 1.18 / 0.92 / 0.91x; rows of 8 (one whole vector) 1.3-2.8x, hence 7."""
-    return wide_vectors() and 2 <= C <= short_max_c(itemsize) and 1 <= R <= SHORT_MAX_R
+    0.49 / 1.18 / 0.92 / 0.91x; rows of 8 (one whole vector) 1.3-2.8x, hence 7.
+
+    Where vectors are 256 bits (AVX2 and FMA) LLVM splits each 512-bit step in two, and the kernel still runs
+    (it was wide-only until stop 97). Measured on the 2-core Zen 3 machine (``ttm_inner`` alone, two workers,
+    interleaved medians of 9 in one process; (1000, 1000, 3), (512, 512, 3), (1000, 1003, 2), (16384, 256, 3),
+    (40000, 200, 3) at R = 5-10, float32 also rows of 4-6): 0.10-0.13x the register-blocked kernel's time in
+    float64 and 0.07-0.27x in float32, 1.0-7.5x ``numpy.tensordot``'s speed; through the planner (whose plan was
+    BLAS's batch there) see ``benchmarks/results/tiny_modes_zen3.md``."""
+    return simd_supported() and 2 <= C <= short_max_c(itemsize) and 1 <= R <= SHORT_MAX_R
 
 
 def _short_slabs(X3: np.ndarray) -> bool:
