@@ -1880,7 +1880,7 @@ def outer_tiny_style(R: int, itemsize: int, I: int) -> bool:  # noqa: E741
     still runs (it was wide-only until stop 97). Measured on the 2-core Zen 3 machine (``ttm_outer`` alone, two
     workers, interleaved medians of 9 in one process; (A, I) of 250000 x 4 to 2000000 x 3, I = 2-8, R = 2-8):
     0.24-0.41x the time of the dot-product kernel it replaces in float64 and 0.13-0.36x in float32, and
-    1.5-3.6x ``numpy.matmul``'s speed."""
+    1.5-3.3x ``numpy.matmul``'s speed."""
     return simd_supported() and 2 <= I <= TINY_MAX_I and 1 <= R <= TINY_MAX_R
 
 
@@ -1920,7 +1920,7 @@ def inner_short_style(R: int, itemsize: int, C: int) -> bool:
     (it was wide-only until stop 97). Measured on the 2-core Zen 3 machine (``ttm_inner`` alone, two workers,
     interleaved medians of 9 in one process; (1000, 1000, 3), (512, 512, 3), (1000, 1003, 2), (16384, 256, 3),
     (40000, 200, 3) at R = 5-10, float32 also rows of 4-6): 0.10-0.13x the register-blocked kernel's time in
-    float64 and 0.07-0.27x in float32, 1.0-7.5x ``numpy.tensordot``'s speed; through the planner (whose plan was
+    float64 and 0.07-0.27x in float32, 1.0-5.6x ``numpy.tensordot``'s speed; through the planner (whose plan was
     BLAS's batch there) see ``benchmarks/results/tiny_modes_zen3.md``."""
     return simd_supported() and 2 <= C <= short_max_c(itemsize) and 1 <= R <= SHORT_MAX_R
 
