@@ -207,6 +207,58 @@ def test_a_kept_plan_follows_the_default_policy(rng):
     np.testing.assert_array_equal(serial, got)
 
 
+def test_the_default_policy_is_one_object_per_worker_count_and_follows_blas():
+    """default_policy() hands out one (immutable) policy per worker count, read from the BLAS count the caller
+    set each time: threadpool_limits(1) makes it serial at once, and the caller's count comes back after."""
+    from threadpoolctl import threadpool_limits
+
+    from tuckerkit.engine import ExecutionPolicy, default_policy
+
+    before = default_policy()
+    assert default_policy() is before
+    with threadpool_limits(1):
+        serial = default_policy()
+        assert serial == ExecutionPolicy(workers=1) and default_policy() is serial
+    assert default_policy() is before
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("case", "spec"), [c for c in CASES if c[0] in ("1.1", "1.3", "2.4", "3.6", "5.2", "6.5")])
+def test_one_gemm_plans_run_directly_with_the_bits_of_the_general_route(case, spec, dtype, monkeypatch):
+    """A plan whose product is one GEMM on one BLAS thread (Table II at n = 32: 2 MFlop) is bound to the direct
+    route, which skips cpu_matmul's checks: the same bits as cpu_matmul's route (the bound flag turned off),
+    einsum within the dtype's rounding, BLAS's count restored; products below PIN_FLOPS, outer products and
+    those cut into pieces are not."""
+    from tuckerkit.engine import _contract
+
+    rng = np.random.default_rng(int(case.replace(".", "")))
+    n = 32
+    A = rng.standard_normal((n, n)).astype(dtype)
+    B = rng.standard_normal((n, n, n)).astype(dtype)
+    plan = plan_contraction(spec, A, B)
+    bound = _contract._bind(plan)
+    assert plan.kind != KernelKind.EMPTY and bound.direct
+    seen = []
+    real = _contract.cpu_matmul
+    monkeypatch.setattr(_contract, "cpu_matmul", lambda *a: seen.append(a[3]) or real(*a))
+    got = plan(A, B)
+    assert seen == []  # (the direct route)
+    bound.direct = False
+    general = plan(A, B)
+    assert seen == [plan.flops]
+    np.testing.assert_array_equal(got, general)
+    ref = np.einsum(spec, A.astype(np.float64), B.astype(np.float64))
+    assert np.max(np.abs(got - ref)) <= 4 * n * float(np.finfo(dtype).eps) * np.max(np.abs(ref))
+    from tuckerkit.engine._policy import _PIN
+
+    assert _PIN.inside == 0 and _PIN.saved is None
+    for a_shape, b_shape, spec2 in (((8, 8), (8, 8, 8), spec),  # below PIN_FLOPS: its own unpinned call
+                                    ((n, 1), (1, n, n), "mk,knp->mnp"),  # an outer product
+                                    ((128, 128), (128, 128, 128), "mk,knp->mnp")):  # cut into pieces
+        other = plan_contraction(spec2, np.ones(a_shape, dtype), np.ones(b_shape, dtype))
+        assert not _contract._bind(other).direct, (a_shape, b_shape)
+
+
 def _fast_ttm():
     from tuckerkit.engine import _ttm
 

@@ -345,9 +345,14 @@ def device_op(func: _F) -> _F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        device = kwargs.pop("device", None)
-        if device is None and all(type(a) is np.ndarray or type(a) is str for a in args):
-            return func(*args, **kwargs)  # numpy arrays (and a spec): nothing to move, no GPU to make current
+        device = kwargs.pop("device", None) if kwargs else None
+        if device is None:
+            for a in args:  # (a loop, not all() over a generator: a small contraction's call pays for each step)
+                t = type(a)
+                if t is not np.ndarray and t is not str:
+                    break
+            else:
+                return func(*args, **kwargs)  # numpy arrays (and a spec): nothing to move, no GPU to make current
         dense = [a for a in args if _is_dense(a)] + [x for a in args if isinstance(a, list | tuple)
                                                       for x in a if _is_dense(x)]
         if device is None:

@@ -24,6 +24,7 @@ from tuckerkit.engine._plan import (
     build_plan,
 )
 from tuckerkit.engine._policy import (
+    _PIN,
     BLAS_MAX_PIECES,
     CONTRACT_PARALLEL_FLOPS,
     CONTRACT_PIECE_SCALE,
@@ -175,8 +176,8 @@ class _Bound:
     """What a planned call on numpy arrays needs, computed once per plan from its spec, shapes, strides and
     dtype (a call then only compares the operands with it and runs)."""
 
-    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "dtype", "launch",
-                 "small_rank", "specs", "views")
+    __slots__ = ("a_shape", "a_strides", "alloc_perm", "alloc_shape", "b_shape", "b_strides", "direct", "dtype",
+                 "launch", "small_rank", "specs", "views")
 
     def __init__(self, plan: ContractionPlan) -> None:
         self.dtype = np.dtype(plan.dtype)
@@ -206,6 +207,9 @@ class _Bound:
                 and la.copy_order is None and lb.copy_order is None and lc.copy_order is None):
             self.views = (_view_steps(la, plan.shapes[0]), _view_steps(lb, plan.shapes[1]),
                           _view_steps(lc, plan.shapes[2]))
+        self.direct = self.views is not None and _one_pinned_call(
+            _steps_shape(plan.shapes[0], self.views[0]), _steps_shape(plan.shapes[1], self.views[1]), plan.flops,
+            self.dtype)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if k != "launch"}
@@ -222,6 +226,28 @@ def _view_steps(lay, shape: tuple[int, ...]):
     perm = lay.perm if lay.perm != tuple(range(len(lay.perm))) else None
     permuted = tuple(keep[i] for i in lay.perm)
     return (keep if keep != tuple(shape) else None, perm, lay.view_shape if lay.view_shape != permuted else None)
+
+
+def _steps_shape(shape: tuple[int, ...], steps) -> tuple[int, ...]:
+    """The shape of an operand of ``shape`` after :func:`_apply_steps` with ``steps``."""
+    keep, perm, view = steps
+    shape = tuple(shape) if keep is None else keep
+    if perm is not None:
+        shape = tuple(shape[i] for i in perm)
+    return shape if view is None else tuple(view)
+
+
+def _one_pinned_call(a_shape: tuple[int, ...], b_shape: tuple[int, ...], flops: int, dtype: Any) -> bool:
+    """Whether :func:`cpu_matmul` runs views of these shapes (a planned contraction's: ``piece_scale`` of
+    ``CONTRACT_PIECE_SCALE``) as one ``numpy.matmul`` with BLAS held to one thread, and nothing else: a GEMM of
+    ``PIN_FLOPS`` or more below the cut into pieces, every extent at least 2 (no outer product, no level-1 or
+    level-2 product cut by its bytes). :func:`_run_bound` then calls it without cpu_matmul's checks."""
+    m, k = a_shape[-2:]
+    n = b_shape[-1]
+    if min(m, n, k) < 2 or (flops < PIN_FLOPS and k <= DOT_SERIAL_MAX):
+        return False
+    return flops < MIN_PARALLEL_FLOPS or (CONTRACT_PIECE_SCALE > 1
+                                          and split_work(flops, dtype) < CONTRACT_PARALLEL_FLOPS)
 
 
 def _apply_steps(x, steps):
@@ -246,6 +272,12 @@ def _prewake(plan: ContractionPlan) -> None:
 def _run_bound(plan: ContractionPlan, bound: _Bound, A, B):
     """A planned call on numpy operands that passed :func:`_bound_call`: allocate, view, multiply (a compiled
     kernel's plan straight to its kernel: :func:`execute`'s other cases cannot arise for a fresh output)."""
+    if bound.direct:  # one BLAS call on one thread (the route cpu_matmul would take, without its checks)
+        out = _fresh_out(bound)
+        va, vb, vc = bound.views
+        with _PIN:
+            np.matmul(_apply_steps(A, va), _apply_steps(B, vb), out=_apply_steps(out, vc))
+        return out
     _prewake(plan)
     out = _fresh_out(bound)
     if bound.small_rank is not None:

@@ -128,7 +128,16 @@ def default_policy() -> ExecutionPolicy:
     >>> default_policy().workers >= 1
     True
     """
-    return ExecutionPolicy(workers=max(1, min(_cpus(), _PIN.caller_threads())))
+    workers = max(1, min(_cpus(), _PIN.caller_threads()))
+    policy = _DEFAULT_POLICIES.get(workers)
+    if policy is None:
+        policy = _DEFAULT_POLICIES[workers] = ExecutionPolicy(workers=workers)
+    return policy
+
+
+#: the default policies made so far, by their worker count (a policy is immutable: one object per count serves
+#: every call, which then skips the dataclass's construction and checks; see :data:`_contract._FAST_PLANS`)
+_DEFAULT_POLICIES: dict[int, ExecutionPolicy] = {}
 
 
 def resolve_policy(policy: ExecutionPolicy | None) -> ExecutionPolicy:
@@ -203,8 +212,15 @@ class _BlasPin:
         with self.lock:
             if self.saved is not None:
                 return max(self.saved, default=1)
-            libs = self._libraries()
-            return max((int(lib.num_threads) for lib in libs), default=_cpus())
+            self._libraries()
+            # (each library's own getter: OpenBLAS's C entry point, not threadpoolctl's property, which looks the
+            # symbol up again on every call; a loop, not max() over a generator: every small call pays for this)
+            most = 0
+            for get, _ in self.access:
+                n = int(get())
+                if n > most:
+                    most = n
+            return most if self.access else _cpus()
 
     @staticmethod
     def _set(lib: Any, n: int) -> None:
@@ -219,10 +235,13 @@ class _BlasPin:
                 self.quieted = False
                 self.pinned = list(self._libraries())
                 access = self.pinned_access = list(self.access)
-                self.saved = saved = [get() for get, _ in access]
-                for (_, put), n in zip(access, saved, strict=True):
+                saved = []
+                for get, put in access:
+                    n = get()
+                    saved.append(n)
                     if n != 1:
                         put(1)
+                self.saved = saved
             elif len(sys.modules) != self.modules_seen:  # an import inside the pin: pin what it loaded too
                 self._pin_new()
             self.inside += 1
@@ -244,7 +263,9 @@ class _BlasPin:
         with self.lock:
             self.inside -= 1
             if self.inside == 0:
-                for (get, put), n in zip(self.pinned_access, self.saved or [], strict=True):
+                saved = self.saved or []
+                for i, (get, put) in enumerate(self.pinned_access):
+                    n = saved[i]
                     if n != 1 or int(get()) != n:  # one it held at 1 is set back without asking first
                         put(n)
                 self.saved = None
