@@ -274,7 +274,7 @@ def _run_bound(plan: ContractionPlan, bound: _Bound, A, B):
     kernel's plan straight to its kernel: :func:`execute`'s other cases cannot arise for a fresh output)."""
     if bound.direct:  # one BLAS call on one thread (the route cpu_matmul would take, without its checks)
         out = _fresh_out(bound)
-        va, vb, vc = bound.views  # type: ignore[misc]  (direct: views were made)
+        va, vb, vc = bound.views  # type: ignore[misc]
         with _PIN:
             np.matmul(_apply_steps(A, va), _apply_steps(B, vb), out=_apply_steps(out, vc))
         return out
