@@ -230,7 +230,8 @@ def planned_sweeps(monkeypatch):
 
 
 def planned_only(monkeypatch) -> None:
-    """Turn engine/_direct.py's route off for the test (both of its thresholds)."""
+    """Turn engine/_direct.py's route off for the test (its thresholds; ``DIRECT_TTMC_ELEMS`` = 0 caps the 3-way
+    ones too)."""
     from tuckerkit.engine import _direct
 
     monkeypatch.setattr(_direct, "DIRECT_SWEEP_FLOPS", 0)

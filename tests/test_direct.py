@@ -17,7 +17,8 @@ from tuckerkit.engine._direct import (
     DIRECT_MTTKRP_ELEMS,
     DIRECT_SWEEP_FLOPS,
     DIRECT_TTMC_ELEMS,
-    DIRECT_TTMC_ELEMS_WIDE_F64,
+    DIRECT_TTMC_ELEMS_F32_256,
+    DIRECT_TTMC_ELEMS_F64,
     ROWS_MIN_ELEMS,
     DirectSweep,
     direct_applies,
@@ -257,9 +258,9 @@ def test_the_route_is_chosen_by_size_and_layout(rng):
     edge = np.empty((64, 64, 64))  # (2^18 elements)
     assert direct_applies(edge, 32) and not direct_applies(np.empty((65, 64, 64)), 32)
     # HOOI's projections go further: up to DIRECT_TTMC_ELEMS elements and DIRECT_MAX_FLOPS
-    big = np.empty((128, 128, 128), dtype=np.float32)  # (2^21 elements)
+    big = np.empty((32, 64, 32, 32), dtype=np.float32)  # (2^21 elements; 4-way: the same bound on every machine)
     assert direct_applies(big, 10, projections=True) and not direct_applies(big, 10)
-    assert not direct_applies(np.empty((129, 128, 128)), 10, projections=True)
+    assert not direct_applies(np.empty((33, 64, 32, 32)), 10, projections=True)
     assert not direct_applies(big, DIRECT_MAX_FLOPS // (4 * big.size) + 1, projections=True)
     U = [rng.standard_normal((10, 2)) for _ in range(3)]
     planned = dense_mttkrp_sweep(perm, U, lambda n, M: None, ExecutionPolicy())
@@ -274,40 +275,55 @@ def test_the_route_is_chosen_by_size_and_layout(rng):
     np.testing.assert_array_equal(operand_mttkrp(op, U32, 2, ExecutionPolicy()), op.mttkrp(U32, 2))
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_hooi_projects_3way_float64_directly_only_to_the_wide_bound_where_vectors_are_wide(wide, rng, monkeypatch):
-    """Where vectors are wide a 3-way float64 tensor's HOOI projections run directly only up to
-    DIRECT_TTMC_ELEMS_WIDE_F64 elements (beyond, the planned sweep and its compiled kernels); float32, 4-way
-    tensors and machines without wide vectors keep DIRECT_TTMC_ELEMS. The route's record says which bound let
-    it run directly, and HOOI gives the same fit on either route."""
-    from tuckerkit.engine import _simd
+@pytest.mark.parametrize(("simd", "wide"), [(False, False), (True, False), (True, True)])
+def test_hooi_projects_3way_tensors_directly_only_to_their_bound_where_the_kernels_run(simd, wide, rng, monkeypatch):
+    """Where the compiled kernels run (AVX2 + FMA) a 3-way float64 tensor's HOOI projections run directly only up to
+    DIRECT_TTMC_ELEMS_F64 elements (beyond, the planned sweep and its compiled kernels), and a 3-way float32
+    tensor's up to DIRECT_TTMC_ELEMS_F32_256 where vectors are 256 bits wide; 4-way tensors, float32 with
+    AVX-512 and machines without the kernels keep DIRECT_TTMC_ELEMS. The route's record says which bound let it run
+    directly, HOOI gives the same fit on either route, and DIRECT_TTMC_ELEMS = 0 turns the route off for all."""
+    from tuckerkit.engine import _direct, _simd
 
+    monkeypatch.setattr(_simd, "simd_supported", lambda: simd)
     monkeypatch.setattr(_simd, "wide_vectors", lambda: wide)
-    assert DIRECT_TTMC_ELEMS_WIDE_F64 < DIRECT_TTMC_ELEMS
+    assert DIRECT_TTMC_ELEMS_F64 < DIRECT_TTMC_ELEMS_F32_256 < DIRECT_TTMC_ELEMS
     edge = np.empty((64, 64, 128))  # (2^19 elements; np.empty: no page touched)
     past = np.empty((64, 65, 128))
-    assert edge.size == DIRECT_TTMC_ELEMS_WIDE_F64
+    assert edge.size == DIRECT_TTMC_ELEMS_F64
     assert direct_applies(edge, 10, projections=True)
-    assert direct_applies(past, 10, projections=True) is not wide
-    # float32, a 4-way float64 tensor of as many elements, and CP-ALS's MTTKRPs: unchanged
+    assert direct_applies(past, 10, projections=True) is not simd
+    f32_edge = np.empty((64, 96, 128), np.float32)  # (3 x 2^18 elements)
+    f32_past = np.empty((64, 97, 128), np.float32)
+    assert f32_edge.size == DIRECT_TTMC_ELEMS_F32_256
     assert direct_applies(past.astype(np.float32), 10, projections=True)
+    assert direct_applies(f32_edge, 10, projections=True)
+    assert direct_applies(f32_past, 10, projections=True) is not (simd and not wide)
+    # a 4-way float64 tensor of as many elements, float32 within DIRECT_TTMC_ELEMS without the 256-bit bound, and
+    # CP-ALS's MTTKRPs: unchanged
     assert direct_applies(np.empty((32, 32, 32, 32)), 10, projections=True)
-    assert direct_applies(np.empty((128, 128, 128), np.float32), 10, projections=True)
+    assert direct_applies(np.empty((128, 128, 128), np.float32), 10, projections=True) is not (simd and not wide)
     assert not direct_applies(past, 10)
-    X = rng.standard_normal((66, 70, 120))  # (554400 elements: past the wide bound)
+    X = rng.standard_normal((66, 70, 120))  # (554400 elements: past the float64 bound)
     T = tk.hooi(X, 4, max_iter=2, tol=0)
-    assert isinstance(T.plans[0], DirectSweep) is not wide
-    small = tk.hooi(X[:60], 4, max_iter=2, tol=0)  # (504000 elements: within both bounds)
+    assert isinstance(T.plans[0], DirectSweep) is not simd
+    small = tk.hooi(X[:60], 4, max_iter=2, tol=0)  # (504000 elements: within every bound)
     assert isinstance(small.plans[0], DirectSweep) and small.plans[0].kind == "ttmc"
-    bound = "DIRECT_TTMC_ELEMS_WIDE_F64 (524288)" if wide else "DIRECT_TTMC_ELEMS (2097152)"
+    bound = "DIRECT_TTMC_ELEMS_F64 (524288)" if simd else "DIRECT_TTMC_ELEMS (2097152)"
     assert f"504000 elements <= {bound} and" in small.plans[0].explain()
-    if not wide:
+    if not simd:
         assert "554400 elements <= DIRECT_TTMC_ELEMS (2097152)" in T.plans[0].explain()
+    f32 = tk.hooi(X.astype(np.float32), 4, max_iter=2, tol=0)  # (float32: within its 256-bit bound)
+    assert isinstance(f32.plans[0], DirectSweep)
+    f32_bound = ("DIRECT_TTMC_ELEMS_F32_256 (786432)" if simd and not wide else "DIRECT_TTMC_ELEMS (2097152)")
+    assert f"554400 elements <= {f32_bound} and" in f32.plans[0].explain()
     # the other route from the same start: the same fit to rounding (their sums run in other orders)
-    monkeypatch.setattr(_simd, "wide_vectors", lambda: not wide)
+    monkeypatch.setattr(_simd, "simd_supported", lambda: not simd)
+    monkeypatch.setattr(_simd, "wide_vectors", lambda: not simd and wide)
     other = tk.hooi(X, 4, max_iter=2, tol=0)
-    assert isinstance(other.plans[0], DirectSweep) is wide
+    assert isinstance(other.plans[0], DirectSweep) is simd
     assert abs(T.fit - other.fit) <= X.size * np.finfo(np.float64).eps
+    monkeypatch.setattr(_direct, "DIRECT_TTMC_ELEMS", 0)  # (every bound only lowers it)
+    assert not direct_applies(f32_edge, 10, projections=True) and not direct_applies(edge, 10, projections=True)
 
 
 def test_the_record_explains_the_route(rng):

@@ -75,8 +75,22 @@ DIRECT_TTMC_ELEMS = 1 << 21
 #: 10, 2) 1.21x; R = 5 / 20: 90^3 0.99 / 0.99x, 100^3 0.82 / 0.76x, 128^3 0.63 / 0.72x; below it direct stays ahead
 #: (80^3 1.06x, 64^3 1.04x). Default calls (ST-HOSVD start, to convergence): 90^3 0.94x, 100^3 0.95x, 128^3 0.81x,
 #: 60x120x140 0.94x, 500x500x4 1.03x. float32 (80^3-128^3 0.92-1.15x) and 4-way tensors (32^4 0.72 / 0.94 / 1.17x at
-#: R = 5 / 10 / 20, 30^4 0.98x, 36^4 0.72x; 16^5 1.08-1.38x) keep ``DIRECT_TTMC_ELEMS``
-DIRECT_TTMC_ELEMS_WIDE_F64 = 1 << 19
+#: R = 5 / 10 / 20, 30^4 0.98x, 36^4 0.72x; 16^5 1.08-1.38x) keep ``DIRECT_TTMC_ELEMS``.
+#: Since stop 98 the same bound holds with 256-bit vectors (AVX2 + FMA: :func:`~tuckerkit.engine._simd.simd_supported`),
+#: where the compiled kernels had since gained their AVX2 forms. Measured on the 2-core Zen 3 machine (AVX2; whole
+#: HOOI calls, 10 iterations from the same start, planned over direct time, in-process medians of 9 interleaved
+#: pairs, the same fits to 2e-14), R = 10: 80^3 0.93x, 90^3 0.87x, 100^3 0.91x, 120^3 0.82x, 128^3 0.75x, 64x128x128
+#: 0.83x, 50x100x200 0.86x, 200x100x50 0.83x, 60x120x140 0.88x, 256x64x64 0.83x, 64x64x256 0.91x, 100x1000x10 0.94x,
+#: 10x100x1000 0.90x; R = 5 / 20: 100^3 0.76 / 0.84x, 128^3 0.69 / 0.84x, 80^3 0.97 / 0.93x; below it direct stays
+#: ahead (64^3 1.04x). Default calls (ST-HOSVD start, to convergence): 90^3 0.90x, 100^3 0.97x, 128^3 0.95x,
+#: 60x120x140 1.05x. 4-way tensors there: 30^4 0.95 / 1.09x at R = 5 / 10, 32^4 1.01 / 0.96x, 36^4 0.94 / 0.85x,
+#: 16^5 0.93x (R = 5): they keep ``DIRECT_TTMC_ELEMS``
+DIRECT_TTMC_ELEMS_F64 = 1 << 19
+#: ... and a 3-way float32 tensor's, where vectors are 256 bits wide (AVX2 without AVX-512; on the AVX-512 Zen 4
+#: machine float32 measured 0.92-1.15x and keeps ``DIRECT_TTMC_ELEMS``): on Zen 3, as above, R = 10, 10 iterations
+#: 90^3 (729000 elements) 1.05x (default call 1.32x: direct stays), 96^3 0.88x, 100^3 0.85x (default call 0.77x),
+#: 110^3 0.78x, 128^3 0.85x (0.85x), 64x128x128 0.83x, 200x100x50 0.84x
+DIRECT_TTMC_ELEMS_F32_256 = 3 << 18
 #: CP-ALS's MTTKRP sweeps run directly up to this many elements (and ``DIRECT_MAX_FLOPS``). Interleaved
 #: medians of 18, direct / planned, float64, R = 5 / 10 / 32, every product on one thread: 50^3 0.62 / 0.70 /
 #: 0.78x, 64^3 (2^18 elements) 0.84 / 0.86 / 0.86x, 60x70x62 1.08 / 0.96 / 1.03x, 70^3 0.93 / 0.99 / 1.03x,
@@ -157,7 +171,8 @@ class DirectSweep:
         elems, name = DIRECT_MTTKRP_ELEMS, "DIRECT_MTTKRP_ELEMS"
         if self.kind == "ttmc":
             elems = ttmc_elems(self.shape, self.dtype, every=True)
-            name = "DIRECT_TTMC_ELEMS" if elems == DIRECT_TTMC_ELEMS else "DIRECT_TTMC_ELEMS_WIDE_F64"
+            name = "DIRECT_TTMC_ELEMS" if elems == DIRECT_TTMC_ELEMS else \
+                "DIRECT_TTMC_ELEMS_F64" if elems == DIRECT_TTMC_ELEMS_F64 else "DIRECT_TTMC_ELEMS_F32_256"
         why = (f"{self.flops} flops <= DIRECT_SWEEP_FLOPS ({DIRECT_SWEEP_FLOPS})" if self.flops <= DIRECT_SWEEP_FLOPS
                else f"{math.prod(self.shape)} elements <= {name} ({elems}) and "
                     f"{self.flops} flops <= DIRECT_MAX_FLOPS ({DIRECT_MAX_FLOPS})")
@@ -217,21 +232,28 @@ def direct_applies(X: Any, rank: int, projections: bool = False) -> bool:
 
 def ttmc_elems(shape: tuple[int, ...], dtype: Any, every: bool = False) -> int:
     """The most elements of a tensor of ``shape`` and ``dtype`` whose HOOI projections run directly (within
-    ``DIRECT_MAX_FLOPS``): ``DIRECT_TTMC_ELEMS_WIDE_F64`` for a 3-way float64 tensor where vectors are wide, else
-    ``DIRECT_TTMC_ELEMS``. Without ``every``, a tensor within the smaller bound gets the larger (either lets it run
-    directly; the vector width is then not looked up).
+    ``DIRECT_MAX_FLOPS``): for a 3-way tensor where the compiled kernels run (AVX2 + FMA),
+    ``DIRECT_TTMC_ELEMS_F64`` in float64 and, where vectors are 256 bits wide, ``DIRECT_TTMC_ELEMS_F32_256`` in
+    float32; else ``DIRECT_TTMC_ELEMS``. Without ``every``, a tensor within the smallest bound gets the largest
+    (any of them lets it run directly; the CPU is then not looked up).
 
     Examples
     --------
     >>> from tuckerkit.engine._direct import DIRECT_TTMC_ELEMS, ttmc_elems
-    >>> ttmc_elems((100, 100, 100), "float32") == ttmc_elems((10, 10, 10), "float64") == DIRECT_TTMC_ELEMS
+    >>> ttmc_elems((80, 80, 80), "float32") == ttmc_elems((10, 10, 10), "float64") == DIRECT_TTMC_ELEMS
     True
     """
-    if len(shape) == 3 and np.dtype(dtype) == np.float64 and (every or math.prod(shape) > DIRECT_TTMC_ELEMS_WIDE_F64):
-        from tuckerkit.engine._simd import wide_vectors  # (numba's modules: only for a tensor past the bound)
+    if len(shape) == 3 and (every or math.prod(shape) > DIRECT_TTMC_ELEMS_F64):
+        dt = np.dtype(dtype)
+        if dt == np.float64 or dt == np.float32:
+            from tuckerkit.engine._simd import simd_supported, wide_vectors  # (numba's: only past the bound)
 
-        if wide_vectors():
-            return DIRECT_TTMC_ELEMS_WIDE_F64
+            # (each only lowers DIRECT_TTMC_ELEMS: setting that to 0 turns the route off for every tensor)
+            if simd_supported():
+                if dt == np.float64:
+                    return min(DIRECT_TTMC_ELEMS_F64, DIRECT_TTMC_ELEMS)
+                if not wide_vectors():
+                    return min(DIRECT_TTMC_ELEMS_F32_256, DIRECT_TTMC_ELEMS)
     return DIRECT_TTMC_ELEMS
 
 
