@@ -595,11 +595,12 @@ def test_explain_says_why_blas_stays(monkeypatch, rng):
     contract_mod._cached_plan.cache_clear()
     try:
         # the first mode: the inner kernel's tiles gather rows of 12,000 elements at a stride
-        plan = ttm_plan(rng.standard_normal((20, 30, 400)), rng.standard_normal((20, 10)), 0, transpose=True)
+        # (rank 12: above SHORT_I_CACHED_MAX_R_256, where a tensor in cache keeps the in-cache constants)
+        plan = ttm_plan(rng.standard_normal((20, 30, 400)), rng.standard_normal((20, 12)), 0, transpose=True)
         middle = ttm_plan(rng.standard_normal((20, 30, 40)), rng.standard_normal((30, 32)), 1, transpose=True)
     finally:
         contract_mod._cached_plan.cache_clear()
-    assert plan.compiled is CompiledKernel.NONE  # long rows: the inner kernel does not beat BLAS at rank 10
+    assert plan.compiled is CompiledKernel.NONE  # long rows: the inner kernel does not beat BLAS at rank 12
     assert "choice: the compiled kernel would not compute 5 % faster than BLAS" in plan.explain()
     assert dict(plan.estimates)["compiled"] >= dict(plan.estimates)["blas gemm"]
     assert dict(plan.estimates)["compiled compute"] * 1.05 > dict(plan.estimates)["blas gemm compute"]
@@ -2522,18 +2523,22 @@ def test_outer_gemm_style_needs_avx2_fma(monkeypatch):
 
 def test_long_rows_over_a_short_mode_go_to_the_kernel_when_streamed(rng, monkeypatch):
     """float64, R <= 16, long unit-stride rows contracted over I < LONG_ROW_MIN_I (the first modes of a 4-way
-    tensor): with 256-bit vectors BLAS while the tensor fits the caches (STREAMED_BYTES), the compiled kernel
-    beyond, where its next-chunk prefetch pays (measured 0.67-0.99x BLAS's time on 67-800 MB tensors, 1.03-1.57x
-    on 8-17 MB ones); where vectors are wide the kernel in cache too (Zen 4: 0.54-1.02x BLAS's time on 2.9-17 MB
+    tensor): with 256-bit vectors BLAS while the tensor fits the caches (STREAMED_BYTES) above
+    SHORT_I_CACHED_MAX_R_256 (R = 12-16: 1.18-1.54x BLAS's time on 100^3 and 30^4), the compiled kernel at lower
+    ranks (0.57-1.01x) and beyond the caches, where its next-chunk prefetch pays (measured 0.67-0.99x BLAS's time on
+    67-800 MB tensors); where vectors are wide the kernel in cache too (Zen 4: 0.54-1.02x BLAS's time on 2.9-17 MB
     ones); the rule lives in kernel_efficiency, and the streamed result is einsum's to rounding."""
-    assert sg.STREAMED_BYTES == 32 << 20 and sg.LONG_ROW_MIN_I == 128
-    args = ("small_rank_ttm_inner", "float64", 10, 40000, 60)
+    assert sg.STREAMED_BYTES == 32 << 20 and sg.LONG_ROW_MIN_I == 128 and sg.SHORT_I_CACHED_MAX_R_256 == 10
+    args = ("small_rank_ttm_inner", "float64", 12, 40000, 60)
     streamed = sg._KERNEL_EFF[("small_rank_ttm_inner_long_short_i_streamed", "float64")][0]
     for wide in (False, True):
         with monkeypatch.context() as m:
             m.setattr(sg, "wide_vectors", lambda wide=wide: wide)
             assert sg.kernel_efficiency(*args, nbytes=sg.STREAMED_BYTES) == (streamed if wide else sg._KERNEL_EFF[
                 ("small_rank_ttm_inner_long_short_i", "float64")][0])
+            for R in (3, 10):  # (in cache, up to SHORT_I_CACHED_MAX_R_256: the kernel with either width)
+                assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", R, 40000, 60, nbytes=1 << 20) == \
+                    streamed
             assert sg.kernel_efficiency(*args, nbytes=sg.STREAMED_BYTES + 1) == streamed
             assert sg.kernel_efficiency("small_rank_ttm_inner", "float64", 10, 40000, 200, nbytes=1 << 40) == \
                 sg._KERNEL_EFF[("small_rank_ttm_inner_long", "float64")][0]  # (I >= 128: the long-row constants)
@@ -2546,8 +2551,10 @@ def test_long_rows_over_a_short_mode_go_to_the_kernel_when_streamed(rng, monkeyp
     contract_mod._cached_plan.cache_clear()
     small = np.empty((10, 60, 60, 60))  # 17 MB (np.empty: no page is touched by planning)
     big = np.empty((60, 60, 60, 60))  # 104 MB
-    assert ttm_plan(small, np.ones((60, 10)), 1, transpose=True).compiled is (
+    assert ttm_plan(small, np.ones((60, 12)), 1, transpose=True).compiled is (
         CompiledKernel.TTM_INNER if sg.wide_vectors() else CompiledKernel.NONE)
+    assert ttm_plan(small, np.ones((60, 10)), 1, transpose=True).compiled is (
+        CompiledKernel.TTM_INNER if sg.simd_supported() else CompiledKernel.NONE)
     for m in (0, 1):
         plan = ttm_plan(big, np.ones((60, 10)), m, transpose=True)
         assert plan.compiled is CompiledKernel.TTM_INNER, plan.explain()

@@ -2308,6 +2308,13 @@ LONG_ROW_MIN_I = 128
 #: = 4 / 8 / 16 0.67-1.02x / 0.54-0.98x / 0.61-0.88x BLAS's time (median 0.82x); HOOI on 60^4 took the first of
 #: them at 0.64-0.67x in its sweeps
 STREAMED_BYTES = 32 << 20
+#: ... and where vectors are 256 bits, the tensors held in cache up to this rank (stop 98, the 2-core Zen 3 machine:
+#: the planner's BLAS plan against the compiled plan forced, each call right after a threaded 300 x 300 product,
+#: interleaved medians of 25 in one process): float64 first modes of 100^3, 10x60x60x60, 30^4, 16^5 and 80^3 at
+#: R = 3 / 5 / 10 0.57-0.64x / 0.71-0.77x / 0.65-1.01x BLAS's time (60x10x60x60's second mode, I = 10, 0.48x at R =
+#: 8); HOOI from the same start (10 iterations) 0.84-0.91x on 90^3-120^3. R = 12-16 stay with BLAS (0.62-1.54x:
+#: 100^3 and 30^4 1.18-1.54x)
+SHORT_I_CACHED_MAX_R_256 = 10
 #: bytes of one unit-stride row from which :func:`ttm_inner`'s tiles count as long (strided gathers)
 LONG_ROW_BYTES = 8192
 #: :func:`ttm_outer`'s dot products (not :func:`outer_gemm_style`) along a contracted unit-stride extent of
@@ -2583,7 +2590,7 @@ def kernel_efficiency(variant: str, dtype: str, R: int, columns: int = 0, contra
     itemsize = 4 if dtype == "float32" else 8
     if variant == "small_rank_ttm_inner" and columns * itemsize >= LONG_ROW_BYTES:
         key = variant + ("_long_short_i" if 0 < contracted < LONG_ROW_MIN_I else "_long")
-        if key.endswith("_short_i") and (nbytes > STREAMED_BYTES or wide_vectors()):
+        if key.endswith("_short_i") and (nbytes > STREAMED_BYTES or wide_vectors() or R <= SHORT_I_CACHED_MAX_R_256):
             key += "_streamed"
     lo, hi = _KERNEL_EFF[(key, dtype)]
     if key == "small_rank_ttm_inner_long" and not wide_vectors():
