@@ -235,13 +235,12 @@ class _BlasPin:
                 self.quieted = False
                 self.pinned = list(self._libraries())
                 access = self.pinned_access = list(self.access)
-                saved = []
+                self.saved = saved = []
                 for get, put in access:
                     n = get()
                     saved.append(n)
                     if n != 1:
                         put(1)
-                self.saved = saved
             elif len(sys.modules) != self.modules_seen:  # an import inside the pin: pin what it loaded too
                 self._pin_new()
             self.inside += 1
