@@ -103,6 +103,64 @@ def test_st_hosvd_tol_meets_bound_and_ranks_are_minimal(rng):
         assert w[r:].sum() <= budget < w[r - 1:].sum()
 
 
+def _decaying_tucker(rng, shape=(40, 45, 50), R=30, rate=0.35):
+    """A Tucker tensor whose multilinear singular values decay over several orders (no exact low rank): every
+    error target picks intermediate ranks."""
+    d = np.exp(-rate * np.arange(R))
+    core = rng.standard_normal((R, R, R)) * np.einsum("i,j,k->ijk", d, d, d)
+    Us = [np.linalg.qr(rng.standard_normal((n, R)))[0] for n in shape]
+    return tk.multi_ttm(core, Us)
+
+
+def _true_error(X, T):
+    """``||X - X_hat|| / ||X||`` with the model and X in float64 (not the model's own rounding to float32)."""
+    full = tk.multi_ttm(T.core.astype(np.float64), [U.astype(np.float64) for U in T.factors])
+    X64 = X.astype(np.float64)
+    return float(np.linalg.norm((X64 - full).ravel()) / np.linalg.norm(X64.ravel()))
+
+
+@pytest.mark.parametrize("method", ["st_hosvd", "hosvd"])
+@pytest.mark.parametrize("max_error", [1e-2, 1e-3, 1e-4, 3e-5])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_a_float32_rank_choice_keeps_the_bound_and_picks_float64s_ranks(method, max_error, layout, rng):
+    """float32 data: the ranks a max_error picks are those of the same values in float64, the bound holds, and
+    the reported error is the model's to float32's rounding (Grams formed in float32 had picked (37, 39, 44)
+    for an error of 1.35e-4 at max_error 1e-4, and reported errors above max_error for models within it)."""
+    X64 = _decaying_tucker(rng)
+    X32 = np.asarray(X64.astype(np.float32), order=layout)
+    X0 = X32.copy()
+    fn = getattr(tk, method)
+    ref = fn(X32.astype(np.float64), max_error=max_error)
+    T = fn(X32, max_error=max_error)
+    assert np.array_equal(X32, X0)
+    assert T.core.dtype == np.float32 and all(U.dtype == np.float32 for U in T.factors)
+    assert T.ranks == ref.ranks
+    err = _true_error(X32, T)
+    assert err <= max_error
+    eps = np.finfo(np.float32).eps
+    assert abs((1 - T.fit) - err) <= 10 * eps + 1e-3 * err
+    again = fn(X32, max_error=max_error)  # the same bits on a repeat
+    assert np.array_equal(again.core, T.core) and again.fit == T.fit
+
+
+def test_the_double_gram_of_float32_data_is_cut_into_slab_ranges_in_order(rng, monkeypatch):
+    """The float64 Gram of float32 data converts at most ``DOUBLE_GRAM_PIECE_BYTES`` of X at a time: with pieces of
+    one slab the chosen ranks and factors match one piece's to float64 rounding, and each piece count gives
+    the same bits on a repeat."""
+    from tuckerkit.decomposition import _tucker as tucker_mod
+
+    X = _decaying_tucker(rng, shape=(20, 24, 28), R=16, rate=0.5).astype(np.float32)
+    whole = tk.st_hosvd(X, max_error=1e-4)
+    monkeypatch.setattr(tucker_mod, "DOUBLE_GRAM_PIECE_BYTES", 1)
+    cut = tk.st_hosvd(X, max_error=1e-4)
+    assert cut.ranks == whole.ranks
+    for a, b in zip(cut.factors, whole.factors, strict=True):
+        assert np.abs(np.abs(a.T @ b) - np.eye(a.shape[1])).max() < 1e-4  # the same subspaces, column by column
+    assert abs(cut.fit - whole.fit) < 1e-6
+    again = tk.st_hosvd(X, max_error=1e-4)
+    assert np.array_equal(again.core, cut.core)
+
+
 def test_st_hosvd_order_option_and_auto(rng):
     X = planted_tucker(rng, (10, 20, 30), (2, 3, 4), np.float64)
     a = tk.st_hosvd(X, (2, 3, 4))
