@@ -352,11 +352,12 @@ class TuckerTensor(_Model):
         Iterations run (0 for the one-pass HOSVD variants).
     converged : bool
     fit_history : tuple of float
-        ``1 - ||X - X_hat|| / ||X||`` after each iteration (HOOI) or after the pass (HOSVD). HOOI's (and CP-ALS's)
-        come from norms (``||X||^2 - ||core||^2``) without a pass over X, so they carry about ``sqrt(eps)`` of
-        X's dtype in absolute error: a near-perfect float32 model reads up to ~5e-4 low (float64: ~2e-8).
-        ST-HOSVD's comes from its discarded eigenvalues, and a single-precision rank choice by ``max_error``
-        forms them (and HOSVD's residual) in double precision. :meth:`relative_error` compares entry by entry.
+        ``1 - ||X - X_hat|| / ||X||`` after each iteration (HOOI) or after the pass (HOSVD). These come from norms
+        or eigenvalues (``||X||^2 - ||core||^2``, the energy each step keeps) without another pass over X, so
+        they carry about ``sqrt(eps)`` of X's dtype in absolute error: a near-perfect float32 model reads up to
+        ~5e-4 low (float64: ~2e-8). A rank choice by ``max_error`` sums the discarded eigenvalues directly, on
+        single-precision data from Grams in double precision (HOSVD's fit then from the residual formed in double
+        precision). :meth:`relative_error` compares entry by entry.
     plans : tuple
         Kernel plans used by the last iteration (engine ``ContractionPlan`` objects), for inspection.
     passes_per_iteration : int or float
