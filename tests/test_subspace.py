@@ -461,3 +461,51 @@ def test_hooi_with_a_long_mode_and_a_large_p_matches_the_gram_route(monkeypatch)
     with pytest.warns(tk.ConvergenceWarning, match=r"^hooi reached max_iter=4"):
         free32 = tk.hooi(X.astype(np.float32), 10, max_iter=4, tol=0)
     assert tried and abs(free32.fit - gram.fit) < 100 * np.finfo(np.float32).eps
+
+
+def _signal_over_noise_gram(rng, n, dtype, scale=30.0):
+    """A Gram of three strong components over a cluster of small noise eigenvalues (HOOI's factor step at a
+    rank above the signal's): the spectrum where MRRR's vectors lose orthogonality."""
+    A = scale * rng.standard_normal((n, 3)) @ rng.standard_normal((3, 3 * n)) + 0.1 * rng.standard_normal((n, 3 * n))
+    return (A @ A.T).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("n", "frac"), [(100, 0.3), (100, 0.9), (200, 0.1), (200, 0.5), (200, 0.95)])
+def test_leading_pairs_stay_orthonormal_over_a_noise_cluster(dtype, n, frac):
+    """Leading pairs of a signal-over-noise Gram, by every host route (``eigh_desc``'s subset and the MRRR route
+    of HOOI's second route, both checked and replaced by divide and conquer where their vectors drift):
+    orthonormal to ORTH_ULPS ulps (MRRR alone: up to 104000), the same eigenvalues as every pair's to rounding,
+    the same bits on a repeat, and G unmodified."""
+    from tuckerkit.engine._subspace import ORTH_ULPS, _top_gram_pairs
+
+    rng = np.random.default_rng(n)
+    r = max(1, int(frac * n))
+    G = _signal_over_noise_gram(rng, n, dtype)
+    G0 = G.copy()
+    w_all, _ = eigh_desc(G.copy())
+    eps = np.finfo(dtype).eps
+    for route in (lambda: eigh_desc(G, r), lambda: _top_gram_pairs(G.copy(), r, n)):
+        w, V = route()
+        assert V.shape == (n, r) and V.dtype == dtype
+        assert np.abs(V.T.astype(np.float64) @ V - np.eye(r)).max() <= ORTH_ULPS * eps
+        assert np.abs(w - w_all[:r]).max() <= 10 * n * eps * w_all[0]
+        w2, V2 = route()
+        np.testing.assert_array_equal(w, w2)
+        np.testing.assert_array_equal(V, V2)
+    np.testing.assert_array_equal(G, G0)
+
+
+def test_an_f_ordered_gram_falls_back_on_its_own_values(monkeypatch):
+    """A Fortran-ordered Gram (LAPACK overwrites it in place) is copied before the subset route, so the
+    divide-and-conquer fallback sees the original matrix: the same pairs as a C-ordered copy's."""
+    import tuckerkit.engine._subspace as sub
+
+    rng = np.random.default_rng(3)
+    G = _signal_over_noise_gram(rng, 60, np.float64)
+    monkeypatch.setattr(sub, "orthonormal_enough", lambda V: False)  # (force the fallback)
+    wf, Vf = eigh_desc(np.asfortranarray(G), 20)
+    wc, Vc = eigh_desc(G.copy(), 20)
+    np.testing.assert_array_equal(wf, wc)
+    np.testing.assert_array_equal(Vf, Vc)
+    np.testing.assert_array_equal(wc, eigh_desc(G.copy())[0][:20])
