@@ -143,6 +143,28 @@ def test_a_float32_rank_choice_keeps_the_bound_and_picks_float64s_ranks(method, 
     assert np.array_equal(again.core, T.core) and again.fit == T.fit
 
 
+@pytest.mark.parametrize("method", ["st_hosvd", "hosvd"])
+def test_a_sparse_float32_rank_choice_keeps_the_bound_and_picks_float64s_ranks(method, rng):
+    """The same on a sparse tensor (every entry stored: the Gram's row products longest): its Grams accumulated
+    in double precision (scipy's float32 product had left an error of 6.2e-4 at max_error 1e-4), the ranks of
+    the float64 values, the bound kept, and the float32 Gram itself within a few eps32 of the exact one."""
+    from tuckerkit.sparse import COOTensor
+
+    X64 = _decaying_tucker(rng)
+    X32 = X64.astype(np.float32)
+    S32, S64 = COOTensor.from_dense(X32), COOTensor.from_dense(X32.astype(np.float64))
+    for max_error in (1e-3, 1e-4):
+        ref = getattr(tk, method)(S64, max_error=max_error)
+        T = getattr(tk, method)(S32, max_error=max_error)
+        assert T.ranks == ref.ranks
+        assert T.relative_error(X32) <= max_error
+    M = X32.astype(np.float64).reshape(X32.shape[0], -1)
+    exact = M @ M.T
+    G = tk.gram(S32, 0)
+    assert G.dtype == np.float32
+    assert np.abs(G - exact).max() <= 4 * np.finfo(np.float32).eps * np.abs(exact).max()
+
+
 def test_the_double_gram_of_float32_data_is_cut_into_slab_ranges_in_order(rng, monkeypatch):
     """The float64 Gram of float32 data converts at most ``DOUBLE_GRAM_PIECE_BYTES`` of X at a time: with pieces of
     one slab the chosen ranks and factors match one piece's to float64 rounding, and each piece count gives

@@ -35,7 +35,7 @@ from tuckerkit.decomposition._entry import (
 from tuckerkit.decomposition._missing import TuckerModel
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import TuckerTensor
-from tuckerkit.engine import as_operand
+from tuckerkit.engine import DenseTensor, as_operand
 from tuckerkit.engine._direct import operand_ttm
 from tuckerkit.engine._operand import frobenius_norm
 from tuckerkit.engine._subspace import (
@@ -138,12 +138,12 @@ DOUBLE_GRAM_PIECE_BYTES = 16 << 20
 
 def _double_gram(Y: Any, budget: float) -> bool:
     """Whether a rank choice with per-mode ``budget`` takes ``Y``'s Grams in double precision: a single-precision
-    dense tensor in memory (the streamed and sparse kinds form their own Grams) and a budget below
-    :data:`DOUBLE_GRAM_BUDGET`."""
+    dense tensor in memory or sparse tensor on the host (the streamed kinds and the GPU's sparse tensors form
+    their own Grams) and a budget below :data:`DOUBLE_GRAM_BUDGET`."""
     from tuckerkit.engine import DenseTensor
 
-    return (isinstance(Y, DenseTensor) and np.dtype(Y.dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
-            and budget < DOUBLE_GRAM_BUDGET)
+    single = np.dtype(Y.dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
+    return single and budget < DOUBLE_GRAM_BUDGET and (isinstance(Y, DenseTensor) or hasattr(Y, "wide_gram"))
 
 
 def _choice_gram(call: Call, Y: Any, n: int, budget: float) -> Any:
@@ -152,6 +152,8 @@ def _choice_gram(call: Call, Y: Any, n: int, budget: float) -> Any:
     of the outermost other mode converted one at a time (in order: the same bits for any workers)."""
     if not _double_gram(Y, budget):
         return call.gram(Y, n)
+    if hasattr(Y, "wide_gram"):  # (a sparse tensor on the host: its unfolding's product in double precision)
+        return Y.wide_gram(n)
     from tuckerkit.engine._gram import dense_gram
 
     data = Y.data
@@ -296,7 +298,7 @@ def hosvd(X: Any, ranks: Sequence[int] | int | None = None, *, max_error: float 
             factors = [_subspace(call, X, n, ranks[n], svd, rng)[0].astype(X.dtype, copy=False)
                        for n in range(X.ndim)]
         core = _project_all(call, X, factors)
-        if max_error is not None and _double_gram(X, target**2 / X.ndim):
+        if max_error is not None and _double_gram(X, target**2 / X.ndim) and isinstance(X, DenseTensor):
             fit = _residual_fit(call, core, factors)
         else:
             fit = _fit(call.norm, frobenius_norm(core))
