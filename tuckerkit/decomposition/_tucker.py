@@ -140,8 +140,6 @@ def _double_gram(Y: Any, budget: float) -> bool:
     """Whether a rank choice with per-mode ``budget`` takes ``Y``'s Grams in double precision: a single-precision
     dense tensor in memory or sparse tensor on the host (the streamed kinds and the GPU's sparse tensors form
     their own Grams) and a budget below :data:`DOUBLE_GRAM_BUDGET`."""
-    from tuckerkit.engine import DenseTensor
-
     single = np.dtype(Y.dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
     return single and budget < DOUBLE_GRAM_BUDGET and (isinstance(Y, DenseTensor) or hasattr(Y, "wide_gram"))
 
@@ -154,22 +152,14 @@ def _choice_gram(call: Call, Y: Any, n: int, budget: float) -> Any:
         return call.gram(Y, n)
     if hasattr(Y, "wide_gram"):  # (a sparse tensor on the host: its unfolding's product in double precision)
         return Y.wide_gram(n)
-    from tuckerkit.engine._gram import dense_gram
+    from tuckerkit.engine._gram import dense_gram, slab_ranges
 
     data = Y.data
     xp = Y.xp
     wide = np.complex128 if np.dtype(Y.dtype).kind == "c" else np.float64
-    if data.ndim == 1:
-        return dense_gram(data.astype(wide), 0, None, call.policy)
-    others = [m for m in range(data.ndim) if m != n]
-    m = max(others, key=lambda k: (abs(data.strides[k]), -k))  # (the outermost in memory: long runs per slab)
-    per = max(1, data.size // max(data.shape[m], 1)) * np.dtype(wide).itemsize
-    step = max(1, DOUBLE_GRAM_PIECE_BYTES // per)
     G = None
-    for a in range(0, data.shape[m], step):
-        idx = [slice(None)] * data.ndim
-        idx[m] = slice(a, min(a + step, data.shape[m]))
-        part = dense_gram(xp.ascontiguousarray(data[tuple(idx)], dtype=wide), n, None, call.policy)
+    for idx in slab_ranges(data, n, np.dtype(wide).itemsize, DOUBLE_GRAM_PIECE_BYTES):
+        part = dense_gram(xp.ascontiguousarray(data[idx], dtype=wide), n, None, call.policy)
         G = part if G is None else G + part
     if G is None:  # (an empty mode: no slab)
         G = xp.zeros((data.shape[n], data.shape[n]), dtype=wide)
@@ -184,6 +174,7 @@ def _residual_fit(call: Call, core: Any, factors: list[Any]) -> float:
     by about eps32 ``||X||^2``, so HOSVD reported errors of 1.7e-4 and 1.9e-4 for models within 8.5e-5 and
     2.6e-7 (a 40 x 45 x 50 tensor at max_error 1e-4 and 1e-5). One more read of X and one reconstruction."""
     from tuckerkit.engine import multi_ttm
+    from tuckerkit.engine._gram import slab_ranges
 
     X = call.X
     data = X.data
@@ -194,16 +185,10 @@ def _residual_fit(call: Call, core: Any, factors: list[Any]) -> float:
     wide = np.complex128 if np.dtype(X.dtype).kind == "c" else np.float64
     G = xp.asarray(core, dtype=wide)
     Us = [xp.asarray(U, dtype=wide) for U in factors]
-    m = max(range(data.ndim), key=lambda k: (abs(data.strides[k]), -k)) if data.ndim > 1 else 0
-    per = max(1, data.size // max(data.shape[m], 1)) * np.dtype(wide).itemsize
-    step = max(1, DOUBLE_GRAM_PIECE_BYTES // per)
     res = 0.0
-    for a in range(0, data.shape[m], step):
-        b = min(a + step, data.shape[m])
-        idx = [slice(None)] * data.ndim
-        idx[m] = slice(a, b)
-        part = [U[a:b] if k == m else U for k, U in enumerate(Us)]
-        diff = xp.ascontiguousarray(data[tuple(idx)], dtype=wide) - multi_ttm(G, part)
+    for idx in slab_ranges(data, None, np.dtype(wide).itemsize, DOUBLE_GRAM_PIECE_BYTES):
+        part = [U[idx[k]] for k, U in enumerate(Us)]  # (the factor of the cut mode: its rows of the range)
+        diff = xp.ascontiguousarray(data[idx], dtype=wide) - multi_ttm(G, part)
         res += float(xp.vdot(diff, diff).real)
     return 1.0 - math.sqrt(res) / normX
 
