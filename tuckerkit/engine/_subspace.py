@@ -1064,7 +1064,7 @@ def randomized_left_singular(Y: Any, n: int, r: int, rng: np.random.Generator, p
     P = Y.size // I_n
     k = r + int(oversamples)
     gp = build_gram_plan(Y, n, policy)
-    if k >= min(I_n, P) or gp.route == "contract":
+    if k >= min(I_n, P) or gp.route == "blocks":
         return leading_left_singular(Y, n, r, policy)
     xp = array_namespace(Y)
     M = _Unfolding(xp, _slab_view(Y, n, list(gp.outer), list(gp.inner)), policy)
