@@ -152,18 +152,11 @@ def _choice_gram(call: Call, Y: Any, n: int, budget: float) -> Any:
         return call.gram(Y, n)
     if hasattr(Y, "wide_gram"):  # (a sparse tensor on the host: its unfolding's product in double precision)
         return Y.wide_gram(n)
-    from tuckerkit.engine._gram import dense_gram, slab_ranges
+    from tuckerkit.engine._gram import _hermitian, blocks_gram
 
-    data = Y.data
-    xp = Y.xp
     wide = np.complex128 if np.dtype(Y.dtype).kind == "c" else np.float64
-    G = None
-    for idx in slab_ranges(data, n, np.dtype(wide).itemsize, DOUBLE_GRAM_PIECE_BYTES):
-        part = dense_gram(xp.ascontiguousarray(data[idx], dtype=wide), n, None, call.policy)
-        G = part if G is None else G + part
-    if G is None:  # (an empty mode: no slab)
-        G = xp.zeros((data.shape[n], data.shape[n]), dtype=wide)
-    return G
+    G = blocks_gram(Y.data, n, call.policy, dtype=wide, limit=DOUBLE_GRAM_PIECE_BYTES)
+    return _hermitian(G) if G.dtype.kind == "c" else G
 
 
 def _residual_fit(call: Call, core: Any, factors: list[Any]) -> float:

@@ -133,27 +133,29 @@ def _make_gram_plan(X: Any, n: int, policy: ExecutionPolicy, st: tuple[int, ...]
     return GramPlan(n, outer, inner, route, tuple(X.shape), st, str(X.dtype), policy)
 
 
-#: the bytes of one block of :func:`_blocks_gram` (a contiguous copy of a slab range of a view whose modes cannot
+#: the bytes of one block of :func:`blocks_gram` (a contiguous copy of a slab range of a view whose modes cannot
 #: be flattened): its only extra memory besides the block's own Gram
 GRAM_BLOCK_BYTES = 16 << 20
 
 
-def _blocks_gram(X: Any, n: int, policy: ExecutionPolicy) -> Any:
-    """``X_(n) X_(n)^T`` (unconjugated; the caller makes a complex one Hermitian) of a view whose modes cannot be
-    flattened (route ``"blocks"``): slab ranges of the outermost other mode, each copied contiguous (at most
-    :data:`GRAM_BLOCK_BYTES`) and reduced by the SYRK or slab route, their Grams added in order (a cut by the
-    sizes: the same bits for any workers).
+def blocks_gram(X: Any, n: int, policy: ExecutionPolicy, dtype: Any = None, limit: int = GRAM_BLOCK_BYTES) -> Any:
+    """``X_(n) X_(n)^T`` (unconjugated; the caller makes a complex one Hermitian) by slab ranges of the outermost
+    other mode, each copied contiguous (in ``dtype``, default X's; at most ``limit`` bytes of it) and reduced by
+    the SYRK or slab route, their Grams added in order (a cut by the sizes: the same bits for any workers). The
+    route ``"blocks"`` of a view whose modes cannot be flattened; a single-precision rank choice's Gram in
+    double precision (``tuckerkit.decomposition._tucker.DOUBLE_GRAM_BUDGET``).
 
     Before, such a view took the engine's remedy for the contraction (a copy of the whole tensor, then a GEMV
     batched over the mode): one float32 dot product of all P entries per element, rounded along the way, so a
     (3, 100, 20, 2, 128) window of a larger array had its mode-3 Gram 4.6e-4 off (its C copy's: 6.8e-7) and
     ST-HOSVD reported a fit 1.3e-3 from the model's."""
     xp = array_namespace(X)
+    dt = np.dtype(X.dtype if dtype is None else dtype)
     G = None
-    for idx in slab_ranges(X, n, X.itemsize, GRAM_BLOCK_BYTES):
-        part = _dense_gram(xp.ascontiguousarray(X[idx]), n, None, policy)
+    for idx in slab_ranges(X, n, dt.itemsize, limit):
+        part = _dense_gram(xp.ascontiguousarray(X[idx], dtype=dt), n, None, policy)
         G = part if G is None else G + part
-    return G if G is not None else xp.zeros((X.shape[n], X.shape[n]), dtype=X.dtype)
+    return G if G is not None else xp.zeros((X.shape[n], X.shape[n]), dtype=dt)
 
 
 def slab_ranges(X: Any, skip: int | None, itemsize: int, limit: int) -> Iterator[tuple[slice, ...]]:
@@ -516,7 +518,7 @@ def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) 
         plan.check(X, n)
     In = X.shape[n]
     if plan.route == "blocks":
-        return _blocks_gram(X, n, plan.policy)
+        return blocks_gram(X, n, plan.policy)
     outer, inner = list(plan.outer), list(plan.inner)
     Xv = _slab_view(X, n, outer, inner)
     n_outer, R = Xv.shape[0], Xv.shape[2]
