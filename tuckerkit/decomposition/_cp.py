@@ -500,6 +500,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     mon.finish()
     if small is not None:
         weights = xp.asarray(weights)
+    history = tuple(mon.history)
+    if em is None and history and call.refines_fit(history[-1]):  # (single precision near an exact fit)
+        history = (*history[:-1], call.residual_fit(CPResidual(xp, weights, factors)))
     release = getattr(X, "release_work_buffers", None)
     if release is not None:  # a sparse tensor's MTTKRP buffers, kept across the iterations, go with the call
         release()
@@ -510,7 +513,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     else:
         weights = xp.ones(rank, dtype=wdt)
         factors[free[0]] = call.unscale(factors[free[0]])
-    return CPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history),
+    return CPTensor(weights, tuple(factors), it, mon.converged, history,
                     sweep.plans if sweep is not None else (), passes_per_iteration=mean_passes(passes, it))
 
 
@@ -649,6 +652,52 @@ def _cp_full(weights: Any, factors: Sequence[Any]) -> Any:
 def _gram(U: Any) -> Any:
     """``U^T conj(U)`` (``U^T U`` for real U): the factor's piece of the ALS normal equations."""
     return U.T @ U.conj() if U.dtype.kind == "c" else U.T @ U
+
+
+class CPResidual:
+    """``sum_r w_r a_r o b_r o ...`` as :meth:`~tuckerkit.decomposition._entry.Call.residual_fit` takes a model:
+    its factors, the rest of the model against one mode and its values on a slab range, in double precision
+    (weights and factors converted once, on first use)."""
+
+    def __init__(self, xp: Any, weights: Any, factors: Sequence[Any]) -> None:
+        self.xp, self.weights, self.factors = xp, weights, list(factors)
+        self.wide: dict[Any, tuple[Any, list[Any]]] = {}
+
+    def _of(self, dtype: Any) -> tuple[Any, list[Any]]:
+        if dtype not in self.wide:
+            xp = self.xp
+            self.wide[dtype] = (xp.asarray(self.weights, dtype=dtype),
+                                [xp.asarray(F, dtype=dtype) for F in self.factors])
+        return self.wide[dtype]
+
+    def cut(self, m: int) -> Any:
+        return self._of(np.dtype(np.float64))[1][m]
+
+    def rest(self, m: int, order: Sequence[int], lo: int, hi: int) -> Any:
+        """The weighted Khatri-Rao product of the factors but ``m``'s in ``order`` (``order[0]``'s rows
+        ``lo:hi``), as ``R x C``."""
+        w, Fs = self._of(np.dtype(np.float64))
+        M = w[None, :]
+        for j, k in enumerate(order):
+            F = Fs[k][lo:hi] if j == 0 else Fs[k]
+            M = (M[:, None, :] * F[None, :, :]).reshape(-1, w.shape[0])
+        return M.T
+
+    def values(self, idx: tuple[slice, ...], dtype: Any) -> Any:
+        """The values on ``X[idx]``: the modes' rows multiplied in as a growing Khatri-Rao product, the longest
+        of the range's modes last as one GEMM (the product held: the range's elements over that mode's length
+        times the rank)."""
+        xp = self.xp
+        w, Fs = self._of(dtype)
+        parts = [F[idx[k]] for k, F in enumerate(Fs)]
+        N = len(parts)
+        last = max(range(N), key=lambda k: (parts[k].shape[0], -k))
+        order = [k for k in range(N) if k != last]
+        M = parts[order[0]] * w[None, :] if order else w[None, :]
+        for k in order[1:]:
+            M = (M[:, None, :] * parts[k][None, :, :]).reshape(-1, w.shape[0])
+        out = (M @ parts[last].T).reshape([parts[k].shape[0] for k in order] + [parts[last].shape[0]])
+        return xp.moveaxis(out, -1, last)
 
 
 def _cp_fit(xp: Any, normX: float, M: Any, U: Any, weights: Any, grams: list[Any]) -> float:

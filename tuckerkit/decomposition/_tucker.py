@@ -159,31 +159,51 @@ def _choice_gram(call: Call, Y: Any, n: int, budget: float) -> Any:
     return _hermitian(G) if G.dtype.kind == "c" else G
 
 
-def _residual_fit(call: Call, core: Any, factors: list[Any]) -> float:
-    """``1 - ||X - X_hat|| / ||X||`` of the call's dense operand against ``core x_n U_n``, the residual formed in
-    double precision over the same slab ranges as :func:`_choice_gram` (each range of X and of the model
-    converted, subtracted and summed, in order). For a single-precision rank choice (:func:`_double_gram`):
-    there ``||X||^2 - ||G||^2`` of a float32 core is the difference of two nearly equal numbers each rounded
-    by about eps32 ``||X||^2``, so HOSVD reported errors of 1.7e-4 and 1.9e-4 for models within 8.5e-5 and
-    2.6e-7 (a 40 x 45 x 50 tensor at max_error 1e-4 and 1e-5). One more read of X and one reconstruction."""
-    from tuckerkit.engine import multi_ttm
-    from tuckerkit.engine._gram import slab_ranges
+class TuckerResidual:
+    """``core x_n U_n`` as :meth:`Call.residual_fit` takes a model: its factors, the rest of the model against
+    one mode and its values on a slab range, all in double precision (the core and the factors converted once,
+    on first use)."""
 
-    X = call.X
-    data = X.data
-    xp = X.xp
-    normX = call.norm
-    if normX <= 0:
-        return 1.0
-    wide = np.complex128 if np.dtype(X.dtype).kind == "c" else np.float64
-    G = xp.asarray(core, dtype=wide)
-    Us = [xp.asarray(U, dtype=wide) for U in factors]
-    res = 0.0
-    for idx in slab_ranges(data, None, np.dtype(wide).itemsize, DOUBLE_GRAM_PIECE_BYTES):
-        part = [U[idx[k]] for k, U in enumerate(Us)]  # (the factor of the cut mode: its rows of the range)
-        diff = xp.ascontiguousarray(data[idx], dtype=wide) - multi_ttm(G, part)
-        res += float(xp.vdot(diff, diff).real)
-    return 1.0 - math.sqrt(res) / normX
+    def __init__(self, xp: Any, core: Any, factors: Sequence[Any]) -> None:
+        self.xp, self.core, self.factors = xp, core, list(factors)
+        self.wide: dict[Any, tuple[Any, list[Any]]] = {}
+
+    def _of(self, dtype: Any) -> tuple[Any, list[Any]]:
+        if dtype not in self.wide:
+            xp = self.xp
+            self.wide[dtype] = (xp.asarray(self.core, dtype=dtype),
+                                [xp.asarray(U, dtype=dtype) for U in self.factors])
+        return self.wide[dtype]
+
+    def cut(self, m: int) -> Any:
+        return self._of(np.dtype(np.float64))[1][m]
+
+    def rest(self, m: int, order: Sequence[int], lo: int, hi: int) -> Any:
+        """``core x_k U_k`` over every mode but ``m`` (``order[0]``'s factor: its rows ``lo:hi``), as ``r_m x C``
+        with the other modes in ``order``."""
+        from tuckerkit.engine import multi_ttm
+
+        G, Us = self._of(np.dtype(np.float64))
+        Us = list(Us)
+        Us[order[0]] = Us[order[0]][lo:hi]
+        Z = multi_ttm(G, Us, skip=m)
+        return np.ascontiguousarray(Z.transpose([m, *order])).reshape(G.shape[m], -1)
+
+    def values(self, idx: tuple[slice, ...], dtype: Any) -> Any:
+        from tuckerkit.engine import multi_ttm
+
+        G, Us = self._of(dtype)
+        return multi_ttm(G, [U[idx[k]] for k, U in enumerate(Us)])  # (the cut mode's factor: its rows)
+
+
+def _reported_fit(call: Call, fit: float, core: Any, factors: Sequence[Any], residual: bool = False) -> float:
+    """The fit a Tucker model of the call reports: ``fit`` (from norms), or the residual's in double precision
+    where :meth:`Call.refines_fit` says so or ``residual`` (a single-precision rank choice, :func:`_double_gram`:
+    there HOSVD reported errors of 1.7e-4 and 1.9e-4 for models within 8.5e-5 and 2.6e-7, a 40 x 45 x 50 tensor at
+    max_error 1e-4 and 1e-5)."""
+    if residual or call.refines_fit(fit):
+        return call.residual_fit(TuckerResidual(call.X.xp, core, factors))
+    return fit
 
 
 def _project_all(call: Call, Y: Any, factors: list[Any]) -> Any:
@@ -276,10 +296,9 @@ def hosvd(X: Any, ranks: Sequence[int] | int | None = None, *, max_error: float 
             factors = [_subspace(call, X, n, ranks[n], svd, rng)[0].astype(X.dtype, copy=False)
                        for n in range(X.ndim)]
         core = _project_all(call, X, factors)
-        if max_error is not None and _double_gram(X, target**2 / X.ndim) and isinstance(X, DenseTensor):
-            fit = _residual_fit(call, core, factors)
-        else:
-            fit = _fit(call.norm, frobenius_norm(core))
+        fit = _reported_fit(call, _fit(call.norm, frobenius_norm(core)), core, factors,
+                            max_error is not None and _double_gram(X, target**2 / X.ndim)
+                            and isinstance(X, DenseTensor))
         return call.result(TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,),
                                         passes_per_iteration=X.ndim + 1))
 
@@ -367,13 +386,15 @@ def st_hosvd(
     max_error, name = _rank_target(max_error, tol, "st_hosvd")
     with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True,
                             first_gram=_entry_gram(ranks, order, sketch, svd, max_error)) as call:
-        return call.result(_st_hosvd(call, ranks, max_error, order, sketch, random_state, name, svd))
+        return call.result(_st_hosvd(call, ranks, max_error, order, sketch, random_state, name, svd, refine=True))
 
 
 def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random_state: Any,
               name: str = "max_error", svd: Any = "exact",
-              keep: dict[frozenset[int], Any] | None = None, rough: bool = False) -> TuckerTensor:
-    """ST-HOSVD on the call's operand; ``keep``: filled with the projections it makes that a HOOI sweep from
+              keep: dict[frozenset[int], Any] | None = None, rough: bool = False,
+              refine: bool = False) -> TuckerTensor:
+    """ST-HOSVD on the call's operand (``refine``: its fit as :func:`_reported_fit` says; HOOI's start keeps the
+    one from the discarded eigenvalues); ``keep``: filled with the projections it makes that a HOOI sweep from
     its factors would make first (:func:`~tuckerkit.engine._sweeps.tree_spine`), keyed by the modes each
     leaves unprojected, for HOOI's first sweep to take instead of computing them again. ``rough``: a start
     that iterations refine (HOOI's): the Grams of the projections after the first step but the last one (whose
@@ -455,6 +476,8 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         core = operand_ttm(Y, U, n, call.policy)  # (a small tensor's: as the direct sweeps project)
         Y = as_operand(core)
     fit = 1.0 - math.sqrt(min(max(discarded, 0.0), 1.0)) if normX > 0 else 1.0
+    if refine:
+        fit = _reported_fit(call, fit, core, factors)
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)
     return TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,), passes_per_iteration=1)
 
@@ -936,5 +959,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         factors[n], _ = leading_left_singular(to_host(core), n, X.shape[n], policy)  # would have made them
         factors[n] = call.like(factors[n]).astype(X.dtype, copy=False)
         core = operand_ttm(core, factors[n], n, policy)
-    return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, tuple(mon.history),
+    history = tuple(mon.history)
+    if em is None and core is not None and history and call.refines_fit(history[-1]):
+        history = (*history[:-1], _reported_fit(call, history[-1], core, factors))
+    return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=mean_passes(passes, it))
