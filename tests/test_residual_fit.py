@@ -1,0 +1,152 @@
+"""Single-precision fits near 1 are the residual's in double precision (``Call.residual_fit``): HOSVD, ST-HOSVD,
+HOOI's last fit and CP-ALS's last fit, against ``numpy.einsum`` reconstructions in float64, on every layout
+(the compiled sum on C / F order, NumPy's slab sums on strided views and complex data)."""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import tuckerkit as tk
+import tuckerkit.decomposition._entry as entry
+from tuckerkit.decomposition._residual_kernels import residual_blocks
+
+SHAPE = (13, 20, 7)
+RANKS = (3, 4, 2)
+
+
+def _wide(A):
+    return np.asarray(A, dtype=np.complex128 if np.iscomplexobj(A) else np.float64)
+
+
+def _model64(T) -> np.ndarray:
+    """The model in double precision by ``numpy.einsum`` (the oracle: no engine product)."""
+    N = len(T.factors)
+    idx = string.ascii_lowercase[:N]
+    if isinstance(T, tk.TuckerTensor):
+        spec = idx.upper() + "," + ",".join(f"{i}{c}" for i, c in zip(idx, idx.upper(), strict=True)) + "->" + idx
+        return np.einsum(spec, _wide(T.core), *[_wide(U) for U in T.factors])
+    spec = "z," + ",".join(f"{i}z" for i in idx) + "->" + idx
+    return np.einsum(spec, _wide(T.weights), *[_wide(F) for F in T.factors])
+
+
+def _true_error(X, T) -> float:
+    X64 = _wide(X)
+    return float(np.linalg.norm(X64 - _model64(T)) / np.linalg.norm(X64))
+
+
+def _tensor(noise, dtype, layout, seed=0, shape=SHAPE, cp=False):
+    rng = np.random.default_rng(seed)
+    cplx = np.dtype(dtype).kind == "c"
+
+    def draw(*s):
+        return rng.standard_normal(s) + (1j * rng.standard_normal(s) if cplx else 0)
+
+    if cp:
+        X = np.einsum("ir,jr,kr->ijk", *[draw(s, 3) for s in shape])
+    else:
+        X = tk.multi_ttm(draw(*RANKS), [draw(s, r) for s, r in zip(shape, RANKS, strict=True)])
+    X = X + noise * np.linalg.norm(X) / np.sqrt(X.size) * draw(*shape)
+    X = X.astype(dtype)
+    if layout == "F":
+        return np.asfortranarray(X)
+    if layout == "step":  # every other slab of a larger array: no memory order makes it contiguous
+        big = np.zeros((*shape[:-1], 2 * shape[-1]), dtype)
+        big[..., ::2] = X
+        return big[..., ::2]
+    return X
+
+
+METHODS = {
+    "hosvd": lambda X: tk.hosvd(X, RANKS),
+    "st_hosvd": lambda X: tk.st_hosvd(X, RANKS),
+    "hooi": lambda X: tk.hooi(X, RANKS),
+    "cp_als": lambda X: tk.cp_als(X, 3, random_state=0),
+}
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "step"])
+@pytest.mark.parametrize("noise", [1e-5, 0.0])
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_float32_fit_near_one_is_the_residuals(method, noise, layout):
+    X = _tensor(noise, np.float32, layout, cp=method == "cp_als")
+    X0 = X.copy()
+    T = METHODS[method](X)
+    np.testing.assert_array_equal(X, X0)
+    true = _true_error(X, T)
+    assert true < entry.RESIDUAL_FIT_BELOW
+    # the norms' fit was off by up to 1e-4 here; the residual's carries only double precision's rounding
+    assert abs((1.0 - T.fit) - true) <= 1e-6 * true + 1e-13
+
+
+@pytest.mark.parametrize("method", ["hosvd", "st_hosvd", "hooi"])
+def test_a_complex64_fit_near_one_is_the_residuals(method):
+    X = _tensor(1e-5, np.complex64, "C")
+    T = METHODS[method](X)
+    true = _true_error(X, T)
+    assert abs((1.0 - T.fit) - true) <= 1e-6 * true + 1e-13
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_the_refinement_changes_the_last_fit_only(method, monkeypatch):
+    """The same model bits and the same history before the last entry with the refinement switched off."""
+    X = _tensor(1e-5, np.float32, "C", cp=method == "cp_als")
+    T = METHODS[method](X)
+    monkeypatch.setattr(entry, "RESIDUAL_FIT_BELOW", 0.0)
+    S = METHODS[method](X)
+    parts = ("core",) if isinstance(T, tk.TuckerTensor) else ("weights",)
+    for name in parts:
+        np.testing.assert_array_equal(getattr(T, name), getattr(S, name))
+    for U, V in zip(T.factors, S.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
+    assert T.fit_history[:-1] == S.fit_history[:-1]
+    true = _true_error(X, T)
+    assert abs((1.0 - T.fit) - true) < 0.01 * abs((1.0 - S.fit) - true)  # (the norms' was far off)
+
+
+@pytest.mark.parametrize("dtype, noise", [(np.float64, 1e-5), (np.float64, 0.0), (np.float32, 0.1)])
+@pytest.mark.parametrize("method", list(METHODS))
+def test_float64_fits_and_float32_fits_below_the_bound_keep_the_norms(method, dtype, noise, monkeypatch):
+    X = _tensor(noise, dtype, "C", cp=method == "cp_als")
+    T = METHODS[method](X)
+    monkeypatch.setattr(entry, "RESIDUAL_FIT_BELOW", 0.0)
+    assert T.fit_history == METHODS[method](X).fit_history
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_the_residual_fit_repeats_its_bits_for_any_workers_and_pieces(method, monkeypatch):
+    shape = (9, 30, 400)  # (12000 columns: several blocks a piece, blocks spread over the workers)
+    X = _tensor(1e-4, np.float32, "C", seed=3, shape=shape, cp=method == "cp_als")
+    T = METHODS[method](X)
+    assert METHODS[method](X).fit == T.fit
+    with threadpool_limits(1, "blas"):
+        assert METHODS[method](X).fit == T.fit
+    monkeypatch.setattr(entry, "RESIDUAL_REST_BYTES", 1 << 12)  # (pieces of a few rows of the second mode)
+    pieced = METHODS[method](X).fit
+    true = _true_error(X, T)
+    assert abs((1.0 - pieced) - true) <= 1e-6 * true
+    assert abs((1.0 - T.fit) - true) <= 1e-6 * true
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("I, C, r, width", [(1, 1, 1, 64), (7, 13, 3, 64), (7, 130, 4, 64), (5, 200, 5, 64),
+                                            (3, 129, 9, 128), (2, 64, 8, 64)])
+def test_residual_blocks_against_numpy(I, C, r, width, dtype):  # noqa: E741
+    rng = np.random.default_rng(C + r)
+    wide = rng.standard_normal((I, C + 3)).astype(dtype)
+    X = wide[:, 2:2 + C]  # (rows apart by more than their length, unaligned)
+    A = rng.standard_normal((I, r))
+    Z = rng.standard_normal((r, C))
+    nb = -(-C // width)
+    out = np.full(nb, np.nan)
+    residual_blocks(X, A, Z, width, out, np.empty(width), 0, nb)
+    D = X.astype(np.float64) - A @ Z
+    for b in range(nb):
+        want = float(np.sum(D[:, b * width:(b + 1) * width] ** 2))
+        assert abs(out[b] - want) <= 64 * np.finfo(np.float64).eps * want
+    part = np.full(nb, -1.0)
+    residual_blocks(X, A, Z, width, part, np.empty(width), nb - 1, nb)  # (one block: the others untouched)
+    assert part[nb - 1] == out[nb - 1] and np.all(part[:nb - 1] == -1.0)
