@@ -355,7 +355,7 @@ class TuckerTensor(_Model):
         ``1 - ||X - X_hat|| / ||X||`` after each iteration (HOOI) or after the pass (HOSVD). These come from norms
         or eigenvalues (``||X||^2 - ||core||^2``, the energy each step keeps) without another pass over X, so
         they carry about ``sqrt(eps)`` of X's dtype in absolute error (float64: ~2e-8). On float32 or complex64
-        data in memory a fit above 0.989 (an error below ``sqrt(1000 eps32)``, where the norms' rounding starts
+        data in memory a fit above 0.995 (an error below ``sqrt(200 eps32)``, where the norms' rounding starts
         to show: a near-perfect model read up to ~5e-4 low) is instead that of the residual formed in double
         precision, at the cost of one more read of X: HOSVD's and ST-HOSVD's one value and the last entry of
         HOOI's history (the earlier ones, which decide convergence, stay from norms). A rank choice by
