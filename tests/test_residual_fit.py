@@ -150,3 +150,27 @@ def test_residual_blocks_against_numpy(I, C, r, width, dtype):  # noqa: E741
     part = np.full(nb, -1.0)
     residual_blocks(X, A, Z, width, part, np.empty(width), nb - 1, nb)  # (one block: the others untouched)
     assert part[nb - 1] == out[nb - 1] and np.all(part[:nb - 1] == -1.0)
+
+
+@pytest.mark.parametrize("method", ["hals", "mu"])
+def test_non_negative_fits_near_one_are_the_residuals(method, monkeypatch):
+    """Non-negative CP (HALS from its SVD start, to an error of ~5e-4) and Tucker (``method`` from the planted
+    model): the fit the Grams gave was 5 % off for CP at noise 1e-5 (6.02e-4 for 5.70e-4)."""
+    rng = np.random.default_rng(0)
+    shape = (30, 40, 50)
+    F = [rng.random((s, 3)) for s in shape]
+    Y = (np.einsum("ir,jr,kr->ijk", *F) + 1e-5 * rng.random(shape)).astype(np.float32)
+    C = tk.non_negative_cp(Y, 3, random_state=0, max_iter=300)
+    G = rng.random((3, 3, 3))
+    Us = [rng.random((s, 3)) for s in shape]
+    X = tk.multi_ttm(G, Us).astype(np.float32)
+    start = tk.TuckerTensor(G.astype(np.float32), tuple(U.astype(np.float32) for U in Us))
+    T = tk.non_negative_tucker(X, (3, 3, 3), init=start, max_iter=5, method=method)
+    for M, Z in ((C, Y), (T, X)):
+        true = _true_error(Z, M)
+        assert true < entry.RESIDUAL_FIT_BELOW
+        assert abs((1.0 - M.fit) - true) <= 1e-6 * true + 1e-13
+    monkeypatch.setattr(entry, "RESIDUAL_FIT_BELOW", 0.0)  # (the same models; the history's last entry aside)
+    C0 = tk.non_negative_cp(Y, 3, random_state=0, max_iter=300)
+    np.testing.assert_array_equal(C0.weights, C.weights)
+    assert C0.fit_history[:-1] == C.fit_history[:-1]

@@ -41,9 +41,10 @@ _RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (
 #: x 80 one of ranks (5, 6, 7) at noise 1e-4 / 1e-5 / none, HOSVD read 1.8e-4 / 2.2e-4 / 1.3e-4 for 1.0e-4 /
 #: 1.0e-5 / 1.3e-7, HOOI 3.7e-4 / 2.5e-4 / 1.2e-4; CP-ALS (a rank-5 CP tensor) read 0 for 1.0e-5 and 1.2e-4
 #: for 1.9e-5. Below an error of ``sqrt(200 eps32)`` (0.0049: there 3 eps32 is 0.6 % of the error) the fit
-#: reported (a single value's, or the last of an iteration's history) is the residual's, formed in double
-#: precision (:meth:`Call.residual_fit`): one more read of X (on 200^3 at rank 10 about 8-18 ms, 15-30 % of a
-#: call). Float64 fits from norms are kept (their rounding is eps64: an error of 1e-7 is reported to 5 %)
+#: reported (HOSVD's and ST-HOSVD's value, the last of HOOI's, CP-ALS's and the non-negative methods' histories)
+#: is the residual's, formed in double precision (:meth:`Call.residual_fit`): one more read of X (on 200^3 at
+#: rank 10 about 8-18 ms, 15-30 % of a call). Float64 fits from norms are kept (their rounding is eps64: an
+#: error of 1e-7 is reported to 5 %)
 RESIDUAL_FIT_BELOW = math.sqrt(200 * float(np.finfo(np.float32).eps))
 #: bytes (at double precision) of X converted per piece of :meth:`Call.residual_fit` where the compiled sum does
 #: not apply: its extra memory is a few such pieces (the piece, the model's values on it, their difference)

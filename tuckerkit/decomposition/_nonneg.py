@@ -313,7 +313,12 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
         weights = w_free
     else:
         weights, unit = normalize_columns(factors)
-    return CPTensor(call.unscale(weights), tuple(unit), it, mon.converged, tuple(mon.history),
+    history = tuple(mon.history)
+    if history and call.refines_fit(history[-1]):  # (single precision near an exact fit: the residual's)
+        from tuckerkit.decomposition._cp import CPResidual
+
+        history = (*history[:-1], call.residual_fit(CPResidual(xp, weights, unit)))
+    return CPTensor(call.unscale(weights), tuple(unit), it, mon.converged, history,
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
 
 
@@ -550,5 +555,10 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
         if mon.step(it, fit, factors):
             break
     mon.finish()
-    return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, tuple(mon.history),
+    history = tuple(mon.history)
+    if history and call.refines_fit(history[-1]):  # (single precision near an exact fit: the residual's)
+        from tuckerkit.decomposition._tucker import TuckerResidual
+
+        history = (*history[:-1], call.residual_fit(TuckerResidual(xp, core, factors)))
+    return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
