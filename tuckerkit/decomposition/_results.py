@@ -358,7 +358,8 @@ class TuckerTensor(_Model):
         data in memory a fit above 0.995 (an error below ``sqrt(200 eps32)``, where the norms' rounding starts
         to show: a near-perfect model read up to ~5e-4 low) is instead that of the residual formed in double
         precision, at the cost of one more read of X: HOSVD's and ST-HOSVD's one value and the last entry of
-        HOOI's history (the earlier ones, which decide convergence, stay from norms). A rank choice by
+        the history of HOOI, CP-ALS and the non-negative methods (the earlier ones, which decide convergence,
+        stay from norms). A rank choice by
         ``max_error`` on such data takes its Grams in double precision. :meth:`relative_error` compares entry by
         entry.
     plans : tuple
