@@ -54,6 +54,10 @@ RESIDUAL_REST_BYTES = 4 << 20
 #: bytes of one column block of the rest that the compiled sum keeps in cache (its width: these over 8 r, within
 #: 64-1024 columns)
 RESIDUAL_BLOCK_BYTES = 128 << 10
+#: multiply-adds of a piece of the compiled sum below which it runs on the calling thread (about 0.2 ms at the
+#: kernel's 6-9 GFMA/s; waking a worker costs tens of microseconds: 50^3 at rank 3 took 0.23 ms more with the
+#: workers, 0.1 ms more without)
+RESIDUAL_PARALLEL_FMAS = 1 << 21
 
 
 def _compiled_residual(Xp: Any, perm: list[int], model: Any, policy: ExecutionPolicy) -> float:
@@ -80,7 +84,10 @@ def _compiled_residual(Xp: Any, perm: list[int], model: Any, policy: ExecutionPo
         def blocks(t: int, tmp: Any, X2: Any = X2, Z: Any = Z, out: Any = out, group: int = group) -> None:
             residual_blocks(X2, A, Z, width, out, tmp, t * group, min((t + 1) * group, out.shape[0]))
 
-        parallel_for(blocks, -(-out.shape[0] // group), policy, lambda: np.empty(width))
+        if X2.size * r < RESIDUAL_PARALLEL_FMAS:  # (a small piece: on this thread, no worker woken)
+            residual_blocks(X2, A, Z, width, out, np.empty(width), 0, out.shape[0])
+        else:
+            parallel_for(blocks, -(-out.shape[0] // group), policy, lambda: np.empty(width))
         sums.extend(out.tolist())
     return math.fsum(sums)
 
