@@ -120,10 +120,13 @@ def test_float64_fits_and_float32_fits_below_the_bound_keep_the_norms(method, dt
 def test_the_residual_fit_repeats_its_bits_for_any_workers_and_pieces(method, monkeypatch):
     shape = (9, 30, 400)  # (12000 columns: several blocks a piece, blocks spread over the workers)
     X = _tensor(1e-4, np.float32, "C", seed=3, shape=shape, cp=method == "cp_als")
+    monkeypatch.setattr(entry, "RESIDUAL_PARALLEL_FMAS", 0)  # (every piece's blocks over the workers)
     T = METHODS[method](X)
     assert METHODS[method](X).fit == T.fit
     with threadpool_limits(1, "blas"):
         assert METHODS[method](X).fit == T.fit
+    monkeypatch.setattr(entry, "RESIDUAL_PARALLEL_FMAS", 1 << 60)  # (all on the calling thread)
+    assert METHODS[method](X).fit == T.fit
     monkeypatch.setattr(entry, "RESIDUAL_REST_BYTES", 1 << 12)  # (pieces of a few rows of the second mode)
     pieced = METHODS[method](X).fit
     true = _true_error(X, T)
