@@ -675,13 +675,14 @@ class CPResidual:
 
     def rest(self, m: int, order: Sequence[int], lo: int, hi: int) -> Any:
         """The weighted Khatri-Rao product of the factors but ``m``'s in ``order`` (``order[0]``'s rows
-        ``lo:hi``), as ``R x C``."""
+        ``lo:hi``), as ``R x C``: built in that layout, each factor's transpose (a copy: unit stride) broadcast into
+        the next axis."""
         w, Fs = self._of(np.dtype(np.float64))
-        M = w[None, :]
+        Y = w[:, None]
         for j, k in enumerate(order):
             F = Fs[k][lo:hi] if j == 0 else Fs[k]
-            M = (M[:, None, :] * F[None, :, :]).reshape(-1, w.shape[0])
-        return M.T
+            Y = (Y[:, :, None] * np.ascontiguousarray(F.T)[:, None, :]).reshape(w.shape[0], -1)
+        return Y
 
     def values(self, idx: tuple[slice, ...], dtype: Any) -> Any:
         """The values on ``X[idx]``: the modes' rows multiplied in as a growing Khatri-Rao product, the longest

@@ -43,8 +43,8 @@ _RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (
 #: for 1.9e-5. Below an error of ``sqrt(200 eps32)`` (0.0049: there 3 eps32 is 0.6 % of the error) the fit
 #: reported (HOSVD's and ST-HOSVD's value, the last of HOOI's, CP-ALS's and the non-negative methods' histories)
 #: is the residual's, formed in double precision (:meth:`Call.residual_fit`): one more read of X (on 200^3 at
-#: rank 10 8-14 ms on Tucker calls of 24-73 ms, 15-18 ms on CP-ALS's 99-130 ms; 0.05-0.13 ms at 10^3-50^3). Float64 fits from norms are kept (their rounding is eps64: an
-#: error of 1e-7 is reported to 5 %)
+#: rank 10 3-11 ms on Tucker calls of 24-90 ms and CP-ALS's of 99-170 ms; 0.01-0.13 ms at 10^3-50^3). Float64
+#: fits from norms are kept (their rounding is eps64: an error of 1e-7 is reported to 5 %)
 RESIDUAL_FIT_BELOW = math.sqrt(200 * float(np.finfo(np.float32).eps))
 #: bytes (at double precision) of X converted per piece of :meth:`Call.residual_fit` where the compiled sum does
 #: not apply: its extra memory is a few such pieces (the piece, the model's values on it, their difference)

@@ -7,7 +7,9 @@ times the other factors, or the weighted Khatri-Rao product of the other factors
 ``(X2 - A Z)^2`` without forming ``A Z``: column block by column block (``Z``'s block stays in cache), each row's
 piece of the model made in a small work vector, subtracted and squared on the way, every value in float64.
 NumPy's form of the same sum (a float64 copy of a slab of X, the model's slab from GEMMs, the difference, its
-squares and their sum) took 34-50 ms on a 200^3 float32 tensor at rank 10 (the 2-core machine); this 3-4 ms.
+squares and their sum) took 34-50 ms on a 200^3 float32 tensor at rank 10 (the 2-core machine); this 11-12 ms
+on one thread, 6-8 ms on two (6-9 GFMA/s a thread: each block's row of the model goes through a work vector in
+L1, a load and a store per four products).
 ``fastmath`` lets the sum of one block be kept in vector lanes: its order is fixed by the code and the block's
 width, so a call repeats its bits; each block's sum is written apart and the caller adds them in block order.
 """
