@@ -77,7 +77,8 @@ def _compiled_residual(Xp: Any, perm: list[int], model: Any, policy: ExecutionPo
     for lo in range(0, Xp.shape[1], step):
         hi = min(lo + step, Xp.shape[1])
         X2 = Xp[:, lo:hi].reshape(Xp.shape[0], (hi - lo) * inner)  # (a view: the rows' pieces are contiguous)
-        Z = np.ascontiguousarray(model.rest(m, order, lo, hi), dtype=np.float64)
+        with blas_pinned():  # (its GEMMs on one thread: the same bits for any BLAS thread count)
+            Z = np.ascontiguousarray(model.rest(m, order, lo, hi), dtype=np.float64)
         out = np.empty(-(-X2.shape[1] // width))
         group = max(1, -(-out.shape[0] // (4 * max(policy.workers, 1))))  # (blocks a task: ~4 tasks a worker)
 
