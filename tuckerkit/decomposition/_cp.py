@@ -23,7 +23,14 @@ from tuckerkit._validation import (
     describe,
 )
 from tuckerkit.backend import to_host
-from tuckerkit.decomposition._entry import Call, carries_partials, check_fixed_modes, decomposition_call, mean_passes
+from tuckerkit.decomposition._entry import (
+    Call,
+    ResidualModel,
+    carries_partials,
+    check_fixed_modes,
+    decomposition_call,
+    mean_passes,
+)
 from tuckerkit.decomposition._linalg import (
     cp_factor_update,
     cp_fit_error,
@@ -654,24 +661,9 @@ def _gram(U: Any) -> Any:
     return U.T @ U.conj() if U.dtype.kind == "c" else U.T @ U
 
 
-class CPResidual:
-    """``sum_r w_r a_r o b_r o ...`` as :meth:`~tuckerkit.decomposition._entry.Call.residual_fit` takes a model:
-    its factors, the rest of the model against one mode and its values on a slab range, in double precision
-    (weights and factors converted once, on first use)."""
-
-    def __init__(self, xp: Any, weights: Any, factors: Sequence[Any]) -> None:
-        self.xp, self.weights, self.factors = xp, weights, list(factors)
-        self.wide: dict[Any, tuple[Any, list[Any]]] = {}
-
-    def _of(self, dtype: Any) -> tuple[Any, list[Any]]:
-        if dtype not in self.wide:
-            xp = self.xp
-            self.wide[dtype] = (xp.asarray(self.weights, dtype=dtype),
-                                [xp.asarray(F, dtype=dtype) for F in self.factors])
-        return self.wide[dtype]
-
-    def cut(self, m: int) -> Any:
-        return self._of(np.dtype(np.float64))[1][m]
+class CPResidual(ResidualModel):
+    """``sum_r w_r a_r o b_r o ...`` as :meth:`~tuckerkit.decomposition._entry.Call.residual_fit` takes a model
+    (:class:`~tuckerkit.decomposition._entry.ResidualModel`: ``lead`` is the weights)."""
 
     def rest(self, m: int, order: Sequence[int], lo: int, hi: int) -> Any:
         """The weighted Khatri-Rao product of the factors but ``m``'s in ``order`` (``order[0]``'s rows

@@ -93,6 +93,25 @@ def _compiled_residual(Xp: Any, perm: list[int], model: Any, policy: ExecutionPo
     return math.fsum(sums)
 
 
+class ResidualModel:
+    """A model as :meth:`Call.residual_fit` takes it: ``lead`` (a Tucker core, CP weights) and the factors, each
+    converted once to a precision asked for (:meth:`_of`), mode ``m``'s factor in float64 (:meth:`cut`); the
+    subclasses give ``rest(m, order, lo, hi)`` and ``values(idx, dtype)``."""
+
+    def __init__(self, xp: Any, lead: Any, factors: Sequence[Any]) -> None:
+        self.xp, self.lead, self.factors = xp, lead, list(factors)
+        self.wide: dict[Any, tuple[Any, list[Any]]] = {}
+
+    def _of(self, dtype: Any) -> tuple[Any, list[Any]]:
+        if dtype not in self.wide:
+            xp = self.xp
+            self.wide[dtype] = (xp.asarray(self.lead, dtype=dtype), [xp.asarray(U, dtype=dtype) for U in self.factors])
+        return self.wide[dtype]
+
+    def cut(self, m: int) -> Any:
+        return self._of(np.dtype(np.float64))[1][m]
+
+
 @dataclass(frozen=True)
 class Call:
     """One decomposition call: its operand, policy, the devices it computes on and returns to, the norm of
@@ -165,7 +184,7 @@ class Call:
     def residual_fit(self, model: Any) -> float:
         """``1 - ||X - X_hat|| / ||X||`` of the call's dense operand, the residual formed in double precision.
 
-        ``model`` (a Tucker or CP model of the scaled problem: :class:`~tuckerkit.decomposition._tucker.
+        ``model`` (a :class:`ResidualModel` of the scaled problem: :class:`~tuckerkit.decomposition._tucker.
         TuckerResidual`, :class:`~tuckerkit.decomposition._cp.CPResidual`) gives ``cut(m)``, mode ``m``'s
         factor (``I_m x r``), ``rest(m, order, lo, hi)``, the rest of the model as ``r x C`` over the other modes
         in ``order`` (outermost first, the first one's rows ``lo:hi``), both float64, and ``values(idx,

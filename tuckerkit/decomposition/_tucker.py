@@ -26,6 +26,7 @@ from tuckerkit._validation import (
 from tuckerkit.backend import to_host
 from tuckerkit.decomposition._entry import (
     Call,
+    ResidualModel,
     caller_stacklevel,
     carries_partials,
     check_fixed_modes,
@@ -159,24 +160,9 @@ def _choice_gram(call: Call, Y: Any, n: int, budget: float) -> Any:
     return _hermitian(G) if G.dtype.kind == "c" else G
 
 
-class TuckerResidual:
-    """``core x_n U_n`` as :meth:`Call.residual_fit` takes a model: its factors, the rest of the model against
-    one mode and its values on a slab range, all in double precision (the core and the factors converted once,
-    on first use)."""
-
-    def __init__(self, xp: Any, core: Any, factors: Sequence[Any]) -> None:
-        self.xp, self.core, self.factors = xp, core, list(factors)
-        self.wide: dict[Any, tuple[Any, list[Any]]] = {}
-
-    def _of(self, dtype: Any) -> tuple[Any, list[Any]]:
-        if dtype not in self.wide:
-            xp = self.xp
-            self.wide[dtype] = (xp.asarray(self.core, dtype=dtype),
-                                [xp.asarray(U, dtype=dtype) for U in self.factors])
-        return self.wide[dtype]
-
-    def cut(self, m: int) -> Any:
-        return self._of(np.dtype(np.float64))[1][m]
+class TuckerResidual(ResidualModel):
+    """``core x_n U_n`` as :meth:`Call.residual_fit` takes a model (:class:`ResidualModel`: ``lead`` is the
+    core)."""
 
     def rest(self, m: int, order: Sequence[int], lo: int, hi: int) -> Any:
         """``core x_k U_k`` over every mode but ``m`` (``order[0]``'s factor: its rows ``lo:hi``), as ``r_m x C``
