@@ -175,9 +175,9 @@ def test_cli_reconstruct_index_selecting_nothing(tmp_path, x_file, cp_result, in
 
 
 # --------------------------------------------------------------------------- 6. relative_error's reference tensor
-@pytest.fixture
-def models(rng):
-    X = rng.random((6, 7, 8))
+@pytest.fixture(params=[np.float64, np.float32])  # (float32: the double-precision compiled route)
+def models(rng, request):
+    X = rng.random((6, 7, 8)).astype(request.param)
     return X, tk.hooi(X, 2), tk.cp_als(X, 2, random_state=0)
 
 
@@ -200,8 +200,9 @@ def test_relative_error_refuses_a_bad_reference(models, kind):
     assert M.relative_error(X) == pytest.approx(1 - M.fit, abs=1e-6)
 
 
-def test_relative_error_of_the_zero_model_against_zeros_is_zero():
-    Z = np.zeros((4, 5, 6))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_relative_error_of_the_zero_model_against_zeros_is_zero(dtype):
+    Z = np.zeros((4, 5, 6), dtype)
     for M in (tk.hooi(Z, 2), tk.cp_als(Z, 2)):
         assert M.relative_error(Z) == 0.0 and M.relative_error(COOTensor.from_dense(Z)) == 0.0
 

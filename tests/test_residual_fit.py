@@ -144,15 +144,21 @@ def test_residual_blocks_against_numpy(I, C, r, width, dtype):  # noqa: E741
     A = rng.standard_normal((I, r))
     Z = rng.standard_normal((r, C))
     nb = -(-C // width)
-    out = np.full(nb, np.nan)
+    out = np.full((nb, 2), np.nan)
     residual_blocks(X, A, Z, width, out, np.empty(width), 0, nb)
-    D = X.astype(np.float64) - A @ Z
+    X64 = X.astype(np.float64)
+    D = X64 - A @ Z
     for b in range(nb):
-        want = float(np.sum(D[:, b * width:(b + 1) * width] ** 2))
-        assert abs(out[b] - want) <= 64 * np.finfo(np.float64).eps * want
-    part = np.full(nb, -1.0)
+        cols = slice(b * width, (b + 1) * width)
+        for j, M in enumerate((D, X64)):
+            want = float(np.sum(M[:, cols] ** 2))
+            assert abs(out[b, j] - want) <= 64 * np.finfo(np.float64).eps * want
+    part = np.full((nb, 2), -1.0)
     residual_blocks(X, A, Z, width, part, np.empty(width), nb - 1, nb)  # (one block: the others untouched)
-    assert part[nb - 1] == out[nb - 1] and np.all(part[:nb - 1] == -1.0)
+    assert np.array_equal(part[nb - 1], out[nb - 1]) and np.all(part[:nb - 1] == -1.0)
+    X[0, C // 2] = np.nan  # (a non-finite entry: its block's sums are not finite, no fast-math assumption)
+    residual_blocks(X, A, Z, width, out, np.empty(width), 0, nb)
+    assert not np.isfinite(out[(C // 2) // width]).any()
 
 
 @pytest.mark.parametrize("method", ["hals", "mu"])
@@ -177,3 +183,16 @@ def test_non_negative_fits_near_one_are_the_residuals(method, monkeypatch):
     C0 = tk.non_negative_cp(Y, 3, random_state=0, max_iter=300)
     np.testing.assert_array_equal(C0.weights, C.weights)
     assert C0.fit_history[:-1] == C.fit_history[:-1]
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "step"])
+@pytest.mark.parametrize("method", list(METHODS))
+def test_relative_error_of_a_float32_model_is_the_double_precision_residuals(method, layout):
+    """``relative_error`` on float32 data: the residual and the norm in double precision (the blocked route
+    reconstructed in float32, whose rounding read 1.56e-7 for an exact model's 1.26e-7); a strided view takes
+    the blocked route, within float32's reconstruction rounding."""
+    X = _tensor(0.0, np.float32, layout, cp=method == "cp_als")
+    T = METHODS[method](X)
+    true = _true_error(X, T)
+    tol = 1e-9 * true if layout != "step" else 64 * float(np.finfo(np.float32).eps)
+    assert abs(T.relative_error(X) - true) <= tol

@@ -60,26 +60,35 @@ RESIDUAL_BLOCK_BYTES = 128 << 10
 RESIDUAL_PARALLEL_FMAS = 1 << 21
 
 
-def _compiled_residual(Xp: Any, perm: list[int], model: Any, policy: ExecutionPolicy) -> float:
-    """``||X - X_hat||^2`` in float64 of ``Xp = X.transpose(perm)`` (C-contiguous, real, on the host): rows of
-    ``perm[0]`` against the rest, in pieces of rows of ``perm[1]`` (:meth:`Call.residual_fit`); each piece's
-    column blocks in groups over the policy's workers, every block's sum apart, all added exactly at the end."""
+def double_residual(data: Any, model: Any, policy: ExecutionPolicy) -> tuple[float, float] | None:
+    """``(||X - X_hat||^2, ||X||^2)`` in float64 by the compiled sum, for a real array on the host whose axes in
+    memory order make it C-contiguous (None for any other): rows of its outermost mode against the rest, in
+    pieces of rows of the next (:meth:`Call.residual_fit`, ``relative_error`` of a single-precision model);
+    each piece's column blocks in groups over the policy's workers, every block's sums apart, all added exactly
+    at the end (``math.fsum``). ``model``: a :class:`ResidualModel`."""
     from tuckerkit.decomposition._residual_kernels import residual_blocks
     from tuckerkit.engine._policy import parallel_for
 
+    if not isinstance(data, np.ndarray) or data.dtype.kind != "f" or data.ndim < 2:
+        return None
+    perm = sorted(range(data.ndim), key=lambda k: (-abs(data.strides[k]), k))  # (memory order)
+    Xp = data.transpose(perm)
+    if not Xp.flags.c_contiguous:
+        return None
     m, order = perm[0], perm[1:]
     A = np.ascontiguousarray(model.cut(m), dtype=np.float64)
     r = A.shape[1]
     inner = math.prod(Xp.shape[2:])
     width = max(64, min(1024, RESIDUAL_BLOCK_BYTES // (8 * r)))
     step = max(1, RESIDUAL_REST_BYTES // (8 * r * max(inner, 1)))
-    sums: list[float] = []
+    res: list[float] = []
+    sq: list[float] = []
     for lo in range(0, Xp.shape[1], step):
         hi = min(lo + step, Xp.shape[1])
         X2 = Xp[:, lo:hi].reshape(Xp.shape[0], (hi - lo) * inner)  # (a view: the rows' pieces are contiguous)
         with blas_pinned():  # (its GEMMs on one thread: the same bits for any BLAS thread count)
             Z = np.ascontiguousarray(model.rest(m, order, lo, hi), dtype=np.float64)
-        out = np.empty(-(-X2.shape[1] // width))
+        out = np.empty((-(-X2.shape[1] // width), 2))
         group = max(1, -(-out.shape[0] // (4 * max(policy.workers, 1))))  # (blocks a task: ~4 tasks a worker)
 
         def blocks(t: int, tmp: Any, X2: Any = X2, Z: Any = Z, out: Any = out, group: int = group) -> None:
@@ -89,8 +98,9 @@ def _compiled_residual(Xp: Any, perm: list[int], model: Any, policy: ExecutionPo
             residual_blocks(X2, A, Z, width, out, np.empty(width), 0, out.shape[0])
         else:
             parallel_for(blocks, -(-out.shape[0] // group), policy, lambda: np.empty(width))
-        sums.extend(out.tolist())
-    return math.fsum(sums)
+        res.extend(out[:, 0].tolist())
+        sq.extend(out[:, 1].tolist())
+    return math.fsum(res), math.fsum(sq)
 
 
 class ResidualModel:
@@ -189,10 +199,10 @@ class Call:
         factor (``I_m x r``), ``rest(m, order, lo, hi)``, the rest of the model as ``r x C`` over the other modes
         in ``order`` (outermost first, the first one's rows ``lo:hi``), both float64, and ``values(idx,
         dtype)``, its values on ``X[idx]``. A real tensor on the host whose modes, in memory order, make it
-        C-contiguous goes to the compiled sum (:func:`._residual_kernels.residual_blocks`: X read once, the
-        model never formed; ``rest`` in pieces of about :data:`RESIDUAL_REST_BYTES`); any other (complex, a
-        strided view, the GPU's) is summed by slab ranges of about :data:`RESIDUAL_PIECE_BYTES` (each converted,
-        the model's values subtracted and squared). Every sum is added in a fixed order: the same bits for any
+        C-contiguous goes to the compiled sum (:func:`double_residual`: X read once, the model never formed;
+        ``rest`` in pieces of about :data:`RESIDUAL_REST_BYTES`); any other (complex, a strided view, the GPU's)
+        is summed by slab ranges of about :data:`RESIDUAL_PIECE_BYTES` (each converted, the model's values
+        subtracted and squared). Every sum is added in a fixed order: the same bits for any
         number of threads."""
         from tuckerkit.engine._gram import slab_ranges
 
@@ -200,11 +210,9 @@ class Call:
         xp = self.X.xp
         if self.norm <= 0:
             return 1.0
-        if xp is np and data.dtype.kind == "f" and data.ndim >= 2:
-            perm = sorted(range(data.ndim), key=lambda k: (-abs(data.strides[k]), k))  # (memory order)
-            Xp = data.transpose(perm)
-            if Xp.flags.c_contiguous:
-                return 1.0 - math.sqrt(_compiled_residual(Xp, perm, model, self.policy)) / self.norm
+        got = double_residual(data, model, self.policy)
+        if got is not None:
+            return 1.0 - math.sqrt(got[0]) / self.norm
         wide = np.dtype(np.complex128 if np.dtype(data.dtype).kind == "c" else np.float64)
         res = 0.0
         for idx in slab_ranges(data, None, wide.itemsize, RESIDUAL_PIECE_BYTES):

@@ -22,22 +22,25 @@ from numba import njit
 from tuckerkit._numba_load import NO_RUNTIME, load_lightly
 
 #: the fast-math flags of the sum: reassociation (vector lanes) and fused multiply-adds, no assumption about
-#: NaN or infinities (the inputs are checked finite on entry anyway)
+#: NaN or infinities (a non-finite X gives non-finite sums, which the callers refuse)
 _FLAGS = {"reassoc", "contract"}
 
 
 @njit(cache=True, nogil=True, fastmath=_FLAGS, **NO_RUNTIME)
 def residual_blocks(X, A, Z, width, out, tmp, b_lo, b_hi):  # pragma: no cover - compiled
-    """``out[b]`` for ``b_lo <= b < b_hi``: the sum of ``(X[i, c] - sum_k A[i, k] Z[k, c])**2`` in float64 over
-    every row ``i`` and the columns ``c`` of block ``b`` (``width`` columns each, the last one shorter). ``X``:
-    I x C with unit column stride (float32 or float64), ``A``: I x r, ``Z``: r x C (C-contiguous, float64),
-    ``tmp``: ``width`` float64 elements of work (one per thread), ``out``: ``ceil(C / width)`` float64."""
+    """``out[b, 0]`` for ``b_lo <= b < b_hi``: the sum of ``(X[i, c] - sum_k A[i, k] Z[k, c])**2`` in float64
+    over every row ``i`` and the columns ``c`` of block ``b`` (``width`` columns each, the last one shorter);
+    ``out[b, 1]``: the sum of ``X[i, c]**2`` there (the same read: ``relative_error``'s ``||X||``). ``X``: I x C
+    with unit column stride (float32 or float64), ``A``: I x r, ``Z``: r x C (C-contiguous, float64), ``tmp``:
+    ``width`` float64 elements of work (one per thread), ``out``: ``ceil(C / width) x 2`` float64. A NaN or an
+    infinity in X makes its block's sums non-finite (no ``nnan`` / ``ninf`` flag)."""
     I, C = X.shape  # noqa: E741
     r = A.shape[1]
     for b in range(b_lo, b_hi):
         c0 = b * width
         w = min(C - c0, width)
         s = 0.0
+        q = 0.0
         for i in range(I):
             k = 0
             if r >= 4:
@@ -53,8 +56,11 @@ def residual_blocks(X, A, Z, width, out, tmp, b_lo, b_hi):  # pragma: no cover -
             while k < r:
                 _add_row(A[i, k], Z[k], c0, w, tmp)
                 k += 1
-            s += _sq_diff(X[i], c0, w, tmp)
-        out[b] = s
+            ds, dq = _sq_diff(X[i], c0, w, tmp)
+            s += ds
+            q += dq
+        out[b, 0] = s
+        out[b, 1] = q
 
 
 @njit(cache=True, nogil=True, fastmath=_FLAGS, inline="always")
@@ -89,12 +95,16 @@ def _add_row(a, z, c0, w, tmp):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True, fastmath=_FLAGS, inline="always")
 def _sq_diff(x, c0, w, tmp):  # pragma: no cover - compiled
-    # sum of (x[c0 + c] - tmp[c])^2 in float64, c < w: in vector lanes (reassoc), an order fixed when it compiles
+    # the sums of (x[c0 + c] - tmp[c])^2 and of x[c0 + c]^2 in float64, c < w: in vector lanes (reassoc), an
+    # order fixed when it compiles
     s = 0.0
+    q = 0.0
     for c in range(w):
-        d = np.float64(x[np.uint64(c0 + c)]) - tmp[np.uint64(c)]
+        v = np.float64(x[np.uint64(c0 + c)])
+        d = v - tmp[np.uint64(c)]
         s += d * d
-    return s
+        q += v * v
+    return s, q
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)
