@@ -507,9 +507,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     mon.finish()
     if small is not None:
         weights = xp.asarray(weights)
-    history = tuple(mon.history)
-    if em is None and history and call.refines_fit(history[-1]):  # (single precision near an exact fit)
-        history = (*history[:-1], call.residual_fit(CPResidual(xp, weights, factors)))
+    # (single precision near an exact fit: the last fit is the residual's; not on the observed entries)
+    history = call.with_residual_fit(mon.history, lambda: CPResidual(xp, weights, factors)) if em is None \
+        else tuple(mon.history)
     release = getattr(X, "release_work_buffers", None)
     if release is not None:  # a sparse tensor's MTTKRP buffers, kept across the iterations, go with the call
         release()

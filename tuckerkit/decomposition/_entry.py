@@ -191,6 +191,14 @@ class Call:
         single = np.dtype(X.dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
         return single and isinstance(X, DenseTensor) and self.norm > 0 and 1.0 - fit < RESIDUAL_FIT_BELOW
 
+    def with_residual_fit(self, history: Sequence[float], model: Callable[[], Any]) -> tuple[float, ...]:
+        """An iteration's fit history with its last entry replaced by :meth:`residual_fit` of ``model()`` (the
+        final model, of the scaled problem) where :meth:`refines_fit` says so; the others as they are."""
+        history = tuple(history)
+        if history and self.refines_fit(history[-1]):
+            return (*history[:-1], self.residual_fit(model()))
+        return history
+
     def residual_fit(self, model: Any) -> float:
         """``1 - ||X - X_hat|| / ||X||`` of the call's dense operand, the residual formed in double precision.
 

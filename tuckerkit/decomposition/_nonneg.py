@@ -313,11 +313,9 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
         weights = w_free
     else:
         weights, unit = normalize_columns(factors)
-    history = tuple(mon.history)
-    if history and call.refines_fit(history[-1]):  # (single precision near an exact fit: the residual's)
-        from tuckerkit.decomposition._cp import CPResidual
+    from tuckerkit.decomposition._cp import CPResidual
 
-        history = (*history[:-1], call.residual_fit(CPResidual(xp, weights, unit)))
+    history = call.with_residual_fit(mon.history, lambda: CPResidual(xp, weights, unit))  # (float32 near 1)
     return CPTensor(call.unscale(weights), tuple(unit), it, mon.converged, history,
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
 
@@ -555,10 +553,8 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
         if mon.step(it, fit, factors):
             break
     mon.finish()
-    history = tuple(mon.history)
-    if history and call.refines_fit(history[-1]):  # (single precision near an exact fit: the residual's)
-        from tuckerkit.decomposition._tucker import TuckerResidual
+    from tuckerkit.decomposition._tucker import TuckerResidual
 
-        history = (*history[:-1], call.residual_fit(TuckerResidual(xp, core, factors)))
+    history = call.with_residual_fit(mon.history, lambda: TuckerResidual(xp, core, factors))  # (float32 near 1)
     return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)

@@ -954,8 +954,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         factors[n], _ = leading_left_singular(to_host(core), n, X.shape[n], policy)  # would have made them
         factors[n] = call.like(factors[n]).astype(X.dtype, copy=False)
         core = operand_ttm(core, factors[n], n, policy)
-    history = tuple(mon.history)
-    if em is None and core is not None and history and call.refines_fit(history[-1]):
-        history = (*history[:-1], _reported_fit(call, history[-1], core, factors))
+    history = tuple(mon.history) if em is not None or core is None else \
+        call.with_residual_fit(mon.history, lambda: TuckerResidual(call.X.xp, core, factors))
     return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=mean_passes(passes, it))
