@@ -33,19 +33,32 @@ _RMS_RANGE = {np.dtype(np.float32): (2.0**-40, 2.0**40), np.dtype(np.float64): (
               np.dtype(np.complex64): (2.0**-40, 2.0**40), np.dtype(np.complex128): (2.0**-200, 2.0**200)}
 
 
-#: a fit of a single-precision model from norms, ``||X||^2 - ||X_hat||^2`` (Tucker: ``||G||^2``; ST-HOSVD: its
-#: discarded eigenvalues; CP: the Grams and ``<X, X_hat>``), is the difference of numbers each rounded by about
-#: eps32 ``||X||^2``: the squared relative error is off by ``dd`` of 0.1-3 eps32, the error itself by
-#: ``dd / (2 err)``. Measured on 200^3 float32 Tucker tensors of rank 10 (HOSVD, ST-HOSVD, HOOI): at errors
-#: 0.01 / 0.005 / 0.002 / 0.001 the reported ones were up to 0.06 % / 0.14 % / 1.1 % / 18 % off; on a 60 x 70
-#: x 80 one of ranks (5, 6, 7) at noise 1e-4 / 1e-5 / none, HOSVD read 1.8e-4 / 2.2e-4 / 1.3e-4 for 1.0e-4 /
-#: 1.0e-5 / 1.3e-7, HOOI 3.7e-4 / 2.5e-4 / 1.2e-4; CP-ALS (a rank-5 CP tensor) read 0 for 1.0e-5 and 1.2e-4
-#: for 1.9e-5. Below an error of ``sqrt(200 eps32)`` (0.0049: there 3 eps32 is 0.6 % of the error) the fit
-#: reported (HOSVD's and ST-HOSVD's value, the last of HOOI's, CP-ALS's and the non-negative methods' histories)
-#: is the residual's, formed in double precision (:meth:`Call.residual_fit`): one more read of X (on 200^3 at
-#: rank 10 3-11 ms on Tucker calls of 24-90 ms and CP-ALS's of 99-170 ms; 0.01-0.13 ms at 10^3-50^3). Float64
-#: fits from norms are kept (their rounding is eps64: an error of 1e-7 is reported to 5 %)
-RESIDUAL_FIT_BELOW = math.sqrt(200 * float(np.finfo(np.float32).eps))
+#: a fit from norms, ``||X||^2 - ||X_hat||^2`` (Tucker: ``||G||^2``; ST-HOSVD: its discarded eigenvalues; CP: the
+#: Grams and ``<X, X_hat>``), is the difference of numbers each rounded by about eps ``||X||^2`` (eps of X's
+#: precision): the squared relative error is off by ``dd`` of 0.1-3 eps, the error itself by ``dd / (2 err)``.
+#: Measured on 200^3 float32 Tucker tensors of rank 10 (HOSVD, ST-HOSVD, HOOI): at errors 0.01 / 0.005 / 0.002
+#: / 0.001 the reported ones were up to 0.06 % / 0.14 % / 1.1 % / 18 % off; on a 60 x 70 x 80 one of ranks (5,
+#: 6, 7) at noise 1e-4 / 1e-5 / none, HOSVD read 1.8e-4 / 2.2e-4 / 1.3e-4 for 1.0e-4 / 1.0e-5 / 1.3e-7, HOOI
+#: 3.7e-4 / 2.5e-4 / 1.2e-4; CP-ALS (a rank-5 CP tensor) read 0 for 1.0e-5 and 1.2e-4 for 1.9e-5. In float64
+#: the same at eps64: an exact 50 x 60 x 70 model of ranks (5, 6, 7) read 3.2e-8 by ST-HOSVD for 1.3e-15 (HOSVD
+#: and HOOI 0, from a negative difference held at 0). Below an error of ``sqrt(RESIDUAL_FIT_EPS eps)``
+#: (:func:`residual_fit_below`: 0.0049 in single precision, 2.1e-7 in double; there 3 eps is 0.6 % of the
+#: error) the fit reported (HOSVD's and ST-HOSVD's value, the last of HOOI's, CP-ALS's and the non-negative
+#: methods' histories) is the residual's, formed in double precision (:meth:`Call.residual_fit`): one more read
+#: of X (on 200^3 float32 at rank 10 3-11 ms on Tucker calls of 24-90 ms and CP-ALS's of 99-170 ms; 0.01-0.13
+#: ms at 10^3-50^3; exact float64 models of rank 10, interleaved medians: 200^3 10-14 ms on HOSVD, ST-HOSVD,
+#: HOOI and CP-ALS calls of 65-340 ms, 50^3 0.3-1.3 ms on calls of 2-14 ms)
+RESIDUAL_FIT_EPS = 200.0
+
+
+def residual_fit_below(dtype: Any) -> float:
+    """The error below which a fit from norms of data of ``dtype`` is replaced by the residual's
+    (:meth:`Call.refines_fit`): ``sqrt(RESIDUAL_FIT_EPS eps)`` of its precision.
+
+    >>> round(residual_fit_below(np.float32), 4), f"{residual_fit_below(np.complex128):.2g}"
+    (0.0049, '2.1e-07')
+    """
+    return math.sqrt(RESIDUAL_FIT_EPS * float(np.finfo(np.dtype(dtype)).eps))
 #: bytes (at double precision) of X converted per piece of :meth:`Call.residual_fit` where the compiled sum does
 #: not apply: its extra memory is a few such pieces (the piece, the model's values on it, their difference)
 RESIDUAL_PIECE_BYTES = 16 << 20
@@ -183,13 +196,12 @@ class Call:
 
     def refines_fit(self, fit: float) -> bool:
         """Whether a fit from norms (or from discarded eigenvalues) is replaced by :meth:`residual_fit`'s: a
-        single-precision dense tensor in memory whose fit from norms says an error below
-        :data:`RESIDUAL_FIT_BELOW`."""
+        dense tensor in memory whose fit from norms says an error below :func:`residual_fit_below` of its
+        precision."""
         from tuckerkit.engine import DenseTensor
 
         X = self.X
-        single = np.dtype(X.dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
-        return single and isinstance(X, DenseTensor) and self.norm > 0 and 1.0 - fit < RESIDUAL_FIT_BELOW
+        return isinstance(X, DenseTensor) and self.norm > 0 and 1.0 - fit < residual_fit_below(X.dtype)
 
     def with_residual_fit(self, history: Sequence[float], model: Callable[[], Any]) -> tuple[float, ...]:
         """An iteration's fit history with its last entry replaced by :meth:`residual_fit` of ``model()`` (the

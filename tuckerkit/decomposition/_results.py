@@ -386,14 +386,14 @@ class TuckerTensor(_Model):
     fit_history : tuple of float
         ``1 - ||X - X_hat|| / ||X||`` after each iteration (HOOI) or after the pass (HOSVD). These come from norms
         or eigenvalues (``||X||^2 - ||core||^2``, the energy each step keeps) without another pass over X, so
-        they carry about ``sqrt(eps)`` of X's dtype in absolute error (float64: ~2e-8). On float32 or complex64
-        data in memory a fit above 0.995 (an error below ``sqrt(200 eps32)``, where the norms' rounding starts
-        to show: a near-perfect model read up to ~5e-4 low) is instead that of the residual formed in double
-        precision, at the cost of one more read of X: HOSVD's and ST-HOSVD's one value and the last entry of
-        the history of HOOI, CP-ALS and the non-negative methods (the earlier ones, which decide convergence,
-        stay from norms). A rank choice by
-        ``max_error`` on such data takes its Grams in double precision. :meth:`relative_error` compares entry by
-        entry.
+        they carry about ``sqrt(eps)`` of X's dtype in absolute error (float64: ~2e-8). On dense data in memory
+        a fit above ``1 - sqrt(200 eps)`` (0.995 in single precision, 1 - 2.1e-7 in double: an error where the
+        norms' rounding starts to show; a near-perfect float32 model read up to ~5e-4 low, an exact float64 one
+        3e-8 for 1e-15) is instead that of the residual formed in double precision, at the cost of one more
+        read of X: HOSVD's and ST-HOSVD's one value and the last entry of the history of HOOI, CP-ALS and the
+        non-negative methods (the earlier ones, which decide convergence, stay from norms). A rank choice by
+        ``max_error`` on single-precision data takes its Grams in double precision. :meth:`relative_error`
+        compares entry by entry.
     plans : tuple
         Kernel plans used by the last iteration (engine ``ContractionPlan`` objects), for inspection.
     passes_per_iteration : int or float
