@@ -67,6 +67,39 @@ def _random_state(random_state: Any) -> Any:
     return np.random.mtrand._rand if random_state is None else random_state
 
 
+def _tl_uniform(random_state: Any) -> Callable[..., np.ndarray]:
+    """TensorLy's uniform draws: ``random_sample`` of the RandomState its ``check_random_state`` gives (numpy's
+    global one for None, a new one for an integer seed, a RandomState as given); a Generator draws by its own
+    ``random``. Anything else is refused in one line."""
+    rs = _random_state(random_state)
+    if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
+        rs = np.random.RandomState(int(rs))
+    if isinstance(rs, np.random.RandomState):
+        return rs.random_sample
+    return check_random_state(rs).random
+
+
+def _real_dtype(tensor: Any) -> Any:
+    """The dtype TensorLy's draws take: the tensor's real precision (float64 for integers and bools)."""
+    dt = np.asarray(tensor).dtype if not hasattr(tensor, "dtype") else np.dtype(tensor.dtype)
+    return np.finfo(dt).dtype if np.issubdtype(dt, np.inexact) else np.dtype(np.float64)
+
+
+def _tl_random_cp(tensor: Any, rank: int, random_state: Any) -> tuple[Any, list[Any]]:
+    """TensorLy's ``init="random"`` CP start (``random_cp``): weights of ones, the factors drawn uniform in mode
+    order from its RandomState."""
+    draw, dt = _tl_uniform(random_state), _real_dtype(tensor)
+    return np.ones(rank, dt), [draw((s, rank)).astype(dt) for s in np.shape(tensor)]
+
+
+def _tl_random_tucker(tensor: Any, ranks: Sequence[int], modes: Sequence[int], random_state: Any) -> tuple:
+    """TensorLy's ``init="random"`` Tucker start (``initialize_tucker``): the core drawn first (plus 0.01), then
+    each factor of ``modes`` in order, uniform from its RandomState."""
+    draw, dt, shape = _tl_uniform(random_state), _real_dtype(tensor), np.shape(tensor)
+    core = (draw(tuple(ranks)) + 0.01).astype(dt)
+    return core, [draw((shape[m], r)).astype(dt) for m, r in zip(modes, ranks, strict=True)]
+
+
 def _check_svd(svd: Any, who: str) -> None:
     if not (isinstance(svd, str) and svd in _SVD_NAMES) and not callable(svd):
         names = ", ".join(repr(s) for s in _SVD_NAMES)
@@ -201,6 +234,10 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     N = np.ndim(tensor)
     fixed = list(range(N)) if n_iter_max == 0 else list(fixed_modes or ())
     random_state = _random_state(random_state)
+    if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
+        init = _tl_random_cp(tensor, rank, random_state)
+    elif isinstance(init, str) and init == "svd" and mask is None and any(s < rank for s in np.shape(tensor)):
+        init = _tl_padded_svd_cp(tensor, rank, random_state)
     init = _free_mode_starts(init, np.shape(tensor), rank, fixed, random_state)
     if mask is not None and (n_iter_max == 0 or init == "svd"):
         init = _masked_start(tensor, kw["mask"], rank, init, int(svd_mask_repeats), random_state)
@@ -213,7 +250,10 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
             return callback(_cp_result(w, state.factors), 1.0 - state.fit) is True
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        cp = tk.cp_als(tensor, rank, init=init, tol=tol, max_iter=max(int(n_iter_max), 1), random_state=random_state,
+        # (a start made here, or the SVD's, which draws nothing: tuckerkit's seed, so that numpy's global RNG
+        # moves only by TensorLy's draws)
+        tk_rs = None if not isinstance(init, str) or init == "svd" else random_state
+        cp = tk.cp_als(tensor, rank, init=init, tol=tol, max_iter=max(int(n_iter_max), 1), random_state=tk_rs,
                        normalize=bool(normalize_factors), fixed_modes=fixed, linesearch=bool(linesearch),
                        orthogonalize=_orthogonalize(orthogonalise, n_iter_max), callback=tk_callback,
                        verbose=bool(verbose), **kw)
@@ -223,6 +263,23 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
         dense = np.asarray(tensor)
         result = (result, _sparsify(dense - np.asarray(cp.full()), sparsity))
     return (result, errors) if return_errors else result
+
+
+def _tl_padded_svd_cp(tensor: Any, rank: int, random_state: Any) -> tuple[Any, list[Any]]:
+    """TensorLy's SVD start where ``rank`` exceeds a mode's size: each mode's leading left singular vectors
+    (tuckerkit's start, every mode computed), the columns past the mode's size drawn uniform from TensorLy's
+    RandomState, mode by mode in order."""
+    tk = _tk()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        start = tk.cp_als(tensor, rank, init="svd", fixed_modes=range(np.ndim(tensor)), max_iter=1, tol=0,
+                          linesearch=False)
+    draw = _tl_uniform(random_state)
+    factors = [np.array(U) for U in start.factors]
+    for U in factors:
+        if U.shape[0] < rank:
+            U[:, U.shape[0]:] = draw((U.shape[0], rank - U.shape[0]))
+    return np.asarray(start.weights), factors
 
 
 def _free_mode_starts(init: Any, shape: Sequence[int], rank: int, fixed: Sequence[int], random_state: Any) -> Any:
@@ -347,11 +404,15 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
     kw = _mask_kw(tk.hooi, mask, who, np.shape(tensor))
     ranks = _tucker_ranks(rank, np.shape(tensor), who)
     random_state = _random_state(random_state)
+    if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
+        init = tk.TuckerTensor(*_tl_random_tucker(tensor, ranks, range(len(ranks)), random_state))
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         fixed = list(range(len(ranks))) if n_iter_max == 0 else list(fixed_factors or ())
         T = tk.hooi(tensor, ranks, init=_tucker_init(init), tol=tol, max_iter=max(int(n_iter_max), 1),
-                    svd=_tk_svd(svd), random_state=random_state, fixed_factors=fixed, verbose=bool(verbose), **kw)
+                    svd=_tk_svd(svd), fixed_factors=fixed, verbose=bool(verbose), **kw,
+                    # (the randomized SVD's draws only: the start is made above or by the SVD)
+                    random_state=random_state if _tk_svd(svd) == "randomized" else None)
     result = _tucker_result(T.core, T.factors)
     return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
 
@@ -413,9 +474,9 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
             guess = tk.hosvd(np.asarray(tensor, dtype=dtype), [ranks[m] if m in modes else 1 for m in range(N)],
                              svd=_tk_svd(svd), random_state=sketch_rng)
             picked = {m: np.asarray(guess.factors[m]) for m in modes}
-        elif init == "random":
-            rng = check_random_state(_random_state(random_state))
-            picked = {m: np.linalg.qr(rng.standard_normal((shape[m], ranks[m])))[0] for m in modes}
+        elif init == "random":  # (drawn as TensorLy draws it, its core first: np.random.seed repeats it)
+            _, drawn = _tl_random_tucker(tensor, sub, modes, random_state)
+            picked = dict(zip(modes, drawn, strict=True))
         else:
             raise ValueError(f"{who}: init={init!r} is not valid; expected 'svd', 'random' or (core, factors)")
     else:
@@ -539,10 +600,14 @@ def _nn_cp(who: str, method: str, tensor: Any, rank: int, n_iter_max: int, init:
     fixed = sorted({int(m) % N for m in (fixed_modes or ())})
     free = [n for n in range(N) if n not in fixed]
     nn = None if isinstance(nn_modes, str) and nn_modes == "all" else sorted(int(m) % N for m in nn_modes)
+    if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
+        init = _tl_random_cp(tensor, rank, random_state)
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         cp = tk.non_negative_cp(tensor, rank, method=method, init=init, tol=tol, max_iter=max(int(n_iter_max), 1),
-                                random_state=_random_state(random_state), verbose=bool(verbose), fixed_modes=fixed,
+                                # (the SVD start's padding columns only: a random start is made above)
+                                random_state=_random_state(random_state) if isinstance(init, str) else None,
+                                verbose=bool(verbose), fixed_modes=fixed,
                                 nonnegative_modes=nn)
     weights, factors = np.asarray(cp.weights, dtype=float), [np.asarray(U) for U in cp.factors]
     if normalize_factors:
@@ -638,10 +703,13 @@ def _nn_tucker(who: str, method: str, tensor: Any, rank: Any, n_iter_max: int, i
     tk = _tk()
     tensor = _array(tensor, who)
     ranks = _tucker_ranks(rank, np.shape(tensor), who)
+    if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
+        init = tk.TuckerTensor(*_tl_random_tucker(tensor, ranks, range(len(ranks)), random_state))
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         T = tk.non_negative_tucker(tensor, ranks, method=method, init=init, tol=tol, max_iter=max(int(n_iter_max), 1),
-                                   random_state=_random_state(random_state), verbose=bool(verbose))
+                                   random_state=_random_state(random_state) if isinstance(init, str) else None,
+                                   verbose=bool(verbose))
     result = _tucker_result(T.core, T.factors)
     return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
 
