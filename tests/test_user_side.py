@@ -147,6 +147,15 @@ def test_cp_init_accepts_factor_lists_weight_pairs_and_peer_models(rng):
     (lambda X, U: tk.hooi(X, [5, 5, 5], init={"factors": U}), TypeError,
      r"^init is a dict; expected 'st_hosvd', 'st_hosvd_sketch', 'hosvd', 'random', a TuckerTensor or a list of 3 "
      r"factor matrices"),
+    (lambda X, U: tk.cp_als(X, 5, init=[U[0], np.zeros((20, 5)), U[2]]), ValueError,
+     r"^init factor 1 is all zeros; expected a nonzero start \(the updates multiply by it before replacing it, so "
+     r"the model would stay zero\)$"),
+    (lambda X, U: tk.cp_als(X, 5, init=[np.zeros((20, 5)), U[1], U[2]], fixed_modes=[0]), ValueError,
+     r"^init factor 0 is all zeros; expected a nonzero start"),
+    (lambda X, U: tk.non_negative_cp(np.abs(X), 5, init=[np.zeros((20, 5)), *np.abs(U[1:])]), ValueError,
+     r"^init factor 0 is all zeros; expected a nonzero start"),
+    (lambda X, U: tk.cp_apr(np.round(np.abs(X)), 5, init=[*np.abs(U[:2]), np.zeros((20, 5))]), ValueError,
+     r"^init factor 2 is all zeros; expected a nonzero start"),
     (lambda X, U: tk.cp_als(X, 5, init="nvecs"), ValueError,
      r"^init='nvecs' is not valid; expected one of 'auto', 'svd', 'random', a CPTensor \(tuckerkit's or TensorLy's\)"),
 ])
@@ -156,6 +165,17 @@ def test_bad_init_fails_in_one_short_line(rng, call, exc, match):
     with pytest.raises(exc, match=match) as info:
         call(X, U)
     assert "\n" not in str(info.value) and len(str(info.value)) < 300
+
+
+def test_a_zero_first_factor_is_a_valid_cp_start(rng):
+    """CP-ALS replaces mode 0's start before reading it: a zero one gives the run from the others (bit for bit)."""
+    X = rng.standard_normal((8, 9, 10))
+    Us = [rng.random((n, 3)) for n in X.shape]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = tk.cp_als(X, 3, init=Us, max_iter=4, tol=0)
+        got = tk.cp_als(X, 3, init=[np.zeros_like(Us[0]), *Us[1:]], max_iter=4, tol=0)
+    assert got.fit_history == ref.fit_history and got.fit > 0
 
 
 def _bad_calls(rng):

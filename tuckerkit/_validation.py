@@ -359,7 +359,7 @@ def _unpack_model(init: Any, kind: str) -> tuple[Any, list[Any]] | None:
 
 
 def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, kind: str,
-               methods: Sequence[str], dtype: Any = None) -> str | tuple[Any, list[Any]]:
+               methods: Sequence[str], dtype: Any = None, nonzero_from: int | None = None) -> str | tuple[Any, list[Any]]:
     """The ``init=`` of HOOI (``kind="tucker"``, ``ranks`` per mode) or CP-ALS (``kind="cp"``, one ``rank``).
 
     Accepted: one of ``methods``; a model (tuckerkit's ``TuckerTensor``/``CPTensor``, TensorLy's, pyttb's
@@ -368,7 +368,9 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
     factors)``: the core or weights (None when not given) and the factor matrices, checked for their shapes
     (``(I_n, R_n)``; CP: ``(I_n, rank)``) and finite, numeric values. Every message is one line and shows
     shapes and dtypes, never an array's entries. With ``dtype`` (X's) real, complex factors, core or weights
-    are refused (a cast would drop their imaginary parts).
+    are refused (a cast would drop their imaginary parts). With ``nonzero_from`` (CP), a factor of that mode or a
+    later one that is all zeros is refused: the updates read it before they replace it, and a product with it
+    keeps the model zero (CP-ALS reported a fit of 0, converged, from such a start).
     """
     N = len(shape)
     real_x = dtype is not None and np.dtype(dtype).kind != "c"
@@ -406,6 +408,9 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
                             f"({np.dtype(dtype)})")
         if count_nonfinite(U):
             raise ValueError(f"init factor {n} contains NaN or infinite values; expected finite numbers")
+        if kind == "cp" and nonzero_from is not None and n >= nonzero_from and U.size and not np.any(U):
+            raise ValueError(f"init factor {n} is all zeros; expected a nonzero start (the updates multiply by it "
+                             "before replacing it, so the model would stay zero)")
         checked.append(U)
     got_shape = tuple(int(U.shape[0]) for U in checked)
     cols = tuple(int(U.shape[1]) for U in checked)

@@ -196,7 +196,7 @@ def cp_apr(
     rng = check_random_state(0 if random_state is None else random_state)  # (None: a default call repeats its bits)
     check_callback(callback)
     shape = data.shape
-    init = check_init(init, shape, rank, kind="cp", methods=("random",), dtype=dtype)
+    init = check_init(init, shape, rank, kind="cp", methods=("random",), dtype=dtype, nonzero_from=0)
     if isinstance(init, str):
         factors = [rng.random((n, rank)) for n in shape]
         weights = np.ones(rank)

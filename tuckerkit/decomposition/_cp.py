@@ -283,7 +283,9 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     rng = check_random_state(0 if random_state is None else random_state)
     check_callback(callback)
     N = X.ndim
-    init = check_init(init, X.shape, rank, kind="cp", methods=("auto", "svd", "random"), dtype=X.dtype)
+    # (mode 0's start is replaced before it is read unless it is fixed)
+    init = check_init(init, X.shape, rank, kind="cp", methods=("auto", "svd", "random"), dtype=X.dtype,
+                      nonzero_from=0 if 0 in fixed else 1)
     if init == "auto":  # SVD starts for dense tensors; random ones for sparse, as SPLATT and pyttb start
         init = "random" if X.stored_entries < X.size else "svd"  # sparse operands store their nonzeros only
     elif init == "random" and random_state is None:

@@ -207,7 +207,7 @@ def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator, fix
     X = call.X
     xp = X.xp
     nn = frozenset(range(X.ndim)) if nn is None else nn
-    init = check_init(init, X.shape, rank, kind="cp", methods=("svd", "random"), dtype=X.dtype)
+    init = check_init(init, X.shape, rank, kind="cp", methods=("svd", "random"), dtype=X.dtype, nonzero_from=0)
     if not isinstance(init, str):
         weights0, given = init
         _check_nonneg_start([U for n, U in enumerate(given) if n in nn], "init factor")
