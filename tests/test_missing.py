@@ -102,8 +102,13 @@ def test_mask_bad_input(fn, r, rng):
         fn(X, r, mask=np.ones((4, 5), dtype=bool))
     with pytest.raises(TypeError, match=r"^mask has dtype float64; expected a boolean array \(True = observed\)$"):
         fn(X, r, mask=np.ones(X.shape))
-    with pytest.raises(TypeError, match=r"^mask is \[True\]; expected a boolean array of X.s shape"):
-        fn(X, r, mask=[True])
+    with pytest.raises(ValueError, match=r"^mask has shape \(1,\); expected X's shape \(4, 5, 6\)$"):
+        fn(X, r, mask=[True])  # (a list is taken as X is: an array of its shape)
+    with pytest.raises(TypeError, match=r"^mask is \[\[True\], \[True, False\]\] of uneven lengths; expected a "
+                                        r"boolean array of X's shape"):
+        fn(X, r, mask=[[True], [True, False]])
+    with pytest.raises(TypeError, match=r"^mask is 'all'; expected a boolean array of X.s shape"):
+        fn(X, r, mask="all")
     with pytest.raises(ValueError, match=r"^mask has no True entry"):
         fn(X, r, mask=np.zeros(X.shape, dtype=bool))
     bad = X.copy()
@@ -114,6 +119,15 @@ def test_mask_bad_input(fn, r, rng):
         fn(COOTensor.from_dense(X), r, mask=np.ones(X.shape, dtype=bool))
     with pytest.raises(ValueError, match=r"^mask= cannot be combined with memory_limit="):
         fn(X, r, mask=np.ones(X.shape, dtype=bool), memory_limit="1MB")
+
+
+@pytest.mark.parametrize("fn,r", [(tk.cp_als, 2), (tk.hooi, 2)])
+def test_a_mask_of_nested_lists_is_its_array(fn, r, rng):
+    X = rng.random((4, 5, 6))
+    mask = rng.random(X.shape) > 0.3
+    want = _quiet(fn, X, r, mask=mask, tol=0, max_iter=3)
+    got = _quiet(fn, X, r, mask=mask.tolist(), tol=0, max_iter=3)
+    assert got.fit_history == want.fit_history
 
 
 def test_mask_accepts_the_dense_operand(rng):

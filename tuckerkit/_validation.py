@@ -232,13 +232,17 @@ def check_mode(mode: Any, ndim: int, name: str = "mode") -> int:
     return m % ndim
 
 
-def describe(x: Any, *, limit: int = 60) -> str:
+def describe(x: Any, *, limit: int = 60, depth: int = 1) -> str:
     """A short description of a value for an error message: never an array's entries.
 
     Short scalars and strings are shown as their ``repr``; arrays (anything with ``shape`` and ``dtype``) by
     shape and dtype; lists and tuples by their length and their items' descriptions (the first few); anything
     else whose ``repr`` is long or spans lines by its type name. The result stays under a few hundred
-    characters whatever ``x`` holds.
+    characters whatever ``x`` holds: items are described ``depth`` levels down (a nested list's items as lists
+    of a length; a 3-level list of booleans took 667 characters before).
+
+    >>> describe([[[True] * 8] * 7] * 6)
+    'a list of 6 items (a list of 7 items; a list of 7 items; a list of 7 items, ... (3 more))'
     """
     shape = getattr(x, "shape", None)
     if shape is not None and hasattr(x, "dtype"):
@@ -251,7 +255,9 @@ def describe(x: Any, *, limit: int = 60) -> str:
         return f"an array of shape {shp} and dtype {x.dtype}"
     if isinstance(x, list | tuple) and not _short_repr(x, limit):
         kind = type(x).__name__
-        items = [describe(v, limit=40) for v in x[:3]]
+        if depth <= 0:
+            return f"a {kind} of {len(x)} item{'s' if len(x) != 1 else ''}"
+        items = [describe(v, limit=40, depth=depth - 1) for v in x[:3]]
         more = f", ... ({len(x) - 3} more)" if len(x) > 3 else ""
         return f"a {kind} of {len(x)} item{'s' if len(x) != 1 else ''} ({'; '.join(items)}{more})"
     return _short_repr(x, limit) or f"a {type(x).__name__}"

@@ -46,6 +46,12 @@ def prepare_masked(X: Any, mask: Any) -> tuple[Any, Any, float]:
     if X.dtype.kind == "c":
         raise TypeError(f"mask= needs a real X (float32 or float64); received X of complex dtype {X.dtype}")
     xp = array_namespace(X)
+    if isinstance(mask, list | tuple):  # (nested lists, as X may be given)
+        try:
+            mask = np.asarray(mask)
+        except ValueError:  # (ragged)
+            raise TypeError(f"mask is {describe(mask)} of uneven lengths; expected a boolean array of X's shape "
+                            "(True = observed)") from None
     if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
         raise TypeError(f"mask is {describe(mask)}; expected a boolean array of X's shape (True = observed)")
     if tuple(mask.shape) != tuple(X.shape):
