@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit._validation import check_random_state
+from tuckerkit._validation import _as_int, check_cp_rank, check_nonneg, check_random_state, check_ranks, describe
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,9 +53,27 @@ class Dataset:
         return tuple(self.data.shape)
 
 
+def _check_shape(shape: Any, who: str) -> tuple[int, ...]:
+    """A tensor shape: a sequence of at least two positive integers."""
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray):
+        raise TypeError(f"{who}: shape must be a sequence of mode sizes; received {describe(shape)}")
+    dims = tuple(_as_int(s, f"shape[{i}]") for i, s in enumerate(shape))
+    if len(dims) < 2 or min(dims) < 1:
+        raise ValueError(f"{who}: shape={dims} is not valid; expected at least two positive mode sizes")
+    return dims
+
+
+def _check_dtype(dtype: Any, who: str) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{who}: dtype={describe(dtype)} is not a dtype; expected float32 or float64") from None
+    if dt not in (np.float32, np.float64):
+        raise TypeError(f"{who}: dtype={dt} is not supported; expected float32 or float64")
+    return dt
+
+
 def _noisy(X: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
-    if noise < 0:
-        raise ValueError(f"noise={noise} is negative; expected a relative noise level >= 0")
     if noise == 0:
         return X
     E = rng.standard_normal(X.shape)
@@ -93,9 +111,12 @@ def make_low_rank_tucker(
     from tuckerkit.decomposition import TuckerTensor
     from tuckerkit.engine import multi_ttm
 
+    who = "make_low_rank_tucker"
+    shape = _check_shape(shape, who)
+    ranks = check_ranks(ranks, shape)
+    noise = check_nonneg(noise, "noise")
+    dtype = _check_dtype(dtype, who)
     rng = check_random_state(random_state)
-    if len(shape) != len(ranks):
-        raise ValueError(f"ranks has {len(ranks)} entries but shape has {len(shape)}; expected one rank per mode")
     core = rng.standard_normal(tuple(ranks))
     Us = tuple(np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip(shape, ranks, strict=True))
     X = _noisy(np.asarray(multi_ttm(core, list(Us))), noise, rng).astype(dtype)
@@ -129,6 +150,11 @@ def make_low_rank_cp(
     """
     from tuckerkit.decomposition import CPTensor
 
+    who = "make_low_rank_cp"
+    shape = _check_shape(shape, who)
+    rank = check_cp_rank(rank)
+    noise = check_nonneg(noise, "noise")
+    dtype = _check_dtype(dtype, who)
     rng = check_random_state(random_state)
     Us = tuple(rng.standard_normal((n, rank)) for n in shape)
     truth = CPTensor(np.ones(rank), Us)

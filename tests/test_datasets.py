@@ -4,7 +4,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from tuckerkit.datasets import _loaders
+from tuckerkit.datasets import _loaders, make_low_rank_cp, make_low_rank_tucker
 
 from tuckerkit import datasets as D
 
@@ -139,3 +139,44 @@ def test_one_container_for_everything():
             D.make_sparse_tensor((4, 5, 6), 10, random_state=0), D.make_lda_corpus(5, 2, 6, random_state=0)]
     for ds in made:
         assert isinstance(ds, D.Dataset) and ds.shape == tuple(ds.data.shape) and ds.description and ds.source
+
+
+@pytest.mark.parametrize(("call", "exc", "match"), [
+    (lambda: make_low_rank_tucker((5, 6, 7), (6, 2, 2)), ValueError,
+     r"^ranks\[0\]=6 exceeds the size of mode 0 \(5\); each rank must be between 1 and its mode size$"),
+    (lambda: make_low_rank_tucker((5, 6, 7), (0, 2, 2)), ValueError, r"^ranks\[0\]=0 is not positive"),
+    (lambda: make_low_rank_tucker((5, 6, 7), (2, 2)), ValueError,
+     r"^ranks has 2 entries but the tensor has 3 modes; expected 3$"),
+    (lambda: make_low_rank_tucker((5, 6, 7), (2, 2, 2), dtype=np.int32), TypeError,
+     r"^make_low_rank_tucker: dtype=int32 is not supported; expected float32 or float64$"),
+    (lambda: make_low_rank_tucker((0, 6, 7), (1, 2, 2)), ValueError,
+     r"^make_low_rank_tucker: shape=\(0, 6, 7\) is not valid; expected at least two positive mode sizes$"),
+    (lambda: make_low_rank_tucker((5, 6, 7), (2, 2, 2), noise=float("nan")), ValueError,
+     r"^noise=nan is invalid; expected a finite number >= 0$"),
+    (lambda: make_low_rank_cp((5, 6, 7), 0), ValueError, r"^rank=0 is not positive; expected an integer >= 1$"),
+    (lambda: make_low_rank_cp((5, 6, 7), 2.5), TypeError, r"^rank must be an integer; received 2.5 \(float\)$"),
+    (lambda: make_low_rank_cp((5, 6), 2, dtype=bool), TypeError,
+     r"^make_low_rank_cp: dtype=bool is not supported; expected float32 or float64$"),
+    (lambda: make_low_rank_cp((5, 6), 2, dtype="U1"), TypeError, r"^make_low_rank_cp: dtype=<U1 is not supported"),
+    (lambda: make_low_rank_cp((5,), 2), ValueError, r"^make_low_rank_cp: shape=\(5,\) is not valid"),
+    (lambda: make_low_rank_cp("abc", 2), TypeError,
+     r"^make_low_rank_cp: shape must be a sequence of mode sizes; received 'abc'$"),
+    (lambda: make_low_rank_cp((5, 6), 2, noise=-0.1), ValueError, r"^noise=-0.1 is invalid; expected a finite"),
+    (lambda: make_low_rank_cp((5, 6), 2, noise="0.1"), TypeError,
+     r"^noise must be a non-negative number; received '0.1'$"),
+])
+def test_the_generators_refuse_bad_arguments_in_one_line(call, exc, match):
+    with pytest.raises(exc, match=match) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_generators_plant_what_they_say(dtype):
+    T = make_low_rank_tucker((10, 11, 12), (2, 3, 4), noise=0.05, dtype=dtype, random_state=0)
+    C = make_low_rank_cp((10, 11, 12), 3, noise=0.0, dtype=dtype, random_state=0)
+    assert T.data.dtype == dtype and C.data.dtype == dtype
+    clean = np.asarray(T.truth.to_dense())
+    assert abs(np.linalg.norm(T.data - clean) / np.linalg.norm(clean) - 0.05) <= 100 * np.finfo(dtype).eps
+    np.testing.assert_allclose(C.data, np.asarray(C.truth.to_dense()), rtol=0,
+                               atol=10 * np.finfo(dtype).eps * np.abs(C.data).max())

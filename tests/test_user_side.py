@@ -729,3 +729,27 @@ def test_new_starts_and_rank_targets_are_scale_equivariant(rng):
     np.testing.assert_allclose(b.fit_history, a.fit_history, rtol=0, atol=1e-12)
     np.testing.assert_allclose(b.weights / 2.0**900, a.weights, rtol=1e-10)
     assert tk.hosvd(big, max_error=0.01).ranks == tk.hosvd(X, max_error=0.01).ranks == (3, 4, 2)
+
+
+@pytest.mark.parametrize("fn, r", [(tk.cp_als, 2), (tk.hooi, 2), (tk.non_negative_cp, 2)])
+@pytest.mark.parametrize(("kw", "exc", "match"), [
+    ({"tol": "1e-3"}, TypeError, r"^tol must be a non-negative number; received '1e-3'$"),
+    ({"tol": True}, TypeError, r"^tol must be a non-negative number; received True$"),
+    ({"verbose": "no"}, TypeError,
+     r"^verbose must be True or False \(or an integer level, 0 = quiet\); received 'no'$"),
+])
+def test_tol_and_verbose_are_numbers_and_flags_not_strings(fn, r, kw, exc, match, rng):
+    """A string or a bool was converted (``tol="1e-3"`` ran with 1e-3, ``verbose="no"`` printed every iteration)."""
+    X = rng.random((6, 7, 8))
+    with pytest.raises(exc, match=match):
+        fn(X, r, **kw)
+
+
+def test_verbose_takes_an_integer_level(rng, capsys):
+    X = rng.random((6, 7, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        quiet = tk.cp_als(X, 2, verbose=np.int64(0), max_iter=3, tol=0)
+        assert capsys.readouterr().err == ""
+        loud = tk.cp_als(X, 2, verbose=1, max_iter=3, tol=0)
+    assert capsys.readouterr().err.count("\n") >= 3 and loud.fit_history == quiet.fit_history

@@ -162,6 +162,10 @@ def check_unit_interval(value: Any, name: str) -> float:
 
 
 def check_nonneg(value: Any, name: str) -> float:
+    """A finite number >= 0 (a Python or numpy number, a 0-d array); a string or a bool is refused, not
+    converted."""
+    if isinstance(value, str | bytes | bool | np.bool_):
+        raise TypeError(f"{name} must be a non-negative number; received {describe(value)}")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -365,7 +369,8 @@ def _unpack_model(init: Any, kind: str) -> tuple[Any, list[Any]] | None:
 
 
 def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, kind: str,
-               methods: Sequence[str], dtype: Any = None, nonzero_from: int | None = None) -> str | tuple[Any, list[Any]]:
+               methods: Sequence[str], dtype: Any = None,
+               nonzero_from: int | None = None) -> str | tuple[Any, list[Any]]:
     """The ``init=`` of HOOI (``kind="tucker"``, ``ranks`` per mode) or CP-ALS (``kind="cp"``, one ``rank``).
 
     Accepted: one of ``methods``; a model (tuckerkit's ``TuckerTensor``/``CPTensor``, TensorLy's, pyttb's
@@ -454,6 +459,14 @@ def check_bool(value: Any, name: str) -> bool:
     if isinstance(value, bool | np.bool_):
         return bool(value)
     raise TypeError(f"{name} must be True or False; received {describe(value)}")
+
+
+def check_verbose(value: Any) -> bool:
+    """``verbose``: True or False, or an integer level as scikit-learn's (0 is quiet); a one-line ``TypeError``
+    for anything else (``"no"`` printed every iteration before)."""
+    if isinstance(value, bool | np.bool_ | numbers.Integral | np.integer):
+        return bool(value)
+    raise TypeError(f"verbose must be True or False (or an integer level, 0 = quiet); received {describe(value)}")
 
 
 def available_memory() -> int:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tuckerkit._validation import check_verbose
 from tuckerkit.decomposition._results import ConvergenceWarning
 
 logger = logging.getLogger("tuckerkit.decomposition")
@@ -73,7 +74,7 @@ class Monitor:
                  start_fit: float | None = None):
         self.name, self.tol, self.max_iter = name, tol, max_iter
         self.start_fit = start_fit  # the start's own fit, when it has one: the first iteration is compared with it
-        self.callback, self.verbose = callback, bool(verbose)
+        self.callback, self.verbose = callback, check_verbose(verbose)
         self.history: list[float] = []
         self.converged = False
         self.stopped = False
