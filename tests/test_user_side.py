@@ -693,6 +693,19 @@ def test_pyttb_and_tensorly_conversions_both_ways(rng):
         TuckerTensor.from_pyttb(cp)
 
 
+def test_a_float32_cp_model_goes_to_pyttb_widened_and_a_complex_one_is_refused(rng):
+    X = _planted(rng)
+    cp = tk.cp_als(X.astype(np.float32), 2, random_state=0)
+    kt = cp.to_pyttb()  # (pyttb's ktensor asserted float64 factors)
+    for U, V in zip(kt.factor_matrices, cp.factors, strict=True):
+        assert U.dtype == np.float64
+        np.testing.assert_array_equal(U, V.astype(np.float64))
+    Z = X + 1j * rng.standard_normal(X.shape)
+    with pytest.raises(TypeError, match=r"^to_pyttb: this CP model is complex \(complex128\); pyttb's ktensor holds "
+                                        r"real float64 factors only$"):
+        tk.cp_als(Z, 2, random_state=0).to_pyttb()
+
+
 def test_full_and_asarray_reconstruct(rng):
     X = _planted(rng)
     for model in (tk.hooi(X, (3, 4, 2)), tk.cp_als(X, 3, random_state=0, tol=1e-6, max_iter=300)):

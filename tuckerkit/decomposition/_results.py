@@ -773,10 +773,19 @@ class CPTensor(_Model):
         >>> kt = cp.to_pyttb()
         >>> type(kt).__name__, bool(np.allclose(kt.full().data, cp.to_dense()))
         ('ktensor', True)
+
+        A float32 model's factors are widened to float64 (pyttb's ktensor holds float64 only); a complex model is
+        refused in one line.
         """
         import pyttb
 
-        return pyttb.ktensor([_host_array(U) for U in self.factors], _host_array(self.weights), copy=True)
+        factors = [_host_array(U) for U in self.factors]
+        if any(np.iscomplexobj(U) for U in factors):
+            raise TypeError(f"to_pyttb: this CP model is complex ({factors[0].dtype}); pyttb's ktensor holds real "
+                            "float64 factors only")
+        # (pyttb's ktensor asserts float64 factors: a float32 model is widened, exactly)
+        return pyttb.ktensor([U.astype(np.float64) for U in factors], _host_array(self.weights).astype(np.float64),
+                             copy=True)
 
     @classmethod
     def from_pyttb(cls, obj) -> CPTensor:
