@@ -425,6 +425,12 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     dev = _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
                                    memory_limit, scheduler, input, stop_tol=stop_tol, iterations=iterations)
     check_extra(method, nonnegative, mask)
+    if mask is not None and ((ranks is None and method == "hooi") or memory_limit is not None
+                             or input.suffix.lower() == ".tns" or scheduler is not None):
+        # (--max-error chose the ranks from every entry, the missing ones too; the masked fit needs X in memory)
+        why = ("--ranks (a rank choice by --max-error would read the missing entries)" if ranks is None and
+               method == "hooi" else "a dense tensor in memory (not a .tns file, --memory-limit or --scheduler)")
+        raise CLIError(f"--mask needs {why}")
     if not linesearch and (method != "cp" or nonnegative or mask is not None):
         raise CLIError("--no-linesearch applies to --method cp (plain CP-ALS) only")
     if tol is not None:  # printed once the options are known to be valid (an error stays the only line)
@@ -439,6 +445,8 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     limit = parse_memory(memory_limit, "--memory-limit") if memory_limit is not None else None
     shp = _parse_ints(shape, "--shape") if shape else None
     out = output if output is not None else _default_output(input, method)
+    if out.suffix.lower() != ".npz":  # (before the work: save_result refused it only once the run had finished)
+        raise CLIError(f"--output {str(out)!r} must end in .npz (the result file)")
     client = cluster = None
     progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=n_iter_max)
     try:
@@ -452,7 +460,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
                 csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,
                 allow_external=allow_external, iterations=n_iter_max) as X:
             rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks") if ranks is not None else None
-            check_output_path(out, force=force, inputs=(input,))
+            check_output_path(out, force=force, inputs=(input, mask))
             t0 = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", tk.ConvergenceWarning)
@@ -493,7 +501,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         meta["scheduler"] = scheduler
     if streamed is not None:
         meta.update(memory_limit=limit, slab_rows=streamed)
-    path = save_result(out, res, metadata=meta, input_path=input, force=force)
+    path = save_result(out, res, metadata=meta, input_path=input, force=force, other_inputs=(mask,))
     ranks_out: int | list[int]
     if isinstance(res, tk.CPTensor):
         stored, ranks_out = res.weights.size, res.rank
@@ -774,6 +782,18 @@ def _relative_error(X: Any, Xhat: Any, name: str = "X") -> float:
                    "model is undefined")
 
 
+def _decomposed_from(result: Path) -> Path | None:
+    """The input file recorded in a result's metadata (None where it is not there or not readable: the result's
+    own reading then says why)."""
+    from tuckerkit.io import load_metadata
+
+    try:
+        got = load_metadata(result).get("input_path")
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return Path(got) if isinstance(got, str) and got else None
+
+
 def _reconstruct(result, output, index, force, *, against=None, key=None, json_out=False, allow_external=False):
     import numpy as np
 
@@ -785,10 +805,13 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
     if output is None and against is None:
         output = result.with_name((result.name[:-4] if result.name.lower().endswith(".npz") else result.name)
                                   + ".npy")
+    # the tensor the result was decomposed from (its metadata's resolved path) is never an output, --force or
+    # not: 'decompose data.npy -o data.npz' then 'reconstruct data.npz --force' replaced data.npy
+    inputs = tuple(p for p in (result, against, _decomposed_from(result)) if p is not None)
     if output is not None:
         if output.suffix != ".npy":
             raise CLIError(f"--output {str(output)!r} must end in .npy")
-        check_output_path(output, force=force, inputs=tuple(p for p in (result, against) if p is not None))
+        check_output_path(output, force=force, inputs=inputs)
     res = load_result(result)
     idx = _parse_index(index, res.shape) if index else [slice(None)] * len(res.shape)
     X = None
@@ -813,8 +836,7 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
         summary["relative_error"] = _relative_error(X[tuple(idx)], dense, f"--against {str(against)!r}"
                                                       + ("" if index is None else f" (index {index})"))
     if output is not None:
-        atomic_write(output, lambda f: np.save(f, dense), force=force,
-                     inputs=tuple(p for p in (result, against) if p is not None))
+        atomic_write(output, lambda f: np.save(f, dense), force=force, inputs=inputs)
         summary["output"] = str(output)
     if json_out:
         typer.echo(json.dumps(summary))

@@ -137,6 +137,9 @@ def check_extra(method: str, nonnegative: bool, mask: Path | None) -> None:
             raise CLIError("pass either --mask or --nonnegative, not both (missing data is fitted by hooi and cp)")
         if not mask.exists():
             raise CLIError(f"--mask {str(mask)!r} does not exist; expected a boolean .npy of the input's shape")
+        if not mask.is_file():  # (a directory, a FIFO, a device)
+            raise CLIError(f"--mask {str(mask)!r} is not a regular file; expected a boolean .npy of the input's "
+                           "shape")
 
 
 def run_extra(X, method, rank, rk, target, tol, max_iter, seed, progress, device, nonnegative, mask):
@@ -178,7 +181,13 @@ def run_extra(X, method, rank, rk, target, tol, max_iter, seed, progress, device
         m.close()
         raise CLIError(f"--mask {str(mask)!r} is an .npz archive; expected a boolean .npy of the input's shape")
     Xd = X.data if isinstance(X, DenseTensor) else X
-    if method == "cp":
-        return tk.cp_als(Xd, rank, mask=m, tol=tol, max_iter=max_iter, random_state=seed, callback=progress,
-                         device=device)
-    return tk.hooi(Xd, rk, mask=m, tol=tol, max_iter=max_iter, callback=progress, device=device)
+    try:
+        if method == "cp":
+            return tk.cp_als(Xd, rank, mask=m, tol=tol, max_iter=max_iter, random_state=seed, callback=progress,
+                             device=device)
+        return tk.hooi(Xd, rk, mask=m, tol=tol, max_iter=max_iter, callback=progress, device=device)
+    except (ValueError, TypeError) as exc:  # the library names its keyword; here the option and the file
+        msg = str(exc)
+        if msg.startswith("mask "):
+            raise CLIError(f"--mask {str(mask)!r} {msg[len('mask '):]}") from None
+        raise

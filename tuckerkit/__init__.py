@@ -1,5 +1,6 @@
 """tuckerkit: Tucker and CP decompositions on a transpose-free tensor contraction engine."""
 
+from tuckerkit import _numba_cache  # noqa: F401 (first: numba's cache folder, before any kernel is defined)
 from tuckerkit._version import __version__
 from tuckerkit.decomposition import (
     ConvergenceWarning,

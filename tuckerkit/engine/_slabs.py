@@ -53,11 +53,18 @@ def parse_memory(value: Any, name: str = "memory_limit") -> int:
     else:
         m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", str(value))
         unit = m.group(2).upper() if m else ""
+        bad = f"{name}={value!r} is not a memory size; expected bytes or e.g. '4GB', '512MiB'"
         if not m or unit not in _UNITS:
-            raise ValueError(f"{name}={value!r} is not a memory size; expected bytes or e.g. '4GB', '512MiB'")
-        v = int(float(m.group(1)) * _UNITS[unit])
+            raise ValueError(bad)
+        try:  # ('...', '1.2.3GB', 'e': not numbers; '1e999': not finite)
+            size = float(m.group(1)) * _UNITS[unit]
+        except ValueError:
+            raise ValueError(bad) from None
+        if not math.isfinite(size):
+            raise ValueError(f"{name}={value!r} is not a finite memory size; expected e.g. '4GB', '512MiB'")
+        v = int(size)
     if v <= 0:
-        raise ValueError(f"{name}={value!r} is not positive; expected a memory size such as '4GB'")
+        raise ValueError(f"{name}={value!r} is below one byte; expected a memory size such as '4GB'")
     return v
 
 

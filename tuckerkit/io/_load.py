@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,11 @@ def _check_path(path: str | os.PathLike) -> Path:
         raise TensorFileError(f"input file {str(p)!r} does not exist")
     if p.is_dir():
         raise TensorFileError(f"input {str(p)!r} is a directory; expected a tensor file ({', '.join(FORMATS)})")
+    mode = p.stat().st_mode
+    if not stat.S_ISREG(mode):  # (a FIFO blocked the read forever; /dev/urandom read as an empty .tns)
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+                else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+        raise TensorFileError(f"input {str(p)!r} is {kind}, not a regular file; expected a tensor file")
     if p.suffix.lower() not in FORMATS:
         raise TensorFileError(
             f"input {str(p)!r} has the unknown extension {p.suffix or '(none)'!r}; "

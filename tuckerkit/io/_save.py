@@ -419,6 +419,7 @@ def save_result(
     metadata: dict | None = None,
     input_path: str | os.PathLike | None = None,
     force: bool = False,
+    other_inputs: tuple = (),
 ) -> Path:
     """Save a decomposition as ``.npz``: ``core``/``factors_i`` or ``weights``/``factors_i`` plus ``metadata``.
 
@@ -437,6 +438,8 @@ def save_result(
         ``dtype``, ``shape``) are refused.
     input_path : str or Path, optional
         The decomposed file: recorded with its SHA-256, and refused as the output.
+    other_inputs : tuple of paths, default ()
+        Other files the call read (a mask), refused as the output too.
     force : bool, default False
 
     Returns
@@ -495,7 +498,7 @@ def save_result(
     def writer(f):
         np.savez(f, **arrays)  # type: ignore[arg-type]
 
-    return atomic_write(path, writer, force=force, inputs=(input_path,))
+    return atomic_write(path, writer, force=force, inputs=(input_path, *other_inputs))
 
 
 def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
