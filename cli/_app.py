@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -33,7 +34,23 @@ class _Group(TyperGroup):
         from tuckerkit.cli._params import install
 
         install(self.get_params(ctx))
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:  # an unknown option of the group: one line
+            raise _group_line(exc, ctx) from None
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:  # an unknown command: one line
+            raise _group_line(exc, ctx) from None
+
+
+def _group_line(exc: Any, ctx: Any) -> Any:
+    if isinstance(exc, _BadValue) or type(exc).__name__ == "NoArgsIsHelpError":  # (bare `tuckerkit`: its help)
+        return exc
+    text = exc.format_message().rstrip(".")
+    return _BadValue(f"{text[:1].lower()}{text[1:]} (see 'tuckerkit --help')", ctx)
 
 
 app = typer.Typer(
@@ -59,6 +76,12 @@ class _BadValue(UsageError):
         typer.echo(f"error: {self.format_message()}", err=True)
 
 
+def _one_line(exc: UsageError, ctx: Any) -> _BadValue:
+    """click's usage error (``Error: Missing argument 'INPUT'.`` under a usage block) as one line."""
+    text = exc.format_message().rstrip(".")
+    return _BadValue(f"{text[:1].lower()}{text[1:]} (see 'tuckerkit {ctx.info_name} --help')", ctx)
+
+
 class _Command(TyperCommand):
     """typer's command with the conventional usage line, ``Usage: tuckerkit decompose [OPTIONS] INPUT``
     (typer writes a required argument as ``{input}``), and its plain option values converted without
@@ -75,10 +98,14 @@ class _Command(TyperCommand):
             annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
             kind = "an integer" if annotation is int else "a number" if annotation is float else None
             if param is None or kind is None or not hasattr(exc, "received"):
-                raise
+                raise _one_line(exc, ctx) from None
             opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
             name = max(opts, key=len) if opts else (param.name or "").upper()
             raise _BadValue(f"{name} must be {kind}; received {exc.received!r}", ctx) from None
+        except UsageError as exc:  # click's unknown option, missing argument or value: one line, not its block
+            if isinstance(exc, _BadValue):
+                raise
+            raise _one_line(exc, ctx) from None
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -191,19 +218,23 @@ def _run(debug: bool, fn, *args, **kwargs):
             msg = "--" + msg.replace("force=True", "--force")
         elif reason == "memory-limit":  # the library names its keyword; here the option
             msg = msg.replace("memory_limit=", "--memory-limit=").replace("raise memory_limit", "raise --memory-limit")
+        # the library's keywords named as the options that set them
+        msg = re.sub(r"^random_state=", "--seed ", msg)
+        msg = re.sub(r"^rank=", "--rank ", msg).replace("device='cpu'", "--device cpu")
         typer.echo(f"error: {msg}", err=True)
         raise typer.Exit(1) from None
 
 
 @contextlib.contextmanager
 def _input_named(path: Path):
-    """The library's refusal of a NaN or Inf in its argument ``X`` (``X contains 1 NaN or infinite value(s);
-    ...``), named as the input file it was read from (``'x.npy' contains ...``)."""
+    """The library's refusals of its argument ``X`` (``X contains 1 NaN or infinite value(s); ...``, ``X has
+    negative entries; ...``, ``X must have at least 1 dimension(s); ...``), named as the input file it was read
+    from (``'x.npy' contains ...``)."""
     try:
         yield
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         msg = str(exc)
-        if msg.startswith("X ") and "NaN or infinite" in msg.splitlines()[0]:
+        if msg.startswith("X ") and not isinstance(exc, CLIError):
             raise CLIError(f"{str(path)!r} {msg[2:]}") from None
         raise
 
@@ -213,6 +244,8 @@ def _parse_ints(text: str, name: str) -> list[int]:
         vals = [int(t) for t in text.split(",")]
     except ValueError:
         raise CLIError(f"{name} must be comma-separated integers such as 10,10,10; received {text!r}") from None
+    if name == "--shape" and min(vals) < 1:  # (-1 read as "the shape allows at most -1")
+        raise CLIError(f"--shape sizes must be >= 1; received {text!r}")
     return vals
 
 
@@ -445,7 +478,8 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     limit = parse_memory(memory_limit, "--memory-limit") if memory_limit is not None else None
     shp = _parse_ints(shape, "--shape") if shape else None
     out = output if output is not None else _default_output(input, method)
-    if out.suffix.lower() != ".npz":  # (before the work: save_result refused it only once the run had finished)
+    # (before the work: save_result refused it only once the run had finished; the input itself is named so below)
+    if out.suffix.lower() != ".npz" and out.resolve() != Path(input).resolve():
         raise CLIError(f"--output {str(out)!r} must end in .npz (the result file)")
     client = cluster = None
     progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=n_iter_max)
@@ -629,6 +663,11 @@ def _print_result_info(info: dict[str, Any], path: Path, json_out: bool) -> None
 
 
 def _info(input, key, shape, json_out, *, allow_external=False):
+    with _input_named(input):  # (the library's refusals of X named as the file)
+        _info_of(input, key, shape, json_out, allow_external=allow_external)
+
+
+def _info_of(input, key, shape, json_out, *, allow_external=False):
     import numpy as np
 
     from tuckerkit._validation import count_nonfinite

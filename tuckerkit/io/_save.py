@@ -31,7 +31,8 @@ class OutputFileError(ValueError):
         The one-line message.
     reason : str, default ""
         Which check failed: ``"exists"``, ``"input"``, ``"directory"``, ``"not-regular"`` (a device, a FIFO,
-        a socket or a link to one), ``"no-folder"`` or ``"unwritable"``
+        a socket or a link to one), ``"no-folder"``, ``"unwritable"`` or ``"write"`` (the write itself failed: a
+        full disk, a file-size limit)
         (the command line words its own hint from it: ``--force`` rather than ``force=True``).
 
     Examples
@@ -348,12 +349,16 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
             os.replace(tmp, p)
         else:
             _publish_exclusive(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         if tmp:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        if isinstance(exc, OSError):  # (a full disk, a file-size limit: "[Errno 27] File too large" named no file)
+            why = exc.strerror or str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise OutputFileError(f"could not write output {str(p)!r} ({why}); an existing file there is "
+                                  "unchanged", "write") from exc
         raise
     return p
 
@@ -671,14 +676,17 @@ def _read_metadata(z: Any, p: Path) -> dict:
     checks = {
         "n_iter": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
         "converged": (lambda v: isinstance(v, bool), "true or false"),
+        # (NaN: not recorded; above 1 is no fit, 1 - error with error >= 0: 5.0 read as an error of -4)
         "fit": (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                        and not math.isinf(v)), "a finite number or null"),  # NaN: not recorded
+                                        and not math.isinf(v) and not v > 1), "a finite number <= 1 or null"),
         "shape": (lambda v: isinstance(v, list) and all(_is_int(d) and d >= 1 for d in v),
                   "a list of positive integers"),
         "ranks": (lambda v: (_is_int(v) and v >= 1) or (isinstance(v, list) and all(_is_int(d) and d >= 1
                                                                                       for d in v)),
                   "a positive integer or a list of them"),
     }
+    for k in ("input_path", "input_sha256"):  # (recorded by save_result from input_path)
+        checks[k] = (lambda v: isinstance(v, str), "a string")  # (an int sha256 failed 'info' on a slice)
     for k, (ok, expected) in checks.items():
         if k in meta and not ok(meta[k]):
             raise _result_error(p, f"metadata {k} is {json.dumps(meta[k])[:60]}; expected {expected}")
