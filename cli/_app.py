@@ -207,6 +207,9 @@ def _run(debug: bool, fn, *args, **kwargs):
         raise typer.Exit(128 + signum) from None
     except typer.Exit:
         raise
+    except BrokenPipeError:  # (the reader went away, `tuckerkit info x.npy | head -1`: nothing more to say)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(141) from None
     except (CLIError, ValueError, TypeError, OSError, MemoryError, ImportError) as exc:
         if debug:
             traceback.print_exc()
@@ -434,6 +437,12 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
     if dev is not None and (memory_limit is not None or scheduler is not None):
         raise CLIError(f"--device {device} cannot be combined with --memory-limit or --scheduler (those run on the "
                        "CPU)")
+    is_tns = input.suffix.lower() == ".tns"
+    if csf != "auto" and not is_tns:  # (options that would be ignored are refused)
+        raise CLIError(f"--csf applies to sparse .tns input; received a {input.suffix or 'no-extension'} file")
+    if memory_limit is not None and is_tns:
+        raise CLIError("--memory-limit streams dense files (.npy, .h5, .npz, .mat); a .tns tensor is read whole as "
+                       "a sparse tensor")
     if scheduler is not None:
         if input.suffix.lower() != ".npy":
             raise CLIError(f"--scheduler reads .npy files chunk by chunk; received {input.suffix or 'no extension'!r}")
@@ -458,6 +467,9 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     dev = _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
                                    memory_limit, scheduler, input, stop_tol=stop_tol, iterations=iterations)
     check_extra(method, nonnegative, mask)
+    if seed is not None and method in ("hooi", "hosvd") and not nonnegative:
+        raise CLIError(f"--seed applies to --method cp and cp-apr (random starts) and --nonnegative; --method "
+                       f"{method} starts from the SVD and draws nothing")
     if mask is not None and ((ranks is None and method == "hooi") or memory_limit is not None
                              or input.suffix.lower() == ".tns" or scheduler is not None):
         # (--max-error chose the ranks from every entry, the missing ones too; the masked fit needs X in memory)
@@ -466,9 +478,6 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         raise CLIError(f"--mask needs {why}")
     if not linesearch and (method != "cp" or nonnegative or mask is not None):
         raise CLIError("--no-linesearch applies to --method cp (plain CP-ALS) only")
-    if tol is not None:  # printed once the options are known to be valid (an error stays the only line)
-        typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
-                   "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
     fixed = iterations is not None
     # the defaults are the method's own (CP-ALS stops at a fit change of 1e-5 within 200 iterations, HOOI at
     # 1e-8 within 100): see tk.cp_als and tk.hooi
@@ -479,7 +488,8 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     shp = _parse_ints(shape, "--shape") if shape else None
     out = output if output is not None else _default_output(input, method)
     # (before the work: save_result refused it only once the run had finished; the input itself is named so below)
-    if out.suffix.lower() != ".npz" and out.resolve() != Path(input).resolve():
+    if out.suffix.lower() != ".npz" and out.resolve() != Path(input).resolve() and (out.is_file() or
+                                                                                  not out.exists()):
         raise CLIError(f"--output {str(out)!r} must end in .npz (the result file)")
     client = cluster = None
     progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=n_iter_max)
@@ -523,6 +533,9 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
             client.close()
         if cluster is not None:
             cluster.close()
+    if tol is not None:  # printed after the run, so that an error stays the only line
+        typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
+                   "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
     if not quiet and not fixed:
         for w in caught:
             typer.echo(f"warning: {w.message}; raise --max-iter, loosen --stop-tol, or pass --iterations N to run "
@@ -841,6 +854,11 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
     from tuckerkit.io import atomic_write, check_output_path, load_result, load_tensor
     from tuckerkit.sparse import COOTensor
 
+    if against is None and (key is not None or allow_external):
+        raise CLIError(f"{'--key' if key is not None else '--allow-external'} applies to the --against file; pass "
+                       "--against X.npy with it")
+    if index is not None and not index.strip():
+        raise CLIError("--index is empty; expected a slice per mode, e.g. 0,:,3:5")
     if output is None and against is None:
         output = result.with_name((result.name[:-4] if result.name.lower().endswith(".npz") else result.name)
                                   + ".npy")
@@ -863,6 +881,12 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
             raise CLIError(f"--against {str(against)!r} has shape {tuple(X.shape)} but the result reconstructs "
                            f"shape {tuple(res.shape)}")
     facs = [np.atleast_2d(U[i]) if isinstance(i, int) else U[i] for U, i in zip(res.factors, idx, strict=True)]
+    from tuckerkit._validation import check_fits_memory
+
+    sizes = [int(F.shape[0]) for F in facs]  # (numpy named a 201 GiB uint8 buffer, not the tensor)
+    check_fits_memory(2.0 * math.prod(sizes) * np.dtype(res.factors[0].dtype).itemsize,
+                      f"the reconstructed {'x'.join(map(str, sizes))} tensor",
+                      "reconstruct a part of it with --index, e.g. --index 0,:,:")
     if isinstance(res, CPTensor):
         dense = np.asarray(CPTensor(res.weights, tuple(facs)).to_dense())
     else:
@@ -882,7 +906,8 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
         return
     part = "" if index is None else f" (index {index})"
     if output is not None:
-        typer.echo(f"wrote {'x'.join(map(str, dense.shape))} {dense.dtype} tensor{part} to {output} "
+        what = f"{'x'.join(map(str, dense.shape))} {dense.dtype} tensor" if dense.ndim else f"{dense.dtype} scalar"
+        typer.echo(f"wrote {what}{part} to {output} "
                    f"({_human_bytes(output.stat().st_size)})")
     if X is not None:
         err = summary["relative_error"]

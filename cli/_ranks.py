@@ -62,6 +62,9 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
     if input.suffix.lower() == ".tns":
         _own_process_numba()
     X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
+    if method.endswith("tucker") and max_rank > max(X.shape):  # (each rank is capped at its mode's size)
+        raise CLIError(f"--max-rank {max_rank} exceeds the largest mode size of {str(input)!r} ({max(X.shape)}); "
+                       f"with --method {method} a rank above it repeats rank {max(X.shape)}")
     with _input_named(input):
         table = tk.rank_sweep(X, range(min_rank, max_rank + 1), method=method, tol=tol, max_iter=max_iter,
                               random_state=seed)

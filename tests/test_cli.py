@@ -173,6 +173,12 @@ def files(tmp_path, rng):
     (tmp_path / "value.tns").write_text("1 1 1 abc\n")
     (tmp_path / "dir").mkdir()
     (tmp_path / "good.tucker.npz").write_bytes(b"existing output")
+    np.save(tmp_path / "mask.npy", rng.random((4, 5, 6)) > 0.2)
+    np.save(tmp_path / "mask2.npy", np.ones((4, 5), bool))
+    (tmp_path / "m.npz").write_bytes((tmp_path / "mask.npy").read_bytes())  # (a mask under a result's name)
+    np.save(tmp_path / "neg.npy", -np.ones((3, 4, 5)))
+    (tmp_path / "ok.tns").write_text("1 1 1 1.0\n2 2 2 3.0\n")
+    tk.io.save_result(tmp_path / "res.npz", tk.hosvd(rng.standard_normal((4, 5, 6)), 2))
     return tmp_path
 
 
@@ -211,12 +217,69 @@ BAD = [
     (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--max-iter", "0", "-o", "{d}/o12.npz"], "--max-iter=0"),
     (["info", "{d}/missing.npy"], "does not exist"),
     (["reconstruct", "{d}/good.npy", "-o", "{d}/r.npy"], "not a valid tuckerkit result file"),
+    # (the reviews of stop 101: a traceback, silently ignored options, late or unnamed refusals)
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--memory-limit", "1e999", "-o", "{d}/o.npz"],
+     "--memory-limit='1e999' is not a finite memory size"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--memory-limit", "1.2.3GB", "-o", "{d}/o.npz"],
+     "--memory-limit='1.2.3GB' is not a memory size"),
+    (["decompose", "{d}/good.npy", "--method", "cp", "--rank", "2", "-o", "{d}/o.txt"],
+     "--output '{d}/o.txt' must end in .npz"),
+    (["decompose", "{d}/good.npy", "--max-error", "0.5", "--mask", "{d}/mask.npy", "-o", "{d}/o.npz"],
+     "--mask needs --ranks"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--mask", "{d}/dir", "-o", "{d}/o.npz"],
+     "--mask '{d}/dir' is not a regular file"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--mask", "{d}/mask2.npy", "-o", "{d}/o.npz"],
+     "--mask '{d}/mask2.npy' has shape (4, 5); expected X's shape (4, 5, 6)"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--mask", "{d}/m.npz", "-o", "{d}/m.npz", "--force"],
+     "output '{d}/m.npz' is the input file"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--seed", "3", "-o", "{d}/o.npz"],
+     "--seed applies to --method cp and cp-apr"),
+    (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--csf", "one", "-o", "{d}/o.npz"],
+     "--csf applies to sparse .tns input"),
+    (["decompose", "{d}/ok.tns", "--ranks", "1,1,1", "--memory-limit", "1GB", "-o", "{d}/o.npz"],
+     "--memory-limit streams dense files"),
+    (["decompose", "{d}/good.npy", "--method", "cp", "--rank", "2", "--seed", "-1", "-o", "{d}/o.npz"],
+     "--seed -1 is invalid"),
+    (["decompose", "{d}/neg.npy", "--method", "cp-apr", "--rank", "2", "-o", "{d}/o.npz"],
+     "'{d}/neg.npy' has negative entries"),
+    (["info", "{d}/scalar.npy"], "'{d}/scalar.npy' must have at least 1 dimension(s)"),
+    (["info", "{d}/ok.tns", "--shape", "-1,3,4"], "--shape sizes must be >= 1; received '-1,3,4'"),
+    (["reconstruct", "{d}/res.npz", "--key", "a"], "--key applies to the --against file"),
+    (["reconstruct", "{d}/res.npz", "--index", ""], "--index is empty"),
 ]
 
 
 @pytest.mark.parametrize(("args", "match"), BAD, ids=[f"{a[0]}-{m[:30]}" for a, m in BAD])
 def test_bad_input_one_line_exit_1_no_file(args, match, files):
-    _bad(files, [a.format(d=files) for a in args], match)
+    _bad(files, [a.format(d=files) for a in args], match.format(d=files))
+
+
+def test_a_fifo_input_is_refused_not_read(files):
+    fifo = files / "pipe.npy"
+    os.mkfifo(fifo)
+    _bad(files, ["info", fifo], "is a FIFO (named pipe), not a regular file")  # (it waited for a writer forever)
+
+
+def test_reconstruct_never_writes_over_the_tensor_its_result_came_from(files):
+    """``decompose data.npy -o data.npz`` then ``reconstruct data.npz --force`` wrote data.npy's approximation
+    over data.npy."""
+    data = files / "data.npy"
+    data.write_bytes((files / "good.npy").read_bytes())
+    assert _invoke(["decompose", data, "--ranks", "2,2,2", "-o", files / "data.npz", "-q"]).exit_code == 0
+    _bad(files, ["reconstruct", files / "data.npz", "--force"], "data.npy' is the input file")
+    assert data.read_bytes() == (files / "good.npy").read_bytes()
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["decompose", "{d}/good.npy", "--bogus"], "error: no such option: --bogus (see 'tuckerkit decompose --help')"),
+    (["decompose"], "error: missing argument 'INPUT' (see 'tuckerkit decompose --help')"),
+    (["decompose", "{d}/good.npy", "-o"], "error: option '-o' requires an argument"),
+    (["frobnicate"], "error: no such command 'frobnicate' (see 'tuckerkit --help')"),
+])
+def test_usage_errors_are_one_line(args, match, files):
+    res = _invoke([a.format(d=files) for a in args])
+    assert res.exit_code == 2 and res.output.strip().startswith(match), res.output
+    assert len([ln for ln in res.output.splitlines() if ln.strip()]) == 1
 
 
 def test_unwritable_output_folder(files):
@@ -392,3 +455,23 @@ def test_cp_linesearch_flag_runs_plain_als_iteration_for_iteration(tensor_file, 
     np.testing.assert_array_equal(with_ls.weights, tk.cp_als(X, 3, random_state=0, tol=0, max_iter=9).weights)
     _bad(tmp_path, ["decompose", p, "--ranks", "2,2,2", "--no-linesearch", "-o", tmp_path / "h.npz"],
          "--no-linesearch applies to --method cp (plain CP-ALS) only")
+
+
+def test_ranks_refuses_tucker_ranks_past_every_mode_size(files):
+    """Ranks above the largest mode printed rows identical to its, each labelled with a rank never used."""
+    _bad(files, ["ranks", files / "good.npy", "--method", "tucker", "--max-rank", "7"],
+         "--max-rank 7 exceeds the largest mode size")
+
+
+def test_reconstruct_that_cannot_fit_in_memory_says_so_before_allocating(files):
+    rng = np.random.default_rng(0)
+    big = tk.TuckerTensor(np.ones((1, 1, 1)), tuple(np.linalg.qr(rng.random((n, 1)))[0] for n in (4000, 4000, 4000)))
+    tk.io.save_result(files / "big.npz", big)
+    _bad(files, ["reconstruct", files / "big.npz", "-o", files / "big.npy"],
+         "the reconstructed 4000x4000x4000 tensor needs about")
+
+
+def test_a_scalar_reconstruction_is_named_so(files):
+    res = _invoke(["reconstruct", files / "res.npz", "--index", "0,0,0", "-o", files / "s.npy"])
+    assert res.exit_code == 0 and res.output.startswith("wrote float64 scalar (index 0,0,0) to"), res.output
+    assert np.load(files / "s.npy").shape == ()

@@ -287,3 +287,54 @@ def test_cli_allow_external(tmp_path, rng):
     assert res.exit_code == 0, res.output
     with pytest.raises(tk.io.TensorFileError, match=refused):
         tk.io.load_tensor(tmp_path / "ext.h5")
+
+
+def test_a_failed_write_names_the_output_and_leaves_nothing(tmp_path):
+    """A full disk or a file-size limit (``ulimit -f``) said ``[Errno 27] File too large`` without naming a file."""
+    path = tmp_path / "out.bin"
+    path.write_bytes(b"old")
+
+    def too_large(f):
+        f.write(b"x" * 10)
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+    with pytest.raises(OutputFileError, match=r"^could not write output '.*out\.bin' \(File too large\); an "
+                                              r"existing file there is unchanged$") as info:
+        atomic_write(path, too_large, force=True)
+    assert info.value.reason == "write"
+    assert path.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["out.bin"]
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("1e999", r"^memory_limit='1e999' is not a finite memory size"),
+    ("1e400GB", r"^memory_limit='1e400GB' is not a finite memory size"),
+    ("...", r"^memory_limit='...' is not a memory size"),
+    ("1.2.3GB", r"^memory_limit='1.2.3GB' is not a memory size"),
+    ("0.5", r"^memory_limit='0.5' is below one byte"),
+])
+def test_memory_sizes_that_are_not_finite_numbers_are_refused_in_one_line(text, match):
+    from tuckerkit.engine import parse_memory
+
+    with pytest.raises(ValueError, match=match):  # ('1e999' raised OverflowError, a traceback from the CLI)
+        parse_memory(text)
+
+
+@pytest.mark.parametrize(("entry", "match"), [
+    ({"fit": 5.0}, r"metadata fit is 5.0; expected a finite number <= 1 or null"),
+    ({"input_sha256": 5}, r"metadata input_sha256 is 5; expected a string"),
+])
+def test_result_metadata_of_the_wrong_kind_is_refused(tmp_path, rng, entry, match):
+    import json
+    import zipfile
+
+    path = save_result(tmp_path / "r.npz", tk.hosvd(rng.standard_normal((4, 5, 6)), 2))
+    with np.load(path) as z:
+        members = {k: z[k] for k in z.files}
+    meta = json.loads(str(members["metadata"]))
+    meta.update(entry)
+    members["metadata"] = np.array(json.dumps(meta))
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **members)
+    assert zipfile.is_zipfile(bad)
+    with pytest.raises(ValueError, match=match):  # (an int sha256 failed `info` on a slice; 5.0 read as -4)
+        load_result(bad)

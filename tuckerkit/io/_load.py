@@ -330,6 +330,9 @@ def open_h5_dataset(path: str | os.PathLike, key: str | None = None, *, allow_ex
         raise
     except Exception as exc:
         raise TensorFileError(f"{str(p)!r} is not a valid HDF5 file ({_first_line(exc)})") from None
+    if ds.shape is None:  # (a null dataspace, h5py.Empty: "'NoneType' object is not iterable" below)
+        f.close()
+        raise TensorFileError(f"{str(p)!r}[{k!r}] does not hold an array (found Empty)")
     if ds.dtype.kind not in "biuf":
         raise TensorFileError(f"{str(p)!r}[{k!r}] holds an array of dtype {ds.dtype}; expected numbers")
     return ds
