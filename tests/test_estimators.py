@@ -185,3 +185,16 @@ def test_score_by_blocks_matches_the_whole_difference_in_little_memory(kind, dt,
     assert est.score(X) == pytest.approx(want, rel=0, abs=100 * float(np.finfo(dt).eps))
     assert est.score(np.zeros_like(X)) == 1.0
     assert traced_peak(lambda: est.score(X)) < X.nbytes // 2
+
+
+@pytest.mark.parametrize("Est, kw", [(tk.TuckerDecomposer, {"ranks": (2, 2)}), (tk.CPDecomposer, {"rank": 2})])
+def test_complex_and_one_dimensional_samples_are_refused_in_one_line(Est, kw):
+    """scikit-learn's messages printed the whole array after 'Complex data not supported' (many lines)."""
+    X = np.random.default_rng(0).random((5, 6, 7))
+    with pytest.raises(ValueError, match=r"^Complex data not supported: X has dtype complex128; the estimators take "
+                                         r"real samples") as info:
+        Est(**kw).fit(X + 1j)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"^X must have shape \(n_samples, d_1, \.\.\.\); received an array of shape "
+                                         r"\(5,\) \(Reshape your data: X\[None\] for one sample\)$"):
+        Est(**kw).fit(np.ones(5))

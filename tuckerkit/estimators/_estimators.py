@@ -28,6 +28,14 @@ def _as_samples(X: Any, est: BaseEstimator, reset: bool) -> np.ndarray:
     count them. After fitting on tensors, ``transform`` also takes the samples flattened to
     ``(n_samples, n_features_in_)``; a sample of another shape is refused in one line naming both shapes.
     """
+    shape, dt = getattr(X, "shape", None), getattr(X, "dtype", None)
+    if shape is not None and dt is not None:  # (scikit-learn's messages printed the whole array, over many lines)
+        if np.dtype(dt).kind == "c":
+            raise ValueError(f"Complex data not supported: X has dtype {np.dtype(dt)}; the estimators take real "
+                             "samples (tk.hooi and tk.cp_als decompose complex tensors)")
+        if len(shape) < 2:
+            raise ValueError(f"X must have shape (n_samples, d_1, ...); received an array of shape {tuple(shape)} "
+                             "(Reshape your data: X[None] for one sample)")
     fitted_nd = not reset and len(getattr(est, "feature_shape_", ())) > 1
     if fitted_nd:  # scikit-learn would count the second mode's size as the number of features
         X = check_array(X, **_CHECKS)
