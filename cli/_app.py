@@ -76,8 +76,11 @@ class _BadValue(UsageError):
         typer.echo(f"error: {self.format_message()}", err=True)
 
 
-def _one_line(exc: UsageError, ctx: Any) -> _BadValue:
-    """click's usage error (``Error: Missing argument 'INPUT'.`` under a usage block) as one line."""
+def _one_line(exc: UsageError, ctx: Any) -> UsageError:
+    """click's usage error (``Error: No such option: --bogus`` under a usage block) as one line; a command given
+    no arguments at all keeps click's usage block (``tuckerkit decompose`` alone: how to call it)."""
+    if not getattr(ctx, "_tk_args", True):
+        return exc
     text = exc.format_message().rstrip(".")
     return _BadValue(f"{text[:1].lower()}{text[1:]} (see 'tuckerkit {ctx.info_name} --help')", ctx)
 
@@ -91,6 +94,7 @@ class _Command(TyperCommand):
         from tuckerkit.cli._params import install
 
         install(self.get_params(ctx))  # ints, floats, strings and paths converted without importing pydantic
+        ctx._tk_args = bool(args)  # (no arguments at all: click's usage block, _one_line)
         try:
             return super().parse_args(ctx, args)
         except BadParameter as exc:  # a malformed number: one line naming the option and the text received

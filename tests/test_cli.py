@@ -272,7 +272,7 @@ def test_reconstruct_never_writes_over_the_tensor_its_result_came_from(files):
 
 @pytest.mark.parametrize(("args", "match"), [
     (["decompose", "{d}/good.npy", "--bogus"], "error: no such option: --bogus (see 'tuckerkit decompose --help')"),
-    (["decompose"], "error: missing argument 'INPUT' (see 'tuckerkit decompose --help')"),
+    (["decompose", "--ranks", "2,2,2"], "error: missing argument 'INPUT' (see 'tuckerkit decompose --help')"),
     (["decompose", "{d}/good.npy", "-o"], "error: option '-o' requires an argument"),
     (["frobnicate"], "error: no such command 'frobnicate' (see 'tuckerkit --help')"),
 ])
