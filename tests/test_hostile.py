@@ -156,7 +156,7 @@ def _tampered_cases(tmp_path, tucker, cp):
         (_tampered(tmp_path, tucker, "niter.npz", meta={**meta, "n_iter": [1]}),
          r"metadata n_iter is \[1\]; expected an integer >= 0"),
         (_tampered(tmp_path, tucker, "fit.npz", meta={**meta, "fit": "high"}),
-         r"metadata fit is \"high\"; expected a finite number or null"),
+         r"metadata fit is \"high\"; expected a finite number <= 1 or null"),
         (_tampered(tmp_path, tucker, "conv.npz", meta={**meta, "converged": "yes"}),
          r"metadata converged is \"yes\"; expected true or false"),
         (_tampered(tmp_path, tucker, "shape.npz", meta={**meta, "shape": [4, 5]}),

@@ -198,3 +198,20 @@ def test_cli_decompose_nonnegative_cp_apr_and_mask(rng, tmp_path):
     ]:
         res = runner.invoke(app, ["decompose", str(p), *args])
         assert res.exit_code == 1 and msg in res.output, res.output
+
+
+def test_corcondia_past_memory_is_refused_before_the_sweep(monkeypatch):
+    """Its core has R^N entries: rank 2000 on a 3-way tensor asked numpy for 59.6 GiB after 17 s of sweeps."""
+    import tuckerkit.decomposition._cp as cp_module
+
+    X = np.random.default_rng(0).random((20, 30, 40))
+    big = tk.CPTensor(np.ones(2000), tuple(np.random.default_rng(1).random((n, 2000)) for n in X.shape))
+    with pytest.raises(MemoryError, match=r"^CORCONDIA at rank 2000 \(a core of 2000\^3 entries\) needs about "):
+        tk.corcondia(X, big)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a fit ran before the sweep's ranks were checked")
+
+    monkeypatch.setattr(cp_module, "cp_als", no_fit)  # (refused up front, not after the rank-1 fit)
+    with pytest.raises(MemoryError, match=r"^CORCONDIA at rank 2001 "):
+        tk.rank_sweep(X, [1, 2001])

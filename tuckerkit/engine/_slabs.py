@@ -48,6 +48,7 @@ def parse_memory(value: Any, name: str = "memory_limit") -> int:
     >>> parse_memory("4GB"), parse_memory("512 MiB"), parse_memory(1000)
     (4000000000, 536870912, 1000)
     """
+    size = 0.0
     if isinstance(value, int | np.integer) and not isinstance(value, bool):
         v = int(value)
     else:
@@ -64,7 +65,8 @@ def parse_memory(value: Any, name: str = "memory_limit") -> int:
             raise ValueError(f"{name}={value!r} is not a finite memory size; expected e.g. '4GB', '512MiB'")
         v = int(size)
     if v <= 0:
-        raise ValueError(f"{name}={value!r} is below one byte; expected a memory size such as '4GB'")
+        what = "is below one byte" if isinstance(value, str) and v == 0 and size > 0 else "is not positive"
+        raise ValueError(f"{name}={value!r} {what}; expected a memory size such as '4GB'")
     return v
 
 
