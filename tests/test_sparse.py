@@ -308,3 +308,68 @@ def test_sparse_cp_als_same_on_every_plan(csf, rng):
         b = tk.cp_als(Y, 3, init=init, max_iter=5, tol=0.0)
     np.testing.assert_allclose(a.fit_history, b.fit_history, rtol=0, atol=1e-12)
     assert b.plans[0].kind == csf
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the sparse review of stop 101: random factors for ranks ARPACK cannot take, a sparse core, read-only input,
+# astype without checks, memory_limit ignored
+# ------------------------------------------------------------------------------------------------------------
+def _few_nonzeros():
+    D = np.zeros((3, 1, 4))
+    D[0, 0] = [1, 0, 2, 0]
+    D[2, 0] = [0, 3, 0, 1]
+    rng = np.random.default_rng(0)
+    Dd = rng.random((6, 7, 8)) * (rng.random((6, 7, 8)) < 0.3)
+    return [(D, (2, 1, 2)), (Dd, (2, 2, 4)), (Dd, (6, 7, 8)), (Dd, (1, 1, 1))]
+
+
+@pytest.mark.parametrize("method", ["hosvd", "st_hosvd"])
+@pytest.mark.parametrize("case", range(4))
+def test_sparse_hosvd_at_ranks_arpack_cannot_take_matches_dense(method, case):
+    """A mode of size 1, a rank equal to the product of the others, full ranks: the sparse call returned random
+    factors and a fit of 0 where the dense one read 1.0 (random columns stood in for ARPACK)."""
+    D, ranks = _few_nonzeros()[case]
+    dense = getattr(tk, method)(D, ranks)
+    sparse = getattr(tk, method)(COOTensor.from_dense(D), ranks)
+    true = sparse.relative_error(D)
+    assert abs(true - dense.relative_error(D)) <= 1e-12
+    assert abs((1.0 - sparse.fit) - true) <= 1e-7  # (from norms: sqrt(eps) where the error is 0)
+    assert type(sparse.core) is np.ndarray and not sparse.core.flags.writeable
+    for U in sparse.factors:
+        np.testing.assert_allclose(U.T @ U, np.eye(U.shape[1]), atol=1e-13)
+
+
+def test_a_sparse_st_hosvd_result_saves_and_converts(tmp_path):
+    D, ranks = _few_nonzeros()[0]
+    T = tk.st_hosvd(COOTensor.from_dense(D), ranks)  # (its core was a COOTensor: unsaveable, no to_pyttb)
+    back = tk.io.load_result(tk.io.save_result(tmp_path / "t.npz", T))
+    np.testing.assert_array_equal(back.core, T.core)
+    assert T.to_pyttb().core.shape == ranks
+
+
+def test_read_only_coordinates_and_values_are_taken(tmp_path):
+    np.save(tmp_path / "v.npy", np.array([1.0, 2.0]))
+    values = np.load(tmp_path / "v.npy", mmap_mode="r")  # (numba's TypingError: a kernel typed for writeable)
+    coords = np.array([[0, 1], [1, 0]], dtype=np.int32)
+    coords.setflags(write=False)
+    X = COOTensor(coords, values, (2, 2))
+    np.testing.assert_array_equal(X.to_dense(), [[0.0, 1.0], [2.0, 0.0]])
+    assert np.array_equal(np.load(tmp_path / "v.npy"), [1.0, 2.0])
+
+
+def test_astype_keeps_the_invariants():
+    Z = COOTensor([[0, 0], [1, 1]], [1e-300, 0.4], (2, 2))
+    assert Z.astype(np.float32).nnz == 1  # (the value the cast made zero was kept as an explicit zero)
+    np.testing.assert_array_equal(Z.astype(np.float32).values, np.float32([0.4]))
+    with pytest.raises(TypeError, match=r"^astype: dtype int64 is not supported; expected float32 or float64$"):
+        Z.astype(np.int64)
+    with pytest.raises(ValueError, match=r"^values contains 1 NaN or infinite value\(s\)"):
+        COOTensor([[0, 0]], [1e300], (2, 2)).astype(np.float32)
+
+
+@pytest.mark.parametrize("fn", [tk.cp_als, tk.hooi])
+def test_memory_limit_on_a_sparse_tensor_is_refused(fn):
+    X = COOTensor.from_dense(_few_nonzeros()[1][0])
+    with pytest.raises(ValueError, match=r"^memory_limit='1KB' streams dense tensors \(arrays, memory maps, HDF5 "
+                                         r"datasets\); X is a sparse COOTensor"):
+        fn(X, 2, memory_limit="1KB")

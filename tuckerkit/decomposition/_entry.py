@@ -303,6 +303,9 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     home = _home(X)
     op = as_operand(X, memory_limit=memory_limit, device=device, check_finite=False, real=not complex_ok,
                     min_ndim=min_ndim)
+    if memory_limit is not None and getattr(op, "nnz", None) is not None:  # (it was ignored without a word)
+        raise ValueError(f"memory_limit={memory_limit!r} streams dense tensors (arrays, memory maps, HDF5 "
+                         f"datasets); X is a sparse {type(X).__name__}, decomposed in memory from its nonzeros")
     if complex_ok:
         _check_complex_dense(X, op)
     # a dense array is checked for NaN and Inf by the norm's own pass (either makes the norm non-finite; only

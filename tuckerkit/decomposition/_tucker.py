@@ -471,6 +471,8 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         core = operand_ttm(Y, U, n, call.policy)  # (a small tensor's: as the direct sweeps project)
         Y = as_operand(core)
     fit = 1.0 - math.sqrt(min(max(discarded, 0.0), 1.0)) if normX > 0 else 1.0
+    if getattr(core, "nnz", None) is not None:  # (a sparse tensor's steps that kept a mode whole left a COOTensor
+        core = core.to_dense()                   # core: unsaveable, no to_pyttb; its prod(ranks) entries, dense)
     if refine:
         fit = _reported_fit(call, fit, core, factors)
     logger.info("st_hosvd: ranks %s, fit %.6g", tuple(chosen), fit)

@@ -77,6 +77,8 @@ class COOTensor(SparseOperand):
                checked: bool = False) -> None:
         c = np.asarray(coords)
         v = np.asarray(values)
+        if not c.flags.writeable or not v.flags.writeable:  # (a memory-mapped file: the compiled canonical pass
+            c, v, owned = np.array(c), np.array(v), True    # is typed for writeable arrays; numba's TypingError)
         if c.ndim != 2:
             raise ValueError(f"coords must be a 2-D array of shape (nnz, N); received shape {c.shape}")
         if v.ndim != 1 or v.shape[0] != c.shape[0]:
@@ -227,9 +229,15 @@ class COOTensor(SparseOperand):
         return int(self.coords.nbytes + self.values.nbytes)
 
     def astype(self, dtype: Any) -> COOTensor:
-        out = object.__new__(COOTensor)
-        out.shape, out.coords, out.values = self.shape, self.coords, self.values.astype(dtype)
-        return out
+        """The same nonzeros with values of ``dtype`` (float32 or float64), through the constructor's checks: a
+        value the cast makes zero is dropped, one it makes infinite refused (it kept explicit zeros and took
+        int and string dtypes, which failed later with numpy's messages)."""
+        dt = np.dtype(dtype)
+        if dt not in (np.float32, np.float64):
+            raise TypeError(f"astype: dtype {dt} is not supported; expected float32 or float64")
+        with np.errstate(over="ignore"):  # (an overflow is refused below as a non-finite value)
+            values = self.values.astype(dt)
+        return COOTensor._owned(np.array(self.coords), values, self.shape)
 
     def to_dense(self, *, limit: int = DENSE_LIMIT) -> np.ndarray:
         """The dense array; refused above ``limit`` entries (sparse data rarely fits densified)."""

@@ -266,16 +266,22 @@ class SparseOperand(SparseShape, OperandBase):
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """ARPACK's leading singular vectors of the sparse unfolding (orthonormalized; random columns when
-        the unfolding has fewer than ``rank + 1`` columns or no nonzeros)."""
+        """ARPACK's leading singular vectors of the sparse unfolding (orthonormalized); where ARPACK cannot
+        run (``rank`` at least the unfolding's rows or its nonzero columns) the exact ones, from the dense
+        Gram of the smaller side (random columns only for an unfolding with no nonzeros, or past its rank).
+        Before, random columns stood in for every such rank, so a sparse ``hosvd`` / ``st_hosvd`` with a mode
+        of size 1, a rank equal to the product of the others or very few nonzeros returned random factors
+        and reported a fit of 0 (the dense call: 1.0)."""
         scipy_linalg()  # (ARPACK's BLAS is scipy's OpenBLAS: held at one thread in a pinned call)
         import scipy.sparse.linalg
 
         rng = np.random.default_rng(0) if rng is None else rng
         A = self.unfolding(mode)
-        if rank >= min(A.shape) or A.nnz == 0:
+        if A.nnz == 0:
             V = rng.standard_normal((self.shape[mode], rank))
             s = np.zeros(rank)
+        elif rank >= min(A.shape):
+            V, s = _exact_left(A, rank, rng)
         else:
             try:
                 V, s = leading_left(A.astype(np.float64, copy=False), rank, int(rng.integers(2**31)))
@@ -314,6 +320,30 @@ class SparseOperand(SparseShape, OperandBase):
             V, _, _ = np.linalg.svd(T)
             U = Q @ V[:, :rank]
         return sign_fix(np.ascontiguousarray(U)).astype(self.dtype, copy=False)
+
+
+def _exact_left(A: Any, rank: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The ``rank`` leading left singular vectors and values of a sparse ``A`` whose smaller side is at most
+    ``rank``: from the dense Gram of that side in float64 (``A A^T`` for few rows; ``A^T A`` for few
+    columns, then ``A V`` scaled, the columns past its rank filled by random ones that the caller's QR makes
+    orthonormal)."""
+    from tuckerkit.engine._policy import blas_pinned
+    from tuckerkit.engine._subspace import eigh_desc
+
+    A64 = A.astype(np.float64)
+    n, m = A64.shape
+    with blas_pinned():  # (LAPACK on one thread: the same bits whatever the machine's threads)
+        if n <= m:
+            w, V = eigh_desc((A64 @ A64.T).toarray(), n)
+            V = V[:, :rank] if rank <= n else np.hstack([V, rng.standard_normal((n, rank - n))])
+            w = np.concatenate([w, np.zeros(max(rank - n, 0))])[:rank]
+        else:
+            w, W = eigh_desc((A64.T @ A64).toarray(), m)
+            keep = w > w[0] * m * np.finfo(np.float64).eps if w.size and w[0] > 0 else np.zeros(m, bool)
+            U = np.asarray(A64 @ W[:, keep]) / np.sqrt(w[keep])[None, :]
+            V = np.hstack([U, rng.standard_normal((n, rank - U.shape[1]))])
+            w = np.concatenate([w[keep], np.zeros(rank - U.shape[1])])
+    return V, np.sqrt(np.clip(w, 0.0, None))
 
 
 def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
