@@ -106,6 +106,31 @@ def test_peak_memory_stays_under_the_limit(memmapped):
     assert 0.9 < T.fit < 1
 
 
+def test_slabs_shrink_beside_an_in_memory_partial(memmapped):
+    """The slabs take a quarter of what the held partial leaves of the limit: CP-ALS's (200, 60, 4) partial is
+    384 KB of a 700 KB limit, and two slabs of a quarter of the whole limit beside it peaked at 1.51x the limit
+    (traced); now 1.1x (the factor updates and the engine's buffers beside them)."""
+    from tuckerkit.engine._buffers import release_memory
+
+    _, M = memmapped((200, 60, 50), (4, 4, 4), seed=2)
+    limit = 700_000
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tk.ConvergenceWarning)
+            return tk.cp_als(M, 4, random_state=0, max_iter=5, tol=0, memory_limit=limit)
+
+    ref = run()
+    release_memory()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    got = run()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert got.fit_history == ref.fit_history
+    assert peak < 1.25 * limit, f"peak {peak:,} bytes, {peak / limit:.2f}x the {limit:,}-byte limit"
+
+
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")
 def test_small_tensors_stay_in_memory_and_bad_limits():
     X = np.random.default_rng(0).standard_normal((10, 11, 12))
