@@ -373,3 +373,30 @@ def test_memory_limit_on_a_sparse_tensor_is_refused(fn):
     with pytest.raises(ValueError, match=r"^memory_limit='1KB' streams dense tensors \(arrays, memory maps, HDF5 "
                                          r"datasets\); X is a sparse COOTensor"):
         fn(X, 2, memory_limit="1KB")
+
+
+def test_an_empty_tensor_round_trips_through_tns_with_its_shape(tmp_path):
+    path = tmp_path / "e.tns"
+    COOTensor(np.empty((0, 3), int), [], (4, 5, 6)).to_tns(path)
+    back = COOTensor.from_tns(path, shape=(4, 5, 6))  # (it was refused: "holds no nonzeros")
+    assert back.shape == (4, 5, 6) and back.nnz == 0
+    with pytest.raises(ValueError, match=r"holds no nonzeros \(only comments or blank lines\); pass its shape to "
+                                         r"read it as an empty tensor$"):
+        COOTensor.from_tns(path)
+
+
+@pytest.mark.parametrize(("call", "exc", "match"), [
+    (lambda X: CSFTensor(X, (0.9, 1, 2)), TypeError, r"^order\[0\] must be an integer; received 0.9 \(float\)$"),
+    (lambda X: COOTensor([[-1, 0]], [1.0]), ValueError, r"^coords\[:, 0\] has the negative index -1; expected"),
+    (lambda X: COOTensor(np.empty((1, 0), int), [1.0], ()), ValueError,
+     r"^coords must be a 2-D array of shape \(nnz, N\), N >= 1; received shape \(1, 0\)$"),
+    (lambda X: COOTensor.from_scipy(np.eye(2)), TypeError, r"^from_scipy: M is an array of shape \(2, 2\)"),
+    (lambda X: COOTensor.from_dense(3.0), ValueError, r"^from_dense: X is a 0-d array \(float64\)"),
+    (lambda X: COOTensor([[True, False]], [1.0], (2, 2)), TypeError, r"received dtype bool$"),
+])
+def test_malformed_sparse_input_is_named_in_one_line(call, exc, match):
+    """These were truncated (a float order), misnamed ("an empty mode" for a negative index) or numpy's and
+    Python's own messages."""
+    X = COOTensor.from_dense(np.random.default_rng(0).random((3, 4, 5)))
+    with pytest.raises(exc, match=match):
+        call(X)

@@ -75,7 +75,13 @@ def read_tns(
         start = 3 if buf.shape[0] >= 3 and bytes(buf[:3]) == _BOM else 0
         first, ncol, fstart = K.first_data_line(buf, start)
         if first == 0:
-            raise _err(p, "holds no nonzeros (only comments or blank lines)")
+            if shape is not None:  # (an empty tensor written with to_tns reads back, its shape given)
+                dims = tuple(int(d) for d in shape)
+                if not dims or min(dims) < 1:
+                    raise _err(p, f"holds no nonzeros and shape={dims} has an empty mode")
+                return np.empty((0, len(dims)), np.int64), np.empty(0, dt), dims
+            raise _err(p, "holds no nonzeros (only comments or blank lines); pass its shape to read it as an "
+                          "empty tensor")
         if ncol < 2 or ncol > K.MAX_COLS:
             _raise_text(p, buf, first, fstart)
             if ncol < 2:

@@ -79,8 +79,10 @@ class COOTensor(SparseOperand):
         v = np.asarray(values)
         if not c.flags.writeable or not v.flags.writeable:  # (a memory-mapped file: the compiled canonical pass
             c, v, owned = np.array(c), np.array(v), True    # is typed for writeable arrays; numba's TypingError)
-        if c.ndim != 2:
-            raise ValueError(f"coords must be a 2-D array of shape (nnz, N); received shape {c.shape}")
+        if c.ndim != 2 or (c.shape[0] and not c.shape[1]):
+            raise ValueError(f"coords must be a 2-D array of shape (nnz, N), N >= 1; received shape {c.shape}")
+        if c.dtype.kind == "b":  # (True read as index 1)
+            raise TypeError("coords must be an integer array of shape (nnz, N); received dtype bool")
         if v.ndim != 1 or v.shape[0] != c.shape[0]:
             raise ValueError(f"values must have shape ({c.shape[0]},) to match coords; received {v.shape}")
         if c.dtype.kind not in "biuf":
@@ -115,6 +117,11 @@ class COOTensor(SparseOperand):
         if shape is None:
             if c.shape[0] == 0:
                 raise ValueError("shape is required for a tensor without nonzeros")
+            low = c.min(axis=0)
+            if (low < 0).any():  # (the shape inferred from the largest index then read "an empty mode")
+                m = int(np.argmax(low < 0))
+                raise ValueError(f"coords[:, {m}] has the negative index {int(low[m])}; expected 0 <= index < the "
+                                 "mode size")
             from tuckerkit.sparse._kernels import column_bounds
 
             shape = tuple(int(m) + 1 for m in column_bounds(np.ascontiguousarray(c))[1])
@@ -166,12 +173,19 @@ class COOTensor(SparseOperand):
     @classmethod
     def from_dense(cls, X: Any) -> COOTensor:
         X = np.asarray(X)
+        if X.ndim < 1:
+            raise ValueError(f"from_dense: X is a 0-d array ({X.dtype}); expected an array of at least one mode")
         idx = np.nonzero(X)
         return cls(np.stack(idx, axis=1), X[idx], X.shape)
 
     @classmethod
     def from_scipy(cls, M: Any) -> COOTensor:
         """From a scipy.sparse matrix (a 2-way tensor)."""
+        if not hasattr(M, "tocoo"):
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"from_scipy: M is {describe(M)} ({type(M).__name__}); expected a scipy.sparse matrix "
+                            "or array (COOTensor.from_dense takes a numpy array)")
         M = M.tocoo()
         return cls(np.stack([M.row, M.col], axis=1), M.data, M.shape)
 

@@ -39,7 +39,9 @@ class CSFTensor(SparseOperand):
         N = coo.ndim
         if order is None:
             order = sorted(range(N), key=lambda m: coo.shape[m])
-        order = tuple(int(m) for m in order)
+        from tuckerkit._validation import _as_int
+
+        order = tuple(_as_int(m, f"order[{i}]") for i, m in enumerate(order))  # (0.9 was read as mode 0)
         if sorted(order) != list(range(N)):
             raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
         self.shape = coo.shape
