@@ -359,7 +359,8 @@ def decompose_cmd(
                                help="Where to compute (cuda needs tuckerkit[gpu-cuda13] or [gpu-cuda12])."),
     dtype: str = typer.Option(None, "--dtype", metavar="float32|float64",
                               help="Compute in this precision (default: keep the file's)."),
-    seed: int = typer.Option(None, "--seed", metavar="S", help="Random seed (cp initialization)."),
+    seed: int = typer.Option(None, "--seed", metavar="S",
+                             help="Random seed of the random starts (cp, cp-apr, --nonnegative)."),
     output: Path = typer.Option(
         None, "--output", "-o", metavar="OUT.npz",
         help="Result file. Default: the input's name with .tucker.npz (hooi, hosvd) or .cp.npz (cp): "

@@ -303,3 +303,12 @@ def test_streamed_hooi_first_sweep_takes_the_start_projection(memmapped, monkeyp
     a = tk.hooi(X, (5, 6, 4), init=pref, max_iter=2, tol=0)
     np.testing.assert_allclose(two.fit_history, a.fit_history, rtol=0, atol=100 * np.finfo(X.dtype).eps)
     assert one.fit_history[0] == two.fit_history[0]
+
+
+def test_a_complex_tensor_larger_than_the_limit_is_refused_naming_the_limit(tmp_path):
+    np.save(tmp_path / "cx.npy", np.random.default_rng(0).random((20, 30, 40)) + 1j)
+    M = np.load(tmp_path / "cx.npy", mmap_mode="r")
+    assert tk.hooi(M, (3, 3, 3), memory_limit="1GB").core.dtype == np.complex128  # (fits: in memory)
+    with pytest.raises(TypeError, match=r"^memory_limit= streams real tensors; X has dtype complex128 \(decompose a "
+                                        r"complex tensor in memory, without memory_limit\)$"):
+        tk.hooi(M, (3, 3, 3), memory_limit="100KB")  # ("data has dtype complex128; expected numbers" before)

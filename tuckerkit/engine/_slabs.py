@@ -116,6 +116,9 @@ class SlabTensor(OperandBase):
             raise TypeError(f"data must be an array-like with shape, dtype and slicing; received {type(data).__name__}")
         if len(data.shape) < 2:
             raise ValueError(f"data must have at least 2 dimensions; received shape {tuple(data.shape)}")
+        if np.dtype(data.dtype).kind == "c":  # (the message named neither the limit nor what to do)
+            raise TypeError(f"memory_limit= streams real tensors; X has dtype {data.dtype} (decompose a complex "
+                            "tensor in memory, without memory_limit)")
         if np.dtype(data.dtype).kind not in "biuf":
             raise TypeError(f"data has dtype {data.dtype}; expected numbers (float, int or bool)")
         self.data = data
