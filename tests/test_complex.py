@@ -320,7 +320,8 @@ def test_real_only_methods_refuse_complex_in_one_line(tmp_path, rng):
     with pytest.raises(TypeError, match=r"^mask= needs a real X \(float32 or float64\); received X of complex "
                                         r"dtype complex128$"):
         tk.hooi(X, 2, mask=np.ones(X.shape, bool))
-    with pytest.raises(TypeError, match=r"^data has dtype complex128; expected numbers \(float, int or bool\)$"):
+    with pytest.raises(TypeError, match=r"^memory_limit= streams real tensors; X has dtype complex128 \(decompose a "
+                                        r"complex tensor in memory, without memory_limit\)$"):
         tk.hooi(X, 2, memory_limit="1KB")  # out of core: slabs are real
     da = pytest.importorskip("dask.array")
     with pytest.raises(TypeError, match=r"^X has complex dtype complex128 as a DaskTensor; expected a numpy or "
