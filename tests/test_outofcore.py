@@ -312,3 +312,26 @@ def test_a_complex_tensor_larger_than_the_limit_is_refused_naming_the_limit(tmp_
     with pytest.raises(TypeError, match=r"^memory_limit= streams real tensors; X has dtype complex128 \(decompose a "
                                         r"complex tensor in memory, without memory_limit\)$"):
         tk.hooi(M, (3, 3, 3), memory_limit="100KB")  # ("data has dtype complex128; expected numbers" before)
+
+
+@pytest.mark.parametrize("how", ["replaced", "removed"])
+def test_a_streamed_memmap_is_read_as_the_caller_holds_it(tmp_path, how):
+    """The plain file reads went by path: a file replaced after ``np.load(mmap_mode="r")`` was decomposed
+    instead of the caller's array (fit 0.0025 for 0.9900), a removed one failed with a bare FileNotFoundError.
+    Where the path no longer names the mapped file, the slabs are read through the mapping."""
+    import os
+
+    A = make_low_rank_tucker((60, 50, 40), (4, 4, 4), noise=0.01, random_state=0).data
+    path = tmp_path / "x.npy"
+    np.save(path, A)
+    M = np.load(path, mmap_mode="r")
+    ref = tk.hooi(A, (4, 4, 4), max_iter=3, tol=0)
+    if how == "replaced":
+        np.save(tmp_path / "new.npy", np.random.default_rng(5).standard_normal(A.shape))
+        os.replace(tmp_path / "new.npy", path)
+    else:
+        os.remove(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        got = tk.hooi(M, (4, 4, 4), max_iter=3, tol=0, memory_limit="100KB")
+    assert abs(got.fit - ref.fit) <= 1e-10
