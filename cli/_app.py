@@ -37,20 +37,13 @@ class _Group(TyperGroup):
         try:
             return super().parse_args(ctx, args)
         except UsageError as exc:  # an unknown option of the group: one line
-            raise _group_line(exc, ctx) from None
+            raise _one_line(exc, ctx, "tuckerkit --help") from None
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         try:
             return super().resolve_command(ctx, args)
         except UsageError as exc:  # an unknown command: one line
-            raise _group_line(exc, ctx) from None
-
-
-def _group_line(exc: Any, ctx: Any) -> Any:
-    if isinstance(exc, _BadValue) or type(exc).__name__ == "NoArgsIsHelpError":  # (bare `tuckerkit`: its help)
-        return exc
-    text = exc.format_message().rstrip(".")
-    return _BadValue(f"{text[:1].lower()}{text[1:]} (see 'tuckerkit --help')", ctx)
+            raise _one_line(exc, ctx, "tuckerkit --help") from None
 
 
 app = typer.Typer(
@@ -76,13 +69,16 @@ class _BadValue(UsageError):
         typer.echo(f"error: {self.format_message()}", err=True)
 
 
-def _one_line(exc: UsageError, ctx: Any) -> UsageError:
-    """click's usage error (``Error: No such option: --bogus`` under a usage block) as one line; a command given
-    no arguments at all keeps click's usage block (``tuckerkit decompose`` alone: how to call it)."""
-    if not getattr(ctx, "_tk_args", True):
+def _one_line(exc: UsageError, ctx: Any, see: str | None = None) -> UsageError:
+    """click's usage error (``Error: No such option: --bogus`` under a usage block) as one line pointing at
+    ``see`` (the command's help); a command given no arguments at all keeps click's usage block (``tuckerkit
+    decompose`` alone: how to call it), and bare ``tuckerkit`` its help."""
+    if (isinstance(exc, _BadValue) or type(exc).__name__ == "NoArgsIsHelpError"
+            or not getattr(ctx, "_tk_args", True)):
         return exc
     text = exc.format_message().rstrip(".")
-    return _BadValue(f"{text[:1].lower()}{text[1:]} (see 'tuckerkit {ctx.info_name} --help')", ctx)
+    see = see or f"tuckerkit {ctx.info_name} --help"
+    return _BadValue(f"{text[:1].lower()}{text[1:]} (see '{see}')", ctx)
 
 
 class _Command(TyperCommand):
@@ -107,8 +103,6 @@ class _Command(TyperCommand):
             name = max(opts, key=len) if opts else (param.name or "").upper()
             raise _BadValue(f"{name} must be {kind}; received {exc.received!r}", ctx) from None
         except UsageError as exc:  # click's unknown option, missing argument or value: one line, not its block
-            if isinstance(exc, _BadValue):
-                raise
             raise _one_line(exc, ctx) from None
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:

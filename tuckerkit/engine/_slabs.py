@@ -299,9 +299,9 @@ class SlabTensor(OperandBase):
         modes = sorted(mats_t)
         out_shape = [mats_t[m].shape[1] if m in mats_t else self.shape[m] for m in range(self.ndim)]
         what = f"the projection on modes {modes}" if len(modes) > 1 else f"the mode-{modes[0]} projection"
-        rows = self._rows_beside(out_shape, what)
+        step = self._rows_beside(out_shape, what)
         Y = np.zeros(out_shape, dtype=self.dtype) if 0 in mats_t else np.empty(out_shape, dtype=self.dtype)
-        for s, slab in self.slabs(rows):
+        for s, slab in self.slabs(step):
             rows = slab.shape[0]
             local = {m: mats_t[m][s:s + rows] if m == 0 else mats_t[m] for m in modes}
             if 0 in mats_t:
