@@ -110,3 +110,40 @@ def test_dask_errors():
     bad = da.from_array(np.full((6, 5, 4), np.nan), chunks=3)
     with pytest.raises(ValueError, match=r"X contains NaN or infinite value\(s\)"):
         tk.hooi(bad, 2)  # the default (synchronous) scheduler when no client is active
+
+
+def test_dask_cp_als_same_bits_whatever_the_hash_seed(tmp_path):
+    """Dask CP-ALS repeats its bits from process to process: dask.array.einsum (the MTTKRP before) ordered its
+    summed axes by a set of letters, so the chunk partials were added in an order that followed the process's
+    string-hash seed (6 different results in 10 runs)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "dask_cp.py"
+    script.write_text(
+        "import hashlib, warnings, numpy as np, dask, dask.array as da, tuckerkit as tk\n"
+        "warnings.simplefilter('ignore')\n"
+        "rng = np.random.default_rng(0)\n"
+        "A = [rng.standard_normal((n, 8)) for n in (60, 50, 40)]\n"
+        "Y = np.einsum('ir,jr,kr->ijk', *A) + 0.01 * rng.standard_normal((60, 50, 40))\n"
+        "with dask.config.set(scheduler='sync'):\n"
+        "    T = tk.cp_als(da.from_array(Y, chunks=(15, 25, 20)), 8, random_state=0, max_iter=5)\n"
+        "print(hashlib.sha256(b''.join(a.tobytes() for a in (T.weights, *T.factors))).hexdigest())\n")
+    outs = set()
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        outs.add(subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                                check=True).stdout)
+    assert len(outs) == 1
+
+
+def test_dask_mttkrp_equals_in_memory(rng):
+    X = rng.standard_normal((23, 17, 12, 5))
+    D = DaskTensor(da.from_array(X, chunks=(7, 9, 5, 5)))
+    fs = [rng.standard_normal((n, 4)) for n in X.shape]
+    for mode in range(4):
+        want = tk.mttkrp(X, fs, mode)
+        got = D.mttkrp(fs, mode)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=100 * np.finfo(np.float64).eps * np.abs(want).max())

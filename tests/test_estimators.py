@@ -22,7 +22,8 @@ EXPECTED_FAILED: dict[str, str] = {}
 
 
 @parametrize_with_checks(
-    [TuckerDecomposer(ranks=2), CPDecomposer(rank=2, random_state=0, max_iter=50)],
+    [TuckerDecomposer(ranks=2), CPDecomposer(rank=2, random_state=0, max_iter=50),
+     CPDecomposer(rank=2, random_state=0, max_iter=50, nonnegative=True)],
     expected_failed_checks=lambda est: EXPECTED_FAILED,
 )
 def test_sklearn_compatible(estimator, check):
@@ -198,3 +199,114 @@ def test_complex_and_one_dimensional_samples_are_refused_in_one_line(Est, kw):
     with pytest.raises(ValueError, match=r"^X must have shape \(n_samples, d_1, \.\.\.\); received an array of shape "
                                          r"\(5,\) \(Reshape your data: X\[None\] for one sample\)$"):
         Est(**kw).fit(np.ones(5))
+
+
+def test_transform_uses_what_fit_learned_not_the_current_parameters(rng):
+    """set_params without a refit changed transform's route (nonnegative) or broke it (rank): a negative
+    coefficient from a non-negative model, a score of -2.39 for 0.485, a broadcasting error."""
+    X = np.abs(rng.standard_normal((20, 6, 7)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = TuckerDecomposer(ranks=(2, 3), nonnegative=True).fit(X)
+        cp = CPDecomposer(rank=3, random_state=0, nonnegative=True).fit(X)
+    before = est.score(X), est.transform(X), cp.transform(X), cp.inverse_transform(cp.transform(X))
+    est.set_params(nonnegative=False, ranks=(4, 4))
+    cp.set_params(nonnegative=False, rank=4)
+    after = est.score(X), est.transform(X), cp.transform(X), cp.inverse_transform(cp.transform(X))
+    assert before[0] == after[0]
+    for a, b in zip(before[1:], after[1:], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert after[2].min() >= 0 and after[2].shape == (20, 3)
+    assert cp.get_feature_names_out().tolist() == ["cpdecomposer0", "cpdecomposer1", "cpdecomposer2"]
+
+
+def test_nonnegative_cp_transform_is_each_samples_own(rng):
+    """A sample's non-negative coefficients do not depend on the batch it comes in (the HALS sweeps stopped on
+    the whole batch's move: 1.15e-06 apart); scikit-learn's check_methods_subset_invariance runs it too."""
+    X = np.abs(rng.standard_normal((40, 6, 7)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = CPDecomposer(rank=5, nonnegative=True, random_state=0).fit(X)
+    C = est.transform(X)
+    one = np.vstack([est.transform(X[i:i + 1]) for i in range(len(X))])
+    assert np.abs(C - one).max() <= 100 * np.finfo(np.float64).eps * max(np.abs(C).max(), 1)
+    assert C.min() >= 0
+
+
+@pytest.mark.parametrize("Est, kw", [(TuckerDecomposer, {"ranks": 2}), (CPDecomposer, {"rank": 2, "random_state": 0})])
+def test_fitted_arrays_stay_read_only_after_pickle_and_copy(Est, kw, rng):
+    import copy
+    import pickle
+
+    X = rng.standard_normal((20, 6, 7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = Est(**kw).fit(X)
+    for other in (pickle.loads(pickle.dumps(est)), copy.deepcopy(est)):
+        arrays = [*other.factors_, other.sample_factor_, getattr(other, "core_", None),
+                  getattr(other, "weights_", None)]
+        for a in arrays:
+            if a is not None:
+                assert not a.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            other.factors_[0][0, 0] = 0.0
+        np.testing.assert_array_equal(other.transform(X), est.transform(X))
+
+
+def test_feature_names_and_set_output_in_a_pipeline(rng):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X = rng.standard_normal((20, 6, 7))
+    pipe = make_pipeline(TuckerDecomposer(ranks=(2, 3)), StandardScaler()).set_output(transform="default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        Z = pipe.fit_transform(X)
+    assert Z.shape == (20, 6)
+    assert pipe.get_feature_names_out().tolist() == [f"tuckerdecomposer{i}" for i in range(6)]
+
+
+def test_estimator_messages_and_tags(rng):
+    from sklearn.exceptions import ConvergenceWarning as SkConvergenceWarning
+    from sklearn.exceptions import NotFittedError
+
+    X = rng.standard_normal((20, 6, 7))
+    with pytest.raises(NotFittedError, match="This TuckerDecomposer instance is not fitted yet"):
+        TuckerDecomposer().score(X)
+    with pytest.raises(NotFittedError, match="This CPDecomposer instance is not fitted yet"):
+        CPDecomposer().score(X)
+    with pytest.raises(TypeError, match=r"^X is None; expected an array of samples of shape "
+                                        r"\(n_samples, d_1, \.\.\.\)$"):
+        TuckerDecomposer().fit(None)
+    flat = TuckerDecomposer(ranks=2).fit(X.reshape(20, 42))
+    with pytest.raises(ValueError, match=r"X has samples of shape \(6, 7\), but TuckerDecomposer was fitted on samples "
+                                         r"of shape \(42,\)"):
+        flat.transform(X)
+    bad = X.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"^Input X contains NaN"):
+        TuckerDecomposer(ranks=2).fit(X).transform(bad)
+    with pytest.raises(ValueError, match=r"^init='svd' is not valid; expected one of 'st_hosvd', 'st_hosvd_sketch', "
+                                         r"'hosvd', 'random'$"):
+        TuckerDecomposer(ranks=2, init="svd").fit(X)
+    for Est in (TuckerDecomposer, CPDecomposer):
+        tags = Est().__sklearn_tags__()
+        assert tags.input_tags.three_d_array
+        assert tags.transformer_tags.preserves_dtype == ["float64", "float32"]
+    with pytest.warns(SkConvergenceWarning, match="reached max_iter=2") as caught:
+        CPDecomposer(rank=3, max_iter=2, random_state=0).fit(X)
+    assert all(issubclass(w.category, ConvergenceWarning) for w in caught if "max_iter" in str(w.message))
+
+
+@pytest.mark.parametrize("nonnegative", [False, True])
+def test_float32_samples_on_a_float64_model_give_float64(nonnegative, rng):
+    """A float64 model's transform of float32 samples computes in float64 on every route: at n = 1000 the Tucker
+    projection handed the compiled kernels float32 samples with float64 factors (a numba TypingError)."""
+    X = np.abs(rng.standard_normal((1000, 20, 24)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = TuckerDecomposer(ranks=(5, 6), nonnegative=nonnegative, max_iter=5).fit(X)
+    got = est.transform(X.astype(np.float32))
+    assert got.dtype == np.float64
+    want = est.transform(X.astype(np.float32).astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e3 * np.finfo(np.float64).eps * np.abs(want).max())

@@ -76,6 +76,36 @@ def test_multi_ttm_order_is_largest_reduction_first(rng):
     assert "largest reduction first" in plan.explain()
 
 
+@pytest.mark.parametrize("n", [10, 1000])
+def test_multi_ttm_float32_tensor_float64_matrices(n, rng):
+    # a float32 tensor times float64 matrices computes in float64 (as ttm does) on every route: at n = 1000 the
+    # compiled kernels were handed the float32 tensor with float64 matrices (a numba TypingError), at n = 10 the
+    # result came back in float32
+    X = rng.standard_normal((n, 20, 24)).astype(np.float32)
+    Us = [np.linalg.qr(rng.standard_normal((m, r)))[0] for m, r in ((20, 5), (24, 6))]
+    X0 = X.copy()
+    res = multi_ttm(X, Us, modes=[1, 2], transpose=True)
+    ref = np.einsum("aij,ir,js->ars", X.astype(np.float64), *Us)
+    assert res.dtype == np.float64
+    assert np.abs(res - ref).max() <= 50 * np.finfo(np.float64).eps * np.abs(X).max() * 24 * 20
+    plan = multi_ttm_plan(X, Us, modes=[1, 2], transpose=True)
+    np.testing.assert_array_equal(multi_ttm(X, Us, modes=[1, 2], transpose=True, plan=plan), res)
+    np.testing.assert_array_equal(plan(X, {1: Us[0], 2: Us[1]}), res)
+    np.testing.assert_array_equal(X, X0)
+    with pytest.raises(ValueError, match=r"plan was made for matrices of dtype float64; received matrices\[\d\] of "
+                                         r"dtype float32"):
+        plan(X, {1: Us[0].astype(np.float32), 2: Us[1].astype(np.float32)})
+
+
+def test_multi_ttm_same_bits_with_and_without_its_plan(rng):
+    # the chain without a plan takes the order multi_ttm_plan takes (here the cost model starts at the last mode)
+    X = rng.standard_normal((10, 20, 24))
+    Us = [np.linalg.qr(rng.standard_normal((m, r)))[0] for m, r in ((20, 5), (24, 6))]
+    plan = multi_ttm_plan(X, Us, modes=[1, 2], transpose=True)
+    np.testing.assert_array_equal(multi_ttm(X, Us, modes=[1, 2], transpose=True),
+                                  multi_ttm(X, Us, modes=[1, 2], transpose=True, plan=plan))
+
+
 def test_multi_ttm_with_modes(rng):
     X = rng.standard_normal((4, 5, 6))
     U0, U2 = rng.standard_normal((2, 4)), rng.standard_normal((3, 6))

@@ -400,3 +400,22 @@ def test_malformed_sparse_input_is_named_in_one_line(call, exc, match):
     X = COOTensor.from_dense(np.random.default_rng(0).random((3, 4, 5)))
     with pytest.raises(exc, match=match):
         call(X)
+
+
+def test_auto_plan_does_not_move_with_the_free_memory(monkeypatch):
+    """csf="auto"'s budget is a quarter of the physical memory, not of the free memory: the kinds sum in different
+    orders, and with the free memory under 300 MB a 1M-nonzero tensor took 'two' instead of 'all' (other bits)."""
+    import os
+
+    from tuckerkit.sparse._mttkrp import _default_budget
+
+    rng = np.random.default_rng(0)
+    shape = (300, 250, 200)
+    coords = np.stack([rng.integers(0, n, 200_000) for n in shape], 1)
+    vals = rng.standard_normal(200_000)
+    free_then = COOTensor(coords, vals, shape).plan()
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda n: 1 if n == "SC_AVPHYS_PAGES" else real(n))
+    assert _default_budget() == real("SC_PHYS_PAGES") * real("SC_PAGE_SIZE") // 4
+    busy = COOTensor(coords, vals, shape).plan()
+    assert busy.kind == free_then.kind == "all"

@@ -63,11 +63,13 @@ def _host(a: Any) -> Any:
     return to_host(a)
 
 
-def hals_rows(Ut: Any, UtM: Any, V: Any, sweeps: int = INNER_SWEEPS) -> Any:
+def hals_rows(Ut: Any, UtM: Any, V: Any, sweeps: int = INNER_SWEEPS, stop: float = SWEEP_STOP) -> Any:
     """Minimize ``||M - U V||``-type least squares over ``U >= 0`` by HALS on ``Ut = U^T`` (R x I, updated in
     place row by row): row ``k`` becomes ``max(0, Ut[k] + (UtM[k] - V[k] @ Ut) / V[k, k])``, its exact
     minimizer with the other rows fixed. A row whose ``V[k, k]`` is zero (a dead component) is left as it is.
-    Stops after ``sweeps`` sweeps, or when a sweep moves ``Ut`` by less than 1e-8 of the first sweep's move.
+    Stops after ``sweeps`` sweeps, or when a sweep moves ``Ut`` by at most ``stop`` (1e-8) times the first sweep's
+    move (a negative ``stop``: only a sweep that moves nothing, so that each column's result is its own, whatever
+    columns run beside it).
 
     On the host every sweep runs in one compiled call (:mod:`._hals_kernels`: R x I x R multiply-adds a sweep,
     where a loop of NumPy calls per row cost ~0.1 ms a sweep at R = 10); on a GPU the rows are array calls.
@@ -80,7 +82,7 @@ def hals_rows(Ut: Any, UtM: Any, V: Any, sweeps: int = INNER_SWEEPS) -> Any:
 
         dt = Ut.dtype
         hals_sweeps(Ut, np.ascontiguousarray(UtM, dtype=dt), np.ascontiguousarray(V, dtype=dt), inv, int(sweeps),
-                    SWEEP_STOP, dt.type(0))
+                    float(stop), dt.type(0))
         return Ut
     R = Ut.shape[0]
     for _ in range(sweeps):  # the early stop would read a value back: on a GPU every sweep runs

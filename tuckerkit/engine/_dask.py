@@ -88,6 +88,35 @@ def _gram(da: Any, X: Any, mode: int) -> Any:
     return P.sum(axis=tuple(range(N - 1)))
 
 
+def _mttkrp(da: Any, X: Any, factors: list[Any], mode: int) -> Any:
+    """Mode ``mode``'s MTTKRP as a Dask graph: one task per chunk runs tuckerkit's engine
+    (:func:`~tuckerkit.engine._mttkrp.dense_mttkrp`) on the chunk and the rows of the factors that meet it, and
+    the partials of chunks that differ only in the other modes are summed by Dask's tree reduction, in the same
+    order in every process. (``dask.array.einsum`` ordered its summed axes by a set of letters, so its sums
+    followed the process's string-hash seed: other bits from one run to the next.)"""
+    from tuckerkit.engine._mttkrp import dense_mttkrp
+
+    N = X.ndim
+    others = [m for m in range(N) if m != mode]
+    idx = "abcdefghijklm"[:N]
+    args: list[Any] = [X, idx]
+    R = int(factors[others[0]].shape[1])
+    for m in others:
+        args += [da.from_array(factors[m], chunks=(X.chunks[m], R)), idx[m] + "z"]
+
+    def block(x: np.ndarray, *us: np.ndarray) -> np.ndarray:
+        fs: list[Any] = [None] * N
+        for m, u in zip(others, us, strict=True):
+            fs[m] = u
+        y = dense_mttkrp(x, fs, mode, R, None, _SERIAL)  # (rows of mode, R)
+        return y.reshape(tuple(1 for _ in others) + y.shape)
+
+    out = "".join(idx[m] for m in others) + idx[mode] + "z"
+    P = da.blockwise(block, out, *args, adjust_chunks={idx[m]: 1 for m in others}, dtype=X.dtype,
+                     concatenate=True, meta=np.empty((0,) * (N + 1), dtype=X.dtype))
+    return P.sum(axis=tuple(range(N - 1)))
+
+
 class DaskTensor(OperandBase):
     """A dense tensor held as a ``dask.array.Array``; computations run on the active Dask scheduler.
 
@@ -176,13 +205,8 @@ class DaskTensor(OperandBase):
         import dask.array as da
 
         self._dense_only("plan=", plan)
-        N = self.ndim
-        letters = "abcdefghijklmnopqrstuvwxyz"[:N]
-        others = [m for m in range(N) if m != mode]
-        spec = f"{letters}," + ",".join(f"{letters[m]}z" for m in others) + f"->{letters[mode]}z"
-        mats = [da.from_array(np.asarray(factors[m], dtype=self.dtype), chunks=(self.data.chunks[m], -1))
-                for m in others]
-        return np.asarray(da.einsum(spec, self.data, *mats, optimize=True).compute())
+        return np.asarray(_mttkrp(da, self.data, [np.asarray(U, dtype=self.dtype) if m != mode else None
+                                                   for m, U in enumerate(factors)], mode).compute())
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -151,9 +151,10 @@ class MultiTTMPlan:
                 f"shape {got[0]}, strides {got[1]}, dtype {got[2]}"
             )
         shapes = tuple(tuple(mats[m].shape) for m in self.order)
-        bad = [m for m in self.order if str(mats[m].dtype) != self.dtype]
+        work = self.plans[0].dtype if self.plans else self.dtype  # (the matrices' dtype: promoted with X's)
+        bad = [m for m in self.order if str(mats[m].dtype) != work]
         if bad:
-            raise ValueError(f"plan was made for dtype {self.dtype}; received matrices[{bad[0]}] of dtype "
+            raise ValueError(f"plan was made for matrices of dtype {work}; received matrices[{bad[0]}] of dtype "
                              f"{mats[bad[0]].dtype}")
         if shapes != self.matrix_shapes:
             raise ValueError(f"plan was made for matrices of shapes {self.matrix_shapes} (in the order "
@@ -198,16 +199,28 @@ def build_multi_ttm_plan(X: Any, mats: Mapping[int, Any], transpose: bool, polic
     """The order and per-step plans of a chain on a dense array (arguments already validated)."""
     order = _ttm_order(X.shape, mats, transpose)
     plans = []
-    Y = X
     xp = array_namespace(X)
+    work = _work_dtype(X, mats)
+    Y = X if work == X.dtype else xp.empty_like(X, dtype=work)  # (planned for the promoted copy a run makes)
+    X0, X = X, Y
     if len(order) > 1:
         order = _cheapest_first(X, mats, transpose, order, policy)
     for m in order:
         p = plan_contraction(ttm_spec(Y.ndim, m, transpose), Y, mats[m], policy=policy)
         plans.append(p)
         Y = _alloc_out(p, xp, X.dtype)  # carries the step's output layout to the next plan
-    return MultiTTMPlan(tuple(order), tuple(plans), transpose, tuple(X.shape), _elem_strides(X),
-                        tuple(tuple(mats[m].shape) for m in order), str(X.dtype))
+    return MultiTTMPlan(tuple(order), tuple(plans), transpose, tuple(X0.shape), _elem_strides(X0),
+                        tuple(tuple(mats[m].shape) for m in order), str(X0.dtype))
+
+
+def _work_dtype(X: Any, mats: Mapping[int, Any]) -> Any:
+    """The dtype a chain computes in: ``X``'s promoted with its matrices' (:func:`check_matrix` has already
+    promoted each matrix to its result type with ``X``), as :func:`ttm` computes one step: a float32 tensor
+    times float64 matrices gives a float64 result, whatever the route each step takes."""
+    work = np.dtype(X.dtype)
+    for U in mats.values():
+        work = np.promote_types(work, U.dtype)
+    return work
 
 
 def dense_multi_ttm(X: Any, mats: Mapping[int, Any], transpose: bool, plan: MultiTTMPlan | None,
@@ -226,7 +239,11 @@ def dense_multi_ttm(X: Any, mats: Mapping[int, Any], transpose: bool, plan: Mult
             plan.check(X, mats, transpose)
         order, plans = plan.order, plan.plans
     xp = array_namespace(X)
-    Y = X
+    work = _work_dtype(X, mats)
+    # (one copy of X in the promoted dtype, as ttm's contraction makes; the compiled kernels take one dtype)
+    Y = X if work == X.dtype else X.astype(work)
+    if plan is None and len(order) > 1:  # the order multi_ttm_plan takes: the same bits with or without a plan
+        order = _cheapest_first(Y, mats, transpose, list(order), policy)
     for m, p in zip(order, plans, strict=True):
         U = adjoint_operand(mats[m], transpose)
         if p is None:

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tuckerkit._validation import check_bool, check_cp_rank, check_feature_ranks, check_tensor, check_unit_interval
+from tuckerkit._validation import (
+    check_bool,
+    check_choice,
+    check_cp_rank,
+    check_feature_ranks,
+    check_tensor,
+    check_unit_interval,
+)
 from tuckerkit.decomposition import cp_als, hooi, non_negative_cp, non_negative_tucker, st_hosvd
 from tuckerkit.decomposition._linalg import spd_solve
+from tuckerkit.decomposition._results import ConvergenceWarning
 from tuckerkit.engine import khatri_rao, mttkrp, multi_ttm
 
 _CHECKS: dict[str, Any] = {"allow_nd": True, "dtype": [np.float64, np.float32], "ensure_min_samples": 1,
@@ -28,6 +38,8 @@ def _as_samples(X: Any, est: BaseEstimator, reset: bool) -> np.ndarray:
     count them. After fitting on tensors, ``transform`` also takes the samples flattened to
     ``(n_samples, n_features_in_)``; a sample of another shape is refused in one line naming both shapes.
     """
+    if X is None:  # (scikit-learn's message spoke of "a scalar array" over three lines)
+        raise TypeError("X is None; expected an array of samples of shape (n_samples, d_1, ...)")
     shape, dt = getattr(X, "shape", None), getattr(X, "dtype", None)
     if shape is not None and dt is not None:  # (scikit-learn's messages printed the whole array, over many lines)
         if np.dtype(dt).kind == "c":
@@ -36,9 +48,12 @@ def _as_samples(X: Any, est: BaseEstimator, reset: bool) -> np.ndarray:
         if len(shape) < 2:
             raise ValueError(f"X must have shape (n_samples, d_1, ...); received an array of shape {tuple(shape)} "
                              "(Reshape your data: X[None] for one sample)")
-    fitted_nd = not reset and len(getattr(est, "feature_shape_", ())) > 1
-    if fitted_nd:  # scikit-learn would count the second mode's size as the number of features
-        X = check_array(X, **_CHECKS)
+    # samples of several modes (fitted so, or given so to a model fitted on vectors): scikit-learn would count
+    # the second mode's size as the number of features
+    nd = len(shape) if shape is not None else np.asarray(X).ndim if isinstance(X, list | tuple) else 2
+    fitted_nd = not reset and (len(getattr(est, "feature_shape_", ())) > 1 or nd > 2)
+    if fitted_nd:
+        X = check_array(X, input_name="X", **_CHECKS)
     else:
         X = validate_data(est, X, reset=reset, **_CHECKS)
     X = check_tensor(X, "X", min_ndim=2)
@@ -80,7 +95,54 @@ def _as_codes(Z: Any, name: str, dtype: Any) -> np.ndarray:
     return check_array(Z, dtype=dtype, input_name=name, ensure_2d=False, allow_nd=True, ensure_min_samples=0)
 
 
-class TuckerDecomposer(TransformerMixin, BaseEstimator):
+#: the fitted arrays of the estimators, read-only as the results they come from (again after a pickle or a copy)
+_FITTED = ("core_", "factors_", "sample_factor_", "weights_")
+
+
+class _TensorTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """What both estimators share: scikit-learn's output names (``get_feature_names_out``: the class name and
+    a number, as PCA's; so ``set_output`` works in pipelines), the fitted arrays kept read-only across pickling
+    and copying, tags for samples of several modes in float32 or float64, and the decompositions'
+    :class:`~tuckerkit.ConvergenceWarning` raised as one that is also scikit-learn's (a filter on either
+    catches it)."""
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for name in _FITTED:
+            value = self.__dict__.get(name)
+            for a in value if isinstance(value, list) else [value]:
+                if isinstance(a, np.ndarray):
+                    a.flags.writeable = False
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.input_tags.three_d_array = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    def _decompose(self, run, *args, **kwargs):
+        """``run(*args, **kwargs)``, its ConvergenceWarning raised again as :class:`EstimatorConvergenceWarning`."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = run(*args, **kwargs)
+        for w in caught:
+            if issubclass(w.category, ConvergenceWarning):  # (pointing at the caller of fit)
+                warnings.warn(EstimatorConvergenceWarning(str(w.message)), stacklevel=3)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        return result
+
+
+class EstimatorConvergenceWarning(ConvergenceWarning, SklearnConvergenceWarning):
+    """The estimators' :class:`~tuckerkit.ConvergenceWarning`: also scikit-learn's
+    :class:`sklearn.exceptions.ConvergenceWarning`, so a filter on either (a grid search's, say) catches it."""
+
+
+_TUCKER_INITS = ("st_hosvd", "st_hosvd_sketch", "hosvd", "random")
+
+
+class TuckerDecomposer(_TensorTransformer):
     """Tucker decomposition of a tensor of samples ``(n_samples, d_1, ..., d_k)`` as a transformer.
 
     ``fit`` learns orthonormal factors for the feature modes by HOOI (the sample mode is kept: its rank is
@@ -103,7 +165,9 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         HOOI's convergence tolerance on the change of fit (see :func:`tuckerkit.hooi`); it does not choose
         ranks (that is ``max_error``).
     max_iter, random_state : see :func:`tuckerkit.hooi`.
-    init : {"st_hosvd", "random"}, default "st_hosvd"
+    init : {"st_hosvd", "st_hosvd_sketch", "hosvd", "random"}, default "st_hosvd"
+        HOOI's start (see :func:`tuckerkit.hooi`); with ``nonnegative``, "st_hosvd" (non-negative Tucker's
+        ``"svd"`` start) or "random".
     device : {None, "cpu", "cuda", "cuda:N"}, default None
         Where ``fit`` runs the decomposition (see :func:`tuckerkit.hooi`); the learned factors are host arrays
         for host inputs, so ``transform`` and pipelines work unchanged.
@@ -167,12 +231,17 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         if s > X.shape[0]:
             raise ValueError(f"sample_rank={s} exceeds the number of samples ({X.shape[0]}); expected an integer "
                              "between 1 and the number of samples")
-        if check_bool(self.nonnegative, "nonnegative"):
-            T = non_negative_tucker(X, (s, *fr), init="svd" if self.init == "st_hosvd" else self.init, tol=self.tol,
-                                    max_iter=self.max_iter, random_state=self.random_state, device=self.device)
+        nonneg = check_bool(self.nonnegative, "nonnegative")
+        # (a string here: the factors of a given start would have to cover the samples' mode too)
+        check_choice(self.init, "init", ("st_hosvd", "random") if nonneg else _TUCKER_INITS)
+        if nonneg:
+            T = self._decompose(non_negative_tucker, X, (s, *fr), init="svd" if self.init == "st_hosvd" else self.init,
+                                tol=self.tol, max_iter=self.max_iter, random_state=self.random_state,
+                                device=self.device)
         else:
-            T = hooi(X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter,
-                     random_state=self.random_state, device=self.device)
+            T = self._decompose(hooi, X, (s, *fr), init=self.init, tol=self.tol, max_iter=self.max_iter,
+                                random_state=self.random_state, device=self.device)
+        self.nonnegative_ = nonneg
         self.core_ = T.core
         self.factors_ = list(T.factors[1:])
         self.sample_factor_ = T.factors[0]
@@ -184,8 +253,8 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
     def transform(self, X):
         check_is_fitted(self, "factors_")
         X = _as_samples(X, self, reset=False)
-        if getattr(self, "nonnegative", False):  # non-orthonormal factors: the least-squares core
-            Z = multi_ttm(X, [None, *(np.linalg.pinv(U).astype(X.dtype) for U in self.factors_)], skip=0)
+        if getattr(self, "nonnegative_", False):  # non-orthonormal factors: the least-squares core
+            Z = multi_ttm(X, [None, *(np.linalg.pinv(U) for U in self.factors_)], skip=0)
             return np.ascontiguousarray(Z).reshape(X.shape[0], -1)
         Z = multi_ttm(X, [None, *self.factors_], transpose=True, skip=0)
         return np.ascontiguousarray(Z).reshape(X.shape[0], -1)
@@ -203,6 +272,7 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
     def score(self, X, y=None) -> float:
         """Fit ``1 - ||X - X_hat|| / ||X||`` of the projection of ``X`` on the learned feature factors (1.0 for
         an all-zero ``X``). The reconstruction is never made whole (:func:`_blocked_score`)."""
+        check_is_fitted(self, "factors_")
         X = _as_samples(X, self, reset=False)
         Z = self.transform(X)
         got = _blocked_score(X, Z, lambda: functools.reduce(np.kron, self.factors_).T)
@@ -212,13 +282,12 @@ class TuckerDecomposer(TransformerMixin, BaseEstimator):
         nx = float(np.linalg.norm(X.reshape(-1)))
         return 1.0 - float(np.linalg.norm((X - Xh).reshape(-1))) / nx if nx > 0 else 1.0
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        return tags
+    @property
+    def _n_features_out(self) -> int:
+        return math.prod(self.ranks_)
 
 
-class CPDecomposer(TransformerMixin, BaseEstimator):
+class CPDecomposer(_TensorTransformer):
     """CP decomposition of a tensor of samples as a transformer.
 
     ``fit`` runs :func:`tuckerkit.cp_als` on ``(n_samples, d_1, ..., d_k)``; ``transform`` solves least squares
@@ -264,12 +333,14 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         X = _as_samples(X, self, reset=True)
-        if check_bool(self.nonnegative, "nonnegative"):
-            cp = non_negative_cp(X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
+        nonneg = check_bool(self.nonnegative, "nonnegative")
+        if nonneg:
+            cp = self._decompose(non_negative_cp, X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
                                  random_state=self.random_state, device=self.device)
         else:
-            cp = cp_als(X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
-                        random_state=self.random_state, normalize=self.normalize, device=self.device)
+            cp = self._decompose(cp_als, X, self.rank, init=self.init, tol=self.tol, max_iter=self.max_iter,
+                                 random_state=self.random_state, normalize=self.normalize, device=self.device)
+        self.nonnegative_ = nonneg
         self.weights_ = cp.weights
         self.sample_factor_ = cp.factors[0]
         self.factors_ = list(cp.factors[1:])
@@ -285,21 +356,25 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
         X = _as_samples(X, self, reset=False)
         F = self._scaled()
         M = mttkrp(X, [None, *F], 0)
-        V = np.ones((self.rank, self.rank), dtype=X.dtype)
+        R = self.weights_.shape[0]  # (the fitted rank: set_params(rank=...) before a refit changes nothing here)
+        V = np.ones((R, R), dtype=M.dtype)
         for U in F:
             V = V * (U.T @ U)
         C = spd_solve(V, M)
-        if getattr(self, "nonnegative", False):  # non-negative least squares from the clipped solution
+        if getattr(self, "nonnegative_", False):  # non-negative least squares from the clipped solution
             from tuckerkit.decomposition._nonneg import hals_rows
 
-            C = hals_rows(np.maximum(C, 0).T.copy(), np.ascontiguousarray(M.T), V, sweeps=200).T
+            # every sweep (until none moves anything): each sample's coefficients are its own, whatever batch it
+            # comes in (a stop on the whole batch's move would not be)
+            C = hals_rows(np.maximum(C, 0).T.copy(), np.ascontiguousarray(M.T), V, sweeps=200, stop=-1.0).T
         return C
 
     def inverse_transform(self, C):
         check_is_fitted(self, "factors_")
         C = _as_codes(C, "C", self.factors_[0].dtype)
-        if C.ndim != 2 or C.shape[1] != self.rank:
-            raise ValueError(f"C must have shape (n_samples, {self.rank}); received {C.shape}")
+        R = self.weights_.shape[0]
+        if C.ndim != 2 or C.shape[1] != R:
+            raise ValueError(f"C must have shape (n_samples, {R}); received {C.shape}")
         F = self._scaled()
         rest = khatri_rao(F)
         return (C @ rest.T).reshape(C.shape[0], *self.feature_shape_)
@@ -307,6 +382,7 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
     def score(self, X, y=None) -> float:
         """Fit ``1 - ||X - X_hat|| / ||X||`` of the least-squares reconstruction of ``X`` (1.0 for an all-zero
         ``X``). The reconstruction is never made whole (:func:`_blocked_score`)."""
+        check_is_fitted(self, "factors_")
         X = _as_samples(X, self, reset=False)
         C = self.transform(X)
         got = _blocked_score(X, C, lambda: khatri_rao(self._scaled()).T)
@@ -315,3 +391,7 @@ class CPDecomposer(TransformerMixin, BaseEstimator):
         Xh = self.inverse_transform(C)
         nx = float(np.linalg.norm(X.reshape(-1)))
         return 1.0 - float(np.linalg.norm((X - Xh).reshape(-1))) / nx if nx > 0 else 1.0
+
+    @property
+    def _n_features_out(self) -> int:
+        return int(self.weights_.shape[0])

@@ -122,7 +122,7 @@ class SparseOperand(SparseShape, OperandBase):
             ``reason`` and ``explain()`` give the estimates); the others force a kind (replacing a cached
             plan of another kind).
         memory_budget : int, optional
-            Bytes the CSF trees may use (default: a quarter of the available memory).
+            Bytes the CSF trees may use (default: a quarter of the physical memory).
         iterations : int, optional
             Sweeps the caller expects to run (CP-ALS: ``max_iter``), weighed against the build time by
             ``"auto"``; default 50.

@@ -87,11 +87,15 @@ def _estimate_tree_bytes(coo: COOTensor) -> int:
 
 
 def _default_budget() -> int:
+    """``csf="auto"``'s memory budget: a quarter of the machine's physical memory. Not of the memory free at
+    the moment: the kinds give different bits (their sums run in different orders), and the free memory moves
+    with other processes and the page cache, so the same call on a busier moment of the machine gave other
+    bits (a 1M-nonzero tensor took 'two' instead of 'all' below 300 MB free)."""
     try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        avail = 8 << 30
-    return int(avail // 4)
+        total = 32 << 30
+    return int(total // 4)
 
 
 #: cost model of ``csf="auto"``, in units of one root-kernel MTTKRP of one mode (measured on skew3d and 5-way
@@ -174,7 +178,7 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
     """The per-mode CSF plan of ``X`` (built once and cached on the tensor).
 
     ``csf=None`` returns the cached plan or builds ``"auto"``; ``"auto"`` picks, among the kinds whose trees
-    fit ``memory_budget`` bytes (default: a quarter of the available memory), the one whose build plus
+    fit ``memory_budget`` bytes (default: a quarter of the physical memory), the one whose build plus
     ``iterations`` sweeps is cheapest (:func:`plan_cost`; default 50 iterations); ``"all"``, ``"two"`` and
     ``"one"`` force a kind. A different kind replaces the cached plan.
     """
