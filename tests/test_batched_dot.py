@@ -400,3 +400,24 @@ def test_rank_outer_plan_on_a_misaligned_partial_runs_blas(rng):
     got = plan(Q, U)
     _close(got, Q, U, "abz,bz->az")
     np.testing.assert_allclose(got, plan(P, U), rtol=0, atol=64 * np.finfo(np.float64).eps * np.abs(got).max())
+
+
+@pytest.mark.parametrize("bw", ["40e9", "22e9", "15e9", "5e9"])
+def test_the_choice_does_not_move_with_the_calibration(bw, monkeypatch):
+    """The compiled dot products are weighed against BLAS's batch in the cost model's own units: weighed with
+    the calibrated bandwidth, a calibration made under memory load (15 GB/s a core for 22 idle) flipped CP-ALS's
+    rank-outer steps to BLAS, and so the bits of the same call."""
+    from tuckerkit.engine import _contract
+
+    monkeypatch.setenv("TUCKERKIT_ROOFLINE", f"bw={bw},peak=4.4e10")
+    _contract._cached_plan.cache_clear()
+    try:
+        P = np.zeros((10, 200, 180)).transpose(1, 2, 0)  # a rank-outer partial, as CP-ALS's dimension tree makes
+        plan = plan_contraction("abz,bz->az", P, np.zeros((180, 10)))
+        assert plan.compiled is CompiledKernel.RANK_OUTER_DOT, plan.explain()
+        assert "compiled (model)" in plan.explain()
+        Y = np.zeros((200, 180, 10))
+        plan = plan_contraction("abz,bz->az", Y, np.zeros((180, 10)))
+        assert plan.compiled is CompiledKernel.BATCHED_DOT, plan.explain()
+    finally:
+        _contract._cached_plan.cache_clear()

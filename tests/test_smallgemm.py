@@ -523,10 +523,13 @@ def test_roofline_override_and_errors(monkeypatch):
 
 
 def test_roofline_is_cached_per_machine(monkeypatch, tmp_path):
+    import tempfile
+
     from tuckerkit.engine import _roofline
 
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # (no calibration of the machine's own fallback read)
     monkeypatch.setattr(_roofline, "_CURRENT", {})
     calls = []
     monkeypatch.setattr(_roofline, "calibrate", lambda: calls.append(1) or Roofline(2e10, 4e10, 8e10))
@@ -535,6 +538,30 @@ def test_roofline_is_cached_per_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(_roofline, "_CURRENT", {})  # a new process reads the cache: same numbers
     second = machine_roofline()
     assert second == Roofline(2e10, 4e10, 8e10, "cache") and len(calls) == 1
+
+
+def test_roofline_cached_under_tmp_when_the_home_cannot_be_written(monkeypatch, tmp_path):
+    """A read-only cache folder: the calibration goes to a folder under the temporary directory, so that later
+    processes on the machine read it back (each measured its own before: under load, other kernels and bits)."""
+    import tempfile
+
+    from tuckerkit.engine import _roofline
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tuckerkit").write_text("a file where the folder would be")  # (the cache folder cannot be made)
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(_roofline, "_CURRENT", {})
+    calls = []
+    monkeypatch.setattr(_roofline, "calibrate", lambda: calls.append(1) or Roofline(2e10, 4e10, 8e10))
+    assert machine_roofline().source == "calibrated"
+    assert (_roofline._fallback_dir() / "roofline.json").exists()
+    assert str(_roofline._fallback_dir()).startswith(str(tmp_path / "tmp"))
+    monkeypatch.setattr(_roofline, "_CURRENT", {})  # a new process
+    assert machine_roofline() == Roofline(2e10, 4e10, 8e10, "cache") and len(calls) == 1
 
 
 @pytest.mark.parametrize(("text", "model"), [

@@ -46,6 +46,14 @@ _GER_RATE = 1e9  # element updates/s of an outer product loop
 #: ranked the other way (51 against 69 ms)
 _STREAM_BW = 10e9
 _COPY_BW = 2e9  # bytes/s of a strided (transposing) copy
+#: bytes/s one core streams through a compiled loop, in the units of the constants above: what the compiled
+#: batched dot products are weighed with against BLAS's batch of level-2 calls (:func:`_consider_batched_dot`,
+#: :func:`_consider_rank_outer`), whose estimate comes from those constants. They were weighed with the
+#: machine's calibrated bandwidth instead (another unit): a calibration made while other processes loaded the
+#: memory (15 GB/s a core for 22 idle) flipped CP-ALS's rank-outer steps to BLAS, and so the bits of the same
+#: call. With this constant the choice depends on the contraction only (measured, the kernels ran 1.3-2.8x
+#: faster than that BLAS plan on every shape they take: ``benchmarks/batched_dot.py``)
+_KERNEL_STREAM_BW = 30e9
 _OUTER_PREF = 1.02  # penalty when the batch loop is not over the output's outermost mode
 _NARROW = 32  # a row-major GEMM output with fewer columns than this, and many rows, ...
 _NARROW_PENALTY = 1.35  # ... ran this much slower than its transpose (benchmarks/ttm.py, last mode)
@@ -1151,6 +1159,14 @@ def _batched_dot_layout(spec: Spec, a_shape, a_strides, b_shape, b_strides, out_
 BATCHED_DOT_MIN_FLOPS = 1 << 18
 
 
+def _model_bound(nbytes: float, flops: float, dtype: str) -> float:
+    """Seconds of a compiled streaming kernel in the cost model's own units (``_KERNEL_STREAM_BW``,
+    ``_GEMM_PEAK``; twice the peak in single precision), to weigh against BLAS estimates made of the same
+    constants: a choice that no calibration of the machine can flip."""
+    peak = _GEMM_PEAK * (2 if dtype in ("float32", "complex64") else 1)
+    return max(nbytes / _KERNEL_STREAM_BW, flops / peak)
+
+
 def _consider_batched_dot(plan: ContractionPlan, spec: Spec, a_shape, a_strides, b_shape, b_strides,
                           out_strides, out_layout: str) -> ContractionPlan:
     """The plan with the compiled batched dot product (``tuckerkit.engine._batched_dot``) where it applies (see
@@ -1184,9 +1200,9 @@ def _consider_batched_dot(plan: ContractionPlan, spec: Spec, a_shape, a_strides,
     itemsize = 4 if plan.dtype == "float32" else 8
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
     roof = machine_roofline()
-    t_comp = roof.bound(nbytes, plan.flops, plan.dtype)
+    t_comp = _model_bound(nbytes, plan.flops, plan.dtype)
     t_blas = plan.est_seconds
-    estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
+    estimates = (("compiled (model)", t_comp), (f"blas {plan.kind} (model)", t_blas),
                  ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)))
     if t_comp >= _SMALL_RANK_MARGIN * t_blas:
         return dataclasses.replace(plan, estimates=estimates)
@@ -1256,9 +1272,9 @@ def _consider_rank_outer(plan: ContractionPlan, spec: Spec, a_shape, a_strides, 
 
     nbytes = (math.prod(a_shape) + math.prod(b_shape) + math.prod(plan.shapes[2])) * itemsize
     roof = machine_roofline()
-    t_comp = roof.bound(nbytes + 2 * n_copied * itemsize, plan.flops, plan.dtype)
+    t_comp = _model_bound(nbytes + 2 * n_copied * itemsize, plan.flops, plan.dtype)
     t_blas = plan.est_seconds
-    estimates = (("compiled", t_comp), (f"blas {plan.kind}", t_blas),
+    estimates = (("compiled (model)", t_comp), (f"blas {plan.kind} (model)", t_blas),
                  ("roofline", roof.bound(nbytes, plan.flops, plan.dtype)))
     if t_comp >= _SMALL_RANK_MARGIN * t_blas:
         return dataclasses.replace(plan, estimates=estimates)

@@ -8,7 +8,8 @@ on the worker count (the same call gives the same bits with one worker or severa
 
 Calibration runs once per machine, in well under a second (one streaming reduce of 64 MB, one 384^3 GEMM
 per dtype, one thread each), and is cached as JSON under the user's cache directory
-(``$XDG_CACHE_HOME/tuckerkit`` or ``~/.cache/tuckerkit``). ``TUCKERKIT_ROOFLINE="bw=31e9,peak=1e11"`` (bytes/s
+(``$XDG_CACHE_HOME/tuckerkit`` or ``~/.cache/tuckerkit``; where that cannot be written, ``<tmp>/tuckerkit-<uid>``).
+``TUCKERKIT_ROOFLINE="bw=31e9,peak=1e11"`` (bytes/s
 and float64 flop/s; ``peak32=`` for float32, default twice ``peak``) overrides it and skips the calibration.
 The cached numbers are read back as they are, so on one machine the same call picks the same kernel, and
 therefore gives the same bits, on every run.
@@ -24,6 +25,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +76,16 @@ class Roofline:
 def _cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "tuckerkit"
+
+
+def _fallback_dir() -> Path:
+    """Where the calibration is kept when the user's cache folder cannot be written (a read-only home, no home):
+    a folder of the user's own under the temporary directory, so that the processes of one machine share one
+    calibration (the kernels it chooses, and so the bits) rather than each measuring its own."""
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"tuckerkit-{uid}"
 
 
 def _machine_key() -> str:
@@ -201,26 +213,32 @@ def machine_roofline() -> Roofline:
     with _LOCK:
         if "r" in _CURRENT:
             return _CURRENT["r"]
-        path = _cache_dir() / _FILE
         key = _machine_key()
         found = None
-        try:
-            data = json.loads(path.read_text())
-            entry = data.get(key) if isinstance(data, dict) else None
-            if isinstance(entry, dict):
-                found = Roofline(float(entry["bandwidth"]), float(entry["peak64"]), float(entry["peak32"]), "cache")
-        except (OSError, ValueError, KeyError, TypeError):
-            data = {}
+        datas = []
+        for path in (_cache_dir() / _FILE, _fallback_dir() / _FILE):
+            data: Any = {}
+            try:
+                data = json.loads(path.read_text())
+                entry = data.get(key) if isinstance(data, dict) else None
+                if isinstance(entry, dict):
+                    found = Roofline(float(entry["bandwidth"]), float(entry["peak64"]), float(entry["peak32"]),
+                                     "cache")
+                    break
+            except (OSError, ValueError, KeyError, TypeError):
+                data = {}
+            datas.append((path, data if isinstance(data, dict) else {}))
         if found is None:
             found = calibrate()
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                data = data if isinstance(data, dict) else {}
-                data[key] = {k: v for k, v in asdict(found).items() if k != "source"}
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(data, indent=1))
-                tmp.replace(path)
-            except OSError:  # a read-only home: calibrate once per process instead
-                pass
+            for path, data in datas:  # the user's cache folder, else the fallback under the temporary directory
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    data[key] = {k: v for k, v in asdict(found).items() if k != "source"}
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(data, indent=1))
+                    tmp.replace(path)
+                    break
+                except OSError:  # (read-only: the next folder; neither: once per process)
+                    continue
         _CURRENT["r"] = found
         return found
