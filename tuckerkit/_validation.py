@@ -8,6 +8,7 @@ from __future__ import annotations
 import numbers
 import operator
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,16 +53,47 @@ def check_shape(X: Any, name: str = "X", *, min_ndim: int = 2) -> None:
         )
 
 
+def plain_array(X: Any, name: str = "X") -> Any:
+    """``X`` as numpy's own array type in the machine's byte order, where it is another: a masked array without
+    masked entries as its data (with masked entries a one-line ``ValueError``: the mask would be ignored, its
+    entries read as data), ``numpy.matrix`` (its products are matrix products, and it is always 2-D) as a plain
+    array, a byte-swapped dtype (``'>f4'`` on a little-endian machine) as the
+    native one (it was taken as a foreign dtype: float64 results for float32 data). Anything else is returned
+    as it is.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> plain_array(np.ones(3, dtype=">f4")).dtype.isnative
+    True
+    """
+    if not isinstance(X, np.ndarray):
+        return X
+    ma = sys.modules.get("numpy.ma")  # (not np.ma: that imports numpy.ma, 20-26 ms, where no masked array can be)
+    if ma is not None and isinstance(X, ma.MaskedArray):
+        masked = int(ma.count_masked(X))
+        if masked:
+            raise ValueError(
+                f"{name} is a masked array with {masked} masked entr{'y' if masked == 1 else 'ies'}; pass "
+                f"{name}.data with mask=~{name}.mask (True where observed; hooi and cp_als take it), or fill "
+                f"them first ({name}.filled(value))"
+            )
+        X = ma.getdata(X)
+    if isinstance(X, np.matrix):
+        X = np.asarray(X)
+    if not X.dtype.isnative:
+        X = X.astype(X.dtype.newbyteorder("="))
+    return X
+
+
 def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: bool = False,
                  check_finite: bool = True) -> Any:
     """Return ``X`` as a float32/float64 array (ints and bools promoted), or raise a one-line error."""
     if X is None:
         raise TypeError(f"{name} is None; expected an array of at least {min_ndim} dimensions")
     if not hasattr(X, "dtype") or not hasattr(X, "shape"):
-        try:
-            X = np.asarray(X)
-        except (ValueError, TypeError) as exc:
-            raise TypeError(f"{name} could not be converted to an array: {exc}") from None
+        X = _from_nested(X, name)
+    X = plain_array(X, name)
     dt = np.dtype(X.dtype)
     if dt.kind in "biu":
         X = X.astype(np.float64)
@@ -84,6 +116,15 @@ def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: b
     if bad:
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first")
     return X
+
+
+def _from_nested(X: Any, name: str) -> np.ndarray:
+    """``np.asarray(X)`` of a list or other sequence, or a one-line ``TypeError`` naming ``name``."""
+    try:
+        return np.asarray(X)
+    except (ValueError, TypeError):
+        raise TypeError(f"{name} could not be converted to an array (nested sequences of unequal lengths, or "
+                        f"entries that are not numbers); received {describe(X)}") from None
 
 
 def _as_int(value: Any, name: str) -> int:

@@ -232,7 +232,9 @@ def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.n
     for n in range(N):  # every column to unit sum, the scale in the weights
         factors[n], weights = _normalize1(factors[n], weights)
     Phi = [np.zeros_like(U) for U in factors]
-    normX = math.sqrt(float(data.values @ data.values))
+    from tuckerkit.engine._operand import frobenius_norm
+
+    normX = frobenius_norm(data.values)  # (scaled: no square overflows or underflows)
     mon = Monitor("cp_apr", 0.0, max_iter, callback, verbose)
     kkt_last, it = float("inf"), 0
     Pi = np.empty((data.coords.shape[0], rank))
@@ -307,13 +309,20 @@ def _log_likelihood(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndar
 
 def _ls_fit(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray, normX: float,
             policy: Any = None) -> float:
-    """``1 - ||X - M|| / ||X||`` from the model at the nonzeros and the Grams (no reconstruction)."""
-    if normX <= 0:
+    """``1 - ||X - M|| / ||X||`` from the model at the nonzeros and the Grams (no reconstruction); the values
+    and the weights divided by the power of two at or above the largest value first (exact), so that no square
+    overflows or underflows (counts times 1e-300 read a fit of 1.0, times 1e200 NaN)."""
+    peak = float(np.max(np.abs(data.values))) if data.values.size else 0.0
+    if peak == 0:  # (not normX: its square underflows to 0 for values near 1e-160)
         return 1.0
-    m = _values_at(data, factors, weights, policy)
-    inner = float(data.values @ m)
+    scale = math.ldexp(1.0, -math.frexp(peak)[1]) if peak > 0 and math.isfinite(peak) else 1.0
+    vals = data.values * scale
+    w = weights * scale
+    m = _values_at(data, factors, w, policy)
+    inner = float(vals @ m)
+    nx2 = float(vals @ vals)
     V = np.ones((weights.shape[0],) * 2)
     for U in factors:
         V = V * (U.T @ U)
-    err2 = normX**2 - 2 * inner + float(weights @ V @ weights)
-    return 1.0 - math.sqrt(max(err2, 0.0)) / normX
+    err2 = nx2 - 2 * inner + float(w @ V @ w)
+    return 1.0 - math.sqrt(max(err2, 0.0)) / math.sqrt(nx2) if nx2 > 0 else 1.0

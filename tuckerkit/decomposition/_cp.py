@@ -30,6 +30,7 @@ from tuckerkit.decomposition._entry import (
     check_fixed_modes,
     decomposition_call,
     mean_passes,
+    scaled_start,
 )
 from tuckerkit.decomposition._linalg import (
     cp_factor_update,
@@ -324,6 +325,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                 weights = scale.real.astype(wdt) if cplx else scale
                 if small is not None:
                     weights = to_host(weights)
+        if em is None:  # (with the E step the start's model fills the missing entries: its scale counts)
+            factors = scaled_start(factors, keep=fixed)
     else:
         factors = _svd_init(call, rank, rng, first=0 in fixed) if init == "svd" else [
             call.like(rng.random((X.shape[n], rank))) for n in range(N)

@@ -488,3 +488,27 @@ def check_fixed_modes(fixed_modes: Any, ndim: int, name: str = "fixed_modes") ->
     if len(set(modes)) != len(modes):
         raise ValueError(f"{name}={describe(list(fixed_modes))} repeats a mode; expected distinct modes")
     return frozenset(modes)
+
+
+#: the magnitudes a given start's factor may have before :func:`scaled_start` rescales it (2^-64 to 2^64: the
+#: Grams of a few such factors, multiplied together, stay far inside float64's range)
+START_MAGNITUDE = 2.0**64
+
+
+def scaled_start(factors: list[Any], keep: Any = ()) -> list[Any]:
+    """A given start's factors (but those of the modes in ``keep``: fixed factors come back as given), each whose
+    largest magnitude lies outside ``[1 / START_MAGNITUDE, START_MAGNITUDE]`` divided by the power of two at or
+    above it (exact). The iterations are invariant to a free factor's scale (each update recomputes it, or
+    keeps only its subspace), but its Grams and projections were not: factors of 1e100 overflowed (LAPACK
+    errors, a core-dimension error), factors of 1e-100 underflowed to a fit of 0.0 reported as converged.
+    Factors within that range are left as they are, bit for bit."""
+    out = list(factors)
+    for n, U in enumerate(out):
+        if n in keep or U.size == 0:
+            continue
+        m = float(abs(U).max())
+        if m == 0 or not math.isfinite(m) or 1 / START_MAGNITUDE <= m <= START_MAGNITUDE:
+            continue
+        real = U.real.dtype if U.dtype.kind == "c" else U.dtype
+        out[n] = U * np.dtype(real).type(math.ldexp(1.0, -math.frexp(m)[1]))
+    return out

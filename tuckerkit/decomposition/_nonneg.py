@@ -306,6 +306,8 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
         release()
     if apart is not None:  # every mode fixed: the start itself
         weights, unit = apart, factors
+    elif len(fixed) == N:  # every mode fixed, the start given as factors alone: they come back as given
+        weights, unit = xp.ones(rank, dtype=factors[0].dtype), list(factors)
     elif fixed:  # unit columns on the free modes only: a fixed factor comes back exactly as given
         free = [n for n in range(N) if n not in fixed]
         w_free, unit_free = normalize_columns([factors[n] for n in free])
@@ -318,8 +320,27 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     from tuckerkit.decomposition._cp import CPResidual
 
     history = call.with_residual_fit(mon.history, lambda: CPResidual(xp, weights, unit))  # (float32 near 1)
-    return CPTensor(call.unscale(weights), tuple(unit), it, mon.converged, history,
+    converged = _not_collapsed(f"non_negative_cp({method})", not bool(xp.any(weights != 0)), call.norm,
+                               mon.converged)
+    return CPTensor(call.unscale(weights), tuple(unit), it, converged, history,
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
+
+
+def _not_collapsed(name: str, zero: bool, norm: float, converged: bool) -> bool:
+    """``converged``, unless the model of a non-zero tensor is all zero: every update from the start drove it
+    there (zero-mean data at low ranks: no non-negative part to fit), a fixed point with fit 0.0 that the run had
+    reported as converged. Then a :class:`ConvergenceWarning` says so, and False."""
+    if not zero or norm == 0:
+        return converged
+    import warnings
+
+    from tuckerkit.decomposition._entry import caller_stacklevel
+    from tuckerkit.decomposition._results import ConvergenceWarning
+
+    warnings.warn(f"{name} ended at an all-zero model (fit 0.0): the updates from this start drove a factor to "
+                  "zero; the data may have no non-negative part at these ranks (try init='random' or other ranks)",
+                  ConvergenceWarning, stacklevel=caller_stacklevel())
+    return False
 
 
 def normalize_columns(factors: Sequence[Any]) -> tuple[Any, list[Any]]:
@@ -500,6 +521,8 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
             core = call.like(first)
             if tuple(core.shape) != tuple(ranks):
                 raise ValueError(f"init's core has shape {tuple(core.shape)}; expected {tuple(ranks)}")
+            if not bool(xp.all(xp.isfinite(core))):
+                raise ValueError("init's core has NaN or infinite entries; expected finite non-negative numbers")
             if float(xp.min(core)) < 0:
                 raise ValueError("init's core has negative entries; a non-negative decomposition needs init >= 0")
             if call.scale != 1.0:
@@ -511,8 +534,14 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
         factors = [xp.ascontiguousarray(xp.abs(X.leading_subspace(n, ranks[n], rng=rng, policy=policy)[0])
                                         .astype(X.dtype, copy=False)) for n in range(N)]
     if core is None:  # the non-negative part of the projection onto the starting factors
-        core = xp.maximum(X.multi_ttm(dict(enumerate(factors)), transpose=True, policy=policy), 0)
+        proj = X.multi_ttm(dict(enumerate(factors)), transpose=True, policy=policy)
+        core = xp.maximum(proj, 0)
+        if not bool(xp.any(core > 0)):
+            # (no positive entry, as on zero-mean data at low ranks: a zero core is a fixed point of every update,
+            # and the run reported fit 0.0 as converged; its magnitudes then, as TensorLy's start takes)
+            core = xp.abs(proj)
         core = core.astype(X.dtype, copy=False)
+        del proj
     if isinstance(init, str):  # scale the start to the data: ||X_hat|| = ||X||
         grams0 = [U.T @ U for U in factors]
         c64 = core.astype(xp.float64)
@@ -558,5 +587,7 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
     from tuckerkit.decomposition._tucker import TuckerResidual
 
     history = call.with_residual_fit(mon.history, lambda: TuckerResidual(xp, core, factors))  # (float32 near 1)
-    return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, history,
+    zero = not bool(xp.any(core != 0)) or any(not bool(xp.any(U != 0)) for U in factors)
+    converged = _not_collapsed(f"non_negative_tucker({method})", zero, call.norm, mon.converged)
+    return TuckerTensor(call.unscale(core), tuple(factors), it, converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)

@@ -387,6 +387,8 @@ def rank_sweep(
         threshold = float(threshold)
     except (TypeError, ValueError):
         raise TypeError(f"threshold must be a number; received {describe(threshold)}") from None
+    if not math.isfinite(threshold):  # (NaN: no rank ever fell below it, and the suggestion was silently None)
+        raise ValueError(f"threshold must be a finite number (a CORCONDIA percentage such as 90); received {threshold}")
     seed = int(check_random_state(random_state).integers(2**31 - 1))
     op = as_operand(X, check_finite=True, real=True, min_ndim=2)
     if method in ("cp", "nn-cp"):  # (before the sweep, not after its decompositions)

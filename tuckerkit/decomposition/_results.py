@@ -19,6 +19,47 @@ import numpy as np
 from tuckerkit.backend import array_namespace, device_of, to_device, to_host
 
 
+def _pow2_scaled(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+    """Each array divided by the power of two at or above its largest magnitude (exact: only exponents
+    change), and the sum of those powers' exponents: a product of the arrays' norms is the scaled arrays' times
+    ``2 ** exponent``. An all-zero or non-finite array is left as it is."""
+    out, total = [], 0
+    for a in arrays:
+        m = float(np.max(np.abs(a))) if a.size else 0.0
+        if m == 0.0 or not math.isfinite(m):
+            out.append(a)
+            continue
+        e = math.frexp(m)[1]
+        scale = np.asarray(math.ldexp(1.0, -e)).astype(a.real.dtype if np.iscomplexobj(a) else a.dtype)
+        out.append(a * scale)
+        total += e
+    return out, total
+
+
+def _pair(obj: Any, what: str, kind: str) -> tuple[Any, Any]:
+    """``obj``'s two parts for ``from_tensorly`` (a TensorLy model or a pair whose second entry is a non-empty
+    sequence of factor matrices), or a one-line ``TypeError`` naming what was expected."""
+    from tuckerkit._validation import describe
+
+    try:
+        first, factors = obj[0], obj[1]
+        ok = len(obj) == 2 and not isinstance(factors, str) and len(factors) > 0
+    except (TypeError, IndexError, KeyError):
+        ok = False
+    if not ok:
+        raise TypeError(f"obj must be a TensorLy {kind} or a {what} pair with at least one factor matrix; received "
+                        f"{describe(obj)}")
+    return first, factors
+
+
+def _ldexp(x: float, e: int) -> float:
+    """``x * 2 ** e``, infinity past the largest float and 0.0 below the smallest."""
+    try:
+        return math.ldexp(x, e)
+    except OverflowError:
+        return math.inf
+
+
 class ConvergenceWarning(UserWarning):
     """An iterative decomposition reached ``max_iter`` before its convergence test passed.
 
@@ -490,13 +531,14 @@ class TuckerTensor(_Model):
         return self.factors[order[0]], np.ascontiguousarray(G).reshape(core.shape[0], -1)
 
     def norm(self) -> float:
-        """Frobenius norm of the model (equal to the core's norm when the factors are orthonormal)."""
-        grams = [_adjoint(U) @ U for U in self.factors]
+        """Frobenius norm of the model (equal to the core's norm when the factors are orthonormal); the core and
+        each factor scaled by a power of two first (exact), so that no square overflows or underflows."""
         from tuckerkit.engine import multi_ttm
 
-        G = self.core
+        (G, *Us), e = _pow2_scaled([to_host(self.core), *(to_host(U) for U in self.factors)])
+        grams = [_adjoint(U) @ U for U in Us]
         GG = (G.conj() if np.iscomplexobj(G) else G) * multi_ttm(G, grams)
-        return math.sqrt(max(float(GG.sum().real), 0.0))
+        return _ldexp(math.sqrt(max(float(GG.sum().real), 0.0)), e)
 
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F``.
@@ -564,7 +606,7 @@ class TuckerTensor(_Model):
         >>> T.shape, T.ranks
         ((4, 5), (2, 3))
         """
-        core, factors = obj[0], obj[1]
+        core, factors = _pair(obj, "(core, factors)", "TuckerTensor")
         return cls(_host_array(core), tuple(_host_array(U) for U in factors))
 
     def to_pyttb(self):
@@ -693,12 +735,14 @@ class CPTensor(_Model):
         return first, khatri_rao([self.factors[m] for m in order[1:]]).T
 
     def norm(self) -> float:
-        """Frobenius norm of the model from the factor Grams (no reconstruction)."""
+        """Frobenius norm of the model from the factor Grams (no reconstruction); the weights and each factor
+        scaled by a power of two first (exact), so that no square overflows or underflows."""
+        (w, *Us), e = _pow2_scaled([to_host(self.weights), *(to_host(U) for U in self.factors)])
         V = np.ones((self.rank, self.rank))
-        for U in self.factors:
+        for U in Us:
             V = V * _wide(_adjoint(U) @ U)
-        w = _wide(self.weights)
-        return math.sqrt(max(float((w.conj() @ V @ w).real), 0.0))
+        w = _wide(w)
+        return _ldexp(math.sqrt(max(float((w.conj() @ V @ w).real), 0.0)), e)
 
     def relative_error(self, X: Any) -> float:
         """``||X - X_hat||_F / ||X||_F``: entry by entry for a dense array; for a sparse, out-of-core or Dask
@@ -755,7 +799,7 @@ class CPTensor(_Model):
         >>> tk.CPTensor.from_tensorly((None, [rng.random((4, 2)), rng.random((5, 2))])).weights
         array([1., 1.])
         """
-        weights, factors = obj[0], obj[1]
+        weights, factors = _pair(obj, "(weights, factors)", "CPTensor")
         factors = tuple(_host_array(U) for U in factors)
         if weights is None:
             weights = np.ones(factors[0].shape[1], dtype=factors[0].dtype)

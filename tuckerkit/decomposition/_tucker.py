@@ -32,6 +32,7 @@ from tuckerkit.decomposition._entry import (
     check_fixed_modes,
     decomposition_call,
     mean_passes,
+    scaled_start,
 )
 from tuckerkit.decomposition._missing import TuckerModel
 from tuckerkit.decomposition._monitor import IterationState, Monitor
@@ -870,6 +871,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     small = _small_sweep(X, ranks, fixed, em, svd)  # a small 3- or 4-way tensor: compiled factor steps
     if not isinstance(init, str):
         factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
+        if em is None and init[0] is None:  # (only the factors' subspaces count then)
+            factors = scaled_start(factors, keep=fixed)
     else:
         how = init
         if init in ("st_hosvd", "st_hosvd_sketch"):

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from tuckerkit._validation import MAX_NDIM, check_shape, check_tensor, count_nonfinite
+from tuckerkit._validation import MAX_NDIM, check_shape, check_tensor, count_nonfinite, plain_array
 from tuckerkit.backend import (
     Device,
     array_namespace,
@@ -518,6 +518,7 @@ def dense_array(X: Any, name: str = "X", *, min_ndim: int = 1) -> Any:
             raise TypeError(f"{name} is a {type(X).__name__}; expected {ACCEPTED}") from None
         if X.dtype == object:
             raise TypeError(f"{name} could not be converted to a numeric array (it holds Python objects)")
+    X = plain_array(X, name)
     dtype = result_dtype((X.dtype, name))
     if X.dtype != dtype:
         X = X.astype(dtype)
@@ -621,11 +622,18 @@ a SlabTensor, a DaskTensor or dask.array.Array, or a scipy.sparse matrix (open f
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"dtype={dtype} is not supported; expected float32 or float64")
     if op is None:  # dense
+        X = plain_array(X, name)
         if limit is not None and _is_array_like(X) and streams(X.shape, dtype or X.dtype, limit):
             op = SlabTensor(X, limit, dtype=dtype)
         if op is None:
             if not (isinstance(X, np.ndarray) or _module_root(X) == "cupy"):
-                X = np.asarray(X)  # lists, HDF5 / zarr datasets that fit
+                try:
+                    X = np.asarray(X)  # lists, HDF5 / zarr datasets that fit
+                except (ValueError, TypeError):
+                    from tuckerkit._validation import describe
+
+                    raise TypeError(f"{name} could not be converted to an array (nested sequences of unequal "
+                                    f"lengths, or entries that are not numbers); received {describe(X)}") from None
             if dtype is not None and X.dtype != dtype:
                 X = X.astype(dtype)
             if real or check_finite or min_ndim > 1:  # a decomposition's input: the full one-line checks

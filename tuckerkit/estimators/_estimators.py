@@ -22,6 +22,7 @@ from tuckerkit._validation import (
     check_unit_interval,
 )
 from tuckerkit.decomposition import cp_als, hooi, non_negative_cp, non_negative_tucker, st_hosvd
+from tuckerkit.decomposition._entry import caller_stacklevel
 from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.decomposition._results import ConvergenceWarning
 from tuckerkit.engine import khatri_rao, mttkrp, multi_ttm
@@ -127,8 +128,8 @@ class _TensorTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Base
             warnings.simplefilter("always")
             result = run(*args, **kwargs)
         for w in caught:
-            if issubclass(w.category, ConvergenceWarning):  # (pointing at the caller of fit)
-                warnings.warn(EstimatorConvergenceWarning(str(w.message)), stacklevel=3)
+            if issubclass(w.category, ConvergenceWarning):  # (pointing at the user's line)
+                warnings.warn(EstimatorConvergenceWarning(str(w.message)), stacklevel=caller_stacklevel())
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return result

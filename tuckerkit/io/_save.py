@@ -461,6 +461,12 @@ def save_result(
     >>> load_result(p).ranks
     (2, 2, 2)
     """
+    if not isinstance(path, str | os.PathLike):  # (a model here printed itself, arrays and all, in the message)
+        from tuckerkit._validation import describe
+
+        hint = ("; the path comes first: save_result(path, result)" if isinstance(path, TuckerTensor | CPTensor)
+                else "")
+        raise TypeError(f"path must be a file name ending in .npz; received {describe(path)}{hint}")
     if not str(path).endswith(".npz"):
         raise OutputFileError(f"output {str(path)!r} must end in .npz")
     metadata = _check_metadata(metadata)
