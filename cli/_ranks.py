@@ -65,9 +65,20 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
     if method.endswith("tucker") and max_rank > max(X.shape):  # (each rank is capped at its mode's size)
         raise CLIError(f"--max-rank {max_rank} exceeds the largest mode size of {str(input)!r} ({max(X.shape)}); "
                        f"with --method {method} a rank above it repeats rank {max(X.shape)}")
+    progress = None
+    if not json_out:  # each rank's row as soon as it is done (a failure at the last rank keeps the others)
+        from tuckerkit.decomposition._rank import MARKDOWN_HEADER
+
+        def progress(row, started=[]):  # noqa: B006 (the header once, above the first row)
+            if not started:
+                started.append(True)
+                for line in MARKDOWN_HEADER:
+                    typer.echo(line)
+            typer.echo(row.to_markdown())
+
     with _input_named(input):
         table = tk.rank_sweep(X, range(min_rank, max_rank + 1), method=method, tol=tol, max_iter=max_iter,
-                              random_state=seed)
+                              random_state=seed, callback=progress)
     if json_out:
         rows = [{"rank": r.rank, "error": r.error, "fit": r.fit,
                  "corcondia": None if r.corcondia != r.corcondia else r.corcondia, "seconds": r.seconds,
@@ -75,7 +86,6 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
         typer.echo(json.dumps({"input": str(input), "method": method, "rows": rows,
                                "suggested_rank": table.suggested_rank}))
     else:
-        typer.echo(table.to_markdown())
         if table.suggested_rank is not None:
             typer.echo(f"suggested rank: {table.suggested_rank} (largest rank before CORCONDIA falls below "
                        f"{table.threshold:g})")

@@ -215,3 +215,36 @@ def test_corcondia_past_memory_is_refused_before_the_sweep(monkeypatch):
     monkeypatch.setattr(cp_module, "cp_als", no_fit)  # (refused up front, not after the rank-1 fit)
     with pytest.raises(MemoryError, match=r"^CORCONDIA at rank 2001 "):
         tk.rank_sweep(X, [1, 2001])
+
+
+def test_rank_sweep_callback_gets_each_row_as_it_is_done(rng):
+    X = np.einsum("ir,jr,kr->ijk", *(rng.standard_normal((n, 2)) for n in (6, 7, 8)))
+    seen = []
+    table = tk.rank_sweep(X, [1, 2, 3], random_state=0, callback=lambda row: seen.append(row))
+    assert seen == list(table.rows)
+    with pytest.raises(TypeError, match=r"callback must be callable or None; received str"):
+        tk.rank_sweep(X, [1], callback="print")
+
+
+def test_cli_ranks_prints_each_row_before_a_later_rank_fails(tmp_path, monkeypatch, rng):
+    """The table was printed only at the end: a failure at the last rank lost the rows before it."""
+    from conftest import cli_invoke
+
+    from tuckerkit.decomposition import _cp
+
+    p = tmp_path / "x.npy"
+    np.save(p, rng.standard_normal((6, 7, 8)))
+    real = _cp.cp_als
+
+    def failing(X, r, **kw):
+        if r == 3:
+            raise MemoryError("rank 3 ran out of memory")
+        return real(X, r, **kw)
+
+    monkeypatch.setattr(_cp, "cp_als", failing)  # (rank_sweep imports it from there at each call)
+    res = cli_invoke(["ranks", p, "--max-rank", "3"])
+    assert res.exit_code == 1
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("| rank | error | fit | corcondia |")
+    assert [ln.split("|")[1].strip() for ln in lines[2:4]] == ["1", "2"]
+    assert "rank 3 ran out of memory" in res.output

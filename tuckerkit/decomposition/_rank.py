@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit._validation import check_choice, check_cp_rank, describe
+from tuckerkit._validation import check_callback, check_choice, check_cp_rank, describe
 from tuckerkit.backend import to_host
 
 
@@ -243,6 +243,17 @@ class RankRow:
     n_iter: int
     converged: bool
 
+    def to_markdown(self) -> str:
+        """The row's line of :meth:`RankSweep.to_markdown` (below :data:`MARKDOWN_HEADER`)."""
+        cc = "-" if math.isnan(self.corcondia) else f"{self.corcondia:.1f}"
+        return (f"| {self.rank} | {self.error:.4g} | {self.fit:.4f} | {cc} | {self.seconds:.3g} | {self.n_iter} | "
+                f"{'yes' if self.converged else 'no'} |")
+
+
+#: the two header lines of :meth:`RankSweep.to_markdown`
+MARKDOWN_HEADER = ("| rank | error | fit | corcondia | seconds | iterations | converged |",
+                   "|---:|---:|---:|---:|---:|---:|:---|")
+
 
 @dataclass(frozen=True)
 class RankSweep:
@@ -289,13 +300,7 @@ class RankSweep:
 
     def to_markdown(self) -> str:
         """The table as Markdown (one line per rank)."""
-        lines = ["| rank | error | fit | corcondia | seconds | iterations | converged |",
-                 "|---:|---:|---:|---:|---:|---:|:---|"]
-        for r in self.rows:
-            cc = "-" if math.isnan(r.corcondia) else f"{r.corcondia:.1f}"
-            lines.append(f"| {r.rank} | {r.error:.4g} | {r.fit:.4f} | {cc} | {r.seconds:.3g} | {r.n_iter} | "
-                         f"{'yes' if r.converged else 'no'} |")
-        return "\n".join(lines)
+        return "\n".join([*MARKDOWN_HEADER, *(r.to_markdown() for r in self.rows)])
 
     def __str__(self) -> str:
         return self.to_markdown()
@@ -335,6 +340,7 @@ def rank_sweep(
     random_state: Any = None,
     threshold: float = 90.0,
     device: Any = None,
+    callback: Any = None,
 ) -> RankSweep:
     """Decompose ``X`` at each rank and tabulate error, fit, CORCONDIA and time, to choose a rank.
 
@@ -353,6 +359,9 @@ def rank_sweep(
         The CORCONDIA below which a rank counts as over-factored (``suggested_rank``).
     device : optional
         Passed on.
+    callback : callable, optional
+        ``callback(row)`` with each :class:`RankRow` as soon as its rank is done (a long sweep's rows shown as
+        they come; the command line's ``ranks`` prints them so).
 
     Returns
     -------
@@ -389,6 +398,7 @@ def rank_sweep(
         raise TypeError(f"threshold must be a number; received {describe(threshold)}") from None
     if not math.isfinite(threshold):  # (NaN: no rank ever fell below it, and the suggestion was silently None)
         raise ValueError(f"threshold must be a finite number (a CORCONDIA percentage such as 90); received {threshold}")
+    check_callback(callback)
     seed = int(check_random_state(random_state).integers(2**31 - 1))
     op = as_operand(X, check_finite=True, real=True, min_ndim=2)
     if method in ("cp", "nn-cp"):  # (before the sweep, not after its decompositions)
@@ -412,4 +422,6 @@ def rank_sweep(
         seconds = time.perf_counter() - t0
         cc = corcondia(op, model) if method in ("cp", "nn-cp") else float("nan")
         rows.append(RankRow(r, 1.0 - model.fit, model.fit, cc, seconds, model.n_iter, model.converged))
+        if callback is not None:
+            callback(rows[-1])
     return RankSweep(method, tuple(rows), threshold)
