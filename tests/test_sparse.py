@@ -419,3 +419,26 @@ def test_auto_plan_does_not_move_with_the_free_memory(monkeypatch):
     assert _default_budget() == real("SC_PHYS_PAGES") * real("SC_PAGE_SIZE") // 4
     busy = COOTensor(coords, vals, shape).plan()
     assert busy.kind == free_then.kind == "all"
+
+
+def test_values_edited_after_a_run_are_read_by_the_next(rng):
+    """The CSF trees hold copies of the values: an in-place edit (or another array assigned) after a run left the
+    next run on the old values (a fit of 0.0606 for 0.2721)."""
+    shape = (20, 15, 10)
+    coords = np.stack([rng.integers(0, n, 600) for n in shape], 1)
+    X = COOTensor(coords, rng.standard_normal(600), shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        tk.cp_als(X, 3, random_state=0, max_iter=5)
+        tk.hooi(X, 2, max_iter=2)
+        X._drop_coords()  # (as a sparse CP-ALS may leave it: rebuilt from a tree before the plan goes)
+        X.values[:] = np.abs(X.values) * 2.0
+        fresh = COOTensor(X.coords.copy(), X.values.copy(), shape)
+        for run in (lambda T: tk.cp_als(T, 3, random_state=0, max_iter=5), lambda T: tk.hooi(T, 2, max_iter=2)):
+            assert run(X).fit == run(fresh).fit
+        X.values = -X.values  # (another array)
+        fresh = COOTensor(X.coords.copy(), X.values.copy(), shape)
+        assert tk.cp_als(X, 3, random_state=0, max_iter=5).fit == tk.cp_als(fresh, 3, random_state=0, max_iter=5).fit
+        plan = X.plan()
+        tk.cp_als(X, 3, random_state=0, max_iter=2)
+        assert X.plan() is plan  # (unchanged values: the cached plan is kept)

@@ -313,6 +313,9 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     dense = isinstance(op, DenseTensor)
     if not dense:
         op.check_finite()
+        drop = getattr(op, "drop_stale_plan", None)
+        if drop is not None:  # (a sparse tensor whose values changed since its CSF trees were built)
+            drop()
     policy = default_policy()
     with ExitStack() as stack:
         stack.enter_context(blas_pinned())

@@ -214,7 +214,19 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
     plan = SparsePlan(kind, tuple(c.order for c in csfs), tuple(assignment), sum(c.nbytes for c in csfs),
                       time.perf_counter() - t0, reason)
     X._tk_csf = (plan, csfs)
+    X._tk_csf_stamp = values_stamp(X)
     return plan, csfs
+
+
+def values_stamp(X: Any) -> tuple | None:
+    """What :meth:`~tuckerkit.sparse._dispatch.SparseOperand.drop_stale_plan` compares: a COO tensor's
+    ``values`` array (its address and length) and the wrapping sum of its entries' bits, one read; None for
+    other tensors (a CSF tensor's values are its tree's own)."""
+    v = getattr(X, "values", None) if type(X).__name__ == "COOTensor" else None
+    if not isinstance(v, np.ndarray) or v.dtype.itemsize not in (4, 8, 16) or not v.flags.c_contiguous:
+        return None
+    bits = v.view(np.uint64 if v.dtype.itemsize >= 8 else np.uint32)
+    return (v.__array_interface__["data"][0], v.size, int(np.add.reduce(bits, dtype=np.uint64)))
 
 
 def _packed_tree(csf: CSFTensor) -> tuple:
