@@ -95,7 +95,7 @@ class SparseOperand(SparseShape, OperandBase):
         if self.__dict__.get("_tk_csf") is None or stamp is None or values_stamp(self) == stamp:
             return False
         if self.__dict__.get("_coords") is None:  # (dropped while the plan held them: rebuilt from a tree first)
-            _ = self.coords
+            _ = getattr(self, "coords")  # noqa: B009 (a COO tensor's property)
         del self.__dict__["_tk_csf"]
         self.__dict__.pop("_tk_csf_stamp", None)
         return True
