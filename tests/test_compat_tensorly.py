@@ -48,3 +48,106 @@ from tensorly.decomposition.tests.test_cp import test_non_negative_parafac  # no
 from tensorly.decomposition.tests.test_cp import test_non_negative_parafac_hals_one_unconstrained  # noqa: E402,F401
 from tensorly.decomposition.tests.test_tucker import test_non_negative_tucker  # noqa: E402,F401
 from tensorly.decomposition.tests.test_tucker import test_non_negative_tucker_hals_active_set  # noqa: E402,F401
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Defects a review found by calling the layer as TensorLy's users do (TensorLy itself is the oracle)
+# ------------------------------------------------------------------------------------------------------------
+def _review_tensor(nonneg=False):
+    rng = np.random.default_rng(0)
+    A = [rng.standard_normal((n, 3)) for n in (8, 9, 10)]
+    A = [np.abs(U) for U in A] if nonneg else A
+    noise = rng.standard_normal((8, 9, 10))
+    return np.einsum("ir,jr,kr->ijk", *A) + 0.05 * (np.abs(noise) if nonneg else noise)
+
+
+@pytest.mark.parametrize("kw", [{}, {"init": "random", "random_state": 0}, {"tol": None, "n_iter_max": 7},
+                                {"tol": 0, "n_iter_max": 30}])
+def test_tucker_stops_where_tensorly_stops(kw):
+    """TensorLy checks its tolerance from the third iteration on; the layer stopped after the second (its own
+    rule), so a default call ran one iteration fewer (8.4e-5 apart); tol=None was refused."""
+    import tensorly as tl
+    from tensorly.decomposition import partial_tucker, tucker
+
+    X = _review_tensor()
+    a, ea = tucker(X, [2, 3, 4], return_errors=True, **kw)
+    b, eb = compat.tucker(X, [2, 3, 4], return_errors=True, **kw)
+    assert len(eb) == len(ea)
+    np.testing.assert_allclose(eb, ea, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(tl.tucker_to_tensor(b), tl.tucker_to_tensor(a), rtol=0, atol=1e-11)
+    (ca, _), ea = partial_tucker(X, [3, 4], modes=[1, 2], **kw)
+    (cb, _), eb = compat.partial_tucker(X, [3, 4], modes=[1, 2], **kw)
+    assert len(eb) == len(ea)
+    np.testing.assert_allclose(cb, ca, rtol=0, atol=1e-11)
+
+
+def test_tucker_with_no_iterations_and_with_fixed_factors_as_tensorly():
+    import tensorly as tl
+    from tensorly.decomposition import tucker
+
+    X = _review_tensor()
+    start = tucker(X, [2, 3, 4], n_iter_max=2)
+    a, ea = tucker(X, [2, 3, 4], return_errors=True, n_iter_max=0, init=start)
+    b, eb = compat.tucker(X, [2, 3, 4], return_errors=True, n_iter_max=0, init=start)
+    assert ea == eb == []
+    np.testing.assert_array_equal(tl.tucker_to_tensor(b), tl.tucker_to_tensor(a))
+    # the fixed mode is not projected while the others update (TensorLy's partial_tucker), and the result comes
+    # alone even with return_errors (as TensorLy's); fixed_factors=[2] keeps TensorLy's ranks aligned
+    a = tucker(X, [2, 3, 4], fixed_factors=[2], init=start, n_iter_max=10, return_errors=True)
+    b = compat.tucker(X, [2, 3, 4], fixed_factors=[2], init=start, n_iter_max=10, return_errors=True)
+    assert type(b) is type(a)
+    np.testing.assert_allclose(tl.tucker_to_tensor(b), tl.tucker_to_tensor(a), rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("name", ["non_negative_parafac", "non_negative_parafac_hals"])
+@pytest.mark.parametrize("it", [1, 100])
+def test_non_negative_cp_default_start_is_tensorlys(name, it):
+    """The default init="svd" is TensorLy's own (NNDSVDa): after one iteration the layer's run was 0.36 (MU) and
+    0.19 (HALS) apart; a default call ended 0.15 apart."""
+    import tensorly as tl
+    from tensorly import decomposition as td
+
+    X = _review_tensor(nonneg=True)
+    a = getattr(td, name)(X, 3, n_iter_max=it)
+    b = getattr(compat, name)(X, 3, n_iter_max=it)
+    np.testing.assert_allclose(tl.cp_to_tensor(b), tl.cp_to_tensor(a), rtol=0, atol=1e-11)
+    c = getattr(compat, name)(X.astype(np.float32), 3, n_iter_max=it)  # (float32 kept, weights included)
+    assert c.weights.dtype == np.float32 and all(U.dtype == np.float32 for U in c.factors)
+
+
+@pytest.mark.parametrize("it", [1, 10, 100])
+def test_non_negative_tucker_default_start_is_tensorlys(it):
+    import tensorly as tl
+    from tensorly.decomposition import non_negative_tucker
+
+    X = _review_tensor(nonneg=True)
+    a = non_negative_tucker(X, [2, 3, 3], n_iter_max=it)
+    b = compat.non_negative_tucker(X, [2, 3, 3], n_iter_max=it)
+    np.testing.assert_allclose(tl.tucker_to_tensor(b), tl.tucker_to_tensor(a), rtol=0, atol=1e-11)
+
+
+def test_fixing_the_last_mode_warns_and_updates_it_as_tensorly():
+    """TensorLy warns and updates a fixed last mode; the layer kept it fixed, silently (0.597 for 0.098)."""
+    import tensorly as tl
+    from tensorly.decomposition import parafac
+
+    X = _review_tensor()
+    start = parafac(X, 3, n_iter_max=2)
+    with pytest.warns(UserWarning, match=r"You asked for fixing the last mode, which is not supported"):
+        a = parafac(X, 3, init=start, fixed_modes=[2])
+    with pytest.warns(UserWarning, match=r"You asked for fixing the last mode, which is not supported") as caught:
+        b = compat.parafac(X, 3, init=start, fixed_modes=[2])
+    assert caught[0].filename == __file__
+    np.testing.assert_allclose(tl.cp_to_tensor(b), tl.cp_to_tensor(a), rtol=0, atol=1e-11)
+
+
+def test_estimator_classes_take_positional_options_and_refusals_are_one_line():
+    assert compat.CP_NN(3, 50).n_iter_max == 50
+    est = compat.CP_NN_HALS(3, 50, "random", "truncated_svd", 1e-7)
+    assert (est.n_iter_max, est.init, est.tol) == (50, "random", 1e-7)
+    with pytest.raises(TypeError, match=r"^CP_NN\(\) got multiple values for argument 'n_iter_max'$"):
+        compat.CP_NN(3, 50, n_iter_max=3)
+    X = np.random.default_rng(0).random((20, 20, 20))
+    with pytest.raises(NotImplementedError, match=r"^non_negative_parafac: mask=an array of shape \(20, 20, 20\) and "
+                                                  r"dtype bool is not supported by tuckerkit; expected None$"):
+        compat.non_negative_parafac(X, 3, mask=X > 0.5)

@@ -12,6 +12,7 @@ the MTTKRP with conjugated factors, real CP weights).
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 import warnings
 from collections.abc import Callable, Sequence
@@ -232,7 +233,7 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
                         "'rec_error'")
     kw = _mask_kw(tk.cp_als, mask, who, np.shape(tensor))
     N = np.ndim(tensor)
-    fixed = list(range(N)) if n_iter_max == 0 else list(fixed_modes or ())
+    fixed = list(range(N)) if n_iter_max == 0 else _tl_fixed_modes(fixed_modes, N, "")
     random_state = _random_state(random_state)
     if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
         init = _tl_random_cp(tensor, rank, random_state)
@@ -263,6 +264,18 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
         dense = np.asarray(tensor)
         result = (result, _sparsify(dense - np.asarray(cp.full()), sparsity))
     return (result, errors) if return_errors else result
+
+
+def _tl_fixed_modes(fixed_modes: Any, N: int, why: str) -> list[int]:
+    """TensorLy's ``fixed_modes`` of ``parafac`` and ``non_negative_parafac``: the last mode cannot be fixed
+    unless every mode is (then the start is returned); asked for, it is updated anyway after TensorLy's own
+    warning (kept fixed here before, silently: another result)."""
+    fixed = sorted({int(m) % N for m in (fixed_modes or ())})
+    if N - 1 in fixed and len(fixed) < N:
+        warnings.warn(f"You asked for fixing the last mode, which is not supported{why}.\n The last mode will not "
+                      "be fixed. Consider using tl.moveaxis()", UserWarning, stacklevel=3)
+        fixed.remove(N - 1)
+    return fixed
 
 
 def _tl_padded_svd_cp(tensor: Any, rank: int, random_state: Any) -> tuple[Any, list[Any]]:
@@ -357,6 +370,29 @@ def _tucker_init(init: Any) -> Any:
     return init
 
 
+def _tl_tol(tol: Any, who: str) -> float:
+    """TensorLy's ``tol`` of its HOOI: a non-negative number, or None (no stop before ``n_iter_max``, as 0)."""
+    if tol is None:
+        return 0.0
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0 or not math.isfinite(tol):
+        raise TypeError(f"{who}: tol must be a non-negative number or None; received {describe(tol)}")
+    return float(tol)
+
+
+def _tl_hooi_stop(tol: float) -> Callable[[Any], bool]:
+    """TensorLy's stop of ``tucker`` and ``partial_tucker``, as a :func:`tuckerkit.hooi` callback (run with
+    ``tol=0``): after an iteration from the third on whose relative error changed by less than ``tol`` from
+    the one before (none when ``tol`` is 0). tuckerkit's own rule may stop from the first iteration on (against
+    its start's fit), so the default call ran one iteration fewer than TensorLy's."""
+    errors: list[float] = []
+
+    def stop(state: Any) -> bool:
+        errors.append(1.0 - state.fit)
+        return bool(tol) and len(errors) > 2 and abs(errors[-2] - errors[-1]) < tol
+
+    return stop
+
+
 def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n_iter_max: int = 100,
            init: Any = "svd", return_errors: bool = False, svd: Any = "truncated_svd", tol: float = 10e-5,
            random_state: Any = None, mask: Any = None, verbose: Any = False) -> Any:
@@ -401,20 +437,59 @@ def tucker(tensor: Any, rank: Any, fixed_factors: Sequence[int] | None = None, n
     who = "tucker"
     tensor = _array(tensor, who, complex_ok=True)
     _check_svd(svd, who)
+    tol = _tl_tol(tol, who)
     kw = _mask_kw(tk.hooi, mask, who, np.shape(tensor))
     ranks = _tucker_ranks(rank, np.shape(tensor), who)
     random_state = _random_state(random_state)
+    if fixed_factors:  # TensorLy: HOOI on the other modes (the fixed ones kept whole), then the fixed projected
+        return _tucker_fixed(tensor, ranks, fixed_factors, n_iter_max, init, svd, tol, random_state, mask, verbose)
+    drawn = None
     if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
-        init = tk.TuckerTensor(*_tl_random_tucker(tensor, ranks, range(len(ranks)), random_state))
+        drawn = _tl_random_tucker(tensor, ranks, range(len(ranks)), random_state)
+        init = tk.TuckerTensor(*drawn)
+    if n_iter_max == 0 and not isinstance(init, str):  # TensorLy returns its start as it is, with no errors
+        core0, factors0 = init if isinstance(init, tuple) else (init[0], init[1])
+        result = _tucker_result(np.asarray(core0), [np.asarray(U) for U in factors0])
+        return (result, []) if return_errors else result
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        fixed = list(range(len(ranks))) if n_iter_max == 0 else list(fixed_factors or ())
-        T = tk.hooi(tensor, ranks, init=_tucker_init(init), tol=tol, max_iter=max(int(n_iter_max), 1),
-                    svd=_tk_svd(svd), fixed_factors=fixed, verbose=bool(verbose), **kw,
+        fixed = list(range(len(ranks))) if n_iter_max == 0 else []
+        T = tk.hooi(tensor, ranks, init=_tucker_init(init), tol=0, max_iter=max(int(n_iter_max), 1),
+                    callback=_tl_hooi_stop(tol), svd=_tk_svd(svd), fixed_factors=fixed, verbose=bool(verbose), **kw,
                     # (the randomized SVD's draws only: the start is made above or by the SVD)
                     random_state=random_state if _tk_svd(svd) == "randomized" else None)
     result = _tucker_result(T.core, T.factors)
-    return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
+    errors = [1.0 - f for f in T.fit_history] if n_iter_max else []
+    return (result, errors) if return_errors else result
+
+
+def _tucker_fixed(tensor: Any, ranks: list[int], fixed_factors: Sequence[int], n_iter_max: int, init: Any, svd: Any,
+                  tol: float, random_state: Any, mask: Any, verbose: Any) -> Any:
+    """TensorLy's ``tucker(fixed_factors=...)``: its start's core times the fixed factors, HOOI along the other
+    modes only (:func:`partial_tucker`: the fixed modes are not projected during the updates), the core then
+    projected on the fixed factors. Returns the TuckerTensor alone (TensorLy ignores ``return_errors`` here)."""
+    tk = _tk()
+    N = len(ranks)
+    if isinstance(init, str):
+        raise ValueError(f"tucker: fixed_factors={list(fixed_factors)} needs init to be a Tucker model (core, "
+                         f"factors) whose factors are kept; received init={init!r}")
+    core0, factors0 = (init[0], init[1]) if isinstance(init, tuple | list) and len(init) == 2 \
+        else (init.core, init.factors) if hasattr(init, "core") else (init[0], init[1])
+    fixed = sorted({int(m) % N for m in fixed_factors})
+    kept = [np.asarray(factors0[m]) for m in fixed]
+    modes = [m for m in range(N) if m not in fixed]
+    core = tk.multi_ttm(np.asarray(core0), kept, modes=fixed) if fixed else np.asarray(core0)
+    if not modes:  # every mode fixed: the start, its core projected back
+        core = tk.multi_ttm(tk.multi_ttm(np.asarray(core0), kept, modes=fixed), kept, modes=fixed, transpose=True)
+        return _tucker_result(core, [np.asarray(U) for U in factors0])
+    (core, new), _ = partial_tucker(tensor, [ranks[m] for m in modes], modes=modes, n_iter_max=n_iter_max,
+                                    init=(core, [np.asarray(factors0[m]) for m in modes]), tol=tol, svd=svd,
+                                    random_state=random_state, verbose=verbose, mask=mask)
+    core = tk.multi_ttm(core, kept, modes=fixed, transpose=True)
+    factors = list(new)
+    for m, U in zip(fixed, kept, strict=True):
+        factors.insert(m, U)
+    return _tucker_result(core, factors)
 
 
 def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n_iter_max: int = 100,
@@ -458,6 +533,7 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     who = "partial_tucker"
     tensor = _array(tensor, who, complex_ok=True)
     _check_svd(svd, who)
+    tol = _tl_tol(tol, who)
     kw = _mask_kw(tk.hooi, mask, who, np.shape(tensor))
     shape = np.shape(tensor)
     N = len(shape)
@@ -487,11 +563,12 @@ def partial_tucker(tensor: Any, rank: Any, modes: Sequence[int] | None = None, n
     others = [m for m in range(N) if m not in modes]
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        T = tk.hooi(tensor, ranks, init=factors, tol=tol, max_iter=max(int(n_iter_max), 1), svd=_tk_svd(svd),
-                    random_state=sketch_rng,
+        T = tk.hooi(tensor, ranks, init=factors, tol=0, max_iter=max(int(n_iter_max), 1), svd=_tk_svd(svd),
+                    random_state=sketch_rng, callback=_tl_hooi_stop(tol),
                     fixed_factors=list(range(N)) if n_iter_max == 0 else others, verbose=bool(verbose), **kw)
     core = np.asarray(T.core)
-    return (core, [np.asarray(T.factors[m]).copy() for m in modes]), [1.0 - f for f in T.fit_history]
+    errors = [1.0 - f for f in T.fit_history] if n_iter_max else []
+    return (core, [np.asarray(T.factors[m]).copy() for m in modes]), errors
 
 
 class _Decomposition:
@@ -587,7 +664,37 @@ def _refuse(who: str, **options: Any) -> None:
     """One line naming the first TensorLy option given a value this layer cannot honour."""
     for name, (value, default) in options.items():
         if not (value is default or (isinstance(value, str | bool) and value == default)):
-            raise NotImplementedError(f"{who}: {name}={value!r} is not supported by tuckerkit; expected {default!r}")
+            raise NotImplementedError(f"{who}: {name}={describe(value)} is not supported by tuckerkit; expected "
+                                      f"{default!r}")
+
+
+def _tl_nn_svd_start(kind: str, tensor: Any, rank: Any, svd: Any, random_state: Any,
+                     normalize_factors: bool = False) -> Any:
+    """TensorLy's own ``init="svd"`` start of its non-negative methods (NNDSVDa on each unfolding's leading
+    singular vectors, then magnitudes), made by TensorLy's ``initialize_cp`` / ``initialize_tucker`` where
+    TensorLy runs on its numpy backend: the same start, so the same run step for step (tuckerkit's own
+    ``"svd"`` start, the singular vectors' magnitudes, ended 0.15 apart on a default ``non_negative_parafac``).
+    ``"svd"`` (tuckerkit's start) where TensorLy is not installed or runs another backend."""
+    if not _installed("tensorly"):
+        return "svd"
+    import tensorly as tl
+
+    if tl.get_backend() != "numpy":
+        return "svd"
+    X = np.asarray(tensor)
+    if X.dtype.kind not in "f":
+        X = X.astype(np.float64)
+    if kind == "cp":
+        from tensorly.decomposition._cp import initialize_cp
+
+        weights, factors = initialize_cp(X, rank, init="svd", svd=svd, non_negative=True,
+                                         random_state=random_state, normalize_factors=normalize_factors)
+        return np.asarray(weights), [np.asarray(U) for U in factors]
+    from tensorly.decomposition._tucker import initialize_tucker
+
+    core, factors = initialize_tucker(X, rank, range(X.ndim), init="svd", svd=svd, random_state=random_state,
+                                      non_negative=True)
+    return _tk().TuckerTensor(np.asarray(core), tuple(np.asarray(U) for U in factors))
 
 
 def _nn_cp(who: str, method: str, tensor: Any, rank: int, n_iter_max: int, init: Any, svd: Any, tol: float,
@@ -597,11 +704,14 @@ def _nn_cp(who: str, method: str, tensor: Any, rank: int, n_iter_max: int, init:
     tensor = _array(tensor, who)
     _check_svd(svd, who)
     N = np.ndim(tensor)
-    fixed = sorted({int(m) % N for m in (fixed_modes or ())})
+    fixed = (sorted({int(m) % N for m in (fixed_modes or ())}) if method == "hals" else
+             _tl_fixed_modes(fixed_modes, N, " while tol is fixed"))  # (TensorLy's HALS fixes any mode)
     free = [n for n in range(N) if n not in fixed]
     nn = None if isinstance(nn_modes, str) and nn_modes == "all" else sorted(int(m) % N for m in nn_modes)
     if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
         init = _tl_random_cp(tensor, rank, random_state)
+    elif isinstance(init, str) and init == "svd" and not fixed:
+        init = _tl_nn_svd_start("cp", tensor, rank, svd, _random_state(random_state), normalize_factors)
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         cp = tk.non_negative_cp(tensor, rank, method=method, init=init, tol=tol, max_iter=max(int(n_iter_max), 1),
@@ -609,7 +719,8 @@ def _nn_cp(who: str, method: str, tensor: Any, rank: int, n_iter_max: int, init:
                                 random_state=_random_state(random_state) if isinstance(init, str) else None,
                                 verbose=bool(verbose), fixed_modes=fixed,
                                 nonnegative_modes=nn)
-    weights, factors = np.asarray(cp.weights, dtype=float), [np.asarray(U) for U in cp.factors]
+    factors = [np.asarray(U) for U in cp.factors]
+    weights = np.asarray(cp.weights).astype(factors[0].dtype)  # (float32 stays float32, as TensorLy's)
     if normalize_factors:
         for n in free:
             norms = np.linalg.norm(factors[n], axis=0)
@@ -699,12 +810,14 @@ def non_negative_parafac_hals(tensor: Any, rank: int, n_iter_max: int = 100, ini
 
 
 def _nn_tucker(who: str, method: str, tensor: Any, rank: Any, n_iter_max: int, init: Any, tol: float,
-               random_state: Any, verbose: Any, return_errors: bool) -> Any:
+               random_state: Any, verbose: Any, return_errors: bool, svd: Any = "truncated_svd") -> Any:
     tk = _tk()
     tensor = _array(tensor, who)
     ranks = _tucker_ranks(rank, np.shape(tensor), who)
     if isinstance(init, str) and init == "random":  # (drawn as TensorLy draws it: np.random.seed repeats it)
         init = tk.TuckerTensor(*_tl_random_tucker(tensor, ranks, range(len(ranks)), random_state))
+    elif isinstance(init, str) and init == "svd":
+        init = _tl_nn_svd_start("tucker", tensor, ranks, svd, _random_state(random_state))
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         T = tk.non_negative_tucker(tensor, ranks, method=method, init=init, tol=tol, max_iter=max(int(n_iter_max), 1),
@@ -782,7 +895,7 @@ def non_negative_tucker_hals(tensor: Any, rank: Any, n_iter_max: int = 100, init
             core_sparsity_coefficient=(core_sparsity_coefficient, None), fixed_modes=(fixed_modes, None),
             normalize_factors=(normalize_factors, False), exact=(exact, False), algorithm=(algorithm, "fista"))
     return _nn_tucker("non_negative_tucker_hals", "hals", tensor, rank, n_iter_max, init, tol, random_state, verbose,
-                      return_errors)
+                      return_errors, svd)
 
 
 class _Wrapper(_Decomposition):
@@ -796,10 +909,21 @@ class _Wrapper(_Decomposition):
         super().__init_subclass__(**kwargs)
         cls._signature = inspect.signature(globals()[cls._function])  # the real function's, kept
 
-    def __init__(self, rank: Any = None, **options: Any):
+    #: the order TensorLy's class takes its options in positionally (the function's where it is the same)
+    _positional: tuple[str, ...] = ()
+
+    def __init__(self, rank: Any = None, *args: Any, **options: Any):
         sig = type(self)._signature
         sig = sig if sig is not None else inspect.signature(globals()[self._function])
         known = [p for p in sig.parameters if p not in ("tensor", "rank", "return_errors")]
+        order = list(type(self)._positional) or known
+        if len(args) > len(order):
+            raise TypeError(f"{type(self).__name__}() takes at most {len(order) + 1} positional arguments (rank, "
+                            f"{', '.join(order)}); received {len(args) + 1}")
+        for name, value in zip(order, args, strict=False):  # (TensorLy's classes take them positionally too)
+            if name in options:
+                raise TypeError(f"{type(self).__name__}() got multiple values for argument {name!r}")
+            options[name] = value
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise TypeError(f"{type(self).__name__}: unexpected option {unknown[0]!r}; expected one of "
@@ -818,7 +942,7 @@ class _Wrapper(_Decomposition):
         return result
 
 
-def _wrapper_class(name: str, function: str, rank_doc: str, example: str) -> type:
+def _wrapper_class(name: str, function: str, rank_doc: str, example: str, positional: tuple[str, ...] = ()) -> type:
     """TensorLy's estimator class ``name`` for the compat ``function`` (its docstring says which)."""
     doc = f"""TensorLy's ``{name}``: :func:`{function}` as an estimator.
 
@@ -835,13 +959,16 @@ def _wrapper_class(name: str, function: str, rank_doc: str, example: str) -> typ
     >>> X = np.random.default_rng(0).random((4, 5, 6))
     >>> {example}
     """
-    return type(name, (_Wrapper,), {"_function": function, "__doc__": doc, "__module__": __name__})
+    return type(name, (_Wrapper,), {"_function": function, "__doc__": doc, "__module__": __name__,
+                                    "_positional": positional})
 
 
 CP_NN = _wrapper_class("CP_NN", "non_negative_parafac", "int",
                        "len(CP_NN(rank=2).fit(X).decomposition_.factors)\n    3")
 CP_NN_HALS = _wrapper_class("CP_NN_HALS", "non_negative_parafac_hals", "int",
-                            "len(CP_NN_HALS(rank=2).fit(X).errors_) > 0\n    True")
+                            "len(CP_NN_HALS(rank=2).fit(X).errors_) > 0\n    True",
+                            ("n_iter_max", "init", "svd", "tol", "sparsity_coefficients", "fixed_modes", "nn_modes",
+                             "exact", "verbose", "normalize_factors", "cvg_criterion", "random_state"))
 Tucker_NN = _wrapper_class("Tucker_NN", "non_negative_tucker", "list of int",
                            "Tucker_NN(rank=[2, 2, 2]).fit_transform(X).core.shape\n    (2, 2, 2)")
 Tucker_NN_HALS = _wrapper_class("Tucker_NN_HALS", "non_negative_tucker_hals", "list of int",
