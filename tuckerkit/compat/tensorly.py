@@ -374,7 +374,7 @@ def _tl_tol(tol: Any, who: str) -> float:
     """TensorLy's ``tol`` of its HOOI: a non-negative number, or None (no stop before ``n_iter_max``, as 0)."""
     if tol is None:
         return 0.0
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0 or not math.isfinite(tol):
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= float(tol) < math.inf:
         raise TypeError(f"{who}: tol must be a non-negative number or None; received {describe(tol)}")
     return float(tol)
 
