@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,8 +78,12 @@ def _check_dtype(dtype: Any, who: str) -> np.dtype:
 def _noisy(X: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
     if noise == 0:
         return X
+    from tuckerkit.engine._operand import frobenius_norm
+
     E = rng.standard_normal(X.shape)
-    return X + noise * np.linalg.norm(X) / np.linalg.norm(E) * E
+    # (tuckerkit's norm: one fixed order of the sums; numpy's runs BLAS's dot, whose sums follow its threads,
+    # so the data's bits moved with OPENBLAS_NUM_THREADS)
+    return X + noise * frobenius_norm(X) / frobenius_norm(E) * E
 
 
 def make_low_rank_tucker(
@@ -202,22 +208,29 @@ def make_sparse_tensor(
     from tuckerkit.sparse import COOTensor
     from tuckerkit.sparse._coo import linear_key
 
-    shape = tuple(int(s) for s in shape)
+    who = "make_sparse_tensor"
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray):
+        raise TypeError(f"{who}: shape must be a sequence of mode sizes; received {describe(shape)}")
+    shape = tuple(_as_int(s, f"shape[{i}]") for i, s in enumerate(shape))
     if not shape or min(shape) < 1:
         raise ValueError(f"shape={shape} is not valid; expected positive mode sizes")
     size = math.prod(shape)
     if (nnz is None) == (density is None):
         raise ValueError("give exactly one of nnz and density")
     if density is not None:
-        if not 0 < density <= 1:
-            raise ValueError(f"density={density} is not valid; expected a fraction in (0, 1]")
+        if isinstance(density, bool) or not isinstance(density, numbers.Real) or not 0 < density <= 1:
+            raise ValueError(f"density={describe(density)} is not valid; expected a fraction in (0, 1]")
         nnz = max(1, round(density * size))
-    if nnz is None or not 1 <= nnz <= size:
-        raise ValueError(f"nnz={nnz} is not valid; expected 1 <= nnz <= {size} (the number of entries)")
+    if isinstance(nnz, bool) or not isinstance(nnz, numbers.Integral) or not 1 <= nnz <= size:
+        raise ValueError(f"nnz={describe(nnz)} is not valid; expected an integer, 1 <= nnz <= {size} (the number of "
+                         "entries)")
+    nnz = int(nnz)
     if distribution not in ("uniform", "power_law"):
         raise ValueError(f"distribution={distribution!r} is not valid; expected 'uniform' or 'power_law'")
-    if distribution == "power_law" and alpha <= 0:
-        raise ValueError(f"alpha={alpha} is not valid; expected a positive exponent")
+    if distribution == "power_law" and (isinstance(alpha, bool) or not isinstance(alpha, numbers.Real)
+                                        or not 0 < alpha < math.inf):
+        raise ValueError(f"alpha={describe(alpha)} is not valid; expected a positive finite exponent")
+    dtype = _check_dtype(dtype, who)
     rng = check_random_state(random_state)
 
     # per mode: None (uniform) or (cdf of rank ** -alpha, random relabelling of the ranks)
@@ -243,12 +256,17 @@ def make_sparse_tensor(
         coords = np.stack(np.unravel_index(keys, shape), axis=1).astype(np.int64)
     else:
         coords = np.empty((0, len(shape)), dtype=np.int64)
+        drawn = 0
         while coords.shape[0] < nnz:
-            more = np.concatenate([coords, draw(int((nnz - coords.shape[0]) * 1.3) + 16)])
+            k = int((nnz - coords.shape[0]) * 1.3) + 16
+            drawn += k
+            more = np.concatenate([coords, draw(k)])
             key = linear_key(more, shape)
             _, first = np.unique(more if key is None else key, axis=0, return_index=True)
             coords = more[np.sort(first)]
-            if distribution == "power_law" and coords.shape[0] < nnz and more.shape[0] > 50 * nnz:
+            # (the draws so far, not the last batch: a steep law repeats a few coordinates, and the distinct ones
+            # plus one batch never passed 50 nnz, so the loop ran forever)
+            if distribution == "power_law" and coords.shape[0] < nnz and drawn > 50 * nnz:
                 raise ValueError(f"nnz={nnz} distinct coordinates are too many for a power law with alpha={alpha} "
                                  f"on shape {shape}; lower nnz or alpha")
         coords = coords[:nnz]
@@ -304,8 +322,11 @@ def make_lda_corpus(
         else np.asarray(alpha, dtype=np.float64)
     if a.shape != (n_topics,) or np.any(a <= 0):
         raise ValueError(f"alpha must be a positive float or {n_topics} positive floats; received {alpha!r}")
-    if beta <= 0:
-        raise ValueError(f"beta={beta} is not valid; expected a positive concentration")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"alpha must be a positive float or {n_topics} positive floats; received {alpha!r}")
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 < beta < math.inf:
+        raise ValueError(f"beta={describe(beta)} is not valid; expected a positive finite concentration")
+    dtype = _check_dtype(dtype, "make_lda_corpus")
     rng = check_random_state(random_state)
     topics = rng.dirichlet(np.full(vocabulary_size, beta), size=n_topics).T  # (V, k)
     theta = rng.dirichlet(a, size=n_documents)  # (D, k)

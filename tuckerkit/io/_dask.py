@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.io._load import TensorFileError, _check_npy_size, _check_path
+from tuckerkit.io._load import TensorFileError, _check_npy_magic, _check_npy_size, _check_path, _first_line
 
 
 class _NpyRows:
@@ -62,12 +62,19 @@ def open_npy_dask(path: str | os.PathLike, *, chunk_bytes: int = 256 << 20, chun
         import dask.array as da
     except ImportError:
         raise ImportError("open_npy_dask needs dask; install it with: pip install 'tuckerkit[distributed]'") from None
-    p = _check_path(path)
+    # (absolute: the chunks reopen the file by name, later, maybe from another folder or on another worker;
+    # a relative name read whatever file it named there)
+    p = Path(os.path.abspath(_check_path(path)))
+    if p.suffix.lower() != ".npy":
+        raise TensorFileError(f"input {str(p)!r} is not a .npy file; open_npy_dask reads .npy files (open others "
+                              "with tuckerkit.io.open_tensor)")
+    _check_npy_magic(p)
     _check_npy_size(p)
     try:
         rows = _NpyRows(p)
-    except ValueError as exc:
-        raise TensorFileError(f"{p}: not a readable .npy array ({exc})") from None
+    except (ValueError, EOFError, OSError) as exc:
+        raise TensorFileError(f"{str(p)!r} is not a readable .npy array ({_first_line(exc) or type(exc).__name__})"
+                              ) from None
     if rows.dtype.kind not in "biufc":
         raise TensorFileError(f"{p}: dtype {rows.dtype} is not numeric; expected a numeric array")
     if rows.ndim < 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -31,8 +32,17 @@ class TensorFileError(ValueError):
 
 def _check_path(path: str | os.PathLike) -> Path:
     p = Path(path)
-    if not p.exists():
-        raise TensorFileError(f"input file {str(p)!r} does not exist")
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        raise TensorFileError(f"input file {str(p)!r} does not exist") from None
+    except PermissionError:  # (Path.exists raised it bare: a folder on the path that cannot be searched)
+        raise TensorFileError(f"input file {str(p)!r} cannot be reached (permission denied on a folder of its "
+                              "path)") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TensorFileError(f"input {str(p)!r} is a loop of symbolic links; expected a tensor file") from None
+        raise TensorFileError(f"input file {str(p)!r} cannot be read ({exc.strerror})") from None
     if p.is_dir():
         raise TensorFileError(f"input {str(p)!r} is a directory; expected a tensor file ({', '.join(FORMATS)})")
     mode = p.stat().st_mode
@@ -194,6 +204,76 @@ def _check_h5_storage(ds: Any, where: str, allow_external: bool) -> None:
                               "(--allow-external) to read it")
 
 
+#: the share of the memory available that an array read whole may take (the reading library's own buffers, and
+#: the process, need the rest: a 21.6 GB dataset with 22 GB free was read, and the process killed)
+FIT_SHARE = 0.8
+
+
+def _check_fits(claimed: float, where: str, how: str) -> None:
+    """Refuse, before reading, an array larger than the memory available now (one line with both sizes):
+    a small file can claim any size (a 1.4 KB chunked HDF5 dataset of 20 GB was read, and the process killed)."""
+    from tuckerkit._validation import available_memory
+
+    avail = available_memory()
+    if claimed > FIT_SHARE * avail:
+        raise TensorFileError(f"{where} holds {claimed / 1e9:.3g} GB, more than {FIT_SHARE:.0%} of the "
+                              f"{avail / 1e9:.3g} GB of memory available; {how}")
+
+
+def _mat_variables(p: Path) -> list[tuple[str, tuple[int, ...], str]] | None:
+    """The variables of a .mat file as (name, shape, MATLAB class) from its headers (nothing read), or None
+    for a MATLAB v7.3 file (HDF5 inside)."""
+    import scipy.io
+
+    try:
+        return [(name, tuple(int(d) for d in shape), cls) for name, shape, cls in scipy.io.whosmat(p)]
+    except NotImplementedError:  # (scipy: "Please use HDF reader for matlab v7.3 files")
+        return None
+
+
+#: bytes per entry of MATLAB's numeric classes (whosmat's names)
+_MAT_ITEMSIZE = {"double": 8, "single": 4, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4,
+                 "uint32": 4, "int64": 8, "uint64": 8, "logical": 1}
+
+
+def _read_h5(p: Path, key: str | None, allow_external: bool, matlab: bool = False) -> np.ndarray:
+    """One dataset of an HDF5 file (``matlab``: a MATLAB v7.3 .mat file, whose arrays HDF5 holds with their axes
+    reversed: read back in MATLAB's order), its size checked against the memory first."""
+    try:
+        import h5py
+    except ImportError:
+        raise TensorFileError(
+            f"reading {p.suffix} files needs h5py, which is not installed; install it with pip install h5py"
+        ) from None
+    k = key or ""
+    try:
+        with h5py.File(p, "r") as f:
+            names: list[str] = []
+            f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+            if matlab:  # (MATLAB's own bookkeeping: #refs#, #subsystem#)
+                names = [n for n in names if not n.startswith("#")]
+            if key is not None and key.startswith("/") and key.lstrip("/") in names:
+                key = key.lstrip("/")  # (HDF5's absolute path of the same dataset)
+            k = _pick_key(names, key, repr(str(p)))
+            ds = f[k]
+            _check_h5_storage(ds, f"{str(p)!r}[{k!r}]", allow_external)
+            if ds.shape is not None and ds.dtype.kind in "biuf":
+                _check_fits(float(np.prod([float(d) for d in ds.shape])) * ds.dtype.itemsize,
+                            f"{str(p)!r}[{k!r}]", "open it with tuckerkit.io.open_tensor(..., memory_limit=...) "
+                            "(--memory-limit) to stream it")
+            arr = ds[()]
+    except TensorFileError:
+        raise
+    except MemoryError:
+        raise TensorFileError(f"{str(p)!r}[{k!r}] does not fit in the memory available") from None
+    except Exception as exc:
+        raise TensorFileError(f"{str(p)!r} is not a valid {'MATLAB v7.3 .mat' if matlab else 'HDF5'} file "
+                              f"({_first_line(exc)})") from None
+    if matlab and isinstance(arr, np.ndarray):
+        arr = arr.transpose()
+    return _check_array(arr, f"{str(p)!r}[{k!r}]")
+
+
 def load_tensor(
     path: str | os.PathLike, *, key: str | None = None, shape: Sequence[int] | None = None, mmap: bool = True,
     allow_external: bool = False,
@@ -276,34 +356,32 @@ def load_tensor(
         import scipy.io
 
         try:
-            data = scipy.io.loadmat(p)
+            found = _mat_variables(p)
         except Exception as exc:  # scipy raises many kinds for corrupt files
-            raise TensorFileError(f"{str(p)!r} is not a valid .mat file ({exc})") from None
-        keys = [k for k in data if not k.startswith("__")]
-        k = _pick_key(keys, key, repr(str(p)))
+            raise TensorFileError(f"{str(p)!r} is not a valid .mat file ({_first_line(exc) or type(exc).__name__})"
+                                  ) from None
+        if found is None:  # MATLAB v7.3: HDF5 inside, arrays stored with their axes reversed
+            return _read_h5(p, key, allow_external, matlab=True)
+        k = _pick_key([name for name, _, _ in found], key, repr(str(p)))
+        shape_k, cls = next((sh, c) for name, sh, c in found if name == k)
+        if cls in _MAT_ITEMSIZE:
+            _check_fits(float(np.prod([float(d) for d in shape_k])) * _MAT_ITEMSIZE[cls], f"{str(p)!r}[{k!r}]",
+                        "save it as .npy and open it with tuckerkit.io.open_tensor(..., memory_limit=...)")
+        try:
+            data = scipy.io.loadmat(p, variable_names=[k])  # (that variable alone)
+        except MemoryError:
+            raise TensorFileError(f"{str(p)!r}[{k!r}] does not fit in the memory available") from None
+        except Exception as exc:
+            raise TensorFileError(f"{str(p)!r} is not a valid .mat file ({_first_line(exc) or type(exc).__name__})"
+                                  ) from None
+        if k not in data:
+            raise TensorFileError(f"{str(p)!r} is not a valid .mat file (its variable {k!r} could not be read)")
         return _check_array(data[k], f"{str(p)!r}[{k!r}]")
     if ext == ".tns":
         from tuckerkit.sparse import COOTensor
 
         return COOTensor.from_tns(p, shape=shape)  # sparse: never densified
-    try:
-        import h5py
-    except ImportError:
-        raise TensorFileError(
-            f"reading {ext} files needs h5py, which is not installed; install it with pip install h5py"
-        ) from None
-    try:
-        with h5py.File(p, "r") as f:
-            names: list[str] = []
-            f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
-            k = _pick_key(names, key, repr(str(p)))
-            _check_h5_storage(f[k], f"{str(p)!r}[{k!r}]", allow_external)
-            arr = f[k][()]
-    except TensorFileError:
-        raise
-    except Exception as exc:
-        raise TensorFileError(f"{str(p)!r} is not a valid HDF5 file ({exc})") from None
-    return _check_array(arr, f"{str(p)!r}[{k!r}]")
+    return _read_h5(p, key, allow_external)
 
 
 def open_h5_dataset(path: str | os.PathLike, key: str | None = None, *, allow_external: bool = False) -> Any:

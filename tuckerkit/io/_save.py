@@ -544,8 +544,12 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     from tuckerkit.io._load import TensorFileError
 
     p = Path(path)
-    if not p.exists():
-        raise TensorFileError(f"result file {str(p)!r} does not exist")
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        raise TensorFileError(f"result file {str(p)!r} does not exist") from None
+    except OSError as exc:  # (a folder that cannot be searched, a loop of links: Path.exists raised bare)
+        raise TensorFileError(f"result file {str(p)!r} cannot be read ({exc.strerror or exc})") from None
     try:
         with open(p, "rb") as fh:
             head = fh.read(4)

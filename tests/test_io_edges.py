@@ -1,0 +1,128 @@
+"""Files and generated data as users have them, found by a review of the I/O layer and the datasets: each was
+a process killed for memory, a loop without end, the wrong file read, or a message that named nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tuckerkit.datasets import make_lda_corpus, make_sparse_tensor
+
+from tuckerkit.io import TensorFileError, load_tensor
+
+h5py = pytest.importorskip("h5py")
+
+
+def _tiny_memory(monkeypatch, nbytes):
+    from tuckerkit import _validation
+
+    monkeypatch.setattr(_validation, "available_memory", lambda: nbytes)
+
+
+def test_hdf5_and_mat_sizes_are_checked_before_reading(tmp_path, monkeypatch):
+    """A 1.4 KB chunked HDF5 file claiming 20 GB was read whole (the process killed); a .mat file alike."""
+    import scipy.io
+
+    h5 = tmp_path / "big.h5"
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("x", shape=(100, 100, 100), dtype="f8", chunks=(10, 10, 10))
+        f.create_group("g").create_dataset("b", data=np.arange(6.0).reshape(2, 3))
+    mat = tmp_path / "big.mat"
+    scipy.io.savemat(mat, {"A": np.zeros((100, 100, 100)), "B": np.ones(3)}, do_compression=True)
+    _tiny_memory(monkeypatch, 4_000_000)
+    with pytest.raises(TensorFileError, match=r"^'.*big\.h5'\['x'\] holds 0\.008 GB, more than 80% of the 0\.004 GB "
+                                              r"of memory available; open it with tuckerkit\.io\.open_tensor"):
+        load_tensor(h5, key="x")
+    with pytest.raises(TensorFileError, match=r"^'.*big\.mat'\['A'\] holds 0\.008 GB, more than 80% of the 0\.004 "
+                                              r"GB of memory available"):
+        load_tensor(mat, key="A")
+    np.testing.assert_array_equal(load_tensor(h5, key="/g/b"), np.arange(6.0).reshape(2, 3))  # (an absolute path)
+    np.testing.assert_array_equal(load_tensor(mat, key="B"), np.ones((1, 3)))  # (that variable alone is read)
+
+
+def test_matlab_v73_files_are_read_in_matlabs_axis_order(tmp_path):
+    """MATLAB's v7.3 .mat (HDF5 inside, the format of variables over 2 GB) was called "not a valid .mat file";
+    HDF5 holds its arrays with the axes reversed."""
+    A = np.arange(24.0).reshape(2, 3, 4)
+    p = tmp_path / "v73.mat"
+    with h5py.File(p, "w", userblock_size=512) as f:
+        f.create_dataset("A", data=A.transpose())
+        f.create_group("#refs#")
+    head = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Fri Dec  4 2026 HDF5 schema 1.00 ."
+    with open(p, "r+b") as fh:
+        fh.write(head.ljust(116, b" ") + b"\x00" * 8 + b"\x00\x02" + b"IM")
+    np.testing.assert_array_equal(load_tensor(p), A)
+
+
+def test_dask_npy_reads_the_file_it_opened_whatever_the_folder(tmp_path, monkeypatch):
+    pytest.importorskip("dask.array")
+    from tuckerkit.io import open_npy_dask
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    np.save(tmp_path / "a" / "x.npy", np.ones((4, 3, 2)))
+    np.save(tmp_path / "b" / "x.npy", 8 * np.ones((4, 3, 2)))
+    monkeypatch.chdir(tmp_path / "a")
+    X = open_npy_dask("x.npy")
+    monkeypatch.chdir(tmp_path / "b")
+    assert float(X.sum().compute(scheduler="sync")) == 24.0  # (168.0: the other folder's file)
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "text.npy").write_text("hello")
+    with pytest.raises(TensorFileError, match=r"empty\.npy' is not a valid \.npy file \(it is empty;"):
+        open_npy_dask(tmp_path / "empty.npy")
+    with pytest.raises(TensorFileError, match=r"text\.npy' is not a valid \.npy file \(it looks like a text file;"):
+        open_npy_dask(tmp_path / "text.npy")
+
+
+def test_a_loop_of_links_is_named(tmp_path):
+    from tuckerkit.io import load_result
+
+    os.symlink(tmp_path / "b.npy", tmp_path / "a.npy")
+    os.symlink(tmp_path / "a.npy", tmp_path / "b.npy")
+    with pytest.raises(TensorFileError, match=r"^input '.*a\.npy' is a loop of symbolic links; expected a tensor"):
+        load_tensor(tmp_path / "a.npy")
+    os.symlink(tmp_path / "d.npz", tmp_path / "c.npz")
+    os.symlink(tmp_path / "c.npz", tmp_path / "d.npz")
+    with pytest.raises(TensorFileError, match=r"^result file '.*c\.npz' cannot be read \(Too many levels of "
+                                              r"symbolic links\)$"):
+        load_result(tmp_path / "c.npz")
+
+
+def test_sparse_generator_ends_and_checks_its_arguments():
+    """A steep power law looped forever; an int dtype truncated every value to 0."""
+    with pytest.raises(ValueError, match=r"^nnz=50 distinct coordinates are too many for a power law with alpha=40"):
+        make_sparse_tensor((50, 60, 70), 50, distribution="power_law", alpha=40, random_state=0)
+    for kw, err, msg in [
+        ({"alpha": float("inf"), "distribution": "power_law"}, ValueError, r"^alpha=inf is not valid; expected a "
+                                                                           r"positive finite exponent$"),
+        ({"dtype": np.int64}, TypeError, r"^make_sparse_tensor: dtype=int64 is not supported; expected float32 or "
+                                         r"float64$"),
+        ({"nnz": 2.5}, ValueError, r"^nnz=2\.5 is not valid; expected an integer, 1 <= nnz <= 210"),
+        ({"shape": "abc"}, TypeError, r"^make_sparse_tensor: shape must be a sequence of mode sizes; received 'abc'$"),
+    ]:
+        args = {"shape": (5, 6, 7), "nnz": 20, **kw}
+        with pytest.raises(err, match=msg):
+            make_sparse_tensor(**args)
+    with pytest.raises(ValueError, match=r"^density='0\.5' is not valid; expected a fraction in \(0, 1\]$"):
+        make_sparse_tensor((5, 6, 7), density="0.5")
+    with pytest.raises(ValueError, match=r"^beta=nan is not valid; expected a positive finite concentration$"):
+        make_lda_corpus(beta=float("nan"), random_state=0)
+    with pytest.raises(TypeError, match=r"^make_lda_corpus: dtype=complex128 is not supported"):
+        make_lda_corpus(dtype=np.complex128, random_state=0)
+
+
+def test_generated_data_has_the_same_bits_with_any_blas_threads(tmp_path):
+    """The noise was scaled by numpy's norm, BLAS's dot, whose sums follow its threads."""
+    code = ("import hashlib\nfrom tuckerkit.datasets import make_low_rank_tucker, make_low_rank_cp\n"
+            "a = make_low_rank_tucker((60, 50, 40), (3, 3, 3), random_state=1).data\n"
+            "b = make_low_rank_cp((60, 50, 40), 3, random_state=1).data\n"
+            "print(hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest())\n")
+    outs = set()
+    for threads in ("1", "2"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                check=True).stdout)
+    assert len(outs) == 1
