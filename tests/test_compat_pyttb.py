@@ -112,3 +112,39 @@ def test_unsupported_options_are_refused_in_one_line():
         compat.cp_als(X, 2, dimorder=[2, 1, 0], printitn=0)
     with pytest.raises(TypeError, match=r"^cp_als: input_tensor is a pyttb ktensor; expected a pyttb tensor"):
         compat.cp_als(ttb.ktensor([np.ones((2, 1)), np.ones((3, 1))]), 1, printitn=0)
+
+
+def test_nvecs_starts_are_pyttbs_and_returned(capsys):
+    """init="nvecs" returned no start (Minit None, Uinit all None) and printed none of pyttb's lines."""
+    rng = np.random.default_rng(0)
+    X = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 2)) for n in (5, 6, 7))) + 0.01 * rng.random((5, 6, 7))
+    T = ttb.tensor(X)
+    M1, M0a, o1 = ttb.cp_als(T, 2, init="nvecs", printitn=0)
+    M2, M0b, o2 = compat.cp_als(T, 2, init="nvecs", printitn=0)
+    assert isinstance(M0b, ttb.ktensor) and o1["iters"] == o2["iters"]
+    np.testing.assert_allclose(M0b.full().data, M0a.full().data, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(M2.full().data, M1.full().data, rtol=0, atol=1e-12)
+    capsys.readouterr()
+    A1, U1, _ = ttb.tucker_als(T, [2, 2, 2], init="nvecs", printitn=0)
+    theirs = capsys.readouterr().out
+    A2, U2, _ = compat.tucker_als(T, [2, 2, 2], init="nvecs", printitn=0)
+    assert capsys.readouterr().out == theirs and "Computing 2 leading e-vector for factor 1" in theirs
+    assert U2[0] is None
+    for a, b in zip(U1[1:], U2[1:], strict=True):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(A2.full().data, A1.full().data, rtol=0, atol=1e-12)
+
+
+def test_float32_tensors_compute_in_float64_as_pyttb():
+    """float32 ran in single precision here: 8.3e-7 from pyttb's cp_als, a float32 hosvd core."""
+    rng = np.random.default_rng(1)
+    X = (np.einsum("ir,jr,kr->ijk", *(rng.random((n, 2)) for n in (5, 6, 7)))
+         + 0.01 * rng.random((5, 6, 7))).astype(np.float32)
+    T = ttb.tensor(X)
+    a = ttb.cp_als(T, 2, init="nvecs", printitn=0)[0]
+    b = compat.cp_als(T, 2, init="nvecs", printitn=0)[0]
+    np.testing.assert_allclose(b.full().data, a.full().data, rtol=0, atol=1e-12)
+    h1 = ttb.hosvd(T, 1e-2, verbosity=0)
+    h2 = compat.hosvd(T, 1e-2, verbosity=0)
+    assert h2.core.data.dtype == np.float64
+    np.testing.assert_allclose(h2.full().data, h1.full().data, rtol=0, atol=1e-12)

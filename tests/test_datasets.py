@@ -99,7 +99,7 @@ def test_make_sparse_tensor_density_and_errors():
     assert D.make_sparse_tensor((10, 10, 10), density=0.05, random_state=0).data.nnz == 50
     with pytest.raises(ValueError, match="give exactly one of nnz and density"):
         D.make_sparse_tensor((4, 5))
-    with pytest.raises(ValueError, match=r"nnz=21 is not valid; expected 1 <= nnz <= 20"):
+    with pytest.raises(ValueError, match=r"nnz=21 is not valid; expected an integer, 1 <= nnz <= 20"):
         D.make_sparse_tensor((4, 5), 21)
     with pytest.raises(ValueError, match=r"distribution='zipf' is not valid"):
         D.make_sparse_tensor((4, 5), 3, distribution="zipf")

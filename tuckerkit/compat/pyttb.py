@@ -27,21 +27,46 @@ def _tk():
     return tuckerkit
 
 
+def _wide(a: Any) -> Any:
+    """float32 data in float64, as pyttb computes (its ktensors and ttensors hold float64): float32 input ran in
+    single precision here, 8.3e-7 from pyttb's cp_als and a float32 hosvd core. Other dtypes as they are."""
+    return a.astype(np.float64) if getattr(a, "dtype", None) == np.float32 else a
+
+
 def _operand(input_tensor: Any, who: str) -> Any:
-    """A pyttb tensor's data, a pyttb sptensor as a COOTensor, or the array itself (never copied)."""
+    """A pyttb tensor's data, a pyttb sptensor as a COOTensor, or the array itself (never copied, but float32
+    widened to float64 as pyttb computes)."""
     kind = type(input_tensor).__name__
     module = type(input_tensor).__module__ or ""
     if module.startswith("pyttb") and kind == "tensor":
-        return input_tensor.data
+        return _wide(input_tensor.data)
     if module.startswith("pyttb") and kind == "sptensor":
         from tuckerkit.sparse import COOTensor
 
-        return COOTensor(np.asarray(input_tensor.subs), np.asarray(input_tensor.vals).reshape(-1),
+        return COOTensor(np.asarray(input_tensor.subs), _wide(np.asarray(input_tensor.vals).reshape(-1)),
                          tuple(input_tensor.shape))
     if module.startswith("pyttb"):
         raise TypeError(f"{who}: input_tensor is a pyttb {kind}; expected a pyttb tensor or sptensor (or a numpy "
                         "array)")
-    return input_tensor
+    return _wide(input_tensor)
+
+
+def _nvecs(input_tensor: Any, X: Any, ranks: Any, modes: Any, say: bool = False) -> list[np.ndarray] | None:
+    """pyttb's ``nvecs`` start (each mode's leading eigenvectors of its unfolding's Gram, pyttb's signs), made by
+    pyttb itself where it is installed (``say``: with its lines, as ``tucker_als`` prints them), so that the
+    returned start (``Minit`` / ``Uinit``) is pyttb's; None without pyttb (tuckerkit's SVD start then, the same
+    subspaces)."""
+    if not _installed("pyttb"):
+        return None
+    import pyttb
+
+    T = input_tensor if (type(input_tensor).__module__ or "").startswith("pyttb") else pyttb.tensor(np.asarray(X))
+    out = []
+    for n in modes:
+        if say:
+            print(f" Computing {ranks[n]} leading e-vector for factor {n}.\n")
+        out.append(np.asarray(T.nvecs(n, ranks[n]), dtype=np.float64))
+    return out
 
 
 def _natural_order(dimorder: Any, N: int, who: str) -> None:
@@ -140,7 +165,8 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
     if isinstance(init, str) and init.lower() == "random":
         start: Any = [np.random.uniform(0, 1, (shape[n], rank)) for n in range(N)]  # noqa: NPY002 (pyttb's draw)
     elif isinstance(init, str) and init.lower() == "nvecs":
-        start = "svd"
+        vecs = _nvecs(input_tensor, X, [rank] * N, range(N))  # (pyttb's own: its start, and its Minit)
+        start = "svd" if vecs is None else list(vecs)
     else:
         start = init
     progress = _Progress(printitn, " Iter {it}: f = {fit:e} f-delta = {change:7.1e}")
@@ -232,7 +258,12 @@ def tucker_als(input_tensor: Any, rank: Any, stoptol: float = 1e-4, maxiters: in
                                      for n in range(1, N)]
         start: Any = [np.zeros((shape[0], ranks[0])), *Uinit[1:]]  # the first is never read before its update
     elif isinstance(init, str) and init.lower() in ("nvecs", "eigs"):
-        Uinit, start = [None] * N, "hosvd"
+        vecs = _nvecs(input_tensor, X, ranks, range(1, N), say=True)  # (pyttb's own: its start, and its Uinit)
+        if vecs is None:
+            Uinit, start = [None] * N, "hosvd"
+        else:
+            Uinit = [None, *vecs]
+            start = [np.zeros((shape[0], ranks[0])), *vecs]
     else:
         Uinit = list(init)
         start = [np.zeros((shape[0], ranks[0])) if U is None else U for U in Uinit]

@@ -76,9 +76,9 @@ def _check_options(p: Path, key: str | None, shape: Sequence[int] | None) -> Non
 def _check_array(arr: Any, where: str) -> np.ndarray:
     if not isinstance(arr, np.ndarray):
         raise TensorFileError(f"{where} does not hold an array (found {type(arr).__name__})")
-    if arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biufc":
         raise TensorFileError(
-            f"{where} holds an array of dtype {arr.dtype}; expected numbers (float, int or bool)"
+            f"{where} holds an array of dtype {arr.dtype}; expected numbers (float, complex, int or bool)"
         )
     return arr
 

@@ -483,6 +483,9 @@ def save_result(
         raise TypeError(f"result must be a TuckerTensor or CPTensor; received {type(result).__name__}")
     for i, U in enumerate(result.factors):
         arrays[f"factors_{i}"] = np.asarray(U)
+    for name, a in arrays.items():  # ('>f8': the same numbers; stored in the machine's order, as numpy.save does)
+        if not a.dtype.isnative:
+            arrays[name] = a.astype(a.dtype.newbyteorder("="))
     fit = float(result.fit) if result.fit_history and math.isfinite(result.fit) else None
     meta = {
         "kind": kind,
@@ -490,7 +493,7 @@ def save_result(
         "fit": fit,
         "n_iter": int(result.n_iter),
         "converged": bool(result.converged),
-        "dtype": str(result.factors[0].dtype),
+        "dtype": str(arrays["factors_0"].dtype),
         "shape": list(result.shape),
         "tuckerkit_version": __version__,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -619,6 +622,8 @@ def _read_result_members(z: Any, p: Path) -> tuple[dict[str, np.ndarray], dict]:
         if hasattr(z, "zip"):
             _check_npz_member(z, name, p)
         a = z[name]
+        if not a.dtype.isnative:  # ('>f8': the same numbers, byte-swapped)
+            a = a.astype(a.dtype.newbyteorder("="))
         if a.dtype not in _RESULT_DTYPES:
             raise _result_error(p, f"{name} has dtype {a.dtype}; expected float32, float64, complex64 or complex128")
         ref = arrays.get(first, a).dtype

@@ -440,6 +440,10 @@ def load_sparse_npz(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, tu
     if coords.ndim != 2 or coords.dtype.kind not in "iu" or coords.shape[1] != N:
         raise _err(p, f"['coords'] must be an integer array of shape (nnz, {N}); received {coords.dtype} of shape "
                       f"{coords.shape}")
+    if not values.dtype.isnative:  # ('>f8': the same numbers, byte-swapped)
+        values = values.astype(values.dtype.newbyteorder("="))
+    if not coords.dtype.isnative:
+        coords = coords.astype(coords.dtype.newbyteorder("="))
     if values.dtype not in (np.float32, np.float64) or values.shape != (coords.shape[0],):
         raise _err(p, f"['values'] must be float32 or float64 of shape ({coords.shape[0]},); received "
                       f"{values.dtype} of shape {values.shape}")
