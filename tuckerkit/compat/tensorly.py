@@ -196,13 +196,17 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     l2_reg : float
         Only 0.
     mask : array, optional
-        Observed entries (needs tuckerkit's ``cp_als(mask=)``).
+        Observed entries: TensorLy's iterations (each sweep on the tensor as it stands, the first on the entries
+        as passed, later ones after the missing entries took the model's values; the filled tensor's errors;
+        TensorLy's own masked SVD start where TensorLy is installed). With ``orthogonalise`` or ``sparsity``,
+        tuckerkit's EM-ALS (``cp_als(mask=)``) instead.
     cvg_criterion : {"abs_rec_error", "rec_error"}
     fixed_modes : list of int, optional
     svd_mask_repeats : int
         Accepted for compatibility; the masked start is tuckerkit's.
     linesearch : bool
-        With ``mask``, the iterations are tuckerkit's EM-ALS and ``linesearch`` has no effect.
+        tuckerkit's line search (not TensorLy's: a run with it may take other steps after the first jump); with
+        ``mask`` it has no effect.
     callback : callable, optional
 
     Returns
@@ -240,10 +244,16 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     elif isinstance(init, str) and init == "svd" and mask is None and any(s < rank for s in np.shape(tensor)):
         init = _tl_padded_svd_cp(tensor, rank, random_state)
     init = _free_mode_starts(init, np.shape(tensor), rank, fixed, random_state)
+    if mask is not None and init == "svd" and not fixed:
+        # TensorLy's own masked SVD start where it is installed (the same start, so the same run)
+        init = _tl_masked_svd_start(tensor, kw["mask"], rank, svd, random_state, int(svd_mask_repeats)) or init
     if mask is not None and (n_iter_max == 0 or init == "svd"):
         init = _masked_start(tensor, kw["mask"], rank, init, int(svd_mask_repeats), random_state)
         if n_iter_max == 0:
             return _cp_result(*init)
+    if mask is not None and not orthogonalise and not sparsity:
+        return _tl_masked_parafac(tensor, kw["mask"], rank, init, int(n_iter_max), tol, cvg_criterion,
+                                  bool(normalize_factors), fixed, callback, return_errors, random_state)
     tk_callback = None
     if callback is not None:
         def tk_callback(state: Any) -> bool:
@@ -314,6 +324,73 @@ def _free_mode_starts(init: Any, shape: Sequence[int], rank: int, fixed: Sequenc
         unread = n not in fixed and all(m in fixed for m in range(n))
         out.append(rng.random((s, rank)) if U.ndim == 2 and U.shape[0] != s and unread else U)
     return (weights, out)
+
+
+def _tl_masked_svd_start(tensor: Any, mask: np.ndarray, rank: int, svd: Any, random_state: Any,
+                         repeats: int) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """TensorLy's ``initialize_cp(init="svd", mask=...)`` where TensorLy runs on its numpy backend, else None."""
+    if not _installed("tensorly"):
+        return None
+    import tensorly as tl
+
+    if tl.get_backend() != "numpy":
+        return None
+    from tensorly.decomposition._cp import initialize_cp
+
+    X = np.asarray(tensor)
+    weights, factors = initialize_cp(X if X.dtype.kind in "fc" else X.astype(np.float64), rank, init="svd", svd=svd,
+                                     random_state=random_state, mask=mask.astype(X.dtype if X.dtype.kind in "fc"
+                                                                                 else np.float64),
+                                     svd_mask_repeats=repeats)
+    return np.asarray(weights), [np.asarray(U) for U in factors]
+
+
+def _tl_masked_parafac(tensor: Any, mask: np.ndarray, rank: int, init: Any, n_iter_max: int, tol: Any,
+                       cvg_criterion: str, normalize_factors: bool, fixed: list[int], callback: Any,
+                       return_errors: bool, random_state: Any) -> Any:
+    """TensorLy's masked ``parafac``, iteration for iteration: each sweep (one :func:`tuckerkit.cp_als`
+    iteration from the current model) runs on the tensor as it stands, the first on the entries as passed (the
+    missing ones included), each later one after the missing entries took the model's values; the error is that
+    of the filled tensor, ``||T - M|| / ||T||``, and the stop TensorLy's. tuckerkit's own EM-ALS fills before the
+    first sweep and reports the observed entries' fit: 0.66 apart after one iteration, other error lists."""
+    tk = _tk()
+    T = np.array(np.asarray(tensor), dtype=np.result_type(np.asarray(tensor).dtype, np.float32))
+    X = T.copy()
+    weights, factors = _masked_start(tensor, mask, rank, init, 0, random_state) if not isinstance(init, str) \
+        else (None, None)
+    model = (weights, factors) if factors is not None else init
+    errors: list[float] = []
+    cp: Any = None
+    for it in range(n_iter_max):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tk.ConvergenceWarning)
+            cp = tk.cp_als(T, rank, init=model, max_iter=1, tol=0, fixed_modes=fixed, linesearch=False,
+                           random_state=None if not isinstance(model, str) else random_state)
+        full = np.asarray(cp.full())
+        T = np.where(mask, X, full)
+        nt = float(np.linalg.norm(T.reshape(-1)))
+        errors.append(float(np.linalg.norm((T - full).reshape(-1))) / nt if nt > 0 else 0.0)
+        model = (np.asarray(cp.weights), [np.asarray(U) for U in cp.factors])
+        if callback is not None and callback(_cp_result(*model), errors[-1]) is True:
+            break
+        if tol and it >= 1:
+            drop = errors[-2] - errors[-1]
+            if (abs(drop) if cvg_criterion == "abs_rec_error" else drop) < tol:
+                break
+    weights, factors = model if not isinstance(model, str) else (np.ones(rank), [])
+    weights, factors = np.asarray(weights), [np.asarray(U) for U in factors]
+    if normalize_factors:
+        for n in range(len(factors)):
+            norms = np.linalg.norm(factors[n], axis=0)
+            norms = np.where(norms > 0, norms, 1.0)
+            factors[n], weights = factors[n] / norms, weights * norms
+    else:  # (TensorLy's weights stay ones: the scale on the factors, on the last updated mode)
+        free = [n for n in range(len(factors)) if n not in fixed]
+        if free:
+            factors[free[-1]] = factors[free[-1]] * weights[None, :].astype(factors[free[-1]].dtype)
+            weights = np.ones_like(weights)
+    result = _cp_result(weights.astype(factors[0].real.dtype) if factors else weights, factors)
+    return (result, errors) if return_errors else result
 
 
 def _masked_start(tensor: Any, mask: np.ndarray, rank: int, init: Any, repeats: int, random_state: Any) -> Any:
