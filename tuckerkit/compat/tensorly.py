@@ -172,7 +172,7 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     Parameters are TensorLy's. ``svd`` may be any of TensorLy's names (tuckerkit computes the same leading
     subspace its own way); ``l2_reg`` other than 0 is refused; ``mask`` needs
     tuckerkit's ``cp_als(mask=)``. ``n_iter_max=0`` returns the initialization. ``callback(cp_tensor,
-    rec_error)`` is called after each iteration (not before the first) and stops the run by returning True.
+    rec_error)`` is called with the start, then after each iteration, and stops the run by returning True.
 
     Parameters
     ----------
@@ -205,8 +205,8 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     svd_mask_repeats : int
         Accepted for compatibility; the masked start is tuckerkit's.
     linesearch : bool
-        tuckerkit's line search (not TensorLy's: a run with it may take other steps after the first jump); with
-        ``mask`` it has no effect.
+        TensorLy's line search (its jumps, its acceptance, its error list); with ``mask``, ``orthogonalise``,
+        ``sparsity`` or ``normalize_factors``, tuckerkit's own (with ``mask`` none).
     callback : callable, optional
 
     Returns
@@ -254,6 +254,10 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     if mask is not None and not orthogonalise and not sparsity:
         return _tl_masked_parafac(tensor, kw["mask"], rank, init, int(n_iter_max), tol, cvg_criterion,
                                   bool(normalize_factors), fixed, callback, return_errors, random_state)
+    if (linesearch or callback is not None) and mask is None and not orthogonalise and not sparsity \
+            and not normalize_factors and n_iter_max > 0:
+        return _tl_sweeps_parafac(tensor, rank, init, int(n_iter_max), tol, cvg_criterion, fixed, callback,
+                                  return_errors, bool(linesearch))
     tk_callback = None
     if callback is not None:
         def tk_callback(state: Any) -> bool:
@@ -324,6 +328,70 @@ def _free_mode_starts(init: Any, shape: Sequence[int], rank: int, fixed: Sequenc
         unread = n not in fixed and all(m in fixed for m in range(n))
         out.append(rng.random((s, rank)) if U.ndim == 2 and U.shape[0] != s and unread else U)
     return (weights, out)
+
+
+def _tl_sweeps_parafac(tensor: Any, rank: int, init: Any, n_iter_max: int, tol: Any, cvg_criterion: str,
+                       fixed: list[int], callback: Any, return_errors: bool, linesearch: bool) -> Any:
+    """TensorLy's ``parafac`` loop around one :func:`tuckerkit.cp_als` sweep an iteration, for what its own loop
+    does differently: its line search (at even iterations past the sixth, a jump of ``iteration ** (1 / p)``
+    along the last two iterations' step, kept when the error drops, ``p`` raised after four failures; those
+    iterations add no error to the list), and ``callback`` called once with the start before the first
+    iteration. tuckerkit's own line search took other steps (error lists of 30 against 47 entries)."""
+    tk = _tk()
+    X = np.asarray(tensor)
+    N = X.ndim
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        if isinstance(init, str):  # (TensorLy's SVD start: the factors alone, weights ones)
+            s = tk.cp_als(X, rank, init=init, fixed_modes=range(N), max_iter=1, tol=0, normalize=False,
+                          linesearch=False)
+            model = (np.asarray(s.weights), [np.asarray(U) for U in s.factors])
+        else:
+            w0, f0 = (init[0], init[1]) if isinstance(init, tuple | list) and len(init) == 2 and \
+                not hasattr(init[1], "shape") else (getattr(init, "weights", None), getattr(init, "factors", init))
+            f0 = [np.asarray(U) for U in f0]
+            model = (np.ones(rank, dtype=f0[0].real.dtype) if w0 is None else np.asarray(w0), f0)
+    norm = float(np.linalg.norm(X.reshape(-1)))
+
+    def error(w: Any, fs: Sequence[Any]) -> float:
+        return float(np.linalg.norm((X - np.asarray(tk.CPTensor(w, tuple(fs)).full())).reshape(-1)))
+
+    if callback is not None:  # (TensorLy's call with the start; its answer is not read)
+        callback(_cp_result(*model), error(*model) / norm if norm > 0 else 0.0)
+    errors: list[float] = []
+    acc_pow, acc_fail, max_fail = 2.0, 0, 4
+    last: Any = None
+    rec_error = 0.0
+    for iteration in range(n_iter_max):
+        if linesearch and iteration % 2 == 0:
+            last = (model[0].copy(), [U.copy() for U in model[1]])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tk.ConvergenceWarning)
+            cp = tk.cp_als(X, rank, init=model, max_iter=1, tol=0, normalize=False, linesearch=False,
+                           fixed_modes=fixed)
+        model = (np.asarray(cp.weights), [np.asarray(U) for U in cp.factors])
+        line_iter = linesearch and iteration % 2 == 0 and iteration > 5
+        if line_iter:
+            jump = iteration ** (1.0 / acc_pow)
+            new = (last[0] + (model[0] - last[0]) * jump,
+                   [a + (b - a) * jump for a, b in zip(last[1], model[1], strict=True)])
+            if norm > 0 and error(*new) / norm < errors[-1]:
+                model, acc_fail = new, 0
+            else:
+                acc_fail += 1
+                if acc_fail == max_fail:
+                    acc_pow, acc_fail = acc_pow + 1.0, 0
+        else:
+            rec_error = error(*model) / norm if norm > 0 else 0.0
+            errors.append(rec_error)
+        if callback is not None and callback(_cp_result(*model), rec_error) is True:
+            break
+        if tol and iteration >= 1:
+            drop = errors[-2] - errors[-1]
+            if (abs(drop) if cvg_criterion == "abs_rec_error" else drop) < tol:
+                break
+    result = _cp_result(*model)
+    return (result, errors) if return_errors else result
 
 
 def _tl_masked_svd_start(tensor: Any, mask: np.ndarray, rank: int, svd: Any, random_state: Any,
