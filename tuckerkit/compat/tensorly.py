@@ -427,6 +427,11 @@ def _tl_masked_parafac(tensor: Any, mask: np.ndarray, rank: int, init: Any, n_it
     weights, factors = _masked_start(tensor, mask, rank, init, 0, random_state) if not isinstance(init, str) \
         else (None, None)
     model = (weights, factors) if factors is not None else init
+    if callback is not None and not isinstance(model, str):  # (TensorLy's call with the start, filled by it)
+        full0 = np.asarray(tk.CPTensor(np.asarray(model[0]), tuple(np.asarray(U) for U in model[1])).full())
+        T0 = np.where(mask, X, full0)
+        n0 = float(np.linalg.norm(T0.reshape(-1)))
+        callback(_cp_result(*model), float(np.linalg.norm((T0 - full0).reshape(-1))) / n0 if n0 > 0 else 0.0)
     errors: list[float] = []
     cp: Any = None
     for it in range(n_iter_max):
