@@ -212,3 +212,19 @@ def test_sparsity_errors_and_stop_are_tensorlys(sparsity):
     np.testing.assert_allclose(eb, ea, rtol=0, atol=1e-10)
     np.testing.assert_allclose(tl.cp_to_tensor(b), tl.cp_to_tensor(a), rtol=0, atol=1e-10)
     np.testing.assert_allclose(sb, sa, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("it", [1, 10, 100])
+def test_non_negative_tucker_hals_caps_its_core_steps_as_tensorly(it):
+    """TensorLy runs at most n_iter_max FISTA steps in each core update: the layer ran 100 (0.088 apart after one
+    iteration, 0.93 after ten)."""
+    import tensorly as tl
+    from tensorly.decomposition import non_negative_tucker_hals
+
+    from tuckerkit.decomposition._nonneg import CORE_STEPS, CORE_STEPS_NOW
+
+    X = _review_tensor(nonneg=True)
+    a = non_negative_tucker_hals(X, [2, 3, 3], n_iter_max=it)
+    b = compat.non_negative_tucker_hals(X, [2, 3, 3], n_iter_max=it)
+    np.testing.assert_allclose(tl.tucker_to_tensor(b), tl.tucker_to_tensor(a), rtol=0, atol=1e-10)
+    assert CORE_STEPS_NOW.get() == CORE_STEPS  # (the cap is the call's only)

@@ -981,11 +981,20 @@ def _nn_tucker(who: str, method: str, tensor: Any, rank: Any, n_iter_max: int, i
         init = tk.TuckerTensor(*_tl_random_tucker(tensor, ranks, range(len(ranks)), random_state))
     elif isinstance(init, str) and init == "svd":
         init = _tl_nn_svd_start("tucker", tensor, ranks, svd, _random_state(random_state))
-    with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
-        warnings.simplefilter("ignore", tk.ConvergenceWarning)
-        T = tk.non_negative_tucker(tensor, ranks, method=method, init=init, tol=tol, max_iter=max(int(n_iter_max), 1),
-                                   random_state=_random_state(random_state) if isinstance(init, str) else None,
-                                   verbose=bool(verbose))
+    from tuckerkit.decomposition._nonneg import CORE_STEPS, CORE_STEPS_NOW
+
+    # (TensorLy's HALS caps its core step's FISTA iterations at n_iter_max too)
+    token = CORE_STEPS_NOW.set(max(1, min(CORE_STEPS, int(n_iter_max)))) if method == "hals" else None
+    try:
+        with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
+            warnings.simplefilter("ignore", tk.ConvergenceWarning)
+            T = tk.non_negative_tucker(tensor, ranks, method=method, init=init, tol=tol,
+                                       max_iter=max(int(n_iter_max), 1),
+                                       random_state=_random_state(random_state) if isinstance(init, str) else None,
+                                       verbose=bool(verbose))
+    finally:
+        if token is not None:
+            CORE_STEPS_NOW.reset(token)
     result = _tucker_result(T.core, T.factors)
     return (result, [1.0 - f for f in T.fit_history]) if return_errors else result
 

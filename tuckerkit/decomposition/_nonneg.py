@@ -10,6 +10,7 @@ each entry by a ratio of non-negative terms (Lee and Seung) and keeps strictly p
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -444,6 +445,11 @@ def _ttm_all(G: Any, mats: Sequence[Any]) -> Any:
     return G
 
 
+#: the core step's most FISTA steps in this context (``CORE_STEPS``): TensorLy's ``non_negative_tucker_hals``
+#: caps them at its ``n_iter_max``, which its compat layer sets here for the call
+CORE_STEPS_NOW: contextvars.ContextVar[int] = contextvars.ContextVar("CORE_STEPS_NOW", default=CORE_STEPS)
+
+
 def _core_fista(G: Any, P: Any, grams: Sequence[Any], steps: int = CORE_STEPS) -> Any:
     """Projected accelerated gradient on ``min_{G >= 0} ||X - G x U||^2`` written with ``P = X x_n U_n^T``
     and the Grams: gradient ``G x_n (U_n^T U_n) - P``, step ``1 / prod(largest eigenvalue of each Gram)``."""
@@ -577,7 +583,7 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
         P = as_operand(last["Y"]).ttm(factors[n_last], n_last, transpose=True, policy=policy).astype(X.dtype,
                                                                                                      copy=False)
         if method == "hals":
-            core = _core_fista(core, P, grams)
+            core = _core_fista(core, P, grams, CORE_STEPS_NOW.get())
         else:
             core = core * (xp.maximum(P, eps) / xp.maximum(_ttm_all(core, grams), eps))
         fit = _tucker_fit(call.norm, P, core, grams)
