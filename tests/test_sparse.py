@@ -442,3 +442,17 @@ def test_values_edited_after_a_run_are_read_by_the_next(rng):
         plan = X.plan()
         tk.cp_als(X, 3, random_state=0, max_iter=2)
         assert X.plan() is plan  # (unchanged values: the cached plan is kept)
+
+
+def test_plan_with_iterations_explains_this_choice_when_the_kind_is_cached():
+    """A cached plan of the same kind came back with its old reason (50 iterations assumed) when asked with
+    iterations=20."""
+    from tuckerkit.datasets import make_sparse_tensor
+
+    X = make_sparse_tensor((300, 200, 100), 20000, distribution="power_law", random_state=0).data
+    first = X.plan()
+    assert "50 iterations assumed" in first.explain()
+    again = X.plan(csf="auto", iterations=20)
+    assert again.kind == first.kind
+    assert "build + 20 iterations cost" in again.explain() and "50 iterations" not in again.explain()
+    assert X.plan() is again  # (kept: the next call without arguments returns it)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -196,6 +197,9 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
     else:
         kind, reason = csf, f"csf={csf!r}"
     if cache is not None and cache[0].kind == kind:
+        if cache[0].reason != reason:  # (the same trees; the reason for this call's choice, with its iterations)
+            cache = (dataclasses.replace(cache[0], reason=reason), cache[1])
+            X._tk_csf = cache
         return cache
     N = coo.ndim
     short_first = sorted(range(N), key=lambda m: (coo.shape[m], m))
