@@ -126,3 +126,13 @@ def test_generated_data_has_the_same_bits_with_any_blas_threads(tmp_path):
         outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                 check=True).stdout)
     assert len(outs) == 1
+
+
+def test_an_opened_in_memory_tensor_converts_to_its_array(tmp_path):
+    from tuckerkit.io import open_tensor
+
+    A = np.arange(24.0).reshape(2, 3, 4)
+    np.save(tmp_path / "x.npy", A)
+    X = open_tensor(tmp_path / "x.npy")
+    np.testing.assert_array_equal(np.asarray(X), A)  # (a 0-d object array before)
+    assert np.asarray(X, dtype=np.float32).dtype == np.float32

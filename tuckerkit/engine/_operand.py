@@ -411,6 +411,16 @@ class DenseTensor(OperandBase):
     def __repr__(self) -> str:
         return f"DenseTensor(shape={self.shape}, dtype={self.dtype}, device={self.device})"
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """``numpy.asarray(X)``: the host array it holds (``tuckerkit.io.open_tensor`` gives one for a file read
+        into memory; ``np.asarray`` of it was a 0-d object array)."""
+        from tuckerkit.backend import to_host
+
+        a = to_host(self.data)
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
     @property
     def xp(self) -> ModuleType:
         return array_namespace(self.data)
