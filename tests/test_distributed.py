@@ -147,3 +147,17 @@ def test_dask_mttkrp_equals_in_memory(rng):
         got = D.mttkrp(fs, mode)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=0, atol=100 * np.finfo(np.float64).eps * np.abs(want).max())
+
+
+def test_complex_dask_arrays_and_memory_limits_are_refused_in_one_line(rng):
+    """A complex Dask array was cast to float64 (its real part, silently: gram 38.4 off, a non-negative CP of
+    Re(X)); memory_limit= on a Dask array was ignored."""
+    X = rng.standard_normal((8, 9, 10))
+    D = da.from_array(X + 1j * X, chunks=4)
+    for call in (lambda: tk.gram(D, 0), lambda: tk.non_negative_cp(D, 2, max_iter=2), lambda: tk.hooi(D, 2)):
+        with pytest.raises(TypeError, match=r"^the Dask array has complex dtype complex128; Dask tensors are "
+                                             r"decomposed in real arithmetic"):
+            call()
+    with pytest.raises(ValueError, match=r"^memory_limit=100 streams dense tensors held here .*; X is a Dask "
+                                         r"array"):
+        tk.hooi(da.from_array(X, chunks=5), [2, 2, 2], memory_limit=100)

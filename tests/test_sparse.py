@@ -456,3 +456,16 @@ def test_plan_with_iterations_explains_this_choice_when_the_kind_is_cached():
     assert again.kind == first.kind
     assert "build + 20 iterations cost" in again.explain() and "50 iterations" not in again.explain()
     assert X.plan() is again  # (kept: the next call without arguments returns it)
+
+
+def test_sketched_st_hosvd_and_byte_swapped_input_on_sparse_tensors(rng):
+    """st_hosvd(sketch=True) on a sparse tensor took the norm of its sparse projection as a dense array (a
+    TypeError); byte-swapped values were refused as not float64, byte-swapped coordinates a numba TypingError."""
+    A = rng.standard_normal((15, 13, 11))
+    X = COOTensor.from_dense(A)
+    assert tk.st_hosvd(X, [3, 3, 3], sketch=True).fit == pytest.approx(tk.st_hosvd(A, [3, 3, 3], sketch=True).fit,
+                                                                        abs=1e-10)
+    B = np.arange(1.0, 25.0).reshape(2, 3, 4)
+    for Y in (COOTensor.from_dense(B.astype(">f8")), COOTensor(np.argwhere(B).astype(">i8"), B.ravel(), B.shape)):
+        assert Y.values.dtype == np.float64 and Y.values.dtype.isnative and Y.coords.dtype.isnative
+        np.testing.assert_array_equal(Y.to_dense(), B)

@@ -306,6 +306,10 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     if memory_limit is not None and getattr(op, "nnz", None) is not None:  # (it was ignored without a word)
         raise ValueError(f"memory_limit={memory_limit!r} streams dense tensors (arrays, memory maps, HDF5 "
                          f"datasets); X is a sparse {type(X).__name__}, decomposed in memory from its nonzeros")
+    if memory_limit is not None and type(op).__name__ == "DaskTensor":  # (ignored without a word, too)
+        raise ValueError(f"memory_limit={memory_limit!r} streams dense tensors held here (arrays, memory maps, "
+                         "HDF5 datasets); X is a Dask array, whose chunks its scheduler's workers hold (size them "
+                         "with its chunks)")
     if complex_ok:
         _check_complex_dense(X, op)
     # a dense array is checked for NaN and Inf by the norm's own pass (either makes the norm non-finite; only

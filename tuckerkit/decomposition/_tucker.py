@@ -445,10 +445,11 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
         if i == 0 and sketch and rk is not None:
             U, Yn = _sketched_step(call, X, n, rk[n], rng)
             factors[n], chosen[n] = U, rk[n]
-            new_kept = (frobenius_norm(Yn) / normX) ** 2 if normX > 0 else 0.0
+            Y = as_operand(Yn)  # (a sparse tensor's projection is sparse: its norm from its nonzeros)
+            new_kept = (Y.norm() / normX) ** 2 if normX > 0 else 0.0
             discarded += max(kept - new_kept, 0.0)
             kept = new_kept
-            core, Y = Yn, as_operand(Yn)
+            core = Yn
             continue
         if rk is not None:
             r = rk[n]

@@ -142,6 +142,12 @@ class DaskTensor(OperandBase):
         if any(math.isnan(s) for s in data.shape):
             raise ValueError("data has unknown chunk sizes; call compute_chunk_sizes() first")
         dt = np.dtype(data.dtype)
+        if dt.kind == "c":  # (cast to float64 below it kept the real part alone, silently)
+            raise TypeError(f"the Dask array has complex dtype {dt}; Dask tensors are decomposed in real arithmetic "
+                            "(float32 or float64): compute it into a numpy array for a complex decomposition")
+        if dt.kind not in "biuf":
+            raise TypeError(f"the Dask array has dtype {dt}; expected numbers (float32 or float64; integers and "
+                            "bools are computed in float64)")
         self.dtype = dt if dt in (np.float32, np.float64) else np.dtype(np.float64)
         self.data = data.astype(self.dtype) if dt != self.dtype else data
         self.shape = tuple(int(s) for s in data.shape)

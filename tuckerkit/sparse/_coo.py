@@ -77,6 +77,10 @@ class COOTensor(SparseOperand):
                checked: bool = False) -> None:
         c = np.asarray(coords)
         v = np.asarray(values)
+        if not c.dtype.isnative:  # ('>i8': the same indices; the compiled passes are typed for native ones)
+            c, owned = c.astype(c.dtype.newbyteorder("=")), True
+        if not v.dtype.isnative:  # ('>f8' is float64, byte-swapped)
+            v, owned = v.astype(v.dtype.newbyteorder("=")), True
         if not c.flags.writeable or not v.flags.writeable:  # (a memory-mapped file: the compiled canonical pass
             c, v, owned = np.array(c), np.array(v), True    # is typed for writeable arrays; numba's TypingError)
         if c.ndim != 2 or (c.shape[0] and not c.shape[1]):
