@@ -90,7 +90,9 @@ def test_auto_plan_weighs_build_against_iterations():
     assert many.kind == "all" and len(many.orders) == 5
     assert plan_cost("all", 5, 20) < plan_cost("two", 5, 20) < plan_cost("one", 5, 20)
     assert "vs 'two'" in many.explain() and "'one'" in many.explain()
-    assert X.plan(csf="auto") is many  # the same kind: the cached trees are kept
+    trees = X._tk_csf[1]
+    again = X.plan(csf="auto")  # the same kind: the cached trees are kept, the reason is this call's
+    assert again.kind == many.kind and X._tk_csf[1] is trees and "50 iterations assumed" in again.reason
     fresh = COOTensor(X.coords, X.values, shape)
     assert fresh.plan(csf="auto").reason.startswith("auto: 5 tree(s) build + 50 iterations assumed")
     small = X.plan(csf="auto", iterations=20, memory_budget=1)

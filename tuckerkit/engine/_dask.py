@@ -143,8 +143,8 @@ class DaskTensor(OperandBase):
             raise ValueError("data has unknown chunk sizes; call compute_chunk_sizes() first")
         dt = np.dtype(data.dtype)
         if dt.kind == "c":  # (cast to float64 below it kept the real part alone, silently)
-            raise TypeError(f"the Dask array has complex dtype {dt}; Dask tensors are decomposed in real arithmetic "
-                            "(float32 or float64): compute it into a numpy array for a complex decomposition")
+            raise TypeError(f"X has complex dtype {dt} as a DaskTensor; expected a numpy or cupy array in memory "
+                            "for complex tensors (no memory_limit, Dask or sparse input)")
         if dt.kind not in "biuf":
             raise TypeError(f"the Dask array has dtype {dt}; expected numbers (float32 or float64; integers and "
                             "bools are computed in float64)")
