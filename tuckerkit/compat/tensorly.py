@@ -412,16 +412,22 @@ def _tl_sweeps_parafac(tensor: Any, rank: int, init: Any, n_iter_max: int, tol: 
     return (result, errors) if return_errors else result
 
 
+def _tensorly_numpy() -> bool:
+    """Whether TensorLy is installed and runs on its numpy backend: then its own initializers make the starts the
+    layer must share with it (their arrays are the numpy arrays tuckerkit takes)."""
+    if not _installed("tensorly"):
+        return False
+    import tensorly as tl
+
+    return bool(tl.get_backend() == "numpy")
+
+
 def _tl_cp_svd_start(X: np.ndarray, rank: int, svd: Any) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """TensorLy's ``initialize_cp(init="svd")`` where TensorLy runs on its numpy backend (and every mode is at least
     ``rank`` long: the padded start is :func:`_tl_padded_svd_cp`'s), else None. Its first factor carries the
     singular values, which the start's model (``n_iter_max=0``, the callback's first call) shows: 0.49 against
     0.92 error from the singular vectors alone."""
-    if not _installed("tensorly") or any(n < rank for n in X.shape):
-        return None
-    import tensorly as tl
-
-    if tl.get_backend() != "numpy":
+    if any(n < rank for n in X.shape) or not _tensorly_numpy():
         return None
     from tensorly.decomposition._cp import initialize_cp
 
@@ -434,11 +440,7 @@ def _tl_masked_tucker_start(tensor: Any, ranks: Sequence[int], modes: Sequence[i
     """TensorLy's ``initialize_tucker(init="svd", mask=...)`` (its masked SVD start) as a TuckerTensor where
     TensorLy runs on its numpy backend, else None (tuckerkit's HOSVD of the filled tensor then: 0.21 apart after
     five iterations)."""
-    if not _installed("tensorly"):
-        return None
-    import tensorly as tl
-
-    if tl.get_backend() != "numpy":
+    if not _tensorly_numpy():
         return None
     from tensorly.decomposition._tucker import initialize_tucker
 
@@ -452,11 +454,7 @@ def _tl_masked_tucker_start(tensor: Any, ranks: Sequence[int], modes: Sequence[i
 def _tl_masked_svd_start(tensor: Any, mask: np.ndarray, rank: int, svd: Any, random_state: Any,
                          repeats: int) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """TensorLy's ``initialize_cp(init="svd", mask=...)`` where TensorLy runs on its numpy backend, else None."""
-    if not _installed("tensorly"):
-        return None
-    import tensorly as tl
-
-    if tl.get_backend() != "numpy":
+    if not _tensorly_numpy():
         return None
     from tensorly.decomposition._cp import initialize_cp
 
@@ -892,11 +890,7 @@ def _tl_nn_svd_start(kind: str, tensor: Any, rank: Any, svd: Any, random_state: 
     TensorLy runs on its numpy backend: the same start, so the same run step for step (tuckerkit's own
     ``"svd"`` start, the singular vectors' magnitudes, ended 0.15 apart on a default ``non_negative_parafac``).
     ``"svd"`` (tuckerkit's start) where TensorLy is not installed or runs another backend."""
-    if not _installed("tensorly"):
-        return "svd"
-    import tensorly as tl
-
-    if tl.get_backend() != "numpy":
+    if not _tensorly_numpy():
         return "svd"
     X = np.asarray(tensor)
     if X.dtype.kind not in "f":
