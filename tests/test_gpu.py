@@ -563,8 +563,9 @@ def test_hooi_factor_updates_on_either_side_of_host_eigh_max(xp, dtype, where, m
     P x P Grams)."""
     from tuckerkit.engine import _subspace
 
-    if where == "cusolver":
+    if where == "cusolver":  # (and the device's Grams: no projection copied down whole)
         monkeypatch.setattr(_subspace, "HOST_EIGH_MAX", 0)
+        monkeypatch.setattr(_subspace, "HOST_ROUTE_MAX", 0)
     X = make_low_rank_tucker((120, 110, 100), (5, 6, 7), noise=0.05, dtype=dtype, random_state=0).data
     ref = tk.hooi(X, (5, 6, 7), tol=0, max_iter=3)
     got = tk.hooi(xp.asarray(X), (5, 6, 7), tol=0, max_iter=3)
@@ -656,18 +657,24 @@ def test_sparse_gpu_segment_layout(xp):
         GpuCOOTensor(S, Device("cuda"), "fast")
 
 
-def test_host_round_trips_per_iteration(xp):
+@pytest.mark.parametrize("copied_down", [True, False])
+def test_host_round_trips_per_iteration(xp, copied_down, monkeypatch):
     """Per iteration, the small eigenproblems and solves run on the host's LAPACK (cuSOLVER is latency-bound
-    there): HOOI one round trip per mode on the Gram route (the Gram down, the vectors up), two on the other
-    (the P x P Gram, then M V for its thin QR), and the fit (one scalar); CP-ALS, whose Grams and weights live
+    there): HOOI one round trip per mode where its projection is copied down whole (HOST_ROUTE_MAX: the
+    projection and the factor it replaces in one copy, the vectors up); else one on the Gram route (the Gram
+    down, the vectors up), two on the other (the P x P Gram, then M V for its thin QR); and the fit (one
+    scalar); CP-ALS, whose Grams and weights live
     on the host, one per mode (the new factor's Gram down, with the fit's inner products on the last mode; V
     is host arithmetic and its inverse goes up without a wait), and a line-search jump one more for its
     Grams and one for its fit's inner products. Nothing else: no tensor-sized copy, no per-element check."""
+    from tuckerkit.engine import _subspace
     from tuckerkit.engine._subspace import gram_route
 
     counts = _counts(xp)
     if counts is None:
         pytest.skip("counted on the cupy stand-in")
+    if not copied_down:
+        monkeypatch.setattr(_subspace, "HOST_ROUTE_MAX", 0)
     X = xp.asarray(make_low_rank_tucker((20, 22, 24), (3, 4, 5), noise=0.01, random_state=0).data)
     Y = xp.asarray(make_low_rank_cp((20, 22, 24), 4, noise=0.01, random_state=0).data)
     per_run = {}
@@ -687,6 +694,8 @@ def test_host_round_trips_per_iteration(xp):
     hooi = 1 + sum(1 if gram_route(shape, n, r) else 2
                    for n, (shape, r) in enumerate((((20, 4, 5), 3), ((3, 22, 5), 4), ((3, 4, 24), 5))))
     assert hooi == 6  # modes 0, 1, 2: the Gram route (20 <= 4 * 5), then P = 15 < 22 and P = 12 < 24
+    if copied_down:
+        hooi = 1 + 3
     assert per_run == {"hooi": hooi, "cp_als": 3.0, "cp_als_linesearch": 3.0 + 2 / 2}
 
 

@@ -28,6 +28,7 @@ from tuckerkit.backend import (
     parse_device,
     result_dtype,
     to_device,
+    to_host,
 )
 from tuckerkit.engine._direct import memory_order
 from tuckerkit.engine._gram import GramPlan, dense_gram
@@ -255,17 +256,25 @@ def combine_scaled(a: tuple[float, float], b: tuple[float, float]) -> tuple[floa
     return s2, q2 + q1 * (s1 / s2) ** 2
 
 
+#: a device array of at most this many elements (a core) is copied down for :func:`sqnorm_scaled` and summed on
+#: the host: the same one wait as the device's sum, without its launches, and the host's bits
+DEVICE_NORM_HOST_MAX = 1 << 16
+
+
 def sqnorm_scaled(X: Any, chunk_elems: int = 1 << 16, policy: ExecutionPolicy | None = None) -> tuple[float, float]:
     """``(scale, ssq)`` with ``||X||^2 = scale^2 * ssq`` of a dense array, accumulated in float64 over pieces;
     a piece whose largest magnitude is extreme is scaled by a power of two near it, so no finite input
     overflows or underflows (the idea of LAPACK's nrm2); BLAS is held to one thread and the pieces' sums are
     combined in piece order, so the bits are the same on every run and for any number of ``policy``'s
-    workers (None: the default policy). On a GPU the pieces accumulate on the device (one value comes back)."""
+    workers (None: the default policy). On a GPU the pieces accumulate on the device (one value comes back);
+    an array of at most :data:`DEVICE_NORM_HOST_MAX` elements is copied down and summed on the host."""
     if X.size == 0:
         return 1.0, 0.0
     if X.dtype.kind == "c":  # |x|^2 = re^2 + im^2: the two real views (no copy), combined scaled
         return combine_scaled(sqnorm_scaled(X.real, chunk_elems, policy), sqnorm_scaled(X.imag, chunk_elems, policy))
     xp = array_namespace(X)
+    if xp is not np and X.size <= DEVICE_NORM_HOST_MAX:  # small (a core): one copy down, the host's sum
+        return sqnorm_scaled(to_host(X), chunk_elems, policy)
     if xp is not np:
         amax = xp.zeros((), dtype=xp.float64)
         for blk in _pieces(X, chunk_elems << 6):

@@ -144,10 +144,27 @@ _EVR_DRIVERS: dict[tuple[str, int], tuple[Any, dict[str, int]]] = {}
 #: the host against 7.9-11.8 ms for cuSOLVER's ``gesvd`` of the projection
 HOST_EIGH_MAX = 128
 
+#: a device array of at most this many elements (HOOI's projections of an n^3 tensor at rank 10 up to n = 655)
+#: is copied down whole and :func:`leading_left_singular` runs the host's route on it (the Gram, the warm-started
+#: eigenproblem, ``M V`` and the thin QR; the vectors copied up): one round trip a mode instead of one or two plus
+#: the device's launches, and the same arithmetic as on the CPU for the same projection
+HOST_ROUTE_MAX = 1 << 16
+
 
 def _on_host(xp: Any, w: Any, V: Any) -> tuple[Any, Any]:
     """Host eigenpairs (or any two host arrays) as contiguous arrays of namespace ``xp`` (copied up)."""
     return xp.asarray(np.ascontiguousarray(w)), xp.asarray(np.ascontiguousarray(V))
+
+
+def _both_down(xp: Any, Y: Any, start: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """A small device array ``Y`` and the optional device ``start`` on the host, in one copy where their dtypes
+    match (the two joined on the device first)."""
+    if start is None:
+        return to_host(Y), None
+    if start.dtype != Y.dtype or start.ndim != 2:
+        return to_host(Y), to_host(start)
+    both = to_host(xp.concatenate((Y.reshape(-1), start.reshape(-1))))
+    return both[:Y.size].reshape(Y.shape), both[Y.size:].reshape(start.shape)
 
 
 def _evr_driver(char: str, n: int) -> tuple[Any, dict[str, int]]:
@@ -545,10 +562,12 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
     20^4-30^4 at 1 % noise, unchanged on Gaussian tensors (where it refuses after one step); float32 Grams too
     (their exact float64 copy; float32 HOOI 0.61-0.80x on 20^3-100^3 and 20^4, 0.96x on 200^3).
 
-    Deterministic: LAPACK on one BLAS thread, signs fixed by :func:`sign_fix`. On a GPU the Gram (and ``M V``)
-    are made on the device and the eigenproblem of order <= :data:`HOST_EIGH_MAX` is solved on the host by the
-    same routines (the Gram copied down, the vectors up: one round trip on the first route, two on the second,
-    whose thin QR runs on the host too); a larger one stays on the device (cuSOLVER's ``syevd`` and QR).
+    Deterministic: LAPACK on one BLAS thread, signs fixed by :func:`sign_fix`. On a GPU an array of at most
+    :data:`HOST_ROUTE_MAX` elements is copied down and takes the host's route (``start`` and ``backoff``
+    included); a larger one's Gram (and ``M V``) are made on the device and the eigenproblem of order <=
+    :data:`HOST_EIGH_MAX` is solved on the host by the same routines (the Gram copied down, the vectors up:
+    one round trip on the first route, two on the second, whose thin QR runs on the host too); a larger one
+    stays on the device (cuSOLVER's ``syevd`` and QR).
 
     On the host, the second route on a long real unfolding (``I_n P >= TALL_ELEMS``) with ``P`` of at least
     :data:`GRAM_FREE_MIN_P` first tries :func:`_gram_free_pairs` (a certified subspace iteration on ``M^T (M Q)``,
@@ -570,6 +589,10 @@ def leading_left_singular(Y: Any, n: int, r: int, policy: ExecutionPolicy, gram:
         if got is not None:
             return got
     xp = array_namespace(Y)
+    if xp is not np and gram is None and Y.size <= HOST_ROUTE_MAX:  # small: the host's route (see HOST_ROUTE_MAX)
+        Yh, start_h = _both_down(xp, Y, start)
+        U, w = leading_left_singular(Yh, n, r, policy, None, start_h, backoff)
+        return _on_host(xp, U, w)
     if gram_route(Y.shape, n, r):
         G = gram if gram is not None else _small_gram(Y, n, I_n, P) if _small(Y, I_n, P) else \
             dense_gram(Y, n, None, policy)
