@@ -30,7 +30,12 @@ Results are written after each section, so a run cut short keeps what it measure
 Needs a CUDA GPU and cupy (``tuckerkit[gpu-cuda13]`` or ``[gpu-cuda12]``); TensorLy for its columns.
 ``make test-gpu`` runs it after the real-GPU tests on a machine with a preinstalled cupy.
 
-Run:  python benchmarks/gpu.py [contractions ttm tucker cp linalg sparse] [--quick] [--sizes 200,400,800] [--update]
+* hostroute: device HOOI with its small pieces on the host (a projection of at most ``HOST_ROUTE_MAX``
+  elements copied down whole for its factor step, a core's norm summed on the host: the defaults) against the
+  device's own route for them, alternating calls, n = 100-800, the fits equal to rounding.
+
+Run:  python benchmarks/gpu.py [contractions ttm tucker cp linalg sparse profile hostroute] [--quick]
+      [--sizes 200,400,800] [--update]
 Writes benchmarks/results/gpu.{json,md,png} (``--quick``: gpu_quick.*, a smoke run that keeps the real results;
 ``--update``: the sections run replace theirs in the existing results, the others are kept).
 """
@@ -56,7 +61,7 @@ from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker, make_spar
 import tuckerkit as tk
 from tuckerkit.engine import contract, plan_contraction, ttm
 
-SECTIONS = ("contractions", "ttm", "tucker", "cp", "linalg", "sparse", "profile")
+SECTIONS = ("contractions", "ttm", "tucker", "cp", "linalg", "sparse", "profile", "hostroute")
 RESULTS = _common.RESULTS
 
 
@@ -306,6 +311,53 @@ def _tensorly_runner(tl, cp, kind, Xd, init, R, iters):
     return run
 
 
+def hostroute_section(cp, sizes, dtypes, iters, repeat):
+    """Device HOOI (core 10^3, same start as the tucker section) with its small pieces on the host (the
+    defaults: a projection of at most ``HOST_ROUTE_MAX`` elements copied down whole for its factor step, a core
+    of at most ``DEVICE_NORM_HOST_MAX`` summed on the host) against the device's own route for them (both
+    limits 0), in alternating calls; the two fits must agree to rounding."""
+    from tuckerkit.engine import _operand, _subspace
+
+    defaults = (_subspace.HOST_ROUTE_MAX, _operand.DEVICE_NORM_HOST_MAX)
+
+    def routed(on, fn):
+        def run():
+            _subspace.HOST_ROUTE_MAX, _operand.DEVICE_NORM_HOST_MAX = defaults if on else (0, 0)
+            try:
+                return fn()
+            finally:
+                _subspace.HOST_ROUTE_MAX, _operand.DEVICE_NORM_HOST_MAX = defaults
+        return run
+
+    rows = []
+    for n in sizes:
+        for dt in dtypes:
+            data = make_low_rank_tucker((n, n, n), (10, 10, 10), noise=0.01, dtype=dt, random_state=0).data
+            init = tk.st_hosvd(data, (10, 10, 10))
+            Xd = cp.asarray(data)
+
+            def hooi(Xd=Xd, init=init):
+                return tk.hooi(Xd, (10, 10, 10), init=init, tol=0, max_iter=iters)
+
+            fns = {"host": routed(True, hooi), "device": routed(False, hooi)}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fits = {k: fn().fit for k, fn in fns.items()}
+                t = _median_times(cp, fns, repeat)
+            row = {"n": n, "dtype": dt, "iterations": iters, "t_host_route": t["host"] / iters,
+                   "t_device_route": t["device"] / iters, "host_over_device": t["host"] / t["device"],
+                   "fit_host_route": fits["host"], "fit_device_route": fits["device"],
+                   "ok": abs(fits["host"] - fits["device"]) <= _fit_tol(dt, fits["device"])}
+            rows.append(row)
+            print(f"hostroute n={n} {dt}: host route {row['t_host_route'] * 1e3:.2f} ms/it, device route "
+                  f"{row['t_device_route'] * 1e3:.2f} ms/it (x{row['host_over_device']:.2f})"
+                  + ("" if row["ok"] else f"  WRONG: fits {fits['host']:.8f} / {fits['device']:.8f}"), flush=True)
+    bad = [f"n={r['n']} {r['dtype']}" for r in rows if not r["ok"]]
+    if bad:
+        raise CheckFailed(f"the host route's fit differs from the device route's beyond rounding: {', '.join(bad)}")
+    return rows
+
+
 def profile_section(cp, n: int, stem: str):
     """cProfile of one device HOOI and one CP-ALS call (10 iterations, float64 n^3, rank 10, same start as the
     tucker and cp sections); the text report goes to ``{stem}_profile.txt``."""
@@ -518,6 +570,11 @@ def markdown(out: dict) -> str:
                         [[r["call"], r["n"], f"{r['wall_s'] * 1e3:.2f}",
                           ", ".join(f"{t['function']} {t['own_s'] * 1e3:.1f}" for t in r["top_own_time"][:5])]
                          for r in out["profile"]])
+    if out.get("hostroute"):
+        lines += _table("HOOI's small pieces on the host vs on the device (core 10^3; time host route / device "
+                        "route)", ["n", "dtype", "host route ms/it", "device route ms/it", "host / device"],
+                        [[r["n"], r["dtype"], f"{r['t_host_route'] * 1e3:.2f}", f"{r['t_device_route'] * 1e3:.2f}",
+                          f"{r['host_over_device']:.2f}x"] for r in out["hostroute"]])
     if out.get("sparse"):
         cp_rows = [r for r in out["sparse"] if r["case"] == "cp_als"]
         lines += ["## Sparse CP-ALS (COO) on the GPU vs tuckerkit's CPU kernel", "",
@@ -612,6 +669,8 @@ def main(argv=None) -> int:
                                          rep if args.quick else 15),
         "sparse": lambda: sparse_section(cp, args.quick, dtypes, rep),
         "profile": lambda: profile_section(cp, 20 if args.quick else 200, stem),
+        "hostroute": lambda: hostroute_section(cp, [20] if args.quick else [100, 200, 400, 600, 800], dtypes,
+                                               3 if args.quick else 10, rep if args.quick else 7),
     }
     for sec in secs:
         t0 = time.perf_counter()

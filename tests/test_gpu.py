@@ -899,8 +899,14 @@ def test_gpu_benchmark_script_runs(xp, tmp_path, monkeypatch):
     assert "== hooi:" in (tmp_path / "gpu_quick_profile.txt").read_text()
     assert {r["problem"] for r in out["linalg"]} == {"gram_eigh", "hooi_projection", "cp_solve"}
     assert all(r["ok"] for r in out["linalg"])
+    assert [(r["n"], r["ok"]) for r in out["hostroute"]] == [(20, True)]
+    # the A/B restores the defaults after each call
+    from tuckerkit.engine import _operand, _subspace
+
+    assert (_subspace.HOST_ROUTE_MAX, _operand.DEVICE_NORM_HOST_MAX) == (1 << 16, 1 << 16)
     md = (tmp_path / "gpu_quick.md").read_text()
     assert "| n | dtype | rank | GPU ms/it |" in md and "| sparse | passed |" in md and "short / long" in md
+    assert "| n | dtype | host route ms/it | device route ms/it | host / device |" in md
     # --update: the section run replaces its rows, the others are kept as they were
     assert gpu.main(["linalg", "--quick", "--update", "--dtypes", "float64"]) == 0
     again = json.loads((tmp_path / "gpu_quick.json").read_text())
