@@ -38,6 +38,47 @@ def sweeps_flag(name: str, value):
         setattr(_sweeps, name, before)
 
 
+def _cpu_model() -> str | None:
+    """The processor: its model name, family / model numbers and widest vector ISA, from ``/proc/cpuinfo`` on
+    Linux (``platform.processor()`` is empty there; a virtual machine's model name can be as bare as "AMD
+    EPYC", and the family tells the generation: AMD 25 is Zen 3 / 4, 26 Zen 5)."""
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model", "flags") and key not in info:
+                    info[key] = value.strip()
+                if not line.strip() and info:
+                    break
+    except OSError:
+        pass
+    if not info:
+        return platform.processor() or None
+    flags = set(info.get("flags", "").split())
+    isa = next((f for f in ("avx512f", "avx2", "neon", "asimd") if f in flags), "")
+    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}"
+            f"{', ' + isa if isa else ''})")
+
+
+def _commit() -> str | None:
+    """The repository's commit the run measured (with ``+dirty`` when files differ from it), if git can tell."""
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def environment() -> dict:
     """Machine, library versions and the BLAS kernel that ran (threadpoolctl)."""
     import numpy as np
@@ -47,6 +88,8 @@ def environment() -> dict:
         "numpy": np.__version__,
         "machine": platform.machine(),
         "processor": platform.processor(),
+        "cpu_model": _cpu_model(),
+        "commit": _commit(),
         "cpu_count": os.cpu_count(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),
