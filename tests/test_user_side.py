@@ -654,6 +654,19 @@ def test_notebooks_hide_their_results_and_show_figures():
     assert "NullFormatter" in src and "np.percentile(X[p], [1, 99])" in src and "max_error=tol" in src
 
 
+def test_readme_headline_table_is_made_from_the_committed_results(monkeypatch):
+    """The README's headline figures are benchmarks/headline.py's output from benchmarks/results (rerun it with
+    --write after committing new results): no figure in it can drift from a results file."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import headline
+
+    readme = (ROOT / "README.md").read_text()
+    block = headline.readme_block(readme)
+    assert block is not None, "README.md lost its generated headline table"
+    assert block == headline.table()
+    assert "| HOOI per iteration, 200^3 rank 10 float64" in block and block.count("\n|") >= 10
+
+
 def test_readme_is_short_and_the_rest_moved_to_the_docs():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.encode()) < 12_000, len(readme.encode())
