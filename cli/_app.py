@@ -354,7 +354,8 @@ def decompose_cmd(
     dtype: str = typer.Option(None, "--dtype", metavar="float32|float64",
                               help="Compute in this precision (default: keep the file's)."),
     seed: int = typer.Option(None, "--seed", metavar="S",
-                             help="Random seed of the random starts (cp, cp-apr, --nonnegative)."),
+                             help="Random seed of the random starts (cp-apr, --nonnegative; cp starts from the SVD "
+                                  "and draws only the columns a rank above a mode's size adds)."),
     output: Path = typer.Option(
         None, "--output", "-o", metavar="OUT.npz",
         help="Result file. Default: the input's name with .tucker.npz (hooi, hosvd) or .cp.npz (cp): "
@@ -393,6 +394,25 @@ def decompose_cmd(
     _run(debug, _decompose, input, ranks, max_error, method, rank, device, dtype, max_iter, seed, output, force,
          json_out, quiet, key, shape, csf, memory_limit, scheduler, stop_tol=stop_tol, iterations=iterations,
          tol=tol, nonnegative=nonnegative, mask=mask, allow_external=allow_external, linesearch=linesearch)
+
+
+def _sparse_input(path: Path) -> bool:
+    """Whether ``path`` holds a sparse tensor: a ``.tns`` file, or an ``.npz`` archive written by
+    ``COOTensor.save_npz`` (its member names read, nothing else)."""
+    ext = path.suffix.lower()
+    if ext == ".tns":
+        return True
+    if ext != ".npz":
+        return False
+    import zipfile
+
+    from tuckerkit.io._tns import is_sparse_npz
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return is_sparse_npz([n[:-4] if n.endswith(".npy") else n for n in z.namelist()])
+    except (OSError, zipfile.BadZipFile):  # (the reader says what is wrong with it)
+        return False
 
 
 def _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
@@ -436,12 +456,13 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
     if dev is not None and (memory_limit is not None or scheduler is not None):
         raise CLIError(f"--device {device} cannot be combined with --memory-limit or --scheduler (those run on the "
                        "CPU)")
-    is_tns = input.suffix.lower() == ".tns"
-    if csf != "auto" and not is_tns:  # (options that would be ignored are refused)
-        raise CLIError(f"--csf applies to sparse .tns input; received a {input.suffix or 'no-extension'} file")
-    if memory_limit is not None and is_tns:
-        raise CLIError("--memory-limit streams dense files (.npy, .h5, .npz, .mat); a .tns tensor is read whole as "
-                       "a sparse tensor")
+    sparse = _sparse_input(input)
+    if csf != "auto" and not sparse:  # (options that would be ignored are refused)
+        raise CLIError(f"--csf applies to sparse input (.tns, a sparse .npz); received a dense "
+                       f"{input.suffix or 'no-extension'} file")
+    if memory_limit is not None and sparse:
+        raise CLIError(f"--memory-limit streams dense files (.npy, .h5, .npz, .mat); {str(input)!r} holds a sparse "
+                       "tensor, read whole")
     if scheduler is not None:
         if input.suffix.lower() != ".npy":
             raise CLIError(f"--scheduler reads .npy files chunk by chunk; received {input.suffix or 'no extension'!r}")
@@ -470,17 +491,19 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         raise CLIError(f"--seed applies to --method cp and cp-apr (random starts) and --nonnegative; --method "
                        f"{method} starts from the SVD and draws nothing")
     if mask is not None and ((ranks is None and method == "hooi") or memory_limit is not None
-                             or input.suffix.lower() == ".tns" or scheduler is not None):
+                             or _sparse_input(input) or scheduler is not None):
         # (--max-error chose the ranks from every entry, the missing ones too; the masked fit needs X in memory)
         why = ("--ranks (a rank choice by --max-error would read the missing entries)" if ranks is None and
-               method == "hooi" else "a dense tensor in memory (not a .tns file, --memory-limit or --scheduler)")
+               method == "hooi" else "a dense tensor in memory (not a sparse file, --memory-limit or --scheduler)")
         raise CLIError(f"--mask needs {why}")
     if not linesearch and (method != "cp" or nonnegative or mask is not None):
         raise CLIError("--no-linesearch applies to --method cp (plain CP-ALS) only")
     fixed = iterations is not None
     # the defaults are the method's own (CP-ALS stops at a fit change of 1e-5 within 200 iterations, HOOI at
-    # 1e-8 within 100): see tk.cp_als and tk.hooi
-    default_iter, default_tol = {"cp": (200, 1e-5), "cp-apr": (1000, 1e-4)}.get(method, (100, 1e-8))
+    # 1e-8 within 100, the non-negative solvers at 1e-6 within 200, cp_apr at 1e-4 within 1000): see tk.cp_als,
+    # tk.hooi, tk.non_negative_cp / non_negative_tucker and tk.cp_apr
+    default_iter, default_tol = ((200, 1e-6) if nonnegative and method != "cp-apr" else
+                                 {"cp": (200, 1e-5), "cp-apr": (1000, 1e-4)}.get(method, (100, 1e-8)))
     n_iter_max = iterations if fixed else (max_iter if max_iter is not None else default_iter)
     conv_tol = 0.0 if fixed else (stop_tol if stop_tol is not None else default_tol)
     limit = parse_memory(memory_limit, "--memory-limit") if memory_limit is not None else None
@@ -490,6 +513,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     if out.suffix.lower() != ".npz" and out.resolve() != Path(input).resolve() and (out.is_file() or
                                                                                   not out.exists()):
         raise CLIError(f"--output {str(out)!r} must end in .npz (the result file)")
+    check_output_path(out, force=force, inputs=(input, mask))  # (before a whole .npz / .mat / .h5 is read)
     client = cluster = None
     progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=n_iter_max)
     try:
@@ -500,7 +524,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         _own_process_numba()  # this process is the CLI's: cached kernels load without a refresh
         with _input_named(input), open_tensor(
                 input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
-                csf=csf if input.suffix.lower() == ".tns" else None, check_finite=False,
+                csf=csf if _sparse_input(input) else None, check_finite=False,
                 allow_external=allow_external, iterations=n_iter_max) as X:
             rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks") if ranks is not None else None
             check_output_path(out, force=force, inputs=(input, mask))
@@ -535,12 +559,22 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     if tol is not None:  # printed after the run, so that an error stays the only line
         typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
                    "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
-    if not quiet and not fixed:
-        for w in caught:
-            typer.echo(f"warning: {w.message}; raise --max-iter, loosen --stop-tol, or pass --iterations N to run "
-                       "a fixed number", err=True)
+    if not quiet:
+        for w in caught:  # (the advice only where the iteration limit ended the run; --iterations asked for it)
+            limit = "max_iter" in str(w.message)
+            if fixed and limit:
+                continue
+            hint = ("; raise --max-iter, loosen --stop-tol, or pass --iterations N to run a fixed number"
+                    if limit else "")
+            typer.echo(f"warning: {w.message}{hint}", err=True)
     streamed = getattr(X, "slab_rows", None)
     meta = {"method": method, "device": device, "input_shape": list(X.shape), "seconds": seconds}
+    if nonnegative:
+        meta["nonnegative"] = True
+    if mask is not None:
+        meta["mask"] = str(mask)
+    if seed is not None:
+        meta["seed"] = seed
     if method != "hosvd":
         meta.update(tol=conv_tol, max_iter=n_iter_max)
     if scheduler is not None:
@@ -822,11 +856,13 @@ def _relative_error(X: Any, Xhat: Any, name: str = "X") -> float:
     if bad:
         raise CLIError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them first")
     scale = scale or 1.0
+    # complex on either side: complex128 (a real cast would drop the imaginary parts)
+    work = np.complex128 if X.dtype.kind == "c" or np.dtype(Xhat.dtype).kind == "c" else np.float64
     for start in range(0, X.shape[0], rows):
-        a = np.asarray(X[start:start + rows], dtype=np.float64) / scale
-        b = np.asarray(Xhat[start:start + rows], dtype=np.float64) / scale
-        num += float(np.vdot(a - b, a - b))
-        den += float(np.vdot(a, a))
+        a = np.asarray(X[start:start + rows], dtype=work) / scale
+        b = np.asarray(Xhat[start:start + rows], dtype=work) / scale
+        num += float(np.vdot(a - b, a - b).real)
+        den += float(np.vdot(a, a).real)
     if den > 0 or num == 0:
         return math.sqrt(num / den) if den > 0 else 0.0
     raise CLIError(f"{name} has zero norm (every entry is 0); the relative error ||X - X_hat|| / ||X|| of a nonzero "

@@ -25,12 +25,18 @@ def ranks_cmd(
     nonnegative: bool = typer.Option(False, "--nonnegative",
                                      help="Non-negative factors (the same as --method nn-cp / nn-tucker)."),
     max_iter: int = typer.Option(None, "--max-iter", metavar="N", help="Iterations per rank, at most."),
-    tol: float = typer.Option(None, "--tol", metavar="TOL", help="Stopping tolerance on the fit change."),
+    stop_tol: float = typer.Option(None, "--stop-tol", metavar="TOL",
+                                   help="Stopping tolerance on the fit change (as decompose's --stop-tol)."),
+    tol: float = typer.Option(None, "--tol", metavar="TOL", hidden=True,
+                              help="Deprecated name of --stop-tol (decompose's --tol is an error target)."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Random seed (the table is repeatable)."),
     plot: Path = typer.Option(None, "--plot", metavar="FILE.png", help="Also save the error/CORCONDIA plot."),
     key: str = typer.Option(None, "--key", metavar="NAME", help="Array name in .npz/.mat/.h5 files holding several."),
     shape: str = typer.Option(None, "--shape", metavar="I,J,K", help="Shape of a .tns tensor."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    allow_external: bool = typer.Option(
+        False, "--allow-external",
+        help="Read HDF5 datasets whose data lives in other files (external storage, virtual datasets)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Decompose at every rank from --min-rank to --max-rank and print error, fit, CORCONDIA and time, with the
@@ -38,11 +44,12 @@ def ranks_cmd(
 
     Example: tuckerkit ranks data.npy --method cp --max-rank 10
     """
-    _run(debug, _ranks, input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, plot, key, shape,
-         json_out)
+    _run(debug, _ranks, input, method, min_rank, max_rank, nonnegative, max_iter, stop_tol, seed, plot, key, shape,
+         json_out, allow_external=allow_external, deprecated_tol=tol)
 
 
-def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, plot, key, shape, json_out):
+def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, plot, key, shape, json_out, *,
+           allow_external=False, deprecated_tol=None):
     import tuckerkit as tk
     from tuckerkit._validation import check_max_iter, check_nonneg
     from tuckerkit.io import load_tensor
@@ -54,14 +61,21 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
     if not 1 <= min_rank <= max_rank:
         raise CLIError(f"--min-rank {min_rank} and --max-rank {max_rank} are invalid; expected "
                        "1 <= --min-rank <= --max-rank")
+    if deprecated_tol is not None:
+        if tol is not None:
+            raise CLIError("pass --stop-tol only; --tol is its deprecated name")
+        tol = deprecated_tol
+        typer.echo("warning: ranks --tol is deprecated and will be removed in tuckerkit 0.3; use --stop-tol "
+                   f"{tol:g} (the convergence tolerance; decompose's --tol is an error target)", err=True)
     if max_iter is not None:  # (named as options here, before the sweep: the library names its keywords)
         check_max_iter(max_iter, "--max-iter")
     if tol is not None:
-        check_nonneg(tol, "--tol")
+        check_nonneg(tol, "--tol" if deprecated_tol is not None else "--stop-tol")
     plot_format = _check_plot(plot, input) if plot is not None else None
     if input.suffix.lower() == ".tns":
         _own_process_numba()
-    X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None)
+    X = load_tensor(input, key=key, shape=_parse_ints(shape, "--shape") if shape else None,
+                    allow_external=allow_external)
     if method.endswith("tucker") and max_rank > max(X.shape):  # (each rank is capped at its mode's size)
         raise CLIError(f"--max-rank {max_rank} exceeds the largest mode size of {str(input)!r} ({max(X.shape)}); "
                        f"with --method {method} a rank above it repeats rank {max(X.shape)}")

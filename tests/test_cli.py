@@ -235,7 +235,7 @@ BAD = [
     (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--seed", "3", "-o", "{d}/o.npz"],
      "--seed applies to --method cp and cp-apr"),
     (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--csf", "one", "-o", "{d}/o.npz"],
-     "--csf applies to sparse .tns input"),
+     "--csf applies to sparse input (.tns, a sparse .npz); received a dense .npy file"),
     (["decompose", "{d}/ok.tns", "--ranks", "1,1,1", "--memory-limit", "1GB", "-o", "{d}/o.npz"],
      "--memory-limit streams dense files"),
     (["decompose", "{d}/good.npy", "--method", "cp", "--rank", "2", "--seed", "-1", "-o", "{d}/o.npz"],
@@ -416,8 +416,11 @@ def test_mat_and_h5_inputs(tmp_path, rng):
     res = _invoke(["decompose", tmp_path / "x.mat", "--key", "T", "--ranks", "2,2,2", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["shape"] == [5, 6, 7]
-    res = _invoke(["decompose", tmp_path / "x.mat", "--ranks", "2,2,2"])
+    res = _invoke(["decompose", tmp_path / "x.mat", "--ranks", "2,2,2", "-o", tmp_path / "new.npz"])
     assert res.exit_code == 1 and "holds several arrays (T, other)" in res.output
+    # an existing output is refused before the file is read (the default output exists from the first run)
+    res = _invoke(["decompose", tmp_path / "x.mat", "--ranks", "2,2,2"])
+    assert res.exit_code == 1 and "already exists; pass --force" in res.output
     res = _invoke(["decompose", tmp_path / "x.h5", "--ranks", "2,2,2", "--json", "-o", tmp_path / "h.npz"])
     assert res.exit_code == 0, res.output
     np.testing.assert_allclose(tk.io.load_tensor(tmp_path / "x.h5"), X)
@@ -475,3 +478,92 @@ def test_a_scalar_reconstruction_is_named_so(files):
     res = _invoke(["reconstruct", files / "res.npz", "--index", "0,0,0", "-o", files / "s.npy"])
     assert res.exit_code == 0 and res.output.startswith("wrote float64 scalar (index 0,0,0) to"), res.output
     assert np.load(files / "s.npy").shape == ()
+
+
+# ------------------------------------------------------------------------- review of 2026-12-04 (the CLI)
+def test_reconstruct_against_complex_data_or_model_keeps_the_imaginary_parts(tensor_file, tmp_path):
+    """--against a complex file (or from a complex model) is measured in complex128: a real model of X against
+    X + iX is sqrt(1/2) off, a complex model of X + iX against X is 1.0 off (numpy's own answers)."""
+    p, X = tensor_file
+    np.save(tmp_path / "xc.npy", X + 1j * X)
+    assert _invoke(["decompose", p, "--ranks", "3,4,2", "-o", tmp_path / "r.npz"]).exit_code == 0
+    tuckerkit.io.save_result(tmp_path / "c.npz", tk.hooi(X + 1j * X, (3, 4, 2)))
+    for result, against, want in (("r.npz", "xc.npy", np.linalg.norm(X + 1j * X - X) / np.linalg.norm(X + 1j * X)),
+                                  ("c.npz", "x.npy", np.linalg.norm(X - (X + 1j * X)) / np.linalg.norm(X))):
+        res = _invoke(["reconstruct", tmp_path / result, "--against", tmp_path / against, "--json",
+                       "-o", tmp_path / f"{result}.npy"])
+        assert res.exit_code == 0, res.output
+        assert "ComplexWarning" not in res.output
+        got = json.loads(res.stdout)["relative_error"]
+        assert abs(got - want) <= 1e-12, (result, got, want)
+
+
+def test_output_names_any_case_and_long_names_are_written(tensor_file, tmp_path):
+    p, _ = tensor_file
+    res = _invoke(["decompose", p, "--ranks", "3,4,2", "-o", tmp_path / "UPPER.NPZ"])
+    assert res.exit_code == 0, res.output
+    assert load_result(tmp_path / "UPPER.NPZ").ranks == (3, 4, 2)
+    long = tmp_path / ("a" * 240 + ".npz")  # (a legal name; its temporary must stay under 255 bytes too)
+    res = _invoke(["decompose", p, "--ranks", "3,4,2", "-o", long])
+    assert res.exit_code == 0, res.output
+    assert load_result(long).ranks == (3, 4, 2)
+    assert sorted(q.name for q in tmp_path.iterdir() if q.name.startswith(".")) == []  # no temporary left
+
+
+def test_nonnegative_runs_with_the_nonnegative_solvers_defaults(tensor_file, tmp_path):
+    """--nonnegative stops where tk.non_negative_tucker / non_negative_cp stop by default (tol 1e-6, 200
+    iterations): the CLI's fit is the API's, bit for bit, and the result file says it is non-negative."""
+    _, X = tensor_file
+    A = np.abs(X)
+    np.save(tmp_path / "a.npy", A)
+    for args, api in ((["--ranks", "3,3,3"], lambda: tk.non_negative_tucker(A, (3, 3, 3), random_state=0)),
+                      (["--method", "cp", "--rank", "3"], lambda: tk.non_negative_cp(A, 3, random_state=0))):
+        out = tmp_path / f"nn{len(args)}.npz"
+        res = _invoke(["decompose", tmp_path / "a.npy", *args, "--nonnegative", "--seed", "0", "--json", "-o", out])
+        assert res.exit_code == 0, res.output
+        want = api()
+        assert json.loads(res.stdout)["fit"] == want.fit
+        meta = load_metadata(out)
+        assert meta["nonnegative"] is True and meta["seed"] == 0 and meta["max_iter"] == 200 and meta["tol"] == 1e-6
+
+
+def test_a_collapse_warning_carries_no_iteration_advice(tmp_path):
+    np.save(tmp_path / "neg.npy", -np.ones((5, 4, 3)))
+    res = _invoke(["decompose", tmp_path / "neg.npy", "--method", "cp", "--rank", "2", "--nonnegative"])
+    assert res.exit_code == 0, res.output
+    warn = [line for line in res.output.splitlines() if line.startswith("warning:")]
+    assert warn and "all-zero model" in warn[0] and "--max-iter" not in warn[0]
+
+
+def test_ranks_stop_tol_and_allow_external(tensor_file):
+    p, _ = tensor_file
+    new = _invoke(["ranks", p, "--max-rank", "2", "--stop-tol", "1e-4", "--json", "--allow-external"])
+    assert new.exit_code == 0, new.output
+    old = _invoke(["ranks", p, "--max-rank", "2", "--tol", "1e-4", "--json"])
+    assert old.exit_code == 0, old.output
+    assert "warning: ranks --tol is deprecated" in old.output
+    rows = lambda r: [(x["rank"], x["fit"]) for x in json.loads(r.stdout.splitlines()[-1])["rows"]]  # noqa: E731
+    assert rows(new) == rows(old)
+    both = _invoke(["ranks", p, "--max-rank", "2", "--stop-tol", "1e-4", "--tol", "1e-4"])
+    assert both.exit_code == 1 and "pass --stop-tol only; --tol is its deprecated name" in both.output
+    bad = _invoke(["ranks", p, "--max-rank", "2", "--stop-tol", "-1"])
+    assert bad.exit_code == 1 and "--stop-tol" in bad.output
+
+
+def test_a_sparse_npz_takes_csf_and_refuses_memory_limit_and_mask(tmp_path, rng):
+    from tuckerkit.sparse import COOTensor
+
+    D = rng.random((6, 5, 4)) * (rng.random((6, 5, 4)) < 0.4)
+    X = COOTensor.from_dense(D)
+    X.save_npz(tmp_path / "s.npz")
+    res = _invoke(["decompose", tmp_path / "s.npz", "--method", "cp", "--rank", "2", "--csf", "one", "--json",
+                   "-o", tmp_path / "o.npz"])
+    assert res.exit_code == 0, res.output
+    res = _invoke(["decompose", tmp_path / "s.npz", "--method", "cp", "--rank", "2", "--memory-limit", "1MB",
+                   "-o", tmp_path / "o2.npz"])
+    assert res.exit_code == 1 and "holds a sparse tensor, read whole" in res.output
+    np.save(tmp_path / "m.npy", np.ones(D.shape, bool))
+    res = _invoke(["decompose", tmp_path / "s.npz", "--method", "cp", "--rank", "2", "--mask", tmp_path / "m.npy",
+                   "-o", tmp_path / "o3.npz"])
+    assert res.exit_code == 1 and "--mask needs a dense tensor in memory (not a sparse file" in res.output
+    assert not (tmp_path / "o2.npz").exists() and not (tmp_path / "o3.npz").exists()

@@ -92,7 +92,7 @@ def test_every_decomposition_on_every_operand_kind(rng):
 
 def test_unsupported_types_fail_at_the_entry_in_one_line():
     msg = (r"X is a dict; expected a numpy or cupy array \(or array-like\), a COOTensor or CSFTensor, a "
-           r"SlabTensor, a DaskTensor or dask.array.Array, or a scipy.sparse matrix$")
+           r"SlabTensor, a DaskTensor or dask.array.Array, a scipy.sparse matrix, or a pydata sparse array$")
     for call in (lambda: tk.ttm({}, np.ones((2, 2)), 0), lambda: tk.gram({}, 0), lambda: tk.hooi({}, 2),
                  lambda: tk.cp_als({}, 2), lambda: tk.mttkrp({}, [None], 0)):
         with pytest.raises(TypeError, match=msg):

@@ -469,3 +469,88 @@ def test_sketched_st_hosvd_and_byte_swapped_input_on_sparse_tensors(rng):
     for Y in (COOTensor.from_dense(B.astype(">f8")), COOTensor(np.argwhere(B).astype(">i8"), B.ravel(), B.shape)):
         assert Y.values.dtype == np.float64 and Y.values.dtype.isnative and Y.coords.dtype.isnative
         np.testing.assert_array_equal(Y.to_dense(), B)
+
+
+def test_engine_calls_after_values_edited_read_the_new_values():
+    """tk.mttkrp / ttm / multi_ttm / ttmc / gram on a COO tensor whose values were edited in place (or replaced)
+    after its trees were built: every mode's result equals einsum on the new dense tensor (the tree in the
+    tensor's own order shares the values, the others had the old copies)."""
+    from tuckerkit.engine import gram, ttmc
+
+    shape = (5, 10, 20)
+    rng = np.random.default_rng(0)
+    lin = rng.choice(1000, 100, replace=False)
+    X = COOTensor(np.stack(np.unravel_index(lin, shape), 1), rng.random(100), shape)
+    F = [rng.random((s, 3)) for s in shape]
+    for n in range(3):
+        tk.mttkrp(X, F, n)  # (the trees built and cached)
+    for edit in ("in place", "assigned"):
+        if edit == "in place":
+            X.values *= 2
+        else:
+            X.values = X.values * 3
+        D = X.to_dense()
+        tol = 64 * np.finfo(np.float64).eps * np.abs(D).sum()
+        for n in range(3):
+            others = [m for m in range(3) if m != n]
+            ref = np.einsum(f"ijk,{'ijk'[others[0]]}r,{'ijk'[others[1]]}r->{'ijk'[n]}r", D, F[others[0]], F[others[1]])
+            np.testing.assert_allclose(tk.mttkrp(X, F, n), ref, rtol=0, atol=tol)
+            np.testing.assert_allclose(np.asarray(ttmc(X, F, n)), tk.multi_ttm(D, F, skip=n, transpose=True),
+                                       rtol=0, atol=tol)
+            Dn = np.moveaxis(D, n, 0).reshape(shape[n], -1)
+            np.testing.assert_allclose(np.asarray(gram(X, n)), Dn @ Dn.T, rtol=0, atol=tol * np.abs(D).max())
+        np.testing.assert_allclose(np.asarray(tk.ttm(X, F[1], 1, transpose=True).to_dense()),
+                                   tk.ttm(D, F[1], 1, transpose=True), rtol=0, atol=tol)
+
+
+def test_tns_float32_read_refuses_values_beyond_its_range(tmp_path):
+    p = tmp_path / "big.tns"
+    p.write_text("1 1 1 1e39\n2 2 2 1\n2 1 2 3\n")
+    with pytest.raises(ValueError, match=r"value 1e\+39 \(nonzero \d\) is outside the range of float32 .*read it "
+                                         r"as float64"):
+        COOTensor.from_tns(p, dtype=np.float32)
+    assert COOTensor.from_tns(p).values.max() == 1e39  # (float64 holds it)
+
+
+def test_pydata_sparse_arrays_in_every_format_and_their_fill_value():
+    sparse = pytest.importorskip("sparse")
+    D = np.zeros((4, 3, 2))
+    D[0, 1, 1], D[3, 2, 0], D[2, 0, 1] = 1.5, -2.0, 4.0
+    S = sparse.COO.from_numpy(D)
+    for form in (S, sparse.GCXS(S), sparse.DOK(S)):
+        np.testing.assert_array_equal(COOTensor.from_sparse(form).to_dense(), D)
+    with pytest.raises(ValueError, match=r"from_sparse: S has fill_value=5.0; expected 0"):
+        COOTensor.from_sparse(sparse.COO(np.array([[0], [0]]), np.array([1.0]), shape=(2, 2), fill_value=5.0))
+    # straight into the engine and the decompositions, as a COO tensor
+    F = [np.ones((n, 2)) for n in D.shape]
+    np.testing.assert_array_equal(tk.mttkrp(S, F, 0), tk.mttkrp(D, F, 0))
+    a, b = tk.cp_als(S, 2, random_state=0), tk.cp_als(COOTensor.from_dense(D), 2, random_state=0)
+    assert a.fit == b.fit
+
+
+def test_scipy_nd_coo_array():
+    import scipy.sparse as sp
+
+    if not hasattr(sp, "coo_array"):
+        pytest.skip("no coo_array")
+    D = np.zeros((3, 2, 4))
+    D[1, 0, 3], D[2, 1, 0] = 2.0, 3.0
+    try:
+        M = sp.coo_array(D)
+    except (ValueError, TypeError):
+        pytest.skip("this scipy's coo_array is 2-D only")
+    np.testing.assert_array_equal(COOTensor.from_scipy(M).to_dense(), D)
+
+
+def test_plan_options_are_checked_in_one_line():
+    X = COOTensor.from_dense(np.arange(24.0).reshape(2, 3, 4))
+    assert X.plan(memory_budget="1GB").kind in ("all", "two", "one")
+    for bad, err, msg in ((dict(memory_budget=-5), ValueError, r"memory_budget=-5 is not positive; expected a "
+                                                               r"memory size"),
+                          (dict(memory_budget=float("nan")), ValueError, r"memory_budget=nan is not a memory size"),
+                          (dict(iterations=True), ValueError, r"iterations must be a positive integer or None; "
+                                                              r"received True"),
+                          (dict(iterations=0), ValueError, r"iterations must be a positive integer or None; "
+                                                           r"received 0")):
+        with pytest.raises(err, match=msg):
+            X.plan(**bad)

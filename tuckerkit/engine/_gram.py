@@ -691,7 +691,7 @@ def gram(X: Any, mode: int, *, plan: GramPlan | None = None, device: Any = None)
     >>> np.allclose(gram(X, 1), np.moveaxis(X, 1, 0).reshape(3, -1) @ np.moveaxis(X, 1, 0).reshape(3, -1).T)
     True
     """
-    from tuckerkit.engine._operand import as_operand
+    from tuckerkit.engine._operand import public_operand
 
-    op = as_operand(X)
+    op = public_operand(X)
     return op.gram(check_mode(mode, op.ndim), plan=plan)

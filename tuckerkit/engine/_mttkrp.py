@@ -437,9 +437,9 @@ def mttkrp(
            [15., 15.],
            [15., 15.]])
     """
-    from tuckerkit.engine._operand import as_operand
+    from tuckerkit.engine._operand import public_operand
 
-    op = as_operand(X)
+    op = public_operand(X)
     n = check_mode(mode, op.ndim)
     facs, _R = check_factor_list(factors, op.shape, n, op.dtype)
     return op.mttkrp(facs, n, plan=plan)

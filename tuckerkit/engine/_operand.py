@@ -511,7 +511,7 @@ class DenseTensor(OperandBase):
 # resolution
 # ---------------------------------------------------------------------------------------------------
 ACCEPTED = ("a numpy or cupy array (or array-like), a COOTensor or CSFTensor, a SlabTensor, a DaskTensor or "
-            "dask.array.Array, or a scipy.sparse matrix")
+            "dask.array.Array, a scipy.sparse matrix, or a pydata sparse array")
 
 
 def _module_root(X: Any) -> str:
@@ -550,6 +550,18 @@ def dense_array(X: Any, name: str = "X", *, min_ndim: int = 1) -> Any:
 
 def _is_array_like(X: Any) -> bool:
     return hasattr(X, "shape") and hasattr(X, "dtype") and hasattr(X, "__getitem__")
+
+
+def public_operand(X: Any, **kwargs: Any) -> Any:
+    """:func:`as_operand` for the engine's public functions (``mttkrp``, ``ttm``, ``multi_ttm`` / ``ttmc``,
+    ``gram``, the sweeps): a sparse tensor whose values changed since its CSF trees were built (edited in place,
+    or another array assigned) drops them first, as each decomposition does at its start (one read of the
+    values), so a call never reads the old values."""
+    op = as_operand(X, **kwargs)
+    drop = getattr(op, "drop_stale_plan", None)
+    if drop is not None:
+        drop()
+    return op
 
 
 def as_operand(
@@ -606,7 +618,8 @@ def as_operand(
     Traceback (most recent call last):
     ...
     TypeError: X is a str; expected a numpy or cupy array (or array-like), a COOTensor or CSFTensor, \
-a SlabTensor, a DaskTensor or dask.array.Array, or a scipy.sparse matrix (open files with tuckerkit.io.open_tensor)
+a SlabTensor, a DaskTensor or dask.array.Array, a scipy.sparse matrix, or a pydata sparse array (open files with \
+tuckerkit.io.open_tensor)
     """
     from tuckerkit.engine._dask import DaskTensor, is_dask_array
     from tuckerkit.engine._slabs import SlabTensor, parse_memory, streams
@@ -629,6 +642,10 @@ a SlabTensor, a DaskTensor or dask.array.Array, or a scipy.sparse matrix (open f
         from tuckerkit.sparse import COOTensor
 
         op = COOTensor.from_scipy(X)
+    elif _module_root(X) == "sparse" and hasattr(X, "fill_value"):  # pydata sparse (TensorLy's sparse backend)
+        from tuckerkit.sparse import COOTensor
+
+        op = COOTensor.from_sparse(X)
     elif isinstance(X, Operand):
         op = X
     elif isinstance(X, str | bytes) or X is None or not (_is_array_like(X) or isinstance(X, list | tuple)):

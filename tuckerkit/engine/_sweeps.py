@@ -990,9 +990,9 @@ def ttmc_sweep(X: Any, factors: list[Any], update: Update) -> tuple[Any, ...]:
     >>> all(np.allclose(seen[n], ttmc(X, U, n)) for n in range(4))
     True
     """
-    from tuckerkit.engine._operand import as_operand
+    from tuckerkit.engine._operand import public_operand
 
-    op = as_operand(X, min_ndim=1)
+    op = public_operand(X, min_ndim=1)
     _check_tucker_factors(factors, op.shape, op.dtype)
     return op.ttmc_sweep(factors, update).plans
 
@@ -1033,9 +1033,9 @@ def mttkrp_sweep(X: Any, factors: list[Any], update: Update) -> tuple[Any, ...]:
     >>> all(np.allclose(out[n], mttkrp(X, U, n)) for n in range(3))
     True
     """
-    from tuckerkit.engine._operand import as_operand
+    from tuckerkit.engine._operand import public_operand
 
-    op = as_operand(X, min_ndim=2)
+    op = public_operand(X, min_ndim=2)
     check_factor_list(factors, op.shape, None, op.dtype)
     return op.mttkrp_sweep(factors, update).plans
 

@@ -372,9 +372,9 @@ def ttm(
 def _ttm(X: Any, U: Any, mode: int, *, transpose: bool = False, out: Any = None,
          plan: ContractionPlan | None = None, device: Any = None) -> Any:
     """:func:`ttm` through the operand (every check; ``device=`` taken by the decorator)."""
-    from tuckerkit.engine._operand import as_operand
+    from tuckerkit.engine._operand import public_operand
 
-    op = as_operand(X)
+    op = public_operand(X)
     n = check_mode(mode, op.ndim)
     U = _check_ttm_matrix(op.shape, U, n, transpose, op.dtype)
     return op.ttm(U, n, transpose=bool(transpose), out=out, plan=plan)
@@ -464,9 +464,9 @@ def multi_ttm(
     >>> multi_ttm(X, Us, transpose=True, skip=1).shape
     (2, 5, 2)
     """
-    from tuckerkit.engine._operand import as_operand
+    from tuckerkit.engine._operand import public_operand
 
-    op = as_operand(X)
+    op = public_operand(X)
     mats = multi_ttm_args(op.shape, op.dtype, matrices, modes, skip, bool(transpose))
     return op.multi_ttm(mats, transpose=bool(transpose), plan=plan)
 

@@ -103,6 +103,8 @@ def open_tensor(
     if ext == ".tns":
         from tuckerkit.sparse import COOTensor
 
+        if limit is not None:
+            raise ValueError(f"memory_limit streams dense files; {str(p)!r} holds a sparse tensor, read whole")
         X = COOTensor.from_tns(p, shape=shape)
         if dtype is not None:
             X = X.astype(dtype)
@@ -120,6 +122,19 @@ def open_tensor(
             ds.file.close()
         return op
     data = load_tensor(p, key=key, allow_external=allow_external)  # .npy memory-mapped: read when needed
+    from tuckerkit.sparse import COOTensor
+
+    if isinstance(data, COOTensor):  # a sparse .npz (COOTensor.save_npz): as a .tns file
+        if limit is not None:
+            raise ValueError(f"memory_limit streams dense files; {str(p)!r} holds a sparse tensor, read whole")
+        if dtype is not None:
+            data = data.astype(dtype)
+        op = as_operand(data, check_finite=check_finite, real=True, min_ndim=2, name=label)
+        if csf is not None:
+            op.plan(csf=csf, iterations=iterations if csf == "auto" else None)
+        return op
+    if csf is not None:
+        raise ValueError(f"csf= applies to sparse tensors (.tns, a sparse .npz); {str(p)!r} holds a dense one")
     return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
                       name=label)
 

@@ -155,6 +155,15 @@ _STALE_SECONDS = 3600.0
 _PAUSE_HOOK = "_TUCKERKIT_TEST_PAUSE_BEFORE_PUBLISH"  # tests only: see _test_pause
 
 
+def _temp_stem(name: str) -> str:
+    """The output's name as it starts its temporary file's name: a long one (over 160 bytes; the temporary
+    adds about 40 to it, and a name may have 255) cut to its first 120 bytes and a hash of the whole."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= 160:
+        return name
+    return raw[:120].decode("utf-8", "ignore") + "~" + hashlib.sha256(raw).hexdigest()[:8]
+
+
 def _host_tag() -> str:
     return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
@@ -336,8 +345,8 @@ def atomic_write(path: str | os.PathLike, writer: Callable[[Any], None], *, forc
     _sweep_stale_temporaries(folder)
     tmp = ""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}{_TEMP_TAG}{_host_tag()}-{os.getpid()}-", suffix=".tmp",
-                                   dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{_temp_stem(p.name)}{_TEMP_TAG}{_host_tag()}-{os.getpid()}-",
+                                   suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode)
             writer(f)
@@ -467,7 +476,7 @@ def save_result(
         hint = ("; the path comes first: save_result(path, result)" if isinstance(path, TuckerTensor | CPTensor)
                 else "")
         raise TypeError(f"path must be a file name ending in .npz; received {describe(path)}{hint}")
-    if not str(path).endswith(".npz"):
+    if not str(path).lower().endswith(".npz"):  # (any case, as the readers take it)
         raise OutputFileError(f"output {str(path)!r} must end in .npz")
     metadata = _check_metadata(metadata)
     arrays: dict[str, np.ndarray] = {}

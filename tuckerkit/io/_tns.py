@@ -90,7 +90,13 @@ def read_tns(
                           "coordinates and one value")
         coords, vals, cmax = _scan_chunks(p, buf, start, first, ncol, resolve_policy(policy), m.release)
     if dt != np.float64:
-        vals = vals.astype(dt)
+        with np.errstate(over="ignore"):
+            narrow = vals.astype(dt)
+        if narrow.dtype.kind == "f" and not np.isfinite(narrow).all():  # (finite in float64, beyond float32's range)
+            at = int(np.flatnonzero(~np.isfinite(narrow))[0])
+            raise _err(p, f"value {float(vals[at])!r} (nonzero {at + 1}) is outside the range of {dt.name} (largest "
+                          f"{np.finfo(dt).max:.4g}); read it as float64")
+        vals = narrow
     return coords, vals, _shape_of(p, cmax, shape)
 
 

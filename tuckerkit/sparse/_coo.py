@@ -191,11 +191,24 @@ class COOTensor(SparseOperand):
             raise TypeError(f"from_scipy: M is {describe(M)} ({type(M).__name__}); expected a scipy.sparse matrix "
                             "or array (COOTensor.from_dense takes a numpy array)")
         M = M.tocoo()
+        if len(M.shape) != 2:  # (scipy >= 1.15's n-D coo_array: its coordinates, one row per mode)
+            return cls(np.stack([np.asarray(c) for c in M.coords], axis=1), M.data, M.shape)
         return cls(np.stack([M.row, M.col], axis=1), M.data, M.shape)
 
     @classmethod
     def from_sparse(cls, S: Any) -> COOTensor:
-        """From a pydata ``sparse.COO`` array."""
+        """From a pydata ``sparse`` array (``COO``, ``GCXS``, ``DOK``: converted to COO first). Its
+        ``fill_value`` must be 0 (a tensor whose unstored entries are another value is not sparse here)."""
+        fill = getattr(S, "fill_value", 0)
+        if fill is not None and np.asarray(fill).item() != 0:
+            raise ValueError(f"from_sparse: S has fill_value={np.asarray(fill).item()!r}; expected 0 (its unstored "
+                             "entries are that value, not zeros)")
+        if not hasattr(S, "coords") and hasattr(S, "asformat"):
+            S = S.asformat("coo")
+        if not hasattr(S, "coords"):
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"from_sparse: S is {describe(S)} ({type(S).__name__}); expected a pydata sparse array")
         return cls(np.asarray(S.coords).T, np.asarray(S.data), S.shape)
 
     @classmethod

@@ -190,7 +190,8 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
         raise ValueError(f"csf={csf!r} is not valid; expected 'auto', 'all', 'two' or 'one'")
     t0 = time.perf_counter()
     coo = as_coo(X)
-    if iterations is not None and (not isinstance(iterations, int | np.integer) or iterations < 1):
+    if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int | np.integer)
+                                   or iterations < 1):
         raise ValueError(f"iterations must be a positive integer or None; received {iterations!r}")
     if csf is None or csf == "auto":
         kind, reason = _choose_kind(coo, memory_budget, iterations)
