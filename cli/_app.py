@@ -461,8 +461,11 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
         raise CLIError(f"--csf applies to sparse input (.tns, a sparse .npz); received a dense "
                        f"{input.suffix or 'no-extension'} file")
     if memory_limit is not None and sparse:
-        raise CLIError(f"--memory-limit streams dense files (.npy, .h5, .npz, .mat); {str(input)!r} holds a sparse "
-                       "tensor, read whole")
+        raise CLIError(f"--memory-limit streams dense .npy and .h5 files; {str(input)!r} holds a sparse tensor, "
+                       "read whole")
+    if memory_limit is not None and input.suffix.lower() in (".npz", ".mat"):
+        raise CLIError(f"--memory-limit streams .npy and .h5 files; a {input.suffix} file is read whole (save its "
+                       "array with numpy.save to stream it)")
     if scheduler is not None:
         if input.suffix.lower() != ".npy":
             raise CLIError(f"--scheduler reads .npy files chunk by chunk; received {input.suffix or 'no extension'!r}")
@@ -518,6 +521,9 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     progress = _Progress(enabled=(not quiet) and sys.stderr.isatty(), total=n_iter_max)
     try:
         if scheduler is not None:  # every worker reads its own slabs of the file: nothing is loaded here
+            from tuckerkit.io._load import _check_path
+
+            _check_path(input)  # (a missing file said at once, before a cluster starts: seconds)
             client, cluster = connect_scheduler(scheduler, name="--scheduler")
         # the file's metadata, the ranks and the output path are checked before the one NaN/Inf scan, which
         # the decomposition runs as it reads the tensor

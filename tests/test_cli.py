@@ -562,6 +562,11 @@ def test_a_sparse_npz_takes_csf_and_refuses_memory_limit_and_mask(tmp_path, rng)
     res = _invoke(["decompose", tmp_path / "s.npz", "--method", "cp", "--rank", "2", "--memory-limit", "1MB",
                    "-o", tmp_path / "o2.npz"])
     assert res.exit_code == 1 and "holds a sparse tensor, read whole" in res.output
+    np.save(tmp_path / "d.npy", D)
+    np.savez(tmp_path / "d.npz", X=D)
+    res = _invoke(["decompose", tmp_path / "d.npz", "--method", "cp", "--rank", "2", "--memory-limit", "1MB",
+                   "-o", tmp_path / "o4.npz"])
+    assert res.exit_code == 1 and "a .npz file is read whole (save its array with numpy.save" in res.output
     np.save(tmp_path / "m.npy", np.ones(D.shape, bool))
     res = _invoke(["decompose", tmp_path / "s.npz", "--method", "cp", "--rank", "2", "--mask", tmp_path / "m.npy",
                    "-o", tmp_path / "o3.npz"])

@@ -141,7 +141,7 @@ def test_small_tensors_stay_in_memory_and_bad_limits():
         tk.hooi(X, 2, memory_limit="lots")
     with pytest.raises(ValueError, match=r"memory_limit=0 is not positive"):
         tk.st_hosvd(X, 2, memory_limit=0)
-    with pytest.raises(ValueError, match=r"data must have at least 2 dimensions; received shape \(5,\)"):
+    with pytest.raises(ValueError, match=r"X \(a Dask array\) must have at least 2 dimensions; received shape \(5,\)"):
         SlabTensor(np.ones(5), 100)
 
 
@@ -335,3 +335,80 @@ def test_a_streamed_memmap_is_read_as_the_caller_holds_it(tmp_path, how):
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         got = tk.hooi(M, (4, 4, 4), max_iter=3, tol=0, memory_limit="100KB")
     assert abs(got.fit - ref.fit) <= 1e-10
+
+
+# ------------------------------------------------------------------ review of 2026-12-04 (out of core, Dask)
+def test_memory_limit_streams_an_opened_file_and_refuses_a_second_limit(tmp_path):
+    """memory_limit= on what open_tensor returned: an in-memory DenseTensor over the file's map streams it as
+    the array would (it was read whole without a word); a SlabTensor opened with another limit is refused."""
+    from tuckerkit.engine import as_operand
+
+    X = make_low_rank_tucker((30, 20, 16), (3, 4, 2), noise=0.01, random_state=0).data
+    p = tmp_path / "x.npy"
+    np.save(p, X)
+    init = tk.hosvd(X, (3, 4, 2))
+    ref = tk.hooi(X, (3, 4, 2), init=init, max_iter=3, tol=0)
+    with tuckerkit.io.open_tensor(p) as D:
+        assert isinstance(as_operand(D, memory_limit="20KB"), SlabTensor)
+        got = tk.hooi(D, (3, 4, 2), init=init, max_iter=3, tol=0, memory_limit="20KB")
+    assert abs(got.fit - ref.fit) <= 1000 * np.finfo(np.float64).eps  # (the slabs' sums in another order)
+    with tuckerkit.io.open_tensor(p, memory_limit="30KB") as S:
+        assert tk.hooi(S, (3, 4, 2), init=init, max_iter=3, tol=0, memory_limit="30KB").n_iter == 3
+        with pytest.raises(ValueError, match=r"^X already streams with memory_limit=30,000 bytes \(open_tensor's\); "
+                                             r"memory_limit=10,000 differs: pass one of them$"):
+            tk.hooi(S, (3, 4, 2), memory_limit="10KB")
+
+
+def test_streaming_counts_the_dtype_computed_in_and_the_file_s():
+    from tuckerkit.engine._slabs import streams
+
+    shape = (100, 100, 10)  # 100,000 entries
+    assert streams(shape, "int16", 500_000)  # (computed in float64: 800 KB)
+    assert not streams(shape, "float32", 500_000)
+    assert streams(shape, "float32", 500_000, source="float64")  # (read from 8 bytes an entry)
+    X = np.zeros(shape, dtype=np.int16)
+    S = SlabTensor(X, 400_000)
+    assert S.dtype == np.float64 and S.slab_rows == 400_000 // (4 * 1000 * (8 + 2))
+
+
+def test_npz_mat_and_sparse_files_refuse_memory_limit(tmp_path):
+    X = np.ones((4, 5, 6))
+    np.savez(tmp_path / "x.npz", X=X)
+    with pytest.raises(ValueError, match=r"memory_limit streams .npy and .h5 files; .* is a .npz file, read whole"):
+        tuckerkit.io.open_tensor(tmp_path / "x.npz", memory_limit="1KB")
+    from tuckerkit.sparse import COOTensor
+
+    COOTensor.from_dense(X).to_tns(tmp_path / "x.tns")
+    with pytest.raises(ValueError, match=r"memory_limit streams dense files; .* holds a sparse tensor, read whole"):
+        tuckerkit.io.open_tensor(tmp_path / "x.tns", memory_limit="1KB")
+
+
+def test_open_npy_dask_notices_a_changed_file_and_checks_its_options(tmp_path):
+    pytest.importorskip("dask")
+    from tuckerkit.io import TensorFileError, open_npy_dask
+
+    p = tmp_path / "r.npy"
+    np.save(p, np.arange(120.0).reshape(6, 5, 4))
+    D = open_npy_dask(p, chunk_bytes="160B")
+    assert D.chunks[0] == (1,) * 6 and float(D.sum().compute()) == 7140.0
+    for change in (np.arange(60.0).reshape(3, 5, 4), np.arange(120.0).reshape(6, 4, 5),
+                   np.arange(240.0, dtype=np.float32).reshape(12, 5, 4)):
+        np.save(p, change)
+        with pytest.raises(TensorFileError, match=r"r.npy' changed since open_npy_dask opened it .*open it again$"):
+            D.sum().compute()
+    for bad, err, msg in ((0, ValueError, r"chunk_bytes=0 is not positive"),
+                          (None, TypeError, r"chunk_bytes must be a number of bytes or a size such as '64MB'"),
+                          ("1XB", ValueError, r"chunk_bytes='1XB' is not a memory size")):
+        with pytest.raises(err, match=msg):
+            open_npy_dask(p, chunk_bytes=bad)
+    with pytest.raises(TypeError, match=r"^scheduler must be 'local', a scheduler address .*; received 5"):
+        tuckerkit.io.open_tensor(p, scheduler=5)
+
+
+def test_a_complex_hdf5_dataset_under_memory_limit_says_why(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        f.create_dataset("c", data=np.ones((4, 5, 6)) * (1 + 1j))
+    with pytest.raises(tuckerkit.io.TensorFileError, match=r"has complex dtype complex128; memory_limit streams "
+                                                           r"real tensors"):
+        tuckerkit.io.open_tensor(tmp_path / "c.h5", key="c", memory_limit="1KB")

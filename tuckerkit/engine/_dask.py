@@ -138,9 +138,10 @@ class DaskTensor(OperandBase):
         if not is_dask_array(data):
             raise TypeError(f"data must be a dask.array.Array; received {type(data).__name__}")
         if data.ndim < 2:
-            raise ValueError(f"data must have at least 2 dimensions; received shape {tuple(data.shape)}")
+            raise ValueError(f"X (a Dask array) must have at least 2 dimensions; received shape {tuple(data.shape)}")
         if any(math.isnan(s) for s in data.shape):
-            raise ValueError("data has unknown chunk sizes; call compute_chunk_sizes() first")
+            raise ValueError("X (a Dask array) has unknown chunk sizes (after boolean indexing, say); call its "
+                             "compute_chunk_sizes() first")
         dt = np.dtype(data.dtype)
         if dt.kind == "c":  # (cast to float64 below it kept the real part alone, silently)
             raise TypeError(f"X has complex dtype {dt} as a DaskTensor; expected a numpy or cupy array in memory "

@@ -632,8 +632,15 @@ tuckerkit.io.open_tensor)
         raise ValueError(f"device={device!r} cannot be combined with a Dask array or memory_limit; "
                          "out-of-core and distributed runs use device='cpu'")
     op: Any
+    if isinstance(X, OperandBase) and limit is not None and isinstance(X, DenseTensor) \
+            and isinstance(X.data, np.ndarray):
+        X = X.data  # (an opened file's array, a memory map: memory_limit streams it as it would the array)
     if isinstance(X, OperandBase):
         op = X
+        held = getattr(X, "memory_limit", None)
+        if limit is not None and held is not None and held != limit:
+            raise ValueError(f"{name} already streams with memory_limit={held:,} bytes (open_tensor's); "
+                             f"memory_limit={limit:,} differs: pass one of them")
     elif isinstance(X, np.ndarray) or _module_root(X) == "cupy":
         op = None
     elif is_dask_array(X):
@@ -659,7 +666,7 @@ tuckerkit.io.open_tensor)
             raise TypeError(f"dtype={dtype} is not supported; expected float32 or float64")
     if op is None:  # dense
         X = plain_array(X, name)
-        if limit is not None and _is_array_like(X) and streams(X.shape, dtype or X.dtype, limit):
+        if limit is not None and _is_array_like(X) and streams(X.shape, dtype or X.dtype, limit, X.dtype):
             op = SlabTensor(X, limit, dtype=dtype)
         if op is None:
             if not (isinstance(X, np.ndarray) or _module_root(X) == "cupy"):

@@ -71,9 +71,11 @@ def parse_memory(value: Any, name: str = "memory_limit") -> int:
     return v
 
 
-def streams(shape: Sequence[int], dtype: Any, memory_limit: int) -> bool:
-    """Whether a dense tensor of this shape and dtype is read in slabs under ``memory_limit`` bytes: when it
-    is larger than the limit (counting at least 4 bytes an entry, the smallest dtype computed in).
+def streams(shape: Sequence[int], dtype: Any, memory_limit: int, source: Any = None) -> bool:
+    """Whether a dense tensor of this shape, computed in ``dtype``, is read in slabs under ``memory_limit``
+    bytes: when it is larger than the limit, counted at the larger of the dtype computed in (float64 for
+    integers and booleans) and the ``source`` dtype it is read from (a float64 file computed in float32 is
+    still copied whole from its 8 bytes an entry otherwise).
 
     Examples
     --------
@@ -81,7 +83,11 @@ def streams(shape: Sequence[int], dtype: Any, memory_limit: int) -> bool:
     >>> streams((100, 100, 100), "float32", 10**6), streams((10, 10, 10), "float64", 10**6)
     (True, False)
     """
-    return math.prod(shape) * max(np.dtype(dtype).itemsize, 4) > memory_limit
+    compute = np.dtype(dtype)
+    per = compute.itemsize if compute.kind in "fc" else 8
+    if source is not None:
+        per = max(per, np.dtype(source).itemsize)
+    return math.prod(shape) * per > memory_limit
 
 
 class MemoryLimitError(ValueError):
@@ -155,7 +161,8 @@ class SlabTensor(OperandBase):
             raise TypeError(f"dtype={dt} is not supported; expected float32 or float64")
         self.dtype = dt if dt in (np.float32, np.float64) else np.dtype(np.float64)
         self.memory_limit = parse_memory(memory_limit)
-        row = math.prod(self.shape[1:]) * self.dtype.itemsize
+        src = np.dtype(data.dtype)  # (a slab read in another dtype is held in both while it is converted)
+        row = math.prod(self.shape[1:]) * (self.dtype.itemsize + (src.itemsize if src != self.dtype else 0))
         # the slab being processed, the one being read and the projection temporaries share the limit
         self.slab_rows = max(1, min(self.shape[0], int(self.memory_limit // (4 * max(row, 1)))))
 
@@ -337,10 +344,12 @@ class SlabTensor(OperandBase):
         return sign_fix(np.ascontiguousarray(V)), w
 
     def preferred_init(self, ranks: Sequence[int]) -> str:
-        """ST-HOSVD, its first (streamed) step by a sketch when the sketch's projection fits the limit."""
+        """ST-HOSVD, its first (streamed) step by a sketch when the sketch's projection fits half the limit (the
+        pass's slabs and the in-memory product that follows it hold about as much again: a projection of 36 MB
+        under a 40 MB limit peaked at 65 MB)."""
         n = min(range(self.ndim - 1, 0, -1), key=lambda m: self.shape[m])
         need = self.size // self.shape[n] * min(self.shape[n], ranks[n] + 10) * self.dtype.itemsize
-        return "st_hosvd_sketch" if need <= self.memory_limit else "st_hosvd"
+        return "st_hosvd_sketch" if 2 * need <= self.memory_limit else "st_hosvd"
 
     def ttmc_sweep(self, factors: list[Any], update: Callable[[int, Any], None], *,
                    policy: ExecutionPolicy | None = None, partials: dict[frozenset[int], Any] | None = None) -> Sweep:

@@ -23,9 +23,23 @@ class _NpyRows:
         self.path = str(path)
         arr = np.load(self.path, mmap_mode="r", allow_pickle=False)
         self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
+        self.fortran = bool(arr.flags.f_contiguous and not arr.flags.c_contiguous)
+        self.size_bytes = os.stat(self.path).st_size
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        return np.array(np.load(self.path, mmap_mode="r", allow_pickle=False)[index])
+        # the file as opened, or a one-line error naming it: a file replaced or truncated since gave numpy's
+        # "mmap length is greater than file size", einsum's index sizes, or other data read without a word
+        try:
+            size = os.stat(self.path).st_size
+            arr = np.load(self.path, mmap_mode="r", allow_pickle=False) if size == self.size_bytes else None
+        except (OSError, ValueError, EOFError) as exc:
+            raise TensorFileError(f"{self.path!r} could not be read again ({_first_line(exc) or type(exc).__name__})"
+                                  "; it changed since open_npy_dask opened it") from None
+        if arr is None or arr.shape != self.shape or arr.dtype != self.dtype or \
+                bool(arr.flags.f_contiguous and not arr.flags.c_contiguous) != self.fortran:
+            raise TensorFileError(f"{self.path!r} changed since open_npy_dask opened it (shape {self.shape}, dtype "
+                                  f"{self.dtype}, {self.size_bytes:,} bytes then); open it again")
+        return np.array(arr[index])
 
 
 def open_npy_dask(path: str | os.PathLike, *, chunk_bytes: int = 256 << 20, chunks: Any = None) -> Any:
@@ -35,8 +49,8 @@ def open_npy_dask(path: str | os.PathLike, *, chunk_bytes: int = 256 << 20, chun
     ----------
     path : path-like
         A ``.npy`` file (read lazily, never loaded whole).
-    chunk_bytes : int, default 256 MiB
-        Target chunk size; chunks hold whole slabs ``X[i:j]``.
+    chunk_bytes : int or str, default 256 MiB
+        Target chunk size in bytes (or a size such as ``"64MB"``); chunks hold whole slabs ``X[i:j]``.
     chunks : optional
         Explicit Dask chunks (overrides ``chunk_bytes``).
 
@@ -80,6 +94,12 @@ def open_npy_dask(path: str | os.PathLike, *, chunk_bytes: int = 256 << 20, chun
     if rows.ndim < 1:
         raise TensorFileError(f"{p}: a 0-d array; expected a tensor")
     if chunks is None:
+        if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int | np.integer | str):
+            raise TypeError(f"chunk_bytes must be a number of bytes or a size such as '64MB'; received "
+                            f"{chunk_bytes!r}")
+        from tuckerkit.engine._slabs import parse_memory
+
+        chunk_bytes = parse_memory(chunk_bytes, "chunk_bytes")
         row_bytes = max(1, int(np.prod(rows.shape[1:])) * rows.dtype.itemsize)
         step = max(1, min(rows.shape[0], int(chunk_bytes) // row_bytes))
         chunks = (step, *rows.shape[1:])

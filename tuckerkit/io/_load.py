@@ -412,5 +412,10 @@ def open_h5_dataset(path: str | os.PathLike, key: str | None = None, *, allow_ex
         f.close()
         raise TensorFileError(f"{str(p)!r}[{k!r}] does not hold an array (found Empty)")
     if ds.dtype.kind not in "biuf":
-        raise TensorFileError(f"{str(p)!r}[{k!r}] holds an array of dtype {ds.dtype}; expected numbers")
+        dt = ds.dtype
+        f.close()
+        if dt.kind == "c":  # (streamed: real tensors only, as memory_limit everywhere)
+            raise TensorFileError(f"{str(p)!r}[{k!r}] has complex dtype {dt}; memory_limit streams real "
+                                  "tensors (load it whole, without memory_limit, for a complex decomposition)")
+        raise TensorFileError(f"{str(p)!r}[{k!r}] holds an array of dtype {dt}; expected numbers")
     return ds

@@ -121,6 +121,9 @@ def open_tensor(
         else:
             ds.file.close()
         return op
+    if limit is not None and ext in (".npz", ".mat"):  # (read whole: a limit would bound nothing)
+        raise ValueError(f"memory_limit streams .npy and .h5 files; {str(p)!r} is a {ext} file, read whole (save "
+                         "its array with numpy.save to stream it)")
     data = load_tensor(p, key=key, allow_external=allow_external)  # .npy memory-mapped: read when needed
     from tuckerkit.sparse import COOTensor
 
@@ -149,6 +152,11 @@ def _open_dask(p: Any, scheduler: Any, dtype: Any, label: str, check_finite: boo
     client = cluster = None
     if isinstance(scheduler, str):
         client, cluster = connect_scheduler(scheduler)
+    elif not (type(scheduler).__name__ == "Client" and hasattr(scheduler, "submit")):
+        from tuckerkit._validation import describe
+
+        raise TypeError(f"scheduler must be 'local', a scheduler address such as 'tcp://host:8786', or a "
+                        f"dask.distributed.Client; received {describe(scheduler)}")
     try:
         op = as_operand(data, check_finite=check_finite, real=True, min_ndim=2, name=label)
     except BaseException:
