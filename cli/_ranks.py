@@ -65,8 +65,6 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
         if tol is not None:
             raise CLIError("pass --stop-tol only; --tol is its deprecated name")
         tol = deprecated_tol
-        typer.echo("warning: ranks --tol is deprecated and will be removed in tuckerkit 0.3; use --stop-tol "
-                   f"{tol:g} (the convergence tolerance; decompose's --tol is an error target)", err=True)
     if max_iter is not None:  # (named as options here, before the sweep: the library names its keywords)
         check_max_iter(max_iter, "--max-iter")
     if tol is not None:
@@ -93,6 +91,9 @@ def _ranks(input, method, min_rank, max_rank, nonnegative, max_iter, tol, seed, 
     with _input_named(input):
         table = tk.rank_sweep(X, range(min_rank, max_rank + 1), method=method, tol=tol, max_iter=max_iter,
                               random_state=seed, callback=progress)
+    if deprecated_tol is not None:  # (after the run, as decompose's: an error stays the only line)
+        typer.echo("warning: ranks --tol is deprecated and will be removed in tuckerkit 0.3; use --stop-tol "
+                   f"{tol:g} (the convergence tolerance; decompose's --tol is an error target)", err=True)
     if json_out:
         rows = [{"rank": r.rank, "error": r.error, "fit": r.fit,
                  "corcondia": None if r.corcondia != r.corcondia else r.corcondia, "seconds": r.seconds,

@@ -237,7 +237,7 @@ BAD = [
     (["decompose", "{d}/good.npy", "--ranks", "1,1,1", "--csf", "one", "-o", "{d}/o.npz"],
      "--csf applies to sparse input (.tns, a sparse .npz); received a dense .npy file"),
     (["decompose", "{d}/ok.tns", "--ranks", "1,1,1", "--memory-limit", "1GB", "-o", "{d}/o.npz"],
-     "--memory-limit streams dense files"),
+     "--memory-limit streams dense .npy and .h5 files"),
     (["decompose", "{d}/good.npy", "--method", "cp", "--rank", "2", "--seed", "-1", "-o", "{d}/o.npz"],
      "--seed -1 is invalid"),
     (["decompose", "{d}/neg.npy", "--method", "cp-apr", "--rank", "2", "-o", "{d}/o.npz"],

@@ -141,7 +141,7 @@ def test_small_tensors_stay_in_memory_and_bad_limits():
         tk.hooi(X, 2, memory_limit="lots")
     with pytest.raises(ValueError, match=r"memory_limit=0 is not positive"):
         tk.st_hosvd(X, 2, memory_limit=0)
-    with pytest.raises(ValueError, match=r"X \(a Dask array\) must have at least 2 dimensions; received shape \(5,\)"):
+    with pytest.raises(ValueError, match=r"data must have at least 2 dimensions; received shape \(5,\)"):
         SlabTensor(np.ones(5), 100)
 
 
