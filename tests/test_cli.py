@@ -572,3 +572,15 @@ def test_a_sparse_npz_takes_csf_and_refuses_memory_limit_and_mask(tmp_path, rng)
                    "-o", tmp_path / "o3.npz"])
     assert res.exit_code == 1 and "--mask needs a dense tensor in memory (not a sparse file" in res.output
     assert not (tmp_path / "o2.npz").exists() and not (tmp_path / "o3.npz").exists()
+
+
+def test_info_gives_integer_bool_and_complex_files_their_norm(tmp_path):
+    for name, X in (("i", np.arange(60, dtype=np.int64).reshape(3, 4, 5)), ("b", np.ones((3, 4, 5), bool)),
+                    ("c", (np.arange(60.0) + 1j).reshape(3, 4, 5))):
+        np.save(tmp_path / f"{name}.npy", X)
+        res = _invoke(["info", tmp_path / f"{name}.npy", "--json"])
+        assert res.exit_code == 0, res.output
+        got = json.loads(res.stdout)
+        want = np.linalg.norm(X.astype(np.complex128 if X.dtype.kind == "c" else np.float64).ravel())
+        assert abs(got["frobenius_norm"] - want) <= 4 * np.finfo(np.float64).eps * want
+        assert got["nnz"] == np.count_nonzero(X)
