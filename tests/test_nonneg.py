@@ -267,3 +267,14 @@ def test_compiled_core_step_equals_the_numpy_steps_and_meets_the_kkt_conditions(
         tol = 1e-6 * float(np.abs(P).max())
         assert (x >= 0).all() and bool((x == 0).any() or N == 2)
         assert np.abs(grad[x > 0]).max(initial=0) <= tol and grad[x == 0].min(initial=0) >= -tol
+
+
+@pytest.mark.parametrize("method", ["mu", "hals"])
+def test_a_collapse_is_reported_for_both_methods(method):
+    """MU's multiplicative updates approach a zero model without reaching exact zeros (a model norm of 1e-17):
+    it was reported converged with no warning, where HALS's exact zero was caught."""
+    X = -np.abs(np.random.default_rng(0).random((6, 5, 4)))
+    for f, r in ((tk.non_negative_tucker, [2, 2, 2]), (tk.non_negative_cp, 2)):
+        with pytest.warns(tk.ConvergenceWarning, match=rf"{f.__name__}\({method}\) ended at an all-zero model"):
+            T = f(X, r, method=method)
+        assert T.fit == 0.0 and T.converged is False

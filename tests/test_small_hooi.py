@@ -311,3 +311,19 @@ def test_same_bits_for_one_or_more_blas_threads_and_workers(rng):
     np.testing.assert_array_equal(a.core, b.core)
     for U, V in zip(a.factors, b.factors, strict=True):
         np.testing.assert_array_equal(U, V)
+
+
+def test_long_runs_keep_the_factors_orthonormal():
+    """The compiled factor step's warm start (the previous sweep's Jacobi eigenvectors) is re-orthonormalized:
+    carried over hundreds of sweeps without it, the factors drifted to 674 ulps from orthonormal at 100
+    iterations (858 at 500) on a 12 x 11 x 10 Gaussian tensor at ranks (7, 6, 5)."""
+    import warnings
+
+    X = np.random.default_rng(0).standard_normal((12, 11, 10))
+    eps = np.finfo(np.float64).eps
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        for it in (100, 500):
+            T = tk.hooi(X, [7, 6, 5], tol=0, max_iter=it)
+            for U in T.factors:
+                assert np.abs(U.T @ U - np.eye(U.shape[1])).max() <= 32 * eps

@@ -12,6 +12,7 @@ import pytest
 import scipy.linalg
 from conftest import draw
 
+import tuckerkit as tk
 from tuckerkit.engine import default_policy
 from tuckerkit.engine._subspace import _thin_q, _top_eigh_mrrr, eigh_desc, leading_left_singular
 
@@ -509,3 +510,62 @@ def test_an_f_ordered_gram_falls_back_on_its_own_values(monkeypatch):
     np.testing.assert_array_equal(wf, wc)
     np.testing.assert_array_equal(Vf, Vc)
     np.testing.assert_array_equal(wc, eigh_desc(G.copy())[0][:20])
+
+
+# ----------------------------------------------------------------- review of 2026-12-04 (numerical robustness)
+def test_factors_keep_every_column_on_clustered_eigenvalues():
+    """?syevr can return fewer pairs than asked with info 0 where the eigenvalues are clustered (every mode-0
+    singular value 1): the factors kept only those (ranks (9, 10, 14) for (11, 10, 14); (0, 0) and a crash in
+    cp_als in float32). Divide and conquer takes over there."""
+    import warnings
+
+    rng = np.random.default_rng(1)
+    X = np.linalg.qr(rng.standard_normal((140, 114)))[0].T.reshape(114, 10, 14)
+    for f in (tk.hosvd, tk.st_hosvd, tk.hooi):
+        T = f(X, [11, 10, 14])
+        assert T.ranks == (11, 10, 14)
+        U = T.factors[0]
+        np.testing.assert_allclose(U.T @ U, np.eye(11), atol=100 * np.finfo(np.float64).eps)
+    Q = np.linalg.qr(np.random.default_rng(0).standard_normal((87, 76)))[0].T.astype(np.float32)
+    assert tk.hosvd(Q, [1, 1]).ranks == (1, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        assert tk.cp_als(Q.reshape(76, 87, 1), 1).factors[0].shape == (76, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_a_rank_above_the_other_modes_product_is_completed_exactly(dtype):
+    """P < r <= I_n (a (13, 2, 3) tensor's mode 0 at ranks 7 and 13): the P leading pairs from the P x P Gram,
+    completed by orthonormal columns of eigenvalue 0. The error is TensorLy's (SVD) 5e-16, not the 1e-8 of the
+    I_n x I_n Gram's subspaces; factors orthonormal; a long mode at such a rank no longer forms its Gram."""
+    rng = np.random.default_rng(0)
+    U = np.linalg.qr(rng.standard_normal((13, 6)))[0]
+    V = np.linalg.qr(rng.standard_normal((6, 6)))[0]
+    X = ((U * np.logspace(0, -10, 6)) @ V.T).reshape(13, 2, 3).astype(dtype)
+    if dtype == np.complex128:
+        X = X + 1j * X[::-1]
+    eps = np.finfo(np.float64).eps
+    for r0 in (7, 13):
+        for f in (tk.hosvd, tk.st_hosvd, tk.hooi):
+            T = f(X, [r0, 2, 3])
+            F = T.factors[0]
+            assert F.shape == (13, r0)
+            np.testing.assert_allclose(F.conj().T @ F, np.eye(r0), atol=200 * eps)
+            assert T.relative_error(X) <= 200 * eps, (r0, f.__name__, T.relative_error(X))
+    big = np.random.default_rng(1).standard_normal((100_000, 3, 3))  # (its Gram would be 80 GB)
+    T = tk.hooi(big, [12, 3, 3])
+    assert T.ranks == (12, 3, 3) and abs(T.fit - 1) <= 1e-12
+
+
+def test_a_long_mode_is_not_given_its_own_gram_by_the_rough_start():
+    """cp_als / hooi defaults on (3, 3, 30000) and (3, 30000, 3): the float32 start Gram was the long mode's
+    own (30000 x 30000: 6.7 GiB, a raw MemoryError); the small side's Gram now."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((3, 3, 30000)), rng.standard_normal((3, 30000, 3))
+    tracemalloc.start()
+    a, b = tk.cp_als(X, 2), tk.hooi(Y, [2, 2, 2])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 20 * X.nbytes and 0 < a.fit < 1 and 0 < b.fit < 1

@@ -100,7 +100,8 @@ def check_tensor(X: Any, name: str = "X", *, min_ndim: int = 2, allow_complex: b
     elif dt == np.float16:
         X = X.astype(np.float32)
     elif dt.kind == "c" and allow_complex:
-        pass
+        if dt not in (np.complex64, np.complex128):  # (complex256 failed mid-run naming an internal operand)
+            X = X.astype(np.complex128)
     elif dt.kind == "c":
         raise TypeError(f"{name} has complex dtype {dt}; expected a real tensor (float32 or float64)")
     elif dt not in (np.float32, np.float64):

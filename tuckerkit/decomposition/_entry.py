@@ -166,10 +166,11 @@ class Call:
         before its last), the Gram of a float64 numpy operand (the call's, or a projection of it) from float32
         products where the magnitudes allow (:func:`_rough_gram`)."""
         from tuckerkit.engine import DenseTensor
-        from tuckerkit.engine._subspace import leading_left_singular
+        from tuckerkit.engine._subspace import gram_route, leading_left_singular
 
         G = self.grams.pop(mode, None) if Y is self.X else None
-        if G is None and rough and isinstance(Y, DenseTensor) and self.scale == 1.0:
+        if G is None and rough and isinstance(Y, DenseTensor) and self.scale == 1.0 and \
+                gram_route(Y.shape, mode, rank):  # (a long mode's I_n x I_n Gram was made even where P is small)
             got = _rough_gram(Y, mode, self.policy)
             if got is not None and math.isfinite(got[1]):
                 G = got[0]

@@ -321,7 +321,9 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     from tuckerkit.decomposition._cp import CPResidual
 
     history = call.with_residual_fit(mon.history, lambda: CPResidual(xp, weights, unit))  # (float32 near 1)
-    converged = _not_collapsed(f"non_negative_cp({method})", not bool(xp.any(weights != 0)), call.norm,
+    # (all zero, or below the data's rounding: MU's multiplicative updates approach zero without reaching it)
+    tiny = float(np.finfo(weights.dtype).eps) * call.norm
+    converged = _not_collapsed(f"non_negative_cp({method})", float(xp.sum(xp.abs(weights))) <= tiny, call.norm,
                                mon.converged)
     return CPTensor(call.unscale(weights), tuple(unit), it, converged, history,
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
@@ -593,7 +595,11 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
     from tuckerkit.decomposition._tucker import TuckerResidual
 
     history = call.with_residual_fit(mon.history, lambda: TuckerResidual(xp, core, factors))  # (float32 near 1)
-    zero = not bool(xp.any(core != 0)) or any(not bool(xp.any(U != 0)) for U in factors)
+    # (an upper bound of the model's norm below the data's rounding: MU approaches zero without reaching it)
+    bound = float(xp.sqrt(xp.sum(core * core)))
+    for U in factors:
+        bound *= float(xp.sqrt(xp.sum(U * U)))
+    zero = bound <= float(np.finfo(core.dtype).eps) * call.norm
     converged = _not_collapsed(f"non_negative_tucker({method})", zero, call.norm, mon.converged)
     return TuckerTensor(call.unscale(core), tuple(factors), it, converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)

@@ -711,7 +711,8 @@ def hooi(
     tol : float, default 1e-8
         The convergence tolerance (TensorLy's and scikit-learn's ``tol``; pyttb's ``stoptol``): stop when
         the fit changes by less than ``tol`` between iterations, or (``tol > 0``) when it decreases, which in
-        exact arithmetic it never does: the change is then rounding noise (float32). The ST-HOSVD start
+        exact arithmetic it never does with exact factor steps: the change is then rounding noise (float32);
+        with ``svd="randomized"`` a decrease is not a stop (randomized steps need not ascend). The ST-HOSVD start
         (``"st_hosvd"``, and its sketch on streamed tensors) has a fit of its own, from its core as each
         iteration's: the first iteration is compared with it, so a start that is already a fixed point costs
         one iteration instead of two (200^3, rank 10, 1 % noise: the whole default call 72 -> 54 ms). Other
@@ -928,7 +929,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
                 small = None
             # (the E step: the fit on the observed entries, the missing ones refilled for the next sweep)
             fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(TuckerModel(core, factors))
-            if mon.step(it, fit, factors):
+            if mon.step(it, fit, factors, may_decrease=svd == "randomized"):
                 break
             continue
         last: dict[str, Any] = {}
@@ -953,7 +954,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         core = operand_ttm(last["Y"], factors[last["n"]], last["n"], policy)
         # the E step (missing data): the fit on the observed entries, the missing ones refilled for the next sweep
         fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(TuckerModel(core, factors))
-        if mon.step(it, fit, [eye[n] if n in full else U for n, U in enumerate(factors)] if full else factors):
+        if mon.step(it, fit, [eye[n] if n in full else U for n, U in enumerate(factors)] if full else factors,
+                    may_decrease=svd == "randomized"):  # (randomized factor steps need not ascend: no stop there)
             break
     mon.finish()
     for n in sorted(full):  # each full-rank mode's factor: the core's leading left singular vectors, as a sweep
