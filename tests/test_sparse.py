@@ -554,3 +554,20 @@ def test_plan_options_are_checked_in_one_line():
                                                            r"received 0")):
         with pytest.raises(err, match=msg):
             X.plan(**bad)
+
+
+def test_a_projection_too_large_for_memory_is_refused_in_one_line(monkeypatch):
+    """max_error= on a (2000, 2000, 500) tensor of 20,000 random nonzeros keeps ranks in the thousands: the
+    projections needed 225 GiB (numpy's raw MemoryError after the work, or the OOM killer); now one line
+    before allocating, naming the sizes."""
+    from tuckerkit.sparse import _dispatch
+
+    monkeypatch.setattr(_dispatch, "_available_bytes", lambda: 1 << 30)
+    rng = np.random.default_rng(0)
+    shape, nnz = (2000, 2000, 500), 20000
+    X = COOTensor(np.stack([rng.integers(0, s, nnz) for s in shape], 1), rng.random(nnz), shape)
+    with pytest.raises(MemoryError, match=r"^projecting mode \d of this sparse tensor onto [\d,]+ columns makes "
+                                          r"[\d,]+ x [\d,]+ entries \(.* GB\), more than half the available memory"):
+        tk.st_hosvd(X, max_error=0.5)
+    with pytest.raises(MemoryError, match=r"^the dense projection of this sparse tensor has shape \(.*\) \(.* GB\)"):
+        tk.multi_ttm(X, [np.ones((2000, 1000)), np.ones((2000, 1000)), None], skip=2, transpose=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -86,6 +87,11 @@ def coo_ttm(coo: Any, U: Any, mode: int) -> Any:
     else:
         inv = np.zeros(coo.nnz, dtype=np.intp)
     F = int(inv.max()) + 1
+    need = float(F) * J * (np.dtype(dtype).itemsize + 8 * coo.ndim)  # (the result's values and coordinates)
+    if need > _available_bytes() // 2:  # (numpy's raw MemoryError, or the OOM killer)
+        raise MemoryError(f"projecting mode {mode} of this sparse tensor onto {J} columns makes {F:,} x {J:,} "
+                          f"entries ({need / 1e9:.1f} GB), more than half the available memory; ask for smaller "
+                          "ranks, or a larger max_error")
     first = np.empty(F, dtype=np.intp)
     first[inv[::-1]] = np.arange(coo.nnz - 1, -1, -1)  # each fiber's first nonzero
     rows = U[c[:, mode], :]  # (nnz, J) of the small U only where J is small; the columns taken one at a time
@@ -272,6 +278,12 @@ class SparseOperand(SparseShape, OperandBase):
         if len(left) <= 1:
             # all modes: project all but the shortest by the kernel, then that one densely
             skip = left[0] if left else min(mats_t, key=lambda m: (self.shape[m], m))
+            shape = [self.shape[m] if m == skip else mats_t[m].shape[1] for m in range(self.ndim)]
+            need = math.prod(float(d) for d in shape) * np.dtype(self.dtype).itemsize
+            if need > _available_bytes() // 2:  # (numpy's raw MemoryError after the work, or the OOM killer)
+                raise MemoryError(f"the dense projection of this sparse tensor has shape {tuple(shape)} "
+                                  f"({need / 1e9:.1f} GB), more than half the available memory; ask for smaller "
+                                  "ranks, or a larger max_error")
             factors = [mats_t.get(m) for m in range(self.ndim)]
             Y = sparse_ttmc(self, factors, skip, pol)  # type: ignore[arg-type]
             return Y if left else dense_ttm(Y, mats_t[skip], skip, True, None, None, pol)
