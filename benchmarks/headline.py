@@ -51,6 +51,16 @@ def _pair(a: str, b: str) -> str:
     return "-" if a == b == "-" else f"{a} / {b}"
 
 
+def _peers(row: dict | None) -> str:
+    """``x TensorLy / x pyttb`` of one results row."""
+    return _pair(_x(row and row["speedup_vs_tensorly"]), _x(row and row["speedup_vs_pyttb"]))
+
+
+def _both(f64: dict | None, f32: dict | None, key: str) -> str:
+    """``key`` of the float64 row / of the float32 row."""
+    return _pair(_r(f64 and f64[key]), _r(f32 and f32[key]))
+
+
 def _cells(machine: str) -> dict[str, str]:
     """This machine's figure for each row of the table (``-`` where its file lacks it)."""
     out: dict[str, str] = {}
@@ -60,18 +70,17 @@ def _cells(machine: str) -> dict[str, str]:
         h = t["hooi"]
         f64, f32 = _one(h, shape=cube, dtype="float64"), _one(h, shape=cube, dtype="float32")
         q = _one(h, shape=quad, dtype="float64")
-        out["hooi"] = _pair(_x(f64 and f64["speedup_vs_tensorly"]), _x(f64 and f64["speedup_vs_pyttb"]))
-        out["hooi4"] = _pair(_x(q and q["speedup_vs_tensorly"]), _x(q and q["speedup_vs_pyttb"]))
-        out["hooi_R"] = _pair(_r(f64 and f64["ratio_roofline"]), _r(f32 and f32["ratio_roofline"]))
+        out["hooi"], out["hooi4"] = _peers(f64), _peers(q)
+        out["hooi_R"] = _both(f64, f32, "ratio_roofline")
         out["hooi_mem"] = f"{max(r['peak_extra_over_input']['tuckerkit'] for r in h):.2f}x"
     c = _load("cp", machine)
     if c:
         rows = c["rows"]
         r10, r10s = _one(rows, shape=cube, rank=10, dtype="float64"), _one(rows, shape=cube, rank=10, dtype="float32")
         r50, r50s = _one(rows, shape=cube, rank=50, dtype="float64"), _one(rows, shape=cube, rank=50, dtype="float32")
-        out["cp"] = _pair(_x(r10 and r10["speedup_vs_tensorly"]), _x(r10 and r10["speedup_vs_pyttb"]))
-        out["cp_R"] = _pair(_r(r10 and r10["ratio_roofline"]), _r(r10s and r10s["ratio_roofline"]))
-        out["cp50_R"] = _pair(_r(r50 and r50["ratio_roofline_flops"]), _r(r50s and r50s["ratio_roofline_flops"]))
+        out["cp"] = _peers(r10)
+        out["cp_R"] = _both(r10, r10s, "ratio_roofline")
+        out["cp50_R"] = _both(r50, r50s, "ratio_roofline_flops")
         out["cp_mem"] = f"{max(r['peak_extra_over_input']['tuckerkit'] for r in rows):.2f}x"
     d = _load("defaults", machine)
     if d:

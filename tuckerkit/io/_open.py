@@ -105,13 +105,7 @@ def open_tensor(
 
         if limit is not None:
             raise ValueError(f"memory_limit streams dense files; {str(p)!r} holds a sparse tensor, read whole")
-        X = COOTensor.from_tns(p, shape=shape)
-        if dtype is not None:
-            X = X.astype(dtype)
-        op = as_operand(X, check_finite=check_finite, real=True, min_ndim=2, name=label)
-        if csf is not None:
-            op.plan(csf=csf, iterations=iterations if csf == "auto" else None)
-        return op
+        return _sparse_operand(COOTensor.from_tns(p, shape=shape), dtype, csf, iterations, check_finite, label)
     if limit is not None and ext in (".h5", ".hdf5"):  # out of core: read in slabs, never whole
         ds = open_h5_dataset(p, key, allow_external=allow_external)
         op = as_operand(ds, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
@@ -127,19 +121,25 @@ def open_tensor(
     data = load_tensor(p, key=key, allow_external=allow_external)  # .npy memory-mapped: read when needed
     from tuckerkit.sparse import COOTensor
 
-    if isinstance(data, COOTensor):  # a sparse .npz (COOTensor.save_npz): as a .tns file
-        if limit is not None:
-            raise ValueError(f"memory_limit streams dense files; {str(p)!r} holds a sparse tensor, read whole")
-        if dtype is not None:
-            data = data.astype(dtype)
-        op = as_operand(data, check_finite=check_finite, real=True, min_ndim=2, name=label)
-        if csf is not None:
-            op.plan(csf=csf, iterations=iterations if csf == "auto" else None)
-        return op
+    if isinstance(data, COOTensor):  # a sparse .npz (COOTensor.save_npz; memory_limit refused above): as .tns
+        return _sparse_operand(data, dtype, csf, iterations, check_finite, label)
     if csf is not None:
         raise ValueError(f"csf= applies to sparse tensors (.tns, a sparse .npz); {str(p)!r} holds a dense one")
     return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
                       name=label)
+
+
+def _sparse_operand(X: Any, dtype: Any, csf: str | None, iterations: int | None, check_finite: bool,
+                    label: str) -> Any:
+    """A sparse file's tensor as an operand: cast to ``dtype``, its CSF plan ``csf`` built now."""
+    from tuckerkit.engine import as_operand
+
+    if dtype is not None:
+        X = X.astype(dtype)
+    op = as_operand(X, check_finite=check_finite, real=True, min_ndim=2, name=label)
+    if csf is not None:
+        op.plan(csf=csf, iterations=iterations if csf == "auto" else None)
+    return op
 
 
 def _open_dask(p: Any, scheduler: Any, dtype: Any, label: str, check_finite: bool) -> Any:
