@@ -681,6 +681,23 @@ class CPResidual(ResidualModel):
             Y = (Y[:, :, None] * np.ascontiguousarray(F.T)[:, None, :]).reshape(w.shape[0], -1)
         return Y
 
+    def at(self, coords: np.ndarray) -> np.ndarray:
+        w, Fs = self._of(np.dtype(np.float64))
+        P = w[None, :] * Fs[0][coords[:, 0]]
+        for k in range(1, len(Fs)):
+            P *= Fs[k][coords[:, k]]
+        return P.sum(axis=1)
+
+    def point_width(self) -> int:
+        return int(self.factors[0].shape[1])
+
+    def norm_sq(self) -> float:
+        w, Fs = self._of(np.dtype(np.float64))
+        V = np.ones((w.shape[0], w.shape[0]))
+        for F in Fs:
+            V *= F.T @ F
+        return float(w @ V @ w)
+
     def values(self, idx: tuple[slice, ...], dtype: Any) -> Any:
         """The values on ``X[idx]``: the modes' rows multiplied in as a growing Khatri-Rao product, the longest
         of the range's modes last as one GEMM (the product held: the range's elements over that mode's length

@@ -191,6 +191,24 @@ class TuckerResidual(ResidualModel):
         G, Us = self._of(dtype)
         return multi_ttm(G, [U[idx[k]] for k, U in enumerate(Us)])  # (the cut mode's factor: its rows)
 
+    def at(self, coords: np.ndarray) -> np.ndarray:
+        G, Us = self._of(np.dtype(np.float64))
+        k = coords.shape[0]
+        T = Us[0][coords[:, 0]] @ G.reshape(G.shape[0], -1)  # (k, r_1 ... r_{N-1})
+        for n in range(1, len(Us)):
+            T = np.einsum("kjr,kj->kr", T.reshape(k, G.shape[n], -1), Us[n][coords[:, n]])
+        return T.reshape(k)
+
+    def point_width(self) -> int:
+        return max(1, int(np.prod(np.shape(self.lead)[1:])))
+
+    def norm_sq(self) -> float:
+        G, Us = self._of(np.dtype(np.float64))
+        T = G
+        for n, U in enumerate(Us):  # <G, G x_n (U_n^T U_n)>: the factors need not be orthonormal
+            T = np.moveaxis(np.tensordot(U.T @ U, T, axes=(1, n)), 0, n)
+        return float(np.vdot(G, T))
+
 
 def _reported_fit(call: Call, fit: float, core: Any, factors: Sequence[Any], residual: bool = False) -> float:
     """The fit a Tucker model of the call reports: ``fit`` (from norms), or the residual's in double precision
