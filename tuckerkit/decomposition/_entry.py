@@ -148,6 +148,24 @@ class ResidualModel:
         raise NotImplementedError
 
 
+def sparse_residual_sq(X: Any, model: ResidualModel) -> float:
+    """``||X - X_hat||^2`` of a sparse tensor on the host in float64: over the nonzeros, the model's values at
+    them (:meth:`ResidualModel.at`, chunks of fixed size: the same bits every run), plus the model's norm off
+    them (:meth:`ResidualModel.norm_sq` less their squares)."""
+    from tuckerkit.sparse._csf import as_coo
+
+    coo = as_coo(X)
+    coords, values = coo.coords, coo.values
+    step = max(256, RESIDUAL_PIECE_BYTES // (8 * max(1, model.point_width())))
+    inside = on_model = 0.0
+    for lo in range(0, coo.nnz, step):
+        m = model.at(coords[lo:lo + step])
+        d = np.asarray(values[lo:lo + step], dtype=np.float64) - m
+        inside += float(d @ d)
+        on_model += float(m @ m)
+    return inside + max(model.norm_sq() - on_model, 0.0)
+
+
 @dataclass(frozen=True)
 class Call:
     """One decomposition call: its operand, policy, the devices it computes on and returns to, the norm of
@@ -265,18 +283,7 @@ class Call:
         nonzeros of (x - m)^2 + (||X_hat||^2 - sum over the nonzeros of m^2)`` (the model off the nonzeros),
         the model's values at the nonzeros in chunks of fixed size (the same bits every run) and its norm from
         the factors' Grams. A float32 planted tensor read a fit of 1.0000000 from norms for a true 0.9999889."""
-        from tuckerkit.sparse._csf import as_coo
-
-        coo = as_coo(self.X)
-        coords, values = coo.coords, coo.values
-        step = max(256, RESIDUAL_PIECE_BYTES // (8 * max(1, model.point_width())))
-        inside = on_model = 0.0
-        for lo in range(0, coo.nnz, step):
-            m = model.at(coords[lo:lo + step])
-            d = np.asarray(values[lo:lo + step], dtype=np.float64) - m
-            inside += float(d @ d)
-            on_model += float(m @ m)
-        return 1.0 - math.sqrt(inside + max(model.norm_sq() - on_model, 0.0)) / self.norm
+        return 1.0 - math.sqrt(sparse_residual_sq(self.X, model)) / self.norm
 
     def result(self, model: Any) -> Any:
         """``model`` on the device the input came from."""

@@ -282,6 +282,27 @@ def _dense_input(op: Any) -> bool:
     return isinstance(op, DenseTensor)
 
 
+def _sparse_error(op: Any, kind: str, lead: Any, factors: Any) -> float | None:
+    """``||X - X_hat|| / ||X||`` of a real sparse tensor against a host model, from the residual in float64
+    (:func:`~tuckerkit.decomposition._entry.sparse_residual_sq`: the identity's float32 products read 0.0 for a
+    true 5.4e-6); None where that does not apply (not sparse, complex, a device model, a zero or non-finite
+    sum: the identity then)."""
+    if getattr(op, "nnz", None) is None or not all(isinstance(a, np.ndarray) for a in (lead, *factors)) or \
+            any(np.iscomplexobj(a) for a in (lead, *factors)):
+        return None
+    from tuckerkit.decomposition._entry import sparse_residual_sq
+
+    if kind == "tucker":
+        from tuckerkit.decomposition._tucker import TuckerResidual as Model
+    else:
+        from tuckerkit.decomposition._cp import CPResidual as Model  # type: ignore[assignment]
+    normX = op.norm()
+    if not normX > 0:
+        return None
+    res = sparse_residual_sq(op, Model(np, lead, factors))
+    return math.sqrt(res) / normX if math.isfinite(res) and math.isfinite(normX) else None
+
+
 def _error_from_identity(normX: float, inner: float, normXhat: float) -> float:
     """``||X - X_hat|| / ||X||`` from ``||X||``, ``<X, X_hat>`` and ``||X_hat||`` (in units of ``||X||``). An
     all-zero ``X``: 0.0 for the zero model (exact, as a decomposition of zeros reports fit 1.0), else a
@@ -545,7 +566,8 @@ class TuckerTensor(_Model):
 
         A dense array is compared entry by entry with the reconstruction (accurate to a few eps even for a
         near-perfect fit; float32 data against a real model: the residual and the norm in double precision, in
-        one read, without the reconstruction); a sparse, out-of-core or Dask tensor through the identity
+        one read, without the reconstruction); a real sparse tensor by the residual in float64 over its nonzeros
+        plus the model's norm off them; an out-of-core or Dask tensor through the identity
         ``||X - X_hat||^2 = ||X||^2 - 2 <X, X_hat> + ||X_hat||^2``, where ``<X, X_hat> = <X x_n U_n^T, core>`` is
         one projection of ``X`` (never densified; accurate to about ``sqrt(eps)`` relative to ``||X||``).
 
@@ -568,6 +590,9 @@ class TuckerTensor(_Model):
             if got is None:
                 got = _blocked_relative_error(op, (self.core, *self.factors), self._unfolded)
             return got if got is not None else _relative_error(op.data, self._full())
+        got = _sparse_error(op, "tucker", self.core, self.factors)
+        if got is not None:
+            return got
         inner = _wide(op.multi_ttm(dict(enumerate(self.factors)), transpose=True))
         return _error_from_identity(op.norm(), float(np.sum(inner * _wide(self.core).conj()).real), self.norm())
 
@@ -765,6 +790,9 @@ class CPTensor(_Model):
             if got is None:
                 got = _blocked_relative_error(op, (self.weights, *self.factors), self._unfolded)
             return got if got is not None else _relative_error(op.data, self.to_dense())
+        got = _sparse_error(op, "cp", self.weights, self.factors)
+        if got is not None:
+            return got
         M = _wide(op.mttkrp([U.conj() if np.iscomplexobj(U) else U for U in self.factors], 0))
         U0 = _wide(self.factors[0])
         w = _wide(self.weights)
