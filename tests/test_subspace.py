@@ -569,3 +569,31 @@ def test_a_long_mode_is_not_given_its_own_gram_by_the_rough_start():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 20 * X.nbytes and 0 < a.fit < 1 and 0 < b.fit < 1
+
+
+def test_max_error_on_a_long_mode_takes_the_small_side(monkeypatch):
+    """hosvd / st_hosvd(max_error=) on a long mode over a small rest chose its rank from the mode's own
+    I_n x I_n Gram: 3.2-4.2 s on (3000, 3, 3), rank 1069 from rounding-level eigenvalues at max_error 1e-8, and
+    74.5 GiB at I_n = 100000. Now the P x P side: the same ranks where the tail is above rounding, the bound
+    kept, and the long tensor in a few times its own memory."""
+    import tracemalloc
+
+    from tuckerkit.decomposition import _tucker
+
+    rng = np.random.default_rng(0)
+    A = np.linalg.qr(rng.standard_normal((3000, 9)))[0] * np.logspace(0, -6, 9)
+    X = (A @ np.linalg.qr(rng.standard_normal((9, 9)))[0]).reshape(3000, 3, 3)
+    for f in (tk.st_hosvd, tk.hosvd):
+        for me in (1e-1, 1e-3, 1e-5, 1e-8):
+            T = f(X, max_error=me)
+            assert T.relative_error(X) <= me and T.ranks[0] <= 9
+            if me == 1e-3 and f is tk.st_hosvd:  # (the I_n x I_n Gram's choice, for comparison: 3 s)
+                monkeypatch.setattr(_tucker, "LONG_CHOICE_MIN", 10**9)
+                assert f(X, max_error=me).ranks == T.ranks
+                monkeypatch.undo()
+    big = rng.standard_normal((100_000, 3, 3))
+    tracemalloc.start()
+    T = tk.st_hosvd(big, max_error=1e-3)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert T.ranks == (9, 3, 3) and peak < 6 * big.nbytes
