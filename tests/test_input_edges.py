@@ -151,3 +151,25 @@ def test_conversions_and_save_refuse_misplaced_arguments_in_one_line(X, tmp_path
     with pytest.raises(ValueError, match=r"^threshold must be a finite number \(a CORCONDIA percentage such as 90\); "
                                          r"received nan$"):
         tk.rank_sweep(X, [1], threshold=float("nan"))
+
+
+def test_subnormal_data_reports_its_fit_and_warns_of_a_subnormal_model():
+    """Data of subnormal magnitude: the norm was taken before the power-of-two scaling, itself subnormal and
+    rounded (a reported error of 1.2e-5 for an exact full-rank HOSVD); now the scaled tensor's own. A model
+    whose largest core entry is subnormal in X's units warns (its digits are lost there); float32 at 1e-44
+    returned such a core silently."""
+    X = np.random.default_rng(0).standard_normal((6, 5, 4))
+    with pytest.warns(RuntimeWarning, match=r"model's largest core or weight entry .* is subnormal in float64"):
+        T = tk.hosvd(X * 1e-318, list(X.shape))
+    assert abs(1 - T.fit) <= 1e-13
+    T = tk.hosvd(X * 1e-315, list(X.shape))  # (a subnormal core that keeps over half its bits: no warning)
+    assert abs(1 - T.fit) <= 1e-13
+    with pytest.warns(RuntimeWarning, match=r"is subnormal in float32"):
+        tk.hosvd((X * 1e-44).astype(np.float32), [3, 3, 3])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        tk.hosvd((X * 1e-30).astype(np.float32), [3, 3, 3])  # (small, not subnormal: no warning)
+        tk.hosvd((X * 1e-41).astype(np.float32), [3, 3, 3])  # (subnormal, over half its bits kept)
+        tk.hosvd(X * 1e-300, [3, 3, 3])

@@ -217,8 +217,18 @@ class Call:
             return A
         with np.errstate(over="ignore"):  # (refused below, in one line)
             out = A * A.dtype.type(1.0 / self.scale)
+        xp = self.X.xp
+        if self.scale > 1.0 and bool(xp.any(A != 0)):  # (a tiny X: its model may fall into subnormals there)
+            info = np.finfo(A.dtype)
+            top = float(xp.max(xp.abs(out)))
+            if top < math.ldexp(float(info.tiny), -(info.nmant // 2)):  # (over half its bits gone: 1e-310 keeps 44)
+                import warnings
+
+                warnings.warn(f"X is so small that the model's largest core or weight entry ({top:.3g}) is subnormal "
+                              f"in {np.dtype(A.dtype).name}: most of its digits are lost in X's units (expected X "
+                              "multiplied by a power of two, e.g. X * 2**64, the model scaled back by it)",
+                              RuntimeWarning, stacklevel=caller_stacklevel())
         if self.scale < 1.0:
-            xp = self.X.xp
             if not bool(xp.isfinite(out).all()) and bool(xp.isfinite(A).all()):
                 big = float(np.finfo(A.dtype).max)
                 raise ValueError(f"X has a Frobenius norm above the largest {np.dtype(A.dtype).name} ({big:.4g}), so "
@@ -386,8 +396,9 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
         scale = _scale_for(norm, op.size, op.dtype, lambda: _max_magnitude(op))
         if scale != 1.0:  # an extreme magnitude: compute on X * 2^k (exact), give the model back in X's units
             op = op.scaled(scale)
-            # (a finite tensor whose norm overflowed: the scaled one's own, one more pass of an extreme tensor)
-            norm = norm * scale if math.isfinite(norm) else op.norm()
+            # (a finite tensor whose norm overflowed, or is subnormal and so rounded: 7e-11 relative at 1e-315, a
+            # reported error of 1.2e-5 for 7.8e-9: the scaled one's own, one more pass of an extreme tensor)
+            norm = norm * scale if math.isfinite(norm) and norm >= np.finfo(np.float64).tiny else op.norm()
         yield Call(op, policy, home, op.device, norm, scale)
 
 
