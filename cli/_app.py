@@ -490,11 +490,12 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     dev = _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
                                    memory_limit, scheduler, input, stop_tol=stop_tol, iterations=iterations)
     check_extra(method, nonnegative, mask)
+    sparse = _sparse_input(input)  # (.tns, or a COOTensor.save_npz archive)
     if seed is not None and method in ("hooi", "hosvd") and not nonnegative:
         raise CLIError(f"--seed applies to --method cp and cp-apr (random starts) and --nonnegative; --method "
                        f"{method} starts from the SVD and draws nothing")
     if mask is not None and ((ranks is None and method == "hooi") or memory_limit is not None
-                             or _sparse_input(input) or scheduler is not None):
+                             or sparse or scheduler is not None):
         # (--max-error chose the ranks from every entry, the missing ones too; the masked fit needs X in memory)
         why = ("--ranks (a rank choice by --max-error would read the missing entries)" if ranks is None and
                method == "hooi" else "a dense tensor in memory (not a sparse file, --memory-limit or --scheduler)")
@@ -530,7 +531,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         _own_process_numba()  # this process is the CLI's: cached kernels load without a refresh
         with _input_named(input), open_tensor(
                 input, key=key, shape=shp, dtype=dtype, memory_limit=limit, scheduler=client,
-                csf=csf if _sparse_input(input) else None, check_finite=False,
+                csf=csf if sparse else None, check_finite=False,
                 allow_external=allow_external, iterations=n_iter_max) as X:
             rk = check_ranks(_parse_ints(ranks, "--ranks"), X.shape, "--ranks") if ranks is not None else None
             check_output_path(out, force=force, inputs=(input, mask))

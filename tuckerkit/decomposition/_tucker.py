@@ -106,7 +106,7 @@ def _entry_gram(ranks: Any, order: Any = "auto", sketch: bool = False, svd: Any 
                 first = max(range(op.ndim), key=lambda m: (op.shape[m], -m))
             if max_error is not None:  # (none where the choice takes its Grams in double precision, or its pairs
                 # from the other side of a long mode: _choice_pairs)
-                long = op.shape[first] >= LONG_CHOICE_MIN and op.shape[first] > op.size // max(op.shape[first], 1)
+                long = _long_mode(op.shape, first)
                 return None if long or _double_gram(op, float(max_error) ** 2 / op.ndim) else first
             rk = check_ranks(ranks, op.shape)
             if isinstance(order, str):
@@ -160,13 +160,16 @@ def _choice_pairs(call: Call, Y: Any, n: int, budget: float) -> tuple[Any, Any]:
     the I_n x I_n Gram cost O(I_n^3) (4.4 s for (3000, 3, 3)) and 74.5 GiB at I_n = 100000."""
     from tuckerkit.engine import DenseTensor
 
-    I_n = Y.shape[n]
-    P = Y.size // max(I_n, 1)
-    if I_n > P and I_n >= LONG_CHOICE_MIN and isinstance(Y, DenseTensor) and Y.xp is np and \
-            np.dtype(Y.dtype).char in "dD":
-        V, w = leading_left_singular(Y.data, n, P, call.policy)
+    if _long_mode(Y.shape, n) and isinstance(Y, DenseTensor) and Y.xp is np and np.dtype(Y.dtype).char in "dD":
+        V, w = leading_left_singular(Y.data, n, Y.size // Y.shape[n], call.policy)
         return w, V
     return eigh_desc(_choice_gram(call, Y, n, budget))
+
+
+def _long_mode(shape: Sequence[int], n: int) -> bool:
+    """Mode ``n`` is at least :data:`LONG_CHOICE_MIN` long and longer than the product of the others."""
+    I_n = shape[n]
+    return I_n >= LONG_CHOICE_MIN and I_n > math.prod(shape) // max(I_n, 1)
 
 
 def _choice_gram(call: Call, Y: Any, n: int, budget: float) -> Any:

@@ -94,10 +94,11 @@ def coo_ttm(coo: Any, U: Any, mode: int) -> Any:
                           "ranks, or a larger max_error")
     first = np.empty(F, dtype=np.intp)
     first[inv[::-1]] = np.arange(coo.nnz - 1, -1, -1)  # each fiber's first nonzero
-    rows = U[c[:, mode], :]  # (nnz, J) of the small U only where J is small; the columns taken one at a time
+    Ut = np.ascontiguousarray(U.T)  # (J x I_mode: each column of U gathered from one contiguous row)
+    idx = c[:, mode]
     vals = np.empty((F, J), dtype=dtype)
-    for j in range(J):
-        w = coo.values * U[c[:, mode], j] if J > 1 else coo.values * rows[:, 0]
+    for j in range(J):  # (one column at a time: nnz elements held, never nnz x J)
+        w = coo.values * Ut[j][idx]
         if np.iscomplexobj(w):
             vals[:, j] = np.bincount(inv, w.real, F) + 1j * np.bincount(inv, w.imag, F)
         else:
