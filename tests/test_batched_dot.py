@@ -249,6 +249,47 @@ def test_rank_outer_products_match_einsum(dtype, A, B, Z, axis, out_layout, rng)
     np.testing.assert_array_equal(W, W0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_rank_outer_products_in_pieces_give_the_bits_of_one_thread(dtype, axis, rng, monkeypatch):
+    """A rank-outer product large enough for the kernels' cut (33 ranks of 600 x 500: 20 MFlop) runs in pieces of
+    whole ranks on the GIL-free helpers (or the Python pool where there are none) with two workers: the same bits
+    as one thread, within a few eps of einsum's float64 result, the pieces really taken by the helpers where
+    they exist; a small one (rank 10 of 200 x 200, 0.8 MFlop) stays in one piece."""
+    from tuckerkit.engine import _handoff
+
+    ran = []
+    real = _handoff.run_kernel
+
+    def spy(name, *args, **kw):
+        got = real(name, *args, **kw)
+        ran.append((name, got))
+        return got
+
+    monkeypatch.setattr(_handoff, "run_kernel", spy)
+    two = ExecutionPolicy(workers=2)
+    P = _rank_outer(rng, 600, 500, 33, dtype)
+    K, X = (600, 500) if axis == 0 else (500, 600)
+    W = rng.standard_normal((K, 33)).astype(dtype)
+    one, split = np.empty((X, 33), dtype), np.empty((X, 33), dtype)
+    assert bd.rank_outer_gemv(P, W, one, axis, None)
+    assert ran == []
+    assert bd.rank_outer_gemv(P, W, split, axis, two)
+    name = "rank_axpys" if axis == 0 else "rank_dots"
+    assert [n for n, _ in ran] == [name]
+    if _handoff._handoff() is not None:
+        assert ran[0][1] is True
+    assert np.array_equal(one, split)
+    spec = "abz,az->bz" if axis == 0 else "abz,bz->az"
+    ref = np.einsum(spec, P.astype(np.float64), W.astype(np.float64))
+    mag = np.einsum(spec, np.abs(P.astype(np.float64)), np.abs(W.astype(np.float64)))
+    assert np.all(np.abs(split - ref) <= 4 * K * np.finfo(dtype).eps * mag)
+    ran.clear()
+    small = _rank_outer(rng, 200, 200, 10, dtype)
+    assert bd.rank_outer_gemv(small, W[:200, :10].copy(), np.empty((200, 10), dtype), axis, two)
+    assert ran == []
+
+
 def test_rank_outer_products_decline_other_layouts_and_dtypes(rng):
     """Anything but a float32 / float64 partial whose rank is outermost over two C-contiguous modes is left to
     the caller's plan (False, the output untouched): the rank innermost, a strided partial, mixed dtypes, complex

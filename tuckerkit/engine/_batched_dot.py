@@ -128,7 +128,7 @@ def run_batched_dot(plan: Any, A: np.ndarray, B: np.ndarray, out: np.ndarray) ->
     if lay.axis >= 0:  # the rank outermost (CompiledKernel.RANK_OUTER_DOT)
         T, W = (B, A) if lay.swap else (A, B)
         if not rank_outer_gemv(T.transpose(lay.x_perm), W.transpose(lay.u_perm), out.transpose(lay.out_perm),
-                               lay.axis):
+                               lay.axis, plan.policy):
             # (a misaligned operand: the same plan by BLAS)
             import dataclasses
 
@@ -161,10 +161,11 @@ def _merged(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 # rank_outer): for each z a matrix-vector product with one (A x B) matrix of the partial, a contiguous block
 # ---------------------------------------------------------------------------------------------------
 @njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, **NO_RUNTIME)
-def _rank_outer_dots(p, Z, A, B, w, c, scz, sca):  # pragma: no cover
-    # c[a * sca + z * scz] = sum_b p[(z * A + a) * B + b] * w[z * B + b]: one dot product along a row of the
-    # partial per (z, a), its lanes split by LLVM (reassoc: an order fixed when it compiles). Unsigned indices
-    for z in range(Z):
+def _rank_outer_dots(p, Z, A, B, w, c, scz, sca, z_lo, z_hi):  # pragma: no cover
+    # c[a * sca + z * scz] = sum_b p[(z * A + a) * B + b] * w[z * B + b] for z in [z_lo, z_hi): one dot product
+    # along a row of the partial per (z, a), its lanes split by LLVM (reassoc: an order fixed when it compiles).
+    # Unsigned indices
+    for z in range(z_lo, z_hi):
         wo = z * B
         for a in range(A):
             po = (z * A + a) * B
@@ -175,11 +176,11 @@ def _rank_outer_dots(p, Z, A, B, w, c, scz, sca):  # pragma: no cover
 
 
 @njit(cache=True, fastmath={"contract"}, nogil=True, **NO_RUNTIME)
-def _rank_outer_axpys(p, Z, A, B, w, c, scz, scb, y):  # pragma: no cover
-    # c[b * scb + z * scz] = sum_a w[z * A + a] * p[(z * A + a) * B + b]: the rows of the partial's block z scaled
-    # and added in order of a into y (B elements, in L1), one fused multiply-add per term from the first
-    # product, then copied out
-    for z in range(Z):
+def _rank_outer_axpys(p, Z, A, B, w, c, scz, scb, y, z_lo, z_hi):  # pragma: no cover
+    # c[b * scb + z * scz] = sum_a w[z * A + a] * p[(z * A + a) * B + b] for z in [z_lo, z_hi): the rows of the
+    # partial's block z scaled and added in order of a into y (B elements, in L1), one fused multiply-add per
+    # term from the first product, then copied out
+    for z in range(z_lo, z_hi):
         wo = z * A
         po = z * A * B
         w0 = w[wo]
@@ -194,7 +195,8 @@ def _rank_outer_axpys(p, Z, A, B, w, c, scz, scb, y):  # pragma: no cover
             c[b * scb + z * scz] = y[b]
 
 
-def rank_outer_gemv(P: np.ndarray, W: np.ndarray, out: np.ndarray, axis: int) -> bool:
+def rank_outer_gemv(P: np.ndarray, W: np.ndarray, out: np.ndarray, axis: int,
+                    policy: ExecutionPolicy | None = None) -> bool:
     """``out[x, z] = sum_k P[.., z] W[k, z]`` over ``axis`` (0 or 1) of a 3-D partial ``P`` (two modes, then the
     rank ``z``) whose rank is outermost in memory and whose two modes lie C-contiguous beneath it (CP-ALS's
     rank-outer partials), ``x`` the other mode; written into ``out`` (any non-negative strides). False, with
@@ -222,7 +224,7 @@ def rank_outer_gemv(P: np.ndarray, W: np.ndarray, out: np.ndarray, axis: int) ->
     if got is None:
         return False
     blocks, c, dims = got
-    _gemv(read_only(blocks.reshape(-1)), W, c, dims, axis)
+    _gemv(read_only(blocks.reshape(-1)), W, c, dims, axis, policy)
     return True
 
 
@@ -248,16 +250,28 @@ def _gemv_layout(P: np.ndarray, W: np.ndarray, out: np.ndarray, axis: int) -> tu
     return blocks, c, (Z, A, B, out.strides[1] // it, out.strides[0] // it)
 
 
-def _gemv(p: np.ndarray, W: np.ndarray, c: np.ndarray, dims: tuple, axis: int) -> None:
-    """The kernel of :func:`rank_outer_gemv` (``p`` the partial's blocks, flat and read-only)."""
+def _gemv(p: np.ndarray, W: np.ndarray, c: np.ndarray, dims: tuple, axis: int,
+          policy: ExecutionPolicy | None = None) -> None:
+    """The kernel of :func:`rank_outer_gemv` (``p`` the partial's blocks, flat and read-only), over the ranks
+    ``z``: in one piece, or where ``policy`` has two workers or more and the product is large enough for the
+    TTM kernels' cut (:func:`~._smallgemm._kernel_tiles`: from ``WARM_SPLIT_FLOPS`` where the helpers are awake,
+    as in CP-ALS's sweeps right after a pass; from ``KERNEL_PARALLEL_FLOPS`` otherwise) in pieces of whole
+    ranks on the GIL-free helpers. Each output element is computed whole by one piece, in the same order: the
+    same bits for any cut.
+
+    Why: one thread had been measured faster at rank 10 (the ranks cut in two took 1.14-1.31x the time in
+    CP-ALS's sweeps on 200^3, the partial of 0.8 MFlop fresh in L3); at rank 50 (float32: 4 MFlop, 8 MB) the
+    two steps an iteration took 0.6-0.7 ms of CP-ALS's 5.1-6.1 ms on one thread, the other core idle."""
     Z, A, B, scz, sc = dims
     w = np.ascontiguousarray(W.T).reshape(-1)  # (Z x K: each z's vector a run)
-    # (one thread: the ranks cut in two over the GIL-free helpers took 1.14-1.31x the time in CP-ALS's sweeps on
-    # 200^3, float64 and float32, the partial fresh in L3 from the pass that wrote it)
+    from tuckerkit.engine._smallgemm import _kernel_tiles
+
+    flops = 2 * Z * A * B
     if axis == 1:
-        _rank_outer_dots(p, Z, A, B, w, c, scz, sc)
+        _kernel_tiles("rank_dots", _rank_outer_dots, [p, Z, A, B, w, c, scz, sc, 0, Z], (8, 9), (), flops, policy)
     else:
-        _rank_outer_axpys(p, Z, A, B, w, c, scz, sc, np.empty(B, p.dtype))
+        _kernel_tiles("rank_axpys", _rank_outer_axpys, [p, Z, A, B, w, c, scz, sc, np.empty(B, p.dtype), 0, Z],
+                      (9, 10), (8,), flops, policy)
 
 
 class RankOuterStep:
@@ -268,16 +282,18 @@ class RankOuterStep:
     times an iteration on partials of one layout: its Python steps (the plan's look-up, the checks, the views)
     had taken about as long as the kernel on 200^3 at rank 10 (30 against 27 us)."""
 
-    __slots__ = ("axis", "dims", "perm", "swap", "u_perm")
+    __slots__ = ("axis", "dims", "perm", "policy", "swap", "u_perm")
 
-    def __init__(self, axis: int, dims: tuple, perm: tuple[int, ...], swap: bool, u_perm: tuple[int, ...]):
+    def __init__(self, axis: int, dims: tuple, perm: tuple[int, ...], swap: bool, u_perm: tuple[int, ...],
+                 policy: ExecutionPolicy | None = None):
         self.axis, self.dims, self.perm, self.swap, self.u_perm = axis, dims, perm, swap, u_perm
+        self.policy = policy
 
     def __call__(self, A: np.ndarray, B: np.ndarray, c: np.ndarray) -> None:
         T, W = (B, A) if self.swap else (A, B)
         p = T.transpose(self.perm).reshape(-1)  # (a view: its blocks were C-contiguous when prepared)
         p.flags.writeable = False  # (the read-only type the kernel was compiled for, as read_only gives it)
-        _gemv(p, W.transpose(self.u_perm), c, self.dims, self.axis)
+        _gemv(p, W.transpose(self.u_perm), c, self.dims, self.axis, self.policy)
 
 
 def rank_outer_step(plan: Any, A: np.ndarray, B: np.ndarray, out: np.ndarray, buf: np.ndarray) -> RankOuterStep | None:
@@ -295,7 +311,7 @@ def rank_outer_step(plan: Any, A: np.ndarray, B: np.ndarray, out: np.ndarray, bu
     if c.size != buf.size or c.__array_interface__["data"][0] != buf.__array_interface__["data"][0]:
         return None
     x = lay.x_perm
-    return RankOuterStep(lay.axis, dims, (x[2], x[0], x[1]), lay.swap, tuple(lay.u_perm))
+    return RankOuterStep(lay.axis, dims, (x[2], x[0], x[1]), lay.swap, tuple(lay.u_perm), plan.policy)
 
 
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

@@ -229,6 +229,8 @@ KERNEL_PATTERNS = {
     "outer_vdot": "aiiiaiiaiiiii",  # _outer_vdot_kernel
     "outer_tiny": "aiiaiaaii",  # _outer_tiny_kernel
     "inner_short": "aiiiiaiiaiiiiii",  # _inner_short_kernel
+    "rank_dots": "aiiiaaiiii",  # _rank_outer_dots (tuckerkit.engine._batched_dot)
+    "rank_axpys": "aiiiaaiiaii",  # _rank_outer_axpys (tuckerkit.engine._batched_dot)
 }
 #: kind codes: pattern and dtype
 KERNEL_KINDS = {(name, it): 1 + 2 * k + (it == 4) for k, name in enumerate(KERNEL_PATTERNS) for it in (8, 4)}
