@@ -22,18 +22,43 @@ from tuckerkit.backend import array_namespace, device_of, to_device, to_host
 def _pow2_scaled(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
     """Each array divided by the power of two at or above its largest magnitude (exact: only exponents
     change), and the sum of those powers' exponents: a product of the arrays' norms is the scaled arrays' times
-    ``2 ** exponent``. An all-zero or non-finite array is left as it is."""
+    ``2 ** exponent``. An all-zero or non-finite array is left as it is. Integer and bool arrays are taken as
+    float64 (a power-of-two scale in their own dtype was 0: the norm of a model of integer factors read 0.0); the
+    scaling is ``numpy.ldexp``, exact at any exponent the dtype holds (a product with ``2 ** -e`` as one number
+    overflowed for subnormal arrays: ``2 ** 1060`` is past float64)."""
     out, total = [], 0
     for a in arrays:
+        if a.dtype.kind in "biu":
+            a = a.astype(np.float64)
         m = float(np.max(np.abs(a))) if a.size else 0.0
         if m == 0.0 or not math.isfinite(m):
             out.append(a)
             continue
         e = math.frexp(m)[1]
-        scale = np.asarray(math.ldexp(1.0, -e)).astype(a.real.dtype if np.iscomplexobj(a) else a.dtype)
-        out.append(a * scale)
+        if np.iscomplexobj(a):
+            b = np.empty_like(a)
+            b.real, b.imag = np.ldexp(a.real, -e), np.ldexp(a.imag, -e)
+        else:
+            b = np.ldexp(a, -e)
+        out.append(b)
         total += e
     return out, total
+
+
+def _nonfinite(arrays: Any) -> float | None:
+    """NaN where any of a model's arrays holds a NaN, infinity where one holds an infinity (and none a NaN), None
+    where all are finite: what its norm and its relative error to a finite tensor are then (numpy's own results
+    on the reconstruction), whichever way they are computed."""
+    found = None
+    for a in arrays:
+        h = np.asarray(to_host(a))
+        if h.dtype.kind not in "fc" or h.size == 0:
+            continue
+        if np.isnan(h).any():
+            return math.nan
+        if found is None and np.isinf(h).any():
+            found = math.inf
+    return found
 
 
 def _pair(obj: Any, what: str, kind: str) -> tuple[Any, Any]:
@@ -296,11 +321,32 @@ def _sparse_error(op: Any, kind: str, lead: Any, factors: Any) -> float | None:
         from tuckerkit.decomposition._tucker import TuckerResidual as Model
     else:
         from tuckerkit.decomposition._cp import CPResidual as Model  # type: ignore[assignment]
+    from tuckerkit.sparse._csf import as_coo
+
     normX = op.norm()
-    if not normX > 0:
+    if not (normX > 0 and math.isfinite(normX)):
         return None
-    res = sparse_residual_sq(op, Model(np, lead, factors))
-    return math.sqrt(res) / normX if math.isfinite(res) and math.isfinite(normX) else None
+    # (values and model times 2 ** -shift, exact: squares of 1e300 or 1e-300 had read 0.0 for a true 0.78)
+    values = as_coo(op).values
+    shift = math.frexp(float(np.max(np.abs(values))))[1] if values.size else 0
+    res = sparse_residual_sq(op, Model(np, np.ldexp(lead, -shift) if shift else lead, factors), shift)
+    return math.sqrt(res) / math.ldexp(normX, -shift) if math.isfinite(res) else None
+
+
+def _degenerate_error(op: Any, arrays: tuple[Any, ...], empty: bool) -> float | None:
+    """``relative_error`` where the model decides it alone: NaN / infinity for a model holding one (after ``X``'s
+    own checks: numpy's result on the reconstruction, the same on every route), 1.0 for a model of no components
+    (a rank or core extent 0: the zero model) against a non-zero ``X`` (0.0 against zeros); None otherwise."""
+    bad = _nonfinite(arrays)
+    if bad is None and not empty:
+        return None
+    check = getattr(op, "check_finite", None)
+    if check is not None:
+        check()
+    normX = op.norm()
+    if bad is not None:
+        return bad
+    return 1.0 if normX > 0 else 0.0
 
 
 def _error_from_identity(normX: float, inner: float, normXhat: float) -> float:
@@ -353,6 +399,12 @@ class _Model:
 
     factors: tuple[Any, ...]
     fit_history: tuple[float, ...]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # (unpickling and copy.deepcopy set the fields without __post_init__: the arrays come back writable)
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self._freeze("core" if "core" in state else "weights")
 
     def _freeze(self, first: str) -> None:
         object.__setattr__(self, first, _read_only(getattr(self, first)))
@@ -504,6 +556,9 @@ class TuckerTensor(_Model):
             from tuckerkit._validation import describe
 
             raise TypeError(f"core is {describe(core)}; expected an array of shape (R_0, ..., R_{{N-1}})")
+        if not factors:
+            raise ValueError("factors is empty; expected one (I_n, R_n) matrix per mode (a Tucker model has at least "
+                             "one mode)")
         if len(core.shape) != len(factors):
             raise ValueError(f"core has {len(core.shape)} modes (shape {tuple(core.shape)}) but factors has "
                              f"{len(factors)} matrices; expected one factor per mode of the core")
@@ -556,6 +611,9 @@ class TuckerTensor(_Model):
         each factor scaled by a power of two first (exact), so that no square overflows or underflows."""
         from tuckerkit.engine import multi_ttm
 
+        bad = _nonfinite((self.core, *self.factors))
+        if bad is not None:
+            return bad
         (G, *Us), e = _pow2_scaled([to_host(self.core), *(to_host(U) for U in self.factors)])
         grams = [_adjoint(U) @ U for U in Us]
         GG = (G.conj() if np.iscomplexobj(G) else G) * multi_ttm(G, grams)
@@ -585,6 +643,9 @@ class TuckerTensor(_Model):
         True
         """
         op = _reference(X, self.shape, check=False)
+        early = _degenerate_error(op, (self.core, *self.factors), self.core.size == 0)
+        if early is not None:
+            return early
         if _dense_input(op):
             got = _single_relative_error(op, (self.core, *self.factors), "tucker")
             if got is None:
@@ -742,11 +803,14 @@ class CPTensor(_Model):
         return int(self.weights.shape[0])
 
     def to_dense(self) -> Any:
-        """The full tensor (allocates ``prod(shape)`` elements)."""
+        """The full tensor (allocates ``prod(shape)`` elements); a model of integer or bool arrays in float64, as
+        :meth:`TuckerTensor.to_dense` gives it (in their own dtype the products wrapped around)."""
         from tuckerkit.engine import khatri_rao
 
-        first = self.factors[0] * self.weights[None, :]
-        rest = khatri_rao(list(self.factors[1:])) if len(self.factors) > 1 else None
+        factors = [U.astype("float64") if U.dtype.kind in "biu" else U for U in self.factors]
+        w = self.weights.astype("float64") if self.weights.dtype.kind in "biu" else self.weights
+        first = factors[0] * w[None, :]
+        rest = khatri_rao(factors[1:]) if len(factors) > 1 else None
         if rest is None:
             return first.sum(axis=1)
         return (first @ rest.T).reshape(self.shape)
@@ -762,6 +826,9 @@ class CPTensor(_Model):
     def norm(self) -> float:
         """Frobenius norm of the model from the factor Grams (no reconstruction); the weights and each factor
         scaled by a power of two first (exact), so that no square overflows or underflows."""
+        bad = _nonfinite((self.weights, *self.factors))
+        if bad is not None:
+            return bad
         (w, *Us), e = _pow2_scaled([to_host(self.weights), *(to_host(U) for U in self.factors)])
         V = np.ones((self.rank, self.rank))
         for U in Us:
@@ -785,6 +852,9 @@ class CPTensor(_Model):
         True
         """
         op = _reference(X, self.shape, check=False)
+        early = _degenerate_error(op, (self.weights, *self.factors), self.weights.size == 0)
+        if early is not None:
+            return early
         if _dense_input(op):
             got = _single_relative_error(op, (self.weights, *self.factors), "cp")
             if got is None:

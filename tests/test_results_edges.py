@@ -1,0 +1,118 @@
+"""The result classes on inputs at their edges: integer arrays, subnormal and extreme magnitudes, empty or
+non-finite models, pickling (a review of stop 104: each test failed on the code before it)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+from tuckerkit.sparse import COOTensor
+
+
+def _planted_cp(rng):
+    w = rng.standard_normal(2)
+    F = [rng.standard_normal((s, 2)) for s in (5, 6, 7)]
+    X = np.einsum("r,ir,jr,kr->ijk", w, *F) + 0.1 * rng.standard_normal((5, 6, 7))
+    return w, F, X
+
+
+def test_norm_and_reconstruction_of_integer_models_are_float64():
+    """A model built from integer arrays: its norm is the reconstruction's (it read 0.0: a power-of-two scale in
+    the integer dtype was 0), and a CP model's reconstruction is float64 as a Tucker model's is (int8 products
+    wrapped around: 16 for 10000)."""
+    U = np.arange(6).reshape(3, 2)
+    T = tk.TuckerTensor(np.ones((2, 2)), [U, U])
+    C = tk.CPTensor(np.ones(2), [U, U])
+    for M in (T, C):
+        dense = M.to_dense()
+        assert dense.dtype == np.float64
+        assert M.norm() == pytest.approx(np.linalg.norm(dense), rel=4 * np.finfo(np.float64).eps)
+    A = np.full((2, 1), 100, np.int8)
+    small = tk.CPTensor(np.ones(1, np.int8), [A, A])
+    np.testing.assert_array_equal(small.to_dense(), np.full((2, 2), 10000.0))
+    assert small.norm() == pytest.approx(20000.0)
+
+
+@pytest.mark.parametrize(("dtype", "tiny"), [(np.float64, 1e-320), (np.float32, 1e-42)])
+def test_norm_of_subnormal_models(dtype, tiny):
+    """Subnormal weights or core: the norm to a few ulps of the float64 reconstruction's (float64 raised a raw
+    OverflowError from the scale 2**1060, float32 gave inf)."""
+    U = np.ones((3, 1), dtype)
+    for M in (tk.CPTensor(np.array([tiny], dtype), (U, U)), tk.TuckerTensor(np.array([[tiny]], dtype), (U, U))):
+        ref = 3.0 * float(np.array(tiny, dtype))
+        assert M.norm() == pytest.approx(ref, rel=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-300, 1e300])
+def test_sparse_relative_error_at_extreme_magnitudes(scale, rng):
+    """The sparse route's residual is taken in units of X's largest value: 1e300 and 1e-300 give the dense
+    route's error (their squares had overflowed or underflowed to an error of 0.0)."""
+    w, F, X = _planted_cp(rng)
+    G = np.zeros((2, 2, 2))
+    G[0, 0, 0], G[1, 1, 1] = w * scale
+    C, T = tk.CPTensor(w * scale, F), tk.TuckerTensor(G, F)
+    dense = C.relative_error(X * scale)
+    assert dense == pytest.approx(tk.CPTensor(w, F).relative_error(X), rel=1e-12)
+    S = COOTensor.from_dense(X * scale)
+    for M in (C, T):
+        assert M.relative_error(S) == pytest.approx(dense, rel=1e-12)
+
+
+def test_sparse_relative_error_of_an_exact_model_has_no_sqrt_eps_floor(rng):
+    """A model against its own reconstruction as a COO tensor (every entry a nonzero): an error of a few eps,
+    as the dense route gives (the model's norm less its squares at the nonzeros had left 1-2e-8)."""
+    T = tk.TuckerTensor(rng.standard_normal((2, 2, 2)), [rng.standard_normal((3, 2)) for _ in range(3)])
+    C = tk.CPTensor(rng.standard_normal(2), [rng.standard_normal((s, 2)) for s in (4, 5)])
+    for M in (T, C):
+        assert M.relative_error(COOTensor.from_dense(M.to_dense())) < 64 * np.finfo(np.float64).eps
+
+
+def test_empty_models():
+    """A Tucker model with a core extent 0 is the zero model: relative error 1.0 (a raw reshape error before),
+    as a CP model of rank 0; one with no factors is refused when built, as CPTensor does."""
+    T = tk.TuckerTensor(np.zeros((0, 2, 2)), [np.zeros((4, 0)), np.ones((5, 2)), np.ones((6, 2))])
+    assert T.relative_error(np.ones((4, 5, 6))) == 1.0
+    assert T.relative_error(np.zeros((4, 5, 6))) == 0.0
+    C = tk.CPTensor(np.zeros(0), [np.zeros((4, 0)), np.zeros((5, 0))])
+    assert C.relative_error(np.ones((4, 5))) == 1.0
+    with pytest.raises(ValueError, match=r"^factors is empty; expected one \(I_n, R_n\) matrix per mode"):
+        tk.TuckerTensor(np.array(2.0), [])
+
+
+def test_non_finite_models_read_nan_or_inf_on_every_route(rng):
+    """A model holding a NaN: norm and relative error NaN, dense and sparse alike (the dense route read inf);
+    holding an infinity: both inf (the Tucker norm read NaN). X's own checks still come first."""
+    Us = [rng.standard_normal((n, 2)) for n in (3, 4, 5)]
+    X = rng.standard_normal((3, 4, 5))
+    for bad, want in ((np.nan, np.isnan), (np.inf, np.isposinf)):
+        G = rng.standard_normal((2, 2, 2))
+        G[0, 0, 0] = bad
+        w = np.array([1.0, bad])
+        for M in (tk.TuckerTensor(G, Us), tk.CPTensor(w, Us)):
+            assert want(M.norm())
+            assert want(M.relative_error(X))
+            assert want(M.relative_error(COOTensor.from_dense(X)))
+            Xn = X.copy()
+            Xn[0, 0, 0] = np.nan
+            with pytest.raises(ValueError, match="NaN"):
+                M.relative_error(Xn)
+
+
+def test_pickled_and_copied_models_stay_read_only(rng):
+    """Unpickling and copy.deepcopy give a model whose arrays cannot be written, as the original's (they came
+    back writable: __post_init__ does not run), with the same bits and, for cp_apr's model, its own fields."""
+    X = rng.standard_normal((4, 5, 6))
+    H = tk.hosvd(X, 2)
+    C = tk.CPTensor(np.ones(2), [rng.standard_normal((n, 2)) for n in (4, 5, 6)])
+    for M, first in ((H, "core"), (C, "weights")):
+        for M2 in (pickle.loads(pickle.dumps(M)), copy.deepcopy(M)):
+            assert type(M2) is type(M)
+            assert not getattr(M2, first).flags.writeable
+            assert not any(U.flags.writeable for U in M2.factors)
+            assert np.array_equal(getattr(M2, first), getattr(M, first))
+            with pytest.raises(ValueError, match="read-only"):
+                getattr(M2, first)[0] = 1.0
