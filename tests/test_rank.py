@@ -248,3 +248,78 @@ def test_cli_ranks_prints_each_row_before_a_later_rank_fails(tmp_path, monkeypat
     assert lines[0].startswith("| rank | error | fit | corcondia |")
     assert [ln.split("|")[1].strip() for ln in lines[2:4]] == ["1", "2"]
     assert "rank 3 ran out of memory" in res.output
+
+
+def _exact_cp(rng, R=3, shape=(7, 8, 9)):
+    F = [rng.standard_normal((n, R)) for n in shape]
+    return np.einsum("ir,jr,kr->ijk", *F), F
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_diagnostics_refuse_non_finite_or_complex_or_empty_models(bad, rng):
+    """A factor or weight holding an infinity or a NaN is refused in one line naming the model (an infinity hung
+    LAPACK's SVD inside pinv, a NaN gave its raw error, an infinite weight NaN); complex factors or weights are
+    refused (a cast dropped their imaginary parts: CORCONDIA 100.0, FMS 0.0 with a ComplexWarning); a model of
+    rank 0 is refused (NaN with numpy warnings)."""
+    X, F = _exact_cp(rng)
+    w = np.ones(3)
+    G = [F[0], F[1].copy(), F[2]]
+    G[1][0, 0] = bad
+    with pytest.raises(ValueError, match=r"^cp contains 1 NaN or infinite value\(s\) in its weights or factors"):
+        tk.corcondia(X, (w, G))
+    with pytest.raises(ValueError, match=r"^cp contains 1 NaN or infinite value\(s\)"):
+        tk.corcondia(X, (np.array([1.0, bad, 1.0]), F))
+    with pytest.raises(ValueError, match=r"^b contains 1 NaN or infinite value\(s\)"):
+        tk.factor_match_score((w, F), (w, G))
+    with pytest.raises(TypeError, match=r"^cp has complex factors or weights; expected a real CP model"):
+        tk.corcondia(X, (w, [F[0] + 1j * F[0], F[1], F[2]]))
+    with pytest.raises(TypeError, match=r"^b has complex factors or weights"):
+        tk.factor_match_score((w, F), (w, [1j * F[0], F[1], F[2]]))
+    empty = (w[:0], [U[:, :0] for U in F])
+    with pytest.raises(ValueError, match=r"^cp has rank 0 \(no components\); expected at least one component"):
+        tk.corcondia(X, empty)
+    with pytest.raises(ValueError, match=r"^a has rank 0"):
+        tk.factor_match_score(empty, (w, F))
+    np.testing.assert_array_equal(G[0], F[0])  # (inputs untouched)
+
+
+def test_factor_match_score_stays_in_its_range_and_translates_pyttb_score(rng):
+    """Self-comparisons score exactly 1 (cosines rounded above 1 had given 1 + 2e-16); pyttb's ``K.score(L)``
+    (L with fewer components, the weight penalty on by default) is ``factor_match_score(L, K, weights=True)``
+    as docs/coming_from.md says."""
+    for _ in range(50):
+        G = [rng.standard_normal((n, 2)) for n in (4, 5, 6)]
+        fm = tk.factor_match_score((np.ones(2), G), (np.ones(2), G))
+        assert fm.score <= 1.0 and np.all(fm.congruences <= 1.0)
+        assert fm.score == pytest.approx(1.0, abs=4 * np.finfo(np.float64).eps)
+    ttb = pytest.importorskip("pyttb")
+    U = [rng.random((n, 3)) for n in (4, 5, 6)]
+    K = ttb.ktensor([u.copy() for u in U], np.array([1.0, 2, 3]))
+    L = ttb.ktensor([u[:, :2].copy() for u in U], np.array([1.0, 4]))
+    assert tk.factor_match_score(L, K, weights=True).score == pytest.approx(K.score(L)[0], abs=1e-12)
+
+
+def test_rank_sweep_sorts_ranks_records_its_seed_and_refuses_repeats(rng):
+    """Ranks given in any order are swept ascending, so ``suggested_rank`` is the largest rank before CORCONDIA
+    first falls below the threshold (``[2, 1]`` had suggested 1 where 2 passed); a repeated rank and a string or
+    bool threshold are refused in one line; an integer ``random_state`` is the seed every rank got (the table
+    records it), so ``cp_als`` with it rebuilds a row (a hidden derived seed did not)."""
+    Y = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 2)) for n in (8, 9, 10)))
+    up = tk.rank_sweep(Y, [1, 2, 3], random_state=0, tol=1e-10, max_iter=500)
+    down = tk.rank_sweep(Y, [3, 1, 2], random_state=0, tol=1e-10, max_iter=500)
+    assert [r.rank for r in down.rows] == [1, 2, 3]
+    assert [r.fit for r in down.rows] == [r.fit for r in up.rows]
+    assert down.suggested_rank == up.suggested_rank == 2
+    assert up.seed == 0
+    Z = rng.random((4, 5, 6))
+    row = tk.rank_sweep(Z, [7], random_state=5, max_iter=30).rows[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        assert tk.cp_als(Z, 7, random_state=5, max_iter=30).fit == row.fit
+    drawn = tk.rank_sweep(Z, [2], random_state=np.random.default_rng(3), max_iter=5)
+    assert isinstance(drawn.seed, int)
+    with pytest.raises(ValueError, match=r"^ranks has 2 more than once; expected each rank once"):
+        tk.rank_sweep(Y, [2, 2, 3])
+    for bad in ("95", True):
+        with pytest.raises(TypeError, match=r"^threshold must be a number; received"):
+            tk.rank_sweep(Y, [1, 2], threshold=bad)

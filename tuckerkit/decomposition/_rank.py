@@ -9,6 +9,7 @@ pass over a dense tensor, the CSF kernel on a sparse one), never through a Khatr
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,15 +36,29 @@ def _cp_parts(cp: Any, name: str) -> tuple[np.ndarray, list[np.ndarray]]:
         else:
             raise TypeError(f"{name} is {describe(cp)}; expected a CP model (CPTensor) or a (weights, factors) pair")
     w, factors = model
-    factors = [np.asarray(to_host(U), dtype=np.float64) for U in factors]
+    host = [np.asarray(to_host(U)) for U in factors]
+    if w is not None:
+        w = np.asarray(to_host(w))
+    if any(np.iscomplexobj(a) for a in (*host, w) if a is not None):
+        # (a cast to float64 dropped the imaginary parts with only numpy's ComplexWarning: CORCONDIA 100.0)
+        raise TypeError(f"{name} has complex factors or weights; expected a real CP model (these diagnostics are "
+                        "defined for real ones)")
+    factors = [np.asarray(U, dtype=np.float64) for U in host]
     if not factors or any(U.ndim != 2 for U in factors):
         raise ValueError(f"{name} has no factor matrices; expected one (I_n, R) matrix per mode")
     R = factors[0].shape[1]
     if any(U.shape[1] != R for U in factors):
         raise ValueError(f"{name}'s factors have {[U.shape[1] for U in factors]} columns; expected the same rank")
-    w = np.ones(R) if w is None else np.asarray(to_host(w), dtype=np.float64).reshape(-1)
+    if R == 0:
+        raise ValueError(f"{name} has rank 0 (no components); expected at least one component")
+    w = np.ones(R) if w is None else np.asarray(w, dtype=np.float64).reshape(-1)
     if w.shape != (R,):
         raise ValueError(f"{name}'s weights have shape {w.shape}; expected ({R},)")
+    bad = sum(int(np.count_nonzero(~np.isfinite(a))) for a in (w, *factors))
+    if bad:
+        # (an infinity hung LAPACK's SVD inside pinv; a NaN gave its raw error, a non-finite weight NaN)
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s) in its weights or factors; expected "
+                         "finite numbers")
     return w, factors
 
 
@@ -107,8 +122,8 @@ class FactorMatch:
     Attributes
     ----------
     score : float
-        Mean over the components of ``a`` of the matched congruences, in [0, 1]; 1 means the same model up to
-        permutation, scaling and sign.
+        Mean over the components of ``a`` of the matched congruences, in [0, 1] (cosines rounded above 1 are
+        taken as 1); 1 means the same model up to permutation, scaling and sign.
     permutation : ndarray of int, shape (R_a,)
         ``b``'s component matched to each component of ``a``: ``b.factors[n][:, permutation]`` lines up.
     congruences : ndarray, shape (R_a,)
@@ -191,7 +206,7 @@ def factor_match_score(a: Any, b: Any, *, weights: bool = False) -> FactorMatch:
         na, nb = np.linalg.norm(A, axis=0), np.linalg.norm(B, axis=0)
         la, lb = la * na, lb * nb
         cos = (A.T @ B) / np.where(na == 0, 1, na)[:, None] / np.where(nb == 0, 1, nb)[None, :]
-        C = C * np.abs(cos)
+        C = C * np.minimum(np.abs(cos), 1.0)  # (a column against itself: 1 + 2e-16 by rounding)
         S.append(np.where(cos < 0, -1.0, 1.0))
     if weights:
         big = np.maximum(la[:, None], lb[None, :])
@@ -265,12 +280,16 @@ class RankSweep:
     rows : tuple of RankRow
     threshold : float
         CORCONDIA below which a rank counts as over-factored.
+    seed : int or None
+        The seed every rank's decomposition got (see Notes).
 
     Notes
     -----
     ``str(table)`` (or :meth:`to_markdown`) prints it; :meth:`plot` draws error and CORCONDIA against the
     rank (matplotlib); ``suggested_rank`` is the largest rank before CORCONDIA first falls below
-    ``threshold`` (CP methods; None for Tucker, which has no core consistency).
+    ``threshold`` (CP methods; None for Tucker, which has no core consistency). ``seed``: the seed every rank's
+    decomposition got (``random_state`` itself when an integer, so ``cp_als(X, r, random_state=seed)`` rebuilds
+    a row's model; drawn once from a Generator or from fresh entropy otherwise).
 
     Examples
     --------
@@ -286,13 +305,14 @@ class RankSweep:
     method: str
     rows: tuple[RankRow, ...]
     threshold: float = 90.0
+    seed: int | None = None
 
     @property
     def suggested_rank(self) -> int | None:
         if self.method not in ("cp", "nn-cp") or not self.rows:
             return None
         best = None
-        for row in self.rows:
+        for row in sorted(self.rows, key=lambda r: r.rank):  # (rows in the order the ranks were given: ascending)
             if not row.corcondia >= self.threshold:
                 break
             best = row.rank
@@ -348,13 +368,16 @@ def rank_sweep(
     ----------
     X : array, COOTensor or CSFTensor
     ranks : sequence of int
-        CP ranks; for Tucker methods each entry is used for every mode (capped at the mode's size).
+        CP ranks, each once (the table lists them ascending); for Tucker methods each entry is used for every
+        mode (capped at the mode's size).
     method : {"cp", "nn-cp", "tucker", "nn-tucker"}, default "cp"
         :func:`cp_als`, :func:`non_negative_cp`, :func:`hooi` or :func:`non_negative_tucker`.
     tol, max_iter : optional
         Passed on (each method's own defaults when None).
     random_state : None, int or numpy Generator
-        Resolved once; every rank gets the same seed, so the table is repeatable.
+        Every rank gets the same seed, so the table is repeatable: an integer is that seed (``cp_als(X, r,
+        random_state=random_state)`` rebuilds a row's model); from a Generator or None one is drawn once. The
+        table records it (``seed``).
     threshold : float, default 90.0
         The CORCONDIA below which a rank counts as over-factored (``suggested_rank``).
     device : optional
@@ -392,6 +415,12 @@ def rank_sweep(
     rank_list = [check_cp_rank(r, "ranks") for r in ranks]
     if not rank_list:
         raise ValueError("ranks is empty; expected at least one rank")
+    twice = sorted({r for r in rank_list if rank_list.count(r) > 1})
+    if twice:
+        raise ValueError(f"ranks has {twice[0]} more than once; expected each rank once")
+    rank_list.sort()  # (suggested_rank reads the ranks in ascending order, whatever order they came in)
+    if isinstance(threshold, str | bytes | bool | np.bool_):
+        raise TypeError(f"threshold must be a number; received {describe(threshold)}")
     try:
         threshold = float(threshold)
     except (TypeError, ValueError):
@@ -399,7 +428,11 @@ def rank_sweep(
     if not math.isfinite(threshold):  # (NaN: no rank ever fell below it, and the suggestion was silently None)
         raise ValueError(f"threshold must be a finite number (a CORCONDIA percentage such as 90); received {threshold}")
     check_callback(callback)
-    seed = int(check_random_state(random_state).integers(2**31 - 1))
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool | np.bool_):
+        check_random_state(random_state)  # (its checks: a negative seed is refused as cp_als refuses it)
+        seed = int(random_state)
+    else:
+        seed = int(check_random_state(random_state).integers(2**31 - 1))
     op = as_operand(X, check_finite=True, real=True, min_ndim=2)
     if method in ("cp", "nn-cp"):  # (before the sweep, not after its decompositions)
         _check_corcondia_memory(max(rank_list), op.ndim)
@@ -424,4 +457,4 @@ def rank_sweep(
         rows.append(RankRow(r, 1.0 - model.fit, model.fit, cc, seconds, model.n_iter, model.converged))
         if callback is not None:
             callback(rows[-1])
-    return RankSweep(method, tuple(rows), threshold)
+    return RankSweep(method, tuple(rows), threshold, seed)
