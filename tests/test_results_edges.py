@@ -73,14 +73,15 @@ def test_sparse_relative_error_of_an_exact_model_has_no_sqrt_eps_floor(rng):
 
 def test_empty_models():
     """A Tucker model with a core extent 0 is the zero model: relative error 1.0 (a raw reshape error before),
-    as a CP model of rank 0; one with no factors is refused when built, as CPTensor does."""
+    as a CP model of rank 0; one with no factors (a scalar model) reconstructs to its core and has its norm (both
+    had failed naming an ``X`` never passed)."""
     T = tk.TuckerTensor(np.zeros((0, 2, 2)), [np.zeros((4, 0)), np.ones((5, 2)), np.ones((6, 2))])
     assert T.relative_error(np.ones((4, 5, 6))) == 1.0
     assert T.relative_error(np.zeros((4, 5, 6))) == 0.0
     C = tk.CPTensor(np.zeros(0), [np.zeros((4, 0)), np.zeros((5, 0))])
     assert C.relative_error(np.ones((4, 5))) == 1.0
-    with pytest.raises(ValueError, match=r"^factors is empty; expected one \(I_n, R_n\) matrix per mode"):
-        tk.TuckerTensor(np.array(2.0), [])
+    S = tk.TuckerTensor(np.array(-2.0), [])
+    assert S.shape == () and S.to_dense() == -2.0 and S.to_dense().shape == () and S.norm() == 2.0
 
 
 def test_non_finite_models_read_nan_or_inf_on_every_route(rng):

@@ -370,6 +370,9 @@ def check_factor_list(factors: Any, shape: Sequence[int], skip: int | None, dtyp
         out.append(U)
     if len(ranks) > 1:
         raise ValueError(f"{name} have different numbers of columns {sorted(ranks)}; expected one rank R")
+    if not ranks and out:  # (a 1-D tensor whose one factor, the skipped one, is None: no R to read)
+        raise ValueError(f"{name}[{skip}] is None and is the only matrix: a 1-D tensor's MTTKRP takes the rank R "
+                         f"from it; expected a matrix of shape ({shape[0]}, R)")
     R = ranks.pop() if ranks else 0
     if R == 0 and any(U is not None for U in out):
         raise ValueError(f"{name} have 0 columns; expected a rank R >= 1")

@@ -556,9 +556,6 @@ class TuckerTensor(_Model):
             from tuckerkit._validation import describe
 
             raise TypeError(f"core is {describe(core)}; expected an array of shape (R_0, ..., R_{{N-1}})")
-        if not factors:
-            raise ValueError("factors is empty; expected one (I_n, R_n) matrix per mode (a Tucker model has at least "
-                             "one mode)")
         if len(core.shape) != len(factors):
             raise ValueError(f"core has {len(core.shape)} modes (shape {tuple(core.shape)}) but factors has "
                              f"{len(factors)} matrices; expected one factor per mode of the core")
@@ -594,6 +591,8 @@ class TuckerTensor(_Model):
         its copy: for the library's own sums over it)."""
         from tuckerkit.engine import multi_ttm
 
+        if not self.factors:  # (a model of no modes: its core, a scalar; multi_ttm takes tensors of one mode or more)
+            return array_namespace(self.core).array(self.core, copy=True)
         return multi_ttm(self.core, list(self.factors))
 
     def _unfolded(self, order: tuple[int, ...]) -> tuple[Any, Any]:
@@ -614,6 +613,8 @@ class TuckerTensor(_Model):
         bad = _nonfinite((self.core, *self.factors))
         if bad is not None:
             return bad
+        if not self.factors:  # (no modes: the core is the model)
+            return float(abs(to_host(self.core).reshape(-1)[0]))
         (G, *Us), e = _pow2_scaled([to_host(self.core), *(to_host(U) for U in self.factors)])
         grams = [_adjoint(U) @ U for U in Us]
         GG = (G.conj() if np.iscomplexobj(G) else G) * multi_ttm(G, grams)

@@ -773,6 +773,12 @@ def run_bound_plan(plan: ContractionPlan, A: Any, B: Any, out: Any = None) -> An
     if out is not None:
         _check_out(out)
     xp = array_namespace(A, B, out)
+    if plan.dtype == "float64" and any(getattr(getattr(x, "dtype", None), "kind", "") in "biu" and
+                                       hasattr(x, "strides") for x in (A, B)):
+        # (integer or bool operands, as the plan was made from them: promoted to float64 as contract promotes
+        # them; a float32 operand to a float64 plan stays refused below, as any other dtype)
+        A, B = (_as_operand(x, name, xp, np.dtype(np.float64)) if x.dtype.kind in "biu" else x
+                for name, x in (("A", A), ("B", B)))
     for name, x in (("A", A), ("B", B)):
         if not hasattr(x, "dtype") or not hasattr(x, "strides"):
             raise TypeError(f"{name} must be a numpy or cupy array for a plan call; received {type(x).__name__}")
@@ -853,6 +859,17 @@ def contract(
     >>> np.allclose(contract("mk,pkn->mnp", A, B), np.einsum("mk,pkn->mnp", A, B))
     True
     """
+    if isinstance(plan, ContractionPlan):  # (options that contradict the given plan: refused, not ignored)
+        if type(copies) is str and copies == "never" and getattr(plan, "copies", 0) > 0:
+            raise ValueError(f"copies='never', but plan copies {plan.copies} elements (it was made with copies="
+                             "'auto'); make it with plan_contraction(..., copies='never') or leave copies out")
+        made = getattr(plan, "out_layout", "auto")
+        n_out = len(plan.shapes[2])
+        want = tuple(range(n_out)) if out_layout == "C" else tuple(reversed(range(n_out)))
+        if out is None and type(out_layout) is str and out_layout in ("C", "F") and made != out_layout and not (
+                made == "auto" and (n_out < 2 or tuple(plan._out_order) == want)):  # (an auto plan that allocates so)
+            raise ValueError(f"out_layout={out_layout!r}, but plan was made with out_layout={made!r}; make it with "
+                             f"plan_contraction(..., out_layout={out_layout!r}) or leave out_layout out")
     if plan is not None and out is None:  # a planned call on the arrays the plan was made for: check, run
         bound = _bound_call(plan, A, B)
         if (bound is not None and type(spec) is str and spec in bound.specs and type(copies) is str

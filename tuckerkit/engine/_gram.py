@@ -491,21 +491,23 @@ def _herk_columns(xp, V: Any, G: Any, policy: ExecutionPolicy) -> None:
 
 
 def _hermitian(G: Any) -> Any:
-    """A complex Gram made exactly Hermitian (ZGEMM does not mirror as SYRK does): the strict upper triangle
-    from the lower one, the diagonal real."""
+    """A Gram made exactly symmetric (Hermitian where complex): the strict upper triangle from the lower one, a
+    complex diagonal real. ZGEMM does not mirror as SYRK does, and numpy runs a real ``V @ V.T`` as SYRK only
+    where BLAS takes the view: a strided, reversed or broadcast one went to GEMM (a 7 x 40 step-2 view's Gram
+    8.9e-16 off symmetric, a reversed float32 one 1.9e-6). Where SYRK mirrored, nothing changes."""
     xp = array_namespace(G)
     iu = xp.triu_indices(G.shape[0], 1)
-    G[iu] = xp.conj(G.T[iu])
-    d = xp.arange(G.shape[0])
-    G[d, d] = G[d, d].real
+    G[iu] = xp.conj(G.T[iu]) if G.dtype.kind == "c" else G.T[iu]
+    if G.dtype.kind == "c":
+        d = xp.arange(G.shape[0])
+        G[d, d] = G[d, d].real
     return G
 
 
 def dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -> Any:
-    """``X_(n) X_(n)^T`` of a dense array (arguments validated); ``X_(n) X_(n)^H`` (exactly Hermitian) of a
-    complex one."""
-    G = _dense_gram(X, n, plan, policy)
-    return _hermitian(G) if X.dtype.kind == "c" else G
+    """``X_(n) X_(n)^T`` of a dense array (arguments validated), exactly symmetric; ``X_(n) X_(n)^H`` (exactly
+    Hermitian) of a complex one."""
+    return _hermitian(_dense_gram(X, n, plan, policy))
 
 
 def _dense_gram(X: Any, n: int, plan: GramPlan | None, policy: ExecutionPolicy) -> Any:

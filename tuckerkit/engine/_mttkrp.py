@@ -70,9 +70,9 @@ def _khatri_rao(mats: Sequence[Any]) -> Any:
             dt = np.result_type(out, U)
             nxt = _workspace.empty((out.shape[0], U.shape[0], R), dt)
             np.multiply(out[:, None, :], U[None, :, :], out=nxt)
-            out = nxt.reshape(-1, R)
+            out = nxt.reshape(out.shape[0] * U.shape[0], R)  # (not -1: R = 0 leaves it undetermined)
         else:
-            out = (out[:, None, :] * U[None, :, :]).reshape(-1, R)
+            out = (out[:, None, :] * U[None, :, :]).reshape(out.shape[0] * U.shape[0], R)
     return out
 
 

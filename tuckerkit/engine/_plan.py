@@ -323,6 +323,7 @@ class ContractionPlan:
     estimates: tuple[tuple[str, float], ...] = ()
     summed_batch: tuple[str, ...] = ()
     summed_size: int = 1
+    out_layout: str = field(default="auto", repr=False, compare=False)  # (as planned: contract(plan=) checks it)
     _a: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _b: _OperandLayout | None = field(default=None, repr=False, compare=False)
     _c: _OperandLayout | None = field(default=None, repr=False, compare=False)
@@ -944,7 +945,7 @@ def build_plan(
         spec=str(spec), dtype=dtype, summed_modes=tuple(spec.a[i] for i in pb.sum_a) + tuple(
             spec.b[i] for i in pb.sum_b), shapes=(tuple(a_shape), tuple(b_shape), pb.out_shape),
         strides=(tuple(a_strides), tuple(b_strides), tuple(out_strides) if out_strides is not None else ()),
-        policy=policy, _sum_a=pb.sum_a, _sum_b=pb.sum_b)
+        policy=policy, _sum_a=pb.sum_a, _sum_b=pb.sum_b, out_layout=out_layout)
     size_c = math.prod(pb.out_shape)
     if size_c == 0 or any(pb.sizes[x] == 0 for x in spec.a + spec.b):
         order_e = tuple(range(len(spec.c)))

@@ -1,0 +1,67 @@
+"""The engine's public calls on inputs at their edges (a review of stop 104: each test failed on the code
+before it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_of_any_view_is_exactly_symmetric(dtype, rng):
+    """A strided, reversed or broadcast view's Gram: exactly symmetric, as a contiguous array's (numpy ran such
+    views' ``V @ V.T`` as GEMM, not SYRK: 8.9e-16 and 1.9e-6 off), and within a few eps of the float64 product."""
+    views = [rng.standard_normal((7, 80)).astype(dtype)[:, ::2], rng.standard_normal((64, 16)).astype(dtype)[::-1],
+             rng.standard_normal((30, 20, 12)).astype(dtype)[::-1, ..., ::-1],
+             np.broadcast_to(rng.standard_normal((1, 9, 5)).astype(dtype), (6, 9, 5))]
+    for X in views:
+        for mode in range(X.ndim):
+            G = tk.gram(X, mode)
+            assert np.array_equal(G, G.T)
+            Xn = np.moveaxis(X.astype(np.float64), mode, 0).reshape(X.shape[mode], -1)
+            ref, mag = Xn @ Xn.T, np.abs(Xn) @ np.abs(Xn).T
+            assert np.all(np.abs(G - ref) <= 4 * Xn.shape[1] * np.finfo(dtype).eps * mag)
+
+
+def test_one_line_errors_and_edge_shapes():
+    """A 1-D MTTKRP whose only factor is None names it (a raw AttributeError); a Khatri-Rao product of rank 0 is
+    (prod I, 0) (a raw reshape error); ``multi_ttm(modes=)`` takes a 1-D integer array and says it wants ints
+    ("a sequence of matrices" before)."""
+    with pytest.raises(ValueError, match=r"^factors\[0\] is None and is the only matrix: a 1-D tensor's MTTKRP "
+                                         r"takes the rank R from it; expected a matrix of shape \(3, R\)$"):
+        tk.mttkrp(np.arange(3.0), [None], 0)
+    assert tk.khatri_rao([np.ones((3, 0)), np.ones((4, 0))]).shape == (12, 0)
+    X, U = np.arange(12.0).reshape(3, 4), np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(tk.multi_ttm(X, [U], modes=np.array([0])), U @ X)
+    with pytest.raises(TypeError, match=r"^modes must be a sequence of ints \(one mode per matrix\); received 0$"):
+        tk.multi_ttm(X, [U], modes=0)
+
+
+def test_a_plan_runs_on_the_integer_operands_it_was_made_from_and_refuses_contrary_options(rng):
+    """``plan(A, B)`` on the int / bool operands ``plan_contraction`` was given (promoted to float64 as
+    ``contract`` promotes them; refused before), float32 to a float64 plan still refused; ``contract(plan=)``
+    with ``copies="never"`` for a plan that copies, or an ``out_layout`` the plan does not allocate, is refused
+    in one line (both were silently ignored)."""
+    A, B = np.arange(12).reshape(3, 4), np.ones((4, 5))
+    p = tk.plan_contraction("ik,kj->ij", A, B)
+    np.testing.assert_array_equal(p(A, B), A @ B)
+    Ab = np.ones((3, 4), bool)
+    np.testing.assert_array_equal(tk.plan_contraction("ik,kj->ij", Ab, Ab.T.copy())(Ab, Ab.T.copy()),
+                                  np.full((3, 3), 4.0))
+    with pytest.raises(ValueError, match=r"^plan was made for dtype float64; received A of dtype float32$"):
+        p(A.astype(np.float32), B)
+    Ar = rng.standard_normal((200, 300))[::-1, ::-1]
+    Br = np.ones((300, 50))
+    q = tk.plan_contraction("ik,kj->ij", Ar, Br)
+    assert q.copies > 0
+    with pytest.raises(ValueError, match=r"^copies='never', but plan copies \d+ elements"):
+        tk.contract("ik,kj->ij", Ar, Br, plan=q, copies="never")
+    with pytest.raises(ValueError, match=r"^out_layout='F', but plan was made with out_layout='auto'"):
+        tk.contract("ik,kj->ij", Ar, Br, plan=q, out_layout="F")
+    assert tk.contract("ik,kj->ij", Ar, Br, plan=q, out_layout="C").flags.c_contiguous  # (what it allocates)
+    f = tk.plan_contraction("ik,kj->ij", Ar, Br, out_layout="F")
+    got = tk.contract("ik,kj->ij", Ar, Br, plan=f, out_layout="F")
+    assert got.flags.f_contiguous
+    np.testing.assert_allclose(got, Ar @ Br, rtol=1e-12)
