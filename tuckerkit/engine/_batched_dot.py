@@ -260,8 +260,11 @@ def _gemv(p: np.ndarray, W: np.ndarray, c: np.ndarray, dims: tuple, axis: int,
     same bits for any cut.
 
     Why: one thread had been measured faster at rank 10 (the ranks cut in two took 1.14-1.31x the time in
-    CP-ALS's sweeps on 200^3, the partial of 0.8 MFlop fresh in L3); at rank 50 (float32: 4 MFlop, 8 MB) the
-    two steps an iteration took 0.6-0.7 ms of CP-ALS's 5.1-6.1 ms on one thread, the other core idle."""
+    CP-ALS's sweeps on 200^3, the partial of 0.8 MFlop fresh in L3), and stays so below the cut; at rank 50
+    (float32: 4 MFlop, 8 MB) the two steps an iteration took 0.6-0.7 ms of CP-ALS's 5.1-6.1 ms on one thread,
+    the other core idle. Measured on the 2-core Zen 5 (CP-ALS on 200^3, steady iterations, medians of 9
+    interleaved calls of 14 iterations, the same bits): rank 50 0.93-0.94x the time in float32 and 0.94-0.95x
+    in float64 (two runs), rank 64 0.96x / 0.94x, rank 30 (below the cut) 1.00x."""
     Z, A, B, scz, sc = dims
     w = np.ascontiguousarray(W.T).reshape(-1)  # (Z x K: each z's vector a run)
     from tuckerkit.engine._smallgemm import _kernel_tiles
