@@ -48,21 +48,24 @@ def test_benchmarks_reject_bad_options_in_one_line(script, args, message):
     assert re.search(message, out.stderr.strip().splitlines()[-1]), out.stderr
 
 
-def test_ttm_bounds_take_the_runs_highest_gemm_peak(monkeypatch):
-    """benchmarks/ttm.py: every case's bound is max(its read, flops / the dtype's highest peak sample of the run),
-    so a peak sampled in a loaded minute cannot loosen the flops bound; ratios follow."""
+def test_ttm_bounds_pair_the_gemm_peak_and_keep_the_runs_highest_beside(monkeypatch):
+    """benchmarks/ttm.py: every case's bound is max(its read, flops / the GEMM peak timed in the case's own
+    rounds), as its read is timed beside its calls; beside it the bound from the dtype's highest peak sample of
+    the run (stricter: a peak sampled in a loaded minute cannot loosen it); ratios follow."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     # (the script's _quiet_blas sets OPENBLAS_THREAD_TIMEOUT where unset: set here, it is undone after the test)
     monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"))
     import ttm
 
-    rows = [{"dtype": "float64", "t_read": 2e-3, "flops": 5.12e8, "t_tuckerkit": 6e-3},
-            {"dtype": "float64", "t_read": 2e-3, "flops": 1.6e8, "t_tuckerkit": 3e-3},
-            {"dtype": "float32", "t_read": 1e-3, "flops": 5.12e8, "t_tuckerkit": 3e-3}]
+    rows = [{"dtype": "float64", "t_read": 2e-3, "flops": 5.12e8, "t_tuckerkit": 6e-3, "gemm_peak": 0.8e11},
+            {"dtype": "float64", "t_read": 2e-3, "flops": 1.6e8, "t_tuckerkit": 3e-3, "gemm_peak": 1e11},
+            {"dtype": "float32", "t_read": 1e-3, "flops": 5.12e8, "t_tuckerkit": 3e-3, "gemm_peak": 2e11}]
     ttm._rebound(rows, {"float64": 1e11, "float32": 2e11})
-    assert [r["t_bound"] for r in rows] == [5.12e-3, 2e-3, 2.56e-3]
-    assert [r["gemm_peak"] for r in rows] == [1e11, 1e11, 2e11]
-    assert rows[0]["ratio_bound"] == pytest.approx(6 / 5.12, rel=1e-12)
+    assert [r["t_bound"] for r in rows] == pytest.approx([6.4e-3, 2e-3, 2.56e-3], rel=1e-12)
+    assert [r["t_bound_top_peak"] for r in rows] == pytest.approx([5.12e-3, 2e-3, 2.56e-3], rel=1e-12)
+    assert [r["top_gemm_peak"] for r in rows] == [1e11, 1e11, 2e11]
+    assert rows[0]["ratio_bound"] == pytest.approx(6 / 6.4, rel=1e-12)
+    assert rows[0]["ratio_bound_top_peak"] == pytest.approx(6 / 5.12, rel=1e-12)
     assert rows[1]["ratio_bound"] == pytest.approx(1.5, rel=1e-12)
     assert rows[2]["ratio_bound"] == pytest.approx(3 / 2.56, rel=1e-12)
     assert all("ratio_bound_numpy_read" not in r for r in rows)  # (no numpy reads timed: nothing made up)
@@ -78,7 +81,7 @@ def test_ttm_runs_report_each_cases_median_run(monkeypatch):
 
     base = {"dtype": "float64", "shape": [8, 8, 8], "rank": 2, "compiled": "none", "kind": "gemm",
             "ratio_blas": 1.0, "ratio_gemm": 1.0, "speedup_tensorly": 2.0, "speedup_pyttb": 3.0, "correct": True,
-            "flops": 1e8}
+            "flops": 1e8, "gemm_peak": 1e11}
 
     def run(tag, t0, t1):
         return [{**base, "mode": 0, "t_read": 1e-3, "t_tuckerkit": t0, "tag": tag},
@@ -107,7 +110,8 @@ def test_ttm_reports_the_issues_numpy_read_bound_beside_the_verdict(monkeypatch)
     import ttm
 
     base = {"dtype": "float64", "shape": [8, 8, 8], "rank": 2, "mode": 0, "compiled": "none", "kind": "gemm",
-            "ratio_blas": 1.0, "ratio_gemm": 1.0, "speedup_tensorly": 2.0, "speedup_pyttb": 3.0, "correct": True}
+            "ratio_blas": 1.0, "ratio_gemm": 1.0, "speedup_tensorly": 2.0, "speedup_pyttb": 3.0, "correct": True,
+            "gemm_peak": 1e11}
     rows = [{**base, "t_read": 1e-3, "t_read_1": 3e-3, "t_read_all": 2e-3, "flops": 1e8, "t_tuckerkit": 2.4e-3},
             {**base, "mode": 1, "t_read": 1e-3, "t_read_1": 1.5e-3, "t_read_all": 2e-3, "flops": 4e8,
              "t_tuckerkit": 4e-3}]
@@ -120,7 +124,7 @@ def test_ttm_reports_the_issues_numpy_read_bound_beside_the_verdict(monkeypatch)
     assert (s["cases_within_floor"], s["cases_within_floor_numpy_read"]) == (1, 2)
     assert s["worst_ratio_bound_numpy_read"] == pytest.approx(1.2, rel=1e-12)
     md = ttm.markdown(rows, ttm.summarize(rows))
-    assert "| 2.40 | 1.20 |" in md and "1/2 cases within 1.5x" in md and "2/2 within 1.5x" in md
+    assert "| 2.40 | 2.40 | 1.20 |" in md and "1/2 cases within 1.5x" in md and "2/2 within 1.5x" in md
 
 
 def test_the_read_bound_is_the_fastest_read_and_the_compiled_read_reads_all(monkeypatch):
@@ -233,3 +237,23 @@ def test_spills_counts_vector_stack_accesses_per_loop(monkeypatch, tmp_path):
     found = spills.loops((tmp_path / "k.bin").read_bytes(), shutil.which("objdump"))
     assert [(d["offset"], d["fma"], d["stack_vector_ops"]) for d in found] == [(0, 2, 2), (found[1]["offset"], 1, 0)]
     assert found[1]["offset"] > 0 and found[0]["instructions"] == 5 and found[1]["instructions"] == 3
+
+
+def test_cp_runs_report_each_cases_median_run(monkeypatch):
+    """benchmarks/cp.py --runs: each case the whole row of its median run by ``/ R flops`` (an even count: the
+    slower middle one), every run's ratios and steady times kept."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"))
+    import cp
+
+    def row(tag, flops_ratio):
+        return {"tag": tag, "ratio_roofline": 2 * flops_ratio, "ratio_roofline_flops": flops_ratio,
+                "ratio_roofline_flops_top_peak": 1.1 * flops_ratio, "steady_iteration_ms": 10 * flops_ratio}
+
+    runs = [[row("a", 1.3), row("a", 1.0)], [row("b", 1.1), row("b", 1.2)], [row("c", 1.2), row("c", 0.9)]]
+    rows = cp._median_runs(runs)
+    assert [r["tag"] for r in rows] == ["c", "a"]
+    assert rows[0]["ratio_roofline_flops_runs"] == [1.3, 1.1, 1.2]
+    assert rows[1]["steady_iteration_ms_runs"] == pytest.approx([10.0, 12.0, 9.0])
+    assert [r["tag"] for r in cp._median_runs(runs[:2])] == ["a", "b"]
+    assert "ratio_roofline_flops_runs" not in cp._median_runs(runs[:1])[0]

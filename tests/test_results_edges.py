@@ -117,3 +117,66 @@ def test_pickled_and_copied_models_stay_read_only(rng):
             assert np.array_equal(getattr(M2, first), getattr(M, first))
             with pytest.raises(ValueError, match="read-only"):
                 getattr(M2, first)[0] = 1.0
+
+
+def test_a_numpy_true_from_a_callback_stops(rng):
+    """A callback answering numpy's True (any comparison of numpy numbers) stops HOOI, CP-ALS and the
+    non-negative and Poisson solvers as True does (it was ignored: ``is True``); other answers (None, 1, the
+    state) do not stop."""
+    X = rng.standard_normal((9, 10, 11))
+    stop = lambda s: np.bool_(s.iteration >= 2)  # noqa: E731
+    assert tk.hooi(X, 3, callback=stop).n_iter == 2
+    assert tk.cp_als(X, 3, callback=stop).n_iter == 2
+    assert tk.non_negative_cp(np.abs(X), 3, callback=stop).n_iter == 2
+    assert tk.hooi(X, 3, callback=lambda s: np.int64(s.iteration) >= 3).n_iter == 3
+    import warnings
+
+    for answer in (None, 1, "stop"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tk.ConvergenceWarning)
+            assert tk.hooi(X, 3, tol=0, max_iter=4, callback=lambda s, a=answer: a).n_iter == 4
+
+
+def test_tucker_options_at_their_edges(rng):
+    """``st_hosvd(order=)`` takes a 1-D integer array (refused as "a sequence of matrices"); ``max_error`` and
+    ``sketch`` refuse strings ("0.3" was parsed, "no" turned the sketch on); a ``max_error`` below what the
+    dtype's rounding leaves warns with the error reached (it was silently missed 146-fold); a fixed factor
+    without orthonormal columns is refused (fit -2.76, worse than the zero model, with no message)."""
+    import warnings
+
+    X = rng.standard_normal((7, 8, 9))
+    a = tk.st_hosvd(X, [3, 4, 5], order=np.array([2, 0, 1]))
+    b = tk.st_hosvd(X, [3, 4, 5], order=[2, 0, 1])
+    assert np.array_equal(a.core, b.core)
+    with pytest.raises(TypeError, match=r"^max_error must be a number in \(0, 1\); received '0.3'$"):
+        tk.hosvd(X, max_error="0.3")
+    with pytest.raises(TypeError, match=r"^sketch must be True or False; received 'no'$"):
+        tk.st_hosvd(X, [2, 2, 2], sketch="no")
+    X32 = X.astype(np.float32)
+    for f in (tk.hosvd, tk.st_hosvd):
+        with pytest.warns(RuntimeWarning, match=r"max_error=1e-09 was not met: the relative error at ranks "
+                                                r"\(7, 8, 9\) is [0-9.e-]+, the rounding of float32"):
+            T = f(X32, max_error=1e-9)
+        assert T.ranks == (7, 8, 9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        T = tk.hosvd(X, max_error=0.5)
+    assert 1 - T.fit <= 0.5
+    A = rng.standard_normal((7, 3))
+    F = tk.hosvd(X, [3, 4, 5]).factors
+    with pytest.raises(ValueError, match=r"^fixed_factors: init's factor 0 does not have orthonormal columns"):
+        tk.hooi(X, [3, 4, 5], init=[A, F[1], F[2]], fixed_factors=[0])
+    Q = np.linalg.qr(A)[0]
+    T = tk.hooi(X, [3, 4, 5], init=[Q, F[1], F[2]], fixed_factors=[0])
+    assert np.array_equal(T.factors[0], Q) and 0 < T.fit < 1
+
+
+def test_cp_fixed_mode_from_the_svd_start_is_the_exact_singular_basis(rng):
+    """A fixed mode's SVD start is its final factor: the float64 leading singular vectors to a few eps (from the
+    float32-product Gram it was 1e-8 off, and differed from TensorLy's by as much)."""
+    X = np.einsum("ir,jr,kr->ijk", *[rng.standard_normal((n, 3)) for n in (60, 70, 80)])
+    X += 0.1 * rng.standard_normal((60, 70, 80))
+    for m in range(3):
+        cp = tk.cp_als(X, 3, fixed_modes=[m])
+        U = np.linalg.svd(np.moveaxis(X, m, 0).reshape(X.shape[m], -1), full_matrices=False)[0][:, :3]
+        assert np.max(np.abs(np.abs(cp.factors[m]) - np.abs(U))) < 1e3 * np.finfo(np.float64).eps

@@ -193,7 +193,10 @@ def check_cp_rank(rank: Any, name: str = "rank") -> int:
 
 
 def check_unit_interval(value: Any, name: str) -> float:
-    """A float strictly between 0 and 1 (e.g. the error tolerance of st_hosvd)."""
+    """A float strictly between 0 and 1 (e.g. the error tolerance of st_hosvd); a string or a bool is refused, not
+    converted."""
+    if isinstance(value, str | bytes | bool | np.bool_):
+        raise TypeError(f"{name} must be a number in (0, 1); received {describe(value)}")
     try:
         v = float(value)
     except (TypeError, ValueError):

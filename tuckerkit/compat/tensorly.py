@@ -22,6 +22,7 @@ import numpy as np
 
 from tuckerkit._validation import _as_int, check_random_state, describe
 from tuckerkit.compat import _installed
+from tuckerkit.decomposition._monitor import stops
 
 __all__ = [
     "CP",
@@ -264,7 +265,7 @@ def parafac(tensor: Any, rank: int, n_iter_max: int = 100, init: Any = "svd", sv
     if callback is not None:
         def tk_callback(state: Any) -> bool:
             w = state.weights if state.weights is not None else np.ones(rank)
-            return callback(_cp_result(w, state.factors), 1.0 - state.fit) is True
+            return stops(callback(_cp_result(w, state.factors), 1.0 - state.fit))
     with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
         warnings.simplefilter("ignore", tk.ConvergenceWarning)
         # (a start made here, or the SVD's, which draws nothing: tuckerkit's seed, so that numpy's global RNG
@@ -402,7 +403,7 @@ def _tl_sweeps_parafac(tensor: Any, rank: int, init: Any, n_iter_max: int, tol: 
         else:
             rec_error = error(*model) / norm if norm > 0 else 0.0
             errors.append(rec_error)
-        if callback is not None and callback(given(*model), rec_error) is True:
+        if callback is not None and stops(callback(given(*model), rec_error)):
             break
         if tol and iteration >= 1:
             drop = errors[-2] - errors[-1]
@@ -497,7 +498,7 @@ def _tl_masked_parafac(tensor: Any, mask: np.ndarray, rank: int, init: Any, n_it
         nt = float(np.linalg.norm(T.reshape(-1)))
         errors.append(float(np.linalg.norm((T - full).reshape(-1))) / nt if nt > 0 else 0.0)
         model = (np.asarray(cp.weights), [np.asarray(U) for U in cp.factors])
-        if callback is not None and callback(_cp_result(*model), errors[-1]) is True:
+        if callback is not None and stops(callback(_cp_result(*model), errors[-1])):
             break
         if tol and it >= 1:
             drop = errors[-2] - errors[-1]

@@ -70,9 +70,12 @@ def _check_rank_fits(X: Any, rank: int) -> None:
     check_fits_memory(need, f"rank={rank}", "choose a smaller rank")
 
 
-def _svd_init(call: Call, rank: int, rng: np.random.Generator, first: bool = False) -> list[Any]:
+def _svd_init(call: Call, rank: int, rng: np.random.Generator, first: bool = False,
+              fixed: frozenset[int] = frozenset()) -> list[Any]:
     """Leading left singular vectors of each unfolding (the operand's own route: a Gram without unfolding,
-    ARPACK on a sparse unfolding, a streamed Gram); random columns pad ranks beyond a mode's size.
+    ARPACK on a sparse unfolding, a streamed Gram); random columns pad ranks beyond a mode's size. A ``fixed``
+    mode's are the exact ones (no float32 Gram: its start is returned as the model's factor, never refined;
+    from float32 products it was 1e-8 off the float64 singular vectors).
 
     ALS updates mode 0 first from the other factors alone, so its start is never read: it is left zero (no
     work, and no Gram of the slab mode of an out-of-core tensor), unless ``first`` (mode 0 is fixed)."""
@@ -82,7 +85,7 @@ def _svd_init(call: Call, rank: int, rng: np.random.Generator, first: bool = Fal
     for n in range(0 if first else 1, X.ndim):
         k = min(rank, X.shape[n])
         # (the first from the Gram made on entry; each from float32 products where that applies: a start)
-        U, _ = call.leading_subspace(X, n, k, rng, rough=True)
+        U, _ = call.leading_subspace(X, n, k, rng, rough=n not in fixed)
         if rank > k:
             U = xp.concatenate([U, call.like(rng.standard_normal((X.shape[n], rank - k)), U.dtype)], axis=1)
         U = xp.ascontiguousarray(U.astype(X.dtype, copy=False))
@@ -227,7 +230,8 @@ def cp_als(
                              normalize=normalize, callback=callback, verbose=verbose, memory_limit=memory_limit,
                              device=device, extras=Extras(fixed_modes, linesearch, orthogonalize))
     with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True,
-                            first_gram=_entry_gram(rank, init, fixed_modes), rough_first_gram=True) as call:
+                            first_gram=_entry_gram(rank, init, fixed_modes),
+                            rough_first_gram=_rough_entry(fixed_modes)) as call:
         return call.result(_cp_als(call, rank, init, tol, max_iter, random_state, normalize, callback, verbose,
                                    Extras(fixed_modes, linesearch, orthogonalize)))
 
@@ -240,13 +244,27 @@ def _entry_gram(rank: Any, init: Any, fixed_modes: Any) -> Callable[[Any], int |
         if not (isinstance(init, str) and init in ("auto", "svd")) or op.streamed:
             return None
         try:
-            n = 0 if 0 in check_fixed_modes(fixed_modes, op.ndim) else 1
+            fixed = check_fixed_modes(fixed_modes, op.ndim)
+            n = 0 if 0 in fixed else 1
             k = min(check_cp_rank(rank), op.shape[n]) if n < op.ndim else 0
         except (TypeError, ValueError):
             return None
         return n if k > 0 and gram_route(op.shape, n, k) else None
 
     return mode
+
+
+def _rough_entry(fixed_modes: Any) -> Callable[[Any, int], bool]:
+    """``decomposition_call``'s ``rough_first_gram``: the Gram made on entry may come from float32 products unless
+    its mode is fixed (a fixed mode's SVD start is its final factor, never refined: from float32 products it was
+    1e-8 off the float64 singular vectors)."""
+    def rough(op: Any, mode: int) -> bool:
+        try:
+            return mode not in check_fixed_modes(fixed_modes, op.ndim)
+        except (TypeError, ValueError):
+            return True
+
+    return rough
 
 
 @dataclass(frozen=True)
@@ -328,7 +346,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if em is None:  # (with the E step the start's model fills the missing entries: its scale counts)
             factors = scaled_start(factors, keep=fixed)
     else:
-        factors = _svd_init(call, rank, rng, first=0 in fixed) if init == "svd" else [
+        factors = _svd_init(call, rank, rng, first=0 in fixed, fixed=frozenset(fixed)) if init == "svd" else [
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
         ]
     if em is not None and not isinstance(init, str):  # the start's values at the missing entries

@@ -334,7 +334,7 @@ SMALL_NO_FIRST_GRAM = 1 << 13
 @contextmanager
 def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, min_ndim: int = 2,
                        complex_ok: bool = False, first_gram: Callable[[Any], int | None] | None = None,
-                       rough_first_gram: bool = False) -> Iterator[Call]:
+                       rough_first_gram: bool | Callable[[Any, int], bool] = False) -> Iterator[Call]:
     """Resolve a decomposition's input and run its body under the call's policy and device (see module).
 
     ``complex_ok``: the method accepts complex64/complex128 dense arrays (HOSVD, ST-HOSVD, HOOI, CP-ALS);
@@ -380,7 +380,8 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
                 and op.size > SMALL_NO_FIRST_GRAM else None)
         if mode is not None:
             with np.errstate(over="ignore", invalid="ignore"):  # (an extreme magnitude: the norm's pass decides)
-                G, tr = _first_gram(op, mode, policy, rough_first_gram)
+                rough = rough_first_gram(op, mode) if callable(rough_first_gram) else rough_first_gram
+                G, tr = _first_gram(op, mode, policy, rough)
             if math.isfinite(tr) and tr > 0 and _scale_for(math.sqrt(tr), op.size, op.dtype) == 1.0:
                 grams[mode] = G
                 op._finite = True  # (a NaN or Inf would have made the trace non-finite)

@@ -10,10 +10,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tuckerkit._validation import check_verbose
 from tuckerkit.decomposition._results import ConvergenceWarning
 
 logger = logging.getLogger("tuckerkit.decomposition")
+
+
+def stops(answer: Any) -> bool:
+    """Whether a callback's answer stops the iterations: True, or numpy's True (a comparison of numpy numbers,
+    ``np.abs(s.fit_change) < 1e-3``, answers ``np.True_``, which ``is True`` had ignored); anything else (None,
+    a number, the state itself) does not."""
+    return (answer is True) or (isinstance(answer, np.bool_) and bool(answer))
 
 
 @dataclass(frozen=True)
@@ -89,9 +98,9 @@ class Monitor:
         if self.verbose or logger.isEnabledFor(logging.DEBUG):  # (the line made only for a reader: 5-15 us)
             self._say(f"{self.name} iteration {iteration}: fit {fit:.10f} (change {change:.3g}), "
                       f"{time.perf_counter() - self.start:.3f} s")
-        if self.callback is not None and self.callback(
+        if self.callback is not None and stops(self.callback(
             IterationState(iteration, fit, change, time.perf_counter() - self.start, tuple(factors), weights)
-        ) is True:
+        )):
             self.stopped = True
             return True
         if change < self.tol or (self.tol > 0 and not may_decrease and prev is not None and fit < prev):

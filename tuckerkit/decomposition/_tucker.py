@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tuckerkit._validation import (
+    check_bool,
     check_callback,
     check_init,
     check_max_iter,
@@ -339,8 +340,9 @@ def hosvd(X: Any, ranks: Sequence[int] | int | None = None, *, max_error: float 
         fit = _reported_fit(call, _fit(call.norm, frobenius_norm(core)), core, factors,
                             max_error is not None and _double_gram(X, target**2 / X.ndim)
                             and isinstance(X, DenseTensor))
-        return call.result(TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,),
-                                        passes_per_iteration=X.ndim + 1))
+        return _met(call.result(TuckerTensor(call.unscale(core), tuple(factors), 0, True, (fit,),
+                                             passes_per_iteration=X.ndim + 1)),
+                    target if max_error is not None else None, "hosvd")
 
 
 def st_hosvd(
@@ -426,7 +428,8 @@ def st_hosvd(
     max_error, name = _rank_target(max_error, tol, "st_hosvd")
     with decomposition_call(X, device=device, memory_limit=memory_limit, complex_ok=True,
                             first_gram=_entry_gram(ranks, order, sketch, svd, max_error)) as call:
-        return call.result(_st_hosvd(call, ranks, max_error, order, sketch, random_state, name, svd, refine=True))
+        got = call.result(_st_hosvd(call, ranks, max_error, order, sketch, random_state, name, svd, refine=True))
+    return _met(got, float(max_error) if max_error is not None else None, "st_hosvd")
 
 
 def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random_state: Any,
@@ -444,6 +447,7 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
     Gram timed alone: 3.6 -> 2.3 ms; 60^4's (60, 60, 60, 10): 10.2 -> 5.6 ms; 300^3's: 8.8 -> 5.4 ms. Whole
     default calls (interleaved, a 2-core AVX2 machine): 0.98-1.01x the time, the same iterations and fits."""
     X = call.X
+    sketch = check_bool(sketch, "sketch")
     svd = _check_svd_for(svd, tol, name)
     if (ranks is None) == (tol is None):
         raise ValueError(
@@ -636,10 +640,27 @@ def _cheapest_order_cached(shape: tuple[int, ...], ranks: tuple[int, ...], sketc
     return tuple(seq)
 
 
-def _check_order(order: Any, N: int) -> list[int]:
-    from tuckerkit._validation import check_matrices, check_mode
+def _met(T: TuckerTensor, target: float | None, name: str) -> TuckerTensor:
+    """``T``, with a ``RuntimeWarning`` where a ``max_error`` choice did not meet its target: at full ranks the
+    error left is the dtype's rounding (float32 at max_error=1e-9 gave 1.5e-7 with no word)."""
+    if target is not None and 1.0 - T.fit > 1.001 * target:  # (not on rounding at the target itself)
+        import warnings
 
-    seq = [check_mode(m, N, "order") for m in check_matrices(order, "order")]
+        warnings.warn(f"{name}: max_error={target:g} was not met: the relative error at ranks {T.ranks} is "
+                      f"{1.0 - T.fit:.3g}, the rounding of {T.core.dtype} (ask for a larger max_error, or compute in "
+                      "float64)", RuntimeWarning, stacklevel=3)
+    return T
+
+
+def _check_order(order: Any, N: int) -> list[int]:
+    from tuckerkit._validation import check_mode
+
+    if isinstance(order, np.ndarray) and order.ndim == 1 and order.dtype.kind in "iu":
+        order = [int(m) for m in order]
+    if isinstance(order, bytes) or hasattr(order, "shape") or not hasattr(order, "__iter__"):
+        raise TypeError(f"order must be 'auto' or a permutation of the modes (a sequence of ints); received "
+                        f"{describe(order)}")
+    seq = [check_mode(m, N, "order") for m in order]
     if sorted(seq) != list(range(N)):
         raise ValueError(f"order={seq} is not a permutation of the modes 0..{N - 1}")
     return seq
@@ -848,6 +869,22 @@ def hooi(
                                  svd))
 
 
+def _check_fixed_orthonormal(U: Any, n: int) -> None:
+    """A fixed factor must have orthonormal columns (to ``sqrt(eps)`` of its dtype): HOOI keeps it as given and
+    projects the core on it, the best core only for orthonormal factors (a random 9 x 3 factor kept as given had
+    returned fit -2.76, worse than the zero model, with no message)."""
+    from tuckerkit.decomposition._results import _adjoint
+
+    h = np.asarray(to_host(U))
+    if h.shape[1] == 0:
+        return
+    err = float(np.max(np.abs(_adjoint(h) @ h - np.eye(h.shape[1]))))
+    if not err <= math.sqrt(np.finfo(h.dtype).eps):
+        raise ValueError(f"fixed_factors: init's factor {n} does not have orthonormal columns (max |U^H U - I| = "
+                         f"{err:.3g}); HOOI keeps a fixed factor as given and projects the core on it, which is the "
+                         f"best core only for orthonormal ones: pass numpy.linalg.qr(U)[0] (the same column space)")
+
+
 def _full_modes(X: Any, ranks: Sequence[int], fixed: Any, em: Any) -> set[int]:
     """The modes HOOI leaves out of its sweeps: those of full rank (``R_n = I_n``), not fixed, of a dense host
     tensor without missing data, where some other mode is not of full rank. Such a mode's factor is square and
@@ -917,6 +954,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     small = _small_sweep(X, ranks, fixed, em, svd)  # a small 3- or 4-way tensor: compiled factor steps
     if not isinstance(init, str):
         factors = [call.like(U).astype(X.dtype, copy=False) for U in init[1]]
+        for n in sorted(fixed):
+            _check_fixed_orthonormal(factors[n], n)
         if em is None and init[0] is None:  # (only the factors' subspaces count then)
             factors = scaled_start(factors, keep=fixed)
     else:

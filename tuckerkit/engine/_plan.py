@@ -265,6 +265,9 @@ class ContractionPlan:
         (outer to inner in memory), each product a GEMM of the other groups.
     summed_size : int
         The number of those products (the extent of ``summed_batch``; 1 without one).
+    out_layout : str
+        The ``out_layout`` the plan was made with (``"auto"``, ``"C"`` or ``"F"``): ``contract(plan=...)`` refuses
+        another one that the plan does not allocate.
     estimates : tuple of (str, float)
         The cost model's seconds for each candidate it weighed (``"roofline"`` is the bound
         ``max(bytes / bandwidth, flops / peak)`` of one core), when a compiled kernel was considered; then
