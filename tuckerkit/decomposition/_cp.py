@@ -164,7 +164,8 @@ def cp_als(
     fixed_modes : sequence of int, default ()
         Modes whose factor matrix stays as initialized (TensorLy's ``fixed_modes``; any mode, the last
         included). Give their factors through ``init``; weights given with ``init`` then scale the first
-        mode that is not fixed, so a fixed factor is returned exactly as given.
+        mode that is not fixed, so a fixed factor is returned exactly as given (in ``X``'s dtype: a float64
+        factor for float32 data comes back rounded to float32, as the computation uses it).
     linesearch : bool, default True
         Extrapolate the factors every second iteration after the fourth, ``F_prev + j (F - F_prev)`` with
         ``j = iteration ** (1 / p)`` (Bro's acceleration, as TensorLy's ``linesearch=True``), keeping the jump

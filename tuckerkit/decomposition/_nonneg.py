@@ -156,8 +156,8 @@ def non_negative_cp(
         size. None: a fixed seed (0), so a default call repeats its bits, except with ``init="random"``
         asked for, which then starts from fresh entropy.
     fixed_modes : sequence of int, default ()
-        Modes whose factor stays exactly as given in ``init`` (weights given with ``init`` scale the first
-        free mode); the other factors are returned with unit-norm columns, the scale in ``weights``.
+        Modes whose factor stays exactly as given in ``init`` (in ``X``'s dtype; weights given with ``init``
+        scale the first free mode); the other factors are returned with unit-norm columns, the scale in ``weights``.
     nonnegative_modes : sequence of int, optional
         The constrained modes (default: all, TensorLy's ``nn_modes``); the others are updated by unconstrained
         least squares (``method="hals"`` only).
