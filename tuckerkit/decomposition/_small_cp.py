@@ -139,7 +139,19 @@ def beyond_direct(X: np.ndarray, rank: int) -> bool:
     float32 tensors that the kernels' lower bound (stop 91) brings here: 70^3 R = 4 / 5 0.66x, 64 x 80 x 80 R = 4
     0.61x, 80^3 R = 4 0.88x."""
     return (X.size <= SMALL_CP_KERNEL_MAX_ELEMS and X.size * rank <= SMALL_CP_KERNEL_MAX_WORK
-            and (X.ndim != 3 or X.flags.c_contiguous) and kernel_products(X, rank))
+            and (X.ndim != 3 or X.flags.c_contiguous) and kernel_products(X, rank)
+            and (X.itemsize != 4 or X.size // min(X.shape) <= BEYOND_F32_MAX_CHAIN))
+
+
+#: :func:`beyond_direct` takes a float32 tensor only where its products' sums are at most this long (bounded by
+#: ``X.size / min(X.shape)``): the small-rank kernels sum each in one float32 chain, and the fit from the last
+#: mode's MTTKRP was that much less accurate. Measured on the Zen 5 (CP-ALS, 20 plain iterations from one random
+#: start, medians of 7 interleaved, compiled sweep against the planner's route): (200, 150, 10) at R = 4 (sums
+#: of 30000) 1.22x the time with the fit 9.8e-6 off the true one (5.9e-7 on the planner's route: a review had
+#: found a stop reported as converged on a fit drop of 9e-6 where the true fit rose 5e-5); 100^3 R = 4 (10000)
+#: 0.99x, 2.3e-6 off (6.5e-8); 128 x 128 x 64 R = 6 (16384) 0.97x, 1.8e-6 (1.3e-7); kept: 70^3 R = 5 / 10
+#: (4900) 0.65 / 0.88x, 2.4e-7 / 4.0e-7 off; 80^3 R = 10 (6400) 0.92x, 2.7e-7
+BEYOND_F32_MAX_CHAIN = 8192
 
 
 @njit(cache=True, nogil=True, inline="always")
