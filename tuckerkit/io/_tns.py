@@ -67,6 +67,10 @@ def read_tns(
     dt = np.dtype(dtype)
     if dt not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64; received {dt}")
+    if shape is not None:  # (checked as the constructor checks it: 2.7 was truncated to 2, "22" read as (2, 2))
+        from tuckerkit.sparse._coo import _check_shape
+
+        shape = _check_shape(shape)
     from tuckerkit.engine._policy import resolve_policy
     from tuckerkit.io import _tnsparse as K
 

@@ -221,10 +221,19 @@ class COOTensor(SparseOperand):
         return cls._owned(coords, values, shp, checked=True)
 
     def to_tns(self, path: str | os.PathLike, *, force: bool = False) -> None:
-        """Write a FROSTT ``.tns`` file (see :func:`tuckerkit.io.write_tns`)."""
+        """Write a FROSTT ``.tns`` file (see :func:`tuckerkit.io.write_tns`). The format stores no shape: a reader
+        takes each mode's largest index, so where a mode has empty slices past its last nonzero a
+        ``UserWarning`` says which shape to pass back to :meth:`from_tns` (:meth:`save_npz` keeps the shape)."""
         from tuckerkit.io import write_tns
 
         write_tns(path, self.coords, self.values, force=force)
+        seen = tuple(int(c) + 1 for c in self.coords.max(axis=0)) if self.nnz else (0,) * self.ndim
+        if seen != tuple(self.shape):
+            import warnings
+
+            warnings.warn(f"{path}: the .tns format stores no shape; read back it is {seen}, not {tuple(self.shape)}: "
+                          f"pass shape={tuple(self.shape)} to from_tns (save_npz keeps the shape)", UserWarning,
+                          stacklevel=2)
 
     def save_npz(self, path: str | os.PathLike, *, force: bool = False) -> None:
         """Write the binary sparse format: an uncompressed ``.npz`` holding ``coords`` (nnz, N) 0-based,

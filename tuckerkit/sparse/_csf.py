@@ -33,14 +33,17 @@ class CSFTensor(SparseOperand):
     ([2, 3, 3], [0, 2, 3])
     """
 
-    def __init__(self, coo: COOTensor, order: Sequence[int] | None = None):
+    def __init__(self, coo: COOTensor, order: Sequence[int] | None = None, *, _share: bool = False):
         if not isinstance(coo, COOTensor):
             raise TypeError(f"CSFTensor is built from a COOTensor; received {type(coo).__name__}")
         N = coo.ndim
         if order is None:
             order = sorted(range(N), key=lambda m: coo.shape[m])
-        from tuckerkit._validation import _as_int
+        from tuckerkit._validation import _as_int, describe
 
+        if isinstance(order, str | bytes) or not hasattr(order, "__iter__"):
+            raise TypeError(f"order must be a permutation of the modes 0..{N - 1} (a sequence of ints); received "
+                            f"{describe(order)}")
         order = tuple(_as_int(m, f"order[{i}]") for i, m in enumerate(order))  # (0.9 was read as mode 0)
         if sorted(order) != list(range(N)):
             raise ValueError(f"order={order} is not a permutation of the modes 0..{N - 1}")
@@ -63,6 +66,10 @@ class CSFTensor(SparseOperand):
                 coords, values, order, lead, self.shape, itype)
         self.idx = [idx_all[idx_off[lev]: idx_off[lev + 1]] for lev in range(N)]
         self.pos = [pos_all[pos_off[lev]: pos_off[lev] + counts[lev] + 1] for lev in range(N - 1)]
+        if values is coo.values and not _share:
+            # (a tree in the COO's own order takes its values array as it is; a tree built by the user is a
+            # snapshot whatever its order, so it gets its own copy. The plans' trees share it: _share)
+            values = values.copy()
         self.values = values
         self.__dict__["_tk_cache"] = {"packed": (pos_all, pos_off, idx_all, idx_off)}
 

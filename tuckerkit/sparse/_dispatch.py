@@ -295,11 +295,23 @@ class SparseOperand(SparseShape, OperandBase):
 
     def mttkrp(self, factors: Sequence[Any], mode: int, *, plan: Any = None,
                policy: ExecutionPolicy | None = None) -> np.ndarray:
-        """The compiled CSF kernel of this mode's plan (:meth:`plan`)."""
+        """The compiled CSF kernel of this mode's plan (:meth:`plan`). The factors are checked as
+        :func:`tuckerkit.mttkrp` checks them (a short one had been read past its end: garbage, or a crash), and
+        values edited since the trees were built are read anew (:meth:`drop_stale_plan`), as there."""
+        from tuckerkit._validation import check_factor_list, check_mode
+        from tuckerkit.sparse._csf import as_coo
         from tuckerkit.sparse._mttkrp import sparse_mttkrp
 
         self._dense_only("plan=", plan)
-        return sparse_mttkrp(self, factors, mode, resolve_policy(policy))  # type: ignore[arg-type]
+        n = check_mode(mode, self.ndim)
+        facs, R = check_factor_list(factors, self.shape, n, self.dtype)
+        self.drop_stale_plan()
+        if self.ndim == 1:  # (no other factor: each row of the result is the entry times ones(R))
+            coo = as_coo(self)
+            v = np.zeros(self.shape[0], dtype=np.result_type(coo.values.dtype, facs[0].dtype))
+            np.add.at(v, coo.coords[:, 0], coo.values)
+            return v[:, None] * np.ones((1, R), dtype=v.dtype)
+        return sparse_mttkrp(self, facs, n, resolve_policy(policy))  # type: ignore[arg-type]
 
     def release_work_buffers(self) -> None:
         """Drop the MTTKRP work buffers kept on this tensor across a decomposition's iterations."""

@@ -715,4 +715,22 @@ def csf_build_packed_part(coords, order, lo, hi, k, idx_all, idx_off, pos_all, p
             k[lev] = kk + 1
 
 
+@njit(cache=True, nogil=True)
+def values_hash(bits):  # pragma: no cover - compiled
+    """A stamp of a values array's bits (viewed as unsigned integers): each entry mixed with its position by
+    splitmix64's finalizer, the results summed (wrapping). Any sign flip, any swap of two entries and any other
+    edit changes it but with probability about 2**-64 (the plain sum of the bits had missed an even number of
+    sign flips, each adding 2**63, and every swap)."""
+    h = np.uint64(0)
+    for i in range(bits.size):
+        x = np.uint64(bits[i]) ^ (np.uint64(i) * np.uint64(0x9E3779B97F4A7C15))
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+        h += x
+    return h
+
+
 load_lightly(globals())  # cached kernels load without numba's compiler refresh (tuckerkit/_numba_load.py)

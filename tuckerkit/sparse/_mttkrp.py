@@ -171,7 +171,7 @@ def _build_trees(coo: COOTensor, orders: list) -> list[CSFTensor]:
     copies at once (15 MB more peak memory of a 2M-nonzero CLI run) for a build measured no faster on a shared
     2-core machine (0.23-0.37 s one after the other vs 0.30-0.45 s side by side, skew3d, plan 'all'), so the
     threads share each tree's passes instead."""
-    return [CSFTensor(coo, o) for o in orders]
+    return [CSFTensor(coo, o, _share=True) for o in orders]
 
 
 def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None,
@@ -225,13 +225,16 @@ def sparse_plan(X: Any, csf: str | None = None, memory_budget: int | None = None
 
 def values_stamp(X: Any) -> tuple | None:
     """What :meth:`~tuckerkit.sparse._dispatch.SparseOperand.drop_stale_plan` compares: a COO tensor's
-    ``values`` array (its address and length) and the wrapping sum of its entries' bits, one read; None for
-    other tensors (a CSF tensor's values are its tree's own)."""
+    ``values`` array (its address and length) and a position-mixed hash of its entries' bits
+    (:func:`~tuckerkit.sparse._kernels.values_hash`, one read), so that an edit in place is seen; None for other
+    tensors (a CSF tensor's values are its tree's own)."""
     v = getattr(X, "values", None) if type(X).__name__ == "COOTensor" else None
     if not isinstance(v, np.ndarray) or v.dtype.itemsize not in (4, 8, 16) or not v.flags.c_contiguous:
         return None
+    from tuckerkit.sparse._kernels import values_hash
+
     bits = v.view(np.uint64 if v.dtype.itemsize >= 8 else np.uint32)
-    return (v.__array_interface__["data"][0], v.size, int(np.add.reduce(bits, dtype=np.uint64)))
+    return (v.__array_interface__["data"][0], v.size, int(values_hash(bits)))
 
 
 def _packed_tree(csf: CSFTensor) -> tuple:
@@ -564,7 +567,7 @@ def sparse_ttmc(X: COOTensor | CSFTensor, factors: Sequence[Any], mode: int,
     plan, csfs = sparse_plan(X)
     tree, level = plan.assignment[mode]
     # the kernel needs a tree rooted at ``mode``: a shared-tree plan builds it for this call only
-    csf = csfs[tree] if level == 0 else CSFTensor(as_coo(X), _rooted_order(X.shape, mode))
+    csf = csfs[tree] if level == 0 else CSFTensor(as_coo(X), _rooted_order(X.shape, mode), _share=True)
     N = csf.ndim
     others = [m for m in range(N) if m != mode]
     mats = {m: np.asarray(factors[m]) for m in others}

@@ -1,0 +1,94 @@
+"""The sparse tensor classes at their edges (a review of stop 104: each test failed on the code before it)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tuckerkit as tk
+from tuckerkit.sparse import COOTensor, CSFTensor
+
+
+def _small():
+    return COOTensor([[0, 0, 0], [1, 1, 1], [0, 1, 2], [1, 0, 1]], [1.0, 2.0, 3.0, 4.0], (2, 2, 3))
+
+
+def _ones():
+    return [np.ones((2, 1)), np.ones((2, 1)), np.ones((3, 1))]
+
+
+def test_mttkrp_methods_check_their_factors():
+    """``X.mttkrp`` (COO and CSF) checks the factors as ``tk.mttkrp`` does: a factor one row short of a mode of a
+    million read past its end (a segmentation fault), a few rows short gave garbage."""
+    X = COOTensor([[0, 0, 0], [1, 999_999, 2]], [1.0, 2.0], shape=(2, 1_000_000, 3))
+    bad = [np.ones((2, 4)), np.ones((1, 4)), np.ones((3, 4))]
+    for T in (X, CSFTensor(X)):
+        with pytest.raises(ValueError, match=r"^factors\[1\] has 1 rows but mode 1 of X has size 1000000"):
+            T.mttkrp(bad, 0)
+
+
+def test_edited_values_are_seen_by_every_call():
+    """Negating the values in place (an even number of sign flips: the stamp was the plain sum of the bits,
+    which that leaves unchanged) or swapping two of them: ``tk.mttkrp`` and the methods give the new tensor's
+    result on every mode, as a fresh tensor built from the edited values does (they gave the old one's; the
+    method had never checked)."""
+    F = _ones()
+    for edit in ("negate", "swap", "assign"):
+        X = _small()
+        for m in range(3):
+            tk.mttkrp(X, F, m)  # (its trees built)
+        if edit == "negate":
+            X.values *= -1
+        elif edit == "swap":
+            X.values[[0, 3]] = X.values[[3, 0]]
+        else:
+            X.values = X.values * 2
+        fresh = COOTensor(X.coords.copy(), X.values.copy(), X.shape)
+        for m in range(3):
+            want = tk.mttkrp(fresh, F, m)
+            np.testing.assert_array_equal(tk.mttkrp(X, F, m), want)
+            np.testing.assert_array_equal(X.mttkrp(F, m), want)
+
+
+def test_a_one_way_sparse_mttkrp_is_the_dense_one():
+    """A 1-way sparse tensor's MTTKRP: the entries times ones (a bare StopIteration before), as the dense call."""
+    dense = tk.mttkrp(np.array([0.0, 1.0, 0.0]), [np.ones((3, 2))], 0)
+    got = tk.mttkrp(COOTensor([[1]], [1.0], (3,)), [np.ones((3, 2))], 0)
+    np.testing.assert_array_equal(got, dense)
+
+
+def test_a_csf_tensor_is_a_snapshot_in_any_order():
+    """A CSF tensor built by the user keeps its values when the COO's change, whatever its mode order (a tree in
+    the COO's own order shared its values array)."""
+    X = _small()
+    A, B = CSFTensor(X, (0, 1, 2)), CSFTensor(X, (1, 0, 2))
+    a, b = A.values.copy(), B.values.copy()
+    X.values *= 10
+    np.testing.assert_array_equal(A.values, a)
+    np.testing.assert_array_equal(B.values, b)
+    with pytest.raises(TypeError, match=r"^order must be a permutation of the modes 0..2 \(a sequence of ints\)"):
+        CSFTensor(X, 0)
+
+
+def test_tns_shape_checked_and_kept_by_a_warning(tmp_path):
+    """``from_tns(shape=)`` checks the shape as the constructor does (2.7 was truncated to 2, "22" read as
+    (2, 2), 5 a raw TypeError); ``to_tns`` warns where the format cannot keep the shape (a 10 x 10 tensor read
+    back as 1 x 1 with no word), and the shape it names reads it back."""
+    p = tmp_path / "a.tns"
+    p.write_text("1 1 1.0\n2 2 1.0\n")
+    with pytest.raises(TypeError, match=r"^shape\[0\] must be an integer; received 2.7"):
+        COOTensor.from_tns(p, shape=(2.7, 2))
+    for bad in ("22", 5):
+        with pytest.raises(TypeError, match=r"^shape must be a sequence of integers"):
+            COOTensor.from_tns(p, shape=bad)
+    q = tmp_path / "b.tns"
+    with pytest.warns(UserWarning, match=r"the \.tns format stores no shape; read back it is \(1, 1\), not "
+                                         r"\(10, 10\): pass shape=\(10, 10\) to from_tns"):
+        COOTensor([[0, 0]], [1.0], (10, 10)).to_tns(q)
+    assert COOTensor.from_tns(q, shape=(10, 10)).shape == (10, 10)
+    r = tmp_path / "c.tns"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        COOTensor([[0, 0], [1, 2]], [1.0, 2.0], (2, 3)).to_tns(r)  # (its shape is its largest indices: no word)
