@@ -202,3 +202,24 @@ def test_float32_cp_fit_is_accurate_whatever_the_layout():
         assert abs(cp.fit - (1 - cp.relative_error(Y))) < 3e-6
         fits.append(cp.fit)
     assert min(fits) > 0.9498  # (the early stop had left the C-ordered run at 0.94934, true 0.94941)
+
+
+def test_non_negative_and_poisson_starts_and_callback_state(rng):
+    """``cp_apr`` refuses all-zero start weights (it ran to a zero model reported converged with KKT 0.0 and
+    log-likelihood -inf); ``non_negative_tucker`` refuses an all-zero start factor as ``non_negative_cp`` does
+    (it ran and blamed the data); ``cp_apr``'s callback state carries the weights, so the model it describes
+    is the algorithm's (the factors alone, columns summing to 1, gave a total of 2 for 1037)."""
+    import warnings
+
+    X = rng.poisson(2.0, (5, 6, 7)).astype(float)
+    with pytest.raises(ValueError, match=r"^init's weights are all zero; expected a nonzero start"):
+        tk.cp_apr(X, 2, init=(np.zeros(2), [rng.random((n, 2)) for n in X.shape]))
+    with pytest.raises(ValueError, match=r"^init factor 0 is all zeros; expected a nonzero start"):
+        tk.non_negative_tucker(rng.random((5, 6, 7)), (2, 2, 2), init=[np.zeros((n, 2)) for n in (5, 6, 7)])
+    seen = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        tk.cp_apr(X, 2, random_state=0, max_iter=3, callback=seen.append)
+    s = seen[-1]
+    total = np.einsum("r,ir,jr,kr->ijk", s.weights, *s.factors).sum()
+    assert total == pytest.approx(X.sum(), rel=1e-12)

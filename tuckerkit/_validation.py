@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.backend import array_namespace, result_dtype
+from tuckerkit.backend import array_namespace, result_dtype, to_host
 
 MAX_NDIM = 25
 
@@ -498,6 +498,10 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
                             f"X ({np.dtype(dtype)})")
         if count_nonfinite(w):
             raise ValueError("init's weights contain NaN or infinite values; expected finite numbers")
+        if nonzero_from == 0 and w.size and not np.any(np.asarray(to_host(w))):
+            # (cp_apr ran from it to a zero model reported converged, KKT violation 0.0, log-likelihood -inf)
+            raise ValueError("init's weights are all zero; expected a nonzero start (the updates multiply by them, "
+                             "so the model would stay zero)")
         first = w
     return first, checked
 

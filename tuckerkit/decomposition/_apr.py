@@ -263,7 +263,7 @@ def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.n
                 B = B * Phi[n]
             factors[n], weights = _normalize1(B, weights)
         kkt_last = float(kkt.max())
-        stop = mon.step(it, _ls_fit(data, factors, weights, normX, policy), factors)
+        stop = mon.step(it, _ls_fit(data, factors, weights, normX, policy), factors, weights)
         if converged:  # every subproblem met the KKT tolerance without an update
             mon.converged = True
             break

@@ -524,6 +524,10 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
     if not isinstance(init, str):
         first, given = init
         _check_nonneg_start(given, "init factor")
+        for n, U in enumerate(given):  # (as non_negative_cp refuses it: the run had blamed the data)
+            if U.size and not np.any(np.asarray(_host(U))):
+                raise ValueError(f"init factor {n} is all zeros; expected a nonzero start (the updates multiply by "
+                                 "it before replacing it, so the model would stay zero)")
         factors = [xp.ascontiguousarray(call.like(U)) for U in given]
         if first is not None:
             core = call.like(first)
