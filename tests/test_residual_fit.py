@@ -178,7 +178,8 @@ def test_residual_blocks_against_numpy(I, C, r, width, dtype):  # noqa: E741
 @pytest.mark.parametrize("method", ["hals", "mu"])
 def test_non_negative_fits_near_one_are_the_residuals(method, monkeypatch):
     """Non-negative CP (HALS from its SVD start, to an error of ~5e-4) and Tucker (``method`` from the planted
-    model): the fit the Grams gave was 5 % off for CP at noise 1e-5 (6.02e-4 for 5.70e-4)."""
+    model): the fit the Grams gave was 5 % off for CP at noise 1e-5 (6.02e-4 for 5.70e-4); the reported fit is
+    the residual's."""
     rng = np.random.default_rng(0)
     shape = (30, 40, 50)
     F = [rng.random((s, 3)) for s in shape]
@@ -193,10 +194,12 @@ def test_non_negative_fits_near_one_are_the_residuals(method, monkeypatch):
         true = _true_error(Z, M)
         assert true < entry.residual_fit_below(np.float32)
         assert abs((1.0 - M.fit) - true) <= 1e-6 * true + 1e-13
-    monkeypatch.setattr(entry, "RESIDUAL_FIT_EPS", 0.0)  # (the same models; the history's last entry aside)
+    # the residual's fit also steers the stop near 1 (stop 104): without it (the Grams' fit throughout) the run
+    # stops no later and at no lower error, its history's entries the Grams' until the last
+    monkeypatch.setattr(entry, "RESIDUAL_FIT_EPS", 0.0)
     C0 = tk.non_negative_cp(Y, 3, random_state=0, max_iter=300)
-    np.testing.assert_array_equal(C0.weights, C.weights)
-    assert C0.fit_history[:-1] == C.fit_history[:-1]
+    assert C.n_iter >= C0.n_iter
+    assert _true_error(Y, C) <= _true_error(Y, C0) * (1 + 1e-3)
 
 
 @pytest.mark.parametrize("layout", ["C", "F", "step"])
