@@ -351,6 +351,16 @@ def check_matrices(matrices: Any, name: str = "matrices") -> list[Any]:
         raise TypeError(f"{name} must be a sequence of matrices; received {describe(matrices)}") from None
 
 
+def int_sequence(value: Any, name: str, what: str) -> list[Any]:
+    """``value`` as a list of its entries: a sequence, or a 1-D integer array; a bare number, a string or another
+    array refused in one line saying ``what`` is expected (the entries are checked by the caller)."""
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu":
+        return [int(m) for m in value]
+    if isinstance(value, str | bytes) or hasattr(value, "shape") or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be {what}; received {describe(value)}")
+    return list(value)
+
+
 def check_factor_list(factors: Any, shape: Sequence[int], skip: int | None, dtype: Any,
                       name: str = "factors") -> tuple[list[Any], int]:
     """One (I_m, R) matrix per mode with a common R (the entry of ``skip`` may be None); returns them, R."""

@@ -321,13 +321,11 @@ def _sparse_error(op: Any, kind: str, lead: Any, factors: Any) -> float | None:
         from tuckerkit.decomposition._tucker import TuckerResidual as Model
     else:
         from tuckerkit.decomposition._cp import CPResidual as Model  # type: ignore[assignment]
-    from tuckerkit.sparse._csf import as_coo
-
     normX = op.norm()
     if not (normX > 0 and math.isfinite(normX)):
         return None
     # (values and model times 2 ** -shift, exact: squares of 1e300 or 1e-300 had read 0.0 for a true 0.78)
-    values = as_coo(op).values
+    values = op.values  # (a COO's or a CSF tree's: the same entries)
     shift = math.frexp(float(np.max(np.abs(values))))[1] if values.size else 0
     res = sparse_residual_sq(op, Model(np, np.ldexp(lead, -shift) if shift else lead, factors), shift)
     return math.sqrt(res) / math.ldexp(normX, -shift) if math.isfinite(res) else None

@@ -653,14 +653,10 @@ def _met(T: TuckerTensor, target: float | None, name: str) -> TuckerTensor:
 
 
 def _check_order(order: Any, N: int) -> list[int]:
-    from tuckerkit._validation import check_mode
+    from tuckerkit._validation import check_mode, int_sequence
 
-    if isinstance(order, np.ndarray) and order.ndim == 1 and order.dtype.kind in "iu":
-        order = [int(m) for m in order]
-    if isinstance(order, bytes) or hasattr(order, "shape") or not hasattr(order, "__iter__"):
-        raise TypeError(f"order must be 'auto' or a permutation of the modes (a sequence of ints); received "
-                        f"{describe(order)}")
-    seq = [check_mode(m, N, "order") for m in order]
+    seq = [check_mode(m, N, "order")
+           for m in int_sequence(order, "order", "'auto' or a permutation of the modes (a sequence of ints)")]
     if sorted(seq) != list(range(N)):
         raise ValueError(f"order={seq} is not a permutation of the modes 0..{N - 1}")
     return seq

@@ -314,7 +314,8 @@ def operand_mttkrp(op: Any, factors: Sequence[Any], n: int, policy: Any) -> Any:
     X = _direct_data(op, R, False, *(U for m, U in enumerate(factors) if m != n)) if op.ndim > 1 else None
     if X is not None:
         return direct_mttkrp(X, factors, n, R)
-    return op.mttkrp(factors, n, policy=policy)
+    checked = getattr(op, "checked_mttkrp", None)  # (a sparse tensor: the decomposition checked its operands)
+    return checked(factors, n, policy=policy) if checked is not None else op.mttkrp(factors, n, policy=policy)
 
 
 # ---------------------------------------------------------------------------------------------------

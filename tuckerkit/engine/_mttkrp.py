@@ -442,6 +442,9 @@ def mttkrp(
     op = public_operand(X)
     n = check_mode(mode, op.ndim)
     facs, _R = check_factor_list(factors, op.shape, n, op.dtype)
+    checked = getattr(op, "checked_mttkrp", None)  # (a sparse tensor's method would check and stamp again)
+    if checked is not None and plan is None:
+        return checked(facs, n)
     return op.mttkrp(facs, n, plan=plan)
 
 

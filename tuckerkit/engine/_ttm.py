@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit._validation import check_matrices, check_matrix, check_mode, describe
+from tuckerkit._validation import check_matrices, check_matrix, check_mode, int_sequence
 from tuckerkit.backend import array_namespace
 from tuckerkit.backend._device import device_op
 from tuckerkit.engine._contract import (
@@ -255,16 +255,6 @@ def dense_multi_ttm(X: Any, mats: Mapping[int, Any], transpose: bool, plan: Mult
 # ---------------------------------------------------------------------------------------------------
 # validation of the public calls
 # ---------------------------------------------------------------------------------------------------
-def _mode_list(modes: Any) -> list[Any]:
-    """``modes`` of :func:`multi_ttm` as a list: a sequence of ints or a 1-D integer array (a bare int, a string
-    or anything else refused in one line that says what is expected)."""
-    if isinstance(modes, np.ndarray) and modes.ndim == 1 and modes.dtype.kind in "iu":
-        return [int(m) for m in modes]
-    if isinstance(modes, str | bytes) or hasattr(modes, "shape") or not hasattr(modes, "__iter__"):
-        raise TypeError(f"modes must be a sequence of ints (one mode per matrix); received {describe(modes)}")
-    return list(modes)
-
-
 def multi_ttm_args(shape: Sequence[int], dtype: Any, matrices: Any, modes: Any, skip: Any,
                    transpose: bool) -> dict[int, Any]:
     """``{mode: matrix}`` for a multi_ttm call, validated (one-line errors naming the parameter)."""
@@ -277,7 +267,8 @@ def multi_ttm_args(shape: Sequence[int], dtype: Any, matrices: Any, modes: Any, 
                 f"matrices has {len(mats_l)} entries; expected one per mode of X ({ndim}) when modes is None"
             )
     else:
-        modes_l = [check_mode(m, ndim, "modes") for m in _mode_list(modes)]
+        modes_l = [check_mode(m, ndim, "modes")
+                   for m in int_sequence(modes, "modes", "a sequence of ints (one mode per matrix)")]
         if len(set(modes_l)) != len(modes_l):
             raise ValueError(f"modes {modes_l} repeats a mode; each mode may appear once")
         if len(mats_l) != len(modes_l):

@@ -299,19 +299,25 @@ class SparseOperand(SparseShape, OperandBase):
         :func:`tuckerkit.mttkrp` checks them (a short one had been read past its end: garbage, or a crash), and
         values edited since the trees were built are read anew (:meth:`drop_stale_plan`), as there."""
         from tuckerkit._validation import check_factor_list, check_mode
-        from tuckerkit.sparse._csf import as_coo
-        from tuckerkit.sparse._mttkrp import sparse_mttkrp
 
         self._dense_only("plan=", plan)
         n = check_mode(mode, self.ndim)
-        facs, R = check_factor_list(factors, self.shape, n, self.dtype)
+        facs, _ = check_factor_list(factors, self.shape, n, self.dtype)
         self.drop_stale_plan()
+        return self.checked_mttkrp(facs, n, policy=policy)
+
+    def checked_mttkrp(self, factors: Sequence[Any], mode: int, *, policy: ExecutionPolicy | None = None) -> Any:
+        """:meth:`mttkrp` of factors and a mode already checked, the values already current (what
+        :func:`tuckerkit.mttkrp` and the decompositions call after their own checks: not twice)."""
+        from tuckerkit.sparse._csf import as_coo
+        from tuckerkit.sparse._mttkrp import sparse_mttkrp
+
         if self.ndim == 1:  # (no other factor: each row of the result is the entry times ones(R))
             coo = as_coo(self)
-            v = np.zeros(self.shape[0], dtype=np.result_type(coo.values.dtype, facs[0].dtype))
+            v = np.zeros(self.shape[0], dtype=np.result_type(coo.values.dtype, factors[0].dtype))
             np.add.at(v, coo.coords[:, 0], coo.values)
-            return v[:, None] * np.ones((1, R), dtype=v.dtype)
-        return sparse_mttkrp(self, facs, n, resolve_policy(policy))  # type: ignore[arg-type]
+            return v[:, None] * np.ones((1, factors[0].shape[1]), dtype=v.dtype)
+        return sparse_mttkrp(self, factors, mode, resolve_policy(policy))  # type: ignore[arg-type]
 
     def release_work_buffers(self) -> None:
         """Drop the MTTKRP work buffers kept on this tensor across a decomposition's iterations."""
@@ -390,7 +396,7 @@ class SparseOperand(SparseShape, OperandBase):
 
         k = rank + SKETCH_OVERSAMPLE
         G = [None if m == mode else rng.standard_normal((n, k)).astype(self.dtype) for m, n in enumerate(self.shape)]
-        Y = np.asarray(self.mttkrp(G, mode, policy=policy), dtype=np.float64)
+        Y = np.asarray(self.checked_mttkrp(G, mode, policy=policy), dtype=np.float64)
         with blas_pinned():  # (LAPACK on one thread: the same bits whatever the machine's threads)
             Q, T = np.linalg.qr(Y)
             V, _, _ = np.linalg.svd(T)
