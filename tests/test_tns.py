@@ -88,6 +88,14 @@ def test_comments_blank_lines_crlf_bom_and_whitespace():
     ("1 1 1 1.0\n2 2 2 1e400\n", r"line 2 has a value that is NaN or infinite: '1e400'"),
     ("1 1 1 1.0\n2 2 2 -inf\n", r"line 2 has a value that is NaN or infinite: '-inf'"),
     ("1 1 9999999999999999999999 1.0\n", r"line 1 has a coordinate above 2\*\*62"),
+    # 2**63 and 2**63 * 10 (the digits once overflowed int64 and were reported as "below 1")
+    ("1 9223372036854775808 1 1.0\n", r"line 1 has a coordinate above 2\*\*62"),
+    ("1 92233720368547758080 1 1.0\n", r"line 1 has a coordinate above 2\*\*62"),
+    ("1 4611686018427387905 1 1.0\n", r"line 1 has a coordinate above 2\*\*62"),
+    # classic Mac line ends: every line would merge into one (1 1 1 / 2 2 2 read as one 5-way nonzero)
+    ("1 1 1\r2 2 2\r", r"line 1 holds a carriage return followed by more data \(classic Mac line ends\); "
+                       r"expected LF or CRLF line ends"),
+    ("# c\r\n1 1 1\r2 2 2\r", r"line 2 holds a carriage return followed by more data"),
     ("# only a comment\n\n", r"holds no nonzeros \(only comments or blank lines\)"),
     ("", r"holds no nonzeros"),
     ("5\n", r"line 1 has 1 column\(s\); expected coordinates followed by a value"),
@@ -131,6 +139,17 @@ def test_first_error_wins_across_pieces_and_values(monkeypatch):
     path = _write("bad3.tns", "\n".join(bad) + "\n")
     with pytest.raises(TensorFileError, match=r"line 90 has a coordinate that is not an integer: '1 x 1 1.0'"):
         read_tns(path, policy=ExecutionPolicy(2))
+
+
+def test_largest_index_written_reads_back(tmp_path):
+    write_tns(tmp_path / "big.tns", np.array([[0, 2**62 - 1]]), np.array([1.5]))
+    coords, values, shape = read_tns(tmp_path / "big.tns")
+    assert coords.tolist() == [[0, 2**62 - 1]] and values.tolist() == [1.5] and shape == (1, 2**62)
+
+
+def test_carriage_returns_at_line_ends_and_before_comments_are_blanks():
+    coords, values, shape = read_tns(_write("cr.tns", "1 1 1 \r \r\n2 2 2\r# note\n"))
+    assert coords.tolist() == [[0, 0], [1, 1]] and values.tolist() == [1.0, 2.0] and shape == (2, 2)
 
 
 def test_large_coordinates_switch_to_int64():
@@ -192,6 +211,9 @@ def test_write_refuses_bad_input(tmp_path):
         write_tns(tmp_path / "a.tns", np.array([1.5, 0]), np.array([1.0, 2.0]))
     with pytest.raises(TypeError, match=r"policy must be an ExecutionPolicy or None; received int"):
         write_tns(tmp_path / "a.tns", np.array([[1, 0]]), np.array([1.0]), policy=2)
+    # the largest index read_tns takes, 1-based, is 2**62: a 0-based 2**62 was written and then refused
+    with pytest.raises(ValueError, match=r"coords must be below 2\*\*62 .* received a maximum of 4611686018427387904"):
+        write_tns(tmp_path / "a.tns", np.array([[0, 2**62]]), np.array([1.0]))
     assert not (tmp_path / "a.tns").exists()  # nothing written by any refused call
 
 

@@ -86,6 +86,10 @@ def read_tns(
                 return np.empty((0, len(dims)), np.int64), np.empty(0, dt), dims
             raise _err(p, "holds no nonzeros (only comments or blank lines); pass its shape to read it as an "
                           "empty tensor")
+        if K.bare_cr(buf, fstart):  # (its lines would merge into one: 1 1 1 / 2 2 2 read as one 5-way nonzero)
+            _raise_text(p, buf, first, fstart)
+            raise _err(p, f"line {first} holds a carriage return followed by more data (classic Mac line ends); "
+                          "expected LF or CRLF line ends")
         if ncol < 2 or ncol > K.MAX_COLS:
             _raise_text(p, buf, first, fstart)
             if ncol < 2:
@@ -357,6 +361,9 @@ def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *
                          f"shape {v.shape}")
     if c.size and int(c.min()) < 0:
         raise ValueError(f"coords must be 0-based and non-negative; received a minimum of {int(c.min())}")
+    if c.size and int(c.max()) >= 2**62:  # (read_tns refuses a 1-based index above 2**62: never write one)
+        raise ValueError(f"coords must be below 2**62 (a .tns index, 1-based, fits 2**62); received a maximum of "
+                         f"{int(c.max())}")
     if v.dtype.kind != "f":
         v = v.astype(np.float64)
     if not np.all(np.isfinite(v)):

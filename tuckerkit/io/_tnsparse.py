@@ -145,9 +145,12 @@ def _parse_coord(buf, s, e, limit):  # pragma: no cover
         if b < 48 or b > 57:
             return E_COORD, 0
         if not big:
-            v = v * 10 + (b - 48)
-            if v > 4611686018427387904:  # 2**62: stop before int64 overflows
+            if v > 461168601842738790:  # (2**62 // 10: one more digit is above 2**62; stop before int64 overflows)
                 big = True
+            else:
+                v = v * 10 + (b - 48)
+                if v > 4611686018427387904:  # 2**62
+                    big = True
         i += 1
     if neg and (v != 0 or big):
         return E_LOW, 0
@@ -156,6 +159,25 @@ def _parse_coord(buf, s, e, limit):  # pragma: no cover
     if big or v > limit:
         return E_BIG, 0
     return OK, v
+
+
+@njit(cache=True, nogil=True)
+def bare_cr(buf, start):  # pragma: no cover
+    """Whether the line from ``start`` holds a carriage return followed by more data on the same line (classic
+    Mac line ends: the whole file reads as one line)."""
+    n = buf.shape[0]
+    i = start
+    while i < n and buf[i] != 10:
+        if buf[i] == 13:
+            j = i + 1
+            while j < n and (buf[j] == 13 or buf[j] == 32 or buf[j] == 9):
+                j += 1
+            if j < n and buf[j] != 10 and buf[j] != 35:
+                return True
+            i = j
+        else:
+            i += 1
+    return False
 
 
 @njit(cache=True, nogil=True)
