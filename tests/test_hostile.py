@@ -192,6 +192,33 @@ def test_the_cli_prints_a_tampered_result_as_one_line(tmp_path, results):
     assert not (tmp_path / "o.npy").exists()
 
 
+def test_a_damaged_zip_directory_that_hides_the_metadata_is_refused(tmp_path, results):
+    """One flipped bit in the last factor's directory entry (its comment length) hid the metadata member after
+    it: the result loaded as a bare one (no fit, 0 iterations) without an error."""
+    import struct
+    import zipfile
+
+    from tuckerkit.io import load_metadata
+
+    tucker, _ = results
+    raw = bytearray(tucker.read_bytes())
+    cd_size, cd_offset = struct.unpack("<II", raw[-22 + 12: -22 + 20])
+    with zipfile.ZipFile(tucker) as zf:
+        last = zf.infolist()[-2]  # the entry before metadata.npy
+    directory = bytes(raw[cd_offset: cd_offset + cd_size])
+    at = cd_offset + directory.index(last.filename.encode()) - 46 + 32  # its comment length
+    raw[at] ^= 1 << 6
+    bad = tmp_path / "flipped.npz"
+    bad.write_bytes(raw)
+    with zipfile.ZipFile(bad) as zf:
+        assert "metadata.npy" not in zf.namelist()  # (what the damage does: zipfile lists 4 members)
+    msg = r"its zip directory lists 4 member\(s\) but its end record counts 5; the file is corrupt$"
+    with pytest.raises(TensorFileError, match=msg):
+        load_result(bad)
+    with pytest.raises(TensorFileError, match=msg):
+        load_metadata(bad)
+
+
 def test_a_result_that_is_not_an_archive(tmp_path):
     with open(tmp_path / "plain.npz", "wb") as f:
         np.save(f, np.ones((2, 2)))  # an .npy under an .npz name

@@ -571,6 +571,7 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
                                       "archive written by tuckerkit decompose (or save_result)")
             fh.seek(0)
             with np.load(fh, allow_pickle=False) as z:
+                _check_entry_count(fh, z, p)
                 arrays, meta = _read_result_members(z, p)
     except TensorFileError:
         raise
@@ -583,6 +584,24 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     if "core" in arrays:
         return TuckerTensor(arrays["core"], factors, **kw)
     return CPTensor(arrays["weights"], factors, **kw)
+
+
+def _check_entry_count(fh: Any, z: Any, p: Path) -> None:
+    """The archive's end record counts as many members as its central directory lists: a damaged directory
+    entry (one flipped bit in a member's comment length) hides the members after it, and a result read without
+    its metadata member would load as a bare one (no fit, no iterations) instead of failing."""
+    end = fh.seek(0, os.SEEK_END)
+    if end < 22:
+        return
+    fh.seek(end - 22)
+    tail = fh.read(22)
+    if tail[:4] != b"PK\x05\x06":  # (an archive comment or ZIP64 records: not written by save_result)
+        return
+    total = int.from_bytes(tail[10:12], "little")
+    listed = len(z.zip.infolist())
+    if total != 0xFFFF and total != listed:
+        raise _result_error(p, f"its zip directory lists {listed} member(s) but its end record counts {total}; "
+                               "the file is corrupt")
 
 
 class _Members(dict):
@@ -750,6 +769,7 @@ def load_metadata(path: str | os.PathLike) -> dict:
                                       "not the .npz archive written by tuckerkit decompose (or save_result)")
             fh.seek(0)
             with np.load(fh, allow_pickle=False) as z:
+                _check_entry_count(fh, z, p)
                 return _read_metadata(z, p) if "metadata" in z.files else {}
     except TensorFileError:
         raise
