@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -259,3 +260,106 @@ def test_float32_cp_als_near_an_exact_fit_reaches_float64s_error():
             errs.append(M.relative_error(X.astype(dt)))
             assert abs((1 - M.fit) - errs[-1]) < 1e-3 * errs[-1]
         assert errs[1] < 1.05 * errs[0]
+
+
+def test_float32_cp_als_line_search_judges_its_jumps_by_the_residual_near_an_exact_fit():
+    """The line search's jumps were judged by two fits from the Grams, rounding noise in float32 near an exact
+    fit: a jump that raised the error from 1.22e-4 to 1.79e-4 was kept and the run stopped there as converged.
+    Now the residuals' fits judge a jump in that regime: the fit stays monotone (the documented promise) and
+    float32 reaches float64's error."""
+    rng = np.random.default_rng(0)
+    X = np.einsum("ir,jr,kr->ijk", *(rng.standard_normal((n, 4)) for n in (30, 31, 32)))
+    X += 1e-4 * np.linalg.norm(X) / np.sqrt(X.size) * rng.standard_normal(X.shape)
+    X32 = X.astype(np.float32)
+    seen = []
+    a = tk.cp_als(X32, 4, init="random", random_state=0, callback=lambda s: seen.append(s.fit))
+    ref = tk.cp_als(X, 4, init="random", random_state=0)
+    assert a.converged and a.relative_error(X32) < 1.01 * ref.relative_error(X)
+    assert np.all(np.diff(seen) >= 0), np.diff(seen).min()  # (the fits seen are the residual's: monotone)
+    est = tk.CPDecomposer(rank=4, init="random", random_state=0).fit(X32)
+    assert 1 - est.fit_ < 1.01 * ref.relative_error(X)
+
+
+def test_float32_hooi_near_an_exact_fit_sees_the_residuals_fit():
+    """HOOI's fit from the core's norm was 1.2e-4 off an error of 9.9e-6 in float32: the callback saw 0.99987809
+    for a model whose fit is 0.99999015, and a 'decrease' of that noise stopped the run. Each iteration's fit near
+    1 is now the residual's: the callback, the history and the result agree, and float32 reaches float64's
+    error."""
+    rng = np.random.default_rng(1)
+    G = rng.standard_normal((3, 4, 5))
+    Us = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip((30, 32, 34), (3, 4, 5), strict=True)]
+    X = np.asarray(tk.multi_ttm(G, Us))
+    X += 1e-5 * np.linalg.norm(X) / np.sqrt(X.size) * rng.standard_normal(X.shape)
+    X32 = X.astype(np.float32)
+    seen = []
+    T = tk.hooi(X32, (3, 4, 5), callback=lambda s: seen.append(s.fit))
+    assert seen == list(T.fit_history) and seen[-1] == T.fit
+    assert abs((1 - T.fit) - T.relative_error(X32)) < 1e-3 * T.relative_error(X32)
+    assert T.relative_error(X) < 1.001 * tk.hooi(X, (3, 4, 5)).relative_error(X)
+
+
+def test_verbose_closing_line_names_the_rule_that_fired_and_the_reported_fit(rng, capsys):
+    """The closing line said "fit change below tol" whatever stopped the run (a fit decrease of 5.7e-5 at
+    tol=1e-5, CP-APR's KKT rule as "tol=0", an all-zero non-negative model as "converged"), and printed the last
+    iteration's fit, not the one the result reports."""
+    X = rng.standard_normal((8, 9, 10))
+    T = tk.hooi(X, (2, 3, 2), tol=1e-3, verbose=True)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.fullmatch(rf"hooi converged after {T.n_iter} iterations? \(fit change [0-9.e-]+ below tol=0\.001\), "
+                        rf"fit {T.fit:.10f}", last), last
+    Xp = np.random.default_rng(0).poisson(1.0, (10, 11, 12)).astype(float)
+    M = tk.cp_apr(Xp, 2, random_state=0, verbose=True)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert M.converged and M.kkt_violation < 1e-4
+    assert last == (f"cp_apr converged after {M.n_iter} iterations (KKT violation {M.kkt_violation:.3g} below "
+                    f"tol=0.0001 in every subproblem), fit {M.fit:.10f}")
+    with pytest.warns(tk.ConvergenceWarning, match="KKT tolerance tol=0.0001"):
+        M = tk.cp_apr(Xp, 2, random_state=0, verbose=True, max_iter=3)
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"cp_apr reached max_iter=3 without converging (KKT tolerance tol=0.0001), fit {M.fit:.10f}")
+    with pytest.warns(tk.ConvergenceWarning, match="ended at an all-zero model"):
+        N = tk.non_negative_cp(-np.abs(np.random.default_rng(0).standard_normal((10, 11, 12))), 2, verbose=True)
+    assert not N.converged
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"non_negative_cp(hals) ended at an all-zero model after {N.n_iter} iterations, fit 0.0000000000")
+
+
+def test_monitor_names_a_fit_decrease_as_its_reason(capsys):
+    from tuckerkit.decomposition._monitor import Monitor
+
+    mon = Monitor("m", 1e-5, 10, None, True)
+    assert not mon.step(1, 0.5, []) and not mon.step(2, 0.6, [])
+    assert mon.step(3, 0.59994, [])
+    mon.finish()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "m converged after 3 iterations (the fit decreased by 6e-05: no progress left at this precision; "
+        "tol=1e-05), fit 0.5999400000")
+
+
+def test_elapsed_counts_from_the_call_including_its_start():
+    """``IterationState.elapsed`` ("seconds since the decomposition started") was counted from the loop, after
+    the start (a sparse SVD start: 0.010 s reported of 0.131 s)."""
+    import time
+
+    from tuckerkit.decomposition import _tucker
+
+    real = _tucker._st_hosvd
+
+    def slow_start(*args, **kwargs):
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    X = np.random.default_rng(0).standard_normal((6, 7, 8))
+    seen = []
+    _tucker._st_hosvd = slow_start
+    try:
+        tk.hooi(X, 2, max_iter=1, tol=0.5, callback=lambda s: seen.append(s.elapsed))
+        with pytest.warns(tk.ConvergenceWarning, match="KKT tolerance"):
+            M = tk.cp_apr(np.random.default_rng(0).poisson(1.0, (4, 5, 6)).astype(float), 2, max_iter=1,
+                          callback=lambda s: seen.append(s.elapsed))
+    finally:
+        _tucker._st_hosvd = real
+    assert seen[0] >= 0.2  # (the start's 0.2 s included)
+    assert 0 < seen[1] < 0.2  # (cp_apr's own clock: not the earlier call's)
+    # CP-APR reads every nonzero per mode to gather, once per inner step, and once for the fit: it reported 0
+    assert M.passes_per_iteration >= 2 * 3 + 1

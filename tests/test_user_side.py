@@ -459,7 +459,7 @@ def test_verbose_prints_one_line_per_iteration_on_stderr(rng, capsys, method):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 7 and all(line.startswith(f"{method} iteration {i + 1}: fit ") for i, line in
                                  enumerate(err[:6]))
-    assert err[-1] == f"{method} reached max_iter=6 without converging (tol=0)"
+    assert err[-1] == f"{method} reached max_iter=6 without converging (tol=0), fit {loud.fit:.10f}"
     assert quiet.fit_history == loud.fit_history
     np.testing.assert_array_equal(quiet.factors[0], loud.factors[0])
     run(max_iter=200, tol=1e-3, verbose=True)

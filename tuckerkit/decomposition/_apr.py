@@ -185,9 +185,13 @@ def cp_apr(
     >>> M.converged, M.rank, round(float(M.weights.sum() / X.sum()), 6)
     (True, 2, 1.0)
     """
+    import time
+
+    from tuckerkit.decomposition._monitor import call_clock
     from tuckerkit.engine import ExecutionPolicy, default_policy
     from tuckerkit.engine._policy import blas_pinned
 
+    started = time.perf_counter()
     data, dtype = _count_data(X, device)
     rank = check_cp_rank(rank)
     tol = check_nonneg(tol, "tol")
@@ -208,7 +212,7 @@ def cp_apr(
             raise ValueError(f"init has negative entries; cp_apr needs a non-negative start, received {describe(init)}")
     # threads pay off once a kernel call has enough nonzeros; the bits do not depend on the count
     policy = default_policy() if data.coords.shape[0] * rank >= SERIAL_BELOW else ExecutionPolicy(workers=1)
-    with blas_pinned():  # (the kernels run on the policy's threads; BLAS on one meanwhile)
+    with blas_pinned(), call_clock(started):  # (the kernels run on the policy's threads; BLAS on one meanwhile)
         model = _cp_apr(data, rank, factors, weights, tol, max_iter, max_inner_iter, callback, verbose, policy)
     if dtype != np.float64:
         import dataclasses
@@ -235,8 +239,8 @@ def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.n
     from tuckerkit.engine._operand import frobenius_norm
 
     normX = frobenius_norm(data.values)  # (scaled: no square overflows or underflows)
-    mon = Monitor("cp_apr", 0.0, max_iter, callback, verbose)
-    kkt_last, it = float("inf"), 0
+    mon = Monitor("cp_apr", 0.0, max_iter, callback, verbose, rule=f"KKT tolerance tol={tol:g}")
+    kkt_last, it, passes = float("inf"), 0, 0  # (passes: reads of every nonzero, as a sweep's of X)
     Pi = np.empty((data.coords.shape[0], rank))
     for it in range(1, max_iter + 1):
         converged = True
@@ -254,8 +258,10 @@ def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.n
             F_all, F_off = _stack(others)
             gather_pi(coords_n, F_all, F_off, n, Pi, policy)
             B = np.ascontiguousarray(B)
+            passes += 1
             for _ in range(max_inner_iter):
                 phi(ptr, vals_n, Pi, B, EPS_DIV_ZERO, Phi[n], policy)
+                passes += 1
                 kkt[n] = float(np.max(np.abs(np.minimum(B, 1 - Phi[n]))))
                 if kkt[n] < tol:
                     break
@@ -263,16 +269,19 @@ def _cp_apr(data: _Nonzeros, rank: int, factors: list[np.ndarray], weights: np.n
                 B = B * Phi[n]
             factors[n], weights = _normalize1(B, weights)
         kkt_last = float(kkt.max())
+        passes += 1  # (the fit's model values at the nonzeros)
         stop = mon.step(it, _ls_fit(data, factors, weights, normX, policy), factors, weights)
         if converged:  # every subproblem met the KKT tolerance without an update
-            mon.converged = True
+            mon.converge(f"KKT violation {kkt_last:.3g} below tol={tol:g} in every subproblem")
             break
         if stop:
             break
     _finish(mon, tol)
     ll = _log_likelihood(data, factors, weights, policy)
-    return PoissonCPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history), (), 0,
-                           log_likelihood=ll, kkt_violation=kkt_last)
+    from tuckerkit.decomposition._entry import mean_passes
+
+    return PoissonCPTensor(weights, tuple(factors), it, mon.converged, tuple(mon.history), (),
+                           mean_passes(passes, it), log_likelihood=ll, kkt_violation=kkt_last)
 
 
 def _finish(mon: Monitor, tol: float) -> None:

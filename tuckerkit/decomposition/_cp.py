@@ -458,6 +458,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         if not normalize and free:
             weights = sxp.ones(rank, dtype=wdt)
         trying = linesearch and free and it > 4 and it % 2 == 0
+        refined = False  # (the jump judged by the residuals' fits: ``fit`` is already the residual's)
         if trying:
             before = [U.copy() for U in factors], weights.copy()
         if csmall is not None and not fixed:
@@ -511,6 +512,15 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                     return _fit_of_error(normX, cp_fit_error(inner, w, _fit_grams(F, G, w, normX), normX))
                 return _cp_fit(xp, normX, M, F[n], w, _fit_grams(F, G, w, normX))
 
+            refined = em is None and call.refines_fit(fit)
+            if refined:  # (near 1 both fits from the Grams are rounding: float32 kept jumps that raised the error
+                # from 1.22e-4 to 1.79e-4 and then stopped as converged; the residuals' fits judge the jump there)
+                fit = call.residual_fit(CPResidual(xp, weights, factors))
+
+                def fit_of(F: list[Any], w: Any, G: list[Any]) -> float:
+                    jump_kept[0] = False
+                    return call.residual_fit(CPResidual(xp, w, F))
+
             jumped = jumps.attempt(it, before, factors, weights, fixed, normalize, fit, fit_of,
                                    renorm=small.renorm if small is not None else
                                    csmall.renorm if csmall is not None else None)
@@ -525,19 +535,19 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                     em.fill(CPModel(weights, factors))
                 if cplx:
                     conj[:] = [U.conj() for U in factors]
-        if em is None and call.refines_fit(fit):  # (near 1 the fit from the Grams is rounding: float32's
-            # noise "decreased" and stopped planted 30^3 tensors as converged at errors 8e-4 - 1.7e-3 where float64
-            # reaches 1e-4; the residual's, in float64, one more read of X in that regime only, steers the stop)
+        if em is None and not refined and call.refines_fit(fit):  # (near 1 the fit from the Grams is rounding:
+            # float32's noise "decreased" and stopped planted 30^3 tensors as converged at errors 8e-4 - 1.7e-3 where
+            # float64 reaches 1e-4; the residual's, in float64, one more read of X in that regime only, steers the stop)
             fit = call.residual_fit(CPResidual(xp, weights, factors))
         shown = xp.asarray(weights) if small is not None and callback is not None else weights
         if mon.step(it, fit, factors, weights=shown, may_decrease=it <= orthogonalize):
             break
-    mon.finish()
     if small is not None:
         weights = xp.asarray(weights)
     # (single precision near an exact fit: the last fit is the residual's; not on the observed entries)
     history = call.with_residual_fit(mon.history, lambda: CPResidual(xp, weights, factors)) if em is None \
         else tuple(mon.history)
+    mon.finish(history[-1] if history else None)  # (the closing line with the fit the result reports)
     release = getattr(X, "release_work_buffers", None)
     if release is not None:  # a sparse tensor's MTTKRP buffers, kept across the iterations, go with the call
         release()

@@ -349,6 +349,15 @@ def decomposition_call(X: Any, *, device: Any = None, memory_limit: Any = None, 
     (:func:`~tuckerkit.engine._gram.start_gram`), its trace still exact; the exact Gram where the magnitudes
     do not suit float32 (root-mean-square outside float32's safe range, or a non-finite product). The body
     must not take a fit from its eigenvalues."""
+    from tuckerkit.decomposition._monitor import call_clock
+
+    with call_clock():  # (IterationState.elapsed counts from here: the start included)
+        yield from _decomposition_call(X, device, memory_limit, min_ndim, complex_ok, first_gram, rough_first_gram)
+
+
+def _decomposition_call(X: Any, device: Any, memory_limit: Any, min_ndim: int, complex_ok: bool,
+                        first_gram: Callable[[Any], int | None] | None,
+                        rough_first_gram: bool | Callable[[Any, int], bool]) -> Iterator[Call]:
     from tuckerkit.engine import DenseTensor
 
     home = _home(X)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,21 @@ from tuckerkit._validation import check_verbose
 from tuckerkit.decomposition._results import ConvergenceWarning
 
 logger = logging.getLogger("tuckerkit.decomposition")
+
+#: when the running decomposition call started (``time.perf_counter()``, set on entry by
+#: :func:`~tuckerkit.decomposition._entry.decomposition_call` and CP-APR): ``IterationState.elapsed`` counts from
+#: there, the start included (a sparse SVD start was 0.12 of 0.13 s that a clock started at the loop left out)
+CALL_START: ContextVar[float | None] = ContextVar("tuckerkit_call_start", default=None)
+
+
+@contextlib.contextmanager
+def call_clock(started: float | None = None) -> Iterator[None]:
+    """:data:`CALL_START` set to ``started`` (default: now) for the body: a decomposition call's clock."""
+    token = CALL_START.set(time.perf_counter() if started is None else started)
+    try:
+        yield
+    finally:
+        CALL_START.reset(token)
 
 
 def stops(answer: Any) -> bool:
@@ -80,14 +97,23 @@ class Monitor:
     """
 
     def __init__(self, name: str, tol: float, max_iter: int, callback: Callable | None, verbose: bool,
-                 start_fit: float | None = None):
+                 start_fit: float | None = None, rule: str | None = None):
         self.name, self.tol, self.max_iter = name, tol, max_iter
         self.start_fit = start_fit  # the start's own fit, when it has one: the first iteration is compared with it
         self.callback, self.verbose = callback, check_verbose(verbose)
         self.history: list[float] = []
         self.converged = False
         self.stopped = False
-        self.start = time.perf_counter()
+        #: the stopping rule in force, for the closing line of a run that did not converge
+        self.rule = rule if rule is not None else f"tol={tol:g}"
+        #: why the run converged, for its closing line (the rule that fired, with its numbers)
+        self.why = ""
+        started = CALL_START.get()
+        self.start = started if started is not None else time.perf_counter()
+
+    def converge(self, why: str) -> None:
+        """Converged by the method's own rule (CP-APR's KKT tolerance), ``why`` for the closing line."""
+        self.converged, self.why = True, why
 
     def step(self, iteration: int, fit: float, factors, weights: Any = None, *, may_decrease: bool = False) -> bool:
         """Record one iteration's fit; True means stop iterating. ``may_decrease``: this iteration changed the
@@ -103,8 +129,12 @@ class Monitor:
         )):
             self.stopped = True
             return True
-        if change < self.tol or (self.tol > 0 and not may_decrease and prev is not None and fit < prev):
-            self.converged = True
+        if change < self.tol:
+            self.converge(f"fit change {change:.3g} below tol={self.tol:g}")
+            return True
+        if self.tol > 0 and not may_decrease and prev is not None and fit < prev:
+            self.converge(f"the fit decreased by {prev - fit:.3g}: no progress left at this precision; "
+                          f"tol={self.tol:g}")
             return True
         return False
 
@@ -116,18 +146,25 @@ class Monitor:
         if not (logger.isEnabledFor(logging.INFO) and logger.hasHandlers()):
             print(line, file=sys.stderr, flush=True)
 
-    def finish(self) -> None:
-        """Warn when the loop ran out of iterations (pointing at the caller's line, outside tuckerkit)."""
+    def finish(self, fit: float | None = None, collapsed: bool = False) -> None:
+        """The closing line (why the run stopped, and ``fit``: the fit the result reports, by default the last
+        iteration's); warn when the loop ran out of iterations (pointing at the caller's line, outside tuckerkit).
+        ``collapsed``: the run ended at an all-zero model (its caller warns), not converged."""
         from tuckerkit.decomposition._entry import caller_stacklevel
 
         n = len(self.history)
-        if self.converged:
-            self._say(f"{self.name} converged after {n} iteration{'s' if n != 1 else ''} "
-                      f"(fit change below tol={self.tol:g}), fit {self.history[-1]:.10f}")
+        its = f"{n} iteration{'s' if n != 1 else ''}"
+        if fit is None and self.history:
+            fit = self.history[-1]
+        at = f", fit {fit:.10f}" if fit is not None else ""
+        if collapsed:
+            self._say(f"{self.name} ended at an all-zero model after {its}{at}")
+        elif self.converged:
+            self._say(f"{self.name} converged after {its} ({self.why}){at}")
         elif self.stopped:
-            self._say(f"{self.name} stopped by the callback after {n} iteration{'s' if n != 1 else ''}")
+            self._say(f"{self.name} stopped by the callback after {its}{at}")
         else:
-            self._say(f"{self.name} reached max_iter={self.max_iter} without converging (tol={self.tol:g})")
+            self._say(f"{self.name} reached max_iter={self.max_iter} without converging ({self.rule}){at}")
         if not self.converged and not self.stopped:
             warnings.warn(
                 f"{self.name} reached max_iter={self.max_iter} before the fit changed by less than tol={self.tol}",

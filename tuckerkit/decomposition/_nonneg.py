@@ -307,7 +307,6 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
             fit = call.residual_fit(CPResidual(xp, ones if apart is None else apart, factors))
         if mon.step(it, fit, factors):
             break
-    mon.finish()
     release = getattr(X, "release_work_buffers", None)
     if release is not None:  # a sparse tensor's MTTKRP buffers go with the call
         release()
@@ -329,8 +328,9 @@ def _non_negative_cp(call: Call, rank: Any, method: Any, init: Any, tol: Any, ma
     history = call.with_residual_fit(mon.history, lambda: CPResidual(xp, weights, unit))  # (float32 near 1)
     # (all zero, or below the data's rounding: MU's multiplicative updates approach zero without reaching it)
     tiny = float(np.finfo(weights.dtype).eps) * call.norm
-    converged = _not_collapsed(f"non_negative_cp({method})", float(xp.sum(xp.abs(weights))) <= tiny, call.norm,
-                               mon.converged)
+    zero = float(xp.sum(xp.abs(weights))) <= tiny
+    mon.finish(history[-1], collapsed=zero and call.norm > 0)  # (the closing line: the fit reported, the reason)
+    converged = _not_collapsed(f"non_negative_cp({method})", zero, call.norm, mon.converged)
     return CPTensor(call.unscale(weights), tuple(unit), it, converged, history,
                     sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)
 
@@ -605,7 +605,6 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
             fit = call.residual_fit(TuckerResidual(xp, core, factors))
         if mon.step(it, fit, factors):
             break
-    mon.finish()
     from tuckerkit.decomposition._tucker import TuckerResidual
 
     history = call.with_residual_fit(mon.history, lambda: TuckerResidual(xp, core, factors))  # (float32 near 1)
@@ -614,6 +613,7 @@ def _non_negative_tucker(call: Call, ranks: Any, method: Any, init: Any, tol: An
     for U in factors:
         bound *= float(xp.sqrt(xp.sum(U * U)))
     zero = bound <= float(np.finfo(core.dtype).eps) * call.norm
+    mon.finish(history[-1], collapsed=zero and call.norm > 0)  # (the closing line: the fit reported, the reason)
     converged = _not_collapsed(f"non_negative_tucker({method})", zero, call.norm, mon.converged)
     return TuckerTensor(call.unscale(core), tuple(factors), it, converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=sweep.passes if sweep else 0)

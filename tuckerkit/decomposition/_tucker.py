@@ -979,6 +979,9 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
             factors = list(start.factors)
             if em is None:  # the start's fit from its core, as each iteration's below (scale: a power of two)
                 start_fit = _fit(call.norm, frobenius_norm(start.core) * call.scale)
+                if call.refines_fit(start_fit):  # (near 1: the residual's, as each iteration's below)
+                    start_fit = call.residual_fit(TuckerResidual(call.X.xp, start.core * X.dtype.type(call.scale),
+                                                                 start.factors))
     if em is not None and not isinstance(init, str) and init[0] is not None:  # the start's values where missing
         em.fill(TuckerModel(call.like(init[0]) * X.dtype.type(call.scale), factors))
     normX = call.norm
@@ -1008,6 +1011,8 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
                 small = None
             # (the E step: the fit on the observed entries, the missing ones refilled for the next sweep)
             fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(TuckerModel(core, factors))
+            if em is None and call.refines_fit(fit):  # (as below)
+                fit = call.residual_fit(TuckerResidual(call.X.xp, core, factors))
             if mon.step(it, fit, factors, may_decrease=svd == "randomized"):
                 break
             continue
@@ -1033,15 +1038,20 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         core = operand_ttm(last["Y"], factors[last["n"]], last["n"], policy)
         # the E step (missing data): the fit on the observed entries, the missing ones refilled for the next sweep
         fit = _fit(normX, frobenius_norm(core)) if em is None else em.step(TuckerModel(core, factors))
-        if mon.step(it, fit, [eye[n] if n in full else U for n, U in enumerate(factors)] if full else factors,
+        model_factors = [eye[n] if n in full else U for n, U in enumerate(factors)] if full else factors
+        if em is None and call.refines_fit(fit):  # (near 1 the fit from the core's norm is rounding: float32's was
+            # 1.2e-4 off an error of 9.9e-6, its noise "decreased" and stopped the run; the residual's, in float64,
+            # one more read of X in that regime only, steers the stop, as in CP-ALS)
+            fit = call.residual_fit(TuckerResidual(call.X.xp, core, model_factors))
+        if mon.step(it, fit, model_factors,
                     may_decrease=svd == "randomized"):  # (randomized factor steps need not ascend: no stop there)
             break
-    mon.finish()
     for n in sorted(full):  # each full-rank mode's factor: the core's leading left singular vectors, as a sweep
         factors[n], _ = leading_left_singular(to_host(core), n, X.shape[n], policy)  # would have made them
         factors[n] = call.like(factors[n]).astype(X.dtype, copy=False)
         core = operand_ttm(core, factors[n], n, policy)
     history = tuple(mon.history) if em is not None or core is None else \
         call.with_residual_fit(mon.history, lambda: TuckerResidual(call.X.xp, core, factors))
+    mon.finish(history[-1] if history else None)  # (the closing line with the fit the result reports)
     return TuckerTensor(call.unscale(core), tuple(factors), it, mon.converged, history,
                         sweep.plans if sweep is not None else (), passes_per_iteration=mean_passes(passes, it))
