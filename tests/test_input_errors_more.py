@@ -282,9 +282,17 @@ def tucker_model(rng):
     ({"scores": [1.0, math.inf]}, ValueError, "metadata['scores'] is or holds a non-finite number ([1.0, inf]); "
                                               "expected finite numbers (JSON has no NaN or infinity)"),
     ({"kind": "cp"}, ValueError, "metadata['kind'] is recorded from the result itself (kind, ranks, fit, n_iter, "
-                                 "converged, dtype, shape); choose another key"),
+                                 "converged, dtype, shape, passes_per_iteration, log_likelihood, kkt_violation); "
+                                 "choose another key"),
     ({"fit": 0.99}, ValueError, "metadata['fit'] is recorded from the result itself (kind, ranks, fit, n_iter, "
-                                "converged, dtype, shape); choose another key"),
+                                "converged, dtype, shape, passes_per_iteration, log_likelihood, kkt_violation); "
+                                "choose another key"),
+    # (a caller's input_sha256 replaced the file's, on which the CLI's reconstruct relies)
+    ({"input_sha256": "0" * 64}, ValueError, "metadata['input_sha256'] is recorded from input_path (the decomposed "
+                                             "file: its path and SHA-256); pass input_path=, or choose another key"),
+    ({"input_path": "/elsewhere.npy"}, ValueError, "metadata['input_path'] is recorded from input_path (the "
+                                                   "decomposed file: its path and SHA-256); pass input_path=, or "
+                                                   "choose another key"),
     ({1: "one"}, TypeError, "metadata key 1 (int) is not a string; expected string keys"),
 ])
 def test_save_result_refuses_metadata_it_cannot_store_faithfully(tmp_path, tucker_model, metadata, exc, message):
@@ -365,3 +373,27 @@ def test_hooi_ranks_message_says_an_int_is_accepted(rng, ranks, text):
     with pytest.raises(TypeError) as info:
         tk.hooi(X, ranks)
     assert str(info.value) == f"ranks must be an integer or a sequence of 3 integers (one per mode); received {text}"
+
+
+def test_save_result_names_a_bad_input_path(tmp_path, tucker_model):
+    """A missing input_path, a folder or an int raised bare FileNotFoundError / IsADirectoryError / TypeError."""
+    with pytest.raises(TypeError, match=r"^input_path must be a file name \(str or pathlib\.Path\); received 3$"):
+        save_result(tmp_path / "t.npz", tucker_model, input_path=3)
+    with pytest.raises(TensorFileError, match=r"^input_path file '.*nope\.npy' does not exist$"):
+        save_result(tmp_path / "t.npz", tucker_model, input_path=tmp_path / "nope.npy")
+    with pytest.raises(TensorFileError, match=r"^input_path '.*' is a directory; expected the decomposed tensor"):
+        save_result(tmp_path / "t.npz", tucker_model, input_path=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_poisson_model_and_the_passes_come_back_from_a_result_file(tmp_path):
+    """A saved cp_apr model loaded back as a plain CPTensor: its log-likelihood and KKT violation lost; every
+    result's passes_per_iteration came back 0."""
+    M = tk.cp_apr(np.random.default_rng(0).poisson(2.0, (5, 6, 7)), 2, random_state=0)
+    B = load_result(save_result(tmp_path / "p.npz", M))
+    assert type(B) is tk.PoissonCPTensor
+    assert (B.log_likelihood, B.kkt_violation, B.passes_per_iteration, B.n_iter, B.fit) == (
+        M.log_likelihood, M.kkt_violation, M.passes_per_iteration, M.n_iter, M.fit)
+    np.testing.assert_array_equal(B.weights, M.weights)
+    T = tk.hooi(np.random.default_rng(0).standard_normal((6, 7, 8)), 2, tol=1e-4)
+    assert load_result(save_result(tmp_path / "t.npz", T)).passes_per_iteration == T.passes_per_iteration > 0

@@ -86,8 +86,8 @@ def test_a_loop_of_links_is_named(tmp_path):
         load_tensor(tmp_path / "a.npy")
     os.symlink(tmp_path / "d.npz", tmp_path / "c.npz")
     os.symlink(tmp_path / "c.npz", tmp_path / "d.npz")
-    with pytest.raises(TensorFileError, match=r"^result file '.*c\.npz' cannot be read \(Too many levels of "
-                                              r"symbolic links\)$"):
+    with pytest.raises(TensorFileError, match=r"^result '.*c\.npz' is a loop of symbolic links; expected a "
+                                              r"tuckerkit result file \(\.npz\)$"):
         load_result(tmp_path / "c.npz")
 
 
@@ -136,3 +136,46 @@ def test_an_opened_in_memory_tensor_converts_to_its_array(tmp_path):
     X = open_tensor(tmp_path / "x.npy")
     np.testing.assert_array_equal(np.asarray(X), A)  # (a 0-d object array before)
     assert np.asarray(X, dtype=np.float32).dtype == np.float32
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_every_reader_refuses_a_fifo_or_device_instead_of_blocking(tmp_path):
+    """load_result, load_metadata, the sparse .npz and .tns readers opened a FIFO and blocked forever (the CLI's
+    reconstruct too); a .tns link to /dev/zero read as a file of no nonzeros."""
+    from tuckerkit.io import load_metadata, load_result, read_tns
+    from tuckerkit.sparse import COOTensor
+
+    cases = [("r.npz", load_result, "result", "a tuckerkit result file"),
+             ("m.npz", load_metadata, "result", "a tuckerkit result file"),
+             ("s.npz", COOTensor.from_npz, "input", "a sparse .npz file"),
+             ("t.tns", read_tns, "input", "a .tns file"), ("u.tns", COOTensor.from_tns, "input", "a .tns file")]
+    code = ["import sys", "from tuckerkit.io import load_metadata, load_result, read_tns",
+            "from tuckerkit.sparse import COOTensor"]
+    for name, fn, _, _ in cases:
+        os.mkfifo(tmp_path / name)
+        code.append(f"try:\n    {fn.__qualname__}({str(tmp_path / name)!r})\nexcept Exception as e:\n    print(e)")
+    # (in a child with a timeout: the old readers never returned)
+    out = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(cases), out.stdout + out.stderr
+    for line, (name, _, noun, expected) in zip(lines, cases, strict=True):
+        assert line == (f"{noun} {str(tmp_path / name)!r} is a FIFO (named pipe), not a regular file; expected "
+                        f"{expected}{' (.npz)' if noun == 'result' else ''}")
+    if os.path.exists("/dev/zero"):
+        os.symlink("/dev/zero", tmp_path / "z.tns")
+        with pytest.raises(TensorFileError, match=r"is a character device, not a regular file; expected a \.tns"):
+            read_tns(tmp_path / "z.tns")
+
+
+def test_readers_name_a_file_object_given_for_a_path(tmp_path):
+    from tuckerkit.io import load_metadata, load_result, read_tns
+    from tuckerkit.sparse import COOTensor
+
+    (tmp_path / "f.npz").write_bytes(b"x")
+    with open(tmp_path / "f.npz", "rb") as fh:
+        for fn in (load_result, load_metadata, read_tns, COOTensor.from_npz, load_tensor):
+            with pytest.raises(TypeError, match=r"^path must be a file name \(str or pathlib\.Path\); received "
+                                                r".*\(BufferedReader\)$"):
+                fn(fh)
+        with pytest.raises(TypeError, match=r"received b'f\.npz' \(bytes\)$"):
+            load_result(b"f.npz")

@@ -30,26 +30,40 @@ class TensorFileError(ValueError):
     """
 
 
-def _check_path(path: str | os.PathLike) -> Path:
+def regular_file(path: Any, noun: str = "input", expected: str = "a tensor file") -> Path:
+    """``path`` as a Path to a regular file that exists, or a one-line error: a file object or bytes for a name
+    (TypeError), a missing file, a folder, a loop of links, or a FIFO, device or socket (a FIFO blocked every
+    reader forever before it was opened; /dev/zero read as an empty .tns) (:class:`TensorFileError`, naming the
+    file as ``noun`` and what was ``expected``)."""
+    if not isinstance(path, str | os.PathLike):
+        from tuckerkit._validation import describe
+
+        raise TypeError(f"path must be a file name (str or pathlib.Path); received {describe(path)} "
+                        f"({type(path).__name__})")
     p = Path(path)
     try:
         os.stat(p)
     except FileNotFoundError:
-        raise TensorFileError(f"input file {str(p)!r} does not exist") from None
+        raise TensorFileError(f"{noun} file {str(p)!r} does not exist") from None
     except PermissionError:  # (Path.exists raised it bare: a folder on the path that cannot be searched)
-        raise TensorFileError(f"input file {str(p)!r} cannot be reached (permission denied on a folder of its "
+        raise TensorFileError(f"{noun} file {str(p)!r} cannot be reached (permission denied on a folder of its "
                               "path)") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise TensorFileError(f"input {str(p)!r} is a loop of symbolic links; expected a tensor file") from None
-        raise TensorFileError(f"input file {str(p)!r} cannot be read ({exc.strerror})") from None
+            raise TensorFileError(f"{noun} {str(p)!r} is a loop of symbolic links; expected {expected}") from None
+        raise TensorFileError(f"{noun} file {str(p)!r} cannot be read ({exc.strerror})") from None
     if p.is_dir():
-        raise TensorFileError(f"input {str(p)!r} is a directory; expected a tensor file ({', '.join(FORMATS)})")
+        raise TensorFileError(f"{noun} {str(p)!r} is a directory; expected {expected}")
     mode = p.stat().st_mode
     if not stat.S_ISREG(mode):  # (a FIFO blocked the read forever; /dev/urandom read as an empty .tns)
         kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
                 else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-        raise TensorFileError(f"input {str(p)!r} is {kind}, not a regular file; expected a tensor file")
+        raise TensorFileError(f"{noun} {str(p)!r} is {kind}, not a regular file; expected {expected}")
+    return p
+
+
+def _check_path(path: str | os.PathLike) -> Path:
+    p = regular_file(path, "input", f"a tensor file ({', '.join(FORMATS)})")
     if p.suffix.lower() not in FORMATS:
         raise TensorFileError(
             f"input {str(p)!r} has the unknown extension {p.suffix or '(none)'!r}; "

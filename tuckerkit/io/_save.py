@@ -389,7 +389,11 @@ def sha256_of(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
 
 
 #: the metadata entries save_result records from the result itself: a caller's ``metadata`` may not set them
-RESULT_KEYS = ("kind", "ranks", "fit", "n_iter", "converged", "dtype", "shape")
+RESULT_KEYS = ("kind", "ranks", "fit", "n_iter", "converged", "dtype", "shape", "passes_per_iteration",
+               "log_likelihood", "kkt_violation")
+#: the metadata entries save_result records from its ``input_path``: a caller's ``metadata`` may not set them
+#: either (a caller's "input_sha256" replaced the file's, on which the CLI's reconstruct relies)
+INPUT_KEYS = ("input_path", "input_sha256")
 
 
 def _json_scalar(v: Any) -> Any:
@@ -415,6 +419,9 @@ def _check_metadata(metadata: Any) -> dict:
         if k in RESULT_KEYS:
             raise ValueError(f"metadata[{k!r}] is recorded from the result itself ({', '.join(RESULT_KEYS)}); "
                              "choose another key")
+        if k in INPUT_KEYS:
+            raise ValueError(f"metadata[{k!r}] is recorded from input_path (the decomposed file: its path and "
+                             "SHA-256); pass input_path=, or choose another key")
         try:
             json.dumps(v, default=_json_scalar, allow_nan=False)
         except ValueError:
@@ -437,9 +444,11 @@ def save_result(
 ) -> Path:
     """Save a decomposition as ``.npz``: ``core``/``factors_i`` or ``weights``/``factors_i`` plus ``metadata``.
 
-    The metadata (JSON) records the method, ranks, fit, iterations, dtype, device, input shape, input path and
-    SHA-256, the tuckerkit version and a timestamp, merged with ``metadata``. The write is atomic; an
-    existing file is refused unless ``force``; the output may never be the input.
+    The metadata (JSON) records the kind (``tucker`` or ``cp``), ranks, fit, iterations, whether it converged,
+    the dtype, the input's shape, the passes over the input per iteration (and a :class:`~tuckerkit.
+    PoissonCPTensor`'s log-likelihood and KKT violation, which :func:`load_result` gives back), the input's path
+    and SHA-256 (with ``input_path``), the tuckerkit version and a timestamp, merged with ``metadata``. The write
+    is atomic; an existing file is refused unless ``force``; the output may never be the input.
 
     Parameters
     ----------
@@ -448,8 +457,8 @@ def save_result(
     result : TuckerTensor or CPTensor
     metadata : dict, optional
         Extra JSON-serializable entries (string keys; finite numbers; numpy scalars are stored as numbers);
-        the entries recorded from the result itself (``kind``, ``ranks``, ``fit``, ``n_iter``, ``converged``,
-        ``dtype``, ``shape``) are refused.
+        the entries recorded from the result itself (:data:`RESULT_KEYS`) or from ``input_path``
+        (``input_path``, ``input_sha256``) are refused.
     input_path : str or Path, optional
         The decomposed file: recorded with its SHA-256, and refused as the output.
     other_inputs : tuple of paths, default ()
@@ -496,6 +505,12 @@ def save_result(
         if not a.dtype.isnative:
             arrays[name] = a.astype(a.dtype.newbyteorder("="))
     fit = float(result.fit) if result.fit_history and math.isfinite(result.fit) else None
+    from tuckerkit.decomposition._apr import PoissonCPTensor
+
+    poisson = {}
+    if isinstance(result, PoissonCPTensor):  # (loaded back as a plain CPTensor, these two lost)
+        poisson = {k: (float(v) if math.isfinite(float(v)) else None)
+                   for k, v in (("log_likelihood", result.log_likelihood), ("kkt_violation", result.kkt_violation))}
     meta = {
         "kind": kind,
         "ranks": ranks,
@@ -504,10 +519,19 @@ def save_result(
         "converged": bool(result.converged),
         "dtype": str(arrays["factors_0"].dtype),
         "shape": list(result.shape),
+        "passes_per_iteration": result.passes_per_iteration,
+        **poisson,
         "tuckerkit_version": __version__,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if input_path is not None:
+        if not isinstance(input_path, str | os.PathLike):
+            from tuckerkit._validation import describe
+
+            raise TypeError(f"input_path must be a file name (str or pathlib.Path); received {describe(input_path)}")
+        from tuckerkit.io._load import regular_file
+
+        regular_file(input_path, "input_path", "the decomposed tensor file")
         meta["input_path"] = str(Path(input_path).resolve())
         meta["input_sha256"] = sha256_of(input_path)
     meta.update(metadata)
@@ -553,15 +577,9 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     >>> back.rank, bool(np.allclose(back.to_dense(), cp.to_dense())), back.fit == cp.fit
     (2, True, True)
     """
-    from tuckerkit.io._load import TensorFileError
+    from tuckerkit.io._load import TensorFileError, regular_file
 
-    p = Path(path)
-    try:
-        os.stat(p)
-    except FileNotFoundError:
-        raise TensorFileError(f"result file {str(p)!r} does not exist") from None
-    except OSError as exc:  # (a folder that cannot be searched, a loop of links: Path.exists raised bare)
-        raise TensorFileError(f"result file {str(p)!r} cannot be read ({exc.strerror or exc})") from None
+    p = regular_file(path, "result", "a tuckerkit result file (.npz)")  # (a FIFO blocked the read forever)
     try:
         with open(p, "rb") as fh:
             head = fh.read(4)
@@ -580,9 +598,17 @@ def load_result(path: str | os.PathLike) -> TuckerTensor | CPTensor:
     factors = tuple(arrays[f"factors_{i}"] for i in range(len(arrays) - 1))
     fit = meta.get("fit")
     kw: dict[str, Any] = {"n_iter": meta.get("n_iter", 0), "converged": meta.get("converged", True),
-                          "fit_history": (float(fit),) if fit is not None and math.isfinite(fit) else ()}
+                          "fit_history": (float(fit),) if fit is not None and math.isfinite(fit) else (),
+                          "passes_per_iteration": meta.get("passes_per_iteration", 0)}
     if "core" in arrays:
         return TuckerTensor(arrays["core"], factors, **kw)
+    if "log_likelihood" in meta or "kkt_violation" in meta:  # (a cp_apr model)
+        from tuckerkit.decomposition._apr import PoissonCPTensor
+
+        nan = float("nan")
+        return PoissonCPTensor(arrays["weights"], factors, **kw,
+                               log_likelihood=nan if meta.get("log_likelihood") is None else meta["log_likelihood"],
+                               kkt_violation=nan if meta.get("kkt_violation") is None else meta["kkt_violation"])
     return CPTensor(arrays["weights"], factors, **kw)
 
 
@@ -728,6 +754,12 @@ def _read_metadata(z: Any, p: Path) -> dict:
                                                                                       for d in v)),
                   "a positive integer or a list of them"),
     }
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    checks["passes_per_iteration"] = (lambda v: number(v) and v >= 0, "a number >= 0")
+    checks["log_likelihood"] = (lambda v: v is None or number(v), "a finite number or null")
+    checks["kkt_violation"] = (lambda v: v is None or (number(v) and v >= 0), "a number >= 0 or null")
     for k in ("input_path", "input_sha256"):  # (recorded by save_result from input_path)
         checks[k] = (lambda v: isinstance(v, str), "a string")  # (an int sha256 failed 'info' on a slice)
     for k, (ok, expected) in checks.items():
@@ -759,9 +791,9 @@ def load_metadata(path: str | os.PathLike) -> dict:
     >>> meta["kind"], meta["ranks"], meta["run"]
     ('tucker', [2, 2, 2], 7)
     """
-    from tuckerkit.io._load import TensorFileError
+    from tuckerkit.io._load import TensorFileError, regular_file
 
-    p = Path(path)
+    p = regular_file(path, "result", "a tuckerkit result file (.npz)")
     try:
         with open(p, "rb") as fh:
             if fh.read(2) != b"PK":  # not a zip archive: numpy would load a plain .npy (or try a pickle) whole

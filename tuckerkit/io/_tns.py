@@ -63,7 +63,9 @@ def read_tns(
     >>> coords.tolist(), values.tolist(), shape
     ([[0, 0, 0], [1, 2, 0]], [2.5, -0.001], (2, 3, 1))
     """
-    p = Path(path)
+    from tuckerkit.io._load import regular_file
+
+    p = regular_file(path, "input", "a .tns file")  # (a FIFO blocked the read forever; /dev/zero read as empty)
     dt = np.dtype(dtype)
     if dt not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64; received {dt}")
@@ -431,11 +433,10 @@ def is_sparse_npz(files: Sequence[str]) -> bool:
 def load_sparse_npz(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """``coords``, ``values`` and ``shape`` of a sparse ``.npz`` (sizes checked against the file and memory
     before reading, no pickles); a one-line :class:`TensorFileError` for anything else."""
-    from tuckerkit.io._load import TensorFileError, _check_npz_magic, _check_npz_member
+    from tuckerkit.io._load import TensorFileError, _check_npz_magic, _check_npz_member, regular_file
 
-    p = Path(path)
-    if p.is_file():
-        _check_npz_magic(p)
+    p = regular_file(path, "input", "a sparse .npz file")  # (a FIFO blocked the read forever)
+    _check_npz_magic(p)
     try:
         with open(p, "rb") as fh, np.load(fh, allow_pickle=False) as z:
             if not is_sparse_npz(z.files):
