@@ -352,3 +352,57 @@ def test_a_planned_contraction_is_cut_from_16_mflop_in_float64_terms(dtype, n, c
     np.testing.assert_array_equal(r1, r2)
     ref = np.einsum("mk,knp->mnp", A.astype(np.float64), B.astype(np.float64))
     np.testing.assert_allclose(r2, ref, rtol=0, atol=8 * n * np.finfo(dtype).eps * np.abs(ref).max())
+
+
+_FORK_CHILD = """
+import os, sys, threading
+import numpy as np, threadpoolctl
+import tuckerkit as tk
+from tuckerkit.engine._policy import _PIN, blas_pinned
+threadpoolctl.threadpool_limits(2)
+inside, hold = threading.Event(), threading.Event()
+
+def busy():
+    with blas_pinned():
+        inside.set()
+        hold.wait(60)
+
+t = threading.Thread(target=busy)
+t.start()
+inside.wait(60)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    counts = [c["num_threads"] for c in threadpoolctl.threadpool_info() if c["user_api"] == "blas"]
+    with threadpoolctl.threadpool_limits(1):
+        serial = tk.engine.default_policy().workers
+    os.write(w, f"{_PIN.inside} {max(counts)} {serial}".encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(os.read(r, 100).decode())
+hold.set()
+t.join()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_while_another_thread_is_inside_a_call_is_not_left_pinned():
+    """The child inherited the other thread's pin (inside=1, BLAS held at one thread): its own calls stopped
+    pinning (other bits), the counts never came back, and threadpool_limits(1) was ignored."""
+    out = subprocess.run([sys.executable, "-c", _FORK_CHILD], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "2"})
+    assert out.returncode == 0, out.stderr
+    inside, blas, serial = map(int, out.stdout.split())
+    assert inside == 0 and blas == 2 and serial == 1, out.stdout
+
+
+def test_a_call_at_interpreter_exit_runs_on_the_calling_thread():
+    """An atexit hook's call (or a daemon thread's at exit) raised 'cannot schedule new futures after
+    interpreter shutdown' from the worker pool whenever the policy had two workers."""
+    code = ("import atexit, warnings, numpy as np, threadpoolctl, tuckerkit as tk\n"
+            "warnings.simplefilter('ignore')\nthreadpoolctl.threadpool_limits(2)\n"
+            "X = np.random.default_rng(0).standard_normal((120, 120, 120))\n"
+            "ref = tk.hooi(X, 10, max_iter=1).fit\n"
+            "atexit.register(lambda: print(tk.hooi(X, 10, max_iter=1).fit == ref))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]

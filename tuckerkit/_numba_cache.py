@@ -5,8 +5,9 @@ package's own ``__pycache__`` if it can write there, else its user-wide folder (
 ``~/.cache/numba``). Where neither is writable (a read-only install run by a user without a home, as in a
 container started with ``--user``), numba refuses to define the kernel and ``import tuckerkit`` failed with
 ``RuntimeError: cannot cache function ...: no locator available``. :func:`ensure_numba_cache` then points
-numba at a folder of the user's own under the temporary directory (``NUMBA_CACHE_DIR``), before any kernel is
-defined; a cache folder the user chose is never changed.
+numba at a folder of the user's own under the temporary directory (``NUMBA_CACHE_DIR``; only one that user
+alone can write, :func:`private_tmp_folder`), before any kernel is defined; a cache folder the user chose is
+never changed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,33 @@ def _writable(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def private_tmp_folder(name: str) -> str | None:
+    """``<tmp>/<name>`` as a folder only this user can write (made with mode 0700 if absent), or None: no
+    temporary directory at all, or a folder there that is a link, another user's, or writable by others. The
+    name is predictable, so another user could make it first and fill it: numba unpickles its cache's index
+    files, and a planted one ran its code as the user who imported tuckerkit."""
+    try:
+        folder = os.path.join(tempfile.gettempdir(), name)
+    except (OSError, FileNotFoundError):  # (no usable temporary directory: gettempdir raises)
+        return None
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    import stat
+
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid) or st.st_mode & 0o022:
+        return None
+    return folder
 
 
 def ensure_numba_cache(package_dir: str | None = None,
@@ -48,9 +76,9 @@ def ensure_numba_cache(package_dir: str | None = None,
     if _writable(os.path.join(home_cache, "numba")):
         return None
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    folder = os.path.join(tempfile.gettempdir(), f"tuckerkit-numba-{uid}")
-    if not _writable(folder):
-        return None  # (nowhere to write: numba's own message stands)
+    folder = private_tmp_folder(f"tuckerkit-numba-{uid}")
+    if folder is None or not _writable(folder):
+        return None  # (nowhere safe to write: numba's own message stands)
     environ["NUMBA_CACHE_DIR"] = folder
     numba = sys.modules.get("numba")
     if numba is not None and environ is os.environ:  # (numba read its configuration when it was imported)

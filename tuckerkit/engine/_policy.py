@@ -162,6 +162,7 @@ class _BlasPin:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.inside = 0
+        self.mine = threading.local()  # (``n``: the calls of this thread inside, for a fork's child)
         self.saved: list[int] | None = None
         self.pinned: list[Any] = []
         self.libs: list[Any] | None = None
@@ -244,6 +245,7 @@ class _BlasPin:
             elif len(sys.modules) != self.modules_seen:  # an import inside the pin: pin what it loaded too
                 self._pin_new()
             self.inside += 1
+            self.mine.n = getattr(self.mine, "n", 0) + 1
 
     def _pin_new(self) -> None:
         """Hold at one thread the libraries loaded since the outermost call came in (lock held)."""
@@ -261,12 +263,30 @@ class _BlasPin:
     def leave(self) -> None:
         with self.lock:
             self.inside -= 1
+            self.mine.n = getattr(self.mine, "n", 1) - 1
             if self.inside == 0:
-                saved = self.saved or []
-                for i, (get, put) in enumerate(self.pinned_access):
-                    n = saved[i]
-                    if n != 1 or int(get()) != n:  # one it held at 1 is set back without asking first
-                        put(n)
+                self._restore()
+
+    def _restore(self) -> None:
+        """Every pinned library back at the caller's count (lock held, or no other thread)."""
+        saved = self.saved or []
+        for i, (get, put) in enumerate(self.pinned_access):
+            n = saved[i]
+            if n != 1 or int(get()) != n:  # one it held at 1 is set back without asking first
+                put(n)
+        self.saved = None
+
+    def after_fork_in_child(self) -> None:
+        """A forked child has only the thread that forked: the calls other threads were inside never leave
+        there. The count becomes that thread's own (0 unless a callback forked), and at 0 the libraries go back
+        to the caller's counts (the child's calls had stopped pinning, their bits changed, and
+        ``threadpool_limits(1)`` was ignored). The lock is made anew (another thread may have held it)."""
+        self.lock = threading.Lock()
+        self.inside = max(0, getattr(self.mine, "n", 0))
+        if self.inside == 0 and self.saved is not None:
+            try:
+                self._restore()
+            except Exception:  # pragma: no cover (a library that cannot be set in the child: left as it is)
                 self.saved = None
 
     # a context manager without a generator (a planned small contraction enters it on every call)
@@ -277,6 +297,8 @@ class _BlasPin:
 
 
 _PIN = _BlasPin()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_PIN.after_fork_in_child)
 
 
 def scipy_linalg() -> Any:
@@ -598,7 +620,13 @@ def parallel_for(work: Callable[[int, Any], None], n_items: int, policy: Executi
         handoff.park()
     quiet_blas_workers()  # and so do OpenBLAS's own
     pool = _pool(w - 1)
-    futures = [pool.submit(drain) for _ in range(w - 1)]
+    futures = []
+    for _ in range(w - 1):
+        try:
+            futures.append(pool.submit(drain))
+        except RuntimeError:  # (the interpreter is shutting down: an atexit hook's or a daemon thread's call raised
+            # "cannot schedule new futures after interpreter shutdown"; the items run here and on those submitted)
+            break
     error: BaseException | None = None
     try:
         states = [drain()]

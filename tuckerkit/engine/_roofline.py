@@ -78,14 +78,63 @@ def _cache_dir() -> Path:
     return Path(base) / "tuckerkit"
 
 
-def _fallback_dir() -> Path:
+def _fallback_dir() -> Path | None:
     """Where the calibration is kept when the user's cache folder cannot be written (a read-only home, no home):
     a folder of the user's own under the temporary directory, so that the processes of one machine share one
-    calibration (the kernels it chooses, and so the bits) rather than each measuring its own."""
-    import tempfile
+    calibration (the kernels it chooses, and so the bits) rather than each measuring its own; None where that
+    folder is not the user's alone (another user could plant a calibration that steers the kernels)."""
+    from tuckerkit._numba_cache import private_tmp_folder
 
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"tuckerkit-{uid}"
+    folder = private_tmp_folder(f"tuckerkit-{uid}")
+    return Path(folder) if folder is not None else None
+
+
+def _entry_roofline(entry: Any) -> Roofline | None:
+    """A cache entry's roofline, or None when it is not one: every number finite and positive (a 0 made every
+    planning divide by zero, in every process; NaN turned every candidate into the compiled kernel)."""
+    try:
+        vals = [float(entry[k]) for k in ("bandwidth", "peak64", "peak32")]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) and v > 0 for v in vals):
+        return None
+    return Roofline(vals[0], vals[1], vals[2], "cache")
+
+
+def _read_entry(path: Path, key: str) -> tuple[Roofline | None, dict]:
+    """(the roofline under ``key`` in the cache file ``path``, or None; the file's whole contents, {} when it is
+    missing or corrupt)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, {}
+    if not isinstance(data, dict):
+        return None, {}
+    return _entry_roofline(data.get(key)), data
+
+
+def _store(path: Path, key: str, fresh: Roofline) -> Roofline:
+    """Record ``fresh`` under ``key`` in ``path``, unless another process recorded one first (read again under
+    an exclusive lock of ``path``'s ``.lock`` file): then that one is returned. Processes started together on a
+    fresh machine each measured their own and chose kernels by it: the same call gave other bits in one of
+    three. Raises OSError where the folder cannot be written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover (no fcntl: Windows; first writer wins by the rename alone)
+            pass
+        found, data = _read_entry(path, key)
+        if found is not None:
+            return found
+        data[key] = {k: v for k, v in asdict(fresh).items() if k != "source"}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+        return fresh
 
 
 def _machine_key() -> str:
@@ -215,28 +264,18 @@ def machine_roofline() -> Roofline:
             return _CURRENT["r"]
         key = _machine_key()
         found = None
-        datas = []
-        for path in (_cache_dir() / _FILE, _fallback_dir() / _FILE):
-            data: Any = {}
-            try:
-                data = json.loads(path.read_text())
-                entry = data.get(key) if isinstance(data, dict) else None
-                if isinstance(entry, dict):
-                    found = Roofline(float(entry["bandwidth"]), float(entry["peak64"]), float(entry["peak32"]),
-                                     "cache")
-                    break
-            except (OSError, ValueError, KeyError, TypeError):
-                data = {}
-            datas.append((path, data if isinstance(data, dict) else {}))
-        if found is None:
-            found = calibrate()
-            for path, data in datas:  # the user's cache folder, else the fallback under the temporary directory
+        fallback = _fallback_dir()
+        paths = [_cache_dir() / _FILE] + ([fallback / _FILE] if fallback is not None else [])
+        for path in paths:
+            found = _read_entry(path, key)[0]
+            if found is not None:
+                break
+        if found is None:  # (none, or one that is not finite and positive: measured and written again)
+            fresh = calibrate()
+            found = fresh
+            for path in paths:  # the user's cache folder, else the fallback under the temporary directory
                 try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    data[key] = {k: v for k, v in asdict(found).items() if k != "source"}
-                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                    tmp.write_text(json.dumps(data, indent=1))
-                    tmp.replace(path)
+                    found = _store(path, key, fresh)
                     break
                 except OSError:  # (read-only: the next folder; neither: once per process)
                     continue
