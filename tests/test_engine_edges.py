@@ -3,6 +3,9 @@ before it)."""
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import numpy as np
 import pytest
 
@@ -65,3 +68,38 @@ def test_a_plan_runs_on_the_integer_operands_it_was_made_from_and_refuses_contra
     got = tk.contract("ik,kj->ij", Ar, Br, plan=f, out_layout="F")
     assert got.flags.f_contiguous
     np.testing.assert_allclose(got, Ar @ Br, rtol=1e-12)
+
+
+@pytest.mark.parametrize("perm", list(itertools.permutations(range(3))))
+@pytest.mark.parametrize("kind", ["dense", "gapped", "reversed"])
+def test_a_plan_made_for_an_out_runs_without_one(perm, kind):
+    """A plan made with out= in the (m, p, n) memory order and called without out failed in numpy's reshape
+    ("Unable to avoid creating a copy"): a fresh output now takes the planned out's axis order."""
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((30, 40)), rng.standard_normal((50, 40, 20))
+    ref = np.einsum("mk,nkp->mnp", A, B)
+    shape = tuple(ref.shape[i] for i in perm)
+    buf = (np.empty((*shape[:-1], 2 * shape[-1]))[..., ::2] if kind == "gapped" else
+           np.empty(shape)[::-1] if kind == "reversed" else np.empty(shape))
+    out = buf.transpose(np.argsort(perm))
+    for layout in ("auto", "C", "F"):
+        plan = tk.plan_contraction("mk,nkp->mnp", A, B, out=out, out_layout=layout)
+        tol = 64 * 40 * np.finfo(np.float64).eps * np.abs(ref).max()
+        np.testing.assert_allclose(plan(A, B), ref, rtol=0, atol=tol)
+        np.testing.assert_allclose(tk.contract("mk,nkp->mnp", A, B, plan=plan), ref, rtol=0, atol=tol)
+        assert plan(A, B, out) is out
+        np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(15,), (3, 5, 1), (5, 3), (3, 6)])
+def test_an_out_of_another_shape_is_refused_before_planning(shape):
+    """An out of another order failed inside the planner (zip() argument 2 is shorter than argument 1), and
+    plan_contraction planned with an out of the wrong extents without a word."""
+    A, B = np.ones((3, 4)), np.ones((4, 5))
+    msg = rf"^out has shape {re.escape(str(shape))}; expected \(3, 5\) for spec 'ik,kj->ij'$"
+    with pytest.raises(ValueError, match=msg):
+        tk.contract("ik,kj->ij", A, B, out=np.empty(shape))
+    with pytest.raises(ValueError, match=msg):
+        tk.plan_contraction("ik,kj->ij", A, B, out=np.empty(shape))
+    with pytest.raises(ValueError, match=r"^out has shape \(1,\); expected \(\) for spec 'i,i->'$"):
+        tk.contract("i,i->", A[0], A[0], out=np.empty(1))

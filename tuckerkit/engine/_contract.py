@@ -100,12 +100,29 @@ def _prepare(spec, A, B, out, out_layout, write=True):
     B = _as_operand(B, "B", xp, dtype)
     out_strides = None
     if out is not None:
+        _check_out_shape(spec, A, B, out)  # (before planning: an out of another order failed in the planner's zip())
         if out.dtype != dtype:
             raise TypeError(f"out has dtype {out.dtype}; expected {dtype} (the result dtype of A and B)")
         if any(s % out.itemsize for s in out.strides):
             raise ValueError("out is not aligned to its itemsize; pass an aligned array")
         out_strides = tuple(s // out.itemsize for s in out.strides)
     return xp, dtype, A, B, out, out_strides
+
+
+def _check_out_shape(spec: Any, A: Any, B: Any, out: Any) -> None:
+    """``out``'s shape against the one ``spec`` gives ``A`` and ``B`` (a one-line ValueError; where the extents
+    of one index disagree, the planner names them)."""
+    from tuckerkit.engine._spec import parse_spec
+
+    sp = parse_spec(spec, A.ndim, B.ndim)
+    sizes: dict[str, int] = {}
+    for labels, shape in ((sp.a, A.shape), (sp.b, B.shape)):
+        for x, n in zip(labels, shape, strict=True):
+            if sizes.setdefault(x, int(n)) != int(n):
+                return
+    want = tuple(sizes[x] for x in sp.c)
+    if tuple(out.shape) != want:
+        raise ValueError(f"out has shape {tuple(out.shape)}; expected {want} for spec {spec!r}")
 
 
 def _elem_strides(x) -> tuple[int, ...]:

@@ -252,7 +252,9 @@ class ContractionPlan:
     summed_modes : tuple of str
         Modes of one operand that appear nowhere else and are summed before the product.
     est_seconds : float
-        The cost model's time estimate.
+        The planner's time estimate of the plan chosen: for a compiled kernel the roofline model's (the first
+        row of ``estimates``), for BLAS the planner's own GEMM model, which the ``estimates`` rows that weighed
+        a compiled kernel against it (the roofline model's, shown by :meth:`explain`) need not equal.
     device : str
         ``"cpu"``, or ``"cuda"`` for a plan of cupy operands (run as cuBLAS strided-batched calls).
     policy : ExecutionPolicy
@@ -920,6 +922,9 @@ def _allocation_order(pb: _Problem, ch: _Choice, out_strides, out_layout: str) -
     spec = pb.spec
     if out_layout == "F" and out_strides is None:
         return tuple(reversed(range(len(spec.c))))
+    if out_strides is not None:  # (a plan made for an out= and then called without one: a fresh output in that
+        # out's axis order, which the plan's output views were worked out for; C order failed to reshape)
+        return tuple(sorted(range(len(spec.c)), key=lambda i: (pb.sizes[spec.c[i]] == 1, -abs(out_strides[i]), i)))
     if ch.cand.c_order is not None and not ch.copy_out:
         pos_c = {x: i for i, x in enumerate(spec.c)}
         return tuple(pos_c[x] for x in ch.cand.c_order) + tuple(
