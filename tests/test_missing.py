@@ -264,3 +264,41 @@ def test_masked_cp_line_search_judges_jumps_on_the_observed_entries(rng, monkeyp
     observed_error = np.linalg.norm(mask * (X - a.to_dense())) / np.linalg.norm(mask * X)
     assert abs((1 - a.fit) - observed_error) < 1e-9
     assert a.n_iter < b.n_iter and a.fit >= b.fit - 1e-6
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_tucker_starts_core_is_checked_in_one_line(masked):
+    """hooi(mask=, init=(core, factors)) uses the core for the first fill but never checked it: a NaN core
+    failed in LAPACK (?syevd), a core of other extents named the engine's matrices[0], a scalar "X"."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((10, 11, 12))
+    mask = rng.random(X.shape) > 0.4 if masked else None
+    Us = [np.linalg.qr(rng.standard_normal((n, 3)))[0] for n in X.shape]
+    for core, exc, msg in [
+        (np.full((3, 3, 3), np.nan), ValueError, r"^init's core contains NaN or infinite values; expected finite"),
+        (np.ones((2, 2, 2)), ValueError, r"^init's core has shape \(2, 2, 2\); expected \(3, 3, 3\) \(the ranks\)$"),
+        (1.0, ValueError, r"^init's core has shape \(\); expected \(3, 3, 3\) \(the ranks\)$"),
+        (np.full((3, 3, 3), "a"), TypeError, r"^init's core has dtype <U1; expected numbers$"),
+    ]:
+        with pytest.raises(exc, match=msg):
+            tk.hooi(X, 3, init=(core, Us), mask=mask, max_iter=2)
+
+
+def test_a_masked_start_beyond_the_dtypes_range_is_refused_in_one_line():
+    """A masked CP-ALS from factors of 1e100 (finite) filled the missing entries with ~1e300: the Grams overflowed
+    and LAPACK failed (DLASCL's illegal value, then 'SVD did not converge'); the same start without a mask is
+    rescaled and runs. HOOI's core 1e308 the same."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((10, 11, 12))
+    mask = rng.random(X.shape) > 0.4
+    F = [1e100 * rng.random((n, 3)) for n in X.shape]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        assert np.isfinite(tk.cp_als(X, 3, init=F, max_iter=3, tol=0).fit)
+    msg = (r"^init's model, filled in at the missing entries, gives the tensor a root-mean-square of .*, beyond "
+           r"float64's safe range \(the observed entries': 0\.987\); scale the start to the data's magnitude$")
+    with pytest.raises(ValueError, match=msg):
+        tk.cp_als(np.where(mask, X, np.nan), 3, init=F, mask=mask, max_iter=3, tol=0)
+    Us = [np.linalg.qr(rng.standard_normal((n, 3)))[0] for n in X.shape]
+    with pytest.raises(ValueError, match=msg):
+        tk.hooi(X, 3, init=(np.full((3, 3, 3), 1e308), Us), mask=mask, max_iter=2)

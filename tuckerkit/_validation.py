@@ -488,9 +488,19 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
         if got_shape != tuple(shape) or cols != want:
             raise ValueError(f"init has shape {got_shape} and ranks {cols}; expected shape {tuple(shape)} and "
                              f"ranks {want}")
-        if real_x and first is not None and hasattr(first, "dtype") and np.dtype(first.dtype).kind == "c":
-            raise TypeError(f"init's core has complex dtype {first.dtype}; expected a real core for a real X "
-                            f"({np.dtype(dtype)})")
+        if first is not None:  # (used with mask=, for the first fill: a NaN core failed in LAPACK, a scalar or one
+            # of other extents in the engine's words about matrices[0] and X)
+            core = first if hasattr(first, "shape") and hasattr(first, "dtype") else np.asarray(first)
+            if tuple(core.shape) != want:
+                raise ValueError(f"init's core has shape {tuple(core.shape)}; expected {want} (the ranks)")
+            if np.dtype(core.dtype).kind not in "biufc":
+                raise TypeError(f"init's core has dtype {core.dtype}; expected numbers")
+            if real_x and np.dtype(core.dtype).kind == "c":
+                raise TypeError(f"init's core has complex dtype {core.dtype}; expected a real core for a real X "
+                                f"({np.dtype(dtype)})")
+            if count_nonfinite(core):
+                raise ValueError("init's core contains NaN or infinite values; expected finite numbers")
+            first = core
         return first, checked
     if len(set(cols)) > 1:
         raise ValueError(f"init's factor matrices have {list(cols)} columns; expected {ranks} each (the rank)")

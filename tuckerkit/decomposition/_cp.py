@@ -177,8 +177,8 @@ def cp_als(
         ``linesearch=False`` is plain ALS, iteration for iteration the algorithm of pyttb's ``cp_als`` and
         TensorLy's default ``parafac``. With ``mask=`` a jump is judged on the observed entries (see ``mask``).
     orthogonalize : int, default 0
-        Replace each factor with more rows than ``rank`` by the Q of its QR factorization before each of
-        the first ``orthogonalize`` iterations (TensorLy's ``orthogonalise``): a start that avoids
+        Replace each factor with at least as many rows as ``rank`` by the Q of its QR factorization before
+        each of the first ``orthogonalize`` iterations (TensorLy's ``orthogonalise``): a start that avoids
         degenerate, nearly collinear components; the fit is not monotone during those iterations.
     callback : callable, optional
         ``callback(state)`` after each iteration; returning True stops.
@@ -351,7 +351,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
             call.like(rng.random((X.shape[n], rank))) for n in range(N)
         ]
     if em is not None and not isinstance(init, str):  # the start's values at the missing entries
-        em.fill(CPModel(weights, factors))
+        em.fill_start(CPModel(weights, factors))
     # with complex factors the model stays multilinear (no conjugate, as TensorLy's): the MTTKRP contracts
     # with the conjugated factors, X_(n) conj(KR), and the Grams are U^T conj(U), so that U_n V = M_n is
     # the least-squares update (V = K^T conj(K), Hermitian positive definite)

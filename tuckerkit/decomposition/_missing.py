@@ -211,6 +211,29 @@ class EStep:
             self.missing = ~mask
             self.norm_obs = frobenius_norm(self.xp.where(mask, filled, 0))
 
+    def fill_start(self, model: Any) -> None:
+        """:meth:`fill` from a start the caller gave, refused in one line where its values at the missing entries
+        put the tensor's magnitude outside its dtype's safe range (the observed data set the call's scale before:
+        a start of 1e100-sized factors overflowed the Grams and LAPACK failed, where the same start without a mask
+        is rescaled)."""
+        import math
+
+        from tuckerkit.decomposition._entry import _RMS_RANGE
+        from tuckerkit.engine._operand import frobenius_norm
+
+        self.fill(model)
+        dt = np.dtype(self.X.dtype)
+        hi = _RMS_RANGE.get(dt, (2.0**-40, 2.0**40))[1]
+        size = max(int(self.X.size), 1)
+        rms = frobenius_norm(self.X) / math.sqrt(size)
+        if math.isfinite(rms) and rms <= hi:
+            return
+        n_obs = int(self.observed.sum()) if self.pieces else int(size - int(self.missing.sum()))
+        obs = self.norm_obs / math.sqrt(max(n_obs, 1))
+        raise ValueError(f"init's model, filled in at the missing entries, gives the tensor a root-mean-square of "
+                         f"{rms:.3g}, beyond {dt.name}'s safe range (the observed entries': {obs:.3g}); scale the "
+                         "start to the data's magnitude")
+
     def fill(self, model: Any) -> None:
         """The missing entries take the model's values."""
         if not self.pieces:
