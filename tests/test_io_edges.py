@@ -179,3 +179,40 @@ def test_readers_name_a_file_object_given_for_a_path(tmp_path):
                 fn(fh)
         with pytest.raises(TypeError, match=r"received b'f\.npz' \(bytes\)$"):
             load_result(b"f.npz")
+
+
+def test_sparse_writers_refuse_a_name_their_readers_refuse(tmp_path):
+    """save_npz wrote "x.tns" and "z", to_tns wrote "y.npz": files tuckerkit's own readers then refused."""
+    from tuckerkit.io import OutputFileError
+    from tuckerkit.sparse import COOTensor
+
+    C = COOTensor([[0, 0], [1, 2]], [1.0, 2.0], shape=(2, 3))
+    for write, name, suffix in [(C.save_npz, "x.tns", ".npz"), (C.save_npz, "z", ".npz"), (C.to_tns, "y.npz", ".tns")]:
+        with pytest.raises(OutputFileError, match=rf"^output '.*{name}' must end in \{suffix}$"):
+            write(tmp_path / name)
+    assert not list(tmp_path.iterdir())
+    C.save_npz(tmp_path / "ok.NPZ")
+    C.to_tns(tmp_path / "ok.tns")
+    assert COOTensor.from_npz(tmp_path / "ok.NPZ").shape == (2, 3)
+
+
+def test_a_complex_file_opens_as_the_decompositions_take_it(tmp_path):
+    """open_tensor refused a complex .npy that hooi(load_tensor(path)) decomposes; and a complex operand made
+    beforehand passed the real-only decompositions unchecked (non_negative_cp ran on it, non_negative_tucker failed
+    in numba's typing)."""
+    import tuckerkit as tk
+    from tuckerkit.engine import as_operand
+    from tuckerkit.io import open_tensor
+
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((6, 7, 8)) + 1j * rng.standard_normal((6, 7, 8))
+    np.save(tmp_path / "z.npy", Z)
+    op = open_tensor(tmp_path / "z.npy")
+    assert op.dtype == np.complex128
+    assert tk.hooi(op, (2, 2, 2)).fit == tk.hooi(load_tensor(tmp_path / "z.npy"), (2, 2, 2)).fit
+    with pytest.raises(TypeError, match=r"^memory_limit= streams real tensors; X has dtype complex128"):
+        open_tensor(tmp_path / "z.npy", memory_limit=100)
+    for fn in (tk.non_negative_cp, tk.non_negative_tucker):
+        for X in (op, as_operand(Z)):
+            with pytest.raises(TypeError, match=r"^X has complex dtype complex128; expected a real tensor"):
+                fn(X, 2)

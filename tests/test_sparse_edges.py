@@ -92,3 +92,29 @@ def test_tns_shape_checked_and_kept_by_a_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         COOTensor([[0, 0], [1, 2]], [1.0, 2.0], (2, 3)).to_tns(r)  # (its shape is its largest indices: no word)
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_an_unpickled_coo_tensor_keeps_its_plan_and_bits(how):
+    """The cached plan's stamp held the values array's address, which never matched after unpickling: a kind
+    forced with X.plan(csf="one") was dropped on first use (cp_als ran "all": other bits), and plan(csf="one")
+    again handed back the stale cache."""
+    import copy
+    import pickle
+
+    X = np.random.default_rng(0).random((6, 7, 8))
+    X[X < 0.7] = 0
+    A = COOTensor.from_dense(X)
+    A.plan(csf="one")
+    B = pickle.loads(pickle.dumps(A)) if how == "pickle" else copy.deepcopy(A)
+    assert B.plan().kind == "one"
+    a, b = tk.cp_als(A, 3, random_state=0), tk.cp_als(B, 3, random_state=0)
+    assert a.plans[0].kind == b.plans[0].kind == "one"
+    for U, V in zip(a.factors, b.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
+    C = pickle.loads(pickle.dumps(A))
+    C.values[0] += 1.0  # (edited after unpickling: the plan is rebuilt, of the kind asked)
+    assert C.plan(csf="one").kind == "one"
+    dense = C.to_dense()
+    np.testing.assert_allclose(tk.mttkrp(C, [np.ones((n, 2)) for n in C.shape], 0),
+                               np.einsum("ijk,jr,kr->ir", dense, np.ones((7, 2)), np.ones((8, 2))), rtol=1e-14)

@@ -699,6 +699,15 @@ def test_pyttb_and_tensorly_conversions_both_ways(rng):
     assert isinstance(kt, pyttb.ktensor)
     np.testing.assert_allclose(kt.full().data, cp.full(), atol=100 * EPS64 * np.abs(X).max())
     np.testing.assert_array_equal(CPTensor.from_pyttb(kt).weights, cp.weights)
+    # a model from pyttb owns its arrays: pyttb's in-place methods rewrote one that shared them
+    mine, weights = CPTensor.from_pyttb(kt), np.array(kt.weights)
+    kt.normalize()
+    kt.factor_matrices[0][:] = 0
+    np.testing.assert_array_equal(mine.weights, weights)
+    assert np.abs(mine.full()).max() > 0
+    back = TuckerTensor.from_pyttb(tt)
+    tt.factor_matrices[0][:] = 0
+    np.testing.assert_array_equal(back.factors[0], T.factors[0])
     tl_T = T.to_tensorly()
     tl_T[0][0, 0, 0] += 1.0  # TensorLy may write to its copy; ours is unchanged
     assert T.core[0, 0, 0] != tl_T[0][0, 0, 0]

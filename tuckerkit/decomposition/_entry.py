@@ -372,6 +372,9 @@ def _decomposition_call(X: Any, device: Any, memory_limit: Any, min_ndim: int, c
                          "with its chunks)")
     if complex_ok:
         _check_complex_dense(X, op)
+    elif np.dtype(op.dtype).kind == "c":  # (an operand made before, as_operand(Z) or open_tensor: passed through
+        # unchecked; non_negative_cp ran on it, non_negative_tucker failed in numba's typing)
+        raise TypeError(f"X has complex dtype {op.dtype}; expected a real tensor (float32 or float64)")
     # a dense array is checked for NaN and Inf by the norm's own pass (either makes the norm non-finite; only
     # then are they counted, for the message): one read of X instead of two (8 of 25 ms on a 200^3 tensor)
     dense = isinstance(op, DenseTensor)

@@ -713,7 +713,7 @@ class TuckerTensor(_Model):
 
     @classmethod
     def from_pyttb(cls, obj) -> TuckerTensor:
-        """Build from a ``pyttb.ttensor`` (its core and factor matrices, as host arrays).
+        """Build from a ``pyttb.ttensor`` (copies of its core and factor matrices, as host arrays).
 
         Examples
         --------
@@ -733,7 +733,9 @@ class TuckerTensor(_Model):
         core = getattr(obj.core, "data", None)
         if core is None:
             raise TypeError(f"from_pyttb expects a ttensor with a dense core; its core is a {type(obj.core).__name__}")
-        return cls(np.asarray(core), tuple(np.asarray(U) for U in obj.factor_matrices))
+        # (copies: the model is frozen, and pyttb's in-place methods, normalize or an edit of factor_matrices,
+        # rewrote a model that shared their memory)
+        return cls(np.array(core), tuple(np.array(U) for U in obj.factor_matrices))
 
 
 @dataclass(frozen=True, eq=False)
@@ -930,7 +932,7 @@ class CPTensor(_Model):
 
     @classmethod
     def from_pyttb(cls, obj) -> CPTensor:
-        """Build from a ``pyttb.ktensor`` (its weights and factor matrices, as host arrays).
+        """Build from a ``pyttb.ktensor`` (copies of its weights and factor matrices, as host arrays).
 
         Examples
         --------
@@ -947,4 +949,5 @@ class CPTensor(_Model):
             from tuckerkit._validation import describe
 
             raise TypeError(f"from_pyttb expects a pyttb.ktensor; received {describe(obj)}")
-        return cls(np.asarray(obj.weights), tuple(np.asarray(U) for U in obj.factor_matrices))
+        # (copies, as TuckerTensor.from_pyttb: ktensor.normalize() rewrote a model that shared its weights)
+        return cls(np.array(obj.weights), tuple(np.array(U) for U in obj.factor_matrices))

@@ -32,7 +32,8 @@ def open_tensor(
     when larger than ``memory_limit``, or chunk by chunk on a Dask cluster with ``scheduler``; ``.h5``/``.hdf5``
     datasets are read lazily under ``memory_limit``; ``.npz`` and ``.mat`` are read into memory. Dense tensors
     are checked for NaN and Inf here, once (streamed ones during their first pass), so the decomposition that
-    follows does not scan them again.
+    follows does not scan them again. A complex dense tensor opens in memory (HOSVD, ST-HOSVD, HOOI and CP-ALS
+    take it; streaming with ``memory_limit`` is for real tensors).
 
     Parameters
     ----------
@@ -125,8 +126,9 @@ def open_tensor(
         return _sparse_operand(data, dtype, csf, iterations, check_finite, label)
     if csf is not None:
         raise ValueError(f"csf= applies to sparse tensors (.tns, a sparse .npz); {str(p)!r} holds a dense one")
-    return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=True, min_ndim=2,
-                      name=label)
+    # (complex in memory, as the decompositions take it; streamed tensors are real, as memory_limit everywhere)
+    return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=limit is not None,
+                      min_ndim=2, name=label)
 
 
 def _sparse_operand(X: Any, dtype: Any, csf: str | None, iterations: int | None, check_finite: bool,

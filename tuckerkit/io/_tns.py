@@ -333,7 +333,9 @@ def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *
     coords : array of int, shape (nnz, N)
         0-based, non-negative.
     values : array of float, shape (nnz,)
-        Finite; float32 values are written in float32's shortest form.
+        Finite; float32 values are written in float32's shortest form (a .tns file records no dtype: read them
+        back with ``read_tns(path, dtype=numpy.float32)`` for the same bits; read as float64 they are the
+        nearest doubles of those decimals, 0.1 for float32's 0.100000001).
     force : bool, default False
         Overwrite an existing file (refused otherwise with :class:`OutputFileError`).
     policy : ExecutionPolicy, optional
@@ -354,6 +356,7 @@ def write_tns(path: str | os.PathLike, coords: np.ndarray, values: np.ndarray, *
     from tuckerkit.io import _tnsparse as K
     from tuckerkit.io._save import atomic_write
 
+    _check_suffix(path, ".tns")
     c = np.asarray(coords)
     v = np.asarray(values)
     if c.ndim != 2 or c.dtype.kind not in "iu":
@@ -416,6 +419,7 @@ def save_sparse_npz(path: str | os.PathLike, coords: np.ndarray, values: np.ndar
     and ``shape`` (N,), atomically (the binary form of a ``.tns`` file: read back at disk speed)."""
     from tuckerkit.io._save import atomic_write
 
+    _check_suffix(path, ".npz")
     arrays = {"coords": np.ascontiguousarray(coords), "values": np.ascontiguousarray(values),
               "shape": np.asarray(shape, dtype=np.int64)}
 
@@ -423,6 +427,19 @@ def save_sparse_npz(path: str | os.PathLike, coords: np.ndarray, values: np.ndar
         np.savez(f, **arrays)  # type: ignore[arg-type]
 
     atomic_write(path, writer, force=force)
+
+
+def _check_suffix(path: Any, suffix: str) -> None:
+    """An output's name must end in ``suffix`` (any case, as the readers take it): a .npz written as "x.tns"
+    or "z" was refused by tuckerkit's own readers afterwards."""
+    from tuckerkit.io._save import OutputFileError
+
+    if not isinstance(path, str | os.PathLike):
+        from tuckerkit._validation import describe
+
+        raise TypeError(f"path must be a file name ending in {suffix}; received {describe(path)}")
+    if not str(path).lower().endswith(suffix):
+        raise OutputFileError(f"output {str(path)!r} must end in {suffix}")
 
 
 def is_sparse_npz(files: Sequence[str]) -> bool:

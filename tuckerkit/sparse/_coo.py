@@ -223,7 +223,9 @@ class COOTensor(SparseOperand):
     def to_tns(self, path: str | os.PathLike, *, force: bool = False) -> None:
         """Write a FROSTT ``.tns`` file (see :func:`tuckerkit.io.write_tns`). The format stores no shape: a reader
         takes each mode's largest index, so where a mode has empty slices past its last nonzero a
-        ``UserWarning`` says which shape to pass back to :meth:`from_tns` (:meth:`save_npz` keeps the shape)."""
+        ``UserWarning`` says which shape to pass back to :meth:`from_tns` (:meth:`save_npz` keeps the shape). Nor
+        does it store the dtype: float32 values come back with the same bits from ``from_tns(path,
+        dtype=numpy.float32)``."""
         from tuckerkit.io import write_tns
 
         write_tns(path, self.coords, self.values, force=force)

@@ -137,6 +137,22 @@ class SparseOperand(SparseShape, OperandBase):
         self.__dict__.pop("_tk_csf_stamp", None)
         return True
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled (or deep-copied): the cached CSF plan, pickled with its trees, is kept when the values are
+        the ones its trees were built from, its stamp moved to the new ``values`` array. The stamp holds the
+        array's address, which never matched after unpickling: the plan was dropped on first use, so a kind
+        forced with ``X.plan(csf="one")`` was silently replaced (another kind, other bits) and the pickled
+        trees were carried for nothing."""
+        self.__dict__.update(state)
+        stamp = state.get("_tk_csf_stamp")
+        if state.get("_tk_csf") is None or stamp is None:
+            return
+        from tuckerkit.sparse._mttkrp import values_stamp
+
+        now = values_stamp(self)
+        if now is not None and tuple(now[1:]) == tuple(stamp[1:]):  # (the same length and entries' bits)
+            self.__dict__["_tk_csf_stamp"] = now
+
     def scaled(self, factor: float) -> Any:
         """The tensor with its values times ``factor``; the CSF trees built so far are kept (their index
         arrays shared, their values scaled)."""
@@ -204,6 +220,7 @@ class SparseOperand(SparseShape, OperandBase):
                 raise ValueError(f"memory_budget={memory_budget} is invalid; expected a positive number of bytes")
         if csf is None and (memory_budget is not None or iterations is not None):
             csf = "auto"
+        self.drop_stale_plan()  # (values edited since: a cached plan of the asked kind was handed back stale)
         return sparse_plan(self, csf, memory_budget, iterations)[0]
 
     # -- the operand protocol ------------------------------------------------------------------------
