@@ -105,8 +105,8 @@ def test_non_negative_cp_with_every_mode_fixed_returns_the_start(X):
 def test_non_negative_tucker_refuses_a_non_finite_start_core(X):
     fs = [np.abs(np.random.default_rng(1).standard_normal((s, 2))) for s in X.shape]
     for bad in (np.nan, np.inf):
-        with pytest.raises(ValueError, match=r"^init's core has NaN or infinite entries; expected finite "
-                                             r"non-negative numbers$"):
+        with pytest.raises(ValueError, match=r"^init's core contains NaN or infinite values; expected finite "
+                                             r"numbers$"):
             tk.non_negative_tucker(np.abs(X), 2, init=(np.full((2, 2, 2), bad), fs))
 
 
