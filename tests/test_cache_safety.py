@@ -34,9 +34,19 @@ def test_a_folder_others_can_write_or_a_link_is_never_used(monkeypatch, tmp_path
     """The fallback folder's name is predictable: another user could make it first (world-writable) and plant
     an index file that numba unpickles, running their code as the user who imports tuckerkit."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    other = 0 if os.getuid() != 0 else 65534
+    (tmp_path / "tk-theirs").mkdir()
+    os.chmod(tmp_path / "tk-theirs", 0o777)
+    if os.getuid() == 0:
+        os.chown(tmp_path / "tk-theirs", other, other)
+        assert private_tmp_folder("tk-theirs") is None  # (another user's: never used)
+    else:  # pragma: no cover (only root can give a folder away)
+        assert os.lstat(tmp_path / "tk-theirs").st_uid == os.getuid()
+    # the user's own, group- or world-writable (an older version's, under a loose umask): tightened, then used
     (tmp_path / "tk-open").mkdir()
     os.chmod(tmp_path / "tk-open", 0o777)
-    assert private_tmp_folder("tk-open") is None
+    assert private_tmp_folder("tk-open") == str(tmp_path / "tk-open")
+    assert os.lstat(tmp_path / "tk-open").st_mode & 0o022 == 0
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     os.symlink(tmp_path / "elsewhere", tmp_path / "tk-link")
     assert private_tmp_folder("tk-link") is None
@@ -45,15 +55,32 @@ def test_a_folder_others_can_write_or_a_link_is_never_used(monkeypatch, tmp_path
     # numba's fallback: where the package and the home cannot hold a cache and the tmp folder is not private,
     # NUMBA_CACHE_DIR is left unset (numba's own message) rather than pointed there
     uid = os.getuid()
-    (tmp_path / f"tuckerkit-numba-{uid}").mkdir()
-    os.chmod(tmp_path / f"tuckerkit-numba-{uid}", 0o777)
     blocked = tmp_path / "ro"
     blocked.write_text("a file where the folders would be")
     env = {"XDG_CACHE_HOME": str(blocked)}
-    assert ensure_numba_cache(package_dir=str(blocked), environ=env) is None and "NUMBA_CACHE_DIR" not in env
-    os.chmod(tmp_path / f"tuckerkit-numba-{uid}", 0o700)
+    if uid == 0:
+        (tmp_path / f"tuckerkit-numba-{uid}").mkdir()
+        os.chown(tmp_path / f"tuckerkit-numba-{uid}", other, other)
+        assert ensure_numba_cache(package_dir=str(blocked), environ=env) is None and "NUMBA_CACHE_DIR" not in env
+        os.chown(tmp_path / f"tuckerkit-numba-{uid}", 0, 0)
     assert ensure_numba_cache(package_dir=str(blocked), environ=env) == str(tmp_path / f"tuckerkit-numba-{uid}")
     assert env["NUMBA_CACHE_DIR"] == str(tmp_path / f"tuckerkit-numba-{uid}")
+
+
+def test_on_windows_the_temporary_folder_is_taken_as_the_users(monkeypatch, tmp_path):
+    """Windows has no owners or mode bits here (every folder reads 0o777): the check refused every folder, so each
+    process calibrated its own roofline and a read-only install could not cache its kernels."""
+    import tuckerkit._numba_cache as nc
+
+    class _NoUid:
+        def __getattr__(self, name):
+            if name == "getuid":
+                raise AttributeError(name)
+            return getattr(os, name)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(nc, "os", _NoUid())
+    assert nc.private_tmp_folder("tk-win") == str(tmp_path / "tk-win")
 
 
 def test_no_temporary_directory_at_all_is_not_an_error(monkeypatch):

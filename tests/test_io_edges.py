@@ -182,18 +182,23 @@ def test_readers_name_a_file_object_given_for_a_path(tmp_path):
 
 
 def test_sparse_writers_refuse_a_name_their_readers_refuse(tmp_path):
-    """save_npz wrote "x.tns" and "z", to_tns wrote "y.npz": files tuckerkit's own readers then refused."""
-    from tuckerkit.io import OutputFileError
+    """save_npz wrote "x.tns", to_tns wrote "y.npz": files load_tensor then read as the format their names say, and
+    refused."""
+    from tuckerkit.io import OutputFileError, read_tns
     from tuckerkit.sparse import COOTensor
 
     C = COOTensor([[0, 0], [1, 2]], [1.0, 2.0], shape=(2, 3))
-    for write, name, suffix in [(C.save_npz, "x.tns", ".npz"), (C.save_npz, "z", ".npz"), (C.to_tns, "y.npz", ".tns")]:
-        with pytest.raises(OutputFileError, match=rf"^output '.*{name}' must end in \{suffix}$"):
+    for write, name, ext, suffix in [(C.save_npz, "x.tns", ".tns", ".npz"), (C.save_npz, "x.npy", ".npy", ".npz"),
+                                     (C.to_tns, "y.npz", ".npz", ".tns"), (C.to_tns, "y.H5", ".h5", ".tns")]:
+        with pytest.raises(OutputFileError, match=rf"^output '.*{name}' names a \{ext} file; this writes the "
+                                                  rf"\{suffix} format \(name it \*\{suffix}\)$"):
             write(tmp_path / name)
     assert not list(tmp_path.iterdir())
     C.save_npz(tmp_path / "ok.NPZ")
-    C.to_tns(tmp_path / "ok.tns")
-    assert COOTensor.from_npz(tmp_path / "ok.NPZ").shape == (2, 3)
+    C.save_npz(tmp_path / "plain")  # (names of no known format: taken, as read_tns and from_npz read any name)
+    C.to_tns(tmp_path / "ok.txt")
+    assert COOTensor.from_npz(tmp_path / "ok.NPZ").shape == COOTensor.from_npz(tmp_path / "plain").shape == (2, 3)
+    assert read_tns(tmp_path / "ok.txt")[2] == (2, 3)
 
 
 def test_a_complex_file_opens_as_the_decompositions_take_it(tmp_path):

@@ -96,6 +96,8 @@ def test_comments_blank_lines_crlf_bom_and_whitespace():
     ("1 1 1\r2 2 2\r", r"line 1 holds a carriage return followed by more data \(classic Mac line ends\); "
                        r"expected LF or CRLF line ends"),
     ("# c\r\n1 1 1\r2 2 2\r", r"line 2 holds a carriage return followed by more data"),
+    # a comment first swallowed a CR-only file whole ("holds no nonzeros"; with shape= an empty tensor)
+    ("# header\r1 1 1 1.0\r2 2 2 2.0\r", r"line 1 holds a carriage return followed by more data"),
     ("# only a comment\n\n", r"holds no nonzeros \(only comments or blank lines\)"),
     ("", r"holds no nonzeros"),
     ("5\n", r"line 1 has 1 column\(s\); expected coordinates followed by a value"),
@@ -148,7 +150,7 @@ def test_largest_index_written_reads_back(tmp_path):
 
 
 def test_carriage_returns_at_line_ends_and_before_comments_are_blanks():
-    coords, values, shape = read_tns(_write("cr.tns", "1 1 1 \r \r\n2 2 2\r# note\n"))
+    coords, values, shape = read_tns(_write("cr.tns", "1 1 1 \r \r\n2 2 2\r\n"))
     assert coords.tolist() == [[0, 0], [1, 1]] and values.tolist() == [1.0, 2.0] and shape == (2, 2)
 
 

@@ -709,7 +709,15 @@ def test_pyttb_and_tensorly_conversions_both_ways(rng):
     tt.factor_matrices[0][:] = 0
     np.testing.assert_array_equal(back.factors[0], T.factors[0])
     tl_T = T.to_tensorly()
+    from_tl = TuckerTensor.from_tensorly(tl_T)
+    tl_cp = cp.to_tensorly()
+    cp_from_tl = CPTensor.from_tensorly(tl_cp)
+    tl_cp.factors[0][:] = 0  # (the TensorLy objects edited afterwards: the models built from them stay)
+    tl_cp.weights[:] = 7
+    np.testing.assert_array_equal(cp_from_tl.factors[0], cp.factors[0])
+    np.testing.assert_array_equal(cp_from_tl.weights, cp.weights)
     tl_T[0][0, 0, 0] += 1.0  # TensorLy may write to its copy; ours is unchanged
+    np.testing.assert_array_equal(from_tl.core, T.core)
     assert T.core[0, 0, 0] != tl_T[0][0, 0, 0]
     with pytest.raises(TypeError, match=r"^from_pyttb expects a pyttb\.ttensor; received a CPTensor$"):
         TuckerTensor.from_pyttb(cp)

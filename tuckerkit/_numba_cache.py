@@ -49,9 +49,18 @@ def private_tmp_folder(name: str) -> str | None:
         return None
     import stat
 
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    if not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid) or st.st_mode & 0o022:
+    if not stat.S_ISDIR(st.st_mode):  # (a link, or a file: never followed)
         return None
+    if not hasattr(os, "getuid"):  # (Windows: no owner or mode bits here, every folder reads 0o777; the
+        # temporary directory is the user's own profile's)
+        return folder
+    if st.st_uid != os.getuid():
+        return None
+    if st.st_mode & 0o022:  # (the user's own, made by an older version under a group-writable umask: tightened)
+        try:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
+        except OSError:
+            return None
     return folder
 
 

@@ -567,20 +567,27 @@ def check_fixed_modes(fixed_modes: Any, ndim: int, name: str = "fixed_modes") ->
 START_MAGNITUDE = 2.0**64
 
 
+#: the same bound for single precision: the Hadamard product of a 4-way tensor's Grams of 1e10-sized factors
+#: overflowed float32 (LAPACK's SLASCL error), 1e-12-sized ones underflowed to a fit of 0.0 reported as converged
+START_MAGNITUDE_SINGLE = 2.0**8
+
+
 def scaled_start(factors: list[Any], keep: Any = ()) -> list[Any]:
     """A given start's factors (but those of the modes in ``keep``: fixed factors come back as given), each whose
-    largest magnitude lies outside ``[1 / START_MAGNITUDE, START_MAGNITUDE]`` divided by the power of two at or
-    above it (exact). The iterations are invariant to a free factor's scale (each update recomputes it, or
-    keeps only its subspace), but its Grams and projections were not: factors of 1e100 overflowed (LAPACK
-    errors, a core-dimension error), factors of 1e-100 underflowed to a fit of 0.0 reported as converged.
-    Factors within that range are left as they are, bit for bit."""
+    largest magnitude lies outside ``[1 / M, M]`` (``M``: :data:`START_MAGNITUDE`, :data:`START_MAGNITUDE_SINGLE`
+    in single precision) divided by the power of two at or above it (exact). The iterations are invariant to a
+    free factor's scale (each update recomputes it, or keeps only its subspace), but its Grams and projections
+    were not: factors of 1e100 overflowed (LAPACK errors, a core-dimension error), factors of 1e-100 underflowed
+    to a fit of 0.0 reported as converged. Factors within that range are left as they are, bit for bit (and a
+    power of two scales every product exactly: the same bits either way, where nothing over- or underflows)."""
     out = list(factors)
     for n, U in enumerate(out):
         if n in keep or U.size == 0:
             continue
-        m = float(abs(U).max())
-        if m == 0 or not math.isfinite(m) or 1 / START_MAGNITUDE <= m <= START_MAGNITUDE:
-            continue
         real = U.real.dtype if U.dtype.kind == "c" else U.dtype
+        bound = START_MAGNITUDE_SINGLE if np.dtype(real).itemsize <= 4 else START_MAGNITUDE
+        m = float(abs(U).max())
+        if m == 0 or not math.isfinite(m) or 1 / bound <= m <= bound:
+            continue
         out[n] = U * np.dtype(real).type(math.ldexp(1.0, -math.frexp(m)[1]))
     return out

@@ -214,8 +214,8 @@ class EStep:
     def fill_start(self, model: Any) -> None:
         """:meth:`fill` from a start the caller gave, refused in one line where its values at the missing entries
         put the tensor's magnitude outside its dtype's safe range (the observed data set the call's scale before:
-        a start of 1e100-sized factors overflowed the Grams and LAPACK failed, where the same start without a mask
-        is rescaled)."""
+        a start of 1e100-sized factors overflowed the Grams and LAPACK failed, 1e-100-sized ones underflowed to a
+        zero model reported as converged, where the same starts without a mask are rescaled)."""
         import math
 
         from tuckerkit.decomposition._entry import _RMS_RANGE
@@ -223,11 +223,11 @@ class EStep:
 
         self.fill(model)
         dt = np.dtype(self.X.dtype)
-        hi = _RMS_RANGE.get(dt, (2.0**-40, 2.0**40))[1]
+        lo, hi = _RMS_RANGE.get(dt, (2.0**-40, 2.0**40))
         size = max(int(self.X.size), 1)
         rms = frobenius_norm(self.X) / math.sqrt(size)
-        if math.isfinite(rms) and rms <= hi:
-            return
+        if math.isfinite(rms) and rms <= hi and (rms >= lo or self.norm_obs < lo * math.sqrt(size)):
+            return  # (in range; or below it only because the observed data are too: their own scale)
         n_obs = int(self.observed.sum()) if self.pieces else int(size - int(self.missing.sum()))
         obs = self.norm_obs / math.sqrt(max(n_obs, 1))
         raise ValueError(f"init's model, filled in at the missing entries, gives the tensor a root-mean-square of "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import time
 import warnings
@@ -115,9 +116,12 @@ class Monitor:
         """Converged by the method's own rule (CP-APR's KKT tolerance), ``why`` for the closing line."""
         self.converged, self.why = True, why
 
-    def step(self, iteration: int, fit: float, factors, weights: Any = None, *, may_decrease: bool = False) -> bool:
+    def step(self, iteration: int, fit: float, factors, weights: Any = None, *, may_decrease: bool = False,
+             noise: float = math.inf) -> bool:
         """Record one iteration's fit; True means stop iterating. ``may_decrease``: this iteration changed the
-        model outside the algorithm's descent (CP-ALS's ``orthogonalize``), so a lower fit is not a stop."""
+        model outside the algorithm's descent (CP-ALS's ``orthogonalize``), so a lower fit is not a stop.
+        ``noise``: a decrease is a stop only when at most this (the rounding of the fits compared; by default any
+        decrease is)."""
         prev = self.history[-1] if self.history else self.start_fit
         change = abs(fit - prev) if prev is not None else float("inf")
         self.history.append(fit)
@@ -132,7 +136,7 @@ class Monitor:
         if change < self.tol:
             self.converge(f"fit change {change:.3g} below tol={self.tol:g}")
             return True
-        if self.tol > 0 and not may_decrease and prev is not None and fit < prev:
+        if self.tol > 0 and not may_decrease and prev is not None and fit < prev and prev - fit <= noise:
             self.converge(f"the fit decreased by {prev - fit:.3g}: no progress left at this precision; "
                           f"tol={self.tol:g}")
             return True

@@ -27,7 +27,7 @@ from tuckerkit._validation import (
     check_random_state,
     check_ranks,
 )
-from tuckerkit.decomposition._entry import Call, check_fixed_modes, decomposition_call
+from tuckerkit.decomposition._entry import Call, check_fixed_modes, decomposition_call, scaled_start
 from tuckerkit.decomposition._linalg import spd_solve
 from tuckerkit.decomposition._monitor import IterationState, Monitor
 from tuckerkit.decomposition._results import CPTensor, TuckerTensor
@@ -223,6 +223,7 @@ def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator, fix
         free = [n for n in range(X.ndim) if n not in fixed]
         if scale is not None and free:  # on the first free mode: a fixed factor stays exactly as given
             factors[free[0]] = factors[free[0]] * scale[None, :]
+        factors = scaled_start(factors, keep=fixed)  # (float32 factors of 1e10: the Grams overflowed, a fit of NaN)
         return [xp.ascontiguousarray(U) for U in factors], (scale if not free else None)
     if init == "random":
         factors = [call.like(rng.random((X.shape[n], rank))) for n in range(X.ndim)]

@@ -502,8 +502,9 @@ class TuckerTensor(_Model):
         a fit above ``1 - sqrt(200 eps)`` (0.995 in single precision, 1 - 2.1e-7 in double: an error where the
         norms' rounding starts to show; a near-perfect float32 model read up to ~5e-4 low, an exact float64 one
         3e-8 for 1e-15) is instead that of the residual formed in double precision, at the cost of one more
-        read of X: HOSVD's and ST-HOSVD's one value and the last entry of the history of HOOI, CP-ALS and the
-        non-negative methods (the earlier ones, which decide convergence, stay from norms). A rank choice by
+        read of X: HOSVD's and ST-HOSVD's one value, and every such entry of the history of HOOI, CP-ALS and the
+        non-negative methods (where they are in that regime each iteration's fit is the residual's: it decides
+        their convergence, and the callback sees it), one more read of X per iteration there. A rank choice by
         ``max_error`` on single-precision data takes its Grams in double precision. :meth:`relative_error`
         compares entry by entry.
     plans : tuple
@@ -680,7 +681,8 @@ class TuckerTensor(_Model):
 
     @classmethod
     def from_tensorly(cls, obj) -> TuckerTensor:
-        """Build from a TensorLy TuckerTensor or a ``(core, factors)`` pair (host arrays, not copied).
+        """Build from a TensorLy TuckerTensor or a ``(core, factors)`` pair (host arrays, copied: an edit of the
+        TensorLy object afterwards leaves the frozen model as it was).
 
         Examples
         --------
@@ -692,7 +694,7 @@ class TuckerTensor(_Model):
         ((4, 5), (2, 3))
         """
         core, factors = _pair(obj, "(core, factors)", "TuckerTensor")
-        return cls(_host_array(core), tuple(_host_array(U) for U in factors))
+        return cls(np.array(_host_array(core)), tuple(np.array(_host_array(U)) for U in factors))
 
     def to_pyttb(self):
         """Convert to a ``pyttb.ttensor`` (needs pyttb; host arrays, copied).
@@ -888,7 +890,8 @@ class CPTensor(_Model):
 
     @classmethod
     def from_tensorly(cls, obj) -> CPTensor:
-        """Build from a TensorLy CPTensor or a ``(weights, factors)`` pair; ``weights=None`` means ones.
+        """Build from a TensorLy CPTensor or a ``(weights, factors)`` pair; ``weights=None`` means ones (host
+        arrays, copied: an edit of the TensorLy object afterwards leaves the frozen model as it was).
 
         Examples
         --------
@@ -899,10 +902,10 @@ class CPTensor(_Model):
         array([1., 1.])
         """
         weights, factors = _pair(obj, "(weights, factors)", "CPTensor")
-        factors = tuple(_host_array(U) for U in factors)
+        factors = tuple(np.array(_host_array(U)) for U in factors)
         if weights is None:
             weights = np.ones(factors[0].shape[1], dtype=factors[0].dtype)
-        return cls(_host_array(weights), factors)
+        return cls(np.array(_host_array(weights)), factors)
 
     def to_pyttb(self):
         """Convert to a ``pyttb.ktensor`` (needs pyttb; host arrays, copied).

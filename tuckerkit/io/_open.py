@@ -6,6 +6,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from tuckerkit.io._load import _check_options, _check_path, load_tensor, open_h5_dataset
 
 CSF_CHOICES = ("auto", "all", "two", "one")
@@ -126,8 +128,12 @@ def open_tensor(
         return _sparse_operand(data, dtype, csf, iterations, check_finite, label)
     if csf is not None:
         raise ValueError(f"csf= applies to sparse tensors (.tns, a sparse .npz); {str(p)!r} holds a dense one")
-    # (complex in memory, as the decompositions take it; streamed tensors are real, as memory_limit everywhere)
-    return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=limit is not None,
+    if dtype is not None and np.dtype(getattr(data, "dtype", np.float64)).kind == "c" and np.dtype(dtype).kind != "c":
+        raise TypeError(f"dtype={np.dtype(dtype).name!r} would drop the imaginary part of the complex tensor in "
+                        f"{str(p)!r} ({data.dtype}); leave dtype out to decompose it as complex")
+    # (complex in memory, as the decompositions take it, with or without a memory_limit it fits; a streamed one
+    # is refused by the slab reader in one line: streaming is for real tensors)
+    return as_operand(data, memory_limit=limit, dtype=dtype, check_finite=check_finite, real=False,
                       min_ndim=2, name=label)
 
 

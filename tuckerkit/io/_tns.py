@@ -80,6 +80,10 @@ def read_tns(
     with m as buf:
         start = 3 if buf.shape[0] >= 3 and bytes(buf[:3]) == _BOM else 0
         first, ncol, fstart = K.first_data_line(buf, start)
+        if K.bare_cr(buf, start):  # (the file's first line: a comment there swallowed a CR-only file whole)
+            _raise_text(p, buf, 1, start)
+            raise _err(p, "line 1 holds a carriage return followed by more data (classic Mac line ends); expected "
+                          "LF or CRLF line ends")
         if first == 0:
             if shape is not None:  # (an empty tensor written with to_tns reads back, its shape given)
                 dims = tuple(int(d) for d in shape)
@@ -429,17 +433,24 @@ def save_sparse_npz(path: str | os.PathLike, coords: np.ndarray, values: np.ndar
     atomic_write(path, writer, force=force)
 
 
+#: the extensions by which load_tensor, open_tensor and the CLI tell the formats apart
+_FORMAT_SUFFIXES = (".npy", ".npz", ".tns", ".mat", ".h5", ".hdf5")
+
+
 def _check_suffix(path: Any, suffix: str) -> None:
-    """An output's name must end in ``suffix`` (any case, as the readers take it): a .npz written as "x.tns"
-    or "z" was refused by tuckerkit's own readers afterwards."""
+    """An output named for another format is refused (a .npz written as "x.tns" was then read by
+    ``load_tensor`` as text and refused); any other name is taken (``read_tns`` and ``from_npz`` read any name;
+    ``load_tensor`` and the CLI tell the formats apart by the extension)."""
     from tuckerkit.io._save import OutputFileError
 
     if not isinstance(path, str | os.PathLike):
         from tuckerkit._validation import describe
 
-        raise TypeError(f"path must be a file name ending in {suffix}; received {describe(path)}")
-    if not str(path).lower().endswith(suffix):
-        raise OutputFileError(f"output {str(path)!r} must end in {suffix}")
+        raise TypeError(f"path must be a file name (a {suffix} file); received {describe(path)}")
+    ext = os.path.splitext(str(path))[1].lower()
+    if ext in _FORMAT_SUFFIXES and ext != suffix:
+        raise OutputFileError(f"output {str(path)!r} names a {ext} file; this writes the {suffix} format (name it "
+                              f"*{suffix})")
 
 
 def is_sparse_npz(files: Sequence[str]) -> bool:

@@ -172,7 +172,7 @@ def bare_cr(buf, start):  # pragma: no cover
             j = i + 1
             while j < n and (buf[j] == 13 or buf[j] == 32 or buf[j] == 9):
                 j += 1
-            if j < n and buf[j] != 10 and buf[j] != 35:
+            if j < n and buf[j] != 10:  # (a comment after the CR counts: '# a\r# b\r1 1 1' holds data too)
                 return True
             i = j
         else:
