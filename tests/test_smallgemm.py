@@ -3160,6 +3160,8 @@ def test_a_blas_plan_copying_the_tensor_is_weighed_against_the_kernels(monkeypat
     either way."""
     X = rng.standard_normal((60, 60, 200, 3)).astype(np.float32)
     U = rng.standard_normal((200, 2)).astype(np.float32)
+    # (by default a tensor of more than LARGER_COPY_BYTES is not copied where views run: checked at the end)
+    monkeypatch.setattr(plan_mod, "LARGER_COPY_BYTES", 1 << 40)
     contract_mod._cached_plan.cache_clear()
     plan = ttm_plan(X, U, 2, transpose=True)
     if sg.simd_supported():
@@ -3175,6 +3177,12 @@ def test_a_blas_plan_copying_the_tensor_is_weighed_against_the_kernels(monkeypat
     assert old.compiled == CompiledKernel.NONE and old.remedy == plan_mod.Remedy.COPY_A, old.explain()
     assert old.copies == X.size
     _check(X, U, 2, old(X, U))
+    monkeypatch.undo()
+    contract_mod._cached_plan.cache_clear()
+    # the default: the 8.6 MB tensor is not copied, BLAS's alternative (and a GPU's plan) runs on views
+    plan = ttm_plan(X, U, 2, transpose=True)
+    assert plan.copies == 0 and contract_mod._on_gpu(plan).copies == 0, plan.explain()
+    _check(X, U, 2, plan(X, U))
     contract_mod._cached_plan.cache_clear()
 
 

@@ -193,7 +193,9 @@ class EStep:
     form took three: the model, the residual and its masked copy). Measured on the 2-core machine against
     that form (whole calls, separate processes, two rounds): an iteration of masked CP-ALS / HOOI on 100^3 at
     rank 5 25-28 / 25-30 ms -> 5-8 / 6-10 ms, on 200^3 at rank 10 158-178 / 146-171 ms -> 37-46 / 34-53 ms;
-    the call's peak traced memory 4.1x the tensor -> 1.05-1.4x (the filled copy is one). On a GPU (or a
+    the call's peak traced memory 4.1x the tensor -> 1.05-1.4x with a random start (the filled copy is one;
+    a review measured 1.3x on 100^3 at rank 5, and 1.5-1.7x / 1.6x for HOOI / CP-ALS with their default starts,
+    whose Grams add their work). On a GPU (or a
     tensor that is not C-contiguous) the whole model is formed as before.
     :func:`~tuckerkit.decomposition._cp._cp_als` and :func:`~tuckerkit.decomposition._tucker._hooi` call it;
     everything else is their iteration unchanged."""

@@ -62,6 +62,9 @@ def _cached_plan(spec, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, 
 
 
 def _as_operand(x: Any, name: str, xp, dtype) -> Any:
+    if hasattr(x, "nnz") or (hasattr(x, "shape") and not hasattr(x, "strides")):  # (a raw AttributeError: strides)
+        raise TypeError(f"{name} is a {type(x).__name__}; contract takes dense arrays (numpy's, cupy's): for a sparse "
+                        "or streamed tensor use tk.ttm, tk.multi_ttm or tk.mttkrp, which take any operand")
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
         x = xp.asarray(np.asarray(x))
     if x.dtype != dtype:
