@@ -261,11 +261,12 @@ def _syrk_pieces(V: Any, G: Any, conj, policy: ExecutionPolicy) -> None:
 _START_BLOCK_BYTES = 2 << 20
 
 
-def _start_buffer_bytes(nbytes: int, policy: ExecutionPolicy) -> int:
-    """The most bytes one worker's float32 buffer of :func:`start_gram` holds: all of them together an eighth of
-    the tensor (two 2 MiB buffers were 2.07x a 64^3 tensor, whose default CP-ALS then took 2.37x the input in
-    extra memory); tensors of 32 MiB and more keep the 2 MiB blocks."""
-    return nbytes // (8 * max(1, policy.workers))
+def _start_buffer_bytes(nbytes: int) -> int:
+    """The most bytes one worker's float32 buffer of :func:`start_gram` holds: a sixteenth of the tensor (two
+    2 MiB buffers were 2.07x a 64^3 tensor, whose default CP-ALS then took 2.37x the input in extra memory);
+    tensors of 32 MiB and more keep the 2 MiB blocks. By the size alone, never the workers: the blocks, and so
+    the bits, are the same for any number of them."""
+    return nbytes // 16
 
 
 def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.ndarray] | None:
@@ -313,7 +314,7 @@ def start_gram(X: Any, n: int, policy: ExecutionPolicy) -> tuple[np.ndarray, np.
     # (no wider than the widest piece: a fixed 2 MiB buffer a worker was the whole of a 64^3 tensor, a default
     # CP-ALS's extra memory 2.37x the input; the same blocks, so the same bits)
     kb = max(1, min(max(16, _START_BLOCK_BYTES // (4 * In)), max(b - a for a, b in itertools.pairwise(cuts)),
-                    max(16, _start_buffer_bytes(V.size * it, policy) // (4 * In))))
+                    max(16, _start_buffer_bytes(V.size * it) // (4 * In))))
     if not rows and _start_tiles_apply(In):
         return _start_gram_tiles(V.T, cuts, _TILE_WINDOW, policy)
     from tuckerkit.engine._gram_kernels import to_single_cols, to_single_rows  # (numba: loaded on first use)
@@ -467,7 +468,7 @@ def _start_gram_slabs(X: np.ndarray, plan: GramPlan, policy: ExecutionPolicy) ->
     n_pieces = max(1, min(MAX_PIECES, most, n_outer, max(2, In * In * R * n_outer // _SYRK_PIECE_FLOPS)))
     bounds = [n_outer * i // n_pieces for i in range(n_pieces + 1)]
     k = min(k, max(b - a for a, b in itertools.pairwise(bounds)),  # (a pack no wider than a piece: as above)
-            max(1, _start_buffer_bytes(X.size * it, policy) // (4 * In * R)))
+            max(1, _start_buffer_bytes(X.size * it) // (4 * In * R)))
     from tuckerkit.engine._gram_kernels import to_single_slabs  # (numba: loaded on first use)
 
     Xr = read_only(Xv)
