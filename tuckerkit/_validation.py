@@ -9,7 +9,7 @@ import numbers
 import operator
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -490,17 +490,8 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
                              f"ranks {want}")
         if first is not None:  # (used with mask=, for the first fill: a NaN core failed in LAPACK, a scalar or one
             # of other extents in the engine's words about matrices[0] and X)
-            core = first if hasattr(first, "shape") and hasattr(first, "dtype") else np.asarray(first)
-            if tuple(core.shape) != want:
-                raise ValueError(f"init's core has shape {tuple(core.shape)}; expected {want} (the ranks)")
-            if np.dtype(core.dtype).kind not in "biufc":
-                raise TypeError(f"init's core has dtype {core.dtype}; expected numbers")
-            if real_x and np.dtype(core.dtype).kind == "c":
-                raise TypeError(f"init's core has complex dtype {core.dtype}; expected a real core for a real X "
-                                f"({np.dtype(dtype)})")
-            if count_nonfinite(core):
-                raise ValueError("init's core contains NaN or infinite values; expected finite numbers")
-            first = core
+            first = _start_lead(first, "core", want, lambda a: f"init's core has shape {tuple(a.shape)}; expected "
+                                f"{want} (the ranks)", "a real core", real_x, dtype)
         return first, checked
     if len(set(cols)) > 1:
         raise ValueError(f"init's factor matrices have {list(cols)} columns; expected {ranks} each (the rank)")
@@ -508,22 +499,32 @@ def check_init(init: Any, shape: Sequence[int], ranks: Sequence[int] | int, *, k
         raise ValueError(f"init has shape {got_shape} and rank {cols[0]}; expected shape {tuple(shape)} and "
                          f"rank {ranks}")
     if first is not None:
-        w = first if hasattr(first, "shape") else np.asarray(first)
-        if tuple(w.shape) != (ranks,):
-            raise ValueError(f"init's weights are {describe(w)}; expected a vector of {ranks} weights (or None)")
-        if np.dtype(w.dtype).kind not in "biufc":
-            raise TypeError(f"init's weights have dtype {w.dtype}; expected numbers")
-        if real_x and np.dtype(w.dtype).kind == "c":
-            raise TypeError(f"init's weights have complex dtype {w.dtype}; expected real weights for a real "
-                            f"X ({np.dtype(dtype)})")
-        if count_nonfinite(w):
-            raise ValueError("init's weights contain NaN or infinite values; expected finite numbers")
+        w = _start_lead(first, "weights", (ranks,), lambda a: f"init's weights are {describe(a)}; expected a vector "
+                        f"of {ranks} weights (or None)", "real weights", real_x, dtype)
         if nonzero_from == 0 and w.size and not np.any(np.asarray(to_host(w))):
             # (cp_apr ran from it to a zero model reported converged, KKT violation 0.0, log-likelihood -inf)
             raise ValueError("init's weights are all zero; expected a nonzero start (the updates multiply by them, "
                              "so the model would stay zero)")
         first = w
     return first, checked
+
+
+def _start_lead(first: Any, name: str, want: tuple, shape_message: Callable[[Any], str], real_one: str,
+                real_x: bool, dtype: Any) -> Any:
+    """A start's core (Tucker) or weights (CP) as an array of shape ``want``: numbers, real for a real X,
+    finite; a one-line error naming it otherwise."""
+    a = first if hasattr(first, "shape") and hasattr(first, "dtype") else np.asarray(first)
+    has, contains = ("have", "contain") if name == "weights" else ("has", "contains")
+    if tuple(a.shape) != want:
+        raise ValueError(shape_message(a))
+    if np.dtype(a.dtype).kind not in "biufc":
+        raise TypeError(f"init's {name} {has} dtype {a.dtype}; expected numbers")
+    if real_x and np.dtype(a.dtype).kind == "c":
+        raise TypeError(f"init's {name} {has} complex dtype {a.dtype}; expected {real_one} for a real X "
+                        f"({np.dtype(dtype)})")
+    if count_nonfinite(a):
+        raise ValueError(f"init's {name} {contains} NaN or infinite values; expected finite numbers")
+    return a
 
 
 def check_bool(value: Any, name: str) -> bool:
