@@ -354,8 +354,9 @@ def decompose_cmd(
     dtype: str = typer.Option(None, "--dtype", metavar="float32|float64",
                               help="Compute in this precision (default: keep the file's)."),
     seed: int = typer.Option(None, "--seed", metavar="S",
-                             help="Random seed of the random starts (cp-apr, --nonnegative; cp starts from the SVD "
-                                  "and draws only the columns a rank above a mode's size adds)."),
+                             help="Random seed of the random starts (cp-apr, --nonnegative, and cp on a sparse "
+                                  ".tns or .npz; cp on a dense tensor starts from the SVD and draws only the columns "
+                                  "a rank above a mode's size adds)."),
     output: Path = typer.Option(
         None, "--output", "-o", metavar="OUT.npz",
         help="Result file. Default: the input's name with .tucker.npz (hooi, hosvd) or .cp.npz (cp): "

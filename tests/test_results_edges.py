@@ -386,3 +386,20 @@ def test_float32_cp_als_does_not_stop_on_a_real_step_back():
     M = tk.cp_als(X32, 4, init="random", random_state=1)
     assert M.converged and M.relative_error(X32) < 5e-5, (M.n_iter, M.relative_error(X32))
     assert abs(M.fit_history[-1] - M.fit_history[-2]) < 1e-5  # (stopped by the change below tol)
+
+
+def test_passes_per_iteration_count_the_line_searchs_and_the_residuals_reads():
+    """A line-search jump reads X once more, and so does each residual fit near an exact fit: neither was counted
+    (CP-ALS with jumps reported 1.15, below the tree's own 1.5; float32 near an exact fit 1.5)."""
+    from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker
+
+    X = make_low_rank_tucker((60,) * 3, (5,) * 3, noise=0.01, random_state=0).data
+    plain = tk.cp_als(X, 5, tol=0, max_iter=20, random_state=0, linesearch=False)
+    jumps = tk.cp_als(X, 5, tol=0, max_iter=20, random_state=0, linesearch=True)
+    assert jumps.passes_per_iteration > plain.passes_per_iteration >= 1.5
+    X32 = make_low_rank_cp((60,) * 3, 3, noise=1e-5, random_state=0, dtype=np.float32).data
+    near = tk.cp_als(X32, 3, tol=0, max_iter=10, random_state=0, linesearch=False)
+    assert near.fit > 0.999 and near.passes_per_iteration >= plain.passes_per_iteration + 0.5
+    T64 = tk.hooi(X, 5, tol=0, max_iter=10)
+    T32 = tk.hooi(X32, 3, tol=0, max_iter=10)
+    assert T32.fit > 0.999 and T32.passes_per_iteration >= T64.passes_per_iteration + 1

@@ -387,6 +387,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
     # engine/_sweeps.py, multi_sweep_applies); not with missing data, whose E step rewrites X between sweeps
     carry = CarriedPartial() if em is None and csmall is None and carries_partials(X) else None
     passes = 0
+    reads0 = call.residual_reads  # (those of the start are not an iteration's)
 
     def set_gram(n: int, G: Any) -> None:
         if stack is not None:
@@ -525,6 +526,8 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
                     jump_kept[0] = False
                     return call.residual_fit(CPResidual(xp, w, F))
 
+            if not refined:  # (the jumped model's fit reads X once more; the residual's are counted by the call)
+                passes += 1
             jumped = jumps.attempt(it, before, factors, weights, fixed, normalize, fit, fit_of,
                                    renorm=small.renorm if small is not None else
                                    csmall.renorm if csmall is not None else None)
@@ -555,6 +558,7 @@ def _cp_als(call: Call, rank: Any, init: Any, tol: Any, max_iter: Any, random_st
         shown = xp.asarray(weights) if small is not None and callback is not None else weights
         if mon.step(it, fit, factors, weights=shown, may_decrease=it <= orthogonalize, noise=noise):
             break
+    passes += call.residual_reads - reads0  # (the residual fits that steered the iterations: a read of X each)
     if small is not None:
         weights = xp.asarray(weights)
     # (single precision near an exact fit: the last fit is the residual's; not on the observed entries)

@@ -186,6 +186,13 @@ class Call:
     norm: float = 0.0
     scale: float = 1.0
     grams: dict[int, Any] = field(default_factory=dict, repr=False)
+    #: reads of X by :meth:`residual_fit` so far (each one pass over the tensor: counted in the passes reported),
+    #: in a list: the call is frozen
+    reads: list[int] = field(default_factory=lambda: [0], repr=False)
+
+    @property
+    def residual_reads(self) -> int:
+        return self.reads[0]
 
     def gram(self, Y: Any, mode: int) -> Any:
         """``Y.gram(mode)``: the Gram made on entry when ``Y`` is the call's operand (handed out once), else
@@ -278,6 +285,7 @@ class Call:
 
         if self.norm <= 0:
             return 1.0
+        self.reads[0] += 1
         if getattr(self.X, "nnz", None) is not None:  # (a float32 planted tensor read 1.0000000 for 0.9999889)
             return 1.0 - math.sqrt(sparse_residual_sq(self.X, model)) / self.norm
         if getattr(self.X, "streamed", False) and hasattr(self.X, "slabs"):

@@ -512,7 +512,8 @@ class TuckerTensor(_Model):
     passes_per_iteration : int or float
         Full passes over the input tensor per iteration (dimension-tree reuse); where the sweeps share passes
         across sweeps (the multi-sweep tree: CP-ALS on 3 modes, HOOI on 3 to 8), the mean over the call to two
-        decimals (1.5 for 3 modes, 1.33 for 4).
+        decimals (1.5 for 3 modes, 1.33 for 4). HOOI's and CP-ALS's count every read of X: a line-search jump's
+        fit (CP-ALS) and the residual fits near an exact fit (one each) too.
     ranks : tuple of int
         The core's shape (property).
     fit : float

@@ -1004,6 +1004,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     # engine/_sweeps.py, multi_sweep_applies); not with missing data, whose E step rewrites X between sweeps
     carry = {"carry": CarriedPartial()} if em is None and carries_partials(X) else {}
     passes = 0
+    reads0 = call.residual_reads  # (the start's residual fit is not an iteration's)
     for it in range(1, max_iter + 1):
         if small is not None:
             factors[:], core, keep_on = small.sweep(factors, backoffs, policy, fixed)
@@ -1048,6 +1049,7 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
         if mon.step(it, fit, model_factors,
                     may_decrease=svd == "randomized"):  # (randomized factor steps need not ascend: no stop there)
             break
+    passes += call.residual_reads - reads0  # (the residual fits that steered the iterations: a read of X each)
     for n in sorted(full):  # each full-rank mode's factor: the core's leading left singular vectors, as a sweep
         factors[n], _ = leading_left_singular(to_host(core), n, X.shape[n], policy)  # would have made them
         factors[n] = call.like(factors[n]).astype(X.dtype, copy=False)
