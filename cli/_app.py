@@ -270,6 +270,10 @@ def _check_device(device: str) -> str | None:
 def _default_output(inp: Path, method: str) -> Path:
     """``x.npy`` -> ``x.tucker.npz`` / ``x.cp.npz``; any other format keeps its extension in the name
     (``x.mat`` -> ``x.mat.tucker.npz``), so that ``x.npy`` and ``x.mat`` beside it never share a result."""
+    if not inp.name:  # ('.' or '': the input's own one-line error, not pathlib's "has an empty name")
+        from tuckerkit.io._load import _check_path
+
+        _check_path(inp)
     suffix = ".cp.npz" if method in ("cp", "cp-apr") else ".tucker.npz"
     stem = inp.name[: -len(".npy")] if inp.name.lower().endswith(".npy") else inp.name
     return inp.with_name(stem + suffix)
@@ -564,6 +568,12 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
             client.close()
         if cluster is not None:
             cluster.close()
+    if (target is not None and ranks is None and (nonnegative or mask is not None) and isinstance(res, tk.TuckerTensor)
+            and 1.0 - res.fit > target):
+        # (the ranks chosen by the unconstrained ST-HOSVD for --max-error; the constrained run need not meet it)
+        typer.echo(f"warning: --max-error {target:g} chose ranks {list(res.ranks)} from the unconstrained ST-HOSVD; "
+                   f"the {'non-negative' if nonnegative else 'masked'} fit's error is {1.0 - res.fit:.3g}, above it "
+                   "(pass larger --ranks)", err=True)
     if tol is not None:  # printed after the run, so that an error stays the only line
         typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
                    "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
@@ -600,7 +610,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
         "input": str(input),
         "shape": list(X.shape),
         "dtype": str(X.dtype),
-        "method": method,
+        "method": f"{method} (non-negative)" if nonnegative else method,
         "ranks": ranks_out,
         "fit": res.fit,
         "relative_error": 1.0 - res.fit,
@@ -751,9 +761,13 @@ def _info_of(input, key, shape, json_out, *, allow_external=False):
             # the tensor; a 64 MB int64 file peaked at 235 MB through a float64 copy)
             norm = frobenius_norm(X) if X.dtype.kind in "biuc" else as_operand(X).norm()
             bad = count_nonfinite(X) if X.dtype.kind in "fc" and not math.isfinite(norm) else 0
-            info["frobenius_norm"] = None if bad else norm  # (NaN or Inf entries: no norm, their count instead)
+            # (NaN or Inf entries: no norm, their count instead; a finite tensor whose norm is above the largest
+            # float64: no norm either, JSON has no Infinity)
+            info["frobenius_norm"] = norm if math.isfinite(norm) else None
             if bad:
                 info["nan_or_inf"] = bad
+            elif not math.isfinite(norm):
+                info["frobenius_norm_above_float64"] = True
             nnz = int(np.count_nonzero(X))
             info["nnz"] = nnz
             info["density"] = nnz / X.size
@@ -769,9 +783,11 @@ def _info_of(input, key, shape, json_out, *, allow_external=False):
     labels = {"bytes": "size", "dense_bytes": "dense size", "available_ram_bytes": "available RAM",
               "frobenius_norm": "Frobenius norm", "fits_in_ram": "fits in RAM"}
     for k, v in info.items():
-        if k == "nan_or_inf":
+        if k in ("nan_or_inf", "frobenius_norm_above_float64"):
             continue
-        if k == "frobenius_norm" and v is None:
+        if k == "frobenius_norm" and v is None and "nan_or_inf" not in info:
+            v = f"above the largest float64 ({float(np.finfo(np.float64).max):.3g})"
+        elif k == "frobenius_norm" and v is None:
             v = f"undefined: {info['nan_or_inf']} NaN or infinite value(s)"
         elif k in ("bytes", "dense_bytes", "available_ram_bytes"):
             v = f"{_human_bytes(v)} ({v:,} bytes)"
@@ -904,6 +920,9 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
                        "--against X.npy with it")
     if index is not None and not index.strip():
         raise CLIError("--index is empty; expected a slice per mode, e.g. 0,:,3:5")
+    # the result first: a file that is no result (or a folder, '') is named as such before any output check
+    # (which had asked for --force to overwrite the data file beside it)
+    res = load_result(result)
     if output is None and against is None:
         output = result.with_name((result.name[:-4] if result.name.lower().endswith(".npz") else result.name)
                                   + ".npy")
@@ -911,10 +930,9 @@ def _reconstruct(result, output, index, force, *, against=None, key=None, json_o
     # not: 'decompose data.npy -o data.npz' then 'reconstruct data.npz --force' replaced data.npy
     inputs = tuple(p for p in (result, against, _decomposed_from(result)) if p is not None)
     if output is not None:
-        if output.suffix != ".npy":
+        if output.suffix.lower() != ".npy":  # (any case, as the readers take it)
             raise CLIError(f"--output {str(output)!r} must end in .npy")
         check_output_path(output, force=force, inputs=inputs)
-    res = load_result(result)
     idx = _parse_index(index, res.shape) if index else [slice(None)] * len(res.shape)
     X = None
     if against is not None:

@@ -678,7 +678,7 @@ tuckerkit.io.open_tensor)
                     raise TypeError(f"{name} could not be converted to an array (nested sequences of unequal "
                                     f"lengths, or entries that are not numbers); received {describe(X)}") from None
             if dtype is not None and X.dtype != dtype:
-                X = X.astype(dtype)
+                X = narrowed(X, dtype, name)
             if real or check_finite or min_ndim > 1:  # a decomposition's input: the full one-line checks
                 X = check_tensor(X, name, min_ndim=min_ndim, allow_complex=not real, check_finite=check_finite)
             else:
@@ -695,3 +695,28 @@ tuckerkit.io.open_tensor)
     if dev is not None:
         op = op.to(dev)
     return op
+
+
+def narrowed(X: Any, dtype: Any, name: str) -> Any:
+    """``X`` in ``dtype``; where that narrows a floating array (float64 to float32), a one-line ValueError when a
+    finite entry overflows (the decomposition had blamed NaN or infinity in the data, and numpy's overflow
+    warning leaked) or when every nonzero entry underflows to zero (the CLI's ``--dtype float32`` on a 1e-300
+    tensor reported a fit of 1.0 for an all-zero model). One more pass over X, only when it narrows."""
+    dt = np.dtype(dtype)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        Y = X.astype(dt)
+    src = np.dtype(X.dtype)
+    if src.kind not in "fc" or dt.kind not in "fc" or dt.itemsize >= src.itemsize or not hasattr(Y, "size"):
+        return Y
+    xp = array_namespace(Y)
+    if not bool(xp.isfinite(Y).all()) and bool(xp.isfinite(X).all()):
+        big = float(xp.abs(X).max())
+        raise ValueError(f"{name} has values beyond {dt.name}'s range (largest magnitude {big:.3g}; {dt.name} holds "
+                         f"up to {float(np.finfo(dt).max):.3g}): dtype={dt.name} would make them infinite; keep "
+                         f"{src.name}, or scale the data")
+    if Y.size and not bool(xp.any(Y != 0)) and bool(xp.any(X != 0)):
+        small = float(xp.abs(X).max())
+        raise ValueError(f"{name} has every value below {dt.name}'s range (largest magnitude {small:.3g}; "
+                         f"{dt.name}'s smallest is {float(np.finfo(dt).smallest_subnormal):.3g}): dtype={dt.name} "
+                         f"would make it all zero; keep {src.name}, or scale the data")
+    return Y

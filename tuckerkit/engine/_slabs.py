@@ -213,9 +213,11 @@ class SlabTensor(OperandBase):
                     n = f.readinto(buf.reshape(-1).view(np.uint8).data)
                 if n != buf.nbytes:
                     raise OSError(f"{path}: expected {buf.nbytes} bytes at row {s}, read {n} (truncated file?)")
-                out = buf if src_dtype == self.dtype else buf.astype(self.dtype)
+                out = buf if src_dtype == self.dtype else _narrow_slab(buf, self.dtype)
             else:
-                out = np.ascontiguousarray(self.data[s:s + step], dtype=self.dtype)
+                src = self.data[s:s + step]
+                out = (np.ascontiguousarray(src) if np.dtype(src.dtype) == self.dtype
+                       else _narrow_slab(np.asarray(src), self.dtype))
             if self.factor != 1.0:
                 mult = self.dtype.type(self.factor)
                 if isinstance(self.data, np.ndarray) and np.may_share_memory(out, self.data):
@@ -415,3 +417,16 @@ class SlabTensor(OperandBase):
             raise RuntimeError("internal error: no slab was read")
         MttkrpTree(np, self.shape, factors, update, plans, pol).rec(P2, second, True, second)
         return Sweep(tuple(plans), 2)
+
+
+def _narrow_slab(buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A slab in ``dtype``, C-ordered; a one-line ValueError where a finite entry overflows it (the first pass
+    had blamed NaN or infinity in the file)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.ascontiguousarray(buf, dtype=dtype)
+    if np.dtype(buf.dtype).kind in "fc" and np.dtype(dtype).itemsize < np.dtype(buf.dtype).itemsize:
+        if not np.isfinite(out).all() and np.isfinite(buf).all():
+            raise ValueError(f"the tensor has values beyond {np.dtype(dtype).name}'s range (largest magnitude "
+                             f"{float(np.abs(buf).max()):.3g} in a slab): dtype={np.dtype(dtype).name} would make "
+                             "them infinite; keep float64, or scale the data")
+    return out
