@@ -156,3 +156,19 @@ def test_the_start_grams_buffers_are_no_wider_than_their_pieces():
         if got is not None:
             np.testing.assert_allclose(np.asarray(got[0], dtype=np.float64), G, rtol=0,
                                        atol=1e-5 * np.abs(G).max())
+
+
+def test_byte_swapped_operands_keep_their_precision():
+    """'>f4' operands of contract gave float64 results, and '>c8' / '>c16' matrices were refused as "not numeric"
+    (the tensor X of that dtype was taken)."""
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    got = tk.contract("ij,jk->ik", A.astype(">f4"), B.astype(">f4"))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, A.astype(np.float32) @ B.astype(np.float32), rtol=8 * np.finfo(np.float32).eps)
+    Z = (A + 1j * A[::-1]).astype(">c8")
+    np.testing.assert_allclose(tk.contract("ij,j->i", Z, np.ones(4)), Z.astype(np.complex64).sum(axis=1),
+                               rtol=8 * np.finfo(np.float32).eps)
+    U = np.ones((1, 3), dtype=">c16")
+    X = rng.standard_normal((2, 3))
+    np.testing.assert_allclose(tk.ttm(X, U, 1), X @ U.astype(np.complex128).T, rtol=1e-15)

@@ -323,3 +323,14 @@ def test_rank_sweep_sorts_ranks_records_its_seed_and_refuses_repeats(rng):
     for bad in ("95", True):
         with pytest.raises(TypeError, match=r"^threshold must be a number; received"):
             tk.rank_sweep(Y, [1, 2], threshold=bad)
+
+
+def test_corcondia_is_the_same_at_extreme_magnitudes():
+    """The weights folded into U_0 before its pinv overflowed at 1e307 and underflowed at 1e-310: NaN, where the
+    diagnostic does not depend on X's scale."""
+    B = np.random.default_rng(0).standard_normal((4, 5, 6))
+    ref = tk.corcondia(B, tk.cp_als(B, 2))
+    for scale in (1e307, 1e-310):
+        X = B * scale
+        got = tk.corcondia(X, tk.cp_als(X, 2))
+        assert abs(got - ref) <= 1e-9 * abs(ref), (scale, got, ref)

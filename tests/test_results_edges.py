@@ -403,3 +403,14 @@ def test_passes_per_iteration_count_the_line_searchs_and_the_residuals_reads():
     T64 = tk.hooi(X, 5, tol=0, max_iter=10)
     T32 = tk.hooi(X32, 3, tol=0, max_iter=10)
     assert T32.fit > 0.999 and T32.passes_per_iteration >= T64.passes_per_iteration + 1
+
+
+def test_cp_apr_at_extreme_magnitudes():
+    """A subnormal tensor raised a raw OverflowError (math.ldexp of 2^1029); near the largest float64 the model
+    came back all NaN with a RuntimeWarning only."""
+    M = tk.cp_apr(np.full((2, 2), 1e-310), 1)
+    assert np.isfinite(M.fit) and np.all(np.isfinite(M.weights))
+    X = np.abs(np.random.default_rng(0).standard_normal((4, 5, 6)))
+    with pytest.raises(ValueError, match=r"^X's entries sum beyond the largest float64, more than cp_apr's sums "
+                                         r"hold \(about 1e301\); it models counts: scale the data down$"):
+        tk.cp_apr(X * 1e307, 2)

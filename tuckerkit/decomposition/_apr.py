@@ -120,6 +120,12 @@ def _count_data(X: Any, device: Any) -> tuple[_Nonzeros, np.dtype]:
         raise ValueError("X has no nonzero entries; a Poisson model of all-zero counts is zero")
     if float(coo.values.min()) < 0:
         raise ValueError("X has negative entries; cp_apr models non-negative counts")
+    with np.errstate(over="ignore"):
+        total = float(np.sum(coo.values, dtype=np.float64))
+    if not total < 2.0**1000:  # (its sums of model values overflowed: an all-NaN model at 1e307, no error)
+        what = f"to {total:.3g}" if math.isfinite(total) else "beyond the largest float64"
+        raise ValueError(f"X's entries sum {what}, more than cp_apr's sums hold (about 1e301); it models counts: "
+                         "scale the data down")
     return _Nonzeros(coo.coords, coo.values, tuple(coo.shape)), np.dtype(coo.values.dtype)
 
 
@@ -324,7 +330,8 @@ def _ls_fit(data: _Nonzeros, factors: list[np.ndarray], weights: np.ndarray, nor
     peak = float(np.max(np.abs(data.values))) if data.values.size else 0.0
     if peak == 0:  # (not normX: its square underflows to 0 for values near 1e-160)
         return 1.0
-    scale = math.ldexp(1.0, -math.frexp(peak)[1]) if peak > 0 and math.isfinite(peak) else 1.0
+    # (the exponent within +-1000: a subnormal peak's power of two, 2^1029, overflowed math.ldexp)
+    scale = math.ldexp(1.0, max(-1000, min(1000, -math.frexp(peak)[1]))) if peak > 0 and math.isfinite(peak) else 1.0
     vals = data.values * scale
     w = weights * scale
     m = _values_at(data, factors, w, policy)

@@ -98,6 +98,12 @@ def corcondia(X: Any, cp: Any) -> float:
     # (its core has R^N entries, in float64 with its target and their difference: rank 2000 on a 3-way tensor
     # asked numpy for 59.6 GiB after 17 s of sweeps)
     _check_corcondia_memory(R, len(factors))
+    peak = float(np.max(np.abs(w))) if w.size else 0.0
+    if peak > 0 and not 2.0**-500 <= peak <= 2.0**500:  # (X and the weights by one power of two: G is unchanged,
+        # and the weights folded into U_0 neither overflow nor underflow its pinv: 1e307 and 1e-310 gave NaN)
+        k = max(-1000, min(1000, -math.frexp(peak)[1]))  # (a representable power: 2^1029 is not)
+        op = op.scaled(math.ldexp(1.0, k))
+        w = w * math.ldexp(1.0, k)
     factors[0] = factors[0] * w[None, :]
     pinvs = {n: op.xp.asarray(np.linalg.pinv(U).astype(op.dtype)) for n, U in enumerate(factors)}
     G = np.asarray(to_host(op.multi_ttm(pinvs)), dtype=np.float64)
