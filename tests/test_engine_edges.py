@@ -172,3 +172,15 @@ def test_byte_swapped_operands_keep_their_precision():
     U = np.ones((1, 3), dtype=">c16")
     X = rng.standard_normal((2, 3))
     np.testing.assert_allclose(tk.ttm(X, U, 1), X @ U.astype(np.complex128).T, rtol=1e-15)
+
+
+def test_masked_arrays_and_matrices_as_the_other_calls_take_them():
+    """contract read a masked array's masked entries as data (every other call refuses them), and khatri_rao of
+    numpy.matrix operands failed in numpy's broadcasting words."""
+    A = np.ma.masked_array([[1.0, 2.0], [3.0, 4.0]], mask=[[0, 1], [0, 0]])
+    with pytest.raises(ValueError, match=r"^A is a masked array with 1 masked entry"):
+        tk.contract("ij,j->i", A, np.ones(2))
+    np.testing.assert_array_equal(tk.contract("ij,j->i", np.ma.masked_array([[1.0, 2.0]], mask=[[0, 0]]),
+                                              np.ones(2)), [3.0])
+    M = [np.matrix(np.arange(4.0).reshape(2, 2)), np.matrix(np.arange(6.0).reshape(3, 2))]
+    np.testing.assert_array_equal(tk.khatri_rao(M), tk.khatri_rao([np.asarray(U) for U in M]))

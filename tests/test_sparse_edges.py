@@ -133,3 +133,14 @@ def test_sparse_decompositions_repeat_their_bits_on_a_rank_deficient_unfolding()
             for U, V in zip(a.factors, b.factors, strict=True):
                 np.testing.assert_array_equal(U, V)
             assert a.fit > 1 - 1e-5
+
+
+def test_ttm_of_a_one_way_sparse_tensor():
+    """ttm / multi_ttm of a 1-D sparse tensor failed with "max() arg is an empty sequence" (the tree kernel needs
+    a mode besides its root)."""
+    x = np.array([1.0, 0.0, 3.0, 0.0, 5.0])
+    X = COOTensor.from_dense(x)
+    U = np.arange(10.0).reshape(2, 5)
+    np.testing.assert_array_equal(tk.ttm(X, U, 0), tk.ttm(x, U, 0))
+    np.testing.assert_array_equal(tk.multi_ttm(X, [U.T], transpose=True), U @ x)
+    assert isinstance(tk.multi_ttm(X, [None], skip=0), COOTensor)

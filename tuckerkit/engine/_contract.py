@@ -67,6 +67,9 @@ def _as_operand(x: Any, name: str, xp, dtype) -> Any:
                         "or streamed tensor use tk.ttm, tk.multi_ttm or tk.mttkrp, which take any operand")
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
         x = xp.asarray(np.asarray(x))
+    from tuckerkit._validation import plain_array
+
+    x = plain_array(x, name)  # (a masked array's masked entries were read as data, as the other calls refuse)
     if x.dtype != dtype:
         x = x.astype(dtype)
     if any(s % x.itemsize for s in x.strides):  # misaligned views cannot go to BLAS

@@ -44,9 +44,13 @@ def khatri_rao(matrices: Sequence[Any], *, device: Any = None) -> Any:
     >>> khatri_rao([np.ones((2, 3)), np.ones((4, 3))]).shape
     (8, 3)
     """
+    from tuckerkit._validation import plain_array
+
     mats = check_matrices(matrices)
     if len(mats) == 0:
         raise ValueError("matrices is empty; expected at least one matrix")
+    # (numpy.matrix broadcast to 3-D failed in numpy's words; a masked array's masked entries read as data)
+    mats = [plain_array(U, f"matrices[{i}]") for i, U in enumerate(mats)]
     for i, U in enumerate(mats):
         if not hasattr(U, "ndim") or not hasattr(U, "shape"):
             raise TypeError(f"matrices[{i}] is {describe(U)}; expected a 2-D array of shape (I_{i}, R)")

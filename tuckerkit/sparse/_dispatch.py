@@ -292,6 +292,13 @@ class SparseOperand(SparseShape, OperandBase):
         self._dense_only("plan=", plan)
         pol = resolve_policy(policy)
         mats_t = {m: np.asarray(U if transpose else U.T) for m, U in mats.items()}  # (I_m, J_m)
+        if self.ndim == 1:  # (a vector: x^T U over its nonzeros; the tree kernel needs a mode besides the root)
+            coo = as_coo(self)
+            if not mats_t:
+                return coo
+            U = mats_t[0]
+            dtype = np.result_type(coo.values.dtype, U.dtype)
+            return np.asarray(coo.values.astype(dtype) @ U[coo.coords[:, 0]].astype(dtype, copy=False))
         left = [m for m in range(self.ndim) if m not in mats_t]
         if len(left) <= 1:
             # all modes: project all but the shortest by the kernel, then that one densely
