@@ -495,7 +495,14 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     dev = _check_decompose_options(method, ranks, target, target_name, rank, dtype, csf, max_iter, device,
                                    memory_limit, scheduler, input, stop_tol=stop_tol, iterations=iterations)
     check_extra(method, nonnegative, mask)
+    if method == "cp-apr" and (memory_limit is not None or scheduler is not None):  # (it failed after the read,
+        # naming SlabTensor / DaskTensor, and only when the file did not fit the limit)
+        which = "--memory-limit" if memory_limit is not None else "--scheduler"
+        raise CLIError(f"--method cp-apr reads its counts into memory; {which} applies to hooi, hosvd and cp")
     sparse = _sparse_input(input)  # (.tns, or a COOTensor.save_npz archive)
+    if sparse and key is not None:  # (an array of the archive decomposed as a dense tensor failed on csf=)
+        raise CLIError(f"--key applies to files holding several dense arrays; {str(input)!r} is one sparse tensor "
+                       "(coords, shape, values), read whole: leave --key out")
     if seed is not None and method in ("hooi", "hosvd") and not nonnegative:
         raise CLIError(f"--seed applies to --method cp and cp-apr (random starts) and --nonnegative; --method "
                        f"{method} starts from the SVD and draws nothing")

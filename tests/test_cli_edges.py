@@ -93,3 +93,19 @@ def test_nonnegative_max_error_says_when_the_fit_misses_it(x):
     assert (f"warning: --max-error 0.05 chose ranks {list(model.ranks)} from the unconstrained ST-HOSVD; the "
             f"non-negative fit's error is {1 - model.fit:.3g}, above it (pass larger --ranks)") in res.output
     assert "hooi (non-negative) of 20x18x16" in res.output
+
+
+def test_cp_apr_with_a_memory_limit_or_scheduler_and_key_on_a_sparse_archive(x):
+    """cp-apr with --memory-limit failed after the read naming SlabTensor (and only when the file did not fit);
+    --key on a sparse .npz was blamed on a csf= the user never passed."""
+    d, _ = x
+    for opt in (("--memory-limit", "10KB"), ("--scheduler", "local")):
+        res = _run("decompose", d / "x.npy", "--method", "cp-apr", "--rank", "3", *opt)
+        assert res.exit_code == 1, res.output
+        assert res.output == (f"error: --method cp-apr reads its counts into memory; {opt[0]} applies to hooi, "
+                              "hosvd and cp\n")
+    tk.datasets.make_sparse_tensor((30, 25, 20), 800, random_state=2).data.save_npz(d / "s.npz")
+    res = _run("decompose", d / "s.npz", "--key", "coords", "--ranks", "2,2")
+    assert res.exit_code == 1 and res.output.startswith("error: --key applies to files holding several dense "
+                                                        "arrays;"), res.output
+    assert not list(d.glob("*.tucker.npz")) and not list(d.glob("*.cp.npz"))
