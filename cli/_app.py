@@ -435,7 +435,9 @@ def _check_decompose_options(method, ranks, target, target_name, rank, dtype, cs
         if rank is None:
             raise CLIError(f"--method {method} needs --rank R (the number of components)")
         if ranks is not None or target is not None:
-            raise CLIError(f"--method {method} takes --rank, not --ranks or {target_name}")
+            hint = (" (--tol is the deprecated error target; the convergence tolerance is --stop-tol)"
+                    if target_name == "--tol" else "")
+            raise CLIError(f"--method {method} takes --rank, not --ranks or {target_name}{hint}")
         if rank < 1:
             raise CLIError(f"--rank {rank} is not positive; expected an integer >= 1")
     else:
@@ -642,7 +644,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
             f"{'rank' if method in ('cp', 'cp-apr') else 'ranks'} {summary['ranks']}, "
             f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} "
             f"iteration{'' if res.n_iter == 1 else 's'}, "
-            f"{_human_seconds(seconds)}, compression {summary['compression_ratio']:.1f}x against {against} -> "
+            f"{_human_seconds(seconds)}, compression {summary['compression_ratio']:.3g}x against {against} -> "
             f"{path} ({_human_bytes(path.stat().st_size)})"
         )
 
