@@ -11,6 +11,7 @@ none): these entry points stand in for pyttb's, whose users read those lines.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Any
 
@@ -160,7 +161,11 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
     """
     tk = _tk()
     X, shape, N = _prepare(input_tensor, dimorder, "cp_als")
+    _check_iteration_args("cp_als", stoptol, maxiters)
     opt = list(range(N)) if optdims is None else [int(d) for d in np.asarray(optdims).reshape(-1)]
+    bad = [d for d in opt if not 0 <= d < N]
+    if bad:  # (-1 or N fixed every mode: the random start came back as the result)
+        raise ValueError(f"cp_als: optdims={opt} holds {bad}; expected modes 0..{N - 1}")
     fixed = [n for n in range(N) if n not in opt]
     if isinstance(init, str) and init.lower() == "random":
         start: Any = [np.random.uniform(0, 1, (shape[n], rank)) for n in range(N)]  # noqa: NPY002 (pyttb's draw)
@@ -216,6 +221,15 @@ def cp_als(input_tensor: Any, rank: int, stoptol: float = 1e-4, maxiters: int = 
     return tk.CPTensor(weights, tuple(factors)), init_model, output
 
 
+def _check_iteration_args(who: str, stoptol: Any, maxiters: Any) -> None:
+    """pyttb's names in the messages (tuckerkit's ``tol`` / ``max_iter`` had been named for ``stoptol`` /
+    ``maxiters``)."""
+    if isinstance(maxiters, bool) or not isinstance(maxiters, numbers.Integral) or maxiters < 1:
+        raise ValueError(f"{who}: maxiters={maxiters!r} is invalid; expected an integer >= 1")
+    if isinstance(stoptol, bool) or not isinstance(stoptol, numbers.Real) or not 0 <= float(stoptol) < float("inf"):
+        raise ValueError(f"{who}: stoptol={stoptol!r} is invalid; expected a number >= 0")
+
+
 def tucker_als(input_tensor: Any, rank: Any, stoptol: float = 1e-4, maxiters: int = 1000, dimorder: Any = None,
                init: Any = "random", printitn: int = 1) -> tuple:
     """pyttb's ``tucker_als`` (HOOI), computed by :func:`tuckerkit.hooi`.
@@ -252,7 +266,13 @@ def tucker_als(input_tensor: Any, rank: Any, stoptol: float = 1e-4, maxiters: in
     """
     tk = _tk()
     X, shape, N = _prepare(input_tensor, dimorder, "tucker_als")
+    _check_iteration_args("tucker_als", stoptol, maxiters)
     ranks = [int(rank)] * N if np.ndim(rank) == 0 else [int(r) for r in rank]
+    if len(ranks) != N:  # (a bare IndexError)
+        raise ValueError(f"tucker_als: rank has {len(ranks)} entries; expected {N} (one per mode) or one number")
+    if isinstance(init, str) and init.lower() not in ("random", "nvecs", "eigs"):  # (split into characters)
+        raise ValueError(f"tucker_als: init={init!r} is not valid; expected 'random', 'nvecs' or a list of factor "
+                         "matrices")
     if isinstance(init, str) and init.lower() == "random":
         Uinit: list[Any] = [None] + [np.random.uniform(0, 1, (shape[n], ranks[n]))  # noqa: NPY002 (pyttb's draw)
                                      for n in range(1, N)]
@@ -317,6 +337,9 @@ def hosvd(input_tensor: Any, tol: float, verbosity: float = 1, dimorder: Any = N
     X = _operand(input_tensor, "hosvd")
     given = None if ranks is None else [int(r) for r in np.asarray(ranks).reshape(-1)]
     target = None if given is not None else tol
+    if given is None and isinstance(tol, numbers.Real) and not isinstance(tol, bool) and tol == 0:
+        given = list(np.shape(X) if not hasattr(X, "shape") else X.shape)  # (pyttb: tol 0 keeps every rank)
+        target = None
     if sequential:
         order: Any = list(range(np.ndim(X) if not hasattr(X, "ndim") else X.ndim)) if dimorder is None else \
             [int(d) for d in np.asarray(dimorder).reshape(-1)]

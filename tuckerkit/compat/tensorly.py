@@ -103,7 +103,11 @@ def _tl_random_tucker(tensor: Any, ranks: Sequence[int], modes: Sequence[int], r
 
 
 def _check_svd(svd: Any, who: str) -> None:
-    if not (isinstance(svd, str) and svd in _SVD_NAMES) and not callable(svd):
+    if callable(svd) and not isinstance(svd, str):  # (accepted and then ignored: tuckerkit computes its subspaces)
+        raise NotImplementedError(f"{who}: svd={getattr(svd, '__name__', 'a callable')} (a function of your own) is "
+                                  f"not supported; tuckerkit computes its own subspaces: pass one of "
+                                  f"{', '.join(repr(s) for s in _SVD_NAMES)}")
+    if not (isinstance(svd, str) and svd in _SVD_NAMES):
         names = ", ".join(repr(s) for s in _SVD_NAMES)
         raise ValueError(f"{who}: svd={svd!r} is not valid; expected one of {names}")
 
@@ -1037,7 +1041,9 @@ def _nn_tucker(who: str, method: str, tensor: Any, rank: Any, n_iter_max: int, i
     try:
         with warnings.catch_warnings():  # TensorLy stops at n_iter_max silently
             warnings.simplefilter("ignore", tk.ConvergenceWarning)
-            T = tk.non_negative_tucker(tensor, ranks, method=method, init=init, tol=tol,
+            # (MU: TensorLy's stop, from the third iteration, as its tucker's; its own rule stopped one earlier)
+            stop = {"tol": 0.0, "callback": _tl_hooi_stop(tol)} if method == "mu" else {"tol": tol}
+            T = tk.non_negative_tucker(tensor, ranks, method=method, init=init, **stop,
                                        max_iter=max(int(n_iter_max), 1),
                                        random_state=_random_state(random_state) if isinstance(init, str) else None,
                                        verbose=bool(verbose))

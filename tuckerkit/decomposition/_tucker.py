@@ -883,6 +883,12 @@ def _check_fixed_orthonormal(U: Any, n: int) -> None:
                          f"best core only for orthonormal ones: pass numpy.linalg.qr(U)[0] (the same column space)")
 
 
+def _orthonormal_columns(U: np.ndarray) -> bool:
+    """Whether ``U``'s columns are orthonormal to a few hundred eps of its dtype."""
+    G = U.conj().T @ U
+    return bool(np.abs(G - np.eye(G.shape[0])).max() <= 256 * np.finfo(U.dtype).eps * max(1, U.shape[0]))
+
+
 def _full_modes(X: Any, ranks: Sequence[int], fixed: Any, em: Any) -> set[int]:
     """The modes HOOI leaves out of its sweeps: those of full rank (``R_n = I_n``), not fixed, of a dense host
     tensor without missing data, where some other mode is not of full rank. Such a mode's factor is square and
@@ -998,6 +1004,10 @@ def _hooi(call: Call, ranks: Any, init: Any, tol: Any, max_iter: Any, random_sta
     backoffs = [SubspaceBackoff() for _ in range(N)]
     # full-rank modes (R_n = I_n) sit out of the sweep (see _full_modes); their factors come from the core
     full = _full_modes(X, ranks, fixed, em)
+    if full and not isinstance(init, str):  # (a given start's full-rank factor that is not orthogonal is no
+        # rotation: the first sweep's projections on it shape the other factors, as pyttb's and TensorLy's do; a
+        # random start at ranks [2, 3, 8] of 6 x 7 x 8 ended at another fit than theirs)
+        full = {n for n in full if _orthonormal_columns(np.asarray(to_host(factors[n])))}
     swept = [None if n in full else U for n, U in enumerate(factors)] if full else factors
     eye = {n: np.eye(X.shape[n], dtype=X.dtype) for n in full}
     # a dense tensor's sweeps (3 to 8 modes) may leave projections for the next (the multi-sweep dimension tree:
