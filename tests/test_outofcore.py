@@ -431,3 +431,42 @@ def test_a_float32_tensor_streamed_from_disk_reports_the_residuals_fit(tmp_path)
     assert abs((1 - T.fit) - err) < 1e-3 * err and seen[-1] == T.fit
     S = tk.st_hosvd(tuckerkit.io.open_tensor(tmp_path / "x.npy", memory_limit=40000), (3, 3, 3))
     assert abs((1 - S.fit) - S.relative_error(X)) < 1e-3 * S.relative_error(X)
+
+
+def test_streaming_an_array_like_never_scales_its_data_in_place():
+    """Slabs of an array-like (not an ndarray) that were views of the caller's data were rescaled in place on
+    every pass at extreme magnitudes: the caller's array zeroed at 1e30 (fit 0.0), made infinite at 1e-30."""
+
+    class ArrayLike:
+        def __init__(self, a):
+            self.a, self.shape, self.dtype = a, a.shape, a.dtype
+
+        def __getitem__(self, k):
+            return self.a[k]
+
+    X = np.random.default_rng(0).standard_normal((200, 30, 25)).astype(np.float32) * np.float32(1e30)
+    keep = X.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        streamed = tk.hooi(ArrayLike(X), (4, 3, 3), memory_limit="300KB", max_iter=5, tol=0)
+        ref = tk.hooi(X, (4, 3, 3), max_iter=5, tol=0)
+    np.testing.assert_array_equal(X, keep)
+    assert abs(streamed.fit - ref.fit) < 1e-5
+
+
+def test_a_near_exact_streamed_fit_stays_within_the_memory_limit(tmp_path):
+    """The residual fit formed slab by slab (a near-exact float32 fit) took HOOI to 1.57x its memory limit."""
+    rng = np.random.default_rng(2)
+    U = [np.linalg.qr(rng.standard_normal((n, 5)))[0] for n in (400, 60, 50)]
+    X = np.einsum("abc,ia,jb,kc->ijk", rng.standard_normal((5, 5, 5)), *U).astype(np.float32)
+    np.save(tmp_path / "exact.npy", X)
+    M = np.load(tmp_path / "exact.npy", mmap_mode="r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.ConvergenceWarning)
+        tk.hooi(M, (5, 5, 5), memory_limit=1_000_000, max_iter=3)  # (compiled, cached)
+        tk.engine.release_memory()
+        tracemalloc.start()
+        model = tk.hooi(M, (5, 5, 5), memory_limit=1_000_000, max_iter=3)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert model.fit > 0.9999 and peak < 1_000_000, peak

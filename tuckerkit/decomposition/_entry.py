@@ -323,13 +323,15 @@ class Call:
 def _streamed_residual_sq(X: Any, model: Any) -> float:
     """``||X - X_hat||^2`` in float64 of a tensor read in slabs along mode 0 (:class:`~tuckerkit.engine.
     SlabTensor`: one more pass over the file), each slab in pieces of at most :data:`RESIDUAL_PIECE_BYTES` of
-    float64 and half the slab's bytes (the model's values on a piece and the difference); summed in
+    float64 and a sixteenth of the slab's bytes (the model's values on a piece and the difference); summed in
     a fixed order. A float32 tensor streamed from disk read an error of 3.6e-4 from norms for a true 1.0e-5."""
     rest = max(1, math.prod(X.shape[1:]))
-    # (a piece's float64 values at most half a slab's bytes too: the memory_limit sized the slabs)
-    step = max(1, min(RESIDUAL_PIECE_BYTES // (8 * rest), X.slab_rows * np.dtype(X.dtype).itemsize // 16))
+    # (a piece's float64 values at most a sixteenth of a slab's bytes too: the memory_limit sized the slabs, and
+    # half a slab took a near-exact HOOI to 1.57x the limit)
+    step = max(1, min(RESIDUAL_PIECE_BYTES // (8 * rest), X.slab_rows * np.dtype(X.dtype).itemsize // 128))
     res = 0.0
-    for s, slab in X.slabs():
+    # (slabs of half the rows: this pass runs beside what the iteration holds, two slabs in flight)
+    for s, slab in X.slabs(rows=max(1, X.slab_rows // 2)):
         for a in range(0, slab.shape[0], step):
             b = min(a + step, slab.shape[0])
             idx = (slice(s + a, s + b), *(slice(None) for _ in X.shape[1:]))

@@ -218,11 +218,12 @@ class SlabTensor(OperandBase):
                 src = self.data[s:s + step]
                 out = (np.ascontiguousarray(src) if np.dtype(src.dtype) == self.dtype
                        else _narrow_slab(np.asarray(src), self.dtype))
+                if self.factor != 1.0 and (out is src or np.may_share_memory(out, src)):
+                    # (a view of the caller's memory, from an ndarray or any array-like's slicing: never scaled in
+                    # place; an array-like's view was, every pass: its data zeroed at 1e30, made infinite at 1e-30)
+                    return out * self.dtype.type(self.factor)
             if self.factor != 1.0:
-                mult = self.dtype.type(self.factor)
-                if isinstance(self.data, np.ndarray) and np.may_share_memory(out, self.data):
-                    return out * mult  # a view of the caller's array: never scaled in place
-                out *= mult
+                out *= self.dtype.type(self.factor)
             return out
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuckerkit-read") as pool:
