@@ -470,3 +470,21 @@ def test_a_near_exact_streamed_fit_stays_within_the_memory_limit(tmp_path):
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert model.fit > 0.9999 and peak < 1_000_000, peak
+
+
+def test_a_streamed_float32_rank_choice_takes_its_grams_in_double_precision(tmp_path):
+    """As in memory (the docstrings' promise): the float32 Grams' rounding chose ranks (4, 3, 7) and (65, 7, 6)
+    for an exact (4, 3, 3) tensor streamed from disk."""
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((4, 3, 3))
+    U = [np.linalg.qr(rng.standard_normal((n, r)))[0] for n, r in zip((200, 30, 25), (4, 3, 3), strict=True)]
+    X = np.einsum("abc,ia,jb,kc->ijk", G, *U).astype(np.float32)
+    np.save(tmp_path / "t32.npy", X)
+    M = np.load(tmp_path / "t32.npy", mmap_mode="r")
+    assert tk.st_hosvd(X, max_error=3e-4).ranks == (4, 3, 3)
+    assert tk.st_hosvd(M, max_error=3e-4, memory_limit="300KB").ranks == (4, 3, 3)
+    assert tk.hosvd(SlabTensor(M, "700KB"), max_error=3e-4).ranks == (4, 3, 3)
+    S = SlabTensor(M, "400KB")
+    for n in range(3):
+        ref = np.tensordot(X.astype(np.float64), X.astype(np.float64), axes=([m for m in range(3) if m != n],) * 2)
+        np.testing.assert_allclose(S.wide_gram(n), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())

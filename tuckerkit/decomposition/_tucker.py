@@ -143,8 +143,8 @@ DOUBLE_GRAM_PIECE_BYTES = 16 << 20
 
 def _double_gram(Y: Any, budget: float) -> bool:
     """Whether a rank choice with per-mode ``budget`` takes ``Y``'s Grams in double precision: a single-precision
-    dense tensor in memory or sparse tensor on the host (the streamed kinds and the GPU's sparse tensors form
-    their own Grams) and a budget below :data:`DOUBLE_GRAM_BUDGET`."""
+    dense tensor in memory, sparse tensor on the host or tensor streamed in slabs (each has a ``wide_gram``; Dask
+    and the GPU's sparse tensors form their own Grams) and a budget below :data:`DOUBLE_GRAM_BUDGET`."""
     single = np.dtype(Y.dtype) in (np.dtype(np.float32), np.dtype(np.complex64))
     return single and budget < DOUBLE_GRAM_BUDGET and (isinstance(Y, DenseTensor) or hasattr(Y, "wide_gram"))
 

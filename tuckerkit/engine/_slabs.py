@@ -299,6 +299,32 @@ class SlabTensor(OperandBase):
                 G[b:b + B.shape[0], ra] = blk.T
         return G
 
+    def wide_gram(self, mode: int, policy: ExecutionPolicy | None = None) -> np.ndarray:
+        """:meth:`gram` accumulated in float64 (a single-precision rank choice's, as in memory: the float32 Gram's
+        rounding chose ranks (4, 3, 7) and (65, 7, 6) for an exact (4, 3, 3) tensor streamed), each slab converted
+        in pieces (mode >= 1) or, for mode 0, slab pairs of a quarter of the rows (two held in float64)."""
+        from tuckerkit.engine._gram import blocks_gram
+
+        pol = resolve_policy(policy)
+        rows = self._rows_beside([self.shape[mode]] * 2, f"the mode-{mode} Gram")
+        G = np.zeros((self.shape[mode],) * 2, dtype=np.float64)
+        if mode != 0:
+            piece = max(1 << 16, rows * math.prod(self.shape[1:]) * self.dtype.itemsize // 2)
+            for _, slab in self.slabs(rows):
+                G += blocks_gram(slab, mode, pol, dtype=np.float64, limit=piece)
+            return G
+        rows = max(1, rows // 4)
+        for a, slab_a in self.slabs(rows):
+            A = slab_a.reshape(slab_a.shape[0], -1).astype(np.float64)
+            ra = slice(a, a + A.shape[0])
+            G[ra, ra] = A @ A.T
+            for b, slab_b in self.slabs(rows, start=a + A.shape[0]):
+                B = slab_b.reshape(slab_b.shape[0], -1).astype(np.float64)
+                blk = A @ B.T
+                G[ra, b:b + B.shape[0]] = blk
+                G[b:b + B.shape[0], ra] = blk.T
+        return G
+
     def multi_ttm(self, mats: Mapping[int, Any], *, transpose: bool = False, plan: Any = None,
                   policy: ExecutionPolicy | None = None) -> np.ndarray:
         """``X x_m U_m`` (transposed) for every ``m`` in ``mats``, in one pass (mode 0, if in ``mats``,
