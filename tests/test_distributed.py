@@ -161,3 +161,25 @@ def test_complex_dask_arrays_and_memory_limits_are_refused_in_one_line(rng):
     with pytest.raises(ValueError, match=r"^memory_limit=100 streams dense tensors held here .*; X is a Dask "
                                          r"array"):
         tk.hooi(da.from_array(X, chunks=5), [2, 2, 2], memory_limit=100)
+
+
+def test_dask_projections_take_the_matrices_dtype_as_in_memory():
+    """A complex matrix was cast to the Dask tensor's real dtype (zeros, a ComplexWarning), a float64 matrix to
+    float32 for float32 data; and the un-transposed complex projection came back conjugated."""
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        X = np.random.default_rng(0).standard_normal((17, 9, 8))
+        U = (1 + 2j) * np.random.default_rng(1).standard_normal((2, 9))
+        D = da.from_array(X, chunks=(5, 4, 3))
+        for transpose, M in ((False, U), (True, U.T)):
+            got = np.asarray(tk.ttm(D, M, 1, transpose=transpose))
+            ref = tk.ttm(X, M, 1, transpose=transpose)
+            assert got.dtype == ref.dtype == np.complex128
+            np.testing.assert_allclose(got, ref, rtol=0, atol=1e-13 * np.abs(ref).max())
+        X32 = X.astype(np.float32)
+        V = np.random.default_rng(2).standard_normal((2, 9))
+        got = np.asarray(tk.ttm(da.from_array(X32, chunks=(5, 4, 3)), V, 1))
+        assert got.dtype == tk.ttm(X32, V, 1).dtype == np.float64
+        F = [np.ones((17, 2)), 1j * np.ones((9, 2)), np.ones((8, 2))]
+        np.testing.assert_allclose(np.asarray(tk.mttkrp(D, F, 0)), tk.mttkrp(X, F, 0), rtol=1e-13)

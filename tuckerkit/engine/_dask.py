@@ -203,8 +203,15 @@ class DaskTensor(OperandBase):
         import dask.array as da
 
         self._dense_only("plan=", plan)
-        mats_t = {m: np.ascontiguousarray(U if transpose else U.T, dtype=self.dtype) for m, U in mats.items()}
-        return np.asarray(_project(da, self.data, mats_t).compute())
+        # (the matrices' dtype joins X's, as in memory: a complex one had been cast to X's real dtype, zeros and a
+        # ComplexWarning; a float64 one to float32 for float32 data)
+        dt = _joined(self.dtype, *(np.asarray(U).dtype for U in mats.values()))
+        # (each chunk's projection is the engine's transposed one, U^H for a complex U: the un-transposed call's
+        # U therefore goes in as conj(U^T))
+        mats_t = {m: np.ascontiguousarray(U if transpose else np.conj(np.asarray(U).T), dtype=dt)
+                  for m, U in mats.items()}
+        data = self.data if dt == self.dtype else self.data.astype(dt)
+        return np.asarray(_project(da, data, mats_t).compute())
 
     def mttkrp(self, factors: Sequence[Any], mode: int, *, plan: Any = None,
                policy: ExecutionPolicy | None = None) -> np.ndarray:
@@ -212,8 +219,10 @@ class DaskTensor(OperandBase):
         import dask.array as da
 
         self._dense_only("plan=", plan)
-        return np.asarray(_mttkrp(da, self.data, [np.asarray(U, dtype=self.dtype) if m != mode else None
-                                                   for m, U in enumerate(factors)], mode).compute())
+        dt = _joined(self.dtype, *(np.asarray(U).dtype for m, U in enumerate(factors) if m != mode))
+        data = self.data if dt == self.dtype else self.data.astype(dt)
+        return np.asarray(_mttkrp(da, data, [np.asarray(U, dtype=dt) if m != mode else None
+                                              for m, U in enumerate(factors)], mode).compute())
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -247,3 +256,10 @@ class DaskTensor(OperandBase):
         for n in range(self.ndim):
             update(n, self.mttkrp(factors, n))
         return Sweep((), self.ndim)
+
+
+def _joined(*dtypes: Any) -> np.dtype:
+    """The dtype a product of X and matrices of these dtypes takes in memory: numpy's promotion, integers and
+    bools as float64, half precision as float32."""
+    dt = np.result_type(*[np.dtype(d) if np.dtype(d).kind in "fc" else np.dtype(np.float64) for d in dtypes])
+    return np.dtype(np.float32) if dt == np.float16 else dt
