@@ -42,11 +42,12 @@ def test_a_folder_others_can_write_or_a_link_is_never_used(monkeypatch, tmp_path
         assert private_tmp_folder("tk-theirs") is None  # (another user's: never used)
     else:  # pragma: no cover (only root can give a folder away)
         assert os.lstat(tmp_path / "tk-theirs").st_uid == os.getuid()
-    # the user's own, group- or world-writable (an older version's, under a loose umask): tightened, then used
+    # the user's own but group- or world-writable: never used (tightening its mode kept whatever others put there)
     (tmp_path / "tk-open").mkdir()
     os.chmod(tmp_path / "tk-open", 0o777)
-    assert private_tmp_folder("tk-open") == str(tmp_path / "tk-open")
-    assert os.lstat(tmp_path / "tk-open").st_mode & 0o022 == 0
+    (tmp_path / "tk-open" / "planted.nbi").write_text("x")
+    assert private_tmp_folder("tk-open") is None
+    assert os.lstat(tmp_path / "tk-open").st_mode & 0o777 == 0o777
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     os.symlink(tmp_path / "elsewhere", tmp_path / "tk-link")
     assert private_tmp_folder("tk-link") is None
@@ -58,11 +59,14 @@ def test_a_folder_others_can_write_or_a_link_is_never_used(monkeypatch, tmp_path
     blocked = tmp_path / "ro"
     blocked.write_text("a file where the folders would be")
     env = {"XDG_CACHE_HOME": str(blocked)}
-    if uid == 0:
+    if uid == 0:  # (the shared name another user's: a fresh private folder of this process instead)
         (tmp_path / f"tuckerkit-numba-{uid}").mkdir()
         os.chown(tmp_path / f"tuckerkit-numba-{uid}", other, other)
-        assert ensure_numba_cache(package_dir=str(blocked), environ=env) is None and "NUMBA_CACHE_DIR" not in env
+        fresh = ensure_numba_cache(package_dir=str(blocked), environ=env)
+        assert fresh is not None and fresh != str(tmp_path / f"tuckerkit-numba-{uid}")
+        assert os.lstat(fresh).st_uid == uid and os.lstat(fresh).st_mode & 0o077 == 0
         os.chown(tmp_path / f"tuckerkit-numba-{uid}", 0, 0)
+        env = {"XDG_CACHE_HOME": str(blocked)}
     assert ensure_numba_cache(package_dir=str(blocked), environ=env) == str(tmp_path / f"tuckerkit-numba-{uid}")
     assert env["NUMBA_CACHE_DIR"] == str(tmp_path / f"tuckerkit-numba-{uid}")
 

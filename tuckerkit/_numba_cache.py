@@ -54,13 +54,9 @@ def private_tmp_folder(name: str) -> str | None:
     if not hasattr(os, "getuid"):  # (Windows: no owner or mode bits here, every folder reads 0o777; the
         # temporary directory is the user's own profile's)
         return folder
-    if st.st_uid != os.getuid():
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:  # (another user's, or one others could write into: what
+        # they put there, files or writable subfolders, would stay; tightening its mode kept them)
         return None
-    if st.st_mode & 0o022:  # (the user's own, made by an older version under a group-writable umask: tightened)
-        try:
-            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
-        except OSError:
-            return None
     return folder
 
 
@@ -86,8 +82,13 @@ def ensure_numba_cache(package_dir: str | None = None,
         return None
     uid = os.getuid() if hasattr(os, "getuid") else 0
     folder = private_tmp_folder(f"tuckerkit-numba-{uid}")
-    if folder is None or not _writable(folder):
-        return None  # (nowhere safe to write: numba's own message stands)
+    if folder is None:  # (the shared name taken, or not safe: a fresh private folder, this process's cache only)
+        try:
+            folder = tempfile.mkdtemp(prefix=f"tuckerkit-numba-{uid}-")
+        except (OSError, FileNotFoundError):
+            return None  # (nowhere to write: numba's own message stands)
+    if not _writable(folder):
+        return None
     environ["NUMBA_CACHE_DIR"] = folder
     numba = sys.modules.get("numba")
     if numba is not None and environ is os.environ:  # (numba read its configuration when it was imported)
