@@ -184,3 +184,21 @@ def test_masked_arrays_and_matrices_as_the_other_calls_take_them():
                                               np.ones(2)), [3.0])
     M = [np.matrix(np.arange(4.0).reshape(2, 2)), np.matrix(np.arange(6.0).reshape(3, 2))]
     np.testing.assert_array_equal(tk.khatri_rao(M), tk.khatri_rao([np.asarray(U) for U in M]))
+
+
+def test_contract_takes_array_likes_and_names_a_masked_out():
+    """An array-like with __array__ but no strides (a table) was refused after the sparse check came in; a masked
+    out= failed in numpy.ma's broadcasting; '>f2' operands gave float64 where '<f2' give float32."""
+
+    class Table:
+        shape = (3, 4)
+
+        def __array__(self, dtype=None, copy=None):
+            return np.arange(12.0).reshape(3, 4)
+
+    np.testing.assert_array_equal(tk.contract("ij,jk->ik", Table(), np.ones((4, 2))),
+                                  np.arange(12.0).reshape(3, 4) @ np.ones((4, 2)))
+    with pytest.raises(TypeError, match=r"^out is a masked array; expected a plain numpy array"):
+        tk.contract("ij,jk->ik", np.ones((4, 5)), np.ones((5, 3)), out=np.ma.masked_array(np.zeros((4, 3))))
+    A, B = np.ones((4, 5), "<f2"), np.ones((5, 3), "<f2")
+    assert tk.contract("ij,jk->ik", A.astype(">f2"), B.astype(">f2")).dtype == tk.contract("ij,jk->ik", A, B).dtype

@@ -86,11 +86,11 @@ def array_namespace(*arrays: Any) -> ModuleType:
 def _checked_dtype(dtype: np.dtype, name: str) -> np.dtype:
     if dtype in _KEPT:
         return dtype
-    if not dtype.isnative and dtype.kind in "fc":  # ('>f4' is float32, '>c8' complex64: the same numbers in the
-        # machine's byte order; '>f4' had become float64 and '>c8' was refused as "not numeric")
-        native = dtype.newbyteorder("=")
-        if native in _KEPT:
-            return native
+    if not dtype.isnative:  # ('>f4' is float32, '>c8' complex64, '>f2' float16: the same numbers in the machine's
+        # byte order; '>f4' had become float64 and '>c8' was refused as "not numeric")
+        dtype = dtype.newbyteorder("=")
+        if dtype in _KEPT:
+            return dtype
     if dtype.kind in "biu":
         return np.dtype(np.float64)
     if dtype == np.float16:

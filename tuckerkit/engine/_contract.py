@@ -62,11 +62,11 @@ def _cached_plan(spec, a_shape, a_strides, b_shape, b_strides, dtype, itemsize, 
 
 
 def _as_operand(x: Any, name: str, xp, dtype) -> Any:
-    if hasattr(x, "nnz") or (hasattr(x, "shape") and not hasattr(x, "strides")):  # (a raw AttributeError: strides)
+    if hasattr(x, "nnz") or getattr(x, "streamed", False) or hasattr(x, "slab_rows"):  # (raw AttributeError)
         raise TypeError(f"{name} is a {type(x).__name__}; contract takes dense arrays (numpy's, cupy's): for a sparse "
                         "or streamed tensor use tk.ttm, tk.multi_ttm or tk.mttkrp, which take any operand")
-    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
-        x = xp.asarray(np.asarray(x))
+    if not hasattr(x, "dtype") or not hasattr(x, "shape") or not hasattr(x, "strides"):
+        x = xp.asarray(np.asarray(x))  # (lists, and array-likes with __array__: a table, a Dask array)
     from tuckerkit._validation import plain_array
 
     x = plain_array(x, name)  # (a masked array's masked entries were read as data, as the other calls refuse)
@@ -85,6 +85,9 @@ def _check_out(out: Any, write: bool = True) -> None:
 
         raise TypeError(f"out must be a numpy array (a cupy array on the GPU) to write the result into; received "
                         f"{describe(out)} ({type(out).__name__})")
+    ma = sys.modules.get("numpy.ma")
+    if ma is not None and isinstance(out, ma.MaskedArray):  # (numpy.ma's broadcasting error, not ours)
+        raise TypeError("out is a masked array; expected a plain numpy array to write the result into")
     if write and not getattr(getattr(out, "flags", None), "writeable", True):
         raise ValueError(f"out is read-only (an array of shape {tuple(out.shape)} and dtype {out.dtype}); expected a "
                          "writeable array to write the result into")
