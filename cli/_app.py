@@ -580,9 +580,12 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
     if (target is not None and ranks is None and (nonnegative or mask is not None) and isinstance(res, tk.TuckerTensor)
             and 1.0 - res.fit > target):
         # (the ranks chosen by the unconstrained ST-HOSVD for --max-error; the constrained run need not meet it)
+        full = list(res.ranks) == list(X.shape)
+        advice = ("the ranks are the tensor's shape already: no model of this kind meets it" if full
+                  else "pass larger --ranks")
         typer.echo(f"warning: --max-error {target:g} chose ranks {list(res.ranks)} from the unconstrained ST-HOSVD; "
                    f"the {'non-negative' if nonnegative else 'masked'} fit's error is {1.0 - res.fit:.3g}, above it "
-                   "(pass larger --ranks)", err=True)
+                   f"({advice})", err=True)
     if tol is not None:  # printed after the run, so that an error stays the only line
         typer.echo(f"warning: --tol is deprecated and will be removed in tuckerkit 0.3; use --max-error {tol:g} "
                    "(the error target that chooses the ranks). The convergence tolerance is --stop-tol.", err=True)
@@ -762,6 +765,9 @@ def _info_of(input, key, shape, json_out, *, allow_external=False):
             "input": str(input), "shape": list(X.shape), "dtype": str(X.dtype), "format": "sparse (COO)",
             "nnz": X.nnz, "density": X.density, "bytes": X.nbytes, "frobenius_norm": X.norm(),
             "dense_bytes": int(math.prod(float(d) for d in X.shape) * X.dtype.itemsize)}
+        if not math.isfinite(info["frobenius_norm"]):  # (JSON has no Infinity: as the dense branch)
+            info["frobenius_norm"] = None
+            info["frobenius_norm_above_float64"] = True
     else:
         info = {"input": str(input), "shape": list(X.shape), "dtype": str(X.dtype), "bytes": int(X.nbytes),
                 "ndim": X.ndim}

@@ -412,5 +412,19 @@ def test_cp_apr_at_extreme_magnitudes():
     assert np.isfinite(M.fit) and np.all(np.isfinite(M.weights))
     X = np.abs(np.random.default_rng(0).standard_normal((4, 5, 6)))
     with pytest.raises(ValueError, match=r"^X's entries sum beyond the largest float64, more than cp_apr's sums "
-                                         r"hold \(about 1e301\); it models counts: scale the data down$"):
+                                         r"hold in float64 \(about 1.07e\+301\); it models counts: scale the data "
+                                         r"down$"):
         tk.cp_apr(X * 1e307, 2)
+
+
+def test_single_precision_extremes_of_cp_apr_and_corcondia():
+    """Float32 counts summing beyond float32's range came back as infinite weights; corcondia of a float32 tensor
+    at 1e-40 gave NaN (a power of two beyond float32 in its rescale)."""
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"more than cp_apr's sums hold in float32"):
+        tk.cp_apr((rng.poisson(5.0, (10, 11, 12)) * 1e36).astype(np.float32), 2, max_iter=5)
+    X = np.einsum("ir,jr,kr->ijk", *(rng.random((n, 3)) for n in (10, 11, 12)))
+    ref = tk.corcondia(X.astype(np.float32), tk.cp_als(X.astype(np.float32), 3))
+    X32 = (X * 1e-40).astype(np.float32)
+    got = tk.corcondia(X32, tk.cp_als(X32, 3))
+    assert np.isfinite(got) and abs(got - ref) < 1e-2

@@ -144,3 +144,29 @@ def test_ttm_of_a_one_way_sparse_tensor():
     np.testing.assert_array_equal(tk.ttm(X, U, 0), tk.ttm(x, U, 0))
     np.testing.assert_array_equal(tk.multi_ttm(X, [U.T], transpose=True), U @ x)
     assert isinstance(tk.multi_ttm(X, [None], skip=0), COOTensor)
+
+
+def test_sparse_projections_with_complex_matrices_match_the_dense_ones():
+    """The sparse multi_ttm conjugated its last (dense-step) mode only, and the 1-D path none: the dense engine's
+    transposed product is the conjugate transpose, the un-transposed one plain."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((5, 4, 3)) * (rng.random((5, 4, 3)) < 0.4)
+    S = COOTensor.from_dense(X)
+    Us = [rng.standard_normal((2, n)) + 1j * rng.standard_normal((2, n)) for n in X.shape]
+    np.testing.assert_allclose(tk.multi_ttm(S, Us), np.einsum("abc,ia,jb,kc->ijk", X, *Us), rtol=1e-13, atol=1e-13)
+    Ut = [U.T for U in Us]
+    np.testing.assert_allclose(tk.multi_ttm(S, Ut, transpose=True), tk.multi_ttm(X, Ut, transpose=True),
+                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(tk.multi_ttm(S, Us, skip=1), tk.multi_ttm(X, Us, skip=1), rtol=1e-13, atol=1e-13)
+    x = np.array([0.0, 2, 0, -1, 3])
+    np.testing.assert_allclose(tk.ttm(COOTensor.from_dense(x), Us[0].T, 0, transpose=True),
+                               tk.ttm(x, Us[0].T, 0, transpose=True), rtol=1e-13)
+
+
+def test_narrowing_a_sparse_tensor_names_an_overflow_and_refuses_an_empty_result():
+    rng = np.random.default_rng(0)
+    X = rng.random((10, 9, 8)) * (rng.random((10, 9, 8)) < 0.3)
+    with pytest.raises(ValueError, match=r"^X has every value below float32's range"):
+        COOTensor.from_dense(X * 1e-300).astype(np.float32)
+    with pytest.raises(ValueError, match=r"^X has values beyond float32's range"):
+        COOTensor.from_dense(X * 1e300).astype(np.float32)

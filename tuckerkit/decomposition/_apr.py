@@ -122,10 +122,13 @@ def _count_data(X: Any, device: Any) -> tuple[_Nonzeros, np.dtype]:
         raise ValueError("X has negative entries; cp_apr models non-negative counts")
     with np.errstate(over="ignore"):
         total = float(np.sum(coo.values, dtype=np.float64))
-    if not total < 2.0**1000:  # (its sums of model values overflowed: an all-NaN model at 1e307, no error)
+    # (its sums of model values overflowed: an all-NaN model at 1e307, no error; float32 counts summing beyond
+    # float32's range came back as infinite weights)
+    top = min(2.0**1000, float(np.finfo(coo.values.dtype).max) / 2 if coo.values.dtype.kind == "f" else 2.0**1000)
+    if not total < top:
         what = f"to {total:.3g}" if math.isfinite(total) else "beyond the largest float64"
-        raise ValueError(f"X's entries sum {what}, more than cp_apr's sums hold (about 1e301); it models counts: "
-                         "scale the data down")
+        raise ValueError(f"X's entries sum {what}, more than cp_apr's sums hold in {coo.values.dtype} (about "
+                         f"{top:.3g}); it models counts: scale the data down")
     return _Nonzeros(coo.coords, coo.values, tuple(coo.shape)), np.dtype(coo.values.dtype)
 
 

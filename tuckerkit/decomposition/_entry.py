@@ -603,20 +603,22 @@ START_MAGNITUDE = 2.0**64
 START_MAGNITUDE_SINGLE = 2.0**8
 
 
-def scaled_start(factors: list[Any], keep: Any = ()) -> list[Any]:
+def scaled_start(factors: list[Any], keep: Any = (), single: float = START_MAGNITUDE_SINGLE) -> list[Any]:
     """A given start's factors (but those of the modes in ``keep``: fixed factors come back as given), each whose
     largest magnitude lies outside ``[1 / M, M]`` (``M``: :data:`START_MAGNITUDE`, :data:`START_MAGNITUDE_SINGLE`
     in single precision) divided by the power of two at or above it (exact). The iterations are invariant to a
     free factor's scale (each update recomputes it, or keeps only its subspace), but its Grams and projections
     were not: factors of 1e100 overflowed (LAPACK errors, a core-dimension error), factors of 1e-100 underflowed
     to a fit of 0.0 reported as converged. Factors within that range are left as they are, bit for bit (and a
-    power of two scales every product exactly: the same bits either way, where nothing over- or underflows)."""
+    power of two scales every product exactly: the same bits either way, where nothing over- or underflows, for the
+    updates that recompute a factor whole; ``single``: the bound in single precision, wider for the non-negative
+    updates, whose steps start from the factor's own values)."""
     out = list(factors)
     for n, U in enumerate(out):
         if n in keep or U.size == 0:
             continue
         real = U.real.dtype if U.dtype.kind == "c" else U.dtype
-        bound = START_MAGNITUDE_SINGLE if np.dtype(real).itemsize <= 4 else START_MAGNITUDE
+        bound = single if np.dtype(real).itemsize <= 4 else START_MAGNITUDE
         m = float(abs(U).max())
         if m == 0 or not math.isfinite(m) or 1 / bound <= m <= bound:
             continue

@@ -223,7 +223,9 @@ def _nn_cp_start(call: Call, rank: int, init: Any, rng: np.random.Generator, fix
         free = [n for n in range(X.ndim) if n not in fixed]
         if scale is not None and free:  # on the first free mode: a fixed factor stays exactly as given
             factors[free[0]] = factors[free[0]] * scale[None, :]
-        factors = scaled_start(factors, keep=fixed)  # (float32 factors of 1e10: the Grams overflowed, a fit of NaN)
+        # (float32 factors of 1e10: the Grams overflowed, a fit of NaN; only such: a rescaled start moves the
+        # non-negative updates' rounding, so a start of x300 keeps its own)
+        factors = scaled_start(factors, keep=fixed, single=2.0**32)
         return [xp.ascontiguousarray(U) for U in factors], (scale if not free else None)
     if init == "random":
         factors = [call.like(rng.random((X.shape[n], rank))) for n in range(X.ndim)]

@@ -99,11 +99,13 @@ def corcondia(X: Any, cp: Any) -> float:
     # asked numpy for 59.6 GiB after 17 s of sweeps)
     _check_corcondia_memory(R, len(factors))
     peak = float(np.max(np.abs(w))) if w.size else 0.0
-    if peak > 0 and not 2.0**-500 <= peak <= 2.0**500:  # (X and the weights by one power of two: G is unchanged,
+    span = 50 if np.dtype(op.dtype).char in "fF" else 500  # (single precision's range is 2^+-126)
+    if peak > 0 and not 2.0**-span <= peak <= 2.0**span:  # (X and the weights by one power of two: G is unchanged,
         # and the weights folded into U_0 neither overflow nor underflow its pinv: 1e307 and 1e-310 gave NaN)
-        k = max(-1000, min(1000, -math.frexp(peak)[1]))  # (a representable power: 2^1029 is not)
+        lim = 1000 if span == 500 else 120  # (a power representable in X's dtype: 2^1029 is not, nor 2^130 in float32)
+        k = max(-lim, min(lim, -math.frexp(peak)[1]))
         op = op.scaled(math.ldexp(1.0, k))
-        w = w * math.ldexp(1.0, k)
+        w = np.asarray(w, dtype=np.float64) * math.ldexp(1.0, k)
     factors[0] = factors[0] * w[None, :]
     pinvs = {n: op.xp.asarray(np.linalg.pinv(U).astype(op.dtype)) for n, U in enumerate(factors)}
     G = np.asarray(to_host(op.multi_ttm(pinvs)), dtype=np.float64)

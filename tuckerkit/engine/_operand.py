@@ -709,13 +709,15 @@ def narrowed(X: Any, dtype: Any, name: str) -> Any:
     if src.kind not in "fc" or dt.kind not in "fc" or dt.itemsize >= src.itemsize or not hasattr(Y, "size"):
         return Y
     xp = array_namespace(Y)
-    if not bool(xp.isfinite(Y).all()) and bool(xp.isfinite(X).all()):
-        big = float(xp.abs(X).max())
+    finite = xp.isfinite(X)  # (NaN placeholders of missing entries: neither an overflow nor a nonzero)
+    if bool(xp.any(xp.isinf(Y) & finite)):
+        big = float(xp.abs(xp.where(finite, X, 0)).max())
         raise ValueError(f"{name} has values beyond {dt.name}'s range (largest magnitude {big:.3g}; {dt.name} holds "
                          f"up to {float(np.finfo(dt).max):.3g}): dtype={dt.name} would make them infinite; keep "
                          f"{src.name}, or scale the data")
-    if Y.size and not bool(xp.any(Y != 0)) and bool(xp.any(X != 0)):
-        small = float(xp.abs(X).max())
+    kept = finite & (X != 0)
+    if Y.size and bool(xp.any(kept)) and not bool(xp.any((Y != 0) & kept)):
+        small = float(xp.abs(xp.where(finite, X, 0)).max())
         raise ValueError(f"{name} has every value below {dt.name}'s range (largest magnitude {small:.3g}; "
                          f"{dt.name}'s smallest is {float(np.finfo(dt).smallest_subnormal):.3g}): dtype={dt.name} "
                          f"would make it all zero; keep {src.name}, or scale the data")

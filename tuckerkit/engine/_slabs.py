@@ -452,8 +452,15 @@ def _narrow_slab(buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.ascontiguousarray(buf, dtype=dtype)
     if np.dtype(buf.dtype).kind in "fc" and np.dtype(dtype).itemsize < np.dtype(buf.dtype).itemsize:
-        if not np.isfinite(out).all() and np.isfinite(buf).all():
+        finite = np.isfinite(buf)
+        if np.any(np.isinf(out) & finite):
             raise ValueError(f"the tensor has values beyond {np.dtype(dtype).name}'s range (largest magnitude "
-                             f"{float(np.abs(buf).max()):.3g} in a slab): dtype={np.dtype(dtype).name} would make "
-                             "them infinite; keep float64, or scale the data")
+                             f"{float(np.abs(np.where(finite, buf, 0)).max()):.3g} in a slab): "
+                             f"dtype={np.dtype(dtype).name} would make them infinite; keep float64, or scale the data")
+        kept = finite & (buf != 0)
+        if np.any(kept) and not np.any((out != 0) & kept):  # (a slab whose every nonzero vanishes: the tensor's
+            # values below the dtype's range; the whole streamed tensor made zero reported a fit of 1.0)
+            raise ValueError(f"the tensor has values below {np.dtype(dtype).name}'s range (a slab's largest magnitude "
+                             f"{float(np.abs(np.where(finite, buf, 0)).max()):.3g}): dtype={np.dtype(dtype).name} "
+                             "would make them zero; keep float64, or scale the data")
     return out

@@ -277,8 +277,11 @@ class COOTensor(SparseOperand):
         dt = np.dtype(dtype)
         if dt not in (np.float32, np.float64):
             raise TypeError(f"astype: dtype {dt} is not supported; expected float32 or float64")
-        with np.errstate(over="ignore"):  # (an overflow is refused below as a non-finite value)
-            values = self.values.astype(dt)
+        from tuckerkit.engine._operand import narrowed
+
+        # (an overflow named as such, not as NaN in the data; every nonzero below the dtype's range refused: the
+        # tensor became empty and a decomposition reported fit 1.0)
+        values = narrowed(self.values, dt, "X") if self.values.size else self.values.astype(dt)
         return COOTensor._owned(np.array(self.coords), values, self.shape)
 
     def to_dense(self, *, limit: int = DENSE_LIMIT) -> np.ndarray:

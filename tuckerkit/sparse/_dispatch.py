@@ -291,8 +291,10 @@ class SparseOperand(SparseShape, OperandBase):
 
         self._dense_only("plan=", plan)
         pol = resolve_policy(policy)
-        mats_t = {m: np.asarray(U if transpose else U.T) for m, U in mats.items()}  # (I_m, J_m)
-        if self.ndim == 1:  # (a vector: x^T U over its nonzeros; the tree kernel needs a mode besides the root)
+        # (I_m, J_m) matrices K_m with the result X x_m K_m^T: U^T un-transposed, conj(U) transposed (the conjugate
+        # transpose, as the dense engine's; the kernels take K as given: a complex call conjugated one mode only)
+        mats_t = {m: np.asarray(U).T if not transpose else np.conj(np.asarray(U)) for m, U in mats.items()}
+        if self.ndim == 1:  # (a vector: x^T K over its nonzeros; the tree kernel needs a mode besides the root)
             coo = as_coo(self)
             if not mats_t:
                 return coo
@@ -311,7 +313,8 @@ class SparseOperand(SparseShape, OperandBase):
                                   "ranks, or a larger max_error")
             factors = [mats_t.get(m) for m in range(self.ndim)]
             Y = sparse_ttmc(self, factors, skip, pol)  # type: ignore[arg-type]
-            return Y if left else dense_ttm(Y, mats_t[skip], skip, True, None, None, pol)
+            # (the dense step's transposed product conjugates: conj(K) gives K^T)
+            return Y if left else dense_ttm(Y, np.conj(mats_t[skip]), skip, True, None, None, pol)
         out = as_coo(self)
         for m in sorted(mats_t, key=lambda m: mats_t[m].shape[1] / self.shape[m]):
             out = coo_ttm(out, mats_t[m], m)
