@@ -488,3 +488,13 @@ def test_a_streamed_float32_rank_choice_takes_its_grams_in_double_precision(tmp_
     for n in range(3):
         ref = np.tensordot(X.astype(np.float64), X.astype(np.float64), axes=([m for m in range(3) if m != n],) * 2)
         np.testing.assert_allclose(S.wide_gram(n), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_an_explicit_st_hosvd_order_is_kept_when_streaming():
+    """Streamed, the given order (1, 0, 2) was replaced by (2, 1, 0) without a word (another fit)."""
+    X = np.random.default_rng(0).standard_normal((200, 30, 25))
+    ref = tk.st_hosvd(X, (4, 3, 3), order=(1, 0, 2))
+    got = tk.st_hosvd(X, (4, 3, 3), order=(1, 0, 2), memory_limit="300KB")
+    assert abs(got.fit - ref.fit) < 1e-12
+    auto = tk.st_hosvd(X, (4, 3, 3), memory_limit="300KB")  # ("auto" streamed: the shortest mode first)
+    assert abs(auto.fit - tk.st_hosvd(X, (4, 3, 3), order=(2, 1, 0)).fit) < 1e-12

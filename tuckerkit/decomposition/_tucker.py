@@ -383,8 +383,9 @@ def st_hosvd(
         same or at most one projection of the tensor more, the one a HOOI sweep from its factors can continue
         (the second half of the modes first, ..., mode 0 last: a cube's 2, 1, 0): :func:`hooi` starts from
         this ST-HOSVD and its first sweep takes the projections this one made instead of reading ``X`` again.
-        With ``max_error``, the largest mode first. Out of core, the shortest mode other than mode 0 goes first
-        (it is the cheapest streamed Gram).
+        With ``max_error``, the largest mode first. Out of core, ``"auto"`` puts the shortest mode other than
+        mode 0 first (it is the cheapest streamed Gram); an order given is kept (refused in one line where a
+        projection it asks for exceeds ``memory_limit``).
     memory_limit : int or str, optional
         Bytes (or ``"4GB"``) the computation may hold. A tensor larger than that (typically a memory-mapped
         ``.npy``) is read in slabs along mode 0 (:class:`~tuckerkit.engine.SlabTensor`): the first mode's
@@ -468,9 +469,9 @@ def _st_hosvd(call: Call, ranks: Any, tol: Any, order: Any, sketch: bool, random
             seq = sorted(range(N), key=lambda n: -X.shape[n])
     else:
         seq = _check_order(order, N)
-    if X.streamed:
+    if X.streamed and isinstance(order, str):  # (an explicit order is the caller's: it had been replaced silently)
         first = _streamed_first(X.shape)
-        if isinstance(order, str) and rk is not None:  # the rest in the cheapest order after that one
+        if rk is not None:  # the rest in the cheapest order after that one
             seq = _tree_order(X.shape, rk, sketch, first) or _cheapest_order(X.shape, rk, sketch, first)
         else:
             seq = [first, *(m for m in seq if m != first)]

@@ -258,9 +258,12 @@ class SlabTensor(OperandBase):
         """Refuse an in-memory result that alone would exceed the memory limit."""
         need = math.prod(shape) * self.dtype.itemsize
         if need > self.memory_limit:
+            # (a Gram's size does not depend on the ranks: "lower the ranks" was no remedy for it)
+            remedy = ("raise memory_limit (a Gram's size does not depend on the ranks)" if "Gram" in what
+                      else "raise memory_limit or lower the ranks")
             raise MemoryLimitError(
                 f"memory_limit={self.memory_limit:,} bytes is too small: {what} has shape {tuple(shape)} "
-                f"({need:,} bytes), more than the limit; raise memory_limit or lower the ranks"
+                f"({need:,} bytes), more than the limit; {remedy}"
             )
 
     def _rows_beside(self, shape: Sequence[int], what: str) -> int:
