@@ -498,3 +498,17 @@ def test_an_explicit_st_hosvd_order_is_kept_when_streaming():
     assert abs(got.fit - ref.fit) < 1e-12
     auto = tk.st_hosvd(X, (4, 3, 3), memory_limit="300KB")  # ("auto" streamed: the shortest mode first)
     assert abs(auto.fit - tk.st_hosvd(X, (4, 3, 3), order=(2, 1, 0)).fit) < 1e-12
+
+
+def test_a_closed_streamed_file_is_named_as_such(tmp_path):
+    """After open_tensor's with block, a streamed HDF5 tensor failed in h5py's words (an invalid dataset
+    identifier, a dataspace error)."""
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        f["x"] = np.random.default_rng(0).standard_normal((60, 30, 25))
+    with tuckerkit.io.open_tensor(tmp_path / "c.h5", memory_limit="100KB") as X:
+        assert X.streamed
+    for fn in (lambda: tk.hooi(X, (2, 2, 2)), lambda: tk.ttm(X, np.ones((2, 30)), 1)):
+        with pytest.raises(ValueError, match=r"^this tensor's file was closed \(the with block of open_tensor "
+                                             r"ended, or close\(\) was called\); open it again to read it$"):
+            fn()

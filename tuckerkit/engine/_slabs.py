@@ -184,6 +184,7 @@ class SlabTensor(OperandBase):
         if self.closer is not None:
             self.closer()
             self.closer = None
+            self.closed = True  # (its reads then failed in h5py's words: an invalid dataset identifier)
 
     @property
     def nbytes(self) -> int:
@@ -197,6 +198,9 @@ class SlabTensor(OperandBase):
     def slabs(self, rows: int | None = None, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, slab)`` along mode 0 from row ``start``, the next slab read on a background thread
         meanwhile."""
+        if getattr(self, "closed", False):
+            raise ValueError("this tensor's file was closed (the with block of open_tensor ended, or close() was "
+                             "called); open it again to read it")
         step = rows or self.slab_rows
         starts = list(range(start, self.shape[0], step))
 
