@@ -1,6 +1,7 @@
 """Out-of-core Tucker: a memory-mapped tensor larger than ``memory_limit`` is read in slabs, gives the in-memory
 answer, and never holds more than the limit."""
 
+import os
 import tracemalloc
 import warnings
 
@@ -512,3 +513,27 @@ def test_a_closed_streamed_file_is_named_as_such(tmp_path):
         with pytest.raises(ValueError, match=r"^this tensor's file was closed \(the with block of open_tensor "
                                              r"ended, or close\(\) was called\); open it again to read it$"):
             fn()
+
+
+def test_a_file_rewritten_during_a_streamed_run_is_refused(tmp_path):
+    """A .npy rewritten in place between passes (the same inode) gave a fit for the new contents (0.99999 where
+    the original's was -581), an HDF5 file truncated mid-run read zeros: the file's size, time and identity are
+    checked at every pass. Float16 data streamed are computed in float32, as in memory (float64 before)."""
+    X = np.random.default_rng(0).standard_normal((200, 30, 25))
+    np.save(tmp_path / "m.npy", X)
+    M = np.load(tmp_path / "m.npy", mmap_mode="r")
+    seen = []
+
+    def rewrite(state):
+        if not seen:
+            seen.append(1)
+            with open(tmp_path / "m.npy", "r+b") as f:  # (another writer, the same file)
+                f.seek(-8, 2)
+                f.write(np.float64(7.0).tobytes())
+            os.utime(tmp_path / "m.npy", ns=(1, 1))
+
+    with pytest.raises(ValueError, match=r"changed while it was decomposed \(its size, time or identity\); a tensor "
+                                         r"read in slabs must stay as it is during the call$"):
+        tk.hooi(M, (3, 3, 3), memory_limit="300KB", max_iter=3, tol=0, callback=rewrite)
+    np.save(tmp_path / "h.npy", X.astype(np.float16))
+    assert SlabTensor(np.load(tmp_path / "h.npy", mmap_mode="r"), "200KB").dtype == np.float32

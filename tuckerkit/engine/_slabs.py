@@ -159,8 +159,13 @@ class SlabTensor(OperandBase):
         dt = np.dtype(data.dtype if dtype is None else dtype)
         if dtype is not None and dt not in (np.float32, np.float64):
             raise TypeError(f"dtype={dt} is not supported; expected float32 or float64")
-        self.dtype = dt if dt in (np.float32, np.float64) else np.dtype(np.float64)
+        if dtype is None and not dt.isnative:  # ('>f4': float32 as in memory, not float64)
+            dt = dt.newbyteorder("=")
+        # (float16 computed in float32, as in memory; other kinds, ints and bools, in float64)
+        self.dtype = (dt if dt in (np.float32, np.float64) else
+                      np.dtype(np.float32) if dt == np.float16 else np.dtype(np.float64))
         self.memory_limit = parse_memory(memory_limit)
+        self._stamp = _file_stamp(data)
         src = np.dtype(data.dtype)  # (a slab read in another dtype is held in both while it is converted)
         row = math.prod(self.shape[1:]) * (self.dtype.itemsize + (src.itemsize if src != self.dtype else 0))
         # the slab being processed, the one being read and the projection temporaries share the limit
@@ -201,6 +206,11 @@ class SlabTensor(OperandBase):
         if getattr(self, "closed", False):
             raise ValueError("this tensor's file was closed (the with block of open_tensor ended, or close() was "
                              "called); open it again to read it")
+        stamp = getattr(self, "_stamp", None)
+        if stamp is not None and _file_stamp(self.data) != stamp:  # (each pass reads the file again: a file
+            # rewritten or truncated between passes gave a fit for another tensor, or zeros from h5py)
+            raise ValueError(f"the file {stamp[0]!r} changed while it was decomposed (its size, time or identity); "
+                             "a tensor read in slabs must stay as it is during the call")
         step = rows or self.slab_rows
         starts = list(range(start, self.shape[0], step))
 
@@ -471,3 +481,19 @@ def _narrow_slab(buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
                              f"{float(np.abs(np.where(finite, buf, 0)).max()):.3g}): dtype={np.dtype(dtype).name} "
                              "would make them zero; keep float64, or scale the data")
     return out
+
+
+def _file_stamp(data: Any) -> tuple | None:
+    """``(path, size, modification time, inode)`` of the file a memory-mapped array or an HDF5 dataset lives in,
+    or None for data in memory (or a file that cannot be looked at)."""
+    path = getattr(data, "filename", None) if isinstance(data, np.memmap) else None
+    if path is None:
+        f = getattr(data, "file", None)
+        path = getattr(f, "filename", None) if f is not None and hasattr(data, "id") else None
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
