@@ -267,6 +267,12 @@ def _check_device(device: str) -> str | None:
     return device
 
 
+def _ratio_text(r: float) -> str:
+    """A compression ratio to one decimal, or to three digits below 0.1 (a result larger than its sparse input
+    had printed 0.0x)."""
+    return f"{r:.1f}" if r >= 0.1 else f"{r:.3g}"
+
+
 def _default_output(inp: Path, method: str) -> Path:
     """``x.npy`` -> ``x.tucker.npz`` / ``x.cp.npz``; any other format keeps its extension in the name
     (``x.mat`` -> ``x.mat.tucker.npz``), so that ``x.npy`` and ``x.mat`` beside it never share a result."""
@@ -647,7 +653,7 @@ def _decompose(input, ranks, max_error, method, rank, device, dtype, max_iter, s
             f"{'rank' if method in ('cp', 'cp-apr') else 'ranks'} {summary['ranks']}, "
             f"fit {res.fit:.6f} (relative error {1 - res.fit:.3e}), {res.n_iter} "
             f"iteration{'' if res.n_iter == 1 else 's'}, "
-            f"{_human_seconds(seconds)}, compression {summary['compression_ratio']:.3g}x against {against} -> "
+            f"{_human_seconds(seconds)}, compression {_ratio_text(summary['compression_ratio'])}x against {against} -> "
             f"{path} ({_human_bytes(path.stat().st_size)})"
         )
 
