@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from tuckerkit.engine._gram import dense_gram
+from tuckerkit.engine._gram import blocks_gram, dense_gram
 from tuckerkit.engine._mttkrp import dense_mttkrp
-from tuckerkit.engine._operand import OperandBase, combine_scaled, sqnorm_scaled
+from tuckerkit.engine._operand import OperandBase, combine_scaled, narrowed, sqnorm_scaled
 from tuckerkit.engine._policy import ExecutionPolicy, resolve_policy
 from tuckerkit.engine._subspace import eigh_desc, sign_fix
 from tuckerkit.engine._sweeps import MttkrpTree, Sweep, take_partial, ttmc_tree
@@ -154,6 +154,7 @@ class SlabTensor(OperandBase):
             raise TypeError(f"data has dtype {data.dtype}; expected numbers (float, int or bool)")
         self.data = data
         self.closer: Callable[[], None] | None = None  # closes the file the data lives in, if ours
+        self.closed = False  # (set by close(): reads then refused in one line)
         self.factor = 1.0  # slabs are multiplied by it as they are read (see :meth:`scaled`)
         self.shape = tuple(int(s) for s in data.shape)
         dt = np.dtype(data.dtype if dtype is None else dtype)
@@ -203,10 +204,10 @@ class SlabTensor(OperandBase):
     def slabs(self, rows: int | None = None, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, slab)`` along mode 0 from row ``start``, the next slab read on a background thread
         meanwhile."""
-        if getattr(self, "closed", False):
+        if self.closed:
             raise ValueError("this tensor's file was closed (the with block of open_tensor ended, or close() was "
                              "called); open it again to read it")
-        stamp = getattr(self, "_stamp", None)
+        stamp = self._stamp
         if stamp is not None and _file_stamp(self.data) != stamp:  # (each pass reads the file again: a file
             # rewritten or truncated between passes gave a fit for another tensor, or zeros from h5py)
             raise ValueError(f"the file {stamp[0]!r} changed while it was decomposed (its size, time or identity); "
@@ -297,46 +298,31 @@ class SlabTensor(OperandBase):
         """``X_(n) X_(n)^T``: for ``mode >= 1`` the sum of the slabs' Grams (one pass, added in slab order);
         for mode 0 (the slab mode) the blocks of every pair of slabs, ``(s + 1) / 2`` passes for ``s`` slabs."""
         self._dense_only("plan=", plan)
-        pol = resolve_policy(policy)
-        rows = self._rows_beside([self.shape[mode]] * 2, f"the mode-{mode} Gram")
-        G = np.zeros((self.shape[mode],) * 2, dtype=self.dtype)
-        if mode != 0:
-            for _, slab in self.slabs(rows):
-                G += dense_gram(slab, mode, None, pol)
-            return G
-        rows = max(1, rows // 2)  # (two slabs held at once, each with its successor read ahead)
-        for a, slab_a in self.slabs(rows):
-            A = slab_a.reshape(slab_a.shape[0], -1)
-            ra = slice(a, a + A.shape[0])
-            G[ra, ra] = A @ A.T
-            for b, slab_b in self.slabs(rows, start=a + A.shape[0]):
-                B = slab_b.reshape(slab_b.shape[0], -1)
-                blk = A @ B.T
-                G[ra, b:b + B.shape[0]] = blk
-                G[b:b + B.shape[0], ra] = blk.T
-        return G
+        return self._gram(mode, resolve_policy(policy), wide=False)
 
     def wide_gram(self, mode: int, policy: ExecutionPolicy | None = None) -> np.ndarray:
         """:meth:`gram` accumulated in float64 (a single-precision rank choice's, as in memory: the float32 Gram's
         rounding chose ranks (4, 3, 7) and (65, 7, 6) for an exact (4, 3, 3) tensor streamed), each slab converted
         in pieces (mode >= 1) or, for mode 0, slab pairs of a quarter of the rows (two held in float64)."""
-        from tuckerkit.engine._gram import blocks_gram
+        return self._gram(mode, resolve_policy(policy), wide=True)
 
-        pol = resolve_policy(policy)
+    def _gram(self, mode: int, pol: ExecutionPolicy, wide: bool) -> np.ndarray:
         rows = self._rows_beside([self.shape[mode]] * 2, f"the mode-{mode} Gram")
-        G = np.zeros((self.shape[mode],) * 2, dtype=np.float64)
+        G = np.zeros((self.shape[mode],) * 2, dtype=np.float64 if wide else self.dtype)
         if mode != 0:
             piece = max(1 << 16, rows * math.prod(self.shape[1:]) * self.dtype.itemsize // 2)
             for _, slab in self.slabs(rows):
-                G += blocks_gram(slab, mode, pol, dtype=np.float64, limit=piece)
+                G += blocks_gram(slab, mode, pol, dtype=np.float64, limit=piece) if wide else \
+                    dense_gram(slab, mode, None, pol)
             return G
-        rows = max(1, rows // 4)
+        rows = max(1, rows // (4 if wide else 2))  # (two slabs held at once, each with its successor read ahead)
+        dt = G.dtype
         for a, slab_a in self.slabs(rows):
-            A = slab_a.reshape(slab_a.shape[0], -1).astype(np.float64)
+            A = slab_a.reshape(slab_a.shape[0], -1).astype(dt, copy=False)
             ra = slice(a, a + A.shape[0])
             G[ra, ra] = A @ A.T
             for b, slab_b in self.slabs(rows, start=a + A.shape[0]):
-                B = slab_b.reshape(slab_b.shape[0], -1).astype(np.float64)
+                B = slab_b.reshape(slab_b.shape[0], -1).astype(dt, copy=False)
                 blk = A @ B.T
                 G[ra, b:b + B.shape[0]] = blk
                 G[b:b + B.shape[0], ra] = blk.T
@@ -464,23 +450,9 @@ class SlabTensor(OperandBase):
 
 
 def _narrow_slab(buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """A slab in ``dtype``, C-ordered; a one-line ValueError where a finite entry overflows it (the first pass
-    had blamed NaN or infinity in the file)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = np.ascontiguousarray(buf, dtype=dtype)
-    if np.dtype(buf.dtype).kind in "fc" and np.dtype(dtype).itemsize < np.dtype(buf.dtype).itemsize:
-        finite = np.isfinite(buf)
-        if np.any(np.isinf(out) & finite):
-            raise ValueError(f"the tensor has values beyond {np.dtype(dtype).name}'s range (largest magnitude "
-                             f"{float(np.abs(np.where(finite, buf, 0)).max()):.3g} in a slab): "
-                             f"dtype={np.dtype(dtype).name} would make them infinite; keep float64, or scale the data")
-        kept = finite & (buf != 0)
-        if np.any(kept) and not np.any((out != 0) & kept):  # (a slab whose every nonzero vanishes: the tensor's
-            # values below the dtype's range; the whole streamed tensor made zero reported a fit of 1.0)
-            raise ValueError(f"the tensor has values below {np.dtype(dtype).name}'s range (a slab's largest magnitude "
-                             f"{float(np.abs(np.where(finite, buf, 0)).max()):.3g}): dtype={np.dtype(dtype).name} "
-                             "would make them zero; keep float64, or scale the data")
-    return out
+    """A slab in ``dtype``, C-ordered, through :func:`~tuckerkit.engine._operand.narrowed`'s checks (an overflow
+    had been blamed on NaN or infinity in the file; a slab made all zero gave the whole tensor a fit of 1.0)."""
+    return np.ascontiguousarray(narrowed(buf, dtype, "a slab of the tensor"))
 
 
 def _file_stamp(data: Any) -> tuple | None:
