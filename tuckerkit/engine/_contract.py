@@ -121,8 +121,6 @@ def _prepare(spec, A, B, out, out_layout, write=True):
 def _check_out_shape(spec: Any, A: Any, B: Any, out: Any) -> None:
     """``out``'s shape against the one ``spec`` gives ``A`` and ``B`` (a one-line ValueError; where the extents
     of one index disagree, the planner names them)."""
-    from tuckerkit.engine._spec import parse_spec
-
     sp = parse_spec(spec, A.ndim, B.ndim)
     sizes: dict[str, int] = {}
     for labels, shape in ((sp.a, A.shape), (sp.b, B.shape)):
