@@ -233,4 +233,6 @@ def test_repeated_default_calls_fault_in_no_fresh_pages():
         got[f"default, again {again + 1}"] = steady("on", base)
         got["default"] = [min(a, b) for a, b in zip(got["default"], got[f"default, again {again + 1}"], strict=True)]
     assert max(got["default"]) < 50, got
-    assert max(got["fixed"]) < 500 and min(got["fixed, no pool"]) > 3000, got
+    # (without the pool HOOI's third call faults 3030-3470 pages on this machine, 2977 once under load; the pool's
+    # at most a few hundred: the control's bound sits well between them)
+    assert max(got["fixed"]) < 500 and min(got["fixed, no pool"]) > 2000, got
