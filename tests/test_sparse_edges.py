@@ -170,3 +170,31 @@ def test_narrowing_a_sparse_tensor_names_an_overflow_and_refuses_an_empty_result
         COOTensor.from_dense(X * 1e-300).astype(np.float32)
     with pytest.raises(ValueError, match=r"^X has values beyond float32's range"):
         COOTensor.from_dense(X * 1e300).astype(np.float32)
+
+
+@pytest.mark.parametrize("tall", [False, True])
+def test_leading_left_repeats_its_bits_when_the_krylov_space_runs_out(tall):
+    """ARPACK restarts from a random vector where its Krylov space runs out (here at once: a Gram with one
+    distinct eigenvalue); that vector came from the operating system's entropy (wide unfoldings) or from svds'
+    unseeded eigensolver (tall ones), so two identical calls on modes past the dense-Gram size gave other
+    factors. Seeded now: the same bits, and still the leading subspace."""
+    import scipy.sparse
+
+    from tuckerkit.sparse._dispatch import DENSE_GRAM_MAX_ROWS, _eigsh_takes_rng, leading_left
+
+    if not _eigsh_takes_rng():
+        pytest.skip("this scipy's ARPACK draws its restarts from its own state (scipy >= 1.16 takes rng)")
+    n = DENSE_GRAM_MAX_ROWS + 88
+    eye = scipy.sparse.identity(n, format="csr")
+    A = (scipy.sparse.vstack if tall else scipy.sparse.hstack)([eye, eye]).tocsr()
+    U, s = leading_left(A, 5, 3)
+    U2, s2 = leading_left(A, 5, 3)
+    assert U.tobytes() == U2.tobytes() and s.tobytes() == s2.tobytes()
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(s, np.sqrt(2.0), rtol=1e2 * eps)
+    np.testing.assert_allclose(U.T @ U, np.eye(5), atol=1e2 * eps)
+    # a sparse hosvd with such a mode (its unfolding [I I]): two calls, the same bits
+    X = COOTensor.from_dense(np.repeat(np.eye(n)[:, :, None], 2, axis=2))
+    a, b = tk.hosvd(X, (5, 3, 2)), tk.hosvd(X, (5, 3, 2))
+    for P, R in zip(a.factors, b.factors, strict=True):
+        np.testing.assert_array_equal(P, R)

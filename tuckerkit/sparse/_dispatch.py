@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -375,9 +376,10 @@ class SparseOperand(SparseShape, OperandBase):
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """ARPACK's leading singular vectors of the sparse unfolding (orthonormalized); where ARPACK cannot
-        run (``rank`` at least the unfolding's rows or its nonzero columns) the exact ones, from the dense
-        Gram of the smaller side (random columns only for an unfolding with no nonzeros, or past its rank).
+        """ARPACK's leading singular vectors of the sparse unfolding (orthonormalized; :func:`leading_left`);
+        where ARPACK cannot run (``rank`` at least the unfolding's rows or its nonzero columns) or the smaller
+        side is short (:data:`DENSE_GRAM_MAX_ROWS`) the exact ones, from the dense Gram of the smaller side
+        (random columns only for an unfolding with no nonzeros, or past its rank).
         Before, random columns stood in for every such rank, so a sparse ``hosvd`` / ``st_hosvd`` with a mode
         of size 1, a rank equal to the product of the others or very few nonzeros returned random factors
         and reported a fit of 0 (the dense call: 1.0)."""
@@ -389,7 +391,7 @@ class SparseOperand(SparseShape, OperandBase):
         if A.nnz == 0:
             V = rng.standard_normal((self.shape[mode], rank))
             s = np.zeros(rank)
-        elif rank >= min(A.shape) or A.shape[0] <= DENSE_GRAM_MAX_ROWS:
+        elif rank >= min(A.shape) or min(A.shape) <= DENSE_GRAM_MAX_ROWS:
             V, s = _exact_left(A, rank, rng)
         else:
             try:
@@ -456,41 +458,71 @@ def _exact_left(A: Any, rank: int, rng: np.random.Generator) -> tuple[np.ndarray
     return V, np.sqrt(np.clip(w, 0.0, None))
 
 
-#: a sparse unfolding of at most this many rows takes its leading subspace from the dense Gram of its rows (exact,
-#: and the same bits on every call): ARPACK restarts from a random vector of its own, process-wide state when the
-#: Krylov space runs out (an unfolding of rank below ``k``: a constant or repeated block), so two identical calls
-#: of ``hosvd`` / ``non_negative_cp`` on such a tensor gave factors up to 1.2 apart. Larger modes keep ARPACK.
+#: a sparse unfolding whose smaller side is at most this long takes its leading subspace from the dense Gram of that
+#: side (exact, and the same bits on every call); larger ones run ARPACK (:func:`leading_left`).
 DENSE_GRAM_MAX_ROWS = 512
 
 
-def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` leading left singular vectors and singular values (descending) of a sparse ``A``.
+def _eigsh_seeded(op: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``eigsh(op, k)``'s largest pairs, the same bits on every call with the same ``seed``: ARPACK starts from a
+    seeded vector, and where its Krylov space runs out (an operator of rank below its ``ncv`` Lanczos vectors, or
+    with few distinct eigenvalues: a constant or repeated block) it restarts from a random vector; scipy 1.16 and
+    later draw that vector from ``rng``, which is seeded here too (left to the operating system's entropy, two
+    identical sparse ``hosvd`` calls gave factors up to 1.2 apart). Older scipy draws it from ARPACK's own
+    process-wide state, which no argument reaches."""
+    import scipy.sparse.linalg
 
-    A wide matrix (the usual unfolding: I_n rows, up to nnz columns) runs ARPACK on ``A A^T`` (I_n x I_n, as
-    ``scipy.sparse.linalg.svds`` does) and then solves the k x k Rayleigh-Ritz problem from ``A A^T Q`` one
-    column at a time, instead of forming and factoring the (columns x k) block ``A^T Q`` as ``svds`` does: a
-    2M-nonzero unfolding with 734,236 columns took 230 MB of peak memory that way, for a result of I_n x k.
-    A tall matrix goes to ``svds`` (its block is then the result's size)."""
+    kw: dict[str, Any] = {"rng": np.random.default_rng(seed + 1)} if _eigsh_takes_rng() else {}
+    v0 = np.random.default_rng(seed).standard_normal(op.shape[0])
+    return scipy.sparse.linalg.eigsh(op, k=k, which="LM", tol=0, v0=v0, **kw)
+
+
+@functools.cache
+def _eigsh_takes_rng() -> bool:
+    import inspect
+
+    import scipy.sparse.linalg
+
+    return "rng" in inspect.signature(scipy.sparse.linalg.eigsh).parameters
+
+
+def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` leading left singular vectors and singular values (descending) of a sparse ``A``, the same
+    bits on every call with the same ``seed`` (:func:`_eigsh_seeded`).
+
+    ARPACK runs on the Gram of the smaller side, as ``scipy.sparse.linalg.svds`` does, and the k x k
+    Rayleigh-Ritz problem is solved from the Gram's products one column at a time, instead of forming and
+    factoring a (longer side x k) block as ``svds`` does: a 2M-nonzero unfolding with 734,236 columns took
+    230 MB of peak memory that way, for a result of I_n x k. A wide matrix (the usual unfolding: I_n rows, up
+    to nnz columns): ``A A^T`` (I_n x I_n). A tall one: ``A^T A``, and then ``A V`` scaled (``svds`` itself
+    is not used: its eigensolver restarts from unseeded draws); columns past the unfolding's rank are left
+    zero, for the caller's QR to fill."""
     linalg = scipy_linalg()
     import scipy.sparse.linalg
 
     n, m = A.shape
-    if n > m:
-        U, s, _ = scipy.sparse.linalg.svds(A, k=k, random_state=seed)
-        return U[:, ::-1], s[::-1]
     AT = A.T
-    op = scipy.sparse.linalg.LinearOperator((n, n), matvec=lambda x: A @ (AT @ x), dtype=np.float64)
-    v0 = np.random.default_rng(seed).standard_normal(n)
-    _, Q = scipy.sparse.linalg.eigsh(op, k=k, which="LM", tol=0, v0=v0)
+    tall = n > m
+    p = m if tall else n
+    B, BT = (AT, A) if tall else (A, AT)  # the Gram is B B^T (p x p)
+    op = scipy.sparse.linalg.LinearOperator((p, p), matvec=lambda x: B @ (BT @ x), dtype=np.float64)
+    _, Q = _eigsh_seeded(op, k, seed)
     Q, _ = np.linalg.qr(Q)
     Z = np.empty_like(Q)
-    for j in range(k):  # A A^T Q, one column at a time: no (m x k) block
-        Z[:, j] = A @ (AT @ Q[:, j])
+    for j in range(k):  # B B^T Q, one column at a time: no (longer side x k) block
+        Z[:, j] = B @ (BT @ Q[:, j])
     G = Q.T @ Z
     w, W = linalg.eigh((G + G.T) / 2)
     order = np.argsort(w)[::-1]
-    w, W = w[order], W[:, order]
-    return Q @ W, np.sqrt(np.clip(w, 0.0, None))
+    w, W = np.clip(w[order], 0.0, None), Q @ W[:, order]
+    s = np.sqrt(w)
+    if not tall:
+        return W, s
+    keep = w > w[0] * p * np.finfo(np.float64).eps if w[0] > 0 else np.zeros(k, bool)
+    U = np.zeros((n, k))
+    U[:, keep] = np.asarray(A @ W[:, keep]) / s[keep][None, :]
+    s[~keep] = 0.0
+    return U, s
 
 
 def gpu_sparse_refusal(what: str) -> ValueError:
