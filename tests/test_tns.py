@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 from tuckerkit.engine import ExecutionPolicy
 from tuckerkit.io import TensorFileError, _tns, read_tns, write_tns
 
-_DIR = tempfile.mkdtemp(prefix="tk-tns-")
+
+def _dir() -> str:
+    """This module's folder (made on first use, under pytest's temporary folder: conftest.py)."""
+    global _DIR
+    if _DIR is None:
+        _DIR = tempfile.mkdtemp(prefix="tk-tns-")
+    return _DIR
+
+
+_DIR: str | None = None
 
 # decimal tokens: signs, leading zeros, long mantissas, exponents near the limits of float64
 _digits = st.text("0123456789", min_size=1, max_size=25)
@@ -37,7 +46,7 @@ _SPECIAL = ["5e-324", "4.9e-324", "2.4703282292062327e-324", "2.2250738585072011
 
 
 def _write(name: str, text: str) -> str:
-    path = os.path.join(_DIR, name)
+    path = os.path.join(_dir(), name)
     with open(path, "w", newline="") as f:
         f.write(text)
     return path
@@ -110,7 +119,7 @@ def test_errors_name_the_right_line(text, match):
 
 
 def test_not_utf8_is_not_a_text_file():
-    path = os.path.join(_DIR, "bin.tns")
+    path = os.path.join(_dir(), "bin.tns")
     with open(path, "wb") as f:
         f.write(b"1 1 1 1.0\n\x93NUMPY\xff\xfe 2 3\n")
     with pytest.raises(TensorFileError, match=r"is not a text file \(line 2 is not UTF-8\)"):
@@ -173,7 +182,7 @@ def test_shape_option_and_float32():
 
 def test_missing_file():
     with pytest.raises(TensorFileError, match=r"^input file '.*none\.tns' does not exist$"):
-        read_tns(os.path.join(_DIR, "none.tns"))
+        read_tns(os.path.join(_dir(), "none.tns"))
 
 
 # ------------------------------------------------------------------------------------------------- writing
@@ -359,7 +368,7 @@ def test_random_files_match_plain_reference_for_any_pieces_and_threads(monkeypat
     pieces of a few bytes on 1, 2 or 3 threads."""
     rng = np.random.default_rng(seed)
     text = _random_tns(rng, int(rng.integers(1, 300)), int(rng.integers(1, 5)))
-    path = os.path.join(_DIR, f"rand{seed}.tns")
+    path = os.path.join(_dir(), f"rand{seed}.tns")
     with open(path, "wb") as f:
         f.write(text)
     ref = _reference(text)
@@ -374,7 +383,7 @@ def test_every_cut_position_of_a_small_file(monkeypatch):
     """Pieces cut at every byte (inside comments and numbers, right at a newline, a CR before it) on 2
     threads: the same rows as one piece."""
     text = b"# head 1 2\r\n1 2 3.5\r\n\r\n 10\t2 -0.25 # c\n#\n3 30 1e-3\n2 2 +7\n\n4 1 0.1"
-    path = os.path.join(_DIR, "cuts.tns")
+    path = os.path.join(_dir(), "cuts.tns")
     with open(path, "wb") as f:
         f.write(text)
     ref = _reference(text)
