@@ -172,29 +172,99 @@ def test_narrowing_a_sparse_tensor_names_an_overflow_and_refuses_an_empty_result
         COOTensor.from_dense(X * 1e300).astype(np.float32)
 
 
+@pytest.mark.parametrize("arpack", [True, False])
 @pytest.mark.parametrize("tall", [False, True])
-def test_leading_left_repeats_its_bits_when_the_krylov_space_runs_out(tall):
+def test_leading_left_repeats_its_bits_when_the_krylov_space_runs_out(monkeypatch, tall, arpack):
     """ARPACK restarts from a random vector where its Krylov space runs out (here at once: a Gram with one
     distinct eigenvalue); that vector came from the operating system's entropy (wide unfoldings) or from svds'
     unseeded eigensolver (tall ones), so two identical calls on modes past the dense-Gram size gave other
-    factors. Seeded now: the same bits, and still the leading subspace."""
+    factors (0.45 / 0.29 apart). Seeded now (scipy >= 1.17 takes ``rng``; older scipy, whose ARPACK draws from
+    its own state, runs a seeded subspace iteration instead: ``arpack=False``): the same bits, and still the
+    leading subspace."""
     import scipy.sparse
 
-    from tuckerkit.sparse._dispatch import DENSE_GRAM_MAX_ROWS, _eigsh_takes_rng, leading_left
+    from tuckerkit.sparse import _dispatch
 
-    if not _eigsh_takes_rng():
-        pytest.skip("this scipy's ARPACK draws its restarts from its own state (scipy >= 1.16 takes rng)")
-    n = DENSE_GRAM_MAX_ROWS + 88
+    if arpack and not _dispatch._eigsh_takes_rng():
+        pytest.skip("this scipy's eigsh takes no rng (scipy >= 1.17 does); its fallback runs in arpack=False")
+    monkeypatch.setattr(_dispatch, "_eigsh_takes_rng", lambda: arpack)
+    n = _dispatch.DENSE_GRAM_MAX_ROWS + 88
     eye = scipy.sparse.identity(n, format="csr")
     A = (scipy.sparse.vstack if tall else scipy.sparse.hstack)([eye, eye]).tocsr()
-    U, s = leading_left(A, 5, 3)
-    U2, s2 = leading_left(A, 5, 3)
+    U, s = _dispatch.leading_left(A, 5, 3)
+    U2, s2 = _dispatch.leading_left(A, 5, 3)
     assert U.tobytes() == U2.tobytes() and s.tobytes() == s2.tobytes()
     eps = np.finfo(np.float64).eps
     np.testing.assert_allclose(s, np.sqrt(2.0), rtol=1e2 * eps)
     np.testing.assert_allclose(U.T @ U, np.eye(5), atol=1e2 * eps)
-    # a sparse hosvd with such a mode (its unfolding [I I]): two calls, the same bits
+    # a sparse hosvd with such a mode (its unfolding [I I]): two calls, the same bits, after other eigsh calls
     X = COOTensor.from_dense(np.repeat(np.eye(n)[:, :, None], 2, axis=2))
-    a, b = tk.hosvd(X, (5, 3, 2)), tk.hosvd(X, (5, 3, 2))
+    a = tk.hosvd(X, (5, 3, 2))
+    scipy.sparse.linalg.eigsh(scipy.sparse.identity(40, format="csr"), k=3)  # (moves ARPACK's own state)
+    b = tk.hosvd(X, (5, 3, 2))
     for P, R in zip(a.factors, b.factors, strict=True):
         np.testing.assert_array_equal(P, R)
+
+
+@pytest.mark.parametrize("shape", [(700, 900), (900, 700)])
+def test_the_seeded_subspace_iteration_finds_the_leading_singular_vectors(monkeypatch, shape):
+    """The fallback for a scipy whose ARPACK restarts from unseeded draws: the leading singular pairs of a wide
+    and a tall sparse matrix as numpy's dense SVD gives them (values to rounding, the subspace's sine to
+    rounding over the gap), twice the same bits."""
+    import scipy.sparse
+    from _subspaces import subspace_sine
+
+    from tuckerkit.sparse import _dispatch
+
+    monkeypatch.setattr(_dispatch, "_eigsh_takes_rng", lambda: False)
+    rng = np.random.default_rng(5)
+    A = scipy.sparse.random(*shape, density=0.01, random_state=rng, format="csr")
+    A = (A + scipy.sparse.diags(np.linspace(10.0, 1.0, min(shape)), shape=shape)).tocsr()  # a spread spectrum
+    U, s = _dispatch.leading_left(A, 6, 0)
+    U2, s2 = _dispatch.leading_left(A, 6, 0)
+    assert U.tobytes() == U2.tobytes() and s.tobytes() == s2.tobytes()
+    Ud, sd, _ = np.linalg.svd(A.toarray(), full_matrices=False)
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(s, sd[:6], rtol=1e3 * eps)
+    gap = (sd[5] - sd[6]) / sd[0]
+    assert subspace_sine(U, Ud[:, :6]) <= 1e3 * eps / gap
+
+
+@pytest.mark.parametrize("shape", [(700, 30, 30), (100, 20, 20)])
+def test_sparse_leading_subspace_at_extreme_magnitudes(shape):
+    """The operand protocol's leading_subspace on a sparse tensor formed its Gram from the raw values: at 1e-155
+    the Gram underflowed (an arbitrary basis, sine 1.0), at 1e200 it overflowed (NaN and LAPACK's DLASCL line).
+    Scaled by a power of two now: the subspace of the unscaled data, the eigenvalues scaled back (0 / inf where
+    they leave float64), and the same bits as before at ordinary magnitudes (an exact scaling)."""
+    from _subspaces import subspace_sine
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal(shape) * (rng.random(shape) < 0.05)
+    U0 = np.linalg.svd(base.reshape(shape[0], -1), full_matrices=False)[0][:, :5]
+    U1, w1 = COOTensor.from_dense(base).leading_subspace(0, 5)
+    U2, w2 = COOTensor.from_dense(base * 2.0**-700).leading_subspace(0, 5)
+    assert U1.tobytes() == U2.tobytes() and np.array_equal(w2, np.ldexp(w1, -1400))
+    eps = np.finfo(np.float64).eps
+    for scale in (1e-155, 1e-200, 1e200):
+        U, w = COOTensor.from_dense(base * scale).leading_subspace(0, 5)
+        assert np.isfinite(U).all() and subspace_sine(U, U0) <= 1e4 * eps
+    assert w[0] == np.inf
+
+
+def test_leading_subspace_refuses_bad_modes_and_ranks():
+    """A rank of 2.5 reached ARPACK (SystemError), 0 gave scipy's "k must be greater than 0", a mode of 3 an
+    IndexError, a rank past the mode eigenvalues of another length than the vectors; the dense operand's mode
+    of -1 recursed. One line each, on every operand kind."""
+    from tuckerkit.engine import as_operand
+
+    rng = np.random.default_rng(0)
+    d = rng.standard_normal((20, 6, 7)) * (rng.random((20, 6, 7)) < 0.3)
+    for X in (COOTensor.from_dense(d), as_operand(d)):
+        for mode, rank, match in ((0, 2.5, r"^rank must be an integer in \[1, 20\] \(the size of mode 0\); "
+                                           r"received 2\.5$"),
+                                  (0, 0, r"received 0$"), (1, 7, r"^rank must be an integer in \[1, 6\] "
+                                                                 r"\(the size of mode 1\); received 7$"),
+                                  (3, 2, r"^mode must be an integer in \[0, 3\); received 3$"),
+                                  (-1, 2, r"received -1$"), (True, 2, r"received True$")):
+            with pytest.raises(ValueError, match=match):
+                X.leading_subspace(mode, rank)

@@ -383,11 +383,16 @@ class SparseOperand(SparseShape, OperandBase):
         Before, random columns stood in for every such rank, so a sparse ``hosvd`` / ``st_hosvd`` with a mode
         of size 1, a rank equal to the product of the others or very few nonzeros returned random factors
         and reported a fit of 0 (the dense call: 1.0)."""
+        self._subspace_args(mode, rank)
         scipy_linalg()  # (ARPACK's BLAS is scipy's OpenBLAS: held at one thread in a pinned call)
         import scipy.sparse.linalg
 
         rng = np.random.default_rng(0) if rng is None else rng
         A = self.unfolding(mode)
+        # scaled by a power of two to a largest magnitude in [1, 2): exact, so the same bits at ordinary
+        # magnitudes, and a Gram that neither underflows (1e-155: an arbitrary basis) nor overflows (1e200: NaN)
+        _, e = np.frexp(float(np.max(np.abs(A.data)))) if A.nnz else (0.0, 1)
+        A = A * np.ldexp(1.0, 1 - int(e)) if e != 1 else A
         if A.nnz == 0:
             V = rng.standard_normal((self.shape[mode], rank))
             s = np.zeros(rank)
@@ -405,7 +410,9 @@ class SparseOperand(SparseShape, OperandBase):
                 w, V = eigh_desc((A @ A.T).toarray().astype(np.float64), rank)
                 s = np.sqrt(np.clip(w, 0.0, None))
         Q, _ = np.linalg.qr(V)  # orthonormal also when ARPACK could not run
-        return sign_fix(np.ascontiguousarray(Q)).astype(self.dtype, copy=False), (s * s).astype(self.dtype)
+        with np.errstate(over="ignore"):  # (the eigenvalues of a Gram past the dtype's range: inf, as numpy's)
+            w = np.ldexp(s * s, 2 * (int(e) - 1)).astype(self.dtype)
+        return sign_fix(np.ascontiguousarray(Q)).astype(self.dtype, copy=False), w
 
     def preferred_init(self, ranks: Sequence[int]) -> str:
         """``"kr_sketch"``: each factor from a sketch of the sparse unfolding (:meth:`sketched_subspace`;
@@ -463,18 +470,55 @@ def _exact_left(A: Any, rank: int, rng: np.random.Generator) -> tuple[np.ndarray
 DENSE_GRAM_MAX_ROWS = 512
 
 
-def _eigsh_seeded(op: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``eigsh(op, k)``'s largest pairs, the same bits on every call with the same ``seed``: ARPACK starts from a
-    seeded vector, and where its Krylov space runs out (an operator of rank below its ``ncv`` Lanczos vectors, or
-    with few distinct eigenvalues: a constant or repeated block) it restarts from a random vector; scipy 1.16 and
-    later draw that vector from ``rng``, which is seeded here too (left to the operating system's entropy, two
-    identical sparse ``hosvd`` calls gave factors up to 1.2 apart). Older scipy draws it from ARPACK's own
-    process-wide state, which no argument reaches."""
+def _gram_products(B: Any, BT: Any, Q: np.ndarray) -> np.ndarray:
+    """``B B^T Q``, one column at a time: no (longer side x columns) block (see :func:`leading_left`)."""
+    Z = np.empty_like(Q)
+    for j in range(Q.shape[1]):
+        Z[:, j] = B @ (BT @ Q[:, j])
+    return Z
+
+
+def _top_subspace(B: Any, BT: Any, k: int, seed: int) -> np.ndarray:
+    """An orthonormal basis (p x k) of the ``k`` leading eigenvectors of ``B B^T`` (p x p), the same bits on
+    every call with the same ``seed``. ARPACK (``eigsh``) starts from a seeded vector, and where its Krylov space
+    runs out (an operator of rank below its ``ncv`` Lanczos vectors, or with few distinct eigenvalues: a
+    constant or repeated block) it restarts from a random vector: scipy 1.17 and later draw that vector from
+    ``rng``, seeded here too (left to the operating system's entropy, two identical sparse ``hosvd`` calls gave
+    factors up to 1.2 apart). Older scipy draws it from ARPACK's own process-wide state, which no argument
+    reaches: there a seeded block subspace iteration (:func:`_subspace_iteration`) runs instead."""
     import scipy.sparse.linalg
 
-    kw: dict[str, Any] = {"rng": np.random.default_rng(seed + 1)} if _eigsh_takes_rng() else {}
-    v0 = np.random.default_rng(seed).standard_normal(op.shape[0])
-    return scipy.sparse.linalg.eigsh(op, k=k, which="LM", tol=0, v0=v0, **kw)
+    p = B.shape[0]
+    if not _eigsh_takes_rng():
+        return _subspace_iteration(B, BT, k, seed)
+    op = scipy.sparse.linalg.LinearOperator((p, p), matvec=lambda x: B @ (BT @ x), dtype=np.float64)
+    v0 = np.random.default_rng(seed).standard_normal(p)
+    _, Q = scipy.sparse.linalg.eigsh(op, k=k, which="LM", tol=0, v0=v0, rng=np.random.default_rng(seed + 1))
+    return np.linalg.qr(Q)[0]
+
+
+#: the most steps of :func:`_subspace_iteration` (each ``2 k + 10`` products with the Gram)
+SUBSPACE_ITER_MAX = 2000
+
+
+def _subspace_iteration(B: Any, BT: Any, k: int, seed: int) -> np.ndarray:
+    """The ``k`` leading eigenvectors of ``B B^T`` by block subspace iteration (orthogonal iteration with
+    Rayleigh-Ritz) from a seeded Gaussian block of ``2 k + 10`` columns, until every one of the ``k`` Ritz pairs
+    has a residual within rounding of the largest eigenvalue (``16 sqrt(p) eps lambda_1``) or after
+    :data:`SUBSPACE_ITER_MAX` steps: deterministic, for a scipy whose ARPACK restarts from unseeded draws."""
+    p = B.shape[0]
+    b = min(p, 2 * k + 10)
+    Q = np.linalg.qr(np.random.default_rng(seed).standard_normal((p, b)))[0]
+    tol = 16 * np.sqrt(p) * np.finfo(np.float64).eps
+    for _ in range(SUBSPACE_ITER_MAX):
+        Z = _gram_products(B, BT, Q)
+        w, W = np.linalg.eigh(((Q.T @ Z) + (Q.T @ Z).T) / 2)
+        w, W = w[::-1][:k], W[:, ::-1][:, :k]
+        residual = np.linalg.norm(Z @ W - (Q @ W) * w, axis=0).max()
+        if w[0] <= 0 or residual <= tol * w[0]:
+            break
+        Q = np.linalg.qr(Z)[0]
+    return Q @ W
 
 
 @functools.cache
@@ -488,7 +532,7 @@ def _eigsh_takes_rng() -> bool:
 
 def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` leading left singular vectors and singular values (descending) of a sparse ``A``, the same
-    bits on every call with the same ``seed`` (:func:`_eigsh_seeded`).
+    bits on every call with the same ``seed`` (:func:`_top_subspace`).
 
     ARPACK runs on the Gram of the smaller side, as ``scipy.sparse.linalg.svds`` does, and the k x k
     Rayleigh-Ritz problem is solved from the Gram's products one column at a time, instead of forming and
@@ -498,19 +542,14 @@ def leading_left(A: Any, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     is not used: its eigensolver restarts from unseeded draws); columns past the unfolding's rank are left
     zero, for the caller's QR to fill."""
     linalg = scipy_linalg()
-    import scipy.sparse.linalg
 
     n, m = A.shape
     AT = A.T
     tall = n > m
     p = m if tall else n
     B, BT = (AT, A) if tall else (A, AT)  # the Gram is B B^T (p x p)
-    op = scipy.sparse.linalg.LinearOperator((p, p), matvec=lambda x: B @ (BT @ x), dtype=np.float64)
-    _, Q = _eigsh_seeded(op, k, seed)
-    Q, _ = np.linalg.qr(Q)
-    Z = np.empty_like(Q)
-    for j in range(k):  # B B^T Q, one column at a time: no (longer side x k) block
-        Z[:, j] = B @ (BT @ Q[:, j])
+    Q = _top_subspace(B, BT, k, seed)
+    Z = _gram_products(B, BT, Q)
     G = Q.T @ Z
     w, W = linalg.eigh((G + G.T) / 2)
     order = np.argsort(w)[::-1]
