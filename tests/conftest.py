@@ -172,16 +172,17 @@ def assert_contraction_close(result, spec, A, B, dtype):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Cases a test module lists in its ``KNOWN`` as (test name, parameter, value, reason) are expected to fail
-    (strict: one that starts passing fails the run, so the list stays true)."""
+    """Cases a test module lists in its ``KNOWN`` as (test name, parameter, value, reason, exception) are expected
+    to fail with that exception (strict: one that starts passing, or fails otherwise, fails the run, so the list
+    stays true)."""
     for item in items:
         known = getattr(getattr(item, "module", None), "KNOWN", None)
         if not known:
             continue
         params = getattr(getattr(item, "callspec", None), "params", {})
-        for name, param, value, reason in known:
+        for name, param, value, reason, raises in known:
             if item.originalname == name and (param is None or params.get(param) == value):
-                item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+                item.add_marker(pytest.mark.xfail(strict=True, reason=reason, raises=raises))
 
 
 @pytest.fixture

@@ -83,15 +83,16 @@ def test_info_and_reconstruct(tensor_file, tmp_path):
     assert res.exit_code == 0, res.output
     info = json.loads(res.stdout)
     assert info["shape"] == [12, 14, 10] and info["dtype"] == "float64"
-    assert info["frobenius_norm"] == pytest.approx(np.linalg.norm(X))
+    eps = np.finfo(np.float64).eps
+    assert info["frobenius_norm"] == pytest.approx(np.linalg.norm(X), rel=1e2 * eps)
     assert info["fits_in_ram"] is True
     assert _invoke(["decompose", p, "--ranks", "3,4,2"]).exit_code == 0
     res = _invoke(["reconstruct", p.with_name("x.tucker.npz"), "-o", tmp_path / "full.npy"])
     assert res.exit_code == 0, res.output
-    np.testing.assert_allclose(np.load(tmp_path / "full.npy"), X, atol=1e-10 * np.abs(X).max())
+    np.testing.assert_allclose(np.load(tmp_path / "full.npy"), X, atol=1e3 * eps * np.abs(X).max())  # (8 eps seen)
     res = _invoke(["reconstruct", p.with_name("x.tucker.npz"), "-o", tmp_path / "s.npy", "--index", "1,:,2:5"])
     assert res.exit_code == 0, res.output
-    np.testing.assert_allclose(np.load(tmp_path / "s.npy"), X[1, :, 2:5], atol=1e-10 * np.abs(X).max())
+    np.testing.assert_allclose(np.load(tmp_path / "s.npy"), X[1, :, 2:5], atol=1e3 * eps * np.abs(X).max())
 
 
 def test_tns_input(tmp_path):
@@ -283,8 +284,14 @@ def test_usage_errors_are_one_line(args, match, files):
 
 
 def test_unwritable_output_folder(files):
+    """An output folder the user cannot write into: one line naming it. As root (who writes into read-only
+    folders) /proc/self, which no one can create files in."""
     if os.geteuid() == 0:
-        pytest.skip("root can write into read-only folders")
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("root writes into read-only folders, and this system has no /proc/self")
+        _bad(files, ["decompose", files / "good.npy", "--ranks", "1,1,1", "-o", "/proc/self/o.npz"],
+             "output folder '/proc/self' is not writable (permission denied)")
+        return
     ro = files / "ro"
     ro.mkdir()
     ro.chmod(0o500)

@@ -68,11 +68,12 @@ def test_cp_als_same_seed_same_model_as_pyttb(sparse):
     assert isinstance(K, ttb.ktensor)
     for A, B in zip(M0.factor_matrices, K0.factor_matrices, strict=True):  # the same start
         np.testing.assert_array_equal(A, B)
-    assert abs(out["fit"] - kout["fit"]) < 1e4 * eps
+    # (seen: fits 57 eps apart, weights 68 eps, factors 105 eps; 30 ALS steps in another order of operations)
+    assert abs(out["fit"] - kout["fit"]) < 1e3 * eps
     assert out["iters"] == kout["iters"]
-    np.testing.assert_allclose(M.weights, K.weights, rtol=1e5 * eps)
+    np.testing.assert_allclose(M.weights, K.weights, rtol=1e4 * eps)
     for A, B in zip(M.factor_matrices, K.factor_matrices, strict=True):
-        np.testing.assert_allclose(A, B, atol=1e6 * eps)
+        np.testing.assert_allclose(A, B, atol=1e4 * eps)
 
 
 def test_tucker_als_same_seed_same_fit_as_pyttb():
@@ -84,7 +85,7 @@ def test_tucker_als_same_seed_same_fit_as_pyttb():
     for A, B in zip(U0[1:], V0[1:], strict=True):
         np.testing.assert_array_equal(A, B)
     assert abs(out["fit"] - kout["fit"]) < 1e4 * np.finfo(np.float64).eps
-    np.testing.assert_allclose((S.full() - T.full()).norm(), 0, atol=1e-8 * X.norm())
+    np.testing.assert_allclose((S.full() - T.full()).norm(), 0, atol=1e3 * np.finfo(np.float64).eps * X.norm())
 
 
 def test_hosvd_same_ranks_and_bound_as_pyttb():

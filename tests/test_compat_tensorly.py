@@ -12,12 +12,21 @@ import pytest
 
 import tuckerkit.compat.tensorly as compat
 
-# The cases that cannot pass, in one place: (test name, parameter that selects them, its value, reason).
-# tests/conftest.py marks them xfail(strict=True), so a case that starts passing is noticed.
+# The cases that cannot pass, in one place: (test name, parameter that selects them, its value, reason, the
+# exception they fail with). tests/conftest.py marks them xfail(strict=True, raises=...), so a case that starts
+# passing, or fails another way, is noticed.
 KNOWN = [
     ("test_non_negative_tucker_hals_active_set", None, None,
-     "algorithm='active_set' (TensorLy's active-set core solver) is refused in one line: the core step is FISTA"),
+     "algorithm='active_set' (TensorLy's active-set core solver) is refused in one line: the core step is FISTA",
+     NotImplementedError),
 ]
+
+
+def test_the_active_set_core_solver_is_refused_in_one_line():
+    X = np.random.default_rng(0).random((5, 6, 7))
+    with pytest.raises(NotImplementedError, match=r"^non_negative_tucker_hals: algorithm='active_set' is not "
+                                                  r"supported by tuckerkit; expected 'fista'$"):
+        compat.non_negative_tucker_hals(X, 2, algorithm="active_set")
 
 
 

@@ -396,3 +396,6 @@ def test_complex256_is_computed_in_complex128():
     for f in (tk.hosvd, tk.st_hosvd, tk.hooi):
         a, b = f(X.astype(np.clongdouble), 2), f(X, 2)
         assert a.core.dtype == np.complex128 and a.fit == b.fit
+        np.testing.assert_array_equal(a.core, b.core)
+        for U, V in zip(a.factors, b.factors, strict=True):
+            np.testing.assert_array_equal(U, V)

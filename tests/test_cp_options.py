@@ -98,7 +98,7 @@ def test_orthogonalize_does_not_stop_on_its_own_fit_drop_and_reaches_the_same_fi
     ({"fixed_modes": [3]}, r"fixed_modes\[0\]=3 is out of range for a tensor with 3 modes"),
     ({"fixed_modes": [1, 1]}, r"fixed_modes=\[1, 1\] repeats a mode; expected distinct modes"),
     ({"fixed_modes": "0"}, r"fixed_modes must be a sequence of mode indices; received '0'"),
-    ({"linesearch": "yes"}, r"linesearch"),
+    ({"linesearch": "yes"}, r"^linesearch must be True or False; received 'yes'$"),
     ({"orthogonalize": -1}, r"orthogonalize=-1 is not valid; expected the number of iterations"),
     ({"orthogonalize": True}, r"orthogonalize=True is not valid"),
 ])

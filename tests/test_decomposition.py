@@ -188,8 +188,7 @@ def test_float32_hooi_at_ranks_above_the_signal_keeps_orthonormal_factors(seed):
     """HOOI in float32 at ranks far above a rank-3 signal (95 of 100 on mode 0): its factor steps pick vectors
     inside the noise cluster, where LAPACK's MRRR-based subset routes drifted (these seeds: factors 1643 and
     5787 ulps from orthonormal); checked and redone by divide and conquer, every factor stays within
-    ``ORTH_ULPS`` ulps, and the fit matches the reconstruction's."""
-    from tuckerkit.engine._subspace import ORTH_ULPS
+    128 ulps (``ORTH_ULPS``), and the fit matches the reconstruction's."""
 
     rng = np.random.default_rng(seed)
     s, ranks, r0 = (100, 5, 128), (95, 4, 58), (3, 3, 3)
@@ -198,7 +197,7 @@ def test_float32_hooi_at_ranks_above_the_signal_keeps_orthonormal_factors(seed):
     T = tk.hooi(X, ranks, max_iter=3)
     eps = np.finfo(np.float32).eps
     for U in T.factors:
-        assert np.abs(U.T.astype(np.float64) @ U - np.eye(U.shape[1])).max() <= ORTH_ULPS * eps
+        assert np.abs(U.T.astype(np.float64) @ U - np.eye(U.shape[1])).max() <= 128 * eps
     assert abs((1 - T.fit) - T.relative_error(X)) <= 5e-4  # (a fit from norms in float32: see fit_history)
 
 
@@ -227,15 +226,16 @@ def test_same_random_state_gives_identical_results(rng):
 def test_c_and_f_order_give_the_same_answer(method, rng):
     X = planted_tucker(rng, (10, 12, 14), (3, 3, 3), np.float64)
     XF = np.asfortranarray(X)
+    eps = np.finfo(np.float64).eps
     if method == "cp_als":
         a = tk.cp_als(X, 3, random_state=0, max_iter=20, tol=1e-8)
         b = tk.cp_als(XF, 3, random_state=0, max_iter=20, tol=1e-8)
-        np.testing.assert_allclose(a.to_dense(), b.to_dense(), atol=1e-8 * np.abs(X).max())
-    else:
+        np.testing.assert_allclose(a.to_dense(), b.to_dense(), atol=1e3 * eps * np.abs(X).max())  # (4e-15 seen)
+    else:  # (the same bits seen; the layouts may take other kernels, so to rounding)
         a, b = getattr(tk, method)(X, (3, 3, 3)), getattr(tk, method)(XF, (3, 3, 3))
-        np.testing.assert_allclose(a.core, b.core, atol=1e-9 * np.abs(a.core).max())
+        np.testing.assert_allclose(a.core, b.core, atol=1e2 * eps * np.abs(a.core).max())
         for U, V in zip(a.factors, b.factors, strict=True):
-            np.testing.assert_allclose(U, V, atol=1e-9)
+            np.testing.assert_allclose(U, V, atol=1e2 * eps)
 
 
 @pytest.mark.parametrize("order", [2, 6, 8])
@@ -476,6 +476,10 @@ def test_integer_tensor_promoted(rng):
     X = rng.integers(0, 5, size=(5, 6, 7))
     T = tk.hooi(X, [2, 2, 2])
     assert T.core.dtype == np.float64
+    F = tk.hooi(X.astype(np.float64), [2, 2, 2])  # computed as the float64 cast
+    np.testing.assert_array_equal(T.core, F.core)
+    for U, V in zip(T.factors, F.factors, strict=True):
+        np.testing.assert_array_equal(U, V)
 
 
 @pytest.mark.filterwarnings("ignore::tuckerkit.ConvergenceWarning")

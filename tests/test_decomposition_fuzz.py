@@ -1,6 +1,6 @@
 """Random decompositions (hypothesis, derandomized: every run and CI try the same cases): HOOI, ST-HOSVD and CP-ALS on
 orders 2-5, sizes 1-64, any ranks, C / F / strided / windowed layouts, float32 and float64. Each result keeps the
-invariants a user relies on, whatever the case: orthonormal Tucker factors to ``ORTH_ULPS`` ulps, a reported fit
+invariants a user relies on, whatever the case: orthonormal Tucker factors to 128 ulps, a reported fit
 within the documented ``sqrt(eps)`` of the true one, the same bits on a repeat and with BLAS at one thread, the
 input unmodified, a ``max_error`` choice within its bound, and a float32 fit near 1 equal to the double-precision
 residual's. Stop 99's longer fuzzing of these found factors
@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from threadpoolctl import threadpool_limits
 
 import tuckerkit as tk
-from tuckerkit.engine._subspace import ORTH_ULPS
 
 FUZZ = settings(max_examples=80, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -72,10 +71,10 @@ def _check(X, X0, run) -> tk.TuckerTensor | tk.CPTensor:
     np.testing.assert_array_equal(X, X0)
     assert _same(T, again) and _same(T, single)
     eps = float(np.finfo(X.dtype).eps)
-    assert abs((1 - T.fit) - T.relative_error(X)) <= 10 * np.sqrt(eps)
+    assert abs((1 - T.fit) - T.relative_error(X)) <= 1e3 * eps  # (worst seen: 72 eps in float64, 46 in float32)
     if isinstance(T, tk.TuckerTensor):
         for U in T.factors:
-            assert np.abs(U.T.astype(np.float64) @ U - np.eye(U.shape[1])).max() <= ORTH_ULPS * eps
+            assert np.abs(U.T.astype(np.float64) @ U - np.eye(U.shape[1])).max() <= 128 * eps
     return T
 
 

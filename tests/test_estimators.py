@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _subspaces import subspace_sine
 from conftest import traced_peak
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
@@ -44,7 +45,7 @@ def test_tucker_estimator_matches_function(rng):
     est = TuckerDecomposer(ranks=(2, 3)).fit(X)
     T = tk.hooi(X, (6, 2, 3))  # sample rank = prod(feature ranks)
     for U, V in zip(est.factors_, T.factors[1:], strict=True):
-        np.testing.assert_allclose(np.abs(U.T @ V), np.eye(U.shape[1]), atol=1e-8)
+        assert subspace_sine(U, V) <= 1e3 * np.finfo(np.float64).eps
     assert est.fit_ == pytest.approx(T.fit, abs=1e-12)
     Z = est.transform(X)
     assert Z.shape == (30, 6)
@@ -62,8 +63,9 @@ def test_cp_estimator_matches_function_and_recovers_coefficients(rng):
     cp = tk.cp_als(X, 2, random_state=0, tol=1e-12, max_iter=500)
     assert est.fit_ == pytest.approx(cp.fit, abs=1e-12)
     C = est.transform(X)
-    np.testing.assert_allclose(C, cp.factors[0], atol=1e-6)  # least squares recovers the sample factor
-    np.testing.assert_allclose(est.inverse_transform(C), X, atol=1e-6 * np.abs(X).max())
+    # least squares recovers the sample factor (noise-free data: to 1e-13 seen)
+    np.testing.assert_allclose(C, cp.factors[0], atol=1e-10 * np.abs(cp.factors[0]).max())
+    np.testing.assert_allclose(est.inverse_transform(C), X, atol=1e-10 * np.abs(X).max())
     assert est.score(X) > 1 - 1e-6
 
 

@@ -61,7 +61,7 @@ def test_topic_model_notebook(executed):
 
 def test_sparse_cp_notebook(executed):
     res = runner.results(executed["sparse_cp.ipynb"])
-    assert abs(res["fit"]["tuckerkit"] - res["fit"]["pyttb"]) < 1e-6
+    assert abs(res["fit"]["tuckerkit"] - res["fit"]["pyttb"]) < 1e-12  # (the same start: 4.4e-16 apart)
     assert res["csf_bytes"] > 0 and res["nnz"] == 200_000
 
 

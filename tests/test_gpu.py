@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _subspaces import subspace_sine
+from conftest import to_numpy
 from test_table2 import CASES, SIZES
 from tuckerkit.datasets import make_low_rank_cp, make_low_rank_tucker, make_sparse_tensor
 
 import tuckerkit as tk
-from conftest import to_numpy
 from tuckerkit.backend import Device, DeviceError, parse_device, to_device
 from tuckerkit.engine import contract, gram, khatri_rao, mttkrp, multi_ttm, plan_contraction, ttm
 from tuckerkit.engine._gpu import gemm_call, may_share_bounds

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 from _subspaces import subspace_sine
-
 from conftest import make_tensor
+
 from tuckerkit.engine import gram, gram_plan, khatri_rao, mttkrp, mttkrp_plan, multi_ttm, multi_ttm_plan, ttm, ttm_plan
 from tuckerkit.engine._simd import simd_supported
 
@@ -680,7 +680,9 @@ def test_leading_left_singular_of_a_rank_deficient_projection_is_orthonormal(rng
 
 @pytest.mark.parametrize("shape,ranks", [((14, 12, 16), (3, 4, 2)), ((9, 8, 7, 10), (2, 3, 2, 3))])
 @pytest.mark.parametrize("iters", [1, 3, 10])
-def test_hooi_fit_equals_tensorly_and_pyttb_to_1e8(shape, ranks, iters, rng):
+def test_hooi_fit_equals_tensorly_and_pyttb_to_rounding(shape, ranks, iters, rng):
+    """From the same start, HOOI's fit equals TensorLy's and pyttb's at every iteration count (the issue asks
+    1e-8; they agree to rounding: 2.2e-16 measured) and its subspaces are TensorLy's (sines 3.3e-15)."""
     import warnings
 
     import tuckerkit as tk
@@ -698,8 +700,9 @@ def test_hooi_fit_equals_tensorly_and_pyttb_to_1e8(shape, ranks, iters, rng):
                                     init=[U.copy() for U in init.factors], printitn=0)
     tl_fit = 1 - np.linalg.norm(X - np.asarray(tlT.to_tensor())) / np.linalg.norm(X)
     assert ours.n_iter == iters
-    assert abs(ours.fit - tl_fit) <= 1e-8
-    assert abs(ours.fit - float(info["fit"])) <= 1e-8
+    eps = np.finfo(np.float64).eps
+    assert abs(ours.fit - tl_fit) <= 1e3 * eps
+    assert abs(ours.fit - float(info["fit"])) <= 1e3 * eps
     # same subspaces as TensorLy's factors
     for U, V in zip(ours.factors, tlT.factors, strict=True):
         assert subspace_sine(U, np.asarray(V)) <= 1e-12

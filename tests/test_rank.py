@@ -109,7 +109,9 @@ def test_rank_sweep_finds_the_planted_rank(method, rng):
     table = tk.rank_sweep(X, range(1, 6), method=method, random_state=0, max_iter=300)
     assert [r.rank for r in table.rows] == [1, 2, 3, 4, 5]
     assert table.suggested_rank == 3
-    assert table.rows[2].error < 0.05 and table.rows[0].error > table.rows[2].error
+    # at the planted rank the error is the noise's (relative 0.01 for cp: 0.0096 seen) or rounding's (nn-cp's
+    # exact data: 6.4e-7 seen, the non-negative solver's stopping tolerance)
+    assert table.rows[2].error < (0.0105 if method == "cp" else 1e-5) and table.rows[0].error > table.rows[2].error
     assert "| 3 |" in str(table)
     again = tk.rank_sweep(X, range(1, 6), method=method, random_state=0, max_iter=300)
     assert [r.fit for r in again.rows] == [r.fit for r in table.rows]  # repeatable

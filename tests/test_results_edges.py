@@ -240,7 +240,7 @@ def test_non_negative_float32_runs_reach_the_float64_error(dtype):
     assert M.converged and T.converged
     assert 1 - M.fit < 1.9e-4 and 1 - T.fit < 1.9e-4
     for model in (M, T):
-        assert abs((1 - model.fit) - model.relative_error(X)) < 1e-3 * model.relative_error(X)
+        assert abs((1 - model.fit) - model.relative_error(X)) < 1e-7 * model.relative_error(X)  # (2e-13 seen)
 
 
 def test_float32_cp_als_near_an_exact_fit_reaches_float64s_error():
@@ -258,7 +258,7 @@ def test_float32_cp_als_near_an_exact_fit_reaches_float64s_error():
             M = tk.cp_als(X.astype(dt), 3, random_state=0, tol=1e-8, max_iter=2000, linesearch=False)
             assert M.converged
             errs.append(M.relative_error(X.astype(dt)))
-            assert abs((1 - M.fit) - errs[-1]) < 1e-3 * errs[-1]
+            assert abs((1 - M.fit) - errs[-1]) < 1e-7 * errs[-1]
         assert errs[1] < 1.05 * errs[0]
 
 
@@ -294,7 +294,7 @@ def test_float32_hooi_near_an_exact_fit_sees_the_residuals_fit():
     seen = []
     T = tk.hooi(X32, (3, 4, 5), callback=lambda s: seen.append(s.fit))
     assert seen == list(T.fit_history) and seen[-1] == T.fit
-    assert abs((1 - T.fit) - T.relative_error(X32)) < 1e-3 * T.relative_error(X32)
+    assert abs((1 - T.fit) - T.relative_error(X32)) < 1e-7 * T.relative_error(X32)  # (5e-12 seen)
     assert T.relative_error(X) < 1.001 * tk.hooi(X, (3, 4, 5)).relative_error(X)
 
 

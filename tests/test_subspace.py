@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import scipy.linalg
 from _subspaces import subspace_sine
+from conftest import draw
 
 import tuckerkit as tk
-from conftest import draw
 from tuckerkit.engine import default_policy
 from tuckerkit.engine._subspace import _thin_q, _top_eigh_mrrr, eigh_desc, leading_left_singular
 
@@ -480,6 +480,7 @@ def test_leading_pairs_stay_orthonormal_over_a_noise_cluster(dtype, n, frac):
     the same bits on a repeat, and G unmodified."""
     from tuckerkit.engine._subspace import ORTH_ULPS, _top_gram_pairs
 
+    assert ORTH_ULPS <= 128  # (the code's own bound no looser than the tests' below)
     rng = np.random.default_rng(n)
     r = max(1, int(frac * n))
     G = _signal_over_noise_gram(rng, n, dtype)
@@ -489,7 +490,7 @@ def test_leading_pairs_stay_orthonormal_over_a_noise_cluster(dtype, n, frac):
     for route in (lambda: eigh_desc(G, r), lambda: _top_gram_pairs(G.copy(), r, n)):
         w, V = route()
         assert V.shape == (n, r) and V.dtype == dtype
-        assert np.abs(V.T.astype(np.float64) @ V - np.eye(r)).max() <= ORTH_ULPS * eps
+        assert np.abs(V.T.astype(np.float64) @ V - np.eye(r)).max() <= 128 * eps
         assert np.abs(w - w_all[:r]).max() <= 10 * n * eps * w_all[0]
         w2, V2 = route()
         np.testing.assert_array_equal(w, w2)

@@ -244,7 +244,7 @@ def test_sparse_npz_round_trip_through_every_door(tmp_path):
     assert open_tensor(tmp_path / "x.npz").nnz == X.nnz
     from tuckerkit.io import OutputFileError
 
-    with pytest.raises(OutputFileError):
+    with pytest.raises(OutputFileError, match=r"^output '.*x\.npz' already exists; pass force=True to overwrite it$"):
         X.save_npz(tmp_path / "x.npz")
     X.to_tns(tmp_path / "x.tns")
     Z = COOTensor.from_tns(tmp_path / "x.tns", shape=X.shape)
