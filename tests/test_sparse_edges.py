@@ -234,8 +234,8 @@ def test_the_seeded_subspace_iteration_finds_the_leading_singular_vectors(monkey
 def test_sparse_leading_subspace_at_extreme_magnitudes(shape):
     """The operand protocol's leading_subspace on a sparse tensor formed its Gram from the raw values: at 1e-155
     the Gram underflowed (an arbitrary basis, sine 1.0), at 1e200 it overflowed (NaN and LAPACK's DLASCL line).
-    Scaled by a power of two now: the subspace of the unscaled data, the eigenvalues scaled back (0 / inf where
-    they leave float64), and the same bits as before at ordinary magnitudes (an exact scaling)."""
+    Scaled by a power of two now (exact): the subspace of the unscaled data, the eigenvalues scaled back (0 /
+    inf where they leave float64), and the same bits for data scaled by any power of two."""
     from _subspaces import subspace_sine
 
     rng = np.random.default_rng(0)
@@ -254,7 +254,7 @@ def test_sparse_leading_subspace_at_extreme_magnitudes(shape):
 def test_leading_subspace_refuses_bad_modes_and_ranks():
     """A rank of 2.5 reached ARPACK (SystemError), 0 gave scipy's "k must be greater than 0", a mode of 3 an
     IndexError, a rank past the mode eigenvalues of another length than the vectors; the dense operand's mode
-    of -1 recursed. One line each, on every operand kind."""
+    of -1 recursed (it counts from the end now, on both). One line each, on every operand kind."""
     from tuckerkit.engine import as_operand
 
     rng = np.random.default_rng(0)
@@ -264,7 +264,31 @@ def test_leading_subspace_refuses_bad_modes_and_ranks():
                                            r"received 2\.5$"),
                                   (0, 0, r"received 0$"), (1, 7, r"^rank must be an integer in \[1, 6\] "
                                                                  r"\(the size of mode 1\); received 7$"),
-                                  (3, 2, r"^mode must be an integer in \[0, 3\); received 3$"),
-                                  (-1, 2, r"received -1$"), (True, 2, r"received True$")):
+                                  (3, 2, r"^mode must be an integer in \[-3, 3\); received 3$"),
+                                  (-4, 2, r"received -4$"), (True, 2, r"received True$")):
             with pytest.raises(ValueError, match=match):
                 X.leading_subspace(mode, rank)
+        # a negative mode counts from the end, as the sparse kind's other calls take it
+        for P, Q in zip(X.leading_subspace(-1, 2), X.leading_subspace(2, 2), strict=True):
+            np.testing.assert_array_equal(P, Q)
+
+
+def test_the_subspace_iteration_hands_over_to_arpack_where_it_does_not_converge(monkeypatch):
+    """Eigenvalues that decay slowly past the k-th (a gap of 1e-4) take the iteration past its steps: it returned
+    its last estimate silently (a sine of 5e-2 to the exact subspace, and the vectors of one step with the basis
+    of the next). None now, and ARPACK runs as before: the exact subspace."""
+    import scipy.sparse
+
+    from _subspaces import subspace_sine
+    from tuckerkit.sparse import _dispatch
+
+    monkeypatch.setattr(_dispatch, "_eigsh_takes_rng", lambda: False)
+    monkeypatch.setattr(_dispatch, "SUBSPACE_ITER_MAX", 20)
+    n = 600
+    lam = 1 - 1e-4 * np.arange(n)
+    A = scipy.sparse.hstack([scipy.sparse.diags(np.sqrt(lam)), scipy.sparse.csr_matrix((n, 100))]).tocsr()
+    assert _dispatch._subspace_iteration(A, A.T.tocsr(), 5, 0) is None
+    U, s = _dispatch.leading_left(A, 5, 0)
+    eps = np.finfo(np.float64).eps
+    assert subspace_sine(U, np.eye(n)[:, :5]) <= 1e-8
+    np.testing.assert_allclose(s, np.sqrt(lam[:5]), rtol=1e2 * eps)

@@ -226,7 +226,7 @@ class DaskTensor(OperandBase):
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
-        self._subspace_args(mode, rank)
+        mode = self._subspace_args(mode, rank)
         w, V = eigh_desc(self.gram(mode), rank)
         return sign_fix(np.ascontiguousarray(V)), w
 

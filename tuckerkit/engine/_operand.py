@@ -185,16 +185,18 @@ class OperandBase:
     def streamed(self) -> bool:
         return False
 
-    def _subspace_args(self, mode: Any, rank: Any) -> None:
+    def _subspace_args(self, mode: Any, rank: Any) -> int:
         """:meth:`Operand.leading_subspace`'s arguments, refused in one line: ``mode`` an integer in
-        ``[0, ndim)``, ``rank`` an integer in ``[1, shape[mode]]`` (each kind's solver failed in its own words:
-        a SystemError from ARPACK for a rank of 2.5, a RecursionError for a mode of -1, eigenvalues of
-        another length than the vectors for a rank past the mode)."""
-        if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or not 0 <= mode < self.ndim:
-            raise ValueError(f"mode must be an integer in [0, {self.ndim}); received {mode!r}")
+        ``[-ndim, ndim)`` (returned in ``[0, ndim)``), ``rank`` an integer in ``[1, shape[mode]]`` (each kind's
+        solver failed in its own words: a SystemError from ARPACK for a rank of 2.5, a RecursionError for the
+        dense kind's mode of -1, eigenvalues of another length than the vectors for a rank past the mode)."""
+        if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or not -self.ndim <= mode < self.ndim:
+            raise ValueError(f"mode must be an integer in [-{self.ndim}, {self.ndim}); received {mode!r}")
+        mode = int(mode) % self.ndim
         n = self.shape[mode]
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= n:
             raise ValueError(f"rank must be an integer in [1, {n}] (the size of mode {mode}); received {rank!r}")
+        return mode
 
     def to(self, device: Device) -> Any:
         if not device.is_gpu:
@@ -515,7 +517,7 @@ class DenseTensor(OperandBase):
 
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[Any, Any]:
-        self._subspace_args(mode, rank)
+        mode = self._subspace_args(mode, rank)
         return leading_left_singular(self.data, mode, rank, resolve_policy(policy))
 
 

@@ -372,7 +372,7 @@ class SlabTensor(OperandBase):
     def leading_subspace(self, mode: int, rank: int, *, rng: np.random.Generator | None = None,
                          policy: ExecutionPolicy | None = None) -> tuple[np.ndarray, np.ndarray]:
         """From the streamed Gram (see :meth:`gram`)."""
-        self._subspace_args(mode, rank)
+        mode = self._subspace_args(mode, rank)
         w, V = eigh_desc(self.gram(mode, policy=policy), rank)
         return sign_fix(np.ascontiguousarray(V)), w
 
