@@ -278,8 +278,8 @@ def test_the_subspace_iteration_hands_over_to_arpack_where_it_does_not_converge(
     its last estimate silently (a sine of 5e-2 to the exact subspace, and the vectors of one step with the basis
     of the next). None now, and ARPACK runs as before: the exact subspace."""
     import scipy.sparse
-
     from _subspaces import subspace_sine
+
     from tuckerkit.sparse import _dispatch
 
     monkeypatch.setattr(_dispatch, "_eigsh_takes_rng", lambda: False)

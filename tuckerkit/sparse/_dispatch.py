@@ -523,16 +523,15 @@ def _subspace_iteration(B: Any, BT: Any, k: int, seed: int) -> np.ndarray | None
     b = min(p, 2 * k + 10)
     Q = np.linalg.qr(np.random.default_rng(seed).standard_normal((p, b)))[0]
     tol = 16 * np.sqrt(p) * np.finfo(np.float64).eps
-    for step in range(SUBSPACE_ITER_MAX):
-        if step:
-            Q = np.linalg.qr(Z)[0]
+    for _ in range(SUBSPACE_ITER_MAX):
         Z = _gram_products(B, BT, Q)
         G = Q.T @ Z
         w, W = np.linalg.eigh((G + G.T) / 2)
         w, W = w[::-1][:k], W[:, ::-1][:, :k]
         residual = np.linalg.norm(Z @ W - (Q @ W) * w, axis=0).max()
         if w[0] <= 0 or residual <= tol * w[0]:
-            return Q @ W
+            return Q @ W  # (the Ritz vectors of this step's basis)
+        Q = np.linalg.qr(Z)[0]
     return None
 
 
